@@ -1,0 +1,356 @@
+"""The storage engine: dimension coordinates <-> level buffers, for any valid format.
+
+Both directions walk the levels top-down with whole-array torch operations on the tensor's own
+device (no Python loop over entries, no copy to the host). A level *position* numbers the
+entries a level has stored; level ``k``'s buffers map parent positions (level ``k - 1``) to
+child positions. The value array is indexed by the last level's positions.
+
+``compose``    coordinates (ndim, n) + values (*batch, n) -> pos/crd buffers + value array
+``decompose``  pos/crd buffers -> coordinates of every stored entry + its value position
+
+BATCH levels are handled as DENSE here, on *linearized* buffers; ``linearize_batch`` and
+``delinearize_batch`` convert to and from the per-batch buffers (torch's batched CSR layout).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from ..errors import FormatError
+from ..format import LevelFormat, TensorFormat
+
+Buffers = list  # list[torch.Tensor | None], one entry per level
+
+__all__ = ["compose", "decompose", "level_keys", "linearize_batch", "delinearize_batch", "recover_dims"]
+
+
+def level_keys(fmt: TensorFormat, shape: Sequence[int], coords: torch.Tensor) -> list[torch.Tensor]:
+    """Each level's coordinate for every entry (int64)."""
+    named = {d.name: coords[k] for k, d in enumerate(fmt.dims)}
+    return [lv.expr.evaluate(named) for lv in fmt.levels]
+
+
+def recover_dims(fmt: TensorFormat, keys: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Invert :func:`level_keys`: dimension coordinates (ndim, n) from level coordinates."""
+    out = []
+    for rec in fmt.recovery:
+        a = keys[rec.a]
+        if rec.kind == "plain":
+            out.append(a)
+        elif rec.kind == "block":
+            out.append(a * rec.c + keys[rec.b])
+        elif rec.kind == "sub_left":
+            out.append(a + keys[rec.b])
+        elif rec.kind == "sub_right":
+            out.append(keys[rec.b] - a)
+        else:  # add
+            out.append(a - keys[rec.b])
+    return torch.stack(out) if out else torch.empty(0, 0, dtype=torch.int64)
+
+
+def _lexsort(keys: Sequence[torch.Tensor], extents: Sequence[tuple[int, int]]) -> torch.Tensor:
+    """Permutation sorting entries by the level keys, first level most significant."""
+    n = keys[0].numel()
+    device = keys[0].device
+    radix = 1
+    for lo, hi in extents:
+        radix *= max(hi - lo, 1)
+    if radix < 2**62:
+        lin = torch.zeros(n, dtype=torch.int64, device=device)
+        for key, (lo, hi) in zip(keys, extents):
+            lin = lin * max(hi - lo, 1) + (key - lo)
+        return torch.sort(lin, stable=True).indices
+    order = torch.arange(n, device=device)
+    for key in reversed(keys):
+        order = order[torch.sort(key[order], stable=True).indices]
+    return order
+
+
+def _segments(lo: torch.Tensor, hi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For segments [lo[p], hi[p]): (owner p of every member, member position)."""
+    counts = hi - lo
+    owner = torch.repeat_interleave(torch.arange(lo.numel(), device=lo.device), counts)
+    starts = torch.cumsum(counts, 0) - counts
+    member = lo[owner] + (torch.arange(owner.numel(), device=lo.device) - starts[owner])
+    return owner, member
+
+
+def decompose(
+    fmt: TensorFormat, shape: Sequence[int], pos: Buffers, crd: Buffers, *, keep_padding: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Coordinates (ndim, n) of every stored entry and the index of its value.
+
+    Buffers must be linearized (see :func:`linearize_batch`). Entries that fall outside the
+    shape (padding of DIA diagonals, of edge blocks, of N:M strips) are dropped unless
+    ``keep_padding``; explicit zeros inside the shape are kept.
+    """
+    extents = fmt.level_extents(shape)
+    device = next((b.device for b in (*pos, *crd) if b is not None), torch.device("cpu"))
+    parent = torch.zeros(1, dtype=torch.int64, device=device)
+    keys: list[torch.Tensor] = []
+    for k, lv in enumerate(fmt.levels):
+        f = lv.format
+        lo_ext, hi_ext = extents[k]
+        if f.is_dense_like:
+            size = hi_ext - lo_ext
+            step = torch.arange(size, device=device)
+            child = (parent[:, None] * size + step).reshape(-1)
+            keys = [x.repeat_interleave(size) for x in keys] + [(step + lo_ext).repeat(parent.numel())]
+        elif f is LevelFormat.SINGLETON:
+            child = parent
+            keys.append(crd[k][parent].long())
+        elif f is LevelFormat.STRUCTURED:
+            n = lv.type.parameter
+            child = (parent[:, None] * n + torch.arange(n, device=device)).reshape(-1)
+            keys = [x.repeat_interleave(n) for x in keys] + [crd[k][child].long()]
+        else:
+            p = pos[k].long()
+            if f is LevelFormat.LOOSE_COMPRESSED:
+                lo, hi = p[2 * parent], p[2 * parent + 1]
+            else:
+                lo, hi = p[parent], p[parent + 1]
+            owner, child = _segments(lo, hi)
+            c = crd[k][child].long()
+            if f is LevelFormat.DELTA:
+                c = _delta_decode(c, owner)
+            keys = [x[owner] for x in keys] + [c]
+        parent = child
+    coords = recover_dims(fmt, keys)
+    if not keep_padding and coords.numel():
+        size = torch.tensor(list(shape), device=device, dtype=torch.int64)[:, None]
+        ok = ((coords >= 0) & (coords < size)).all(0)
+        if not bool(ok.all()):
+            coords, parent = coords[:, ok], parent[ok]
+    return coords, parent
+
+
+def _delta_decode(gaps: torch.Tensor, owner: torch.Tensor) -> torch.Tensor:
+    """Columns from gaps: col = (sum of gap + 1 over the segment so far) - 1."""
+    step = gaps + 1
+    run = torch.cumsum(step, 0)
+    if run.numel() == 0:
+        return run
+    first = torch.ones_like(owner, dtype=torch.bool)
+    first[1:] = owner[1:] != owner[:-1]
+    segment = torch.cumsum(first.long(), 0) - 1
+    base = (run - step)[first][segment]
+    return run - base - 1
+
+
+def compose(
+    fmt: TensorFormat,
+    shape: Sequence[int],
+    coords: torch.Tensor,
+    values: torch.Tensor,
+    index_dtype: torch.dtype,
+) -> tuple[Buffers, Buffers, torch.Tensor]:
+    """Build linearized level buffers for entries at ``coords`` (ndim, n) with ``values`` (*b, n).
+
+    Entries are sorted into level order and duplicates are summed. Padding that a level needs
+    (DENSE/RANGE slots, ELL rows, DELTA gap bridges, N:M strip slots) is filled with zeros.
+    The operations are differentiable with respect to ``values``.
+    """
+    device = values.device
+    coords = coords.to(device=device, dtype=torch.int64)
+    extents = fmt.level_extents(shape)
+    keys = level_keys(fmt, shape, coords)
+    n = coords.shape[1]
+    nlev = fmt.num_levels
+    if n:
+        order = _lexsort(keys, extents)
+        keys = [x[order] for x in keys]
+        values = values[..., order]
+        new = torch.zeros(n, dtype=torch.bool, device=device)
+        new[0] = True
+        for x in keys:
+            new[1:] |= x[1:] != x[:-1]
+        if not bool(new.all()):  # sum duplicates
+            group = torch.cumsum(new.long(), 0) - 1
+            ngroups = int(group[-1]) + 1
+            summed = values.new_zeros(*values.shape[:-1], ngroups)
+            values = summed.index_add(-1, group, values)
+            keys = [x[new] for x in keys]
+            n = ngroups
+    pos: Buffers = [None] * nlev
+    crd: Buffers = [None] * nlev
+    parent = torch.zeros(n, dtype=torch.int64, device=device)
+    pcount = 1
+    for k, lv in enumerate(fmt.levels):
+        f = lv.format
+        lo_ext, hi_ext = extents[k]
+        key = keys[k]
+        if f.is_dense_like:
+            size = hi_ext - lo_ext
+            parent = parent * size + (key - lo_ext)
+            pcount *= size
+            continue
+        if f is LevelFormat.SINGLETON:
+            c = torch.zeros(pcount, dtype=index_dtype, device=device)
+            crd[k] = c.index_copy(0, parent, key.to(index_dtype)) if n else c
+            continue
+        if f is LevelFormat.STRUCTURED:
+            parent, pcount, crd[k], values = _compose_structured(lv, key, parent, pcount, values, index_dtype, coords, keys, fmt)
+            continue
+        if f is LevelFormat.DELTA:
+            parent, pcount, pos[k], crd[k], values = _compose_delta(lv, key, parent, pcount, values, index_dtype)
+            continue
+        # COMPRESSED / LOOSE_COMPRESSED: one child per distinct (parent, key [, trailing singleton keys]).
+        group_keys = [key]
+        if not lv.type.unique:
+            m = k + 1
+            while m < nlev and fmt.levels[m].format is LevelFormat.SINGLETON:
+                group_keys.append(keys[m])
+                m += 1
+        flag = torch.zeros(n, dtype=torch.bool, device=device)
+        if n:
+            flag[0] = True
+            flag[1:] = parent[1:] != parent[:-1]
+            for x in group_keys:
+                flag[1:] |= x[1:] != x[:-1]
+        child = torch.cumsum(flag.long(), 0) - 1
+        owners = parent[flag]
+        counts = torch.bincount(owners, minlength=pcount) if n else torch.zeros(pcount, dtype=torch.int64, device=device)
+        ends = torch.cumsum(counts, 0)
+        nchild = int(owners.numel())
+        if f is LevelFormat.COMPRESSED:
+            pos[k] = torch.cat([ends.new_zeros(1), ends]).to(index_dtype)
+            crd[k] = key[flag].to(index_dtype)
+            parent, pcount = child, nchild
+        else:  # ELL-like: each parent gets `width` slots, the used ones first.
+            width = int(counts.max()) if counts.numel() and nchild else 0
+            starts = torch.arange(pcount, device=device) * width
+            pos[k] = torch.stack([starts, starts + counts], 1).reshape(-1).to(index_dtype)
+            rank = torch.arange(nchild, device=device) - (ends - counts)[owners]
+            slot = owners * width + rank
+            crd[k] = torch.zeros(pcount * width, dtype=index_dtype, device=device).index_copy(0, slot, key[flag].to(index_dtype))
+            parent, pcount = slot[child], pcount * width
+    out = values.new_zeros(*values.shape[:-1], pcount)
+    if n:
+        out = out.index_copy(-1, parent, values)
+    return pos, crd, out
+
+
+def _compose_delta(lv, col, parent, pcount, values, index_dtype):
+    bits = lv.type.parameter
+    n = col.numel()
+    device = col.device
+    prev = torch.full_like(col, -1)
+    if n:
+        prev[1:] = torch.where(parent[1:] == parent[:-1], col[:-1], torch.full_like(col[1:], -1))
+    gap = col - prev - 1
+    npad = gap >> bits
+    reps = npad + 1
+    last = torch.cumsum(reps, 0) - 1
+    total = int(last[-1]) + 1 if n else 0
+    gaps = torch.full((total,), (1 << bits) - 1, dtype=torch.int64, device=device)
+    gaps[last] = gap - (npad << bits)
+    owner = torch.repeat_interleave(parent, reps)
+    counts = torch.bincount(owner, minlength=pcount) if total else torch.zeros(pcount, dtype=torch.int64, device=device)
+    pos = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)]).to(index_dtype)
+    out = values.new_zeros(*values.shape[:-1], total)
+    if n:
+        out = out.index_copy(-1, last, values)
+    ident = torch.arange(total, device=device)
+    return ident, total, pos, gaps.to(index_dtype), out
+
+
+def _compose_structured(lv, col, parent, pcount, values, index_dtype, coords, keys, fmt):
+    n_keep, m = lv.type.parameter, lv.expr.c
+    device = col.device
+    count = torch.bincount(parent, minlength=pcount) if parent.numel() else torch.zeros(pcount, dtype=torch.int64, device=device)
+    if count.numel() and int(count.max()) > n_keep:
+        bad = int(torch.argmax((count > n_keep).to(torch.int8)))
+        at = int(torch.nonzero(parent == bad)[0, 0])
+        where = tuple(int(x) for x in recover_dims(fmt, [x[at : at + 1] for x in keys])[:, 0])
+        raise FormatError(
+            f"{fmt.levels[-1]} allows at most {n_keep} nonzeros per strip of {m}, but the strip holding "
+            f"entry {where} has {int(count[bad])}; prune to {n_keep}:{m} first (e.g. keep the largest "
+            f"magnitudes) or pick a format without the N:M constraint"
+        )
+    occ = torch.zeros(pcount, m, dtype=torch.bool, device=device)
+    if parent.numel():
+        occ[parent, col] = True
+    pick = torch.argsort((~occ).to(torch.int8), dim=1, stable=True)[:, :n_keep]
+    pick = torch.sort(pick, dim=1).values
+    real = occ.gather(1, pick).reshape(-1)
+    slots = torch.nonzero(real).reshape(-1)
+    out = values.new_zeros(*values.shape[:-1], pcount * n_keep)
+    if parent.numel():
+        out = out.index_copy(-1, slots, values)
+    ident = torch.arange(pcount * n_keep, device=device)
+    return ident, pcount * n_keep, pick.reshape(-1).to(index_dtype), out
+
+
+# BATCH levels ------------------------------------------------------------------------------------
+
+def _batch_count(fmt: TensorFormat, shape: Sequence[int]) -> int:
+    nb = fmt.num_batch_levels
+    total = 1
+    for s in fmt.level_sizes(shape)[:nb]:
+        total *= s
+    return total
+
+
+def linearize_batch(fmt: TensorFormat, shape, pos: Buffers, crd: Buffers, values: torch.Tensor):
+    """Per-batch buffers (leading batch dims, local offsets) -> one linear set of buffers."""
+    nb = fmt.num_batch_levels
+    if nb == 0:
+        return list(pos), list(crd), values
+    bt = _batch_count(fmt, shape)
+    lpos, lcrd = list(pos), list(crd)
+    for k, lv in enumerate(fmt.levels):
+        if k < nb:
+            continue
+        c = crd[k]
+        if c is not None:
+            lcrd[k] = c.reshape(bt, -1).reshape(-1)
+        p = pos[k]
+        if p is not None:
+            per = c.reshape(bt, -1).shape[1]
+            off = torch.arange(bt, device=p.device, dtype=p.dtype)[:, None] * per
+            p2 = p.reshape(bt, -1) + off
+            if lv.format is LevelFormat.LOOSE_COMPRESSED:
+                lpos[k] = p2.reshape(-1)
+            else:
+                lpos[k] = torch.cat([p2[:, :-1].reshape(-1), p2.new_full((1,), bt * per)])
+    vb = values.shape[: values.dim() - nb - 1]
+    return lpos, lcrd, values.reshape(*vb, -1)
+
+
+def delinearize_batch(fmt: TensorFormat, shape, pos: Buffers, crd: Buffers, values: torch.Tensor):
+    """Inverse of :func:`linearize_batch`; every batch must hold the same number of entries."""
+    nb = fmt.num_batch_levels
+    if nb == 0:
+        return pos, crd, values
+    bsizes = fmt.level_sizes(shape)[:nb]
+    bt = _batch_count(fmt, shape)
+    out_pos, out_crd = list(pos), list(crd)
+    for k, lv in enumerate(fmt.levels):
+        if k < nb:
+            continue
+        c, p = crd[k], pos[k]
+        if p is not None:
+            if lv.format is LevelFormat.LOOSE_COMPRESSED:
+                p2 = p.reshape(bt, -1)
+                per = c.numel() // bt
+                out_pos[k] = (p2 - torch.arange(bt, device=p.device, dtype=p.dtype)[:, None] * per).reshape(*bsizes, -1)
+            else:
+                parents = (p.numel() - 1) // bt
+                bounds = p[:: parents] if parents else p.new_zeros(bt + 1)
+                counts = bounds[1:] - bounds[:-1]
+                if bt and not bool((counts == counts[0]).all()):
+                    raise FormatError(
+                        f"{fmt} needs the same number of stored entries in every batch at level {k} "
+                        f"({lv}); got {counts.tolist()[:8]}{'...' if bt > 8 else ''}. Use a shared-pattern "
+                        f"tensor (values with a leading batch dimension) or a SparseTensorList instead"
+                    )
+                starts = bounds[:-1]
+                body = p[:-1].reshape(bt, parents) - starts[:, None]
+                ends = (bounds[1:] - starts)[:, None]
+                out_pos[k] = torch.cat([body, ends], 1).reshape(*bsizes, parents + 1)
+        if c is not None:
+            out_crd[k] = c.reshape(*bsizes, c.numel() // bt if bt else 0)
+    vb = values.shape[:-1]
+    return out_pos, out_crd, values.reshape(*vb, *bsizes, values.shape[-1] // bt if bt else 0)

@@ -1,0 +1,173 @@
+"""Building sparse tensors: from coordinate triplets, from dense, and by conversion."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+
+from ..errors import ConversionError, FormatError, ValidationError
+from ..format import COO_ND, CSR, TensorFormat
+from . import _levels
+from .sparse_tensor import SparseTensor
+
+__all__ = ["from_coo", "from_dense", "convert", "build"]
+
+_INT32_MAX = 2**31 - 1
+
+
+def _as_format(fmt: TensorFormat | str | None, ndim: int, default: TensorFormat | None = None) -> TensorFormat:
+    if fmt is None:
+        fmt = default if default is not None else (COO_ND(ndim) if ndim != 2 else COO_ND(2))
+    if isinstance(fmt, str):
+        fmt = TensorFormat.parse(fmt)
+    if not isinstance(fmt, TensorFormat):
+        raise FormatError(f"format must be a TensorFormat or a format string, got {type(fmt).__name__}")
+    if fmt.ndim != ndim:
+        raise FormatError(f"format {fmt} has {fmt.ndim} dimensions but the data has {ndim}")
+    return fmt
+
+
+def _check_int32(fmt: TensorFormat, shape: Sequence[int], n: int, index_dtype: torch.dtype) -> None:
+    if index_dtype != torch.int32:
+        return
+    biggest = max([n, *(hi for _, hi in fmt.level_extents(shape))])
+    if biggest > _INT32_MAX:
+        raise ConversionError(
+            f"int32 indices cannot address {biggest} (> 2**31 - 1) for shape {tuple(shape)}; use index_dtype=torch.int64"
+        )
+
+
+def build(
+    fmt: TensorFormat, shape: Sequence[int], coords: torch.Tensor, values: torch.Tensor, index_dtype: torch.dtype
+) -> SparseTensor:
+    """Compose level buffers for ``coords``/``values`` (duplicates summed) and wrap them."""
+    shape = tuple(int(s) for s in shape)
+    _check_int32(fmt, shape, coords.shape[1], index_dtype)
+    pos, crd, vals = _levels.compose(fmt, shape, coords, values, index_dtype)
+    pos, crd, vals = _levels.delinearize_batch(fmt, shape, pos, crd, vals)
+    return SparseTensor(fmt.replace(index_dtype=index_dtype), shape, pos, crd, vals, check=False)
+
+
+def from_coo(
+    values: torch.Tensor,
+    indices: Sequence[torch.Tensor],
+    *,
+    shape: Sequence[int] | None,
+    format: TensorFormat | str | None,
+    index_dtype: torch.dtype | None,
+    check: bool,
+) -> SparseTensor:
+    if not isinstance(values, torch.Tensor):
+        values = torch.as_tensor(values)
+    if len(indices) == 1 and isinstance(indices[0], torch.Tensor) and indices[0].dim() == 2:
+        idx = indices[0]
+        rows = [idx[k] for k in range(idx.shape[0])]
+    else:
+        rows = [torch.as_tensor(x) for x in indices]
+    if not rows:
+        raise ValidationError("from_coo needs index arrays: from_coo(values, row, col, shape=...) or from_coo(values, indices)")
+    for k, r in enumerate(rows):
+        if r.dim() != 1:
+            raise ValidationError(f"index array {k} must be 1-D, got shape {tuple(r.shape)}")
+        if r.dtype.is_floating_point or r.dtype.is_complex or r.dtype == torch.bool:
+            raise ValidationError(f"index array {k} has dtype {r.dtype}; indices must be integers")
+        if r.numel() != rows[0].numel():
+            raise ValidationError(f"index arrays differ in length: array 0 has {rows[0].numel()}, array {k} has {r.numel()}")
+    n = rows[0].numel()
+    if values.dim() == 0 or values.shape[-1] != n:
+        raise ValidationError(f"values must have {n} entries in their last dimension (one per index), got shape {tuple(values.shape)}")
+    coords = torch.stack([r.to(device=values.device, dtype=torch.int64) for r in rows]) if n else torch.zeros(len(rows), 0, dtype=torch.int64, device=values.device)
+    if shape is None:
+        shape = [int(c.max()) + 1 if n else 0 for c in coords]
+    shape = tuple(int(s) for s in shape)
+    if len(shape) != len(rows):
+        raise ValidationError(f"shape {shape} has {len(shape)} dims but {len(rows)} index arrays were given")
+    if check and n:
+        for k, size in enumerate(shape):
+            bad = (coords[k] < 0) | (coords[k] >= size)
+            if bool(bad.any()):
+                at = int(torch.nonzero(bad)[0, 0])
+                raise ValidationError(
+                    f"index array {k} has {int(coords[k, at])} at position {at}, outside [0, {size}) for shape {shape}"
+                )
+    if not (values.is_floating_point() or values.is_complex()):
+        raise ValidationError(f"values have dtype {values.dtype}; use a floating point or complex dtype (e.g. .double())")
+    fmt = _as_format(format, len(shape))
+    return build(fmt, shape, coords, values, index_dtype or fmt.index_dtype or torch.int64)
+
+
+def from_dense(
+    dense: torch.Tensor,
+    format: TensorFormat | str | None,
+    *,
+    threshold: float | None,
+    mask: torch.Tensor | None,
+    batch_dims: int | None,
+    index_dtype: torch.dtype,
+) -> SparseTensor:
+    if not isinstance(dense, torch.Tensor):
+        raise ValidationError(f"from_dense takes a torch.Tensor, got {type(dense).__name__} (use from_package for NumPy)")
+    if dense.layout != torch.strided:
+        raise ValidationError(f"from_dense takes a strided tensor, got layout {dense.layout}; use from_package")
+    if batch_dims is None:
+        nd = format.ndim if isinstance(format, TensorFormat) else (TensorFormat.parse(format).ndim if isinstance(format, str) else min(dense.dim(), 2))
+        batch_dims = dense.dim() - nd
+    if batch_dims < 0 or batch_dims >= dense.dim():
+        raise ValidationError(f"batch_dims={batch_dims} is invalid for a tensor of {dense.dim()} dims")
+    fshape = tuple(dense.shape[batch_dims:])
+    fmt = _as_format(format, len(fshape), CSR if len(fshape) == 2 else COO_ND(len(fshape)))
+    if not (dense.is_floating_point() or dense.is_complex()):
+        raise ValidationError(f"dense has dtype {dense.dtype}; use a floating point or complex dtype (e.g. .double())")
+    flat = dense.reshape(-1, math.prod(fshape)) if batch_dims else dense.reshape(1, -1)
+    if mask is not None:
+        if tuple(mask.shape) not in (fshape, tuple(dense.shape)):
+            raise ValidationError(f"mask must have shape {fshape} or {tuple(dense.shape)}, got {tuple(mask.shape)}")
+        keep = mask.to(device=dense.device, dtype=torch.bool).reshape(-1, math.prod(fshape)).any(0)
+    elif threshold is not None:
+        keep = (flat.detach().abs() > threshold).any(0)
+    else:
+        keep = (flat.detach() != 0).any(0)
+    lin = torch.nonzero(keep).reshape(-1)
+    coords = torch.stack(torch.unravel_index(lin, fshape)) if fshape else lin[None]
+    vals = flat[:, lin].reshape(*dense.shape[:batch_dims], lin.numel())
+    return build(fmt, fshape, coords, vals, index_dtype or fmt.index_dtype or torch.int64)
+
+
+def convert(
+    t: SparseTensor,
+    tensor_format: TensorFormat | str | None,
+    *,
+    index_dtype: torch.dtype | None,
+    dtype: torch.dtype | None,
+    drop_zeros: bool,
+    copy: bool | None,
+) -> SparseTensor:
+    fmt = _as_format(tensor_format if tensor_format is not None else t.format, t.format.ndim)
+    idt = index_dtype or (fmt.index_dtype if tensor_format is not None else None) or t.index_dtype
+    if idt not in (torch.int32, torch.int64):
+        raise ConversionError(f"index_dtype must be torch.int32 or torch.int64, got {idt}")
+    if dtype is not None and not (dtype.is_floating_point or dtype.is_complex):
+        raise ConversionError(f"dtype must be floating point or complex, got {dtype}")
+    same = fmt == t.format and idt == t.index_dtype and (dtype is None or dtype == t.dtype)
+    if same and not drop_zeros:
+        if copy is False or copy is None:
+            return t
+        return t.clone()
+    if same and copy is False:
+        raise ConversionError("drop_zeros=True needs new buffers, but copy=False was given")
+    if fmt == t.format and not drop_zeros:
+        # Same layout: cast the buffers only.
+        cast = lambda b: None if b is None else b.to(idt)  # noqa: E731
+        _check_int32(fmt, t.format_shape, t.nse, idt)
+        vals = t.values if dtype is None else t.values.to(dtype)
+        return SparseTensor(fmt.replace(index_dtype=idt), t.format_shape, [cast(b) for b in t.pos_buffers],
+                            [cast(b) for b in t.crd_buffers], vals, check=False)
+    coords, vals = t.coordinates()
+    if dtype is not None:
+        vals = vals.to(dtype)
+    if drop_zeros and coords.shape[1]:
+        keep = (vals.detach() != 0).reshape(-1, vals.shape[-1]).any(0)
+        coords, vals = coords[:, keep], vals[..., keep]
+    return build(fmt, t.format_shape, coords, vals, idt)

@@ -1,0 +1,456 @@
+"""`SparseTensor`: a format plus its level buffers and values, all torch tensors on one device."""
+
+from __future__ import annotations
+
+import math
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+from ..errors import ConversionError, ValidationError
+from ..format import TensorFormat
+from . import _levels
+from .validate import check_index_buffers, check_values, count_positions
+
+__all__ = ["SparseTensor", "Tensor", "PatternKey"]
+
+
+@dataclass(frozen=True)
+class PatternKey:
+    """Cheap identity of a sparsity pattern: format, shape, index dtype, device and the identity
+    (address, extent, strides, version counter) of every index buffer. Equal keys mean the very
+    same index buffers, unmodified since (torch bumps a tensor's version on in-place writes).
+    ``alive()`` tells whether the buffers still exist (a cache should drop entries that are not).
+    """
+
+    format: TensorFormat
+    shape: tuple[int, ...]
+    index_dtype: torch.dtype
+    device: torch.device
+    buffers: tuple[tuple, ...]
+    _refs: tuple = field(default=(), compare=False, hash=False, repr=False)
+
+    def alive(self) -> bool:
+        return all(r() is not None for r in self._refs)
+
+
+def _buffer_id(t: torch.Tensor) -> tuple:
+    return (t.data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t._version)
+
+
+class SparseTensor:
+    """A sparse tensor in any :class:`~sparsetorch.format.TensorFormat`.
+
+    ``SparseTensor(format, shape, pos, crd, values, check=True)`` wraps existing buffers without
+    copying: ``pos[k]``/``crd[k]`` are level ``k``'s position and coordinate buffers (``None``
+    where the level has none), ``values`` holds one value per stored slot in its last dimension.
+    Leading dimensions of ``values`` beyond the format's are a *batch of value sets sharing one
+    pattern*, so ``shape`` is ``batch_shape + format_shape``. Most users build tensors with
+    :meth:`from_dense`, :meth:`from_coo` or :func:`sparsetorch.from_package`.
+
+    Tensors are immutable in structure: operations return new tensors and share buffers
+    where they can (``T``, ``with_values``, ``convert`` to the same layout).
+    """
+
+    __slots__ = ("_format", "_shape", "_pos", "_crd", "_values", "_linear", "__weakref__")
+
+    def __init__(
+        self,
+        format: TensorFormat | str,
+        shape: Sequence[int],
+        pos: Sequence[torch.Tensor | None],
+        crd: Sequence[torch.Tensor | None],
+        values: torch.Tensor,
+        *,
+        check: bool = True,
+    ) -> None:
+        if isinstance(format, str):
+            format = TensorFormat.parse(format)
+        if not isinstance(format, TensorFormat):
+            raise ValidationError(f"format must be a TensorFormat or its string form, got {type(format).__name__}")
+        if not isinstance(values, torch.Tensor):
+            raise ValidationError(f"values must be a torch.Tensor, got {type(values).__name__}")
+        shape = tuple(int(s) for s in shape)
+        if any(s < 0 for s in shape):
+            raise ValidationError(f"shape must be non-negative, got {shape}")
+        nb = format.num_batch_levels
+        nd = format.ndim
+        if len(shape) == nd:
+            fshape = shape
+            nvb = values.dim() - 1 - nb
+            if nvb < 0:
+                raise ValidationError(
+                    f"values of shape {tuple(values.shape)} lack the {nb} batch dimension(s) of format {format}"
+                )
+            shape = tuple(values.shape[:nvb]) + fshape
+        elif len(shape) > nd:
+            fshape = shape[len(shape) - nd :]
+            nvb = len(shape) - nd
+            if tuple(values.shape[:nvb]) != shape[:nvb]:
+                raise ValidationError(
+                    f"shape {shape} has batch {shape[:nvb]} but values have leading dims {tuple(values.shape[:nvb])}"
+                )
+            if values.dim() != nvb + nb + 1:
+                raise ValidationError(
+                    f"values must have {nvb + nb + 1} dims for shape {shape} and format {format}, got {tuple(values.shape)}"
+                )
+        else:
+            raise ValidationError(f"shape {shape} has fewer dimensions than format {format} ({nd})")
+        index_dtype = next((b.dtype for b in (*pos, *crd) if isinstance(b, torch.Tensor)), torch.int64)
+        pos, crd = list(pos), list(crd)
+        check_index_buffers(format, fshape, pos, crd, values.device)
+        if nb:
+            bsizes = tuple(format.level_sizes(fshape)[:nb])
+            if tuple(values.shape[nvb : nvb + nb]) != bsizes:
+                raise ValidationError(f"values must have batch dims {bsizes} after the shared batch, got {tuple(values.shape)}")
+            for name, bufs in (("pos", pos), ("crd", crd)):
+                for k, b in enumerate(bufs):
+                    if b is not None and (b.dim() != nb + 1 or tuple(b.shape[:nb]) != bsizes):
+                        raise ValidationError(f"{name}[{k}] must have shape {bsizes} + (n,) for batch format {format}, got {tuple(b.shape)}")
+        lpos, lcrd, lvals = _levels.linearize_batch(format, fshape, pos, crd, values)
+        nslots = count_positions(format, fshape, lpos, lcrd, check=check)
+        check_values(lvals, nslots)
+        if format.index_dtype != index_dtype:
+            format = format.replace(index_dtype=index_dtype)
+        self._format = format
+        self._shape = shape
+        self._pos = tuple(pos)
+        self._crd = tuple(crd)
+        self._values = values
+        self._linear = (lpos, lcrd, lvals) if nb else None
+
+    # Basic facts -------------------------------------------------------------------------------
+    @property
+    def format(self) -> TensorFormat:
+        return self._format
+
+    tensor_format = format  # UST spelling
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size(self._shape)
+
+    extents = shape
+
+    @property
+    def format_shape(self) -> tuple[int, ...]:
+        """The extents of the format's dimensions (``shape`` without the shared value batch)."""
+        return self._shape[len(self._shape) - self._format.ndim :]
+
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        """Leading dimensions of value sets that share this pattern."""
+        return self._shape[: len(self._shape) - self._format.ndim]
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    def dim(self) -> int:
+        return len(self._shape)
+
+    @property
+    def values(self) -> torch.Tensor:
+        return self._values
+
+    val = values
+
+    def pos(self, level: int) -> torch.Tensor | None:
+        return self._pos[level]
+
+    def crd(self, level: int) -> torch.Tensor | None:
+        return self._crd[level]
+
+    @property
+    def pos_buffers(self) -> tuple[torch.Tensor | None, ...]:
+        return self._pos
+
+    @property
+    def crd_buffers(self) -> tuple[torch.Tensor | None, ...]:
+        return self._crd
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._values.dtype
+
+    @property
+    def index_dtype(self) -> torch.dtype:
+        return self._format.index_dtype or torch.int64
+
+    @property
+    def device(self) -> torch.device:
+        return self._values.device
+
+    @property
+    def requires_grad(self) -> bool:
+        return self._values.requires_grad
+
+    @property
+    def nse(self) -> int:
+        """Number of stored value slots per value set (explicit zeros and padding included)."""
+        nvb = len(self.batch_shape)
+        return math.prod(self._values.shape[nvb:])
+
+    @property
+    def nnz(self) -> int:
+        """Stored slots per value set (same as ``nse``; padding and explicit zeros count)."""
+        return self.nse
+
+    def _linear_buffers(self):
+        if self._linear is not None:
+            return self._linear
+        return list(self._pos), list(self._crd), self._values
+
+    # Coordinates and dense ---------------------------------------------------------------------
+    def coordinates(self, *, keep_padding: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(indices, values)``: the (ndim, n) coordinates of every stored entry inside the
+        shape, and their values (``batch_shape + (n,)``), in storage order."""
+        lpos, lcrd, lvals = self._linear_buffers()
+        coords, slot = _levels.decompose(self._format, self.format_shape, lpos, lcrd, keep_padding=keep_padding)
+        return coords, lvals[..., slot]
+
+    def to_dense(self) -> torch.Tensor:
+        """A strided tensor of ``shape`` (duplicates of a nonunique format are summed)."""
+        coords, vals = self.coordinates()
+        fs = self.format_shape
+        nflat = math.prod(fs)
+        lin = torch.zeros(coords.shape[1], dtype=torch.int64, device=self.device)
+        for k, size in enumerate(fs):
+            lin = lin * size + coords[k]
+        flat = vals.reshape(-1, vals.shape[-1])
+        out = flat.new_zeros(flat.shape[0], nflat).index_add(1, lin, flat)
+        return out.reshape(self._shape)
+
+    # Construction -----------------------------------------------------------------------------
+    @classmethod
+    def from_coo(
+        cls,
+        values: torch.Tensor,
+        *indices: torch.Tensor,
+        shape: Sequence[int] | None = None,
+        format: TensorFormat | str | None = None,
+        index_dtype: torch.dtype | None = None,
+        check: bool = True,
+    ) -> "SparseTensor":
+        """Build from coordinate triplets, summing duplicates.
+
+        ``SparseTensor.from_coo(values, row, col, shape=(m, n))`` or with one (ndim, n) index
+        tensor. ``values`` may carry leading batch dimensions (value sets sharing the pattern).
+        The result is in ``format`` (default COO, sorted and coalesced). Gradients flow from the
+        result's values back to ``values``.
+        """
+        from .construct import from_coo
+
+        return from_coo(values, indices, shape=shape, format=format, index_dtype=index_dtype, check=check)
+
+    @classmethod
+    def from_dense(
+        cls,
+        dense: torch.Tensor,
+        format: TensorFormat | str | None = None,
+        *,
+        threshold: float | None = None,
+        mask: torch.Tensor | None = None,
+        batch_dims: int | None = None,
+        index_dtype: torch.dtype = torch.int64,
+    ) -> "SparseTensor":
+        """Keep the entries of ``dense`` that are nonzero (or ``abs > threshold``, or where ``mask``).
+
+        ``format`` defaults to CSR for matrices (COO of the right order otherwise). With leading
+        batch dims (``batch_dims``, default ``dense.dim() - format.ndim``) the pattern is the union
+        over the batch and the values carry the batch.
+        """
+        from .construct import from_dense
+
+        return from_dense(dense, format, threshold=threshold, mask=mask, batch_dims=batch_dims, index_dtype=index_dtype)
+
+    # Conversion -------------------------------------------------------------------------------
+    def convert(
+        self,
+        tensor_format: TensorFormat | str | None = None,
+        *,
+        index_dtype: torch.dtype | None = None,
+        dtype: torch.dtype | None = None,
+        drop_zeros: bool = False,
+        copy: bool | None = None,
+    ) -> "SparseTensor":
+        """This tensor in another format (any to any, custom DSL formats included).
+
+        Runs on the tensor's device with vectorized torch operations. Explicit zeros are kept
+        unless ``drop_zeros``; padding the target format needs (DIA, ELL, DELTA, N:M, blocks) is
+        inserted. Returns ``self`` when nothing changes (a clone if ``copy=True``).
+        """
+        from .construct import convert
+
+        return convert(self, tensor_format, index_dtype=index_dtype, dtype=dtype, drop_zeros=drop_zeros, copy=copy)
+
+    def with_values(self, values: torch.Tensor) -> "SparseTensor":
+        """A tensor with the same pattern (shared index buffers, same ``pattern_key``) and new values."""
+        if not isinstance(values, torch.Tensor):
+            raise ValidationError(f"values must be a torch.Tensor, got {type(values).__name__}")
+        inner = self._values.shape[len(self.batch_shape):]
+        if tuple(values.shape[values.dim() - len(inner):]) != tuple(inner):
+            raise ValidationError(
+                f"new values must end with shape {tuple(inner)} (this pattern's slots), got {tuple(values.shape)}"
+            )
+        if values.device != self.device:
+            raise ValidationError(f"new values are on {values.device}, the pattern on {self.device}")
+        return SparseTensor(self._format, self.format_shape, self._pos, self._crd, values, check=False)
+
+    def to(self, *args: Any, **kwargs: Any) -> "SparseTensor":
+        """Like ``torch.Tensor.to``: a device and/or a value dtype (index buffers keep theirs)."""
+        device, dtype, non_blocking, _ = torch._C._nn._parse_to(*args, **kwargs)
+        if dtype is not None and not (dtype.is_floating_point or dtype.is_complex):
+            raise ConversionError(f"values must stay floating point or complex, got dtype {dtype}")
+        move = lambda b: None if b is None else b.to(device=device, non_blocking=non_blocking)  # noqa: E731
+        values = self._values.to(device=device, dtype=dtype, non_blocking=non_blocking)
+        if values is self._values and (device is None or torch.device(device) == self.device):
+            return self
+        return SparseTensor(self._format, self.format_shape, [move(b) for b in self._pos],
+                            [move(b) for b in self._crd], values, check=False)
+
+    def cpu(self) -> "SparseTensor":
+        return self.to("cpu")
+
+    def cuda(self, device: int | str | None = None) -> "SparseTensor":
+        return self.to(torch.device("cuda" if device is None else device) if not isinstance(device, int) else torch.device("cuda", device))
+
+    def double(self) -> "SparseTensor":
+        return self.to(torch.float64)
+
+    def float(self) -> "SparseTensor":
+        return self.to(torch.float32)
+
+    def clone(self) -> "SparseTensor":
+        c = lambda b: None if b is None else b.clone()  # noqa: E731
+        return SparseTensor(self._format, self.format_shape, [c(b) for b in self._pos], [c(b) for b in self._crd],
+                            self._values.clone(), check=False)
+
+    def detach(self) -> "SparseTensor":
+        return self.with_values(self._values.detach())
+
+    def requires_grad_(self, flag: bool = True) -> "SparseTensor":
+        self._values.requires_grad_(flag)
+        return self
+
+    # Transposition ------------------------------------------------------------------------------
+    def permute(self, *order: int) -> "SparseTensor":
+        """Reorder the format's dimensions. Always a view: the levels are kept and only which
+        dimension each level indexes changes (CSR.T is CSC over the same buffers)."""
+        if len(order) == 1 and isinstance(order[0], (tuple, list)):
+            order = tuple(order[0])
+        nd = self._format.ndim
+        if sorted(order) != list(range(nd)):
+            raise ValidationError(f"permute needs a permutation of 0..{nd - 1} (the format's dims), got {order}")
+        dims = self._format.dims
+        new_dims = [dims[o] for o in order]
+        fmt = TensorFormat(new_dims, [(lv.expr, lv.type) for lv in self._format.levels],
+                           index_dtype=self._format.index_dtype)
+        fs = self.format_shape
+        return SparseTensor(fmt, tuple(fs[o] for o in order), self._pos, self._crd, self._values, check=False)
+
+    def transpose(self, dim0: int = -2, dim1: int = -1) -> "SparseTensor":
+        nd = self._format.ndim
+        nvb = len(self.batch_shape)
+        d0, d1 = (d + self.ndim if d < 0 else d for d in (dim0, dim1))
+        d0, d1 = d0 - nvb, d1 - nvb
+        if not (0 <= d0 < nd and 0 <= d1 < nd):
+            raise ValidationError(f"can only transpose the format's dims ({nvb}..{self.ndim - 1}), got {dim0}, {dim1}")
+        order = list(range(nd))
+        order[d0], order[d1] = order[d1], order[d0]
+        return self.permute(*order)
+
+    @property
+    def T(self) -> "SparseTensor":
+        """Transpose of the last two dims (a view: no buffer is copied)."""
+        return self.transpose(-2, -1)
+
+    @property
+    def mT(self) -> "SparseTensor":
+        return self.T
+
+    # Identity and comparison ---------------------------------------------------------------------
+    @property
+    def pattern_key(self) -> PatternKey:
+        bufs = [b for b in (*self._pos, *self._crd) if b is not None]
+        return PatternKey(
+            self._format, self.format_shape, self.index_dtype, self.device,
+            tuple(_buffer_id(b) for b in bufs), tuple(weakref.ref(b) for b in bufs),
+        )
+
+    def equal(self, other: "SparseTensor") -> bool:
+        """Same format, shape and bit-identical buffers and values."""
+        if not isinstance(other, SparseTensor) or other._format != self._format or other._shape != self._shape:
+            return False
+        for a, b in zip((*self._pos, *self._crd), (*other._pos, *other._crd)):
+            if (a is None) != (b is None) or (a is not None and not torch.equal(a.long(), b.long())):
+                return False
+        return self.dtype == other.dtype and torch.equal(self._values, other._values)
+
+    def allclose(self, other: "SparseTensor | torch.Tensor", rtol: float = 1e-5, atol: float = 1e-8) -> bool:
+        """Same shape and numerically close entries, whatever the two formats."""
+        a = self.to_dense()
+        b = other.to_dense() if isinstance(other, SparseTensor) else other
+        return tuple(a.shape) == tuple(b.shape) and torch.allclose(a, b.to(a.dtype), rtol=rtol, atol=atol)
+
+    def __repr__(self) -> str:
+        name = f"{self._format.name} " if self._format.name else ""
+        head = (
+            f"SparseTensor(shape={tuple(self._shape)}, format={name}'{self._format}', nse={self.nse}, "
+            f"dtype={str(self.dtype).replace('torch.', '')}, index_dtype={str(self.index_dtype).replace('torch.', '')}, "
+            f"device={self.device}"
+        )
+        if self.requires_grad:
+            head += ", requires_grad=True"
+        lines = [head + ","]
+        with torch.no_grad():
+            for k in range(self._format.num_levels):
+                for nm, b in (("pos", self._pos[k]), ("crd", self._crd[k])):
+                    if b is not None:
+                        lines.append(f"  {nm}[{k}]={_preview(b)},")
+            lines.append(f"  values={_preview(self._values)})")
+        return "\n".join(lines)
+
+    __str__ = __repr__
+
+    def __len__(self) -> int:
+        return self._shape[0]
+
+    def __matmul__(self, other):
+        raise NotImplementedError(
+            "sparse @ dense arrives with sparsetorch.ops (the dispatch issue); for now use "
+            "t.to_dense() @ x or convert with t.to_package('torch')"
+        )
+
+    # Package interop ------------------------------------------------------------------------------
+    def to_package(self, package: str = "torch", **options: Any) -> Any:
+        """Hand the tensor to ``package`` ("torch", "scipy", "cupy", "numpy"), zero-copy where the
+        layouts agree. Convert first when the format has no counterpart there (the error says which)."""
+        from .interop import to_package
+
+        return to_package(self, package, **options)
+
+    @classmethod
+    def from_package(cls, obj: Any, *, check: bool = True) -> "SparseTensor":
+        from .interop import from_package
+
+        return from_package(obj, check=check)
+
+
+def _preview(t: torch.Tensor, n: int = 8) -> str:
+    flat = t.detach().reshape(-1)
+    body = ", ".join(_fmt_scalar(x) for x in flat[:n].tolist())
+    more = f", ... ({flat.numel()} in all)" if flat.numel() > n else ""
+    shape = f" shape={tuple(t.shape)}" if t.dim() != 1 else ""
+    return f"[{body}{more}]{shape}"
+
+
+def _fmt_scalar(x: Any) -> str:
+    if isinstance(x, float):
+        return f"{x:.4g}"
+    return str(x)
+
+
+Tensor = SparseTensor

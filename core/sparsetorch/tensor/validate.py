@@ -1,0 +1,155 @@
+"""Checks of level buffers against a format and a shape.
+
+Every failure raises :class:`ValidationError` naming the buffer (``pos[k]``/``crd[k]``/
+``values``), the level, the bad value and its place. Checks run on the buffers' own device; a
+few scalars come back to the host to decide.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from ..errors import ValidationError
+from ..format import LevelFormat, TensorFormat
+
+__all__ = ["check_index_buffers", "count_positions", "check_values"]
+
+INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+def _first(mask: torch.Tensor) -> int:
+    return int(torch.nonzero(mask)[0, 0])
+
+
+def check_index_buffers(fmt: TensorFormat, shape: Sequence[int], pos, crd, device: torch.device) -> None:
+    """Buffer presence, dtypes and devices (before linearization)."""
+    if len(pos) != fmt.num_levels or len(crd) != fmt.num_levels:
+        raise ValidationError(
+            f"format {fmt} has {fmt.num_levels} levels; got {len(pos)} pos and {len(crd)} crd buffers "
+            f"(use None for levels without that buffer)"
+        )
+    dtypes = set()
+    for k, lv in enumerate(fmt.levels):
+        for name, buf, needed in (("pos", pos[k], lv.format.has_pos), ("crd", crd[k], lv.format.has_crd)):
+            if needed and buf is None:
+                raise ValidationError(f"{name}[{k}] is missing: level {k} ({lv}) stores a {name} buffer")
+            if not needed and buf is not None:
+                raise ValidationError(f"{name}[{k}] must be None: level {k} ({lv}) stores no {name} buffer")
+            if buf is None:
+                continue
+            if not isinstance(buf, torch.Tensor):
+                raise ValidationError(f"{name}[{k}] must be a torch.Tensor, got {type(buf).__name__}")
+            if buf.dtype not in INDEX_DTYPES:
+                raise ValidationError(
+                    f"{name}[{k}] has dtype {buf.dtype}; index buffers must be torch.int32 or torch.int64 "
+                    f"(cast with .to(torch.int64))"
+                )
+            if buf.device != device:
+                raise ValidationError(f"{name}[{k}] is on {buf.device} but values are on {device}; move them together")
+            dtypes.add(buf.dtype)
+    if len(dtypes) > 1:
+        raise ValidationError(f"index buffers mix dtypes {sorted(map(str, dtypes))}; use one index dtype")
+
+
+def count_positions(fmt: TensorFormat, shape: Sequence[int], pos, crd, *, check: bool) -> int:
+    """Number of value slots; with ``check``, validate every linearized buffer's contents."""
+    extents = fmt.level_extents(shape)
+    pcount = 1
+    for k, lv in enumerate(fmt.levels):
+        f = lv.format
+        lo_ext, hi_ext = extents[k]
+        label = f"level {k} ({lv})"
+        if f.is_dense_like:
+            pcount *= hi_ext - lo_ext
+            continue
+        c = crd[k]
+        if c.dim() != 1:
+            raise ValidationError(f"crd[{k}] must be 1-D, got shape {tuple(c.shape)}")
+        owner = None
+        if f in (LevelFormat.COMPRESSED, LevelFormat.DELTA):
+            p = pos[k]
+            if p.dim() != 1 or p.numel() != pcount + 1:
+                raise ValidationError(
+                    f"pos[{k}] must have {pcount + 1} entries (parents + 1) for {label}, got shape {tuple(p.shape)}"
+                )
+            if check:
+                if int(p[0]) != 0:
+                    raise ValidationError(f"pos[{k}][0] must be 0 for {label}, got {int(p[0])}")
+                dec = p[1:] < p[:-1]
+                if bool(dec.any()):
+                    at = _first(dec)
+                    raise ValidationError(
+                        f"pos[{k}] must be non-decreasing ({label}): pos[{k}][{at}] = {int(p[at])} > "
+                        f"pos[{k}][{at + 1}] = {int(p[at + 1])}"
+                    )
+            if int(p[-1]) != c.numel():
+                raise ValidationError(
+                    f"pos[{k}][-1] = {int(p[-1])} must equal the length of crd[{k}] = {c.numel()} ({label})"
+                )
+            if check:
+                owner = torch.repeat_interleave(torch.arange(pcount, device=p.device), (p[1:] - p[:-1]).long())
+        elif f is LevelFormat.LOOSE_COMPRESSED:
+            p = pos[k]
+            if p.dim() != 1 or p.numel() != 2 * pcount:
+                raise ValidationError(f"pos[{k}] must hold {2 * pcount} entries (lo, hi per parent) for {label}, got {tuple(p.shape)}")
+            if check and pcount:
+                lo, hi = p[0::2], p[1::2]
+                bad = (lo < 0) | (hi < lo) | (hi > c.numel())
+                bad[1:] |= lo[1:] < hi[:-1]
+                if bool(bad.any()):
+                    at = _first(bad)
+                    raise ValidationError(
+                        f"pos[{k}] segment {at} = [{int(lo[at])}, {int(hi[at])}) is invalid for {label}: segments "
+                        f"must be ordered, non-overlapping and within crd[{k}] (length {c.numel()})"
+                    )
+        elif f is LevelFormat.SINGLETON:
+            if c.numel() != pcount:
+                raise ValidationError(f"crd[{k}] must have one entry per parent ({pcount}) for {label}, got {c.numel()}")
+        elif f is LevelFormat.STRUCTURED:
+            n = lv.type.parameter
+            if c.numel() != pcount * n:
+                raise ValidationError(f"crd[{k}] must have {n} entries per strip ({pcount * n}) for {label}, got {c.numel()}")
+        if check and c.numel():
+            if f is LevelFormat.DELTA:
+                lo_ok, hi_ok = 0, 1 << lv.type.parameter
+            else:
+                lo_ok, hi_ok = lo_ext, hi_ext
+            bad = (c < lo_ok) | (c >= hi_ok)
+            if bool(bad.any()):
+                at = _first(bad)
+                what = "gap" if f is LevelFormat.DELTA else "coordinate"
+                raise ValidationError(
+                    f"crd[{k}][{at}] = {int(c[at])} is out of range for {label}: a {what} must lie in "
+                    f"[{lo_ok}, {hi_ok}) for shape {tuple(shape)}"
+                )
+            if f is LevelFormat.STRUCTURED:
+                owner = torch.arange(pcount, device=c.device).repeat_interleave(lv.type.parameter)
+            if lv.type.ordered and owner is not None and f is not LevelFormat.DELTA and c.numel() > 1:
+                same = owner[1:] == owner[:-1]
+                step = c[1:] - c[:-1]
+                bad = same & ((step <= 0) if lv.type.unique else (step < 0))
+                if bool(bad.any()):
+                    at = _first(bad)
+                    rule = "strictly increasing" if lv.type.unique else "non-decreasing"
+                    raise ValidationError(
+                        f"crd[{k}] must be {rule} within each segment ({label}): crd[{k}][{at}] = {int(c[at])}, "
+                        f"crd[{k}][{at + 1}] = {int(c[at + 1])}. Sort the indices first, or declare the level "
+                        f"unordered/nonunique"
+                    )
+        pcount = c.numel() if f not in (LevelFormat.SINGLETON,) else pcount
+    return pcount
+
+
+def check_values(values: torch.Tensor, nslots: int) -> None:
+    if not isinstance(values, torch.Tensor):
+        raise ValidationError(f"values must be a torch.Tensor, got {type(values).__name__}")
+    if values.dim() == 0 or values.shape[-1] != nslots:
+        raise ValidationError(
+            f"values must have {nslots} entries in its last dimension (one per stored slot), got shape {tuple(values.shape)}"
+        )
+    if values.dtype in (torch.bool,) or not (values.is_floating_point() or values.is_complex()):
+        raise ValidationError(
+            f"values have dtype {values.dtype}; sparsetorch stores floating point or complex values (cast with .double())"
+        )
