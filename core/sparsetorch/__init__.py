@@ -11,12 +11,12 @@ from .errors import (
     ValidationError,
 )
 from .format import Dimension, LevelFormat, LevelProperty, TensorFormat
-from .tensor import PatternKey, SparseTensor, Tensor
+from .tensor import PatternKey, SparseTensor, SparseTensorList, Tensor, from_package
 
 __all__ = [
     "__version__", "format",
     "ConversionError", "FormatError", "FormatParseError", "InteropError", "SparseTorchError",
     "SparseTorchWarning", "ValidationError",
     "Dimension", "LevelFormat", "LevelProperty", "TensorFormat",
-    "PatternKey", "SparseTensor", "Tensor",
+    "PatternKey", "SparseTensor", "SparseTensorList", "Tensor", "from_package",
 ]

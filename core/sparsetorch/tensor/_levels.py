@@ -19,7 +19,7 @@ from typing import Sequence
 import torch
 
 from ..errors import FormatError
-from ..format import LevelFormat, TensorFormat
+from ..format import FloorDiv, LevelFormat, Mod, TensorFormat
 
 Buffers = list  # list[torch.Tensor | None], one entry per level
 
@@ -50,8 +50,9 @@ def recover_dims(fmt: TensorFormat, keys: Sequence[torch.Tensor]) -> torch.Tenso
     return torch.stack(out) if out else torch.empty(0, 0, dtype=torch.int64)
 
 
-def _lexsort(keys: Sequence[torch.Tensor], extents: Sequence[tuple[int, int]]) -> torch.Tensor:
-    """Permutation sorting entries by the level keys, first level most significant."""
+def _sort_and_group(keys: list[torch.Tensor], extents: Sequence[tuple[int, int]]):
+    """Order entries by their level keys (first level most significant) and flag the first
+    entry of each distinct key tuple. Returns ``(order or None when already sorted, new)``."""
     n = keys[0].numel()
     device = keys[0].device
     radix = 1
@@ -61,11 +62,23 @@ def _lexsort(keys: Sequence[torch.Tensor], extents: Sequence[tuple[int, int]]) -
         lin = torch.zeros(n, dtype=torch.int64, device=device)
         for key, (lo, hi) in zip(keys, extents):
             lin = lin * max(hi - lo, 1) + (key - lo)
-        return torch.sort(lin, stable=True).indices
+        step = lin[1:] - lin[:-1]
+        if bool((step > 0).all()):  # already sorted, no duplicates: the common case
+            return None, None
+        if radix < 2**31:  # int32 sorts are several times faster
+            lin = lin.to(torch.int32)
+        lin, order = torch.sort(lin, stable=True)
+        new = torch.ones(n, dtype=torch.bool, device=device)
+        new[1:] = lin[1:] != lin[:-1]
+        return order, new
     order = torch.arange(n, device=device)
     for key in reversed(keys):
         order = order[torch.sort(key[order], stable=True).indices]
-    return order
+    new = torch.ones(n, dtype=torch.bool, device=device)
+    for key in keys:
+        k = key[order]
+        new[1:] |= k[1:] != k[:-1]
+    return order, new
 
 
 def _segments(lo: torch.Tensor, hi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -89,6 +102,9 @@ def decompose(
     extents = fmt.level_extents(shape)
     device = next((b.device for b in (*pos, *crd) if b is not None), torch.device("cpu"))
     parent = torch.zeros(1, dtype=torch.int64, device=device)
+    # `full`: the current entries are exactly positions 0..count-1 in order, so a compressed
+    # level's children are all of its positions and no gather is needed.
+    full = True
     keys: list[torch.Tensor] = []
     for k, lv in enumerate(fmt.levels):
         f = lv.format
@@ -96,19 +112,30 @@ def decompose(
         if f.is_dense_like:
             size = hi_ext - lo_ext
             step = torch.arange(size, device=device)
-            child = (parent[:, None] * size + step).reshape(-1)
-            keys = [x.repeat_interleave(size) for x in keys] + [(step + lo_ext).repeat(parent.numel())]
+            count = parent.numel()
+            child = (parent[:, None] * size + step).reshape(-1) if not full else torch.arange(count * size, device=device)
+            keys = [x.repeat_interleave(size) for x in keys] + [(step + lo_ext).repeat(count)]
         elif f is LevelFormat.SINGLETON:
             child = parent
-            keys.append(crd[k][parent].long())
+            keys.append((crd[k] if full else crd[k][parent]).long())
         elif f is LevelFormat.STRUCTURED:
             n = lv.type.parameter
-            child = (parent[:, None] * n + torch.arange(n, device=device)).reshape(-1)
-            keys = [x.repeat_interleave(n) for x in keys] + [crd[k][child].long()]
+            count = parent.numel()
+            child = (parent[:, None] * n + torch.arange(n, device=device)).reshape(-1) if not full else torch.arange(count * n, device=device)
+            keys = [x.repeat_interleave(n) for x in keys] + [(crd[k] if full else crd[k][child]).long()]
+        elif full and f is not LevelFormat.LOOSE_COMPRESSED:
+            p = pos[k].long()
+            owner = torch.repeat_interleave(torch.arange(p.numel() - 1, device=device), p[1:] - p[:-1], output_size=crd[k].numel())
+            child = torch.arange(crd[k].numel(), device=device)
+            c = crd[k].long()
+            if f is LevelFormat.DELTA:
+                c = _delta_decode(c, owner)
+            keys = [x[owner] for x in keys] + [c]
         else:
             p = pos[k].long()
             if f is LevelFormat.LOOSE_COMPRESSED:
                 lo, hi = p[2 * parent], p[2 * parent + 1]
+                full = False
             else:
                 lo, hi = p[parent], p[parent + 1]
             owner, child = _segments(lo, hi)
@@ -118,12 +145,24 @@ def decompose(
             keys = [x[owner] for x in keys] + [c]
         parent = child
     coords = recover_dims(fmt, keys)
-    if not keep_padding and coords.numel():
+    if not keep_padding and coords.numel() and _may_pad(fmt, shape):
         size = torch.tensor(list(shape), device=device, dtype=torch.int64)[:, None]
         ok = ((coords >= 0) & (coords < size)).all(0)
         if not bool(ok.all()):
             coords, parent = coords[:, ok], parent[ok]
     return coords, parent
+
+
+def _may_pad(fmt: TensorFormat, shape: Sequence[int]) -> bool:
+    """Whether stored slots can fall outside the shape (diagonals, edge blocks, N:M strips)."""
+    sizes = dict(zip((d.name for d in fmt.dims), shape))
+    for lv in fmt.levels:
+        e = lv.expr
+        if lv.format in (LevelFormat.RANGE, LevelFormat.STRUCTURED):
+            return True
+        if isinstance(e, (FloorDiv, Mod)) and sizes[e.dim.name] % e.c:
+            return True
+    return False
 
 
 def _delta_decode(gaps: torch.Tensor, owner: torch.Tensor) -> torch.Tensor:
@@ -158,21 +197,18 @@ def compose(
     keys = level_keys(fmt, shape, coords)
     n = coords.shape[1]
     nlev = fmt.num_levels
-    if n:
-        order = _lexsort(keys, extents)
-        keys = [x[order] for x in keys]
-        values = values[..., order]
-        new = torch.zeros(n, dtype=torch.bool, device=device)
-        new[0] = True
-        for x in keys:
-            new[1:] |= x[1:] != x[:-1]
-        if not bool(new.all()):  # sum duplicates
-            group = torch.cumsum(new.long(), 0) - 1
-            ngroups = int(group[-1]) + 1
-            summed = values.new_zeros(*values.shape[:-1], ngroups)
-            values = summed.index_add(-1, group, values)
-            keys = [x[new] for x in keys]
-            n = ngroups
+    if n > 1:
+        order, new = _sort_and_group(keys, extents)
+        if order is not None:
+            keys = [x[order] for x in keys]
+            values = values[..., order]
+            if not bool(new.all()):  # sum duplicates
+                group = torch.cumsum(new.long(), 0) - 1
+                ngroups = int(group[-1]) + 1
+                summed = values.new_zeros(*values.shape[:-1], ngroups)
+                values = summed.index_add(-1, group, values)
+                keys = [x[new] for x in keys]
+                n = ngroups
     pos: Buffers = [None] * nlev
     crd: Buffers = [None] * nlev
     parent = torch.zeros(n, dtype=torch.int64, device=device)
@@ -209,14 +245,15 @@ def compose(
             flag[1:] = parent[1:] != parent[:-1]
             for x in group_keys:
                 flag[1:] |= x[1:] != x[:-1]
-        child = torch.cumsum(flag.long(), 0) - 1
-        owners = parent[flag]
+        every = n == 0 or bool(flag.all())  # each entry its own child (the last level, usually)
+        child = torch.arange(n, device=device) if every else torch.cumsum(flag.long(), 0) - 1
+        owners = parent if every else parent[flag]
         counts = torch.bincount(owners, minlength=pcount) if n else torch.zeros(pcount, dtype=torch.int64, device=device)
         ends = torch.cumsum(counts, 0)
         nchild = int(owners.numel())
         if f is LevelFormat.COMPRESSED:
             pos[k] = torch.cat([ends.new_zeros(1), ends]).to(index_dtype)
-            crd[k] = key[flag].to(index_dtype)
+            crd[k] = (key if every else key[flag]).to(index_dtype)
             parent, pcount = child, nchild
         else:  # ELL-like: each parent gets `width` slots, the used ones first.
             width = int(counts.max()) if counts.numel() and nchild else 0
@@ -226,6 +263,8 @@ def compose(
             slot = owners * width + rank
             crd[k] = torch.zeros(pcount * width, dtype=index_dtype, device=device).index_copy(0, slot, key[flag].to(index_dtype))
             parent, pcount = slot[child], pcount * width
+    if pcount == n and (n == 0 or bool((parent == torch.arange(n, device=device)).all())):
+        return pos, crd, values  # every slot holds exactly one entry, in order
     out = values.new_zeros(*values.shape[:-1], pcount)
     if n:
         out = out.index_copy(-1, parent, values)

@@ -219,7 +219,7 @@ class SparseTensor:
         lin = torch.zeros(coords.shape[1], dtype=torch.int64, device=self.device)
         for k, size in enumerate(fs):
             lin = lin * size + coords[k]
-        flat = vals.reshape(-1, vals.shape[-1])
+        flat = vals.reshape(math.prod(self.batch_shape), vals.shape[-1])
         out = flat.new_zeros(flat.shape[0], nflat).index_add(1, lin, flat)
         return out.reshape(self._shape)
 

@@ -1,0 +1,110 @@
+"""Package interop: ``from_package(obj)`` and ``to_package(t, package)``, zero-copy where the
+layouts agree.
+
+==========  =================================================================================
+package     objects and formats
+==========  =================================================================================
+torch       strided (dense formats), sparse_coo (COO), sparse_csr/csc/bsr/bsc (CSR, CSC, BSR,
+            BSC and their batched forms)
+scipy       scipy.sparse csr/csc/coo/bsr/dia arrays and matrices (CSR, CSC, COO, BSR, DIA_J)
+numpy       ndarray (dense formats)
+cupy        cupy.ndarray (dense formats), cupyx.scipy.sparse csr/csc/coo/dia (CUDA tensors)
+==========  =================================================================================
+
+Dispatch looks at ``type(obj).__module__`` first, so SciPy and CuPy are imported only for their
+own objects (``import sparsetorch`` imports neither). Each package's module documents what is
+shared and what is copied.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ...errors import InteropError
+from ..sparse_tensor import SparseTensor
+
+__all__ = ["from_package", "to_package", "PACKAGES"]
+
+PACKAGES = ("torch", "scipy", "numpy", "cupy")
+_OPTIONS = {"torch": (), "numpy": (), "scipy": ("kind",), "cupy": ("kind",)}
+_ACCEPTED = (
+    "a torch.Tensor (strided, sparse_coo, sparse_csr/csc/bsr/bsc), a scipy.sparse csr/csc/coo/bsr/dia "
+    "array or matrix, a numpy.ndarray, a cupy.ndarray or cupyx.scipy.sparse csr/csc/coo/dia matrix, or "
+    "any dense array with __dlpack__"
+)
+
+
+def from_package(obj: Any, *, check: bool = True) -> SparseTensor:
+    """Wrap a tensor or array of another package as a :class:`SparseTensor`, sharing its memory.
+
+    ``check=True`` validates the buffers (bad data raises :class:`~sparsetorch.ValidationError`);
+    ``check=False`` trusts them. A :class:`SparseTensor` is returned as is.
+    """
+    if isinstance(obj, SparseTensor):
+        return obj
+    if isinstance(obj, torch.Tensor):
+        from .torch_io import from_torch
+
+        return from_torch(obj, check=check)
+    root = (type(obj).__module__ or "").split(".")[0]
+    if root == "scipy":
+        from .scipy_io import from_scipy
+
+        return from_scipy(obj, check=check)
+    if root.startswith("cupy"):
+        from .cupy_io import from_cupy
+
+        return from_cupy(obj, check=check)
+    import numpy as np
+
+    if isinstance(obj, np.ndarray):
+        from .numpy_io import from_numpy
+
+        return from_numpy(obj, check=check)
+    if hasattr(obj, "__dlpack__"):
+        from .torch_io import from_strided
+
+        try:
+            dense = torch.from_dlpack(obj)
+        except (TypeError, RuntimeError, BufferError) as e:
+            raise InteropError(f"{type(obj).__qualname__} has __dlpack__ but torch could not take it: {e}") from e
+        return from_strided(dense, check=check)
+    raise InteropError(f"from_package does not know {type(obj).__module__}.{type(obj).__qualname__}; it takes {_ACCEPTED}")
+
+
+def to_package(t: SparseTensor, package: Any = "torch", **options: Any) -> Any:
+    """Hand ``t`` to ``package`` ("torch", "scipy", "numpy", "cupy" or the module itself).
+
+    Zero-copy where the layouts agree; a format the package has no counterpart for raises
+    :class:`~sparsetorch.InteropError` naming the package's formats and the conversion to make.
+    Options: ``kind="array" | "matrix"`` for scipy (default "array") and cupy.
+    """
+    if not isinstance(t, SparseTensor):
+        raise InteropError(f"to_package takes a SparseTensor, got {type(t).__name__}; use sparsetorch.from_package first")
+    name = getattr(package, "__name__", package)
+    name = name.split(".")[0] if isinstance(name, str) else name
+    if name == "cupyx":
+        name = "cupy"
+    if name not in _OPTIONS:
+        raise InteropError(f"unknown package {package!r}; to_package knows {', '.join(PACKAGES)}")
+    extra = sorted(set(options) - set(_OPTIONS[name]))
+    if extra:
+        allowed = ", ".join(_OPTIONS[name]) or "none"
+        raise InteropError(f"to_package({name!r}) got unknown option(s) {extra}; its options: {allowed}")
+    if name == "torch":
+        from .torch_io import to_torch
+
+        return to_torch(t)
+    if name == "numpy":
+        from .numpy_io import to_numpy
+
+        return to_numpy(t)
+    if name == "scipy":
+        from .scipy_io import to_scipy
+
+        return to_scipy(t, **options)
+    from .cupy_io import to_cupy
+
+    return to_cupy(t, **options)
