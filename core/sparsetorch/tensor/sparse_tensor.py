@@ -301,7 +301,7 @@ class SparseTensor:
 
     def to(self, *args: Any, **kwargs: Any) -> "SparseTensor":
         """Like ``torch.Tensor.to``: a device and/or a value dtype (index buffers keep theirs)."""
-        device, dtype, non_blocking, _ = torch._C._nn._parse_to(*args, **kwargs)
+        device, dtype, non_blocking = _parse_to(args, kwargs)
         if dtype is not None and not (dtype.is_floating_point or dtype.is_complex):
             raise ConversionError(f"values must stay floating point or complex, got dtype {dtype}")
         move = lambda b: None if b is None else b.to(device=device, non_blocking=non_blocking)  # noqa: E731
@@ -348,6 +348,7 @@ class SparseTensor:
         new_dims = [dims[o] for o in order]
         fmt = TensorFormat(new_dims, [(lv.expr, lv.type) for lv in self._format.levels],
                            index_dtype=self._format.index_dtype)
+        fmt = fmt.replace(name=_known_name(fmt))
         fs = self.format_shape
         return SparseTensor(fmt, tuple(fs[o] for o in order), self._pos, self._crd, self._values, check=False)
 
@@ -437,6 +438,37 @@ class SparseTensor:
         from .interop import from_package
 
         return from_package(obj, check=check)
+
+
+def _known_name(fmt: TensorFormat) -> str | None:
+    from ..format import named_formats
+
+    for name, known in named_formats().items():
+        if known == fmt:
+            return known.name
+    return None
+
+
+def _parse_to(args: tuple, kwargs: dict) -> tuple[torch.device | None, torch.dtype | None, bool]:
+    """Read ``.to()``'s arguments: a device, a dtype, both, or a tensor to match."""
+    device = kwargs.pop("device", None)
+    dtype = kwargs.pop("dtype", None)
+    non_blocking = bool(kwargs.pop("non_blocking", False))
+    kwargs.pop("copy", None)
+    if kwargs:
+        raise TypeError(f"SparseTensor.to() got unexpected keyword arguments {sorted(kwargs)}")
+    for a in args:
+        if isinstance(a, torch.dtype):
+            dtype = a
+        elif isinstance(a, (torch.device, str, int)):
+            device = a
+        elif isinstance(a, (torch.Tensor, SparseTensor)):
+            device, dtype = a.device, a.dtype
+        else:
+            raise TypeError(f"SparseTensor.to() takes a device, a dtype or a tensor, got {a!r}")
+    if isinstance(device, int):
+        device = torch.device("cuda", device)
+    return (torch.device(device) if device is not None else None), dtype, non_blocking
 
 
 def _preview(t: torch.Tensor, n: int = 8) -> str:
