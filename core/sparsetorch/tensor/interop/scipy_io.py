@@ -58,9 +58,15 @@ def from_sparse_like(obj: Any, as_tensor: AsTensor, *, check: bool, package: str
     """Wrap a scipy-like sparse object (SciPy's or CuPy's), ``as_tensor`` turning its arrays
     into torch tensors without a copy."""
     fmt = obj.format
+    if fmt not in ("csr", "csc", "bsr", "coo", "dia"):
+        raise InteropError(
+            f"{package} sparse format {fmt!r} ({type(obj).__name__}) is built for assembly, not compute, and "
+            f"has no sparsetorch counterpart; convert it first: from_package(A.tocsr())"
+        )
     shape = tuple(int(s) for s in obj.shape)
     values = as_tensor(obj.data)
-    check_value_dtype(values.dtype, f"this {package} {fmt} of shape {shape}", "A.astype(numpy.float64)")
+    fix = f"A.astype({'numpy' if package == 'scipy' else package}.float64)"
+    check_value_dtype(values.dtype, f"this {package} {fmt} of shape {shape}", fix)
     if fmt in ("csr", "csc", "bsr"):
         indptr, indices = unify_index(as_tensor(obj.indptr), as_tensor(obj.indices))
         if len(shape) == 1:  # SciPy's 1-D csr_array: one segment
@@ -75,12 +81,7 @@ def from_sparse_like(obj: Any, as_tensor: AsTensor, *, check: bool, package: str
         coords = getattr(obj, "coords", None)
         coords = unify_index(*(as_tensor(c) for c in (coords if coords is not None else (obj.row, obj.col))))
         return _wrap_coo(shape, coords, values, check)
-    if fmt == "dia":
-        return _wrap_dia(shape, unify_index(as_tensor(obj.offsets))[0], values, check)
-    raise InteropError(
-        f"{package} sparse format {fmt!r} ({type(obj).__name__}) is built for assembly, not compute, and "
-        f"has no sparsetorch counterpart; convert it first: from_package(A.tocsr())"
-    )
+    return _wrap_dia(shape, unify_index(as_tensor(obj.offsets))[0], values, check)
 
 
 def _wrap_coo(shape: tuple[int, ...], coords: list[torch.Tensor], values: torch.Tensor, check: bool) -> SparseTensor:
@@ -180,7 +181,7 @@ def to_scipy(t: SparseTensor, kind: str = "array") -> Any:
             raise InteropError(f"scipy's coo_matrix is 2-D; this tensor has shape {shape}: use kind='array'")
         A = cls((arr["data"], tuple(coords)), shape=shape, copy=False)
         if hasattr(A, "coords"):
-            if not all(_same(a, b) for a, b in zip(A.coords, coords)):
+            if not all(_same(a, b) or a.dtype.itemsize > b.dtype.itemsize for a, b in zip(A.coords, coords)):
                 A.coords = tuple(coords)
         else:  # SciPy < 1.13
             A.row, A.col = coords
@@ -201,9 +202,11 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _keep(A: Any, **arrays: Any) -> Any:
-    """Put our arrays back where the constructor swapped in a copy (e.g. an int32 downcast)."""
+    """Put our arrays back where the constructor swapped in a copy of the same or a narrower
+    dtype (SciPy < 1.15 downcasts int64 indices that fit to int32); a widening it chose stays."""
     for name, arr in arrays.items():
-        if not _same(getattr(A, name), arr):
+        cur = getattr(A, name)
+        if not _same(cur, arr) and arr.dtype.itemsize >= cur.dtype.itemsize:
             setattr(A, name, arr)
     return A
 
