@@ -24,7 +24,7 @@ from sparsetorch.format import (
 
 pytestmark = pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta state")
 
-UNORDERED_COO = TensorFormat.parse("(i, j) -> (i : compressed(nonunique, unordered), j : singleton(unordered))")
+UNORDERED_COO = TensorFormat.parse("(i, j) -> (i : compressed(nonunique, unordered), j : singleton(nonunique, unordered))")
 FLOATS = [torch.float64, torch.float32]
 INDEX = [torch.int64, torch.int32]
 NP_INDEX = [np.int64, np.int32]

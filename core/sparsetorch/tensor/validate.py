@@ -126,20 +126,60 @@ def count_positions(fmt: TensorFormat, shape: Sequence[int], pos, crd, *, check:
                 )
             if f is LevelFormat.STRUCTURED:
                 owner = torch.arange(pcount, device=c.device).repeat_interleave(lv.type.parameter)
-            if lv.type.ordered and owner is not None and f is not LevelFormat.DELTA and c.numel() > 1:
-                same = owner[1:] == owner[:-1]
-                step = c[1:] - c[:-1]
-                bad = same & ((step <= 0) if lv.type.unique else (step < 0))
-                if bool(bad.any()):
-                    at = _first(bad)
-                    rule = "strictly increasing" if lv.type.unique else "non-decreasing"
-                    raise ValidationError(
-                        f"crd[{k}] must be {rule} within each segment ({label}): crd[{k}][{at}] = {int(c[at])}, "
-                        f"crd[{k}][{at + 1}] = {int(c[at + 1])}. Sort the indices first, or declare the level "
-                        f"unordered/nonunique"
-                    )
+            if owner is not None and f is not LevelFormat.DELTA and c.numel() > 1:
+                _check_segment_order(fmt, k, crd, owner, extents)
         pcount = c.numel() if f not in (LevelFormat.SINGLETON,) else pcount
     return pcount
+
+
+def _check_segment_order(fmt: TensorFormat, k: int, crd, owner: torch.Tensor, extents) -> None:
+    """Order and uniqueness of level ``k``'s coordinates within each parent segment.
+
+    A nonunique level is checked together with the singleton levels that follow it (COO's
+    ``(i, j)`` pairs): ordered means the tuples are non-decreasing, unique (the last level's
+    property) means no tuple repeats.
+    """
+    run = [k]
+    if not fmt.levels[k].type.unique:
+        while run[-1] + 1 < fmt.num_levels and fmt.levels[run[-1] + 1].format is LevelFormat.SINGLETON:
+            run.append(run[-1] + 1)
+    ordered = all(fmt.levels[m].type.ordered for m in run)
+    unique = fmt.levels[run[-1]].type.unique
+    if not ordered and not unique:
+        return
+    lin = torch.zeros_like(owner)
+    radix = 1
+    for m in run:
+        lo, hi = extents[m]
+        lin = lin * (hi - lo) + (crd[m].long() - lo)
+        radix *= hi - lo
+    names = ", ".join(f"crd[{m}]" for m in run)
+    label = " + ".join(str(fmt.levels[m]) for m in run)
+    if ordered:
+        same = owner[1:] == owner[:-1]
+        step = lin[1:] - lin[:-1]
+        bad = same & ((step <= 0) if unique else (step < 0))
+        if bool(bad.any()):
+            at = _first(bad)
+            got = [tuple(int(crd[m][x]) for m in run) for x in (at, at + 1)]
+            rule = "strictly increasing" if unique else "non-decreasing"
+            raise ValidationError(
+                f"{names} must be {rule} within each segment ({label}): entries {at} and {at + 1} are "
+                f"{got[0]} then {got[1]}. Sort the indices first, or declare the level unordered"
+                f"{'' if not unique else '/nonunique'}"
+            )
+        return
+    if radix * (int(owner[-1]) + 1) >= 2**62:
+        return  # too wide to pack into one key; skip the duplicate scan
+    key, order = torch.sort(owner * radix + lin)
+    dup = key[1:] == key[:-1]
+    if bool(dup.any()):
+        at = int(order[_first(dup)])
+        got = tuple(int(crd[m][at]) for m in run)
+        raise ValidationError(
+            f"{names} repeat the coordinate {got} within one segment, but the level ({label}) is unique; "
+            f"sum duplicates first (SparseTensor.from_coo does) or declare it nonunique"
+        )
 
 
 def check_values(values: torch.Tensor, nslots: int) -> None:

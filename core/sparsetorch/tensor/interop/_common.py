@@ -39,12 +39,12 @@ def with_level(fmt: TensorFormat, k: int, unique: bool, ordered: bool) -> Tensor
 
 def coo_format(ndim: int, coalesced: bool) -> TensorFormat:
     """COO of order ``ndim``: ``COO_ND(ndim)`` when sorted and unique, else the unordered COO
-    ``(i, j) -> (i : compressed(nonunique, unordered), j : singleton(unordered))`` (MLIR's)."""
+    ``(i, j) -> (i : compressed(nonunique, unordered), j : singleton(nonunique, unordered))``: duplicates allowed."""
     fmt = COO_ND(ndim)
     if coalesced:
         return fmt
     pairs = [(fmt.levels[0].expr, LevelType(_F.COMPRESSED, None, False, False))]
-    pairs += [(lv.expr, LevelType(_F.SINGLETON, None, lv.type.unique, False)) for lv in fmt.levels[1:]]
+    pairs += [(lv.expr, LevelType(_F.SINGLETON, None, False, False)) for lv in fmt.levels[1:]]
     return TensorFormat(fmt.dims, pairs, name=f"UnorderedCOO{ndim}")
 
 

@@ -6,7 +6,7 @@ torch layout           sparsetorch format                            buffers
 sparse_coo coalesced   COO / COO_ND(n)                               indices rows, values: shared;
                                                                      pos[0] = [0, nnz] is new
 sparse_coo otherwise   unordered COO (``compressed(nonunique,         shared (duplicates sum in to_dense)
-                       unordered), singleton(unordered)``)
+                       unordered), singleton(nonunique, unordered)``)
 sparse_csr / csc       CSR / CSC (``batched(...)`` for crow (B, m+1)) shared
 sparse_bsr / bsc       BSR(bh, bw) / BSC(bh, bw) (batched too)       shared; values (nblk, bh, bw) as a
                                                                      flat view
