@@ -21,6 +21,8 @@ indices are sorted and unique (checked on the data, O(nnz)).
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from ...errors import InteropError, ValidationError
@@ -195,5 +197,8 @@ def _to_compressed(t: SparseTensor, layout: Layout) -> torch.Tensor:
         values = values.reshape(*values.shape[:-1], -1, bh, bw)
     ctor = {"csr": torch.sparse_csr_tensor, "csc": torch.sparse_csc_tensor,
             "bsr": torch.sparse_bsr_tensor, "bsc": torch.sparse_bsc_tensor}[layout.kind]
-    return ctor(comp, plain, values, shape, check_invariants=False)
+    with warnings.catch_warnings():
+        # torch warns that compressed sparse layouts are "in beta" on every construction.
+        warnings.filterwarnings("ignore", message="Sparse (CSR|CSC|BSR|BSC) tensor support is in beta")
+        return ctor(comp, plain, values, shape, check_invariants=False)
 
