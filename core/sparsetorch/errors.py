@@ -15,6 +15,15 @@ __all__ = [
     "ConversionError",
     "InteropError",
     "SparseTorchWarning",
+    "InputError",
+    "NotConvergedError",
+    "SingularMatrixError",
+    "IndefiniteMatrixError",
+    "NotSymmetricError",
+    "NoBackendError",
+    "BackendError",
+    "NotConvergedWarning",
+    "FallbackWarning",
 ]
 
 
@@ -49,5 +58,53 @@ class InteropError(SparseTorchError, TypeError):
     """An object from another package cannot be wrapped, or a format has no counterpart there."""
 
 
+class InputError(SparseTorchError, ValueError):
+    """Operands of an operation do not fit it: shapes, dtypes, devices, NaN/Inf, integer dtypes."""
+
+
+class NotConvergedError(SparseTorchError, RuntimeError):
+    """An iterative method stopped before reaching the tolerance; ``.info`` holds the record."""
+
+    def __init__(self, message: str, info: object = None) -> None:
+        super().__init__(message)
+        self.info = info
+
+
+class SingularMatrixError(SparseTorchError, ValueError):
+    """The matrix is singular (to working precision); ``.row`` names where it failed, if known."""
+
+    def __init__(self, message: str, row: int | None = None) -> None:
+        super().__init__(message)
+        self.row = row
+
+
+class IndefiniteMatrixError(SparseTorchError, ValueError):
+    """A method that needs a symmetric positive definite matrix met one that is not."""
+
+
+class NotSymmetricError(SparseTorchError, ValueError):
+    """A method that needs a symmetric (Hermitian) matrix was given a non-symmetric one."""
+
+
+class NoBackendError(SparseTorchError, RuntimeError):
+    """No backend can do the request; the message lists every candidate and why it declined."""
+
+    def __init__(self, message: str, table: object = None) -> None:
+        super().__init__(message)
+        self.table = table
+
+
+class BackendError(SparseTorchError, RuntimeError):
+    """A backend failed while executing a plan it had offered (the message names the backend)."""
+
+
 class SparseTorchWarning(UserWarning):
     """Base class of sparsetorch warnings (filter them with this category)."""
+
+
+class NotConvergedWarning(SparseTorchWarning):
+    """An iterative method stopped early and the caller asked for a warning instead of an error."""
+
+
+class FallbackWarning(SparseTorchWarning):
+    """A slower path was taken than the one asked for; the message says why and how to avoid it."""

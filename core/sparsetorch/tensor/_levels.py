@@ -189,26 +189,47 @@ def compose(
 
     Entries are sorted into level order and duplicates are summed. Padding that a level needs
     (DENSE/RANGE slots, ELL rows, DELTA gap bridges, N:M strip slots) is filled with zeros.
-    The operations are differentiable with respect to ``values``.
+    Differentiable with respect to ``values``.
     """
-    device = values.device
-    coords = coords.to(device=device, dtype=torch.int64)
+    pos, crd, nslots, dst = compose_map(fmt, shape, coords, index_dtype)
+    return pos, crd, scatter_values(values, dst, nslots)
+
+
+def scatter_values(values: torch.Tensor, dst: torch.Tensor | None, nslots: int) -> torch.Tensor:
+    """Values of the entries placed in their slots (``dst=None``: already in place, one each)."""
+    if dst is None:
+        return values
+    out = values.new_zeros(*values.shape[:-1], nslots)
+    return out.index_add(-1, dst, values) if dst.numel() else out
+
+
+def compose_map(
+    fmt: TensorFormat, shape: Sequence[int], coords: torch.Tensor, index_dtype: torch.dtype
+) -> tuple[Buffers, Buffers, int, torch.Tensor | None]:
+    """Level buffers for entries at ``coords`` and where each entry's value goes.
+
+    Returns ``(pos, crd, nslots, dst)``: entry ``e`` lands in value slot ``dst[e]`` (duplicates
+    share a slot and are summed; slots no entry reaches are padding zeros). ``dst`` is None when
+    entry ``e`` lands in slot ``e`` for every ``e`` and ``nslots == n`` (nothing to move). The map
+    depends on the pattern only, so it converts any number of value sets.
+    """
+    device = coords.device
+    coords = coords.to(dtype=torch.int64)
     extents = fmt.level_extents(shape)
     keys = level_keys(fmt, shape, coords)
     n = coords.shape[1]
     nlev = fmt.num_levels
+    # entry_slot maps original entries to the current entry list (after sort and dedupe).
+    order = None
+    group = None
     if n > 1:
         order, new = _sort_and_group(keys, extents)
         if order is not None:
             keys = [x[order] for x in keys]
-            values = values[..., order]
-            if not bool(new.all()):  # sum duplicates
+            if not bool(new.all()):
                 group = torch.cumsum(new.long(), 0) - 1
-                ngroups = int(group[-1]) + 1
-                summed = values.new_zeros(*values.shape[:-1], ngroups)
-                values = summed.index_add(-1, group, values)
                 keys = [x[new] for x in keys]
-                n = ngroups
+                n = int(group[-1]) + 1
     pos: Buffers = [None] * nlev
     crd: Buffers = [None] * nlev
     parent = torch.zeros(n, dtype=torch.int64, device=device)
@@ -227,10 +248,10 @@ def compose(
             crd[k] = c.index_copy(0, parent, key.to(index_dtype)) if n else c
             continue
         if f is LevelFormat.STRUCTURED:
-            parent, pcount, crd[k], values = _compose_structured(lv, key, parent, pcount, values, index_dtype, coords, keys, fmt)
+            parent, pcount, crd[k] = _structured_map(lv, key, parent, pcount, index_dtype, keys, fmt)
             continue
         if f is LevelFormat.DELTA:
-            parent, pcount, pos[k], crd[k], values = _compose_delta(lv, key, parent, pcount, values, index_dtype)
+            parent, pcount, pos[k], crd[k] = _delta_map(lv, key, parent, pcount, index_dtype)
             continue
         # COMPRESSED / LOOSE_COMPRESSED: one child per distinct (parent, key [, trailing singleton keys]).
         group_keys = [key]
@@ -261,17 +282,25 @@ def compose(
             pos[k] = torch.stack([starts, starts + counts], 1).reshape(-1).to(index_dtype)
             rank = torch.arange(nchild, device=device) - (ends - counts)[owners]
             slot = owners * width + rank
-            crd[k] = torch.zeros(pcount * width, dtype=index_dtype, device=device).index_copy(0, slot, key[flag].to(index_dtype))
+            c = torch.zeros(pcount * width, dtype=index_dtype, device=device)
+            crd[k] = c.index_copy(0, slot, (key if every else key[flag]).to(index_dtype)) if nchild else c
             parent, pcount = slot[child], pcount * width
-    if pcount == n and (n == 0 or bool((parent == torch.arange(n, device=device)).all())):
-        return pos, crd, values  # every slot holds exactly one entry, in order
-    out = values.new_zeros(*values.shape[:-1], pcount)
-    if n:
-        out = out.index_copy(-1, parent, values)
-    return pos, crd, out
+    # parent: slot of each (sorted, deduplicated) entry. Compose with the sort and the dedupe.
+    dst = parent
+    if group is not None:
+        dst = dst[group]
+    if order is not None:
+        inv = torch.empty_like(order)
+        inv[order] = torch.arange(order.numel(), device=device)
+        dst = dst[inv]
+    if pcount == dst.numel() and (order is None and group is None) and (
+        dst.numel() == 0 or bool((dst == torch.arange(dst.numel(), device=device)).all())
+    ):
+        return pos, crd, pcount, None
+    return pos, crd, pcount, dst
 
 
-def _compose_delta(lv, col, parent, pcount, values, index_dtype):
+def _delta_map(lv, col, parent, pcount, index_dtype):
     bits = lv.type.parameter
     n = col.numel()
     device = col.device
@@ -285,17 +314,13 @@ def _compose_delta(lv, col, parent, pcount, values, index_dtype):
     total = int(last[-1]) + 1 if n else 0
     gaps = torch.full((total,), (1 << bits) - 1, dtype=torch.int64, device=device)
     gaps[last] = gap - (npad << bits)
-    owner = torch.repeat_interleave(parent, reps)
+    owner = torch.repeat_interleave(parent, reps, output_size=total)
     counts = torch.bincount(owner, minlength=pcount) if total else torch.zeros(pcount, dtype=torch.int64, device=device)
     pos = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)]).to(index_dtype)
-    out = values.new_zeros(*values.shape[:-1], total)
-    if n:
-        out = out.index_copy(-1, last, values)
-    ident = torch.arange(total, device=device)
-    return ident, total, pos, gaps.to(index_dtype), out
+    return last, total, pos, gaps.to(index_dtype)
 
 
-def _compose_structured(lv, col, parent, pcount, values, index_dtype, coords, keys, fmt):
+def _structured_map(lv, col, parent, pcount, index_dtype, keys, fmt):
     n_keep, m = lv.type.parameter, lv.expr.c
     device = col.device
     count = torch.bincount(parent, minlength=pcount) if parent.numel() else torch.zeros(pcount, dtype=torch.int64, device=device)
@@ -314,12 +339,8 @@ def _compose_structured(lv, col, parent, pcount, values, index_dtype, coords, ke
     pick = torch.argsort((~occ).to(torch.int8), dim=1, stable=True)[:, :n_keep]
     pick = torch.sort(pick, dim=1).values
     real = occ.gather(1, pick).reshape(-1)
-    slots = torch.nonzero(real).reshape(-1)
-    out = values.new_zeros(*values.shape[:-1], pcount * n_keep)
-    if parent.numel():
-        out = out.index_copy(-1, slots, values)
-    ident = torch.arange(pcount * n_keep, device=device)
-    return ident, pcount * n_keep, pick.reshape(-1).to(index_dtype), out
+    slots = torch.nonzero(real).reshape(-1)  # entries are sorted by (strip, col): same order
+    return slots, pcount * n_keep, pick.reshape(-1).to(index_dtype)
 
 
 # BATCH levels ------------------------------------------------------------------------------------

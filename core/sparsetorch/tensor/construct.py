@@ -12,7 +12,7 @@ from ..format import COO_ND, CSR, TensorFormat
 from . import _levels
 from .sparse_tensor import SparseTensor
 
-__all__ = ["from_coo", "from_dense", "convert", "build"]
+__all__ = ["from_coo", "from_dense", "convert", "build", "Conversion", "conversion"]
 
 _INT32_MAX = 2**31 - 1
 
@@ -164,10 +164,64 @@ def convert(
         vals = t.values if dtype is None else t.values.to(dtype)
         return SparseTensor(fmt.replace(index_dtype=idt), t.format_shape, [cast(b) for b in t.pos_buffers],
                             [cast(b) for b in t.crd_buffers], vals, check=False)
-    coords, vals = t.coordinates()
-    if dtype is not None:
-        vals = vals.to(dtype)
-    if drop_zeros and coords.shape[1]:
-        keep = (vals.detach() != 0).reshape(-1, vals.shape[-1]).any(0)
-        coords, vals = coords[:, keep], vals[..., keep]
-    return build(fmt, t.format_shape, coords, vals, idt)
+    if drop_zeros:
+        coords, vals = t.coordinates()
+        if dtype is not None:
+            vals = vals.to(dtype)
+        if coords.shape[1]:
+            keep = (vals.detach() != 0).reshape(-1, vals.shape[-1]).any(0)
+            coords, vals = coords[:, keep], vals[..., keep]
+        return build(fmt, t.format_shape, coords, vals, idt)
+    conv = conversion(t, fmt, idt)
+    out = conv.apply(t)
+    return out if dtype is None else out.with_values(out.values.to(dtype))
+
+
+class Conversion:
+    """A reusable conversion of one pattern to another format: the target's index buffers and
+    the map from source value slots to target slots. ``apply`` converts any values on the
+    source pattern (a training loop converts values only, never re-sorting indices)."""
+
+    __slots__ = ("format", "shape", "pos", "crd", "src", "dst", "nslots", "_derived")
+
+    def __init__(self, t: SparseTensor, fmt: TensorFormat, index_dtype: torch.dtype) -> None:
+        shape = t.format_shape
+        _check_int32(fmt, shape, t.nse, index_dtype)
+        coords, src = t.entries()
+        pos, crd, nslots, dst = _levels.compose_map(fmt, shape, coords, index_dtype)
+        nlin = t._linear_buffers()[2].shape[-1]
+        identity_src = src.numel() == nlin and (nlin == 0 or bool((src == torch.arange(nlin, device=src.device)).all()))
+        self.format = fmt.replace(index_dtype=index_dtype)
+        self.shape = shape
+        self.src = None if identity_src else src
+        self.dst = dst
+        self.nslots = nslots
+        # Store the target buffers in the target's own layout (per-batch buffers for BATCH levels).
+        probe = torch.empty(0, device=coords.device)
+        self.pos, self.crd, _ = _levels.delinearize_batch(fmt, shape, pos, crd, probe.new_zeros(nslots))
+        self._derived: dict = {}
+
+    def apply(self, t: SparseTensor) -> SparseTensor:
+        """The converted tensor for ``t`` (same pattern as the one this was built for)."""
+        _, _, vals = t._linear_buffers()
+        if self.src is not None:
+            vals = vals[..., self.src]
+        vals = _levels.scatter_values(vals, self.dst, self.nslots)
+        nb = self.format.num_batch_levels
+        if nb:
+            bsizes = self.format.level_sizes(self.shape)[:nb]
+            bt = math.prod(bsizes)
+            vals = vals.reshape(*vals.shape[:-1], *bsizes, self.nslots // bt if bt else 0)
+        out = SparseTensor(self.format, self.shape, self.pos, self.crd, vals, check=False)
+        out._derived = self._derived
+        return out
+
+
+def conversion(t: SparseTensor, fmt: TensorFormat, index_dtype: torch.dtype) -> Conversion:
+    """The (cached, per pattern) :class:`Conversion` of ``t``'s pattern to ``fmt``."""
+    key = ("conversion", fmt, index_dtype)
+    conv = t._derived.get(key)
+    if conv is None:
+        conv = Conversion(t, fmt, index_dtype)
+        t._derived[key] = conv
+    return conv

@@ -54,7 +54,7 @@ class SparseTensor:
     where they can (``T``, ``with_values``, ``convert`` to the same layout).
     """
 
-    __slots__ = ("_format", "_shape", "_pos", "_crd", "_values", "_linear", "__weakref__")
+    __slots__ = ("_format", "_shape", "_pos", "_crd", "_values", "_linear", "_derived", "__weakref__")
 
     def __init__(
         self,
@@ -120,6 +120,8 @@ class SparseTensor:
         self._crd = tuple(crd)
         self._values = values
         self._linear = (lpos, lcrd, lvals) if nb else None
+        # Pattern-derived data (entry coordinates, conversion maps), shared by with_values().
+        self._derived: dict = {}
 
     # Basic facts -------------------------------------------------------------------------------
     @property
@@ -204,11 +206,25 @@ class SparseTensor:
         return list(self._pos), list(self._crd), self._values
 
     # Coordinates and dense ---------------------------------------------------------------------
+    def entries(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(indices, slots)``: the (ndim, n) coordinates of every stored entry inside the shape
+        and the index of its value slot (in the linearized value array). Pattern-only, cached."""
+        got = self._derived.get("entries")
+        if got is None:
+            lpos, lcrd, _ = self._linear_buffers()
+            got = _levels.decompose(self._format, self.format_shape, lpos, lcrd)
+            self._derived["entries"] = got
+        return got
+
     def coordinates(self, *, keep_padding: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """``(indices, values)``: the (ndim, n) coordinates of every stored entry inside the
         shape, and their values (``batch_shape + (n,)``), in storage order."""
-        lpos, lcrd, lvals = self._linear_buffers()
-        coords, slot = _levels.decompose(self._format, self.format_shape, lpos, lcrd, keep_padding=keep_padding)
+        _, _, lvals = self._linear_buffers()
+        if keep_padding:
+            lpos, lcrd, _ = self._linear_buffers()
+            coords, slot = _levels.decompose(self._format, self.format_shape, lpos, lcrd, keep_padding=True)
+        else:
+            coords, slot = self.entries()
         return coords, lvals[..., slot]
 
     def to_dense(self) -> torch.Tensor:
@@ -297,7 +313,9 @@ class SparseTensor:
             )
         if values.device != self.device:
             raise ValidationError(f"new values are on {values.device}, the pattern on {self.device}")
-        return SparseTensor(self._format, self.format_shape, self._pos, self._crd, values, check=False)
+        out = SparseTensor(self._format, self.format_shape, self._pos, self._crd, values, check=False)
+        out._derived = self._derived
+        return out
 
     def to(self, *args: Any, **kwargs: Any) -> "SparseTensor":
         """Like ``torch.Tensor.to``: a device and/or a value dtype (index buffers keep theirs)."""

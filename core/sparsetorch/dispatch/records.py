@@ -1,0 +1,151 @@
+"""The typed records that cross the plugin boundary.
+
+A backend describes itself once with :class:`BackendInfo`; for each concrete :class:`Request`
+it answers with :class:`Offer` (it can, at this estimated cost, with this plan factory) or
+:class:`Decline` (it cannot, and why). The dispatcher validates every record it receives, so a
+misbehaving plugin is reported by name instead of breaking a call.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import torch
+
+from ..format import TensorFormat
+
+__all__ = ["BackendInfo", "OperandInfo", "Request", "Offer", "Decline", "OPS", "METHODS"]
+
+#: Operations a backend may implement.
+OPS = ("matmul", "solve", "eigsh", "logdet", "lstsq")
+
+#: One vocabulary of method names across backends.
+METHODS = (
+    "spmm", "lu", "cholesky", "ldlt", "qr", "dense", "cg", "bicgstab", "gmres", "lgmres", "minres",
+    "tfqmr", "lsqr", "lsmr", "amg",
+)
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """What a backend is and can do, declared once (the cheap, static stage of capability)."""
+
+    name: str
+    version: str
+    description: str
+    devices: tuple[str, ...]
+    dtypes: tuple[torch.dtype, ...]
+    ops: Mapping[str, tuple[str, ...]]
+    formats: tuple[TensorFormat, ...] = ()
+    missing: Mapping[str, str] = field(default_factory=dict)
+    priority: int = 0
+    distribution: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
+            raise ValueError(f"backend name must be alphanumeric (with - or _), got {self.name!r}")
+        for op, methods in self.ops.items():
+            if op not in OPS:
+                raise ValueError(f"backend {self.name!r} declares unknown op {op!r}; known: {OPS}")
+            bad = [m for m in methods if m not in METHODS]
+            if bad:
+                raise ValueError(f"backend {self.name!r} declares unknown methods {bad} for {op!r}; known: {METHODS}")
+
+    def methods(self, op: str) -> tuple[str, ...]:
+        return tuple(self.ops.get(op, ()))
+
+
+@dataclass(frozen=True)
+class OperandInfo:
+    """Metadata of one operand (what a backend may inspect without touching data)."""
+
+    kind: str  # "sparse" | "dense" | "sparse_list"
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+    format: TensorFormat | None = None
+    nse: int | None = None
+    batch_shape: tuple[int, ...] = ()
+    requires_grad: bool = False
+
+    @property
+    def n(self) -> int:
+        return self.shape[-1]
+
+
+@dataclass(frozen=True)
+class Request:
+    """One concrete request: the op, its operands' metadata, known properties and options.
+
+    ``properties`` holds tags such as ``"symmetric"``, ``"hermitian"``, ``"spd"``,
+    ``"nonsymmetric"`` (known from the user or detected cheaply). ``options`` are the user's
+    keyword options (``method``, ``preconditioner``, ``rtol``, ``atol``, ``maxiter``, ...).
+    """
+
+    op: str
+    operands: tuple[OperandInfo, ...]
+    properties: frozenset[str] = frozenset()
+    options: Mapping[str, Any] = field(default_factory=dict)
+    requires_grad: bool = False
+
+    @property
+    def A(self) -> OperandInfo:
+        return self.operands[0]
+
+    @property
+    def device(self) -> torch.device:
+        return self.operands[0].device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.operands[0].dtype
+
+    def option(self, name: str, default: Any = None) -> Any:
+        return self.options.get(name, default)
+
+    @property
+    def rhs_columns(self) -> int:
+        """Right-hand sides (or dense columns) per matrix, batch included."""
+        if len(self.operands) < 2:
+            return 1
+        b = self.operands[1]
+        nb = len(self.A.batch_shape)
+        cols = b.shape[nb + 1:] if len(b.shape) > nb + 1 else ()
+        return max(1, math.prod(cols)) * max(1, math.prod(self.A.batch_shape))
+
+
+@dataclass(frozen=True)
+class Offer:
+    """A backend can do the request with ``method`` at an estimated cost.
+
+    ``seconds`` and ``bytes`` (peak extra memory) come from the backend's cost model;
+    ``build(A, request)`` creates the plan. ``notes`` says what the cost includes (e.g. a
+    format conversion) so ``explain`` can show it.
+    """
+
+    backend: str
+    method: str
+    seconds: float
+    bytes: int
+    build: Callable[..., Any] = field(compare=False, repr=False)
+    notes: str = ""
+    preconditioner: str | None = None
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.seconds, (int, float)) and math.isfinite(self.seconds) and self.seconds >= 0):
+            raise ValueError(f"offer from {self.backend!r} has invalid seconds={self.seconds!r}")
+        if not (isinstance(self.bytes, int) and self.bytes >= 0):
+            raise ValueError(f"offer from {self.backend!r} has invalid bytes={self.bytes!r}")
+        if not callable(self.build):
+            raise ValueError(f"offer from {self.backend!r} has no callable plan factory")
+
+
+@dataclass(frozen=True)
+class Decline:
+    """A backend cannot do the request (or one method of it), and says why."""
+
+    backend: str
+    reason: str
+    method: str | None = None
