@@ -1,22 +1,35 @@
 """sparsetorch: sparse tensors in any storage format, and sparse linear algebra, for PyTorch.
 
 ``import sparsetorch`` loads torch and the core only; optional packages (SciPy, CuPy, PyAMG)
-are imported when an operation needs them.
+and backend plugins are imported when an operation first needs them.
 """
 
 from . import format
+from ._markers import hookimpl
 from ._version import __version__
+from .dispatch import BackendInfo, Decline, Offer, OperandInfo, Request, plan_cache
+from .dispatch.manager import get_backends as backends
 from .errors import (
-    ConversionError, FormatError, FormatParseError, InteropError, SparseTorchError, SparseTorchWarning,
-    ValidationError,
+    BackendError, ConversionError, FallbackWarning, FormatError, FormatParseError, IndefiniteMatrixError, InputError,
+    InteropError, NoBackendError, NotConvergedError, NotConvergedWarning, NotSymmetricError, SingularMatrixError,
+    SparseTorchError, SparseTorchWarning, ValidationError,
 )
 from .format import Dimension, LevelFormat, LevelProperty, TensorFormat
+from .ops import IterationResult, Matmul, SolveInfo, Solver, Status, matmul, norm, solve, transpose
+from .ops.explain import explain
 from .tensor import PatternKey, SparseTensor, SparseTensorList, Tensor, from_package
 
 __all__ = [
-    "__version__", "format",
-    "ConversionError", "FormatError", "FormatParseError", "InteropError", "SparseTorchError",
-    "SparseTorchWarning", "ValidationError",
+    "__version__", "format", "hookimpl",
+    # errors and warnings
+    "BackendError", "ConversionError", "FallbackWarning", "FormatError", "FormatParseError", "IndefiniteMatrixError",
+    "InputError", "InteropError", "NoBackendError", "NotConvergedError", "NotConvergedWarning", "NotSymmetricError",
+    "SingularMatrixError", "SparseTorchError", "SparseTorchWarning", "ValidationError",
+    # formats and tensors
     "Dimension", "LevelFormat", "LevelProperty", "TensorFormat",
     "PatternKey", "SparseTensor", "SparseTensorList", "Tensor", "from_package",
+    # operations
+    "IterationResult", "Matmul", "SolveInfo", "Solver", "Status", "explain", "matmul", "norm", "solve", "transpose",
+    # dispatch
+    "BackendInfo", "Decline", "Offer", "OperandInfo", "Request", "backends", "plan_cache",
 ]

@@ -437,11 +437,21 @@ class SparseTensor:
     def __len__(self) -> int:
         return self._shape[0]
 
-    def __matmul__(self, other):
-        raise NotImplementedError(
-            "sparse @ dense arrives with sparsetorch.ops (the dispatch issue); for now use "
-            "t.to_dense() @ x or convert with t.to_package('torch')"
-        )
+    def __matmul__(self, other: torch.Tensor) -> torch.Tensor:
+        """``A @ X`` through :func:`sparsetorch.matmul` (dispatch, plan cache, gradients)."""
+        from ..ops.matmul import matmul
+
+        return matmul(self, other)
+
+    def __rmatmul__(self, other: torch.Tensor) -> torch.Tensor:
+        """``X @ A`` as ``(A^T @ X^T)^T`` (A^T is a view)."""
+        from ..ops.matmul import matmul
+
+        if not isinstance(other, torch.Tensor):
+            return NotImplemented
+        if other.dim() == 1:
+            return matmul(self.T, other)
+        return matmul(self.T, other.transpose(-2, -1)).transpose(-2, -1)
 
     # Package interop ------------------------------------------------------------------------------
     def to_package(self, package: str = "torch", **options: Any) -> Any:

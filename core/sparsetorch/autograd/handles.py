@@ -1,0 +1,110 @@
+"""Handles: a plan plus what the adjoint rules need (the pattern's entries, the direction).
+
+A handle makes sure the plan holds the values it is asked to use: plans are shared through
+the cache, so between a forward solve and its backward another solve on the same pattern may
+have loaded other values; the handle notices (by the values' identity and version) and reloads.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..errors import IndefiniteMatrixError, NotConvergedError, NotConvergedWarning
+from ..ops.info import IterationResult, Status
+from ..tensor import SparseTensor
+
+__all__ = ["PlanState", "SolveHandle", "MatmulHandle", "sddmm"]
+
+
+def _token(values: torch.Tensor) -> tuple:
+    return (values.data_ptr(), values._version, tuple(values.shape), values.dtype, values.device)
+
+
+@dataclass
+class PlanState:
+    """A plan and the identity of the values it currently holds."""
+
+    plan: Any
+    token: tuple | None = None
+    reused: bool = False
+
+    def load(self, values: torch.Tensor) -> None:
+        tok = _token(values)
+        if tok != self.token:
+            self.plan.set_values(values.detach())
+            self.token = tok
+
+
+def sddmm(A: SparseTensor, P: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
+    """``sum_c P[..., row, c] * conj(Q[..., col, c])`` for every stored entry of ``A``, in A's value
+    slots (padding slots get zero). Differentiable in ``P`` and ``Q`` (second derivatives)."""
+    coords, slot = A.entries()
+    rows, cols = coords[0], coords[1]
+    Qc = Q.conj() if Q.is_complex() else Q
+    per = (P[..., rows, :] * Qc[..., cols, :]).sum(-1)
+    nlin = A.values.shape[-1]
+    out = per.new_zeros(*per.shape[:-1], nlin)
+    return out.index_add(-1, slot, per)
+
+
+@dataclass
+class SolveHandle:
+    """Solves ``A X = B`` (or ``A^H X = B`` when ``adjoint``) with a shared plan."""
+
+    state: PlanState
+    A: SparseTensor
+    adjoint: bool = False
+    on_nonconvergence: str = "raise"
+    results: list = field(default_factory=list)
+
+    def flipped(self) -> "SolveHandle":
+        return SolveHandle(self.state, self.A, not self.adjoint, self.on_nonconvergence, self.results)
+
+    def run(self, values: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+        self.state.load(values)
+        with torch.no_grad():
+            X, res = self.state.plan.solve(B.detach(), adjoint=self.adjoint)
+        self.results.append(res)
+        _check(res, self.state.plan, self.on_nonconvergence, "adjoint " if self.adjoint else "")
+        return X
+
+
+@dataclass
+class MatmulHandle:
+    """``Y = A X`` (or ``A^H X`` when ``adjoint``) with a shared product plan."""
+
+    state: PlanState
+    A: SparseTensor
+    adjoint: bool = False
+
+    def flipped(self) -> "MatmulHandle":
+        return MatmulHandle(self.state, self.A, not self.adjoint)
+
+    def run(self, values: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+        self.state.load(values)
+        with torch.no_grad():
+            return self.state.plan.apply(X.detach(), adjoint=self.adjoint)
+
+
+def _check(res: IterationResult, plan: Any, policy: str, what: str) -> None:
+    if res.converged:
+        return
+    name = f"{plan.backend}/{plan.method}"
+    if res.status is Status.INDEFINITE:
+        raise IndefiniteMatrixError(
+            f"{name} ({what}solve): {res.reason}. The matrix is not positive definite: use method='minres' "
+            f"(symmetric indefinite), 'gmres'/'bicgstab' (general) or a direct method"
+        )
+    msg = (
+        f"{name} ({what}solve) stopped after {res.iterations} iterations with relative residual "
+        f"{res.residual:.3g} ({res.status.value}: {res.reason or 'no reason given'}). Raise maxiter, "
+        f"loosen rtol/atol, add a preconditioner, or pass on_nonconvergence='warn' to get x anyway"
+    )
+    if policy == "warn":
+        warnings.warn(msg, NotConvergedWarning, stacklevel=4)
+    elif policy != "ignore":
+        raise NotConvergedError(msg, res)

@@ -1,0 +1,55 @@
+"""Adjoint rule of sparse @ dense, ``Y = A X``.
+
+    backward  dX = A^H dY                     (the product plan's adjoint direction)
+              dA_vals[k] = sum_c dY[row_k, c] conj(X[col_k, c])    (SDDMM on A's pattern)
+
+For the adjoint direction (``Y = A^H X``): dX = A dY, dA = X dY^H. Gradients flow through the
+values only, never through indices; padding slots of a format get zero.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .handles import MatmulHandle, sddmm
+
+__all__ = ["matmul_function"]
+
+
+class _Matmul(torch.autograd.Function):
+    @staticmethod
+    def forward(values: torch.Tensor, X: torch.Tensor, handle: MatmulHandle) -> torch.Tensor:
+        return handle.run(values, X)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        values, X, handle = inputs
+        ctx.handle = handle
+        ctx.save_for_backward(values, X)
+
+    @staticmethod
+    def backward(ctx, dY: torch.Tensor):
+        values, X = ctx.saved_tensors
+        h: MatmulHandle = ctx.handle
+        dX = _Matmul.apply(values, dY, h.flipped()) if ctx.needs_input_grad[1] else None
+        dV = None
+        if ctx.needs_input_grad[0]:
+            dV = sddmm(h.A, X, dY) if h.adjoint else sddmm(h.A, dY, X)
+        return dV, dX, None
+
+    @staticmethod
+    def vmap(info, in_dims, values, X, handle):
+        vd, xd, _ = in_dims
+        if vd is None and xd is not None:
+            Xm = X.movedim(xd, -1)
+            shape = Xm.shape
+            Y = _Matmul.apply(values, Xm.reshape(*shape[:-2], shape[-2] * shape[-1]), handle)
+            return Y.reshape(*Y.shape[:-1], shape[-2], shape[-1]), len(shape) - 1
+        size = info.batch_size
+        vs = [values.select(vd, i) if vd is not None else values for i in range(size)]
+        xs = [X.select(xd, i) if xd is not None else X for i in range(size)]
+        return torch.stack([_Matmul.apply(v, x, handle) for v, x in zip(vs, xs)]), 0
+
+
+def matmul_function(values: torch.Tensor, X: torch.Tensor, handle: MatmulHandle) -> torch.Tensor:
+    return _Matmul.apply(values, X, handle)

@@ -1,0 +1,434 @@
+"""What the Krylov solvers share: reductions, input checks, per-column bookkeeping, the loop.
+
+Shapes. Every solver works on tensors of shape ``(*batch, n, k)``; each ``(batch, column)`` pair
+is an independent system. Reductions (inner products, norms) run over ``dim=-2`` only, so the
+per-system scalars have shape ``(*batch, k)``.
+
+Synchronisation. Inside the iteration nothing leaves the device: columns that converge or fail
+are frozen with ``torch.where`` on per-column masks, and failures are recorded in per-column
+code tensors. The host looks at the device once every ``check_every`` iterations (one small
+``tolist()``), once before the loop, and a bounded number of times when the loop stops (the
+true-residual verification and the final report).
+
+Convergence. A column has converged when ``||b - A x|| <= max(rtol * ||b||, atol)`` (SciPy's
+rule). The loop watches each solver's cheap residual estimate; when every column has stopped,
+the true residual is computed once; a column whose estimate passed but whose true residual does
+not is restarted from the true residual (at most ``MAX_REFRESH`` times). The reported residual
+and ``converged`` always come from the true residual.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Mapping, Protocol
+
+import torch
+from torch import Tensor
+
+from ....errors import InputError
+from ....ops.info import IterationResult, Status
+
+__all__ = [
+    "Operator", "Callback", "Event", "Book", "Problem", "Iteration", "Start",
+    "RUNNING", "CONVERGED", "NOT_FINITE", "MAX_ITER", "STAGNATED", "FIRST_SOLVER_CODE",
+    "SUPPORTED_DTYPES", "MAX_REFRESH", "dot", "norm", "col", "safe", "real_dtype", "prepare", "run",
+]
+
+#: ``A @ X`` (or ``M^{-1} @ X``) on a ``(*batch, n, k)`` tensor.
+Operator = Callable[[Tensor], Tensor]
+#: ``callback(iteration, worst_relative_residual)``, called at each convergence check.
+Callback = Callable[[int, float], None]
+
+SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
+
+# Per-column codes, an int8 tensor on the device. Solvers number their own from FIRST_SOLVER_CODE.
+RUNNING = 0      #: still iterating
+CONVERGED = 1    #: the residual estimate met the tolerance
+NOT_FINITE = 2   #: a NaN or Inf appeared
+MAX_ITER = 3     #: (set at the end) still running when maxiter was reached
+STAGNATED = 4    #: (set at the end) the estimate met the tolerance, the true residual never did
+FIRST_SOLVER_CODE = 8
+
+#: How many times columns whose estimate passed but whose true residual failed are restarted.
+MAX_REFRESH = 3
+
+# Which failure wins the overall status when columns fail differently (first listed wins).
+_PRIORITY = (Status.NOT_FINITE, Status.INDEFINITE, Status.BREAKDOWN, Status.MAX_ITERATIONS)
+
+
+def dot(x: Tensor, y: Tensor) -> Tensor:
+    """Per-column inner products ``x^H y`` over dim -2: ``(*batch, n, k) -> (*batch, k)``."""
+    return torch.linalg.vecdot(x, y, dim=-2)
+
+
+def norm(x: Tensor) -> Tensor:
+    """Per-column 2-norms over dim -2 (real dtype): ``(*batch, n, k) -> (*batch, k)``."""
+    return torch.linalg.vector_norm(x, dim=-2)
+
+
+def col(s: Tensor) -> Tensor:
+    """Per-column scalars ``(*batch, k)`` shaped to scale vectors: ``(*batch, 1, k)``."""
+    return s.unsqueeze(-2)
+
+
+def safe(d: Tensor, ok: Tensor) -> Tensor:
+    """``d`` where ``ok``, else 1: a denominator that cannot be zero on masked-out columns."""
+    return torch.where(ok, d, torch.ones_like(d))
+
+
+def real_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The real dtype of the same precision (float32 for complex64, float64 for complex128)."""
+    return {torch.complex64: torch.float32, torch.complex128: torch.float64}.get(dtype, dtype)
+
+
+@dataclass(frozen=True)
+class Event:
+    """A solver-specific way for a column to stop: its status and the reason template.
+
+    The template is formatted with ``name`` (the solver), ``it`` (the iteration), ``value`` (the
+    offending scalar, a float) and ``where`` (which column, empty for a single system).
+    """
+
+    status: Status
+    template: str
+
+
+_COMMON_EVENTS: dict[int, Event] = {
+    NOT_FINITE: Event(
+        Status.NOT_FINITE,
+        "{name} met a NaN or Inf at iteration {it}{where}: check b, x0, the operator and the "
+        "preconditioner for NaN/Inf values or overflow",
+    ),
+    MAX_ITER: Event(
+        Status.MAX_ITERATIONS,
+        "{name} stopped at maxiter ({maxiter}) after {iterations} iterations with relative residual "
+        "{rel:.2e}{where} above the tolerance (rtol={rtol:g}, atol={atol:g}): raise maxiter, pass "
+        "a preconditioner M, or loosen rtol/atol",
+    ),
+    STAGNATED: Event(
+        Status.MAX_ITERATIONS,
+        "{name}'s recurrence met the tolerance but the true relative residual ||b - A x||/||b|| = "
+        "{rel:.2e}{where} did not, even after restarting from the true residual: the tolerance "
+        "(rtol={rtol:g}, atol={atol:g}) is below what this dtype and conditioning allow; loosen "
+        "rtol/atol or solve in float64",
+    ),
+}
+
+
+class Book:
+    """Per-column bookkeeping on the device: status codes, residual estimates, failure events.
+
+    ``code`` holds one of the codes above per column; ``est`` the latest residual-norm estimate
+    (frozen once the column stops); ``event_it`` / ``event_val`` the iteration and offending
+    value of the event that stopped a column.
+    """
+
+    def __init__(self, bnorm: Tensor, target: Tensor) -> None:
+        self.bnorm = bnorm
+        self.scale = torch.where(bnorm > 0, bnorm, torch.ones_like(bnorm))
+        self.target = target
+        self.code = torch.zeros(bnorm.shape, dtype=torch.int8, device=bnorm.device)
+        self.est = torch.zeros_like(bnorm)
+        self.event_it = torch.zeros(bnorm.shape, dtype=torch.int64, device=bnorm.device)
+        self.event_val = torch.zeros_like(bnorm)
+
+    def active(self) -> Tensor:
+        """Columns still iterating (bool, ``(*batch, k)``)."""
+        return self.code == RUNNING
+
+    def _set(self, mask: Tensor, code: int, it: int, value: Tensor) -> None:
+        self.code = torch.where(mask, code, self.code)
+        self.event_it = torch.where(mask, it, self.event_it)
+        value = value.abs() if value.is_complex() else value
+        self.event_val = torch.where(mask, value.to(self.event_val.dtype), self.event_val)
+
+    def fail(self, mask: Tensor, code: int, it: int, value: Tensor) -> None:
+        """Stop the running columns in ``mask`` with ``code``, remembering ``it`` and ``value``."""
+        self._set(mask & self.active(), code, it, value)
+
+    def check_finite(self, value: Tensor, it: int) -> None:
+        """Stop running columns whose ``value`` (per-column scalar) is NaN or Inf."""
+        self.fail(~torch.isfinite(value), NOT_FINITE, it, value)
+
+    def record(self, it: int, est: Tensor) -> None:
+        """Take a new residual-norm estimate for the running columns; converge or fail them."""
+        act = self.active()
+        finite = torch.isfinite(est)
+        self.est = torch.where(act & finite, est, self.est)
+        self._set(act & ~finite, NOT_FINITE, it, est)
+        self.code = torch.where(act & finite & (est <= self.target), CONVERGED, self.code)
+
+    def snapshot(self) -> tuple[float, int]:
+        """(worst finite relative estimate, number of running columns): the one host sync."""
+        rel = self.est / self.scale
+        worst = torch.where(torch.isfinite(rel), rel, torch.zeros_like(rel)).amax()
+        running = (self.code == RUNNING).sum().to(worst.dtype)
+        w, r = torch.stack([worst, running]).tolist()
+        return w, int(r)
+
+
+@dataclass
+class Problem:
+    """A validated solve: operators, right-hand side, tolerances, and the bookkeeping."""
+
+    name: str
+    matvec: Operator
+    M: Operator | None
+    b: Tensor
+    x: Tensor          #: initial guess (zero on b == 0 columns)
+    r: Tensor          #: its residual b - A x
+    rtol: float
+    atol: float
+    maxiter: int       #: iteration (inner step) limit
+    maxiter_text: str  #: maxiter as the user gave it, for messages
+    check_every: int
+    callback: Callback | None
+    book: Book
+    restart: int = 0   #: GMRES cycle length (0 for the other methods)
+
+    def precond(self, v: Tensor) -> Tensor:
+        """``M^{-1} v`` (``v`` itself without a preconditioner)."""
+        return v if self.M is None else self.M(v)
+
+
+class Iteration(Protocol):
+    """One solver's state between iterations."""
+
+    x: Tensor
+
+    def step(self, it: int) -> None:
+        """Do iteration ``it`` (1-based): update x and the book, on the device only."""
+
+    def flush(self) -> None:
+        """Bring ``x`` up to date (GMRES applies its pending least-squares update)."""
+
+
+#: Builds a solver state from ``(problem, x, r = b - A x, iteration)``.
+Start = Callable[[Problem, Tensor, Tensor, int], Iteration]
+
+
+def _checked(op: Operator, what: str, shape: torch.Size, dtype: torch.dtype) -> Operator:
+    """Wrap ``op`` so a wrong output shape or dtype raises at once (Python-side check, no sync)."""
+
+    def apply(v: Tensor) -> Tensor:
+        out = op(v)
+        if not isinstance(out, Tensor) or out.shape != shape or out.dtype != dtype:
+            got = (f"{type(out).__name__}" if not isinstance(out, Tensor)
+                   else f"shape {tuple(out.shape)}, dtype {out.dtype}")
+            raise InputError(
+                f"{what} returned {got} for an input of shape {tuple(shape)}, dtype {dtype}: it must "
+                f"return a tensor of the input's shape and dtype (every (batch, column) pair is an "
+                f"independent vector)"
+            )
+        return out
+
+    return apply
+
+
+def _check_tol(name: str, label: str, value: float) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{name}: {label} must be a real number, got {value!r}") from None
+    if not (math.isfinite(v) and v >= 0):
+        raise InputError(f"{name}: {label} must be finite and >= 0, got {value!r}")
+    return v
+
+
+def prepare(
+    name: str,
+    matvec: Operator,
+    b: Tensor,
+    *,
+    x0: Tensor | None,
+    rtol: float,
+    atol: float,
+    maxiter: int | None,
+    M: Operator | None,
+    check_every: int,
+    callback: Callback | None,
+    restart: int | None = None,
+) -> Problem:
+    """Check the arguments of a solver call and set up the problem and its bookkeeping.
+
+    ``maxiter`` counts iterations, except with ``restart`` (GMRES) where it counts restart cycles
+    of ``min(restart, n)`` inner iterations. Default: 10 * n iterations in all.
+    """
+    if not callable(matvec):
+        raise InputError(f"{name}: matvec must be a callable X -> A @ X, got {type(matvec).__name__}")
+    if not isinstance(b, Tensor):
+        raise InputError(f"{name}: b must be a torch.Tensor of shape (*batch, n, k), got {type(b).__name__}")
+    if b.dtype not in SUPPORTED_DTYPES:
+        raise InputError(
+            f"{name}: b has dtype {b.dtype}; supported are float32, float64, complex64, complex128: "
+            f"convert it, e.g. b.to(torch.float64)"
+        )
+    if b.ndim < 2:
+        raise InputError(
+            f"{name}: b has shape {tuple(b.shape)}; it must be (*batch, n, k) with one system per "
+            f"column: use b.unsqueeze(-1) for a single vector"
+        )
+    if x0 is not None:
+        if not isinstance(x0, Tensor):
+            raise InputError(f"{name}: x0 must be None or a torch.Tensor, got {type(x0).__name__}")
+        if x0.shape != b.shape or x0.dtype != b.dtype or x0.device != b.device:
+            raise InputError(
+                f"{name}: x0 (shape {tuple(x0.shape)}, {x0.dtype}, {x0.device}) must match b (shape "
+                f"{tuple(b.shape)}, {b.dtype}, {b.device}): pass x0 of b's shape, dtype and device"
+            )
+    if M is not None and not callable(M):
+        raise InputError(f"{name}: M must be None or a callable X -> M^-1 X, got {type(M).__name__}")
+    if callback is not None and not callable(callback):
+        raise InputError(f"{name}: callback must be None or callable(iteration, residual)")
+    if isinstance(check_every, bool) or not isinstance(check_every, int) or check_every < 1:
+        raise InputError(f"{name}: check_every must be an integer >= 1, got {check_every!r}")
+    if maxiter is not None and (isinstance(maxiter, bool) or not isinstance(maxiter, int) or maxiter < 0):
+        raise InputError(f"{name}: maxiter must be None or an integer >= 0, got {maxiter!r}")
+    rtol = _check_tol(name, "rtol", rtol)
+    atol = _check_tol(name, "atol", atol)
+
+    n = b.shape[-2]
+    if restart is not None:
+        if isinstance(restart, bool) or not isinstance(restart, int) or restart < 1:
+            raise InputError(f"{name}: restart must be an integer >= 1, got {restart!r}")
+        m = max(1, min(restart, n))
+        cycles = max(1, (10 * n) // m) if maxiter is None else maxiter
+        steps, text = cycles * m, f"{cycles} restart cycles of {m}"
+    else:
+        m = 0
+        steps = 10 * n if maxiter is None else maxiter
+        text = f"{steps} iterations"
+
+    shape, dtype = b.shape, b.dtype
+    A = _checked(matvec, f"{name}: matvec", shape, dtype)
+    P = None if M is None else _checked(M, f"{name}: the preconditioner M", shape, dtype)
+
+    bnorm = norm(b)
+    target = torch.clamp(rtol * bnorm, min=atol)
+    book = Book(bnorm, target)
+    zero_b = col(bnorm == 0)
+    if x0 is None:
+        x = torch.zeros_like(b)
+        r = b
+    else:
+        x = torch.where(zero_b, torch.zeros_like(x0), x0)
+        r = b - A(x)
+    rnorm = norm(r)
+    book.record(0, rnorm)
+    book.fail(~torch.isfinite(bnorm), NOT_FINITE, 0, bnorm)
+    return Problem(
+        name=name, matvec=A, M=P, b=b, x=x, r=r, rtol=rtol, atol=atol, maxiter=steps,
+        maxiter_text=text, check_every=check_every, callback=callback, book=book, restart=m,
+    )
+
+
+def _where_text(index: int, shape: tuple[int, ...], count: int) -> str:
+    """' (column j of batch (i,))' for systems with several columns; '' for one system."""
+    if math.prod(shape) <= 1:
+        return ""
+    *batch, k = shape
+    pos = []
+    rest = index
+    for size in reversed(shape):
+        pos.append(rest % size)
+        rest //= size
+    pos.reverse()
+    text = f" (column {pos[-1]}" + (f" of batch {tuple(pos[:-1])}" if batch else "") + ")"
+    if count > 1:
+        text += f" and {count - 1} other system(s)"
+    return text
+
+
+def _finish(
+    problem: Problem, x: Tensor, r: Tensor, iterations: int, history: list[float],
+    events: Mapping[int, Event],
+) -> tuple[Tensor, IterationResult]:
+    """Classify every column from its true residual ``r`` and build the result record."""
+    book = problem.book
+    rn = norm(r)
+    rel = rn / book.scale
+    ok = torch.isfinite(rn) & (rn <= book.target)
+    code = book.code
+    code = torch.where(~ok & (code == RUNNING), MAX_ITER, code)
+    code = torch.where(~ok & (code == CONVERGED), STAGNATED, code)
+    code = torch.where(ok, CONVERGED, code)
+    flat = [t.reshape(-1).cpu().tolist() for t in (code, book.event_it, book.event_val, rel)]
+    codes, its, vals, rels = flat
+    worst = max(rels, key=lambda v: (math.isnan(v), v)) if rels else 0.0
+    table = {**_COMMON_EVENTS, **events}
+    fields = dict(
+        name=problem.name, iterations=iterations, maxiter=problem.maxiter_text,
+        rtol=problem.rtol, atol=problem.atol,
+    )
+    if all(c == CONVERGED for c in codes):
+        reason = (
+            f"{problem.name} converged in {iterations} iterations: worst relative residual "
+            f"{worst:.2e} meets max(rtol * ||b||, atol) (rtol={problem.rtol:g}, atol={problem.atol:g})"
+        )
+        status = Status.CONVERGED
+    else:
+        failed = [i for i, c in enumerate(codes) if c != CONVERGED]
+        status = min((table[codes[i]].status for i in failed), key=_PRIORITY.index)
+        chosen = [i for i in failed if table[codes[i]].status is status]
+        first = chosen[0]
+        reason = table[codes[first]].template.format(
+            it=its[first], value=vals[first], rel=rels[first],
+            where=_where_text(first, tuple(code.shape), len(chosen)), **fields,
+        )
+    result = IterationResult(
+        iterations=iterations, residual=float(worst), converged=status is Status.CONVERGED,
+        status=status, reason=reason, history=tuple(history),
+    )
+    return x, result
+
+
+def run(problem: Problem, start: Start, events: Mapping[int, Event]) -> tuple[Tensor, IterationResult]:
+    """Iterate ``start``'s solver until every column has stopped or maxiter; report honestly.
+
+    Convergence checks (one host sync each, plus ``callback`` and a ``history`` entry) happen at
+    iterations ``check_every, 2 * check_every, ...`` and at maxiter, so a run of ``it``
+    iterations makes exactly ``ceil(it / check_every)`` checks.
+    """
+    b, book = problem.b, problem.book
+    history: list[float] = []
+    x, r = problem.x, problem.r
+    if b.numel() == 0:
+        return _finish(problem, x, r, 0, history, events)
+    _, running = book.snapshot()
+    it = 0
+    refreshes = 0
+    fresh = True  # r is the true residual of x
+    state = start(problem, x, r, 0) if running and problem.maxiter > 0 else None
+    while state is not None and it < problem.maxiter:
+        it += 1
+        state.step(it)
+        fresh = False
+        if it % problem.check_every and it < problem.maxiter:
+            continue
+        worst, running = book.snapshot()
+        history.append(worst)
+        if problem.callback is not None:
+            problem.callback(it, worst)
+        if running:
+            continue
+        # Every column has stopped: verify the converged ones against the true residual.
+        state.flush()
+        x = state.x
+        r = b - problem.matvec(x)
+        fresh = True
+        if refreshes >= MAX_REFRESH or it >= problem.maxiter:
+            break
+        rn = norm(r)
+        gap = (book.code == CONVERGED) & ~(rn <= book.target)
+        if not bool(gap.any()):
+            break
+        refreshes += 1
+        book.code = torch.where(gap, RUNNING, book.code)
+        book.est = torch.where(gap, rn, book.est)
+        state = start(problem, x, r, it)
+    if state is not None and not fresh:
+        state.flush()
+        x = state.x
+        r = b - problem.matvec(x)
+    return _finish(problem, x, r, it, history, events)

@@ -1,0 +1,126 @@
+"""Preconditioned conjugate gradients for Hermitian positive definite systems.
+
+Per column (every ``(batch, column)`` pair of ``(*batch, n, k)`` is its own system)::
+
+    r = b - A x,  z = M^-1 r,  p = z,  rho = r^H z
+    repeat:  q = A p;  alpha = rho / p^H q;  x += alpha p;  r -= alpha q
+             z = M^-1 r;  rho' = r^H z;  p = z + (rho' / rho) p;  rho = rho'
+
+A direction with ``p^H A p <= 0`` proves A is not positive definite: the column stops with
+``Status.INDEFINITE`` (use MINRES for Hermitian indefinite matrices, GMRES otherwise). With a
+preconditioner, ``r^H M^-1 r <= 0`` proves M is not positive definite (also INDEFINITE).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ....ops.info import IterationResult, Status
+from ._common import (
+    FIRST_SOLVER_CODE, Callback, Event, Operator, Problem, col, dot, norm, prepare, run, safe,
+)
+
+__all__ = ["cg"]
+
+_INDEFINITE = FIRST_SOLVER_CODE
+_INDEFINITE_M = FIRST_SOLVER_CODE + 1
+
+_EVENTS = {
+    _INDEFINITE: Event(
+        Status.INDEFINITE,
+        "CG found {pap} = {value:.1e} <= 0 at iteration {it}{where}: the matrix is not positive "
+        "definite; use minres for a symmetric (Hermitian) indefinite matrix, or gmres/bicgstab",
+    ),
+    _INDEFINITE_M: Event(
+        Status.INDEFINITE,
+        "CG found r^H M^-1 r = {value:.1e} <= 0 at iteration {it}{where}: the preconditioner is not "
+        "positive definite; CG needs a Hermitian positive definite M (jacobi needs a positive "
+        "diagonal)",
+    ),
+}
+
+
+class _CG:
+    """CG state; ``step`` does one iteration on every running column at once."""
+
+    def __init__(self, problem: Problem, x: Tensor, r: Tensor, it: int) -> None:
+        self.problem = problem
+        self.x = x
+        self.r = r
+        z = problem.precond(r)
+        self.rho = dot(r, z).real
+        if problem.M is not None:
+            problem.book.check_finite(self.rho, it)
+            problem.book.fail(self.rho <= 0, _INDEFINITE_M, it, self.rho)
+        self.p = z
+
+    def step(self, it: int) -> None:
+        problem, book = self.problem, self.problem.book
+        q = problem.matvec(self.p)
+        pAp = dot(self.p, q).real
+        book.check_finite(pAp, it)
+        book.fail(pAp <= 0, _INDEFINITE, it, pAp)
+        act = book.active()
+        alpha = torch.where(act, self.rho / safe(pAp, act), torch.zeros_like(pAp))
+        # x keeps its last good value on stopped columns (even if p holds NaN there).
+        self.x = torch.where(col(act), torch.addcmul(self.x, col(alpha), self.p), self.x)
+        self.r = torch.addcmul(self.r, col(-alpha), q)
+        if problem.M is None:
+            z = self.r
+            rho = dot(z, z).real
+            book.record(it, rho.clamp(min=0).sqrt())
+        else:
+            z = problem.M(self.r)
+            rho = dot(self.r, z).real
+            book.record(it, norm(self.r))
+            book.check_finite(rho, it)
+            book.fail(rho <= 0, _INDEFINITE_M, it, rho)
+        beta = rho / safe(self.rho, self.rho != 0)
+        self.p = torch.addcmul(z, col(beta), self.p)
+        self.rho = rho
+
+    def flush(self) -> None:
+        pass
+
+
+def cg(
+    matvec: Operator,
+    b: Tensor,
+    *,
+    x0: Tensor | None = None,
+    rtol: float = 1e-6,
+    atol: float = 0.0,
+    maxiter: int | None = None,
+    M: Operator | None = None,
+    check_every: int = 8,
+    callback: Callback | None = None,
+) -> tuple[Tensor, IterationResult]:
+    """Solve ``A x = b`` for Hermitian positive definite A by (preconditioned) CG.
+
+    Args:
+        matvec: ``X -> A @ X`` on ``(*batch, n, k)`` tensors; each (batch, column) pair is an
+            independent system.
+        b: right-hand sides, ``(*batch, n, k)``, float32/float64/complex64/complex128.
+        x0: initial guess of b's shape (default zero). Columns with ``b == 0`` return 0.
+        rtol, atol: a column converges when ``||b - A x|| <= max(rtol * ||b||, atol)``.
+        maxiter: iteration limit (default ``10 * n``).
+        M: ``X -> M^-1 X``, a Hermitian positive definite preconditioner (see ``precond``).
+        check_every: look at the device (one sync) every this many iterations.
+        callback: ``callback(iteration, worst_relative_residual)`` at each check.
+
+    Returns:
+        ``(x, IterationResult)``. Never raises on non-convergence: the status says what
+        happened (CONVERGED, MAX_ITERATIONS, INDEFINITE, NOT_FINITE) and the residual is the
+        worst true relative residual ``||b - A x|| / ||b||`` over the columns.
+    """
+    problem = prepare(
+        "CG", matvec, b, x0=x0, rtol=rtol, atol=atol, maxiter=maxiter, M=M,
+        check_every=check_every, callback=callback,
+    )
+    pap = "p^H A p" if b.is_complex() else "p^T A p"
+    events = {
+        code: Event(e.status, e.template.replace("{pap}", pap)) for code, e in _EVENTS.items()
+    }
+    return run(problem, _CG, events)
+

@@ -1,0 +1,131 @@
+"""The torch backend's hook implementations (registered like any plugin, under the name "torch").
+
+Offers, per request:
+
+- ``matmul``: ``spmm`` on any device (torch sparse CSR kernels; other formats are converted
+  to CSR once per pattern, and that conversion is costed).
+- ``solve``: ``cg`` (SPD), ``minres`` (symmetric), ``bicgstab`` and ``gmres`` (any square A),
+  with Jacobi, block-Jacobi or a user preconditioner; ``lu``/``cholesky`` on the dense matrix
+  for small systems (up to ``dense_max`` unknowns, 4096 by default).
+
+It declines, with the reason: methods whose structural needs are not met (CG without SPD,
+MINRES without symmetry), ``amg`` and the sparse direct methods it does not have, and
+dense fallbacks beyond the size limit.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ... import __version__
+from ..._markers import hookimpl
+from ...dispatch.calibrate import rates
+from ...dispatch.records import BackendInfo, Decline, Offer, Request
+from ...format import CSR
+from . import cost
+
+DENSE_MAX = 4096
+_ITERATIVE = ("cg", "minres", "bicgstab", "gmres")
+
+
+@hookimpl
+def sparsetorch_backend_info() -> BackendInfo:
+    return BackendInfo(
+        name="torch",
+        version=__version__,
+        description="built-in pure PyTorch: torch sparse kernels, Krylov methods, dense fallback",
+        devices=("cpu", "cuda", "mps", "xpu"),
+        dtypes=(torch.float32, torch.float64, torch.complex64, torch.complex128),
+        ops={"matmul": ("spmm",), "solve": (*_ITERATIVE, "lu", "cholesky")},
+        formats=(CSR,),
+        priority=0,
+        distribution="sparsetorch",
+    )
+
+
+@hookimpl
+def sparsetorch_offers(request: Request) -> list[Offer | Decline]:
+    A = request.A
+    if A.dtype not in (torch.float32, torch.float64, torch.complex64, torch.complex128):
+        return [Decline("torch", f"dtype {A.dtype} is not supported (float32/64, complex64/128)")]
+    r = rates(A.device)
+    if request.op == "matmul":
+        return [_matmul_offer(request, r)]
+    if request.op == "solve":
+        return _solve_offers(request, r)
+    return [Decline("torch", f"op {request.op!r} is not implemented by the torch backend")]
+
+
+def _needs_conversion(request: Request) -> bool:
+    fmt = request.A.format
+    return fmt is not None and fmt != CSR and fmt.num_batch_levels == 0
+
+
+def _matmul_offer(request: Request, r) -> Offer:
+    from .spmm import TorchSpmmPlan
+
+    k = request.rhs_columns
+    secs = cost.spmm_seconds(r, request, k)
+    notes = "torch sparse CSR kernel"
+    if _needs_conversion(request):
+        secs += cost.conversion_cost(r, request.A.nse or 0)
+        notes += f"; converts {request.A.format.name or 'the format'} to CSR once per pattern (costed)"
+    nse = request.A.nse or 0
+    return Offer("torch", "spmm", secs, int(nse * 16), lambda A, req: TorchSpmmPlan(A), notes)
+
+
+def _solve_offers(request: Request, r) -> list[Offer | Decline]:
+    from .dense import DenseLUPlan
+    from .iterative import KrylovPlan
+
+    A = request.A
+    props = request.properties
+    n = A.shape[-1]
+    out: list[Offer | Decline] = []
+    pre = request.option("preconditioner")
+    pre_name = pre if isinstance(pre, str) or pre is None else "user"
+    if pre_name is None and request.option("method") is None:
+        pre_name = "jacobi"  # a cheap default that never hurts much; explain shows it
+    if isinstance(pre_name, str) and pre_name not in ("jacobi", "block_jacobi", "none", "identity", "user"):
+        out.append(Decline("torch", f"preconditioner {pre_name!r} is not available here (jacobi, block_jacobi, a callable)"))
+        pre_name = None
+    for method in _ITERATIVE:
+        asked = request.option("method") == method
+        if method == "cg" and "spd" not in props and not (asked and {"symmetric", "hermitian"} & props):
+            out.append(Decline("torch", "CG needs a symmetric positive definite matrix (not detected; pass properties='spd' if it is)", method))
+            continue
+        if method == "minres" and not ({"symmetric", "hermitian", "spd"} & props):
+            out.append(Decline("torch", "MINRES needs a symmetric (Hermitian) matrix", method))
+            continue
+        if isinstance(pre_name, str) and pre_name not in ("jacobi", "block_jacobi", "none", "identity", "user"):
+            continue
+        secs, peak, its = cost.krylov_cost(r, request, method, pre_name)
+        conv = _needs_conversion(request)
+        if conv:
+            secs += cost.conversion_cost(r, A.nse or 0)
+        note = f"~{its} iterations estimated, preconditioner {pre_name or 'none'}" + ("; converts to CSR once" if conv else "")
+        opts = dict(request.options)
+        opts["preconditioner"] = pre if pre is not None else (None if pre_name in (None, "none", "identity") else pre_name)
+        out.append(Offer("torch", method, secs, peak, _krylov_factory(method, opts), note, pre_name))
+    dense_max = int(request.option("dense_max") or DENSE_MAX)
+    for method in ("lu", "cholesky"):
+        if method == "cholesky" and "spd" not in props:
+            out.append(Decline("torch", "Cholesky needs a symmetric positive definite matrix", method))
+            continue
+        if n > dense_max:
+            out.append(Decline("torch", f"dense {method} only up to {dense_max} unknowns (n={n}); raise dense_max= to force", method))
+            continue
+        secs, peak = cost.dense_cost(r, request, method == "cholesky")
+        chol = method == "cholesky"
+        out.append(Offer("torch", method, secs, peak, lambda A, req, chol=chol: DenseLUPlan(A, cholesky=chol),
+                         f"dense {'Cholesky' if chol else 'LU'} of a {n}x{n} matrix"))
+    for method in ("ldlt", "qr", "lgmres", "tfqmr", "lsqr", "lsmr", "amg"):
+        if request.option("method") == method:
+            out.append(Decline("torch", f"method {method!r} is not in the torch backend (try the scipy plugin)", method))
+    return out
+
+
+def _krylov_factory(method: str, options: dict):
+    from .iterative import KrylovPlan
+
+    return lambda A, req: KrylovPlan(A, method, options)

@@ -1,0 +1,155 @@
+"""Sparse @ dense with torch's own kernels (MKL on CPU, cuSPARSE on CUDA).
+
+The plan converts the matrix to CSR once (a pattern-only conversion map, so new values cost a
+gather), builds the transposed CSR for adjoint products on first use, and keeps the entry
+coordinates for the SDDMM of the backward pass. Formats with BATCH levels (different patterns
+per batch) run a gather/scatter product over their entries instead.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+
+from ...format import CSR
+from ...tensor import SparseTensor
+from ...tensor.construct import conversion
+
+__all__ = ["TorchSpmmPlan"]
+
+
+def _csr(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return torch.sparse_csr_tensor(crow, col, values, shape, check_invariants=False)
+
+
+class TorchSpmmPlan:
+    """``Y = A @ X`` and ``Y = A^H @ X`` for a fixed pattern; values set by :meth:`set_values`.
+
+    ``X`` has shape ``(*batch, n, k)`` where ``batch`` is A's value batch (or empty).
+    """
+
+    backend = "torch"
+    method = "spmm"
+
+    def __init__(self, A: SparseTensor) -> None:
+        fs = A.format_shape
+        if len(fs) != 2:
+            raise ValueError(f"matmul needs a matrix (2 format dims), got format shape {fs}")
+        self.shape = (int(fs[0]), int(fs[1]))
+        self.batch_shape = tuple(A.batch_shape)
+        self.device = A.device
+        self._source = A
+        self.gather_scatter = A.format.num_batch_levels > 0
+        if not self.gather_scatter:
+            idx = A.index_dtype
+            # torch's CPU kernel and cuSPARSE accept int32 and int64; keep the tensor's own.
+            self._conv = None if A.format == CSR else conversion(A, CSR, idx)
+            csr = A if self._conv is None else self._conv.apply(A.detach())
+            self._crow, self._col = csr.pos(1), csr.crd(1)
+            self._conv_t = None
+        self._values: torch.Tensor | None = None
+        self._values_t: torch.Tensor | None = None
+
+    # Values -------------------------------------------------------------------------------------
+    def set_values(self, values: torch.Tensor) -> None:
+        """New values (``A.values`` of a tensor on this plan's pattern)."""
+        self._values = self._to_csr_values(values.detach())
+        self._values_t = None
+
+    def _to_csr_values(self, values: torch.Tensor) -> torch.Tensor:
+        if self.gather_scatter:
+            return values
+        if self._conv is None:
+            return values
+        return self._conv.apply(self._source.with_values(values)).values
+
+    def _adjoint_values(self) -> torch.Tensor:
+        if self._values_t is None:
+            if self._conv_t is None:
+                csr = SparseTensor(CSR, self.shape, [None, self._crow], [None, self._col], self._values[..., :0].new_zeros(self._col.numel()), check=False)
+                t = csr.T  # CSC view of A^T's pattern
+                self._conv_t = conversion(t, CSR, self._crow.dtype)
+                self._csr_t_src = t
+                probe = self._conv_t.apply(t)
+                self._crow_t, self._col_t = probe.pos(1), probe.crd(1)
+            vt = self._conv_t.apply(self._csr_t_src.with_values(self._values)).values
+            self._values_t = vt.conj() if vt.is_complex() else vt
+        return self._values_t
+
+    # Products -----------------------------------------------------------------------------------
+    def apply(self, X: torch.Tensor, *, adjoint: bool = False) -> torch.Tensor:
+        if self._values is None:
+            raise RuntimeError("TorchSpmmPlan.apply before set_values")
+        if self.gather_scatter:
+            return self._gather_scatter(X, adjoint)
+        m, n = self.shape
+        if adjoint:
+            vals = self._adjoint_values()
+            crow, col, shape = self._crow_t, self._col_t, (n, m)
+        else:
+            vals, crow, col, shape = self._values, self._crow, self._col, (m, n)
+        if vals.dim() == 1:
+            return _csr(crow, col, vals, shape) @ X
+        # A value batch: one product per member (they share crow/col).
+        flat_v = vals.reshape(-1, vals.shape[-1])
+        flat_x = X.reshape(flat_v.shape[0], *X.shape[-2:])
+        out = torch.stack([_csr(crow, col, v, shape) @ x for v, x in zip(flat_v, flat_x)])
+        return out.reshape(*X.shape[:-2], shape[0], X.shape[-1])
+
+    def _gather_scatter(self, X: torch.Tensor, adjoint: bool) -> torch.Tensor:
+        """BATCH-level formats: Y[b, i] += v * X[b, j] over the entries (b, i, j)."""
+        coords, slot = self._source.entries()
+        vals = self._values[..., slot]
+        fs = self._source.format_shape
+        lead = coords[:-2]
+        bflat = torch.zeros_like(coords[0]) if lead.numel() == 0 else _ravel(lead, fs[:-2])
+        m, n = fs[-2], fs[-1]
+        rows, cols = coords[-2], coords[-1]
+        if adjoint:
+            rows, cols, m, n = cols, rows, n, m
+            vals = vals.conj() if vals.is_complex() else vals
+        nb = math.prod(fs[:-2])
+        vb = X.shape[: X.dim() - 2 - len(fs[:-2])]
+        Xf = X.reshape(*vb, nb * n, X.shape[-1])
+        contrib = vals[..., :, None] * Xf[..., bflat * n + cols, :]
+        Y = Xf.new_zeros(*vb, nb * m, X.shape[-1]).index_add(-2, bflat * m + rows, contrib)
+        return Y.reshape(*vb, *fs[:-2], m, X.shape[-1])
+
+    # Backward helper ---------------------------------------------------------------------------
+    def sddmm(self, dY: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+        """Gradient of ``<dY, A X>`` w.r.t. A's values: ``dY[row] . conj(X[col])`` per entry,
+        placed in A's (linearized) value slots; padding slots get zero."""
+        coords, slot = self._source.entries()
+        fs = self._source.format_shape
+        m, n = fs[-2], fs[-1]
+        rows, cols = coords[-2], coords[-1]
+        if coords.shape[0] > 2:
+            bflat = _ravel(coords[:-2], fs[:-2])
+            rows, cols = bflat * m + rows, bflat * n + cols
+            nb = math.prod(fs[:-2])
+            vb = dY.shape[: dY.dim() - 2 - len(fs[:-2])]
+            dY = dY.reshape(*vb, nb * m, dY.shape[-1])
+            X = X.reshape(*vb, nb * n, X.shape[-1])
+        Xc = X.conj() if X.is_complex() else X
+        per_entry = (dY[..., rows, :] * Xc[..., cols, :]).sum(-1)
+        nlin = self._source._linear_buffers()[2].shape[-1]
+        out = per_entry.new_zeros(*per_entry.shape[:-1], nlin)
+        return out.index_add(-1, slot, per_entry)
+
+    # Cost ---------------------------------------------------------------------------------------
+    @staticmethod
+    def traffic(A_nse: int, m: int, n: int, k: int, vsize: int, isize: int) -> float:
+        """Bytes moved by one product: the matrix once, X gathered once per stored entry and
+        column (an upper bound; caches help), Y written once."""
+        return A_nse * (vsize + isize) + (m + 1) * isize + A_nse * k * vsize + m * k * vsize
+
+
+def _ravel(coords: torch.Tensor, sizes) -> torch.Tensor:
+    lin = torch.zeros_like(coords[0])
+    for k, s in enumerate(sizes):
+        lin = lin * int(s) + coords[k]
+    return lin

@@ -1,0 +1,14 @@
+"""Backend discovery (pluggy), cost-based selection, explain, the plan cache and calibration."""
+
+from .cache import PlanCache, plan_cache
+from .calibrate import Rates, calibrate, rates
+from .hookspecs import hookspec
+from .manager import Backends, BrokenBackend, get_backends, reset_backends
+from .records import BackendInfo, Decline, Offer, OperandInfo, Request
+from .select import ExplainTable, Row, choose, rank
+
+__all__ = [
+    "BackendInfo", "Backends", "BrokenBackend", "Decline", "ExplainTable", "Offer", "OperandInfo", "PlanCache",
+    "Rates", "Request", "Row", "calibrate", "choose", "get_backends", "hookspec", "plan_cache", "rank", "rates",
+    "reset_backends",
+]

@@ -1,0 +1,83 @@
+"""Checking and normalising operands of the ops (real checks, never ``assert``)."""
+
+from __future__ import annotations
+
+import torch
+
+from ..dispatch.records import OperandInfo
+from ..errors import InputError
+from ..tensor import SparseTensor
+
+__all__ = ["describe_sparse", "describe_dense", "as_rhs", "check_matrix", "check_finite", "restore_rhs"]
+
+
+def describe_sparse(A: SparseTensor) -> OperandInfo:
+    return OperandInfo("sparse", tuple(A.shape), A.dtype, A.device, A.format, A.nse, tuple(A.batch_shape), A.requires_grad)
+
+
+def describe_dense(X: torch.Tensor) -> OperandInfo:
+    return OperandInfo("dense", tuple(X.shape), X.dtype, X.device, None, None, (), X.requires_grad)
+
+
+def check_matrix(A: object, op: str, *, square: bool) -> SparseTensor:
+    if not isinstance(A, SparseTensor):
+        raise InputError(
+            f"{op} takes a sparsetorch.SparseTensor as A, got {type(A).__name__}; wrap torch/SciPy/CuPy "
+            f"matrices with sparsetorch.from_package(A)"
+        )
+    fs = A.format_shape
+    if len(fs) != 2 or A.format.num_batch_levels:
+        raise InputError(
+            f"{op} needs a matrix (2 format dims, value batches allowed), got format shape {fs} "
+            f"({A.format}); use a SparseTensorList for matrices with different patterns"
+        )
+    if not (A.dtype.is_floating_point or A.dtype.is_complex):
+        raise InputError(f"A has dtype {A.dtype}; use a floating point or complex dtype")
+    if square and fs[0] != fs[1]:
+        raise InputError(
+            f"{op} needs a square matrix, got {fs[0]}x{fs[1]}; for least squares use method='lsqr'/'lsmr' "
+            f"(SciPy backend) or solve the normal equations"
+        )
+    return A
+
+
+def as_rhs(A: SparseTensor, B: object, op: str, *, rows: int) -> tuple[torch.Tensor, bool]:
+    """``B`` as ``(*batch, rows, k)`` and whether it was a vector."""
+    if not isinstance(B, torch.Tensor):
+        raise InputError(f"{op}: the right-hand side must be a torch.Tensor, got {type(B).__name__}")
+    if B.layout != torch.strided:
+        raise InputError(f"{op}: the right-hand side must be dense (strided), got layout {B.layout}")
+    if not (B.dtype.is_floating_point or B.dtype.is_complex):
+        raise InputError(f"{op}: the right-hand side has dtype {B.dtype}; integer or bool data must be cast (e.g. b.to({A.dtype}))")
+    if B.dtype != A.dtype:
+        raise InputError(f"{op}: A has dtype {A.dtype} but the right-hand side has {B.dtype}; cast one of them (no silent promotion)")
+    if B.device != A.device:
+        raise InputError(f"{op}: A is on {A.device} but the right-hand side is on {B.device}; move them to one device")
+    vb = tuple(A.batch_shape)
+    nb = len(vb)
+    if B.dim() == nb + 1 and tuple(B.shape[:nb]) == vb and B.shape[-1] == rows:
+        return B.unsqueeze(-1), True
+    if B.dim() == nb + 2 and tuple(B.shape[:nb]) == vb and B.shape[-2] == rows:
+        return B, False
+    want = f"{vb + (rows,)} or {vb + (rows, 'k')}"
+    raise InputError(f"{op}: the right-hand side has shape {tuple(B.shape)}; for A of shape {tuple(A.shape)} it must be {want}")
+
+
+def restore_rhs(X: torch.Tensor, vector: bool) -> torch.Tensor:
+    return X.squeeze(-1) if vector else X
+
+
+def check_finite(A: SparseTensor, B: torch.Tensor | None, op: str) -> None:
+    """NaN/Inf in A's values or in B raise (one device-to-host check each; ``check_finite=False`` skips)."""
+    if not bool(torch.isfinite(A.values).all()):
+        bad = torch.nonzero(~torch.isfinite(A.values.detach().reshape(-1)))[0, 0]
+        raise InputError(
+            f"{op}: A's values contain NaN or Inf (first at value slot {int(bad)}: "
+            f"{A.values.detach().reshape(-1)[bad].item()}); fix the matrix or pass check_finite=False"
+        )
+    if B is not None and not bool(torch.isfinite(B).all()):
+        bad = torch.nonzero(~torch.isfinite(B.detach().reshape(-1)))[0, 0]
+        raise InputError(
+            f"{op}: the right-hand side contains NaN or Inf (first at flat index {int(bad)}); "
+            f"fix it or pass check_finite=False"
+        )

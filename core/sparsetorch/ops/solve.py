@@ -1,0 +1,257 @@
+"""``solve`` and the stateful ``Solver``: sparse linear systems through dispatch, with gradients."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+
+from ..autograd.handles import PlanState, SolveHandle
+from ..autograd.solve import solve_function
+from ..dispatch.select import ExplainTable
+from ..errors import InputError
+from ..tensor import SparseTensor, SparseTensorList
+from ._dispatch import make_request, obtain_plan
+from ._inputs import as_rhs, check_finite as _check_finite, check_matrix, describe_dense, describe_sparse, restore_rhs
+from .info import SolveInfo
+from .properties import detect, normalize_tags
+
+__all__ = ["solve", "Solver", "solve_request"]
+
+_POLICIES = ("raise", "warn", "ignore")
+
+
+def _options(
+    backend, method, preconditioner, rtol, atol, maxiter, restart, block_size, dense_max, max_bytes, callback, check_every
+) -> dict[str, Any]:
+    if not (isinstance(rtol, (int, float)) and rtol >= 0) or not (isinstance(atol, (int, float)) and atol >= 0):
+        raise InputError(f"rtol and atol must be non-negative numbers, got rtol={rtol!r}, atol={atol!r}")
+    if rtol == 0 and atol == 0:
+        raise InputError("rtol and atol are both 0: an iterative method could never stop; give one of them")
+    if maxiter is not None and (not isinstance(maxiter, int) or maxiter < 1):
+        raise InputError(f"maxiter must be a positive int or None, got {maxiter!r}")
+    return {
+        "backend": backend, "method": method, "preconditioner": preconditioner, "rtol": float(rtol),
+        "atol": float(atol), "maxiter": maxiter, "restart": restart, "block_size": block_size,
+        "dense_max": dense_max, "max_bytes": max_bytes, "callback": callback, "check_every": check_every,
+    }
+
+
+def _progress_callback(progress: bool, callback: Callable | None, maxiter: int | None) -> tuple[Callable | None, Any]:
+    if not progress:
+        return callback, None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError as exc:
+        raise InputError("progress=True needs tqdm: pip install tqdm (or pass a callback)") from exc
+    bar = tqdm(total=maxiter, desc="solve", unit="it")
+
+    def cb(iteration: int, residual: float) -> None:
+        bar.n = iteration
+        bar.set_postfix(residual=f"{residual:.2e}")
+        bar.refresh()
+        if callback is not None:
+            callback(iteration, residual)
+
+    return cb, bar
+
+
+def solve_request(A: SparseTensor, B: torch.Tensor | None, properties, options: dict[str, Any]):
+    tags = normalize_tags(properties)
+    props = tags if tags is not None else detect(A)
+    operands = (describe_sparse(A),) + ((describe_dense(B),) if B is not None else ())
+    return make_request("solve", operands, props, options)
+
+
+def solve(
+    A: SparseTensor | SparseTensorList,
+    B: torch.Tensor | Sequence[torch.Tensor],
+    *,
+    backend: str | None = None,
+    method: str | None = None,
+    preconditioner: str | Callable | None = None,
+    rtol: float = 1e-6,
+    atol: float = 0.0,
+    maxiter: int | None = None,
+    return_info: bool = False,
+    properties: str | Sequence[str] | None = None,
+    check_finite: bool = True,
+    on_nonconvergence: str = "raise",
+    callback: Callable[[int, float], None] | None = None,
+    progress: bool = False,
+    restart: int | None = None,
+    block_size: int | None = None,
+    dense_max: int | None = None,
+    max_bytes: int | None = None,
+    check_every: int | None = None,
+    cache: bool = True,
+):
+    """Solve ``A X = B`` for sparse ``A``; differentiable in ``A``'s values and in ``B``.
+
+    ``B`` is a vector ``(n,)``, a block of right-hand sides ``(n, k)``, or either with A's value
+    batch in front. ``A`` may also be a :class:`SparseTensorList` (``B`` then a list, one per
+    member). The backend and method are chosen by estimated cost (``sparsetorch.explain("solve",
+    A, B)`` shows the ranking); ``backend=``/``method=`` pin them. Method names: "lu",
+    "cholesky", "cg", "bicgstab", "gmres", "minres" (more with plugins: "ldlt", "qr", "lgmres",
+    "tfqmr", "lsqr", "lsmr", "amg"). ``preconditioner``: "jacobi", "block_jacobi", "amg"
+    (plugins), None, or a callable applying ``M^-1``. Iterative methods stop when
+    ``||b - A x|| <= max(rtol * ||b||, atol)`` per right-hand side.
+
+    Non-convergence raises :class:`~sparsetorch.NotConvergedError` (``on_nonconvergence="warn"``
+    warns and returns, ``"ignore"`` returns quietly). ``properties`` ("spd", "symmetric",
+    "hermitian", "general") skips detection. With ``return_info=True`` returns ``(X, info)``
+    (:class:`SolveInfo`). The backward pass is one adjoint solve on the same plan.
+    """
+    if on_nonconvergence not in _POLICIES:
+        raise InputError(f"on_nonconvergence must be one of {_POLICIES}, got {on_nonconvergence!r}")
+    if isinstance(A, SparseTensorList):
+        Bs = list(B) if not isinstance(B, torch.Tensor) else list(B.unbind(0))
+        if len(Bs) != len(A):
+            raise InputError(f"a SparseTensorList of {len(A)} matrices needs {len(A)} right-hand sides, got {len(Bs)}")
+        kw = dict(backend=backend, method=method, preconditioner=preconditioner, rtol=rtol, atol=atol, maxiter=maxiter,
+                  return_info=return_info, properties=properties, check_finite=check_finite,
+                  on_nonconvergence=on_nonconvergence, callback=callback, progress=progress, restart=restart,
+                  block_size=block_size, dense_max=dense_max, max_bytes=max_bytes, check_every=check_every, cache=cache)
+        outs = [solve(a, b, **kw) for a, b in zip(A, Bs)]
+        if return_info:
+            return [o[0] for o in outs], [o[1] for o in outs]
+        return outs
+    A = check_matrix(A, "solve", square=True)
+    Bn, vector = as_rhs(A, B, "solve", rows=A.format_shape[0])
+    if check_finite:
+        _check_finite(A, Bn, "solve")
+    cb, bar = _progress_callback(progress, callback, maxiter)
+    options = _options(backend, method, preconditioner, rtol, atol, maxiter, restart, block_size, dense_max, max_bytes, cb, check_every)
+    request = solve_request(A, Bn, properties, options)
+    state, offer, _ = obtain_plan("solve", A, request, cache=cache)
+    handle = SolveHandle(state, A.detach(), False, on_nonconvergence)
+    try:
+        if torch.is_grad_enabled() and (A.requires_grad or Bn.requires_grad):
+            X = solve_function(A.values, Bn, handle)
+        else:
+            X = handle.run(A.values, Bn)
+    finally:
+        if bar is not None:
+            bar.close()
+    X = restore_rhs(X, vector)
+    if not return_info:
+        return X
+    return X, _info(A, Bn, restore_rhs(X, False) if not vector else X.unsqueeze(-1), state, offer, handle)
+
+
+
+def _info(A: SparseTensor, Bn: torch.Tensor, Xn: torch.Tensor, state: PlanState, offer, handle: SolveHandle) -> SolveInfo:
+    res = handle.results[-1]
+    from .matmul import matmul
+
+    with torch.no_grad():
+        r = Bn - matmul(A.detach(), Xn.detach())
+        bn = torch.linalg.vector_norm(Bn, dim=-2)
+        rel = torch.linalg.vector_norm(r, dim=-2) / torch.where(bn > 0, bn, torch.ones_like(bn))
+        true_res = float(rel.max()) if rel.numel() else 0.0
+    return SolveInfo(
+        backend=offer.backend, method=offer.method, iterations=res.iterations, residual=true_res,
+        converged=res.converged, status=res.status, reason=res.reason, residual_history=tuple(res.history),
+        preconditioner=getattr(state.plan, "preconditioner", None), plan_reused=state.reused,
+        extra={"estimated_seconds": offer.seconds, "estimated_bytes": offer.bytes},
+    )
+
+
+class Solver:
+    """A solver bound to one matrix pattern: plan once, refactorize on new values, solve many.
+
+    ::
+
+        with Solver(A, method="cg", rtol=1e-8) as s:
+            s.plan()                 # choose the backend, pattern-dependent work
+            s.factorize()            # numeric phase (factorization / preconditioner)
+            x = s.solve(b)           # differentiable in b and in A's values
+            s.update_values(v2)      # new values, same pattern: numeric phase only
+            x2 = s.solve(b)
+
+    ``plan()`` and ``factorize()`` run on first ``solve`` if not called. Keyword options are
+    those of :func:`solve`.
+    """
+
+    def __init__(self, A: SparseTensor, *, properties=None, on_nonconvergence: str = "raise", cache: bool = False, **options: Any) -> None:
+        self.A = check_matrix(A, "Solver", square=True)
+        if on_nonconvergence not in _POLICIES:
+            raise InputError(f"on_nonconvergence must be one of {_POLICIES}, got {on_nonconvergence!r}")
+        self._policy = on_nonconvergence
+        self._properties = properties
+        defaults = dict(backend=None, method=None, preconditioner=None, rtol=1e-6, atol=0.0, maxiter=None, restart=None,
+                        block_size=None, dense_max=None, max_bytes=None, callback=None, check_every=None)
+        unknown = set(options) - set(defaults)
+        if unknown:
+            raise InputError(f"Solver got unknown options {sorted(unknown)}; known: {sorted(defaults)}")
+        defaults.update(options)
+        self._options = _options(**defaults)
+        self._cache = cache
+        self._state: PlanState | None = None
+        self._offer = None
+        self._table: ExplainTable | None = None
+        self.results: list = []
+
+    def plan(self) -> ExplainTable:
+        """Choose the backend and method and do the pattern-dependent work."""
+        request = solve_request(self.A, None, self._properties, self._options)
+        self._state, self._offer, self._table = obtain_plan("solve", self.A, request, cache=self._cache)
+        return self._table
+
+    def factorize(self) -> "Solver":
+        """Numeric phase for the current values (factorization or preconditioner setup)."""
+        if self._state is None:
+            self.plan()
+        self._state.load(self.A.values)
+        return self
+
+    setup = factorize
+
+    def update_values(self, values: torch.Tensor) -> "Solver":
+        """New values on the same pattern (shape ``A.values.shape``); keeps the plan."""
+        if not isinstance(values, torch.Tensor) or tuple(values.shape) != tuple(self.A.values.shape):
+            raise InputError(
+                f"update_values needs a tensor of shape {tuple(self.A.values.shape)}, got "
+                f"{tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__}"
+            )
+        self.A = self.A.with_values(values)
+        if self._state is not None:
+            self._state.load(self.A.values)
+        return self
+
+    def solve(self, B: torch.Tensor, *, return_info: bool = False):
+        if self._state is None:
+            self.factorize()
+        Bn, vector = as_rhs(self.A, B, "Solver.solve", rows=self.A.format_shape[0])
+        handle = SolveHandle(self._state, self.A.detach(), False, self._policy, self.results)
+        if torch.is_grad_enabled() and (self.A.requires_grad or Bn.requires_grad):
+            X = solve_function(self.A.values, Bn, handle)
+        else:
+            X = handle.run(self.A.values, Bn)
+        out = restore_rhs(X, vector)
+        if return_info:
+            return out, _info(self.A, Bn, X, self._state, self._offer, handle)
+        return out
+
+    def explain(self) -> ExplainTable:
+        if self._table is None:
+            self.plan()
+        return self._table
+
+    @property
+    def backend(self) -> str | None:
+        return self._offer.backend if self._offer else None
+
+    @property
+    def method(self) -> str | None:
+        return self._offer.method if self._offer else None
+
+    def free(self) -> None:
+        self._state = None
+
+    def __enter__(self) -> "Solver":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.free()
+
