@@ -49,7 +49,7 @@ class TorchSpmmPlan:
             # torch's CPU kernel and cuSPARSE accept int32 and int64; keep the tensor's own.
             self._conv = None if A.format == CSR else conversion(A, CSR, idx)
             csr = A if self._conv is None else self._conv.apply(A.detach())
-            self._crow, self._col = csr.pos(1), csr.crd(1)
+            self._crow, self._col = _narrow(csr.pos(1), csr.crd(1))
             self._conv_t = None
         self._values: torch.Tensor | None = None
         self._values_t: torch.Tensor | None = None
@@ -75,7 +75,7 @@ class TorchSpmmPlan:
                 self._conv_t = conversion(t, CSR, self._crow.dtype)
                 self._csr_t_src = t
                 probe = self._conv_t.apply(t)
-                self._crow_t, self._col_t = probe.pos(1), probe.crd(1)
+                self._crow_t, self._col_t = _narrow(probe.pos(1), probe.crd(1))
             vt = self._conv_t.apply(self._csr_t_src.with_values(self._values)).values
             self._values_t = vt.conj() if vt.is_complex() else vt
         return self._values_t
@@ -93,6 +93,8 @@ class TorchSpmmPlan:
         else:
             vals, crow, col, shape = self._values, self._crow, self._col, (m, n)
         if vals.dim() == 1:
+            if X.dim() == 2 and X.shape[-1] == 1:  # the vector kernel is faster than a 1-column SpMM
+                return (_csr(crow, col, vals, shape) @ X[:, 0])[:, None]
             return _csr(crow, col, vals, shape) @ X
         # A value batch: one product per member (they share crow/col).
         flat_v = vals.reshape(-1, vals.shape[-1])
@@ -146,6 +148,14 @@ class TorchSpmmPlan:
         """Bytes moved by one product: the matrix once, X gathered once per stored entry and
         column (an upper bound; caches help), Y written once."""
         return A_nse * (vsize + isize) + (m + 1) * isize + A_nse * k * vsize + m * k * vsize
+
+
+def _narrow(crow: torch.Tensor, col: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """int32 indices when they fit: torch's CPU kernel runs about 1.5x faster with them (measured
+    on 2-D Poisson 300², one thread), and cuSPARSE prefers them too."""
+    if crow.dtype == torch.int64 and int(crow[-1]) < 2**31 - 1 and crow.numel() < 2**31 - 1:
+        return crow.to(torch.int32), col.to(torch.int32)
+    return crow, col
 
 
 def _ravel(coords: torch.Tensor, sizes) -> torch.Tensor:
