@@ -72,6 +72,7 @@ class KrylovPlan:
             )
         self._M: Callable | None = None
         self._M_adj: Callable | None = None
+        self.callback = options.get("callback")
 
     def set_values(self, values: torch.Tensor) -> None:
         values = values.detach()
@@ -103,7 +104,7 @@ class KrylovPlan:
             maxiter=o.get("maxiter"),
             M=self._M_adj if adjoint else self._M,
             check_every=o.get("check_every") or 8,
-            callback=o.get("callback"),
+            callback=self.callback,
         )
         if self.method == "gmres":
             kw["restart"] = o.get("restart") or 30

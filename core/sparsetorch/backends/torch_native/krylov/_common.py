@@ -10,6 +10,9 @@ code tensors. The host looks at the device once every ``check_every`` iterations
 ``tolist()``), once before the loop, and a bounded number of times when the loop stops (the
 true-residual verification and the final report).
 
+Gradients. The iteration runs under ``torch.no_grad()``: solvers are differentiated by the
+adjoint rule (one more solve), never through their iterations.
+
 Convergence. A column has converged when ``||b - A x|| <= max(rtol * ||b||, atol)`` (SciPy's
 rule). The loop watches each solver's cheap residual estimate; when every column has stopped,
 the true residual is computed once; a column whose estimate passed but whose true residual does
@@ -32,7 +35,8 @@ from ....ops.info import IterationResult, Status
 __all__ = [
     "Operator", "Callback", "Event", "Book", "Problem", "Iteration", "Start",
     "RUNNING", "CONVERGED", "NOT_FINITE", "MAX_ITER", "STAGNATED", "FIRST_SOLVER_CODE",
-    "SUPPORTED_DTYPES", "MAX_REFRESH", "dot", "norm", "col", "safe", "real_dtype", "prepare", "run",
+    "SUPPORTED_DTYPES", "MAX_REFRESH", "SINGULAR_FACTOR",
+    "dot", "norm", "col", "safe", "finite", "real_dtype", "prepare", "run",
 ]
 
 #: ``A @ X`` (or ``M^{-1} @ X``) on a ``(*batch, n, k)`` tensor.
@@ -53,17 +57,27 @@ FIRST_SOLVER_CODE = 8
 #: How many times columns whose estimate passed but whose true residual failed are restarted.
 MAX_REFRESH = 3
 
+#: A pivot of the projected (Hessenberg / tridiagonal) problem at most ``SINGULAR_FACTOR * eps``
+#: times the running estimate of ``||A||`` is zero to working precision (rounding leaves some
+#: ten eps there when the true pivot is 0). Pivots are bounded below by ``sigma_min(A)``, so only
+#: matrices with ``cond(A) >~ 1 / (SINGULAR_FACTOR * eps)`` can trip it.
+SINGULAR_FACTOR = 100.0
+
 # Which failure wins the overall status when columns fail differently (first listed wins).
 _PRIORITY = (Status.NOT_FINITE, Status.INDEFINITE, Status.BREAKDOWN, Status.MAX_ITERATIONS)
 
 
 def dot(x: Tensor, y: Tensor) -> Tensor:
     """Per-column inner products ``x^H y`` over dim -2: ``(*batch, n, k) -> (*batch, k)``."""
+    if x.shape[-1] == 1:  # one column: a BLAS dot through matmul is about twice as fast on CPU
+        return (x.mH @ y)[..., 0, :]
     return torch.linalg.vecdot(x, y, dim=-2)
 
 
 def norm(x: Tensor) -> Tensor:
     """Per-column 2-norms over dim -2 (real dtype): ``(*batch, n, k) -> (*batch, k)``."""
+    if x.is_complex():  # as (re, im) pairs: many times faster than the complex kernel on CPU
+        return torch.linalg.vector_norm(torch.view_as_real(x), dim=(-3, -1))
     return torch.linalg.vector_norm(x, dim=-2)
 
 
@@ -75,6 +89,11 @@ def col(s: Tensor) -> Tensor:
 def safe(d: Tensor, ok: Tensor) -> Tensor:
     """``d`` where ``ok``, else 1: a denominator that cannot be zero on masked-out columns."""
     return torch.where(ok, d, torch.ones_like(d))
+
+
+def finite(v: Tensor) -> Tensor:
+    """``torch.isfinite`` for real tensors in two kernels instead of four (inf - inf is NaN)."""
+    return (v - v) == 0
 
 
 def real_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -102,14 +121,14 @@ _COMMON_EVENTS: dict[int, Event] = {
     ),
     MAX_ITER: Event(
         Status.MAX_ITERATIONS,
-        "{name} stopped at maxiter ({maxiter}) after {iterations} iterations with relative residual "
-        "{rel:.2e}{where} above the tolerance (rtol={rtol:g}, atol={atol:g}): raise maxiter, pass "
+        "{name} reached maxiter ({maxiter}) with relative residual {rel:.2e}{where} above the "
+        "tolerance (rtol={rtol:g}, atol={atol:g}): raise maxiter, pass "
         "a preconditioner M, or loosen rtol/atol",
     ),
     STAGNATED: Event(
         Status.MAX_ITERATIONS,
         "{name}'s recurrence met the tolerance but the true relative residual ||b - A x||/||b|| = "
-        "{rel:.2e}{where} did not, even after restarting from the true residual: the tolerance "
+        "{rel:.2e}{where} did not ({refreshes} restart(s) from the true residual): the tolerance "
         "(rtol={rtol:g}, atol={atol:g}) is below what this dtype and conditioning allow; loosen "
         "rtol/atol or solve in float64",
     ),
@@ -117,11 +136,12 @@ _COMMON_EVENTS: dict[int, Event] = {
 
 
 class Book:
-    """Per-column bookkeeping on the device: status codes, residual estimates, failure events.
+    """Per-column bookkeeping on the device: status codes, residual estimates, stop events.
 
-    ``code`` holds one of the codes above per column; ``est`` the latest residual-norm estimate
-    (frozen once the column stops); ``event_it`` / ``event_val`` the iteration and offending
-    value of the event that stopped a column.
+    ``code`` holds one of the codes above per column and ``act`` whether it is still running;
+    ``est`` the latest residual-norm estimate (frozen once the column stops); ``event_it`` /
+    ``event_val`` the iteration and value (offending scalar, or the estimate on convergence) at
+    which a column stopped.
     """
 
     def __init__(self, bnorm: Tensor, target: Tensor) -> None:
@@ -129,41 +149,53 @@ class Book:
         self.scale = torch.where(bnorm > 0, bnorm, torch.ones_like(bnorm))
         self.target = target
         self.code = torch.zeros(bnorm.shape, dtype=torch.int8, device=bnorm.device)
+        self.act = torch.ones(bnorm.shape, dtype=torch.bool, device=bnorm.device)
         self.est = torch.zeros_like(bnorm)
         self.event_it = torch.zeros(bnorm.shape, dtype=torch.int64, device=bnorm.device)
         self.event_val = torch.zeros_like(bnorm)
 
     def active(self) -> Tensor:
         """Columns still iterating (bool, ``(*batch, k)``)."""
-        return self.code == RUNNING
+        return self.act
 
-    def _set(self, mask: Tensor, code: int, it: int, value: Tensor) -> None:
+    def _stop(self, mask: Tensor, code: Tensor | int, it: int, value: Tensor) -> None:
         self.code = torch.where(mask, code, self.code)
+        self.act = self.act & ~mask
         self.event_it = torch.where(mask, it, self.event_it)
-        value = value.abs() if value.is_complex() else value
-        self.event_val = torch.where(mask, value.to(self.event_val.dtype), self.event_val)
+        self.event_val = torch.where(mask, value, self.event_val)
 
-    def fail(self, mask: Tensor, code: int, it: int, value: Tensor) -> None:
-        """Stop the running columns in ``mask`` with ``code``, remembering ``it`` and ``value``."""
-        self._set(mask & self.active(), code, it, value)
+    def fail(self, it: int, value: Tensor, *conditions: tuple[Tensor, int]) -> None:
+        """Stop running columns whose ``value`` is NaN/Inf (NOT_FINITE), else where a condition holds.
 
-    def check_finite(self, value: Tensor, it: int) -> None:
-        """Stop running columns whose ``value`` (per-column scalar) is NaN or Inf."""
-        self.fail(~torch.isfinite(value), NOT_FINITE, it, value)
+        ``conditions`` are ``(mask, code)`` pairs; the first that holds wins. ``value`` (the
+        per-column scalar the conditions test; its modulus if complex) is kept for the message.
+        """
+        if value.is_complex():
+            value = value.abs()
+        code = torch.zeros_like(self.code)
+        for mask, c in reversed(conditions):
+            code = torch.where(mask, c, code)
+        code = torch.where(finite(value), code, NOT_FINITE)
+        self._stop(self.act & (code != RUNNING), code, it, value.to(self.event_val.dtype))
 
     def record(self, it: int, est: Tensor) -> None:
         """Take a new residual-norm estimate for the running columns; converge or fail them."""
-        act = self.active()
-        finite = torch.isfinite(est)
-        self.est = torch.where(act & finite, est, self.est)
-        self._set(act & ~finite, NOT_FINITE, it, est)
-        self.code = torch.where(act & finite & (est <= self.target), CONVERGED, self.code)
+        ok = finite(est)
+        self.est = torch.where(self.act & ok, est, self.est)
+        code = torch.where(ok, torch.where(est <= self.target, CONVERGED, self.code), NOT_FINITE)
+        self._stop(self.act & (code != RUNNING), code, it, est)
+
+    def restart(self, mask: Tensor, est: Tensor) -> None:
+        """Set the columns in ``mask`` running again, from the residual norm ``est``."""
+        self.code = torch.where(mask, RUNNING, self.code)
+        self.act = self.act | mask
+        self.est = torch.where(mask, est, self.est)
 
     def snapshot(self) -> tuple[float, int]:
         """(worst finite relative estimate, number of running columns): the one host sync."""
         rel = self.est / self.scale
         worst = torch.where(torch.isfinite(rel), rel, torch.zeros_like(rel)).amax()
-        running = (self.code == RUNNING).sum().to(worst.dtype)
+        running = self.act.sum().to(worst.dtype)
         w, r = torch.stack([worst, running]).tolist()
         return w, int(r)
 
@@ -236,6 +268,7 @@ def _check_tol(name: str, label: str, value: float) -> float:
     return v
 
 
+@torch.no_grad()
 def prepare(
     name: str,
     matvec: Operator,
@@ -314,9 +347,8 @@ def prepare(
     else:
         x = torch.where(zero_b, torch.zeros_like(x0), x0)
         r = b - A(x)
-    rnorm = norm(r)
-    book.record(0, rnorm)
-    book.fail(~torch.isfinite(bnorm), NOT_FINITE, 0, bnorm)
+    book.fail(0, bnorm)
+    book.record(0, norm(r))
     return Problem(
         name=name, matvec=A, M=P, b=b, x=x, r=r, rtol=rtol, atol=atol, maxiter=steps,
         maxiter_text=text, check_every=check_every, callback=callback, book=book, restart=m,
@@ -327,7 +359,7 @@ def _where_text(index: int, shape: tuple[int, ...], count: int) -> str:
     """' (column j of batch (i,))' for systems with several columns; '' for one system."""
     if math.prod(shape) <= 1:
         return ""
-    *batch, k = shape
+    batch = shape[:-1]
     pos = []
     rest = index
     for size in reversed(shape):
@@ -341,8 +373,8 @@ def _where_text(index: int, shape: tuple[int, ...], count: int) -> str:
 
 
 def _finish(
-    problem: Problem, x: Tensor, r: Tensor, iterations: int, history: list[float],
-    events: Mapping[int, Event],
+    problem: Problem, x: Tensor, r: Tensor, iterations: int, refreshes: int,
+    history: list[float], events: Mapping[int, Event],
 ) -> tuple[Tensor, IterationResult]:
     """Classify every column from its true residual ``r`` and build the result record."""
     book = problem.book
@@ -359,7 +391,7 @@ def _finish(
     table = {**_COMMON_EVENTS, **events}
     fields = dict(
         name=problem.name, iterations=iterations, maxiter=problem.maxiter_text,
-        rtol=problem.rtol, atol=problem.atol,
+        rtol=problem.rtol, atol=problem.atol, refreshes=refreshes,
     )
     if all(c == CONVERGED for c in codes):
         reason = (
@@ -383,6 +415,7 @@ def _finish(
     return x, result
 
 
+@torch.no_grad()
 def run(problem: Problem, start: Start, events: Mapping[int, Event]) -> tuple[Tensor, IterationResult]:
     """Iterate ``start``'s solver until every column has stopped or maxiter; report honestly.
 
@@ -394,7 +427,7 @@ def run(problem: Problem, start: Start, events: Mapping[int, Event]) -> tuple[Te
     history: list[float] = []
     x, r = problem.x, problem.r
     if b.numel() == 0:
-        return _finish(problem, x, r, 0, history, events)
+        return _finish(problem, x, r, 0, 0, history, events)
     _, running = book.snapshot()
     it = 0
     refreshes = 0
@@ -424,11 +457,10 @@ def run(problem: Problem, start: Start, events: Mapping[int, Event]) -> tuple[Te
         if not bool(gap.any()):
             break
         refreshes += 1
-        book.code = torch.where(gap, RUNNING, book.code)
-        book.est = torch.where(gap, rn, book.est)
+        book.restart(gap, rn)
         state = start(problem, x, r, it)
     if state is not None and not fresh:
         state.flush()
         x = state.x
         r = b - problem.matvec(x)
-    return _finish(problem, x, r, it, history, events)
+    return _finish(problem, x, r, it, refreshes, history, events)

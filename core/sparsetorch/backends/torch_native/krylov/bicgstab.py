@@ -9,9 +9,14 @@ shadow residual ``rh = r0``::
     x += alpha ph + omega sh;  r = s - omega t
 
 A column whose half-step residual ``s`` already meets the tolerance takes ``omega = 0``.
-Breakdowns stop the column with ``Status.BREAKDOWN``: ``rh^H r ~ 0`` or ``rh^H A p ~ 0``
-(relative to the norms, at eps^2) and ``omega ~ 0`` (``|t^H s| <= eps ||t|| ||s||``; the
-update with that omega is still applied, as in SciPy).
+
+Breakdowns. ``rh^H r ~ 0`` or ``rh^H A M^-1 p ~ 0`` (zero relative to the norms, at eps^2)
+restart the column's recurrence with the current residual as its new shadow residual (the
+standard remedy; sparse right-hand sides such as unit vectors meet exact zeros there); after
+``MAX_RESTARTS`` such restarts the column stops with ``Status.BREAKDOWN``. ``omega ~ 0``
+(``|t^H s| <= eps ||t|| ||s||``, a stabilising step that cannot make progress, as for a real
+skew-symmetric A) stops it at once with ``Status.BREAKDOWN``; the update with that omega is
+still applied, as in SciPy.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from torch import Tensor
 
 from ....ops.info import IterationResult, Status
 from ._common import (
-    FIRST_SOLVER_CODE, Callback, Event, Operator, Problem, col, dot, norm, prepare, run, safe,
+    FIRST_SOLVER_CODE, Callback, Event, Operator, Problem, col, dot, norm, prepare, run,
 )
 
 __all__ = ["bicgstab"]
@@ -30,17 +35,21 @@ _BREAKDOWN_RHO = FIRST_SOLVER_CODE
 _BREAKDOWN_RV = FIRST_SOLVER_CODE + 1
 _BREAKDOWN_OMEGA = FIRST_SOLVER_CODE + 2
 
+#: Shadow-residual restarts a column may take before a rho / alpha breakdown stops it.
+MAX_RESTARTS = 4
+
 _EVENTS = {
     _BREAKDOWN_RHO: Event(
         Status.BREAKDOWN,
-        "BiCGStab broke down at iteration {it}{where}: |rho| = |r0^H r| = {value:.1e} is zero "
-        "relative to the norms (the residual became orthogonal to the shadow residual r0); "
-        "use gmres, or restart from this x",
+        "BiCGStab broke down at iteration {it}{where}: |rho| = |rh^H r| = {value:.1e} is zero "
+        "relative to the norms (the residual became orthogonal to the shadow residual rh) "
+        "even after restarting the recurrence with a new rh; use gmres",
     ),
     _BREAKDOWN_RV: Event(
         Status.BREAKDOWN,
-        "BiCGStab broke down at iteration {it}{where}: |r0^H A M^-1 p| = {value:.1e} is zero "
-        "relative to the norms, so alpha is undefined; use gmres, or restart from this x",
+        "BiCGStab broke down at iteration {it}{where}: |rh^H A M^-1 p| = {value:.1e} is zero "
+        "relative to the norms, so alpha is undefined, even after restarting the recurrence "
+        "with a new shadow residual rh; use gmres",
     ),
     _BREAKDOWN_OMEGA: Event(
         Status.BREAKDOWN,
@@ -67,41 +76,53 @@ class _BiCGStab:
         eps = torch.finfo(r.dtype).eps
         self.tiny = eps * eps
         self.eps = eps
+        self.restarts = torch.zeros(self.rh_norm.shape, dtype=torch.int32, device=r.device)
+        self.pending = torch.zeros(self.rh_norm.shape, dtype=torch.bool, device=r.device)
+        self.rv = torch.zeros_like(self.rh_norm)  # |rh^H v| of the last iteration
 
     def step(self, it: int) -> None:
         problem, book = self.problem, self.problem.book
         rho = dot(self.rh, self.r)
-        book.check_finite(rho, it)
-        book.fail(rho.abs() <= self.tiny * self.rh_norm * book.est, _BREAKDOWN_RHO, it, rho)
+        lost = rho.abs() <= self.tiny * self.rh_norm * book.est
+        spent = self.restarts >= MAX_RESTARTS
+        book.fail(it, rho)
+        value = torch.where(self.pending, self.rv, rho.abs())  # what each message quotes
+        book.fail(it, value, (self.pending & spent, _BREAKDOWN_RV), (lost & spent, _BREAKDOWN_RHO))
         act = book.active()
-        beta = (rho / safe(self.rho_old, act)) * (self.alpha / safe(self.omega, act))
-        beta = torch.where(act, beta, torch.zeros_like(beta))
+        # Restart the lost columns: rh = r, so rho = ||r||^2 and p = r (beta = 0).
+        redo = act & (lost | self.pending)
+        self.restarts = self.restarts + redo
+        self.rh = torch.where(col(redo), self.r, self.rh)
+        self.rh_norm = torch.where(redo, book.est, self.rh_norm)
+        rho = torch.where(redo, book.est * book.est, rho)
+        beta = torch.where(act & ~redo, (rho / self.rho_old) * (self.alpha / self.omega), 0.0)
         self.p = torch.addcmul(self.r, col(beta), torch.addcmul(self.p, col(-self.omega), self.v))
         ph = problem.precond(self.p)
         self.v = problem.matvec(ph)
         rv = dot(self.rh, self.v)
-        book.check_finite(rv, it)
-        book.fail(rv.abs() <= self.tiny * self.rh_norm * norm(self.v), _BREAKDOWN_RV, it, rv)
-        act = book.active()
-        alpha = torch.where(act, rho / safe(rv, act), torch.zeros_like(rv))
+        book.fail(it, rv)
+        self.rv = rv.abs()
+        self.pending = book.active() & (self.rv <= self.tiny * self.rh_norm * norm(self.v))
+        act = book.active() & ~self.pending  # the columns that take this iteration's step
+        alpha = torch.where(act, rho / rv, 0.0)
         s = torch.addcmul(self.r, col(-alpha), self.v)
         s_norm = norm(s)
         sh = problem.precond(s)
         t = problem.matvec(sh)
         tt = dot(t, t).real
         ts = dot(t, s)
-        book.check_finite(tt, it)
-        book.check_finite(ts, it)
-        act = book.active()
+        book.fail(it, tt + ts.abs())
+        act = act & book.active()
         half = act & (s_norm <= book.target)
         full = act & ~half & (tt > 0)
-        omega = torch.where(full, ts / safe(tt, full).to(ts.dtype), torch.zeros_like(ts))
-        step = torch.addcmul(torch.mul(ph, col(alpha)), col(omega), sh)
+        omega = torch.where(full, ts / tt, 0.0)
+        # Stopped columns keep x (even where ph or sh hold NaN: torch.where selects).
+        step = torch.addcmul(ph * col(alpha), col(omega), sh)
         self.x = torch.where(col(act), self.x + step, self.x)
         self.r = torch.addcmul(s, col(-omega), t)
         book.record(it, norm(self.r))
-        stalled = ts.abs() <= self.eps * tt.clamp(min=0).sqrt() * s_norm
-        book.fail(~half & stalled, _BREAKDOWN_OMEGA, it, omega)
+        stalled = act & ~half & (ts.abs() <= self.eps * tt.clamp(min=0).sqrt() * s_norm)
+        book.fail(it, omega, (stalled, _BREAKDOWN_OMEGA))
         self.rho_old = torch.where(act, rho, self.rho_old)
         self.alpha = torch.where(act, alpha, self.alpha)
         self.omega = torch.where(act, omega, self.omega)

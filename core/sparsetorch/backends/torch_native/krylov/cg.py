@@ -18,7 +18,7 @@ from torch import Tensor
 
 from ....ops.info import IterationResult, Status
 from ._common import (
-    FIRST_SOLVER_CODE, Callback, Event, Operator, Problem, col, dot, norm, prepare, run, safe,
+    FIRST_SOLVER_CODE, Callback, Event, Operator, Problem, col, dot, norm, prepare, run,
 )
 
 __all__ = ["cg"]
@@ -51,19 +51,17 @@ class _CG:
         z = problem.precond(r)
         self.rho = dot(r, z).real
         if problem.M is not None:
-            problem.book.check_finite(self.rho, it)
-            problem.book.fail(self.rho <= 0, _INDEFINITE_M, it, self.rho)
+            problem.book.fail(it, self.rho, (self.rho <= 0, _INDEFINITE_M))
         self.p = z
 
     def step(self, it: int) -> None:
         problem, book = self.problem, self.problem.book
         q = problem.matvec(self.p)
         pAp = dot(self.p, q).real
-        book.check_finite(pAp, it)
-        book.fail(pAp <= 0, _INDEFINITE, it, pAp)
+        book.fail(it, pAp, (pAp <= 0, _INDEFINITE))
         act = book.active()
-        alpha = torch.where(act, self.rho / safe(pAp, act), torch.zeros_like(pAp))
-        # x keeps its last good value on stopped columns (even if p holds NaN there).
+        alpha = torch.where(act, self.rho / pAp, 0.0)
+        # Stopped columns keep x (even where p holds NaN: torch.where selects, never multiplies).
         self.x = torch.where(col(act), torch.addcmul(self.x, col(alpha), self.p), self.x)
         self.r = torch.addcmul(self.r, col(-alpha), q)
         if problem.M is None:
@@ -74,9 +72,8 @@ class _CG:
             z = problem.M(self.r)
             rho = dot(self.r, z).real
             book.record(it, norm(self.r))
-            book.check_finite(rho, it)
-            book.fail(rho <= 0, _INDEFINITE_M, it, rho)
-        beta = rho / safe(self.rho, self.rho != 0)
+            book.fail(it, rho, (rho <= 0, _INDEFINITE_M))
+        beta = torch.where(act, rho / self.rho, 0.0)
         self.p = torch.addcmul(z, col(beta), self.p)
         self.rho = rho
 

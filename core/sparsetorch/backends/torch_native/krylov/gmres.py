@@ -10,7 +10,9 @@ updated from the triangular solve and the true residual ``b - A x`` starts the n
 
 A column that stops in the middle of a cycle has its remaining steps of that cycle masked to
 identity rows (``R[j, j] = 1``, ``g[j] = 0``), so its update uses only the steps it took.
-``A M^-1 v = 0`` for an Arnoldi vector (singular A or M) stops it with ``Status.BREAKDOWN``.
+A rotated diagonal entry ``<= SINGULAR_FACTOR * eps * ||A M^-1||`` (a singular A or M, b
+outside the range) stops
+the column with ``Status.BREAKDOWN`` before the triangular solve could divide by it.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from torch import Tensor
 
 from ....ops.info import IterationResult, Status
 from ._common import (
-    FIRST_SOLVER_CODE, NOT_FINITE, Callback, Event, Operator, Problem, col, dot, norm, prepare,
-    real_dtype, run, safe,
+    FIRST_SOLVER_CODE, NOT_FINITE, SINGULAR_FACTOR, Callback, Event, Operator, Problem, col, dot,
+    norm, prepare, real_dtype, run, safe,
 )
 
 __all__ = ["gmres"]
@@ -31,8 +33,9 @@ _SINGULAR = FIRST_SOLVER_CODE
 _EVENTS = {
     _SINGULAR: Event(
         Status.BREAKDOWN,
-        "GMRES broke down at iteration {it}{where}: A M^-1 v = 0 for an Arnoldi vector v (the "
-        "rotated diagonal is {value:.1e}), so A or the preconditioner is singular",
+        "GMRES broke down at iteration {it}{where}: the new diagonal entry of the rotated "
+        "Hessenberg matrix is {value:.1e}, zero relative to ||A M^-1||, so A (or the "
+        "preconditioner) is singular and b is not in the range of A",
     ),
 }
 
@@ -51,6 +54,8 @@ class _Gmres:
         self.cs = torch.zeros((m, *cols), dtype=real_dtype(r.dtype), device=r.device)
         self.sn = r.new_zeros((m, *cols))
         self.j = 0
+        self.scale = torch.zeros_like(self.cs[0])
+        self.tiny = SINGULAR_FACTOR * torch.finfo(self.cs.dtype).eps
         self._begin(r)
 
     def _begin(self, r: Tensor) -> None:
@@ -64,6 +69,7 @@ class _Gmres:
         problem, book = self.problem, self.problem.book
         j, V = self.j, self.V
         w = problem.matvec(problem.precond(V[j]))
+        self.scale = torch.maximum(self.scale, norm(w))  # running estimate of ||A M^-1||
         h: list[Tensor] = []
         for i in range(j + 1):  # modified Gram-Schmidt
             hi = dot(V[i], w)
@@ -79,8 +85,7 @@ class _Gmres:
         a = h[j]
         absa = a.abs()
         t = torch.hypot(absa, hn)
-        book.check_finite(t, it)
-        book.fail(t == 0, _SINGULAR, it, t)
+        book.fail(it, t, (t <= self.tiny * self.scale, _SINGULAR))
         live = book.active()
         phase = torch.where(absa > 0, a / safe(absa, absa > 0), torch.ones_like(a))
         t_safe = safe(t, t > 0)

@@ -8,8 +8,9 @@ recurrence (``r -= phi A w``): that is the estimate checked against ``max(rtol |
 as for the other solvers (MINRES's own ``phibar`` is the ``M^-1``-norm when preconditioned).
 
 M must be Hermitian positive definite; ``r^H M^-1 r < 0`` stops the column with
-``Status.INDEFINITE``. A Lanczos step with ``gamma = 0`` (the Krylov space is exhausted on a
-singular A with b outside its range) stops it with ``Status.BREAKDOWN``.
+``Status.INDEFINITE``. A zero pivot ``gamma`` or an exhausted Lanczos process (``beta``) before the column converged
+(both "zero" meaning ``<= SINGULAR_FACTOR * eps * ||A||``) means A is singular with b outside
+its range: ``Status.BREAKDOWN``, with x left at the minimal-residual solution so far.
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ from torch import Tensor
 
 from ....ops.info import IterationResult, Status
 from ._common import (
-    FIRST_SOLVER_CODE, Callback, Event, Operator, Problem, col, dot, norm, prepare, run, safe,
+    FIRST_SOLVER_CODE, SINGULAR_FACTOR, Callback, Event, Operator, Problem, col, dot, norm, prepare,
+    run, safe,
 )
 
 __all__ = ["minres"]
 
 _INDEFINITE_M = FIRST_SOLVER_CODE
 _SINGULAR = FIRST_SOLVER_CODE + 1
+_EXHAUSTED = FIRST_SOLVER_CODE + 2
 
 _EVENTS = {
     _INDEFINITE_M: Event(
@@ -36,8 +39,16 @@ _EVENTS = {
     ),
     _SINGULAR: Event(
         Status.BREAKDOWN,
-        "MINRES broke down at iteration {it}{where}: the Lanczos process ended with gamma = "
-        "{value:.1e}, so A is singular and b is not in its range (no exact solution)",
+        "MINRES broke down at iteration {it}{where}: the rotated tridiagonal pivot gamma = "
+        "{value:.1e} is zero relative to ||A||, so A is singular (to working precision) and b is "
+        "not in its range; x is the minimal-residual solution of the steps before",
+    ),
+    _EXHAUSTED: Event(
+        Status.BREAKDOWN,
+        "MINRES broke down at iteration {it}{where}: the Lanczos process is exhausted (beta = "
+        "{value:.1e}, zero relative to ||A||) without meeting the tolerance, so A is singular and "
+        "b is not in its range (x is the minimal-residual solution), or the tolerance is below "
+        "what this dtype allows",
     ),
 }
 
@@ -55,13 +66,14 @@ class _Minres:
         self.y = problem.precond(r)
         beta1 = dot(r, self.y).real
         if problem.M is not None:
-            book.check_finite(beta1, it)
-            book.fail(beta1 < 0, _INDEFINITE_M, it, beta1)
+            book.fail(it, beta1, (beta1 < 0, _INDEFINITE_M))
         beta1 = beta1.clamp(min=0).sqrt()
         zero = torch.zeros_like(beta1)
         self.beta, self.oldb, self.dbar, self.epsln = beta1, zero, zero, zero
         self.phibar = beta1
         self.cs, self.sn = -torch.ones_like(beta1), zero
+        self.anorm = zero  # running max of the rows of T_k: an estimate of ||A||
+        self.tiny = SINGULAR_FACTOR * torch.finfo(beta1.dtype).eps
         self.w = torch.zeros_like(r)
         self.w2 = self.w
         self.aw = self.w
@@ -71,7 +83,6 @@ class _Minres:
     def step(self, it: int) -> None:
         problem, book = self.problem, self.problem.book
         self.local += 1
-        act = book.active()
         v = self.y * col(1 / safe(self.beta, self.beta > 0))
         av = problem.matvec(v)
         y = av
@@ -83,10 +94,12 @@ class _Minres:
         self.y = problem.precond(y)
         self.oldb = self.beta
         beta2 = dot(self.r2, self.y).real
-        book.check_finite(alfa, it)
-        book.check_finite(beta2, it)
-        book.fail(beta2 < 0, _INDEFINITE_M, it, beta2)
+        book.fail(it, alfa)
+        book.fail(it, beta2, (beta2 < 0, _INDEFINITE_M))
         self.beta = beta2.clamp(min=0).sqrt()
+        row = (alfa * alfa + self.oldb * self.oldb + self.beta * self.beta).sqrt()
+        self.anorm = torch.maximum(self.anorm, row)
+        exhausted = self.beta <= self.tiny * self.anorm
         # Previous rotation applied to the new tridiagonal column, then the next rotation.
         oldeps = self.epsln
         delta = self.cs * self.dbar + self.sn * alfa
@@ -94,7 +107,7 @@ class _Minres:
         self.epsln = self.sn * self.beta
         self.dbar = -self.cs * self.beta
         gamma = torch.hypot(gbar, self.beta)
-        book.fail(gamma == 0, _SINGULAR, it, gamma)
+        book.fail(it, gamma, (gamma <= self.tiny * self.anorm, _SINGULAR))
         act = book.active()
         gamma = safe(gamma, gamma > 0)
         self.cs = gbar / gamma
@@ -104,11 +117,13 @@ class _Minres:
         denom = col(1 / gamma)
         w1, self.w2 = self.w2, self.w
         aw1, self.aw2 = self.aw2, self.aw
-        self.w = (v - col(oldeps) * w1 - col(delta) * self.w2) * denom
-        self.aw = (av - col(oldeps) * aw1 - col(delta) * self.aw2) * denom
+        self.w = torch.addcmul(torch.addcmul(v, col(-oldeps), w1), col(-delta), self.w2) * denom
+        self.aw = torch.addcmul(torch.addcmul(av, col(-oldeps), aw1), col(-delta), self.aw2) * denom
         self.x = torch.where(col(act), torch.addcmul(self.x, col(phi), self.w), self.x)
         self.res = torch.addcmul(self.res, col(-phi), self.aw)
         book.record(it, norm(self.res))
+        # An exhausted Lanczos process has given its best x; if that did not converge, stop.
+        book.fail(it, self.beta, (exhausted, _EXHAUSTED))
 
     def flush(self) -> None:
         pass
