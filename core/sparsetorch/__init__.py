@@ -8,7 +8,7 @@ from . import format
 from ._markers import hookimpl
 from ._version import __version__
 from .dispatch import BackendInfo, Decline, Offer, OperandInfo, Request, plan_cache
-from .dispatch.manager import get_backends as backends
+from .dispatch.manager import get_backends as registry
 from .errors import (
     BackendError, ConversionError, FallbackWarning, FormatError, FormatParseError, IndefiniteMatrixError, InputError,
     InteropError, NoBackendError, NotConvergedError, NotConvergedWarning, NotSymmetricError, SingularMatrixError,
@@ -31,5 +31,5 @@ __all__ = [
     # operations
     "IterationResult", "Matmul", "SolveInfo", "Solver", "Status", "explain", "matmul", "norm", "solve", "transpose",
     # dispatch
-    "BackendInfo", "Decline", "Offer", "OperandInfo", "Request", "backends", "plan_cache",
+    "BackendInfo", "Decline", "Offer", "OperandInfo", "Request", "plan_cache", "registry",
 ]

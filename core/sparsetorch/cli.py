@@ -46,13 +46,37 @@ def _sparsetorch_version() -> str:
 
 
 def _backend_lines() -> list[str]:
-    """Lines describing the discovered backends.
-
-    PLACEHOLDER: the dispatch issue fills this in with the backends found
-    through the ``sparsetorch.backends`` entry point group (name, version,
-    devices, and the reason when one is unavailable). Until then: none.
+    """Lines describing the backends: each loaded one (name, version, distribution, devices,
+    dtypes, ops and their methods, missing optional dependencies) and each broken plugin with
+    its error. Loading the backends imports sparsetorch and the plugins' modules (which must not
+    import their optional dependencies to answer); it never raises here.
     """
-    return []
+    import os
+
+    try:
+        from sparsetorch.dispatch.manager import get_backends
+
+        backends = get_backends()
+        infos = backends.info()
+    except Exception as exc:  # noqa: BLE001 - `info` must print whatever else it knows
+        return [f"backend discovery failed: {type(exc).__name__}: {exc}"]
+    lines: list[str] = []
+    for info in infos:
+        source = info.distribution or "registered at run time"
+        lines.append(f"{info.name:<12}{info.version:<10}({source}) devices: {', '.join(info.devices)}; "
+                     f"dtypes: {', '.join(str(d).replace('torch.', '') for d in info.dtypes)}")
+        ops = "; ".join(f"{op}: {', '.join(methods) or '-'}" for op, methods in info.ops.items())
+        lines.append(f"{'':12}ops: {ops or 'none'}")
+        for dep, why in info.missing.items():
+            lines.append(f"{'':12}missing {dep}: {why}")
+    for broken in backends.broken:
+        source = broken.distribution or "registered at run time"
+        lines.append(f"{broken.name:<12}BROKEN ({source}): {broken.error}")
+    for var in ("SPARSETORCH_DISABLE_PLUGINS", "SPARSETORCH_PLUGINS"):
+        value = os.environ.get(var, "").strip()
+        if value:
+            lines.append(f"(external plugins filtered by {var}={value})")
+    return lines
 
 
 def _info_lines() -> list[str]:

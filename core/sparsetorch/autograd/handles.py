@@ -26,17 +26,47 @@ def _token(values: torch.Tensor) -> tuple:
 
 @dataclass
 class PlanState:
-    """A plan and the identity of the values it currently holds."""
+    """A plan and the values it currently holds.
+
+    Values are recognised by identity and torch's version counter, and, when those match, by
+    comparing with a snapshot (O(nnz), far cheaper than a refactorization): writes through
+    ``.data`` or a NumPy view keep the version unchanged and must still be seen.
+    """
 
     plan: Any
     token: tuple | None = None
     reused: bool = False
+    snapshot: torch.Tensor | None = None
+    factory: Any = None
+
+    def build(self) -> Any:
+        """Run the plan factory if it has not run yet (pattern-dependent work)."""
+        if self.plan is None:
+            self.plan = self.factory()
+            self.factory = None
+            if hasattr(self.plan, "callback"):
+                self.plan.callback = getattr(self, "_callback", None)
+        return self.plan
 
     def load(self, values: torch.Tensor) -> None:
-        tok = _token(values)
-        if tok != self.token:
-            self.plan.set_values(values.detach())
-            self.token = tok
+        self.build()
+        v = values.detach()
+        tok = _token(v)
+        if tok == self.token and self.snapshot is not None and torch.equal(self.snapshot, v):
+            return
+        self.plan.set_values(v)
+        self.token = tok
+        self.snapshot = v.clone()
+
+    @property
+    def callback(self):
+        return getattr(self.plan, "callback", None) if self.plan is not None else getattr(self, "_callback", None)
+
+    @callback.setter
+    def callback(self, fn) -> None:
+        self._callback = fn
+        if self.plan is not None and hasattr(self.plan, "callback"):
+            self.plan.callback = fn
 
 
 def sddmm(A: SparseTensor, P: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
@@ -60,11 +90,17 @@ class SolveHandle:
     adjoint: bool = False
     on_nonconvergence: str = "raise"
     results: list = field(default_factory=list)
+    check_finite: bool = False
 
     def flipped(self) -> "SolveHandle":
         return SolveHandle(self.state, self.A, not self.adjoint, self.on_nonconvergence, self.results)
 
     def run(self, values: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+        # Runs inside the autograd Function, where torch.func transforms hand over plain tensors.
+        if self.check_finite:
+            from ..ops._inputs import check_finite
+
+            check_finite(self.A.with_values(values), B, "solve")
         self.state.load(values)
         with torch.no_grad():
             X, res = self.state.plan.solve(B.detach(), adjoint=self.adjoint)

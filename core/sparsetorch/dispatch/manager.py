@@ -20,7 +20,7 @@ import threading
 import traceback
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any, Sequence
+from typing import Any
 
 import pluggy
 
@@ -104,10 +104,10 @@ class Backends:
         self._info[name] = info
 
     def _describe(self, plugin: Any) -> BackendInfo:
-        impl = getattr(plugin, "sparsetorch_backend_info", None)
-        if impl is None:
-            raise TypeError("the plugin has no sparsetorch_backend_info hook")
-        info = impl()
+        impls = [i for i in self._pm.hook.sparsetorch_backend_info.get_hookimpls() if i.plugin is plugin]
+        if not impls:
+            raise TypeError("the plugin has no @sparsetorch.hookimpl sparsetorch_backend_info")
+        info = impls[0].function()
         if not isinstance(info, BackendInfo):
             raise TypeError(f"sparsetorch_backend_info returned {type(info).__name__}, expected BackendInfo")
         return info
@@ -122,6 +122,7 @@ class Backends:
         if plugin is not None:
             self._pm.unregister(plugin)
         self._info.pop(name, None)
+        self.broken = [b for b in self.broken if b.name != name]
 
     # Typed facade -----------------------------------------------------------------------------
     @property
@@ -136,13 +137,25 @@ class Backends:
     def offers(self, request: Request) -> list[Offer | Decline]:
         """Every backend's answer to ``request``; a raising backend becomes a decline."""
         out: list[Offer | Decline] = []
-        for name, plugin in self._plugins.items():
+        impls = {self._pm.get_name(impl.plugin): impl for impl in self._pm.hook.sparsetorch_offers.get_hookimpls()}
+        for name in self._plugins:
             info = self._info[name]
             if request.op not in info.ops:
                 out.append(Decline(name, f"does not implement {request.op!r} (it has: {', '.join(info.ops) or 'nothing'})"))
                 continue
+            if request.device.type not in info.devices:
+                out.append(Decline(name, f"runs on {', '.join(info.devices)} only; the operands are on {request.device}"))
+                continue
+            if request.dtype not in info.dtypes:
+                have = ", ".join(str(d).replace("torch.", "") for d in info.dtypes)
+                out.append(Decline(name, f"does not support dtype {str(request.dtype).replace('torch.', '')} (it has: {have})"))
+                continue
+            impl = impls.get(name)
+            if impl is None:
+                out.append(Decline(name, "has no @sparsetorch.hookimpl sparsetorch_offers (plugin bug)"))
+                continue
             try:
-                answers = plugin.sparsetorch_offers(request=request)
+                answers = impl.function(request=request)
                 answers = list(answers or [])
             except Exception as exc:  # noqa: BLE001 - reported as a decline, with the text
                 out.append(Decline(name, f"raised {_one_line(exc)}"))
@@ -162,10 +175,11 @@ class Backends:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip()
-    frames = traceback.extract_tb(exc.__traceback__)
+    """The whole exception text on one line, with the innermost frame outside pluggy."""
+    text = " / ".join(line.strip() for line in f"{type(exc).__name__}: {exc}".splitlines() if line.strip())
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/pluggy/" not in f.filename]
     where = f" (at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno})" if frames else ""
-    return text.splitlines()[0][:300] + where if text else repr(exc)
+    return text[:1000] + where
 
 
 _lock = threading.Lock()
@@ -192,6 +206,3 @@ def reset_backends(*, entry_points: bool = True) -> Backends:
     plan_cache().clear()
     return _backends
 
-
-def loaded_backends() -> Sequence[BackendInfo]:
-    return get_backends().info()  # type: ignore[return-value]

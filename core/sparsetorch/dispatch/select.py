@@ -5,11 +5,11 @@ The rule, in order:
 1. Collect every backend's offers and declines for the request.
 2. Drop offers that break a user constraint, turning each into a decline that says which:
    ``backend=`` (pin a backend), ``method=`` (pin a method), ``max_bytes=`` (memory budget).
-   Devices are a constraint of the offers themselves: a backend that cannot work where the
-   operands live declines (or, when ``allow_transfer=True``, offers with the transfer costed).
+   Devices and dtypes a backend did not declare in its ``BackendInfo`` are declined for it
+   by the core, with a generated reason.
 3. Rank the remaining offers by estimated seconds, lowest first.
-4. Ties (estimates within 1 %) go to the lower peak bytes, then to the higher backend
-   ``priority``, then to the backend name in alphabetical order, then to the method name.
+4. Ties: offers within 1 % of the cheapest remaining estimate form a group, ordered by lower
+   peak bytes, then higher backend ``priority``, then backend name, then method name.
    The result never depends on plugin load order.
 
 ``explain(op, *operands, **options)`` returns this ranking as an :class:`ExplainTable`.
@@ -114,15 +114,17 @@ def _fmt_bytes(b: int) -> str:
     return f"{b} B"
 
 
-def _sort_key(priorities: dict[str, int]):
-    def key(o: Offer):
-        # Bucket the seconds so that estimates within ~1 % tie (then bytes decide).
-        import math
-
-        bucket = round(math.log(max(o.seconds, 1e-12)) / math.log(1.01))
-        return (bucket, o.bytes, -priorities.get(o.backend, 0), o.backend, o.method)
-
-    return key
+def _ordered(offers: list[Offer], priorities: dict[str, int]) -> list[Offer]:
+    """Cheapest first; offers within 1 % of the cheapest remaining one form a tie group, ordered
+    by peak bytes, then higher priority, then backend name, then method name."""
+    rest = sorted(offers, key=lambda o: (o.seconds, o.backend, o.method))
+    out: list[Offer] = []
+    while rest:
+        lead = rest[0].seconds
+        group = [o for o in rest if o.seconds <= lead * 1.01 + 1e-15]
+        rest = [o for o in rest if o.seconds > lead * 1.01 + 1e-15]
+        out += sorted(group, key=lambda o: (o.bytes, -priorities.get(o.backend, 0), o.backend, o.method))
+    return out
 
 
 def rank(request: Request) -> ExplainTable:
@@ -153,7 +155,7 @@ def rank(request: Request) -> ExplainTable:
         else:
             offers.append(a)
     prio = {i.name: i.priority for i in backends.info()}  # type: ignore[union-attr]
-    offers.sort(key=_sort_key(prio))
+    offers = _ordered(offers, prio)
     rows = [Row(o.backend, o.method, o.seconds, o.bytes, k == 0, o.notes, o) for k, o in enumerate(offers)]
     rows += [Row(d.backend, d.method, None, None, False, d.reason) for d in declines]
     table = ExplainTable(request, rows)

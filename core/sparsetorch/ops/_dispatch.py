@@ -26,24 +26,40 @@ def make_request(op: str, operands: tuple[OperandInfo, ...], properties: frozens
 def options_key(offer: Offer, options: dict[str, Any]) -> tuple:
     pre = options.get("preconditioner")
     pre_key = pre if (pre is None or isinstance(pre, str)) else ("callable", id(pre))
-    return (offer.preconditioner, pre_key) + tuple((k, options.get(k)) for k in _PLAN_OPTIONS)
+    bo = options.get("backend_options") or {}
+    return (offer.preconditioner, pre_key, tuple(sorted((k, repr(v)) for k, v in bo.items()))) + tuple(
+        (k, options.get(k)) for k in _PLAN_OPTIONS
+    )
 
 
 def obtain_plan(op: str, A: SparseTensor, request: Request, *, cache: bool = True) -> tuple[PlanState, Offer, ExplainTable]:
     """Choose the cheapest capable backend and return its plan (from the cache when the
     pattern, dtype and options match a previous call)."""
     offer, table = choose(request)
-    source = A.detach()
+    # Plans capture the pattern only: they get A with zero values; values arrive through
+    # set_values. The factory runs lazily, at the first load, which happens inside the autograd
+    # Function, where torch.func transforms hand over plain tensors that a plan may keep.
+    def factory():
+        source = A.detach().with_values(torch.zeros(A.values.shape, dtype=A.dtype, device=A.device))
+        return offer.build(source, request)
 
     def build() -> PlanState:
-        return PlanState(offer.build(source, request))
+        return PlanState(None, factory=factory)
 
     if not cache:
-        return build(), offer, table
+        state = build()
+        _per_call(state, request)
+        return state, offer, table
     key = (op, offer.backend, offer.method, A.pattern_key, A.dtype, tuple(A.batch_shape), options_key(offer, request.options))
     state, hit = plan_cache().get_or_build(key, A.pattern_key, build, (op, offer.backend, offer.method, tuple(A.shape)))
     state.reused = hit
+    _per_call(state, request)
     return state, offer, table
+
+
+def _per_call(state: PlanState, request: Request) -> None:
+    """Options that may change from call to call without a new plan (progress callbacks)."""
+    state.callback = request.options.get("callback")
 
 
 def explain_request(request: Request) -> ExplainTable:

@@ -22,7 +22,8 @@ def explain(op: str, *operands: Any, **options: Any) -> ExplainTable:
         B = as_rhs(A, operands[1], "explain", rows=A.format_shape[0])[0] if len(operands) > 1 else None
         props = options.pop("properties", None)
         defaults = dict(backend=None, method=None, preconditioner=None, rtol=1e-6, atol=0.0, maxiter=None, restart=None,
-                        block_size=None, dense_max=None, max_bytes=None, callback=None, check_every=None)
+                        block_size=None, dense_max=None, max_bytes=None, callback=None, check_every=None,
+                        backend_options=None)
         unknown = set(options) - set(defaults)
         if unknown:
             raise InputError(f"explain('solve', ...) got unknown options {sorted(unknown)}")

@@ -23,10 +23,7 @@ def matmul_request(A: SparseTensor, X: torch.Tensor | None, options: dict[str, A
 
 
 def _run(A: SparseTensor, Xn: torch.Tensor, state: PlanState, adjoint: bool = False) -> torch.Tensor:
-    handle = MatmulHandle(state, A.detach(), adjoint)
-    if torch.is_grad_enabled() and (A.requires_grad or Xn.requires_grad):
-        return matmul_function(A.values, Xn, handle)
-    return handle.run(A.values, Xn)
+    return matmul_function(A.values, Xn, MatmulHandle(state, A.detach(), adjoint))
 
 
 def matmul(A: SparseTensor, X: torch.Tensor, *, backend: str | None = None, cache: bool = True) -> torch.Tensor:
@@ -103,6 +100,7 @@ class Matmul:
     def plan(self) -> ExplainTable:
         request = matmul_request(self.a, self._bn, {"backend": self._backend})
         self._state, _, self._table = obtain_plan("matmul", self.a, request, cache=False)
+        self._state.build()
         return self._table
 
     def execute(self) -> torch.Tensor:

@@ -12,7 +12,7 @@ from ..dispatch.select import ExplainTable
 from ..errors import InputError
 from ..tensor import SparseTensor, SparseTensorList
 from ._dispatch import make_request, obtain_plan
-from ._inputs import as_rhs, check_finite as _check_finite, check_matrix, describe_dense, describe_sparse, restore_rhs
+from ._inputs import as_rhs, check_matrix, describe_dense, describe_sparse, restore_rhs
 from .info import SolveInfo
 from .properties import detect, normalize_tags
 
@@ -22,7 +22,8 @@ _POLICIES = ("raise", "warn", "ignore")
 
 
 def _options(
-    backend, method, preconditioner, rtol, atol, maxiter, restart, block_size, dense_max, max_bytes, callback, check_every
+    backend, method, preconditioner, rtol, atol, maxiter, restart, block_size, dense_max, max_bytes, callback, check_every,
+    backend_options=None,
 ) -> dict[str, Any]:
     if not (isinstance(rtol, (int, float)) and rtol >= 0) or not (isinstance(atol, (int, float)) and atol >= 0):
         raise InputError(f"rtol and atol must be non-negative numbers, got rtol={rtol!r}, atol={atol!r}")
@@ -34,6 +35,7 @@ def _options(
         "backend": backend, "method": method, "preconditioner": preconditioner, "rtol": float(rtol),
         "atol": float(atol), "maxiter": maxiter, "restart": restart, "block_size": block_size,
         "dense_max": dense_max, "max_bytes": max_bytes, "callback": callback, "check_every": check_every,
+        "backend_options": dict(backend_options or {}),
     }
 
 
@@ -84,6 +86,7 @@ def solve(
     dense_max: int | None = None,
     max_bytes: int | None = None,
     check_every: int | None = None,
+    backend_options: dict[str, Any] | None = None,
     cache: bool = True,
 ):
     """Solve ``A X = B`` for sparse ``A``; differentiable in ``A``'s values and in ``B``.
@@ -100,7 +103,9 @@ def solve(
     Non-convergence raises :class:`~sparsetorch.NotConvergedError` (``on_nonconvergence="warn"``
     warns and returns, ``"ignore"`` returns quietly). ``properties`` ("spd", "symmetric",
     "hermitian", "general") skips detection. With ``return_info=True`` returns ``(X, info)``
-    (:class:`SolveInfo`). The backward pass is one adjoint solve on the same plan.
+    (:class:`SolveInfo`). ``backend_options`` is passed to the backends untouched (options
+    only one backend knows, e.g. an ordering). The backward pass is one adjoint solve on the
+    same plan.
     """
     if on_nonconvergence not in _POLICIES:
         raise InputError(f"on_nonconvergence must be one of {_POLICIES}, got {on_nonconvergence!r}")
@@ -111,25 +116,24 @@ def solve(
         kw = dict(backend=backend, method=method, preconditioner=preconditioner, rtol=rtol, atol=atol, maxiter=maxiter,
                   return_info=return_info, properties=properties, check_finite=check_finite,
                   on_nonconvergence=on_nonconvergence, callback=callback, progress=progress, restart=restart,
-                  block_size=block_size, dense_max=dense_max, max_bytes=max_bytes, check_every=check_every, cache=cache)
+                  block_size=block_size, dense_max=dense_max, max_bytes=max_bytes, check_every=check_every,
+                  backend_options=backend_options, cache=cache)
         outs = [solve(a, b, **kw) for a, b in zip(A, Bs)]
         if return_info:
             return [o[0] for o in outs], [o[1] for o in outs]
         return outs
     A = check_matrix(A, "solve", square=True)
     Bn, vector = as_rhs(A, B, "solve", rows=A.format_shape[0])
-    if check_finite:
-        _check_finite(A, Bn, "solve")
     cb, bar = _progress_callback(progress, callback, maxiter)
-    options = _options(backend, method, preconditioner, rtol, atol, maxiter, restart, block_size, dense_max, max_bytes, cb, check_every)
+    options = _options(backend, method, preconditioner, rtol, atol, maxiter, restart, block_size, dense_max, max_bytes, cb,
+                       check_every, backend_options)
     request = solve_request(A, Bn, properties, options)
     state, offer, _ = obtain_plan("solve", A, request, cache=cache)
-    handle = SolveHandle(state, A.detach(), False, on_nonconvergence)
+    handle = SolveHandle(state, A.detach(), False, on_nonconvergence, check_finite=check_finite)
     try:
-        if torch.is_grad_enabled() and (A.requires_grad or Bn.requires_grad):
-            X = solve_function(A.values, Bn, handle)
-        else:
-            X = handle.run(A.values, Bn)
+        # Always through the autograd Function: under torch.func transforms it is what unwraps
+        # the operands (and its vmap rule batches right-hand sides into one solve).
+        X = solve_function(A.values, Bn, handle)
     finally:
         if bar is not None:
             bar.close()
@@ -180,7 +184,8 @@ class Solver:
         self._policy = on_nonconvergence
         self._properties = properties
         defaults = dict(backend=None, method=None, preconditioner=None, rtol=1e-6, atol=0.0, maxiter=None, restart=None,
-                        block_size=None, dense_max=None, max_bytes=None, callback=None, check_every=None)
+                        block_size=None, dense_max=None, max_bytes=None, callback=None, check_every=None,
+                        backend_options=None)
         unknown = set(options) - set(defaults)
         if unknown:
             raise InputError(f"Solver got unknown options {sorted(unknown)}; known: {sorted(defaults)}")
@@ -196,6 +201,7 @@ class Solver:
         """Choose the backend and method and do the pattern-dependent work."""
         request = solve_request(self.A, None, self._properties, self._options)
         self._state, self._offer, self._table = obtain_plan("solve", self.A, request, cache=self._cache)
+        self._state.build()
         return self._table
 
     def factorize(self) -> "Solver":
@@ -224,14 +230,11 @@ class Solver:
             self.factorize()
         Bn, vector = as_rhs(self.A, B, "Solver.solve", rows=self.A.format_shape[0])
         handle = SolveHandle(self._state, self.A.detach(), False, self._policy, self.results)
-        if torch.is_grad_enabled() and (self.A.requires_grad or Bn.requires_grad):
-            X = solve_function(self.A.values, Bn, handle)
-        else:
-            X = handle.run(self.A.values, Bn)
+        X = solve_function(self.A.values, Bn, handle)
         out = restore_rhs(X, vector)
-        if return_info:
-            return out, _info(self.A, Bn, X, self._state, self._offer, handle)
-        return out
+        info = _info(self.A, Bn, X, self._state, self._offer, handle) if return_info else None
+        self._state.reused = True  # later solves reuse this plan
+        return (out, info) if return_info else out
 
     def explain(self) -> ExplainTable:
         if self._table is None:

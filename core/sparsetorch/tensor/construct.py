@@ -10,7 +10,7 @@ import torch
 from ..errors import ConversionError, FormatError, ValidationError
 from ..format import COO_ND, CSR, TensorFormat
 from . import _levels
-from .sparse_tensor import SparseTensor
+from .sparse_tensor import SparseTensor, is_plain
 
 __all__ = ["from_coo", "from_dense", "convert", "build", "Conversion", "conversion"]
 
@@ -223,5 +223,6 @@ def conversion(t: SparseTensor, fmt: TensorFormat, index_dtype: torch.dtype) -> 
     conv = t._derived.get(key)
     if conv is None:
         conv = Conversion(t, fmt, index_dtype)
-        t._derived[key] = conv
+        if conv.dst is None or is_plain(conv.dst):
+            t._derived[key] = conv
     return conv

@@ -213,7 +213,8 @@ class SparseTensor:
         if got is None:
             lpos, lcrd, _ = self._linear_buffers()
             got = _levels.decompose(self._format, self.format_shape, lpos, lcrd)
-            self._derived["entries"] = got
+            if is_plain(got[0]):
+                self._derived["entries"] = got
         return got
 
     def coordinates(self, *, keep_padding: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -466,6 +467,16 @@ class SparseTensor:
         from .interop import from_package
 
         return from_package(obj, check=check)
+
+
+def is_plain(t: torch.Tensor) -> bool:
+    """False for tensors made inside a torch.func transform (they have no storage of their own
+    and must not be cached beyond the transform)."""
+    try:
+        t.data_ptr()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _known_name(fmt: TensorFormat) -> str | None:
