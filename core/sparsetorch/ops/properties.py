@@ -40,14 +40,12 @@ def normalize_tags(properties) -> frozenset[str] | None:
 
 
 def detect(A: SparseTensor) -> frozenset[str]:
-    """Properties of a square matrix (for a value batch: those all members share)."""
-    key = ("properties", A.values.data_ptr(), A.values._version, A.dtype)
-    got = A._derived.get(key)
-    if got is not None:
-        return got
-    tags = _detect(A)
-    A._derived[key] = tags
-    return tags
+    """Properties of a square matrix (for a value batch: those all members share).
+
+    Recomputed on every call (O(nnz) on the cached conversion maps): a cache keyed on the values'
+    identity would miss writes torch does not track (NumPy views, DLPack, ``.data``).
+    """
+    return _detect(A)
 
 
 def _detect(A: SparseTensor) -> frozenset[str]:

@@ -12,7 +12,8 @@ from ..dispatch.select import ExplainTable
 from ..errors import InputError
 from ..tensor import SparseTensor, SparseTensorList
 from ._dispatch import make_request, obtain_plan
-from ._inputs import as_rhs, check_matrix, describe_dense, describe_sparse, restore_rhs
+from ..tensor.sparse_tensor import is_plain
+from ._inputs import as_rhs, check_finite as check_finite_values, check_matrix, describe_dense, describe_sparse, restore_rhs
 from .info import SolveInfo
 from .properties import detect, normalize_tags
 
@@ -124,6 +125,8 @@ def solve(
         return outs
     A = check_matrix(A, "solve", square=True)
     Bn, vector = as_rhs(A, B, "solve", rows=A.format_shape[0])
+    if check_finite and is_plain(A.values):
+        check_finite_values(A, None, "solve")  # before property detection reads the values
     cb, bar = _progress_callback(progress, callback, maxiter)
     options = _options(backend, method, preconditioner, rtol, atol, maxiter, restart, block_size, dense_max, max_bytes, cb,
                        check_every, backend_options)
