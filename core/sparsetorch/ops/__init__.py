@@ -1,7 +1,8 @@
 """Format-agnostic operations, each a one-shot function and a stateful plan/execute object."""
 
+from ..autograd.custom_ops import csr_matmul
 from .info import IterationResult, SolveInfo, Status
 from .matmul import Matmul, matmul, norm, transpose
 from .solve import Solver, solve
 
-__all__ = ["IterationResult", "Matmul", "SolveInfo", "Solver", "Status", "matmul", "norm", "solve", "transpose"]
+__all__ = ["csr_matmul", "IterationResult", "Matmul", "SolveInfo", "Solver", "Status", "matmul", "norm", "solve", "transpose"]
