@@ -437,7 +437,7 @@ def test_nm_violation_names_the_strip(data):
     with pytest.raises(FormatError) as info:
         case.build(NM(n, m))
     msg = str(info.value)
-    assert f"at most {n} nonzeros per strip of {m}" in msg
+    assert f"at most {n} stored entries per strip of {m}" in msg
     got = re.search(r"strip holding entry \((\d+), (\d+)\) has (\d+)", msg)
     assert got, msg
     r, c, count = map(int, got.groups())

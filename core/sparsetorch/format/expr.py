@@ -69,6 +69,9 @@ class Dimension(_ExprOps):
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Dimension) and other.name == self.name
 
+    def __reduce__(self):
+        return (Dimension, (self.name,))
+
     def __hash__(self) -> int:
         return hash(("Dimension", self.name))
 
@@ -94,8 +97,29 @@ class Dimension(_ExprOps):
         return ("dim", index[self.name])
 
 
+class _NoNesting:
+    """Operators on a compound expression: expressions do not nest, say so clearly."""
+
+    def _nest(self, op: str, *_: object):
+        raise FormatError(f"level expressions do not nest: cannot apply {op!r} to '{self}'")
+
+    def __floordiv__(self, other):
+        return self._nest("//")
+
+    __truediv__ = __floordiv__
+
+    def __mod__(self, other):
+        return self._nest("%")
+
+    def __add__(self, other):
+        return self._nest("+")
+
+    def __sub__(self, other):
+        return self._nest("-")
+
+
 @dataclass(frozen=True)
-class FloorDiv:
+class FloorDiv(_NoNesting):
     """Block index ``dim // c``; must be paired with ``dim % c`` in the same format."""
 
     dim: Dimension
@@ -119,7 +143,7 @@ class FloorDiv:
 
 
 @dataclass(frozen=True)
-class Mod:
+class Mod(_NoNesting):
     """Offset inside a block, ``dim % c``; paired with ``dim // c``, or the strip of an N:M level."""
 
     dim: Dimension
@@ -143,7 +167,7 @@ class Mod:
 
 
 @dataclass(frozen=True)
-class Add:
+class Add(_NoNesting):
     """Anti-diagonal index ``a + b``; one of ``a``, ``b`` must be recovered by a later RANGE level."""
 
     a: Dimension
@@ -167,7 +191,7 @@ class Add:
 
 
 @dataclass(frozen=True)
-class Sub:
+class Sub(_NoNesting):
     """Diagonal offset ``a - b`` (``j - i`` is the DIA offset); paired with a later RANGE level."""
 
     a: Dimension

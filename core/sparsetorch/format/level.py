@@ -138,7 +138,8 @@ def as_level_type(spec: LevelSpec) -> LevelType:
                 raise FormatError(
                     f"level spec {spec!r}: expected an int parameter or LevelProperty values, got {item!r}"
                 )
-        return LevelType(spec[0], parameter, *_resolve_properties(props, spec))
+        where = spec[0].value + "(" + ", ".join(p.value for p in props) + ")"
+        return LevelType(spec[0], parameter, *_resolve_properties(props, where))
     raise FormatError(
         f"level spec must be a LevelFormat, a tuple (LevelFormat, [param], *LevelProperty) or a "
         f"LevelType, got {spec!r}"

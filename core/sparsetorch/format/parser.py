@@ -27,7 +27,7 @@ from .tensor_format import TensorFormat
 
 __all__ = ["parse_format"]
 
-_TOKEN = re.compile(r"\s*(?:(->)|(//)|([A-Za-z_][A-Za-z_0-9]*)|(\d+)|([(),:/%+\-]))")
+_TOKEN = re.compile(r"\s*(?:(->)|(//)|([^\W\d]\w*)|(\d+)|([(),:/%+\-]))")
 
 
 class _Tok(NamedTuple):

@@ -91,7 +91,8 @@ def _segments(lo: torch.Tensor, hi: torch.Tensor) -> tuple[torch.Tensor, torch.T
 
 
 def decompose(
-    fmt: TensorFormat, shape: Sequence[int], pos: Buffers, crd: Buffers, *, keep_padding: bool = False
+    fmt: TensorFormat, shape: Sequence[int], pos: Buffers, crd: Buffers, *, keep_padding: bool = False,
+    device: torch.device | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Coordinates (ndim, n) of every stored entry and the index of its value.
 
@@ -100,7 +101,8 @@ def decompose(
     ``keep_padding``; explicit zeros inside the shape are kept.
     """
     extents = fmt.level_extents(shape)
-    device = next((b.device for b in (*pos, *crd) if b is not None), torch.device("cpu"))
+    if device is None:
+        device = next((b.device for b in (*pos, *crd) if b is not None), torch.device("cpu"))
     parent = torch.zeros(1, dtype=torch.int64, device=device)
     # `full`: the current entries are exactly positions 0..count-1 in order, so a compressed
     # level's children are all of its positions and no gather is needed.
@@ -329,9 +331,10 @@ def _structured_map(lv, col, parent, pcount, index_dtype, keys, fmt):
         at = int(torch.nonzero(parent == bad)[0, 0])
         where = tuple(int(x) for x in recover_dims(fmt, [x[at : at + 1] for x in keys])[:, 0])
         raise FormatError(
-            f"{fmt.levels[-1]} allows at most {n_keep} nonzeros per strip of {m}, but the strip holding "
-            f"entry {where} has {int(count[bad])}; prune to {n_keep}:{m} first (e.g. keep the largest "
-            f"magnitudes) or pick a format without the N:M constraint"
+            f"{fmt.levels[-1]} allows at most {n_keep} stored entries per strip of {m}, but the strip holding "
+            f"entry {where} has {int(count[bad])} (nonzeros and explicit zeros); prune to {n_keep}:{m} first "
+            f"(e.g. keep the largest magnitudes), convert with drop_zeros=True, or pick a format without the "
+            f"N:M constraint"
         )
     occ = torch.zeros(pcount, m, dtype=torch.bool, device=device)
     if parent.numel():
@@ -365,18 +368,18 @@ def linearize_batch(fmt: TensorFormat, shape, pos: Buffers, crd: Buffers, values
             continue
         c = crd[k]
         if c is not None:
-            lcrd[k] = c.reshape(bt, -1).reshape(-1)
+            lcrd[k] = c.reshape(c.numel())
         p = pos[k]
         if p is not None:
-            per = c.reshape(bt, -1).shape[1]
+            per = c.shape[-1]
             off = torch.arange(bt, device=p.device, dtype=p.dtype)[:, None] * per
-            p2 = p.reshape(bt, -1) + off
+            p2 = p.reshape(bt, p.shape[-1]) + off
             if lv.format is LevelFormat.LOOSE_COMPRESSED:
-                lpos[k] = p2.reshape(-1)
+                lpos[k] = p2.reshape(p2.numel())
             else:
-                lpos[k] = torch.cat([p2[:, :-1].reshape(-1), p2.new_full((1,), bt * per)])
+                lpos[k] = torch.cat([p2[:, :-1].reshape(bt * (p2.shape[1] - 1)), p2.new_full((1,), bt * per)])
     vb = values.shape[: values.dim() - nb - 1]
-    return lpos, lcrd, values.reshape(*vb, -1)
+    return lpos, lcrd, values.reshape(*vb, bt * values.shape[-1])
 
 
 def delinearize_batch(fmt: TensorFormat, shape, pos: Buffers, crd: Buffers, values: torch.Tensor):
@@ -396,6 +399,8 @@ def delinearize_batch(fmt: TensorFormat, shape, pos: Buffers, crd: Buffers, valu
                 p2 = p.reshape(bt, -1)
                 per = c.numel() // bt
                 out_pos[k] = (p2 - torch.arange(bt, device=p.device, dtype=p.dtype)[:, None] * per).reshape(*bsizes, -1)
+            elif bt == 0:
+                out_pos[k] = p.new_zeros(*bsizes, (p.numel() - 1) if p.numel() else 1)
             else:
                 parents = (p.numel() - 1) // bt
                 bounds = p[:: parents] if parents else p.new_zeros(bt + 1)

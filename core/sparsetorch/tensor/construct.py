@@ -8,7 +8,7 @@ from typing import Sequence
 import torch
 
 from ..errors import ConversionError, FormatError, ValidationError
-from ..format import COO_ND, CSR, TensorFormat
+from ..format import COO_ND, CSR, LevelFormat, TensorFormat
 from . import _levels
 from .sparse_tensor import SparseTensor, is_plain
 
@@ -120,11 +120,12 @@ def from_dense(
     fmt = _as_format(format, len(fshape), CSR if len(fshape) == 2 else COO_ND(len(fshape)))
     if not (dense.is_floating_point() or dense.is_complex()):
         raise ValidationError(f"dense has dtype {dense.dtype}; use a floating point or complex dtype (e.g. .double())")
-    flat = dense.reshape(-1, math.prod(fshape)) if batch_dims else dense.reshape(1, -1)
+    flat = dense.reshape(math.prod(dense.shape[:batch_dims]), math.prod(fshape))
     if mask is not None:
         if tuple(mask.shape) not in (fshape, tuple(dense.shape)):
             raise ValidationError(f"mask must have shape {fshape} or {tuple(dense.shape)}, got {tuple(mask.shape)}")
-        keep = mask.to(device=dense.device, dtype=torch.bool).reshape(-1, math.prod(fshape)).any(0)
+        m = mask.to(device=dense.device, dtype=torch.bool)
+        keep = m.reshape(math.prod(m.shape[: m.dim() - len(fshape)]), math.prod(fshape)).any(0)
     elif threshold is not None:
         keep = (flat.detach().abs() > threshold).any(0)
     else:
@@ -169,12 +170,23 @@ def convert(
         if dtype is not None:
             vals = vals.to(dtype)
         if coords.shape[1]:
-            keep = (vals.detach() != 0).reshape(-1, vals.shape[-1]).any(0)
+            keep = (vals.detach() != 0).reshape(math.prod(vals.shape[:-1]), vals.shape[-1]).any(0)
             coords, vals = coords[:, keep], vals[..., keep]
         return build(fmt, t.format_shape, coords, vals, idt)
-    conv = conversion(t, fmt, idt)
+    try:
+        conv = conversion(t, fmt, idt)
+    except FormatError:
+        if not any(lv.format is LevelFormat.STRUCTURED for lv in fmt.levels):
+            raise
+        # N:M counts stored entries; the source's explicit zeros (often padding of its own
+        # format) may be what breaks the constraint: retry without them (value-dependent).
+        return convert(t, fmt, index_dtype=idt, dtype=dtype, drop_zeros=True, copy=copy)
     out = conv.apply(t)
-    return out if dtype is None else out.with_values(out.values.to(dtype))
+    if dtype is not None:
+        out = out.with_values(out.values.to(dtype))
+    if copy:
+        out = out.clone()  # nothing shared with the source or with other conversions
+    return out
 
 
 class Conversion:
@@ -220,9 +232,10 @@ class Conversion:
 def conversion(t: SparseTensor, fmt: TensorFormat, index_dtype: torch.dtype) -> Conversion:
     """The (cached, per pattern) :class:`Conversion` of ``t``'s pattern to ``fmt``."""
     key = ("conversion", fmt, index_dtype)
-    conv = t._derived.get(key)
+    cache = t._cache
+    conv = cache.get(key)
     if conv is None:
         conv = Conversion(t, fmt, index_dtype)
         if conv.dst is None or is_plain(conv.dst):
-            t._derived[key] = conv
+            cache[key] = conv
     return conv

@@ -12,7 +12,7 @@ import torch
 from ..errors import ConversionError, ValidationError
 from ..format import TensorFormat
 from . import _levels
-from .validate import check_index_buffers, check_values, count_positions
+from .validate import check_batched_buffers, check_index_buffers, check_values, count_positions
 
 __all__ = ["SparseTensor", "Tensor", "PatternKey"]
 
@@ -98,7 +98,7 @@ class SparseTensor:
                 )
         else:
             raise ValidationError(f"shape {shape} has fewer dimensions than format {format} ({nd})")
-        index_dtype = next((b.dtype for b in (*pos, *crd) if isinstance(b, torch.Tensor)), torch.int64)
+        index_dtype = next((b.dtype for b in (*pos, *crd) if isinstance(b, torch.Tensor)), format.index_dtype or torch.int64)
         pos, crd = list(pos), list(crd)
         check_index_buffers(format, fshape, pos, crd, values.device)
         if nb:
@@ -109,6 +109,8 @@ class SparseTensor:
                 for k, b in enumerate(bufs):
                     if b is not None and (b.dim() != nb + 1 or tuple(b.shape[:nb]) != bsizes):
                         raise ValidationError(f"{name}[{k}] must have shape {bsizes} + (n,) for batch format {format}, got {tuple(b.shape)}")
+        if nb and check:
+            check_batched_buffers(format, fshape, pos, crd)
         lpos, lcrd, lvals = _levels.linearize_batch(format, fshape, pos, crd, values)
         nslots = count_positions(format, fshape, lpos, lcrd, check=check)
         check_values(lvals, nslots)
@@ -122,6 +124,19 @@ class SparseTensor:
         self._linear = (lpos, lcrd, lvals) if nb else None
         # Pattern-derived data (entry coordinates, conversion maps), shared by with_values().
         self._derived: dict = {}
+
+    @property
+    def _cache(self) -> dict:
+        """The pattern-derived cache, emptied if an index buffer was written in place since."""
+        token = tuple(b._version for b in (*self._pos, *self._crd) if b is not None)
+        if self._derived.get("__versions__") != token:
+            self._derived.clear()
+            self._derived["__versions__"] = token
+        return self._derived
+
+    def clear_cache(self) -> None:
+        """Drop pattern-derived data (entry coordinates, conversion maps) kept on this pattern."""
+        self._derived.clear()
 
     # Basic facts -------------------------------------------------------------------------------
     @property
@@ -209,12 +224,13 @@ class SparseTensor:
     def entries(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(indices, slots)``: the (ndim, n) coordinates of every stored entry inside the shape
         and the index of its value slot (in the linearized value array). Pattern-only, cached."""
-        got = self._derived.get("entries")
+        cache = self._cache
+        got = cache.get("entries")
         if got is None:
             lpos, lcrd, _ = self._linear_buffers()
-            got = _levels.decompose(self._format, self.format_shape, lpos, lcrd)
+            got = _levels.decompose(self._format, self.format_shape, lpos, lcrd, device=self.device)
             if is_plain(got[0]):
-                self._derived["entries"] = got
+                cache["entries"] = got
         return got
 
     def coordinates(self, *, keep_padding: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -223,7 +239,7 @@ class SparseTensor:
         _, _, lvals = self._linear_buffers()
         if keep_padding:
             lpos, lcrd, _ = self._linear_buffers()
-            coords, slot = _levels.decompose(self._format, self.format_shape, lpos, lcrd, keep_padding=True)
+            coords, slot = _levels.decompose(self._format, self.format_shape, lpos, lcrd, keep_padding=True, device=self.device)
         else:
             coords, slot = self.entries()
         return coords, lvals[..., slot]

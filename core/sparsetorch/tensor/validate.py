@@ -14,7 +14,7 @@ import torch
 from ..errors import ValidationError
 from ..format import LevelFormat, TensorFormat
 
-__all__ = ["check_index_buffers", "count_positions", "check_values"]
+__all__ = ["check_index_buffers", "check_batched_buffers", "count_positions", "check_values"]
 
 INDEX_DTYPES = (torch.int32, torch.int64)
 
@@ -53,10 +53,62 @@ def check_index_buffers(fmt: TensorFormat, shape: Sequence[int], pos, crd, devic
         raise ValidationError(f"index buffers mix dtypes {sorted(map(str, dtypes))}; use one index dtype")
 
 
+def _place(flat_index: int, shape: tuple[int, ...]) -> str:
+    idx = []
+    for size in reversed(shape):
+        idx.append(flat_index % size)
+        flat_index //= size
+    return "".join(f"[{i}]" for i in reversed(idx))
+
+
+def check_batched_buffers(fmt: TensorFormat, shape: Sequence[int], pos, crd) -> None:
+    """Per-batch checks of the buffers below BATCH levels, reported at their place in the
+    user's N-D buffers (before they are linearized)."""
+    nb = fmt.num_batch_levels
+    extents = fmt.level_extents(shape)
+    for k in range(nb, fmt.num_levels):
+        lv = fmt.levels[k]
+        p, c = pos[k], crd[k]
+        if p is not None and lv.format is not LevelFormat.LOOSE_COMPRESSED and p.shape[-1]:
+            p2 = p.reshape(-1, p.shape[-1])
+            start = p2[:, 0] != 0
+            if bool(start.any()):
+                b = _first(start)
+                raise ValidationError(f"pos[{k}]{_place(b, tuple(p.shape[:-1]))}[0] must be 0 (level {k}, {lv}), got {int(p2[b, 0])}")
+            dec = p2[:, 1:] < p2[:, :-1]
+            if bool(dec.any()):
+                at = _first(dec.reshape(-1))
+                b, i = divmod(at, dec.shape[1])
+                where = _place(b, tuple(p.shape[:-1]))
+                raise ValidationError(
+                    f"pos[{k}]{where} must be non-decreasing (level {k}, {lv}): pos[{k}]{where}[{i}] = "
+                    f"{int(p2[b, i])} > pos[{k}]{where}[{i + 1}] = {int(p2[b, i + 1])}"
+                )
+            if c is not None:
+                end = p2[:, -1] != c.shape[-1]
+                if bool(end.any()):
+                    b = _first(end)
+                    raise ValidationError(
+                        f"pos[{k}]{_place(b, tuple(p.shape[:-1]))}[-1] = {int(p2[b, -1])} must equal the per-batch "
+                        f"length of crd[{k}] = {c.shape[-1]} (level {k}, {lv})"
+                    )
+        if c is not None and c.numel() and lv.format is not LevelFormat.DELTA:
+            lo, hi = extents[k]
+            cl = c.long()
+            bad = ((cl < lo) | (cl >= hi)).reshape(-1)
+            if bool(bad.any()):
+                at = _first(bad)
+                raise ValidationError(
+                    f"crd[{k}]{_place(at, tuple(c.shape))} = {int(c.reshape(-1)[at])} is out of range for level {k} "
+                    f"({lv}): a coordinate must lie in [{lo}, {hi}) for shape {tuple(shape)}"
+                )
+
+
 def count_positions(fmt: TensorFormat, shape: Sequence[int], pos, crd, *, check: bool) -> int:
     """Number of value slots; with ``check``, validate every linearized buffer's contents."""
     extents = fmt.level_extents(shape)
     pcount = 1
+    pending: list[tuple[int, torch.Tensor, torch.Tensor | None]] = []  # order checks, run last
     for k, lv in enumerate(fmt.levels):
         f = lv.format
         lo_ext, hi_ext = extents[k]
@@ -104,6 +156,12 @@ def count_positions(fmt: TensorFormat, shape: Sequence[int], pos, crd, *, check:
                         f"pos[{k}] segment {at} = [{int(lo[at])}, {int(hi[at])}) is invalid for {label}: segments "
                         f"must be ordered, non-overlapping and within crd[{k}] (length {c.numel()})"
                     )
+                # Order/uniqueness inside the used part of each segment (the rest is padding).
+                cnt = (hi - lo).long()
+                seg_owner = torch.repeat_interleave(torch.arange(pcount, device=p.device), cnt)
+                starts = torch.cumsum(cnt, 0) - cnt
+                member = lo.long()[seg_owner] + (torch.arange(seg_owner.numel(), device=p.device) - starts[seg_owner])
+                pending.append((k, seg_owner, member))
         elif f is LevelFormat.SINGLETON:
             if c.numel() != pcount:
                 raise ValidationError(f"crd[{k}] must have one entry per parent ({pcount}) for {label}, got {c.numel()}")
@@ -116,7 +174,8 @@ def count_positions(fmt: TensorFormat, shape: Sequence[int], pos, crd, *, check:
                 lo_ok, hi_ok = 0, 1 << lv.type.parameter
             else:
                 lo_ok, hi_ok = lo_ext, hi_ext
-            bad = (c < lo_ok) | (c >= hi_ok)
+            cl = c.long()  # compare in int64: 2**31 does not fit int32
+            bad = (cl < lo_ok) | (cl >= hi_ok)
             if bool(bad.any()):
                 at = _first(bad)
                 what = "gap" if f is LevelFormat.DELTA else "coordinate"
@@ -124,11 +183,27 @@ def count_positions(fmt: TensorFormat, shape: Sequence[int], pos, crd, *, check:
                     f"crd[{k}][{at}] = {int(c[at])} is out of range for {label}: a {what} must lie in "
                     f"[{lo_ok}, {hi_ok}) for shape {tuple(shape)}"
                 )
+            if f is LevelFormat.DELTA and owner is not None:
+                from ._levels import _delta_decode
+
+                cols = _delta_decode(cl, owner)
+                bad = cols >= lo_ext + (hi_ext - lo_ext)
+                if bool(bad.any()):
+                    at = _first(bad)
+                    raise ValidationError(
+                        f"crd[{k}] gaps walk past the last column at entry {at} ({label}): the decoded column is "
+                        f"{int(cols[at])}, but the shape {tuple(shape)} has {hi_ext} columns"
+                    )
             if f is LevelFormat.STRUCTURED:
                 owner = torch.arange(pcount, device=c.device).repeat_interleave(lv.type.parameter)
             if owner is not None and f is not LevelFormat.DELTA and c.numel() > 1:
-                _check_segment_order(fmt, k, crd, owner, extents)
+                pending.append((k, owner, None))
         pcount = c.numel() if f not in (LevelFormat.SINGLETON,) else pcount
+    # Order and uniqueness last, once every buffer's length and range is known to be right.
+    for k, owner, member in pending:
+        if owner.numel() > 1:
+            bufs = list(crd) if member is None else [b if m != k else b[member] for m, b in enumerate(crd)]
+            _check_segment_order(fmt, k, bufs, owner, extents)
     return pcount
 
 
