@@ -59,6 +59,10 @@ class TorchSpmmPlan:
         """New values (``A.values`` of a tensor on this plan's pattern)."""
         self._values = self._to_csr_values(values.detach())
         self._values_t = None
+        # torch CSR tensor objects, built once per value set (construction costs tens of us).
+        self._mat = _csr(self._crow, self._col, self._values, self.shape) if (
+            not self.gather_scatter and self._values.dim() == 1) else None
+        self._mat_t = None
 
     def _to_csr_values(self, values: torch.Tensor) -> torch.Tensor:
         if self.gather_scatter:
@@ -93,9 +97,15 @@ class TorchSpmmPlan:
         else:
             vals, crow, col, shape = self._values, self._crow, self._col, (m, n)
         if vals.dim() == 1:
+            if adjoint:
+                if self._mat_t is None:
+                    self._mat_t = _csr(crow, col, vals, shape)
+                mat = self._mat_t
+            else:
+                mat = self._mat
             if X.dim() == 2 and X.shape[-1] == 1:  # the vector kernel is faster than a 1-column SpMM
-                return (_csr(crow, col, vals, shape) @ X[:, 0])[:, None]
-            return _csr(crow, col, vals, shape) @ X
+                return (mat @ X[:, 0])[:, None]
+            return mat @ X
         # A value batch: one product per member (they share crow/col).
         flat_v = vals.reshape(-1, vals.shape[-1])
         flat_x = X.reshape(flat_v.shape[0], *X.shape[-2:])

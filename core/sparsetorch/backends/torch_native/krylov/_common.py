@@ -439,6 +439,9 @@ def run(problem: Problem, start: Start, events: Mapping[int, Event]) -> tuple[Te
         fresh = False
         if it % problem.check_every and it < problem.maxiter:
             continue
+        sync = getattr(state, "sync", None)
+        if sync is not None:  # solvers that defer their per-iteration bookkeeping to checks
+            sync(it)
         worst, running = book.snapshot()
         history.append(worst)
         if problem.callback is not None:
