@@ -149,11 +149,22 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    """Measure the cost-model rates of a device now and store them in the on-disk cache."""
+    from sparsetorch.dispatch.calibrate import cache_path, calibrate
+
+    r = calibrate(args.device)
+    print(f"{args.device}: bandwidth {r.bandwidth / 1e9:.1f} GB/s, dense flops {r.flops / 1e9:.1f} GFLOP/s, "
+          f"launch overhead {r.launch * 1e6:.1f} us")
+    print(f"stored in {cache_path()}")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sparsetorch", description="sparsetorch: PyTorch sparse linear algebra."
     )
-    sub = parser.add_subparsers(dest="command", metavar="{info,demo,bench}")
+    sub = parser.add_subparsers(dest="command", metavar="{info,demo,bench,calibrate}")
     sub.required = True
     p_info = sub.add_parser("info", help="versions, devices, optional packages, backends")
     p_info.set_defaults(func=_cmd_info)
@@ -161,6 +172,9 @@ def _parser() -> argparse.ArgumentParser:
     p_demo.set_defaults(func=_cmd_demo)
     p_bench = sub.add_parser("bench", help="list the benchmark scripts")
     p_bench.set_defaults(func=_cmd_bench)
+    p_cal = sub.add_parser("calibrate", help="re-measure the cost-model rates of a device")
+    p_cal.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:1, ...")
+    p_cal.set_defaults(func=_cmd_calibrate)
     return parser
 
 

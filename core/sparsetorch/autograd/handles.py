@@ -44,8 +44,8 @@ class PlanState:
         if self.plan is None:
             self.plan = self.factory()
             self.factory = None
-            if hasattr(self.plan, "callback"):
-                self.plan.callback = getattr(self, "_callback", None)
+            if hasattr(self.plan, "call_options"):
+                self.plan.call_options = getattr(self, "_call_options", {})
         return self.plan
 
     def load(self, values: torch.Tensor) -> None:
@@ -58,15 +58,11 @@ class PlanState:
         self.token = tok
         self.snapshot = v.clone()
 
-    @property
-    def callback(self):
-        return getattr(self.plan, "callback", None) if self.plan is not None else getattr(self, "_callback", None)
-
-    @callback.setter
-    def callback(self, fn) -> None:
-        self._callback = fn
-        if self.plan is not None and hasattr(self.plan, "callback"):
-            self.plan.callback = fn
+    def set_call_options(self, options: dict) -> None:
+        """Options that may change from call to call on one plan (tolerances, callbacks)."""
+        self._call_options = dict(options)
+        if self.plan is not None and hasattr(self.plan, "call_options"):
+            self.plan.call_options = self._call_options
 
 
 def sddmm(A: SparseTensor, P: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
@@ -91,9 +87,17 @@ class SolveHandle:
     on_nonconvergence: str = "raise"
     results: list = field(default_factory=list)
     check_finite: bool = False
+    call_options: dict | None = None
+
+    def __post_init__(self) -> None:
+        # The options of the call that made this handle: the backward pass solves with them even
+        # if another call has since used the shared plan with other tolerances.
+        if self.call_options is None:
+            self.call_options = dict(getattr(self.state, "_call_options", {}))
 
     def flipped(self) -> "SolveHandle":
-        return SolveHandle(self.state, self.A, not self.adjoint, self.on_nonconvergence, self.results)
+        return SolveHandle(self.state, self.A, not self.adjoint, self.on_nonconvergence, self.results,
+                           call_options=self.call_options)
 
     def run(self, values: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
         # Runs inside the autograd Function, where torch.func transforms hand over plain tensors.
@@ -102,6 +106,8 @@ class SolveHandle:
 
             check_finite(self.A.with_values(values), B, "solve")
         self.state.load(values)
+        if hasattr(self.state.plan, "call_options"):
+            self.state.plan.call_options = self.call_options
         with torch.no_grad():
             X, res = self.state.plan.solve(B.detach(), adjoint=self.adjoint)
         self.results.append(res)

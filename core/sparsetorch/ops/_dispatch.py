@@ -14,8 +14,10 @@ from ..tensor import SparseTensor
 
 __all__ = ["make_request", "obtain_plan", "explain_request", "options_key"]
 
-# Options that change what a plan is (part of the cache key); the rest only steer selection.
-_PLAN_OPTIONS = ("rtol", "atol", "maxiter", "restart", "block_size", "check_every", "dense_max")
+# Options that change what a plan is (part of the cache key). Tolerances, iteration limits and
+# callbacks are per call (CALL_OPTIONS): one plan serves them all.
+_PLAN_OPTIONS = ("restart", "block_size", "dense_max")
+CALL_OPTIONS = ("rtol", "atol", "maxiter", "check_every", "callback")
 
 
 def make_request(op: str, operands: tuple[OperandInfo, ...], properties: frozenset[str], options: dict[str, Any]) -> Request:
@@ -58,8 +60,8 @@ def obtain_plan(op: str, A: SparseTensor, request: Request, *, cache: bool = Tru
 
 
 def _per_call(state: PlanState, request: Request) -> None:
-    """Options that may change from call to call without a new plan (progress callbacks)."""
-    state.callback = request.options.get("callback")
+    """Options that may change from call to call without a new plan."""
+    state.set_call_options({k: request.options.get(k) for k in CALL_OPTIONS})
 
 
 def explain_request(request: Request) -> ExplainTable:

@@ -72,7 +72,8 @@ class KrylovPlan:
             )
         self._M: Callable | None = None
         self._M_adj: Callable | None = None
-        self.callback = options.get("callback")
+        #: per-call options set by the dispatcher (rtol, atol, maxiter, check_every, callback)
+        self.call_options: dict = {}
 
     def set_values(self, values: torch.Tensor) -> None:
         values = values.detach()
@@ -95,7 +96,7 @@ class KrylovPlan:
             self._M = self._M_adj = None
 
     def solve(self, B: torch.Tensor, *, adjoint: bool = False) -> tuple[torch.Tensor, IterationResult]:
-        o = self._options
+        o = {**self._options, **{k: v for k, v in self.call_options.items() if k == "callback" or v is not None}}
         fn = KRYLOV[self.method]
         kw = dict(
             x0=None,
@@ -104,7 +105,7 @@ class KrylovPlan:
             maxiter=o.get("maxiter"),
             M=self._M_adj if adjoint else self._M,
             check_every=o.get("check_every") or 8,
-            callback=self.callback,
+            callback=o.get("callback"),
         )
         if self.method == "gmres":
             kw["restart"] = o.get("restart") or 30
