@@ -22,6 +22,21 @@ __all__ = ["solve", "Solver", "solve_request"]
 _POLICIES = ("raise", "warn", "ignore")
 
 
+#: The keyword options of solve/Solver/explain("solve") with their defaults.
+SOLVE_DEFAULTS: dict[str, Any] = dict(
+    backend=None, method=None, preconditioner=None, rtol=1e-6, atol=0.0, maxiter=None, restart=None, block_size=None,
+    dense_max=None, max_bytes=None, callback=None, check_every=None, backend_options=None,
+)
+
+
+def options_from_kwargs(where: str, options: dict[str, Any]) -> dict[str, Any]:
+    """Validated solve options from keyword arguments (unknown names raise with the known ones)."""
+    unknown = set(options) - set(SOLVE_DEFAULTS)
+    if unknown:
+        raise InputError(f"{where} got unknown options {sorted(unknown)}; known: {sorted(SOLVE_DEFAULTS)}")
+    return _options(**{**SOLVE_DEFAULTS, **options})
+
+
 def _options(
     backend, method, preconditioner, rtol, atol, maxiter, restart, block_size, dense_max, max_bytes, callback, check_every,
     backend_options=None,
@@ -186,14 +201,7 @@ class Solver:
             raise InputError(f"on_nonconvergence must be one of {_POLICIES}, got {on_nonconvergence!r}")
         self._policy = on_nonconvergence
         self._properties = properties
-        defaults = dict(backend=None, method=None, preconditioner=None, rtol=1e-6, atol=0.0, maxiter=None, restart=None,
-                        block_size=None, dense_max=None, max_bytes=None, callback=None, check_every=None,
-                        backend_options=None)
-        unknown = set(options) - set(defaults)
-        if unknown:
-            raise InputError(f"Solver got unknown options {sorted(unknown)}; known: {sorted(defaults)}")
-        defaults.update(options)
-        self._options = _options(**defaults)
+        self._options = options_from_kwargs("Solver", options)
         self._cache = cache
         self._state: PlanState | None = None
         self._offer = None
