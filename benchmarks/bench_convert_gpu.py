@@ -1,0 +1,116 @@
+"""Format conversion on a GPU: sparsetorch vs CuPy (cupyx.scipy.sparse), side by side in one run.
+
+A uniform random 20000 x 20000 float64 matrix with ~1M nonzeros (and a banded one for DIA) is
+converted CSR -> format -> CSR on the device. Each repeat wraps the buffers in a fresh
+SparseTensor, so the per-pattern conversion cache does not help ("ours"); the cached,
+values-only re-conversion is reported as "ours_cached". CuPy's own conversions are timed where
+CuPy has them (tocsc, tocoo, tocsr; todia does not exist in CuPy). Times are medians of CUDA-
+synchronised wall time. Results are checked against CuPy/SciPy on the host once.
+
+    python benchmarks/bench_convert_gpu.py          # writes benchmarks/results/convert_cuda.json
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+import sparsetorch as st
+from sparsetorch.format import BSR, COO, CSC, CSR, DELTA, DIA, ELL
+
+ROOT = Path(__file__).resolve().parent
+
+
+def timed(fn, reps=7):
+    fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def main() -> int:
+    if not torch.cuda.is_available():
+        print("needs a CUDA device")
+        return 1
+    import cupy
+    import cupyx.scipy.sparse as csp
+
+    dev = torch.device("cuda")
+    g = torch.Generator(device="cpu").manual_seed(0)
+    n, nnz = 20000, 1_000_000
+    rows = torch.randint(0, n, (nnz,), generator=g)
+    cols = torch.randint(0, n, (nnz,), generator=g)
+    vals = torch.randn(nnz, generator=g, dtype=torch.float64)
+    A = st.SparseTensor.from_coo(vals.to(dev), rows.to(dev), cols.to(dev), shape=(n, n), format=CSR)
+    offs = torch.tensor([-200, -20, -1, 0, 1, 20, 200])
+    k = torch.arange(n)
+    br = torch.cat([k for _ in offs])
+    bc = torch.cat([k + o for o in offs])
+    ok = (bc >= 0) & (bc < n)
+    B = st.SparseTensor.from_coo(torch.randn(int(ok.sum()), dtype=torch.float64).to(dev), br[ok].to(dev), bc[ok].to(dev),
+                                 shape=(n, n), format=CSR)
+
+    def fresh(t):
+        return st.SparseTensor(t.format, t.shape, t.pos_buffers, t.crd_buffers, t.values, check=False)
+
+    def cupy_csr(t):
+        return csp.csr_matrix((cupy.from_dlpack(t.values), cupy.from_dlpack(t.crd(1).int()),
+                               cupy.from_dlpack(t.pos(1).int())), shape=t.shape)
+
+    cases = []
+    for name, src, fmt, peer in [
+        ("CSR->CSC", A, CSC, lambda m: m.tocsc()),
+        ("CSR->COO", A, COO, lambda m: m.tocoo()),
+        ("CSR->BSR(2,2)", A, BSR(2, 2), None),
+        ("CSR->ELL", A, ELL, None),
+        ("CSR->DELTA(8)", A, DELTA(8), None),
+        ("banded CSR->DIA", B, DIA, None),
+    ]:
+        ours = timed(lambda: fresh(src).convert(fmt))
+        out = src.convert(fmt)
+        back = timed(lambda: fresh(out).convert(CSR))
+        cached = timed(lambda: src.convert(fmt))
+        assert torch.equal(out.convert(CSR, drop_zeros=True).to_dense(), src.to_dense()), name
+        row = {"case": name, "ours_s": ours, "ours_back_to_csr_s": back, "ours_cached_s": cached, "nse_out": out.nse}
+        if peer is not None:
+            m = cupy_csr(src)
+            row["cupy_s"] = timed(lambda: peer(m))
+            row["ratio_ours_over_cupy"] = ours / row["cupy_s"]
+        cases.append(row)
+        print({k: (f"{v:.5f}" if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+    m = cupy_csr(A).tocoo()
+    coo = A.convert(COO)
+    cases.append({"case": "COO->CSR", "ours_s": timed(lambda: fresh(coo).convert(CSR)), "cupy_s": timed(lambda: m.tocsr())})
+    cases[-1]["ratio_ours_over_cupy"] = cases[-1]["ours_s"] / cases[-1]["cupy_s"]
+    print(cases[-1])
+    out = {
+        "benchmark": "convert_gpu",
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"platform": platform.platform(), "gpu": torch.cuda.get_device_name()},
+        "versions": {"torch": torch.__version__, "cupy": cupy.__version__, "sparsetorch": st.__version__},
+        "matrix": {"n": n, "nnz_requested": nnz, "nse": A.nse, "banded_nse": B.nse},
+        "note": "median of 7 CUDA-synchronised runs after a warm-up; 'ours' = first conversion of a pattern",
+        "cases": cases,
+    }
+    path = ROOT / "results" / "convert_cuda.json"
+    path.write_text(json.dumps(out, indent=1))
+    print("wrote", path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
