@@ -197,6 +197,51 @@ def compose(
     return pos, crd, scatter_values(values, dst, nslots)
 
 
+def compose_two_level(
+    fmt: TensorFormat, shape: Sequence[int], coords: torch.Tensor, index_dtype: torch.dtype
+) -> tuple[Buffers, Buffers, torch.Tensor | None] | None:
+    """Fast path of :func:`compose_map` for the common two-level layouts, given unique entries:
+    ``(a : dense, b : compressed)`` (CSR, CSC) and ``(a : compressed(nonunique), b : singleton)``
+    (COO), ordered. Returns ``(pos, crd, order)`` where target slot ``s`` holds entry
+    ``order[s]`` (``order`` None: already in place), or None when it does not apply (other
+    layouts, or duplicate entries, which the general path sums).
+    """
+    if fmt.num_levels != 2 or fmt.ndim != 2:
+        return None
+    l0, l1 = fmt.levels
+    from ..format import Dimension
+
+    if not (isinstance(l0.expr, Dimension) and isinstance(l1.expr, Dimension) and l0.type.ordered and l1.type.ordered):
+        return None
+    csr_like = l0.format is LevelFormat.DENSE and l1.format is LevelFormat.COMPRESSED and l1.type.unique
+    coo_like = (l0.format is LevelFormat.COMPRESSED and not l0.type.unique
+                and l1.format is LevelFormat.SINGLETON and l1.type.unique)
+    if not (csr_like or coo_like):
+        return None
+    names = [d.name for d in fmt.dims]
+    a = coords[names.index(l0.expr.name)]
+    b = coords[names.index(l1.expr.name)]
+    na, nb = int(shape[names.index(l0.expr.name)]), int(shape[names.index(l1.expr.name)])
+    n = a.numel()
+    order = None
+    if n > 1:
+        lin = a * nb + b
+        if not bool((lin[1:] > lin[:-1]).all()):
+            key = lin.to(torch.int32) if na * nb < 2**31 else lin
+            key, order = torch.sort(key, stable=True)
+            if not bool((key[1:] != key[:-1]).all()):
+                return None  # duplicates: the general path sums them
+            b = b[order]
+            if coo_like:
+                a = a[order]
+    if csr_like:  # counts per row do not depend on the order
+        counts = torch.bincount(a, minlength=na) if n else torch.zeros(na, dtype=torch.int64, device=a.device)
+        pos = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)]).to(index_dtype)
+        return [None, pos], [None, b.to(index_dtype)], order
+    pos = torch.tensor([0, n], dtype=index_dtype, device=a.device)
+    return [pos, None], [a.to(index_dtype), b.to(index_dtype)], order
+
+
 def scatter_values(values: torch.Tensor, dst: torch.Tensor | None, nslots: int) -> torch.Tensor:
     """Values of the entries placed in their slots (``dst=None``: already in place, one each)."""
     if dst is None:

@@ -200,9 +200,17 @@ class Conversion:
         shape = t.format_shape
         _check_int32(fmt, shape, t.nse, index_dtype)
         coords, src = t.entries()
-        pos, crd, nslots, dst = _levels.compose_map(fmt, shape, coords, index_dtype)
         nlin = t._linear_buffers()[2].shape[-1]
         identity_src = src.numel() == nlin and (nlin == 0 or bool((src == torch.arange(nlin, device=src.device)).all()))
+        fast = _levels.compose_two_level(fmt, shape, coords, index_dtype)
+        if fast is not None:  # CSR/CSC/COO-like targets: one sort (or none) and a gather
+            pos, crd, order = fast
+            nslots, dst = coords.shape[1], None
+            if order is not None:
+                src = order if identity_src else src[order]
+                identity_src = False
+        else:
+            pos, crd, nslots, dst = _levels.compose_map(fmt, shape, coords, index_dtype)
         self.format = fmt.replace(index_dtype=index_dtype)
         self.shape = shape
         self.src = None if identity_src else src
