@@ -17,7 +17,7 @@ from ..errors import IndefiniteMatrixError, NotConvergedError, NotConvergedWarni
 from ..ops.info import IterationResult, Status
 from ..tensor import SparseTensor
 
-__all__ = ["PlanState", "SolveHandle", "MatmulHandle", "sddmm"]
+__all__ = ["PlanState", "SolveHandle", "MatmulHandle", "sddmm", "vmap_columns"]
 
 
 def _token(values: torch.Tensor) -> tuple:
@@ -63,6 +63,22 @@ class PlanState:
         self._call_options = dict(options)
         if self.plan is not None and hasattr(self.plan, "call_options"):
             self.plan.call_options = self._call_options
+
+
+def vmap_columns(apply, info, in_dims, values: torch.Tensor, X: torch.Tensor, handle):
+    """The ``vmap`` rule shared by the sparse Functions ``apply(values, X, handle)`` whose ``X`` is
+    ``(*batch, n, k)``: a mapped ``X`` alone is folded into the columns (one call for all), a
+    mapped ``values`` runs one call per member (each needs its own factorization)."""
+    vd, xd, _ = in_dims
+    if vd is None and xd is not None:
+        Xm = X.movedim(xd, -1)  # (..., n, k, V)
+        shape = Xm.shape
+        Y = apply(values, Xm.reshape(*shape[:-2], shape[-2] * shape[-1]), handle)
+        return Y.reshape(*Y.shape[:-1], shape[-2], shape[-1]), len(shape) - 1
+    size = info.batch_size
+    vs = [values.select(vd, i) if vd is not None else values for i in range(size)]
+    xs = [X.select(xd, i) if xd is not None else X for i in range(size)]
+    return torch.stack([apply(v, x, handle) for v, x in zip(vs, xs)]), 0
 
 
 def sddmm(A: SparseTensor, P: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .handles import MatmulHandle, sddmm
+from .handles import MatmulHandle, sddmm, vmap_columns
 
 __all__ = ["matmul_function"]
 
@@ -39,16 +39,7 @@ class _Matmul(torch.autograd.Function):
 
     @staticmethod
     def vmap(info, in_dims, values, X, handle):
-        vd, xd, _ = in_dims
-        if vd is None and xd is not None:
-            Xm = X.movedim(xd, -1)
-            shape = Xm.shape
-            Y = _Matmul.apply(values, Xm.reshape(*shape[:-2], shape[-2] * shape[-1]), handle)
-            return Y.reshape(*Y.shape[:-1], shape[-2], shape[-1]), len(shape) - 1
-        size = info.batch_size
-        vs = [values.select(vd, i) if vd is not None else values for i in range(size)]
-        xs = [X.select(xd, i) if xd is not None else X for i in range(size)]
-        return torch.stack([_Matmul.apply(v, x, handle) for v, x in zip(vs, xs)]), 0
+        return vmap_columns(_Matmul.apply, info, in_dims, values, X, handle)
 
 
 def matmul_function(values: torch.Tensor, X: torch.Tensor, handle: MatmulHandle) -> torch.Tensor:

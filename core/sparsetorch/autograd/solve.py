@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from .handles import SolveHandle, sddmm
+from .handles import SolveHandle, sddmm, vmap_columns
 
 __all__ = ["solve_function"]
 
@@ -51,17 +51,7 @@ class _Solve(torch.autograd.Function):
 
     @staticmethod
     def vmap(info, in_dims, values, B, handle):
-        vd, bd, _ = in_dims
-        if vd is None and bd is not None:
-            Bm = B.movedim(bd, -1)  # (..., n, k, V)
-            shape = Bm.shape
-            X = _Solve.apply(values, Bm.reshape(*shape[:-2], shape[-2] * shape[-1]), handle)
-            return X.reshape(shape), len(shape) - 1
-        # Mapped values: one solve per member (each needs its own factorization / preconditioner).
-        size = info.batch_size
-        vs = [values.select(vd, i) if vd is not None else values for i in range(size)]
-        bs = [B.select(bd, i) if bd is not None else B for i in range(size)]
-        return torch.stack([_Solve.apply(v, b, handle) for v, b in zip(vs, bs)]), 0
+        return vmap_columns(_Solve.apply, info, in_dims, values, B, handle)
 
 
 def solve_function(values: torch.Tensor, B: torch.Tensor, handle: SolveHandle) -> torch.Tensor:
