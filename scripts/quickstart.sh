@@ -11,10 +11,9 @@ cd "$ROOT"
 
 source "$ROOT/scripts/_venv.sh"
 
-echo "==> installing sparsetorch (editable) with the scipy extra"
-"$PY" -m pip install -e '.[scipy]'
-# Backend plugins get installed here as they land, e.g.:
-#   "$PY" -m pip install -e plugins/scipy_backend
+echo "==> installing sparsetorch (editable) and the SciPy + PyAMG backend plugin"
+"$PY" -m pip install -e '.[scipy]' -e 'plugins/scipy_backend[amg]'
+export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}"
 
 echo "==> sparsetorch demo"
 "$VENV/bin/sparsetorch" demo

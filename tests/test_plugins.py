@@ -429,7 +429,7 @@ def test_entry_point_plugin_is_loaded_chosen_and_declines(installed_template) ->
     # Found through the entry point (the distribution name comes from its metadata), loaded lazily,
     # and import-light (no SciPy until a plan is built).
     assert out["lazy"], "import sparsetorch must not load plugins"
-    assert out["names"] == ["torch", "example"] and out["broken"] == []
+    assert out["names"][:1] == ["torch"] and "example" in out["names"] and out["broken"] == []
     assert out["info"] == {"distribution": "sparsetorch-example", "version": "0.1.0", "ops": {"solve": ["lu"]}}
     assert not out["scipy_after_load"] and not out["scipy_after_explain"]
     # Pinned: it runs, and the answer is right.

@@ -1,0 +1,134 @@
+"""Per-system outcomes of iterative solves and their combination into one IterationResult.
+
+Iterative plans solve each (value-batch member, right-hand side) pair as its own system (SciPy's
+Krylov methods and PyAMG take one vector). Each gives an :class:`Outcome`; :func:`combine`
+reports the worst: the largest iteration count and relative residual, ``converged`` only if all
+converged, and the first failure by priority (non-finite, indefinite, breakdown, maxiter).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from sparsetorch import IterationResult, Status
+
+__all__ = ["Outcome", "combine", "Progress", "Stop"]
+
+_PRIORITY = (Status.NOT_FINITE, Status.INDEFINITE, Status.BREAKDOWN, Status.MAX_ITERATIONS)
+
+
+@dataclass
+class Outcome:
+    """How one system ended. ``residual`` is the true relative residual ``||b - A x|| / ||b||``."""
+
+    iterations: int
+    residual: float
+    status: Status
+    reason: str = ""
+    history: list[float] = field(default_factory=list)
+    products: int = 0
+
+    @property
+    def converged(self) -> bool:
+        return self.status is Status.CONVERGED
+
+
+class Stop(Exception):
+    """Raised from inside a SciPy/PyAMG loop (a callback or an operator) to end it early."""
+
+    def __init__(self, status: Status, reason: str, x: np.ndarray | None = None) -> None:
+        super().__init__(reason)
+        self.status, self.reason, self.x = status, reason, x
+
+
+class Progress:
+    """SciPy's per-iteration callback: counts iterations, watches for NaN/Inf (every
+    ``finite_every`` calls, keeping a copy of the last finite iterate), and
+    calls the user's ``callback(iteration, relative_residual)`` every ``every`` iterations.
+
+    ``kind`` is ``"x"`` (SciPy passes the iterate) or ``"residual"`` (GMRES's ``pr_norm``: the
+    relative preconditioned residual estimate). For ``"x"`` the residual handed to the user's
+    callback is the true one (one extra product per report, only when a callback is given)."""
+
+    def __init__(self, kind: str, residual_of: Callable[[np.ndarray], float], user: Callable[[int, float], Any] | None,
+                 every: int, offset: int, history: list[float], finite_every: int = 8) -> None:
+        self.kind, self._residual_of, self._user = kind, residual_of, user
+        self._every, self._offset, self._history = max(1, int(every)), offset, history
+        self._finite_every = max(1, int(finite_every))
+        self.count = 0
+        self.last: np.ndarray | None = None
+        #: (best relative residual, stalled checks) when watching the true residual (TFQMR)
+        self.watch: list[float] | None = None
+        self.good: np.ndarray | None = None  # the last iterate seen finite
+
+    def __call__(self, arg: Any) -> None:
+        self.count += 1
+        it = self._offset + self.count
+        if self.kind == "residual":
+            rel = float(arg)
+            if rel != rel or rel in (float("inf"), float("-inf")):
+                raise Stop(Status.NOT_FINITE, f"a NaN or Inf appeared at iteration {it}")
+            self._history.append(rel)
+            if self._user is not None and it % self._every == 0:
+                self._user(it, rel)
+            return
+        self.last = arg
+        if self.count % self._finite_every == 0:
+            if self.watch is not None:
+                self._watch(arg, it)
+            elif not np.isfinite(arg).all():
+                raise Stop(Status.NOT_FINITE, f"a NaN or Inf appeared in the iterate by iteration {it}", self.good)
+            else:
+                self.good = np.array(arg, copy=True)
+        if self._user is not None and it % self._every == 0:
+            rel = self._residual_of(arg)
+            self._history.append(rel)
+            self._user(it, rel)
+
+
+    def watch_residual(self, start: float) -> "Progress":
+        """Also check the true residual at each finiteness check (one product per check), keep
+        the best iterate, and stop on divergence or stagnation (4 checks without a 1 % gain) with
+        it. For methods without breakdown protection (SciPy's TFQMR)."""
+        self.watch = [start, 0.0]
+        return self
+
+    def _watch(self, x: np.ndarray, it: int) -> None:
+        rel = self._residual_of(x)
+        best, stalled = self.watch  # type: ignore[misc]
+        if not np.isfinite(rel):
+            raise Stop(Status.NOT_FINITE, f"a NaN or Inf appeared in the iterate by iteration {it}", self.good)
+        if rel < 0.99 * best:
+            self.watch = [rel, 0.0]
+            self.good = np.array(x, copy=True)
+            return
+        self.watch = [best, stalled + 1]
+        if rel > 1e3 * best or stalled + 1 >= 4:
+            raise Stop(Status.BREAKDOWN, f"the residual stagnated or grew ({rel:.2e}, best {best:.2e}) by iteration {it}", self.good)
+
+
+def combine(outcomes: Sequence[Outcome], label: str) -> IterationResult:
+    """One IterationResult for all systems (worst case); ``label`` names the solver."""
+    worst_it = max((o.iterations for o in outcomes), default=0)
+    worst_res = max((o.residual for o in outcomes), default=0.0)
+    failed = [o for o in outcomes if not o.converged]
+    status = Status.CONVERGED
+    reason = ""
+    for s in _PRIORITY:
+        hit = next((o for o in failed if o.status is s), None)
+        if hit is not None:
+            status, reason = s, hit.reason
+            break
+    products = sum(o.products for o in outcomes)
+    systems = len(outcomes)
+    if not failed:
+        reason = f"{label}: converged in {worst_it} iterations" + (f" (max over {systems} systems)" if systems > 1 else "")
+        reason += f", {products} products with A" if products else ""
+    elif systems > 1:
+        reason += f" ({len(failed)} of {systems} systems did not converge)"
+    lead = max(outcomes, key=lambda o: o.iterations) if outcomes else None
+    history = tuple(lead.history) if lead is not None else ()
+    return IterationResult(worst_it, float(worst_res), not failed, status, reason, history)

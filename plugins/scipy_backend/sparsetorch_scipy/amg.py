@@ -1,0 +1,202 @@
+"""Algebraic multigrid through PyAMG: method ``"amg"`` (V-cycles as the solver) and the
+preconditioner ``"amg"`` (one V-cycle per Krylov iteration).
+
+The hierarchy is the numeric phase: built in ``set_values`` (one per value-batch member), kept
+for every solve on those values, rebuilt when the values change. ``backend_options``:
+
+- ``"amg"``: ``"smoothed_aggregation"`` (default; real and complex) or ``"ruge_stuben"``
+  (classical AMG; real only),
+- ``"amg_cycle"``: ``"V"`` (default), ``"W"`` or ``"F"``.
+
+PyAMG needs CSR with int32 indices: CSR input hands over its values without a copy (int64
+indices are narrowed once per pattern), other formats are gathered into CSR once per value set.
+Smoothed aggregation uses ``symmetry="hermitian"`` for complex and ``"symmetric"`` for real
+Hermitian matrices, ``"nonsymmetric"`` otherwise. For the preconditioner on a non-Hermitian A
+(GMRES, BiCGStab, ...), adjoint solves get a second hierarchy, built on ``A^H`` at the first
+adjoint solve of a value set.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+
+from sparsetorch import InputError, IterationResult, SparseTensor, Status
+
+from ._convert import Handoff, numpy_view
+from ._results import Outcome, Progress, Stop, combine
+from .precond import Operator
+
+__all__ = ["AMGPlan", "AMGPreconditioner", "build_hierarchy", "AMG_KINDS", "DEFAULT_MAXITER"]
+
+AMG_KINDS = ("smoothed_aggregation", "ruge_stuben")
+#: V-cycles allowed when ``maxiter`` is not given (Poisson needs 10-30 at rtol 1e-6..1e-10).
+DEFAULT_MAXITER = 200
+
+
+def amg_kind(options: Mapping[str, Any]) -> str:
+    kind = options.get("amg", "smoothed_aggregation")
+    aliases = {"sa": "smoothed_aggregation", "rs": "ruge_stuben", "classical": "ruge_stuben"}
+    kind = aliases.get(kind, kind)
+    if kind not in AMG_KINDS:
+        raise InputError(f"backend_options amg={options.get('amg')!r} is not a PyAMG solver; use one of {AMG_KINDS}")
+    return kind
+
+
+def _cycle(options: Mapping[str, Any]) -> str:
+    cycle = str(options.get("amg_cycle", "V")).upper()
+    if cycle not in ("V", "W", "F"):
+        raise InputError(f"backend_options amg_cycle={cycle!r} must be 'V', 'W' or 'F'")
+    return cycle
+
+
+def build_hierarchy(mat: Any, kind: str, hermitian: bool) -> Any:
+    """A PyAMG multilevel solver for the CSR array ``mat``."""
+    import pyamg
+
+    if kind == "ruge_stuben":
+        return pyamg.ruge_stuben_solver(mat)
+    symmetry = ("hermitian" if np.iscomplexobj(mat.data) else "symmetric") if hermitian else "nonsymmetric"
+    return pyamg.smoothed_aggregation_solver(mat, symmetry=symmetry)
+
+
+class AMGPreconditioner:
+    """One V-cycle (``aspreconditioner``) of a hierarchy on ``A``; on ``A^H`` for adjoint solves."""
+
+    name = "amg"
+
+    def __init__(self, handoff: Handoff, data: np.ndarray, options: Mapping[str, Any], *, hermitian: bool) -> None:
+        self._h, self._data, self._kind, self._cycle = handoff, data, amg_kind(options), _cycle(options)
+        self.hermitian = hermitian
+        self.n, self.dtype = handoff.shape[0], data.dtype
+        self.ml = build_hierarchy(handoff.matrix(data), self._kind, hermitian)
+        self._ml_adj: Any = None
+
+    def operator(self, adjoint: bool) -> Any:
+        ml = self.ml
+        if adjoint and not self.hermitian:
+            if self._ml_adj is None:
+                data = np.conj(self._data) if np.iscomplexobj(self._data) else self._data
+                adj = self._h.matrix(data, transpose=True).tocsr()  # A^H as CSR (a copy: PyAMG needs CSR)
+                self._ml_adj = build_hierarchy(adj, self._kind, False)
+            ml = self._ml_adj
+        P = ml.aspreconditioner(cycle=self._cycle)
+        return Operator(self.n, self.dtype, P.matvec)
+
+
+class AMGPlan:
+    """PyAMG as the solver: cycles until ``||b - A x|| <= max(rtol ||b||, atol)``.
+
+    Offered for Hermitian positive definite matrices (the adjoint solve is then the same solve)."""
+
+    method = "amg"
+    preconditioner = None
+
+    def __init__(self, A: SparseTensor, options: Mapping[str, Any], *, backend: str = "scipy") -> None:
+        m, n = A.format_shape
+        if m != n:
+            raise InputError(f"{backend}/amg needs a square matrix, got {m}x{n}")
+        self.backend, self.n = backend, int(n)
+        bo = options.get("backend_options") or {}
+        self.kind, self.cycle = amg_kind(bo), _cycle(bo)
+        self._h = Handoff(A, int32=True, kinds=("csr",))
+        self.call_options: dict = {}
+        #: hierarchies built so far (one per value-batch member per set_values)
+        self.setups = 0
+        self._members: list[tuple[Any, Any, bool]] | None = None
+
+    def set_values(self, values: torch.Tensor) -> None:
+        """Build one hierarchy per value-batch member."""
+        self._members = None
+        members = []
+        for d in self._h.values(values):
+            mat = self._h.matrix(d)
+            finite = bool(np.isfinite(d).all())
+            ml = build_hierarchy(mat, self.kind, True) if finite else None
+            self.setups += ml is not None
+            members.append((mat, ml, finite))
+        self._members = members
+
+    def solve(self, B: torch.Tensor, *, adjoint: bool = False) -> tuple[torch.Tensor, IterationResult]:
+        """Cycles for every column; ``adjoint`` solves the same system (A is Hermitian)."""
+        if self._members is None:
+            raise RuntimeError(f"{self.backend}/amg: solve() before set_values()")
+        o = {k: v for k, v in self.call_options.items() if k == "callback" or v is not None}
+        n = self.n
+        Bn = numpy_view(B).reshape(-1, n, B.shape[-1])
+        if len(self._members) not in (1, Bn.shape[0]):
+            raise InputError(f"{self.backend}/amg: B has {Bn.shape[0]} batch members for {len(self._members)} matrices")
+        X = np.empty(Bn.shape, dtype=Bn.dtype)
+        outcomes = []
+        for i in range(Bn.shape[0]):
+            mat, ml, finite = self._members[i if len(self._members) > 1 else 0]
+            for j in range(Bn.shape[2]):
+                with np.errstate(all="ignore"):  # overflow and NaN are reported as statuses
+                    X[i, :, j], out = self._solve_system(mat, ml, finite, np.ascontiguousarray(Bn[i, :, j]), o)
+                outcomes.append(out)
+        return torch.from_numpy(X).reshape(B.shape), combine(outcomes, f"pyamg {self.kind} ({self.cycle}-cycles)")
+
+    def _solve_system(self, mat: Any, ml: Any, finite: bool, b: np.ndarray, o: Mapping[str, Any]) -> tuple[np.ndarray, Outcome]:
+        n = self.n
+        rtol, atol = float(o.get("rtol", 1e-6)), float(o.get("atol", 0.0))
+        bnorm = float(np.linalg.norm(b))
+        if not finite or not math.isfinite(bnorm):
+            where = "A's values" if not finite else "the right-hand side"
+            return np.full(n, np.nan, dtype=b.dtype), Outcome(0, math.nan, Status.NOT_FINITE, f"{where} hold NaN or Inf")
+        if bnorm == 0.0:
+            return np.zeros(n, dtype=b.dtype), Outcome(0, 0.0, Status.CONVERGED)
+        thr = max(rtol * bnorm, atol)
+        maxiter = o.get("maxiter")
+        limit = int(maxiter) if maxiter is not None else DEFAULT_MAXITER
+        residuals: list[float] = []
+        history: list[float] = []
+
+        def residual_of(x: np.ndarray) -> float:
+            return float(np.linalg.norm(b - mat @ x)) / bnorm
+
+        prog = _CycleWatch(mat, residual_of, o.get("callback"), o.get("check_every") or 1, history)
+        try:
+            with np.errstate(all="ignore"):
+                x, info = ml.solve(b, tol=thr / bnorm, maxiter=limit, cycle=self.cycle, residuals=residuals,
+                                   callback=prog, return_info=True)
+        except Stop as s:
+            x = s.x if s.x is not None else np.zeros_like(b)
+            return x, Outcome(prog.count, residual_of(x), s.status, f"amg: {s.reason}", history)
+        x = np.asarray(x, dtype=b.dtype).reshape(-1)
+        its = max(len(residuals) - 1, 0)
+        res = float(np.linalg.norm(b - mat @ x))
+        rel = res / bnorm
+        history = history or [r / bnorm for r in residuals[1:]]
+        if not math.isfinite(res):
+            return x, Outcome(its, rel, Status.NOT_FINITE, "amg: the residual became NaN or Inf", history)
+        if res <= thr:
+            return x, Outcome(its, rel, Status.CONVERGED, "", history)
+        reason = (f"amg reached maxiter ({limit} {self.cycle}-cycles{'' if maxiter is not None else ', the default'}) with "
+                  f"relative residual {rel:.2e} above the tolerance (rtol={rtol:g}, atol={atol:g})")
+        return x, Outcome(its, rel, Status.MAX_ITERATIONS, reason, history)
+
+    def __repr__(self) -> str:
+        return f"AMGPlan({self.kind}, n={self.n})"
+
+
+class _CycleWatch(Progress):
+    """The per-cycle callback of :class:`AMGPlan`: also checks that each correction ``e`` has
+    ``e^H A e > 0`` (one product per cycle). For a positive definite A that always holds, so a
+    failure proves A indefinite (reported as INDEFINITE, like CG's check)."""
+
+    def __init__(self, mat: Any, residual_of: Any, user: Any, every: int, history: list[float]) -> None:
+        super().__init__("x", residual_of, user, every, 0, history, finite_every=1)
+        self._mat = mat
+        self._prev: np.ndarray | None = None
+
+    def __call__(self, x: np.ndarray) -> None:
+        super().__call__(x)
+        e = x if self._prev is None else x - self._prev
+        curv = np.vdot(e, self._mat @ e).real
+        if not curv > 0 and e.any():
+            raise Stop(Status.INDEFINITE, f"cycle {self.count} made a correction e with e^H A e = {curv:.3g} <= 0: "
+                                          f"A is not positive definite", np.array(x, copy=True))
+        self._prev = np.array(x, copy=True)

@@ -1,0 +1,313 @@
+"""Cost model of the scipy backend: seconds and peak bytes from the machine's calibrated rates.
+
+Every estimate is ``bytes / bandwidth + flops / flop_rate + launches * launch`` with
+``sparsetorch.dispatch.calibrate.rates("cpu")`` (docs/backend-authors.md, "Cost estimates").
+The constants below were fit by measurement on 2-D and 3-D Poisson (``benchmarks/crossover.py``;
+the table is in the README), so that auto-dispatch ranks SuperLU, AMG-preconditioned CG, plain
+CG and PyAMG as they rank on the clock.
+
+**Sparsity "dimension".** Fill-in of a sparse LU and Krylov iteration counts depend on how the
+graph of A grows: like a 2-D grid (fill ~ n^1.2 with minimum degree, LU flops ~ n^1.6, CG
+iterations ~ n^(1/2)) or a 3-D one (fill ~ n^1.55, flops ~ n^2.3, iterations ~ n^(1/3)). A
+request carries no pattern, only ``nse`` and ``n``; grid stencils have about ``2 d`` neighbours
+per row, so ``d = (nse / n - 1) / 2`` clamped to [1, 3] (5-point: 2.0, 7-point: 2.9). Rows with
+many entries (FEM, 9-/27-point stencils) read as 3-D, which overestimates LU for 2-D problems:
+``backend_options={"dimension": 2}`` says otherwise. Between integer dimensions the models are
+interpolated in log space.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from sparsetorch import Request
+from sparsetorch.dispatch.calibrate import Rates
+
+__all__ = [
+    "dimension", "lu_estimate", "LUEstimate", "krylov_cost", "amg_solver_cost", "spmm_cost", "spmv_seconds",
+    "conversion_seconds", "krylov_iterations", "amg_iterations", "amg_levels",
+]
+
+# --- SuperLU -------------------------------------------------------------------------------------
+#: nnz(L + U) - n ~ c * n^alpha per dimension, minimum degree on A^T + A (symmetric patterns).
+#: Measured on Poisson: 2-D 64²..512² (fill/n 30..63), 3-D 16³..40³ (fill/n 148..682).
+_FILL = {1: (2.0, 1.0), 2: (6.7, 1.18), 3: (1.46, 1.555)}
+#: Multiply-adds of the factorization, sum over pivots of 2 |L col| |U row|, ~ c * n^beta
+#: (2-D: counted; 3-D: n^2.28 counted on 16³..40³, raised to n^2.4 to follow the measured time to
+#: 48³, where SuperLU's speed drops as supernodes outgrow the caches).
+_FLOPS = {1: (3.0, 1.0), 2: (7.3, 1.6), 3: (0.26, 2.4)}
+#: COLAMD on unsymmetric patterns: measured 1.85x the fill and 2.5x the flops (2-D and 3-D).
+_COLAMD_FILL, _COLAMD_FLOPS = 1.85, 2.5
+#: SuperLU's (single-threaded, supernodal) speed relative to the calibrated dense GEMM rate.
+LU_FLOP_EFFICIENCY = 0.7
+#: Memory traffic per stored factor entry (allocation, ordering, supernode bookkeeping), bytes.
+LU_BYTES_PER_ENTRY = 320
+#: Fixed cost of one splu call with its checks, in launch units.
+LU_CALL_LAUNCHES = 30
+
+# --- streaming kernels ----------------------------------------------------------------------------
+#: SciPy's CSR kernel and NumPy's vector expressions read memory about this many times faster
+#: than the bandwidth the default rates assume (5 GB/s, a copy): measured 23.5 GB/s effective for
+#: products with A (n = 4k..262k) on the benchmark machine. Applied to the bytes of every
+#: streaming kernel below (products, vector updates), not to SuperLU.
+STREAM_FACTOR = 4.7
+
+# --- Krylov ----------------------------------------------------------------------------------------
+#: Products with A relative to CG's iteration count on the same problem (SPD Poisson; on
+#: convection-diffusion all need ~2.5x CG's count, in the same order).
+_PRODUCTS = {"cg": 1.0, "minres": 1.05, "bicgstab": 1.5, "gmres": 1.3, "lgmres": 1.4, "tfqmr": 1.5}
+#: Products with A per SciPy iteration (what ``maxiter`` and the reported iterations count);
+#: LGMRES does ``inner_m`` (= restart) per outer iteration.
+PRODUCTS_PER_ITERATION = {"bicgstab": 2.0}
+#: Vector traffic per product with A, in units of n * itemsize (SciPy's NumPy expressions with
+#: their temporaries), measured: CG 17, MINRES 37, TFQMR 28 (its residual watch included),
+#: BiCGStab 33 per iteration (2 products); GMRES/LGMRES: modified Gram-Schmidt against half the
+#: basis on average, ~3.5 passes per basis vector.
+_VECTOR_PASSES = {"cg": 17.0, "minres": 37.0, "bicgstab": 16.5, "tfqmr": 28.0}
+#: Work vectors held, in units of n * itemsize.
+_WORK = {"cg": 5, "minres": 9, "bicgstab": 9, "tfqmr": 10}
+#: Fixed cost of a solve call on top of its iterations (plan wrappers, the true-residual check),
+#: launch units.
+KRYLOV_CALL_LAUNCHES = 40
+
+# --- AMG ------------------------------------------------------------------------------------------
+#: Setup and one V-cycle in units of one product with A (smoothed aggregation, symmetric
+#: Gauss-Seidel smoothing), plus a Python overhead per level (launch units). Fit on 2-D/3-D
+#: Poisson n = 4k..262k: setup 350-590 products (+-30 %), a cycle 35-60 products.
+AMG_SETUP_PRODUCTS, AMG_SETUP_LEVEL_LAUNCHES = 450, 300
+AMG_CYCLE_PRODUCTS, AMG_CYCLE_LEVEL_LAUNCHES = 38, 12
+#: Operator complexity (stored entries of all levels / nnz(A)): 1.35 in 2-D, 1.55 in 3-D.
+AMG_COMPLEXITY = 1.5
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def _index_size(request: Request) -> int:
+    fmt = request.A.format
+    idx = getattr(fmt, "index_dtype", None) if fmt is not None else None
+    return 4 if idx == torch.int32 else 8
+
+
+def _batch(request: Request) -> int:
+    return max(1, math.prod(request.A.batch_shape)) if request.A.batch_shape else 1
+
+
+def dimension(request: Request) -> float:
+    """Effective grid dimension of A's sparsity (1..3): ``backend_options["dimension"]`` or
+    ``(nse / n - 1) / 2`` clamped."""
+    bo = request.option("backend_options") or {}
+    if bo.get("dimension") is not None:
+        return min(3.0, max(1.0, float(bo["dimension"])))
+    n = max(1, request.A.shape[-1])
+    per_row = (request.A.nse or n) / n
+    return min(3.0, max(1.0, (per_row - 1.0) / 2.0))
+
+
+def _interp(table: dict[int, tuple[float, float]], d: float, n: int) -> float:
+    lo, hi = int(math.floor(d)), int(math.ceil(d))
+    n = max(n, 2)
+
+    def at(k: int) -> float:
+        c, a = table[k]
+        return math.log(c) + a * math.log(n)
+
+    w = d - lo
+    return math.exp((1 - w) * at(lo) + w * at(hi))
+
+
+@dataclass(frozen=True)
+class LUEstimate:
+    fill: float  # stored factor entries, nnz(L + U), per matrix
+    flops: float  # per factorization
+    seconds: float  # factorizations (whole value batch) + solves for the request's columns
+    bytes: int  # peak extra memory
+
+
+def lu_estimate(r: Rates, request: Request) -> LUEstimate:
+    """SuperLU: ordering + factorization per value-batch member, then the triangular solves."""
+    A = request.A
+    n = A.shape[-1]
+    d = dimension(request)
+    fill = _interp(_FILL, d, n) + n
+    flops = _interp(_FLOPS, d, n)
+    if not ({"symmetric", "hermitian", "spd"} & request.properties):
+        fill, flops = fill * _COLAMD_FILL, flops * _COLAMD_FLOPS  # the plan uses COLAMD unless the pattern is symmetric
+    vsize = _itemsize(A.dtype)
+    if A.dtype.is_complex:
+        flops *= 4.0
+    batch = _batch(request)
+    k = request.rhs_columns  # columns over the whole value batch
+    factor = (flops / (r.flops * LU_FLOP_EFFICIENCY)
+              + r.seconds(bytes=LU_BYTES_PER_ENTRY * fill * vsize / 8, launches=LU_CALL_LAUNCHES))
+    solve = r.seconds(bytes=2 * fill * (vsize + 4) * k + 2 * n * vsize * k, flops=4 * fill * k, launches=4 * batch)
+    seconds = batch * factor + solve + _conversion(r, request)
+    # The factors (values + int32 indices), int32 copies of A's indices, the solution.
+    peak = batch * fill * (vsize + 4) + (A.nse or 0) * 4 + n * vsize * k
+    return LUEstimate(fill, flops, seconds, int(peak))
+
+
+# --- products ------------------------------------------------------------------------------------
+def spmv_seconds(r: Rates, request: Request, k: int = 1) -> float:
+    """One product with A (k columns) by SciPy's kernel: A's buffers once, X read and Y written."""
+    A = request.A
+    m, n = A.shape[-2], A.shape[-1]
+    nse = A.nse or 0
+    vsize, isize = _itemsize(A.dtype), _index_size(request)
+    traffic = nse * (vsize + isize) + (m + 1) * isize + (n + m) * k * vsize
+    flops = (8 if A.dtype.is_complex else 2) * nse * k
+    return r.seconds(bytes=traffic / STREAM_FACTOR, flops=flops, launches=1)
+
+
+def _stream(r: Rates, nbytes: float, launches: float = 0.0) -> float:
+    return r.seconds(bytes=nbytes / STREAM_FACTOR, launches=launches)
+
+
+def conversion_seconds(r: Rates, nse: int) -> float:
+    """Converting a pattern to CSR (the core's conversion map, as the torch backend costs it)."""
+    return r.seconds(bytes=20 * 8 * nse, launches=40)
+
+
+def _conversion(r: Rates, request: Request) -> float:
+    from sparsetorch.format import CSC, CSR
+
+    fmt = request.A.format
+    if fmt is None or fmt == CSR or fmt == CSC:
+        return 0.0
+    return conversion_seconds(r, request.A.nse or 0)
+
+
+def spmm_cost(r: Rates, request: Request) -> tuple[float, int]:
+    """``A @ X`` for ``matmul``: one SciPy product per value-batch member.
+
+    Counted like the torch backend's product (A once, X gathered once per stored entry and
+    column, Y written; docs/dispatch.md) so the two compare like for like, plus SciPy's call
+    overhead: the estimates agree within 1 % for large products, and the tie-break (lower peak
+    bytes) picks this plan, which allocates only Y. Measured on the benchmark machine (2 busy
+    cores): SciPy's single-threaded kernel took 0.55-1.4x the time of torch's two-threaded one for
+    n = 16k..262k, k = 1 and 8, torch varying most from run to run."""
+    A = request.A
+    batch = _batch(request)
+    k = max(1, request.rhs_columns // batch)
+    m, n = A.shape[-2], A.shape[-1]
+    nse = A.nse or 0
+    vsize, isize = _itemsize(A.dtype), _index_size(request)
+    traffic = nse * (vsize + isize) + (m + 1) * isize + nse * k * vsize + m * k * vsize
+    flops = (8 if A.dtype.is_complex else 2) * nse * k
+    seconds = batch * r.seconds(bytes=traffic, flops=flops, launches=3) + _conversion(r, request)
+    return seconds, int(m * k * batch * vsize)
+
+
+# --- iteration counts -------------------------------------------------------------------------------
+def krylov_iterations(request: Request, d: float) -> float:
+    """Unpreconditioned (or Jacobi) CG iterations on a 2nd-order PDE matrix of dimension d:
+    the condition number grows like n^(2/d), so CG needs ~ c n^(1/d) ln(2/rtol) + 10, c = 0.11
+    (measured at rtol 1e-6: 101/204/411/829 on 2-D 64²..512², 33/49/64/96 on 3-D 16³..48³;
+    the formula gives 112/223/444/877 and 36/48/61/87)."""
+    n = max(1, request.A.shape[-1])
+    rtol = max(float(request.option("rtol") or 1e-6), 1e-16)
+    return 0.11 * n ** (1.0 / max(d, 2.0)) * math.log(2.0 / rtol) + 10
+
+
+def amg_iterations(request: Request, accelerated: bool) -> float:
+    """AMG convergence is nearly independent of n: CG with one V-cycle per iteration needs
+    ~0.45 ln(2/rtol) + 1.5 iterations (8 at rtol 1e-6; measured 5-9 on Poisson 2-D/3-D), plain
+    cycles ~0.85 ln(2/rtol) + 1 (13; measured 8-16)."""
+    rtol = max(float(request.option("rtol") or 1e-6), 1e-16)
+    return (0.45 * math.log(2.0 / rtol) + 1.5) if accelerated else (0.85 * math.log(2.0 / rtol) + 1)
+
+
+def amg_levels(n: int, d: float) -> int:
+    """Levels of a smoothed-aggregation hierarchy down to PyAMG's coarse size (10): each level
+    is ~4.5x smaller in 2-D, ~9x in 3-D (measured 4/6/6 levels on 2-D 64²/256²/512², 4 on 3-D)."""
+    coarsening = 4.5 * 2.0 ** (min(max(d, 2.0), 3.0) - 2.0)
+    return max(1, math.ceil(math.log(max(n, 20) / 10.0) / math.log(coarsening)))
+
+
+def _amg_setup_seconds(r: Rates, request: Request, d: float) -> float:
+    n = request.A.shape[-1]
+    return AMG_SETUP_PRODUCTS * spmv_seconds(r, request) + amg_levels(n, d) * r.seconds(launches=AMG_SETUP_LEVEL_LAUNCHES)
+
+
+def _amg_cycle_seconds(r: Rates, request: Request, d: float) -> float:
+    n = request.A.shape[-1]
+    return AMG_CYCLE_PRODUCTS * spmv_seconds(r, request) + amg_levels(n, d) * r.seconds(launches=AMG_CYCLE_LEVEL_LAUNCHES)
+
+
+def _amg_bytes(request: Request) -> int:
+    A = request.A
+    nse, n = A.nse or 0, A.shape[-1]
+    vsize = _itemsize(A.dtype)
+    return int((AMG_COMPLEXITY * nse * (vsize + 4) + 3 * n * vsize) + nse * 4)  # levels, P/R, vectors, int32 copy
+
+
+# --- Krylov ------------------------------------------------------------------------------------------
+def krylov_cost(r: Rates, request: Request, method: str, preconditioner: str | None, restart: int) -> tuple[float, int, int]:
+    """(seconds, peak bytes, estimated iterations in SciPy's units) of one SciPy solve per
+    (value-batch member, column), with the preconditioner's setup per member."""
+    A = request.A
+    n, nse = A.shape[-1], A.nse or 0
+    vsize = _itemsize(A.dtype)
+    d = dimension(request)
+    batch = _batch(request)
+    systems = request.rhs_columns  # every (member, column) pair is one SciPy solve
+    if preconditioner == "amg":
+        products = amg_iterations(request, accelerated=True) * _PRODUCTS[method]
+    else:
+        products = krylov_iterations(request, d) * _PRODUCTS[method]
+        if preconditioner == "ilu":
+            products = max(3.0, 0.25 * products)
+    per_iteration = restart if method == "lgmres" else PRODUCTS_PER_ITERATION.get(method, 1.0)
+    maxiter = request.option("maxiter")
+    if maxiter is not None:
+        products = min(products, maxiter * (restart if method == "gmres" else per_iteration))
+    products = max(1.0, products)
+    vec = n * vsize
+    if method in ("gmres", "lgmres"):
+        passes = 3.5 * min(restart, products) + 5  # Gram-Schmidt against half the basis, ~7 passes per vector
+    else:
+        passes = _VECTOR_PASSES[method]
+    per = spmv_seconds(r, request) + _stream(r, passes * vec)
+    setup = 0.0
+    peak = (restart + 4 if method in ("gmres", "lgmres") else _WORK[method]) * vec
+    if preconditioner == "jacobi":
+        per += _stream(r, 4.5 * vec)
+        setup = batch * _stream(r, nse * (vsize + 8), launches=4)
+        peak += 2 * vec
+    elif preconditioner == "amg":
+        per += _amg_cycle_seconds(r, request, d)
+        setup = batch * _amg_setup_seconds(r, request, d)
+        peak += _amg_bytes(request) * batch
+    elif preconditioner == "ilu":
+        lu = lu_estimate(r, request)
+        ilu_fill = min(lu.fill, 10.0 * nse)  # spilu's default fill_factor=10
+        setup = lu.seconds * (ilu_fill / lu.fill) ** 1.5
+        per += _stream(r, 2 * ilu_fill * (vsize + 4), launches=2)
+        peak += int(batch * ilu_fill * (vsize + 4))
+    elif preconditioner == "user":
+        per += _stream(r, 3 * vec, launches=10)
+    call = spmv_seconds(r, request) + r.seconds(launches=KRYLOV_CALL_LAUNCHES)  # wrappers, true residual
+    seconds = setup + systems * (products * per + call) + _conversion(r, request)
+    return seconds, int(peak), int(math.ceil(products / per_iteration))
+
+
+def amg_solver_cost(r: Rates, request: Request) -> tuple[float, int, int]:
+    """PyAMG V-cycles as the solver: setup per member, cycles per column (each cycle also
+    computes the residual and checks the correction's curvature: two products)."""
+    A = request.A
+    d = dimension(request)
+    batch = _batch(request)
+    its = amg_iterations(request, accelerated=False)
+    maxiter = request.option("maxiter")
+    if maxiter is not None:
+        its = min(its, maxiter)
+    its = max(1.0, its)
+    vec = A.shape[-1] * _itemsize(A.dtype)
+    per = _amg_cycle_seconds(r, request, d) + 2 * spmv_seconds(r, request) + _stream(r, 8 * vec, launches=2)
+    call = r.seconds(launches=KRYLOV_CALL_LAUNCHES)
+    seconds = batch * _amg_setup_seconds(r, request, d) + request.rhs_columns * (its * per + call) + _conversion(r, request)
+    return seconds, _amg_bytes(request) * batch, int(math.ceil(its))

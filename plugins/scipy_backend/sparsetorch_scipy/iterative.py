@@ -1,0 +1,307 @@
+"""Krylov methods of ``scipy.sparse.linalg``: cg, bicgstab, gmres, lgmres, minres, tfqmr.
+
+Phases: ``__init__`` keeps the zero-copy hand-off of A's pattern (and, for the AMG
+preconditioner, an int32 CSR one); ``set_values`` wraps the values as SciPy arrays (views, no
+copy) and builds the preconditioner (Jacobi diagonal, ILU factors, AMG hierarchy); ``solve``
+iterates, one system per (value-batch member, right-hand side). Adjoint solves use ``A^H``: the
+same buffers read in the other layout (CSR of A = CSC of A^T; complex values conjugated once
+per value set, on first use) and the preconditioner's ``M^-H``.
+
+Tolerances are mapped exactly: a system has converged when ``||b - A x|| <= max(rtol ||b||,
+atol)``. SciPy is given that threshold as ``atol`` (``rtol=0``), and the true residual is checked
+afterwards: MINRES (whose SciPy stopping test is ``||r|| / (||A|| ||x||)``), TFQMR (a residual
+bound of the left-preconditioned system) and rounding drift can stop early; the solve then
+continues from ``x`` with a tighter threshold (a few times at most, counted in the iterations
+and within ``maxiter``). ``maxiter`` counts what SciPy counts: iterations, restart cycles for
+GMRES, outer iterations for LGMRES. Status: SciPy's ``info > 0`` is MAX_ITERATIONS, ``< 0``
+BREAKDOWN; NaN/Inf is NOT_FINITE; CG checks ``v^H A v > 0`` for every vector it multiplies
+(one extra dot product) and reports INDEFINITE otherwise. A user ``callback(iteration,
+residual)`` is called every ``check_every`` iterations (default 1) of each system in turn, with
+the true relative residual (GMRES: SciPy's preconditioned residual estimate, which it has for
+free).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import torch
+
+from sparsetorch import InputError, IterationResult, SparseTensor, Status
+
+from ._convert import Handoff, numpy_view
+from ._results import Outcome, Progress, Stop, combine
+from .precond import ILU, Jacobi, Operator, UserPreconditioner
+
+__all__ = ["KrylovPlan", "KRYLOV", "DEFAULT_RESTART"]
+
+KRYLOV = ("cg", "bicgstab", "gmres", "lgmres", "minres", "tfqmr")
+#: GMRES restart length and LGMRES inner iterations when ``restart=`` is not given.
+DEFAULT_RESTART = 30
+#: Continuations from the true residual when SciPy stopped on an estimate that the true
+#: residual does not meet (MINRES needs more: its own test is weaker than ||r|| <= tol).
+_REFRESHES = {"minres": 8}
+_DEFAULT_REFRESHES = 4
+
+
+class _Member:
+    """One value-batch member: its matrix (a view), its adjoint (on first use), its preconditioner."""
+
+    def __init__(self, handoff: Handoff, data: np.ndarray, pre: Any) -> None:
+        self.handoff, self.data, self.pre = handoff, data, pre
+        self.mat = handoff.matrix(data)
+        self.finite = bool(np.isfinite(data).all())
+        self._adj: Any = None
+
+    def matrix(self, adjoint: bool) -> Any:
+        if not adjoint:
+            return self.mat
+        if self._adj is None:
+            data = np.conj(self.data) if np.iscomplexobj(self.data) else self.data
+            self._adj = self.handoff.matrix(data, transpose=True)  # A^H: no copy for real values
+        return self._adj
+
+
+class KrylovPlan:
+    """One SciPy Krylov method with its preconditioner, on a fixed pattern."""
+
+    def __init__(self, A: SparseTensor, method: str, options: Mapping[str, Any], *, backend: str = "scipy") -> None:
+        if method not in KRYLOV:
+            raise InputError(f"{backend}: unknown Krylov method {method!r}; known: {KRYLOV}")
+        m, n = A.format_shape
+        if m != n:
+            raise InputError(f"{backend}/{method} needs a square matrix, got {m}x{n}")
+        self.backend, self.method, self.n = backend, method, int(n)
+        self._h = Handoff(A)
+        self._options = dict(options)
+        self._bo: Mapping[str, Any] = options.get("backend_options") or {}
+        pre = options.get("preconditioner")
+        self._pre_fn: Callable | None = pre if callable(pre) else None
+        name = "user" if callable(pre) else (None if pre in (None, "none", "identity") else str(pre))
+        if name not in (None, "jacobi", "ilu", "amg", "user"):
+            raise InputError(f"{backend}: preconditioner {pre!r} is not available (jacobi, ilu, amg, None or a callable)")
+        self.preconditioner = name
+        self._amg_h = Handoff(A, int32=True, kinds=("csr",)) if name == "amg" else None
+        self.restart = int(options.get("restart") or DEFAULT_RESTART)
+        #: per-call options set by the core (rtol, atol, maxiter, check_every, callback)
+        self.call_options: dict = {}
+        self._members: list[_Member] | None = None
+
+    # Numeric phase --------------------------------------------------------------------------------
+    def set_values(self, values: torch.Tensor) -> None:
+        """Wrap the values (no copy) and build the preconditioner, per value-batch member."""
+        self._members = None
+        data = self._h.values(values)
+        amg_data = self._amg_h.values(values) if self._amg_h is not None else None
+        members = []
+        for i, d in enumerate(data):
+            member = _Member(self._h, d, None)
+            member.pre = self._build_preconditioner(i, member, None if amg_data is None else amg_data[i])
+            members.append(member)
+        self._members = members
+
+    def _build_preconditioner(self, i: int, member: _Member, amg_data: np.ndarray | None) -> Any:
+        name = self.preconditioner
+        if name is None or not member.finite:
+            return None  # a NaN matrix is reported by solve (NOT_FINITE), not by a preconditioner
+        if name == "jacobi":
+            return Jacobi(member.mat, i, self.backend)
+        if name == "ilu":
+            return ILU(self._h, member.data, self._bo, i, self.backend)
+        if name == "amg":
+            from .amg import AMGPreconditioner
+
+            return AMGPreconditioner(self._amg_h, amg_data, self._bo, hermitian=self._h.is_hermitian(member.data))
+        return UserPreconditioner(self._pre_fn, self.n, member.data.dtype)
+
+    # Solve ------------------------------------------------------------------------------------------
+    def solve(self, B: torch.Tensor, *, adjoint: bool = False) -> tuple[torch.Tensor, IterationResult]:
+        """``X`` with ``A X = B`` (``A^H X = B`` when ``adjoint``), one SciPy solve per column."""
+        if self._members is None:
+            raise RuntimeError(f"{self.backend}/{self.method}: solve() before set_values()")
+        o = {**self._options, **{k: v for k, v in self.call_options.items() if k == "callback" or v is not None}}
+        n = self.n
+        Bn = numpy_view(B).reshape(-1, n, B.shape[-1])
+        members = self._members
+        if len(members) not in (1, Bn.shape[0]):
+            raise InputError(f"{self.backend}/{self.method}: B has {Bn.shape[0]} batch members for {len(members)} "
+                             f"matrices; B must be (*batch, n, k) with A's value batch")
+        X = np.empty(Bn.shape, dtype=Bn.dtype)
+        outcomes: list[Outcome] = []
+        for i in range(Bn.shape[0]):
+            mem = members[i if len(members) > 1 else 0]
+            raw = mem.matrix(adjoint)
+            M = mem.pre.operator(adjoint) if mem.pre is not None else None
+            for j in range(Bn.shape[2]):
+                with np.errstate(all="ignore"):  # overflow and NaN are reported as statuses
+                    x, out = self._solve_system(raw, M, np.ascontiguousarray(Bn[i, :, j]), mem.finite, o)
+                X[i, :, j] = x
+                outcomes.append(out)
+        label = f"scipy {self.method}" + (f" + {self.preconditioner}" if self.preconditioner else "")
+        return torch.from_numpy(X).reshape(B.shape), combine(outcomes, label)
+
+    def _solve_system(self, raw: Any, M: Any, b: np.ndarray, finite: bool, o: Mapping[str, Any]) -> tuple[np.ndarray, Outcome]:
+        import scipy.sparse.linalg as spla
+
+        n, method = self.n, self.method
+        rtol, atol = float(o.get("rtol", 1e-6)), float(o.get("atol", 0.0))
+        bnorm = float(np.linalg.norm(b))
+        if not finite or not math.isfinite(bnorm):
+            where = "A's values" if not finite else "the right-hand side"
+            return np.full(n, np.nan, dtype=b.dtype), Outcome(0, math.nan, Status.NOT_FINITE, f"{where} hold NaN or Inf")
+        if bnorm == 0.0:
+            return np.zeros(n, dtype=b.dtype), Outcome(0, 0.0, Status.CONVERGED)
+        thr = max(rtol * bnorm, atol)
+        fn = getattr(spla, method)
+        products = [0]
+        A = self._operator(raw, products, b.dtype)
+        history: list[float] = []
+        maxiter = o.get("maxiter")
+        budget = maxiter if maxiter is not None else (1000 if method == "lgmres" else None)
+        used = 0  # in SciPy's units: iterations, GMRES restart cycles, LGMRES outer iterations
+        total = 0
+        x0: np.ndarray | None = None
+        tol = thr
+        res = math.inf
+        last_breakdown_res = math.inf
+        finite_every = 8  # 1 after a NaN breakdown: restart from the last finite iterate
+        status, reason = Status.MAX_ITERATIONS, ""
+
+        def residual_of(x: np.ndarray) -> float:
+            return float(np.linalg.norm(b - raw @ x)) / bnorm
+
+        # SciPy's MINRES uses unconjugated inner products (real only): a Hermitian system runs as
+        # the equivalent real symmetric one of size 2n, [Re A, -Im A; Im A, Re A] [Re x; Im x].
+        realify = method == "minres" and np.iscomplexobj(b)
+        A_s, M_s, b_s = (_realified(A), None if M is None else _realified(M), _to_real(b)) if realify else (A, M, b)
+        to_s = _to_real if realify else (lambda v: v)
+        from_s = _from_real if realify else (lambda v: v)
+
+        refreshes = _REFRESHES.get(method, _DEFAULT_REFRESHES)
+        for attempt in range(refreshes + 1):
+            remaining = None if budget is None else budget - used
+            if remaining is not None and remaining <= 0:
+                status, reason = Status.MAX_ITERATIONS, self._maxiter_reason(maxiter, res / bnorm, rtol, atol)
+                break
+            prog = Progress("residual" if method == "gmres" else "x", lambda v: residual_of(from_s(v)), o.get("callback"),
+                            o.get("check_every") or 1, total, history, finite_every)
+            if method == "tfqmr":  # SciPy's TFQMR has no breakdown test of its own (rho = 0 gives NaN)
+                prog.watch_residual(res / bnorm if x0 is not None else 1.0)
+                prog.good = x0
+            stop: Stop | None = None
+            try:
+                xs, info = fn(A_s, b_s, x0=None if x0 is None else to_s(x0), M=M_s, callback=prog,
+                              **self._kwargs(tol, bnorm, remaining))
+                x = from_s(np.asarray(xs).reshape(-1))
+            except Stop as s:
+                stop, info = s, 0
+                if s.x is not None:
+                    x = from_s(s.x)
+                elif s.status in (Status.NOT_FINITE, Status.BREAKDOWN):
+                    x = x0 if x0 is not None else np.zeros_like(b)
+                else:
+                    x = from_s(prog.last) if prog.last is not None else (x0 if x0 is not None else np.zeros_like(b))
+            its = prog.count - 1 if (method == "lgmres" and info == 0 and stop is None and prog.count) else prog.count
+            total += its
+            used += math.ceil(its / self.restart) if method == "gmres" else its
+            res = float(np.linalg.norm(b - raw @ x))
+            if stop is not None:
+                # NaN/Inf from finite A and b is a breakdown of the recurrence (TFQMR divides by a zero
+                # rho): restart from the last finite iterate, as for SciPy's own breakdowns.
+                if (stop.status in (Status.NOT_FINITE, Status.BREAKDOWN) and attempt < refreshes and math.isfinite(res)
+                        and res < 0.5 * last_breakdown_res):
+                    last_breakdown_res = res
+                    x0, finite_every = x, 1
+                    continue
+                status, reason = stop.status, f"{method}: {stop.reason}"
+                break
+            if not math.isfinite(res):
+                status, reason = Status.NOT_FINITE, f"{method}: the residual became NaN or Inf after {total} iterations"
+                break
+            if res <= thr:
+                status, reason = Status.CONVERGED, ""
+                break
+            if info > 0:
+                status, reason = Status.MAX_ITERATIONS, self._maxiter_reason(maxiter, res / bnorm, rtol, atol)
+                break
+            if info < 0:
+                # A Lanczos-type breakdown (BiCGStab's rho or omega, TFQMR's v^T r*): restart from x,
+                # which renews the shadow residual; give up only when restarts stop helping.
+                if attempt < refreshes and res < 0.5 * last_breakdown_res:
+                    last_breakdown_res = res
+                    x0 = x
+                    continue
+                status = Status.BREAKDOWN
+                reason = (f"SciPy's {method} broke down (info={info}) after {total} iterations with relative residual "
+                          f"{res / bnorm:.2e}, and restarting from x did not help: try gmres (the most robust) or a "
+                          f"preconditioner")
+                break
+            # SciPy's own test passed but the true residual does not: continue from x, tighter.
+            tol = tol * max(thr / res, 1e-3) * 0.5
+            x0 = x
+        else:
+            status = Status.MAX_ITERATIONS
+            reason = (f"{method}'s recurrence met the tolerance but the true relative residual {res / bnorm:.2e} did not "
+                      f"({refreshes} restarts from the true residual): the tolerance may be below what rounding allows; "
+                      f"loosen rtol/atol or use a direct method")
+        return x, Outcome(total, res / bnorm, status, reason, history, products[0])
+
+    def _operator(self, raw: Any, products: list[int], dtype: Any) -> Any:  # noqa: C901
+        """``raw`` as a LinearOperator that counts products; for CG it also checks ``v^H A v > 0``."""
+        n = self.n
+        if self.method != "cg":
+            def mv(v: np.ndarray) -> np.ndarray:
+                products[0] += 1
+                return raw @ v
+
+            return Operator(n, dtype, mv)
+
+        def mv_spd(v: np.ndarray) -> np.ndarray:
+            products[0] += 1
+            y = raw @ v
+            curv = np.vdot(v, y).real
+            if not curv > 0 and v.any():
+                raise Stop(Status.INDEFINITE,
+                           f"CG met a vector with v^H A v = {curv:.3g} <= 0 (product {products[0]}): A is not positive definite")
+            return y
+
+        return Operator(n, dtype, mv_spd)
+
+    def _kwargs(self, tol: float, bnorm: float, maxiter: int | None) -> dict[str, Any]:
+        method = self.method
+        if method == "minres":
+            kw: dict[str, Any] = {"rtol": tol / bnorm}
+        else:
+            kw = {"rtol": 0.0, "atol": tol}
+        kw["maxiter"] = maxiter
+        if method == "gmres":
+            kw.update(restart=self.restart, callback_type="pr_norm")
+        elif method == "lgmres":
+            kw.update(inner_m=self.restart)
+        return kw
+
+    def _maxiter_reason(self, maxiter: Any, rel: float, rtol: float, atol: float) -> str:
+        unit = {"gmres": " restart cycles", "lgmres": " outer iterations"}.get(self.method, "")
+        return (f"{self.method} reached maxiter ({maxiter if maxiter is not None else 'SciPy default'}{unit}) with relative "
+                f"residual {rel:.2e} above the tolerance (rtol={rtol:g}, atol={atol:g})")
+
+    def __repr__(self) -> str:
+        return f"KrylovPlan({self.method}, preconditioner={self.preconditioner}, n={self.n})"
+
+
+def _to_real(v: np.ndarray) -> np.ndarray:
+    return np.concatenate([v.real, v.imag])
+
+
+def _from_real(v: np.ndarray) -> np.ndarray:
+    n = v.shape[0] // 2
+    return v[:n] + 1j * v[n:]
+
+
+def _realified(op: Any) -> Any:
+    """The real 2n x 2n operator of a complex n x n one (Hermitian stays symmetric)."""
+    n = op.shape[0]
+    real = np.finfo(op.dtype).dtype
+    return Operator(2 * n, real, lambda v: _to_real(op.matvec(v[:n] + 1j * v[n:])))

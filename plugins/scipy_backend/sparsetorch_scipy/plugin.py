@@ -1,0 +1,279 @@
+"""The scipy backend's hook implementations (the module named by the entry point ``scipy``).
+
+Offers, per request (CPU tensors, float32/float64/complex64/complex128):
+
+- ``solve``: ``lu`` (SuperLU, the factorization kept in the plan for new right-hand sides and
+  the adjoint solve); ``cg`` (SPD), ``minres`` (Hermitian), ``bicgstab``, ``gmres``, ``lgmres``,
+  ``tfqmr`` (SciPy's Krylov methods) with the preconditioners ``jacobi``, ``ilu`` (``spilu``),
+  ``amg`` (PyAMG) or a callable; ``amg`` (PyAMG's multigrid as the solver, SPD).
+  With nothing pinned, each Krylov method is offered with Jacobi, and CG also with AMG;
+  ``tfqmr`` only when pinned (SciPy's TFQMR has no breakdown test and stagnates on problems
+  the others solve).
+- ``matmul``: ``spmm`` (SciPy's CSR/CSC kernels on zero-copy views).
+
+It declines, with the reason: other devices and dtypes, formats with BATCH levels, methods whose
+structural needs are not met (CG and AMG without SPD, MINRES without symmetry, exactly as the
+torch backend), ``cholesky`` (SciPy has no sparse Cholesky), preconditioners a method cannot use
+(ILU under CG/MINRES), and everything AMG when PyAMG is not installed.
+
+This module imports only torch and sparsetorch: SciPy and PyAMG are imported when a plan is built.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from typing import Any, Callable
+
+import torch
+
+import sparsetorch
+from sparsetorch import BackendInfo, Decline, Offer, Request
+from sparsetorch.dispatch.calibrate import rates
+
+from . import __version__, cost
+
+__all__ = ["sparsetorch_backend_info", "sparsetorch_offers", "NAME", "KRYLOV", "SOLVE_METHODS", "DTYPES"]
+
+#: The backend's name; the entry point (pyproject.toml) has the same one.
+NAME = "scipy"
+KRYLOV = ("cg", "bicgstab", "gmres", "lgmres", "minres", "tfqmr")
+SOLVE_METHODS = ("lu", *KRYLOV, "amg")
+DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
+PRECONDITIONERS = ("jacobi", "ilu", "amg")
+
+_INSTALL = {
+    "scipy": "not installed: pip install scipy",
+    "pyamg": "not installed: pip install 'sparsetorch-scipy[amg]' (or pip install pyamg); method 'amg' and "
+             "preconditioner 'amg' need it",
+}
+#: Methods of the shared vocabulary this backend does not have, and why (said when pinned).
+_ELSEWHERE = {
+    "cholesky": "SciPy has no sparse Cholesky (SuperLU is LU only); use method='lu' (symmetric patterns get "
+                "SuperLU's symmetric mode, half the fill of a general LU) or 'cg'",
+    "ldlt": "SciPy has no sparse LDL^T; use method='lu' or 'minres' (symmetric indefinite)",
+    "qr": "SciPy has no sparse QR; use method='lu' or the torch backend",
+    "dense": "the scipy backend factors sparse matrices only; use method='lu' or the torch backend's dense LU",
+    "lsqr": "least squares (lsqr/lsmr) is not in this backend yet; use method='lu' for square systems",
+    "lsmr": "least squares (lsqr/lsmr) is not in this backend yet; use method='lu' for square systems",
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _installed(module: str) -> bool:
+    # find_spec locates the package without importing it (import sparsetorch must stay light).
+    return importlib.util.find_spec(module) is not None
+
+
+def _missing(module: str) -> str | None:
+    return None if _installed(module) else _INSTALL[module]
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+@sparsetorch.hookimpl
+def sparsetorch_backend_info() -> BackendInfo:
+    """Static description (cheap: no SciPy import)."""
+    missing = {m: why for m in ("scipy", "pyamg") if (why := _missing(m)) is not None}
+    return BackendInfo(
+        name=NAME,
+        version=__version__,
+        description="SciPy: SuperLU, Krylov methods (cg, bicgstab, gmres, lgmres, minres, tfqmr), "
+                    "Jacobi/ILU/AMG (PyAMG) preconditioners, sparse @ dense; CPU",
+        devices=("cpu",),
+        dtypes=DTYPES,
+        ops={"solve": SOLVE_METHODS, "matmul": ("spmm",)},
+        formats=(),  # consumes CSR and CSC without a copy; other formats are converted once (costed)
+        missing=missing,
+        priority=0,
+    )
+
+
+@sparsetorch.hookimpl
+def sparsetorch_offers(request: Request) -> list[Offer | Decline]:
+    """Offers (with cost) and declines (with reasons) for one request."""
+    if request.op not in ("solve", "matmul"):
+        return []
+    general = _general_decline(request)
+    if general is not None:
+        return [Decline(NAME, general)]
+    r = rates(request.device)
+    if request.op == "matmul":
+        seconds, peak = cost.spmm_cost(r, request)
+        return [Offer(NAME, "spmm", seconds, peak, _spmm_factory, "SciPy CSR/CSC kernel on zero-copy views"
+                      + _conversion_note(request))]
+    return _solve_answers(request, r)
+
+
+def _general_decline(request: Request) -> str | None:
+    A = request.A
+    if A.device.type != "cpu":
+        return (f"runs on the CPU only (SciPy); A is on {A.device}: move A and b with .cpu(), or use a backend "
+                f"for {A.device.type}")
+    if A.dtype not in DTYPES:
+        return (f"supports {', '.join(_dtype_name(d) for d in DTYPES)}; A is {_dtype_name(A.dtype)} "
+                f"(cast with .to(torch.float64) or .to(torch.float32))")
+    if A.kind != "sparse":
+        return f"needs one SparseTensor as A, got a {A.kind} operand"
+    if A.format is not None and A.format.num_batch_levels:
+        return (f"format {A.format.name or A.format} has BATCH levels (a pattern per batch member), which SciPy cannot "
+                f"hold; use a SparseTensorList or the torch backend")
+    if len(A.shape) - len(A.batch_shape) != 2:
+        return f"handles matrices only; A has format shape {tuple(A.shape[len(A.batch_shape):])}"
+    scipy_missing = _missing("scipy")
+    if scipy_missing:
+        return f"scipy is {scipy_missing}"
+    return None
+
+
+def _conversion_note(request: Request) -> str:
+    from sparsetorch.format import CSC, CSR
+
+    fmt = request.A.format
+    if fmt is None or fmt == CSR or fmt == CSC:
+        return ""
+    return f"; converts {fmt.name or 'the format'} to CSR once per pattern (costed)"
+
+
+# --- solve ---------------------------------------------------------------------------------------
+def _solve_answers(request: Request, r: Any) -> list[Offer | Decline]:
+    method = request.option("method")
+    pre = request.option("preconditioner")
+    pre_name = None if pre is None else ("user" if callable(pre) else str(pre))
+    if pre_name in ("none", "identity"):
+        pre_name = "none"
+    if pre_name is not None and pre_name not in (*PRECONDITIONERS, "user", "none"):
+        return [Decline(NAME, f"preconditioner {pre!r} is not available in the scipy backend "
+                              f"({', '.join(PRECONDITIONERS)}, None or a callable)")]
+    out: list[Offer | Decline] = []
+    if method in _ELSEWHERE:
+        out.append(Decline(NAME, _ELSEWHERE[method], method))
+    out.append(_lu_answer(request, r, pre_name))
+    for m in KRYLOV:
+        out += _krylov_answers(request, r, m, pre, pre_name)
+    out.append(_amg_answer(request, r, pre_name))
+    return out
+
+
+def _hermitian(request: Request) -> bool:
+    return bool({"symmetric", "hermitian", "spd"} & request.properties)
+
+
+def _spd_ok(request: Request, method: str) -> bool:
+    """The torch backend's rule: SPD detected or tagged, or the method pinned on a Hermitian A."""
+    asked = request.option("method") == method
+    return "spd" in request.properties or (asked and _hermitian(request))
+
+
+def _lu_answer(request: Request, r: Any, pre_name: str | None) -> Offer | Decline:
+    if pre_name not in (None, "none"):
+        return Decline(NAME, "a preconditioner was requested, but LU is a direct method; drop preconditioner= to use it", "lu")
+    est = cost.lu_estimate(r, request)
+    mode = "symmetric mode, min. degree on A^T+A" if _hermitian(request) else "COLAMD, partial pivoting"
+    note = (f"SuperLU ({mode}): ~{est.fill / 1e6:.3g}M factor entries, ~{est.flops / 1e9:.3g} Gflop estimated "
+            f"for {cost.dimension(request):.1f}-D sparsity" + _conversion_note(request))
+    return Offer(NAME, "lu", est.seconds, est.bytes, _lu_factory, note)
+
+
+def _krylov_answers(request: Request, r: Any, method: str, pre: Any, pre_name: str | None) -> list[Offer | Decline]:
+    if method == "cg" and not _spd_ok(request, "cg"):
+        return [Decline(NAME, "CG needs a symmetric positive definite matrix (not detected; pass properties='spd' if it is)", method)]
+    if method == "minres" and not _hermitian(request):
+        return [Decline(NAME, "MINRES needs a symmetric (Hermitian) matrix", method)]
+    if method == "tfqmr" and request.option("method") != "tfqmr":
+        return [Decline(NAME, "offered only when asked for (method='tfqmr'): SciPy's TFQMR has no breakdown test and "
+                              "stagnated on convection-diffusion where BiCGStab and GMRES converge (measured)", method)]
+    if pre_name is not None:
+        candidates = [None if pre_name == "none" else pre_name]
+    elif request.option("method") is None:
+        candidates = ["jacobi"] + (["amg"] if method == "cg" and _installed("pyamg") else [])
+    else:
+        candidates = [None]  # a pinned method without a preconditioner runs without one (as in the torch backend)
+    restart = int(request.option("restart") or 30)
+    out: list[Offer | Decline] = []
+    for cand in candidates:
+        why = _preconditioner_problem(request, method, cand)
+        if why is not None:
+            out.append(Decline(NAME, why, method))
+            continue
+        seconds, peak, its = cost.krylov_cost(r, request, method, cand, restart)
+        opts = dict(request.options)
+        opts["preconditioner"] = pre if cand == "user" else cand
+        note = f"~{its} iterations estimated, preconditioner {cand or 'none'}" + _conversion_note(request)
+        out.append(Offer(NAME, method, seconds, peak, _krylov_factory(method, opts), note, cand))
+    return out
+
+
+def _preconditioner_problem(request: Request, method: str, pre: str | None) -> str | None:
+    if pre == "ilu" and method in ("cg", "minres"):
+        return (f"ILU (SuperLU's spilu) is not symmetric, and {method.upper()} needs a symmetric positive definite "
+                f"preconditioner: use 'jacobi' or 'amg', or gmres/bicgstab with 'ilu'")
+    if pre == "amg":
+        missing = _missing("pyamg")
+        if missing:
+            return f"preconditioner 'amg' needs pyamg, which is {missing}"
+        if method == "minres" and "spd" not in request.properties:
+            return "MINRES needs a symmetric positive definite preconditioner; an AMG cycle is one only for SPD A (pass properties='spd' if it is)"
+        why = _amg_options_problem(request)
+        if why is not None:
+            return why
+    return None
+
+
+def _amg_options_problem(request: Request) -> str | None:
+    bo = request.option("backend_options") or {}
+    kind = bo.get("amg", "smoothed_aggregation")
+    kind = {"sa": "smoothed_aggregation", "rs": "ruge_stuben", "classical": "ruge_stuben"}.get(kind, kind)
+    if kind not in ("smoothed_aggregation", "ruge_stuben"):
+        return f"backend_options amg={bo.get('amg')!r} is not a PyAMG solver; use 'smoothed_aggregation' or 'ruge_stuben'"
+    if kind == "ruge_stuben" and request.dtype.is_complex:
+        return f"PyAMG's ruge_stuben is real only; A is {_dtype_name(request.dtype)} (use amg='smoothed_aggregation')"
+    return None
+
+
+def _amg_answer(request: Request, r: Any, pre_name: str | None) -> Offer | Decline:
+    missing = _missing("pyamg")
+    if missing:
+        return Decline(NAME, f"pyamg is {missing}", "amg")
+    if not _spd_ok(request, "amg"):
+        return Decline(NAME, "AMG (PyAMG as the solver) needs a symmetric positive definite matrix (not detected; pass "
+                             "properties='spd' if it is)", "amg")
+    if pre_name not in (None, "none"):
+        return Decline(NAME, "method 'amg' is the multigrid solver itself; for AMG-preconditioned Krylov use "
+                             "method='cg' (or gmres, ...) with preconditioner='amg'", "amg")
+    why = _amg_options_problem(request)
+    if why is not None:
+        return Decline(NAME, why, "amg")
+    seconds, peak, its = cost.amg_solver_cost(r, request)
+    kind = (request.option("backend_options") or {}).get("amg", "smoothed_aggregation")
+    return Offer(NAME, "amg", seconds, peak, _amg_factory, f"PyAMG {kind}: ~{its} V-cycles estimated" + _conversion_note(request))
+
+
+# --- plan factories (SciPy/PyAMG are imported here, when a plan is built) --------------------------
+def _lu_factory(A: sparsetorch.SparseTensor, request: Request) -> Any:
+    from .lu import SuperLUPlan
+
+    return SuperLUPlan(A, request.options, backend=NAME)
+
+
+def _krylov_factory(method: str, options: dict) -> Callable[..., Any]:
+    def build(A: sparsetorch.SparseTensor, request: Request) -> Any:
+        from .iterative import KrylovPlan
+
+        return KrylovPlan(A, method, options, backend=NAME)
+
+    return build
+
+
+def _amg_factory(A: sparsetorch.SparseTensor, request: Request) -> Any:
+    from .amg import AMGPlan
+
+    return AMGPlan(A, request.options, backend=NAME)
+
+
+def _spmm_factory(A: sparsetorch.SparseTensor, request: Request) -> Any:
+    from .matmul import SpmmPlan
+
+    return SpmmPlan(A, backend=NAME)

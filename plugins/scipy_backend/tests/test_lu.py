@@ -1,0 +1,146 @@
+"""SuperLU: factorization reuse, transpose/adjoint solves, singular matrices, orderings, fill model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse.linalg as spla
+import torch
+
+import sparsetorch as st
+from sparsetorch.format import COO, CSC, CSR
+from sparsetorch.testing.problems import convection_diffusion, hermitian_pd, poisson2d, random_nonsymmetric
+
+from sparsetorch_scipy.lu import SuperLUPlan
+
+
+def _plan(A: st.SparseTensor, **backend_options) -> SuperLUPlan:
+    plan = SuperLUPlan(A.detach(), {"backend_options": backend_options})
+    plan.set_values(A.values)
+    return plan
+
+
+@pytest.mark.parametrize("fmt", [CSR, CSC, COO], ids=["CSR", "CSC", "COO"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128], ids=["float64", "complex128"])
+def test_solve_and_adjoint_solve_from_one_factorization(fmt, dtype) -> None:
+    A = random_nonsymmetric(40, format=fmt, dtype=dtype, seed=3)
+    D = A.to_dense()
+    g = torch.Generator().manual_seed(1)
+    B = torch.randn(40, 3, generator=g, dtype=torch.float64).to(dtype)
+    plan = _plan(A)
+    X, res = plan.solve(B)
+    Xa, _ = plan.solve(B, adjoint=True)
+    assert res.status is st.Status.DIRECT and plan.factorizations == 1
+    torch.testing.assert_close(X, torch.linalg.solve(D, B))
+    torch.testing.assert_close(Xa, torch.linalg.solve(D.mH, B))  # conjugate transpose for complex
+    assert plan.factorizations == 1  # the adjoint reused the factors
+
+
+def test_matches_scipy_directly(scipy_backend) -> None:
+    A = convection_diffusion(12)
+    b = torch.linspace(-1, 1, 144, dtype=torch.float64)
+    x = st.solve(A, b, backend="scipy", method="lu")
+    ref = spla.splu(A.to_package("scipy").tocsc()).solve(b.numpy())
+    np.testing.assert_allclose(x.numpy(), ref, rtol=1e-12, atol=1e-14)
+
+
+def test_value_batch_factors_each_member() -> None:
+    A = poisson2d(5, 4)
+    batch = A.with_values(torch.stack([A.values, 2 * A.values, A.values + 0.5]))
+    plan = _plan(batch)
+    assert plan.factorizations == 3
+    B = torch.ones(3, 20, 2, dtype=torch.float64)
+    X, _ = plan.solve(B)
+    torch.testing.assert_close(X, torch.linalg.solve(batch.to_dense(), B))
+
+
+def test_solver_refactors_only_on_new_values() -> None:
+    from sparsetorch.dispatch import get_backends, reset_backends
+    import sparsetorch_scipy.plugin as plugin
+
+    get_backends().register(plugin, "scipy")
+    try:
+        A = convection_diffusion(8)
+        D = A.to_dense()
+        b = torch.ones(64, dtype=torch.float64)
+        with st.Solver(A, backend="scipy", method="lu") as s:
+            x1 = s.solve(b)
+            s.solve(2 * b)
+            plan = s._state.plan
+            assert plan.factorizations == 1  # new right-hand sides: no refactorization
+            v = A.values.clone().requires_grad_()
+            s.update_values(v)
+            assert plan.factorizations == 2  # new values: one numeric factorization
+            x = s.solve(b)
+            x.sum().backward()  # the adjoint solve reuses the same factors
+            assert plan.factorizations == 2
+            torch.testing.assert_close(x1, torch.linalg.solve(D, b))
+            lam = torch.linalg.solve(D.T, torch.ones(64, dtype=torch.float64))
+            coords, slot = A.entries()
+            expect = torch.zeros_like(v)
+            expect[slot] = -lam[coords[0]] * x.detach()[coords[1]]
+            torch.testing.assert_close(v.grad, expect)
+    finally:
+        reset_backends()
+
+
+def test_exactly_singular_matrix() -> None:
+    D = poisson2d(4, 3).to_dense()
+    D[5, :] = 0
+    D[:, 5] = 0
+    A = st.SparseTensor.from_dense(D)
+    with pytest.raises(st.SingularMatrixError, match="exactly zero pivot"):
+        _plan(A)
+
+
+def test_numerically_singular_matrix_names_the_pivot() -> None:
+    D = poisson2d(4, 3).to_dense()
+    D[:, 7] = D[:, 2] / 3 + D[:, 4] / 7  # dependent columns: singular, but rounding leaves a tiny pivot
+    A = st.SparseTensor.from_dense(D)
+    with pytest.raises(st.SingularMatrixError, match="singular to working precision") as info:
+        _plan(A, check_pivots=True)  # checked right after factoring
+    assert info.value.row is not None
+    plan = _plan(A)  # by default: checked when a solve blows up
+    with pytest.raises(st.SingularMatrixError, match="singular to working precision"):
+        plan.solve(torch.ones(12, 1, dtype=torch.float64))
+
+
+def test_ordering_follows_the_pattern() -> None:
+    assert _plan(poisson2d(6)).splu_options["permc_spec"] == "MMD_AT_PLUS_A"
+    assert _plan(convection_diffusion(6)).splu_options["options"]["SymmetricMode"]  # symmetric pattern
+    nonsym = random_nonsymmetric(30, seed=1)
+    opts = _plan(nonsym).splu_options
+    assert opts["permc_spec"] == "COLAMD" and opts["diag_pivot_thresh"] == 1.0
+    assert _plan(poisson2d(6), permc_spec="NATURAL").splu_options["permc_spec"] == "NATURAL"
+    with pytest.raises(st.InputError, match="permc_spec"):
+        _plan(poisson2d(6), permc_spec="AMD")
+
+
+def test_complex_hermitian_and_float32() -> None:
+    A = hermitian_pd(5, 4)
+    b = torch.ones(20, dtype=torch.complex128)
+    X, _ = _plan(A).solve(b[:, None])
+    torch.testing.assert_close(X[:, 0], torch.linalg.solve(A.to_dense(), b))
+    A32 = poisson2d(5, 4, dtype=torch.float32)
+    X32, _ = _plan(A32).solve(torch.ones(20, 1))
+    assert X32.dtype == torch.float32
+    torch.testing.assert_close(X32[:, 0], torch.linalg.solve(A32.to_dense().double(), torch.ones(20, dtype=torch.float64)).float())
+
+
+@pytest.mark.parametrize(("dim", "m"), [(2, 48), (3, 12)])
+def test_fill_model_tracks_superlu(dim, m) -> None:
+    """The cost model's nnz(L + U) estimate is within 1.5x of SuperLU's on Poisson."""
+    from sparsetorch.dispatch.calibrate import rates
+    from sparsetorch.dispatch.records import OperandInfo, Request
+
+    from sparsetorch_scipy import cost
+    from _helpers import poisson_scipy
+
+    S = poisson_scipy(m, dim)
+    A = st.from_package(S)
+    plan = _plan(A)
+    n = S.shape[0]
+    req = Request("solve", (OperandInfo("sparse", (n, n), torch.float64, torch.device("cpu"), format=A.format, nse=S.nnz),),
+                  frozenset({"spd", "symmetric"}), {})
+    est = cost.lu_estimate(rates("cpu"), req)
+    assert 1 / 1.5 < est.fill / plan.factor_nnz() < 1.5, (est.fill, plan.factor_nnz())
