@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
                      "scipy": scipy.__version__, "sparsetorch": sparsetorch.__version__},
         "command": " ".join(([f"PYTHONPATH={os.environ['PYTHONPATH']}"] if os.environ.get("PYTHONPATH") else [])
-                            + [sys.executable, *sys.argv]),
+                            + [Path(sys.executable).name, *sys.argv]),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "parameters": {"n": args.n, "nnz_target": args.nnz, "repeats": args.repeats, "seed": args.seed,
                        "dtype": "float64", "index_dtype": "int32 (as SciPy stores these matrices)",
