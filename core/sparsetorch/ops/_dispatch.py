@@ -9,10 +9,10 @@ import torch
 from ..autograd.handles import PlanState
 from ..dispatch.cache import plan_cache
 from ..dispatch.records import Offer, OperandInfo, Request
-from ..dispatch.select import ExplainTable, choose, rank
+from ..dispatch.select import ExplainTable, choose
 from ..tensor import SparseTensor
 
-__all__ = ["make_request", "obtain_plan", "explain_request", "options_key"]
+__all__ = ["make_request", "obtain_plan", "options_key", "CALL_OPTIONS"]
 
 # Options that change what a plan is (part of the cache key). Tolerances, iteration limits and
 # callbacks are per call (CALL_OPTIONS): one plan serves them all.
@@ -62,11 +62,3 @@ def obtain_plan(op: str, A: SparseTensor, request: Request, *, cache: bool = Tru
 def _per_call(state: PlanState, request: Request) -> None:
     """Options that may change from call to call without a new plan."""
     state.set_call_options({k: request.options.get(k) for k in CALL_OPTIONS})
-
-
-def explain_request(request: Request) -> ExplainTable:
-    return rank(request)
-
-
-def device_of(*tensors: torch.Tensor) -> torch.device:
-    return tensors[0].device

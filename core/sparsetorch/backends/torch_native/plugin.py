@@ -76,7 +76,6 @@ def _matmul_offer(request: Request, r) -> Offer:
 
 def _solve_offers(request: Request, r) -> list[Offer | Decline]:
     from .dense import DenseLUPlan
-    from .iterative import KrylovPlan
 
     A = request.A
     props = request.properties
