@@ -68,7 +68,7 @@ def to_cupy(t: SparseTensor, kind: str | None = None) -> Any:
                            f"cast first: t.to(torch.float32).to_package('cupy')")
     if layout is not None and layout.kind == "bsr":
         raise InteropError("cupyx.scipy.sparse has no bsr; convert first: t.convert(sparsetorch.format.CSR)"
-                           f".to_package('cupy')")
+                           ".to_package('cupy')")
     name, parts = sparse_parts(t, "cupy", CUPY_FORMATS)
     arr = {k: cupy.from_dlpack(plain_values(v)) for k, v in parts.items() if isinstance(v, torch.Tensor)}
     if kind is None:
