@@ -23,7 +23,6 @@ import time
 
 import numpy as np
 import scipy
-import scipy.sparse as sp
 import torch
 
 import sparsetorch as st
@@ -39,16 +38,8 @@ CANDIDATES = [
 ]
 
 
-def poisson(m: int, dim: int) -> sp.csr_array:
-    T = sp.diags_array([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(m, m))
-    I = sp.eye_array(m)
-    if dim == 2:
-        A = sp.kron(I, T) + sp.kron(T, I)
-    else:
-        A = sp.kron(sp.kron(I, I), T) + sp.kron(sp.kron(I, T), I) + sp.kron(sp.kron(T, I), I)
-    A = sp.csr_array(A)
-    A.sort_indices()
-    return A
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from _helpers import poisson_scipy as poisson  # noqa: E402  (one Poisson builder for tests and benchmark)
 
 
 def time_solve(A: st.SparseTensor, b: torch.Tensor, backend: str, method: str, pre: str | None, reps: int) -> dict:

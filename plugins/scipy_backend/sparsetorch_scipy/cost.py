@@ -193,7 +193,7 @@ def spmm_cost(r: Rates, request: Request) -> tuple[float, int]:
     A = request.A
     batch = _batch(request)
     k = max(1, request.rhs_columns // batch)
-    m, n = A.shape[-2], A.shape[-1]
+    m = A.shape[-2]
     nse = A.nse or 0
     vsize, isize = _itemsize(A.dtype), _index_size(request)
     traffic = nse * (vsize + isize) + (m + 1) * isize + nse * k * vsize + m * k * vsize

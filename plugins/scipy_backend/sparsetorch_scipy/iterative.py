@@ -32,7 +32,7 @@ import torch
 from sparsetorch import InputError, IterationResult, SparseTensor, Status
 
 from ._convert import Handoff, numpy_view
-from ._results import Outcome, Progress, Stop, combine
+from ._results import Outcome, Progress, Stop, combine, trivial_system
 from .precond import ILU, Jacobi, Operator, UserPreconditioner
 
 __all__ = ["KrylovPlan", "KRYLOV", "DEFAULT_RESTART"]
@@ -147,13 +147,9 @@ class KrylovPlan:
 
         n, method = self.n, self.method
         rtol, atol = float(o.get("rtol", 1e-6)), float(o.get("atol", 0.0))
-        bnorm = float(np.linalg.norm(b))
-        if not finite or not math.isfinite(bnorm):
-            where = "A's values" if not finite else "the right-hand side"
-            return np.full(n, np.nan, dtype=b.dtype), Outcome(0, math.nan, Status.NOT_FINITE, f"{where} hold NaN or Inf")
-        if bnorm == 0.0:
-            return np.zeros(n, dtype=b.dtype), Outcome(0, 0.0, Status.CONVERGED)
-        thr = max(rtol * bnorm, atol)
+        bnorm, thr, done = trivial_system(n, b, finite, rtol, atol)
+        if done is not None:
+            return done
         fn = getattr(spla, method)
         products = [0]
         A = self._operator(raw, products, b.dtype)
