@@ -19,12 +19,12 @@ from ..format import TensorFormat
 __all__ = ["BackendInfo", "OperandInfo", "Request", "Offer", "Decline", "OPS", "METHODS"]
 
 #: Operations a backend may implement.
-OPS = ("matmul", "solve", "eigsh", "logdet", "lstsq")
+OPS = ("matmul", "solve", "eigsh", "eigs", "logdet", "lstsq")
 
 #: One vocabulary of method names across backends.
 METHODS = (
     "spmm", "lu", "cholesky", "ldlt", "qr", "dense", "cg", "bicgstab", "gmres", "lgmres", "minres",
-    "tfqmr", "lsqr", "lsmr", "amg",
+    "tfqmr", "gcrotmk", "lsqr", "lsmr", "amg", "arpack", "lobpcg", "lanczos",
 )
 
 
