@@ -58,9 +58,9 @@ STREAM_FACTOR = 4.7
 # --- Krylov ----------------------------------------------------------------------------------------
 #: Products with A relative to CG's iteration count on the same problem (SPD Poisson; on
 #: convection-diffusion all need ~2.5x CG's count, in the same order).
-_PRODUCTS = {"cg": 1.0, "minres": 1.05, "bicgstab": 1.5, "gmres": 1.3, "lgmres": 1.4, "tfqmr": 1.5}
+_PRODUCTS = {"cg": 1.0, "minres": 1.05, "bicgstab": 1.5, "gmres": 1.3, "lgmres": 1.4, "gcrotmk": 1.3, "tfqmr": 1.5}
 #: Products with A per SciPy iteration (what ``maxiter`` and the reported iterations count);
-#: LGMRES does ``inner_m`` (= restart) per outer iteration.
+#: LGMRES does ``inner_m`` (= restart) per outer iteration, GCROT(m, k) about ``m`` (= restart).
 PRODUCTS_PER_ITERATION = {"bicgstab": 2.0}
 #: Vector traffic per product with A, in units of n * itemsize (SciPy's NumPy expressions with
 #: their temporaries), measured: CG 17, MINRES 37, TFQMR 28 (its residual watch included),
@@ -261,19 +261,21 @@ def krylov_cost(r: Rates, request: Request, method: str, preconditioner: str | N
         products = krylov_iterations(request, d) * _PRODUCTS[method]
         if preconditioner == "ilu":
             products = max(3.0, 0.25 * products)
-    per_iteration = restart if method == "lgmres" else PRODUCTS_PER_ITERATION.get(method, 1.0)
+    per_iteration = restart if method in ("lgmres", "gcrotmk") else PRODUCTS_PER_ITERATION.get(method, 1.0)
     maxiter = request.option("maxiter")
     if maxiter is not None:
         products = min(products, maxiter * (restart if method == "gmres" else per_iteration))
     products = max(1.0, products)
     vec = n * vsize
-    if method in ("gmres", "lgmres"):
-        passes = 3.5 * min(restart, products) + 5  # Gram-Schmidt against half the basis, ~7 passes per vector
+    if method in ("gmres", "lgmres", "gcrotmk"):
+        passes = 3.5 * min(restart, products) + 5 + (2.0 * restart if method == "gcrotmk" else 0.0)  # Gram-Schmidt against half the basis (~3.5 passes per vector); GCROT also against its k = m recycled vectors
     else:
         passes = _VECTOR_PASSES[method]
     per = spmv_seconds(r, request) + _stream(r, passes * vec)
     setup = 0.0
-    peak = (restart + 4 if method in ("gmres", "lgmres") else _WORK[method]) * vec
+    # GCROT(m, k) keeps k = m recycled (c, u) pairs beside its m + 1 Arnoldi vectors
+    basis = {"gmres": restart + 4, "lgmres": restart + 4, "gcrotmk": 3 * restart + 4}
+    peak = basis.get(method, _WORK.get(method, 5)) * vec
     if preconditioner == "jacobi":
         per += _stream(r, 4.5 * vec)
         setup = batch * _stream(r, nse * (vsize + 8), launches=4)

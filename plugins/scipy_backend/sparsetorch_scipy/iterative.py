@@ -1,4 +1,4 @@
-"""Krylov methods of ``scipy.sparse.linalg``: cg, bicgstab, gmres, lgmres, minres, tfqmr.
+"""Krylov methods of ``scipy.sparse.linalg``: cg, bicgstab, gmres, lgmres, gcrotmk, minres, tfqmr.
 
 Phases: ``__init__`` keeps the zero-copy hand-off of A's pattern (and, for the AMG
 preconditioner, an int32 CSR one); ``set_values`` wraps the values as SciPy arrays (views, no
@@ -13,7 +13,8 @@ afterwards: MINRES (whose SciPy stopping test is ``||r|| / (||A|| ||x||)``), TFQ
 bound of the left-preconditioned system) and rounding drift can stop early; the solve then
 continues from ``x`` with a tighter threshold (a few times at most, counted in the iterations
 and within ``maxiter``). ``maxiter`` counts what SciPy counts: iterations, restart cycles for
-GMRES, outer iterations for LGMRES. Status: SciPy's ``info > 0`` is MAX_ITERATIONS, ``< 0``
+GMRES, outer iterations for LGMRES and GCROT(m, k) (``restart`` is their inner length: LGMRES's
+``inner_m``, GCROT's ``m``; GCROT keeps ``k = m`` recycled vectors, SciPy's default). Status: SciPy's ``info > 0`` is MAX_ITERATIONS, ``< 0``
 BREAKDOWN; NaN/Inf is NOT_FINITE; CG checks ``v^H A v > 0`` for every vector it multiplies
 (one extra dot product) and reports INDEFINITE otherwise. A user ``callback(iteration,
 residual)`` is called every ``check_every`` iterations (default 1) of each system in turn, with
@@ -37,13 +38,15 @@ from .precond import ILU, Jacobi, Operator, UserPreconditioner
 
 __all__ = ["KrylovPlan", "KRYLOV", "DEFAULT_RESTART"]
 
-KRYLOV = ("cg", "bicgstab", "gmres", "lgmres", "minres", "tfqmr")
-#: GMRES restart length and LGMRES inner iterations when ``restart=`` is not given.
+KRYLOV = ("cg", "bicgstab", "gmres", "lgmres", "gcrotmk", "minres", "tfqmr")
+#: GMRES restart length, LGMRES inner iterations and GCROT's m when ``restart=`` is not given.
 DEFAULT_RESTART = 30
 #: Continuations from the true residual when SciPy stopped on an estimate that the true
 #: residual does not meet (MINRES needs more: its own test is weaker than ||r|| <= tol).
 _REFRESHES = {"minres": 8}
 _DEFAULT_REFRESHES = 4
+#: Methods whose ``maxiter`` counts outer iterations (SciPy's default: 1000).
+_OUTER = ("lgmres", "gcrotmk")
 
 
 class _Member:
@@ -155,7 +158,7 @@ class KrylovPlan:
         A = self._operator(raw, products, b.dtype)
         history: list[float] = []
         maxiter = o.get("maxiter")
-        budget = maxiter if maxiter is not None else (1000 if method == "lgmres" else None)
+        budget = maxiter if maxiter is not None else (1000 if method in _OUTER else None)
         used = 0  # in SciPy's units: iterations, GMRES restart cycles, LGMRES outer iterations
         total = 0
         x0: np.ndarray | None = None
@@ -199,7 +202,8 @@ class KrylovPlan:
                     x = x0 if x0 is not None else np.zeros_like(b)
                 else:
                     x = from_s(prog.last) if prog.last is not None else (x0 if x0 is not None else np.zeros_like(b))
-            its = prog.count - 1 if (method == "lgmres" and info == 0 and stop is None and prog.count) else prog.count
+            # LGMRES and GCROT call back at the start of each outer iteration, the converged one included
+            its = prog.count - 1 if (method in _OUTER and info == 0 and stop is None and prog.count) else prog.count
             total += its
             used += math.ceil(its / self.restart) if method == "gmres" else its
             res = float(np.linalg.norm(b - raw @ x))
@@ -276,10 +280,12 @@ class KrylovPlan:
             kw.update(restart=self.restart, callback_type="pr_norm")
         elif method == "lgmres":
             kw.update(inner_m=self.restart)
+        elif method == "gcrotmk":
+            kw.update(m=self.restart)
         return kw
 
     def _maxiter_reason(self, maxiter: Any, rel: float, rtol: float, atol: float) -> str:
-        unit = {"gmres": " restart cycles", "lgmres": " outer iterations"}.get(self.method, "")
+        unit = {"gmres": " restart cycles", "lgmres": " outer iterations", "gcrotmk": " outer iterations"}.get(self.method, "")
         return (f"{self.method} reached maxiter ({maxiter if maxiter is not None else 'SciPy default'}{unit}) with relative "
                 f"residual {rel:.2e} above the tolerance (rtol={rtol:g}, atol={atol:g})")
 

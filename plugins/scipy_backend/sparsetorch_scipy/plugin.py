@@ -4,7 +4,7 @@ Offers, per request (CPU tensors, float32/float64/complex64/complex128):
 
 - ``solve``: ``lu`` (SuperLU, the factorization kept in the plan for new right-hand sides and
   the adjoint solve); ``cg`` (SPD), ``minres`` (Hermitian), ``bicgstab``, ``gmres``, ``lgmres``,
-  ``tfqmr`` (SciPy's Krylov methods) with the preconditioners ``jacobi``, ``ilu`` (``spilu``),
+  ``gcrotmk``, ``tfqmr`` (SciPy's Krylov methods) with the preconditioners ``jacobi``, ``ilu`` (``spilu``),
   ``amg`` (PyAMG) or a callable; ``amg`` (PyAMG's multigrid as the solver, SPD).
   With nothing pinned, each Krylov method is offered with Jacobi, and CG also with AMG;
   ``tfqmr`` only when pinned (SciPy's TFQMR has no breakdown test and stagnates on problems
@@ -37,7 +37,7 @@ __all__ = ["sparsetorch_backend_info", "sparsetorch_offers", "NAME", "KRYLOV", "
 
 #: The backend's name; the entry point (pyproject.toml) has the same one.
 NAME = "scipy"
-KRYLOV = ("cg", "bicgstab", "gmres", "lgmres", "minres", "tfqmr")
+KRYLOV = ("cg", "bicgstab", "gmres", "lgmres", "gcrotmk", "minres", "tfqmr")
 SOLVE_METHODS = ("lu", *KRYLOV, "amg")
 DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
 PRECONDITIONERS = ("jacobi", "ilu", "amg")
@@ -80,7 +80,7 @@ def sparsetorch_backend_info() -> BackendInfo:
     return BackendInfo(
         name=NAME,
         version=__version__,
-        description="SciPy: SuperLU, Krylov methods (cg, bicgstab, gmres, lgmres, minres, tfqmr), "
+        description="SciPy: SuperLU, Krylov methods (cg, bicgstab, gmres, lgmres, gcrotmk, minres, tfqmr), "
                     "Jacobi/ILU/AMG (PyAMG) preconditioners, sparse @ dense; CPU",
         devices=("cpu",),
         dtypes=DTYPES,

@@ -17,7 +17,7 @@ import sparsetorch_scipy.plugin as plugin
 
 class ScipyBackend:
     backend = "scipy"
-    methods = ("lu", "cg", "bicgstab", "gmres", "lgmres", "minres", "tfqmr", "amg")
+    methods = ("lu", "cg", "bicgstab", "gmres", "lgmres", "gcrotmk", "minres", "tfqmr", "amg")
     devices = ("cpu",)
     dtypes = (torch.float64, torch.float32)
     complex_dtypes = (torch.complex128, torch.complex64)
@@ -28,6 +28,8 @@ class ScipyBackend:
     supports_grad = True
     # AMG (as the solver) needs SPD like CG; the rest as in the kit's defaults.
     symmetric_only_methods = {"cg": "spd", "minres": "symmetric", "amg": "spd"}
+    # maxiter counts restart cycles / outer iterations of restart inner steps there
+    restarted_methods = frozenset({"gmres", "lgmres", "gcrotmk"})
 
     @pytest.fixture(autouse=True)
     def conformance_backend(self):

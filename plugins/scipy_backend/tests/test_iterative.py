@@ -30,7 +30,7 @@ def _relres(D: torch.Tensor, X: torch.Tensor, B: torch.Tensor) -> float:
     return float(torch.linalg.vector_norm(B - D @ X) / torch.linalg.vector_norm(B))
 
 
-@pytest.mark.parametrize("method", ["cg", "bicgstab", "gmres", "lgmres", "minres", "tfqmr"])
+@pytest.mark.parametrize("method", ["cg", "bicgstab", "gmres", "lgmres", "gcrotmk", "minres", "tfqmr"])
 @pytest.mark.parametrize("rtol", [1e-4, 1e-9])
 def test_true_residual_meets_rtol(method, rtol) -> None:
     """||b - A x|| <= rtol ||b||, checked on the true residual (MINRES's own test is weaker)."""
@@ -64,7 +64,31 @@ def test_iterations_match_scipy() -> None:
     assert res.iterations == len(count)
 
 
-@pytest.mark.parametrize("method", ["bicgstab", "gmres", "lgmres"])
+@pytest.mark.parametrize("method,restart", [("lgmres", 10), ("gcrotmk", 10), ("gcrotmk", 30)])
+def test_outer_iterations_match_scipy(method, restart) -> None:
+    """LGMRES and GCROT(m, k) count outer iterations as SciPy does (``restart`` is their inner
+    length), on a non-symmetric system, and reach the same solution."""
+    A = convection_diffusion(16)
+    b = np.linspace(0.5, 1.5, 256)
+    count = []
+    kw = {"inner_m": restart} if method == "lgmres" else {"m": restart}
+    x_ref, info = getattr(spla, method)(A.to_package("scipy"), b, rtol=0.0, atol=1e-8 * np.linalg.norm(b),
+                                        callback=lambda x: count.append(1), **kw)
+    assert info == 0
+    X, res = _run(_plan(A, method, restart=restart), torch.from_numpy(b)[:, None], rtol=1e-8)
+    assert res.converged and res.iterations == len(count) - 1  # SciPy calls back once more, on convergence
+    np.testing.assert_allclose(X[:, 0].numpy(), x_ref, rtol=1e-6, atol=1e-9)
+
+
+def test_gcrotmk_maxiter_counts_outer_iterations() -> None:
+    A = convection_diffusion(16)
+    b = torch.ones(256, 1, dtype=torch.float64)
+    X, res = _run(_plan(A, "gcrotmk", restart=5), b, rtol=1e-12, maxiter=2)
+    assert not res.converged and res.status is st.Status.MAX_ITERATIONS and res.iterations == 2
+    assert "2 outer iterations" in res.reason
+
+
+@pytest.mark.parametrize("method", ["bicgstab", "gmres", "lgmres", "gcrotmk"])
 def test_ilu_needs_fewer_iterations(method) -> None:
     A = convection_diffusion(20)
     b = torch.ones(400, 1, dtype=torch.float64)

@@ -33,7 +33,7 @@ def test_backend_info(scipy_backend) -> None:
     info = scipy_backend
     assert info.name == "scipy" and info.devices == ("cpu",)
     assert info.dtypes == (torch.float32, torch.float64, torch.complex64, torch.complex128)
-    assert dict(info.ops) == {"solve": ("lu", "cg", "bicgstab", "gmres", "lgmres", "minres", "tfqmr", "amg"),
+    assert dict(info.ops) == {"solve": ("lu", "cg", "bicgstab", "gmres", "lgmres", "gcrotmk", "minres", "tfqmr", "amg"),
                               "matmul": ("spmm",)}
     assert dict(info.missing) == {}  # scipy and pyamg are installed here
 
@@ -121,7 +121,7 @@ def test_cg_pinned_on_symmetric_is_offered_like_the_torch_backend() -> None:
 def test_auto_offers_cg_with_jacobi_and_amg() -> None:
     offers, _ = _by_method(plugin.sparsetorch_offers(_request()))
     assert sorted(o.preconditioner for o in offers["cg"]) == ["amg", "jacobi"]
-    assert {"lu", "cg", "bicgstab", "gmres", "lgmres", "minres", "amg"} <= set(offers)
+    assert {"lu", "cg", "bicgstab", "gmres", "lgmres", "gcrotmk", "minres", "amg"} <= set(offers)
 
 
 def test_float16_through_the_core_declines_and_torch_takes_float32(scipy_backend) -> None:
