@@ -2,11 +2,23 @@
 preconditioner ``"amg"`` (one V-cycle per Krylov iteration).
 
 The hierarchy is the numeric phase: built in ``set_values`` (one per value-batch member), kept
-for every solve on those values, rebuilt when the values change. ``backend_options``:
+for every solve on those values. ``backend_options``:
 
 - ``"amg"``: ``"smoothed_aggregation"`` (default; real and complex) or ``"ruge_stuben"``
   (classical AMG; real only),
-- ``"amg_cycle"``: ``"V"`` (default), ``"W"`` or ``"F"``.
+- ``"amg_cycle"``: ``"V"`` (default), ``"W"`` or ``"F"``,
+- ``"amg_reuse"``: when a hierarchy is rebuilt for new values (:class:`HierarchyReuse`):
+  ``"values"`` (default) rebuilds whenever the values differ from those it was built on (equal
+  values in a new tensor keep it); ``"pattern"`` builds once per pattern and keeps it for every
+  later value set; a number ``tol >= 0`` keeps it while ``||v - v_built||_2 <= tol ||v_built||_2``
+  (``v_built``: the values of the last rebuild, so small changes that add up still trigger one).
+  A kept hierarchy gets the *current* matrix as its finest level (residuals and fine-level
+  smoothing use it; the coarse levels are the old Galerkin products), so a Krylov method still
+  converges to the current system: only the iteration count can grow. For CG the cycle stays
+  symmetric positive definite (symmetric smoothing with the current SPD matrix, SPD coarse
+  operators). Only the preconditioner offers reuse: plain V-cycles (method ``"amg"``) with stale
+  coarse levels over-correct smooth error modes and can diverge (measured: 2-D Poisson 32² with
+  the diagonal raised by 7-15 % diverged), so :class:`AMGPlan` rejects any policy but "values".
 
 PyAMG needs CSR with int32 indices: CSR input hands over its values without a copy (int64
 indices are narrowed once per pattern), other formats are gathered into CSR once per value set.
@@ -19,6 +31,7 @@ adjoint solve of a value set.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
@@ -30,7 +43,8 @@ from ._convert import Handoff, numpy_view
 from ._results import Outcome, Progress, Stop, combine, trivial_system
 from .precond import Operator
 
-__all__ = ["AMGPlan", "AMGPreconditioner", "build_hierarchy", "AMG_KINDS", "DEFAULT_MAXITER"]
+__all__ = ["AMGPlan", "AMGPreconditioner", "HierarchyReuse", "build_hierarchy", "reuse_tolerance", "AMG_KINDS",
+           "DEFAULT_MAXITER"]
 
 AMG_KINDS = ("smoothed_aggregation", "ruge_stuben")
 #: V-cycles allowed when ``maxiter`` is not given (Poisson needs 10-30 at rtol 1e-6..1e-10).
@@ -53,6 +67,66 @@ def _cycle(options: Mapping[str, Any]) -> str:
     return cycle
 
 
+#: Why method "amg" keeps no hierarchy across value changes (also the plugin's decline).
+SOLVER_REUSE = ("backend_options amg_reuse other than 'values' is for preconditioner='amg' only: plain V-cycles with a "
+                "kept hierarchy's stale coarse levels can diverge; use method='cg' with preconditioner='amg' (CG converges "
+                "with any symmetric positive definite cycle)")
+
+
+def reuse_tolerance(options: Mapping[str, Any]) -> float:
+    """``backend_options["amg_reuse"]`` as a relative tolerance: "values" -> 0, "pattern" -> inf."""
+    value = options.get("amg_reuse", "values")
+    if value == "values":
+        return 0.0
+    if value == "pattern":
+        return math.inf
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 and not math.isnan(value):
+        return float(value)
+    raise InputError(f"backend_options amg_reuse={value!r} is not a reuse policy; use 'values' (rebuild on every value "
+                     f"change, the default), 'pattern' (build once per pattern) or a relative tolerance >= 0 such as 0.05")
+
+
+@dataclass
+class _Kept:
+    ml: Any
+    data: np.ndarray | None  # the values it was built on (None under "pattern": never compared)
+    hermitian: bool
+
+
+class HierarchyReuse:
+    """The AMG hierarchies of one plan, by key (value-batch member, direction), and the rule that
+    decides whether new values get a new one (``backend_options["amg_reuse"]``, see the module
+    docstring). ``builds`` and ``reuses`` count the decisions."""
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self.tol = reuse_tolerance(options)
+        self.builds = 0
+        self.reuses = 0
+        self._kept: dict[Any, _Kept] = {}
+
+    def _close(self, old: np.ndarray | None, new: np.ndarray) -> bool:
+        if self.tol == math.inf:
+            return True
+        if old is None or old.shape != new.shape:
+            return False
+        if self.tol == 0.0:
+            return bool(np.array_equal(old, new))
+        return float(np.linalg.norm(new - old)) <= self.tol * float(np.linalg.norm(old))
+
+    def hierarchy(self, key: Any, mat: Any, data: np.ndarray, kind: str, hermitian: bool) -> Any:
+        """A hierarchy for the CSR array ``mat`` (values ``data``): the kept one with ``mat`` as its
+        finest level when the policy allows, else a new one (kept for later value sets)."""
+        kept = self._kept.get(key)
+        if kept is not None and kept.hermitian == hermitian and self._close(kept.data, data):
+            kept.ml.levels[0].A = mat  # residuals and fine-level smoothing use the current matrix
+            self.reuses += 1
+            return kept.ml
+        ml = build_hierarchy(mat, kind, hermitian)
+        self._kept[key] = _Kept(ml, None if self.tol == math.inf else np.array(data, copy=True), hermitian)
+        self.builds += 1
+        return ml
+
+
 def build_hierarchy(mat: Any, kind: str, hermitian: bool) -> Any:
     """A PyAMG multilevel solver for the CSR array ``mat``."""
     import pyamg
@@ -68,11 +142,14 @@ class AMGPreconditioner:
 
     name = "amg"
 
-    def __init__(self, handoff: Handoff, data: np.ndarray, options: Mapping[str, Any], *, hermitian: bool) -> None:
+    def __init__(self, handoff: Handoff, data: np.ndarray, options: Mapping[str, Any], *, hermitian: bool,
+                 reuse: HierarchyReuse | None = None, member: int = 0) -> None:
         self._h, self._data, self._kind, self._cycle = handoff, data, amg_kind(options), _cycle(options)
         self.hermitian = hermitian
         self.n, self.dtype = handoff.shape[0], data.dtype
-        self.ml = build_hierarchy(handoff.matrix(data), self._kind, hermitian)
+        self._reuse = reuse if reuse is not None else HierarchyReuse({})
+        self._member = member
+        self.ml = self._reuse.hierarchy((member, False), handoff.matrix(data), data, self._kind, hermitian)
         self._ml_adj: Any = None
 
     def operator(self, adjoint: bool) -> Any:
@@ -81,7 +158,7 @@ class AMGPreconditioner:
             if self._ml_adj is None:
                 data = np.conj(self._data) if np.iscomplexobj(self._data) else self._data
                 adj = self._h.matrix(data, transpose=True).tocsr()  # A^H as CSR (a copy: PyAMG needs CSR)
-                self._ml_adj = build_hierarchy(adj, self._kind, False)
+                self._ml_adj = self._reuse.hierarchy((self._member, True), adj, self._data, self._kind, False)
             ml = self._ml_adj
         P = ml.aspreconditioner(cycle=self._cycle)
         return Operator(self.n, self.dtype, P.matvec)
@@ -102,21 +179,27 @@ class AMGPlan:
         self.backend, self.n = backend, int(n)
         bo = options.get("backend_options") or {}
         self.kind, self.cycle = amg_kind(bo), _cycle(bo)
+        if reuse_tolerance(bo) != 0.0:
+            raise InputError(SOLVER_REUSE)
         self._h = Handoff(A, int32=True, kinds=("csr",))
         self.call_options: dict = {}
-        #: hierarchies built so far (one per value-batch member per set_values)
-        self.setups = 0
+        #: the hierarchies and the rule for rebuilding them (backend_options amg_reuse)
+        self.amg_reuse = HierarchyReuse(bo)
         self._members: list[tuple[Any, Any, bool]] | None = None
 
+    @property
+    def setups(self) -> int:
+        """Hierarchies built so far (at most one per value-batch member per set_values)."""
+        return self.amg_reuse.builds
+
     def set_values(self, values: torch.Tensor) -> None:
-        """Build one hierarchy per value-batch member."""
+        """One hierarchy per value-batch member (new, or kept per ``amg_reuse``)."""
         self._members = None
         members = []
-        for d in self._h.values(values):
+        for i, d in enumerate(self._h.values(values)):
             mat = self._h.matrix(d)
             finite = bool(np.isfinite(d).all())
-            ml = build_hierarchy(mat, self.kind, True) if finite else None
-            self.setups += ml is not None
+            ml = self.amg_reuse.hierarchy((i, False), mat, d, self.kind, True) if finite else None
             members.append((mat, ml, finite))
         self._members = members
 

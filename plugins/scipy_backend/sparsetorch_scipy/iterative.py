@@ -87,6 +87,11 @@ class KrylovPlan:
             raise InputError(f"{backend}: preconditioner {pre!r} is not available (jacobi, ilu, amg, None or a callable)")
         self.preconditioner = name
         self._amg_h = Handoff(A, int32=True, kinds=("csr",)) if name == "amg" else None
+        if name == "amg":
+            from .amg import HierarchyReuse
+
+            #: AMG hierarchies kept across value sets per backend_options amg_reuse
+            self.amg_reuse: Any = HierarchyReuse(self._bo)
         self.restart = int(options.get("restart") or DEFAULT_RESTART)
         #: per-call options set by the core (rtol, atol, maxiter, check_every, callback)
         self.call_options: dict = {}
@@ -116,7 +121,8 @@ class KrylovPlan:
         if name == "amg":
             from .amg import AMGPreconditioner
 
-            return AMGPreconditioner(self._amg_h, amg_data, self._bo, hermitian=self._h.is_hermitian(member.data))
+            return AMGPreconditioner(self._amg_h, amg_data, self._bo, hermitian=self._h.is_hermitian(member.data),
+                                     reuse=self.amg_reuse, member=i)
         return UserPreconditioner(self._pre_fn, self.n, member.data.dtype)
 
     # Solve ------------------------------------------------------------------------------------------

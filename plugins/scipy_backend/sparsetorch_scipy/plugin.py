@@ -230,6 +230,11 @@ def _amg_options_problem(request: Request) -> str | None:
         return f"backend_options amg={bo.get('amg')!r} is not a PyAMG solver; use 'smoothed_aggregation' or 'ruge_stuben'"
     if kind == "ruge_stuben" and request.dtype.is_complex:
         return f"PyAMG's ruge_stuben is real only; A is {_dtype_name(request.dtype)} (use amg='smoothed_aggregation')"
+    reuse = bo.get("amg_reuse", "values")
+    if not (reuse in ("values", "pattern") or (isinstance(reuse, (int, float)) and not isinstance(reuse, bool)
+                                               and reuse >= 0)):
+        return (f"backend_options amg_reuse={reuse!r} is not a reuse policy; use 'values' (the default), 'pattern' or "
+                f"a relative tolerance >= 0 such as 0.05")
     return None
 
 
@@ -246,6 +251,10 @@ def _amg_answer(request: Request, r: Any, pre_name: str | None) -> Offer | Decli
     why = _amg_options_problem(request)
     if why is not None:
         return Decline(NAME, why, "amg")
+    if (request.option("backend_options") or {}).get("amg_reuse", "values") != "values":
+        from .amg import SOLVER_REUSE  # no SciPy/PyAMG import: amg.py imports them lazily
+
+        return Decline(NAME, SOLVER_REUSE, "amg")
     seconds, peak, its = cost.amg_solver_cost(r, request)
     kind = (request.option("backend_options") or {}).get("amg", "smoothed_aggregation")
     return Offer(NAME, "amg", seconds, peak, _amg_factory, f"PyAMG {kind}: ~{its} V-cycles estimated" + _conversion_note(request))
