@@ -1,0 +1,246 @@
+"""Krylov methods of ``cupyx.scipy.sparse.linalg`` (cg, gmres, minres, cgs) on cuSPARSE products.
+
+Phases: ``__init__`` builds the :class:`~sparsetorch_cupy._cusparse.CusparseMatrix` (descriptors
+made once, re-used by every product of every iteration) and, for ILU(0), the int32 CSR pattern
+and its triangles; ``set_values`` points the descriptors at the new values and builds the
+preconditioner; ``solve`` runs one cupyx solve per (value-batch member, right-hand side) on
+torch's current stream, with ``b`` and ``x`` crossing by DLPack.
+
+Tolerances are exact: a system has converged when ``||b - A x|| <= max(rtol ||b||, atol)``,
+checked on the true residual after cupyx stops (cupyx tests its recursive residual; MINRES
+tests ``||r|| / (||A|| ||x||)``). When the true residual misses, the solve continues on the
+correction ``A d = b - A x`` with a tighter threshold (a few times at most, within ``maxiter``).
+``maxiter`` counts iterations, restart cycles for GMRES. CG records ``v^H A v <= 0`` for the
+vectors it multiplies on the device (no extra synchronization) and reports INDEFINITE.
+Adjoint solves use ``A^H`` (the COO descriptor of the transposed pattern) and ``M^-H``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from typing import Any, Callable, Mapping
+
+import torch
+
+from sparsetorch import InputError, IterationResult, SparseTensor, Status
+
+from ._cuda import cupy, numpy_dtype, on_torch_stream, to_cupy, to_torch
+from ._cusparse import CusparseMatrix
+from ._results import Outcome, combine
+from .precond import ILU0Pattern, Jacobi, UserPreconditioner, diagonal, linear_operator
+
+__all__ = ["KrylovPlan", "KRYLOV", "DEFAULT_RESTART"]
+
+KRYLOV = ("cg", "gmres", "minres", "cgs")
+#: GMRES restart length when ``restart=`` is not given (cupyx's own default is 20).
+DEFAULT_RESTART = 30
+_REFRESHES = 4
+
+
+class KrylovPlan:
+    """One cupyx Krylov method with its preconditioner, on a fixed pattern."""
+
+    def __init__(self, A: SparseTensor, method: str, options: Mapping[str, Any], *, backend: str = "cupy") -> None:
+        if method not in KRYLOV:
+            raise InputError(f"{backend}: unknown Krylov method {method!r}; known: {KRYLOV}")
+        m, n = A.format_shape
+        if m != n:
+            raise InputError(f"{backend}/{method} needs a square matrix, got {m}x{n}")
+        self.backend, self.method, self.n = backend, method, int(n)
+        self.matrix = CusparseMatrix(A)
+        self.device = A.device
+        self._options = dict(options)
+        pre = options.get("preconditioner")
+        self._pre_fn: Callable | None = pre if callable(pre) else None
+        name = "user" if callable(pre) else (None if pre in (None, "none", "identity") else str(pre))
+        if name not in (None, "jacobi", "ilu", "user"):
+            raise InputError(f"{backend}: preconditioner {pre!r} is not available (jacobi, ilu, None or a callable)")
+        self.preconditioner = name
+        self._ilu = ILU0Pattern(A) if name == "ilu" else None
+        self.restart = int(options.get("restart") or DEFAULT_RESTART)
+        #: per-call options set by the core (rtol, atol, maxiter, check_every, callback)
+        self.call_options: dict = {}
+        self._pres: list[Any] | None = None
+        self._finite: list[bool] = []
+
+    # Numeric phase ------------------------------------------------------------------------------
+    def set_values(self, values: torch.Tensor) -> None:
+        """Point the descriptors at the values and build the preconditioner per member."""
+        self._pres = None
+        self.matrix.set_values(values)
+        vals = self.matrix.values
+        self._finite = [bool(f) for f in torch.isfinite(vals).all(dim=-1).tolist()]
+        pres: list[Any] = []
+        name = self.preconditioner
+        if name == "jacobi":
+            rows, cols = self.matrix._transposed_coordinates()  # A^T's (row, col) = A's (col, row)
+            diags = diagonal(cols, rows, vals, self.n)
+        ilu_data = self._ilu.csr_values(values) if self._ilu is not None else None
+        with on_torch_stream(self.device):
+            for i in range(vals.shape[0]):
+                if name is None or not self._finite[i]:
+                    pres.append(None)  # NaN in A is reported by solve (NOT_FINITE)
+                elif name == "jacobi":
+                    pres.append(Jacobi(diags[i], i, self.backend))
+                elif name == "ilu":
+                    pres.append(self._ilu.factor(ilu_data[i], i, self.backend))
+                else:
+                    pres.append(UserPreconditioner(self._pre_fn, self.n))
+        self._pres = pres
+
+    # Solve ----------------------------------------------------------------------------------------
+    def solve(self, B: torch.Tensor, *, adjoint: bool = False) -> tuple[torch.Tensor, IterationResult]:
+        if self._pres is None:
+            raise RuntimeError(f"{self.backend}/{self.method}: solve() before set_values()")
+        o = {**self._options, **{k: v for k, v in self.call_options.items() if k == "callback" or v is not None}}
+        n = self.n
+        Bc = B.detach()
+        if Bc.is_conj():
+            Bc = Bc.resolve_conj()
+        Bc = Bc.reshape(-1, n, B.shape[-1])
+        members = len(self._pres)
+        if members not in (1, Bc.shape[0]):
+            raise InputError(f"{self.backend}/{self.method}: B has {Bc.shape[0]} batch members for {members} matrices")
+        X = torch.empty_like(Bc)
+        outcomes: list[Outcome] = []
+        with on_torch_stream(self.device) as stream:
+            for i in range(Bc.shape[0]):
+                mem = i if members > 1 else 0
+                for j in range(Bc.shape[2]):
+                    b = to_cupy(Bc[i, :, j].contiguous())
+                    x, out = self._solve_system(mem, b, adjoint, o, stream)
+                    X[i, :, j] = to_torch(x)
+                    outcomes.append(out)
+        label = f"cupyx {self.method}" + (f" + {self.preconditioner}" if self.preconditioner else "")
+        return X.reshape(B.shape), combine(outcomes, label)
+
+    def _solve_system(self, member: int, b: Any, adjoint: bool, o: Mapping[str, Any], stream: int) -> tuple[Any, Outcome]:
+        cp = cupy()
+        import cupyx.scipy.sparse.linalg as cla  # noqa: PLC0415
+
+        n, method = self.n, self.method
+        dtype = numpy_dtype(self.matrix.dtype)
+        rtol, atol = float(o.get("rtol", 1e-6)), float(o.get("atol", 0.0))
+        bnorm = float(cp.linalg.norm(b))
+        thr = max(rtol * bnorm, atol)
+        if not self._finite[member] or not math.isfinite(bnorm):
+            where = "A's values" if not self._finite[member] else "the right-hand side"
+            return cp.full(n, math.nan, dtype=dtype), Outcome(0, math.nan, Status.NOT_FINITE, f"{where} hold NaN or Inf")
+        if bnorm == 0.0:
+            return cp.zeros(n, dtype=dtype), Outcome(0, 0.0, Status.CONVERGED)
+        mv = self.matrix.cupy_matvec(adjoint=adjoint, member=member, stream=stream)
+        products = [0]
+        bad = [cp.zeros((), dtype=bool)]
+        check_curvature = method == "cg"
+
+        def counted(v: Any) -> Any:
+            products[0] += 1
+            y = mv(v)
+            if check_curvature:
+                vv = v.reshape(-1)
+                curv = cp.vdot(vv, y).real
+                bad[0] = cp.logical_or(bad[0], cp.logical_and(curv <= 0, cp.vdot(vv, vv).real > 0))
+            return y
+
+        pre = self._pres[member]
+        M = pre.operator(adjoint, dtype) if pre is not None else None
+        op = linear_operator(n, dtype, counted)
+        realify = method == "minres" and dtype.kind == "c"
+        if realify:  # cupyx MINRES is real: solve the equivalent real symmetric system of size 2n
+            op, M = _realified(op, dtype), (None if M is None else _realified(M, dtype))
+        fn = getattr(cla, method)
+        tol_key = "rtol" if "rtol" in inspect.signature(fn).parameters else "tol"
+        maxiter = o.get("maxiter")
+        restart = min(self.restart, n)
+        budget = None if maxiter is None else int(maxiter) * (restart if method == "gmres" else 1)
+        user_cb, every = o.get("callback"), max(1, int(o.get("check_every") or 1))
+        history: list[float] = []
+        x = cp.zeros(n, dtype=dtype)
+        total = 0
+        res = bnorm
+        tol = thr
+        status, reason = Status.MAX_ITERATIONS, ""
+        for attempt in range(_REFRESHES + 1):
+            remaining = None if budget is None else budget - total
+            if remaining is not None and remaining <= 0:
+                status, reason = Status.MAX_ITERATIONS, self._maxiter_reason(maxiter, res / bnorm, rtol, atol)
+                break
+            r = b - mv(x) if attempt else b
+            count = [0]
+
+            def callback(arg: Any, _offset=total) -> None:
+                count[0] += 1
+                it = _offset + count[0]
+                if user_cb is not None and it % every == 0 and method != "gmres":
+                    xi = arg[:n] + 1j * arg[n:] if realify else arg
+                    rel = float(cp.linalg.norm(b - mv(x + xi))) / bnorm
+                    history.append(rel)
+                    user_cb(it, rel)
+
+            kw: dict[str, Any] = {tol_key: 0.0 if method != "minres" else tol / max(float(cp.linalg.norm(r)), 1e-300),
+                                  "M": M, "callback": callback}
+            if method != "minres":
+                kw["atol"] = tol
+            if method == "gmres":
+                kw.update(restart=restart, callback_type="x")
+            if remaining is not None:
+                kw["maxiter"] = remaining
+            before = products[0]
+            rhs = cp.concatenate([r.real, r.imag]) if realify else r
+            d, info = fn(op, rhs, **kw)
+            d = d[:n] + 1j * d[n:] if realify else d
+            if method == "gmres":
+                cycles = max(0, (products[0] - before - 1) // (restart + 1))
+                its = cycles * restart
+            else:
+                its = count[0]
+            total += its
+            x = x + d.reshape(-1)
+            if check_curvature and bool(bad[0]):
+                status = Status.INDEFINITE
+                reason = (f"CG met a direction with v^H A v <= 0 within {total} iterations: A is not positive definite "
+                          f"(use minres for symmetric indefinite, gmres otherwise)")
+                break
+            res = float(cp.linalg.norm(b - mv(x)))
+            if not math.isfinite(res):
+                status, reason = Status.NOT_FINITE, f"{method}: the residual became NaN or Inf after {total} iterations"
+                break
+            if res <= thr:
+                status, reason = Status.CONVERGED, ""
+                break
+            if info > 0 or (budget is not None and total >= budget):
+                status, reason = Status.MAX_ITERATIONS, self._maxiter_reason(maxiter, res / bnorm, rtol, atol)
+                break
+            if its == 0 and attempt:
+                status = Status.BREAKDOWN
+                reason = (f"{method} made no progress from relative residual {res / bnorm:.2e}; try gmres or a preconditioner")
+                break
+            tol = thr * 0.5  # the correction's threshold: what is still missing, with a margin
+        else:
+            status = Status.MAX_ITERATIONS
+            reason = (f"{method}'s recurrence met the tolerance but the true relative residual {res / bnorm:.2e} did not "
+                      f"({_REFRESHES} restarts from the true residual): loosen rtol/atol or use a direct method")
+        return x, Outcome(total, res / bnorm, status, reason, history, products[0])
+
+    def _maxiter_reason(self, maxiter: Any, rel: float, rtol: float, atol: float) -> str:
+        unit = " restart cycles" if self.method == "gmres" else ""
+        return (f"{self.method} reached maxiter ({maxiter if maxiter is not None else 'cupyx default'}{unit}) with relative "
+                f"residual {rel:.2e} above the tolerance (rtol={rtol:g}, atol={atol:g})")
+
+    def __repr__(self) -> str:
+        return f"KrylovPlan({self.method}, preconditioner={self.preconditioner}, n={self.n})"
+
+
+def _realified(op: Any, dtype: Any) -> Any:
+    """The real 2n x 2n operator [Re A, -Im A; Im A, Re A] of a complex n x n one."""
+    cp = cupy()
+    n = op.shape[0]
+    real = cp.dtype(dtype).char.lower()
+
+    def mv(v: Any) -> Any:
+        v = v.reshape(-1)
+        y = op.matvec(v[:n] + 1j * v[n:])
+        return cp.concatenate([y.real, y.imag]).astype(real, copy=False)
+
+    return linear_operator(2 * n, real, mv)

@@ -1,0 +1,46 @@
+"""Shared fixtures of the cupy backend's tests.
+
+The tests run from a source checkout without installing anything
+(``PYTHONPATH=core:plugins/cupy_backend``). Tests that need a GPU and CuPy carry the ``gpu``
+marker below and skip cleanly without them (CI has neither): only the metadata tests (offers,
+declines, costs, the entry point) run there.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from sparsetorch.dispatch import get_backends, reset_backends
+
+import sparsetorch_cupy.plugin as plugin
+
+HAVE_CUPY = importlib.util.find_spec("cupy") is not None
+HAVE_CUDA = torch.cuda.is_available()
+#: Skip marker for tests that run CuPy on a GPU.
+gpu = pytest.mark.skipif(not (HAVE_CUPY and HAVE_CUDA),
+                         reason=f"needs CUDA and CuPy (cuda available: {HAVE_CUDA}, cupy installed: {HAVE_CUPY})")
+
+
+def ensure_registered() -> None:
+    backends = get_backends()
+    if "cupy" not in backends.names:
+        backends.register(plugin, "cupy")
+    broken = [b for b in backends.broken if b.name == "cupy"]
+    assert not broken, broken
+
+
+@pytest.fixture
+def cupy_backend():
+    """The loaded "cupy" backend's BackendInfo (entry point if installed, else registered here)."""
+    ensure_registered()
+    yield get_backends().info("cupy")
+    reset_backends()
+
+
+@pytest.fixture(autouse=True)
+def _deterministic_rates(monkeypatch):
+    """Fixed calibration rates: cost estimates (and so auto-dispatch) do not depend on the machine."""
+    monkeypatch.setenv("SPARSETORCH_CALIBRATION", "defaults")
