@@ -2,26 +2,17 @@
 
 The tests run from a source checkout without installing anything
 (``PYTHONPATH=core:plugins/cupy_backend``). Tests that need a GPU and CuPy carry the ``gpu``
-marker below and skip cleanly without them (CI has neither): only the metadata tests (offers,
+marker of ``_cupy_helpers`` and skip cleanly without them (CI has neither): only the metadata tests (offers,
 declines, costs, the entry point) run there.
 """
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
-import torch
 
 from sparsetorch.dispatch import get_backends, reset_backends
 
 import sparsetorch_cupy.plugin as plugin
-
-HAVE_CUPY = importlib.util.find_spec("cupy") is not None
-HAVE_CUDA = torch.cuda.is_available()
-#: Skip marker for tests that run CuPy on a GPU.
-gpu = pytest.mark.skipif(not (HAVE_CUPY and HAVE_CUDA),
-                         reason=f"needs CUDA and CuPy (cuda available: {HAVE_CUDA}, cupy installed: {HAVE_CUPY})")
 
 
 def ensure_registered() -> None:
