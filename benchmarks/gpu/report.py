@@ -1,0 +1,161 @@
+"""Markdown tables and PNG plots of a GPU-suite result document (``suite.py`` writes both).
+
+    python benchmarks/gpu/report.py benchmarks/results/gpu_suite.json   # re-render the .md and PNGs
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["markdown", "plots"]
+
+
+def _us(s: Any) -> str:
+    return "-" if s is None else f"{s * 1e6:,.1f}"
+
+
+def _status(row: dict) -> str:
+    if "error" in row:
+        return "error: " + row["error"].splitlines()[0][:120]
+    if "skipped" in row:
+        return row["skipped"][:120]
+    return ""
+
+
+def markdown(doc: dict) -> str:
+    v, mch = doc["versions"], doc["machine"]
+    lines = [f"# GPU suite ({mch['gpu']}, {doc['date']})", "",
+             f"Command: `{doc['command']}`", "",
+             "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()), "",
+             f"Copy bandwidth (read + write, measured in this run): {doc['copy_bandwidth']['bytes_per_s'] / 1e12:.2f} TB/s", ""]
+    lines += [f"- {n}" for n in doc.get("notes", [])] + [""]
+    cases = doc["cases"]
+    if "spmv" in cases:
+        c = cases["spmv"]
+        lines += ["## SpMV, 3-D 7-point stencil", ""]
+        if "error" in c:
+            lines += [f"error: {c['error']}", ""]
+        else:
+            mt = c["matrix"]
+            lines += [f"{mt['rows']:,} rows, {mt['nnz']:,} nonzeros ({mt['grid']}); median of {c['reps']} per-call CUDA-event "
+                      f"timings.", ""]
+            for dt, res in c["results"].items():
+                lines += [f"### {dt}: floor {_us(res['csr_int32_floor_s'])} us (CSR int32), {_us(res['dia_floor_s'])} us (DIA)", "",
+                          "| implementation | format | median us | own floor us | fraction of own floor | fraction of CSR-int32 floor | rel. error | note |",
+                          "|---|---|---:|---:|---:|---:|---:|---|"]
+                for r in res["rows"]:
+                    if "median_s" in r:
+                        note = r.get("choice") or ""
+                        lines.append(f"| {r['impl']} | {r['format']} | {_us(r['median_s'])} | {_us(r['floor_s'])} | "
+                                     f"{r['fraction_of_floor']:.2f} | {res['csr_int32_floor_s'] / r['median_s']:.2f} | "
+                                     f"{r['rel_err']:.1e} | {note}{'' if r['correct'] else ' WRONG RESULT'} |")
+                    else:
+                        lines.append(f"| {r['impl']} | {r.get('format', '-')} | - | - | - | - | - | {_status(r)} |")
+                lines.append("")
+    if "cg_1m" in cases:
+        c = cases["cg_1m"]
+        lines += ["## CG, 2-D Poisson 1000² (1M unknowns, float64, ||r|| <= 1e-6 ||b||)", ""]
+        if "error" in c:
+            lines += [f"error: {c['error']}", ""]
+        else:
+            lines += ["| rhs | implementation | seconds | iterations | true rel. residual | choice / note |", "|---|---|---:|---:|---:|---|"]
+            for r in c["rows"]:
+                if "seconds" in r:
+                    lines.append(f"| {r['rhs']} | {r['impl']} | {r['seconds']:.3f} | {r['iterations'] if r['iterations'] is not None else '-'} | "
+                                 f"{r['residual']:.1e} | {r.get('choice', '')} {('+' + r['preconditioner']) if r.get('preconditioner') else ''} |")
+                else:
+                    lines.append(f"| {r['rhs']} | {r['impl']} | - | - | - | {_status(r)} |")
+            lines.append("")
+    if "cg_64m" in cases:
+        c = cases["cg_64m"]
+        lines += ["## CG at 64M unknowns (2-D Poisson 8000²): memory and time per iteration", ""]
+        if "error" in c:
+            lines += [f"error: {c['error']}", ""]
+        else:
+            p = c["problem"]
+            lines += [f"{p['unknowns']:,} unknowns, {p.get('nnz', 0):,} nonzeros, {p['iterations']} iterations.", "",
+                      "| implementation | peak GB | inputs GB | extra GB | bytes/unknown (peak) | extra bytes/unknown | ms / iteration |",
+                      "|---|---:|---:|---:|---:|---:|---:|"]
+            for r in c["rows"]:
+                if "peak_bytes" in r:
+                    lines.append(f"| {r['impl']} | {r['peak_bytes'] / 1e9:.2f} | {r['inputs_bytes'] / 1e9:.2f} | {r['extra_bytes'] / 1e9:.2f} | "
+                                 f"{r['bytes_per_unknown']:.0f} | {r['extra_bytes_per_unknown']:.0f} | {r['seconds_per_iteration'] * 1e3:.2f} |")
+                else:
+                    lines.append(f"| {r['impl']} | - | - | - | - | - | {_status(r)} |")
+            lines.append("")
+    if "backward_1m" in cases:
+        c = cases["backward_1m"]
+        lines += ["## Backward vs forward peak memory, 1000 CG iterations, 1M unknowns", ""]
+        if "error" in c:
+            lines += [f"error: {c['error']}", ""]
+        else:
+            lines += ["| implementation | forward peak MB | graph held MB | backward peak MB | backward / forward | forward s | backward s |",
+                      "|---|---:|---:|---:|---:|---:|---:|"]
+            for r in c["rows"]:
+                if "forward_peak_bytes" in r:
+                    lines.append(f"| {r['impl']} | {r['forward_peak_bytes'] / 1e6:.0f} | {r['graph_held_bytes'] / 1e6:.0f} | "
+                                 f"{r['backward_peak_bytes'] / 1e6:.0f} | {r['backward_over_forward']:.2f} | {r['forward_s']:.2f} | {r['backward_s']:.2f} |")
+                else:
+                    lines.append(f"| {r['impl']} | - | - | - | - | - | {_status(r)} |")
+            lines.append("")
+    lines.append(f"Suite wall time: {doc.get('wall_seconds', 0):.0f} s.")
+    return "\n".join(lines) + "\n"
+
+
+def plots(doc: dict, out_dir: Path) -> list[Path]:
+    """PNG bar charts (SpMV times with the floors; CG seconds); [] when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    written = []
+    spmv = doc["cases"].get("spmv", {})
+    if "results" in spmv:
+        res = spmv["results"]
+        fig, axes = plt.subplots(1, len(res), figsize=(9 * len(res), 9), squeeze=False)
+        for ax, (dt, r) in zip(axes[0], res.items()):
+            rows = [x for x in r["rows"] if "median_s" in x]
+            names = [x["impl"] for x in rows]
+            ax.barh(range(len(rows)), [x["median_s"] * 1e6 for x in rows], color=["C%d" % ("sparsetorch torch cupy nvmath dense".split().index(x["family"])) for x in rows])
+            ax.axvline(r["csr_int32_floor_s"] * 1e6, color="k", ls="--", label="CSR int32 bytes floor")
+            ax.axvline(r["dia_floor_s"] * 1e6, color="gray", ls=":", label="DIA bytes floor")
+            ax.set_yticks(range(len(rows)), names, fontsize=7)
+            ax.set_xscale("log")
+            ax.set_xlabel("median time per SpMV (us, log)")
+            ax.set_title(f"SpMV {spmv['matrix']['grid']} stencil, {dt}")
+            ax.invert_yaxis()
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        p = out_dir / "gpu_spmv.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        written.append(p)
+    cgc = doc["cases"].get("cg_1m", {})
+    if "rows" in cgc:
+        rows = [x for x in cgc["rows"] if "seconds" in x]
+        fig, ax = plt.subplots(figsize=(9, 5))
+        labels = [f"{x['impl']} ({x['rhs']})" for x in rows]
+        ax.barh(range(len(rows)), [x["seconds"] for x in rows], color=["C0" if x["rhs"] == "random" else "C1" for x in rows])
+        ax.set_yticks(range(len(rows)), labels, fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel("seconds to ||r|| <= 1e-6 ||b||")
+        ax.set_title("CG, 2-D Poisson 1000^2 (1M unknowns, float64)")
+        fig.tight_layout()
+        p = out_dir / "gpu_cg.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        written.append(p)
+    return written
+
+
+if __name__ == "__main__":
+    path = Path(sys.argv[1])
+    doc = json.loads(path.read_text())
+    path.with_suffix(".md").write_text(markdown(doc))
+    print(plots(doc, path.parent))
