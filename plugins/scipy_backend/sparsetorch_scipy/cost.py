@@ -28,7 +28,7 @@ from sparsetorch.dispatch.calibrate import Rates
 
 __all__ = [
     "dimension", "lu_estimate", "LUEstimate", "krylov_cost", "amg_solver_cost", "spmm_cost", "spmv_seconds",
-    "conversion_seconds", "krylov_iterations", "amg_iterations", "amg_levels",
+    "conversion_seconds", "krylov_iterations", "amg_iterations", "amg_levels", "lstsq_cost",
 ]
 
 # --- SuperLU -------------------------------------------------------------------------------------
@@ -295,6 +295,24 @@ def krylov_cost(r: Rates, request: Request, method: str, preconditioner: str | N
     call = spmv_seconds(r, request) + r.seconds(launches=KRYLOV_CALL_LAUNCHES)  # wrappers, true residual
     seconds = setup + systems * (products * per + call) + _conversion(r, request)
     return seconds, int(peak), int(math.ceil(products / per_iteration))
+
+
+def lstsq_cost(r: Rates, request: Request, method: str) -> tuple[float, int, int]:
+    """LSQR/LSMR: per iteration one product with A and one with A^H, plus the vector updates
+    (LSQR ~ 3 passes over n and 2 over m, LSMR ~ 5 over n and 2 over m); iterations as CG on the
+    normal equations of a d-dimensional operator, capped by ``maxiter`` (default 4n + 20)."""
+    A = request.A
+    m, n = A.shape[-2], A.shape[-1]
+    vsize = _itemsize(A.dtype)
+    d = dimension(request)
+    its = 2.0 * krylov_iterations(request, d)
+    its = max(1.0, min(its, request.option("maxiter") or 4 * n + 20))
+    passes = (3 if method == "lsqr" else 5) * n + 2 * m
+    per = 2 * spmv_seconds(r, request) + _stream(r, passes * vsize)
+    call = r.seconds(launches=KRYLOV_CALL_LAUNCHES)
+    seconds = request.rhs_columns * (its * per + call) + _conversion(r, request)
+    peak = ((5 if method == "lsqr" else 7) * n + 2 * m) * vsize + (A.nse or 0) * (vsize if A.dtype.is_complex else 0)
+    return seconds, int(peak), int(math.ceil(its))
 
 
 def amg_solver_cost(r: Rates, request: Request) -> tuple[float, int, int]:

@@ -10,6 +10,7 @@ Offers, per request (CPU tensors, float32/float64/complex64/complex128):
   ``tfqmr`` only when pinned (SciPy's TFQMR has no breakdown test and stagnates on problems
   the others solve).
 - ``matmul``: ``spmm`` (SciPy's CSR/CSC kernels on zero-copy views).
+- ``lstsq``: ``lsqr``, ``lsmr`` (SciPy's LSQR and LSMR, any m x n, damped or not).
 
 It declines, with the reason: other devices and dtypes, formats with BATCH levels, methods whose
 structural needs are not met (CG and AMG without SPD, MINRES without symmetry, exactly as the
@@ -54,9 +55,12 @@ _ELSEWHERE = {
     "ldlt": "SciPy has no sparse LDL^T; use method='lu' or 'minres' (symmetric indefinite)",
     "qr": "SciPy has no sparse QR; use method='lu' or the torch backend",
     "dense": "the scipy backend factors sparse matrices only; use method='lu' or the torch backend's dense LU",
-    "lsqr": "least squares (lsqr/lsmr) is not in this backend yet; use method='lu' for square systems",
-    "lsmr": "least squares (lsqr/lsmr) is not in this backend yet; use method='lu' for square systems",
+    "lsqr": "lsqr is a least-squares method: call sparsetorch.ops.lstsq.lstsq(A, B, method='lsqr') (op 'lstsq'); for a "
+            "square system use method='lu' or a Krylov method",
+    "lsmr": "lsmr is a least-squares method: call sparsetorch.ops.lstsq.lstsq(A, B, method='lsmr') (op 'lstsq'); for a "
+            "square system use method='lu' or a Krylov method",
 }
+LSTSQ_METHODS = ("lsqr", "lsmr")
 
 
 @functools.lru_cache(maxsize=None)
@@ -84,7 +88,7 @@ def sparsetorch_backend_info() -> BackendInfo:
                     "Jacobi/ILU/AMG (PyAMG) preconditioners, sparse @ dense; CPU",
         devices=("cpu",),
         dtypes=DTYPES,
-        ops={"solve": SOLVE_METHODS, "matmul": ("spmm",)},
+        ops={"solve": SOLVE_METHODS, "matmul": ("spmm",), "lstsq": LSTSQ_METHODS},
         formats=(),  # consumes CSR and CSC without a copy; other formats are converted once (costed)
         missing=missing,
         priority=0,
@@ -94,7 +98,7 @@ def sparsetorch_backend_info() -> BackendInfo:
 @sparsetorch.hookimpl
 def sparsetorch_offers(request: Request) -> list[Offer | Decline]:
     """Offers (with cost) and declines (with reasons) for one request."""
-    if request.op not in ("solve", "matmul"):
+    if request.op not in ("solve", "matmul", "lstsq"):
         return []
     general = _general_decline(request)
     if general is not None:
@@ -104,6 +108,8 @@ def sparsetorch_offers(request: Request) -> list[Offer | Decline]:
         seconds, peak = cost.spmm_cost(r, request)
         return [Offer(NAME, "spmm", seconds, peak, _spmm_factory, "SciPy CSR/CSC kernel on zero-copy views"
                       + _conversion_note(request))]
+    if request.op == "lstsq":
+        return _lstsq_answers(request, r)
     return _solve_answers(request, r)
 
 
@@ -260,6 +266,20 @@ def _amg_answer(request: Request, r: Any, pre_name: str | None) -> Offer | Decli
     return Offer(NAME, "amg", seconds, peak, _amg_factory, f"PyAMG {kind}: ~{its} V-cycles estimated" + _conversion_note(request))
 
 
+# --- lstsq -----------------------------------------------------------------------------------------
+def _lstsq_answers(request: Request, r: Any) -> list[Offer | Decline]:
+    out: list[Offer | Decline] = []
+    asked = request.option("method")
+    if asked is not None and asked not in LSTSQ_METHODS:
+        out.append(Decline(NAME, f"least squares in the scipy backend is {' or '.join(LSTSQ_METHODS)}; method {asked!r} is "
+                                 f"not a least-squares method here", asked))
+    for method in LSTSQ_METHODS:
+        seconds, peak, its = cost.lstsq_cost(r, request, method)
+        note = f"SciPy {method.upper()}: ~{its} iterations estimated (2 products each)" + _conversion_note(request)
+        out.append(Offer(NAME, method, seconds, peak, _lstsq_factory(method), note))
+    return out
+
+
 # --- plan factories (SciPy/PyAMG are imported here, when a plan is built) --------------------------
 def _lu_factory(A: sparsetorch.SparseTensor, request: Request) -> Any:
     from .lu import SuperLUPlan
@@ -280,6 +300,15 @@ def _amg_factory(A: sparsetorch.SparseTensor, request: Request) -> Any:
     from .amg import AMGPlan
 
     return AMGPlan(A, request.options, backend=NAME)
+
+
+def _lstsq_factory(method: str) -> Callable[..., Any]:
+    def build(A: sparsetorch.SparseTensor, request: Request) -> Any:
+        from .lstsq import LstsqPlan
+
+        return LstsqPlan(A, method, request.options, backend=NAME)
+
+    return build
 
 
 def _spmm_factory(A: sparsetorch.SparseTensor, request: Request) -> Any:

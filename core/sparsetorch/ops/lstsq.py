@@ -1,0 +1,130 @@
+"""``lstsq``: sparse least squares through dispatch (op ``"lstsq"``), with adjoint gradients.
+
+``X = argmin ||A X - B||^2 + damp^2 ||X||^2`` for a sparse ``A`` of any shape ``m x n`` (the
+minimum-norm solution when that is not unique). Backends offer it with methods such as
+``"lsqr"`` and ``"lsmr"`` (the SciPy plugin); plans follow the protocol of
+docs/backend-authors.md ("Eigenvalue, determinant and least-squares plans"). The plan is chosen
+and cached as for ``solve`` (``ops/_dispatch.py``): new values on the same pattern reuse it, and
+the backward pass runs on the same plan (``autograd/lstsq.py`` has the math).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..autograd.lstsq import LstsqHandle, lstsq_function
+from ..errors import InputError
+from ..tensor import SparseTensor
+from ._dispatch import make_request, obtain_plan
+from ._inputs import as_rhs, check_finite as check_finite_values, check_matrix, describe_dense, describe_sparse, restore_rhs
+from .info import SolveInfo
+
+__all__ = ["lstsq", "lstsq_request", "LSTSQ_DEFAULTS"]
+
+_POLICIES = ("raise", "warn", "ignore")
+
+#: The keyword options of lstsq with their defaults (the tolerances are LSQR/LSMR's: a
+#: least-squares solution stops when ``||A^H r|| <= atol ||A|| ||r||``, a compatible system when
+#: ``||r|| <= btol ||b|| + atol ||A|| ||x||``; ``conlim`` bounds the estimated condition number).
+LSTSQ_DEFAULTS: dict[str, Any] = dict(
+    backend=None, method=None, damp=0.0, atol=1e-6, btol=1e-6, conlim=1e8, maxiter=None, max_bytes=None,
+    backend_options=None,
+)
+#: Options a plan reads per call (the rest choose or key the plan).
+CALL = ("damp", "atol", "btol", "conlim", "maxiter")
+
+
+def _options(**kw: Any) -> dict[str, Any]:
+    o = {**LSTSQ_DEFAULTS, **kw}
+    for name in ("damp", "atol", "btol"):
+        v = o[name]
+        if not (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 and v == v and v != float("inf")):
+            raise InputError(f"lstsq: {name} must be a finite number >= 0, got {v!r}")
+    if o["atol"] == 0 and o["btol"] == 0:
+        raise InputError("lstsq: atol and btol are both 0: the iteration could never stop; give one of them (e.g. 1e-10)")
+    if not (isinstance(o["conlim"], (int, float)) and o["conlim"] > 0):
+        raise InputError(f"lstsq: conlim must be a positive number (0 is not allowed; use 1e16 for no limit), "
+                         f"got {o['conlim']!r}")
+    if o["maxiter"] is not None and (not isinstance(o["maxiter"], int) or o["maxiter"] < 1):
+        raise InputError(f"lstsq: maxiter must be a positive int or None, got {o['maxiter']!r}")
+    o["damp"], o["atol"], o["btol"], o["conlim"] = float(o["damp"]), float(o["atol"]), float(o["btol"]), float(o["conlim"])
+    o["backend_options"] = dict(o["backend_options"] or {})
+    return o
+
+
+def lstsq_request(A: SparseTensor, B: torch.Tensor | None, options: dict[str, Any]):
+    """The dispatch request of op "lstsq" (no properties: none is needed or detected)."""
+    operands = (describe_sparse(A),) + ((describe_dense(B),) if B is not None else ())
+    return make_request("lstsq", operands, frozenset(), options)
+
+
+def lstsq(
+    A: SparseTensor,
+    B: torch.Tensor,
+    *,
+    backend: str | None = None,
+    method: str | None = None,
+    damp: float = 0.0,
+    atol: float = 1e-6,
+    btol: float = 1e-6,
+    conlim: float = 1e8,
+    maxiter: int | None = None,
+    max_bytes: int | None = None,
+    backend_options: dict[str, Any] | None = None,
+    return_info: bool = False,
+    check_finite: bool = True,
+    on_nonconvergence: str = "raise",
+    cache: bool = True,
+):
+    """Least squares ``X = argmin ||A X - B||_2^2 + damp^2 ||X||_2^2`` for sparse ``A`` (m x n).
+
+    ``B`` is ``(m,)``, ``(m, k)`` or either with A's value batch in front; ``X`` has ``n`` rows.
+    Overdetermined full-rank systems give the least-squares solution, underdetermined or
+    rank-deficient ones the minimum-norm one (``damp == 0``). Methods (plugins): ``"lsqr"``,
+    ``"lsmr"``; ``atol``/``btol``/``conlim``/``maxiter`` are their stopping rules (see
+    :data:`LSTSQ_DEFAULTS`). Not converging raises :class:`~sparsetorch.NotConvergedError`
+    (``on_nonconvergence="warn"``/``"ignore"``).
+
+    Differentiable in A's values (on the pattern) and in ``B`` by the adjoint method
+    (``autograd/lstsq.py``): two least-squares solves on the same plan per backward pass (one
+    when ``damp > 0``). With ``damp == 0`` gradients need A of full column rank (``m >= n``).
+    ``return_info=True`` returns ``(X, info)`` with ``info.residual = ||B - A X|| / ||B||``.
+    """
+    if on_nonconvergence not in _POLICIES:
+        raise InputError(f"on_nonconvergence must be one of {_POLICIES}, got {on_nonconvergence!r}")
+    A = check_matrix(A, "lstsq", square=False)
+    m, n = A.format_shape
+    Bn, vector = as_rhs(A, B, "lstsq", rows=m)
+    if check_finite:
+        check_finite_values(A, Bn, "lstsq")
+    options = _options(backend=backend, method=method, damp=damp, atol=atol, btol=btol, conlim=conlim, maxiter=maxiter,
+                       max_bytes=max_bytes, backend_options=backend_options)
+    request = lstsq_request(A, Bn, options)
+    state, offer, _ = obtain_plan("lstsq", A, request, cache=cache)
+    call = {k: options[k] for k in CALL}
+    state.set_call_options(call)
+    handle = LstsqHandle(state, A.detach(), call, on_nonconvergence)
+    X = lstsq_function(A.values, Bn, handle)
+    out = restore_rhs(X, vector)
+    if not return_info:
+        return out
+    return out, _info(A, Bn, X, state, offer, handle)
+
+
+def _info(A: SparseTensor, Bn: torch.Tensor, Xn: torch.Tensor, state, offer, handle: LstsqHandle) -> SolveInfo:
+    from ..autograd.lstsq import apply_entries
+
+    res = handle.results[-1]
+    with torch.no_grad():
+        r = Bn - apply_entries(A, A.values.detach(), Xn.detach())
+        bn = torch.linalg.vector_norm(Bn, dim=-2)
+        rel = torch.linalg.vector_norm(r, dim=-2) / torch.where(bn > 0, bn, torch.ones_like(bn))
+        true_res = float(rel.max()) if rel.numel() else 0.0
+    return SolveInfo(
+        backend=offer.backend, method=offer.method, iterations=res.iterations, residual=true_res,
+        converged=res.converged, status=res.status, reason=res.reason, residual_history=tuple(res.history),
+        preconditioner=None, plan_reused=state.reused,
+        extra={"estimated_seconds": offer.seconds, "estimated_bytes": offer.bytes},
+    )

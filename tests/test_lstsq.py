@@ -1,0 +1,205 @@
+"""``sparsetorch.ops.lstsq.lstsq`` (op "lstsq") through the SciPy plugin's LSQR/LSMR plans:
+values against NumPy/dense references, gradients by gradcheck and against dense float64
+formulas, the plan cache, statuses and errors. Skipped when the SciPy plugin is not importable
+(a core-only install)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import sparsetorch as st
+from sparsetorch.dispatch import get_backends, reset_backends
+from sparsetorch.format import COO, CSC, CSR
+from sparsetorch.ops.lstsq import lstsq
+from sparsetorch.testing.problems import random_rectangular
+
+plugin = pytest.importorskip("sparsetorch_scipy.plugin", reason="the SciPy plugin (plugins/scipy_backend) is not importable")
+
+pytestmark = pytest.mark.usefixtures("single_thread", "scipy_loaded")
+TIGHT = dict(atol=1e-14, btol=1e-14, conlim=1e12)
+METHODS = ("lsqr", "lsmr")
+
+
+@pytest.fixture
+def scipy_loaded(monkeypatch):
+    monkeypatch.setenv("SPARSETORCH_CALIBRATION", "defaults")
+    backends = get_backends()
+    if "scipy" not in backends.names:
+        backends.register(plugin, "scipy")
+    yield
+    reset_backends()
+
+
+def _dense_lstsq(D: torch.Tensor, B: torch.Tensor, damp: float = 0.0) -> torch.Tensor:
+    """min ||D X - B||^2 + damp^2 ||X||^2 (minimum norm) by NumPy on the stacked system."""
+    Dn, Bn = D.numpy(), B.numpy()
+    if damp:
+        Dn = np.vstack([Dn, damp * np.eye(D.shape[1])])
+        Bn = np.vstack([Bn, np.zeros((D.shape[1],) + Bn.shape[1:], dtype=Bn.dtype)])
+    return torch.from_numpy(np.linalg.lstsq(Dn, Bn, rcond=None)[0])
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("fmt", [CSR, CSC, COO], ids=["CSR", "CSC", "COO"])
+@pytest.mark.parametrize("shape", [(15, 6), (6, 6), (5, 12)], ids=["over", "square", "under"])
+def test_matches_numpy_lstsq(method, fmt, shape) -> None:
+    m, n = shape
+    A = random_rectangular(m, n, density=0.5, seed=m * n, format=fmt)
+    g = torch.Generator().manual_seed(1)
+    B = torch.randn(m, 3, generator=g, dtype=torch.float64)
+    X, info = lstsq(A, B, method=method, return_info=True, **TIGHT)
+    assert X.shape == (n, 3) and info.backend == "scipy" and info.method == method and info.converged
+    torch.testing.assert_close(X, _dense_lstsq(A.to_dense(), B), rtol=1e-9, atol=1e-10)
+    x = lstsq(A, B[:, 0], method=method, **TIGHT)  # a vector in, a vector out
+    torch.testing.assert_close(x, X[:, 0], rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_damped_matches_the_stacked_dense_problem(method) -> None:
+    A = random_rectangular(10, 7, density=0.4, seed=3)
+    B = torch.linspace(-1, 1, 10, dtype=torch.float64)[:, None]
+    X = lstsq(A, B, method=method, damp=0.7, **TIGHT)
+    torch.testing.assert_close(X, _dense_lstsq(A.to_dense(), B, damp=0.7), rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_complex_and_value_batch(method) -> None:
+    A = random_rectangular(9, 4, density=0.5, seed=5, dtype=torch.complex128)
+    B = torch.randn(9, 2, generator=torch.Generator().manual_seed(2), dtype=torch.complex128)
+    X = lstsq(A, B, method=method, **TIGHT)
+    torch.testing.assert_close(X, _dense_lstsq(A.to_dense(), B), rtol=1e-9, atol=1e-10)
+    # a value batch of two real matrices sharing the pattern
+    R = random_rectangular(9, 4, density=0.5, seed=6)
+    Ab = R.with_values(torch.stack([R.values, 2 * R.values + 0.1]))
+    Bb = torch.randn(2, 9, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    Xb = lstsq(Ab, Bb, method=method, **TIGHT)
+    for i in range(2):
+        torch.testing.assert_close(Xb[i], _dense_lstsq(Ab.to_dense()[i], Bb[i][:, None])[:, 0], rtol=1e-9, atol=1e-10)
+
+
+# Gradients ------------------------------------------------------------------------------------------
+def _grad_inputs(m: int, n: int, dtype=torch.float64, seed: int = 0):
+    A = random_rectangular(m, n, density=0.5, seed=seed, dtype=dtype)
+    v = A.values.detach().clone().requires_grad_(True)
+    b = torch.randn(m, 2, generator=torch.Generator().manual_seed(seed + 1), dtype=dtype).requires_grad_(True)
+    return A, v, b
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("damp", [0.0, 0.8])
+def test_gradcheck(method, damp) -> None:
+    A, v, b = _grad_inputs(9, 5, seed=7)
+    fn = lambda v, b: lstsq(A.with_values(v), b, method=method, damp=damp, cache=False, **TIGHT)  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (v, b), eps=1e-6, atol=1e-6, rtol=1e-5)
+
+
+def test_gradcheck_complex() -> None:
+    A, v, b = _grad_inputs(8, 4, dtype=torch.complex128, seed=11)
+    fn = lambda v, b: lstsq(A.with_values(v), b, method="lsmr", cache=False, **TIGHT)  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (v, b), eps=1e-6, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("damp", [0.0, 0.5])
+def test_gradient_matches_dense_autograd_on_the_pattern(damp) -> None:
+    """Against torch's dense autograd through the normal equations (float64): dL/dA is the dense
+    gradient read at the stored entries, dL/dB the dense one."""
+    A, v, b = _grad_inputs(12, 6, seed=21)
+    w = torch.randn(6, 2, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    (lstsq(A.with_values(v), b, method="lsqr", damp=damp, **TIGHT) * w).sum().backward()
+    D = A.to_dense().detach().clone().requires_grad_(True)
+    bd = b.detach().clone().requires_grad_(True)
+    K = D.T @ D + damp**2 * torch.eye(6, dtype=torch.float64)
+    (torch.linalg.solve(K, D.T @ bd) * w).sum().backward()
+    coords, slot = A.entries()
+    torch.testing.assert_close(v.grad[slot], D.grad[coords[0], coords[1]], rtol=1e-7, atol=1e-9)
+    torch.testing.assert_close(b.grad, bd.grad, rtol=1e-7, atol=1e-9)
+
+
+def test_underdetermined_gradient_without_damp_is_refused() -> None:
+    A, v, b = _grad_inputs(4, 9, seed=2)
+    x = lstsq(A.with_values(v), b, **TIGHT)
+    with pytest.raises(st.InputError, match=r"full column rank.*4x9.*damp"):
+        x.sum().backward()
+
+
+# Plans, statuses, errors --------------------------------------------------------------------------
+def test_plan_cache_reused_for_new_values() -> None:
+    A = random_rectangular(10, 4, density=0.5, seed=9)
+    B = torch.ones(10, 1, dtype=torch.float64)
+    cache = st.plan_cache()
+    cache.clear()
+    lstsq(A, B, method="lsqr", **TIGHT)
+    hits = cache.hits
+    A2 = A.with_values(A.values * 3.0)
+    X2, info = lstsq(A2, B, method="lsqr", return_info=True, **TIGHT)
+    assert cache.hits == hits + 1 and info.plan_reused
+    torch.testing.assert_close(X2, _dense_lstsq(A2.to_dense(), B), rtol=1e-9, atol=1e-11)
+
+
+def test_plan_adjoint_is_the_minimum_norm_solution() -> None:
+    from sparsetorch_scipy.lstsq import LstsqPlan
+
+    A = random_rectangular(11, 4, density=0.5, seed=13, dtype=torch.complex128)
+    plan = LstsqPlan(A.detach(), "lsmr", {})
+    plan.set_values(A.values)
+    plan.call_options = dict(damp=0.0, **TIGHT, maxiter=None)
+    G = torch.randn(4, 2, generator=torch.Generator().manual_seed(0), dtype=torch.complex128)
+    W, res = plan.lstsq(G, adjoint=True)
+    assert res.converged and W.shape == (11, 2)
+    torch.testing.assert_close(W, torch.from_numpy(np.linalg.pinv(A.to_dense().numpy().conj().T) @ G.numpy()),
+                               rtol=1e-9, atol=1e-10)
+
+
+def test_maxiter_and_policies() -> None:
+    A = random_rectangular(30, 12, density=0.4, seed=4)
+    B = torch.ones(30, dtype=torch.float64)
+    with pytest.raises(st.NotConvergedError, match="maxiter"):
+        lstsq(A, B, method="lsqr", maxiter=2, **{**TIGHT})
+    with pytest.warns(st.NotConvergedWarning):
+        x, info = lstsq(A, B, method="lsqr", maxiter=2, on_nonconvergence="warn", return_info=True, **TIGHT)
+    assert info.status is st.Status.MAX_ITERATIONS and info.iterations == 2 and torch.isfinite(x).all()
+
+
+def test_ill_conditioned_past_conlim_is_a_breakdown() -> None:
+    """Singular values 1 .. 1e-10 (dense, stored as sparse): the condition estimate passes conlim=1e4."""
+    rng = np.random.default_rng(0)
+    Q, _ = np.linalg.qr(rng.standard_normal((20, 8)))
+    V, _ = np.linalg.qr(rng.standard_normal((8, 8)))
+    A = st.SparseTensor.from_dense(torch.from_numpy(Q @ np.diag(np.logspace(0, -10, 8)) @ V.T))
+    with pytest.raises(st.NotConvergedError, match="conlim") as err:
+        lstsq(A, torch.ones(20, dtype=torch.float64), method="lsqr", atol=1e-14, btol=1e-14, conlim=1e4)
+    assert err.value.info.status is st.Status.BREAKDOWN
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(damp=-1.0), "damp"), (dict(atol=0.0, btol=0.0), "atol and btol"), (dict(conlim=0), "conlim"),
+    (dict(maxiter=0), "maxiter"), (dict(on_nonconvergence="never"), "on_nonconvergence"),
+])
+def test_bad_options(kw, match) -> None:
+    A = random_rectangular(5, 3, seed=1)
+    with pytest.raises(st.InputError, match=match):
+        lstsq(A, torch.ones(5, dtype=torch.float64), **kw)
+
+
+def test_bad_inputs_name_the_problem() -> None:
+    A = random_rectangular(5, 3, seed=1)
+    with pytest.raises(st.InputError, match=r"\(3,\).*\(5,\)"):
+        lstsq(A, torch.ones(3, dtype=torch.float64))
+    bad = A.with_values(A.values.clone())
+    bad.values[0] = float("nan")
+    with pytest.raises(st.InputError, match="NaN"):
+        lstsq(bad, torch.ones(5, dtype=torch.float64))
+
+
+def test_torch_backend_declines_with_the_reason() -> None:
+    A = random_rectangular(5, 3, seed=1)
+    with pytest.raises(st.NoBackendError, match="lstsq"):
+        lstsq(A, torch.ones(5, dtype=torch.float64), backend="torch")
+
+
+def test_solve_pinned_to_lsqr_points_to_lstsq() -> None:
+    A = random_rectangular(6, 6, seed=2)
+    with pytest.raises(st.NoBackendError, match=r"lstsq\(A, B, method='lsqr'\)"):
+        st.solve(A, torch.ones(6, dtype=torch.float64), backend="scipy", method="lsqr")
