@@ -16,7 +16,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-__all__ = ["cupy", "on_torch_stream", "to_cupy", "to_torch", "numpy_dtype", "cuda_major_mismatch"]
+__all__ = ["cupy", "on_torch_stream", "to_cupy", "to_torch", "numpy_dtype", "cuda_major_mismatch", "mark_canonical"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -83,3 +83,11 @@ def cuda_major_mismatch() -> str | None:
         return (f"CuPy runs CUDA {runtime}.x but torch was built for CUDA {tv}: install the matching wheel "
                 f"(cupy-cuda{tv.split('.')[0]}x)")
     return None
+
+
+def mark_canonical(mat: Any) -> None:
+    """Tell cupyx a CSR is sorted and duplicate-free (true by construction here): no re-check."""
+    try:
+        mat.has_canonical_format = True
+    except AttributeError:  # a CuPy without the setter computes it on demand
+        pass

@@ -12,16 +12,18 @@
   ``DnMatSetValues`` for ``x`` and ``y``) and calls ``cusparseSpMV`` / ``cusparseSpMM``. This is
   what nvmath-python's UST ``Matmul`` does; CuPy's ``A @ x`` and torch's ``A @ x`` create the
   descriptors and query the workspace size on every call.
-- **Adjoint.** ``A^H`` is a COO descriptor of the transposed pattern: A's row and column index
-  arrays swapped (CSR rows expanded once per pattern), A's values (conjugated once per value set
-  for complex dtypes). No transposed-operation kernel (``CUSPARSE_OPERATION_TRANSPOSE`` on CSR is
-  the slow atomic path), no sort.
+- **Adjoint.** ``A^H`` is a CSR descriptor of the transposed pattern, built once per pattern
+  (a CSC input's own buffers are that CSR already; otherwise one sort of the entries by column),
+  with A's values gathered into it (and conjugated for complex dtypes) once per value set. No
+  transposed-operation kernel (``CUSPARSE_OPERATION_TRANSPOSE`` on CSR is the slow atomic path).
 
 All calls run on torch's current stream (the handle's stream is set before each call).
 """
 
 from __future__ import annotations
 
+import functools
+import warnings
 from typing import Any
 
 import numpy as np
@@ -31,15 +33,20 @@ from sparsetorch import InputError, SparseTensor
 from sparsetorch.format import COO, CSC, CSR
 from sparsetorch.tensor.construct import conversion
 
-from ._cuda import cupy, numpy_dtype, on_torch_stream
+from ._cuda import cuda_major_mismatch, cupy, numpy_dtype, on_torch_stream
 
 __all__ = ["CusparseMatrix", "native_kind", "has_csc"]
 
 
+@functools.lru_cache(maxsize=None)
 def _cs() -> Any:
+    """CuPy's cuSPARSE bindings (and, once, a warning when CuPy and torch use different CUDA majors)."""
     cupy()
     from cupy_backends.cuda.libs import cusparse as cs  # noqa: PLC0415
 
+    msg = cuda_major_mismatch()
+    if msg:
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)
     return cs
 
 
@@ -134,9 +141,10 @@ class CusparseMatrix:
         self._values_h: torch.Tensor | None = None  # conjugated values for A^H (complex only)
         self._fwd: _Side | None = None
         self._adj: _Side | None = None
-        self._adj_rows: torch.Tensor | None = None  # A^T's row indices (A's columns) for the COO adjoint
-        self._adj_cols: torch.Tensor | None = None
+        self._t_csr: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None  # A^T as CSR (+ slot map)
         self.members = 0
+        #: why cuSPARSE's SpMM was not usable here (then several columns run as SpMVs), or ""
+        self._spmm_unsupported = ""
 
     # Values --------------------------------------------------------------------------------------
     def set_values(self, values: torch.Tensor) -> None:
@@ -157,12 +165,17 @@ class CusparseMatrix:
         return self._values
 
     def _member_values(self, adjoint: bool) -> torch.Tensor:
+        """The values the descriptor of A (or of A^H, in its CSR order, conjugated) points at."""
         vals = self.values
-        if adjoint and vals.is_complex():
-            if self._values_h is None:
-                self._values_h = vals.conj().resolve_conj().contiguous()
-            return self._values_h
-        return vals
+        if not adjoint:
+            return vals
+        if self._values_h is None:
+            perm = self._transposed_csr()[2]
+            vh = vals if perm is None else vals[:, perm]
+            if vh.is_complex():
+                vh = vh.conj().resolve_conj()
+            self._values_h = vh.contiguous()
+        return self._values_h
 
     # Descriptors ---------------------------------------------------------------------------------
     def _index_type(self) -> int:
@@ -187,29 +200,37 @@ class CusparseMatrix:
             side = _Side(_Descriptor(h, cs.destroySpMat), m, n)
             self._fwd = side
         else:
-            rows, cols = self._transposed_coordinates()
-            h = cs.createCoo(n, m, self.nnz, rows.data_ptr(), cols.data_ptr(), vptr, it, base, ct)
+            indptr, indices, _ = self._transposed_csr()
+            h = cs.createCsr(n, m, self.nnz, indptr.data_ptr(), indices.data_ptr(), vptr, it, it, base, ct)
             side = _Side(_Descriptor(h, cs.destroySpMat), n, m)
             self._adj = side
         side.values_ptr = vptr
         return side
 
-    def _transposed_coordinates(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """A^T's (row, col) per stored entry, in A's storage order (pattern work, once)."""
-        if self._adj_rows is None:
+    def coordinates(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """A's (row, col) per stored entry, in this matrix's storage order (int64)."""
+        m, n = self.shape
+        if self.kind == "coo":
+            return self._pos.to(torch.int64), self._crd.to(torch.int64)
+        counts = (self._pos[1:] - self._pos[:-1]).to(torch.int64)
+        major = torch.repeat_interleave(torch.arange(len(self._pos) - 1, device=self.device), counts)
+        minor = self._crd.to(torch.int64)
+        return (major, minor) if self.kind == "csr" else (minor, major)
+
+    def _transposed_csr(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """A^T as CSR: (indptr, indices, slot map from A's storage order or None). Pattern work, once."""
+        if self._t_csr is None:
             m, n = self.shape
-            if self.kind == "coo":
-                rows_a, cols_a = self._pos, self._crd
-            elif self.kind == "csr":
-                counts = (self._pos[1:] - self._pos[:-1]).to(torch.int64)
-                rows_a = torch.repeat_interleave(torch.arange(m, device=self.device, dtype=self.index_dtype), counts)
-                cols_a = self._crd
-            else:  # csc: pos are column pointers, crd row indices
-                counts = (self._pos[1:] - self._pos[:-1]).to(torch.int64)
-                cols_a = torch.repeat_interleave(torch.arange(n, device=self.device, dtype=self.index_dtype), counts)
-                rows_a = self._crd
-            self._adj_rows, self._adj_cols = cols_a.contiguous(), rows_a.contiguous()
-        return self._adj_rows, self._adj_cols
+            if self.kind == "csc":  # A's column pointers and row indices are A^T's CSR
+                self._t_csr = (self._pos, self._crd, None)
+            else:
+                rows, cols = self.coordinates()
+                perm = torch.argsort(cols * max(m, 1) + rows, stable=True)
+                indptr = torch.zeros(n + 1, dtype=torch.int64, device=self.device)
+                indptr[1:] = torch.cumsum(torch.bincount(cols, minlength=n), 0)
+                idt = self.index_dtype
+                self._t_csr = (indptr.to(idt).contiguous(), rows[perm].to(idt).contiguous(), perm)
+        return self._t_csr
 
     def _set_member(self, side: _Side, adjoint: bool, member: int) -> None:
         vals = self._member_values(adjoint)
@@ -284,8 +305,17 @@ class CusparseMatrix:
                 member = i if members > 1 else 0
                 if k == 1:
                     self.matvec_ptr(Xc[i].data_ptr(), Y[i].data_ptr(), adjoint=adjoint, member=member, stream=stream)
-                else:
-                    self.matmat_ptr(Xc[i].data_ptr(), Y[i].data_ptr(), k, adjoint=adjoint, member=member, stream=stream)
+                elif not self._spmm_unsupported:
+                    try:
+                        self.matmat_ptr(Xc[i].data_ptr(), Y[i].data_ptr(), k, adjoint=adjoint, member=member, stream=stream)
+                        continue
+                    except Exception as exc:  # noqa: BLE001 - a layout/format cuSPARSE's SpMM lacks: columns instead
+                        self._spmm_unsupported = f"{type(exc).__name__}: {exc}"
+                if k > 1 and self._spmm_unsupported:
+                    Xt, Yt = Xc[i].T.contiguous(), torch.empty((k, rows), dtype=self.dtype, device=self.device)
+                    for j in range(k):
+                        self.matvec_ptr(Xt[j].data_ptr(), Yt[j].data_ptr(), adjoint=adjoint, member=member, stream=stream)
+                    Y[i] = Yt.T
         return Y.reshape(*X.shape[:-2], rows, k)
 
     # CuPy arrays (the solvers) ---------------------------------------------------------------------

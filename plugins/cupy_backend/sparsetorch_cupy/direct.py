@@ -20,7 +20,7 @@ from sparsetorch import InputError, IterationResult, SingularMatrixError, Sparse
 from sparsetorch.format import CSR
 from sparsetorch.tensor.construct import conversion
 
-from ._cuda import on_torch_stream, to_cupy, to_torch
+from ._cuda import mark_canonical, on_torch_stream, to_cupy, to_torch
 
 __all__ = ["QRPlan"]
 
@@ -88,7 +88,7 @@ class QRPlan:
             for i in range(Bc.shape[0]):
                 v = vals[i if vals.shape[0] > 1 else 0].contiguous()
                 mat = csp.csr_matrix((to_cupy(v), to_cupy(indices), to_cupy(indptr)), shape=(n, n))
-                mat.has_canonical_format = True
+                mark_canonical(mat)
                 for j in range(Bc.shape[2]):
                     b = Bc[i, :, j].contiguous()
                     x = to_torch(spsolve(mat, to_cupy(b)))

@@ -74,8 +74,8 @@ class KrylovPlan:
         pres: list[Any] = []
         name = self.preconditioner
         if name == "jacobi":
-            rows, cols = self.matrix._transposed_coordinates()  # A^T's (row, col) = A's (col, row)
-            diags = diagonal(cols, rows, vals, self.n)
+            rows, cols = self.matrix.coordinates()
+            diags = diagonal(rows, cols, vals, self.n)
         ilu_data = self._ilu.csr_values(values) if self._ilu is not None else None
         with on_torch_stream(self.device):
             for i in range(vals.shape[0]):

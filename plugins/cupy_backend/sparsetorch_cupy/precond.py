@@ -19,7 +19,7 @@ from sparsetorch import SingularMatrixError, SparseTensor
 from sparsetorch.format import CSR
 from sparsetorch.tensor.construct import conversion
 
-from ._cuda import cupy, to_cupy, to_torch
+from ._cuda import mark_canonical, cupy, to_cupy, to_torch
 
 __all__ = ["Jacobi", "ILU0Pattern", "UserPreconditioner", "linear_operator"]
 
@@ -124,8 +124,8 @@ class ILU0:
                                 shape=(n, n))
         self.U = csp.csr_matrix((to_cupy(lu[pat.upper_slots].contiguous()), to_cupy(pat.U_indices), to_cupy(pat.U_indptr)),
                                 shape=(n, n))
-        self.L.has_canonical_format = True
-        self.U.has_canonical_format = True
+        mark_canonical(self.L)
+        mark_canonical(self.U)
         self.n = n
 
     def operator(self, adjoint: bool, dtype: Any) -> Any:
