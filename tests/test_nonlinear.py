@@ -531,3 +531,25 @@ def test_error_forward_ad_through_sparse_matmul_says_what_to_do():
     F, J, L, params = sym_problem()
     with pytest.raises(InputError, match="ad='reverse'"):
         nonlinear_solve(F, torch.zeros(N, dtype=DT), params, jac_pattern=L.detach(), ad="forward")
+
+
+def test_jacobian_symmetric_at_u0_only_is_planned_as_general():
+    """Burgers-like: J = L + diag(D u) + diag(u) D is SPD at u0 = 0 and non-symmetric afterwards;
+    a plan chosen from J(u0)'s detected properties (CG) would be wrong for the later steps."""
+    n = N
+    h = 1.0 / (n + 1)
+    L = tridiag(n, -1 / h**2, 2 / h**2, -1 / h**2)
+    D = tridiag(n, -1 / (2 * h), 0.0, 1 / (2 * h))
+    f = torch.linspace(1, 30, n, dtype=DT)
+
+    def F(u, f):
+        return L @ u + 5 * u * (D @ u) - f
+
+    seen = []
+    u, info = nonlinear_solve(F, torch.zeros(n, dtype=DT), (f,), jac_pattern=L.detach(), return_info=True,
+                              callback=lambda it, res: seen.append((it, res)))
+    assert info.converged and info.linear_method in ("lu", "gmres", "bicgstab") and info.plans_built == 1
+    torch.testing.assert_close(u, dense_newton(F, torch.zeros(n, dtype=DT), (f,)), rtol=1e-9, atol=1e-11)
+    assert [it for it, _ in seen] == list(range(info.iterations + 1))
+    assert [r for _, r in seen] == list(info.residual_history)
+    assert info.function_evaluations >= info.iterations + 1

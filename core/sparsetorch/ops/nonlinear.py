@@ -142,8 +142,9 @@ def nonlinear_solve(
             ``r -> M^-1 r`` on tensors of ``u``'s shape.
         linear_options: options of the linear solves (those of :func:`sparsetorch.solve`:
             ``backend``, ``method``, ``preconditioner``, ``rtol`` (default 1e-10 in float64,
-            1e-5 otherwise), ``maxiter``, ..., plus ``properties``, ``on_nonconvergence``,
-            ``cache``). Matrix-free Newton uses GMRES with ``rtol``, ``atol``, ``maxiter``,
+            1e-5 otherwise), ``maxiter``, ..., plus ``properties`` (default "general": the
+            Jacobian's symmetry may change from step to step; pass "spd" when ``J`` is SPD at every
+            ``u`` to allow CG/Cholesky), ``on_nonconvergence``, ``cache``). Matrix-free Newton uses GMRES with ``rtol``, ``atol``, ``maxiter``,
             ``restart`` and a callable ``preconditioner``; without ``rtol`` it picks an
             inexact-Newton forcing term ``min(0.1, ||F_k|| / ||F_0||)``.
         jacobian_dense_max: largest ``n`` for the automatic dense Jacobian.
@@ -557,7 +558,11 @@ class _Problem:
         if policy not in _POLICIES:
             raise InputError(f"nonlinear_solve: linear_options on_nonconvergence must be one of {_POLICIES}, got {policy!r}")
         self.linear_policy = policy
-        self.linear = _LinearSolver(self.linear_options, extra.get("properties"), policy, bool(extra.get("cache", True)))
+        # A Jacobian's symmetry or definiteness at one iterate says nothing about the next (a
+        # convection term that vanishes at u0, a reaction term that changes sign): unless the user
+        # vouches for it, plan for a general matrix (LU, GMRES, BiCGStab; never CG or MINRES).
+        props = extra.get("properties", "general")
+        self.linear = _LinearSolver(self.linear_options, props, policy, bool(extra.get("cache", True)))
 
     def _setup_preconditioner(self, pre: Any) -> None:
         self.pre_kind = None
@@ -571,6 +576,8 @@ class _Problem:
             )
         if isinstance(pre, SparseTensor):
             P = self._check_J(pre, "preconditioner=")
+            if not bool(torch.isfinite(P.values).all()):
+                raise InputError("nonlinear_solve: the preconditioner matrix P contains NaN or Inf; fix its values")
             self.pre_kind = "matrix"
             self.linear.load(P)
         elif pre == "jacobian":
