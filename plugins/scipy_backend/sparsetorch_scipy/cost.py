@@ -28,7 +28,7 @@ from sparsetorch.dispatch.calibrate import Rates
 
 __all__ = [
     "dimension", "lu_estimate", "LUEstimate", "krylov_cost", "amg_solver_cost", "spmm_cost", "spmv_seconds",
-    "conversion_seconds", "krylov_iterations", "amg_iterations", "amg_levels", "lstsq_cost",
+    "conversion_seconds", "krylov_iterations", "amg_iterations", "amg_levels", "lstsq_cost", "arpack_cost", "lobpcg_cost",
 ]
 
 # --- SuperLU -------------------------------------------------------------------------------------
@@ -313,6 +313,40 @@ def lstsq_cost(r: Rates, request: Request, method: str) -> tuple[float, int, int
     seconds = request.rhs_columns * (its * per + call) + _conversion(r, request)
     peak = ((5 if method == "lsqr" else 7) * n + 2 * m) * vsize + (A.nse or 0) * (vsize if A.dtype.is_complex else 0)
     return seconds, int(peak), int(math.ceil(its))
+
+
+def arpack_cost(r: Rates, request: Request, k: int, shift_invert: bool) -> tuple[float, int, str]:
+    """ARPACK (implicitly restarted Lanczos/Arnoldi), ``ncv = max(2k + 1, 20)`` basis vectors:
+    regular mode ~10 restarts of ``ncv`` products (extreme eigenvalues of PDE operators), with
+    Gram-Schmidt against the basis; shift-invert one SuperLU factorization and ~3 restarts of
+    solves. Orders of magnitude only: it ranks arpack against the torch backend's methods."""
+    A = request.A
+    n = A.shape[-1]
+    vsize = _itemsize(A.dtype) * (1 if request.op == "eigsh" or A.dtype.is_complex else 2)
+    ncv = min(n, max(2 * k + 1, 20))
+    batch = _batch(request)
+    gs = _stream(r, 2.0 * ncv * n * vsize)
+    if shift_invert:
+        lu = lu_estimate(r, request)
+        per = r.seconds(bytes=2 * lu.fill * (vsize + 4), flops=4 * lu.fill) + gs
+        products = 3 * ncv
+        seconds = batch * (lu.seconds + products * per)
+        peak = lu.bytes + ncv * n * vsize
+        return seconds, int(peak), f"ARPACK shift-invert (SuperLU): ~{products} solves estimated, ncv={ncv}"
+    products = 10 * ncv
+    seconds = batch * products * (spmv_seconds(r, request) + gs)
+    return seconds, int(ncv * n * vsize), f"ARPACK: ~{products} products estimated, ncv={ncv}"
+
+
+def lobpcg_cost(r: Rates, request: Request, k: int) -> tuple[float, int, str]:
+    """LOBPCG: ~ maxiter (or 100) iterations of a block of k products plus a 3k x 3k Rayleigh-Ritz
+    (dense work ~ 30 n k^2)."""
+    A = request.A
+    n = A.shape[-1]
+    vsize = _itemsize(A.dtype)
+    its = min(int(request.option("maxiter") or 100), 500)
+    per = k * spmv_seconds(r, request) + r.seconds(bytes=12 * n * k * vsize, flops=30.0 * n * k * k, launches=40)
+    return _batch(request) * its * per, int(12 * n * k * vsize), f"LOBPCG: ~{its} block iterations estimated"
 
 
 def amg_solver_cost(r: Rates, request: Request) -> tuple[float, int, int]:

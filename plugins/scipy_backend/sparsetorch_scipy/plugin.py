@@ -11,6 +11,9 @@ Offers, per request (CPU tensors, float32/float64/complex64/complex128):
   the others solve).
 - ``matmul``: ``spmm`` (SciPy's CSR/CSC kernels on zero-copy views).
 - ``lstsq``: ``lsqr``, ``lsmr`` (SciPy's LSQR and LSMR, any m x n, damped or not).
+- ``eigsh``: ``arpack`` (``eigsh``: extreme or shift-invert with sigma, generalized with M),
+  ``lobpcg``; ``eigs``: ``arpack`` (left eigenvectors by shifted inverse iteration);
+  ``logdet``: ``lu`` (SuperLU: slogdet in log space, solves from the same factors).
 
 It declines, with the reason: other devices and dtypes, formats with BATCH levels, methods whose
 structural needs are not met (CG and AMG without SPD, MINRES without symmetry, exactly as the
@@ -61,6 +64,7 @@ _ELSEWHERE = {
             "square system use method='lu' or a Krylov method",
 }
 LSTSQ_METHODS = ("lsqr", "lsmr")
+EIGSH_METHODS = ("arpack", "lobpcg")
 
 
 @functools.lru_cache(maxsize=None)
@@ -88,7 +92,8 @@ def sparsetorch_backend_info() -> BackendInfo:
                     "Jacobi/ILU/AMG (PyAMG) preconditioners, sparse @ dense; CPU",
         devices=("cpu",),
         dtypes=DTYPES,
-        ops={"solve": SOLVE_METHODS, "matmul": ("spmm",), "lstsq": LSTSQ_METHODS},
+        ops={"solve": SOLVE_METHODS, "matmul": ("spmm",), "lstsq": LSTSQ_METHODS, "eigsh": EIGSH_METHODS,
+             "eigs": ("arpack",), "logdet": ("lu",)},
         formats=(),  # consumes CSR and CSC without a copy; other formats are converted once (costed)
         missing=missing,
         priority=0,
@@ -98,7 +103,7 @@ def sparsetorch_backend_info() -> BackendInfo:
 @sparsetorch.hookimpl
 def sparsetorch_offers(request: Request) -> list[Offer | Decline]:
     """Offers (with cost) and declines (with reasons) for one request."""
-    if request.op not in ("solve", "matmul", "lstsq"):
+    if request.op not in ("solve", "matmul", "lstsq", "eigsh", "eigs", "logdet"):
         return []
     general = _general_decline(request)
     if general is not None:
@@ -110,11 +115,18 @@ def sparsetorch_offers(request: Request) -> list[Offer | Decline]:
                       + _conversion_note(request))]
     if request.op == "lstsq":
         return _lstsq_answers(request, r)
+    if request.op in ("eigsh", "eigs"):
+        return _eigen_answers(request, r)
+    if request.op == "logdet":
+        return [_logdet_answer(request, r)]
     return _solve_answers(request, r)
 
 
 def _general_decline(request: Request) -> str | None:
     A = request.A
+    other = next((o for o in request.operands[1:] if o.device.type != "cpu"), None)
+    if other is not None:
+        return f"runs on the CPU only (SciPy); an operand is on {other.device}: move it with .cpu()"
     if A.device.type != "cpu":
         return (f"runs on the CPU only (SciPy); A is on {A.device}: move A and b with .cpu(), or use a backend "
                 f"for {A.device.type}")
@@ -280,6 +292,49 @@ def _lstsq_answers(request: Request, r: Any) -> list[Offer | Decline]:
     return out
 
 
+# --- eigsh / eigs / logdet ---------------------------------------------------------------------------
+def _eigen_answers(request: Request, r: Any) -> list[Offer | Decline]:
+    n = request.A.n
+    k = int(request.option("k") or 6)
+    sigma = request.option("sigma")
+    which = request.option("which") or ("LA" if request.op == "eigsh" else "LM")
+    out: list[Offer | Decline] = []
+    asked = request.option("method")
+    methods = EIGSH_METHODS if request.op == "eigsh" else ("arpack",)
+    if asked is not None and asked not in methods:
+        out.append(Decline(NAME, f"{request.op} in the scipy backend is {' or '.join(methods)}; not {asked!r}", asked))
+    limit = n - 1 if request.op == "eigsh" else n - 2
+    if k > limit:
+        out.append(Decline(NAME, f"ARPACK needs k <= {'n - 1' if request.op == 'eigsh' else 'n - 2'} (k={k}, n={n}); use "
+                                 f"method='dense' (torch backend) for all eigenvalues of a small matrix", "arpack"))
+    else:
+        seconds, peak, note = cost.arpack_cost(r, request, k, sigma is not None or which == "SM"
+                                               or (which == "SA" and "spd" in request.properties))
+        factory = _eigsh_factory("arpack") if request.op == "eigsh" else _eigs_factory
+        out.append(Offer(NAME, "arpack", seconds, peak, factory, note + _conversion_note(request)))
+    if request.op == "eigsh":
+        if sigma is not None or which not in ("LA", "SA"):
+            out.append(Decline(NAME, f"LOBPCG finds the largest or smallest eigenvalues (which 'LA'/'SA', no sigma); got "
+                                     f"which={which!r}, sigma={sigma!r}: use method='arpack'", "lobpcg"))
+        elif n < 5 * k:
+            out.append(Decline(NAME, f"LOBPCG needs n >= 5k (n={n}, k={k}; SciPy would switch to a dense solver): use "
+                                     f"method='arpack' or 'dense'", "lobpcg"))
+        else:
+            seconds, peak, note = cost.lobpcg_cost(r, request, k)
+            out.append(Offer(NAME, "lobpcg", seconds, peak, _eigsh_factory("lobpcg"), note + _conversion_note(request)))
+    return out
+
+
+def _logdet_answer(request: Request, r: Any) -> Offer | Decline:
+    if request.A.shape[-1] != request.A.shape[-2]:
+        return Decline(NAME, f"logdet needs a square matrix, got {request.A.shape[-2]}x{request.A.shape[-1]}", "lu")
+    est = cost.lu_estimate(r, request)
+    seconds = est.seconds + r.seconds(bytes=est.fill * 12 * cost._batch(request) / cost.STREAM_FACTOR)  # U's diagonal: a copy of U
+    note = (f"SuperLU: slogdet from U's diagonal and the permutations' signs (log space); ~{est.fill / 1e6:.3g}M factor "
+            f"entries estimated" + _conversion_note(request))
+    return Offer(NAME, "lu", seconds, est.bytes, _logdet_factory, note)
+
+
 # --- plan factories (SciPy/PyAMG are imported here, when a plan is built) --------------------------
 def _lu_factory(A: sparsetorch.SparseTensor, request: Request) -> Any:
     from .lu import SuperLUPlan
@@ -300,6 +355,27 @@ def _amg_factory(A: sparsetorch.SparseTensor, request: Request) -> Any:
     from .amg import AMGPlan
 
     return AMGPlan(A, request.options, backend=NAME)
+
+
+def _eigsh_factory(method: str) -> Callable[..., Any]:
+    def build(A: sparsetorch.SparseTensor, request: Request) -> Any:
+        from .eigen import EigshPlan
+
+        return EigshPlan(A, method, request.options, request.properties, backend=NAME)
+
+    return build
+
+
+def _eigs_factory(A: sparsetorch.SparseTensor, request: Request) -> Any:
+    from .eigen import EigsPlan
+
+    return EigsPlan(A, request.options, backend=NAME)
+
+
+def _logdet_factory(A: sparsetorch.SparseTensor, request: Request) -> Any:
+    from .logdet import LogdetPlan
+
+    return LogdetPlan(A, request.options, backend=NAME)
 
 
 def _lstsq_factory(method: str) -> Callable[..., Any]:

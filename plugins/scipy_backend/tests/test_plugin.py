@@ -34,7 +34,8 @@ def test_backend_info(scipy_backend) -> None:
     assert info.name == "scipy" and info.devices == ("cpu",)
     assert info.dtypes == (torch.float32, torch.float64, torch.complex64, torch.complex128)
     assert dict(info.ops) == {"solve": ("lu", "cg", "bicgstab", "gmres", "lgmres", "gcrotmk", "minres", "tfqmr", "amg"),
-                              "matmul": ("spmm",), "lstsq": ("lsqr", "lsmr")}
+                              "matmul": ("spmm",), "lstsq": ("lsqr", "lsmr"), "eigsh": ("arpack", "lobpcg"),
+                              "eigs": ("arpack",), "logdet": ("lu",)}
     assert dict(info.missing) == {}  # scipy and pyamg are installed here
 
 
