@@ -106,6 +106,12 @@ def run(ctx: dict, *, m: int = 114, dtypes=(torch.float64, torch.float32), reps:
                 chosen = table.chosen
                 record(tag, "sparsetorch", label, nb, mm.execute, mm.execute,
                        choice=f"{chosen.backend}/{chosen.method}" if chosen else None)
+                if backend is not None and "median_s" in rows[-1]:
+                    # The backend's plan alone (what the core calls after its per-call checks).
+                    plan, x2 = mm._state.plan, x[:, None]
+                    record(f"sparsetorch {backend} plan.apply {label}", "sparsetorch", label, nb,
+                           lambda plan=plan: plan.apply(x2), lambda plan=plan: plan.apply(x2)[:, 0],
+                           note="the plan's apply() without the core's per-call work (autograd Function, values check)")
         A32 = mats.get("CSR int32", (A64, 0))[0]
         record("sparsetorch st.matmul CSR int32 [auto, one-shot]", "sparsetorch", "CSR int32",
                _bytes("csr", n, nnz, vs, 4), lambda: st.matmul(A32, x), lambda: st.matmul(A32, x))
@@ -134,6 +140,7 @@ def run(ctx: dict, *, m: int = 114, dtypes=(torch.float64, torch.float32), reps:
             cupy_mats["CSR"] = csp.csr_matrix((cp.from_dlpack(vals), cp.from_dlpack(col.to(torch.int32)),
                                                cp.from_dlpack(crow.to(torch.int32))), shape=(n, n))
             cupy_mats["COO"] = cupy_mats["CSR"].tocoo()
+            cupy_mats["COO"].sum_duplicates()  # canonical COO (nvmath's UST takes only coalesced COO)
             cupy_mats["DIA"] = csp.dia_matrix((cp.from_dlpack(dia), cp.from_dlpack(offsets.to(torch.int32))), shape=(n, n))
             for fmt, M in cupy_mats.items():
                 kind = fmt.lower()

@@ -43,6 +43,19 @@ CASES = {
 }
 
 
+def register_cupy_backend() -> str:
+    """Load the cupy backend: through its entry point when installed, else registered in-process
+    from the source tree (``plugins/cupy_backend`` on PYTHONPATH)."""
+    from sparsetorch.dispatch import get_backends
+
+    backends = get_backends()
+    if "cupy" not in backends.names:
+        mod, why = peer("sparsetorch_cupy.plugin")
+        if mod is not None:
+            backends.register(mod, "cupy")
+    return ", ".join(backends.names) + ("" if not backends.broken else f"; broken: {[b.name for b in backends.broken]}")
+
+
 def versions() -> dict:
     out = {"python": platform.python_version(), "torch": torch.__version__, "cuda (torch)": torch.version.cuda}
     import numpy
@@ -81,6 +94,7 @@ def main() -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     shared_pool = cupy_on_torch_allocator()
+    doc_backends = register_cupy_backend()
     ctx = {"bandwidth": copy_bandwidth()}
     print(f"copy bandwidth {ctx['bandwidth']['bytes_per_s'] / 1e12:.2f} TB/s", flush=True)
     doc = {"suite": "gpu", "command": " ".join(["python", "benchmarks/gpu/suite.py", *sys.argv[1:]]),
@@ -90,7 +104,8 @@ def main() -> int:
                      "(CG), after warm-up",
                      "bytes floor = bytes the format must move (values, indices, x read once, y written once) / the copy "
                      "bandwidth measured in this run; fraction_of_floor = floor / measured time",
-                     f"CuPy allocates through torch's caching allocator: {shared_pool}"],
+                     f"CuPy allocates through torch's caching allocator: {shared_pool}",
+                     f"sparsetorch backends: {doc_backends}"],
            "cases": {}}
     json_path, md_path = out_dir / f"{args.prefix}.json", out_dir / f"{args.prefix}.md"
     for name in [c for c in args.cases.split(",") if c]:

@@ -21,6 +21,7 @@ import inspect
 import math
 from typing import Any, Callable, Mapping
 
+import numpy as np
 import torch
 
 from sparsetorch import InputError, IterationResult, SparseTensor, Status
@@ -36,6 +37,8 @@ KRYLOV = ("cg", "gmres", "minres", "cgs")
 #: GMRES restart length when ``restart=`` is not given (cupyx's own default is 20).
 DEFAULT_RESTART = 30
 _REFRESHES = 4
+#: MINRES stops on ||r|| / (||A|| ||x||), weaker than the true residual test: more continuations.
+_REFRESHES_MINRES = 8
 
 
 class KrylovPlan:
@@ -161,7 +164,10 @@ class KrylovPlan:
         res = bnorm
         tol = thr
         status, reason = Status.MAX_ITERATIONS, ""
-        for attempt in range(_REFRESHES + 1):
+        refreshes = _REFRESHES_MINRES if method == "minres" else _REFRESHES
+        if method == "gmres":
+            refreshes += restart.bit_length()  # room for halving the restart after breakdowns
+        for attempt in range(refreshes + 1):
             remaining = None if budget is None else budget - total
             if remaining is not None and remaining <= 0:
                 status, reason = Status.MAX_ITERATIONS, self._maxiter_reason(maxiter, res / bnorm, rtol, atol)
@@ -188,20 +194,37 @@ class KrylovPlan:
                 kw["maxiter"] = remaining
             before = products[0]
             rhs = cp.concatenate([r.real, r.imag]) if realify else r
-            d, info = fn(op, rhs, **kw)
-            d = d[:n] + 1j * d[n:] if realify else d
+            try:
+                d, info = fn(op, rhs, **kw)
+                failed = not bool(cp.isfinite(d).all())
+            except np.linalg.LinAlgError:  # cupyx GMRES: NaN in its Hessenberg matrix
+                d, info, failed = None, 0, True
             if method == "gmres":
                 cycles = max(0, (products[0] - before - 1) // (restart + 1))
-                its = cycles * restart
+                its = cycles * restart if not failed else max(0, products[0] - before - 1)
             else:
                 its = count[0]
             total += its
-            x = x + d.reshape(-1)
             if check_curvature and bool(bad[0]):
                 status = Status.INDEFINITE
                 reason = (f"CG met a direction with v^H A v <= 0 within {total} iterations: A is not positive definite "
                           f"(use minres for symmetric indefinite, gmres otherwise)")
+                if not failed:
+                    x = x + (d[:n] + 1j * d[n:] if realify else d).reshape(-1)
+                res = float(cp.linalg.norm(b - mv(x)))
                 break
+            if failed and method == "gmres" and restart > 1 and self._finite[member]:
+                # cupyx's Arnoldi divides by H[j+1, j] without a test: a Krylov space smaller than the
+                # restart length (an "happy" breakdown) gives NaN. A shorter restart avoids it.
+                restart = max(1, restart // 2)
+                continue
+            if failed:
+                status = Status.BREAKDOWN if self._finite[member] else Status.NOT_FINITE
+                reason = f"{method} produced NaN or Inf after {total} iterations (a breakdown of its recurrence)"
+                res = float(cp.linalg.norm(b - mv(x)))
+                break
+            d = d[:n] + 1j * d[n:] if realify else d
+            x = x + d.reshape(-1)
             res = float(cp.linalg.norm(b - mv(x)))
             if not math.isfinite(res):
                 status, reason = Status.NOT_FINITE, f"{method}: the residual became NaN or Inf after {total} iterations"
@@ -216,11 +239,11 @@ class KrylovPlan:
                 status = Status.BREAKDOWN
                 reason = (f"{method} made no progress from relative residual {res / bnorm:.2e}; try gmres or a preconditioner")
                 break
-            tol = thr * 0.5  # the correction's threshold: what is still missing, with a margin
+            tol = thr * 0.1  # the correction's threshold: what is still missing, with a margin
         else:
             status = Status.MAX_ITERATIONS
             reason = (f"{method}'s recurrence met the tolerance but the true relative residual {res / bnorm:.2e} did not "
-                      f"({_REFRESHES} restarts from the true residual): loosen rtol/atol or use a direct method")
+                      f"({refreshes} restarts from the true residual): loosen rtol/atol or use a direct method")
         return x, Outcome(total, res / bnorm, status, reason, history, products[0])
 
     def _maxiter_reason(self, maxiter: Any, rel: float, rtol: float, atol: float) -> str:

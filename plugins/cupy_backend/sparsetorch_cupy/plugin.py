@@ -151,7 +151,8 @@ def _conversion_note(request: Request) -> str:
     if cost.native(request):
         return ""
     fmt = request.A.format
-    return f"; converts {fmt.name or 'the format'} to CSR once per pattern (costed), one value gather per call"
+    name = (fmt.name or str(fmt)) if fmt is not None else "the format"
+    return f"; converts {name} to CSR once per pattern (costed), one value gather per call"
 
 
 # --- solve ---------------------------------------------------------------------------------------

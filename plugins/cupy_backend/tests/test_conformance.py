@@ -8,6 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+import sparsetorch as st
+
 from sparsetorch.dispatch import get_backends, reset_backends
 from sparsetorch.format import BSR, COO, CSC, CSR, DIA, ELL
 from sparsetorch.testing import ErrorConformance, MatmulConformance, SolveConformance
@@ -52,4 +54,15 @@ class TestCupyMatmul(CupyBackend, MatmulConformance):
 
 
 class TestCupyErrors(CupyBackend, ErrorConformance):
-    pass
+    def test_device_mismatch(self):
+        """The kit's version builds A on the backend's base device (here CUDA) and b on CUDA too,
+        so nothing mismatches for a CUDA-only backend: put A on the CPU and b on CUDA, and the
+        other way round, explicitly."""
+        from sparsetorch.testing.problems import make_problem
+
+        p = make_problem("spd", (4, 3), dtype=torch.float64, device="cpu")
+        for A, b in ((p.A, p.rhs().cuda()), (p.A.cuda(), p.rhs())):
+            with pytest.raises(st.InputError, match=r"cpu.*cuda|cuda.*cpu"):
+                st.solve(A, b, backend=self.backend, method="cg")
+            with pytest.raises(st.InputError, match=r"cpu.*cuda|cuda.*cpu"):
+                st.matmul(A, b, backend=self.backend)
