@@ -10,26 +10,29 @@ from ._version import __version__
 from .dispatch import BackendInfo, Decline, Offer, OperandInfo, Request, plan_cache
 from .dispatch.manager import get_backends as registry
 from .errors import (
-    BackendError, ConversionError, FallbackWarning, FormatError, FormatParseError, IndefiniteMatrixError, InputError,
+    BackendError, ConversionError, DegenerateEigenvalueError, FallbackWarning, FormatError, FormatParseError, IndefiniteMatrixError, InputError,
     InteropError, NoBackendError, NotConvergedError, NotConvergedWarning, NotSymmetricError, SingularMatrixError,
     SparseTorchError, SparseTorchWarning, ValidationError,
 )
 from .format import Dimension, LevelFormat, LevelProperty, TensorFormat
 from .ops import IterationResult, Matmul, SolveInfo, Solver, Status, matmul, norm, solve, transpose
+from .ops.eigen import eigs, eigsh
 from .ops.explain import explain
+from .ops.logdet import det, logdet, slogdet
 from .tensor import PatternKey, SparseTensor, SparseTensorList, Tensor, from_package
 
 __all__ = [
     "__version__", "format", "hookimpl",
     # errors and warnings
-    "BackendError", "ConversionError", "FallbackWarning", "FormatError", "FormatParseError", "IndefiniteMatrixError",
+    "BackendError", "ConversionError", "DegenerateEigenvalueError", "FallbackWarning", "FormatError", "FormatParseError", "IndefiniteMatrixError",
     "InputError", "InteropError", "NoBackendError", "NotConvergedError", "NotConvergedWarning", "NotSymmetricError",
     "SingularMatrixError", "SparseTorchError", "SparseTorchWarning", "ValidationError",
     # formats and tensors
     "Dimension", "LevelFormat", "LevelProperty", "TensorFormat",
     "PatternKey", "SparseTensor", "SparseTensorList", "Tensor", "from_package",
     # operations
-    "IterationResult", "Matmul", "SolveInfo", "Solver", "Status", "explain", "matmul", "norm", "solve", "transpose",
+    "IterationResult", "Matmul", "SolveInfo", "Solver", "Status", "det", "eigs", "eigsh", "explain", "logdet", "matmul",
+    "norm", "slogdet", "solve", "transpose",
     # dispatch
     "BackendInfo", "Decline", "Offer", "OperandInfo", "Request", "plan_cache", "registry",
 ]

@@ -16,6 +16,7 @@ __all__ = [
     "InteropError",
     "SparseTorchWarning",
     "InputError",
+    "DegenerateEigenvalueError",
     "NotConvergedError",
     "SingularMatrixError",
     "IndefiniteMatrixError",
@@ -84,6 +85,10 @@ class IndefiniteMatrixError(SparseTorchError, ValueError):
 
 class NotSymmetricError(SparseTorchError, ValueError):
     """A method that needs a symmetric (Hermitian) matrix was given a non-symmetric one."""
+
+
+class DegenerateEigenvalueError(SparseTorchError, ValueError):
+    """Eigenvector gradients asked for at (nearly) repeated eigenvalues, where they do not exist."""
 
 
 class NoBackendError(SparseTorchError, RuntimeError):

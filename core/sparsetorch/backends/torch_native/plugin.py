@@ -36,7 +36,8 @@ def sparsetorch_backend_info() -> BackendInfo:
         description="built-in pure PyTorch: torch sparse kernels, Krylov methods, dense fallback",
         devices=("cpu", "cuda", "mps", "xpu"),
         dtypes=(torch.float32, torch.float64, torch.complex64, torch.complex128),
-        ops={"matmul": ("spmm",), "solve": (*_ITERATIVE, "lu", "cholesky")},
+        ops={"matmul": ("spmm",), "solve": (*_ITERATIVE, "lu", "cholesky"), "eigsh": ("dense", "lanczos", "lobpcg"),
+             "eigs": ("dense",), "logdet": ("dense",)},
         formats=(CSR,),
         priority=0,
         distribution="sparsetorch",
@@ -53,6 +54,10 @@ def sparsetorch_offers(request: Request) -> list[Offer | Decline]:
         return [_matmul_offer(request, r)]
     if request.op == "solve":
         return _solve_offers(request, r)
+    if request.op in ("eigsh", "eigs", "logdet"):
+        from .eigen_offers import eigen_offers
+
+        return eigen_offers(request, r)
     return [Decline("torch", f"op {request.op!r} is not implemented by the torch backend")]
 
 

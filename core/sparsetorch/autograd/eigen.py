@@ -1,0 +1,190 @@
+"""Adjoint rules of the sparse symmetric eigenproblem ``A v = w M v`` (``M = I`` when absent).
+
+The computed pairs are ``(w_i, v_i)``, ``i < k``, normalised ``V^H M V = I``. For a loss with
+gradients ``gw`` (eigenvalues) and ``gV`` (eigenvectors) the rules (derivation in
+docs/eigen.md) are, on the stored entries of A and M:
+
+    eigenvalues    dA += sum_i gw_i  v_i[row] conj(v_i[col])            (Hellmann-Feynman)
+                   dM -= sum_i gw_i w_i v_i[row] conj(v_i[col])
+    eigenvectors   q_i = sum_{j != i, j computed} v_j (v_j^H gv_i) / (w_i - w_j)  -  y_i
+                   with y_i from the bordered system  [A - w_i M   M V] [y_i]   [gv_i]
+                                                      [V^H M       0 ] [s_i] = [ 0  ]
+                   (y_i is the part of (A - w_i M)^+ gv_i outside the computed eigenspace)
+                   dA += sum_i q_i[row] conj(v_i[col])
+                   dM -= sum_i (w_i q_i + 1/2 Re(gv_i^H v_i) v_i)[row] conj(v_i[col])
+
+One bordered solve per eigenvector that receives a gradient, through dispatch (the bordered
+matrix of every i shares one pattern, so one plan serves them all). The coupling between two
+computed eigenvalues ``1 / (w_i - w_j)`` does not exist at a repeated eigenvalue: a gap below
+``degenerate_tol`` (relative to ``max |w|``) with a non-zero coupling raises
+:class:`DegenerateEigenvalueError` (or warns, per the handle's policy); losses that depend on
+the eigenspace only (for example ``sum_i v_i v_i^H``) have zero coupling and pass.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..errors import DegenerateEigenvalueError
+from ..tensor import SparseTensor
+from .handles import PlanState, sddmm
+
+__all__ = ["EigshHandle", "eigsh_function"]
+
+
+@dataclass
+class EigshHandle:
+    state: PlanState
+    A: SparseTensor
+    M: SparseTensor | None
+    call: dict
+    degenerate: str = "raise"
+    degenerate_tol: float = 1e-8
+    check: Any = None
+    results: list = field(default_factory=list)
+
+    def run(self, values: torch.Tensor, mvalues: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.state.load(values)
+        M = None if self.M is None else self.M.with_values(mvalues.detach())
+        with torch.no_grad():
+            w, V, res = self.state.plan.eigsh(M=M, **self.call)
+        self.results.append(res)
+        if self.check is not None:
+            self.check(res, self.state.plan)
+        return w, V
+
+
+class _Eigsh(torch.autograd.Function):
+    @staticmethod
+    def forward(values, mvalues, handle):
+        return handle.run(values, mvalues)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        values, mvalues, handle = inputs
+        ctx.handle = handle
+        ctx.save_for_backward(values, mvalues, *output)
+
+    @staticmethod
+    def backward(ctx, gw, gV):
+        values, mvalues, w, V = ctx.saved_tensors
+        h: EigshHandle = ctx.handle
+        need_a, need_m = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        if not (need_a or need_m):
+            return None, None, None
+        if gw is None:
+            gw = torch.zeros_like(w)
+        Q = torch.zeros_like(V)
+        if gV is not None and bool((gV != 0).any()):
+            Q = _vector_adjoint(h, values, mvalues, w, V, gV)
+        wc = w.to(V.dtype).unsqueeze(-2)
+        gwc = gw.to(V.dtype).unsqueeze(-2)
+        dA = sddmm(h.A, Q + V * gwc, V) if need_a else None
+        dM = None
+        if need_m:
+            norm_term = torch.zeros_like(w) if gV is None else (gV.conj() * V).sum(-2).real
+            P = Q * wc + V * (gwc * wc) + 0.5 * V * norm_term.to(V.dtype).unsqueeze(-2)
+            dM = -sddmm(h.M, P, V)
+        return dA, dM, None
+
+
+def _vector_adjoint(h: EigshHandle, values, mvalues, w, V, gV) -> torch.Tensor:
+    """``Q`` of the module docstring, for every member of the value batch."""
+    batch = tuple(V.shape[:-2])
+    n, k = V.shape[-2], V.shape[-1]
+    flat = lambda t, tail: t.reshape(-1, *tail)  # noqa: E731
+    Vf, gVf, wf = flat(V, (n, k)), flat(gV, (n, k)), flat(w, (k,))
+    vals = values.reshape(-1, values.shape[-1]) if values.dim() > 1 else values.unsqueeze(0).expand(Vf.shape[0], -1)
+    mv = None
+    if h.M is not None:
+        mv = mvalues.reshape(-1, mvalues.shape[-1]) if mvalues.dim() > 1 else mvalues.unsqueeze(0).expand(Vf.shape[0], -1)
+    out = []
+    bordered = None
+    for b in range(Vf.shape[0]):
+        Vb, gb, wb = Vf[b], gVf[b], wf[b]
+        coupling = Vb.mH @ gb  # (k, k): v_j^H gv_i
+        gap = wb.unsqueeze(0) - wb.unsqueeze(1)  # [j, i] = w_i - w_j
+        scale = float(wb.abs().max()) if k else 1.0
+        eye = torch.eye(k, dtype=torch.bool, device=gap.device)
+        close = (gap.abs() <= h.degenerate_tol * max(scale, 1e-300)) & ~eye
+        # Within a (nearly) repeated pair only the part of the coupling that rotates the pair
+        # needs 1/gap; a loss that depends on the eigenspace alone has none of it.
+        rotating = (coupling - coupling.mH).abs() > 1e-8 * max(float(coupling.abs().max()), 1e-300)
+        if bool((close & rotating).any()):
+            j, i = (int(x) for x in torch.nonzero(close & rotating)[0])
+            msg = (
+                f"eigenvector gradient at (nearly) repeated eigenvalues w[{j}]={float(wb[j]):.6g} and "
+                f"w[{i}]={float(wb[i]):.6g} (gap {float(gap[j, i].abs()):.3g} <= degenerate_tol={h.degenerate_tol:g} * "
+                f"max|w|): the eigenvectors are not unique there and this loss depends on which ones are returned, "
+                f"so its gradient does not exist. Use a loss that depends only on the eigenspace, or pass "
+                f"degenerate='warn' (drops the coupling of the pair) or degenerate_tol= to change the threshold"
+            )
+            if h.degenerate == "raise":
+                raise DegenerateEigenvalueError(msg)
+            if h.degenerate == "warn":
+                warnings.warn(msg, stacklevel=3)
+        skip = close | eye
+        safe = torch.where(skip, torch.ones_like(gap), gap)
+        coef = torch.where(skip, torch.zeros_like(coupling), coupling / safe.to(coupling.dtype))
+        Qb = Vb @ coef
+        if k < n:
+            if bordered is None:
+                bordered = _Bordered(h.A, h.M, k)
+            wanted = [i for i in range(k) if bool((gb[:, i] != 0).any())]
+            for i in wanted:
+                y = bordered.solve(vals[b], None if mv is None else mv[b], Vb, float(wb[i]), gb[:, i])
+                Qb[:, i] = Qb[:, i] - y
+        out.append(Qb)
+    return torch.stack(out).reshape(*batch, n, k)
+
+
+class _Bordered:
+    """``[[A - s M, M V], [V^H M, 0]]`` on one fixed pattern (A's, M's or the diagonal, a dense border)."""
+
+    def __init__(self, A: SparseTensor, M: SparseTensor | None, k: int) -> None:
+        from ..ops._assemble import CooAssembler
+
+        n = A.format_shape[0]
+        dev = A.device
+        coords, self._slot = A.entries()
+        if M is None:
+            mr = mc = torch.arange(n, device=dev)
+            self._mslot = None
+        else:
+            mco, self._mslot = M.entries()
+            mr, mc = mco[0], mco[1]
+        ar = torch.arange(n, device=dev).repeat_interleave(k)
+        bc = n + torch.arange(k, device=dev).repeat(n)
+        rows = torch.cat([coords[0], mr, ar, bc])
+        cols = torch.cat([coords[1], mc, bc, ar])
+        self.n, self.k = n, k
+        self._asm = CooAssembler(rows, cols, (n + k, n + k), A.dtype)
+        self._M = M
+
+    def solve(self, avals, mvals, V, shift: float, rhs) -> torch.Tensor:
+        from ..ops.solve import solve
+
+        n, k = self.n, self.k
+        a = avals.detach()[self._slot]
+        if self._M is None:
+            md = torch.full((n,), -shift, dtype=a.dtype, device=a.device)
+            MV = V
+        else:
+            m = mvals.detach()
+            md = -shift * m[self._mslot]
+            MV = self._M.with_values(m) @ V
+        border = MV.reshape(-1)  # row-major (n, k): matches the (ar, bc) order
+        lower = MV.conj().reshape(-1)
+        K = self._asm.tensor(torch.cat([a, md, border, lower]))
+        b = torch.cat([rhs, rhs.new_zeros(k)])
+        props = "hermitian" if a.is_complex() else "symmetric"
+        x = solve(K, b, properties=props, rtol=1e-12)
+        return x[:n]
+
+
+def eigsh_function(values: torch.Tensor, mvalues: torch.Tensor, handle: EigshHandle):
+    return _Eigsh.apply(values, mvalues, handle)

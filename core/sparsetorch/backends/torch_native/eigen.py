@@ -1,0 +1,360 @@
+"""Eigen-solvers and determinants of the torch backend (any device).
+
+- :class:`DenseEigPlan`: ``torch.linalg.eigh`` / ``eig`` / ``slogdet`` on the dense matrix (small n;
+  the generalized symmetric-definite problem through the Cholesky factor of M).
+- :class:`LanczosPlan`: thick-restart Lanczos with full reorthogonalization (Krylov-Schur form:
+  after a restart the kept Ritz vectors carry a diagonal block and the residual vector starts
+  the next sweep). Products go through :class:`TorchSpmmPlan`, so it runs wherever torch's sparse
+  kernels do (CUDA included). Shift-invert (``sigma``) solves ``(A - sigma I) y = x`` through
+  :class:`sparsetorch.Solver`, factorized once per value set.
+- :class:`LobpcgPlan`: ``torch.lobpcg`` (extremal eigenpairs of SPD matrices, generalized too).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ...errors import InputError, SingularMatrixError
+from ...ops.info import IterationResult, Status
+from ...tensor import SparseTensor
+from .spmm import TorchSpmmPlan
+
+__all__ = ["DenseEigPlan", "LanczosPlan", "LobpcgPlan", "select_ritz"]
+
+
+def _real_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.empty((), dtype=dtype).real.dtype
+
+
+def select_ritz(theta: torch.Tensor, k: int, which: str) -> torch.Tensor:
+    """Indices of the ``k`` wanted values of ``theta`` (real), by ARPACK's ``which``."""
+    if which == "LA":
+        key = -theta
+    elif which == "SA":
+        key = theta
+    elif which == "LM":
+        key = -theta.abs()
+    elif which == "SM":
+        key = theta.abs()
+    else:  # "BE" is not offered here
+        raise InputError(f"which={which!r} is not supported; use 'LA', 'SA', 'LM' or 'SM'")
+    return torch.argsort(key, stable=True)[:k]
+
+
+def _ascending(w: torch.Tensor, V: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    order = torch.argsort(w, stable=True)
+    return w[..., order], V[..., order]
+
+
+def _member_values(values: torch.Tensor, batch_shape: tuple[int, ...]):
+    flat = values.reshape(-1, values.shape[-1]) if batch_shape else values.unsqueeze(0)
+    return flat
+
+
+def _stack(outs, batch_shape):
+    w = torch.stack([o[0] for o in outs]).reshape(*batch_shape, -1) if batch_shape else outs[0][0]
+    V = torch.stack([o[1] for o in outs]).reshape(*batch_shape, *outs[0][1].shape) if batch_shape else outs[0][1]
+    return w, V
+
+
+class DenseEigPlan:
+    """Dense eigen-decomposition / determinant (exact to rounding; O(n^3))."""
+
+    backend = "torch"
+    method = "dense"
+    preconditioner = None
+
+    def __init__(self, A: SparseTensor) -> None:
+        self._A = A
+        self._dense: torch.Tensor | None = None
+        self._lu = None
+
+    def set_values(self, values: torch.Tensor) -> None:
+        self._dense = self._A.with_values(values.detach()).to_dense()
+        self._lu = None
+
+    # eigsh -----------------------------------------------------------------------------------------
+    def eigsh(self, k, *, which="LM", sigma=None, M=None, tol=0.0, maxiter=None, v0=None):
+        A = self._dense
+        n = A.shape[-1]
+        if M is not None:
+            Md = M.to_dense()
+            L, info = torch.linalg.cholesky_ex(Md)
+            if bool((info != 0).any()):
+                raise InputError("M must be symmetric (Hermitian) positive definite for the generalized problem; its Cholesky failed")
+            Li_A = torch.linalg.solve_triangular(L, A, upper=False)
+            C = torch.linalg.solve_triangular(L, Li_A.mH, upper=False).mH  # L^-1 A L^-H
+            w_all, Y = torch.linalg.eigh(C)
+            V_all = torch.linalg.solve_triangular(L.mH, Y, upper=True)  # V = L^-H Y: V^H M V = I
+        else:
+            w_all, V_all = torch.linalg.eigh(A)
+        key = w_all if sigma is None else 1.0 / (w_all - sigma)
+        flat_w = key.reshape(-1, n)
+        idx = torch.stack([select_ritz(row, k, which) for row in flat_w]).reshape(*key.shape[:-1], k)
+        w = torch.gather(w_all, -1, idx)
+        V = torch.gather(V_all, -1, idx.unsqueeze(-2).expand(*V_all.shape[:-1], k))
+        w, order = torch.sort(w, dim=-1, stable=True)
+        V = torch.gather(V, -1, order.unsqueeze(-2).expand_as(V))
+        return w, V, IterationResult(0, float("nan"), True, Status.DIRECT, "dense eigh")
+
+    # eigs ------------------------------------------------------------------------------------------
+    def eigs(self, k, *, which="LM", sigma=None, tol=0.0, maxiter=None, v0=None, left=False):
+        A = self._dense
+        n = A.shape[-1]
+        w_all, V_all = torch.linalg.eig(A)
+        key = w_all if sigma is None else 1.0 / (w_all - sigma)
+        flat = key.reshape(-1, n)
+        idx = torch.stack([_select_complex(row, k, which) for row in flat]).reshape(*key.shape[:-1], k)
+        w = torch.gather(w_all, -1, idx)
+        V = torch.gather(V_all, -1, idx.unsqueeze(-2).expand(*V_all.shape[:-1], k))
+        U = None
+        if left:
+            # Left eigenvectors are the rows of V_all^-1 (conjugated): u_i^H A = w_i u_i^H.
+            Vinv = torch.linalg.inv(V_all)
+            U_all = Vinv.mH
+            U = torch.gather(U_all, -1, idx.unsqueeze(-2).expand(*U_all.shape[:-1], k))
+            U = U / torch.linalg.vector_norm(U, dim=-2, keepdim=True)
+        return w, V, U, IterationResult(0, float("nan"), True, Status.DIRECT, "dense eig")
+
+    # logdet ----------------------------------------------------------------------------------------
+    def slogdet(self):
+        return torch.linalg.slogdet(self._dense)
+
+    def solve(self, B, *, adjoint=False):
+        if self._lu is None:
+            self._lu = torch.linalg.lu_factor(self._dense)
+        LU, piv = self._lu
+        X = torch.linalg.lu_solve(LU, piv, B, adjoint=adjoint)
+        return X, IterationResult(0, float("nan"), True, Status.DIRECT, "dense LU")
+
+    def inverse_entries(self, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+        inv = torch.linalg.inv(self._dense)
+        return inv[..., rows, cols]
+
+
+def _select_complex(w: torch.Tensor, k: int, which: str) -> torch.Tensor:
+    keys = {"LM": -w.abs(), "SM": w.abs(), "LR": -w.real, "SR": w.real, "LI": -w.imag, "SI": w.imag}
+    if which not in keys:
+        raise InputError(f"which={which!r} is not supported for eigs; use one of {sorted(keys)}")
+    return torch.argsort(keys[which], stable=True)[:k]
+
+
+class LanczosPlan:
+    """Thick-restart Lanczos for a few eigenpairs of a symmetric (Hermitian) sparse matrix."""
+
+    backend = "torch"
+    method = "lanczos"
+    preconditioner = None
+
+    def __init__(self, A: SparseTensor, ncv: int | None = None) -> None:
+        self._batch = tuple(A.batch_shape)
+        slots = A.values.shape[-1]
+        self._single = A.with_values(torch.zeros(slots, dtype=A.dtype, device=A.device))
+        self._spmm = TorchSpmmPlan(self._single)
+        self._ncv = ncv
+        self._values: torch.Tensor | None = None
+        self._shift = None
+
+    def set_values(self, values: torch.Tensor) -> None:
+        self._values = values.detach()
+
+    def eigsh(self, k, *, which="LM", sigma=None, M=None, tol=0.0, maxiter=None, v0=None):
+        if M is not None:
+            raise InputError("method='lanczos' solves the standard problem only; for A v = w M v use method='dense' or 'lobpcg' (or the scipy plugin's 'arpack')")
+        outs, results = [], []
+        flat = _member_values(self._values, self._batch)
+        for b in range(flat.shape[0]):
+            self._spmm.set_values(flat[b])
+            if sigma is None:
+                op = lambda X: self._spmm.apply(X)  # noqa: E731
+            else:
+                op = self._shift_invert(flat[b], float(sigma))
+            start = None if v0 is None else (v0.reshape(-1, v0.shape[-1])[b] if v0.dim() > 1 else v0)
+            theta, Y, res = _lanczos(op, self._single.format_shape[0], k, which if sigma is None else _si_which(which),
+                                     tol, maxiter, start, self._values.dtype, self._values.device, self._ncv)
+            if sigma is not None:
+                theta = sigma + 1.0 / theta
+            outs.append(_ascending(theta, Y))
+            results.append(res)
+        w, V = _stack(outs, self._batch)
+        worst = max(results, key=lambda r: (r.converged is False, r.residual))
+        return w, V, worst
+
+    def _shift_invert(self, values: torch.Tensor, sigma: float):
+        from ...ops._assemble import CooAssembler
+        from ...ops.solve import Solver
+
+        n = self._single.format_shape[0]
+        if self._shift is None:
+            coords, slot = self._single.entries()
+            diag = torch.arange(n, device=values.device, dtype=torch.int64)
+            self._shift = (CooAssembler(torch.cat([coords[0], diag]), torch.cat([coords[1], diag]), (n, n), values.dtype), slot)
+        asm, slot = self._shift
+        shifted = asm.tensor(torch.cat([values[slot], torch.full((n,), -sigma, dtype=values.dtype, device=values.device)]))
+        solver = Solver(shifted, properties="symmetric", cache=True)
+        try:
+            solver.factorize()
+        except SingularMatrixError as exc:
+            raise SingularMatrixError(f"A - sigma*I is singular for sigma={sigma} (sigma is an eigenvalue?): {exc}") from exc
+        return solver.solve
+
+
+def _si_which(which: str) -> str:
+    # Eigenvalues nearest sigma are the largest |1 / (w - sigma)|.
+    return {"LM": "LM", "SM": "LM", "LA": "LA", "SA": "SA"}.get(which, which)
+
+
+def _default_tol(dtype: torch.dtype) -> float:
+    return 1e-5 if _real_dtype(dtype) == torch.float32 else 1e-11
+
+
+def _lanczos(op, n, k, which, tol, maxiter, v0, dtype, device, ncv):
+    """Krylov-Schur thick restart with full (twice-applied) reorthogonalization.
+
+    Returns the ``k`` wanted Ritz values and vectors and an :class:`IterationResult` whose
+    residual is the largest ``||A y - theta y|| / ||A||_est`` over them.
+    """
+    if k >= n:
+        raise InputError(f"lanczos needs k < n, got k={k}, n={n}; use method='dense' for all eigenpairs")
+    m = ncv or min(n, max(2 * k + 1, k + 32))
+    m = min(m, n)
+    tol = tol if tol and tol > 0 else _default_tol(dtype)
+    maxiter = maxiter or max(100, 10 * n // max(m, 1))
+    g = torch.Generator(device="cpu").manual_seed(1234)
+    V = torch.zeros(n, m + 1, dtype=dtype, device=device)
+    H = torch.zeros(m, m, dtype=dtype, device=device)
+    v = v0.to(dtype=dtype, device=device).clone() if v0 is not None else torch.randn(n, generator=g, dtype=_real_dtype(dtype)).to(dtype=dtype, device=device)
+    V[:, 0] = v / torch.linalg.vector_norm(v)
+    start, restarts = 0, 0
+    checked = None
+    keep = min(m - 1, k + max(1, (m - k) // 2))
+    anorm = 0.0
+    while True:
+        for j in range(start, m):
+            w = op(V[:, j:j + 1])[:, 0]
+            basis = V[:, : j + 1]
+            h = basis.mH @ w
+            w = w - basis @ h
+            h2 = basis.mH @ w  # second pass (DGKS): keeps orthogonality to rounding
+            w = w - basis @ h2
+            h = h + h2
+            H[: j + 1, j] = h
+            H[j, : j + 1] = h.conj()
+            beta = torch.linalg.vector_norm(w)
+            if j + 1 < m:
+                H[j + 1, j] = beta
+                H[j, j + 1] = beta
+            if float(beta) <= 1e-30 and j + 1 >= n:  # the basis spans the whole space: exact
+                V[:, j + 1] = 0
+                beta = torch.zeros((), dtype=_real_dtype(dtype), device=device)
+            elif float(beta) <= 1e-30:  # invariant subspace: continue from a random vector orthogonal to V
+                w = torch.randn(n, generator=g, dtype=_real_dtype(dtype)).to(dtype=dtype, device=device)
+                w = w - basis @ (basis.mH @ w)
+                w = w - basis @ (basis.mH @ w)
+                beta_used = torch.zeros((), dtype=_real_dtype(dtype), device=device)
+                if j + 1 < m:
+                    H[j + 1, j] = 0
+                    H[j, j + 1] = 0
+                V[:, j + 1] = w / torch.linalg.vector_norm(w)
+                beta = beta_used
+            else:
+                V[:, j + 1] = w / beta
+        Hs = 0.5 * (H + H.mH)
+        theta, S = torch.linalg.eigh(Hs)
+        anorm = max(anorm, float(theta.abs().max()))
+        sel = select_ritz(theta, k, which)
+        resid = (beta * S[m - 1, sel]).abs()
+        scale = max(anorm, torch.finfo(_real_dtype(dtype)).tiny)
+        worst = float(resid.max()) / scale
+        restarts += 1
+        done = worst <= tol
+        if done and checked is not None and not _same(checked, theta[sel], tol * scale * 10):
+            done = False  # the fresh direction found an eigenvalue the first pass had missed
+        if done and checked is None and m < n:
+            # Lanczos from one start vector sees one copy of a repeated eigenvalue (exactly so in
+            # exact arithmetic): before accepting, extend the converged Ritz vectors by a fresh
+            # random direction and check that the wanted eigenvalues stay the same.
+            checked = theta[sel].clone()
+            Y = V[:, :m] @ S[:, sel]
+            kk = Y.shape[1]
+            V.zero_()
+            H.zero_()
+            V[:, :kk] = Y
+            H[:kk, :kk] = torch.diag(theta[sel].to(dtype))
+            fresh = torch.randn(n, generator=g, dtype=_real_dtype(dtype)).to(dtype=dtype, device=device)
+            for _ in range(2):
+                fresh = fresh - Y @ (Y.mH @ fresh)
+            V[:, kk] = fresh / torch.linalg.vector_norm(fresh)
+            start = kk
+            continue
+        if done or restarts >= maxiter:
+            Y = V[:, :m] @ S[:, sel]
+            status = Status.CONVERGED if done else Status.MAX_ITERATIONS
+            reason = "" if done else f"{restarts} restarts of {m} vectors did not reach tol={tol:g}"
+            return theta[sel], Y, IterationResult(restarts, worst, done, status, reason)
+        checked = None
+        # Thick restart: keep the `keep` best Ritz pairs; the residual vector continues the basis.
+        order = select_ritz(theta, keep, which)
+        Sk = S[:, order]
+        Vk = V[:, :m] @ Sk
+        H.zero_()
+        H[:keep, :keep] = torch.diag(theta[order].to(dtype))
+        V[:, :keep] = Vk
+        V[:, keep] = V[:, m]
+        V[:, keep + 1:] = 0
+        # The coupling of the kept vectors to the residual vector (the "arrow", beta * Sk[m-1, :])
+        # is recomputed exactly by the next column's reorthogonalization coefficients.
+        start = keep
+
+
+def _same(a: torch.Tensor, b: torch.Tensor, atol: float) -> bool:
+    return bool(((a.sort().values - b.sort().values).abs() <= atol).all())
+
+
+class LobpcgPlan:
+    """``torch.lobpcg``: extremal eigenpairs of a symmetric positive definite matrix."""
+
+    backend = "torch"
+    method = "lobpcg"
+    preconditioner = None
+
+    def __init__(self, A: SparseTensor) -> None:
+        self._batch = tuple(A.batch_shape)
+        slots = A.values.shape[-1]
+        self._single = A.with_values(torch.zeros(slots, dtype=A.dtype, device=A.device))
+        self._values = None
+
+    def set_values(self, values: torch.Tensor) -> None:
+        self._values = values.detach()
+
+    def eigsh(self, k, *, which="LM", sigma=None, M=None, tol=0.0, maxiter=None, v0=None):
+        if sigma is not None or which not in ("LA", "SA"):
+            raise InputError("method='lobpcg' finds the largest ('LA') or smallest ('SA') eigenvalues without a shift")
+        n = self._single.format_shape[0]
+        flat = _member_values(self._values, self._batch)
+        Mt = None if M is None else _torch_coo(M)
+        outs, worst = [], 0.0
+        for b in range(flat.shape[0]):
+            At = _torch_coo(self._single.with_values(flat[b]))
+            g = torch.Generator(device="cpu").manual_seed(4321 + b)
+            X = torch.randn(n, k, generator=g, dtype=flat.dtype).to(flat.device)
+            tol_b = tol if tol and tol > 0 else (1e-5 if flat.dtype == torch.float32 else 1e-9)
+            w, V = torch.lobpcg(At, k=k, B=Mt, X=X, niter=maxiter or 1000, tol=tol_b, largest=(which == "LA"))
+            # torch.lobpcg's residual check is loose; report the true relative residual.
+            AV = torch.sparse.mm(At, V)
+            MV = V if Mt is None else torch.sparse.mm(Mt, V)
+            r = torch.linalg.vector_norm(AV - MV * w, dim=0) / w.abs().clamp_min(1e-300)
+            worst = max(worst, float(r.max()))
+            outs.append(_ascending(w, V))
+        w, V = _stack(outs, self._batch)
+        ok = worst <= 1e-4 if flat.dtype == torch.float32 else worst <= 1e-6
+        status = Status.CONVERGED if ok else Status.MAX_ITERATIONS
+        return w, V, IterationResult(0, worst, ok, status, "" if ok else "torch.lobpcg residual above tolerance")
+
+
+def _torch_coo(A: SparseTensor) -> torch.Tensor:
+    coords, vals = A.coordinates()
+    n = A.format_shape
+    return torch.sparse_coo_tensor(coords, vals, n).coalesce()

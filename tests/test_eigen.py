@@ -1,0 +1,281 @@
+"""eigsh / eigs: values against dense float64 references, gradients against finite differences."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.linalg
+import torch
+
+import sparsetorch as st
+from sparsetorch.errors import DegenerateEigenvalueError, InputError, NotSymmetricError
+from sparsetorch.format import CSR
+from sparsetorch.ops.eigen import eigs, eigsh
+
+TORCH_METHODS = ("dense", "lanczos")
+
+
+def _sym_pattern(n, density, seed):
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.rand(n, n, generator=g) < density
+    mask = mask | mask.T | torch.eye(n, dtype=torch.bool)
+    rows, cols = torch.nonzero(torch.tril(mask), as_tuple=True)
+    return rows, cols
+
+
+class SymParam:
+    """A symmetric sparse matrix built from its lower triangle: every gradient check goes through
+    symmetric perturbations (the only ones that keep the eigenproblem symmetric)."""
+
+    def __init__(self, n, density=0.2, seed=0, dtype=torch.float64, shift=None):
+        self.n = n
+        self.rows, self.cols = _sym_pattern(n, density, seed)
+        g = torch.Generator().manual_seed(seed + 1)
+        p = torch.randn(self.rows.numel(), generator=g, dtype=torch.float64)
+        diag = self.rows == self.cols
+        spread = torch.arange(n, dtype=torch.float64) if shift is None else shift
+        p[diag] += spread[self.rows[diag]]
+        if dtype.is_complex:
+            p = p.to(dtype) + 1j * torch.randn(p.shape, generator=g, dtype=torch.float64) * (~diag)
+        self.p0 = p
+        self.off = self.rows != self.cols
+
+    def build(self, p):
+        r = torch.cat([self.rows, self.cols[self.off]])
+        c = torch.cat([self.cols, self.rows[self.off]])
+        if p.is_complex():  # a Hermitian matrix has a real diagonal
+            p = torch.where(self.off, p, p.real.to(p.dtype))
+        v = torch.cat([p, p[self.off].conj()])
+        return st.SparseTensor.from_coo(v, r, c, shape=(self.n, self.n), format=CSR)
+
+    def dense(self, p=None):
+        return self.build(self.p0 if p is None else p).to_dense()
+
+
+def _match_vectors(V, Vref):
+    """Eigenvectors are defined up to sign (phase): align before comparing."""
+    phase = (Vref.conj() * V).sum(0)
+    return V / (phase / phase.abs())
+
+
+@pytest.mark.parametrize("method", TORCH_METHODS)
+@pytest.mark.parametrize("which", ["LA", "SA", "LM"])
+def test_eigsh_values_and_vectors_match_dense(method, which):
+    S = SymParam(60, seed=3)
+    D = S.dense()
+    w, V = eigsh(S.build(S.p0), 4, which=which, method=method)
+    wall, Vall = torch.linalg.eigh(D)
+    key = {"LA": -wall, "SA": wall, "LM": -wall.abs()}[which]
+    idx = torch.argsort(key)[:4]
+    idx = idx[torch.argsort(wall[idx])]
+    torch.testing.assert_close(w, wall[idx], rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(_match_vectors(V, Vall[:, idx]), Vall[:, idx], rtol=1e-7, atol=1e-7)
+    torch.testing.assert_close(V.T @ V, torch.eye(4, dtype=V.dtype), atol=1e-9, rtol=0)
+
+
+@pytest.mark.parametrize("method", TORCH_METHODS)
+def test_eigsh_shift_invert_finds_the_eigenvalues_nearest_sigma(method):
+    S = SymParam(50, seed=5)
+    wall = torch.linalg.eigvalsh(S.dense())
+    sigma = float(wall[20] + 0.3 * (wall[21] - wall[20]))
+    w, _ = eigsh(S.build(S.p0), 3, sigma=sigma, method=method)
+    ref = wall[torch.argsort((wall - sigma).abs())[:3]].sort().values
+    torch.testing.assert_close(w, ref, rtol=1e-9, atol=1e-9)
+
+
+def test_eigsh_poisson_smallest_against_closed_form():
+    from sparsetorch.testing.problems import poisson2d
+
+    m = 20
+    A = poisson2d(m)
+    w, _ = eigsh(A, 3, which="SA", method="lanczos")
+    j = torch.arange(1, m + 1, dtype=torch.float64)
+    lam1 = 2 - 2 * torch.cos(j * torch.pi / (m + 1))
+    ref = (lam1[:, None] + lam1[None, :]).reshape(-1).sort().values[:3]
+    torch.testing.assert_close(w, ref, rtol=1e-9, atol=1e-10)
+
+
+def test_eigsh_generalized_matches_scipy():
+    S = SymParam(30, seed=7)
+    Mp = SymParam(30, density=0.1, seed=8, shift=torch.full((30,), 40.0))  # diagonally dominant: SPD
+    A, M = S.build(S.p0), Mp.build(Mp.p0)
+    for method in ("dense", "lobpcg"):
+        if method == "lobpcg":
+            A = S.build(S.p0 + 60 * (S.rows == S.cols))  # lobpcg: SPD A
+        w, V = eigsh(A, 3, M=M, which="SA", method=method, properties="spd" if method == "lobpcg" else None)
+        ref = scipy.linalg.eigh(A.to_dense().numpy(), M.to_dense().numpy(), eigvals_only=True)[:3]
+        np.testing.assert_allclose(w.numpy(), ref, rtol=1e-6 if method == "lobpcg" else 1e-10)
+        MV = M.to_dense() @ V
+        torch.testing.assert_close(V.T @ MV, torch.eye(3, dtype=V.dtype), atol=1e-6, rtol=0)
+
+
+def test_eigsh_value_batch():
+    S = SymParam(25, seed=9)
+    p = torch.stack([S.p0, S.p0 * 2 + 0.1])
+    A = S.build(S.p0).with_values(torch.stack([S.build(S.p0).values, S.build(S.p0 * 2 + 0.1).values]))
+    for method in TORCH_METHODS:
+        w, V = eigsh(A, 2, which="LA", method=method)
+        assert w.shape == (2, 2) and V.shape == (2, 25, 2)
+        for b in range(2):
+            ref = torch.linalg.eigvalsh(S.dense(p[b]))[-2:]
+            torch.testing.assert_close(w[b], ref, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("method", TORCH_METHODS)
+@pytest.mark.parametrize("which", ["LA", "SA"])
+def test_eigsh_gradients_values_and_vectors(method, which):
+    S = SymParam(24, seed=11)
+    x = torch.randn(24, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+
+    def loss(p):
+        w, V = eigsh(S.build(p), 3, which=which, method=method, tol=1e-14)  # FD needs exact pairs
+        return (w ** 2).sum() + ((V * x[:, None]).sum(0) ** 2 * torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)).sum()
+
+    p = S.p0.clone().requires_grad_()
+    assert torch.autograd.gradcheck(loss, (p,), eps=1e-6, atol=5e-6, rtol=1e-5)
+
+
+def test_eigsh_gradients_match_dense_autograd():
+    S = SymParam(20, seed=12)
+    x = torch.randn(20, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+
+    def ours(p):
+        w, V = eigsh(S.build(p), 2, which="LA", method="lanczos", tol=1e-14)
+        return w.sum() + ((V * x[:, None]).sum(0) ** 2).sum()
+
+    def dense(p):
+        wall, Vall = torch.linalg.eigh(S.build(p).to_dense())
+        return wall[-2:].sum() + ((Vall[:, -2:] * x[:, None]).sum(0) ** 2).sum()
+
+    p1 = S.p0.clone().requires_grad_()
+    p2 = S.p0.clone().requires_grad_()
+    (g1,) = torch.autograd.grad(ours(p1), p1)
+    (g2,) = torch.autograd.grad(dense(p2), p2)
+    torch.testing.assert_close(g1, g2, rtol=1e-7, atol=1e-8)
+
+
+def test_eigsh_generalized_gradients():
+    S = SymParam(14, seed=13)
+    Mp = SymParam(14, density=0.15, seed=14, shift=torch.full((14,), 30.0))
+    x = torch.randn(14, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+
+    def loss(pa, pm):
+        w, V = eigsh(S.build(pa), 2, M=Mp.build(pm), which="LA", method="dense")
+        return w.sum() + ((V * x[:, None]).sum(0) ** 2).sum()
+
+    pa = S.p0.clone().requires_grad_()
+    pm = Mp.p0.clone().requires_grad_()
+    assert torch.autograd.gradcheck(loss, (pa, pm), eps=1e-6, atol=1e-6, rtol=1e-5)
+
+
+def test_eigsh_complex_hermitian_gradients():
+    S = SymParam(12, seed=15, dtype=torch.complex128)
+    x = torch.randn(12, dtype=torch.complex128, generator=torch.Generator().manual_seed(6))
+
+    def loss(p):
+        w, V = eigsh(S.build(p), 2, which="LA", method="dense")
+        return w.sum() + ((V.conj() * x[:, None]).sum(0).abs() ** 2).sum()  # phase invariant
+
+    p = S.p0.clone().requires_grad_()
+    assert torch.autograd.gradcheck(loss, (p,), eps=1e-6, atol=1e-6, rtol=1e-5)
+
+
+def test_eigsh_repeated_eigenvalue_vector_gradient_raises_unless_told():
+    n = 10
+    d = torch.tensor([1.0, 2.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0], dtype=torch.float64)
+    idx = torch.arange(n)
+    v = d.clone().requires_grad_()
+    A = st.SparseTensor.from_coo(v, idx, idx, shape=(n, n), format=CSR)
+    x = torch.arange(1.0, n + 1, dtype=torch.float64)
+    w, V = eigsh(A, 3, which="SA", method="dense")
+    loss = (V[:, 1] * x).sum() ** 2  # depends on which vector of the repeated pair is returned
+    with pytest.raises(DegenerateEigenvalueError, match="repeated eigenvalues"):
+        loss.backward()
+    # A loss of the eigenspace only (the projector's diagonal) has a gradient: no error.
+    w, V = eigsh(A, 3, which="SA", method="dense")
+    ((V[:, 1:3] ** 2).sum(1) * x).sum().backward()
+    # eigenvalue gradients are fine at repeated eigenvalues
+    v.grad = None
+    w, _ = eigsh(A, 3, which="SA", method="dense")
+    w.sum().backward()
+    assert v.grad[:3].tolist() == [1.0, 1.0, 1.0]
+
+
+def test_eigsh_bad_input():
+    S = SymParam(10, seed=1)
+    A = S.build(S.p0)
+    with pytest.raises(InputError, match="k must be"):
+        eigsh(A, 0)
+    with pytest.raises(InputError, match="k must be"):
+        eigsh(A, 11)
+    with pytest.raises(InputError, match="which must be"):
+        eigsh(A, 2, which="XX")
+    D = torch.randn(10, 10, dtype=torch.float64)
+    with pytest.raises(NotSymmetricError, match="use sparsetorch.eigs"):
+        eigsh(st.SparseTensor.from_dense(D), 2)
+    with pytest.raises(st.NoBackendError, match="k < n"):
+        eigsh(A, 10, method="lanczos")
+    with pytest.raises(st.NoBackendError, match="sigma=0"):
+        eigsh(A, 2, which="SM", method="lanczos")
+
+
+def test_lanczos_nonconvergence_raises_and_warns():
+    from sparsetorch.testing.problems import poisson2d
+
+    A = poisson2d(30)
+    with pytest.raises(st.NotConvergedError, match="did not converge"):
+        eigsh(A, 2, which="SA", method="lanczos", maxiter=1)
+    with pytest.warns(st.NotConvergedWarning):
+        eigsh(A, 2, which="SA", method="lanczos", maxiter=1, on_nonconvergence="warn")
+
+
+# --- eigs ---------------------------------------------------------------------------------------------
+
+def _nonsym(n, seed, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    D = torch.randn(n, n, generator=g, dtype=torch.float64) * (torch.rand(n, n, generator=g) < 0.3)
+    D = D + torch.diag(torch.randn(n, generator=g, dtype=torch.float64))
+    return D.to(dtype)
+
+
+@pytest.mark.parametrize("which", ["LM", "LR", "SR"])
+def test_eigs_values_match_numpy(which):
+    D = _nonsym(30, 21)
+    w, V = eigs(st.SparseTensor.from_dense(D), 4, which=which, method="dense")
+    ref = np.linalg.eigvals(D.numpy())
+    key = {"LM": -np.abs(ref), "LR": -ref.real, "SR": ref.real}[which]
+    want = ref[np.argsort(key, kind="stable")[:4]]
+    for z in w.numpy():
+        assert np.min(np.abs(want - z)) < 1e-9
+    Dc = D.to(torch.complex128)
+    torch.testing.assert_close(Dc @ V, V * w, atol=1e-9, rtol=0)
+
+
+def test_eigs_eigenvalue_gradients_match_dense_autograd():
+    D = _nonsym(16, 22)
+    A = st.SparseTensor.from_dense(D)
+    wts = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+
+    def ours(v):
+        w, _ = eigs(A.with_values(v), 3, which="LR", method="dense")
+        return (w.real * wts).sum() + (w.imag ** 2).sum()
+
+    def dense(v):
+        wall = torch.linalg.eigvals(A.with_values(v).to_dense())
+        idx = torch.argsort(-wall.real.detach(), stable=True)[:3]
+        return (wall[idx].real * wts).sum() + (wall[idx].imag ** 2).sum()
+
+    v = A.values.clone().requires_grad_()
+    assert torch.autograd.gradcheck(ours, (v,), eps=1e-6, atol=1e-6, rtol=1e-5)
+    v1, v2 = A.values.clone().requires_grad_(), A.values.clone().requires_grad_()
+    (g1,) = torch.autograd.grad(ours(v1), v1)
+    (g2,) = torch.autograd.grad(dense(v2), v2)
+    torch.testing.assert_close(g1, g2, rtol=1e-7, atol=1e-9)
+
+
+def test_eigs_vector_gradient_is_refused():
+    D = _nonsym(10, 23)
+    v = st.SparseTensor.from_dense(D).values.clone().requires_grad_()
+    _, V = eigs(st.SparseTensor.from_dense(D).with_values(v), 2, method="dense")
+    with pytest.raises(InputError, match="eigenvectors of a non-symmetric"):
+        V.abs().sum().backward()

@@ -1,0 +1,147 @@
+"""slogdet / logdet / det: values against NumPy float64, gradients against finite differences."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import sparsetorch as st
+from sparsetorch.errors import InputError
+from sparsetorch.ops.logdet import _by_solves, det, logdet, slogdet
+from sparsetorch.testing.problems import poisson2d
+
+
+def _random(n, seed, density=0.15, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    D = torch.randn(n, n, generator=g, dtype=torch.float64) * (torch.rand(n, n, generator=g) < density)
+    D = D + torch.diag(torch.randn(n, generator=g, dtype=torch.float64) * 3)
+    if dtype.is_complex:
+        D = D.to(dtype) + 1j * torch.randn(n, n, generator=g, dtype=torch.float64) * (D != 0)
+    return D
+
+
+def test_sign_and_value_match_numpy_on_random_nonsymmetric_matrices():
+    wrong = []
+    for seed in range(60):
+        D = _random(25, seed)
+        s, l = slogdet(st.SparseTensor.from_dense(D))
+        s0, l0 = np.linalg.slogdet(D.numpy())
+        if float(s) != s0 or abs(float(l) - l0) > 1e-9 * max(1.0, abs(l0)):
+            wrong.append(seed)
+    assert not wrong, f"wrong sign or value for seeds {wrong}"
+
+
+def test_logdet_of_an_ill_scaled_poisson_matrix_is_finite():
+    # 64x64 grid, scaled by 1/h^2: det overflows float64 (about 10^17000), logdet does not.
+    m = 64
+    A = poisson2d(m)
+    h2 = (1.0 / (m + 1)) ** 2
+    A = A.with_values(A.values / h2)
+    ld = logdet(A)
+    j = torch.arange(1, m + 1, dtype=torch.float64)
+    lam1 = (2 - 2 * torch.cos(j * torch.pi / (m + 1))) / h2
+    ref = torch.log(lam1[:, None] + lam1[None, :]).sum()  # closed-form eigenvalues
+    assert torch.isfinite(ld)
+    torch.testing.assert_close(ld, ref, rtol=1e-10, atol=0)
+    assert torch.isinf(det(A))  # the determinant itself does overflow: that is why slogdet exists
+
+
+def test_logdet_negative_determinant_is_nan_and_singular_is_minus_inf():
+    D = torch.diag(torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64))
+    assert torch.isnan(logdet(st.SparseTensor.from_dense(D)))
+    Z = torch.tensor([[1.0, 2.0], [2.0, 4.0]], dtype=torch.float64)
+    s, l = slogdet(st.SparseTensor.from_dense(Z))
+    assert float(s) == 0.0 and l == float("-inf")
+
+
+def test_value_batch():
+    D1, D2 = _random(12, 1), _random(12, 2)
+    mask = (D1 != 0) | (D2 != 0)
+    A = st.SparseTensor.from_dense(torch.stack([D1, D2]), mask=mask)
+    s, l = slogdet(A)
+    s0, l0 = np.linalg.slogdet(np.stack([D1.numpy(), D2.numpy()]))
+    np.testing.assert_array_equal(s.numpy(), s0)
+    np.testing.assert_allclose(l.numpy(), l0, rtol=1e-12)
+
+
+def test_gradients_real():
+    A = st.SparseTensor.from_dense(_random(14, 3))
+    v = A.values.clone().requires_grad_()
+    assert torch.autograd.gradcheck(lambda v: slogdet(A.with_values(v))[1], (v,))
+    assert torch.autograd.gradcheck(lambda v: det(A.with_values(v)), (v,))
+    # against dense autograd
+    v1 = A.values.clone().requires_grad_()
+    (g,) = torch.autograd.grad(slogdet(A.with_values(v1))[1], v1)
+    Dv = A.to_dense().clone().requires_grad_()
+    (gd,) = torch.autograd.grad(torch.linalg.slogdet(Dv)[1], Dv)
+    coords, slot = A.entries()
+    torch.testing.assert_close(g[slot], gd[coords[0], coords[1]], rtol=1e-10, atol=1e-12)
+
+
+def test_gradients_complex_and_batched():
+    A = st.SparseTensor.from_dense(_random(10, 4, dtype=torch.complex128))
+    v = A.values.clone().requires_grad_()
+    assert torch.autograd.gradcheck(lambda v: slogdet(A.with_values(v))[1], (v,))
+    assert torch.autograd.gradcheck(lambda v: torch.view_as_real(det(A.with_values(v))), (v,))
+    B = st.SparseTensor.from_dense(torch.stack([_random(8, 5), _random(8, 6)]), mask=None)
+    vb = B.values.clone().requires_grad_()
+    assert torch.autograd.gradcheck(lambda v: slogdet(B.with_values(v))[1], (vb,))
+
+
+def test_exact_entries_by_solves_match_the_inverse():
+    A = st.SparseTensor.from_dense(_random(300, 7, density=0.02))
+    from sparsetorch.backends.torch_native.eigen import DenseEigPlan
+
+    plan = DenseEigPlan(A)
+    plan.set_values(A.values)
+    coords, _ = A.entries()
+    got = _by_solves(plan, coords[0], coords[1], 300, (), A)
+    inv = torch.linalg.inv(A.to_dense())
+    torch.testing.assert_close(got, inv[coords[1], coords[0]], rtol=1e-10, atol=1e-12)
+
+
+def test_hutchinson_is_unbiased_within_its_stated_error():
+    A = poisson2d(12)  # SPD, inverse decays away from the diagonal
+    coords, slot = A.entries()
+    vals = A.values.clone()
+    vals[slot[coords[0] == coords[1]]] += 0.5
+    A = A.with_values(vals)
+    v = A.values.clone().requires_grad_()
+    s, l, info = slogdet(A.with_values(v), grad_method="hutchinson", probes=400, seed=3, return_info=True)
+    (g,) = torch.autograd.grad(l, v)
+    v2 = A.values.clone().requires_grad_()
+    (g_exact,) = torch.autograd.grad(slogdet(A.with_values(v2))[1], v2)
+    err = info.extra["grad_stderr"]
+    coords, slot = A.entries()
+    z = ((g[slot] - g_exact[slot]) / err).abs()
+    assert float((z < 4).float().mean()) > 0.99  # normal errors: |z| < 4 almost always
+    assert float(z.mean()) < 1.2  # and not systematically off (E|z| = 0.8 for a normal)
+
+
+def test_exact_gradient_by_solves_and_its_size_limit(monkeypatch):
+    from sparsetorch.backends.torch_native.eigen import DenseEigPlan
+
+    monkeypatch.delattr(DenseEigPlan, "inverse_entries")  # a plan without selected inversion
+    st.plan_cache().clear()
+    A = st.SparseTensor.from_dense(_random(20, 8))
+    v = A.values.clone().requires_grad_()
+    (g,) = torch.autograd.grad(slogdet(A.with_values(v), cache=False)[1], v)
+    inv = torch.linalg.inv(A.to_dense())
+    coords, slot = A.entries()
+    torch.testing.assert_close(g[slot], inv[coords[1], coords[0]], rtol=1e-10, atol=1e-12)
+    l = slogdet(A.with_values(v), exact_max=10, cache=False)[1]
+    with pytest.raises(InputError, match="grad_method='hutchinson'"):
+        l.backward()
+
+
+def test_bad_input():
+    with pytest.raises(InputError, match="square"):
+        slogdet(st.SparseTensor.from_dense(torch.ones(3, 4, dtype=torch.float64)))
+    A = poisson2d(3)
+    with pytest.raises(InputError, match="grad_method"):
+        slogdet(A, grad_method="magic")
+    with pytest.raises(InputError, match="probes"):
+        slogdet(A, probes=0)
+    with pytest.raises(InputError, match="NaN"):
+        slogdet(A.with_values(A.values * float("nan")))
