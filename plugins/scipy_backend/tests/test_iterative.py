@@ -199,3 +199,19 @@ def test_breakdown_is_reported(method) -> None:
     assert res.status is st.Status.BREAKDOWN and not res.converged and "broke down" in res.reason
     X, ok = _run(_plan(A, "gmres"), b)
     assert ok.converged and torch.allclose(X, torch.tensor([[0.0], [1.0]], dtype=torch.float64))
+
+
+def test_curvature_check_can_be_dropped() -> None:
+    """CG's v^H A v > 0 check (one dot product per product) finds an indefinite matrix; with
+    backend_options curvature_check=False it is skipped: same answer and iterations on SPD A."""
+    S = symmetric_indefinite(6, 5)
+    b = torch.ones(30, 1, dtype=torch.float64)
+    _, checked = _run(_plan(S, "cg"), b)
+    assert checked.status is st.Status.INDEFINITE
+    _, unchecked = _run(_plan(S, "cg", backend_options={"curvature_check": False}), b, maxiter=200)
+    assert unchecked.status is not st.Status.INDEFINITE
+    A = poisson2d(12)
+    X1, r1 = _run(_plan(A, "cg"), b.new_ones(144, 1))
+    X2, r2 = _run(_plan(A, "cg", backend_options={"curvature_check": False}), b.new_ones(144, 1))
+    assert r1.converged and r2.converged and r1.iterations == r2.iterations
+    torch.testing.assert_close(X1, X2, rtol=0, atol=0)
