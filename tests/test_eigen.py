@@ -279,3 +279,26 @@ def test_eigs_vector_gradient_is_refused():
     _, V = eigs(st.SparseTensor.from_dense(D).with_values(v), 2, method="dense")
     with pytest.raises(InputError, match="eigenvectors of a non-symmetric"):
         V.abs().sum().backward()
+
+
+# --- the conformance kits, run against the torch backend ----------------------------------------
+
+from sparsetorch.format import COO, CSC  # noqa: E402
+from sparsetorch.testing import EigsConformance, EigshConformance  # noqa: E402
+
+
+class TorchEigen:
+    backend = "torch"
+    eigsh_methods = ("dense", "lanczos")
+    eigs_methods = ("dense",)
+    dtypes = (torch.float64, torch.float32)
+    formats = (CSR, CSC, COO)
+    supports_generalized = False  # dense has it, lanczos does not: tested above for dense
+
+
+class TestTorchEigsh(TorchEigen, EigshConformance):
+    pass
+
+
+class TestTorchEigs(TorchEigen, EigsConformance):
+    pass

@@ -145,3 +145,11 @@ def test_bad_input():
         slogdet(A, probes=0)
     with pytest.raises(InputError, match="NaN"):
         slogdet(A.with_values(A.values * float("nan")))
+
+
+from sparsetorch.testing import LogdetConformance  # noqa: E402
+
+
+class TestTorchLogdet(LogdetConformance):
+    backend = "torch"
+    logdet_methods = ("dense",)

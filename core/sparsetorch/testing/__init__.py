@@ -9,13 +9,15 @@ oracles, errors included. Test matrices for it (and for anyone) live in :mod:`.p
 
 from . import problems
 from .conformance import DIRECT_METHODS, REQUIREMENT_WORDS, ConformanceBase, ErrorConformance, MatmulConformance, SolveConformance
+from .conformance_eigen import EigsConformance, EigshConformance, LogdetConformance, SymmetricFamily
 from .problems import (
     Problem, convection_diffusion, hermitian_pd, make_problem, poisson2d, random_nonsymmetric, random_rectangular,
     symmetric_indefinite,
 )
 
 __all__ = [
-    "ConformanceBase", "SolveConformance", "MatmulConformance", "ErrorConformance", "DIRECT_METHODS", "REQUIREMENT_WORDS",
+    "ConformanceBase", "SolveConformance", "MatmulConformance", "ErrorConformance", "EigshConformance",
+    "EigsConformance", "LogdetConformance", "SymmetricFamily", "DIRECT_METHODS", "REQUIREMENT_WORDS",
     "problems", "Problem", "make_problem", "poisson2d", "symmetric_indefinite", "convection_diffusion", "hermitian_pd",
     "random_nonsymmetric", "random_rectangular",
 ]
