@@ -6,10 +6,15 @@
 Two loops, each run for a fixed number of iterations (the tolerance is set out of reach, so
 every run does exactly that many), each differentiated two ways:
 
-- **CG** on 2-D Poisson (``--cg-grid``² unknowns), ``loss = w . x``, gradient with respect to ``b``:
+- **CG** on 1-D Poisson (tridiagonal ``[-1, 2, -1]``, ``--cg-n`` = 4096 unknowns), ``loss = w . x``,
+  gradient with respect to ``b``:
   ``sparsetorch.solve(A, b, method="cg", maxiter=k)`` (one autograd node; backward is one adjoint
   CG solve of k iterations on the same plan) against textbook CG in plain torch (torch CSR
-  product), differentiated by autograd through its k iterations. k = 100, 1000, 5000.
+  product), differentiated by autograd through its k iterations. k = 100, 1000, 5000. (1-D,
+  because with the tolerance out of reach CG's recursive residual keeps shrinking until its
+  square underflows: on 2-D Poisson 48² that happens at iteration 2168 and on 100² at 3776, where
+  sparsetorch's CG stops with NOT_FINITE and plain CG turns to NaN; on 1-D Poisson of 4096
+  unknowns all 5000 iterations stay finite.)
 - **Newton** on ``-Lap u + u^3 = f`` (2-D, ``--newton-grid``² unknowns), gradient with respect to
   ``f``: ``nonlinear_solve(..., method="newton", line_search=False, maxiter=k)`` with the inner
   linear solves by sparsetorch CG (the backward pass is one adjoint solve at ``u*`` and one VJP of
@@ -25,7 +30,9 @@ Measured per case, each in a fresh subprocess (so one case's memory does not hid
 - ``forward_peak_rss_bytes`` / ``backward_peak_rss_bytes``: the rise of the process's peak
   resident set size (``VmHWM`` from ``/proc/self/status``, reset through ``/proc/self/clear_refs``
   before each phase; ``resource.getrusage`` where that is not available) above the RSS at the
-  start of the phase. Includes allocator slack; on Linux only.
+  start of the phase; ``backward_peak_over_pre_forward_rss_bytes``: the peak during backward
+  above the RSS before forward (the graph still held plus the backward's own work: the memory a
+  training step needs at its worst). Includes allocator slack; Linux only.
 - the gradient of each method against the other at the same k (relative difference), and the
   time of forward and backward (shared 2-core machine: compare ratios only).
 """
@@ -102,7 +109,8 @@ class Phase:
 
     def __exit__(self, *exc):
         self.seconds = time.perf_counter() - self.t0
-        self.peak_rise = max(0, peak_bytes() - self.start)
+        self.peak = peak_bytes()
+        self.peak_rise = max(0, self.peak - self.start)
         self.held = rss_bytes() - self.start
 
 
@@ -181,7 +189,13 @@ def plain_cg(matvec, b, iters: int | None, rtol: float | None = None):
 
 def run_case(kind: str, iters: int, grid: int) -> dict:
     torch.manual_seed(0)
-    rows, cols, vals, N = poisson_coo(grid)
+    if kind.startswith("cg"):  # 1-D Poisson, `grid` unknowns
+        N = grid
+        i = torch.arange(N)
+        rows, cols = torch.cat([i, i[:-1], i[1:]]), torch.cat([i, i[1:], i[:-1]])
+        vals = torch.cat([torch.full((N,), 2.0, dtype=DT), torch.full((2 * N - 2,), -1.0, dtype=DT)])
+    else:  # 2-D Poisson, grid x grid
+        rows, cols, vals, N = poisson_coo(grid)
     w = torch.linspace(-1, 1, N, dtype=DT)
     out: dict = {"kind": kind, "iterations": iters, "grid": grid, "unknowns": N, "nnz": int(vals.numel())}
     if kind.startswith("cg"):
@@ -242,6 +256,7 @@ def run_case(kind: str, iters: int, grid: int) -> dict:
     out.update(
         iterations_done=int(done), saved_bytes=saved.bytes, saved_tensors=saved.count,
         forward_peak_rss_bytes=fwd.peak_rise, forward_held_rss_bytes=fwd.held, backward_peak_rss_bytes=bwd.peak_rise,
+        backward_peak_over_pre_forward_rss_bytes=max(0, bwd.peak - fwd.start),
         forward_seconds=fwd.seconds, backward_seconds=bwd.seconds, peak_resettable=fwd.resettable,
         finite=bool(torch.isfinite(b.grad).all()), grad=b.grad.tolist(),
     )
@@ -282,7 +297,7 @@ def main() -> None:
     ap.add_argument("--case")
     ap.add_argument("--iters", type=int)
     ap.add_argument("--grid", type=int)
-    ap.add_argument("--cg-grid", type=int, default=48)
+    ap.add_argument("--cg-n", type=int, default=4096)
     ap.add_argument("--newton-grid", type=int, default=32)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "results" / "adjoint_memory_cpu.json"))
@@ -292,7 +307,7 @@ def main() -> None:
         print(json.dumps(run_case(args.case, args.iters, args.grid)))
         return
     cg_counts, newton_counts = ((20, 100), (3, 6)) if args.quick else ((100, 1000, 5000), (5, 20, 50))
-    cg_grid, newton_grid = (16, 12) if args.quick else (args.cg_grid, args.newton_grid)
+    cg_grid, newton_grid = (256, 12) if args.quick else (args.cg_n, args.newton_grid)
     cases = []
     for loop, counts, grid in (("cg", cg_counts, cg_grid), ("newton", newton_counts, newton_grid)):
         for k in counts:
@@ -300,8 +315,11 @@ def main() -> None:
             for how in ("adjoint", "unrolled"):
                 res = _child(f"{loop}_{how}", k, grid)
                 pair[how] = res
+                if res["iterations_done"] != k or not res["finite"]:
+                    print(f"WARNING: {loop} {how} k={k} ran {res['iterations_done']} iterations, finite={res['finite']}")
                 print(f"{loop:6s} {how:8s} k={k:5d} done={res['iterations_done']:5d} saved={res['saved_bytes'] / 2**20:9.3f} MiB "
-                      f"fwd peak +{res['forward_peak_rss_bytes'] / 2**20:8.1f} MiB  bwd peak +{res['backward_peak_rss_bytes'] / 2**20:8.1f} MiB "
+                      f"fwd peak +{res['forward_peak_rss_bytes'] / 2**20:8.1f} MiB  "
+                      f"bwd peak (over pre-forward) +{res['backward_peak_over_pre_forward_rss_bytes'] / 2**20:8.1f} MiB "
                       f"fwd {res['forward_seconds']:.3f}s bwd {res['backward_seconds']:.3f}s", flush=True)
             diff = _rel(pair["adjoint"]["grad"], pair["unrolled"]["grad"])
             for how in ("adjoint", "unrolled"):
@@ -324,7 +342,8 @@ def main() -> None:
         },
         "versions": _versions(),
         "setup": {
-            "cg": f"2-D Poisson {cg_grid}x{cg_grid}, float64, rtol 1e-300 (never met), maxiter k; loss w.x, grad wrt b",
+            "cg": f"1-D Poisson [-1, 2, -1], {cg_grid} unknowns, float64, rtol 1e-300 (never met), maxiter k, torch "
+                  f"backend CG (Jacobi); loss w.x, grad wrt b",
             "newton": f"-Lap u + u^3 = f on {newton_grid}x{newton_grid}, float64, line_search=False, rtol 1e-300, maxiter k; "
                       f"inner CG rtol 1e-12 (sparsetorch CG / plain-torch CG); loss w.u, grad wrt f",
             "saved_bytes": "bytes of storages saved for backward (torch.autograd.graph.saved_tensors_hooks), each once",
