@@ -291,6 +291,7 @@ class TorchEigen:
     backend = "torch"
     eigsh_methods = ("dense", "lanczos")
     eigs_methods = ("dense",)
+    devices = ("cpu", "cuda")  # CUDA cases skip without a GPU
     dtypes = (torch.float64, torch.float32)
     formats = (CSR, CSC, COO)
     supports_generalized = False  # dense has it, lanczos does not: tested above for dense
@@ -302,3 +303,14 @@ class TestTorchEigsh(TorchEigen, EigshConformance):
 
 class TestTorchEigs(TorchEigen, EigsConformance):
     pass
+
+
+def test_explain_ranks_eigen_offers_and_shows_declines():
+    from sparsetorch.testing.problems import poisson2d
+
+    A = poisson2d(10)
+    table = str(st.explain("eigsh", A, 3, which="SM"))
+    assert "lanczos" in table and "sigma=0" in table  # the decline says how to get SM
+    assert "dense" in str(st.explain("eigs", A, 2)) and "dense" in str(st.explain("logdet", A))
+    with pytest.raises(InputError, match="explain knows"):
+        st.explain("eig", A)

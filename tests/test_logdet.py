@@ -153,3 +153,4 @@ from sparsetorch.testing import LogdetConformance  # noqa: E402
 class TestTorchLogdet(LogdetConformance):
     backend = "torch"
     logdet_methods = ("dense",)
+    devices = ("cpu", "cuda")  # CUDA cases skip without a GPU

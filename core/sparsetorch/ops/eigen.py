@@ -19,7 +19,7 @@ from ._inputs import check_finite as check_finite_values, check_matrix, describe
 from .info import SolveInfo
 from .properties import detect, normalize_tags
 
-__all__ = ["eigsh", "eigs"]
+__all__ = ["eigsh", "eigs", "eigsh_request", "eigs_request"]
 
 _WHICH_SH = ("LA", "SA", "LM", "SM")
 _WHICH_GE = ("LM", "SM", "LR", "SR", "LI", "SI")
@@ -118,6 +118,20 @@ def eigsh(
             raise InputError(f"eigsh: M's value batch {tuple(M.batch_shape)} must match A's {tuple(A.batch_shape)} or be empty")
     if check_finite and is_plain(A.values):
         check_finite_values(A, None, "eigsh")
+    request = eigsh_request(A, M, k, which, sigma, tol, maxiter, backend, method, properties, dense_max)
+    state, offer, _ = obtain_plan("eigsh", A, request, cache=cache)
+    call = {"k": k, "which": which, "sigma": sigma, "tol": float(tol), "maxiter": maxiter,
+            "v0": None if v0 is None else v0.detach().to(dtype=A.dtype, device=A.device)}
+    handle = EigshHandle(state, A.detach(), None if M is None else M.detach(), call, degenerate, degenerate_tol,
+                         _checker(on_nonconvergence, "eigsh"))
+    mvalues = M.values if M is not None else A.values.new_zeros(0)
+    w, V = eigsh_function(A.values, mvalues, handle)
+    if return_info:
+        return w, V, _info(state, offer, handle.results)
+    return w, V
+
+
+def eigsh_request(A, M, k, which, sigma, tol, maxiter, backend, method, properties, dense_max):
     tags = normalize_tags(properties)
     props = tags if tags is not None else detect(A)
     if "nonsymmetric" in props:
@@ -131,17 +145,13 @@ def eigsh(
         "maxiter": maxiter, "dense_max": dense_max, "generalized": M is not None,
     }
     operands = (describe_sparse(A),) + ((describe_sparse(M),) if M is not None else ())
-    request = make_request("eigsh", operands, props, options)
-    state, offer, _ = obtain_plan("eigsh", A, request, cache=cache)
-    call = {"k": k, "which": which, "sigma": sigma, "tol": float(tol), "maxiter": maxiter,
-            "v0": None if v0 is None else v0.detach().to(dtype=A.dtype, device=A.device)}
-    handle = EigshHandle(state, A.detach(), None if M is None else M.detach(), call, degenerate, degenerate_tol,
-                         _checker(on_nonconvergence, "eigsh"))
-    mvalues = M.values if M is not None else A.values.new_zeros(0)
-    w, V = eigsh_function(A.values, mvalues, handle)
-    if return_info:
-        return w, V, _info(state, offer, handle.results)
-    return w, V
+    return make_request("eigsh", operands, props, options)
+
+
+def eigs_request(A, k, which, sigma, tol, maxiter, backend, method, dense_max):
+    options = {"backend": backend, "method": method, "k": k, "which": which, "sigma": sigma, "tol": float(tol),
+               "maxiter": maxiter, "dense_max": dense_max}
+    return make_request("eigs", (describe_sparse(A),), frozenset(), options)
 
 
 # --- eigs (general A) -------------------------------------------------------------------------------
@@ -218,9 +228,7 @@ def eigs(
         raise InputError(f"eigs: on_nonconvergence must be one of {_POLICIES}, got {on_nonconvergence!r}")
     if check_finite and is_plain(A.values):
         check_finite_values(A, None, "eigs")
-    options = {"backend": backend, "method": method, "k": k, "which": which, "sigma": sigma, "tol": float(tol),
-               "maxiter": maxiter, "dense_max": dense_max}
-    request = make_request("eigs", (describe_sparse(A),), frozenset(), options)
+    request = eigs_request(A, k, which, sigma, tol, maxiter, backend, method, dense_max)
     state, offer, _ = obtain_plan("eigs", A, request, cache=cache)
     call = {"k": k, "which": which, "sigma": sigma, "tol": float(tol), "maxiter": maxiter,
             "v0": None if v0 is None else v0.detach()}

@@ -28,5 +28,21 @@ def explain(op: str, *operands: Any, **options: Any) -> ExplainTable:
         A = check_matrix(operands[0], "explain", square=False)
         X = as_rhs(A, operands[1], "explain", rows=A.format_shape[1])[0] if len(operands) > 1 else None
         return rank(matmul_request(A, X, {"backend": options.get("backend")}))
-    raise InputError(f"explain knows 'solve' and 'matmul', got {op!r}")
+    if op in ("eigsh", "eigs"):
+        from .eigen import eigs_request, eigsh_request
+
+        A = check_matrix(operands[0], "explain", square=True)
+        k = operands[1] if len(operands) > 1 else options.pop("k", 6)
+        get = options.get
+        if op == "eigsh":
+            return rank(eigsh_request(A, get("M"), k, get("which", "LM"), get("sigma"), get("tol", 0.0), get("maxiter"),
+                                      get("backend"), get("method"), get("properties"), get("dense_max")))
+        return rank(eigs_request(A, k, get("which", "LM"), get("sigma"), get("tol", 0.0), get("maxiter"), get("backend"),
+                                 get("method"), get("dense_max")))
+    if op in ("logdet", "slogdet", "det"):
+        from .logdet import logdet_request
+
+        A = check_matrix(operands[0], "explain", square=True)
+        return rank(logdet_request(A, options.get("backend"), options.get("method"), options.get("properties")))
+    raise InputError(f"explain knows 'solve', 'matmul', 'eigsh', 'eigs' and 'logdet', got {op!r}")
 

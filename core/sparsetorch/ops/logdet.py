@@ -130,6 +130,12 @@ def _hutchinson(plan, rows, cols, n, batch, A, h) -> torch.Tensor:
     return est
 
 
+def logdet_request(A, backend=None, method=None, properties=None):
+    tags = normalize_tags(properties)
+    options: dict[str, Any] = {"backend": backend, "method": method}
+    return make_request("logdet", (describe_sparse(A),), tags or frozenset(), options)
+
+
 def _prepare(A, op, backend, method, properties, grad_method, probes, seed, exact_max, check_finite, cache):
     A = check_matrix(A, op, square=True)
     if grad_method not in ("exact", "hutchinson"):
@@ -138,9 +144,7 @@ def _prepare(A, op, backend, method, properties, grad_method, probes, seed, exac
         raise InputError(f"{op}: probes must be a positive int, got {probes!r}")
     if check_finite and is_plain(A.values):
         check_finite_values(A, None, op)
-    tags = normalize_tags(properties)
-    options: dict[str, Any] = {"backend": backend, "method": method}
-    request = make_request("logdet", (describe_sparse(A),), tags or frozenset(), options)
+    request = logdet_request(A, backend, method, properties)
     state, offer, _ = obtain_plan("logdet", A, request, cache=cache)
     handle = {"state": state, "A": A.detach(), "grad_method": grad_method, "probes": probes, "seed": seed,
               "exact_max": exact_max, "extra": {"estimated_seconds": offer.seconds, "estimated_bytes": offer.bytes}}
