@@ -108,7 +108,31 @@ def sparsetorch_offers(request: Request) -> list[Offer | Decline]:
     general = _general_decline(request)
     if general is not None:
         return [Decline(NAME, general)]
-    r = rates(request.device)
+    if request.device.type != "cpu":  # allowed by _general_decline: run on the host, copies costed
+        return _with_transfer(request, _answers(request, rates(torch.device("cpu"))))
+    return _answers(request, rates(request.device))
+
+
+def _with_transfer(request: Request, answers: list[Offer | Decline]) -> list[Offer | Decline]:
+    from ._transfer import TransferPlan, transfer_seconds
+
+    seconds, nbytes = transfer_seconds(request)
+    out: list[Offer | Decline] = []
+    for a in answers:
+        if isinstance(a, Decline):
+            out.append(a)
+            continue
+
+        def build(A: sparsetorch.SparseTensor, req: Request, _inner: Callable[..., Any] = a.build) -> Any:
+            return TransferPlan(_inner, A, req)
+
+        note = (f"{a.notes}; on the host: copies {nbytes / 1e6:.3g} MB between {request.device} and the CPU "
+                f"(A's values and pattern, B, X; costed at backend_options link_bandwidth)")
+        out.append(Offer(a.backend, a.method, a.seconds + seconds, a.bytes + int(nbytes), build, note, a.preconditioner))
+    return out
+
+
+def _answers(request: Request, r: Any) -> list[Offer | Decline]:
     if request.op == "matmul":
         seconds, peak = cost.spmm_cost(r, request)
         return [Offer(NAME, "spmm", seconds, peak, _spmm_factory, "SciPy CSR/CSC kernel on zero-copy views"
@@ -124,12 +148,14 @@ def sparsetorch_offers(request: Request) -> list[Offer | Decline]:
 
 def _general_decline(request: Request) -> str | None:
     A = request.A
-    other = next((o for o in request.operands[1:] if o.device.type != "cpu"), None)
+    from ._transfer import allowed
+
+    if A.device.type != "cpu" and not allowed(request):
+        return (f"runs on the CPU only (SciPy); A is on {A.device}: move A and b with .cpu(), use a backend for "
+                f"{A.device.type}, or allow host copies (backend_options={{'allow_transfer': True}}; costed)")
+    other = next((o for o in request.operands[1:] if o.device != A.device), None)
     if other is not None:
-        return f"runs on the CPU only (SciPy); an operand is on {other.device}: move it with .cpu()"
-    if A.device.type != "cpu":
-        return (f"runs on the CPU only (SciPy); A is on {A.device}: move A and b with .cpu(), or use a backend "
-                f"for {A.device.type}")
+        return f"needs every operand on one device; A is on {A.device}, an operand on {other.device}"
     if A.dtype not in DTYPES:
         return (f"supports {', '.join(_dtype_name(d) for d in DTYPES)}; A is {_dtype_name(A.dtype)} "
                 f"(cast with .to(torch.float64) or .to(torch.float32))")
