@@ -3,10 +3,11 @@ builders, peer imports that degrade to "not installed", and CuPy on torch's allo
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import statistics
 import traceback
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -109,20 +110,28 @@ def peer(module: str) -> tuple[Any, str]:
     return mod, str(version)
 
 
-def cupy_on_torch_allocator() -> bool:
-    """Route CuPy's device allocations through torch's caching allocator, so one pool serves
-    both and ``torch.cuda.max_memory_allocated`` counts CuPy's memory too."""
+@contextlib.contextmanager
+def cupy_on_torch_allocator() -> Iterator[bool]:
+    """Inside: CuPy's device allocations go through torch's caching allocator, so one pool serves
+    both and ``torch.cuda.max_memory_allocated`` counts CuPy's memory too (the memory cases use
+    it). Each CuPy allocation then costs a Python call, so the timing cases run without it."""
     try:
         import cupy as cp
     except ImportError:
-        return False
+        yield False
+        return
 
     def alloc(size: int):
         t = torch.empty(max(size, 1), dtype=torch.uint8, device="cuda")
         return cp.cuda.MemoryPointer(cp.cuda.UnownedMemory(t.data_ptr(), size, t), 0)
 
+    pool = cp.get_default_memory_pool()
+    pool.free_all_blocks()
     cp.cuda.set_allocator(alloc)
-    return True
+    try:
+        yield True
+    finally:
+        cp.cuda.set_allocator(pool.malloc)
 
 
 def guard(fn: Callable[[], dict]) -> dict:

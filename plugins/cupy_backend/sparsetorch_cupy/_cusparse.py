@@ -2,10 +2,11 @@
 
 :class:`CusparseMatrix` is built once per sparsity pattern (in a plan's ``__init__``):
 
-- **Storage.** CSR and COO are handed to cuSPARSE as they are (A's own index buffers, no copy);
-  CSC too when the CuPy build binds ``cusparseCreateCsc``. Every other format (BSR, DIA, ELL,
-  N:M, ...) is converted to CSR once per pattern with sparsetorch's conversion map, after which
-  each new set of values is one gather. (cuSPARSE's BSR descriptor is not bound by CuPy.)
+- **Storage.** CSR is handed to cuSPARSE as it is (A's own index buffers, no copy); CSC too when
+  the CuPy build binds ``cusparseCreateCsc``. Every other format (COO, BSR, DIA, ELL, N:M, ...)
+  is converted to CSR once per pattern with sparsetorch's conversion map, after which each new
+  set of values is one gather. (CuPy does not bind cuSPARSE's BSR descriptor; its COO SpMV was
+  slower than CSR on the benchmark matrix.)
 - **Descriptors.** The sparse-matrix descriptor, the dense vector/matrix descriptors and the
   workspace are created on first use and kept; a call only swaps pointers
   (``cusparseSpMatSetValues`` for a value-batch member, ``cusparseDnVecSetValues`` /
@@ -30,10 +31,10 @@ import numpy as np
 import torch
 
 from sparsetorch import InputError, SparseTensor
-from sparsetorch.format import COO, CSC, CSR
+from sparsetorch.format import CSC, CSR
 from sparsetorch.tensor.construct import conversion
 
-from ._cuda import cuda_major_mismatch, cupy, numpy_dtype, on_torch_stream
+from ._cuda import cuda_major_mismatch, cupy, numpy_dtype
 
 __all__ = ["CusparseMatrix", "native_kind", "has_csc"]
 
@@ -56,11 +57,13 @@ def has_csc() -> bool:
 
 
 def native_kind(fmt: Any, *, csc_bound: bool | None = None) -> str | None:
-    """"csr", "coo" or "csc" when cuSPARSE takes ``fmt`` as it is, else None (converted to CSR)."""
+    """"csr" or "csc" when cuSPARSE takes ``fmt`` as it is, else None (converted to CSR once).
+
+    COO is converted too: cuSPARSE's COO SpMV was slower than its CSR SpMV on the same matrix
+    (H200, 1.48M-row stencil, float64: 83 us against 66 us), and the conversion is pattern work
+    done once per plan (each new value set is one gather)."""
     if fmt == CSR:
         return "csr"
-    if fmt == COO:
-        return "coo"
     if fmt == CSC and (has_csc() if csc_bound is None else csc_bound):
         return "csc"
     return None
@@ -118,8 +121,6 @@ class CusparseMatrix:
         self._conv: Any = None
         if kind == "csr" or kind == "csc":
             pos, crd = A.pos(1), A.crd(1)
-        elif kind == "coo":
-            pos, crd = A.crd(0), A.crd(1)  # row and column of each entry
         else:
             self._conv = conversion(A, CSR, A.index_dtype)
             kind, pos, crd = "csr", self._conv.pos[1], self._conv.crd[1]
@@ -148,7 +149,7 @@ class CusparseMatrix:
 
     # Values --------------------------------------------------------------------------------------
     def set_values(self, values: torch.Tensor) -> None:
-        """New values (A.values of a tensor on this pattern): a view for CSR/COO/CSC, else one gather."""
+        """New values (A.values of a tensor on this pattern): a view for CSR/CSC, else one gather."""
         values = values.detach()
         if self._conv is not None:
             values = self._conv.apply(self._source.with_values(values)).values
@@ -193,10 +194,8 @@ class CusparseMatrix:
         if not adjoint:
             if self.kind == "csr":
                 h = cs.createCsr(m, n, self.nnz, self._pos.data_ptr(), self._crd.data_ptr(), vptr, it, it, base, ct)
-            elif self.kind == "csc":
-                h = cs.createCsc(m, n, self.nnz, self._pos.data_ptr(), self._crd.data_ptr(), vptr, it, it, base, ct)
             else:
-                h = cs.createCoo(m, n, self.nnz, self._pos.data_ptr(), self._crd.data_ptr(), vptr, it, base, ct)
+                h = cs.createCsc(m, n, self.nnz, self._pos.data_ptr(), self._crd.data_ptr(), vptr, it, it, base, ct)
             side = _Side(_Descriptor(h, cs.destroySpMat), m, n)
             self._fwd = side
         else:
@@ -209,9 +208,6 @@ class CusparseMatrix:
 
     def coordinates(self) -> tuple[torch.Tensor, torch.Tensor]:
         """A's (row, col) per stored entry, in this matrix's storage order (int64)."""
-        m, n = self.shape
-        if self.kind == "coo":
-            return self._pos.to(torch.int64), self._crd.to(torch.int64)
         counts = (self._pos[1:] - self._pos[:-1]).to(torch.int64)
         major = torch.repeat_interleave(torch.arange(len(self._pos) - 1, device=self.device), counts)
         minor = self._crd.to(torch.int64)
@@ -300,7 +296,11 @@ class CusparseMatrix:
         if self.nnz == 0:
             Y.zero_()
             return Y.reshape(*X.shape[:-2], rows, k)
-        with on_torch_stream(self.device) as stream:
+        # Only cuSPARSE runs here (no CuPy kernels): no CuPy stream context is needed, just the
+        # handle's stream set to torch's current one (matvec_ptr does that), on A's device.
+        index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+        stream = torch.cuda.current_stream(index).cuda_stream
+        with torch.cuda.device(index):
             for i in range(Xc.shape[0]):
                 member = i if members > 1 else 0
                 if k == 1:
@@ -342,5 +342,5 @@ class CusparseMatrix:
         m, n = self.shape
         vs = torch.empty((), dtype=self.dtype).element_size()
         isz = 4 if self.index_dtype == torch.int32 else 8
-        idx = self.nnz * isz + (len(self._pos) * isz if self.kind != "coo" else self.nnz * isz)
+        idx = self.nnz * isz + len(self._pos) * isz
         return self.nnz * vs + idx + (m + n) * k * vs

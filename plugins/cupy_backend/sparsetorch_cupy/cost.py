@@ -4,7 +4,7 @@
   ``nse (val + idx) + ptr + (m + n) k val`` bytes, ``2 nse k`` flops, and ``CALL_LAUNCHES``
   launch units of host work per call (pointer swaps and the cuSPARSE call; CuPy and torch build
   descriptors and query the workspace on every call, this backend once per plan). Formats
-  cuSPARSE does not take (BSR, DIA, ELL, ...) add one gather of the values per call and the
+  this backend converts (COO, BSR, DIA, ELL, ...) add one gather of the values per call and the
   once-per-pattern conversion (``160 nse`` bytes, as the torch backend charges it).
 - Krylov methods: per iteration the products plus the vector operations cupyx runs (it
   allocates a new vector for most of them: about ``3 n val`` bytes each) and one host
@@ -42,10 +42,10 @@ _SYNC = 2
 
 
 def native(request: Request) -> bool:
-    from sparsetorch.format import COO, CSC, CSR
+    from sparsetorch.format import CSC, CSR
 
     fmt = request.A.format
-    return fmt is not None and (fmt == CSR or fmt == COO or fmt == CSC)
+    return fmt is not None and (fmt == CSR or fmt == CSC)
 
 
 def _sizes(request: Request) -> tuple[int, int, int, int, int, int]:

@@ -12,7 +12,7 @@ tests ``||r|| / (||A|| ||x||)``). When the true residual misses, the solve conti
 correction ``A d = b - A x`` with a tighter threshold (a few times at most, within ``maxiter``).
 ``maxiter`` counts iterations, restart cycles for GMRES. CG records ``v^H A v <= 0`` for the
 vectors it multiplies on the device (no extra synchronization) and reports INDEFINITE.
-Adjoint solves use ``A^H`` (the COO descriptor of the transposed pattern) and ``M^-H``.
+Adjoint solves use ``A^H`` (the CSR descriptor of the transposed pattern) and ``M^-H``.
 """
 
 from __future__ import annotations
@@ -134,16 +134,16 @@ class KrylovPlan:
             return cp.zeros(n, dtype=dtype), Outcome(0, 0.0, Status.CONVERGED)
         mv = self.matrix.cupy_matvec(adjoint=adjoint, member=member, stream=stream)
         products = [0]
-        bad = [cp.zeros((), dtype=bool)]
         check_curvature = method == "cg"
+        # CG's curvatures v^H A v, one cuBLAS dot per product written into a device buffer (no
+        # synchronization), checked once per cupyx call. cupyx's first product is A x0 (x0 = 0).
+        curv = _Curvatures(dtype) if check_curvature else None
 
         def counted(v: Any) -> Any:
             products[0] += 1
             y = mv(v)
-            if check_curvature:
-                vv = v.reshape(-1)
-                curv = cp.vdot(vv, y).real
-                bad[0] = cp.logical_or(bad[0], cp.logical_and(curv <= 0, cp.vdot(vv, vv).real > 0))
+            if curv is not None:
+                curv.add(v.reshape(-1), y)
             return y
 
         pre = self._pres[member]
@@ -193,6 +193,8 @@ class KrylovPlan:
             if remaining is not None:
                 kw["maxiter"] = remaining
             before = products[0]
+            if curv is not None:
+                curv.skip_next()
             rhs = cp.concatenate([r.real, r.imag]) if realify else r
             try:
                 d, info = fn(op, rhs, **kw)
@@ -205,7 +207,7 @@ class KrylovPlan:
             else:
                 its = count[0]
             total += its
-            if check_curvature and bool(bad[0]):
+            if curv is not None and curv.any_nonpositive():
                 status = Status.INDEFINITE
                 reason = (f"CG met a direction with v^H A v <= 0 within {total} iterations: A is not positive definite "
                           f"(use minres for symmetric indefinite, gmres otherwise)")
@@ -253,6 +255,44 @@ class KrylovPlan:
 
     def __repr__(self) -> str:
         return f"KrylovPlan({self.method}, preconditioner={self.preconditioner}, n={self.n})"
+
+
+class _Curvatures:
+    """``v^H A v`` of every product CG makes, kept on the device until checked."""
+
+    def __init__(self, dtype: Any) -> None:
+        cp = cupy()
+        self._cp, self._buf, self._k, self._skip = cp, cp.empty(256, dtype=dtype), 0, False
+        try:
+            from cupy import cublas  # noqa: PLC0415
+
+            self._dotc = cublas.dotc
+        except ImportError:  # pragma: no cover - every CuPy >= 9 has it
+            self._dotc = None
+
+    def skip_next(self) -> None:
+        self._skip = True
+
+    def add(self, v: Any, y: Any) -> None:
+        if self._skip:
+            self._skip = False
+            return
+        if self._k == self._buf.size:
+            self._buf = self._cp.concatenate([self._buf, self._cp.empty_like(self._buf)])
+        slot = self._buf[self._k]
+        if self._dotc is not None:
+            try:
+                self._dotc(v, y, out=slot)
+            except (TypeError, ValueError):  # a CuPy whose dotc takes no 0-d view as out: plain vdot
+                self._dotc = None
+        if self._dotc is None:
+            slot[...] = self._cp.vdot(v, y)
+        self._k += 1
+
+    def any_nonpositive(self) -> bool:
+        """Whether some curvature was <= 0 (one synchronization); clears the record."""
+        k, self._k = self._k, 0
+        return k > 0 and bool((self._buf[:k].real <= 0).any())
 
 
 def _realified(op: Any, dtype: Any) -> Any:

@@ -1,7 +1,7 @@
 """Method ``"spmm"``: ``Y = A @ X`` and ``Y = A^H @ X`` with cuSPARSE, descriptors made once.
 
 The plan holds a :class:`~sparsetorch_cupy._cusparse.CusparseMatrix`; ``set_values`` points it
-at the new values (a view for CSR/COO/CSC input), ``apply`` swaps the ``x``/``y`` pointers into
+at the new values (a view for CSR/CSC input, one gather otherwise), ``apply`` swaps the ``x``/``y`` pointers into
 the kept descriptors and calls ``cusparseSpMV`` (one column) or ``cusparseSpMM`` (several).
 """
 

@@ -3,7 +3,7 @@
 Offers, per request (CUDA tensors; float32, float64, complex64, complex128):
 
 - ``matmul``: ``spmm``, cuSPARSE SpMV/SpMM with the descriptors and workspace made once per
-  plan (CSR, COO and CSC as they are; other formats converted to CSR once per pattern).
+  plan (CSR and CSC as they are; other formats converted to CSR once per pattern).
 - ``solve``: ``cg`` (SPD), ``minres`` (Hermitian), ``gmres`` and ``cgs`` (when this sparsetorch's
   method vocabulary has it) from ``cupyx.scipy.sparse.linalg``, on the same cuSPARSE products,
   with the preconditioners ``jacobi``, ``ilu`` (ILU(0), cuSPARSE) or a callable; ``qr``
@@ -95,7 +95,7 @@ def sparsetorch_backend_info() -> BackendInfo:
         devices=("cuda",),
         dtypes=DTYPES,
         ops={"matmul": ("spmm",), "solve": SOLVE_METHODS, "eigsh": ("lanczos",), "lstsq": ("lsmr",)},
-        formats=(),  # takes CSR, COO and CSC as they are; converts the rest once per pattern (costed)
+        formats=(),  # takes CSR and CSC as they are; converts the rest once per pattern (costed)
         missing=missing,
         priority=0,
     )

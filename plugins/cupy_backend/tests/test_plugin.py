@@ -196,10 +196,9 @@ def test_spmm_cost_grows_with_work_and_charges_conversion(with_cupy) -> None:
     small = plugin.sparsetorch_offers(_request(op="matmul", n=10_000, nse=50_000))[0]
     big = plugin.sparsetorch_offers(_request(op="matmul", n=1_000_000, nse=5_000_000))[0]
     assert big.seconds > 3 * small.seconds
-    for fmt in (COO, CSC):
-        native = plugin.sparsetorch_offers(_request(op="matmul", n=1_000_000, nse=5_000_000, fmt=fmt))[0]
-        assert native.seconds == pytest.approx(big.seconds, rel=0.6) and "converts" not in native.notes
-    for fmt in (DIA, BSR(2, 2)):
+    native = plugin.sparsetorch_offers(_request(op="matmul", n=1_000_000, nse=5_000_000, fmt=CSC))[0]
+    assert native.seconds == pytest.approx(big.seconds, rel=0.01) and "converts" not in native.notes
+    for fmt in (COO, DIA, BSR(2, 2)):  # COO too: cuSPARSE's CSR kernel beat its COO kernel (measured)
         conv = plugin.sparsetorch_offers(_request(op="matmul", n=1_000_000, nse=5_000_000, fmt=fmt))[0]
         assert conv.seconds > big.seconds and "converts" in conv.notes
 
