@@ -1,0 +1,234 @@
+"""Direct plans: Eigen's SimplicialLLT ("cholesky"), SimplicialLDLT ("ldlt"), SparseLU ("lu") and
+SparseQR ("qr"), for the ops ``solve``, ``logdet`` and ``lstsq``.
+
+Phases: ``__init__`` hands the pattern over (zero-copy maps; int64 indices narrowed once) and
+runs Eigen's ``analyzePattern`` (fill-reducing ordering, elimination tree, symbolic structure)
+once per value-batch member; ``set_values`` runs ``factorize`` only, on the new values, read in
+place. Solves reuse the factors for any number of right-hand sides, and the adjoint solve of the
+backward pass comes from the same factors:
+
+- Cholesky / LDL^T (Hermitian A): ``A^H = A``, the same solve.
+- LU: SparseLU's ``adjoint().solve()`` on CSC input; CSR buffers are the CSC of ``A^T``, so there
+  the factors are of ``F = A^T``: ``A x = b`` is SparseLU's ``transpose().solve()`` and
+  ``A^H x = b`` is ``F conj(x) = conj(b)`` (a plain solve).
+- QR: ``A P = Q R``; forward ``x = P R^-1 Q^H b``, adjoint ``x = Q R^-H P^T b``; rank-deficient or
+  wide A get the minimum-norm solution through a second QR of ``R[:r, :]^H`` (both directions).
+
+Numeric failures become the library's errors in ``set_values`` (solve and lstsq) with the
+failing condition: a zero pivot (SingularMatrixError), a non-positive Cholesky pivot
+(IndefiniteMatrixError), a pivot below ``n eps max|A|`` (SingularMatrixError, "to working
+precision"). A logdet plan never raises for a singular matrix: its slogdet is ``(0, -inf)``, and
+only a solve on it raises.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import torch
+
+from sparsetorch import BackendError, IndefiniteMatrixError, InputError, IterationResult, SingularMatrixError, SparseTensor, Status
+
+from . import _lib
+from ._handoff import Handoff, plain, structurally_symmetric
+
+__all__ = ["DirectPlan", "DIRECT_METHODS", "lu_settings"]
+
+DIRECT_METHODS = ("cholesky", "ldlt", "lu", "qr")
+_NAMES = {"cholesky": "SimplicialLLT", "ldlt": "SimplicialLDLT", "lu": "SparseLU", "qr": "SparseQR"}
+_ORDERINGS = ("colamd", "amd", "natural")
+
+
+def lu_settings(symmetric_pattern: bool, bo: Mapping[str, Any]) -> tuple[str, float, bool]:
+    """(ordering, diagonal pivot threshold, symmetric mode) of SparseLU.
+
+    A structurally symmetric pattern gets AMD on ``A^T + A`` with SparseLU's symmetric mode and a
+    diagonal pivot threshold of 0.1 (as SuperLU's symmetric mode); others COLAMD with partial
+    pivoting (threshold 1). ``backend_options`` ``ordering``, ``pivot_threshold`` and
+    ``symmetric_mode`` override."""
+    ordering = bo.get("ordering") or ("amd" if symmetric_pattern else "colamd")
+    if ordering not in _ORDERINGS:
+        raise InputError(f"backend_options ordering={ordering!r} is not one of {_ORDERINGS}")
+    thr = bo.get("pivot_threshold")
+    thr = (0.1 if symmetric_pattern else 1.0) if thr is None else float(thr)
+    if not 0.0 <= thr <= 1.0:
+        raise InputError(f"backend_options pivot_threshold={thr} must be in [0, 1]")
+    sym = bo.get("symmetric_mode")
+    sym = symmetric_pattern if sym is None else bool(sym)
+    return ordering, thr, sym
+
+
+def _real_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.empty((), dtype=dtype).real.dtype
+
+
+def _where(member: int, members: int) -> str:
+    return f" (value-batch member {member})" if members > 1 else ""
+
+
+class DirectPlan:
+    """One Eigen factorization per value-batch member, on a pattern analysed once."""
+
+    preconditioner = None
+
+    def __init__(self, A: SparseTensor, method: str, options: Mapping[str, Any], *, backend: str = "eigen",
+                 op: str = "solve") -> None:
+        if method not in DIRECT_METHODS:
+            raise InputError(f"{backend}: unknown direct method {method!r}; known: {DIRECT_METHODS}")
+        self.backend, self.method, self.op = backend, method, op
+        m, n = A.format_shape
+        if method != "qr" and m != n:
+            raise InputError(f"{backend}/{method} needs a square matrix, got {m}x{n}")
+        if op != "lstsq" and m != n:
+            raise InputError(f"{backend}/{method} ({op}) needs a square matrix, got {m}x{n}")
+        self.m, self.n = int(m), int(n)
+        self.dtype = A.dtype
+        self._h = Handoff(A, int32=True, backend=backend)
+        bo = dict(options.get("backend_options") or {})
+        self.symmetric_pattern = structurally_symmetric(self._h) if method == "lu" else None
+        ordering, thr, sym = lu_settings(bool(self.symmetric_pattern), bo) if method == "lu" else ("colamd", -1.0, False)
+        qr_thr = bo.get("qr_threshold")
+        self.settings = {"ordering": ordering, "pivot_threshold": thr, "symmetric_mode": sym,
+                         "qr_threshold": None if qr_thr is None else float(qr_thr)}
+        #: check pivots against n eps max|A| after each factorization (solve plans; off for logdet)
+        self.pivot_check = bool(bo.get("check_pivots", op != "logdet"))
+        h = self._h
+        self._factor = _lib.Direct(
+            self.dtype, method, self.m, self.n, h.indptr.data_ptr(), h.indices.data_ptr(), h.nnz, h.csr, h.members,
+            ordering, thr, sym, -1.0 if qr_thr is None else float(qr_thr))
+        self._values: torch.Tensor | None = None
+        self._failures: list[Exception | None] = []
+        #: numeric factorizations run so far (one per value-batch member per set_values)
+        self.factorizations = 0
+
+    # Numeric phase ---------------------------------------------------------------------------------
+    def set_values(self, values: torch.Tensor) -> None:
+        """``factorize`` every value-batch member on the analysed pattern (values read in place)."""
+        self._values = None
+        data = self._h.values(values)
+        if data.dtype != self.dtype:
+            raise InputError(f"{self.backend}/{self.method}: values are {data.dtype}, the plan was built for {self.dtype}")
+        self._factor.factorize(data.data_ptr())
+        self.factorizations += data.shape[0]
+        failures: list[Exception | None] = []
+        lib = _lib.lib()
+        for i in range(data.shape[0]):
+            code, message, where = self._factor.info(i)
+            exc: Exception | None = None
+            if code == lib.SINGULAR:
+                at = f" at column {where}" if where is not None and where >= 0 else ""
+                exc = SingularMatrixError(
+                    f"{self.backend}/{self.method}: Eigen's {_NAMES[self.method]} found an exactly zero pivot{at}"
+                    f"{_where(i, data.shape[0])}: the matrix is singular (a zero row or column, or dependent rows); "
+                    f"check the system (boundary conditions, a missing diagonal) or use least squares (lstsq)",
+                    row=where if where is not None and where >= 0 else None)
+            elif code == lib.INDEFINITE:
+                exc = IndefiniteMatrixError(
+                    f"{self.backend}/cholesky: Eigen's SimplicialLLT met a pivot <= 0{_where(i, data.shape[0])}: the matrix "
+                    f"is not positive definite (symmetric positive definite was detected or passed as properties='spd'); "
+                    f"use method='ldlt' (symmetric indefinite) or 'lu'")
+            elif code != lib.OK:
+                exc = BackendError(f"{self.backend}/{self.method}: Eigen's {_NAMES[self.method]} failed"
+                                   f"{_where(i, data.shape[0])}: {message}")
+            elif self.pivot_check and self.method in ("lu", "ldlt"):
+                exc = self._tiny_pivot(i, data[i], data.shape[0])
+            elif self.method == "qr" and self.op == "solve" and int(self._factor.rank(i)) < self.n:
+                r = int(self._factor.rank(i))
+                exc = SingularMatrixError(
+                    f"{self.backend}/qr: Eigen's SparseQR found rank {r} < n = {self.n}{_where(i, data.shape[0])}: the "
+                    f"matrix is singular to working precision; use lstsq for a least-squares (minimum-norm) solution",
+                    row=r)
+            if exc is not None and not (self.op == "logdet" and isinstance(exc, SingularMatrixError)):
+                raise exc  # a logdet plan keeps singular members: slogdet (0, -inf), solves raise
+            failures.append(exc)
+        self._failures = failures
+        self._values = data
+
+    def _tiny_pivot(self, member: int, data: torch.Tensor, members: int) -> Exception | None:
+        lo, hi, at = self._factor.pivot_range(member)
+        if self.n == 0:
+            return None
+        scale = float(data.abs().max()) if data.numel() else 0.0
+        eps = torch.finfo(_real_dtype(self.dtype)).eps
+        if lo <= eps * self.n * scale or scale == 0.0:
+            return SingularMatrixError(
+                f"{self.backend}/{self.method}: the matrix is singular to working precision{_where(member, members)}: "
+                f"pivot {at} of Eigen's {_NAMES[self.method]} is {lo:.3g}, below n * eps * max|A| = {eps * self.n * scale:.3g} "
+                f"(largest pivot {hi:.3g}); check the system (a zero row, missing boundary conditions) or use lstsq",
+                row=int(at))
+        return None
+
+    def _ready(self, member: int) -> None:
+        if self._values is None:
+            raise RuntimeError(f"{self.backend}/{self.method}: solve() before set_values()")
+        exc = self._failures[member] if member < len(self._failures) else None
+        if exc is not None:
+            raise SingularMatrixError(f"{exc} (no solve on a singular factorization: its determinant is 0)",
+                                      row=getattr(exc, "row", None))
+
+    # Solves ------------------------------------------------------------------------------------------
+    def _run(self, fn: Any, B: torch.Tensor, rows_in: int, rows_out: int, adjoint: bool) -> torch.Tensor:
+        k = B.shape[-1]
+        Bt = plain(B.to(self.dtype).reshape(-1, rows_in, k).transpose(-1, -2))  # (members, k, rows) = column-major
+        members = self._h.members
+        if Bt.shape[0] not in (1, members) and members != 1:
+            raise InputError(f"{self.backend}/{self.method}: B has {Bt.shape[0]} batch members for {members} matrices; "
+                             f"B must be (*batch, rows, k) with A's value batch")
+        X = torch.empty((Bt.shape[0], k, rows_out), dtype=self.dtype)
+        for i in range(Bt.shape[0]):
+            j = i if members > 1 else 0
+            self._ready(j)
+            fn(j, Bt[i].data_ptr(), X[i].data_ptr(), k, adjoint)
+        return X.transpose(-1, -2).reshape(*B.shape[:-2], rows_out, k)
+
+    def solve(self, B: torch.Tensor, *, adjoint: bool = False) -> tuple[torch.Tensor, IterationResult]:
+        """``X`` with ``A X = B`` (``A^H X = B`` when ``adjoint``), B ``(*batch, n, k)``."""
+        if self.m != self.n:
+            raise InputError(f"{self.backend}/{self.method}: solve needs a square matrix, got {self.m}x{self.n}")
+        X = self._run(self._factor.solve, B, self.n, self.n, adjoint)
+        what = "adjoint solve" if adjoint else "solve"
+        return X, IterationResult(0, math.nan, True, Status.DIRECT, f"Eigen {_NAMES[self.method]} {what} from kept factors")
+
+    def lstsq(self, B: torch.Tensor, *, adjoint: bool = False) -> tuple[torch.Tensor, IterationResult]:
+        """Minimum-norm least-squares ``X`` of ``A X = B`` (``A^H X = B`` when ``adjoint``), QR only."""
+        if self.method != "qr":
+            raise InputError(f"{self.backend}/{self.method}: lstsq needs the qr method")
+        damp = float(getattr(self, "call_options", {}).get("damp") or 0.0)
+        if damp != 0.0:
+            raise InputError(f"{self.backend}/qr: damp={damp} is not supported by the QR plan (it factors A itself); use "
+                             f"method='lsqr'")
+        rows_in, rows_out = (self.n, self.m) if adjoint else (self.m, self.n)
+        X = self._run(self._factor.lstsq, B, rows_in, rows_out, adjoint)
+        ranks = [int(self._factor.rank(i)) for i in range(self._h.members)]
+        note = f"Eigen SparseQR least squares (rank {min(ranks)} of min(m, n) = {min(self.m, self.n)})"
+        return X, IterationResult(0, math.nan, True, Status.DIRECT, note)
+
+    def slogdet(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(sign, logabsdet)`` of each value-batch member, from the factors (log space)."""
+        if self._values is None:
+            raise RuntimeError(f"{self.backend}/{self.method}: slogdet() before set_values()")
+        if self.method == "qr":
+            raise InputError(f"{self.backend}/qr: no slogdet from a QR factorization; use cholesky, ldlt or lu")
+        signs, logs = [], []
+        for i in range(self._h.members):
+            exc = self._failures[i]
+            if isinstance(exc, SingularMatrixError):
+                signs.append(0.0)
+                logs.append(-math.inf)
+                continue
+            s, la = self._factor.slogdet(i)
+            signs.append(s)
+            logs.append(la)
+        batch = self._h.batch_shape
+        sign = torch.tensor(signs, dtype=self.dtype).reshape(batch)
+        logabs = torch.tensor(logs, dtype=_real_dtype(self.dtype)).reshape(batch)
+        return sign, logabs
+
+    def factor_nnz(self) -> int:
+        """Stored entries of the factors over the value batch."""
+        return sum(int(self._factor.factor_nnz(i)) for i in range(self._h.members))
+
+    def __repr__(self) -> str:
+        state = "factored" if self._values is not None else "no values yet"
+        return f"DirectPlan({_NAMES[self.method]}, {self.m}x{self.n}, {self._h.kind}, {state})"
