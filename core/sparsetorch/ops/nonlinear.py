@@ -337,7 +337,8 @@ class _Problem:
         # The first evaluation tells whether F returns (r, J), and checks the residual's shape.
         self.returns_jacobian: bool | None = None
         x0 = self._x0 = self.u0.reshape(-1)
-        r0 = self.f(x0, self.bind(self._detached_leaves()), first=True)
+        with torch.no_grad():
+            r0 = self.f(x0, self.bind(self._detached_leaves()), first=True)
         if not bool(torch.isfinite(r0).all()):
             bad = int(torch.nonzero(~torch.isfinite(r0))[0, 0])
             raise InputError(
@@ -547,9 +548,9 @@ class _Problem:
 
     # Linear solver setup ------------------------------------------------------------------------
     def _linear_setup(self, linear_options: dict[str, Any] | None) -> None:
-        lo = dict(linear_options or {})
         if not isinstance(linear_options, (dict, type(None))):
             raise InputError(f"nonlinear_solve: linear_options must be a dict of solve options, got {type(linear_options).__name__}")
+        lo = dict(linear_options or {})
         extra = {k: lo.pop(k) for k in _LINEAR_EXTRA if k in lo}
         self._user_linear_rtol = lo.get("rtol")
         lo.setdefault("rtol", _default_linear_rtol(self.dtype))
