@@ -1,0 +1,380 @@
+"""Inverse coefficient problem (issue 6): sparsetorch against torch-sla 0.4.0, side by side in one run.
+
+The set-up is torch-sla's own benchmark (sparsexlab/torch-sla,
+``benchmarks/ops/benchmark_inverse_coefficient.py``), rebuilt in ``examples/inverse_coefficient.py``:
+64 x 64 nodes, 62^2 = 3,844 unknowns, kappa = softplus(theta) from 1, Adam lr 0.05, Tikhonov
+1e-4 on first differences, observations everywhere, relative L2 error of kappa over the grid.
+Every implementation uses the same matrix values, loss, optimiser and metric; only the solve
+differs:
+
+- ``sparsetorch``: the example (one CSR pattern, ``Solver`` with plan reuse: refactorization per
+  step, the backward one transposed solve on the same factors) with its default solver (on the
+  CPU SciPy SuperLU, ``method="lu"``, panel size 4) unless ``--method`` says otherwise;
+  ``eigen`` as an extra row when that plugin is installed, SuperLU's default panel size as an
+  extra row with ``--extra-default-panel``;
+- ``torch-sla (benchmark)``: torch-sla's benchmark configuration, ``SparseTensor(val, row, col,
+  shape).solve(f, backend="pytorch", method="cg", atol=1e-10, maxiter=2000)`` per step
+  (observations at atol 1e-12), as its script does;
+- ``torch-sla (auto)``: the same with torch-sla's own choice (``backend="auto"``: SciPy LU on
+  the CPU).
+
+Each runs until the kappa error reaches ``--target`` (0.23 %) or ``--max-steps``. Recorded: steps
+to the target, the median step time, the end-to-end time (set-up, observations and steps until
+the target), the final error, and for sparsetorch a per-stage breakdown (a separate timed run).
+
+Run (the numbers in benchmarks/results/inverse_cpu.json)::
+
+    flock /tmp/sparsetorch-bench.lock env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \\
+        PYTHONPATH=core python benchmarks/bench_inverse.py
+
+On a GPU: ``python benchmarks/bench_inverse.py --device cuda`` writes inverse_cuda.json
+(torch-sla runs there only if it is installed: ``--skip-torch-sla`` leaves it out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT / "examples"))
+
+import inverse_coefficient as ic  # noqa: E402
+
+import sparsetorch as st  # noqa: E402
+
+#: Where each detail of the set-up comes from (torch-sla's script, read at commit 02d36316 of
+#: sparsexlab/torch-sla through the search tool) and what had to be decided here.
+SETUP = {
+    "source": "sparsexlab/torch-sla benchmarks/ops/benchmark_inverse_coefficient.py (commit 02d36316a73e), defaults",
+    "matched": {
+        "grid": "n=64 nodes per side on [0,1]^2 (linspace), h = 1/(n-1); unknowns the (n-2)^2 = 3844 interior nodes",
+        "boundary": "u = 0 on the boundary nodes (eliminated); faces to boundary nodes enter the diagonal",
+        "stencil": "5-point, face conductivity = arithmetic mean of the two nodal kappas, scaled by 1/h^2",
+        "truth": "kappa* = 1 + 0.5 sin(2 pi x) sin(2 pi y) on all n^2 nodes",
+        "rhs": "f = 1 at every unknown; observations u_obs = A(kappa*)^-1 f at every unknown, noise-free",
+        "parameterization": "kappa = softplus(theta), theta = log(e - 1) everywhere (kappa = 1)",
+        "loss": "sum (u - u_obs)^2 + 1e-4 * (sum dx^2 + sum dy^2) / n^2, first differences of kappa on the full grid",
+        "optimizer": "torch.optim.Adam(lr=0.05), float64",
+        "metric": "||kappa - kappa*||_2 / ||kappa*||_2 over the n x n grid, evaluated after each Adam update",
+        "torch_sla_solver": "SparseTensor(val, row, col, shape).solve(f, backend='pytorch', method='cg', atol=1e-10, "
+                            "maxiter=2000); observations with atol=1e-12",
+        "seed": "torch.manual_seed(0) (nothing in the set-up is random)",
+    },
+    "guessed_or_decided_here": {
+        "target": "0.23 % is the published figure (paper v2, not in the store); reading it as the first step whose "
+                  "kappa error is <= 2.3e-3. torch-sla's script runs a fixed 2000 steps (0.48 % on this CPU); the "
+                  "run here stops each implementation at the target instead",
+        "device": "torch-sla's script defaults to cuda:0; on this CPU-only machine it runs with --device cpu and its "
+                  "default pytorch/cg solver (the 40 ms/step anchor); its CPU auto choice (scipy LU) is a second row",
+        "our_solver": "direct (SuperLU via the scipy plugin, method='lu' pinned, backend_options panel_size=4, the "
+                      "example's CPU default: the cost model ranks scipy/cg first for this matrix); exact to rounding "
+                      "where torch-sla's CG stops at atol 1e-10",
+        "coo_order": "torch-sla's script orders COO entries diag, east, west, south, north; here diag, then each "
+                     "coupling pair (same matrix; only summation order inside SpMV can differ)",
+        "timing": "end to end = grid/pattern set-up + observation solve + steps until the target, including the "
+                  "per-step metric (torch-sla's script also computes it every step); plotting and file output excluded; "
+                  "one-time imports excluded for every row by an untimed 3-step warm-up of each implementation on n=8",
+    },
+}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _summary(name: str, setup_s: float, step_s: list[float], errors: list[float], losses: list[float], target: float,
+             extra: dict) -> dict:
+    reached = next((k + 1 for k, e in enumerate(errors) if e <= target), None)
+    upto = reached if reached is not None else len(step_s)
+    return {
+        "name": name,
+        **extra,
+        "steps_run": len(step_s),
+        "steps_to_target": reached,
+        "target": target,
+        "reached_target": reached is not None,
+        "median_step_ms": 1e3 * statistics.median(step_s) if step_s else None,
+        "mean_step_ms": 1e3 * sum(step_s) / len(step_s) if step_s else None,
+        "setup_seconds": setup_s,
+        "end_to_end_seconds": setup_s + sum(step_s[:upto]),
+        "initial_loss": losses[0] if losses else None,
+        "final_kappa_rel_err": errors[-1] if errors else None,
+        "kappa_rel_err_at": {str(s): errors[s - 1] for s in (1, 10, 100, 500, 1000, 1500, 2000, 2400, 3000, 4000)
+                             if s <= len(errors)},
+    }
+
+
+# sparsetorch ---------------------------------------------------------------------------------------
+def run_sparsetorch(args, device: torch.device, solver: dict, name: str, *, verbose: bool = True) -> dict:
+    torch.manual_seed(args.seed)
+    _sync(device)
+    t0 = time.perf_counter()
+    prob = ic.InverseProblem.build(args.n, lr=args.lr, reg=args.reg, device=device, **{"rtol": args.rtol, **solver})
+    _sync(device)
+    setup = time.perf_counter() - t0
+    step_s, errors, losses = [], [], []
+    for k in range(args.max_steps):
+        t = time.perf_counter()
+        loss, err = prob.step()  # err is a float: the step has synchronised
+        step_s.append(time.perf_counter() - t)
+        errors.append(err)
+        losses.append(loss)
+        if verbose and k % args.log_every == 0:
+            print(f"  [{name}] step {k + 1:5d} loss={loss:.4e} kappa_rel_err={err:.4e} ({1e3 * step_s[-1]:.2f} ms)",
+                  flush=True)
+        if err <= args.target:
+            break
+    info = {"implementation": "sparsetorch", "backend": prob.solver.backend, "method": prob.solver.method,
+            "solver_options": {k: v for k, v in solver.items()}, "rtol_if_iterative": args.rtol,
+            "factorizations": getattr(prob.solver._state.plan, "factorizations", None)}
+    rec = _summary(name, setup, step_s, errors, losses, args.target, info)
+    if verbose:
+        print(f"  [{name}] {_line(rec)}", flush=True)
+    return rec
+
+
+def breakdown_sparsetorch(args, device: torch.device, solver: dict) -> dict:
+    """Per-stage times of our step (a separate run: warm-up, then ``--breakdown-steps`` timed steps)."""
+    prob = ic.InverseProblem.build(args.n, lr=args.lr, reg=args.reg, device=device, **{"rtol": args.rtol, **solver})
+    stages = {"assembly": prob.assemble, "refactorization": prob.refactorize, "solve_and_loss": prob.forward,
+              "backward": prob.backward, "adam_and_metric": prob.update}
+    times = {k: [] for k in stages}
+    for k in range(args.breakdown_steps + 20):
+        for name, fn in stages.items():
+            _sync(device)
+            t = time.perf_counter()
+            fn()
+            _sync(device)
+            if k >= 20:
+                times[name].append(time.perf_counter() - t)
+    med = {k: 1e3 * statistics.median(v) for k, v in times.items()}
+    return {
+        "steps_timed": args.breakdown_steps,
+        "median_ms": med,
+        "sum_of_medians_ms": sum(med.values()),
+        "stages": {
+            "assembly": "zero_grad, softplus, stencil coefficients, gather into the CSR slots",
+            "refactorization": "Solver.update_values: new values on the kept plan, one numeric factorization",
+            "solve_and_loss": "Solver.solve (autograd node, one solve with the kept factors) + data and regularisation loss",
+            "backward": "loss.backward(): one transposed solve with the same factors, the SDDMM for dA, assembly backward",
+            "adam_and_metric": "Adam update + kappa error (one device-to-host read)",
+        },
+    }
+
+
+# torch-sla -----------------------------------------------------------------------------------------
+def run_torch_sla(args, device: torch.device, backend: str, method: str, name: str, *, verbose: bool = True) -> dict:
+    import torch_sla
+
+    warnings.filterwarnings("ignore", message="PCG did not converge")
+    warnings.filterwarnings("ignore", message="Sparse CSR tensor support")
+    torch.manual_seed(args.seed)
+    dtype = torch.float64
+    n = args.n
+    solve_kw = dict(backend=backend, method=method, maxiter=args.sla_maxiter)
+    _sync(device)
+    t0 = time.perf_counter()
+    grid = ic.make_grid(n, device=device, dtype=dtype)  # the same stencil, as COO triplets
+    rows, cols, coeff = grid.coo
+    shape = (grid.unknowns, grid.unknowns)
+    truth = ic.kappa_star(n, device=device, dtype=dtype)
+
+    def solve(kappa: torch.Tensor, atol: float) -> torch.Tensor:
+        vals = ic.stencil_coefficients(kappa, grid.h)[coeff]
+        return torch_sla.SparseTensor(vals, rows, cols, shape).solve(grid.f, atol=atol, **solve_kw)
+
+    with torch.no_grad():
+        u_obs = solve(truth, 1e-12)
+    theta = torch.full((n, n), ic.theta_for_kappa(1.0), device=device, dtype=dtype, requires_grad=True)
+    opt = torch.optim.Adam([theta], lr=args.lr)
+    _sync(device)
+    setup = time.perf_counter() - t0
+    step_s, errors, losses = [], [], []
+    for k in range(args.max_steps):
+        t = time.perf_counter()
+        opt.zero_grad()
+        kappa = F.softplus(theta)
+        u = solve(kappa, args.sla_atol)
+        loss = (u - u_obs).square().sum() + args.reg * ic.smoothness(kappa)
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            err = ic.relative_l2(F.softplus(theta), truth)
+        step_s.append(time.perf_counter() - t)
+        errors.append(err)
+        losses.append(float(loss.detach()))
+        if verbose and k % args.log_every == 0:
+            print(f"  [{name}] step {k + 1:5d} loss={losses[-1]:.4e} kappa_rel_err={err:.4e} "
+                  f"({1e3 * step_s[-1]:.2f} ms)", flush=True)
+        if err <= args.target:
+            break
+    resolved = backend
+    if backend == "auto":
+        try:
+            resolved = torch_sla.backends.select_backend(device, grid.unknowns, dtype)
+        except Exception as exc:  # a private helper of theirs: record why it failed, the run is unaffected
+            resolved = f"auto (could not ask torch-sla: {exc})"
+    info = {"implementation": "torch-sla", "version": torch_sla.__version__, "backend": resolved, "method": method,
+            "atol": args.sla_atol, "maxiter": args.sla_maxiter}
+    rec = _summary(name, setup, step_s, errors, losses, args.target, info)
+    if verbose:
+        print(f"  [{name}] {_line(rec)}", flush=True)
+    return rec
+
+
+def _line(rec: dict) -> str:
+    hit = f"target at step {rec['steps_to_target']}" if rec["reached_target"] else f"target NOT reached in {rec['steps_run']}"
+    return (f"{hit}; median {rec['median_step_ms']:.2f} ms/step; end to end {rec['end_to_end_seconds']:.2f} s; "
+            f"final error {rec['final_kappa_rel_err']:.4e}")
+
+
+# environment ---------------------------------------------------------------------------------------
+def machine(device: torch.device) -> dict:
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    out = {"platform": platform.platform(), "python": platform.python_version(), "cpu": cpu,
+           "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+           "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS")}
+    if device.type == "cuda":
+        out["gpu"] = torch.cuda.get_device_name(device)
+    return out
+
+
+def versions() -> dict:
+    import numpy
+    import scipy
+
+    out = {"torch": torch.__version__, "numpy": numpy.__version__, "scipy": scipy.__version__,
+           "sparsetorch": st.__version__}
+    for mod in ("torch_sla", "sparsetorch_scipy", "sparsetorch_eigen"):
+        try:
+            out[mod] = __import__(mod).__dict__.get("__version__", "installed")
+        except ImportError:
+            out[mod] = None
+    return out
+
+
+def eigen_available(args, device: torch.device) -> str | None:
+    """None when the eigen backend can solve this problem, else why not."""
+    g = ic.make_grid(8, device=device)
+    try:
+        st.Solver(g.A.with_values(ic.assemble_values(g, ic.kappa_star(8, device=device))), properties="spd",
+                  backend="eigen").plan()
+    except st.SparseTorchError as exc:
+        return str(exc).splitlines()[0][:300]
+    return None
+
+
+def warm_up(args, device: torch.device, solver: dict, with_sla: bool, with_eigen: bool) -> None:
+    """A few steps of every implementation on a small grid, untimed: one-time costs (imports such as
+    torch._dynamo pulled in by the first optimiser, plugin loading, calibration) then burden none
+    of the timed runs, whichever runs first."""
+    small = argparse.Namespace(**{**vars(args), "n": 8, "max_steps": 3, "log_every": 10**9, "target": 0.0})
+    run_sparsetorch(small, device, solver, "warm-up", verbose=False)
+    if with_eigen:
+        run_sparsetorch(small, device, {"backend": "eigen"}, "warm-up", verbose=False)
+    if with_sla:
+        run_torch_sla(small, device, "pytorch", "cg", "warm-up", verbose=False)
+        run_torch_sla(small, device, "auto", "auto", "warm-up", verbose=False)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description="inverse coefficient problem: sparsetorch vs torch-sla, side by side")
+    p.add_argument("--n", type=int, default=64)
+    p.add_argument("--max-steps", type=int, default=4000)
+    p.add_argument("--target", type=float, default=2.3e-3)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--reg", type=float, default=1e-4)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads for both sides (default 1)")
+    p.add_argument("--method", default=None,
+                   help="our method (default: the example's, lu with SuperLU panel size 4 on the CPU, chosen by cost elsewhere)")
+    p.add_argument("--extra-default-panel", action="store_true",
+                   help="add a row with SuperLU's default panel size (CPU)")
+    p.add_argument("--rtol", type=float, default=1e-10, help="our tolerance if an iterative method is used")
+    p.add_argument("--sla-atol", type=float, default=1e-10)
+    p.add_argument("--sla-maxiter", type=int, default=2000)
+    p.add_argument("--skip-torch-sla", action="store_true")
+    p.add_argument("--skip-sla-auto", action="store_true", help="leave out the torch-sla auto (SciPy LU) row")
+    p.add_argument("--breakdown-steps", type=int, default=300)
+    p.add_argument("--log-every", type=int, default=250)
+    p.add_argument("--out", default=None, help="JSON path (default benchmarks/results/inverse_<device type>.json)")
+    args = p.parse_args(argv)
+
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    solver = {"method": args.method} if args.method else ic.default_solver(device)
+    out = Path(args.out) if args.out else HERE / "results" / f"inverse_{device.type}.json"
+    print(f"[bench_inverse] n={args.n} device={device} threads={args.threads} target={args.target}", flush=True)
+
+    why_not_eigen = eigen_available(args, device)
+    warm_up(args, device, solver, not args.skip_torch_sla, why_not_eigen is None)
+    rows = [run_sparsetorch(args, device, solver, "sparsetorch")]
+    if args.extra_default_panel and device.type == "cpu":
+        rows.append(run_sparsetorch(args, device, {"method": "lu"}, "sparsetorch (lu, SuperLU default panel)"))
+    if why_not_eigen is None:
+        rows.append(run_sparsetorch(args, device, {"backend": "eigen"}, "sparsetorch (eigen)"))
+    breakdown = breakdown_sparsetorch(args, device, solver)
+    print(f"  [breakdown] {json.dumps({k: round(v, 3) for k, v in breakdown['median_ms'].items()})}", flush=True)
+    if not args.skip_torch_sla:
+        rows.append(run_torch_sla(args, device, "pytorch", "cg", "torch-sla (benchmark: pytorch/cg)"))
+        if not args.skip_sla_auto:
+            rows.append(run_torch_sla(args, device, "auto", "auto", "torch-sla (auto)"))
+
+    ours = rows[0]
+    ratios = {}
+    for r in rows[1:]:
+        if r["implementation"] != "torch-sla":
+            continue
+        ratios[r["name"]] = {
+            "end_to_end_speedup": r["end_to_end_seconds"] / ours["end_to_end_seconds"],
+            "median_step_speedup": r["median_step_ms"] / ours["median_step_ms"],
+            "both_reached_target": bool(r["reached_target"] and ours["reached_target"]),
+        }
+    result = {
+        "benchmark": "inverse coefficient problem (issue 6)",
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "command": "flock /tmp/sparsetorch-bench.lock env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 PYTHONPATH=core "
+                   "python benchmarks/bench_inverse.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "machine": machine(device),
+        "versions": versions(),
+        "setup": SETUP,
+        "problem": {"n": args.n, "unknowns": (args.n - 2) ** 2, "lr": args.lr, "reg": args.reg, "target": args.target,
+                    "max_steps": args.max_steps, "device": str(device)},
+        "eigen_backend": "included" if why_not_eigen is None else f"not available: {why_not_eigen}",
+        "results": rows,
+        "sparsetorch_breakdown": breakdown,
+        "speedup_of_sparsetorch_over": ratios,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    for name, r in ratios.items():
+        print(f"[ratio] vs {name}: end to end {r['end_to_end_speedup']:.2f}x, median step {r['median_step_speedup']:.2f}x",
+              flush=True)
+    print(f"[bench_inverse] wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}", flush=True)
+    return result
+
+
+if __name__ == "__main__":
+    main()
