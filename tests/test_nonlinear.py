@@ -555,3 +555,22 @@ def test_jacobian_symmetric_at_u0_only_is_planned_as_general():
     assert [it for it, _ in seen] == list(range(info.iterations + 1))
     assert [r for _, r in seen] == list(info.residual_history)
     assert info.function_evaluations >= info.iterations + 1
+
+
+def test_bare_parameter_constants_and_float32():
+    F32 = torch.float32
+    a = torch.tensor([1.0, 2.0, 3.0], dtype=F32, requires_grad=True)
+
+    def F(u, a, power, label):  # u^power + u - a = 0, componentwise; power and label are constants
+        assert label == "constant passed as is"
+        return u**power + u - a
+
+    u = nonlinear_solve(F, torch.zeros(3, dtype=F32), (a, 3, "constant passed as is"))
+    assert u.dtype == F32
+    torch.testing.assert_close(u**3 + u, a.detach(), rtol=1e-4, atol=1e-4)
+    u.sum().backward()
+    torch.testing.assert_close(a.grad, 1 / (3 * u.detach() ** 2 + 1), rtol=1e-4, atol=1e-5)  # du/da = 1 / F'(u)
+    b = torch.tensor([0.5, 1.5], dtype=DT, requires_grad=True)  # one tensor, not in a tuple
+    v = nonlinear_solve(lambda u, b: torch.tanh(u) + u - b, torch.zeros(2, dtype=DT), b)
+    v.sum().backward()
+    torch.testing.assert_close(b.grad, 1 / (1 - torch.tanh(v.detach()) ** 2 + 1), rtol=1e-12, atol=0)
