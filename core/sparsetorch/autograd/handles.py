@@ -16,6 +16,7 @@ import torch
 from ..errors import IndefiniteMatrixError, NotConvergedError, NotConvergedWarning
 from ..ops.info import IterationResult, Status
 from ..tensor import SparseTensor
+from ..tensor.sparse_tensor import is_plain
 
 __all__ = ["PlanState", "SolveHandle", "MatmulHandle", "sddmm", "vmap_columns"]
 
@@ -83,14 +84,37 @@ def vmap_columns(apply, info, in_dims, values: torch.Tensor, X: torch.Tensor, ha
 
 def sddmm(A: SparseTensor, P: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
     """``sum_c P[..., row, c] * conj(Q[..., col, c])`` for every stored entry of ``A``, in A's value
-    slots (padding slots get zero). Differentiable in ``P`` and ``Q`` (second derivatives)."""
+    slots (padding slots get zero). Differentiable in ``P`` and ``Q`` (second derivatives).
+
+    One column (the common case: a vector right-hand side) skips the reduction over columns, and
+    a pattern whose entries fill its value slots in order (CSR, CSC, COO: no padding) skips the
+    scatter into the slots."""
     coords, slot = A.entries()
     rows, cols = coords[0], coords[1]
     Qc = Q.conj() if Q.is_complex() else Q
-    per = (P[..., rows, :] * Qc[..., cols, :]).sum(-1)
+    if P.shape[-1] == 1 and Q.shape[-1] == 1:
+        per = P[..., 0].index_select(-1, rows) * Qc[..., 0].index_select(-1, cols)
+    else:
+        per = (P.index_select(-2, rows) * Qc.index_select(-2, cols)).sum(-1)
     nlin = A.values.shape[-1]
+    if _slots_in_order(A, slot, nlin):
+        return per
     out = per.new_zeros(*per.shape[:-1], nlin)
     return out.index_add(-1, slot, per)
+
+
+def _slots_in_order(A: SparseTensor, slot: torch.Tensor, nlin: int) -> bool:
+    """Whether entry ``k`` of ``A.entries()`` is value slot ``k`` for every ``k`` (pattern-only,
+    cached on the pattern)."""
+    if slot.numel() != nlin:
+        return False
+    cache = A._cache
+    got = cache.get("slots_in_order")
+    if got is None:
+        got = nlin == 0 or bool((slot == torch.arange(nlin, device=slot.device)).all())
+        if is_plain(slot):
+            cache["slots_in_order"] = got
+    return got
 
 
 @dataclass

@@ -206,6 +206,7 @@ class Solver:
         self._state: PlanState | None = None
         self._offer = None
         self._table: ExplainTable | None = None
+        self._pattern: SparseTensor | None = None  # A detached: what handles need (the pattern), made once
         self.results: list = []
 
     def plan(self) -> ExplainTable:
@@ -240,7 +241,9 @@ class Solver:
         if self._state is None:
             self.factorize()
         Bn, vector = as_rhs(self.A, B, "Solver.solve", rows=self.A.format_shape[0])
-        handle = SolveHandle(self._state, self.A.detach(), False, self._policy, self.results)
+        if self._pattern is None:
+            self._pattern = self.A.detach()  # update_values keeps the pattern: one per Solver
+        handle = SolveHandle(self._state, self._pattern, False, self._policy, self.results)
         X = solve_function(self.A.values, Bn, handle)
         out = restore_rhs(X, vector)
         info = _info(self.A, Bn, X, self._state, self._offer, handle) if return_info else None
