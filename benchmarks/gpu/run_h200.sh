@@ -25,7 +25,7 @@ for f in ("cg", "gmres", "minres", "cgs", "lsmr", "eigsh"):
 PY
 if [ "${TESTS:-all}" != "none" ]; then
   T=${TESTS:-plugins/cupy_backend/tests}
-  timeout "${TEST_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider -W ignore -rfE --tb=short $T > "$OUT/pytest_full.txt" 2>&1
+  timeout "${TEST_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider -W ignore -rfEs --tb=short $T > "$OUT/pytest_full.txt" 2>&1
   echo "pytest exit $?"
   grep -E "^(FAILED|ERROR)" "$OUT/pytest_full.txt" | head -60
   tail -3 "$OUT/pytest_full.txt"
