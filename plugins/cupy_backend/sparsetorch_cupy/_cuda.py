@@ -1,9 +1,10 @@
 """CuPy on torch's terms: lazy import, torch's current stream, zero-copy DLPack hand-off.
 
-Everything here runs inside :func:`on_torch_stream`: CuPy's current device and stream are set to
-the tensor's device and ``torch.cuda.current_stream()``, so CuPy kernels, cuSPARSE calls (the
-handle's stream is set explicitly) and torch's own work are ordered on one stream without a
-synchronization. Tensors cross with ``cupy.from_dlpack`` / ``torch.from_dlpack`` (no copy); the
+The solvers run inside :func:`on_torch_stream`: CuPy's current device and stream are set to the
+tensor's device and ``torch.cuda.current_stream()``, so CuPy kernels, cuSPARSE calls (the
+handle's stream is set explicitly before each call) and torch's own work are ordered on one
+stream without a synchronization. Products alone (``spmm``) launch no CuPy kernel and only set
+the handle's stream. Tensors cross with ``cupy.from_dlpack`` / ``torch.from_dlpack`` (no copy); the
 memory stays owned by its producer.
 """
 

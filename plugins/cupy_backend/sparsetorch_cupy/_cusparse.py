@@ -102,7 +102,8 @@ class _Side:
 
 
 class CusparseMatrix:
-    """A fixed pattern on one CUDA device; :meth:`set_values` then :meth:`matmul_ptr` / :meth:`apply`."""
+    """A fixed pattern on one CUDA device: :meth:`set_values`, then :meth:`apply` (torch tensors),
+    :meth:`matvec_ptr` / :meth:`matmat_ptr` (raw pointers) or :meth:`cupy_matvec` (CuPy arrays)."""
 
     def __init__(self, A: SparseTensor) -> None:
         fs = A.format_shape
