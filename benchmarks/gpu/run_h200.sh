@@ -2,7 +2,7 @@
 # One call on the lent GPU machine: install the carried peer wheels, run the cupy plugin's tests,
 # run the suite. Results go under $OUT (the device tool brings them back).
 #   OUT=/tmp/out bash benchmarks/gpu/run_h200.sh                # everything
-#   TESTS="plugins/cupy_backend/tests/test_gpu.py" SUITE_ARGS="--cases spmv" bash benchmarks/gpu/run_h200.sh
+#   TESTS="plugins/cupy_backend/tests/test_cupy_gpu.py" SUITE_ARGS="--cases spmv" bash benchmarks/gpu/run_h200.sh
 set -u
 OUT=${OUT:-/tmp/gpu_out}
 mkdir -p "$OUT/results"
