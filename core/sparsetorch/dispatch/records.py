@@ -24,7 +24,7 @@ OPS = ("matmul", "solve", "eigsh", "eigs", "logdet", "lstsq")
 #: One vocabulary of method names across backends.
 METHODS = (
     "spmm", "lu", "cholesky", "ldlt", "qr", "dense", "cg", "bicgstab", "gmres", "lgmres", "minres",
-    "tfqmr", "gcrotmk", "lsqr", "lsmr", "amg", "arpack", "lobpcg", "lanczos",
+    "tfqmr", "gcrotmk", "cgs", "lsqr", "lsmr", "amg", "arpack", "lobpcg", "lanczos",
 )
 
 
