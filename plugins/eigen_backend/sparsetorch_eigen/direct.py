@@ -37,7 +37,7 @@ __all__ = ["DirectPlan", "DIRECT_METHODS", "lu_settings"]
 
 DIRECT_METHODS = ("cholesky", "ldlt", "lu", "qr")
 _NAMES = {"cholesky": "SimplicialLLT", "ldlt": "SimplicialLDLT", "lu": "SparseLU", "qr": "SparseQR"}
-_ORDERINGS = ("colamd", "amd", "natural")
+_ORDERINGS = ("colamd", "amd", "natural")  # amd: on A^T + A
 
 
 def lu_settings(symmetric_pattern: bool, bo: Mapping[str, Any]) -> tuple[str, float, bool]:

@@ -2,6 +2,7 @@
 // so the four scalar types compile in parallel).
 #pragma once
 
+#include <pybind11/complex.h>
 #include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>

@@ -29,6 +29,12 @@ struct RuntimeOrdering {
   template <class MatrixType>
   void operator()(const MatrixType& mat, PermutationType& perm) {
     if (lu_ordering_choice == 1) {
+      // AMDOrdering returns the permutation in SimplicialLLT's convention (A is read as
+      // P A P^-1 with P the inverse of the ordering); SparseLU applies perm_c^-1: invert it.
+      PermutationType p;
+      Eigen::AMDOrdering<int>()(mat, p);
+      perm = p.inverse();
+    } else if (lu_ordering_choice == 3) {
       Eigen::AMDOrdering<int>()(mat, perm);
     } else if (lu_ordering_choice == 2) {
       Eigen::NaturalOrdering<int>()(mat, perm);
@@ -67,6 +73,15 @@ class LU : public Eigen::SparseLU<ColMap<S>, RuntimeOrdering> {
   int permutation_sign() const { return int(this->m_detPermR * this->m_detPermC); }
 };
 
+// Eigen's dense kernels inside SparseLU/SparseQR (supernode updates) parallelise with OpenMP when
+// Eigen::nbThreads() > 1; on a 2-core VM that made SparseLU 10-30x slower (small blocks, busy
+// cores). The direct solvers run with one thread; the previous setting is restored afterwards.
+struct OneThread {
+  int saved;
+  OneThread() : saved(Eigen::nbThreads()) { Eigen::setNbThreads(1); }
+  ~OneThread() { Eigen::setNbThreads(saved); }
+};
+
 struct FactorInfo {
   int code = OK;
   std::string message;
@@ -97,7 +112,9 @@ class Direct {
     if (ordering == "colamd") ordering_ = 0;
     else if (ordering == "amd") ordering_ = 1;
     else if (ordering == "natural") ordering_ = 2;
+    else if (ordering == "amd_raw") ordering_ = 3;
     else throw InvalidArgument("unknown ordering '" + ordering + "' (colamd, amd, natural)");
+    OneThread one;
     // The pattern is analysed with placeholder values (Eigen's symbolic steps copy values too).
     std::vector<S> ones(static_cast<size_t>(nnz), S(1));
     infos_.resize(batch);
@@ -128,6 +145,7 @@ class Direct {
   // Numeric phase for every value-batch member: values is (batch, nnz), contiguous.
   void factorize(std::uintptr_t values) {
     const S* v = static_cast<const S*>(as_ptr(values));
+    OneThread one;
     for (Index i = 0; i < batch_; ++i) factorize_member(i, v + i * nnz_);
   }
 
@@ -137,6 +155,7 @@ class Direct {
   void solve(Index member, std::uintptr_t b, std::uintptr_t x, Index k, bool adjoint) {
     check_member(member);
     require(rows_ == cols_, "solve needs a square matrix");
+    OneThread one;
     const Index n = rows_;
     Eigen::Map<const Mat<S>> B(static_cast<const S*>(as_ptr(b)), n, k);
     Eigen::Map<Mat<S>> X(static_cast<S*>(const_cast<void*>(as_ptr(x))), n, k);
@@ -172,6 +191,7 @@ class Direct {
   void lstsq(Index member, std::uintptr_t b, std::uintptr_t x, Index k, bool adjoint) {
     check_member(member);
     require(kind_ == "qr", "lstsq needs the qr method");
+    OneThread one;
     const Index m = adjoint ? cols_ : rows_, n = adjoint ? rows_ : cols_;
     Eigen::Map<const Mat<S>> B(static_cast<const S*>(as_ptr(b)), m, k);
     Eigen::Map<Mat<S>> X(static_cast<S*>(const_cast<void*>(as_ptr(x))), n, k);

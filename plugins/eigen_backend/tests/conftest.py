@@ -1,0 +1,47 @@
+"""Shared fixtures of the eigen backend's tests.
+
+The plugin is normally installed (``pip install ./plugins/eigen_backend``: the entry point
+registers "eigen"); when only the compiled extension sits in the source tree (a development
+build, PYTHONPATH=core:plugins/eigen_backend), the fixtures register ``sparsetorch_eigen.plugin``
+in-process under the same name.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sparsetorch.dispatch import get_backends, reset_backends
+
+import sparsetorch_eigen.plugin as plugin
+
+
+def ensure_registered() -> None:
+    backends = get_backends()
+    if "eigen" not in backends.names:
+        backends.register(plugin, "eigen")
+    broken = [b for b in backends.broken if b.name == "eigen"]
+    assert not broken, broken
+
+
+@pytest.fixture
+def eigen_backend():
+    """The loaded "eigen" backend's BackendInfo (entry point if installed, else registered here)."""
+    ensure_registered()
+    yield get_backends().info("eigen")
+    reset_backends()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_thread():
+    """Tiny matrices: one intra-op thread for torch avoids start-up costs on small, busy machines."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def _deterministic_rates(monkeypatch):
+    """Fixed calibration rates: cost estimates (and so auto-dispatch) do not depend on the machine."""
+    monkeypatch.setenv("SPARSETORCH_CALIBRATION", "defaults")

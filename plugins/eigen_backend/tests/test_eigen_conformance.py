@@ -1,0 +1,46 @@
+"""The eigen backend through the conformance kit (sparsetorch.testing): every solve method in every
+input format and dtype against dense float64 oracles, value batches, complex, gradients (gradcheck,
+dense autograd, second derivatives for the direct methods, torch.func), Solver and the plan cache,
+and the error contract."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sparsetorch.dispatch import get_backends, reset_backends
+from sparsetorch.format import BSR, COO, CSC, CSR, DIA, ELL
+from sparsetorch.testing import ErrorConformance, SolveConformance
+
+import sparsetorch_eigen.plugin as plugin
+
+
+class EigenBackend:
+    backend = "eigen"
+    methods = ("cholesky", "ldlt", "lu", "qr", "cg", "bicgstab")
+    devices = ("cpu",)
+    dtypes = (torch.float64, torch.float32)
+    complex_dtypes = (torch.complex128, torch.complex64)
+    formats = (CSR, CSC, COO, BSR(2, 2), DIA, ELL)
+    supports_complex = True
+    supports_batch = True
+    supports_multiple_rhs = True
+    supports_grad = True
+    symmetric_only_methods = {"cg": "spd", "cholesky": "spd", "ldlt": "symmetric"}
+
+    @pytest.fixture(autouse=True)
+    def conformance_backend(self):
+        """Register the plugin in-process when it is not installed (the kit's loading hook)."""
+        backends = get_backends()
+        if self.backend not in backends.names:
+            backends.register(plugin, self.backend)
+        yield
+        reset_backends()
+
+
+class TestEigenSolve(EigenBackend, SolveConformance):
+    pass
+
+
+class TestEigenErrors(EigenBackend, ErrorConformance):
+    pass

@@ -1,0 +1,151 @@
+"""Iterative plans against SciPy and dense references: CG/BiCGSTAB with each preconditioner, the
+tolerance rule, adjoint solves in both layouts, int64 indices, callbacks, statuses, least-squares CG."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+import torch
+
+import sparsetorch as st
+from sparsetorch.format import CSC, CSR
+from sparsetorch.testing.problems import convection_diffusion, hermitian_pd, poisson2d, random_rectangular, symmetric_indefinite
+
+from sparsetorch_eigen.iterative import KrylovPlan, LeastSquaresCGPlan
+
+
+def _plan(A, method, pre=None, **call):
+    p = KrylovPlan(A, method, {"preconditioner": pre})
+    p.set_values(A.values)
+    p.call_options = {"rtol": 1e-10, **call}
+    return p
+
+
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64], ids=["int32", "int64"])
+@pytest.mark.parametrize("fmt", [CSR, CSC], ids=["csr", "csc"])
+@pytest.mark.parametrize("method,pre", [("cg", None), ("cg", "jacobi"), ("cg", "ichol"), ("bicgstab", None),
+                                        ("bicgstab", "jacobi"), ("bicgstab", "ilu")])
+def test_krylov_matches_dense_forward_and_adjoint(method, pre, fmt, index_dtype):
+    base = poisson2d(8, 7) if method == "cg" else convection_diffusion(8, 7)
+    A = st.SparseTensor.from_dense(base.to_dense(), fmt, index_dtype=index_dtype)
+    D = A.to_dense()
+    p = _plan(A, method, pre)
+    B = torch.randn(A.shape[0], 2, dtype=torch.float64)
+    X, info = p.solve(B)
+    assert info.converged, info
+    torch.testing.assert_close(X, torch.linalg.solve(D, B), rtol=1e-7, atol=1e-8)
+    XH, info = p.solve(B, adjoint=True)
+    assert info.converged, info
+    torch.testing.assert_close(XH, torch.linalg.solve(D.mH, B), rtol=1e-7, atol=1e-8)
+
+
+@pytest.mark.parametrize("fmt", [CSR, CSC], ids=["csr", "csc"])
+def test_complex_bicgstab_adjoint(fmt):
+    A = st.SparseTensor.from_dense(convection_diffusion(6, 5, dtype=torch.complex128).to_dense() * (1 + 0.3j), fmt)
+    D = A.to_dense()
+    p = _plan(A, "bicgstab", "ilu")
+    B = torch.randn(A.shape[0], 1, dtype=torch.complex128)
+    torch.testing.assert_close(p.solve(B, adjoint=True)[0], torch.linalg.solve(D.mH, B), rtol=1e-7, atol=1e-8)
+
+
+def test_complex_hermitian_cg():
+    A = hermitian_pd(6, 5)
+    p = _plan(A, "cg", "jacobi")
+    B = torch.randn(A.shape[0], 2, dtype=torch.complex128)
+    torch.testing.assert_close(p.solve(B)[0], torch.linalg.solve(A.to_dense(), B), rtol=1e-7, atol=1e-8)
+
+
+def test_tolerance_rule_is_exact_and_iterations_close_to_scipy():
+    A = poisson2d(30, 30)
+    b = torch.ones(A.shape[0], 1, dtype=torch.float64)
+    p = _plan(A, "cg", None, rtol=1e-8)
+    x, info = p.solve(b)
+    r = float(torch.linalg.norm(b - A.to_dense() @ x))
+    assert r <= 1e-8 * float(torch.linalg.norm(b)) and info.converged
+    its = []
+    Asp = sp.csr_array(A.to_dense().numpy())
+    spla.cg(Asp, b.numpy()[:, 0], rtol=1e-8, callback=lambda xk: its.append(1))
+    assert abs(info.iterations - len(its)) <= 3, (info.iterations, len(its))
+    # atol wins when it is the larger threshold
+    x, info = _plan(A, "cg", None, rtol=1e-12, atol=1e-3).solve(b)
+    assert float(torch.linalg.norm(b - A.to_dense() @ x)) <= 1e-3
+
+
+def test_callback_history_and_maxiter_status():
+    A = poisson2d(20, 20)
+    seen = []
+    p = _plan(A, "cg", None, rtol=1e-12, maxiter=7, callback=lambda it, res: seen.append((it, res)), check_every=2)
+    x, info = p.solve(torch.ones(A.shape[0], 1, dtype=torch.float64))
+    assert info.status is st.Status.MAX_ITERATIONS and not info.converged and "maxiter" in info.reason
+    assert [it for it, _ in seen] == [2, 4, 6] and len(info.history) == 3
+    assert torch.isfinite(x).all()
+
+
+def test_callback_exception_propagates():
+    A = poisson2d(10, 10)
+
+    def boom(it, res):
+        raise KeyError("stop here")
+
+    p = _plan(A, "cg", None, callback=boom)
+    with pytest.raises(KeyError, match="stop here"):
+        p.solve(torch.ones(A.shape[0], 1, dtype=torch.float64))
+
+
+def test_cg_reports_indefinite():
+    A = symmetric_indefinite(5, 4)
+    x, info = _plan(A, "cg", None).solve(torch.ones(A.shape[0], 1, dtype=torch.float64))
+    assert info.status is st.Status.INDEFINITE and "positive definite" in info.reason
+
+
+def test_nan_in_b_is_not_finite():
+    A = poisson2d(5, 4)
+    b = torch.ones(A.shape[0], 1, dtype=torch.float64)
+    b[3] = float("nan")
+    _, info = _plan(A, "bicgstab", "jacobi").solve(b)
+    assert info.status is st.Status.NOT_FINITE
+
+
+def test_ichol_on_indefinite_raises():
+    A = symmetric_indefinite(5, 4)
+    with pytest.raises(st.IndefiniteMatrixError, match="ichol"):
+        KrylovPlan(A, "cg", {"preconditioner": "ichol", "backend_options": {"ichol_shift": 0.0}}).set_values(-A.values * 0 - 1)
+
+
+def test_through_solve_auto_and_pinned(eigen_backend):
+    A = poisson2d(12, 12)
+    b = torch.ones(A.shape[0], dtype=torch.float64)
+    x, info = st.solve(A, b, backend="eigen", method="cg", preconditioner="ichol", rtol=1e-10, return_info=True)
+    assert info.preconditioner == "ichol" and info.converged
+    torch.testing.assert_close(x, torch.linalg.solve(A.to_dense(), b), rtol=1e-7, atol=1e-8)
+
+
+@pytest.mark.parametrize("shape", [(15, 8), (8, 15)], ids=["tall", "wide"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128], ids=["f64", "c128"])
+def test_least_squares_cg_minimum_norm(shape, dtype):
+    A = random_rectangular(*shape, density=0.5, seed=5, dtype=dtype)
+    D = A.to_dense()
+    p = LeastSquaresCGPlan(A, "lsqr", {})
+    p.set_values(A.values)
+    p.call_options = {"atol": 1e-14, "btol": 1e-14, "damp": 0.0}
+    B = torch.randn(shape[0], 2, dtype=torch.float64).to(dtype)
+    X, info = p.lstsq(B)
+    assert info.converged, info
+    torch.testing.assert_close(X, torch.linalg.pinv(D) @ B, rtol=1e-6, atol=1e-8)
+    BH = torch.randn(shape[1], 1, dtype=torch.float64).to(dtype)
+    XH, info = p.lstsq(BH, adjoint=True)
+    torch.testing.assert_close(XH, torch.linalg.pinv(D.mH) @ BH, rtol=1e-6, atol=1e-8)
+
+
+def test_least_squares_cg_damped():
+    A = random_rectangular(12, 7, density=0.5, seed=1)
+    D = A.to_dense()
+    p = LeastSquaresCGPlan(A, "lsqr", {})
+    p.set_values(A.values)
+    p.call_options = {"atol": 1e-14, "btol": 1e-14, "damp": 0.5}
+    B = torch.randn(12, 1, dtype=torch.float64)
+    X, _ = p.lstsq(B)
+    ref = torch.linalg.solve(D.T @ D + 0.25 * torch.eye(7, dtype=torch.float64), D.T @ B)
+    torch.testing.assert_close(X, ref, rtol=1e-6, atol=1e-8)
