@@ -18,9 +18,12 @@ differs:
 - ``torch-sla (auto)``: the same with torch-sla's own choice (``backend="auto"``: SciPy LU on
   the CPU).
 
-Each runs until the kappa error reaches ``--target`` (0.23 %) or ``--max-steps``. Recorded: steps
-to the target, the median step time, the end-to-end time (set-up, observations and steps until
-the target), the final error, and for sparsetorch a per-stage breakdown (a separate timed run).
+The implementations run interleaved, one step of each in turn (each with its own parameters and
+optimiser), so all of them meet the same load on a shared machine; each stops at the target
+kappa error ``--target`` (0.23 %) or ``--max-steps``. Recorded: steps to the target, the median
+step time, the end-to-end time (set-up, observations and steps until the target), on the CPU
+also the process's CPU time for both (less sensitive to other processes), the final error, and
+for sparsetorch a per-stage breakdown (a separate timed run).
 
 Run (the numbers in benchmarks/results/inverse_cpu.json)::
 
@@ -97,54 +100,161 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _summary(name: str, setup_s: float, step_s: list[float], errors: list[float], losses: list[float], target: float,
-             extra: dict) -> dict:
-    reached = next((k + 1 for k, e in enumerate(errors) if e <= target), None)
-    upto = reached if reached is not None else len(step_s)
-    return {
-        "name": name,
-        **extra,
-        "steps_run": len(step_s),
+class Runner:
+    """One implementation: ``setup()`` (timed: pattern, observations, optimiser), then ``step()``
+    returning ``(loss, kappa error after the update)``. The driver interleaves the runners step by
+    step, so every implementation meets the same load on a shared machine."""
+
+    name: str
+    implementation: str
+
+    def setup(self) -> None:
+        raise NotImplementedError
+
+    def step(self) -> tuple[float, float]:
+        raise NotImplementedError
+
+    def info(self) -> dict:
+        return {}
+
+
+class SparsetorchRunner(Runner):
+    implementation = "sparsetorch"
+
+    def __init__(self, args, device: torch.device, solver: dict, name: str) -> None:
+        self.args, self.device, self.solver, self.name = args, device, solver, name
+
+    def setup(self) -> None:
+        a = self.args
+        self.prob = ic.InverseProblem.build(a.n, lr=a.lr, reg=a.reg, device=self.device, **{"rtol": a.rtol, **self.solver})
+
+    def step(self) -> tuple[float, float]:
+        return self.prob.step()  # returns floats: the step has synchronised
+
+    def info(self) -> dict:
+        s = self.prob.solver
+        return {"backend": s.backend, "method": s.method, "solver_options": dict(self.solver),
+                "rtol_if_iterative": self.args.rtol, "factorizations": getattr(s._state.plan, "factorizations", None)}
+
+
+class TorchSlaRunner(Runner):
+    """torch-sla the way its benchmark script drives it: a new ``SparseTensor(val, row, col, shape)``
+    from COO triplets and ``.solve(f, ...)`` every step (same stencil values, loss, optimiser)."""
+
+    implementation = "torch-sla"
+
+    def __init__(self, args, device: torch.device, backend: str, method: str, name: str) -> None:
+        self.args, self.device, self.backend, self.method, self.name = args, device, backend, method, name
+
+    def setup(self) -> None:
+        import torch_sla
+
+        warnings.filterwarnings("ignore", message="PCG did not converge")
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support")
+        warnings.filterwarnings("ignore", message="Sparse invariant checks")
+        self.sla = torch_sla
+        a, dtype = self.args, torch.float64
+        self.grid = ic.make_grid(a.n, device=self.device, dtype=dtype)  # the same stencil, as COO triplets
+        self.truth = ic.kappa_star(a.n, device=self.device, dtype=dtype)
+        with torch.no_grad():
+            self.u_obs = self._solve(self.truth, 1e-12)
+        self.theta = torch.full((a.n, a.n), ic.theta_for_kappa(1.0), device=self.device, dtype=dtype, requires_grad=True)
+        self.opt = torch.optim.Adam([self.theta], lr=a.lr)
+
+    def _solve(self, kappa: torch.Tensor, atol: float) -> torch.Tensor:
+        rows, cols, coeff = self.grid.coo
+        vals = ic.stencil_coefficients(kappa, self.grid.h)[coeff]
+        A = self.sla.SparseTensor(vals, rows, cols, (self.grid.unknowns, self.grid.unknowns))
+        return A.solve(self.grid.f, backend=self.backend, method=self.method, atol=atol, maxiter=self.args.sla_maxiter)
+
+    def step(self) -> tuple[float, float]:
+        self.opt.zero_grad()
+        kappa = F.softplus(self.theta)
+        u = self._solve(kappa, self.args.sla_atol)
+        loss = (u - self.u_obs).square().sum() + self.args.reg * ic.smoothness(kappa)
+        loss.backward()
+        self.opt.step()
+        with torch.no_grad():
+            err = ic.relative_l2(F.softplus(self.theta), self.truth)
+        return float(loss.detach()), err
+
+    def info(self) -> dict:
+        resolved = self.backend
+        if self.backend == "auto":
+            try:
+                resolved = f"auto -> {self.sla.backends.select_backend(self.device, self.grid.unknowns, torch.float64)}"
+            except Exception as exc:  # noqa: BLE001 - their helper; the run is unaffected
+                resolved = f"auto (could not ask torch-sla: {exc})"
+        return {"version": self.sla.__version__, "backend": resolved, "method": self.method, "atol": self.args.sla_atol,
+                "maxiter": self.args.sla_maxiter}
+
+
+def run_interleaved(runners: list[Runner], args, device: torch.device, *, verbose: bool = True) -> list[dict]:
+    """Set every runner up, then step them in turn until each reaches the target or ``max_steps``.
+
+    Per step: wall time (``perf_counter``) and, on the CPU, the thread's CPU time (``thread_time``:
+    time spent by this process's thread, which other processes' load inflates less)."""
+    cpu = device.type == "cpu"
+    state = {}
+    for r in runners:
+        torch.manual_seed(args.seed)
+        _sync(device)
+        w0, c0 = time.perf_counter(), time.thread_time()
+        r.setup()
+        _sync(device)
+        state[r.name] = {"setup": time.perf_counter() - w0, "setup_cpu": time.thread_time() - c0,
+                         "wall": [], "cpu": [], "loss": [], "err": [], "done": False}
+    for k in range(args.max_steps):
+        active = [r for r in runners if not state[r.name]["done"]]
+        if not active:
+            break
+        for r in active:
+            s = state[r.name]
+            w0, c0 = time.perf_counter(), time.thread_time()
+            loss, err = r.step()
+            s["wall"].append(time.perf_counter() - w0)
+            s["cpu"].append(time.thread_time() - c0)
+            s["loss"].append(loss)
+            s["err"].append(err)
+            if verbose and k % args.log_every == 0:
+                print(f"  [{r.name}] step {k + 1:5d} loss={loss:.4e} kappa_rel_err={err:.4e} "
+                      f"({1e3 * s['wall'][-1]:.2f} ms)", flush=True)
+            if args.target > 0 and err <= args.target:
+                s["done"] = True
+    out = []
+    for r in runners:
+        rec = _summary(r, state[r.name], args.target, cpu)
+        if verbose:
+            print(f"  [{r.name}] {_line(rec)}", flush=True)
+        out.append(rec)
+    return out
+
+
+def _summary(r: Runner, s: dict, target: float, cpu: bool) -> dict:
+    errors, wall = s["err"], s["wall"]
+    reached = next((k + 1 for k, e in enumerate(errors) if e <= target), None) if target > 0 else None
+    upto = reached if reached is not None else len(wall)
+    rec = {
+        "name": r.name,
+        "implementation": r.implementation,
+        **r.info(),
+        "steps_run": len(wall),
         "steps_to_target": reached,
         "target": target,
         "reached_target": reached is not None,
-        "median_step_ms": 1e3 * statistics.median(step_s) if step_s else None,
-        "mean_step_ms": 1e3 * sum(step_s) / len(step_s) if step_s else None,
-        "setup_seconds": setup_s,
-        "end_to_end_seconds": setup_s + sum(step_s[:upto]),
-        "initial_loss": losses[0] if losses else None,
+        "median_step_ms": 1e3 * statistics.median(wall) if wall else None,
+        "mean_step_ms": 1e3 * sum(wall) / len(wall) if wall else None,
+        "setup_seconds": s["setup"],
+        "end_to_end_seconds": s["setup"] + sum(wall[:upto]),
+        "initial_loss": s["loss"][0] if s["loss"] else None,
         "final_kappa_rel_err": errors[-1] if errors else None,
-        "kappa_rel_err_at": {str(s): errors[s - 1] for s in (1, 10, 100, 500, 1000, 1500, 2000, 2400, 3000, 4000)
-                             if s <= len(errors)},
+        "kappa_rel_err_at": {str(k): errors[k - 1] for k in (1, 10, 100, 500, 1000, 1500, 2000, 2400, 3000, 4000)
+                             if k <= len(errors)},
     }
-
-
-# sparsetorch ---------------------------------------------------------------------------------------
-def run_sparsetorch(args, device: torch.device, solver: dict, name: str, *, verbose: bool = True) -> dict:
-    torch.manual_seed(args.seed)
-    _sync(device)
-    t0 = time.perf_counter()
-    prob = ic.InverseProblem.build(args.n, lr=args.lr, reg=args.reg, device=device, **{"rtol": args.rtol, **solver})
-    _sync(device)
-    setup = time.perf_counter() - t0
-    step_s, errors, losses = [], [], []
-    for k in range(args.max_steps):
-        t = time.perf_counter()
-        loss, err = prob.step()  # err is a float: the step has synchronised
-        step_s.append(time.perf_counter() - t)
-        errors.append(err)
-        losses.append(loss)
-        if verbose and k % args.log_every == 0:
-            print(f"  [{name}] step {k + 1:5d} loss={loss:.4e} kappa_rel_err={err:.4e} ({1e3 * step_s[-1]:.2f} ms)",
-                  flush=True)
-        if err <= args.target:
-            break
-    info = {"implementation": "sparsetorch", "backend": prob.solver.backend, "method": prob.solver.method,
-            "solver_options": {k: v for k, v in solver.items()}, "rtol_if_iterative": args.rtol,
-            "factorizations": getattr(prob.solver._state.plan, "factorizations", None)}
-    rec = _summary(name, setup, step_s, errors, losses, args.target, info)
-    if verbose:
-        print(f"  [{name}] {_line(rec)}", flush=True)
+    if cpu:
+        c = s["cpu"]
+        rec["median_step_cpu_ms"] = 1e3 * statistics.median(c) if c else None
+        rec["end_to_end_cpu_seconds"] = s["setup_cpu"] + sum(c[:upto])
     return rec
 
 
@@ -153,17 +263,19 @@ def breakdown_sparsetorch(args, device: torch.device, solver: dict) -> dict:
     prob = ic.InverseProblem.build(args.n, lr=args.lr, reg=args.reg, device=device, **{"rtol": args.rtol, **solver})
     stages = {"assembly": prob.assemble, "refactorization": prob.refactorize, "solve_and_loss": prob.forward,
               "backward": prob.backward, "adam_and_metric": prob.update}
-    times = {k: [] for k in stages}
+    wall = {k: [] for k in stages}
+    cpu = {k: [] for k in stages}
     for k in range(args.breakdown_steps + 20):
         for name, fn in stages.items():
             _sync(device)
-            t = time.perf_counter()
+            w0, c0 = time.perf_counter(), time.thread_time()
             fn()
             _sync(device)
             if k >= 20:
-                times[name].append(time.perf_counter() - t)
-    med = {k: 1e3 * statistics.median(v) for k, v in times.items()}
-    return {
+                wall[name].append(time.perf_counter() - w0)
+                cpu[name].append(time.thread_time() - c0)
+    med = {k: 1e3 * statistics.median(v) for k, v in wall.items()}
+    out = {
         "steps_timed": args.breakdown_steps,
         "median_ms": med,
         "sum_of_medians_ms": sum(med.values()),
@@ -175,66 +287,9 @@ def breakdown_sparsetorch(args, device: torch.device, solver: dict) -> dict:
             "adam_and_metric": "Adam update + kappa error (one device-to-host read)",
         },
     }
-
-
-# torch-sla -----------------------------------------------------------------------------------------
-def run_torch_sla(args, device: torch.device, backend: str, method: str, name: str, *, verbose: bool = True) -> dict:
-    import torch_sla
-
-    warnings.filterwarnings("ignore", message="PCG did not converge")
-    warnings.filterwarnings("ignore", message="Sparse CSR tensor support")
-    torch.manual_seed(args.seed)
-    dtype = torch.float64
-    n = args.n
-    solve_kw = dict(backend=backend, method=method, maxiter=args.sla_maxiter)
-    _sync(device)
-    t0 = time.perf_counter()
-    grid = ic.make_grid(n, device=device, dtype=dtype)  # the same stencil, as COO triplets
-    rows, cols, coeff = grid.coo
-    shape = (grid.unknowns, grid.unknowns)
-    truth = ic.kappa_star(n, device=device, dtype=dtype)
-
-    def solve(kappa: torch.Tensor, atol: float) -> torch.Tensor:
-        vals = ic.stencil_coefficients(kappa, grid.h)[coeff]
-        return torch_sla.SparseTensor(vals, rows, cols, shape).solve(grid.f, atol=atol, **solve_kw)
-
-    with torch.no_grad():
-        u_obs = solve(truth, 1e-12)
-    theta = torch.full((n, n), ic.theta_for_kappa(1.0), device=device, dtype=dtype, requires_grad=True)
-    opt = torch.optim.Adam([theta], lr=args.lr)
-    _sync(device)
-    setup = time.perf_counter() - t0
-    step_s, errors, losses = [], [], []
-    for k in range(args.max_steps):
-        t = time.perf_counter()
-        opt.zero_grad()
-        kappa = F.softplus(theta)
-        u = solve(kappa, args.sla_atol)
-        loss = (u - u_obs).square().sum() + args.reg * ic.smoothness(kappa)
-        loss.backward()
-        opt.step()
-        with torch.no_grad():
-            err = ic.relative_l2(F.softplus(theta), truth)
-        step_s.append(time.perf_counter() - t)
-        errors.append(err)
-        losses.append(float(loss.detach()))
-        if verbose and k % args.log_every == 0:
-            print(f"  [{name}] step {k + 1:5d} loss={losses[-1]:.4e} kappa_rel_err={err:.4e} "
-                  f"({1e3 * step_s[-1]:.2f} ms)", flush=True)
-        if err <= args.target:
-            break
-    resolved = backend
-    if backend == "auto":
-        try:
-            resolved = torch_sla.backends.select_backend(device, grid.unknowns, dtype)
-        except Exception as exc:  # a private helper of theirs: record why it failed, the run is unaffected
-            resolved = f"auto (could not ask torch-sla: {exc})"
-    info = {"implementation": "torch-sla", "version": torch_sla.__version__, "backend": resolved, "method": method,
-            "atol": args.sla_atol, "maxiter": args.sla_maxiter}
-    rec = _summary(name, setup, step_s, errors, losses, args.target, info)
-    if verbose:
-        print(f"  [{name}] {_line(rec)}", flush=True)
-    return rec
+    if device.type == "cpu":
+        out["median_cpu_ms"] = {k: 1e3 * statistics.median(v) for k, v in cpu.items()}
+    return out
 
 
 def _line(rec: dict) -> str:
@@ -275,27 +330,39 @@ def versions() -> dict:
 
 
 def eigen_available(args, device: torch.device) -> str | None:
-    """None when the eigen backend can solve this problem, else why not."""
+    """None when the eigen backend solves a small instance of this problem correctly, else why not
+    (the plugin is optional and may be missing or unfinished: any failure is recorded, not raised)."""
     g = ic.make_grid(8, device=device)
+    A = g.A.with_values(ic.assemble_values(g, ic.kappa_star(8, device=device)))
     try:
-        st.Solver(g.A.with_values(ic.assemble_values(g, ic.kappa_star(8, device=device))), properties="spd",
-                  backend="eigen").plan()
-    except st.SparseTorchError as exc:
-        return str(exc).splitlines()[0][:300]
+        u = st.Solver(A, properties="spd", backend="eigen").solve(g.f)
+        ref = torch.linalg.solve(A.to_dense(), g.f)
+        if not torch.allclose(u, ref, rtol=1e-10, atol=1e-12):
+            return f"wrong answer on n=8 (max error {float((u - ref).abs().max()):.3g})"
+    except Exception as exc:  # noqa: BLE001 - a probe: the reason goes into the JSON
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
     return None
 
 
-def warm_up(args, device: torch.device, solver: dict, with_sla: bool, with_eigen: bool) -> None:
+def make_runners(args, device: torch.device, solver: dict, eigen: bool, sla: bool) -> list[Runner]:
+    runners: list[Runner] = [SparsetorchRunner(args, device, solver, "sparsetorch")]
+    if args.extra_default_panel and device.type == "cpu":
+        runners.append(SparsetorchRunner(args, device, {"method": "lu"}, "sparsetorch (lu, SuperLU default panel)"))
+    if eigen:
+        runners.append(SparsetorchRunner(args, device, {"backend": "eigen"}, "sparsetorch (eigen)"))
+    if sla:
+        runners.append(TorchSlaRunner(args, device, "pytorch", "cg", "torch-sla (benchmark: pytorch/cg)"))
+        if not args.skip_sla_auto:
+            runners.append(TorchSlaRunner(args, device, "auto", "auto", "torch-sla (auto)"))
+    return runners
+
+
+def warm_up(args, device: torch.device, solver: dict, eigen: bool, sla: bool) -> None:
     """A few steps of every implementation on a small grid, untimed: one-time costs (imports such as
     torch._dynamo pulled in by the first optimiser, plugin loading, calibration) then burden none
-    of the timed runs, whichever runs first."""
-    small = argparse.Namespace(**{**vars(args), "n": 8, "max_steps": 3, "log_every": 10**9, "target": 0.0})
-    run_sparsetorch(small, device, solver, "warm-up", verbose=False)
-    if with_eigen:
-        run_sparsetorch(small, device, {"backend": "eigen"}, "warm-up", verbose=False)
-    if with_sla:
-        run_torch_sla(small, device, "pytorch", "cg", "warm-up", verbose=False)
-        run_torch_sla(small, device, "auto", "auto", "warm-up", verbose=False)
+    of the timed runs."""
+    small = argparse.Namespace(**{**vars(args), "n": 8, "max_steps": 3, "target": 0.0})
+    run_interleaved(make_runners(small, device, solver, eigen, sla), small, device, verbose=False)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -329,18 +396,11 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"[bench_inverse] n={args.n} device={device} threads={args.threads} target={args.target}", flush=True)
 
     why_not_eigen = eigen_available(args, device)
-    warm_up(args, device, solver, not args.skip_torch_sla, why_not_eigen is None)
-    rows = [run_sparsetorch(args, device, solver, "sparsetorch")]
-    if args.extra_default_panel and device.type == "cpu":
-        rows.append(run_sparsetorch(args, device, {"method": "lu"}, "sparsetorch (lu, SuperLU default panel)"))
-    if why_not_eigen is None:
-        rows.append(run_sparsetorch(args, device, {"backend": "eigen"}, "sparsetorch (eigen)"))
+    eigen, sla = why_not_eigen is None, not args.skip_torch_sla
+    warm_up(args, device, solver, eigen, sla)
+    rows = run_interleaved(make_runners(args, device, solver, eigen, sla), args, device)
     breakdown = breakdown_sparsetorch(args, device, solver)
     print(f"  [breakdown] {json.dumps({k: round(v, 3) for k, v in breakdown['median_ms'].items()})}", flush=True)
-    if not args.skip_torch_sla:
-        rows.append(run_torch_sla(args, device, "pytorch", "cg", "torch-sla (benchmark: pytorch/cg)"))
-        if not args.skip_sla_auto:
-            rows.append(run_torch_sla(args, device, "auto", "auto", "torch-sla (auto)"))
 
     ours = rows[0]
     ratios = {}
@@ -352,6 +412,9 @@ def main(argv: list[str] | None = None) -> dict:
             "median_step_speedup": r["median_step_ms"] / ours["median_step_ms"],
             "both_reached_target": bool(r["reached_target"] and ours["reached_target"]),
         }
+        if "end_to_end_cpu_seconds" in r:
+            ratios[r["name"]]["end_to_end_cpu_time_speedup"] = r["end_to_end_cpu_seconds"] / ours["end_to_end_cpu_seconds"]
+            ratios[r["name"]]["median_step_cpu_time_speedup"] = r["median_step_cpu_ms"] / ours["median_step_cpu_ms"]
     result = {
         "benchmark": "inverse coefficient problem (issue 6)",
         "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -370,7 +433,9 @@ def main(argv: list[str] | None = None) -> dict:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     for name, r in ratios.items():
-        print(f"[ratio] vs {name}: end to end {r['end_to_end_speedup']:.2f}x, median step {r['median_step_speedup']:.2f}x",
+        cpu = (f" (CPU time: end to end {r['end_to_end_cpu_time_speedup']:.2f}x, median step "
+               f"{r['median_step_cpu_time_speedup']:.2f}x)" if "end_to_end_cpu_time_speedup" in r else "")
+        print(f"[ratio] vs {name}: end to end {r['end_to_end_speedup']:.2f}x, median step {r['median_step_speedup']:.2f}x{cpu}",
               flush=True)
     print(f"[bench_inverse] wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}", flush=True)
     return result
