@@ -314,3 +314,17 @@ def test_explain_ranks_eigen_offers_and_shows_declines():
     assert "dense" in str(st.explain("eigs", A, 2)) and "dense" in str(st.explain("logdet", A))
     with pytest.raises(InputError, match="explain knows"):
         st.explain("eig", A)
+
+
+def test_lanczos_finds_both_copies_of_repeated_eigenvalues():
+    # A square grid's Laplacian has eigenvalue pairs lam(i, j) = lam(j, i): a one-vector Lanczos
+    # would return one copy and skip to the next eigenvalue.
+    from sparsetorch.testing.problems import poisson2d
+
+    m = 24
+    j = torch.arange(1, m + 1, dtype=torch.float64)
+    lam1 = 2 - 2 * torch.cos(j * torch.pi / (m + 1))
+    ref = (lam1[:, None] + lam1[None, :]).reshape(-1).sort().values
+    w, _ = eigsh(poisson2d(m), 6, which="LA", method="lanczos")
+    torch.testing.assert_close(w, ref[-6:], rtol=1e-10, atol=1e-10)
+    assert float(ref[-2] - ref[-3]) < 1e-12  # the test really has a repeated eigenvalue

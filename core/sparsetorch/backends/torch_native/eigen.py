@@ -210,102 +210,112 @@ def _default_tol(dtype: torch.dtype) -> float:
     return 1e-5 if _real_dtype(dtype) == torch.float32 else 1e-11
 
 
-def _lanczos(op, n, k, which, tol, maxiter, v0, dtype, device, ncv):
-    """Krylov-Schur thick restart with full (twice-applied) reorthogonalization.
+def _lanczos(op, n, k, which, tol, maxiter, v0, dtype, device, ncv, block=None):
+    """Block Krylov-Schur (thick-restart block Lanczos) with full, twice-applied reorthogonalization.
 
-    Returns the ``k`` wanted Ritz values and vectors and an :class:`IterationResult` whose
-    residual is the largest ``||A y - theta y|| / ||A||_est`` over them.
+    A block of ``b = min(k, 4)`` start vectors finds eigenvalues of multiplicity up to ``b`` (one
+    start vector sees one copy of a repeated eigenvalue); before accepting, a fresh random block
+    is added to the converged Ritz vectors and the wanted eigenvalues must stay the same. The
+    projected matrix is assembled from the reorthogonalization coefficients, so it is the exact
+    Rayleigh quotient of the basis. Returns the ``k`` wanted Ritz values and vectors and an
+    :class:`IterationResult` whose residual is the largest ``||A y - theta y|| / ||A||_est``.
     """
-    if k >= n:
-        raise InputError(f"lanczos needs k < n, got k={k}, n={n}; use method='dense' for all eigenpairs")
-    m = ncv or min(n, max(2 * k + 1, k + 32))
-    m = min(m, n)
+    rdt = _real_dtype(dtype)
+    b = max(1, min(block or min(k, 4), n - k))
+    m = ncv or max(2 * k + 2 * b, k + 64)  # clustered spectra (grid Laplacians) need room: measured
+    m = b * math.ceil(m / b)
+    m = min(m, b * ((n - b) // b))
+    if m <= k:
+        raise InputError(f"lanczos needs n well above k (n={n}, k={k}); use method='dense'")
+    keep = min(m - b, b * math.ceil((k + (m - k) // 2) / b))
     tol = tol if tol and tol > 0 else _default_tol(dtype)
     maxiter = maxiter or max(100, 10 * n // max(m, 1))
     g = torch.Generator(device="cpu").manual_seed(1234)
-    V = torch.zeros(n, m + 1, dtype=dtype, device=device)
+
+    def randn(cols):
+        return torch.randn(n, cols, generator=g, dtype=rdt).to(dtype=dtype, device=device)
+
+    def orthonormal_block(W, basis):
+        """W orthogonalized against ``basis`` (twice) and orthonormalized; rank-deficient columns
+        (an invariant subspace was reached) are replaced by random directions, coupling 0."""
+        before = torch.linalg.vector_norm(W, dim=0)
+        C = basis.mH @ W
+        W = W - basis @ C
+        if bool((torch.linalg.vector_norm(W, dim=0) < 0.7 * before).any()):  # DGKS: cancellation, so again
+            c = basis.mH @ W
+            W = W - basis @ c
+            C = C + c
+        Q, R = torch.linalg.qr(W)
+        small = R.diagonal().abs() <= 1e-12 * max(float(R.abs().max()) if R.numel() else 0.0, anorm, 1e-300)
+        if bool(small.any()):
+            R[small, :] = 0
+            fill = randn(int(small.sum()))
+            full = torch.cat([basis, Q[:, ~small]], dim=1)
+            for _ in range(2):
+                fill = fill - full @ (full.mH @ fill)
+            Q[:, small] = torch.linalg.qr(fill)[0]
+        return Q, R, C
+
+    V = torch.zeros(n, m + b, dtype=dtype, device=device)
     H = torch.zeros(m, m, dtype=dtype, device=device)
-    v = v0.to(dtype=dtype, device=device).clone() if v0 is not None else torch.randn(n, generator=g, dtype=_real_dtype(dtype)).to(dtype=dtype, device=device)
-    V[:, 0] = v / torch.linalg.vector_norm(v)
-    start, restarts = 0, 0
-    checked = None
-    keep = min(m - 1, k + max(1, (m - k) // 2))
+    X0 = randn(b)
+    if v0 is not None:
+        X0[:, 0] = v0.to(dtype=dtype, device=device)
     anorm = 0.0
+    V[:, :b] = torch.linalg.qr(X0)[0]
+    start, restarts, checked = 0, 0, None
+    Rlast = torch.zeros(b, b, dtype=dtype, device=device)
     while True:
-        for j in range(start, m):
-            w = op(V[:, j:j + 1])[:, 0]
-            basis = V[:, : j + 1]
-            h = basis.mH @ w
-            w = w - basis @ h
-            h2 = basis.mH @ w  # second pass (DGKS): keeps orthogonality to rounding
-            w = w - basis @ h2
-            h = h + h2
-            H[: j + 1, j] = h
-            H[j, : j + 1] = h.conj()
-            beta = torch.linalg.vector_norm(w)
-            if j + 1 < m:
-                H[j + 1, j] = beta
-                H[j, j + 1] = beta
-            if float(beta) <= 1e-30 and j + 1 >= n:  # the basis spans the whole space: exact
-                V[:, j + 1] = 0
-                beta = torch.zeros((), dtype=_real_dtype(dtype), device=device)
-            elif float(beta) <= 1e-30:  # invariant subspace: continue from a random vector orthogonal to V
-                w = torch.randn(n, generator=g, dtype=_real_dtype(dtype)).to(dtype=dtype, device=device)
-                w = w - basis @ (basis.mH @ w)
-                w = w - basis @ (basis.mH @ w)
-                beta_used = torch.zeros((), dtype=_real_dtype(dtype), device=device)
-                if j + 1 < m:
-                    H[j + 1, j] = 0
-                    H[j, j + 1] = 0
-                V[:, j + 1] = w / torch.linalg.vector_norm(w)
-                beta = beta_used
+        for j in range(start, m, b):
+            W = op(V[:, j:j + b])
+            Q, R, C = orthonormal_block(W, V[:, : j + b])
+            H[: j + b, j:j + b] = C
+            H[j:j + b, : j + b] = C.mH
+            if j + b < m:
+                H[j + b:j + 2 * b, j:j + b] = R
+                H[j:j + b, j + b:j + 2 * b] = R.mH
             else:
-                V[:, j + 1] = w / beta
-        Hs = 0.5 * (H + H.mH)
-        theta, S = torch.linalg.eigh(Hs)
+                Rlast = R
+            V[:, j + b:j + 2 * b] = Q
+        theta, S = torch.linalg.eigh(0.5 * (H + H.mH))
         anorm = max(anorm, float(theta.abs().max()))
         sel = select_ritz(theta, k, which)
-        resid = (beta * S[m - 1, sel]).abs()
-        scale = max(anorm, torch.finfo(_real_dtype(dtype)).tiny)
+        resid = torch.linalg.vector_norm(Rlast @ S[m - b:m, sel], dim=0)
+        scale = max(anorm, torch.finfo(rdt).tiny)
         worst = float(resid.max()) / scale
         restarts += 1
         done = worst <= tol
         if done and checked is not None and not _same(checked, theta[sel], tol * scale * 10):
-            done = False  # the fresh direction found an eigenvalue the first pass had missed
-        if done and checked is None and m < n:
-            # Lanczos from one start vector sees one copy of a repeated eigenvalue (exactly so in
-            # exact arithmetic): before accepting, extend the converged Ritz vectors by a fresh
-            # random direction and check that the wanted eigenvalues stay the same.
+            done = False  # the fresh block found an eigenvalue the previous pass had missed
+        if done and checked is None:
             checked = theta[sel].clone()
             Y = V[:, :m] @ S[:, sel]
-            kk = Y.shape[1]
+            kk = b * math.ceil(k / b)
+            order = select_ritz(theta, kk, which)
+            Yk = V[:, :m] @ S[:, order]
             V.zero_()
             H.zero_()
-            V[:, :kk] = Y
-            H[:kk, :kk] = torch.diag(theta[sel].to(dtype))
-            fresh = torch.randn(n, generator=g, dtype=_real_dtype(dtype)).to(dtype=dtype, device=device)
-            for _ in range(2):
-                fresh = fresh - Y @ (Y.mH @ fresh)
-            V[:, kk] = fresh / torch.linalg.vector_norm(fresh)
+            V[:, :kk] = Yk
+            H[:kk, :kk] = torch.diag(theta[order].to(dtype))
+            V[:, kk:kk + b] = orthonormal_block(randn(b), Yk)[0]
             start = kk
             continue
         if done or restarts >= maxiter:
             Y = V[:, :m] @ S[:, sel]
             status = Status.CONVERGED if done else Status.MAX_ITERATIONS
-            reason = "" if done else f"{restarts} restarts of {m} vectors did not reach tol={tol:g}"
+            reason = "" if done else f"{restarts} restarts of {m} vectors (blocks of {b}) did not reach tol={tol:g}"
             return theta[sel], Y, IterationResult(restarts, worst, done, status, reason)
         checked = None
-        # Thick restart: keep the `keep` best Ritz pairs; the residual vector continues the basis.
+        # Thick restart: keep the `keep` best Ritz pairs; the residual block continues the basis.
+        # Their coupling to it (Rlast times the Ritz vectors' last rows) is recomputed exactly
+        # by the next block's reorthogonalization coefficients.
         order = select_ritz(theta, keep, which)
-        Sk = S[:, order]
-        Vk = V[:, :m] @ Sk
+        Vk = V[:, :m] @ S[:, order]
         H.zero_()
         H[:keep, :keep] = torch.diag(theta[order].to(dtype))
+        V[:, keep:keep + b] = V[:, m:m + b].clone()
         V[:, :keep] = Vk
-        V[:, keep] = V[:, m]
-        V[:, keep + 1:] = 0
-        # The coupling of the kept vectors to the residual vector (the "arrow", beta * Sk[m-1, :])
-        # is recomputed exactly by the next column's reorthogonalization coefficients.
+        V[:, keep + b:] = 0
         start = keep
 
 
