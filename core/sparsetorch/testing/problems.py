@@ -77,8 +77,20 @@ def poisson2d(nx: int, ny: int | None = None, *, format: TensorFormat | str = CS
     """The 5-point Laplacian on an ``nx x ny`` grid (``n = nx * ny``), Dirichlet boundary: SPD.
 
     For a complex ``dtype`` the same real matrix is stored with complex values (Hermitian PD).
+    Built from its stencil triplets (never densely), so benchmark sizes (1000², 8000²) work.
     """
-    return _finish(_dense_poisson(nx, ny), format, dtype, device)
+    ny = nx if ny is None else ny
+    i = torch.arange(nx * ny, device=device)
+    x, y = i % nx, i // nx
+    rows, cols, vals = [i], [i], [torch.full((nx * ny,), 4.0, dtype=torch.float64, device=device)]
+    for ok, step in ((x > 0, -1), (x < nx - 1, 1), (y > 0, -nx), (y < ny - 1, nx)):
+        r = i[ok]
+        rows.append(r)
+        cols.append(r + step)
+        vals.append(torch.full((r.numel(),), -1.0, dtype=torch.float64, device=device))
+    A = SparseTensor.from_coo(torch.cat(vals).to(dtype), torch.cat(rows), torch.cat(cols), shape=(nx * ny, nx * ny), format=CSR)
+    fmt = TensorFormat.parse(format) if isinstance(format, str) else format
+    return A if fmt == CSR else A.convert(fmt)
 
 
 def _middle_shift(dense: torch.Tensor) -> float:
