@@ -146,8 +146,10 @@ class ColoredJacobian:
             self._colorings[ad] = got
         return got
 
-    def ncolors(self, ad: str) -> int:
-        return self.coloring(ad)[1]
+    def ncolors(self, ad: str) -> int | None:
+        """Colors of the coloring for ``ad``, or None if it has not been computed."""
+        got = self._colorings.get(ad)
+        return None if got is None else got[1]
 
     def _seeds(self, ad: str, dtype: torch.dtype) -> torch.Tensor:
         colors, k = self.coloring(ad)

@@ -857,7 +857,7 @@ class _Problem:
         else:
             backend = lmethod = None
         used = self.method == "newton" or self.pre_kind == "jacobian"
-        colors = self.colored.ncolors(self.ad) if (self.colored is not None and self.colored._colorings) else None
+        colors = self.colored.ncolors(self.ad) if self.colored is not None else None
         return NonlinearSolveInfo(
             method=self.method, iterations=rec.iterations, converged=rec.status is Status.CONVERGED, status=rec.status,
             reason=rec.reason, residual=rec.history[-1] if rec.history else float("nan"),
