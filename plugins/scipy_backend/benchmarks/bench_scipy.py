@@ -110,7 +110,7 @@ def _timed(fn):
 
 # --- part 1: call overhead ------------------------------------------------------------------------
 def part_overhead(args) -> dict:
-    sizes = [64, 128] if args.quick else [256, 1000]
+    sizes = [64, 128] if args.quick else (args.sizes or [256, 1000])
     rows = []
     for m in sizes:
         Asp = poisson(m, 2)
@@ -127,8 +127,8 @@ def part_overhead(args) -> dict:
         }
         cg_only = {"properties=spd, curvature_check=False": {"properties": "spd",
                                                               "backend_options": {"curvature_check": False}}}
-        for method in ("lu", "cg"):
-            reps = args.reps if (m < 1000 or method == "lu") else max(2, args.reps - 1)
+        for method in args.methods:
+            reps = args.reps if (m < 1000 or method == "lu" or args.sizes) else max(2, args.reps - 1)
             variants_m = {**variants, **(cg_only if method == "cg" else {})}
 
             def direct():
@@ -364,13 +364,16 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke test)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--sizes", type=int, nargs="*", help="overhead: grid sizes m of 2-D Poisson m^2 (default 256 1000)")
+    ap.add_argument("--methods", nargs="*", default=["lu", "cg"], choices=["lu", "cg"], help="overhead: methods")
+    ap.add_argument("--tag", default="", help="suffix of the JSON file name (scipy_<part><tag>.json)")
     ap.add_argument("--lu-3d", action="store_true", help="also run SuperLU on 3-D Poisson 64^3 (minutes, GBs)")
     ap.add_argument("--out-dir", default=str(REPO / "benchmarks" / "results"))
     args = ap.parse_args()
     torch.set_num_threads(1)
     _register()
     out_dir = Path(args.out_dir)
-    suffix = "_quick" if args.quick else ""
+    suffix = ("_quick" if args.quick else "") + args.tag
     for part, fn in (("overhead", part_overhead), ("problems", part_problems), ("training", part_training)):
         if args.part in (part, "all"):
             _write(part + suffix, fn(args), out_dir)
