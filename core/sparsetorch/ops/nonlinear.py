@@ -43,7 +43,7 @@ from ..tensor import SparseTensor
 from ._dispatch import CALL_OPTIONS, obtain_plan
 from .coloring import ColoredJacobian, colored_jacobian, forward_ad
 from .info import IterationResult, Status
-from .solve import SOLVE_DEFAULTS, options_from_kwargs, solve_request
+from .solve import options_from_kwargs, solve_request
 
 __all__ = ["nonlinear_solve", "NonlinearSolveInfo", "METHODS", "JACOBIAN_MODES"]
 
