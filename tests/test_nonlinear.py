@@ -574,3 +574,18 @@ def test_bare_parameter_constants_and_float32():
     v = nonlinear_solve(lambda u, b: torch.tanh(u) + u - b, torch.zeros(2, dtype=DT), b)
     v.sum().backward()
     torch.testing.assert_close(b.grad, 1 / (1 - torch.tanh(v.detach()) ** 2 + 1), rtol=1e-12, atol=0)
+
+
+def test_returned_jacobian_is_reused_from_the_accepted_evaluation():
+    F, J, L, params = sym_problem()
+    calls = []
+
+    def F_with_J(u, f, c):
+        calls.append(1)
+        return F(u, f, c), J(u, f, c)
+
+    u, info = nonlinear_solve(F_with_J, torch.zeros(N, dtype=DT), params, return_info=True)
+    assert info.jacobian == "returned" and info.converged
+    # u0 once, then one evaluation per accepted full step: its J serves the next Newton step
+    assert info.function_evaluations == len(calls) == info.iterations + 1
+    assert info.jacobian_evaluations == info.iterations
