@@ -215,7 +215,8 @@ def _torch_sla(Asp: sp.csr_array, b: torch.Tensor, backend: str, method: str) ->
 
 
 def part_problems(args) -> dict:
-    problems = [(2, 128), (3, 16)] if args.quick else [(2, 1000), (3, 64)]
+    problems = [(2, 128), (3, 16)] if args.quick else (
+        [tuple(int(x) for x in p.split(":")) for p in args.problems] if args.problems else [(2, 1000), (3, 64)])
     rows = []
     from sparsetorch.dispatch.calibrate import rates
     from sparsetorch_scipy import cost
@@ -234,6 +235,8 @@ def part_problems(args) -> dict:
             ("torch-sla pyamg", "tsla", "pyamg", "amg"),
         ]
         for label, who, a1, a2 in cands:
+            if args.only and not any(o in label for o in args.only):
+                continue
             if "lu" in label and dim == 3 and not args.lu_3d:
                 req = st.explain("solve", A, b, backend="scipy", method="lu", properties="spd")
                 est = cost.lu_estimate(rates("cpu"), req.request)
@@ -366,6 +369,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--sizes", type=int, nargs="*", help="overhead: grid sizes m of 2-D Poisson m^2 (default 256 1000)")
     ap.add_argument("--methods", nargs="*", default=["lu", "cg"], choices=["lu", "cg"], help="overhead: methods")
+    ap.add_argument("--problems", nargs="*", help="problems: DIM:M pairs (default 2:1000 3:64)")
+    ap.add_argument("--only", nargs="*", help="problems: run only candidates whose label contains one of these")
     ap.add_argument("--tag", default="", help="suffix of the JSON file name (scipy_<part><tag>.json)")
     ap.add_argument("--lu-3d", action="store_true", help="also run SuperLU on 3-D Poisson 64^3 (minutes, GBs)")
     ap.add_argument("--out-dir", default=str(REPO / "benchmarks" / "results"))
