@@ -203,3 +203,27 @@ def test_solve_pinned_to_lsqr_points_to_lstsq() -> None:
     A = random_rectangular(6, 6, seed=2)
     with pytest.raises(st.NoBackendError, match=r"lstsq\(A, B, method='lsqr'\)"):
         st.solve(A, torch.ones(6, dtype=torch.float64), backend="scipy", method="lsqr")
+
+
+def test_lstsq_object_keeps_its_plan_for_new_values() -> None:
+    from sparsetorch.ops.lstsq import Lstsq
+
+    A = random_rectangular(14, 5, density=0.5, seed=17)
+    B = torch.randn(14, 2, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    ls = Lstsq(A, method="lsmr", damp=0.2, **TIGHT)
+    ls.plan()
+    assert (ls.backend, ls.method) == ("scipy", "lsmr")
+    plan = ls._state.plan
+    torch.testing.assert_close(ls.solve(B), _dense_lstsq(A.to_dense(), B, damp=0.2), rtol=1e-9, atol=1e-11)
+    v = (A.values * 2).requires_grad_(True)
+    ls.update_values(v)
+    X = ls.solve(B)
+    assert ls._state.plan is plan
+    torch.testing.assert_close(X.detach(), _dense_lstsq(2 * A.to_dense(), B, damp=0.2), rtol=1e-9, atol=1e-11)
+    X.sum().backward()
+    D = (2 * A.to_dense()).requires_grad_(True)
+    torch.linalg.solve(D.T @ D + 0.04 * torch.eye(5, dtype=torch.float64), D.T @ B).sum().backward()
+    coords, slot = A.entries()
+    torch.testing.assert_close(v.grad[slot], D.grad[coords[0], coords[1]], rtol=1e-7, atol=1e-9)
+    with pytest.raises(st.InputError, match="unknown options"):
+        Lstsq(A, rtol=1e-3)

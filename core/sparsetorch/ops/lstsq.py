@@ -21,7 +21,7 @@ from ._dispatch import make_request, obtain_plan
 from ._inputs import as_rhs, check_finite as check_finite_values, check_matrix, describe_dense, describe_sparse, restore_rhs
 from .info import SolveInfo
 
-__all__ = ["lstsq", "lstsq_request", "LSTSQ_DEFAULTS"]
+__all__ = ["lstsq", "Lstsq", "lstsq_request", "LSTSQ_DEFAULTS"]
 
 _POLICIES = ("raise", "warn", "ignore")
 
@@ -111,6 +111,72 @@ def lstsq(
     if not return_info:
         return out
     return out, _info(A, Bn, X, state, offer, handle)
+
+
+class Lstsq:
+    """Least squares bound to one pattern: plan once, new values keep the plan, solve many.
+
+    ::
+
+        ls = Lstsq(A, method="lsmr", damp=0.1)
+        ls.plan()                 # choose the backend and method (pattern work)
+        x = ls.solve(b)           # differentiable in b and in A's values
+        ls.update_values(v2)      # same pattern, new values
+        x2 = ls.solve(b)
+
+    Keyword options are those of :func:`lstsq` (``cache`` defaults to False: the object holds
+    its plan itself).
+    """
+
+    def __init__(self, A: SparseTensor, *, on_nonconvergence: str = "raise", cache: bool = False, **options: Any) -> None:
+        self.A = check_matrix(A, "Lstsq", square=False)
+        if on_nonconvergence not in _POLICIES:
+            raise InputError(f"on_nonconvergence must be one of {_POLICIES}, got {on_nonconvergence!r}")
+        unknown = set(options) - set(LSTSQ_DEFAULTS)
+        if unknown:
+            raise InputError(f"Lstsq got unknown options {sorted(unknown)}; known: {sorted(LSTSQ_DEFAULTS)}")
+        self._options = _options(**options)
+        self._policy, self._cache = on_nonconvergence, cache
+        self._state = None
+        self._offer = None
+        self.results: list = []
+
+    def plan(self):
+        """Choose the backend and method; returns the explain table."""
+        request = lstsq_request(self.A, None, self._options)
+        self._state, self._offer, table = obtain_plan("lstsq", self.A, request, cache=self._cache)
+        self._state.build()
+        return table
+
+    def update_values(self, values: torch.Tensor) -> "Lstsq":
+        """New values on the same pattern (shape ``A.values.shape``); the plan is kept."""
+        if not isinstance(values, torch.Tensor) or tuple(values.shape) != tuple(self.A.values.shape):
+            raise InputError(f"update_values needs a tensor of shape {tuple(self.A.values.shape)}, got "
+                             f"{tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__}")
+        self.A = self.A.with_values(values)
+        return self
+
+    def solve(self, B: torch.Tensor, *, return_info: bool = False):
+        if self._state is None:
+            self.plan()
+        Bn, vector = as_rhs(self.A, B, "Lstsq.solve", rows=self.A.format_shape[0])
+        call = {k: self._options[k] for k in CALL}
+        self._state.set_call_options(call)
+        handle = LstsqHandle(self._state, self.A.detach(), call, self._policy, self.results)
+        X = lstsq_function(self.A.values, Bn, handle)
+        out = restore_rhs(X, vector)
+        if not return_info:
+            return out
+        info = _info(self.A, Bn, X, self._state, self._offer, handle)
+        return out, info
+
+    @property
+    def backend(self) -> str | None:
+        return self._offer.backend if self._offer else None
+
+    @property
+    def method(self) -> str | None:
+        return self._offer.method if self._offer else None
 
 
 def _info(A: SparseTensor, Bn: torch.Tensor, Xn: torch.Tensor, state, offer, handle: LstsqHandle) -> SolveInfo:
