@@ -78,11 +78,11 @@ def rel_res(A: sp.csr_array, v: np.ndarray, x: np.ndarray, b: np.ndarray) -> flo
     return float(np.linalg.norm(b - At @ x) / np.linalg.norm(b))
 
 
-def run_case(name: str, m: int, dim: int, convection: float, steps: int, skip: set[str]) -> dict:
+def run_case(name: str, m: int, dim: int, convection: float, steps: int, skip: set[str], spd_method: str = "cholesky") -> dict:
     A = laplacian(m, dim, convection)
     n = A.shape[0]
     spd = convection == 0.0
-    method = "cholesky" if spd else "lu"
+    method = spd_method if spd else "lu"
     At = to_sparsetorch(A)
     b = np.ones(n)
     bt = torch.from_numpy(b)
@@ -187,6 +187,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     ap.add_argument("--cases", default=None, help="comma-separated subset of " + ",".join(CASES))
     ap.add_argument("--skip", default="", help="comma-separated: scipy, scipy_sym, torch_sla")
+    ap.add_argument("--spd-method", default="cholesky", choices=("cholesky", "ldlt", "lu"),
+                    help="Eigen's method for the SPD cases (default cholesky: SimplicialLLT)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     import sparsetorch_eigen
@@ -195,7 +197,7 @@ def main() -> int:
     if args.cases:
         cases = {k: v for k, v in {**CASES, **QUICK}.items() if k in args.cases.split(",")}
     skip = set(filter(None, args.skip.split(",")))
-    rows = [run_case(k, *v, skip=skip) for k, v in cases.items()]
+    rows = [run_case(k, *v, skip=skip, spd_method=args.spd_method) for k, v in cases.items()]
     try:
         import torch_sla
 

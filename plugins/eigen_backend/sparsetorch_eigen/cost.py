@@ -19,7 +19,8 @@ half the fill and half the flops.
 thread, measured against the default rates' 2e10 flop/s and 5e9 B/s): SparseLU runs its flops at
 ~50 % of the GEMM rate plus ~200 bytes of traffic per factor entry (3-D 24³: 0.30 s measured,
 0.37 s estimated); the simplicial Cholesky/LDL^T (no supernodes) at ~25 % plus ~100 bytes per
-entry (2-D 64²: 1.4 ms measured, 1.9 ms estimated; 3-D 16³: 21 ms, 18 ms). SparseQR was not fit:
+entry (2-D 64²: 1.4 ms measured, 1.9 ms estimated; 3-D 16³: 21 ms, 18 ms), degrading with the size
+of L (``simplicial_efficiency``: 3-D 40³ took 50-72 s, ~6x its small-L rate). SparseQR was not fit:
 R's fill is estimated at 3x the LU's and its work at 6x (an upper bound on Poisson-like
 patterns), so QR ranks behind LU/Cholesky for square systems, as it should.
 
@@ -122,12 +123,34 @@ def fill_flops(request: Request, method: str) -> tuple[float, float]:
     return fill, flops
 
 
+#: SimplicialLLT/LDLT work column by column without supernodes: fast while L is small, ~6x slower
+#: per flop once L is hundreds of MB (3-D Poisson 40³: L 2.2e7 entries, 264 MB, 50-72 s per
+#: factorization measured against 9 s at the small-L rate; SciPy's supernodal LU took 10 s). The
+#: efficiency is log-interpolated from 25 % at 20 MB of factor (2-D 256²) to 4.4 % at 264 MB.
+SIMPLICIAL_EFF = (0.25, 0.044)
+SIMPLICIAL_BYTES = (2e7, 2.64e8)
+
+
+def simplicial_efficiency(factor_bytes: float) -> float:
+    """Flop efficiency of SimplicialLLT/LDLT for a factor of ``factor_bytes``."""
+    lo, hi = SIMPLICIAL_BYTES
+    fast, slow = SIMPLICIAL_EFF
+    if factor_bytes <= lo:
+        return fast
+    if factor_bytes >= hi:
+        return slow * (hi / factor_bytes) ** 0.25  # beyond the measurement: keep degrading, gently
+    w = math.log(factor_bytes / lo) / math.log(hi / lo)
+    return math.exp((1 - w) * math.log(fast) + w * math.log(slow))
+
+
 def direct_estimate(r: Rates, request: Request, method: str, op: str) -> Estimate:
     """Numeric factorization per value-batch member + the solves for the request's columns."""
     A = request.A
     fill, flops = fill_flops(request, method)
     vsize = _itemsize(A.dtype)
     eff, per_entry = _SPEED[method]
+    if method in ("cholesky", "ldlt"):
+        eff = simplicial_efficiency(fill * (vsize + 4))
     batch = _batch(request)
     k = request.rhs_columns if op != "logdet" else 0
     factor = flops / (r.flops * eff) + r.seconds(bytes=per_entry * fill * vsize / 8, launches=CALL_LAUNCHES)
