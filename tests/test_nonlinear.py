@@ -589,3 +589,19 @@ def test_returned_jacobian_is_reused_from_the_accepted_evaluation():
     # u0 once, then one evaluation per accepted full step: its J serves the next Newton step
     assert info.function_evaluations == len(calls) == info.iterations + 1
     assert info.jacobian_evaluations == info.iterations
+
+
+def test_linear_plan_shared_across_calls_on_one_pattern():
+    """A Jacobian rebuilt with fresh index buffers in every call still meets the plan of the
+    previous call (a training loop plans once)."""
+    F, J, K, params = nonsym_problem()
+    _, first = nonlinear_solve(F, torch.zeros(N, dtype=DT), params, jacobian=J, return_info=True)
+    u, second = nonlinear_solve(F, torch.zeros(N, dtype=DT), params, jacobian=J, return_info=True)
+    assert second.plan_reused and second.plans_built == 1
+    loss_of(u).backward()  # the adjoint solve on the shared plan, with this call's values
+    g = [t.grad.clone() for t in leaves_of(params)]
+    for t in leaves_of(params):
+        t.grad = None
+    _, g_fresh = grads(F, torch.zeros(N, dtype=DT), params, leaves_of(params), jacobian=J, linear_options={"cache": False})
+    for a, b in zip(g, g_fresh):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -40,6 +41,7 @@ from ..autograd.handles import SolveHandle
 from ..autograd.nonlinear import implicit_solve
 from ..errors import InputError, NotConvergedError, NotConvergedWarning, SingularMatrixError
 from ..tensor import SparseTensor
+from ..tensor.sparse_tensor import is_plain
 from ._dispatch import CALL_OPTIONS, obtain_plan
 from .coloring import ColoredJacobian, colored_jacobian, forward_ad
 from .info import IterationResult, Status
@@ -65,7 +67,8 @@ class NonlinearSolveInfo:
     ("returned", "user", "coloring", "dense", "matrix-free", or None when no Jacobian was
     needed); ``linear_backend``/``linear_method`` the linear solver used (the last plan),
     ``linear_iterations`` its iteration count per linear solve, ``plans_built`` how many linear
-    plans were chosen (1 when the pattern stayed the same). ``extra["adjoint"]`` collects the
+    plans were chosen (1 when the pattern stayed the same), ``plan_reused`` whether the first one
+    came from the plan cache (an earlier call on the same pattern). ``extra["adjoint"]`` collects the
     adjoint solves' :class:`IterationResult` once the backward pass has run.
     """
 
@@ -85,6 +88,7 @@ class NonlinearSolveInfo:
     linear_method: str | None
     linear_iterations: tuple[int, ...]
     plans_built: int
+    plan_reused: bool = False
     extra: dict = field(default_factory=dict, compare=False)
 
 
@@ -230,6 +234,25 @@ def _same_pattern(A: SparseTensor, B: SparseTensor) -> bool:
 # The linear solver: one dispatch plan per pattern, reused while the pattern stays the same
 
 
+#: Jacobian patterns seen by earlier calls (private copies of their index buffers, zero values), so
+#: that a Jacobian rebuilt with fresh buffers on a known pattern meets its plan in the plan cache
+#: across calls (a training loop), not only across Newton steps. Bounded; most recent last.
+_PATTERNS: "OrderedDict[int, SparseTensor]" = OrderedDict()
+_PATTERNS_MAX = 8
+
+
+def _canonical_pattern(J: SparseTensor) -> SparseTensor:
+    for key, P in _PATTERNS.items():
+        if _same_pattern(P, J):
+            _PATTERNS.move_to_end(key)
+            return P
+    P = J.detach().with_values(torch.zeros_like(J.values.detach())).convert(J.format, copy=True)
+    _PATTERNS[id(P)] = P
+    while len(_PATTERNS) > _PATTERNS_MAX:
+        _PATTERNS.popitem(last=False)
+    return P
+
+
 class _LinearSolver:
     def __init__(self, options: dict[str, Any], properties: Any, policy: str, cache: bool) -> None:
         self.options = options
@@ -240,14 +263,19 @@ class _LinearSolver:
         self.state = None
         self.offer = None
         self.plans = 0
+        self.first_reused = False
         self.results: list[IterationResult] = []
 
     def load(self, J: SparseTensor) -> None:
         """New matrix: same pattern keeps the plan (numeric phase only), another pattern re-plans."""
         if self.J is None or not _same_pattern(self.J, J):
             Jd = J.detach()
+            if self.cache and is_plain(Jd.values):
+                Jd = _canonical_pattern(Jd).with_values(Jd.values)
             request = solve_request(Jd, None, self.properties, self.options)
             self.state, self.offer, _ = obtain_plan("solve", Jd, request, cache=self.cache)
+            if self.plans == 0:
+                self.first_reused = bool(self.state.reused)
             self.plans += 1
             self.J = Jd
         else:
@@ -864,7 +892,7 @@ class _Problem:
             initial_residual=rec.history[0] if rec.history else float("nan"), residual_history=tuple(rec.history),
             function_evaluations=rec.fevals, jacobian=self.jac_kind if used else None, jacobian_evaluations=rec.jevals,
             colors=colors, linear_backend=backend, linear_method=lmethod, linear_iterations=lin_iters,
-            plans_built=self.linear.plans, extra={"adjoint": rec.adjoint, "jacobian_source": self.jac_kind},
+            plans_built=self.linear.plans, plan_reused=self.linear.first_reused, extra={"adjoint": rec.adjoint, "jacobian_source": self.jac_kind},
         )
 
 
