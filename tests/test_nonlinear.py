@@ -520,6 +520,10 @@ def test_error_f_wrong_shape_dtype_and_options():
         nonlinear_solve(F, u0, params, jacobian="coloring")
     with pytest.raises(InputError, match="damping"):
         nonlinear_solve(F, u0, params, method="anderson", damping=0.0)
+    with pytest.raises(InputError, match="from_dense"):
+        nonlinear_solve(F, u0, params, method="picard", preconditioner=torch.eye(N, dtype=DT))
+    with pytest.raises(InputError, match="preconditioner= is for method='anderson'/'picard'"):
+        nonlinear_solve(F, u0, params, preconditioner="jacobian")
 
 
 def test_error_pattern_missing_entries():

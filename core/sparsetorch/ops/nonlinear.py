@@ -609,7 +609,7 @@ class _Problem:
                 raise InputError("nonlinear_solve: the preconditioner matrix P contains NaN or Inf; fix its values")
             self.pre_kind = "matrix"
             self.linear.load(P)
-        elif pre == "jacobian":
+        elif isinstance(pre, str) and pre == "jacobian":
             if self.jac_kind == "matrix-free":
                 raise InputError(
                     "nonlinear_solve: preconditioner='jacobian' needs a sparse Jacobian (F returning (r, J), jacobian=, "
@@ -618,12 +618,14 @@ class _Problem:
             self.pre_kind = "jacobian"
             params = self.bind(self._detached_leaves())
             self.linear.load(self.jacobian_at(self.u0.reshape(-1), params, 0))
-        elif callable(pre):
+        elif callable(pre) and not isinstance(pre, torch.Tensor):
             self.pre_kind = "callable"
             self.pre_fn = pre
         else:
+            got = repr(pre) if isinstance(pre, str) else type(pre).__name__
             raise InputError(
-                f"nonlinear_solve: preconditioner must be a SparseTensor P, 'jacobian', or a callable r -> M^-1 r, got {pre!r}"
+                f"nonlinear_solve: preconditioner must be a SparseTensor P, 'jacobian', or a callable r -> M^-1 r, got {got}"
+                + ("; wrap a dense matrix with sparsetorch.SparseTensor.from_dense" if isinstance(pre, torch.Tensor) else "")
             )
 
     def precondition(self, r: torch.Tensor) -> torch.Tensor:
