@@ -42,6 +42,8 @@ void bind_scalar(py::module_& m, const std::string& suffix) {
         SlogdetResult<S> r = d.slogdet(member);
         return py::make_tuple(to_py_scalar(r.sign), r.logabs);
       })
+      .def("tune_lu", &D::tune_lu, py::arg("panel"), py::arg("relax"), py::arg("maxsuper"), py::arg("rowblk"),
+           py::arg("colblk"))
       .def("rank", &D::rank)
       .def("factor_nnz", &D::factor_nnz)
       .def("pivot_range", &D::pivot_range);

@@ -71,6 +71,15 @@ class LU : public Eigen::SparseLU<ColMap<S>, RuntimeOrdering> {
     return d;
   }
   int permutation_sign() const { return int(this->m_detPermR * this->m_detPermC); }
+  // SparseLU's blocking parameters (Eigen's defaults: panel 16, relax 1, maxsuper 128, rowblk 16,
+  // colblk 8); a value <= 0 keeps the current one.
+  void tune(Index panel, Index relax, Index maxsuper, Index rowblk, Index colblk) {
+    if (panel > 0) this->m_perfv.panel_size = panel;
+    if (relax > 0) this->m_perfv.relax = relax;
+    if (maxsuper > 0) this->m_perfv.maxsuper = maxsuper;
+    if (rowblk > 0) this->m_perfv.rowblk = rowblk;
+    if (colblk > 0) this->m_perfv.colblk = colblk;
+  }
 };
 
 // Eigen's dense kernels inside SparseLU/SparseQR (supernode updates) parallelise with OpenMP when
@@ -141,6 +150,10 @@ class Direct {
   }
 
   Index batch() const { return batch_; }
+
+  void tune_lu(Index panel, Index relax, Index maxsuper, Index rowblk, Index colblk) {
+    for (auto& lu : lu_) lu->tune(panel, relax, maxsuper, rowblk, colblk);
+  }
 
   // Numeric phase for every value-batch member: values is (batch, nnz), contiguous.
   void factorize(std::uintptr_t values) {
