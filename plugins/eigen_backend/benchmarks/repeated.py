@@ -192,6 +192,11 @@ def main() -> int:
     args = ap.parse_args()
     torch.set_num_threads(1)
     import sparsetorch_eigen
+    import sparsetorch_eigen.plugin
+    from sparsetorch.dispatch import get_backends
+
+    if "eigen" not in get_backends().names:  # a source-tree run (in-place build, no entry point)
+        get_backends().register(sparsetorch_eigen.plugin, "eigen")
 
     cases = QUICK if args.quick else CASES
     if args.cases:
