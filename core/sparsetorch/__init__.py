@@ -19,6 +19,7 @@ from .ops import IterationResult, Matmul, SolveInfo, Solver, Status, matmul, nor
 from .ops.eigen import eigs, eigsh
 from .ops.explain import explain
 from .ops.logdet import det, logdet, slogdet
+from .ops.nonlinear import NonlinearSolveInfo, nonlinear_solve
 from .tensor import PatternKey, SparseTensor, SparseTensorList, Tensor, from_package
 
 __all__ = [
@@ -32,7 +33,7 @@ __all__ = [
     "PatternKey", "SparseTensor", "SparseTensorList", "Tensor", "from_package",
     # operations
     "IterationResult", "Matmul", "SolveInfo", "Solver", "Status", "det", "eigs", "eigsh", "explain", "logdet", "matmul",
-    "norm", "slogdet", "solve", "transpose",
+    "NonlinearSolveInfo", "nonlinear_solve", "norm", "slogdet", "solve", "transpose",
     # dispatch
     "BackendInfo", "Decline", "Offer", "OperandInfo", "Request", "plan_cache", "registry",
 ]
