@@ -532,3 +532,17 @@ def test_cuda_matches_cpu_and_syncs_only_at_checks(solver, rng) -> None:
     checks = math.ceil(info.iterations / 4)
     assert len(info.history) == checks
     assert len(syncs) <= checks + 8, (len(syncs), checks)
+
+
+def test_cg_with_an_unreachable_tolerance_stops_at_maxiter_not_with_nan():
+    # The recurrence residual underflows long before the true one stops improving; that is not
+    # a NaN in the data (it used to be reported as NOT_FINITE at iteration 1664).
+    import sparsetorch as st
+    from sparsetorch.testing.problems import poisson2d
+
+    A = poisson2d(48)
+    b = torch.ones(48 * 48, dtype=torch.float64)
+    x, info = st.solve(A, b, method="cg", backend="torch", rtol=1e-300, maxiter=3000, preconditioner="none",
+                       on_nonconvergence="ignore", return_info=True)
+    assert info.status is st.Status.MAX_ITERATIONS
+    assert info.residual < 1e-12 and bool(torch.isfinite(x).all())

@@ -66,9 +66,14 @@ class _CG:
         problem = self.problem
         q = problem.matvec(self.p)
         pAp = dot(self.p, q).real
-        self.min_pap = pAp if self.min_pap is None else torch.minimum(self.min_pap, pAp)
-        act = problem.book.active()
-        alpha = torch.where(act, self.rho / pAp, 0.0)
+        # rho underflows to 0 once an unreachable tolerance drives the residual below the smallest
+        # double (then p and p^H A p vanish too): the column has stalled at the exact solution, not
+        # met a NaN or an indefinite matrix; it stops moving and its residual estimate reads 0.
+        alive = self.rho > 0
+        checked = torch.where(alive, pAp, torch.full_like(pAp, float("inf")))
+        self.min_pap = checked if self.min_pap is None else torch.minimum(self.min_pap, checked)
+        act = problem.book.active() & alive
+        alpha = torch.where(act, self.rho / torch.where(alive, pAp, torch.ones_like(pAp)), 0.0)
         # Stopped columns, and columns hit by a NaN/Inf since the last check, keep x (torch.where
         # selects, never multiplies), so x holds the last good iterate when NOT_FINITE is reported.
         keep = col(act & finite(alpha))
@@ -81,7 +86,7 @@ class _CG:
             z = problem.M(self.r)
             rho = dot(self.r, z).real
             self.min_rho = rho if self.min_rho is None else torch.minimum(self.min_rho, rho)
-        beta = torch.where(act, rho / self.rho, 0.0)
+        beta = torch.where(act, rho / torch.where(alive, self.rho, torch.ones_like(self.rho)), 0.0)
         self.p = torch.addcmul(z, col(beta), self.p)
         self.rho = rho
 
