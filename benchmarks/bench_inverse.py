@@ -18,8 +18,8 @@ differs:
 - ``torch-sla (auto)``: the same with torch-sla's own choice (``backend="auto"``: SciPy LU on
   the CPU).
 
-The implementations run interleaved, one step of each in turn (each with its own parameters and
-optimiser), so all of them meet the same load on a shared machine; each stops at the target
+The implementations run interleaved, ``--block`` steps of each in turn (each with its own
+parameters and optimiser), so all of them meet the same load on a shared machine; each stops at the target
 kappa error ``--target`` (0.23 %) or ``--max-steps``. Recorded: steps to the target, the median
 step time, the end-to-end time (set-up, observations and steps until the target), on the CPU
 also the process's CPU time for both (less sensitive to other processes), the final error, and
@@ -58,6 +58,9 @@ sys.path.insert(0, str(ROOT / "examples"))
 import inverse_coefficient as ic  # noqa: E402
 
 import sparsetorch as st  # noqa: E402
+
+#: The eigen row: Eigen's SimplicialLLT (pattern analysed once, numeric factorization per step).
+EIGEN = {"backend": "eigen", "method": "cholesky"}
 
 #: Where each detail of the set-up comes from (torch-sla's script, read at commit 02d36316 of
 #: sparsexlab/torch-sla through the search tool) and what had to be decided here.
@@ -190,7 +193,8 @@ class TorchSlaRunner(Runner):
 
 
 def run_interleaved(runners: list[Runner], args, device: torch.device, *, verbose: bool = True) -> list[dict]:
-    """Set every runner up, then step them in turn until each reaches the target or ``max_steps``.
+    """Set every runner up, then step them in turns of ``args.block`` steps until each reaches the
+    target or ``max_steps``.
 
     Per step: wall time (``perf_counter``) and, on the CPU, the thread's CPU time (``thread_time``:
     time spent by this process's thread, which other processes' load inflates less)."""
@@ -204,23 +208,26 @@ def run_interleaved(runners: list[Runner], args, device: torch.device, *, verbos
         _sync(device)
         state[r.name] = {"setup": time.perf_counter() - w0, "setup_cpu": time.thread_time() - c0,
                          "wall": [], "cpu": [], "loss": [], "err": [], "done": False}
-    for k in range(args.max_steps):
+    block = max(1, args.block)
+    for k0 in range(0, args.max_steps, block):
         active = [r for r in runners if not state[r.name]["done"]]
         if not active:
             break
         for r in active:
             s = state[r.name]
-            w0, c0 = time.perf_counter(), time.thread_time()
-            loss, err = r.step()
-            s["wall"].append(time.perf_counter() - w0)
-            s["cpu"].append(time.thread_time() - c0)
-            s["loss"].append(loss)
-            s["err"].append(err)
-            if verbose and k % args.log_every == 0:
-                print(f"  [{r.name}] step {k + 1:5d} loss={loss:.4e} kappa_rel_err={err:.4e} "
-                      f"({1e3 * s['wall'][-1]:.2f} ms)", flush=True)
-            if args.target > 0 and err <= args.target:
-                s["done"] = True
+            for k in range(k0, min(k0 + block, args.max_steps)):
+                w0, c0 = time.perf_counter(), time.thread_time()
+                loss, err = r.step()
+                s["wall"].append(time.perf_counter() - w0)
+                s["cpu"].append(time.thread_time() - c0)
+                s["loss"].append(loss)
+                s["err"].append(err)
+                if verbose and k % args.log_every == 0:
+                    print(f"  [{r.name}] step {k + 1:5d} loss={loss:.4e} kappa_rel_err={err:.4e} "
+                          f"({1e3 * s['wall'][-1]:.2f} ms)", flush=True)
+                if args.target > 0 and err <= args.target:
+                    s["done"] = True
+                    break
     out = []
     for r in runners:
         rec = _summary(r, state[r.name], args.target, cpu)
@@ -329,19 +336,35 @@ def versions() -> dict:
     return out
 
 
-def eigen_available(args, device: torch.device) -> str | None:
-    """None when the eigen backend solves a small instance of this problem correctly, else why not
-    (the plugin is optional and may be missing or unfinished: any failure is recorded, not raised)."""
-    g = ic.make_grid(8, device=device)
-    A = g.A.with_values(ic.assemble_values(g, ic.kappa_star(8, device=device)))
+def eigen_available(args, device: torch.device) -> tuple[str | None, str]:
+    """``(None, how)`` when the eigen backend solves a small instance of this problem correctly, else
+    ``(why not, how)``. The plugin is optional and may be unfinished: any failure is recorded, not
+    raised. Not installed but importable (``PYTHONPATH=...:plugins/eigen_backend`` over an in-tree
+    build): registered here by hand, and ``how`` says so."""
+    how = "installed plugin (entry point)"
     try:
-        u = st.Solver(A, properties="spd", backend="eigen").solve(g.f)
+        if "eigen" not in st.registry().names:
+            import importlib
+
+            st.registry().register(importlib.import_module("sparsetorch_eigen.plugin"), "eigen")
+            how = "in-tree plugin registered by the benchmark (sparsetorch_eigen importable, not pip-installed)"
+        g = ic.make_grid(8, device=device)
+        A = g.A.with_values(ic.assemble_values(g, ic.kappa_star(8, device=device)))
+        u = st.Solver(A, properties="spd", **EIGEN).solve(g.f)
         ref = torch.linalg.solve(A.to_dense(), g.f)
         if not torch.allclose(u, ref, rtol=1e-10, atol=1e-12):
-            return f"wrong answer on n=8 (max error {float((u - ref).abs().max()):.3g})"
+            return f"wrong answer on n=8 (max error {float((u - ref).abs().max()):.3g})", how
     except Exception as exc:  # noqa: BLE001 - a probe: the reason goes into the JSON
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
-    return None
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}", how
+    return None, how
+
+
+def _command(argv: list[str] | None) -> str:
+    """The invocation as it ran: the environment variables that matter, then the arguments."""
+    env = " ".join(f"{k}={os.environ[k]}" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "PYTHONPATH")
+                   if k in os.environ)
+    args = " ".join(sys.argv[1:] if argv is None else argv)
+    return f"{env + ' ' if env else ''}python benchmarks/bench_inverse.py {args}".strip()
 
 
 def make_runners(args, device: torch.device, solver: dict, eigen: bool, sla: bool) -> list[Runner]:
@@ -349,7 +372,7 @@ def make_runners(args, device: torch.device, solver: dict, eigen: bool, sla: boo
     if args.extra_default_panel and device.type == "cpu":
         runners.append(SparsetorchRunner(args, device, {"method": "lu"}, "sparsetorch (lu, SuperLU default panel)"))
     if eigen:
-        runners.append(SparsetorchRunner(args, device, {"backend": "eigen"}, "sparsetorch (eigen)"))
+        runners.append(SparsetorchRunner(args, device, EIGEN, "sparsetorch (eigen cholesky)"))
     if sla:
         runners.append(TorchSlaRunner(args, device, "pytorch", "cg", "torch-sla (benchmark: pytorch/cg)"))
         if not args.skip_sla_auto:
@@ -384,6 +407,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--sla-maxiter", type=int, default=2000)
     p.add_argument("--skip-torch-sla", action="store_true")
     p.add_argument("--skip-sla-auto", action="store_true", help="leave out the torch-sla auto (SciPy LU) row")
+    p.add_argument("--block", type=int, default=50,
+                   help="steps each implementation runs before the next takes its turn (default 50: caches stay warm "
+                        "within a block, load changes on the shared machine reach every implementation alike)")
     p.add_argument("--breakdown-steps", type=int, default=300)
     p.add_argument("--log-every", type=int, default=250)
     p.add_argument("--out", default=None, help="JSON path (default benchmarks/results/inverse_<device type>.json)")
@@ -395,47 +421,47 @@ def main(argv: list[str] | None = None) -> dict:
     out = Path(args.out) if args.out else HERE / "results" / f"inverse_{device.type}.json"
     print(f"[bench_inverse] n={args.n} device={device} threads={args.threads} target={args.target}", flush=True)
 
-    why_not_eigen = eigen_available(args, device)
+    why_not_eigen, eigen_how = eigen_available(args, device)
     eigen, sla = why_not_eigen is None, not args.skip_torch_sla
     warm_up(args, device, solver, eigen, sla)
     rows = run_interleaved(make_runners(args, device, solver, eigen, sla), args, device)
     breakdown = breakdown_sparsetorch(args, device, solver)
     print(f"  [breakdown] {json.dumps({k: round(v, 3) for k, v in breakdown['median_ms'].items()})}", flush=True)
 
-    ours = rows[0]
     ratios = {}
-    for r in rows[1:]:
-        if r["implementation"] != "torch-sla":
-            continue
-        ratios[r["name"]] = {
-            "end_to_end_speedup": r["end_to_end_seconds"] / ours["end_to_end_seconds"],
-            "median_step_speedup": r["median_step_ms"] / ours["median_step_ms"],
-            "both_reached_target": bool(r["reached_target"] and ours["reached_target"]),
-        }
-        if "end_to_end_cpu_seconds" in r:
-            ratios[r["name"]]["end_to_end_cpu_time_speedup"] = r["end_to_end_cpu_seconds"] / ours["end_to_end_cpu_seconds"]
-            ratios[r["name"]]["median_step_cpu_time_speedup"] = r["median_step_cpu_ms"] / ours["median_step_cpu_ms"]
+    for ours in (r for r in rows if r["implementation"] == "sparsetorch"):
+        for r in (r for r in rows if r["implementation"] == "torch-sla"):
+            key = f"{ours['name']} vs {r['name']}"
+            ratios[key] = {
+                "end_to_end_speedup": r["end_to_end_seconds"] / ours["end_to_end_seconds"],
+                "median_step_speedup": r["median_step_ms"] / ours["median_step_ms"],
+                "both_reached_target": bool(r["reached_target"] and ours["reached_target"]),
+            }
+            if "end_to_end_cpu_seconds" in r:
+                ratios[key]["end_to_end_cpu_time_speedup"] = r["end_to_end_cpu_seconds"] / ours["end_to_end_cpu_seconds"]
+                ratios[key]["median_step_cpu_time_speedup"] = r["median_step_cpu_ms"] / ours["median_step_cpu_ms"]
     result = {
         "benchmark": "inverse coefficient problem (issue 6)",
         "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "command": "flock /tmp/sparsetorch-bench.lock env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 PYTHONPATH=core "
-                   "python benchmarks/bench_inverse.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": _command(argv),
+        "reproduce_on_the_shared_cpu": "flock /tmp/sparsetorch-bench.lock env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "
+                                       "PYTHONPATH=core python benchmarks/bench_inverse.py [options]",
         "machine": machine(device),
         "versions": versions(),
         "setup": SETUP,
         "problem": {"n": args.n, "unknowns": (args.n - 2) ** 2, "lr": args.lr, "reg": args.reg, "target": args.target,
                     "max_steps": args.max_steps, "device": str(device)},
-        "eigen_backend": "included" if why_not_eigen is None else f"not available: {why_not_eigen}",
+        "eigen_backend": f"included: {eigen_how}" if why_not_eigen is None else f"not available: {why_not_eigen}",
         "results": rows,
         "sparsetorch_breakdown": breakdown,
-        "speedup_of_sparsetorch_over": ratios,
+        "speedups": ratios,
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     for name, r in ratios.items():
         cpu = (f" (CPU time: end to end {r['end_to_end_cpu_time_speedup']:.2f}x, median step "
                f"{r['median_step_cpu_time_speedup']:.2f}x)" if "end_to_end_cpu_time_speedup" in r else "")
-        print(f"[ratio] vs {name}: end to end {r['end_to_end_speedup']:.2f}x, median step {r['median_step_speedup']:.2f}x{cpu}",
+        print(f"[ratio] {name}: end to end {r['end_to_end_speedup']:.2f}x, median step {r['median_step_speedup']:.2f}x{cpu}",
               flush=True)
     print(f"[bench_inverse] wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}", flush=True)
     return result

@@ -196,7 +196,12 @@ class Solver:
     """
 
     def __init__(self, A: SparseTensor, *, properties=None, on_nonconvergence: str = "raise", cache: bool = False, **options: Any) -> None:
-        self.A = check_matrix(A, "Solver", square=True)
+        A = check_matrix(A, "Solver", square=True)
+        # The matrix is its pattern (fixed) plus its values (new ones per update_values); the
+        # SparseTensor ``A`` is made from them only when asked for, not on every update.
+        self._pattern = A.detach()
+        self._values = A.values
+        self._A: SparseTensor | None = A
         if on_nonconvergence not in _POLICIES:
             raise InputError(f"on_nonconvergence must be one of {_POLICIES}, got {on_nonconvergence!r}")
         self._policy = on_nonconvergence
@@ -206,8 +211,14 @@ class Solver:
         self._state: PlanState | None = None
         self._offer = None
         self._table: ExplainTable | None = None
-        self._pattern: SparseTensor | None = None  # A detached: what handles need (the pattern), made once
         self.results: list = []
+
+    @property
+    def A(self) -> SparseTensor:
+        """The matrix with its current values (differentiable in them)."""
+        if self._A is None:
+            self._A = self._pattern.with_values(self._values)
+        return self._A
 
     def plan(self) -> ExplainTable:
         """Choose the backend and method and do the pattern-dependent work."""
@@ -220,31 +231,31 @@ class Solver:
         """Numeric phase for the current values (factorization or preconditioner setup)."""
         if self._state is None:
             self.plan()
-        self._state.load(self.A.values)
+        self._state.load(self._values)
         return self
 
     setup = factorize
 
     def update_values(self, values: torch.Tensor) -> "Solver":
         """New values on the same pattern (shape ``A.values.shape``); keeps the plan."""
-        if not isinstance(values, torch.Tensor) or tuple(values.shape) != tuple(self.A.values.shape):
+        if not isinstance(values, torch.Tensor) or tuple(values.shape) != tuple(self._values.shape):
             raise InputError(
-                f"update_values needs a tensor of shape {tuple(self.A.values.shape)}, got "
+                f"update_values needs a tensor of shape {tuple(self._values.shape)}, got "
                 f"{tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__}"
             )
-        self.A = self.A.with_values(values)
+        if values.device != self._values.device:
+            raise InputError(f"update_values got values on {values.device}; the matrix is on {self._values.device}")
+        self._values, self._A = values, None
         if self._state is not None:
-            self._state.load(self.A.values)
+            self._state.load(values)
         return self
 
     def solve(self, B: torch.Tensor, *, return_info: bool = False):
         if self._state is None:
             self.factorize()
-        Bn, vector = as_rhs(self.A, B, "Solver.solve", rows=self.A.format_shape[0])
-        if self._pattern is None:
-            self._pattern = self.A.detach()  # update_values keeps the pattern: one per Solver
+        Bn, vector = as_rhs(self._pattern, B, "Solver.solve", rows=self._pattern.format_shape[0])
         handle = SolveHandle(self._state, self._pattern, False, self._policy, self.results)
-        X = solve_function(self.A.values, Bn, handle)
+        X = solve_function(self._values, Bn, handle)
         out = restore_rhs(X, vector)
         info = _info(self.A, Bn, X, self._state, self._offer, handle) if return_info else None
         self._state.reused = True  # later solves reuse this plan

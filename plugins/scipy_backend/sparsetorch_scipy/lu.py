@@ -249,10 +249,26 @@ class _PermutedLU:
     def __init__(self, lu: Any, q: np.ndarray) -> None:
         self._lu = lu
         self._q = q
-        self.L, self.U, self.perm_r = lu.L, lu.U, lu.perm_r
-        # perm_c over F's columns: B's column j is F's column q[j]
-        self.perm_c = np.empty_like(lu.perm_c)
-        self.perm_c[q] = lu.perm_c
+
+    # SuperLU builds L and U as new SciPy arrays on every access: read them only when asked.
+    @property
+    def L(self) -> Any:
+        return self._lu.L
+
+    @property
+    def U(self) -> Any:
+        return self._lu.U
+
+    @property
+    def perm_r(self) -> np.ndarray:
+        return self._lu.perm_r
+
+    @property
+    def perm_c(self) -> np.ndarray:
+        """The column permutation over F's columns (B's column j is F's column q[j])."""
+        out = np.empty_like(self._lu.perm_c)
+        out[self._q] = self._lu.perm_c
+        return out
 
     def solve(self, b: np.ndarray, trans: str = "N") -> np.ndarray:
         y = self._lu.solve(np.ascontiguousarray(b[self._q]), trans=trans)
