@@ -10,7 +10,7 @@ import torch
 
 import sparsetorch as st
 from sparsetorch.format import COO, CSC, CSR
-from sparsetorch.testing.problems import hermitian_pd, poisson2d, random_nonsymmetric, symmetric_indefinite
+from sparsetorch.testing.problems import hermitian_pd, poisson2d, symmetric_indefinite
 
 from sparsetorch_scipy import plugin
 from sparsetorch_scipy.eigen import EigshPlan, EigsPlan
