@@ -20,7 +20,7 @@ thread, measured against the default rates' 2e10 flop/s and 5e9 B/s): SparseLU, 
 ``-march=native`` (AVX-512 here), runs its flops at ~70 % of the GEMM rate plus ~200 bytes of
 traffic per factor entry (3-D 24³: 0.29 s measured, 0.31 s estimated; 32³: 1.7 s, 1.9 s); the simplicial Cholesky/LDL^T (no supernodes) at ~25 % plus ~100 bytes per
 entry (2-D 64²: 1.4 ms measured, 1.9 ms estimated; 3-D 16³: 21 ms, 18 ms), degrading with the size
-of L (``simplicial_efficiency``: 3-D 40³ took 50-72 s, ~6x its small-L rate). SparseQR was not fit:
+of L (``simplicial_efficiency``: 3-D 40³ took 26-31 s, ~3x its small-L rate). SparseQR was not fit:
 R's fill is estimated at 3x the LU's and its work at 6x (an upper bound on Poisson-like
 patterns), so QR ranks behind LU/Cholesky for square systems, as it should.
 
@@ -123,11 +123,12 @@ def fill_flops(request: Request, method: str) -> tuple[float, float]:
     return fill, flops
 
 
-#: SimplicialLLT/LDLT work column by column without supernodes: fast while L is small, ~6x slower
-#: per flop once L is hundreds of MB (3-D Poisson 40³: L 2.2e7 entries, 264 MB, 50-72 s per
-#: factorization measured against 9 s at the small-L rate; SciPy's supernodal LU took 10 s). The
-#: efficiency is log-interpolated from 25 % at 20 MB of factor (2-D 256²) to 4.4 % at 264 MB.
-SIMPLICIAL_EFF = (0.25, 0.044)
+#: SimplicialLLT/LDLT work column by column without supernodes: fast while L is small, ~3x slower
+#: per flop once L is hundreds of MB (3-D Poisson 40³: L 2.2e7 entries, 264 MB, 26-31 s per
+#: factorization on a quiet machine, against 9 s at the small-L rate and SparseLU's 7.9 s on the
+#: same matrix). The efficiency is log-interpolated from 25 % at 20 MB of factor (2-D 256²: 0.11 s
+#: measured, 0.075 s estimated) to 8 % at 264 MB.
+SIMPLICIAL_EFF = (0.25, 0.08)
 SIMPLICIAL_BYTES = (2e7, 2.64e8)
 
 
