@@ -1,7 +1,8 @@
-"""The eigen backend through the conformance kit (sparsetorch.testing): every solve method in every
+"""The eigen backend through the conformance kits (sparsetorch.testing): every solve method in every
 input format and dtype against dense float64 oracles, value batches, complex, gradients (gradcheck,
 dense autograd, second derivatives for the direct methods, torch.func), Solver and the plan cache,
-and the error contract."""
+the error contract, and slogdet (LogdetConformance, when this core has it: its matrices are
+random non-symmetric, so the method is lu; cholesky and ldlt are tested in test_eigen_direct.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,11 @@ import torch
 from sparsetorch.dispatch import get_backends, reset_backends
 from sparsetorch.format import BSR, COO, CSC, CSR, DIA, ELL
 from sparsetorch.testing import ErrorConformance, SolveConformance
+
+try:  # the slogdet kit came with the core's logdet op
+    from sparsetorch.testing import LogdetConformance
+except ImportError:  # pragma: no cover - an older core
+    LogdetConformance = None
 
 import sparsetorch_eigen.plugin as plugin
 
@@ -44,3 +50,9 @@ class TestEigenSolve(EigenBackend, SolveConformance):
 
 class TestEigenErrors(EigenBackend, ErrorConformance):
     pass
+
+
+if LogdetConformance is not None:
+
+    class TestEigenLogdet(EigenBackend, LogdetConformance):
+        logdet_methods = ("lu",)
