@@ -8,9 +8,9 @@ from typing import Any
 
 import torch
 
-from sparsetorch import BackendError
+from sparsetorch import BackendError, InputError, SparseTorchError
 
-__all__ = ["lib", "suffix", "Direct", "Iterative"]
+__all__ = ["lib", "suffix", "Direct", "Iterative", "call"]
 
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64", torch.complex64: "c64", torch.complex128: "c128"}
 
@@ -40,9 +40,25 @@ def suffix(dtype: torch.dtype) -> str:
     return _SUFFIX[dtype]
 
 
+def call(fn: Any, *args: Any, **kw: Any) -> Any:
+    """Run one extension call; C++ errors become the library's (argument checks: InputError;
+    anything else Eigen or the binding raised: BackendError). MemoryError and Python exceptions
+    raised by user callbacks pass through unchanged."""
+    try:
+        return fn(*args, **kw)
+    except (SparseTorchError, MemoryError, KeyboardInterrupt):
+        raise
+    except lib().InvalidArgument as exc:
+        raise InputError(f"eigen: {exc}") from exc
+    except RuntimeError as exc:
+        if type(exc) is RuntimeError:  # what pybind11 makes of a std::exception
+            raise BackendError(f"eigen: the extension failed: {exc}") from exc
+        raise
+
+
 def Direct(dtype: torch.dtype, *args: Any, **kw: Any) -> Any:
-    return getattr(lib(), "Direct_" + suffix(dtype))(*args, **kw)
+    return call(getattr(lib(), "Direct_" + suffix(dtype)), *args, **kw)
 
 
 def Iterative(dtype: torch.dtype, *args: Any, **kw: Any) -> Any:
-    return getattr(lib(), "Iterative_" + suffix(dtype))(*args, **kw)
+    return call(getattr(lib(), "Iterative_" + suffix(dtype)), *args, **kw)

@@ -109,7 +109,7 @@ class DirectPlan:
         data = self._h.values(values)
         if data.dtype != self.dtype:
             raise InputError(f"{self.backend}/{self.method}: values are {data.dtype}, the plan was built for {self.dtype}")
-        self._factor.factorize(data.data_ptr())
+        _lib.call(self._factor.factorize, data.data_ptr())
         self.factorizations += data.shape[0]
         failures: list[Exception | None] = []
         lib = _lib.lib()
@@ -179,7 +179,7 @@ class DirectPlan:
         for i in range(Bt.shape[0]):
             j = i if members > 1 else 0
             self._ready(j)
-            fn(j, Bt[i].data_ptr(), X[i].data_ptr(), k, adjoint)
+            _lib.call(fn, j, Bt[i].data_ptr(), X[i].data_ptr(), k, adjoint)
         return X.transpose(-1, -2).reshape(*B.shape[:-2], rows_out, k)
 
     def solve(self, B: torch.Tensor, *, adjoint: bool = False) -> tuple[torch.Tensor, IterationResult]:

@@ -100,7 +100,7 @@ class _Base:
         """Map the values (no copy for CSR/CSC) and build the preconditioners."""
         self._values = None
         data = self._h.values(values)
-        statuses = self._it.set_values(data.data_ptr())
+        statuses = _lib.call(self._it.set_values, data.data_ptr())
         self._values = data  # the maps read this tensor: keep it alive
         lib = _lib.lib()
         for i, (code, msg) in enumerate(statuses):
@@ -129,7 +129,7 @@ class _Base:
         outs: list = []
         for i in range(Bt.shape[0]):
             j = i if members > 1 else 0
-            outs += self._it.solve(j, Bt[i].data_ptr(), X[i].data_ptr(), k, adjoint, float(o.get("rtol", 1e-6)),
+            outs += _lib.call(self._it.solve, j, Bt[i].data_ptr(), X[i].data_ptr(), k, adjoint, float(o.get("rtol", 1e-6)),
                                    float(o.get("atol", 0.0) or 0.0), float(o.get("btol", 1e-6) or 0.0),
                                    float(o.get("damp", 0.0) or 0.0), -1 if maxiter is None else int(maxiter),
                                    int(o.get("check_every") or 1), o.get("callback"))

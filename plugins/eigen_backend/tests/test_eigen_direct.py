@@ -238,3 +238,14 @@ def test_threads_setting_round_trips():
     with pytest.raises(ValueError):
         sparsetorch_eigen.set_num_threads(0)
     assert sparsetorch_eigen.eigen_version().startswith("3.")
+
+
+def test_extension_argument_errors_become_input_errors():
+    from sparsetorch_eigen import _lib
+
+    with pytest.raises(st.InputError, match="unknown direct method"):
+        _lib.Direct(torch.float64, "svd", 2, 2, 0, 0, 0, True, 1, "amd", -1.0, False, -1.0)
+    A = poisson2d(3, 3)
+    plan = DirectPlan(A, "lu", {})
+    with pytest.raises(st.InputError, match="before factorize"):
+        _lib.call(plan._factor.solve, 0, 0, 0, 1, False)
