@@ -183,7 +183,9 @@ def test_registered_backend_is_not_chosen_when_dearer(backends) -> None:
     assert slow.offer is not None and not slow.chosen
     offers = table.offers
     assert offers[-1].backend == "slow", "the dearest offer ranks last"
-    assert [r.seconds for r in offers] == sorted(r.seconds for r in offers)
+    # ranked by seconds; offers within 1 % of each other tie and are ordered by the tie-breaks
+    secs = [r.seconds for r in offers]
+    assert all(later >= earlier / 1.01 - 1e-15 for earlier, later in zip(secs, secs[1:])), secs
     # Pinning it still works, and the answer is right.
     x, info = sparsetorch.solve(A, b, backend="slow", return_info=True)
     assert info.backend == "slow"
