@@ -13,16 +13,16 @@ source "$ROOT/scripts/_venv.sh"
 STAMP="$VENV/.sparsetorch-test-installed"
 
 # Re-install only when the packaging inputs changed (or the stamp is missing).
-want="$(cat pyproject.toml plugins/scipy_backend/pyproject.toml scripts/test.sh scripts/_venv.sh | "$PY" -c 'import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())')"
+want="$(cat pyproject.toml plugins/scipy_backend/pyproject.toml plugins/eigen_backend/pyproject.toml plugins/cupy_backend/pyproject.toml scripts/test.sh scripts/_venv.sh | "$PY" -c 'import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())')"
 if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$want" ]] || ! "$PY" -m pip show sparsetorch >/dev/null 2>&1; then
     echo "==> installing sparsetorch (editable) with the test extra"
     "$PY" -m pip install -e '.[test]'
     # Backend plugins (each its own distribution, found through its entry point).
     "$PY" -m pip install -e 'plugins/scipy_backend[amg]'
-    # The Eigen plugin (compiled; its tests skip without it) is not installed here yet: loaded,
-    # it wins plugins/scipy_backend/tests/test_amg.py::test_auto_dispatch_uses_amg_cg_on_a_large_2d_poisson
-    # (a global auto pick; eigen/cholesky is faster there), which must first compare scipy's
-    # offers only. Then: "$PY" -m pip install -e plugins/eigen_backend  (~3 CPU-minutes to build)
+    # The Eigen plugin is compiled here (pybind11 + Eigen headers from PyPI, ~2-3 CPU-minutes).
+    "$PY" -m pip install -e plugins/eigen_backend
+    # The CuPy plugin installs without CuPy (its GPU tests skip; its declines are tested on CPU).
+    "$PY" -m pip install -e plugins/cupy_backend
     echo "$want" > "$STAMP"
 fi
 

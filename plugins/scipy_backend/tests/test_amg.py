@@ -76,12 +76,14 @@ def test_amg_on_indefinite_matrix_says_so(scipy_backend) -> None:
 
 
 def test_auto_dispatch_uses_amg_cg_on_a_large_2d_poisson(scipy_backend) -> None:
-    """With the default rates, 2-D Poisson 256² goes to CG + AMG (measured fastest there)."""
+    """With the default rates, this plugin's cheapest offer for 2-D Poisson 256² is CG + AMG
+    (measured fastest among SciPy's methods there). Other loaded backends may rank higher
+    (the Eigen plugin's Cholesky does, measured faster): compare this backend's offers only."""
     from _helpers import poisson_scipy
 
     A = st.from_package(poisson_scipy(256, 2))
     b = torch.ones(A.shape[0], dtype=torch.float64)
-    chosen = st.explain("solve", A, b).chosen
+    chosen = st.explain("solve", A, b, backend="scipy").chosen
     assert (chosen.backend, chosen.method, chosen.offer.preconditioner) == ("scipy", "cg", "amg")
 
 
