@@ -368,9 +368,11 @@ def _command(argv: list[str] | None) -> str:
 
 
 def make_runners(args, device: torch.device, solver: dict, eigen: bool, sla: bool) -> list[Runner]:
-    runners: list[Runner] = [SparsetorchRunner(args, device, solver, "sparsetorch")]
+    name = f"sparsetorch ({solver.get('backend') or 'auto'} {solver.get('method') or 'auto'})"
+    runners: list[Runner] = [SparsetorchRunner(args, device, solver, name)]
     if args.extra_default_panel and device.type == "cpu":
-        runners.append(SparsetorchRunner(args, device, {"method": "lu"}, "sparsetorch (lu, SuperLU default panel)"))
+        runners.append(SparsetorchRunner(args, device, {"backend": "scipy", "method": "lu"},
+                                         "sparsetorch (scipy lu, SuperLU default panel)"))
     if eigen:
         runners.append(SparsetorchRunner(args, device, EIGEN, "sparsetorch (eigen cholesky)"))
     if sla:
@@ -400,6 +402,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads for both sides (default 1)")
     p.add_argument("--method", default=None,
                    help="our method (default: the example's, lu with SuperLU panel size 4 on the CPU, chosen by cost elsewhere)")
+    p.add_argument("--backend", default=None, help="our backend (default: the example's, scipy on the CPU)")
     p.add_argument("--extra-default-panel", action="store_true",
                    help="add a row with SuperLU's default panel size (CPU)")
     p.add_argument("--rtol", type=float, default=1e-10, help="our tolerance if an iterative method is used")
@@ -418,6 +421,8 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     solver = {"method": args.method} if args.method else ic.default_solver(device)
+    if args.backend:
+        solver["backend"] = args.backend
     out = Path(args.out) if args.out else HERE / "results" / f"inverse_{device.type}.json"
     print(f"[bench_inverse] n={args.n} device={device} threads={args.threads} target={args.target}", flush=True)
 

@@ -146,8 +146,9 @@ def relative_l2(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def default_solver(device: str | torch.device) -> dict:
-    """The solver options the example uses when none are given: ``method="lu"`` with a SuperLU
-    panel size of 4 on the CPU, the cheapest capable backend elsewhere.
+    """The solver options the example uses when none are given: the SciPy plugin's SuperLU
+    (``backend="scipy", method="lu"``) with a panel size of 4 on the CPU, the cheapest capable
+    backend elsewhere.
 
     On the CPU the SciPy plugin's SuperLU is pinned: the gradient needs accurate solves, a direct
     factorization gives them at every step, and the plan keeps the fill-reducing ordering from
@@ -156,7 +157,7 @@ def default_solver(device: str | torch.device) -> dict:
     grid about 20 % faster than SuperLU's default (measured; 3-D problems prefer the default).
     Elsewhere dispatch chooses; ``rtol`` then bounds an iterative method's error."""
     if torch.device(device).type == "cpu":
-        return {"method": "lu", "backend_options": {"panel_size": 4}}
+        return {"backend": "scipy", "method": "lu", "backend_options": {"panel_size": 4}}
     return {}
 
 
