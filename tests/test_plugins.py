@@ -414,6 +414,9 @@ def _env(site: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPARSETORCH_")}
     env["PYTHONPATH"] = os.pathsep.join([str(site), str(CORE)])
     env["SPARSETORCH_CALIBRATION"] = "defaults"  # deterministic estimates, no measuring
+    # Only the template among external plugins: others installed in the environment (scipy,
+    # eigen, cupy) would otherwise compete for the auto picks these tests assert.
+    env["SPARSETORCH_PLUGINS"] = "example"
     env.update(extra)
     return env
 

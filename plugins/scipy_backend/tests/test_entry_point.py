@@ -56,6 +56,7 @@ def test_entry_point_is_found_and_used(installed) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPARSETORCH_")}
     env["PYTHONPATH"] = os.pathsep.join([str(installed), str(CORE)])
     env["SPARSETORCH_CALIBRATION"] = "defaults"
+    env["SPARSETORCH_PLUGINS"] = "scipy"  # other installed plugins (eigen, cupy) would compete for the auto pick
     proc = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=120, env=env,
                           cwd=str(installed.parent), check=False)
     assert proc.returncode == 0, proc.stderr
