@@ -227,3 +227,13 @@ def test_lstsq_object_keeps_its_plan_for_new_values() -> None:
     torch.testing.assert_close(v.grad[slot], D.grad[coords[0], coords[1]], rtol=1e-7, atol=1e-9)
     with pytest.raises(st.InputError, match="unknown options"):
         Lstsq(A, rtol=1e-3)
+
+
+def test_exported_and_explained():
+    import sparsetorch as st
+
+    A = st.SparseTensor.from_dense(torch.randn(8, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0)))
+    b = torch.ones(8, dtype=torch.float64)
+    assert st.lstsq is not None and st.Lstsq is not None
+    table = st.explain("lstsq", A, b)
+    assert table.chosen is not None and "lstsq" in str(table)

@@ -501,3 +501,16 @@ def test_template_own_tests_pass_against_the_installed_package(installed_templat
                           cwd=str(tests.parent), check=False)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout
+
+
+def test_allow_transfer_lets_a_backend_answer_for_a_device_it_did_not_declare(backends) -> None:
+    backends.register(FakeBackend("cpuonly"), "cpuonly")  # declares devices=("cpu",)
+    from sparsetorch.dispatch.records import OperandInfo, Request
+
+    meta = OperandInfo("sparse", (4, 4), torch.float64, torch.device("meta"))
+    plain = Request("solve", (meta,), frozenset(), {})
+    allowed = Request("solve", (meta,), frozenset(), {"backend_options": {"allow_transfer": True}})
+    decline = next(a for a in backends.offers(plain) if a.backend == "cpuonly")
+    assert "runs on" in decline.reason and "meta" in decline.reason
+    asked = [a for a in backends.offers(allowed) if a.backend == "cpuonly"]
+    assert asked and all("runs on" not in getattr(a, "reason", "") for a in asked)

@@ -19,6 +19,7 @@ from .ops import IterationResult, Matmul, SolveInfo, Solver, Status, matmul, nor
 from .ops.eigen import eigs, eigsh
 from .ops.explain import explain
 from .ops.logdet import det, logdet, slogdet
+from .ops.lstsq import Lstsq, lstsq
 from .ops.nonlinear import NonlinearSolveInfo, nonlinear_solve
 from .tensor import PatternKey, SparseTensor, SparseTensorList, Tensor, from_package
 
@@ -32,7 +33,7 @@ __all__ = [
     "Dimension", "LevelFormat", "LevelProperty", "TensorFormat",
     "PatternKey", "SparseTensor", "SparseTensorList", "Tensor", "from_package",
     # operations
-    "IterationResult", "Matmul", "SolveInfo", "Solver", "Status", "det", "eigs", "eigsh", "explain", "logdet", "matmul",
+    "IterationResult", "Matmul", "SolveInfo", "Solver", "Status", "det", "eigs", "eigsh", "explain", "logdet", "Lstsq", "lstsq", "matmul",
     "NonlinearSolveInfo", "nonlinear_solve", "norm", "slogdet", "solve", "transpose",
     # dispatch
     "BackendInfo", "Decline", "Offer", "OperandInfo", "Request", "plan_cache", "registry",

@@ -143,7 +143,7 @@ class Backends:
             if request.op not in info.ops:
                 out.append(Decline(name, f"does not implement {request.op!r} (it has: {', '.join(info.ops) or 'nothing'})"))
                 continue
-            if request.device.type not in info.devices:
+            if request.device.type not in info.devices and not _allows_transfer(request):
                 out.append(Decline(name, f"runs on {', '.join(info.devices)} only; the operands are on {request.device}"))
                 continue
             if request.dtype not in info.dtypes:
@@ -206,3 +206,10 @@ def reset_backends(*, entry_points: bool = True) -> Backends:
     plan_cache().clear()
     return _backends
 
+
+def _allows_transfer(request: Request) -> bool:
+    """The user allows host/device copies (``backend_options={"allow_transfer": True}``): a backend
+    whose declared devices lack the operands' device is then asked anyway, and offers with the
+    copies costed (or declines)."""
+    bo = request.option("backend_options") or {}
+    return bool(request.option("allow_transfer") or (isinstance(bo, dict) and bo.get("allow_transfer")))

@@ -44,5 +44,11 @@ def explain(op: str, *operands: Any, **options: Any) -> ExplainTable:
 
         A = check_matrix(operands[0], "explain", square=True)
         return rank(logdet_request(A, options.get("backend"), options.get("method"), options.get("properties")))
-    raise InputError(f"explain knows 'solve', 'matmul', 'eigsh', 'eigs' and 'logdet', got {op!r}")
+    if op == "lstsq":
+        from .lstsq import _options, lstsq_request
+
+        A = check_matrix(operands[0], "explain", square=False)
+        B = as_rhs(A, operands[1], "explain", rows=A.format_shape[0])[0] if len(operands) > 1 else None
+        return rank(lstsq_request(A, B, _options(**options)))
+    raise InputError(f"explain knows 'solve', 'matmul', 'eigsh', 'eigs', 'logdet' and 'lstsq', got {op!r}")
 
