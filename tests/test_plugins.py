@@ -139,10 +139,13 @@ class WrongHookSignature(_Info):
 
 # Fixtures -----------------------------------------------------------------------------------------
 @pytest.fixture
-def backends():
-    """The process-wide backends, reset before and after (the default state for other tests)."""
+def backends(monkeypatch):
+    """The process-wide backends with the built-ins only (installed plugins such as eigen or scipy
+    would take the picks these tests assert), reset before and after."""
+    monkeypatch.setenv("SPARSETORCH_DISABLE_PLUGINS", "1")
     b = reset_backends()
     yield b
+    monkeypatch.undo()  # the environment first, so the reset below loads the installed plugins again
     reset_backends()
 
 

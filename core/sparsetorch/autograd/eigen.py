@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from ..errors import DegenerateEigenvalueError
+from ..errors import DegenerateEigenvalueError, NoBackendError
 from ..tensor import SparseTensor
 from .handles import PlanState, sddmm
 
@@ -182,7 +182,12 @@ class _Bordered:
         K = self._asm.tensor(torch.cat([a, md, border, lower]))
         b = torch.cat([rhs, rhs.new_zeros(k)])
         props = "hermitian" if a.is_complex() else "symmetric"
-        x = solve(K, b, properties=props, rtol=1e-12)
+        # K is symmetric indefinite and may have zeros on its diagonal: a direct LU where one is
+        # offered (BiCGSTAB broke down on it at the first iteration), an iterative method otherwise.
+        try:
+            x = solve(K, b, properties=props, method="lu")
+        except NoBackendError:
+            x = solve(K, b, properties=props, rtol=1e-12)
         return x[:n]
 
 
