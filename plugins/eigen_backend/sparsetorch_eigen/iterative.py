@@ -17,7 +17,6 @@ The least-squares loop stops on LSQR's tests with ``||A||_F`` for ``||A||``: ``|
 
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping, Sequence
 
 import torch

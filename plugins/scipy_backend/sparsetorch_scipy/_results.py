@@ -8,33 +8,14 @@ converged, and the first failure by priority (non-finite, indefinite, breakdown,
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy as np
 
-from sparsetorch import IterationResult, Status
+from sparsetorch import Status
+from sparsetorch.dispatch.helpers import Outcome, combine
 
 __all__ = ["Outcome", "combine", "Progress", "Stop", "trivial_system"]
-
-_PRIORITY = (Status.NOT_FINITE, Status.INDEFINITE, Status.BREAKDOWN, Status.MAX_ITERATIONS)
-
-
-@dataclass
-class Outcome:
-    """How one system ended. ``residual`` is the true relative residual ``||b - A x|| / ||b||``."""
-
-    iterations: int
-    residual: float
-    status: Status
-    reason: str = ""
-    history: list[float] = field(default_factory=list)
-    products: int = 0
-
-    @property
-    def converged(self) -> bool:
-        return self.status is Status.CONVERGED
-
 
 def trivial_system(n: int, b: np.ndarray, finite: bool, rtol: float, atol: float):
     """The cases every iterative plan answers before iterating: NaN/Inf (in A's values or b)
@@ -126,25 +107,3 @@ class Progress:
             raise Stop(Status.BREAKDOWN, f"the residual stagnated or grew ({rel:.2e}, best {best:.2e}) by iteration {it}", self.good)
 
 
-def combine(outcomes: Sequence[Outcome], label: str) -> IterationResult:
-    """One IterationResult for all systems (worst case); ``label`` names the solver."""
-    worst_it = max((o.iterations for o in outcomes), default=0)
-    worst_res = max((o.residual for o in outcomes), default=0.0)
-    failed = [o for o in outcomes if not o.converged]
-    status = Status.CONVERGED
-    reason = ""
-    for s in _PRIORITY:
-        hit = next((o for o in failed if o.status is s), None)
-        if hit is not None:
-            status, reason = s, hit.reason
-            break
-    products = sum(o.products for o in outcomes)
-    systems = len(outcomes)
-    if not failed:
-        reason = f"{label}: converged in {worst_it} iterations" + (f" (max over {systems} systems)" if systems > 1 else "")
-        reason += f", {products} products with A" if products else ""
-    elif systems > 1:
-        reason += f" ({len(failed)} of {systems} systems did not converge)"
-    lead = max(outcomes, key=lambda o: o.iterations) if outcomes else None
-    history = tuple(lead.history) if lead is not None else ()
-    return IterationResult(worst_it, float(worst_res), not failed, status, reason, history)

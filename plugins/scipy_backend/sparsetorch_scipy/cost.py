@@ -25,6 +25,7 @@ import torch
 
 from sparsetorch import Request
 from sparsetorch.dispatch.calibrate import Rates
+from sparsetorch.dispatch.helpers import loglog_interp as _interp, sparsity_dimension as dimension
 
 __all__ = [
     "dimension", "lu_estimate", "LUEstimate", "krylov_cost", "amg_solver_cost", "spmm_cost", "spmv_seconds",
@@ -95,29 +96,6 @@ def _index_size(request: Request) -> int:
 
 def _batch(request: Request) -> int:
     return max(1, math.prod(request.A.batch_shape)) if request.A.batch_shape else 1
-
-
-def dimension(request: Request) -> float:
-    """Effective grid dimension of A's sparsity (1..3): ``backend_options["dimension"]`` or
-    ``(nse / n - 1) / 2`` clamped."""
-    bo = request.option("backend_options") or {}
-    if bo.get("dimension") is not None:
-        return min(3.0, max(1.0, float(bo["dimension"])))
-    n = max(1, request.A.shape[-1])
-    per_row = (request.A.nse or n) / n
-    return min(3.0, max(1.0, (per_row - 1.0) / 2.0))
-
-
-def _interp(table: dict[int, tuple[float, float]], d: float, n: int) -> float:
-    lo, hi = int(math.floor(d)), int(math.ceil(d))
-    n = max(n, 2)
-
-    def at(k: int) -> float:
-        c, a = table[k]
-        return math.log(c) + a * math.log(n)
-
-    w = d - lo
-    return math.exp((1 - w) * at(lo) + w * at(hi))
 
 
 @dataclass(frozen=True)
