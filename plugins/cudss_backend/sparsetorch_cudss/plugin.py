@@ -1,0 +1,186 @@
+"""The cudss backend's hook implementations (the module named by the entry point ``cudss``).
+
+Offers, for ``solve`` on CUDA tensors (float32, float64, complex64, complex128):
+
+- ``cholesky`` (cuDSS SPD / HPD) when A is known or detected SPD, or asked for on a symmetric A;
+- ``ldlt`` (cuDSS symmetric / Hermitian indefinite) when A is symmetric (Hermitian);
+- ``lu`` (cuDSS general) always.
+
+Each offer's cost is the first call's (analysis + factorization + solve, + the adjoint solve when
+a gradient is needed) unless a cuDSS plan of the same signature (shape, nse, dtype, device,
+method) is alive, in which case it is a re-using call's (refactorization + solve): the notes give
+both. When the factors would not fit in free GPU memory the offer says so and the plan runs in
+cuDSS's hybrid memory mode (factors in host memory), priced accordingly; with
+``backend_options={"hybrid_memory": False}`` the backend declines instead, so dispatch moves to
+an iterative method rather than into an out-of-memory error.
+
+It declines, with the reason: tensors not on CUDA (no operand is moved), no CUDA device, cuDSS
+library not found (with the install command), other dtypes, formats with BATCH levels,
+non-square A, preconditioners, and the iterative method names.
+
+This module imports only torch and sparsetorch; libcudss is located without loading it here
+and loaded when a plan is built.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import weakref
+from typing import Any
+
+import torch
+
+import sparsetorch
+from sparsetorch import BackendInfo, Decline, Offer, Request
+from sparsetorch.dispatch.calibrate import rates
+
+from . import __version__, _lib, cost
+
+__all__ = ["sparsetorch_backend_info", "sparsetorch_offers", "NAME", "METHODS", "DTYPES"]
+
+NAME = "cudss"
+METHODS = ("lu", "cholesky", "ldlt")
+DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
+
+#: plans alive, by signature: their analysis is paid (the cost model prices re-using calls)
+_live: "weakref.WeakValueDictionary[tuple, Any]" = weakref.WeakValueDictionary()
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+@functools.lru_cache(maxsize=None)
+def _missing() -> str | None:
+    path, how = _lib.find_library()
+    if path is None:
+        return (f"cuDSS library not found ({how}): pip install 'sparsetorch-cudss[cu13]' or 'sparsetorch-cudss[cu12]' "
+                f"(the one matching torch.version.cuda), or set {_lib.ENV}")
+    return None
+
+
+@sparsetorch.hookimpl
+def sparsetorch_backend_info() -> BackendInfo:
+    """Static description (cheap: libcudss is looked for, not loaded)."""
+    why = _missing()
+    path, how = _lib.find_library()
+    return BackendInfo(
+        name=NAME,
+        version=__version__,
+        description="cuDSS sparse direct solver: LU, Cholesky, LDL^T with plan reuse (analysis once per pattern, "
+                    "refactorization per value set), uniform value batches, hybrid memory; CUDA"
+                    + (f" ({path})" if path else ""),
+        devices=("cuda",),
+        dtypes=DTYPES,
+        ops={"solve": METHODS},
+        formats=(),
+        missing={"cudss": why} if why else {},
+        priority=0,
+    )
+
+
+@sparsetorch.hookimpl
+def sparsetorch_offers(request: Request) -> list[Offer | Decline]:
+    if request.op != "solve":
+        return []
+    general = _general_decline(request)
+    if general is not None:
+        return [Decline(NAME, general)]
+    method = request.option("method")
+    if method is not None and method not in METHODS:
+        return [Decline(NAME, f"cuDSS is a direct solver ({', '.join(METHODS)}); method {method!r} is iterative or "
+                              f"elsewhere: use the torch or cupy backends for it", method)]
+    pre = request.option("preconditioner")
+    if pre is not None and not (isinstance(pre, str) and pre in ("none", "identity")):
+        return [Decline(NAME, "a preconditioner was requested, but cuDSS solves directly; drop preconditioner= to use it")]
+    r = rates(request.device)
+    free = cost.free_device_bytes(request.device)
+    out: list[Offer | Decline] = []
+    for m in METHODS:
+        if method is not None and m != method:
+            continue
+        out.append(_answer(request, r, m, free))
+    return out
+
+
+def _general_decline(request: Request) -> str | None:
+    A = request.A
+    if A.kind != "sparse":
+        return f"needs one SparseTensor as A, got a {A.kind} operand"
+    if A.device.type != "cuda":
+        if not torch.cuda.is_available():
+            return f"no CUDA device (A is on {A.device}); cuDSS runs on NVIDIA GPUs"
+        return (f"runs on CUDA tensors only; A is on {A.device}: move A and b with .cuda() (this backend never moves "
+                f"operands between devices), or use a backend for {A.device.type}")
+    for op in request.operands[1:]:
+        if op.device != A.device:
+            return f"operands on different devices ({A.device} and {op.device}); put them on one GPU"
+    if A.dtype not in DTYPES:
+        return (f"supports {', '.join(_dtype_name(d) for d in DTYPES)}; A is {_dtype_name(A.dtype)} "
+                f"(cast with .to(torch.float64) or .to(torch.float32))")
+    if A.format is not None and A.format.num_batch_levels:
+        return (f"format {A.format.name or A.format} has BATCH levels (a pattern per batch member); cuDSS's uniform "
+                f"batch needs one pattern: use a value-batched SparseTensor or a SparseTensorList")
+    if len(A.shape) - len(A.batch_shape) != 2:
+        return f"handles matrices only; A has format shape {tuple(A.shape[len(A.batch_shape):])}"
+    m, n = A.shape[-2], A.shape[-1]
+    if m != n:
+        return f"solve needs a square matrix, A is {m}x{n} (use lstsq for least squares)"
+    missing = _missing()
+    if missing:
+        return missing
+    return None
+
+
+def _signature(request: Request, method: str) -> tuple:
+    A = request.A
+    return (tuple(A.shape), int(A.nse or 0), A.dtype, str(A.device), method)
+
+
+def _fmt_bytes(b: float) -> str:
+    return f"{b / 2**30:.1f} GiB" if b >= 2**30 else f"{b / 2**20:.0f} MiB"
+
+
+def _answer(request: Request, r: Any, method: str, free: int | None) -> Offer | Decline:
+    props = request.properties
+    symmetric = bool({"symmetric", "hermitian", "spd"} & props)
+    asked = request.option("method") == method
+    if method == "cholesky" and "spd" not in props and not (asked and symmetric):
+        return Decline(NAME, "Cholesky needs a symmetric positive definite matrix (not detected; pass properties='spd' "
+                             "if it is)", method)
+    if method == "ldlt" and not symmetric:
+        return Decline(NAME, "LDL^T needs a symmetric (Hermitian) matrix", method)
+    bo = request.option("backend_options") or {}
+    hm = bo.get("hybrid_memory", "auto")
+    est = cost.estimate(r, request, method, free=free, hybrid=None if hm == "auto" else bool(hm))
+    if not est.fits and hm is False:
+        return Decline(NAME, f"the factors need ~{_fmt_bytes(est.device_bytes)} of GPU memory, "
+                             f"{_fmt_bytes(free or 0)} is free, and hybrid_memory=False; use an iterative method or "
+                             f"allow cuDSS's hybrid memory mode", method)
+    live = _signature(request, method) in _live
+    call = est.reuse_call if live else est.first_call
+    if request.requires_grad:
+        call += est.solve
+        from . import _lib as lib_mod  # noqa: PLC0415 - version known only once loaded; 0.8 factors A^H too
+        if method == "lu" and lib_mod.load.cache_info().currsize and not lib_mod.load().transposed_solve:
+            call += est.factor + (0.0 if live else est.analysis)
+    note = (f"cuDSS {method}: analysis ~{est.analysis:.3g} s once per pattern, then ~{est.reuse_call * 1e3:.3g} ms per "
+            f"call with new values (refactorization + solve){'; plan alive: priced as a re-using call' if live else ''}"
+            f"; factors ~{_fmt_bytes(est.fill * 12)}")
+    if est.hybrid:
+        note += (f"; factors and workspace ~{_fmt_bytes(est.device_bytes)} exceed free GPU memory "
+                 f"({_fmt_bytes(free or 0)}): hybrid memory mode (factors in host memory, ~{cost.HYBRID_SLOWDOWN:g}x slower)")
+    hermitian = bool({"hermitian", "spd"} & props) or not request.dtype.is_complex
+    return Offer(NAME, method, call, est.device_bytes, _factory(method, hermitian, est.hybrid, _signature(request, method)), note)
+
+
+def _factory(method: str, hermitian: bool, hybrid: bool, signature: tuple):
+    def build(A: sparsetorch.SparseTensor, request: Request) -> Any:
+        from .plan import CudssPlan  # noqa: PLC0415
+
+        plan = CudssPlan(A, request.options, method=method, hermitian=hermitian, hybrid=hybrid, backend=NAME)
+        _live[signature] = plan
+        return plan
+
+    return build
