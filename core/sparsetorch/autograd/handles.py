@@ -57,7 +57,14 @@ class PlanState:
             return
         self.plan.set_values(v)
         self.token = tok
-        self.snapshot = v.clone()
+        snap = self.snapshot
+        if (snap is not None and snap.shape == v.shape and snap.dtype == v.dtype and snap.device == v.device
+                and is_plain(snap) and is_plain(v) and not _overlaps(snap, v)):
+            # Refill the snapshot's buffer: a copy into memory already mapped costs a fraction of a
+            # new allocation's first touch (measured 3 vs 13 ms for 5M doubles).
+            snap.copy_(v)
+        else:
+            self.snapshot = v.clone()
 
     def set_call_options(self, options: dict) -> None:
         """Options that may change from call to call on one plan (tolerances, callbacks)."""
@@ -190,3 +197,8 @@ def _check(res: IterationResult, plan: Any, policy: str, what: str) -> None:
         warnings.warn(msg, NotConvergedWarning, stacklevel=4)
     elif policy != "ignore":
         raise NotConvergedError(msg, res)
+
+
+def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two plain tensors share storage (a snapshot must never alias the values it guards)."""
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()

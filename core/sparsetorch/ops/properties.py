@@ -19,6 +19,7 @@ from ..errors import InputError
 from ..format import CSR
 from ..tensor import SparseTensor
 from ..tensor.construct import conversion
+from ..tensor.sparse_tensor import is_plain
 
 __all__ = ["detect", "normalize_tags", "KNOWN_TAGS"]
 
@@ -42,10 +43,93 @@ def normalize_tags(properties) -> frozenset[str] | None:
 def detect(A: SparseTensor) -> frozenset[str]:
     """Properties of a square matrix (for a value batch: those all members share).
 
-    Recomputed on every call (O(nnz) on the cached conversion maps): a cache keyed on the values'
-    identity would miss writes torch does not track (NumPy views, DLPack, ``.data``).
+    The value tests run on every call (O(nnz) gathers and comparisons): a cache keyed on the
+    values' identity would miss writes torch does not track (NumPy views, DLPack, ``.data``).
+    What depends on the pattern only (where each entry's transpose lives, which entries are on
+    the diagonal) is computed once per pattern and kept in the pattern's derived cache
+    (``A._cache``: shared by ``with_values``/``detach``, emptied when an index buffer is
+    written in place; a new pattern has its own).
     """
-    return _detect(A)
+    sym = _symmetry_map(A)
+    if sym is None:  # duplicate coordinates: the general path (sums duplicates through CSR)
+        return _detect(A)
+    return _detect_mapped(A, sym)
+
+
+class _SymmetryMap:
+    """Pattern-only data of :func:`detect`: the value slot of every stored entry, the slot of its
+    transposed entry (None when the pattern is not symmetric), and the diagonal entries."""
+
+    __slots__ = ("slot", "tslot", "in_order", "rows", "on", "diag_rows")
+
+    def __init__(self, slot, tslot, in_order, rows, on) -> None:
+        self.slot, self.tslot, self.in_order, self.rows, self.on = slot, tslot, in_order, rows, on
+        self.diag_rows = rows[on]
+
+
+def _symmetry_map(A: SparseTensor) -> "_SymmetryMap | None":
+    cache = A._cache
+    key = ("properties", "symmetry_map")
+    if key in cache:
+        return cache[key]
+    coords, slot = A.entries()
+    rows, cols = coords[0], coords[1]
+    n = A.format_shape[0]
+    nnz = slot.numel()
+    keys = rows.to(torch.int64) * n + cols.to(torch.int64)
+    skeys, order = torch.sort(keys)
+    out: _SymmetryMap | None
+    if nnz > 1 and bool((skeys[1:] == skeys[:-1]).any()):
+        out = None
+    else:
+        tkeys = cols.to(torch.int64) * n + rows.to(torch.int64)
+        pos = torch.searchsorted(skeys, tkeys).clamp_(max=max(nnz - 1, 0))
+        tslot = None
+        if nnz == 0 or bool((skeys[pos] == tkeys).all()):
+            tslot = slot[order[pos]]
+        nslots = A.values.shape[-1]
+        in_order = nnz == nslots and (nnz == 0 or bool((slot == torch.arange(nslots, device=slot.device)).all()))
+        out = _SymmetryMap(slot, tslot, in_order, rows, rows == cols)
+    if is_plain(slot):
+        cache[key] = out
+    return out
+
+
+def _detect_mapped(A: SparseTensor, m: "_SymmetryMap") -> frozenset[str]:
+    n = A.format_shape[0]
+    values = A.values.detach()
+    vals = values if m.in_order else values[..., m.slot]
+    if m.tslot is None:
+        # Patterns differ; still symmetric if the extra entries are zeros. Compare densely for small n.
+        if n > 2048:
+            return frozenset({"nonsymmetric"})
+        d = A.detach().to_dense()
+        sym = bool(torch.allclose(d, d.transpose(-2, -1).conj(), rtol=1e-12, atol=0))
+    elif vals.shape[-1] == 0:
+        sym = True
+    else:
+        tv = values[..., m.tslot]
+        if tv.is_complex():
+            tv = tv.conj()
+        # max-norms (no |.| temporaries); a NaN makes the test fail, as an elementwise one would
+        inf = float("inf")
+        scale = torch.linalg.vector_norm(vals, inf).clamp_min(torch.finfo(vals.real.dtype if vals.is_complex() else vals.dtype).tiny)
+        sym = bool(torch.linalg.vector_norm(vals - tv, inf) <= 1e-12 * scale)
+    if not sym:
+        return frozenset({"nonsymmetric"})
+    return _spd_tags(A, vals, m.rows, m.on, m.diag_rows, n)
+
+
+def _spd_tags(A: SparseTensor, vals: torch.Tensor, rows: torch.Tensor, on: torch.Tensor, diag_rows: torch.Tensor, n: int) -> frozenset[str]:
+    tags = {"symmetric", "hermitian"} if A.dtype.is_complex else {"symmetric"}
+    diag = vals.new_zeros(*vals.shape[:-1], n).index_add(-1, diag_rows, vals[..., on])
+    off = vals.abs().masked_fill_(on, 0)  # abs() is a new tensor: fill it in place
+    offsum = off.new_zeros(*off.shape[:-1], n).index_add(-1, rows, off)
+    dre = diag.real if diag.is_complex() else diag
+    if bool((dre > 0).all()) and bool((dre >= offsum * (1 - 1e-12)).all()):
+        if not diag.is_complex() or bool((diag.imag.abs() <= 1e-12 * dre.abs()).all()):
+            tags.add("spd")
+    return frozenset(tags)
 
 
 def _detect(A: SparseTensor) -> frozenset[str]:
@@ -69,16 +153,7 @@ def _detect(A: SparseTensor) -> frozenset[str]:
         sym = bool(((v - tv).abs() <= 1e-12 * scale).all())
     if not sym:
         return frozenset({"nonsymmetric"})
-    tags = {"symmetric", "hermitian"} if A.dtype.is_complex else {"symmetric"}
     coords, slot = A.entries()
     rows = coords[0]
     on = rows == coords[1]
-    vals = values[..., slot]
-    diag = vals.new_zeros(*vals.shape[:-1], n).index_add(-1, rows[on], vals[..., on])
-    off = vals.abs().masked_fill(on, 0)
-    offsum = off.new_zeros(*off.shape[:-1], n).index_add(-1, rows, off)
-    dre = diag.real if diag.is_complex() else diag
-    if bool((dre > 0).all()) and bool((dre >= offsum * (1 - 1e-12)).all()):
-        if not diag.is_complex() or bool((diag.imag.abs() <= 1e-12 * dre.abs()).all()):
-            tags.add("spd")
-    return frozenset(tags)
+    return _spd_tags(A, values[..., slot], rows, on, rows[on], n)

@@ -140,14 +140,18 @@ def solve(
         return outs
     A = check_matrix(A, "solve", square=True)
     Bn, vector = as_rhs(A, B, "solve", rows=A.format_shape[0])
-    if check_finite and is_plain(A.values):
-        check_finite_values(A, None, "solve")  # before property detection reads the values
+    # NaN/Inf in A or B: checked once, here, before property detection reads the values. Only
+    # under torch.func transforms (no storage to read here) is it left to the handle, which runs
+    # inside the autograd Function on the tensors the transform hands over.
+    checked_here = check_finite and is_plain(A.values) and is_plain(Bn)
+    if checked_here:
+        check_finite_values(A, Bn, "solve")
     cb, bar = _progress_callback(progress, callback, maxiter)
     options = _options(backend, method, preconditioner, rtol, atol, maxiter, restart, block_size, dense_max, max_bytes, cb,
                        check_every, backend_options)
     request = solve_request(A, Bn, properties, options)
     state, offer, _ = obtain_plan("solve", A, request, cache=cache)
-    handle = SolveHandle(state, A.detach(), False, on_nonconvergence, check_finite=check_finite)
+    handle = SolveHandle(state, A.detach(), False, on_nonconvergence, check_finite=check_finite and not checked_here)
     try:
         # Always through the autograd Function: under torch.func transforms it is what unwraps
         # the operands (and its vmap rule batches right-hand sides into one solve).
