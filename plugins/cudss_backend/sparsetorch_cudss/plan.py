@@ -8,8 +8,11 @@ Phases (docs/backend-authors.md, "Plans"):
   GENERAL for ``lu``, SPD/HPD for ``cholesky``, SYMMETRIC/HERMITIAN for ``ldlt``; uniform batch
   size for a value-batched A; reordering, pivoting, hybrid memory from ``backend_options``).
 - ``set_values`` (numeric): the values are gathered into the buffer (one copy on the device),
-  then ANALYSIS + FACTORIZATION the first time and REFACTORIZATION afterwards (the analysis is
-  the expensive, mostly host-side phase: it never runs again for this plan). cuDSS's error
+  then ANALYSIS + FACTORIZATION the first time; afterwards REFACTORIZATION for Cholesky (no
+  pivoting: the first factorization's structures are re-used as they are) and FACTORIZATION
+  for LU / LDL^T (pivots are chosen again for the new values), either way without a new
+  analysis, the expensive, mostly host-side phase (``backend_options={"refactorization":
+  True/False}`` overrides). cuDSS's error
   indicator is read after each factorization (one host synchronization: the only one the plan
   adds) and becomes :class:`SingularMatrixError` / :class:`IndefiniteMatrixError` with the row.
 - ``solve(B, adjoint)``: all columns of all batch members in one SOLVE call. ``adjoint=True``
@@ -45,7 +48,7 @@ __all__ = ["CudssPlan", "BACKEND_OPTIONS"]
 _VALUE_TYPES = {torch.float32: DType.R_32F, torch.float64: DType.R_64F,
                 torch.complex64: DType.C_32F, torch.complex128: DType.C_64F}
 #: the backend_options keys this plan reads
-BACKEND_OPTIONS = ("reordering", "pivot_type", "pivot_threshold", "pivot_epsilon", "ir_steps", "hybrid_memory",
+BACKEND_OPTIONS = ("refactorization", "reordering", "pivot_type", "pivot_threshold", "pivot_epsilon", "ir_steps", "hybrid_memory",
                    "hybrid_device_memory_limit", "deterministic", "residual_check", "nd_nlevels")
 #: relative residual above which a solve on a factorization with perturbed pivots is refused
 _RESIDUAL_LIMIT = {torch.float64: 1e-6, torch.complex128: 1e-6, torch.float32: 1e-2, torch.complex64: 1e-2}
@@ -73,6 +76,9 @@ class _Factor:
         self.analysed = False
         self.hybrid = hybrid
         self.analysis_seconds = 0.0
+        #: later value sets: REFACTORIZATION (re-uses the first factorization's structures) or a full
+        #: FACTORIZATION (pivots chosen again); see CudssPlan
+        self.refactorization = bool(settings.get("refactorization", mtype in (MatrixType.SPD, MatrixType.HPD)))
         call = lib.call
         try:
             with torch.cuda.device(device):
@@ -149,7 +155,7 @@ class _Factor:
             self.analysis_seconds = time.perf_counter() - t0
             self.execute(Phase.FACTORIZATION, scratch, scratch, 1)
         else:
-            self.execute(Phase.REFACTORIZATION, scratch, scratch, 1)
+            self.execute(Phase.REFACTORIZATION if self.refactorization else Phase.FACTORIZATION, scratch, scratch, 1)
 
     def info(self) -> list[int]:
         return [int(v) for v in self.get_data(Data.INFO, ctypes.c_int, max(1, self.batch))]
@@ -207,6 +213,8 @@ def _settings(options: Mapping[str, Any], backend: str) -> dict[str, Any]:
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise InputError(f"{backend}: backend_options {key}={v!r} must be an int >= 0")
             out[key] = v
+    if bo.get("refactorization") is not None:
+        out["refactorization"] = bool(bo["refactorization"])
     if bo.get("deterministic") is not None:
         out["deterministic"] = int(bool(bo["deterministic"]))
     hm = bo.get("hybrid_memory", "auto")
