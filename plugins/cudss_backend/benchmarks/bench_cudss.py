@@ -202,8 +202,11 @@ def main() -> None:
     ap.add_argument("--peers", default="nvmath,torch-sla")
     ap.add_argument("--out", default="benchmarks/results/cudss_h200.json")
     args = ap.parse_args()
-    from sparsetorch_cudss import _lib  # noqa: PLC0415
+    from sparsetorch.dispatch import get_backends  # noqa: PLC0415
+    from sparsetorch_cudss import _lib, plugin  # noqa: PLC0415
 
+    if "cudss" not in get_backends().names:  # run from a source checkout: register the plugin in-process
+        get_backends().register(plugin, "cudss")
     lib = _lib.load()
     record = {
         "command": " ".join(sys.argv),

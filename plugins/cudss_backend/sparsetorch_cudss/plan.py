@@ -157,8 +157,9 @@ class _Factor:
         else:
             self.execute(Phase.REFACTORIZATION if self.refactorization else Phase.FACTORIZATION, scratch, scratch, 1)
 
-    def info(self) -> list[int]:
-        return [int(v) for v in self.get_data(Data.INFO, ctypes.c_int, max(1, self.batch))]
+    def info(self) -> int:
+        """cuDSS's error indicator (one int, also for a uniform batch; a host synchronization)."""
+        return int(self.get_data(Data.INFO, ctypes.c_int)[0])
 
     def solve(self, b: torch.Tensor, x: torch.Tensor, k: int, mode: int = SolveMode.NORMAL) -> None:
         if mode != SolveMode.NORMAL:
@@ -314,18 +315,16 @@ class CudssPlan:
             pass
 
     def _check(self, fac: _Factor) -> None:
-        info = fac.info()
-        bad = [(i, v) for i, v in enumerate(info) if v != 0]
+        code = fac.info()
         self.perturbed_pivots = 0
-        if not bad and self.mtype in (MatrixType.GENERAL, MatrixType.SYMMETRIC, MatrixType.HERMITIAN):
+        if code == 0 and self.mtype in (MatrixType.GENERAL, MatrixType.SYMMETRIC, MatrixType.HERMITIAN):
             try:
                 self.perturbed_pivots = int(fac.get_data(Data.NPIVOTS, ctypes.c_int)[0])
             except _lib.CudssError:
                 self.perturbed_pivots = 0
-        if not bad:
+        if code == 0:
             return
-        member, code = bad[0]
-        where = f" (value-batch member {member})" if self.batch > 1 else ""
+        where = f" (a member of the value batch of {self.batch})" if self.batch > 1 else ""
         row = code - 1 if code > 0 else None
         at = f" at row {row}" if row is not None else f" (cuDSS info {code})"
         if self.mtype in (MatrixType.SPD, MatrixType.HPD):

@@ -90,18 +90,16 @@ def sparsetorch_offers(request: Request) -> list[Offer | Decline]:
     method = request.option("method")
     if method is not None and method not in METHODS:
         return [Decline(NAME, f"cuDSS is a direct solver ({', '.join(METHODS)}); method {method!r} is iterative or "
-                              f"elsewhere: use the torch or cupy backends for it", method)]
+                              f"elsewhere: use the torch or cupy backends for it", method)] + [
+            Decline(NAME, f"not the requested method {method!r}", m) for m in METHODS]
     pre = request.option("preconditioner")
     if pre is not None and not (isinstance(pre, str) and pre in ("none", "identity")):
         return [Decline(NAME, "a preconditioner was requested, but cuDSS solves directly; drop preconditioner= to use it")]
     r = rates(request.device)
     free = cost.free_device_bytes(request.device)
-    out: list[Offer | Decline] = []
-    for m in METHODS:
-        if method is not None and m != method:
-            continue
-        out.append(_answer(request, r, m, free))
-    return out
+    # All three are answered whatever the pinned method: the core filters by method and lists
+    # the others as "not the requested method".
+    return [_answer(request, r, m, free) for m in METHODS]
 
 
 def _general_decline(request: Request) -> str | None:
