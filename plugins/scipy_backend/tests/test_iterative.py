@@ -215,3 +215,47 @@ def test_curvature_check_can_be_dropped() -> None:
     X2, r2 = _run(_plan(A, "cg", backend_options={"curvature_check": False}), b.new_ones(144, 1))
     assert r1.converged and r2.converged and r1.iterations == r2.iterations
     torch.testing.assert_close(X1, X2, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("case", ["plain", "x0", "jacobi", "complex", "float32", "maxiter"])
+def test_checked_cg_is_scipys_cg_bit_for_bit(case) -> None:
+    """The CG loop that checks curvature on its own product gives SciPy's iterates exactly."""
+    import scipy.sparse as sp
+
+    from sparsetorch_scipy.iterative import _checked_cg
+
+    A = hermitian_pd(8, 7) if case == "complex" else poisson2d(12)
+    D = A.to_dense().numpy()
+    if case == "float32":
+        D = D.astype(np.float32)
+    S = sp.csr_array(D)
+    n = D.shape[0]
+    b = np.linspace(0.5, 1.5, n).astype(D.dtype)
+    kw: dict = {"rtol": 0.0, "atol": 1e-8 * float(np.linalg.norm(b))}
+    if case == "x0":
+        kw["x0"] = np.full(n, 0.25, dtype=D.dtype)
+    if case == "jacobi":
+        kw["M"] = spla.LinearOperator((n, n), matvec=lambda r: r / D.diagonal(), dtype=D.dtype)
+    if case == "maxiter":
+        kw["maxiter"] = 7
+    seen: dict = {"ours": [], "scipy": []}
+    x1, i1 = _checked_cg(spla.aslinearoperator(S), b, callback=lambda x: seen["ours"].append(x.copy()), **kw)
+    x2, i2 = spla.cg(S, b, callback=lambda x: seen["scipy"].append(x.copy()), **kw)
+    assert i1 == i2 and len(seen["ours"]) == len(seen["scipy"]) > 0
+    assert (i1 == 7) if case == "maxiter" else (i1 == 0)
+    for a, c in zip(seen["ours"], seen["scipy"]):
+        np.testing.assert_array_equal(a, c)
+    np.testing.assert_array_equal(x1, x2)
+
+
+def test_checked_cg_stops_on_the_first_negative_curvature() -> None:
+    from sparsetorch_scipy._results import Stop
+    from sparsetorch_scipy.iterative import _checked_cg
+
+    D = np.diag([1.0, 2.0, -3.0, 4.0])
+    with pytest.raises(Stop) as info:
+        _checked_cg(spla.aslinearoperator(D), np.ones(4), rtol=1e-10)
+    assert info.value.status is st.Status.INDEFINITE and "not positive definite" in info.value.reason
+    # An SPD diagonal one converges in at most 4 iterations, never stopped.
+    x, code = _checked_cg(spla.aslinearoperator(np.diag([1.0, 2.0, 3.0, 4.0])), np.ones(4), rtol=1e-12)
+    assert code == 0 and np.allclose(x, [1, 1 / 2, 1 / 3, 1 / 4])
