@@ -1,19 +1,21 @@
 """Cost and memory model of the cudss backend (metadata only: shapes, nse, dtype, properties).
 
-cuDSS runs three phases with very different costs, and plan reuse decides which ones a call pays:
+cuDSS runs three phases with very different costs, and plan reuse decides which ones a call pays.
+All three are fitted to the H200 measurements of 2026-11-29 (cuDSS 0.8 and 1.0, float64 Poisson,
+Cholesky; benchmarks/results/cudss_h200_cudss08.json), as ``c n^a`` per sparsity dimension and
+interpolated in log space with the dimension estimated from nonzeros per row
+(:func:`sparsetorch.dispatch.helpers.sparsity_dimension`):
 
-- analysis (reordering + symbolic factorization, mostly on the host): once per pattern.
-  ``ANALYSIS_SECONDS_1M`` measured for a 1M-unknown 2-D Poisson matrix (nse 5M), scaled like
-  ``nse^1.1``;
-- numeric factorization: flops of a nested-dissection Cholesky, ``c n^a`` per sparsity dimension
-  (2-D ~ n^1.5, 3-D ~ n^2; LU twice that), over the device's calibrated flop rate times
-  ``FLOP_EFFICIENCY``, plus reading and writing the factors;
-- solves: the factors read twice per right-hand side, plus a latency floor
-  (``SOLVE_SECONDS_1M`` measured, the triangular solves are level-scheduled).
+- analysis (reordering + symbolic factorization, mostly on the host): once per pattern;
+  2-D 6.1 s at 1M unknowns, 32 s at 4M; 3-D 15.8 s at 100³;
+- numeric factorization: 2-D 24 ms at 1M, 96 ms at 4M; 3-D 0.42 s at 100³ (Cholesky; LU about
+  twice, LDL^T 1.2x), scaled by the device's calibrated flop rate against the H200's;
+- solves: a latency floor (the triangular solves are level-scheduled: 3.1 ms at 1M) plus the
+  factors read twice per right-hand side over the calibrated bandwidth.
 
-Factor entries (``nnz(L)``; LU stores L and U) follow nested-dissection fill, ``c n^a`` per
-dimension fitted to ``1.7 n log2 n`` (2-D) and ``3 n^(4/3)`` (3-D), interpolated with the
-sparsity dimension from nonzeros per row (:func:`sparsetorch.dispatch.helpers.sparsity_dimension`).
+Factor entries (``LU_NNZ`` as cuDSS reports it) likewise: 2-D 3.6e7 at 1M, 1.66e8 at 4M; 3-D
+9.2e8 at 100³. Peak device memory (cuDSS's own estimate, which it
+reports after the analysis) fits ``1.08 fill + 60 n`` values.
 The first call's cost (analysis included) is what the offer reports; the notes give the cost of a
 call that re-uses the plan (refactorization + solve), which is what a training loop pays.
 """
@@ -31,21 +33,24 @@ from sparsetorch.dispatch.helpers import loglog_interp, sparsity_dimension
 
 __all__ = ["Estimate", "estimate", "factor_entries", "free_device_bytes"]
 
-#: nnz(L) ~ c n^a per sparsity dimension (nested dissection).
-_FILL = {1: (2.0, 1.0), 2: (10.6, 1.083), 3: (3.0, 1.333)}
-#: Cholesky multiply-adds ~ c n^a per dimension (nested dissection: 2-D n^1.5, 3-D n^2).
-_FLOPS = {1: (10.0, 1.0), 2: (30.0, 1.5), 3: (2.0, 2.0)}
+#: factor entries ~ c n^a per sparsity dimension (measured: see the module docstring)
+_FILL = {1: (3.0, 1.0), 2: (10.6, 1.083), 3: (9.2, 1.333)}
+#: analysis seconds ~ c n^a (host-side reordering; measured on the H200's host)
+_ANALYSIS = {1: (2.0e-7, 1.1), 2: (4.07e-7, 1.196), 3: (1.0e-6, 1.2)}
+#: Cholesky factorization seconds on the H200 ~ c n^a (measured; scaled by flop rate elsewhere)
+_FACTOR = {1: (2.0e-9, 1.0), 2: (2.4e-8, 1.0), 3: (4.2e-10, 1.5)}
+#: the calibrated dense float64 rate of the H200 the factorization fits were taken with
+REFERENCE_FLOPS = 5.0e13
 #: factorization work relative to Cholesky: LU factors L and U; LDL^T pivots (diagonal / 2x2 blocks)
 _METHOD_FLOPS = {"cholesky": 1.0, "ldlt": 1.2, "lu": 2.0}
-#: Measured on the H200 (2026-11-29, cuDSS 0.8 through nvmath-python): 1M-unknown 2-D Poisson.
-ANALYSIS_SECONDS_1M = 5.5
-SOLVE_SECONDS_1M = 3.3e-3
-#: cuDSS's sustained share of the calibrated dense flop rate on supernodal factorizations
-FLOP_EFFICIENCY = 0.05
+#: solve latency floor at 1M unknowns (measured), growing like n^0.7 (4M: 10 ms measured)
+SOLVE_SECONDS_1M = 3.1e-3
 #: fixed host work of one cuDSS phase call (stream set, execute, info read), in launch units
 CALL_LAUNCHES = 40
-#: cuDSS working memory beyond the factors (update buffers, permutations), as a factor of them
-WORKSPACE_FACTOR = 0.5
+#: cuDSS's peak device memory (its MEMORY_ESTIMATES after the analysis, H200 runs) fits
+#: ``1.08 fill val + 60 n val``: the factors' values, 8 %, and per-row structures/workspace
+WORKSPACE_FACTOR = 0.08
+ROW_BYTES_PER_VALUE = 60
 #: a hybrid-mode factorization/solve streams the factors over PCIe/NVLink-C2C: slowdown factor
 HYBRID_SLOWDOWN = 4.0
 
@@ -98,15 +103,17 @@ def estimate(r: Rates, request: Request, method: str, *, free: int | None = None
     vsize = _itemsize(A.dtype)
     isz = 4 if nse < 2**31 - 1 else 8
     fill = factor_entries(n, nse, d, method)
-    flops = loglog_interp(_FLOPS, d, n) * _METHOD_FLOPS[method] * (4.0 if A.dtype.is_complex else 1.0)
-    device_bytes = int(batch * fill * (vsize + isz) * (1 + WORKSPACE_FACTOR) + batch * nse * vsize + 2 * nse * isz)
+    work = _METHOD_FLOPS[method] * (4.0 if A.dtype.is_complex else 1.0) * (vsize / 8 if not A.dtype.is_complex else vsize / 16)
+    device_bytes = int(batch * (fill * (1 + WORKSPACE_FACTOR) + ROW_BYTES_PER_VALUE * n) * vsize
+                       + batch * nse * vsize + 2 * nse * isz)
     fits = free is None or device_bytes <= 0.8 * free
     if hybrid is None:
         hybrid = not fits
     k = max(1, request.rhs_columns)
-    analysis = ANALYSIS_SECONDS_1M * (nse / 5.0e6) ** 1.1 + r.seconds(launches=CALL_LAUNCHES)
-    factor = batch * (flops / (r.flops * FLOP_EFFICIENCY) + r.seconds(bytes=3 * fill * vsize)) + r.seconds(launches=CALL_LAUNCHES)
-    solve = (SOLVE_SECONDS_1M * (n / 1.0e6) ** 0.7 * max(1.0, k / 16) + r.seconds(bytes=2 * fill * (vsize + isz) * k)
+    analysis = loglog_interp(_ANALYSIS, d, n) + r.seconds(launches=CALL_LAUNCHES)
+    factor = (batch * loglog_interp(_FACTOR, d, n) * work * (REFERENCE_FLOPS / r.flops)
+              + r.seconds(launches=CALL_LAUNCHES))
+    solve = (SOLVE_SECONDS_1M * (n / 1.0e6) ** 0.7 * max(1.0, k / 16) + r.seconds(bytes=2 * fill * vsize * k)
              + r.seconds(launches=CALL_LAUNCHES))
     if hybrid:
         factor *= HYBRID_SLOWDOWN

@@ -79,6 +79,10 @@ class _Factor:
         #: later value sets: REFACTORIZATION (re-uses the first factorization's structures) or a full
         #: FACTORIZATION (pivots chosen again); see CudssPlan
         self.refactorization = bool(settings.get("refactorization", mtype in (MatrixType.SPD, MatrixType.HPD)))
+        #: check cuDSS's memory estimate after the analysis and switch to hybrid mode if needed
+        self.auto_hybrid = settings.get("hybrid_memory", "auto") == "auto"
+        self.hybrid_limit = settings.get("hybrid_device_memory_limit")
+        self.switched_to_hybrid = False
         call = lib.call
         try:
             with torch.cuda.device(device):
@@ -151,11 +155,32 @@ class _Factor:
         if not self.analysed:
             t0 = time.perf_counter()
             self.execute(Phase.ANALYSIS, scratch, scratch, 1)
+            if self.auto_hybrid and not self.hybrid and not self._fits():
+                # cuDSS's own estimate says the factorization would not fit: hybrid memory mode
+                # (set before an analysis, so the analysis runs again), never an out-of-memory error
+                self.enable_hybrid(self.hybrid_limit)
+                self.switched_to_hybrid = True
+                self.execute(Phase.ANALYSIS, scratch, scratch, 1)
             self.analysed = True
             self.analysis_seconds = time.perf_counter() - t0
             self.execute(Phase.FACTORIZATION, scratch, scratch, 1)
         else:
             self.execute(Phase.REFACTORIZATION if self.refactorization else Phase.FACTORIZATION, scratch, scratch, 1)
+
+    def peak_device_bytes(self) -> int | None:
+        """cuDSS's estimate of the peak device memory of the factorization (after the analysis)."""
+        try:
+            return int(self.get_data(Data.MEMORY_ESTIMATES, ctypes.c_int64, 16)[1])
+        except _lib.CudssError:
+            return None
+
+    def _fits(self) -> bool:
+        peak = self.peak_device_bytes()
+        if peak is None:
+            return True
+        free, _ = torch.cuda.mem_get_info(self.device)
+        spare = torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
+        return peak <= 0.95 * (free + max(spare, 0))
 
     def info(self) -> int:
         """cuDSS's error indicator (one int, also for a uniform batch; a host synchronization)."""

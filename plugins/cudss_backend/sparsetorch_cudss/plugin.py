@@ -10,7 +10,9 @@ Each offer's cost is the first call's (analysis + factorization + solve, + the a
 a gradient is needed) unless a cuDSS plan of the same signature (shape, nse, dtype, device,
 method) is alive, in which case it is a re-using call's (refactorization + solve): the notes give
 both. When the factors would not fit in free GPU memory the offer says so and the plan runs in
-cuDSS's hybrid memory mode (factors in host memory), priced accordingly; with
+cuDSS's hybrid memory mode (factors in host memory), priced accordingly. The plan checks again
+with cuDSS's own estimate after the analysis and switches to hybrid mode if that does not fit;
+with
 ``backend_options={"hybrid_memory": False}`` the backend declines instead, so dispatch moves to
 an iterative method rather than into an out-of-memory error.
 

@@ -177,3 +177,19 @@ def test_explain_shows_analysis_and_reuse_cost() -> None:
     table = st.explain("solve", A, torch.ones(100, dtype=torch.float64, device="cuda"), properties="spd")
     rows = [r for r in table.rows if r.backend == "cudss" and r.offer is not None]
     assert rows and all("analysis" in r.offer.notes for r in rows)
+
+
+def test_switches_to_hybrid_when_cudss_estimate_does_not_fit(monkeypatch) -> None:
+    """After the analysis the plan reads cuDSS's own peak-memory estimate; when it exceeds free
+    memory (simulated here), hybrid memory mode is set and the analysis re-run: no OOM."""
+    from sparsetorch_cudss import plan as plan_mod
+
+    monkeypatch.setattr(plan_mod._Factor, "_fits", lambda self: False)
+    A = _poisson(14)
+    b = torch.randn(196, dtype=torch.float64, device="cuda")
+    with st.Solver(A, backend="cudss", method="cholesky", properties="spd") as s:
+        x = s.solve(b)
+        p = s._state.plan
+        assert p._fwd.switched_to_hybrid and p.hybrid
+        assert p._fwd.peak_device_bytes() is not None
+    torch.testing.assert_close(x, torch.linalg.solve(A.to_dense(), b))
