@@ -19,7 +19,7 @@ from ..format import TensorFormat
 __all__ = ["BackendInfo", "OperandInfo", "Request", "Offer", "Decline", "OPS", "METHODS"]
 
 #: Operations a backend may implement.
-OPS = ("matmul", "solve", "eigsh", "eigs", "logdet", "lstsq")
+OPS = ("matmul", "solve", "eigsh", "eigs", "logdet", "lstsq", "solve_list")
 
 #: One vocabulary of method names across backends.
 METHODS = (

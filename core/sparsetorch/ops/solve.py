@@ -129,6 +129,16 @@ def solve(
         Bs = list(B) if not isinstance(B, torch.Tensor) else list(B.unbind(0))
         if len(Bs) != len(A):
             raise InputError(f"a SparseTensorList of {len(A)} matrices needs {len(A)} right-hand sides, got {len(Bs)}")
+        # A backend that solves the whole list at once (op "solve_list") takes it when it is
+        # pinned or cheaper than the members one by one; otherwise member by member.
+        from .solve_list import solve_list_entry  # noqa: PLC0415
+
+        listed = solve_list_entry(A, Bs, properties=properties, check_finite=check_finite, return_info=return_info,
+                                  cache=cache, options=_options(backend, method, preconditioner, rtol, atol, maxiter,
+                                                                restart, block_size, dense_max, max_bytes, callback,
+                                                                check_every, backend_options))
+        if listed is not None:
+            return listed
         kw = dict(backend=backend, method=method, preconditioner=preconditioner, rtol=rtol, atol=atol, maxiter=maxiter,
                   return_info=return_info, properties=properties, check_finite=check_finite,
                   on_nonconvergence=on_nonconvergence, callback=callback, progress=progress, restart=restart,

@@ -37,7 +37,7 @@ import traceback
 import torch
 
 import sparsetorch as st
-from sparsetorch.format import CSR
+
 
 
 def poisson(shape: tuple[int, ...], device: str) -> st.SparseTensor:

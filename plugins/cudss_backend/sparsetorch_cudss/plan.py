@@ -43,7 +43,7 @@ from sparsetorch.tensor.construct import conversion
 from . import _lib
 from ._lib import Config, Data, DType, Layout, MatrixType, Phase, SolveMode, View
 
-__all__ = ["CudssPlan", "BACKEND_OPTIONS"]
+__all__ = ["CudssPlan", "BACKEND_OPTIONS", "check_factor", "matrix_type"]
 
 _VALUE_TYPES = {torch.float32: DType.R_32F, torch.float64: DType.R_64F,
                 torch.complex64: DType.C_32F, torch.complex128: DType.C_64F}
@@ -105,15 +105,18 @@ class _Factor:
                 self.set_config(param, value)
             if hybrid:
                 self.enable_hybrid(settings.get("hybrid_device_memory_limit"))
-            itype = DType.R_32I if indices.dtype == torch.int32 else DType.R_64I
-            call("cudssMatrixCreateCsr", ctypes.byref(self.matrix), n, n, indices.numel(), indptr.data_ptr(), None,
-                 indices.data_ptr(), values.data_ptr(), itype, itype, _VALUE_TYPES[values.dtype], mtype, View.FULL,
-                 _lib.Base.ZERO)
+            self._create_matrix(mtype)
         except BaseException:
             _destroy(lib, device, self.handle.value, self.config.value, self.data.value, [self.matrix.value])
             raise
         self._finalizer = weakref.finalize(self, _destroy, lib, device, self.handle.value, self.config.value,
                                            self.data.value, [self.matrix.value])
+
+    def _create_matrix(self, mtype: int) -> None:
+        itype = DType.R_32I if self.indices.dtype == torch.int32 else DType.R_64I
+        self.lib.call("cudssMatrixCreateCsr", ctypes.byref(self.matrix), self.n, self.n, self.indices.numel(),
+                      self.indptr.data_ptr(), None, self.indices.data_ptr(), self.values.data_ptr(), itype, itype,
+                      _VALUE_TYPES[self.values.dtype], mtype, View.FULL, _lib.Base.ZERO)
 
     # --- configuration and data ------------------------------------------------------------------
     def set_config(self, param: int, value: Any) -> None:
@@ -150,22 +153,26 @@ class _Factor:
             self.lib.call("cudssMatrixDestroy", X)
             self.lib.call("cudssMatrixDestroy", B)
 
+    def _scratch(self) -> tuple[torch.Tensor, Any]:
+        """Placeholder x / b for the phases that take them (one column per member)."""
+        return torch.zeros(self.batch * self.n, dtype=self.values.dtype, device=self.device), 1
+
     def factor(self) -> None:
-        scratch = torch.zeros(self.batch * self.n, dtype=self.values.dtype, device=self.device)
+        scratch, one = self._scratch()
         if not self.analysed:
             t0 = time.perf_counter()
-            self.execute(Phase.ANALYSIS, scratch, scratch, 1)
+            self.execute(Phase.ANALYSIS, scratch, scratch, one)
             if self.auto_hybrid and not self.hybrid and not self._fits():
                 # cuDSS's own estimate says the factorization would not fit: hybrid memory mode
                 # (set before an analysis, so the analysis runs again), never an out-of-memory error
                 self.enable_hybrid(self.hybrid_limit)
                 self.switched_to_hybrid = True
-                self.execute(Phase.ANALYSIS, scratch, scratch, 1)
+                self.execute(Phase.ANALYSIS, scratch, scratch, one)
             self.analysed = True
             self.analysis_seconds = time.perf_counter() - t0
-            self.execute(Phase.FACTORIZATION, scratch, scratch, 1)
+            self.execute(Phase.FACTORIZATION, scratch, scratch, one)
         else:
-            self.execute(Phase.REFACTORIZATION if self.refactorization else Phase.FACTORIZATION, scratch, scratch, 1)
+            self.execute(Phase.REFACTORIZATION if self.refactorization else Phase.FACTORIZATION, scratch, scratch, one)
 
     def peak_device_bytes(self) -> int | None:
         """cuDSS's estimate of the peak device memory of the factorization (after the analysis)."""
@@ -214,6 +221,38 @@ def _destroy(lib: _lib.Library, device: torch.device, handle: int, config: int, 
                 lib.cdll.cudssDestroy(ctypes.c_void_p(handle))
     except Exception:  # noqa: BLE001 - teardown
         pass
+
+
+def check_factor(fac: _Factor, mtype: int, backend: str, method: str, where: str) -> int:
+    """Read cuDSS's error indicator after a factorization: a named error with the failing row, or
+    the number of perturbed pivots (0 for SPD/HPD)."""
+    code = fac.info()
+    if code == 0:
+        if mtype in (MatrixType.SPD, MatrixType.HPD):
+            return 0
+        try:
+            return int(fac.get_data(Data.NPIVOTS, ctypes.c_int)[0])
+        except _lib.CudssError:
+            return 0
+    row = code - 1 if code > 0 else None
+    at = f" at row {row}" if row is not None else f" (cuDSS info {code})"
+    if mtype in (MatrixType.SPD, MatrixType.HPD):
+        raise IndefiniteMatrixError(
+            f"{backend}/cholesky: A{where} is not positive definite: the factorization met a non-positive pivot"
+            f"{at}; use method='ldlt' (symmetric indefinite) or 'lu'")
+    raise SingularMatrixError(
+        f"{backend}/{method}: A{where} is singular: cuDSS met a zero pivot{at}; check A for zero "
+        f"rows/columns, or use a least-squares method", row)
+
+
+def matrix_type(method: str, complex_: bool, hermitian: bool, backend: str) -> int:
+    if method == "lu":
+        return MatrixType.GENERAL
+    if method == "cholesky":
+        return MatrixType.HPD if complex_ else MatrixType.SPD
+    if method == "ldlt":
+        return MatrixType.HERMITIAN if (complex_ and hermitian) else MatrixType.SYMMETRIC
+    raise InputError(f"{backend}: unknown method {method!r} (lu, cholesky, ldlt)")
 
 
 def _settings(options: Mapping[str, Any], backend: str) -> dict[str, Any]:
@@ -288,15 +327,7 @@ class CudssPlan:
         self._indptr = self._conv.pos[1].to(self.index_dtype).contiguous()
         self._indices = self._conv.crd[1].to(self.index_dtype).contiguous()
         self.nnz = int(self._indices.numel())
-        complex_ = A.dtype.is_complex
-        if method == "lu":
-            self.mtype = MatrixType.GENERAL
-        elif method == "cholesky":
-            self.mtype = MatrixType.HPD if complex_ else MatrixType.SPD
-        elif method == "ldlt":
-            self.mtype = MatrixType.HERMITIAN if (complex_ and hermitian) else MatrixType.SYMMETRIC
-        else:
-            raise InputError(f"{backend}: unknown method {method!r} (lu, cholesky, ldlt)")
+        self.mtype = matrix_type(method, A.dtype.is_complex, hermitian, backend)
         self._values = torch.zeros((self.batch, self.nnz), dtype=A.dtype, device=A.device)
         self._fwd = _Factor(self.lib, self.device, self._indptr, self._indices, self._values, self.n, self.mtype,
                             self.batch, self.settings, hybrid)
@@ -340,25 +371,8 @@ class CudssPlan:
             pass
 
     def _check(self, fac: _Factor) -> None:
-        code = fac.info()
-        self.perturbed_pivots = 0
-        if code == 0 and self.mtype in (MatrixType.GENERAL, MatrixType.SYMMETRIC, MatrixType.HERMITIAN):
-            try:
-                self.perturbed_pivots = int(fac.get_data(Data.NPIVOTS, ctypes.c_int)[0])
-            except _lib.CudssError:
-                self.perturbed_pivots = 0
-        if code == 0:
-            return
         where = f" (a member of the value batch of {self.batch})" if self.batch > 1 else ""
-        row = code - 1 if code > 0 else None
-        at = f" at row {row}" if row is not None else f" (cuDSS info {code})"
-        if self.mtype in (MatrixType.SPD, MatrixType.HPD):
-            raise IndefiniteMatrixError(
-                f"{self.backend}/cholesky: A{where} is not positive definite: the factorization met a non-positive pivot"
-                f"{at}; use method='ldlt' (symmetric indefinite) or 'lu'")
-        raise SingularMatrixError(
-            f"{self.backend}/{self.method}: A{where} is singular: cuDSS met a zero pivot{at}; check A for zero "
-            f"rows/columns, or use a least-squares method", row)
+        self.perturbed_pivots = check_factor(fac, self.mtype, self.backend, self.method, where)
 
     # --- solves --------------------------------------------------------------------------------------
     def solve(self, B: torch.Tensor, *, adjoint: bool = False) -> tuple[torch.Tensor, IterationResult]:

@@ -27,7 +27,6 @@ and loaded when a plan is built.
 from __future__ import annotations
 
 import functools
-import math
 import weakref
 from typing import Any
 
@@ -75,7 +74,7 @@ def sparsetorch_backend_info() -> BackendInfo:
                     + (f" ({path})" if path else ""),
         devices=("cuda",),
         dtypes=DTYPES,
-        ops={"solve": METHODS},
+        ops={"solve": METHODS, "solve_list": METHODS},
         formats=(),
         missing={"cudss": why} if why else {},
         priority=0,
@@ -84,6 +83,8 @@ def sparsetorch_backend_info() -> BackendInfo:
 
 @sparsetorch.hookimpl
 def sparsetorch_offers(request: Request) -> list[Offer | Decline]:
+    if request.op == "solve_list":
+        return _list_answers(request)
     if request.op != "solve":
         return []
     general = _general_decline(request)
@@ -182,5 +183,69 @@ def _factory(method: str, hermitian: bool, hybrid: bool, signature: tuple):
         plan = CudssPlan(A, request.options, method=method, hermitian=hermitian, hybrid=hybrid, backend=NAME)
         _live[signature] = plan
         return plan
+
+    return build
+
+
+# --- non-uniform batches (SparseTensorList): cuDSS's batch API --------------------------------------
+def _member_request(request: Request, n: int, nse: int, k: int) -> Request:
+    from sparsetorch.dispatch.records import OperandInfo  # noqa: PLC0415
+
+    A = request.A
+    ops = (OperandInfo("sparse", (n, n), A.dtype, A.device, None, nse),
+           OperandInfo("dense", (n, k), A.dtype, A.device))
+    return Request("solve", ops, request.properties, request.options, request.requires_grad)
+
+
+def _list_answers(request: Request) -> list[Offer | Decline]:
+    A = request.A
+    if A.kind != "sparse_list":
+        return [Decline(NAME, f"solve_list needs a SparseTensorList, got a {A.kind} operand")]
+    if A.device.type != "cuda":
+        return [Decline(NAME, f"runs on CUDA tensors only; the list is on {A.device}" if torch.cuda.is_available()
+                        else f"no CUDA device (the list is on {A.device}); cuDSS runs on NVIDIA GPUs")]
+    if A.dtype not in DTYPES:
+        return [Decline(NAME, f"supports {', '.join(_dtype_name(d) for d in DTYPES)}; the list is {_dtype_name(A.dtype)}")]
+    for op in request.operands[1:]:
+        if op.device != A.device:
+            return [Decline(NAME, f"operands on different devices ({A.device} and {op.device}); put them on one GPU")]
+    missing = _missing()
+    if missing:
+        return [Decline(NAME, missing)]
+    pre = request.option("preconditioner")
+    if pre is not None and not (isinstance(pre, str) and pre in ("none", "identity")):
+        return [Decline(NAME, "a preconditioner was requested, but cuDSS solves directly; drop preconditioner= to use it")]
+    sizes = request.option("list_sizes") or ()
+    r = rates(request.device)
+    free = cost.free_device_bytes(request.device)
+    out: list[Offer | Decline] = []
+    for method in METHODS:
+        first = _answer(_member_request(request, *sizes[0]), r, method, free) if sizes else None
+        if isinstance(first, Decline):
+            out.append(first)
+            continue
+        ests = [cost.estimate(r, _member_request(request, n, nse, k), method) for n, nse, k in sizes]
+        saved = (len(ests) - 1) * 3 * r.seconds(launches=cost.CALL_LAUNCHES)  # one call per phase for all
+        seconds = max(0.0, sum(e.first_call for e in ests) - saved)
+        if request.requires_grad:
+            seconds += sum(e.solve for e in ests)
+        device_bytes = sum(e.device_bytes for e in ests)
+        if free is not None and device_bytes > 0.8 * free:
+            out.append(Decline(NAME, f"the list's factors need ~{_fmt_bytes(device_bytes)}, {_fmt_bytes(free)} free: "
+                                     f"solve the members one by one", method))
+            continue
+        hermitian = bool({"hermitian", "spd"} & request.properties) or not request.dtype.is_complex
+        note = (f"cuDSS batch API, {len(sizes)} matrices ({sum(s[0] for s in sizes)} unknowns): one analysis, one "
+                f"factorization and one solve call for all; ~{sum(e.reuse_call for e in ests) * 1e3:.3g} ms per call "
+                f"with new values")
+        out.append(Offer(NAME, method, seconds, int(device_bytes), _list_factory(method, hermitian), note))
+    return out
+
+
+def _list_factory(method: str, hermitian: bool):
+    def build(As: sparsetorch.SparseTensorList, request: Request) -> Any:
+        from .batch import CudssListPlan  # noqa: PLC0415
+
+        return CudssListPlan(As, request.options, method=method, hermitian=hermitian, backend=NAME)
 
     return build

@@ -193,3 +193,74 @@ def test_switches_to_hybrid_when_cudss_estimate_does_not_fit(monkeypatch) -> Non
         assert p._fwd.switched_to_hybrid and p.hybrid
         assert p._fwd.peak_device_bytes() is not None
     torch.testing.assert_close(x, torch.linalg.solve(A.to_dense(), b))
+
+
+# Non-uniform batches through cuDSS's batch API ---------------------------------------------------------
+def _mixed_list(dtype=torch.float64):
+    mats = [_poisson(4).to(dtype), _nonsymmetric(5).to(dtype), _poisson(3).to(dtype)]
+    return st.SparseTensorList(mats)
+
+
+@pytest.mark.parametrize("method", ["lu", "cholesky", "ldlt"])
+def test_list_solve_matches_dense(method) -> None:
+    As = _mixed_list() if method == "lu" else st.SparseTensorList([_poisson(4), _poisson(6), _poisson(3)])
+    Bs = [torch.randn(a.shape[-1], k, dtype=torch.float64, device="cuda") for a, k in zip(As, (1, 3, 2))]
+    Xs, infos = st.solve(As, Bs, backend="cudss", method=method, properties=None if method == "lu" else "spd",
+                         return_info=True)
+    assert all(i.backend == "cudss" and i.extra.get("list") for i in infos)
+    for A, B, X in zip(As, Bs, Xs):
+        torch.testing.assert_close(X, torch.linalg.solve(A.to_dense(), B), rtol=1e-9, atol=1e-11)
+
+
+def test_list_solve_uses_one_batch_plan_and_reuses_it() -> None:
+    As = _mixed_list()
+    Bs = [torch.randn(a.shape[-1], dtype=torch.float64, device="cuda") for a in As]
+    st.solve(As, Bs, backend="cudss", method="lu")
+    from sparsetorch.dispatch.cache import plan_cache
+
+    entries = [e for e in plan_cache().entries() if e.op == "solve_list"]
+    assert len(entries) == 1
+    As2 = st.SparseTensorList([a.with_values(a.values * 2) for a in As])
+    Xs = st.solve(As2, Bs, backend="cudss", method="lu")
+    entries = [e for e in plan_cache().entries() if e.op == "solve_list"]
+    assert len(entries) == 1 and entries[0].hits == 1
+    for A, B, X in zip(As2, Bs, Xs):
+        torch.testing.assert_close(X, torch.linalg.solve(A.to_dense(), B), rtol=1e-9, atol=1e-11)
+
+
+def test_list_gradients_match_dense_autograd() -> None:
+    As = _mixed_list()
+    vals = [a.values.detach().clone().requires_grad_(True) for a in As]
+    Bs = [torch.randn(a.shape[-1], 2, dtype=torch.float64, device="cuda", requires_grad=True) for a in As]
+    Xs = st.solve(st.SparseTensorList([a.with_values(v) for a, v in zip(As, vals)]), Bs, backend="cudss", method="lu")
+    sum((X * X).sum() * (i + 1) for i, X in enumerate(Xs)).backward()
+    for i, (A, v, B) in enumerate(zip(As, vals, Bs)):
+        D = A.to_dense().detach().requires_grad_(True)
+        B2 = B.detach().clone().requires_grad_(True)
+        (torch.linalg.solve(D, B2).square().sum() * (i + 1)).backward()
+        coords, src = A.entries()
+        torch.testing.assert_close(B.grad, B2.grad, rtol=1e-8, atol=1e-10)
+        torch.testing.assert_close(v.grad[src], D.grad[coords[0], coords[1]], rtol=1e-8, atol=1e-10)
+
+
+def test_list_gradcheck() -> None:
+    As = st.SparseTensorList([_nonsymmetric(3), _nonsymmetric(2)])
+    v0, v1 = (a.values.detach().clone().requires_grad_(True) for a in As)
+    b0 = torch.randn(9, dtype=torch.float64, device="cuda", requires_grad=True)
+    b1 = torch.randn(4, dtype=torch.float64, device="cuda", requires_grad=True)
+
+    def f(x0, x1, c0, c1):
+        L = st.SparseTensorList([As[0].with_values(x0), As[1].with_values(x1)])
+        return tuple(st.solve(L, [c0, c1], backend="cudss", method="lu"))
+
+    assert torch.autograd.gradcheck(f, (v0, v1, b0, b1), atol=1e-7)
+
+
+def test_list_singular_member_is_named() -> None:
+    D = poisson2d(3).to_dense().clone()
+    D[2, :] = 0
+    D[:, 2] = 0
+    As = st.SparseTensorList([_poisson(3), st.SparseTensor.from_dense(D, CSR).cuda()])
+    Bs = [torch.ones(9, dtype=torch.float64, device="cuda")] * 2
+    with pytest.raises(st.SingularMatrixError, match="singular"):
+        st.solve(As, Bs, backend="cudss", method="lu")

@@ -13,7 +13,7 @@ import torch
 import sparsetorch as st
 from sparsetorch.dispatch.calibrate import rates
 from sparsetorch.dispatch.records import OperandInfo, Request
-from sparsetorch.format import BSR, CSR
+from sparsetorch.format import CSR
 from sparsetorch.testing.problems import poisson2d
 
 import sparsetorch_cudss.plugin as plugin
@@ -54,7 +54,7 @@ def without_cudss(monkeypatch):
 def test_backend_info(cudss_backend) -> None:
     info = cudss_backend
     assert info.name == "cudss" and info.devices == ("cuda",)
-    assert dict(info.ops) == {"solve": ("lu", "cholesky", "ldlt")}
+    assert dict(info.ops) == {"solve": ("lu", "cholesky", "ldlt"), "solve_list": ("lu", "cholesky", "ldlt")}
     assert info.dtypes == (torch.float32, torch.float64, torch.complex64, torch.complex128)
 
 
@@ -295,3 +295,41 @@ def test_model_reproduces_the_h200_measurements() -> None:
         assert est.fill == pytest.approx(ours["factor_nnz"], rel=0.35), case
         peak = ours["memory_estimates"][1]  # cuDSS's own peak device memory estimate after the analysis
         assert est.device_bytes == pytest.approx(peak, rel=0.35), case
+
+
+# Non-uniform batches (op "solve_list") ------------------------------------------------------------------
+def _list_request(sizes, *, device="cuda", props=("spd", "symmetric"), requires_grad=False, **options) -> Request:
+    n_max = max(s[0] for s in sizes)
+    A = OperandInfo("sparse_list", (len(sizes), n_max, n_max), torch.float64, torch.device(device), None,
+                    sum(s[1] for s in sizes), (), requires_grad)
+    B = OperandInfo("dense", (len(sizes), n_max, 1), torch.float64, torch.device(device))
+    return Request("solve_list", (A, B), frozenset(props), {**options, "list_sizes": tuple(sizes)}, requires_grad)
+
+
+def test_list_offers_sum_the_members(with_cudss) -> None:
+    sizes = [(10_000, 50_000, 1), (40_000, 200_000, 1), (2_500, 12_500, 2)]
+    offers, declines = _by_method(plugin.sparsetorch_offers(_list_request(sizes)))
+    assert set(offers) == {"lu", "cholesky", "ldlt"} and "batch API" in offers["cholesky"][0].notes
+    r = rates("cuda")
+    singles = [cost.estimate(r, plugin._member_request(_list_request(sizes), *s), "cholesky") for s in sizes]
+    assert offers["cholesky"][0].seconds <= sum(e.first_call for e in singles)
+    assert offers["cholesky"][0].seconds > max(e.first_call for e in singles)
+    offers, declines = _by_method(plugin.sparsetorch_offers(_list_request(sizes, props=())))
+    assert set(offers) == {"lu"} and "positive definite" in declines["cholesky"][0].reason
+
+
+def test_list_declines(with_cudss, monkeypatch) -> None:
+    (d,) = plugin.sparsetorch_offers(_list_request([(100, 500, 1)], device="cpu"))
+    assert isinstance(d, st.Decline) and ("CUDA" in d.reason)
+    monkeypatch.setattr(cost, "free_device_bytes", lambda device: 2**20)
+    answers = plugin.sparsetorch_offers(_list_request([(1_000_000, 5_000_000, 1)] * 2))
+    assert all(isinstance(a, st.Decline) for a in answers) and "one by one" in answers[0].reason
+
+
+def test_list_on_cpu_is_solved_member_by_member(cudss_backend) -> None:
+    """No backend takes a CPU list whole: the per-member path, same answers as single solves."""
+    As = st.SparseTensorList([poisson2d(4), poisson2d(5)])
+    Bs = [torch.ones(16, dtype=torch.float64), torch.ones(25, dtype=torch.float64)]
+    Xs = st.solve(As, Bs)
+    for A, B, X in zip(As, Bs, Xs):
+        torch.testing.assert_close(X, torch.linalg.solve(A.to_dense(), B))
