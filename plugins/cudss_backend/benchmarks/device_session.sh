@@ -2,7 +2,7 @@
 # One H200 session for the cudss plugin (repo root as cwd). cuDSS 0.8.0.10 and 1.0.0.35 (cu13 wheels)
 # travel as one blob (0.8's bytes, then 1.0's) split in 62 MB chunks: chunks 00..02 were copied to
 # /root/stash by earlier calls, the last one comes in .whl/parts/03. Stages (STAGES env):
-#   tests08 tests10 bench08 bench10 list   (outputs under $OUT)
+#   tests08 tests10 bench08 bench10 cupy   (outputs under $OUT)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -35,5 +35,9 @@ for stage in ${STAGES:-tests08 tests10 bench08}; do
       lib=$L08; peers="--peers nvmath,torch-sla"; [[ $stage == bench10 ]] && { lib=$L10; peers="--peers ''"; }
       SPARSETORCH_CUDSS_LIBRARY=$lib timeout ${BENCH_TIMEOUT:-330} python3 plugins/cudss_backend/benchmarks/bench_cudss.py \
         --out "$OUT/cudss_h200_${stage#bench}.json" ${BENCH_ARGS:-} $peers 2>&1 | grep -v Warning | tee "$OUT/bench_cudss_${stage#bench}.txt" | cut -c1-700 | tail -20 ;;
+    cupy)  # the CuPy plugin's GPU tests that failed on 2026-11-29 (issue 8), with their messages
+      PYTHONPATH=$PYTHONPATH:plugins/cupy_backend timeout 200 python3 -m pytest -q -p no:cacheprovider -W ignore \
+        ${CUPY_ARGS:-plugins/cupy_backend/tests/test_cupy_conformance.py -k identity_rhs} 2>&1 | tee "$OUT/pytest_cupy.txt" | \
+        grep -E "Error|error|FAILED|passed|failed" | cut -c1-400 | tail -30 ;;
   esac
 done
