@@ -5,9 +5,11 @@ cuDSS's batch matrices (``cudssMatrixCreateBatchCsr`` / ``cudssMatrixCreateBatch
 members' sizes as host arrays and their buffers as device arrays of pointers; the plan keeps one
 flat value buffer (members back to back, each in CSR order) and one flat right-hand-side /
 solution buffer per call (each member column-major, ``n_i x k_i``), so pointers are computed,
-not gathered. Phases, errors and the adjoint follow :mod:`sparsetorch_cudss.plan`: the adjoint
-re-uses the factors (Hermitian types; cuDSS >= 1.0 ``SOLVE_MODE`` for LU) or, on cuDSS 0.8,
-factors the members' ``A^H`` on a second batch object built at the first backward pass.
+not gathered. Phases and errors follow :mod:`sparsetorch_cudss.plan`. The adjoint re-uses the
+factors for Hermitian types; for LU, cuDSS's transposed solve (``SOLVE_MODE``, 1.0) answers
+NOT_SUPPORTED on batch matrices (measured with cuDSS 1.0.0 on the H200), so the members'
+``A^H`` are factored on a second batch object built at the first backward pass (its analysis
+once, then one factorization per value set), as on cuDSS 0.8.
 """
 
 from __future__ import annotations
@@ -134,6 +136,9 @@ class CudssListPlan:
         self._adj_values: torch.Tensor | None = None
         self._adj_fresh = False
         self._t_maps: list | None = None
+        #: cuDSS 1.0's transposed solve (SOLVE_MODE) answers NOT_SUPPORTED for batch matrices
+        #: (H200, 2026-11-29): then A^H is factored as on cuDSS 0.8, and this stays False
+        self._transposed_solve_ok = True
         self.factorizations = 0
         self.perturbed_pivots = 0
         self._loaded = False
@@ -182,10 +187,17 @@ class CudssListPlan:
             rhs = rhs.conj().resolve_conj()
         x = torch.empty_like(rhs)
         if adjoint and self.mtype == MatrixType.GENERAL:
-            if self.lib.transposed_solve:
+            done = False
+            if self.lib.transposed_solve and self._transposed_solve_ok:
                 mode = SolveMode.CONJUGATE_TRANSPOSE if self.dtype.is_complex else SolveMode.TRANSPOSE
-                self._fwd.solve(rhs, x, ks, mode)
-            else:
+                try:
+                    self._fwd.solve(rhs, x, ks, mode)
+                    done = True
+                except _lib.CudssError as exc:
+                    if exc.status != 4:  # CUDSS_STATUS_NOT_SUPPORTED: cuDSS 1.0 has no transposed batch solve
+                        raise
+                    self._transposed_solve_ok = False
+            if not done:
                 self._adjoint_factor().solve(rhs, x, ks)
         else:
             self._fwd.solve(rhs, x, ks)
