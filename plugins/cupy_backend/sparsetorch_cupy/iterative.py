@@ -164,6 +164,7 @@ class KrylovPlan:
         res = bnorm
         tol = thr
         status, reason = Status.MAX_ITERATIONS, ""
+        shifted_start = False  # CGS after a breakdown: restart from a generic x0
         refreshes = _REFRESHES_MINRES if method == "minres" else _REFRESHES
         if method == "gmres":
             refreshes += restart.bit_length()  # room for halving the restart after breakdowns
@@ -192,6 +193,8 @@ class KrylovPlan:
                 kw.update(restart=restart, callback_type="x")
             if remaining is not None:
                 kw["maxiter"] = remaining
+            if shifted_start:
+                kw["x0"] = _generic_start(cp, mv, r, n, dtype, member)
             before = products[0]
             if curv is not None:
                 curv.skip_next()
@@ -219,6 +222,13 @@ class KrylovPlan:
                 # cupyx's Arnoldi divides by H[j+1, j] without a test: a Krylov space smaller than the
                 # restart length (an "happy" breakdown) gives NaN. A shorter restart avoids it.
                 restart = max(1, restart // 2)
+                continue
+            if failed and method == "cgs" and not shifted_start and self._finite[member]:
+                # cupyx's CGS takes the shadow residual equal to the first residual: for a sparse
+                # right-hand side (a unit vector: B = I, jacrev's cotangents) the recurrence can meet
+                # r_shadow^H r_i = 0 and divide by it. Starting from a generic x0 makes the first
+                # residual (and so the shadow) generic.
+                shifted_start = True
                 continue
             if failed:
                 status = Status.BREAKDOWN if self._finite[member] else Status.NOT_FINITE
@@ -307,3 +317,13 @@ def _realified(op: Any, dtype: Any) -> Any:
         return cp.concatenate([y.real, y.imag]).astype(real, copy=False)
 
     return linear_operator(2 * n, real, mv)
+
+
+def _generic_start(cp: Any, mv: Any, r: Any, n: int, dtype: Any, member: int) -> Any:
+    """A deterministic pseudo-random x0 scaled so that ``||A x0|| = ||r||`` (CGS restarts)."""
+    rs = cp.random.RandomState(seed=1234 + member)
+    v = rs.standard_normal(n).astype(dtype.type(0).real.dtype)
+    v = v.astype(dtype)
+    av = float(cp.linalg.norm(mv(v)))
+    scale = float(cp.linalg.norm(r)) / av if av > 0 else 1.0
+    return v * scale
