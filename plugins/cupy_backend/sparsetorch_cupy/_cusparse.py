@@ -127,6 +127,10 @@ class CusparseMatrix:
             kind, pos, crd = "csr", self._conv.pos[1], self._conv.crd[1]
         if pos.dtype != crd.dtype:
             pos, crd = pos.to(torch.int64), crd.to(torch.int64)
+        if pos.dtype == torch.int64 and crd.numel() < 2**31 - 1 and max(int(fs[0]), int(fs[1])) < 2**31 - 1:
+            # cuSPARSE's 32-bit index kernels move less data: narrow once per plan (a copy of the
+            # index buffers, pattern-time), never per call
+            pos, crd = pos.to(torch.int32), crd.to(torch.int32)
         self.kind = kind
         self.converted = self._conv is not None
         self._pos, self._crd = pos.contiguous(), crd.contiguous()

@@ -54,6 +54,21 @@ def test_descriptors_made_once_and_reused(cupy_backend, fmt) -> None:
     assert plan.matrix.converted == (fmt in (DIA, COO))
 
 
+@pytest.mark.parametrize("fmt", [CSR, CSC], ids=lambda f: f.name)
+def test_int64_indices_are_narrowed_once(cupy_backend, fmt) -> None:
+    """int64 index buffers go to cuSPARSE as int32 (narrowed once in the plan), same products."""
+    A32 = convection_diffusion(9, 7, format=fmt, device="cuda")
+    A = st.SparseTensor.from_dense(A32.to_dense(), fmt.replace(index_dtype=torch.int64))
+    assert A.index_dtype == torch.int64
+    offer, req = _offer(A, "matmul")
+    plan = offer.build(A.detach(), req)
+    plan.set_values(A.values)
+    assert plan.matrix.index_dtype == torch.int32
+    X = torch.randn(A.shape[1], 2, dtype=torch.float64, device="cuda")
+    torch.testing.assert_close(plan.apply(X), A32.to_dense() @ X)
+    torch.testing.assert_close(plan.apply(X, adjoint=True), A32.to_dense().T @ X)
+
+
 def test_dlpack_hand_off_copies_nothing() -> None:
     from sparsetorch_cupy._cuda import on_torch_stream, to_cupy, to_torch
 
