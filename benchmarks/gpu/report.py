@@ -55,6 +55,29 @@ def markdown(doc: dict) -> str:
                     else:
                         lines.append(f"| {r['impl']} | {r.get('format', '-')} | - | - | - | - | - | {_status(r)} |")
                 lines.append("")
+    if "direct_1m" in cases:
+        c = cases["direct_1m"]
+        lines += ["## Direct solve in a training loop, 2-D Poisson 1000² (SPD, float64)", ""]
+        if "rows" not in c:
+            lines += [f"{c.get('skipped') or c.get('error')}", ""]
+        else:
+            lines += [f"cuDSS {c['problem']['cudss']}; repeat = new values + solve, step = new values + solve + backward "
+                      f"(median of {c['problem']['repeats']}).", "",
+                      "| implementation | first call s | repeat ms | solve ms | backward ms | step ms | note |",
+                      "|---|---:|---:|---:|---:|---:|---|"]
+
+            def ms(r, k):
+                return f"{r[k] * 1e3:.1f}" if isinstance(r.get(k), (int, float)) else "-"
+
+            for r in c["rows"]:
+                note = r.get("error") or r.get("choice") or ""
+                if "cudss" in r and isinstance(r["cudss"], dict):
+                    note = r["cudss"].get("error", note)
+                solve_key = "solve_only_s" if "solve_only_s" in r else "repeat_solve_s"
+                first = f"{r['first_s']:.2f}" if isinstance(r.get("first_s"), (int, float)) else "-"
+                lines.append(f"| {r['impl']} | {first} | {ms(r, 'repeat_s')} | {ms(r, solve_key)} | {ms(r, 'backward_s')} | "
+                             f"{ms(r, 'step_s')} | {str(note)[:120]} |")
+            lines.append("")
     if "cg_1m" in cases:
         c = cases["cg_1m"]
         lines += ["## CG, 2-D Poisson 1000² (1M unknowns, float64, ||r|| <= 1e-6 ||b||)", ""]
