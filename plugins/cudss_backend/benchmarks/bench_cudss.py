@@ -86,6 +86,7 @@ def ours(A: st.SparseTensor, b: torch.Tensor, repeats: int, method: str, options
     plan = solver._state.plan
     out["first_s"] = t
     out["analysis_host_s"] = plan.analysis_seconds
+    out["threading_layer"] = plan._fwd.threading
     out["factor_nnz"] = plan.factor_nnz
     out["memory_estimates"] = plan.memory_estimates
     out["gpu_mem_used_bytes"] = free0 - free_mem()
@@ -201,6 +202,8 @@ def main() -> None:
     ap.add_argument("--methods", default="cholesky")
     ap.add_argument("--peers", default="nvmath,torch-sla")
     ap.add_argument("--out", default="benchmarks/results/cudss_h200.json")
+    ap.add_argument("--single-threaded", action="store_true",
+                    help="also run ours with host_threads=False (cuDSS's analysis without its OpenMP layer)")
     args = ap.parse_args()
     from sparsetorch.dispatch import get_backends  # noqa: PLC0415
     from sparsetorch_cudss import _lib, plugin  # noqa: PLC0415
@@ -224,13 +227,14 @@ def main() -> None:
         b = torch.randn(n, dtype=torch.float64, device="cuda", generator=torch.Generator("cuda").manual_seed(0))
         entry: dict = {"n": n, "nse": int(A.nse)}
         for method in args.methods.split(","):
-            for opts_name, opts in (("default", {}),):
+            variants = (("default", {}),) if not args.single_threaded else (("default", {}), ("1thread", {"host_threads": False}))
+            for opts_name, opts in variants:
+                key = f"sparsetorch_{method}" + ("" if opts_name == "default" else f"_{opts_name}")
                 try:
-                    entry[f"sparsetorch_{method}"] = ours(A, b, args.repeats, method, opts)
+                    entry[key] = ours(A, b, args.repeats, method, opts)
                 except Exception as exc:  # noqa: BLE001
-                    entry[f"sparsetorch_{method}"] = {"error": f"{type(exc).__name__}: {exc}"[:800],
-                                                      "trace": traceback.format_exc()[-1500:]}
-                print(case, method, json.dumps(entry[f"sparsetorch_{method}"], default=str)[:900], flush=True)
+                    entry[key] = {"error": f"{type(exc).__name__}: {exc}"[:800], "trace": traceback.format_exc()[-1500:]}
+                print(case, key, json.dumps(entry[key], default=str)[:900], flush=True)
         torch.cuda.empty_cache()
         if "nvmath" in peers:
             entry["nvmath_directsolver"] = nvmath_direct(A, b, args.repeats)

@@ -235,6 +235,7 @@ _SIGNATURES: dict[str, tuple] = {
     "cudssMatrixSetValues": (_P, _P),
     "cudssMatrixSetCsrPointers": (_P, _P, _P, _P, _P),
     "cudssMatrixSetBatchValues": (_P, _P),
+    "cudssSetThreadingLayer": (_P, ctypes.c_char_p),
 }
 
 
@@ -245,6 +246,14 @@ class Library:
     path: str
     version: tuple[int, int, int]
     cdll: Any
+
+    @property
+    def threading_layer(self) -> str | None:
+        """cuDSS's OpenMP threading layer shipped next to the library (multithreaded host phases:
+        the reordering of the analysis), or None."""
+        d = os.path.dirname(self.path)
+        hits = sorted(glob.glob(os.path.join(d, "libcudss_mtlayer_gomp.so*"))) if d else []
+        return hits[0] if hits and getattr(self.cdll, "cudssSetThreadingLayer", None) is not None else None
 
     @property
     def transposed_solve(self) -> bool:
@@ -294,7 +303,7 @@ def load() -> Library:
         for name, argtypes in _SIGNATURES.items():
             fn = getattr(cdll, name, None)
             if fn is None:
-                if name == "cudssMatrixSetBatchValues":
+                if name in ("cudssMatrixSetBatchValues", "cudssSetThreadingLayer"):
                     continue
                 raise LibraryNotFound(f"{path} has no {name}: not a cuDSS >= 0.8 library")
             fn.argtypes = list(argtypes)

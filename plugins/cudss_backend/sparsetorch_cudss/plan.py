@@ -48,7 +48,7 @@ __all__ = ["CudssPlan", "BACKEND_OPTIONS", "check_factor", "matrix_type"]
 _VALUE_TYPES = {torch.float32: DType.R_32F, torch.float64: DType.R_64F,
                 torch.complex64: DType.C_32F, torch.complex128: DType.C_64F}
 #: the backend_options keys this plan reads
-BACKEND_OPTIONS = ("refactorization", "reordering", "pivot_type", "pivot_threshold", "pivot_epsilon", "ir_steps", "hybrid_memory",
+BACKEND_OPTIONS = ("host_threads", "refactorization", "reordering", "pivot_type", "pivot_threshold", "pivot_epsilon", "ir_steps", "hybrid_memory",
                    "hybrid_device_memory_limit", "deterministic", "residual_check", "nd_nlevels")
 #: relative residual above which a solve on a factorization with perturbed pivots is refused
 _RESIDUAL_LIMIT = {torch.float64: 1e-6, torch.complex128: 1e-6, torch.float32: 1e-2, torch.complex64: 1e-2}
@@ -89,6 +89,7 @@ class _Factor:
                 call("cudssCreate", ctypes.byref(self.handle))
                 call("cudssConfigCreate", ctypes.byref(self.config))
                 call("cudssDataCreate", self.handle, ctypes.byref(self.data))
+            self.threading = self._threading(settings.get("host_threads", "auto"))
             if batch > 1:
                 self.set_config(Config.UBATCH_SIZE, batch)
             for key, param in (("reordering", Config.REORDERING_ALG), ("pivot_type", Config.PIVOT_TYPE),
@@ -111,6 +112,22 @@ class _Factor:
             raise
         self._finalizer = weakref.finalize(self, _destroy, lib, device, self.handle.value, self.config.value,
                                            self.data.value, [self.matrix.value])
+
+    def _threading(self, host_threads: Any) -> str | None:
+        """Multithreaded host phases (the analysis' reordering) through cuDSS's OpenMP layer, when
+        the wheel ships it and it loads (it needs libgomp); ``host_threads``: "auto" (OpenMP's
+        default), an int, or False (single-threaded)."""
+        if host_threads is False or host_threads == 0:
+            return None
+        layer = self.lib.threading_layer
+        if layer is None:
+            return None
+        status = self.lib.cdll.cudssSetThreadingLayer(self.handle, layer.encode())
+        if status != 0:
+            return None  # libgomp missing or another failure: cuDSS stays single-threaded
+        if isinstance(host_threads, int) and not isinstance(host_threads, bool):
+            self.set_config(Config.HOST_NTHREADS, host_threads)
+        return layer
 
     def _create_matrix(self, mtype: int) -> None:
         itype = DType.R_32I if self.indices.dtype == torch.int32 else DType.R_64I
@@ -278,6 +295,10 @@ def _settings(options: Mapping[str, Any], backend: str) -> dict[str, Any]:
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise InputError(f"{backend}: backend_options {key}={v!r} must be an int >= 0")
             out[key] = v
+    ht = bo.get("host_threads", "auto")
+    if not (ht == "auto" or ht is False or (isinstance(ht, int) and not isinstance(ht, bool) and ht >= 0)):
+        raise InputError(f"{backend}: backend_options host_threads={ht!r} must be 'auto', False or an int >= 0")
+    out["host_threads"] = ht
     if bo.get("refactorization") is not None:
         out["refactorization"] = bool(bo["refactorization"])
     if bo.get("deterministic") is not None:

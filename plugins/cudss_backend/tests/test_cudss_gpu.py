@@ -264,3 +264,18 @@ def test_list_singular_member_is_named() -> None:
     Bs = [torch.ones(9, dtype=torch.float64, device="cuda")] * 2
     with pytest.raises(st.SingularMatrixError, match="singular"):
         st.solve(As, Bs, backend="cudss", method="lu")
+
+
+@pytest.mark.parametrize("host_threads", ["auto", False, 2])
+def test_host_threading_layer_gives_the_same_answer(host_threads) -> None:
+    """cuDSS's OpenMP layer (multithreaded analysis) when it loads; the same solution either way."""
+    A = _poisson(15)
+    b = torch.randn(225, dtype=torch.float64, device="cuda")
+    with st.Solver(A, backend="cudss", method="cholesky", properties="spd",
+                   backend_options={"host_threads": host_threads}) as s:
+        x = s.solve(b)
+        layer = s._state.plan._fwd.threading
+    if host_threads is False:
+        assert layer is None
+    print("threading layer:", layer)
+    torch.testing.assert_close(x, torch.linalg.solve(A.to_dense(), b))
