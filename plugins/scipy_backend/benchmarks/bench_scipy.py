@@ -7,7 +7,8 @@ machine, versions and command):
   SciPy call made directly, on 2-D Poisson 256² and 1000², for SuperLU (same ordering options
   as the plugin; each sparsetorch call gets new values, so both sides factor) and plain CG at
   rtol 1e-6 (same iteration count). Interleaved repetitions; ratios of the best and of the
-  median times. Three sparsetorch variants show where the overhead goes: the default call
+  median times (also against the direct call on a fresh copy of the values, ``scipy, new
+  values``: what each sparsetorch call gets). Three sparsetorch variants show where the overhead goes: the default call
   (property detection and the NaN check included), ``properties="spd"`` (no detection), and
   ``properties="spd", check_finite=False``.
 - ``problems``: AMG-preconditioned CG vs plain CG vs SuperLU vs PyAMG as the solver (through
@@ -141,6 +142,21 @@ def part_overhead(args) -> dict:
                 x, info = spla.cg(Asp, b_np, rtol=RTOL, callback=count)
                 return x, its[0]
 
+            def direct_new_values():
+                # The direct call on a fresh copy of the values, as each sparsetorch call gets (a
+                # fresh buffer streams measurably slower than the long-lived one: huge pages).
+                if method == "lu":
+                    M = sp.csc_array((Acsc.data.copy(), Acsc.indices, Acsc.indptr), shape=Acsc.shape)
+                    return spla.splu(M, **lu_opts).solve(b_np), 0
+                M = sp.csr_array((Asp.data.copy(), Asp.indices, Asp.indptr), shape=Asp.shape)
+                its = [0]
+
+                def count(_):
+                    its[0] += 1
+
+                x, info = spla.cg(M, b_np, rtol=RTOL, callback=count)
+                return x, its[0]
+
             def ours(kw):
                 # New values every call (a copy): the plan comes from the cache, the numeric phase
                 # (SuperLU factorization) runs as in the direct call.
@@ -149,12 +165,15 @@ def part_overhead(args) -> dict:
 
             for kw in variants_m.values():  # warm the plan cache and imports
                 st.solve(A, b, backend="scipy", method=method, rtol=RTOL, **kw)
-            times: dict[str, list[float]] = {"scipy": [], **{k: [] for k in variants_m}}
+            times: dict[str, list[float]] = {"scipy": [], "scipy, new values": [], **{k: [] for k in variants_m}}
             iters, resid = {}, {}
             for _ in range(reps):
                 t, (x, its) = _timed(direct)
                 times["scipy"].append(t)
                 iters["scipy"], resid["scipy"] = its, _rel_res(Asp, x, b_np)
+                t, (x, its) = _timed(direct_new_values)
+                times["scipy, new values"].append(t)
+                resid["scipy, new values"] = _rel_res(Asp, x, b_np)
                 for name, kw in variants_m.items():
                     t, (x, its) = _timed(lambda: ours(kw))
                     times[name].append(t)
@@ -166,9 +185,12 @@ def part_overhead(args) -> dict:
             row = {"problem": f"2-D Poisson {m}^2", "n": n, "nnz": int(Asp.nnz), "method": method, "reps": reps,
                    "times": times, "best": best, "median": med, "iterations": iters, "residual": resid,
                    "ratio_best": {k: best[k] / best["scipy"] for k in variants_m},
-                   "ratio_median": {k: med[k] / med["scipy"] for k in variants_m}}
+                   "ratio_median": {k: med[k] / med["scipy"] for k in variants_m},
+                   "ratio_best_vs_new_values": {k: best[k] / best["scipy, new values"] for k in variants_m},
+                   "ratio_median_vs_new_values": {k: med[k] / med["scipy, new values"] for k in variants_m}}
             rows.append(row)
             print(f"overhead {row['problem']:>18} {method}: scipy {best['scipy']:.4f}s  "
+                  f"scipy, new values {best['scipy, new values']:.4f}s  "
                   + "  ".join(f"{k}: {best[k]:.4f}s ({row['ratio_best'][k]:.3f}x)" for k in variants_m)
                   + f"  iterations {iters}", flush=True)
     return {"what": "sparsetorch.solve(backend='scipy') vs the same SciPy call made directly; seconds per call, "

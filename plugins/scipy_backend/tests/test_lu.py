@@ -84,6 +84,36 @@ def test_solver_refactors_only_on_new_values() -> None:
         reset_backends()
 
 
+@pytest.mark.parametrize("change", ["in_place", "data", "numpy_view", "with_values"])
+def test_cached_plan_refactors_exactly_when_the_values_change(change, scipy_backend) -> None:
+    """The one-shot solve on a cached plan: the same values again do not refactor; values changed
+    in place (version counter bumped), through ``.data`` or a NumPy view (not bumped) or replaced
+    do, and the answer is the new one."""
+    st.plan_cache().clear()
+    A = convection_diffusion(8)
+    A = A.with_values(A.values.clone())
+    b = torch.linspace(-1, 1, 64, dtype=torch.float64)
+    x1 = st.solve(A, b, backend="scipy", method="lu")
+    plan = next(e for e in [st.plan_cache()._data[k][0] for k in st.plan_cache()._data]).plan
+    assert plan.factorizations == 1
+    st.solve(A, b, backend="scipy", method="lu")
+    assert plan.factorizations == 1
+    if change == "in_place":
+        A.values.mul_(2)
+    elif change == "data":
+        A.values.data.mul_(2)
+    elif change == "numpy_view":
+        A.values.numpy()[...] *= 2
+    else:
+        A = A.with_values(A.values * 2)
+    x2 = st.solve(A, b, backend="scipy", method="lu")
+    assert plan.factorizations == 2, change
+    torch.testing.assert_close(x2, x1 / 2, rtol=1e-12, atol=1e-14)
+    st.solve(A, b, backend="scipy", method="lu")
+    assert plan.factorizations == 2
+    st.plan_cache().clear()
+
+
 def test_exactly_singular_matrix() -> None:
     D = poisson2d(4, 3).to_dense()
     D[5, :] = 0
