@@ -330,6 +330,16 @@ class SparseTensor:
             )
         if values.device != self.device:
             raise ValidationError(f"new values are on {values.device}, the pattern on {self.device}")
+        if self._format.num_batch_levels == 0 and values.dim() >= 1:
+            # Same pattern, no BATCH levels: nothing about the index buffers to recompute or
+            # re-read (constructing anew reads pos[-1], a device-to-host copy on a GPU).
+            check_values(values, self._values.shape[-1])
+            out = SparseTensor.__new__(SparseTensor)
+            out._format, out._pos, out._crd, out._linear = self._format, self._pos, self._crd, None
+            out._shape = tuple(values.shape[:-1]) + tuple(self.format_shape)
+            out._values = values
+            out._derived = self._derived
+            return out
         out = SparseTensor(self._format, self.format_shape, self._pos, self._crd, values, check=False)
         out._derived = self._derived
         return out
