@@ -15,6 +15,7 @@ in every ``explain`` table.
 from __future__ import annotations
 
 import importlib
+import itertools
 import os
 import threading
 import traceback
@@ -50,10 +51,16 @@ def _env_names(var: str) -> set[str] | None:
     return {x.strip() for x in raw.split(",") if x.strip()}
 
 
+_GENERATIONS = itertools.count(1)
+
+
 class Backends:
     """The loaded backends and typed calls into them (the core never calls ``pm.hook`` directly)."""
 
     def __init__(self, *, entry_points: bool = True) -> None:
+        #: changes whenever the set of backends may have changed (a new object, register,
+        #: unregister): cached dispatch decisions (select.choose) are keyed on it
+        self.generation = next(_GENERATIONS)
         self._pm = pluggy.PluginManager(hookspecs.PROJECT)
         self._pm.add_hookspecs(hookspecs)
         self._info: dict[str, BackendInfo] = {}
@@ -116,6 +123,7 @@ class Backends:
         """Register a backend object at run time (tests, notebooks, in-tree experiments)."""
         self._load(name, None, lambda: plugin, builtin=False)
         self._pm.check_pending()
+        self.generation = next(_GENERATIONS)
 
     def unregister(self, name: str) -> None:
         plugin = self._plugins.pop(name, None)
@@ -123,6 +131,7 @@ class Backends:
             self._pm.unregister(plugin)
         self._info.pop(name, None)
         self.broken = [b for b in self.broken if b.name != name]
+        self.generation = next(_GENERATIONS)
 
     # Typed facade -----------------------------------------------------------------------------
     @property
