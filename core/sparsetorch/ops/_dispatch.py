@@ -52,7 +52,12 @@ def obtain_plan(op: str, A: SparseTensor, request: Request, *, cache: bool = Tru
         state = build()
         _per_call(state, request)
         return state, offer, table
-    key = (op, offer.backend, offer.method, A.pattern_key, A.dtype, tuple(A.batch_shape), options_key(offer, request.options))
+    # The symmetry class is part of the key: a plan may rely on it (the torch backend's Krylov
+    # plans run adjoint solves with A itself when A = A^H), so values on the same pattern that
+    # lose their symmetry get a plan of their own.
+    sym = tuple(sorted(request.properties & {"spd", "hermitian", "symmetric"}))
+    key = (op, offer.backend, offer.method, A.pattern_key, A.dtype, tuple(A.batch_shape), sym,
+           options_key(offer, request.options))
     state, hit = plan_cache().get_or_build(key, A.pattern_key, build, (op, offer.backend, offer.method, tuple(A.shape)))
     state.reused = hit
     _per_call(state, request)

@@ -132,4 +132,10 @@ def _solve_offers(request: Request, r) -> list[Offer | Decline]:
 def _krylov_factory(method: str, options: dict):
     from .iterative import KrylovPlan
 
-    return lambda A, req: KrylovPlan(A, method, options)
+    return lambda A, req: KrylovPlan(A, method, options, hermitian=_self_adjoint(req))
+
+
+def _self_adjoint(request) -> bool:
+    """A known (given or detected) to equal its conjugate transpose: adjoint solves are forward ones."""
+    props = request.properties
+    return bool({"spd", "hermitian"} & props) or ("symmetric" in props and not request.dtype.is_complex)
