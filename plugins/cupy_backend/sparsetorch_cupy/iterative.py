@@ -165,7 +165,8 @@ class KrylovPlan:
         tol = thr
         status, reason = Status.MAX_ITERATIONS, ""
         shifted_start = False  # CGS after a breakdown: restart from a generic x0
-        refreshes = _REFRESHES_MINRES if method == "minres" else _REFRESHES
+        last_res = math.inf
+        refreshes = _REFRESHES_MINRES if method in ("minres", "cgs") else _REFRESHES
         if method == "gmres":
             refreshes += restart.bit_length()  # room for halving the restart after breakdowns
         for attempt in range(refreshes + 1):
@@ -244,6 +245,12 @@ class KrylovPlan:
             if res <= thr:
                 status, reason = Status.CONVERGED, ""
                 break
+            if info > 0 and budget is None and method == "cgs" and res < last_res:
+                # CGS stagnates erratically; without a user maxiter, restart it from the current x
+                # (the true residual) while it still makes progress, within the refreshes
+                last_res = res
+                tol = thr
+                continue
             if info > 0 or (budget is not None and total >= budget):
                 status, reason = Status.MAX_ITERATIONS, self._maxiter_reason(maxiter, res / bnorm, rtol, atol)
                 break
