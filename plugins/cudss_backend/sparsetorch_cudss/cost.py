@@ -39,6 +39,9 @@ _FILL = {1: (3.0, 1.0), 2: (10.6, 1.083), 3: (9.2, 1.333)}
 _ANALYSIS = {1: (2.0e-7, 1.1), 2: (4.07e-7, 1.196), 3: (1.0e-6, 1.2)}
 #: Cholesky factorization seconds on the H200 ~ c n^a (measured; scaled by flop rate elsewhere)
 _FACTOR = {1: (2.0e-9, 1.0), 2: (2.4e-8, 1.0), 3: (4.2e-10, 1.5)}
+#: the analysis with cuDSS's OpenMP threading layer loaded (16 host cores): 1.69 s instead of 6.1 s
+#: at 1M unknowns (2-D), measured on the H200 machine (benchmarks/results/cudss_h200_threads.json)
+THREADED_ANALYSIS_FACTOR = 0.28
 #: the calibrated dense float64 rate of the H200 the factorization fits were taken with
 REFERENCE_FLOPS = 5.0e13
 #: factorization work relative to Cholesky: LU factors L and U; LDL^T pivots (diagonal / 2x2 blocks)
@@ -94,7 +97,8 @@ def free_device_bytes(device: torch.device) -> int | None:
         return None
 
 
-def estimate(r: Rates, request: Request, method: str, *, free: int | None = None, hybrid: bool | None = None) -> Estimate:
+def estimate(r: Rates, request: Request, method: str, *, free: int | None = None, hybrid: bool | None = None,
+             threaded: bool = False) -> Estimate:
     A = request.A
     n = int(A.shape[-1])
     nse = int(A.nse or n)
@@ -110,7 +114,8 @@ def estimate(r: Rates, request: Request, method: str, *, free: int | None = None
     if hybrid is None:
         hybrid = not fits
     k = max(1, request.rhs_columns)
-    analysis = loglog_interp(_ANALYSIS, d, n) + r.seconds(launches=CALL_LAUNCHES)
+    analysis = (loglog_interp(_ANALYSIS, d, n) * (THREADED_ANALYSIS_FACTOR if threaded else 1.0)
+                + r.seconds(launches=CALL_LAUNCHES))
     factor = (batch * loglog_interp(_FACTOR, d, n) * work * (REFERENCE_FLOPS / r.flops)
               + r.seconds(launches=CALL_LAUNCHES))
     solve = (SOLVE_SECONDS_1M * (n / 1.0e6) ** 0.7 * max(1.0, k / 16) + r.seconds(bytes=2 * fill * vsize * k)

@@ -333,3 +333,22 @@ def test_list_on_cpu_is_solved_member_by_member(cudss_backend) -> None:
     Xs = st.solve(As, Bs)
     for A, B, X in zip(As, Bs, Xs):
         torch.testing.assert_close(X, torch.linalg.solve(A.to_dense(), B))
+
+
+def test_threaded_analysis_matches_its_measurement() -> None:
+    """With cuDSS's OpenMP layer (the committed H200 run with it): the analysis estimate."""
+    import json
+    from pathlib import Path
+
+    from sparsetorch.dispatch.calibrate import Rates
+
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "cudss_h200_threads.json"
+    if not path.exists():
+        pytest.skip("benchmark results not in this checkout")
+    entry = json.loads(path.read_text())["cases"]["2d-1000"]
+    ours, single = entry["sparsetorch_cholesky"], entry["sparsetorch_cholesky_1thread"]
+    assert ours["threading_layer"] and single["threading_layer"] is None
+    h200 = Rates("cuda", bandwidth=4.0e12, flops=cost.REFERENCE_FLOPS, launch=8e-6)
+    req = _request(n=entry["n"], nse=entry["nse"])
+    assert cost.estimate(h200, req, "cholesky", threaded=True).analysis == pytest.approx(ours["analysis_host_s"], rel=0.35)
+    assert cost.estimate(h200, req, "cholesky").analysis == pytest.approx(single["analysis_host_s"], rel=0.35)
