@@ -5,14 +5,13 @@ CPU tensors with a decline (so CPU dispatch is unchanged), and that the kill swi
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from sparsetorch.testing.plugin_install import fresh_env, install_plugin, run_fresh
 
 PLUGIN = Path(__file__).resolve().parents[1]
 CORE = PLUGIN.parents[1] / "core"
@@ -36,33 +35,11 @@ print("RESULT " + json.dumps(out))
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
-    base = tmp_path_factory.mktemp("cudss_plugin")
-    src, target = base / "src", base / "site"
-    shutil.copytree(PLUGIN, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", ".pytest_cache", "tests"))
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
-         "--disable-pip-version-check", "--quiet", "--target", str(target), str(src)],
-        capture_output=True, text=True, timeout=180, check=False,
-    )
-    assert proc.returncode == 0, f"pip install failed:\n{proc.stdout}\n{proc.stderr}"
-    (dist,) = target.glob("sparsetorch_cudss-*.dist-info")
-    assert "cudss = sparsetorch_cudss.plugin" in (dist / "entry_points.txt").read_text()
-    return target
-
-
-def _env(installed: Path, **extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SPARSETORCH_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(installed), str(CORE)])
-    env["SPARSETORCH_CALIBRATION"] = "defaults"
-    env.update(extra)
-    return env
+    return install_plugin(PLUGIN, tmp_path_factory, "sparsetorch_cudss", "cudss = sparsetorch_cudss.plugin")
 
 
 def test_entry_point_is_found_and_declines_cpu(installed) -> None:
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=120,
-                          env=_env(installed), cwd=str(installed.parent), check=False)
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])
+    out = run_fresh(installed, CORE, _SCRIPT)
     assert "cudss" in out["names"] and out["broken"] == []
     assert out["distribution"] == "sparsetorch-cudss" and out["version"] == "0.1.0"
     assert not out["lib_loaded"]
@@ -73,5 +50,5 @@ def test_entry_point_is_found_and_declines_cpu(installed) -> None:
 def test_disabled_by_environment(installed) -> None:
     code = "import sparsetorch; print(sparsetorch.registry().names)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env=_env(installed, SPARSETORCH_DISABLE_PLUGINS="cudss"), check=True)
+                          env=fresh_env(installed, CORE, SPARSETORCH_DISABLE_PLUGINS="cudss"), check=True)
     assert "cudss" not in proc.stdout
