@@ -44,8 +44,10 @@ What is checked:
   that names the problem (shapes, dtypes, NaN/Inf, singular, indefinite, maxiter, zero
   tolerances, unknown method), and no input is ever modified.
 
-A backend that is loaded by a fixture rather than an entry point overrides the autouse
-``conformance_backend`` fixture (same name) to register itself first.
+A backend that may run from a source checkout (its entry point not installed) sets ``plugin``
+to its hook module: the kit registers it under ``backend`` when it is not loaded, and resets the
+loaded backends afterwards. Anything more special overrides the autouse ``conformance_backend``
+fixture (same name).
 """
 
 from __future__ import annotations
@@ -85,6 +87,8 @@ class ConformanceBase:
 
     #: The backend under test (every call pins it with ``backend=``).
     backend: ClassVar[str] = ""
+    #: Its hook module, registered in-process when the entry point is not installed (or None).
+    plugin: ClassVar[Any] = None
     #: Solve methods to test (from ``sparsetorch.dispatch.records.METHODS``).
     methods: ClassVar[tuple[str, ...]] = ()
     #: Devices to run on ("cpu", "cuda", "cuda:1", ...); absent devices skip.
@@ -155,19 +159,27 @@ class ConformanceBase:
     # Fixtures ---------------------------------------------------------------------------------
     @pytest.fixture(autouse=True)
     def conformance_backend(self):
-        """Fails clearly when ``backend`` is not loaded; override (same name) to register an
-        in-process plugin first. Calibration uses the built-in rates for determinism."""
+        """Registers ``plugin`` when ``backend`` is not loaded (and resets afterwards); fails
+        clearly when neither is there. Calibration uses the built-in rates for determinism."""
         if not self.backend:
             pytest.fail(f"{type(self).__name__} must set `backend` (the backend name to pin)")
         backends = get_backends()
+        registered = False
+        if self.backend not in backends.names and self.plugin is not None:
+            backends.register(self.plugin, self.backend)
+            registered = True
         if self.backend not in backends.names:
             broken = {b.name: b.error for b in backends.broken}
             pytest.fail(
                 f"backend {self.backend!r} is not loaded (loaded: {backends.names}"
                 + (f"; {self.backend} failed to load: {broken[self.backend]}" if self.backend in broken else "")
-                + "): install its plugin, or override the `conformance_backend` fixture to register it"
+                + "): install its plugin, set `plugin` to its hook module, or override the `conformance_backend` fixture"
             )
         yield
+        if registered:
+            from ..dispatch import reset_backends  # noqa: PLC0415
+
+            reset_backends()
 
     @pytest.fixture(autouse=True)
     def _conformance_calibration(self, monkeypatch):

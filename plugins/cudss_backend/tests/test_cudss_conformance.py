@@ -11,7 +11,6 @@ import torch
 
 import sparsetorch as st
 
-from sparsetorch.dispatch import get_backends, reset_backends
 from sparsetorch.format import BSR, COO, CSC, CSR, DIA, ELL
 from sparsetorch.testing import ErrorConformance, SolveConformance
 
@@ -36,14 +35,7 @@ class CudssBackend:
     direct_methods = frozenset(plugin.METHODS)
     symmetric_only_methods = {"cholesky": "spd", "ldlt": "symmetric"}
 
-    @pytest.fixture(autouse=True)
-    def conformance_backend(self):
-        """Register the plugin in-process when it is not installed (the kit's loading hook)."""
-        backends = get_backends()
-        if self.backend not in backends.names:
-            backends.register(plugin, self.backend)
-        yield
-        reset_backends()
+    plugin = plugin  # registered in-process when not installed (the kit's loading hook)
 
 
 class TestCudssSolve(CudssBackend, SolveConformance):

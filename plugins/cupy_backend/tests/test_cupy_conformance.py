@@ -10,7 +10,6 @@ import torch
 
 import sparsetorch as st
 
-from sparsetorch.dispatch import get_backends, reset_backends
 from sparsetorch.format import BSR, COO, CSC, CSR, DIA, ELL
 from sparsetorch.testing import EigshConformance, ErrorConformance, MatmulConformance, SolveConformance
 
@@ -35,14 +34,7 @@ class CupyBackend:
     direct_methods = frozenset({"qr"})
     symmetric_only_methods = {"cg": "spd", "minres": "symmetric"}
 
-    @pytest.fixture(autouse=True)
-    def conformance_backend(self):
-        """Register the plugin in-process when it is not installed (the kit's loading hook)."""
-        backends = get_backends()
-        if self.backend not in backends.names:
-            backends.register(plugin, self.backend)
-        yield
-        reset_backends()
+    plugin = plugin  # registered in-process when not installed (the kit's loading hook)
 
 
 class TestCupySolve(CupyBackend, SolveConformance):

@@ -6,10 +6,8 @@ random non-symmetric, so the method is lu; cholesky and ldlt are tested in test_
 
 from __future__ import annotations
 
-import pytest
 import torch
 
-from sparsetorch.dispatch import get_backends, reset_backends
 from sparsetorch.format import BSR, COO, CSC, CSR, DIA, ELL
 from sparsetorch.testing import ErrorConformance, SolveConformance
 
@@ -34,14 +32,7 @@ class EigenBackend:
     supports_grad = True
     symmetric_only_methods = {"cg": "spd", "cholesky": "spd", "ldlt": "symmetric"}
 
-    @pytest.fixture(autouse=True)
-    def conformance_backend(self):
-        """Register the plugin in-process when it is not installed (the kit's loading hook)."""
-        backends = get_backends()
-        if self.backend not in backends.names:
-            backends.register(plugin, self.backend)
-        yield
-        reset_backends()
+    plugin = plugin  # registered in-process when not installed (the kit's loading hook)
 
 
 class TestEigenSolve(EigenBackend, SolveConformance):

@@ -5,10 +5,8 @@ matmul/Matmul/norm, and the error contract."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 
-from sparsetorch.dispatch import get_backends, reset_backends
 from sparsetorch.format import BSR, COO, CSC, CSR, DIA, ELL
 from sparsetorch.testing import ErrorConformance, MatmulConformance, SolveConformance
 
@@ -31,14 +29,7 @@ class ScipyBackend:
     # maxiter counts restart cycles / outer iterations of restart inner steps there
     restarted_methods = frozenset({"gmres", "lgmres", "gcrotmk"})
 
-    @pytest.fixture(autouse=True)
-    def conformance_backend(self):
-        """Register the plugin in-process when it is not installed (the kit's loading hook)."""
-        backends = get_backends()
-        if self.backend not in backends.names:
-            backends.register(plugin, self.backend)
-        yield
-        reset_backends()
+    plugin = plugin  # registered in-process when not installed (the kit's loading hook)
 
 
 class TestScipySolve(ScipyBackend, SolveConformance):
