@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import torch
 
+from ._fast_apply import FastFunction
 from .handles import MatmulHandle, sddmm, vmap_columns
 
 __all__ = ["matmul_function"]
 
 
-class _Matmul(torch.autograd.Function):
+class _Matmul(FastFunction):
     @staticmethod
     def forward(values: torch.Tensor, X: torch.Tensor, handle: MatmulHandle) -> torch.Tensor:
         return handle.run(values, X)

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import torch
 
+from ._fast_apply import FastFunction
 from .handles import SolveHandle, sddmm, vmap_columns
 
 __all__ = ["solve_function"]
 
 
-class _Solve(torch.autograd.Function):
+class _Solve(FastFunction):
     @staticmethod
     def forward(values: torch.Tensor, B: torch.Tensor, handle: SolveHandle) -> torch.Tensor:
         return handle.run(values, B)
