@@ -46,7 +46,7 @@ def obtain_plan(op: str, A: SparseTensor, request: Request, *, cache: bool = Tru
         return offer.build(source, request)
 
     def build() -> PlanState:
-        return PlanState(None, factory=factory)
+        return PlanState(None, factory=factory, reload_always=(op == "matmul"))
 
     if not cache:
         state = build()
