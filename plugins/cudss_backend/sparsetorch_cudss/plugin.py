@@ -72,6 +72,13 @@ def _threaded() -> bool:
     return bool(path) and bool(glob.glob(os.path.join(os.path.dirname(path), "libcudss_mtlayer_gomp.so*")))
 
 
+def _transposed_solve() -> bool:
+    """The library found is cuDSS >= 1.0 (``libcudss.so.1``, or not the 0.8 soname): transposed
+    solves from the same factors. Read from the file name, without loading the library."""
+    path, _ = _lib.find_library()
+    return path is None or not path.endswith(".so.0")
+
+
 @sparsetorch.hookimpl
 def sparsetorch_backend_info() -> BackendInfo:
     """Static description (cheap: libcudss is looked for, not loaded)."""
@@ -175,12 +182,11 @@ def _answer(request: Request, r: Any, method: str, free: int | None) -> Offer | 
     call = est.reuse_call if live else est.first_call
     if request.requires_grad:
         call += est.solve
-        from . import _lib as lib_mod  # noqa: PLC0415 - version known only once loaded; 0.8 factors A^H too
-        if method == "lu" and lib_mod.load.cache_info().currsize and not lib_mod.load().transposed_solve:
+        if method == "lu" and not _transposed_solve():  # cuDSS 0.8: the backward factors A^H too
             call += est.factor + (0.0 if live else est.analysis)
     note = (f"cuDSS {method}: analysis ~{est.analysis:.3g} s once per pattern, then ~{est.reuse_call * 1e3:.3g} ms per "
             f"call with new values (refactorization + solve){'; plan alive: priced as a re-using call' if live else ''}"
-            f"; factors ~{_fmt_bytes(est.fill * 12)}")
+            f"; factors ~{_fmt_bytes(est.fill * torch.empty((), dtype=request.dtype).element_size())}")
     if est.hybrid:
         note += (f"; factors and workspace ~{_fmt_bytes(est.device_bytes)} exceed free GPU memory "
                  f"({_fmt_bytes(free or 0)}): hybrid memory mode (factors in host memory, ~{cost.HYBRID_SLOWDOWN:g}x slower)")
