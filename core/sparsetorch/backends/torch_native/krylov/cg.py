@@ -61,8 +61,17 @@ class _CG:
         self.p = z
         self.min_pap: Tensor | None = None
         self.min_rho: Tensor | None = None
+        #: one real system (no batch, one column): the lean step below, about half the operator
+        #: dispatches of the masked one (which freezes finished columns among several); on a GPU
+        #: an iteration is bound by those dispatches
+        self.lean = r.dim() == 2 and r.shape[-1] == 1 and not r.is_complex()
+        if self.lean:  # its scalars are (1, 1): they scale (n, 1) vectors without a reshape per use
+            self.rho = self.rho.reshape(1, 1)
 
     def step(self, it: int) -> None:
+        if self.lean:
+            self._step_lean()
+            return
         problem = self.problem
         q = problem.matvec(self.p)
         pAp = dot(self.p, q).real
@@ -90,17 +99,44 @@ class _CG:
         self.p = torch.addcmul(z, col(beta), self.p)
         self.rho = rho
 
+    def _step_lean(self) -> None:
+        """The step for one real system, on (1, 1) scalars. The column runs until the next check,
+        so no masks: a zero ``p^T A p`` (a stalled column: ``rho`` underflowed to 0, ``p``
+        vanished) divides by 1 instead (alpha = 0 / 1), a non-finite alpha leaves ``x`` as it
+        was, and a stalled column (``rho == 0`` at the check) is not reported indefinite."""
+        problem = self.problem
+        q = problem.matvec(self.p)
+        pAp = self.p.mT @ q
+        self.min_pap = pAp if self.min_pap is None else torch.minimum(self.min_pap, pAp)
+        alpha = self.rho / torch.where(pAp == 0, 1.0, pAp)
+        self.x = torch.where(finite(alpha), torch.addcmul(self.x, alpha, self.p), self.x)
+        self.r = torch.addcmul(self.r, alpha, q, value=-1)
+        if problem.M is None:
+            z = self.r
+            rho = z.mT @ z
+        else:
+            z = problem.M(self.r)
+            rho = self.r.mT @ z
+            self.min_rho = rho if self.min_rho is None else torch.minimum(self.min_rho, rho)
+        beta = rho / torch.where(self.rho == 0, 1.0, self.rho)
+        self.p = torch.addcmul(z, beta, self.p)
+        self.rho = rho
+
     def sync(self, it: int) -> None:
         """Apply the deferred checks (indefiniteness, NaN) and the residual estimate."""
         book = self.problem.book
+        rho = self.rho.reshape(1) if self.lean else self.rho  # the book's per-column shape
         if self.min_pap is not None:
-            book.fail(it, self.min_pap, (self.min_pap <= 0, _INDEFINITE))
+            min_pap = self.min_pap.reshape(rho.shape)
+            indefinite = (min_pap <= 0) & (rho > 0) if self.lean else min_pap <= 0
+            book.fail(it, min_pap, (indefinite, _INDEFINITE))
         if self.problem.M is None:
-            book.record(it, self.rho.clamp(min=0).sqrt())
+            book.record(it, rho.clamp(min=0).sqrt())
         else:
             book.record(it, norm(self.r))
             if self.min_rho is not None:
-                book.fail(it, self.min_rho, (self.min_rho <= 0, _INDEFINITE_M))
+                min_rho = self.min_rho.reshape(rho.shape)
+                book.fail(it, min_rho, (min_rho <= 0, _INDEFINITE_M))
         self.min_pap = self.min_rho = None
 
     def flush(self) -> None:
