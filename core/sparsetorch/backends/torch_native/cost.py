@@ -25,6 +25,8 @@ _VECTOR_OPS = {"cg": 6, "minres": 9, "bicgstab": 10, "gmres": 0}
 #: costs the calibrated launch overhead on the host, which bounds an iteration on a GPU (H200,
 #: 1M unknowns: 274 us per CG iteration measured, 41 dispatches)
 _DISPATCHES = {"cg": 41, "minres": 156, "bicgstab": 173, "gmres": 281}
+#: CG on one real system takes a lean step (krylov/cg.py): 25 dispatches per iteration
+_DISPATCHES_CG_ONE = 25
 _PRECOND_DISPATCHES = 4
 _PRODUCTS = {"cg": 1, "minres": 1, "bicgstab": 2, "gmres": 1}
 # Iteration count relative to CG for the same problem class (BiCGStab does 2 products/iter).
@@ -75,7 +77,8 @@ def krylov_cost(rates: Rates, request: Request, method: str, preconditioner: str
     if method == "gmres":
         restart = request.option("restart") or 30
         vector_ops = 4 + restart  # Gram-Schmidt against half the basis on average, twice
-    per += rates.seconds(bytes=3 * vec * vector_ops, launches=_DISPATCHES[method])
+    one = method == "cg" and k == 1 and not request.A.batch_shape and not request.dtype.is_complex
+    per += rates.seconds(bytes=3 * vec * vector_ops, launches=_DISPATCHES_CG_ONE if one else _DISPATCHES[method])
     if preconditioner in ("jacobi", "block_jacobi"):
         per += rates.seconds(bytes=3 * vec, launches=_PRECOND_DISPATCHES)
     work = {"cg": 4, "minres": 7, "bicgstab": 8, "gmres": (request.option("restart") or 30) + 4}[method]
