@@ -7,6 +7,8 @@
 - :func:`loglog_interp`: ``c n^a`` fits per dimension, interpolated in log space.
 - :class:`Outcome` / :func:`combine`: per-system results of solvers that take one right-hand side
   at a time, reported as one :class:`IterationResult` (the worst case).
+- :func:`cuda_matrix_decline`: the declines every CUDA-only matrix backend starts with (operand
+  kind, device, mixed devices, dtype, matrix shape), with the reasons users see.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Mapping, Sequence
 from ..ops.info import IterationResult, Status
 from .records import Request
 
-__all__ = ["sparsity_dimension", "loglog_interp", "Outcome", "combine"]
+__all__ = ["sparsity_dimension", "loglog_interp", "Outcome", "combine", "cuda_matrix_decline"]
 
 
 def sparsity_dimension(request: Request) -> float:
@@ -88,3 +90,36 @@ def combine(outcomes: Sequence[Outcome], label: str) -> IterationResult:
     lead = max(outcomes, key=lambda o: o.iterations) if outcomes else None
     history = tuple(lead.history) if lead is not None else ()
     return IterationResult(worst_it, float(worst_res), not failed, status, reason, history)
+
+
+def _dtype_name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def cuda_matrix_decline(request: Request, dtypes: Sequence, library: str, batch_levels: str) -> str | None:
+    """The reason a CUDA-only backend built on ``library`` cannot take ``request``'s matrix, or
+    None: A not one SparseTensor, not on CUDA (no CUDA device at all, or CPU tensors: such a
+    backend never moves operands), operands on different devices, a dtype outside ``dtypes``, a
+    format with BATCH levels (``batch_levels`` says what to use instead), a tensor that is not a
+    (value-batched) matrix."""
+    import torch  # noqa: PLC0415
+
+    A = request.A
+    if A.kind != "sparse":
+        return f"needs one SparseTensor as A, got a {A.kind} operand"
+    if A.device.type != "cuda":
+        if not torch.cuda.is_available():
+            return f"no CUDA device (A is on {A.device}); {library} runs on NVIDIA GPUs"
+        return (f"runs on CUDA tensors only; A is on {A.device}: move A and b with .cuda() (this backend never moves "
+                f"operands between devices), or use a backend for {A.device.type}")
+    for op in request.operands[1:]:
+        if op.device != A.device:
+            return f"operands on different devices ({A.device} and {op.device}); put them on one GPU"
+    if A.dtype not in dtypes:
+        return (f"supports {', '.join(_dtype_name(d) for d in dtypes)}; A is {_dtype_name(A.dtype)} "
+                f"(cast with .to(torch.float64) or .to(torch.float32))")
+    if A.format is not None and A.format.num_batch_levels:
+        return f"format {A.format.name or A.format} has BATCH levels (a pattern per batch member): {batch_levels}"
+    if len(A.shape) - len(A.batch_shape) != 2:
+        return f"handles matrices only; A has format shape {tuple(A.shape[len(A.batch_shape):])}"
+    return None

@@ -35,6 +35,7 @@ import torch
 import sparsetorch
 from sparsetorch import BackendInfo, Decline, Offer, Request
 from sparsetorch.dispatch.calibrate import rates
+from sparsetorch.dispatch.helpers import cuda_matrix_decline
 
 from . import __version__, _lib, cost
 
@@ -124,25 +125,10 @@ def sparsetorch_offers(request: Request) -> list[Offer | Decline]:
 
 
 def _general_decline(request: Request) -> str | None:
+    common = cuda_matrix_decline(request, DTYPES, "cuDSS", "cuDSS's uniform batch needs one pattern: use a value-batched SparseTensor or a SparseTensorList")
+    if common is not None:
+        return common
     A = request.A
-    if A.kind != "sparse":
-        return f"needs one SparseTensor as A, got a {A.kind} operand"
-    if A.device.type != "cuda":
-        if not torch.cuda.is_available():
-            return f"no CUDA device (A is on {A.device}); cuDSS runs on NVIDIA GPUs"
-        return (f"runs on CUDA tensors only; A is on {A.device}: move A and b with .cuda() (this backend never moves "
-                f"operands between devices), or use a backend for {A.device.type}")
-    for op in request.operands[1:]:
-        if op.device != A.device:
-            return f"operands on different devices ({A.device} and {op.device}); put them on one GPU"
-    if A.dtype not in DTYPES:
-        return (f"supports {', '.join(_dtype_name(d) for d in DTYPES)}; A is {_dtype_name(A.dtype)} "
-                f"(cast with .to(torch.float64) or .to(torch.float32))")
-    if A.format is not None and A.format.num_batch_levels:
-        return (f"format {A.format.name or A.format} has BATCH levels (a pattern per batch member); cuDSS's uniform "
-                f"batch needs one pattern: use a value-batched SparseTensor or a SparseTensorList")
-    if len(A.shape) - len(A.batch_shape) != 2:
-        return f"handles matrices only; A has format shape {tuple(A.shape[len(A.batch_shape):])}"
     m, n = A.shape[-2], A.shape[-1]
     if m != n:
         return f"solve needs a square matrix, A is {m}x{n} (use lstsq for least squares)"

@@ -31,6 +31,7 @@ import torch
 import sparsetorch
 from sparsetorch import BackendInfo, Decline, Offer, Request
 from sparsetorch.dispatch.calibrate import rates
+from sparsetorch.dispatch.helpers import cuda_matrix_decline
 from sparsetorch.dispatch.records import METHODS
 
 from . import __version__, cost
@@ -124,23 +125,9 @@ def sparsetorch_offers(request: Request) -> list[Offer | Decline]:
 
 
 def _general_decline(request: Request) -> str | None:
-    A = request.A
-    if A.kind != "sparse":
-        return f"needs one SparseTensor as A, got a {A.kind} operand"
-    if A.device.type != "cuda":
-        return (f"runs on CUDA tensors only; A is on {A.device}: move A and b with .cuda() (this backend never moves "
-                f"operands between devices), or use a backend for {A.device.type}")
-    for op in request.operands[1:]:
-        if op.device != A.device:
-            return f"operands on different devices ({A.device} and {op.device}); put them on one GPU"
-    if A.dtype not in DTYPES:
-        return (f"supports {', '.join(_dtype_name(d) for d in DTYPES)}; A is {_dtype_name(A.dtype)} "
-                f"(cast with .to(torch.float64) or .to(torch.float32))")
-    if A.format is not None and A.format.num_batch_levels:
-        return (f"format {A.format.name or A.format} has BATCH levels (a pattern per batch member), which cuSPARSE's "
-                f"descriptors here cannot hold; use a SparseTensorList or the torch backend")
-    if len(A.shape) - len(A.batch_shape) != 2:
-        return f"handles matrices only; A has format shape {tuple(A.shape[len(A.batch_shape):])}"
+    common = cuda_matrix_decline(request, DTYPES, "CuPy", "cuSPARSE's descriptors here cannot hold them; use a SparseTensorList or the torch backend")
+    if common is not None:
+        return common
     missing = _cupy_missing()
     if missing:
         return f"cupy is {missing}"
