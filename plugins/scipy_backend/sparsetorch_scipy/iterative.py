@@ -194,8 +194,10 @@ class KrylovPlan:
             if remaining is not None and remaining <= 0:
                 status, reason = Status.MAX_ITERATIONS, self._maxiter_reason(maxiter, res / bnorm, rtol, atol)
                 break
+            # the checked CG loop finds NaN/Inf itself, before they reach x: no finiteness scans or
+            # copies of the iterate in the callback (two vector passes every 8 iterations)
             prog = Progress("residual" if method == "gmres" else "x", lambda v: residual_of(from_s(v)), o.get("callback"),
-                            o.get("check_every") or 1, total, history, finite_every)
+                            o.get("check_every") or 1, total, history, 2**62 if checked_cg else finite_every)
             if method == "tfqmr":  # SciPy's TFQMR has no breakdown test of its own (rho = 0 gives NaN)
                 prog.watch_residual(res / bnorm if x0 is not None else 1.0)
                 prog.good = x0
@@ -331,6 +333,11 @@ def _checked_cg(A: Any, b: np.ndarray, x0: np.ndarray | None = None, *, rtol: fl
             raise Stop(Status.INDEFINITE, f"CG met a search direction with p^H A p = {curv.real:.3g} <= 0 (iteration "
                                           f"{iteration + 1}): A is not positive definite")
         alpha = rho_cur / curv
+        if not np.isfinite(alpha):
+            # a NaN/Inf reaches every later iterate through alpha (p, q, rho feed it): x is still
+            # the last finite iterate, so no per-iteration copy of x is needed to report it
+            raise Stop(Status.NOT_FINITE, f"a NaN or Inf appeared at iteration {iteration + 1} (step length "
+                                          f"{alpha!r})", x)
         x += alpha * p
         r -= alpha * q
         rho_prev = rho_cur
