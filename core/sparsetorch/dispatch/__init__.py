@@ -5,10 +5,11 @@ from .calibrate import Rates, calibrate, rates
 from .hookspecs import hookspec
 from .manager import Backends, BrokenBackend, get_backends, reset_backends
 from .records import BackendInfo, Decline, Offer, OperandInfo, Request
-from .select import ExplainTable, Row, choose, rank
+from .select import ExplainTable, Row, choose, clear_decisions, rank
 
 __all__ = [
     "BackendInfo", "Backends", "BrokenBackend", "Decline", "ExplainTable", "Offer", "OperandInfo", "PlanCache",
-    "Rates", "Request", "Row", "calibrate", "choose", "get_backends", "hookspec", "plan_cache", "rank", "rates",
+    "Rates", "Request", "Row", "calibrate", "choose", "clear_decisions", "get_backends", "hookspec", "plan_cache",
+    "rank", "rates",
     "reset_backends",
 ]
