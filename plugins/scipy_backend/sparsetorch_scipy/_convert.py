@@ -10,7 +10,10 @@ new set of values into SciPy compressed arrays:
   pattern (sparsetorch's conversion map, cached on the pattern); each set of values is then one
   gather into the CSR slots.
 - **int32 required** (SuperLU, PyAMG): int64 indices are narrowed once, here, and kept; values
-  still hand over without a copy.
+  still hand over without a copy. **int32 preferred** (``int32="auto"``: the Krylov, product and
+  least-squares plans): the same when the sizes fit, since SciPy's 32-bit CSR product is faster
+  (2-D Poisson 1000², one thread: 5.3 vs 7.5 ms per product, measured); indices stay shared
+  (int64) otherwise.
 
 The views are read-only, so a library that tried to write into the user's buffers (sorting
 indices in place, summing duplicates) would raise instead of corrupting them. The transposed
@@ -55,7 +58,7 @@ class Handoff:
     (PyAMG takes CSR only: a CSC input is then converted like any other format).
     """
 
-    def __init__(self, A: SparseTensor, *, int32: bool = False, kinds: tuple[str, ...] = ("csr", "csc")) -> None:
+    def __init__(self, A: SparseTensor, *, int32: bool | str = False, kinds: tuple[str, ...] = ("csr", "csc")) -> None:
         fs = A.format_shape
         if len(fs) != 2 or A.format.num_batch_levels:
             raise InputError(f"the scipy backend takes sparse matrices (2 format dimensions, no BATCH levels), "
@@ -78,8 +81,11 @@ class Handoff:
         self.nnz = int(pos[-1]) if pos.numel() else 0
         indptr, indices = numpy_view(pos), numpy_view(crd)
         self.shares_indices = self._conv is None
+        fits = self.nnz < 2**31 - 1 and max(self.shape) < 2**31 - 1
+        if int32 == "auto":  # products: 32-bit indices when they fit (SpMV 7.5 -> 5.3 ms on 2-D Poisson 1000²)
+            int32 = fits
         if int32 and indices.dtype != np.int32:
-            if self.nnz >= 2**31 - 1 or max(self.shape) >= 2**31 - 1:
+            if not fits:
                 raise InputError(f"{self.nnz} stored entries do not fit the int32 indices SuperLU/PyAMG need")
             indptr, indices = indptr.astype(np.int32), indices.astype(np.int32)  # once per pattern
             indptr.flags.writeable = False

@@ -80,7 +80,7 @@ class KrylovPlan:
         if m != n:
             raise InputError(f"{backend}/{method} needs a square matrix, got {m}x{n}")
         self.backend, self.method, self.n = backend, method, int(n)
-        self._h = Handoff(A)
+        self._h = Handoff(A, int32="auto")  # 32-bit indices for the products when they fit
         self._options = dict(options)
         self._bo: Mapping[str, Any] = options.get("backend_options") or {}
         pre = options.get("preconditioner")

@@ -53,7 +53,7 @@ class LstsqPlan:
         if method not in LSTSQ_METHODS:
             raise InputError(f"{backend}: unknown least-squares method {method!r}; known: {LSTSQ_METHODS}")
         self.backend, self.method = backend, method
-        self._h = Handoff(A)
+        self._h = Handoff(A, int32="auto")  # 32-bit indices for the products when they fit
         self.m, self.n = self._h.shape
         self.call_options: dict = {}
         self._members: list[tuple[Any, Any]] | None = None

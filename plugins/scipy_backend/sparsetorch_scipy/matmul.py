@@ -29,7 +29,7 @@ class SpmmPlan:
 
     def __init__(self, A: SparseTensor, *, backend: str = "scipy") -> None:
         self.backend = backend
-        self._h = Handoff(A)
+        self._h = Handoff(A, int32="auto")  # 32-bit indices for the products when they fit
         self.shape = self._h.shape
         self._mats: list[Any] | None = None
         self._adjs: list[Any] | None = None
