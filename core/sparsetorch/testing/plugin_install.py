@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["install_plugin", "fresh_env", "run_fresh"]
+__all__ = ["install_plugin", "fresh_env", "run_fresh", "loaded_backend"]
 
 
 def install_plugin(plugin_dir: Path, tmp_path_factory: Any, module: str, entry_point: str) -> Path:
@@ -62,3 +62,18 @@ def run_fresh(installed: Path, core: Path, script: str, **extra: str) -> Any:
                           env=fresh_env(installed, core, **extra), cwd=str(installed.parent), check=False)
     assert proc.returncode == 0, proc.stderr
     return json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])
+
+
+def loaded_backend(plugin: Any, name: str):
+    """For a pytest fixture (``yield from loaded_backend(plugin, "cudss")``): the backend ``name``
+    loaded through its entry point when installed, else ``plugin`` (its hook module) registered
+    here; fails if it loaded broken; yields its BackendInfo and resets the backends afterwards."""
+    from ..dispatch import get_backends, reset_backends  # noqa: PLC0415
+
+    backends = get_backends()
+    if name not in backends.names:
+        backends.register(plugin, name)
+    broken = [b for b in backends.broken if b.name == name]
+    assert not broken, broken
+    yield get_backends().info(name)
+    reset_backends()

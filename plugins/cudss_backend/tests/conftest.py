@@ -10,25 +10,15 @@ from __future__ import annotations
 
 import pytest
 
-from sparsetorch.dispatch import get_backends, reset_backends
+from sparsetorch.testing.plugin_install import loaded_backend
 
 import sparsetorch_cudss.plugin as plugin
-
-
-def ensure_registered() -> None:
-    backends = get_backends()
-    if "cudss" not in backends.names:
-        backends.register(plugin, "cudss")
-    broken = [b for b in backends.broken if b.name == "cudss"]
-    assert not broken, broken
 
 
 @pytest.fixture
 def cudss_backend():
     """The loaded "cudss" backend's BackendInfo (entry point if installed, else registered here)."""
-    ensure_registered()
-    yield get_backends().info("cudss")
-    reset_backends()
+    yield from loaded_backend(plugin, "cudss")
 
 
 @pytest.fixture(autouse=True)

@@ -10,25 +10,15 @@ from __future__ import annotations
 
 import pytest
 
-from sparsetorch.dispatch import get_backends, reset_backends
+from sparsetorch.testing.plugin_install import loaded_backend
 
 import sparsetorch_cupy.plugin as plugin
-
-
-def ensure_registered() -> None:
-    backends = get_backends()
-    if "cupy" not in backends.names:
-        backends.register(plugin, "cupy")
-    broken = [b for b in backends.broken if b.name == "cupy"]
-    assert not broken, broken
 
 
 @pytest.fixture
 def cupy_backend():
     """The loaded "cupy" backend's BackendInfo (entry point if installed, else registered here)."""
-    ensure_registered()
-    yield get_backends().info("cupy")
-    reset_backends()
+    yield from loaded_backend(plugin, "cupy")
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ import importlib.util
 import pytest
 import torch
 
-from sparsetorch.dispatch import get_backends, reset_backends
+from sparsetorch.testing.plugin_install import loaded_backend
 
 
 def _built() -> bool:
@@ -30,20 +30,10 @@ if _built():
     import sparsetorch_eigen.plugin as plugin
 
 
-def ensure_registered() -> None:
-    backends = get_backends()
-    if "eigen" not in backends.names:
-        backends.register(plugin, "eigen")
-    broken = [b for b in backends.broken if b.name == "eigen"]
-    assert not broken, broken
-
-
 @pytest.fixture
 def eigen_backend():
     """The loaded "eigen" backend's BackendInfo (entry point if installed, else registered here)."""
-    ensure_registered()
-    yield get_backends().info("eigen")
-    reset_backends()
+    yield from loaded_backend(plugin, "eigen")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -11,25 +11,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sparsetorch.dispatch import get_backends, reset_backends
+from sparsetorch.testing.plugin_install import loaded_backend
 
 import sparsetorch_scipy.plugin as plugin
-
-
-def ensure_registered() -> None:
-    backends = get_backends()
-    if "scipy" not in backends.names:
-        backends.register(plugin, "scipy")
-    broken = [b for b in backends.broken if b.name == "scipy"]
-    assert not broken, broken
 
 
 @pytest.fixture
 def scipy_backend():
     """The loaded "scipy" backend's BackendInfo (entry point if installed, else registered here)."""
-    ensure_registered()
-    yield get_backends().info("scipy")
-    reset_backends()
+    yield from loaded_backend(plugin, "scipy")
 
 
 @pytest.fixture(scope="session", autouse=True)
