@@ -135,7 +135,10 @@ def scipy_root(F, u0, params):
 
     # MINPACK hybrd with its own finite-difference Jacobian: independent of any AD here.
     sol = sopt.root(fun, u0.detach().reshape(-1).numpy().astype(np.float64), method="hybr", tol=1e-14)
-    assert sol.success, sol.message
+    # hybrd may end with "xtol is too small, no further improvement" (status 3) once it sits at
+    # the root to rounding (seen with SciPy 1.17 / NumPy 2.4): accept that only if F is tiny there
+    scale = max(1.0, float(np.abs(fun(u0.detach().reshape(-1).numpy())).max()))
+    assert sol.success or (sol.status == 3 and float(np.abs(fun(sol.x)).max()) <= 1e-10 * scale), sol.message
     return torch.from_numpy(sol.x).reshape(u0.shape)
 
 

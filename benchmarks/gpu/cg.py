@@ -106,6 +106,10 @@ def run_1m(ctx: dict, *, m: int = 1000, rtol: float = 1e-6, reps: int = 3) -> di
         impls: dict[str, Callable[[], dict]] = {
             "sparsetorch auto": lambda: sparsetorch_row("auto"),
             "sparsetorch torch/cg": lambda: sparsetorch_row("torch", backend="torch", method="cg"),
+            "sparsetorch torch/cg (no CUDA graph)": lambda: sparsetorch_row(
+                "torch", backend="torch", method="cg", backend_options={"cuda_graph": False}),
+            "sparsetorch torch/cg+jacobi": lambda: sparsetorch_row("torch", backend="torch", method="cg",
+                                                                   preconditioner="jacobi"),
             "sparsetorch cupy/cg": lambda: sparsetorch_row("cupy", backend="cupy", method="cg"),
             "sparsetorch cupy/cg+jacobi": lambda: sparsetorch_row("cupy", backend="cupy", method="cg", preconditioner="jacobi"),
         }
@@ -191,16 +195,17 @@ def _run_64m(m: int, iters: int) -> dict:
     out["problem"]["nnz"] = int(col.numel())
     b = torch.ones(n, dtype=torch.float64, device="cuda")
     held = {"A": st.SparseTensor(CSR, (n, n), [None, crow], [None, col], vals, check=False)}
-    for backend in ("torch", "cupy"):
-        def solve(k, backend=backend):
+    for backend, graph in (("torch", True), ("torch", False), ("cupy", True)):
+        def solve(k, backend=backend, graph=graph):
             return st.solve(held["A"], b, backend=backend, method="cg", preconditioner="none", rtol=1e-30, maxiter=k,
-                            on_nonconvergence="ignore", properties="spd")
+                            on_nonconvergence="ignore", properties="spd",
+                            backend_options=None if graph else {"cuda_graph": False})
 
         def one(backend=backend, solve=solve) -> dict:
             solve(5)
             return _memory_run(lambda: solve(iters), n, iters)
 
-        row = {"impl": f"sparsetorch {backend}/cg", **guard(one)}
+        row = {"impl": f"sparsetorch {backend}/cg" + ("" if graph else " (no CUDA graph)"), **guard(one)}
         st.plan_cache().clear()  # the cached plan holds this backend's buffers
         out["rows"].append(row)
         print(f"cg_64m {row['impl']:24s} " + (f"{row['peak_bytes'] / 1e9:.2f} GB peak, {row['seconds_per_iteration'] * 1e3:.2f} ms/it"

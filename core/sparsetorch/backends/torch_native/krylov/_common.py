@@ -193,11 +193,32 @@ class Book:
 
     def snapshot(self) -> tuple[float, int]:
         """(worst finite relative estimate, number of running columns): the one host sync."""
+        return self.snapshot_async()()
+
+    def snapshot_async(self) -> Callable[[], tuple[float, int]]:
+        """Start :meth:`snapshot`'s copy to the host; the returned function waits for it. On a
+        GPU the copy goes to a pinned buffer behind an event, so work queued in between (the
+        next block of iterations) runs while the host waits."""
         rel = self.est / self.scale
         worst = torch.where(torch.isfinite(rel), rel, torch.zeros_like(rel)).amax()
         running = self.act.sum().to(worst.dtype)
-        w, r = torch.stack([worst, running]).tolist()
-        return w, int(r)
+        both = torch.stack([worst, running])
+        if not both.is_cuda:
+            w, r = both.tolist()
+            return lambda: (w, int(r))
+        if getattr(self, "_pinned", None) is None or self._pinned.dtype != both.dtype:
+            self._pinned = torch.empty(2, dtype=both.dtype, pin_memory=True)
+        host = self._pinned
+        host.copy_(both, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+
+        def wait() -> tuple[float, int]:
+            done.synchronize()
+            w, r = host.tolist()
+            return w, int(r)
+
+        return wait
 
 
 @dataclass
@@ -218,6 +239,9 @@ class Problem:
     callback: Callback | None
     book: Book
     restart: int = 0   #: GMRES cycle length (0 for the other methods)
+    #: the operators may be captured in a CUDA graph (see _graph.py); solvers that support it
+    #: replay blocks of check_every iterations
+    cuda_graph: bool = False
 
     def precond(self, v: Tensor) -> Tensor:
         """``M^{-1} v`` (``v`` itself without a preconditioner)."""
@@ -282,6 +306,7 @@ def prepare(
     check_every: int,
     callback: Callback | None,
     restart: int | None = None,
+    cuda_graph: bool = False,
 ) -> Problem:
     """Check the arguments of a solver call and set up the problem and its bookkeeping.
 
@@ -352,6 +377,7 @@ def prepare(
     return Problem(
         name=name, matvec=A, M=P, b=b, x=x, r=r, rtol=rtol, atol=atol, maxiter=steps,
         maxiter_text=text, check_every=check_every, callback=callback, book=book, restart=m,
+        cuda_graph=bool(cuda_graph),
     )
 
 
@@ -415,6 +441,23 @@ def _finish(
     return x, result
 
 
+def _advance(state: Iteration, it: int, k: int) -> None:
+    """Iterations ``it + 1 .. it + k``: at once for solvers that run blocks (CG's CUDA graph)."""
+    advance = getattr(state, "advance", None)
+    if advance is not None:
+        advance(it, k)
+    else:
+        for j in range(k):
+            state.step(it + j + 1)
+
+
+def _settle(state: Iteration, ahead: bool) -> None:
+    """The loop stops here: solvers that run blocks ahead (CG's graph) fix ``x`` first."""
+    settle = getattr(state, "settle", None)
+    if settle is not None:
+        settle(ahead)
+
+
 @torch.no_grad()
 def run(problem: Problem, start: Start, events: Mapping[int, Event]) -> tuple[Tensor, IterationResult]:
     """Iterate ``start``'s solver until every column has stopped or maxiter; report honestly.
@@ -433,21 +476,34 @@ def run(problem: Problem, start: Start, events: Mapping[int, Event]) -> tuple[Te
     refreshes = 0
     fresh = True  # r is the true residual of x
     state = start(problem, x, r, 0) if running and problem.maxiter > 0 else None
+    ahead = False  # the block after the last check is already queued (speculation, below)
     while state is not None and it < problem.maxiter:
-        it += 1
-        state.step(it)
+        # up to the next check: the next multiple of check_every, or maxiter
+        k = min(problem.check_every - it % problem.check_every, problem.maxiter - it)
+        if ahead:
+            ahead = False
+        else:
+            _advance(state, it, k)
+        it += k
         fresh = False
-        if it % problem.check_every and it < problem.maxiter:
-            continue
         sync = getattr(state, "sync", None)
         if sync is not None:  # solvers that defer their per-iteration bookkeeping to checks
             sync(it)
-        worst, running = book.snapshot()
+        wait = book.snapshot_async()
+        if getattr(state, "speculate", False) and it < problem.maxiter:
+            # Queue the next block before waiting for this check, so the device never idles
+            # while the host decides; if the check says stop, the state rolls back to the
+            # iterate of this check (the next block's work is discarded, its count not taken).
+            state.advance(it, min(problem.check_every, problem.maxiter - it))
+            ahead = True
+        worst, running = wait()
         history.append(worst)
         if problem.callback is not None:
             problem.callback(it, worst)
         if running:
             continue
+        _settle(state, ahead)
+        ahead = False
         # Every column has stopped: verify the converged ones against the true residual.
         state.flush()
         x = state.x
@@ -463,6 +519,7 @@ def run(problem: Problem, start: Start, events: Mapping[int, Event]) -> tuple[Te
         book.restart(gap, rn)
         state = start(problem, x, r, it)
     if state is not None and not fresh:
+        _settle(state, False)
         state.flush()
         x = state.x
         r = b - problem.matvec(x)
