@@ -183,3 +183,33 @@ def test_nan_inside_a_block_hands_back_the_last_finite_checked_iterate() -> None
     assert bool(torch.isfinite(x).all())
     x16, _ = cg(lambda v: D @ v, b, rtol=1e-14, maxiter=16)  # the iterate of the last good check
     assert torch.allclose(x, x16, rtol=1e-12, atol=1e-14)
+
+
+def _cuda_request(**options):
+    from sparsetorch.dispatch.records import OperandInfo, Request
+
+    n = 1_000_000
+    dev = torch.device("cuda")
+    A = OperandInfo("sparse", (n, n), torch.float64, dev, CSR, 5 * n)
+    b = OperandInfo("dense", (n, 1), torch.float64, dev)
+    return Request("solve", (A, b), frozenset({"spd"}), options)
+
+
+@pytest.mark.parametrize("pre", [None, "jacobi"])
+def test_cost_model_prices_the_graph(pre, monkeypatch) -> None:
+    """Metadata only (no GPU needed): graph CG is priced below eager CG, and only where it runs."""
+    from sparsetorch.backends.torch_native import cost
+    from sparsetorch.dispatch.calibrate import _DEFAULTS
+
+    rates = _DEFAULTS["cuda"]
+    graph, _, its = cost.krylov_cost(rates, _cuda_request(), "cg", pre)
+    eager, _, its2 = cost.krylov_cost(rates, _cuda_request(backend_options={"cuda_graph": False}), "cg", pre)
+    assert its == its2 and graph < 0.6 * eager
+    monkeypatch.setenv("SPARSETORCH_CUDA_GRAPHS", "0")
+    off, _, _ = cost.krylov_cost(rates, _cuda_request(), "cg", pre)
+    assert off == eager
+    monkeypatch.delenv("SPARSETORCH_CUDA_GRAPHS")
+    # block Jacobi (batched LU solves) is not captured: priced eagerly
+    bj, _, _ = cost.krylov_cost(rates, _cuda_request(), "cg", "block_jacobi")
+    bj_eager, _, _ = cost.krylov_cost(rates, _cuda_request(backend_options={"cuda_graph": False}), "cg", "block_jacobi")
+    assert bj == bj_eager

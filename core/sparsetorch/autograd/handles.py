@@ -40,7 +40,9 @@ class PlanState:
     snapshot: torch.Tensor | None = None
     factory: Any = None
     #: products: set_values is a pointer swap or a gather, no dearer than the comparison, which
-    #: on a GPU would also synchronize with the host on every call: always reload, no snapshot
+    #: on a GPU would also synchronize with the host on every call: always reload, no snapshot.
+    #: A plan may say the same of itself with a ``reload_cheap = True`` attribute (Krylov plans:
+    #: new values are a pointer swap and a diagonal, and the snapshot would cost an nnz copy).
     reload_always: bool = False
 
     def build(self) -> Any:
@@ -56,7 +58,7 @@ class PlanState:
         self.build()
         v = values.detach()
         tok = _token(v)
-        if self.reload_always:
+        if self.reload_always or getattr(self.plan, "reload_cheap", False):
             self.plan.set_values(v)
             self.token = tok
             return

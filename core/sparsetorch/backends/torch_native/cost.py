@@ -16,7 +16,7 @@ from ...dispatch.calibrate import Rates
 from ...dispatch.records import Request
 from .spmm import TorchSpmmPlan
 
-__all__ = ["spmm_seconds", "iterations", "krylov_cost", "dense_cost", "conversion_cost"]
+__all__ = ["spmm_seconds", "iterations", "krylov_cost", "dense_cost", "conversion_cost", "cuda_graph"]
 
 # Vector operations per iteration (axpy, dot, norm) and products per iteration, per method.
 _VECTOR_OPS = {"cg": 6, "minres": 9, "bicgstab": 10, "gmres": 0}
@@ -28,6 +28,13 @@ _DISPATCHES = {"cg": 41, "minres": 156, "bicgstab": 173, "gmres": 281}
 #: CG on one real system takes a lean step (krylov/cg.py): 25 dispatches per iteration
 _DISPATCHES_CG_ONE = 25
 _PRECOND_DISPATCHES = 4
+#: ... unless those 25 are replayed as a CUDA graph (krylov/_graph.py; CUDA, one real system,
+#: no preconditioner or Jacobi): the host then launches one graph per check_every iterations and
+#: runs the check (about 25 small ops per 8 iterations); on the device each of the 16 kernels of
+#: an iteration costs about 1 us of scheduling. In launch units (8 us): ~3 + ~2. H200, 2-D
+#: Poisson 1000^2: 104 us per iteration measured (profile_cg.json), 105 us estimated.
+_GRAPH_LAUNCHES_CG_ONE = 5
+_GRAPH_PRECOND_LAUNCHES = 0.25
 _PRODUCTS = {"cg": 1, "minres": 1, "bicgstab": 2, "gmres": 1}
 # Iteration count relative to CG for the same problem class (BiCGStab does 2 products/iter).
 _ITER_FACTOR = {"cg": 1.0, "minres": 1.05, "bicgstab": 0.75, "gmres": 1.3}
@@ -78,12 +85,27 @@ def krylov_cost(rates: Rates, request: Request, method: str, preconditioner: str
         restart = request.option("restart") or 30
         vector_ops = 4 + restart  # Gram-Schmidt against half the basis on average, twice
     one = method == "cg" and k == 1 and not request.A.batch_shape and not request.dtype.is_complex
-    per += rates.seconds(bytes=3 * vec * vector_ops, launches=_DISPATCHES_CG_ONE if one else _DISPATCHES[method])
+    graph = one and cuda_graph(request, preconditioner)
+    launches = _GRAPH_LAUNCHES_CG_ONE if graph else (_DISPATCHES_CG_ONE if one else _DISPATCHES[method])
+    per += rates.seconds(bytes=3 * vec * vector_ops, launches=launches)
     if preconditioner in ("jacobi", "block_jacobi"):
-        per += rates.seconds(bytes=3 * vec, launches=_PRECOND_DISPATCHES)
+        per += rates.seconds(bytes=3 * vec, launches=_GRAPH_PRECOND_LAUNCHES if graph else _PRECOND_DISPATCHES)
     work = {"cg": 4, "minres": 7, "bicgstab": 8, "gmres": (request.option("restart") or 30) + 4}[method]
+    if graph:
+        work += 2  # x kept at the last two checks
     peak = work * vec
     return per * it, int(peak), it
+
+
+def cuda_graph(request: Request, preconditioner: str | None) -> bool:
+    """Whether this backend's CG replays CUDA graphs for the request (see krylov/_graph.py):
+    a CUDA operand, no preconditioner or Jacobi, graphs not turned off (SPARSETORCH_CUDA_GRAPHS,
+    backend_options={"cuda_graph": False}). One real system is checked by the caller."""
+    from .krylov._graph import graphs_enabled
+
+    if request.device.type != "cuda" or preconditioner not in (None, "none", "identity", "jacobi"):
+        return False
+    return graphs_enabled() and (request.option("backend_options") or {}).get("cuda_graph", True) is not False
 
 
 def dense_cost(rates: Rates, request: Request, cholesky: bool) -> tuple[float, int]:

@@ -52,6 +52,9 @@ class KrylovPlan:
     """One Krylov method with its preconditioner on a fixed pattern."""
 
     backend = "torch"
+    #: new values cost a pointer swap (and Jacobi's diagonal, or block Jacobi's small LUs):
+    #: reload them on every call rather than keep an nnz-sized snapshot to compare with
+    reload_cheap = True
 
     def __init__(self, A: SparseTensor, method: str, options: dict, *, hermitian: bool = False) -> None:
         self.method = method
