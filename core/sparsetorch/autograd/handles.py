@@ -105,9 +105,16 @@ def sddmm(A: SparseTensor, P: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
     One column (the common case: a vector right-hand side) skips the reduction over columns, and
     a pattern whose entries fill its value slots in order (CSR, CSC, COO: no padding) skips the
     scatter into the slots."""
+    Qc = Q.conj() if Q.is_complex() else Q
+    if _plain_csr(A) and P.dim() == 2 and Q.dim() == 2 and P.shape[-1] == 1 and Q.shape[-1] == 1:
+        # One vector on a CSR matrix (the backward of most solves): rows by repeating P along
+        # crow, the column index used as it is: no entry list (rows, columns and slots, three
+        # nnz-long int64 tensors kept in the pattern cache) and one gather instead of two.
+        crow, col = A.pos(1), A.crd(1)
+        rep = torch.repeat_interleave(P[:, 0], crow.diff(), output_size=col.numel())
+        return rep * Qc[:, 0].index_select(0, col)
     coords, slot = A.entries()
     rows, cols = coords[0], coords[1]
-    Qc = Q.conj() if Q.is_complex() else Q
     if P.shape[-1] == 1 and Q.shape[-1] == 1:
         per = P[..., 0].index_select(-1, rows) * Qc[..., 0].index_select(-1, cols)
     else:
@@ -117,6 +124,13 @@ def sddmm(A: SparseTensor, P: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
         return per
     out = per.new_zeros(*per.shape[:-1], nlin)
     return out.index_add(-1, slot, per)
+
+
+def _plain_csr(A: SparseTensor) -> bool:
+    """A 2-D CSR matrix with one set of values, stored in entry order (no padding)."""
+    from ..format import CSR
+
+    return A.format == CSR and A.values.dim() == 1 and A.values.shape[-1] == A.crd(1).shape[-1]
 
 
 def _slots_in_order(A: SparseTensor, slot: torch.Tensor, nlin: int) -> bool:

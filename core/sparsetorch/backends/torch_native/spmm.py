@@ -53,16 +53,26 @@ class TorchSpmmPlan:
             self._conv_t = None
         self._values: torch.Tensor | None = None
         self._values_t: torch.Tensor | None = None
+        self._mat: torch.Tensor | None = None
+        self._mat_t: torch.Tensor | None = None
 
     # Values -------------------------------------------------------------------------------------
     def set_values(self, values: torch.Tensor) -> None:
         """New values (``A.values`` of a tensor on this plan's pattern)."""
-        self._values = self._to_csr_values(values.detach())
+        new = self._to_csr_values(values.detach())
         self._values_t = None
+        self._mat_t = None
+        old = self._values
+        if (old is not None and self._mat is not None and new.data_ptr() == old.data_ptr()
+                and new.shape == old.shape and new.stride() == old.stride() and new.dtype == old.dtype):
+            # the same buffer (a Matmul re-executed on unchanged operands): the CSR tensor already
+            # reads it, written in place or not; only the transposed values above must be redone
+            self._values = new
+            return
+        self._values = new
         # torch CSR tensor objects, built once per value set (construction costs tens of us).
         self._mat = _csr(self._crow, self._col, self._values, self.shape) if (
             not self.gather_scatter and self._values.dim() == 1) else None
-        self._mat_t = None
 
     def _to_csr_values(self, values: torch.Tensor) -> torch.Tensor:
         if self.gather_scatter:
