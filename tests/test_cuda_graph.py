@@ -213,3 +213,23 @@ def test_cost_model_prices_the_graph(pre, monkeypatch) -> None:
     bj, _, _ = cost.krylov_cost(rates, _cuda_request(), "cg", "block_jacobi")
     bj_eager, _, _ = cost.krylov_cost(rates, _cuda_request(backend_options={"cuda_graph": False}), "cg", "block_jacobi")
     assert bj == bj_eager
+
+
+@cuda
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128], ids=str)
+def test_graph_masked_cg_several_columns_and_batches(dtype, monkeypatch) -> None:
+    """The masked step (columns finishing at different times, a batch, complex) in a graph."""
+    spy = Spy(monkeypatch)
+    _, D = poisson2d(12, "cuda")
+    n = D.shape[0]
+    D2 = torch.stack([D, D + 0.5 * torch.eye(n, dtype=D.dtype, device="cuda")]).to(dtype)
+    g = torch.Generator(device="cuda").manual_seed(3)
+    B = torch.randn(2, n, 3, dtype=torch.float64, device="cuda", generator=g).to(dtype)
+    B[0, :, 1] = 0  # a zero column: done at once
+    mv = lambda V: D2 @ V  # noqa: E731
+    x_e, info_e = cg(mv, B, rtol=1e-10)
+    x_g, info_g = cg(mv, B, rtol=1e-10, cuda_graph=True)
+    assert spy.made and spy.made[0].captured
+    assert info_g.converged and info_g.iterations == info_e.iterations
+    torch.testing.assert_close(x_g, x_e, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(x_g, torch.linalg.solve(D2, B), rtol=1e-7, atol=1e-9)

@@ -79,6 +79,14 @@ def main() -> None:
                                              backend_options=bo, maxiter=30000))
         out[f"torch/cg {label}"] = {"seconds": t, "iterations": info.iterations, "us_per_iteration": 1e6 * t / info.iterations}
         print(f"torch/cg {label}: {t:.3f} s, {info.iterations} it, {1e6 * t / info.iterations:.1f} us/it", flush=True)
+    B8 = torch.randn(n, 8, dtype=torch.float64, device="cuda", generator=g)
+    for label, bo in (("graph", None), ("eager", {"cuda_graph": False})):
+        t, (x, info) = wall(lambda: st.solve(A, B8, backend="torch", method="cg", rtol=1e-6, return_info=True,
+                                             backend_options=bo, maxiter=30000))
+        out[f"torch/cg 8 columns {label}"] = {"seconds": t, "iterations": info.iterations,
+                                              "us_per_iteration": 1e6 * t / info.iterations}
+        print(f"torch/cg 8 columns {label}: {t:.3f} s, {info.iterations} it, {1e6 * t / info.iterations:.1f} us/it",
+              flush=True)
     t, (x, it) = wall(lambda: plain_cg(T, b, 1e-6, 30000))
     out["plain torch CG"] = {"seconds": t, "iterations": it, "us_per_iteration": 1e6 * t / it}
     print(f"plain torch CG: {t:.3f} s, {it} it, {1e6 * t / it:.1f} us/it", flush=True)

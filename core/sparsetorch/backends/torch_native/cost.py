@@ -34,6 +34,8 @@ _PRECOND_DISPATCHES = 4
 #: an iteration costs about 1 us of scheduling. In launch units (8 us): ~3 + ~2. H200, 2-D
 #: Poisson 1000^2: 104 us per iteration measured (profile_cg.json), 105 us estimated.
 _GRAPH_LAUNCHES_CG_ONE = 5
+#: the masked step (several columns, batches, complex) in a graph: ~45 kernels per iteration
+_GRAPH_LAUNCHES_CG = 9
 _GRAPH_PRECOND_LAUNCHES = 0.25
 _PRODUCTS = {"cg": 1, "minres": 1, "bicgstab": 2, "gmres": 1}
 # Iteration count relative to CG for the same problem class (BiCGStab does 2 products/iter).
@@ -85,8 +87,11 @@ def krylov_cost(rates: Rates, request: Request, method: str, preconditioner: str
         restart = request.option("restart") or 30
         vector_ops = 4 + restart  # Gram-Schmidt against half the basis on average, twice
     one = method == "cg" and k == 1 and not request.A.batch_shape and not request.dtype.is_complex
-    graph = one and cuda_graph(request, preconditioner)
-    launches = _GRAPH_LAUNCHES_CG_ONE if graph else (_DISPATCHES_CG_ONE if one else _DISPATCHES[method])
+    graph = method == "cg" and cuda_graph(request, preconditioner)
+    if graph:
+        launches = _GRAPH_LAUNCHES_CG_ONE if one else _GRAPH_LAUNCHES_CG
+    else:
+        launches = _DISPATCHES_CG_ONE if one else _DISPATCHES[method]
     per += rates.seconds(bytes=3 * vec * vector_ops, launches=launches)
     if preconditioner in ("jacobi", "block_jacobi"):
         per += rates.seconds(bytes=3 * vec, launches=_GRAPH_PRECOND_LAUNCHES if graph else _PRECOND_DISPATCHES)
@@ -100,7 +105,7 @@ def krylov_cost(rates: Rates, request: Request, method: str, preconditioner: str
 def cuda_graph(request: Request, preconditioner: str | None) -> bool:
     """Whether this backend's CG replays CUDA graphs for the request (see krylov/_graph.py):
     a CUDA operand, no preconditioner or Jacobi, graphs not turned off (SPARSETORCH_CUDA_GRAPHS,
-    backend_options={"cuda_graph": False}). One real system is checked by the caller."""
+    backend_options={"cuda_graph": False})."""
     from .krylov._graph import graphs_enabled
 
     if request.device.type != "cuda" or preconditioner not in (None, "none", "identity", "jacobi"):

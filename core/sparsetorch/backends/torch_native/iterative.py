@@ -118,7 +118,7 @@ class KrylovPlan:
             kw["restart"] = o.get("restart") or 30
         if self.method == "cg":
             # our product and Jacobi never synchronise and read fixed buffers: capturable (the
-            # solver still only captures one real system on a GPU); backend_options
+            # solver captures only on a GPU); backend_options
             # {"cuda_graph": False} or SPARSETORCH_CUDA_GRAPHS=0 turn it off
             graph = (o.get("backend_options") or {}).get("cuda_graph", True)
             kw["cuda_graph"] = self.preconditioner in (None, "jacobi") and graph is not False

@@ -108,8 +108,7 @@ def _solve_offers(request: Request, r) -> list[Offer | Decline]:
         if conv:
             secs += cost.conversion_cost(r, A.nse or 0)
         note = f"~{its} iterations estimated, preconditioner {pre_name or 'none'}" + ("; converts to CSR once" if conv else "")
-        if (method == "cg" and request.rhs_columns == 1 and not A.batch_shape and not request.dtype.is_complex
-                and cost.cuda_graph(request, pre_name)):
+        if method == "cg" and cost.cuda_graph(request, pre_name):
             note += f"; CUDA graph per {int(request.option('check_every') or 8)} iterations"
         opts = dict(request.options)
         opts["preconditioner"] = pre if pre is not None else (None if pre_name in (None, "none", "identity") else pre_name)

@@ -158,11 +158,15 @@ class Book:
         """Columns still iterating (bool, ``(*batch, k)``)."""
         return self.act
 
+    # Updates are in place: a CUDA graph of iterations (cg.py) reads ``act`` at a fixed address.
     def _stop(self, mask: Tensor, code: Tensor | int, it: int, value: Tensor) -> None:
-        self.code = torch.where(mask, code, self.code)
-        self.act = self.act & ~mask
-        self.event_it = torch.where(mask, it, self.event_it)
-        self.event_val = torch.where(mask, value, self.event_val)
+        if isinstance(code, Tensor):
+            torch.where(mask, code, self.code, out=self.code)
+        else:
+            self.code.masked_fill_(mask, code)
+        self.act &= ~mask
+        self.event_it.masked_fill_(mask, it)
+        torch.where(mask, value, self.event_val, out=self.event_val)
 
     def fail(self, it: int, value: Tensor, *conditions: tuple[Tensor, int]) -> None:
         """Stop running columns whose ``value`` is NaN/Inf (NOT_FINITE), else where a condition holds.
@@ -181,15 +185,15 @@ class Book:
     def record(self, it: int, est: Tensor) -> None:
         """Take a new residual-norm estimate for the running columns; converge or fail them."""
         ok = finite(est)
-        self.est = torch.where(self.act & ok, est, self.est)
+        torch.where(self.act & ok, est, self.est, out=self.est)
         code = torch.where(ok, torch.where(est <= self.target, CONVERGED, self.code), NOT_FINITE)
         self._stop(self.act & (code != RUNNING), code, it, est)
 
     def restart(self, mask: Tensor, est: Tensor) -> None:
         """Set the columns in ``mask`` running again, from the residual norm ``est``."""
-        self.code = torch.where(mask, RUNNING, self.code)
-        self.act = self.act | mask
-        self.est = torch.where(mask, est, self.est)
+        self.code.masked_fill_(mask, RUNNING)
+        self.act |= mask
+        torch.where(mask, est, self.est, out=self.est)
 
     def snapshot(self) -> tuple[float, int]:
         """(worst finite relative estimate, number of running columns): the one host sync."""

@@ -68,23 +68,24 @@ class _CG:
         self.lean = r.dim() == 2 and r.shape[-1] == 1 and not r.is_complex()
         if self.lean:  # its scalars are (1, 1): they scale (n, 1) vectors without a reshape per use
             self.rho = self.rho.reshape(1, 1)
-        #: blocks of check_every lean steps replayed as one CUDA graph (see _graph.py): the
-        #: iterates become this state's own buffers, updated in place at fixed addresses
+        #: blocks of check_every steps replayed as one CUDA graph (see _graph.py): the iterates
+        #: become this state's own buffers, updated in place at fixed addresses
         self.graph: BlockGraph | None = None
         #: x at the last two block starts (graph mode; see advance/settle)
         self._kept: list[Tensor | None] = [None, None]
         self._cur = 1
-        if self.lean and problem.cuda_graph and usable(r):
+        if problem.cuda_graph and usable(r):
             # own copies: x and r may be the caller's x0 / b, p may be r itself (no preconditioner)
             self.x, self.r, self.p = x.clone(), r.clone(), self.p.clone()
             self.rho = self.rho.clone()
             self.min_pap = torch.full_like(self.rho, float("inf"))
             self.min_rho = torch.full_like(self.rho, float("inf")) if problem.M is not None else None
+            # (the masked step also reads the book's running mask, which the book updates in place)
             self.graph = BlockGraph(self._block, r.device, f"{problem.check_every} CG iterations")
 
     def step(self, it: int) -> None:
         if self.graph is not None:
-            self._step_in_place()
+            self._steps(1)
             return
         if self.lean:
             self._step_lean()
@@ -161,10 +162,37 @@ class _CG:
         """``k`` steps on the static buffers; ``rho`` is rebound per step (no copy per step) and
         written back to its buffer once at the end, where the next block reads it."""
         rho = self.rho
+        step = self._step_in_place if self.lean else self._step_masked_in_place
         for _ in range(k):
-            self._step_in_place()
+            step()
         rho.copy_(self.rho)
         self.rho = rho
+
+    def _step_masked_in_place(self) -> None:
+        """:meth:`step`'s masked iteration (several columns, batches, complex) on the static
+        buffers: finished and stalled columns stand still, ``x`` keeps the last good iterate of
+        a column hit by a NaN (``torch.where`` selects, never multiplies)."""
+        problem = self.problem
+        x, r, p, rho = self.x, self.r, self.p, self.rho
+        q = problem.matvec(p)
+        pAp = dot(p, q).real
+        alive = rho > 0
+        torch.minimum(self.min_pap, torch.where(alive, pAp, float("inf")), out=self.min_pap)
+        act = problem.book.act & alive
+        alpha = torch.where(act, rho / torch.where(alive, pAp, 1.0), 0.0)
+        keep = col(act & finite(alpha))
+        torch.where(keep, torch.addcmul(x, col(alpha), p), x, out=x)
+        r.addcmul_(col(alpha), q, value=-1)
+        if problem.M is None:
+            z = r
+            new = dot(z, z).real
+        else:
+            z = problem.M(r)
+            new = dot(r, z).real
+            torch.minimum(self.min_rho, new, out=self.min_rho)
+        beta = torch.where(act, new / torch.where(alive, rho, 1.0), 0.0)
+        torch.addcmul(z, col(beta), p, out=p)
+        self.rho = new
 
     def _step_in_place(self) -> None:
         """The lean step on this state's own buffers (the graph's static tensors), in as few
@@ -269,8 +297,8 @@ def cg(
         M: ``X -> M^-1 X``, a Hermitian positive definite preconditioner (see ``precond``).
         check_every: look at the device (one sync) every this many iterations.
         callback: ``callback(iteration, worst_relative_residual)`` at each check.
-        cuda_graph: for one real system on a CUDA device, capture ``check_every`` iterations as
-            a CUDA graph and replay it (one launch per block instead of ~25 per iteration). Only
+        cuda_graph: on a CUDA device, capture ``check_every`` iterations as a CUDA graph and
+            replay it (one launch per block instead of 25-41 per iteration). Only
             for ``matvec`` and ``M`` that never synchronise with the host and read fixed
             operands: they are called while capturing, then not called again (the torch
             backend's own products and Jacobi qualify). Off by default for that reason.
