@@ -53,6 +53,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--m", type=int, default=1000)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--blocks-only", action="store_true", help="only the building blocks (no solves)")
     args = ap.parse_args()
     m = args.m
     n = m * m
@@ -74,19 +75,28 @@ def main() -> None:
             ts.append(time.perf_counter() - t0)
         return statistics.median(ts), r
 
-    for label, bo in (("graph", None), ("eager", {"cuda_graph": False})):
+    for label, bo in (() if args.blocks_only else (("graph", None), ("eager", {"cuda_graph": False}))):
         t, (x, info) = wall(lambda: st.solve(A, b, backend="torch", method="cg", rtol=1e-6, return_info=True,
                                              backend_options=bo, maxiter=30000))
         out[f"torch/cg {label}"] = {"seconds": t, "iterations": info.iterations, "us_per_iteration": 1e6 * t / info.iterations}
         print(f"torch/cg {label}: {t:.3f} s, {info.iterations} it, {1e6 * t / info.iterations:.1f} us/it", flush=True)
     B8 = torch.randn(n, 8, dtype=torch.float64, device="cuda", generator=g)
-    for label, bo in (("graph", None), ("eager", {"cuda_graph": False})):
+    for label, bo in (() if args.blocks_only else (("graph", None), ("eager", {"cuda_graph": False}))):
         t, (x, info) = wall(lambda: st.solve(A, B8, backend="torch", method="cg", rtol=1e-6, return_info=True,
                                              backend_options=bo, maxiter=30000))
         out[f"torch/cg 8 columns {label}"] = {"seconds": t, "iterations": info.iterations,
                                               "us_per_iteration": 1e6 * t / info.iterations}
         print(f"torch/cg 8 columns {label}: {t:.3f} s, {info.iterations} it, {1e6 * t / info.iterations:.1f} us/it",
               flush=True)
+    if not args.blocks_only:
+        solves_and_profile(A, T, b, out, wall)
+    blocks_(A, T, n, out)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+def solves_and_profile(A, T, b, out, wall) -> None:
     t, (x, it) = wall(lambda: plain_cg(T, b, 1e-6, 30000))
     out["plain torch CG"] = {"seconds": t, "iterations": it, "us_per_iteration": 1e6 * t / it}
     print(f"plain torch CG: {t:.3f} s, {it} it, {1e6 * t / it:.1f} us/it", flush=True)
@@ -113,8 +123,17 @@ def main() -> None:
     for k, c, u in rows[:25]:
         print(f"  {u / info.iterations:8.2f} us/it  {c:7d}x  {k}")
 
-    # building blocks in a graph
+
+
+def blocks_(A, T, n, out) -> None:
+    """Device time of the building blocks, replayed in a graph."""
     p = torch.randn(n, 1, dtype=torch.float64, device="cuda")
+    X8 = torch.randn(n, 8, dtype=torch.float64, device="cuda")
+    X8c = X8.mT.contiguous().mT  # column-major (n, 8)
+    from sparsetorch.backends.torch_native.spmm import TorchSpmmPlan
+
+    tp = TorchSpmmPlan(A)
+    tp.set_values(A.values)
     q = torch.randn(n, 1, dtype=torch.float64, device="cuda")
     s11 = torch.ones(1, 1, dtype=torch.float64, device="cuda")
     plan = st.Matmul(A, p)
@@ -126,6 +145,10 @@ def main() -> None:
         "dot via (p*q).sum": lambda: (p * q).sum(),
         "addcmul (n,1) with (1,1) scalar": lambda: torch.addcmul(p, s11, q),
         "scalar where/div on (1,1)": lambda: s11 / torch.where(s11 == 0, 1.0, s11),
+        "SpMM 8 columns, row-major X": lambda: T @ X8,
+        "SpMM 8 columns, column-major X": lambda: T @ X8c,
+        "8 separate SpMVs": lambda: [T @ X8[:, j] for j in range(8)],
+        "sparsetorch torch plan.apply, 8 columns": lambda: tp.apply(X8),
         "sparsetorch Matmul.execute": lambda: plan.execute(),  # last: a failed capture may upset later ones
     }
     out["blocks_us"] = {}
@@ -137,9 +160,6 @@ def main() -> None:
         except Exception as e:  # noqa: BLE001
             out["blocks_us"][k] = f"{type(e).__name__}: {e}"
             print(f"block {k:36s} failed: {e}", flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
 
 
 if __name__ == "__main__":
