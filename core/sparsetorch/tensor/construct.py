@@ -221,12 +221,18 @@ class Conversion:
         self.pos, self.crd, _ = _levels.delinearize_batch(fmt, shape, pos, crd, probe.new_zeros(nslots))
         self._derived: dict = {}
 
+    def values(self, vals: torch.Tensor) -> torch.Tensor:
+        """The target's linearized values for the source's linearized values ``vals``: what
+        :meth:`apply` computes, without building tensors around it (a gather and, for padded
+        targets, a scatter; per call of a product plan on a non-CSR format)."""
+        if self.src is not None:
+            vals = vals[..., self.src]
+        return _levels.scatter_values(vals, self.dst, self.nslots)
+
     def apply(self, t: SparseTensor) -> SparseTensor:
         """The converted tensor for ``t`` (same pattern as the one this was built for)."""
         _, _, vals = t._linear_buffers()
-        if self.src is not None:
-            vals = vals[..., self.src]
-        vals = _levels.scatter_values(vals, self.dst, self.nslots)
+        vals = self.values(vals)
         nb = self.format.num_batch_levels
         if nb:
             bsizes = self.format.level_sizes(self.shape)[:nb]

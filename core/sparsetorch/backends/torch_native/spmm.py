@@ -79,7 +79,8 @@ class TorchSpmmPlan:
             return values
         if self._conv is None:
             return values
-        return self._conv.apply(self._source.with_values(values)).values
+        # no BATCH levels here: the values are already linear (what _linear_buffers would give)
+        return self._conv.values(values)
 
     def _adjoint_values(self) -> torch.Tensor:
         if self._values_t is None:
