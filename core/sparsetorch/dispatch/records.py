@@ -122,7 +122,10 @@ class Offer:
 
     ``seconds`` and ``bytes`` (peak extra memory) come from the backend's cost model;
     ``build(A, request)`` creates the plan. ``notes`` says what the cost includes (e.g. a
-    format conversion) so ``explain`` can show it.
+    format conversion) so ``explain`` can show it. ``setup`` is the part of ``seconds`` paid
+    once per pattern (a symbolic analysis, a format conversion): when the pattern is expected
+    to serve several calls (the ``repeat`` option, or the calls seen so far on it), dispatch
+    spreads it over them.
     """
 
     backend: str
@@ -132,10 +135,15 @@ class Offer:
     build: Callable[..., Any] = field(compare=False, repr=False)
     notes: str = ""
     preconditioner: str | None = None
+    setup: float = 0.0
 
     def __post_init__(self) -> None:
         if not (isinstance(self.seconds, (int, float)) and math.isfinite(self.seconds) and self.seconds >= 0):
             raise ValueError(f"offer from {self.backend!r} has invalid seconds={self.seconds!r}")
+        if not (isinstance(self.setup, (int, float)) and math.isfinite(self.setup)
+                and 0 <= self.setup <= self.seconds * (1 + 1e-9)):
+            raise ValueError(f"offer from {self.backend!r} has invalid setup={self.setup!r}: the one-time part of "
+                             f"seconds={self.seconds!r} must lie in [0, seconds]")
         if not (isinstance(self.bytes, int) and self.bytes >= 0):
             raise ValueError(f"offer from {self.backend!r} has invalid bytes={self.bytes!r}")
         if not callable(self.build):

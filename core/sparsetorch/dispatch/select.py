@@ -31,7 +31,7 @@ import os
 import sys
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from ..errors import NoBackendError
@@ -137,6 +137,17 @@ def _ordered(offers: list[Offer], priorities: dict[str, int]) -> list[Offer]:
     return out
 
 
+def _amortized(offer: Offer, repeat: int) -> Offer:
+    """The offer priced per call when its pattern serves ``repeat`` calls: the one-time setup
+    shared among them."""
+    if offer.setup <= 0:
+        return offer
+    share = offer.setup / repeat
+    return replace(offer, seconds=offer.seconds - offer.setup + share, setup=share,
+                   notes=(offer.notes + "; " if offer.notes else "")
+                   + f"one-time setup {_fmt_seconds(offer.setup)} spread over {repeat} calls")
+
+
 def rank(request: Request) -> ExplainTable:
     """All candidates for ``request``, best first, declines after (constraints applied)."""
     backends = get_backends()
@@ -164,6 +175,9 @@ def rank(request: Request) -> ExplainTable:
             declines.append(Decline(a.backend, f"needs {_fmt_bytes(a.bytes)} > max_bytes={_fmt_bytes(max_bytes)}", a.method))
         else:
             offers.append(a)
+    repeat = request.option("repeat")
+    if isinstance(repeat, int) and repeat > 1:
+        offers = [_amortized(o, repeat) for o in offers]
     prio = {i.name: i.priority for i in backends.info()}  # type: ignore[union-attr]
     offers = _ordered(offers, prio)
     rows = [Row(o.backend, o.method, o.seconds, o.bytes, k == 0, o.notes, o) for k, o in enumerate(offers)]

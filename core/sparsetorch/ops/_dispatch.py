@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -34,10 +37,53 @@ def options_key(offer: Offer, options: dict[str, Any]) -> tuple:
     )
 
 
+#: Calls seen per (op, pattern, dtype): how many more a pattern is expected to serve when the
+#: caller does not say (``repeat``). Bounded; the oldest patterns are forgotten first.
+_CALLS: "OrderedDict[Any, int]" = OrderedDict()
+_CALLS_MAX = 1024
+_calls_lock = threading.Lock()
+
+
+def expected_calls(op: str, A: SparseTensor, *, count: bool) -> int:
+    """The calls this pattern is expected to serve: as many as seen so far, this one included
+    (the past predicts the future: a loop that has solved 20 times on a pattern will likely
+    solve 20 more), rounded down to a power of two so that remembered dispatch decisions are
+    re-made only log2(calls) times. ``count``: record this call (``explain`` only peeks)."""
+    key = (op, A.pattern_key, A.dtype)
+    with _calls_lock:
+        seen = _CALLS.get(key, 0) + 1
+        if count:
+            _CALLS[key] = seen
+            _CALLS.move_to_end(key)
+            while len(_CALLS) > _CALLS_MAX:
+                _CALLS.popitem(last=False)
+    return 1 << (seen.bit_length() - 1)
+
+
+def with_expected_calls(op: str, A: SparseTensor, request: Request, table: ExplainTable | None, *,
+                        count: bool) -> Request | None:
+    """``request`` with the ``repeat`` option filled in from the calls seen on the pattern, when
+    the caller gave none and some offer has a one-time setup to spread (``None``: no change)."""
+    if request.option("repeat") is not None:
+        return None
+    if table is not None and not any(r.offer is not None and r.offer.setup > 0 for r in table.rows):
+        if count:
+            expected_calls(op, A, count=True)
+        return None
+    repeat = expected_calls(op, A, count=count)
+    if repeat <= 1:
+        return None
+    return replace(request, options={**request.options, "repeat": repeat})
+
+
 def obtain_plan(op: str, A: SparseTensor, request: Request, *, cache: bool = True) -> tuple[PlanState, Offer, ExplainTable]:
     """Choose the cheapest capable backend and return its plan (from the cache when the
     pattern, dtype and options match a previous call)."""
     offer, table = choose(request)
+    spread = with_expected_calls(op, A, request, table, count=True)
+    if spread is not None:  # some offer has a one-time setup: price it over the expected calls
+        request = spread
+        offer, table = choose(request)
     # Plans capture the pattern only: they get A with zero values; values arrive through
     # set_values. The factory runs lazily, at the first load, which happens inside the autograd
     # Function, where torch.func transforms hand over plain tensors that a plan may keep.

@@ -20,12 +20,14 @@ from .properties import detect, normalize_tags
 __all__ = ["solve", "Solver", "solve_request"]
 
 _POLICIES = ("raise", "warn", "ignore")
+#: How many solves a :class:`Solver` expects to serve when not told (``repeat=``).
+SOLVER_REPEAT = 10
 
 
 #: The keyword options of solve/Solver/explain("solve") with their defaults.
 SOLVE_DEFAULTS: dict[str, Any] = dict(
     backend=None, method=None, preconditioner=None, rtol=1e-6, atol=0.0, maxiter=None, restart=None, block_size=None,
-    dense_max=None, max_bytes=None, callback=None, check_every=None, backend_options=None,
+    dense_max=None, max_bytes=None, callback=None, check_every=None, backend_options=None, repeat=None,
 )
 
 
@@ -39,7 +41,7 @@ def options_from_kwargs(where: str, options: dict[str, Any]) -> dict[str, Any]:
 
 def _options(
     backend, method, preconditioner, rtol, atol, maxiter, restart, block_size, dense_max, max_bytes, callback, check_every,
-    backend_options=None,
+    backend_options=None, repeat=None,
 ) -> dict[str, Any]:
     if not (isinstance(rtol, (int, float)) and rtol >= 0) or not (isinstance(atol, (int, float)) and atol >= 0):
         raise InputError(f"rtol and atol must be non-negative numbers, got rtol={rtol!r}, atol={atol!r}")
@@ -47,11 +49,14 @@ def _options(
         raise InputError("rtol and atol are both 0: an iterative method could never stop; give one of them")
     if maxiter is not None and (not isinstance(maxiter, int) or maxiter < 1):
         raise InputError(f"maxiter must be a positive int or None, got {maxiter!r}")
+    if repeat is not None and (isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1):
+        raise InputError(f"repeat must be a positive int (how many solves this pattern will serve) or None, "
+                         f"got {repeat!r}")
     return {
         "backend": backend, "method": method, "preconditioner": preconditioner, "rtol": float(rtol),
         "atol": float(atol), "maxiter": maxiter, "restart": restart, "block_size": block_size,
         "dense_max": dense_max, "max_bytes": max_bytes, "callback": callback, "check_every": check_every,
-        "backend_options": dict(backend_options or {}),
+        "backend_options": dict(backend_options or {}), "repeat": repeat,
     }
 
 
@@ -104,6 +109,7 @@ def solve(
     check_every: int | None = None,
     backend_options: dict[str, Any] | None = None,
     cache: bool = True,
+    repeat: int | None = None,
 ):
     """Solve ``A X = B`` for sparse ``A``; differentiable in ``A``'s values and in ``B``.
 
@@ -122,6 +128,12 @@ def solve(
     (:class:`SolveInfo`). ``backend_options`` is passed to the backends untouched (options
     only one backend knows, e.g. an ordering). The backward pass is one adjoint solve on the
     same plan.
+
+    ``repeat``: how many solves this sparsity pattern is expected to serve (a training loop's
+    step count). Methods with a one-time setup per pattern (cuDSS's analysis, a conversion to
+    CSR) are priced with that setup spread over ``repeat`` calls. Without it, dispatch counts
+    the calls it has seen on the pattern and expects as many again (so a loop of one-shot
+    solves moves to a direct solver once its analysis pays off; ``explain`` shows the spread).
     """
     if on_nonconvergence not in _POLICIES:
         raise InputError(f"on_nonconvergence must be one of {_POLICIES}, got {on_nonconvergence!r}")
@@ -136,14 +148,14 @@ def solve(
         listed = solve_list_entry(A, Bs, properties=properties, check_finite=check_finite, return_info=return_info,
                                   cache=cache, options=_options(backend, method, preconditioner, rtol, atol, maxiter,
                                                                 restart, block_size, dense_max, max_bytes, callback,
-                                                                check_every, backend_options))
+                                                                check_every, backend_options, repeat))
         if listed is not None:
             return listed
         kw = dict(backend=backend, method=method, preconditioner=preconditioner, rtol=rtol, atol=atol, maxiter=maxiter,
                   return_info=return_info, properties=properties, check_finite=check_finite,
                   on_nonconvergence=on_nonconvergence, callback=callback, progress=progress, restart=restart,
                   block_size=block_size, dense_max=dense_max, max_bytes=max_bytes, check_every=check_every,
-                  backend_options=backend_options, cache=cache)
+                  backend_options=backend_options, cache=cache, repeat=repeat)
         outs = [solve(a, b, **kw) for a, b in zip(A, Bs)]
         if return_info:
             return [o[0] for o in outs], [o[1] for o in outs]
@@ -158,7 +170,7 @@ def solve(
         check_finite_values(A, Bn, "solve")
     cb, bar = _progress_callback(progress, callback, maxiter)
     options = _options(backend, method, preconditioner, rtol, atol, maxiter, restart, block_size, dense_max, max_bytes, cb,
-                       check_every, backend_options)
+                       check_every, backend_options, repeat)
     request = solve_request(A, Bn, properties, options)
     state, offer, _ = obtain_plan("solve", A, request, cache=cache)
     handle = SolveHandle(state, A.detach(), False, on_nonconvergence, check_finite=check_finite and not checked_here)
@@ -221,6 +233,9 @@ class Solver:
         self._policy = on_nonconvergence
         self._properties = properties
         self._options = options_from_kwargs("Solver", options)
+        if self._options["repeat"] is None:
+            # a Solver is made to be reused: one-time setup is priced over SOLVER_REPEAT solves
+            self._options["repeat"] = SOLVER_REPEAT
         self._cache = cache
         self._state: PlanState | None = None
         self._offer = None

@@ -72,11 +72,13 @@ def _matmul_offer(request: Request, r) -> Offer:
     k = request.rhs_columns
     secs = cost.spmm_seconds(r, request, k)
     notes = "torch sparse CSR kernel"
+    setup = 0.0
     if _needs_conversion(request):
-        secs += cost.conversion_cost(r, request.A.nse or 0)
+        setup = cost.conversion_cost(r, request.A.nse or 0)
+        secs += setup
         notes += f"; converts {request.A.format.name or 'the format'} to CSR once per pattern (costed)"
     nse = request.A.nse or 0
-    return Offer("torch", "spmm", secs, int(nse * 16), lambda A, req: TorchSpmmPlan(A), notes)
+    return Offer("torch", "spmm", secs, int(nse * 16), lambda A, req: TorchSpmmPlan(A), notes, setup=setup)
 
 
 def _solve_offers(request: Request, r) -> list[Offer | Decline]:
@@ -105,14 +107,14 @@ def _solve_offers(request: Request, r) -> list[Offer | Decline]:
             continue
         secs, peak, its = cost.krylov_cost(r, request, method, pre_name)
         conv = _needs_conversion(request)
-        if conv:
-            secs += cost.conversion_cost(r, A.nse or 0)
+        setup = cost.conversion_cost(r, A.nse or 0) if conv else 0.0
+        secs += setup
         note = f"~{its} iterations estimated, preconditioner {pre_name or 'none'}" + ("; converts to CSR once" if conv else "")
         if method == "cg" and cost.cuda_graph(request, pre_name):
             note += f"; CUDA graph per {int(request.option('check_every') or 8)} iterations"
         opts = dict(request.options)
         opts["preconditioner"] = pre if pre is not None else (None if pre_name in (None, "none", "identity") else pre_name)
-        out.append(Offer("torch", method, secs, peak, _krylov_factory(method, opts), note, pre_name))
+        out.append(Offer("torch", method, secs, peak, _krylov_factory(method, opts), note, pre_name, setup=setup))
     dense_max = int(request.option("dense_max") or DENSE_MAX)
     for method in ("lu", "cholesky"):
         if method == "cholesky" and "spd" not in props:
