@@ -78,6 +78,25 @@ def markdown(doc: dict) -> str:
                 lines.append(f"| {r['impl']} | {first} | {ms(r, 'repeat_s')} | {ms(r, solve_key)} | {ms(r, 'backward_s')} | "
                              f"{ms(r, 'step_s')} | {str(note)[:120]} |")
             lines.append("")
+    if "loop_1m" in cases:
+        c = cases["loop_1m"]
+        lines += ["## A training loop of one-shot solves on one pattern, 2-D Poisson 1000² (SPD, float64)", ""]
+        if "rows" not in c:
+            lines += [f"{c.get('skipped') or c.get('error')}", ""]
+        else:
+            p = c["problem"]
+            lines += [f"{p['steps']} steps, new values each step, one `st.solve` per step; cuDSS: {p['cudss']}.", "",
+                      "| implementation | total s | first step | last step | switched at step | median step ms (last half) |",
+                      "|---|---:|---|---|---|---:|"]
+            for r in c["rows"]:
+                if "total_s" in r:
+                    half = sorted(r["step_s"][len(r["step_s"]) // 2:])
+                    med = half[len(half) // 2] * 1e3 if half else float("nan")
+                    sw = ", ".join(str(k + 1) for k in r["switch_steps"]) or "-"
+                    lines.append(f"| {r['impl']} | {r['total_s']:.2f} | {r['used'][0]} | {r['used'][-1]} | {sw} | {med:.1f} |")
+                else:
+                    lines.append(f"| {r['impl']} | - | - | - | - | {_status(r)} |")
+            lines.append("")
     if "cg_1m" in cases:
         c = cases["cg_1m"]
         lines += ["## CG, 2-D Poisson 1000² (1M unknowns, float64, ||r|| <= 1e-6 ||b||)", ""]

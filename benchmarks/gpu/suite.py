@@ -31,6 +31,7 @@ import torch  # noqa: E402
 
 import cg  # noqa: E402
 import direct  # noqa: E402
+import loop  # noqa: E402
 import report  # noqa: E402
 import spmv  # noqa: E402
 from common import copy_bandwidth, guard, peer  # noqa: E402
@@ -42,6 +43,7 @@ CASES = {
     "cg_64m": (cg.run_64m, {}, {"m": 300, "iters": 20}),
     "backward_1m": (cg.run_backward, {}, {"m": 100, "iters": 100}),
     "direct_1m": (direct.run_direct_1m, {}, {"m": 100, "repeats": 2}),
+    "loop_1m": (loop.run_loop_1m, {}, {"m": 100, "steps": 12}),
 }
 
 
