@@ -536,10 +536,39 @@ def test_error_pattern_missing_entries():
         nonlinear_solve(F, torch.zeros(N, dtype=DT), params, jac_pattern=(i, i))  # diagonal only
 
 
-def test_error_forward_ad_through_sparse_matmul_says_what_to_do():
+def test_forward_ad_through_sparse_matmul():
+    """sparsetorch's matmul has a forward-mode rule: ad='forward' (column coloring by JVPs, and
+    matrix-free Newton) gives the reverse-mode answer."""
     F, J, L, params = sym_problem()
+    u_rev = nonlinear_solve(F, torch.zeros(N, dtype=DT), params, jac_pattern=L.detach())
+    for kw in (dict(jac_pattern=L.detach(), ad="forward"), dict(jacobian="matrix-free", ad="forward")):
+        u_fwd = nonlinear_solve(F, torch.zeros(N, dtype=DT), params, **kw)
+        torch.testing.assert_close(u_fwd, u_rev, rtol=1e-8, atol=1e-10)
+    assert float(F(u_rev.detach(), *[p.detach() for p in params]).abs().max()) < 1e-6
+
+
+class _NoForwardRule(torch.autograd.Function):
+    @staticmethod
+    def forward(u):
+        return u * 2
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+
+
+def test_error_forward_ad_through_an_op_without_a_rule_says_what_to_do():
+    F, J, L, params = sym_problem()
+
+    def G(u, f, c):
+        return F(_NoForwardRule.apply(u) / 2, f, c)
+
     with pytest.raises(InputError, match="ad='reverse'"):
-        nonlinear_solve(F, torch.zeros(N, dtype=DT), params, jac_pattern=L.detach(), ad="forward")
+        nonlinear_solve(G, torch.zeros(N, dtype=DT), params, jac_pattern=L.detach(), ad="forward")
 
 
 def test_jacobian_symmetric_at_u0_only_is_planned_as_general():

@@ -5,6 +5,8 @@
 
 For the adjoint direction (``Y = A^H X``): dX = A dY, dA = X dY^H. Gradients flow through the
 values only, never through indices; padding slots of a format get zero.
+
+Forward mode (``jvp``): dY = A(dvalues) X + A dX, with the same plan.
 """
 
 from __future__ import annotations
@@ -27,6 +29,24 @@ class _Matmul(FastFunction):
         values, X, handle = inputs
         ctx.handle = handle
         ctx.save_for_backward(values, X)
+        ctx.save_for_forward(values, X)
+
+    @staticmethod
+    def jvp(ctx, dvalues, dX, _):
+        """Forward mode: ``dY = A(dvalues) X + A dX``, two products on the same plan (a product
+        plan reloads values on every call, so the tangent values are one more load)."""
+        values, X = ctx.saved_tensors
+        h: MatmulHandle = ctx.handle
+        out = None
+        if dvalues is not None:
+            out = _Matmul.apply(dvalues, X, h)
+        if dX is not None:
+            term = _Matmul.apply(values, dX, h)
+            out = term if out is None else out + term
+        if out is None:  # no tangent at all (torch does not call jvp then; kept for safety)
+            out = torch.zeros(*X.shape[:-2], h.A.format_shape[1 if h.adjoint else 0], X.shape[-1],
+                              dtype=X.dtype, device=X.device)
+        return out
 
     @staticmethod
     def backward(ctx, dY: torch.Tensor):

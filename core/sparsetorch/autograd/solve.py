@@ -9,6 +9,8 @@ Math (Giles, "Collected matrix derivative results"; DESIGN.md):
 
 For the adjoint direction (X = A^{-H} B): dB = A^{-1} dX = M, dA = -X M^H.
 
+Forward mode (jvp): dX = A^{-1} (dB - dA X), one product with the tangent values and one solve.
+
 The graph holds one node whatever the iteration count, and saves only ``values`` and ``X``
 (O(n + nnz) memory). The backward pass calls this same Function on the flipped handle, so it
 is itself differentiable: ``create_graph=True`` gives second derivatives. ``vmap`` over the
@@ -35,6 +37,18 @@ class _Solve(FastFunction):
         values, B, handle = inputs
         ctx.handle = handle
         ctx.save_for_backward(values, output)
+        ctx.save_for_forward(values, output)
+
+    @staticmethod
+    def jvp(ctx, dvalues, dB, _):
+        """Forward mode: ``dX = A^{-1} (dB - A(dvalues) X)`` (``A^{-H}`` and ``A(dvalues)^H`` in
+        the adjoint direction): one product with the tangent values, one solve on the plan."""
+        values, X = ctx.saved_tensors
+        h: SolveHandle = ctx.handle
+        R = dB if dB is not None else torch.zeros_like(X)
+        if dvalues is not None:
+            R = R - _tangent_product(h, dvalues, X)
+        return _Solve.apply(values, R, h)
 
     @staticmethod
     def backward(ctx, dX: torch.Tensor):
@@ -53,6 +67,18 @@ class _Solve(FastFunction):
     @staticmethod
     def vmap(info, in_dims, values, B, handle):
         return vmap_columns(_Solve.apply, info, in_dims, values, B, handle)
+
+
+def _tangent_product(h: SolveHandle, dvalues: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+    """``A(dvalues) @ X`` (``A(dvalues)^H @ X`` for an adjoint handle) on A's pattern, through a
+    product plan from the plan cache."""
+    from ..ops._dispatch import obtain_plan  # noqa: PLC0415 - ops imports this module
+    from ..ops.matmul import matmul_request  # noqa: PLC0415
+    from .handles import MatmulHandle  # noqa: PLC0415
+    from .matmul import matmul_function  # noqa: PLC0415
+
+    state, _, _ = obtain_plan("matmul", h.A, matmul_request(h.A, X, {}))
+    return matmul_function(dvalues, X, MatmulHandle(state, h.A, h.adjoint))
 
 
 def solve_function(values: torch.Tensor, B: torch.Tensor, handle: SolveHandle) -> torch.Tensor:

@@ -39,8 +39,8 @@ def forward_ad(fn: Callable, *args):
         return fn(*args)
     except NotImplementedError as exc:
         raise InputError(
-            f"ad='forward' needs forward-mode AD through every op of F, and one has none ({exc}). sparsetorch's "
-            f"own matmul/solve are reverse-mode only for now: use ad='reverse' (the default)"
+            f"ad='forward' needs forward-mode AD through every op of F, and one has none ({exc}): use "
+            f"ad='reverse' (the default), or give that op a jvp rule (sparsetorch's matmul and solve have one)"
         ) from exc
 
 
