@@ -8,12 +8,12 @@ import pytest
 import torch
 
 import sparsetorch
-from sparsetorch.dispatch import Offer, reset_backends
+from sparsetorch.dispatch import Offer
 from sparsetorch.dispatch.select import clear_decisions
 from sparsetorch.errors import InputError
 from sparsetorch.ops import _dispatch
 
-from test_plugins import FakeBackend, _system
+from test_plugins import FakeBackend, _system, backends  # noqa: F401 - backends is a fixture
 
 U = 1e-8  # the unit of the fakes' costs
 
@@ -32,19 +32,16 @@ class SetupBackend(FakeBackend):
 
 
 @pytest.fixture
-def backends(monkeypatch):
-    monkeypatch.setenv("SPARSETORCH_DISABLE_PLUGINS", "1")
+def fakes(backends, monkeypatch):
+    """The built-in backends plus two fakes: direct costs 1 unit on a first call, 0.95 of it
+    analysis; iterative 0.2 every call (units of 10 ns: below anything the built-in torch backend
+    estimates, so the two fakes compete)."""
     monkeypatch.delenv("SPARSETORCH_DISPATCH_CACHE", raising=False)
-    b = reset_backends()
     clear_decisions()
     _dispatch._CALLS.clear()
-    # direct: 1 unit on a first call, 0.95 of it analysis; iterative: 0.2 every call (units of
-    # 10 ns: below anything the built-in torch backend estimates, so the two fakes compete)
-    b.register(SetupBackend("direct", seconds=1.0 * U, setup=0.95 * U, method="lu"), "direct")
-    b.register(FakeBackend("iterative", seconds=0.2 * U, method="cg"), "iterative")
-    yield b
-    monkeypatch.undo()
-    reset_backends()
+    backends.register(SetupBackend("direct", seconds=1.0 * U, setup=0.95 * U, method="lu"), "direct")
+    backends.register(FakeBackend("iterative", seconds=0.2 * U, method="cg"), "iterative")
+    yield backends
     _dispatch._CALLS.clear()
 
 
@@ -55,7 +52,7 @@ def test_offer_setup_must_lie_within_its_seconds() -> None:
         Offer("x", "lu", 1.0, 0, lambda A, r: None, setup=-0.1)
 
 
-def test_repeat_spreads_the_setup(backends) -> None:
+def test_repeat_spreads_the_setup(fakes) -> None:
     A, D, b = _system()
     one = sparsetorch.explain("solve", A, b, repeat=1)
     assert one.chosen.backend == "iterative"
@@ -69,7 +66,7 @@ def test_repeat_spreads_the_setup(backends) -> None:
     torch.testing.assert_close(x, torch.linalg.solve(D, b))
 
 
-def test_a_loop_of_one_shot_solves_switches_when_the_setup_pays_off(backends) -> None:
+def test_a_loop_of_one_shot_solves_switches_when_the_setup_pays_off(fakes) -> None:
     """Calls seen so far, rounded down to a power of two, are the expected calls: 0.05 + 0.95/k
     beats 0.2 from k = 8 on (k = 4 gives 0.29). explain, asked before each call, agrees."""
     A, D, b = _system()
@@ -84,7 +81,7 @@ def test_a_loop_of_one_shot_solves_switches_when_the_setup_pays_off(backends) ->
     assert told == used
 
 
-def test_solver_expects_reuse(backends) -> None:
+def test_solver_expects_reuse(fakes) -> None:
     A, D, b = _system()
     s = sparsetorch.Solver(A)
     torch.testing.assert_close(s.solve(b), torch.linalg.solve(D, b))
@@ -94,7 +91,7 @@ def test_solver_expects_reuse(backends) -> None:
     assert s1.explain().chosen.backend == "iterative"
 
 
-def test_bad_repeat_is_rejected(backends) -> None:
+def test_bad_repeat_is_rejected(fakes) -> None:
     A, _, b = _system()
     for bad in (0, -3, 2.5, True, "10"):
         with pytest.raises(InputError, match="repeat"):

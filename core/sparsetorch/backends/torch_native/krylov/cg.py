@@ -74,48 +74,25 @@ class _CG:
         #: x at the last two block starts (graph mode; see advance/settle)
         self._kept: list[Tensor | None] = [None, None]
         self._cur = 1
-        if problem.cuda_graph and usable(r):
+        graph = problem.cuda_graph and usable(r)
+        #: the iterates are this state's own buffers, updated in place (the masked step always;
+        #: the lean step in graph mode, where the graph reads them at fixed addresses)
+        self.own = graph or not self.lean
+        if self.own:
             # own copies: x and r may be the caller's x0 / b, p may be r itself (no preconditioner)
             self.x, self.r, self.p = x.clone(), r.clone(), self.p.clone()
             self.rho = self.rho.clone()
             self.min_pap = torch.full_like(self.rho, float("inf"))
             self.min_rho = torch.full_like(self.rho, float("inf")) if problem.M is not None else None
+        if graph:
             # (the masked step also reads the book's running mask, which the book updates in place)
             self.graph = BlockGraph(self._block, r.device, f"{problem.check_every} CG iterations")
 
     def step(self, it: int) -> None:
-        if self.graph is not None:
+        if self.own:
             self._steps(1)
-            return
-        if self.lean:
-            self._step_lean()
-            return
-        problem = self.problem
-        q = problem.matvec(self.p)
-        pAp = dot(self.p, q).real
-        # rho underflows to 0 once an unreachable tolerance drives the residual below the smallest
-        # double (then p and p^H A p vanish too): the column has stalled at the exact solution, not
-        # met a NaN or an indefinite matrix; it stops moving and its residual estimate reads 0.
-        alive = self.rho > 0
-        checked = torch.where(alive, pAp, torch.full_like(pAp, float("inf")))
-        self.min_pap = checked if self.min_pap is None else torch.minimum(self.min_pap, checked)
-        act = problem.book.active() & alive
-        alpha = torch.where(act, self.rho / torch.where(alive, pAp, torch.ones_like(pAp)), 0.0)
-        # Stopped columns, and columns hit by a NaN/Inf since the last check, keep x (torch.where
-        # selects, never multiplies), so x holds the last good iterate when NOT_FINITE is reported.
-        keep = col(act & finite(alpha))
-        self.x = torch.where(keep, torch.addcmul(self.x, col(alpha), self.p), self.x)
-        self.r = torch.addcmul(self.r, col(-alpha), q)
-        if problem.M is None:
-            z = self.r
-            rho = dot(z, z).real
         else:
-            z = problem.M(self.r)
-            rho = dot(self.r, z).real
-            self.min_rho = rho if self.min_rho is None else torch.minimum(self.min_rho, rho)
-        beta = torch.where(act, rho / torch.where(alive, self.rho, torch.ones_like(self.rho)), 0.0)
-        self.p = torch.addcmul(z, col(beta), self.p)
-        self.rho = rho
+            self._step_lean()
 
     @property
     def speculate(self) -> bool:
@@ -169,9 +146,13 @@ class _CG:
         self.rho = rho
 
     def _step_masked_in_place(self) -> None:
-        """:meth:`step`'s masked iteration (several columns, batches, complex) on the static
-        buffers: finished and stalled columns stand still, ``x`` keeps the last good iterate of
-        a column hit by a NaN (``torch.where`` selects, never multiplies)."""
+        """The iteration for several columns, batches or complex systems, on this state's own
+        buffers: finished columns stand still (masks), and so do stalled ones: ``rho``
+        underflows to 0 once an unreachable tolerance drives the residual below the smallest
+        double (then p and p^H A p vanish too); such a column has stalled at the exact solution,
+        not met a NaN or an indefinite matrix, and its residual estimate reads 0. Columns hit by
+        a NaN/Inf since the last check keep x (``torch.where`` selects, never multiplies), so x
+        holds the last good iterate when NOT_FINITE is reported."""
         problem = self.problem
         x, r, p, rho = self.x, self.r, self.p, self.rho
         q = problem.matvec(p)
@@ -261,7 +242,7 @@ class _CG:
             if self.min_rho is not None:
                 min_rho = self.min_rho.reshape(rho.shape)
                 book.fail(it, min_rho, (min_rho <= 0, _INDEFINITE_M))
-        if self.graph is not None:  # static buffers: reset in place
+        if self.own:  # static buffers: reset in place
             self.min_pap.fill_(float("inf"))
             if self.min_rho is not None:
                 self.min_rho.fill_(float("inf"))
