@@ -84,3 +84,17 @@ def test_hessian_vector_product_through_the_adjoint_solve() -> None:
     _, hv = torch.func.jvp(torch.func.grad(ours), (v,), (dv,))
     _, hv_ref = torch.func.jvp(torch.func.grad(ref), (v,), (dv,))
     torch.testing.assert_close(hv, hv_ref, rtol=1e-8, atol=1e-10)
+
+
+def test_jacfwd_equals_jacrev_and_dense() -> None:
+    """jacfwd = vmap over jvp: the jvp rules under the Functions' vmap rules."""
+    A, b = _matrix(n=8)
+    b = b[:, 0]
+    v = A.values.clone()
+    f = lambda v: st.solve(A.with_values(v), b, method="lu")  # noqa: E731
+    Jf = torch.func.jacfwd(f)(v)
+    torch.testing.assert_close(Jf, torch.func.jacrev(f)(v), rtol=1e-10, atol=1e-12)
+    ref = torch.func.jacfwd(lambda v: torch.linalg.solve(_dense(A, v), b))(v)
+    torch.testing.assert_close(Jf, ref, rtol=1e-9, atol=1e-11)
+    g = lambda X: st.matmul(A, X)  # noqa: E731
+    torch.testing.assert_close(torch.func.jacfwd(g)(b), _dense(A, A.values), rtol=1e-13, atol=1e-13)
