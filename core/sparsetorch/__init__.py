@@ -4,7 +4,7 @@
 and backend plugins are imported when an operation first needs them.
 """
 
-from . import format
+from . import format, nn
 from ._markers import hookimpl
 from ._version import __version__
 from .dispatch import BackendInfo, Decline, Offer, OperandInfo, Request, plan_cache
@@ -24,7 +24,7 @@ from .ops.nonlinear import NonlinearSolveInfo, nonlinear_solve
 from .tensor import PatternKey, SparseTensor, SparseTensorList, Tensor, from_package
 
 __all__ = [
-    "__version__", "format", "hookimpl",
+    "__version__", "format", "hookimpl", "nn",
     # errors and warnings
     "BackendError", "ConversionError", "DegenerateEigenvalueError", "FallbackWarning", "FormatError", "FormatParseError", "IndefiniteMatrixError",
     "InputError", "InteropError", "NoBackendError", "NotConvergedError", "NotConvergedWarning", "NotSymmetricError",
