@@ -154,3 +154,39 @@ def test_inputs_are_not_modified() -> None:
     with torch.no_grad():
         layer.values.mul_(2)
     assert torch.equal(W.values, v0) and torch.equal(lin.weight, w0)
+
+
+def test_sparse_weight_runs_dense_style_code() -> None:
+    """A torch.Tensor standing for a SparseTensor: @ on either side, mm, mv, linear, t, dot."""
+    from sparsetorch.nn import SparseWeight
+
+    torch.manual_seed(3)
+    D = torch.randn(6, 5, dtype=torch.float64)
+    D[D.abs() < 0.6] = 0
+    A = st.SparseTensor.from_dense(D)
+    v = A.values.clone().requires_grad_(True)
+    W = SparseWeight(A.with_values(v))
+    x, X, Z = (torch.randn(5, dtype=torch.float64), torch.randn(5, 3, dtype=torch.float64),
+               torch.randn(2, 4, 6, dtype=torch.float64))
+    torch.testing.assert_close(W @ x, D @ x)
+    torch.testing.assert_close(torch.mm(W, X), D @ X)
+    torch.testing.assert_close(W.mv(x), D @ x)
+    torch.testing.assert_close(Z @ W, Z @ D)
+    torch.testing.assert_close(W.T @ Z[0, 0], D.T @ Z[0, 0])
+    torch.testing.assert_close(torch.nn.functional.linear(Z[..., :5], W, torch.ones(6, dtype=torch.float64)),
+                               Z[..., :5] @ D.T + 1)
+    # gradients reach the SparseTensor's values, as on the dense weight at the stored entries
+    Dw = D.clone().requires_grad_(True)
+    (torch.nn.functional.linear(Z[..., :5], W).sin().sum()).backward()
+    (torch.nn.functional.linear(Z[..., :5], Dw).sin().sum()).backward()
+    coords, slot = A.entries()
+    torch.testing.assert_close(v.grad[slot], Dw.grad[coords[0], coords[1]])
+    # a 1-D SparseTensor: dot
+    s = st.SparseTensor.from_dense(torch.tensor([0.0, 2.0, 0.0, -1.0], dtype=torch.float64))
+    y = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
+    assert float(torch.dot(SparseWeight(s), y)) == pytest.approx(0.0)
+    assert float(SparseWeight(s) @ torch.tensor([0.0, 1.0, 0.0, 1.0], dtype=torch.float64)) == pytest.approx(1.0)
+    with pytest.raises(InputError, match="to_dense"):
+        W + 1
+    with pytest.raises(InputError, match="do not match"):
+        torch.randn(3, 5, dtype=torch.float64) @ W

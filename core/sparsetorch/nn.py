@@ -28,7 +28,7 @@ from .format import CSR, NM, TensorFormat
 from .ops.matmul import matmul
 from .tensor import SparseTensor
 
-__all__ = ["SparseLinear", "reformat_model", "magnitude", "n_m", "density"]
+__all__ = ["SparseLinear", "SparseWeight", "reformat_model", "magnitude", "n_m", "density"]
 
 #: decides for one ``nn.Linear`` (its dotted name, the module): None keeps it, a SparseTensor is
 #: the new weight, a module replaces it
@@ -108,6 +108,143 @@ class SparseLinear(nn.Module):
         name = self._format.name or str(self._format)
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
                 f"format={name}, stored={self.values.numel()} ({self.density:.1%})")
+
+
+class SparseWeight(torch.Tensor):
+    """A ``torch.Tensor`` that stands for a SparseTensor in torch code written for dense weights.
+
+    ``torch.matmul``/``@`` (either side), ``mm``, ``mv``, ``nn.functional.linear`` (as the
+    weight) and, for a 1-D tensor, ``dot`` run sparsetorch's products (dispatch, cached plans,
+    gradients into the SparseTensor's values); ``.t()``/``.T``/``.mT`` give the transposed view.
+    Anything else raises an error naming the operation (use ``.to_dense()`` for it): a silent
+    densification of a large sparse weight would be a memory surprise.
+
+        W = st.nn.SparseWeight(A)              # A: a SparseTensor (m, n), values may require grad
+        y = torch.nn.functional.linear(x, W)   # x @ A^T through sparsetorch
+    """
+
+    _A: SparseTensor
+
+    @staticmethod
+    def __new__(cls, A: SparseTensor) -> "SparseWeight":
+        if not isinstance(A, SparseTensor) or A.batch_shape or len(A.format_shape) not in (1, 2):
+            raise InputError(f"SparseWeight needs a 1-D or 2-D SparseTensor without a value batch, got "
+                             f"{type(A).__name__ if not isinstance(A, SparseTensor) else tuple(A.shape)}")
+        t = torch.Tensor._make_wrapper_subclass(cls, tuple(A.shape), dtype=A.dtype, device=A.device,
+                                                requires_grad=False)
+        t._A = A
+        return t
+
+    @property
+    def sparse(self) -> SparseTensor:
+        """The SparseTensor this tensor stands for."""
+        return self._A
+
+    def to_dense(self, *args, **kwargs) -> torch.Tensor:  # noqa: D102 - torch's name
+        return self._A.to_dense()
+
+    def __repr__(self, *, tensor_contents=None) -> str:  # noqa: D105
+        A = self._A
+        return f"SparseWeight(shape={tuple(A.shape)}, format={A.format.name or A.format}, nse={A.nse}, dtype={A.dtype})"
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        handler = _HANDLERS.get(func)
+        if handler is None:
+            name = getattr(func, "__name__", str(func))
+            if name in ("__get__", "__set__") or name.startswith("_"):  # attribute plumbing (shape, dtype, ...)
+                with torch._C.DisableTorchFunctionSubclass():
+                    return func(*args, **kwargs)
+            raise InputError(f"SparseWeight does not implement {name}: it runs matmul/@, mm, mv, linear, dot and "
+                             f"t/T/mT through sparsetorch; call .to_dense() first for other operations")
+        return handler(*args, **kwargs)
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        # reached only by operations __torch_function__ let through (attribute plumbing aside,
+        # none should get here): the wrapper has no dense storage to run them on
+        raise InputError(f"SparseWeight does not implement {func}: use .to_dense() first")
+
+
+def _dense_operand(x: object, what: str) -> torch.Tensor:
+    if isinstance(x, SparseWeight) or not isinstance(x, torch.Tensor):
+        raise InputError(f"SparseWeight.{what}: the other operand must be a dense torch.Tensor, got {type(x).__name__}")
+    return x
+
+
+def _left(W: SparseWeight, X: torch.Tensor, what: str) -> torch.Tensor:
+    """``W @ X`` for X of shape (n,) or (n, k)."""
+    X = _dense_operand(X, what)
+    if X.dim() not in (1, 2) or len(W._A.format_shape) != 2:
+        raise InputError(f"SparseWeight.{what}: needs a 2-D sparse matrix and a 1-D or 2-D dense operand, got "
+                         f"{tuple(W.shape)} and {tuple(X.shape)}")
+    return matmul(W._A, X)
+
+
+def _right(X: torch.Tensor, W: SparseWeight, what: str) -> torch.Tensor:
+    """``X @ W`` = ``(W^T @ X^T)^T`` for X of shape (..., m)."""
+    X = _dense_operand(X, what)
+    if len(W._A.format_shape) != 2 or X.shape[-1] != W.shape[0]:
+        raise InputError(f"SparseWeight.{what}: shapes {tuple(X.shape)} @ {tuple(W.shape)} do not match")
+    lead = X.shape[:-1]
+    Y = matmul(W._A.T, X.reshape(-1, X.shape[-1]).mT).mT
+    return Y.reshape(*lead, W.shape[1])
+
+
+def _matmul(a, b, *, out=None):
+    if out is not None:
+        raise InputError("SparseWeight: out= is not supported")
+    if isinstance(a, SparseWeight):
+        if a._A.format_shape and len(a._A.format_shape) == 1:
+            return _dot(a, b)
+        return _left(a, b, "matmul")
+    return _right(a, b, "matmul")
+
+
+def _linear(x, weight, bias=None):
+    if not isinstance(weight, SparseWeight):
+        raise InputError("SparseWeight: linear with a SparseWeight input and a dense weight is not supported")
+    if len(weight._A.format_shape) != 2 or not isinstance(x, torch.Tensor) or x.shape[-1] != weight.shape[1]:
+        raise InputError(f"SparseWeight.linear: input {tuple(getattr(x, 'shape', ()))} does not end with "
+                         f"in_features={weight.shape[-1]}")
+    lead = x.shape[:-1]
+    y = matmul(weight._A, x.reshape(-1, x.shape[-1]).mT).mT.reshape(*lead, weight.shape[0])
+    return y if bias is None else y + bias
+
+
+def _dot(a, b, *, out=None):
+    if isinstance(b, SparseWeight):
+        a, b = b, a
+    A = a._A
+    x = _dense_operand(b, "dot")
+    if len(A.format_shape) != 1 or x.dim() != 1 or x.shape[0] != A.shape[0]:
+        raise InputError(f"SparseWeight.dot: needs two 1-D operands of one length, got {tuple(a.shape)} and {tuple(x.shape)}")
+    coords, vals = A.coordinates()
+    return (vals * x[coords[0]]).sum()
+
+
+def _transposed(W, *args):
+    return SparseWeight(W._A.T)
+
+
+_HANDLERS: dict = {
+    torch.matmul: _matmul,
+    torch.Tensor.matmul: _matmul,
+    torch.Tensor.__matmul__: _matmul,
+    torch.Tensor.__rmatmul__: lambda W, X: _right(X, W, "matmul"),
+    torch.mm: lambda a, b, **k: _matmul(a, b, **k),
+    torch.Tensor.mm: lambda a, b: _matmul(a, b),
+    torch.mv: lambda a, b, **k: _left(a, b, "mv"),
+    torch.Tensor.mv: lambda a, b: _left(a, b, "mv"),
+    torch.nn.functional.linear: _linear,
+    torch.dot: _dot,
+    torch.Tensor.dot: _dot,
+    torch.t: _transposed,
+    torch.Tensor.t: _transposed,
+    torch.Tensor.T.__get__: _transposed,
+    torch.Tensor.mT.__get__: _transposed,
+}
 
 
 def _set_child(model: nn.Module, name: str, new: nn.Module) -> None:
