@@ -42,3 +42,29 @@ def test_sddmm_csr_path_is_differentiable_twice() -> None:
     Q = torch.randn(30, 1, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda p, q: sddmm(A, p, q), (P, Q))
     assert torch.autograd.gradgradcheck(lambda p, q: sddmm(A, p, q), (P, Q))
+
+
+@pytest.mark.parametrize("density", [0.005, 0.4], ids=["gathers", "dense-product"])
+@pytest.mark.parametrize("k", [8, 40])
+def test_many_columns_both_paths(density, k, monkeypatch) -> None:
+    """Many columns: the dense sampled product (not too sparse) and chunked gathers (very sparse,
+    chunks forced small) give the sampled product."""
+    from sparsetorch.autograd import handles
+
+    monkeypatch.setattr(handles, "_SDDMM_CHUNK_BYTES", 8 * k * 7)  # 7 entries per chunk
+    g = torch.Generator().manual_seed(2)
+    D = torch.randn(120, 90, generator=g, dtype=torch.float64)
+    D[torch.rand(120, 90, generator=g) > density] = 0
+    A = st.SparseTensor.from_dense(D, format=CSR)
+    P = torch.randn(120, k, generator=g, dtype=torch.float64, requires_grad=True)
+    Q = torch.randn(90, k, generator=g, dtype=torch.float64, requires_grad=True)
+    assert handles._dense_sampling(A, P, A.nse) == (density > 0.2)
+    coords, slot = A.entries()
+    expect = torch.zeros(A.values.shape[-1], dtype=torch.float64)
+    expect[slot] = (P @ Q.T)[coords[0], coords[1]].detach()
+    got = sddmm(A, P, Q)
+    torch.testing.assert_close(got, expect, rtol=1e-12, atol=1e-12)
+    gp, gq = torch.autograd.grad(got.sum(), (P, Q))
+    M = A.with_values(torch.ones_like(A.values)).to_dense()
+    torch.testing.assert_close(gp, M @ Q.detach(), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(gq, M.T @ P.detach(), rtol=1e-12, atol=1e-12)

@@ -72,11 +72,19 @@ class SparseLinear(nn.Module):
 
     @property
     def weight(self) -> SparseTensor:
-        """The weight with the current values (differentiable in ``values``)."""
+        """The weight with the current values (differentiable in ``values``). It shares one
+        pattern object across calls, so what sparsetorch derives from the pattern (entry lists,
+        conversion maps, plans) is computed once, until ``.to()`` moves the index buffers."""
         n = len(self._format.levels)
         pos = [getattr(self, f"pos{k}") for k in range(n)]
         crd = [getattr(self, f"crd{k}") for k in range(n)]
-        return SparseTensor(self._format, (self.out_features, self.in_features), pos, crd, self.values, check=False)
+        key = tuple(None if b is None else (b.data_ptr(), b.device, b.dtype) for b in pos + crd)
+        cached = self.__dict__.get("_pattern")
+        if cached is None or cached[0] != key or cached[1].values.dtype != self.values.dtype:
+            source = SparseTensor(self._format, (self.out_features, self.in_features), pos, crd,
+                                  self.values.detach(), check=False)
+            self.__dict__["_pattern"] = cached = (key, source)
+        return cached[1].with_values(self.values)
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, *, format: TensorFormat = CSR, mask: torch.Tensor | None = None,

@@ -226,7 +226,9 @@ class Conversion:
         :meth:`apply` computes, without building tensors around it (a gather and, for padded
         targets, a scatter; per call of a product plan on a non-CSR format)."""
         if self.src is not None:
-            vals = vals[..., self.src]
+            # index_select, not vals[..., src]: the advanced-indexing kernel was 3.5x slower on
+            # 8M entries (CPU), and this runs per call of a product plan on a non-CSR format
+            vals = vals.index_select(-1, self.src)
         return _levels.scatter_values(vals, self.dst, self.nslots)
 
     def apply(self, t: SparseTensor) -> SparseTensor:

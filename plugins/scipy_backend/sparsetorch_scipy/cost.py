@@ -159,6 +159,12 @@ def _conversion(r: Rates, request: Request) -> float:
     return conversion_seconds(r, request.A.nse or 0)
 
 
+#: SciPy's csr_matvecs against torch's CPU kernel with k = 8..64 columns: 1.06-2.81x the time,
+#: median 1.36 (9 cases, one thread; one case 0.27x, where torch's kernel falls off a cliff at
+#: k = 64 on a 5-point stencil); k = 1: 0.58-0.72x (benchmarks/results/spmm_columns.json)
+MULTI_COLUMN_FACTOR = 1.35
+
+
 def spmm_cost(r: Rates, request: Request) -> tuple[float, int]:
     """``A @ X`` for ``matmul``: one SciPy product per value-batch member.
 
@@ -167,7 +173,8 @@ def spmm_cost(r: Rates, request: Request) -> tuple[float, int]:
     overhead: the estimates agree within 1 % for large products, and the tie-break (lower peak
     bytes) picks this plan, which allocates only Y. Measured on the benchmark machine (2 busy
     cores): SciPy's single-threaded kernel took 0.55-1.4x the time of torch's two-threaded one for
-    n = 16k..262k, k = 1 and 8, torch varying most from run to run."""
+    n = 16k..262k, k = 1 and 8, torch varying most from run to run. Several columns are charged
+    ``MULTI_COLUMN_FACTOR`` more (measured with one thread each, below)."""
     A = request.A
     batch = _batch(request)
     k = max(1, request.rhs_columns // batch)
@@ -176,8 +183,10 @@ def spmm_cost(r: Rates, request: Request) -> tuple[float, int]:
     vsize, isize = _itemsize(A.dtype), _index_size(request)
     traffic = nse * (vsize + isize) + (m + 1) * isize + nse * k * vsize + m * k * vsize
     flops = (8 if A.dtype.is_complex else 2) * nse * k
-    seconds = batch * r.seconds(bytes=traffic, flops=flops, launches=3) + _conversion(r, request)
-    return seconds, int(m * k * batch * vsize)
+    per = r.seconds(bytes=traffic, flops=flops, launches=3)
+    if k > 1:
+        per *= MULTI_COLUMN_FACTOR
+    return batch * per + _conversion(r, request), int(m * k * batch * vsize)
 
 
 # --- iteration counts -------------------------------------------------------------------------------
