@@ -129,7 +129,8 @@ def sddmm(A: SparseTensor, P: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
         # per entry gathers, in chunks that keep the (chunk, k) temporaries near _SDDMM_CHUNK_BYTES;
         # rows must be contiguous (a transposed X, a layer's batch, made each gather 20x slower)
         P, Qc = P.contiguous(), Qc.contiguous()
-        step = max(1, _SDDMM_CHUNK_BYTES // max(1, k * P.element_size() * max(1, P[..., 0, 0].numel())))
+        budget = _SDDMM_CHUNK_BYTES if P.device.type == "cpu" else _SDDMM_CHUNK_BYTES_DEVICE
+        step = max(1, budget // max(1, k * P.element_size() * max(1, P[..., 0, 0].numel())))
         per = torch.cat([(P.index_select(-2, rows[s:s + step]) * Qc.index_select(-2, cols[s:s + step])).sum(-1)
                          for s in range(0, rows.numel(), step)], -1) if rows.numel() else \
             P.new_zeros(*P.shape[:-2], 0)
@@ -149,6 +150,8 @@ _SDDMM_DENSE_DENSITY = 0.12
 #: per-entry gathers work in chunks of about this many bytes of temporaries: small enough for the
 #: allocator to reuse them (64 MB chunks were 16x slower, from fresh pages on every chunk)
 _SDDMM_CHUNK_BYTES = 4 * 2**20
+#: on a GPU (a caching allocator, launch-bound small kernels) the chunks are larger
+_SDDMM_CHUNK_BYTES_DEVICE = 256 * 2**20
 
 
 def _linear_index(A: SparseTensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
