@@ -99,9 +99,7 @@ class SparseLinear(nn.Module):
         if not isinstance(x, torch.Tensor) or x.dim() < 1 or x.shape[-1] != self.in_features:
             raise InputError(f"SparseLinear: input must end with in_features={self.in_features}, got "
                              f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
-        lead = x.shape[:-1]
-        X = x.reshape(-1, self.in_features).mT  # (in, batch): the columns are the samples
-        y = matmul(self.weight, X, backend=self.backend).mT.reshape(*lead, self.out_features)
+        y = _rows_times_transpose(x, self.weight, self.backend)
         return y if self.bias is None else y + self.bias
 
     def to_dense(self) -> torch.Tensor:
@@ -175,6 +173,14 @@ class SparseWeight(torch.Tensor):
         raise InputError(f"SparseWeight does not implement {func}: use .to_dense() first")
 
 
+def _rows_times_transpose(x: torch.Tensor, A: SparseTensor, backend: str | None = None) -> torch.Tensor:
+    """``x @ A^T`` for ``x`` of shape ``(..., n)`` and ``A`` of shape ``(m, n)``: one product whose
+    columns are the rows of ``x`` (a layer's batch)."""
+    lead = x.shape[:-1]
+    y = matmul(A, x.reshape(-1, x.shape[-1]).mT, backend=backend).mT
+    return y.reshape(*lead, A.shape[0])
+
+
 def _dense_operand(x: object, what: str) -> torch.Tensor:
     if isinstance(x, SparseWeight) or not isinstance(x, torch.Tensor):
         raise InputError(f"SparseWeight.{what}: the other operand must be a dense torch.Tensor, got {type(x).__name__}")
@@ -195,9 +201,7 @@ def _right(X: torch.Tensor, W: SparseWeight, what: str) -> torch.Tensor:
     X = _dense_operand(X, what)
     if len(W._A.format_shape) != 2 or X.shape[-1] != W.shape[0]:
         raise InputError(f"SparseWeight.{what}: shapes {tuple(X.shape)} @ {tuple(W.shape)} do not match")
-    lead = X.shape[:-1]
-    Y = matmul(W._A.T, X.reshape(-1, X.shape[-1]).mT).mT
-    return Y.reshape(*lead, W.shape[1])
+    return _rows_times_transpose(X, W._A.T)
 
 
 def _matmul(a, b, *, out=None):
@@ -216,8 +220,7 @@ def _linear(x, weight, bias=None):
     if len(weight._A.format_shape) != 2 or not isinstance(x, torch.Tensor) or x.shape[-1] != weight.shape[1]:
         raise InputError(f"SparseWeight.linear: input {tuple(getattr(x, 'shape', ()))} does not end with "
                          f"in_features={weight.shape[-1]}")
-    lead = x.shape[:-1]
-    y = matmul(weight._A, x.reshape(-1, x.shape[-1]).mT).mT.reshape(*lead, weight.shape[0])
+    y = _rows_times_transpose(x, weight._A)
     return y if bias is None else y + bias
 
 
