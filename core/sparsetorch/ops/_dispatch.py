@@ -66,9 +66,9 @@ def with_expected_calls(op: str, A: SparseTensor, request: Request, table: Expla
     the caller gave none and some offer has a one-time setup to spread (``None``: no change)."""
     if request.option("repeat") is not None:
         return None
+    # Without a setup to spread there is nothing to count (the table is the same on every call
+    # of this request: remembered decisions), and the per-call bookkeeping is skipped.
     if table is not None and not any(r.offer is not None and r.offer.setup > 0 for r in table.rows):
-        if count:
-            expected_calls(op, A, count=True)
         return None
     repeat = expected_calls(op, A, count=count)
     if repeat <= 1:
