@@ -157,7 +157,14 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     print(f"{args.device}: bandwidth {r.bandwidth / 1e9:.1f} GB/s, dense flops {r.flops / 1e9:.1f} GFLOP/s, "
           f"launch overhead {r.launch * 1e6:.1f} us")
     print(f"stored in {cache_path()}")
+    if _device_type(args.device) == "cpu":
+        print("CPU dispatch uses these only with SPARSETORCH_CALIBRATION=measure: the CPU cost models were "
+              "fitted against the built-in rates (docs/dispatch.md)")
     return 0
+
+
+def _device_type(device: str) -> str:
+    return str(device).split(":")[0]
 
 
 def _parser() -> argparse.ArgumentParser:
