@@ -101,7 +101,7 @@ def main() -> None:
     doc = {
         "benchmark": "sparse linear layer, CPU",
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": "python " + " ".join([Path(sys.argv[0]).as_posix().split("/work/")[-1]] + sys.argv[1:]),
+        "command": "python " + " ".join([Path(os.path.relpath(sys.argv[0], HERE.parent)).as_posix()] + sys.argv[1:]),
         "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "processor": platform.processor(),
                     "torch_threads": torch.get_num_threads()},
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "sparsetorch": st.__version__},
