@@ -28,8 +28,8 @@ _DISPATCHES = {"cg": 41, "minres": 156, "bicgstab": 173, "gmres": 281}
 #: CG on one real system takes a lean step (krylov/cg.py): 25 dispatches per iteration
 _DISPATCHES_CG_ONE = 25
 _PRECOND_DISPATCHES = 4
-#: ... unless those 25 are replayed as a CUDA graph (krylov/_graph.py; CUDA, one real system,
-#: no preconditioner or Jacobi): the host then launches one graph per check_every iterations and
+#: ... unless those 25 are replayed as a CUDA graph (krylov/_graph.py; CUDA, no preconditioner
+#: or Jacobi; here one real system): the host then launches one graph per check_every iterations and
 #: runs the check (about 25 small ops per 8 iterations); on the device each of the 16 kernels of
 #: an iteration costs about 1 us of scheduling. In launch units (8 us): ~3 + ~2. H200, 2-D
 #: Poisson 1000^2: 104 us per iteration measured (profile_cg.json), 105 us estimated.

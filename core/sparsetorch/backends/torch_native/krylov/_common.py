@@ -445,6 +445,11 @@ def _finish(
     return x, result
 
 
+def _to_next_check(problem: Problem, it: int) -> int:
+    """Iterations from ``it`` to the next check: the next multiple of check_every, or maxiter."""
+    return min(problem.check_every - it % problem.check_every, problem.maxiter - it)
+
+
 def _advance(state: Iteration, it: int, k: int) -> None:
     """Iterations ``it + 1 .. it + k``: at once for solvers that run blocks (CG's CUDA graph)."""
     advance = getattr(state, "advance", None)
@@ -482,8 +487,7 @@ def run(problem: Problem, start: Start, events: Mapping[int, Event]) -> tuple[Te
     state = start(problem, x, r, 0) if running and problem.maxiter > 0 else None
     ahead = False  # the block after the last check is already queued (speculation, below)
     while state is not None and it < problem.maxiter:
-        # up to the next check: the next multiple of check_every, or maxiter
-        k = min(problem.check_every - it % problem.check_every, problem.maxiter - it)
+        k = _to_next_check(problem, it)
         if ahead:
             ahead = False
         else:
@@ -498,7 +502,7 @@ def run(problem: Problem, start: Start, events: Mapping[int, Event]) -> tuple[Te
             # Queue the next block before waiting for this check, so the device never idles
             # while the host decides; if the check says stop, the state rolls back to the
             # iterate of this check (the next block's work is discarded, its count not taken).
-            state.advance(it, min(problem.check_every, problem.maxiter - it))
+            state.advance(it, _to_next_check(problem, it))
             ahead = True
         worst, running = wait()
         history.append(worst)
