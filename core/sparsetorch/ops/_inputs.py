@@ -38,6 +38,9 @@ def check_matrix(A: object, op: str, *, square: bool) -> SparseTensor:
             f"{op} needs a square matrix, got {fs[0]}x{fs[1]}; for least squares use method='lsqr'/'lsmr' "
             f"(SciPy backend) or solve the normal equations"
         )
+    # Backends hand the index buffers to compiled code: re-validate them if they were written in
+    # place since they were last checked (a few attribute reads when they were not).
+    A.ensure_valid()
     return A
 
 

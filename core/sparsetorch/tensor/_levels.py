@@ -14,7 +14,7 @@ BATCH levels are handled as DENSE here, on *linearized* buffers; ``linearize_bat
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -251,7 +251,8 @@ def scatter_values(values: torch.Tensor, dst: torch.Tensor | None, nslots: int) 
 
 
 def compose_map(
-    fmt: TensorFormat, shape: Sequence[int], coords: torch.Tensor, index_dtype: torch.dtype
+    fmt: TensorFormat, shape: Sequence[int], coords: torch.Tensor, index_dtype: torch.dtype,
+    guard: Callable[[int, int], None] | None = None,
 ) -> tuple[Buffers, Buffers, int, torch.Tensor | None]:
     """Level buffers for entries at ``coords`` and where each entry's value goes.
 
@@ -259,6 +260,10 @@ def compose_map(
     share a slot and are summed; slots no entry reaches are padding zeros). ``dst`` is None when
     entry ``e`` lands in slot ``e`` for every ``e`` and ``nslots == n`` (nothing to move). The map
     depends on the pattern only, so it converts any number of value sets.
+
+    ``guard(slots, entries)``, if given, is called with a slot count before any buffer of that
+    many slots is allocated (a padded level's coordinates, and the value slots, computed from
+    counts first), and with the number of distinct entries; it raises to refuse the fill.
     """
     device = coords.device
     coords = coords.to(dtype=torch.int64)
@@ -281,6 +286,7 @@ def compose_map(
     crd: Buffers = [None] * nlev
     parent = torch.zeros(n, dtype=torch.int64, device=device)
     pcount = 1
+    check = (lambda slots: guard(slots, n)) if guard is not None else (lambda slots: None)  # noqa: E731
     for k, lv in enumerate(fmt.levels):
         f = lv.format
         lo_ext, hi_ext = extents[k]
@@ -291,14 +297,16 @@ def compose_map(
             pcount *= size
             continue
         if f is LevelFormat.SINGLETON:
+            check(pcount)
             c = torch.zeros(pcount, dtype=index_dtype, device=device)
             crd[k] = c.index_copy(0, parent, key.to(index_dtype)) if n else c
             continue
         if f is LevelFormat.STRUCTURED:
+            check(pcount * lv.type.parameter)
             parent, pcount, crd[k] = _structured_map(lv, key, parent, pcount, index_dtype, keys, fmt)
             continue
         if f is LevelFormat.DELTA:
-            parent, pcount, pos[k], crd[k] = _delta_map(lv, key, parent, pcount, index_dtype)
+            parent, pcount, pos[k], crd[k] = _delta_map(lv, key, parent, pcount, index_dtype, check)
             continue
         # COMPRESSED / LOOSE_COMPRESSED: one child per distinct (parent, key [, trailing singleton keys]).
         group_keys = [key]
@@ -325,6 +333,7 @@ def compose_map(
             parent, pcount = child, nchild
         else:  # ELL-like: each parent gets `width` slots, the used ones first.
             width = int(counts.max()) if counts.numel() and nchild else 0
+            check(pcount * width)
             starts = torch.arange(pcount, device=device) * width
             pos[k] = torch.stack([starts, starts + counts], 1).reshape(-1).to(index_dtype)
             rank = torch.arange(nchild, device=device) - (ends - counts)[owners]
@@ -332,6 +341,7 @@ def compose_map(
             c = torch.zeros(pcount * width, dtype=index_dtype, device=device)
             crd[k] = c.index_copy(0, slot, (key if every else key[flag]).to(index_dtype)) if nchild else c
             parent, pcount = slot[child], pcount * width
+    check(pcount)  # the value slots, before anything of that size exists
     # parent: slot of each (sorted, deduplicated) entry. Compose with the sort and the dedupe.
     dst = parent
     if group is not None:
@@ -347,7 +357,7 @@ def compose_map(
     return pos, crd, pcount, dst
 
 
-def _delta_map(lv, col, parent, pcount, index_dtype):
+def _delta_map(lv, col, parent, pcount, index_dtype, check=lambda slots: None):
     bits = lv.type.parameter
     n = col.numel()
     device = col.device
@@ -359,6 +369,7 @@ def _delta_map(lv, col, parent, pcount, index_dtype):
     reps = npad + 1
     last = torch.cumsum(reps, 0) - 1
     total = int(last[-1]) + 1 if n else 0
+    check(total)
     gaps = torch.full((total,), (1 << bits) - 1, dtype=torch.int64, device=device)
     gaps[last] = gap - (npad << bits)
     owner = torch.repeat_interleave(parent, reps, output_size=total)

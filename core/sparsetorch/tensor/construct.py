@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from typing import Sequence
 
 import torch
@@ -12,9 +13,86 @@ from ..format import COO_ND, CSR, LevelFormat, TensorFormat
 from . import _levels
 from .sparse_tensor import SparseTensor, is_plain
 
-__all__ = ["from_coo", "from_dense", "convert", "build", "Conversion", "conversion"]
+__all__ = ["from_coo", "from_dense", "convert", "build", "Conversion", "conversion", "DEFAULT_MAX_FILL", "FILL_SLACK"]
 
 _INT32_MAX = 2**31 - 1
+
+#: Default bound on stored slots per nonzero of a conversion (padding of DIA, ELL, blocks, N:M).
+DEFAULT_MAX_FILL = 8.0
+#: Slots every conversion may store beyond ``max_fill * nonzeros`` (512 KB of float64: small
+#: tensors never trip the bound).
+FILL_SLACK = 65536
+#: Environment variable with the default ``max_fill`` (a number, or ``inf`` for no bound).
+MAX_FILL_ENV = "SPARSETORCH_MAX_FILL"
+
+
+def _max_fill(max_fill: float | None) -> float:
+    """The bound in force: ``max_fill`` if given, else ``$SPARSETORCH_MAX_FILL``, else 8."""
+    where = "max_fill"
+    if max_fill is None:
+        raw = os.environ.get(MAX_FILL_ENV)
+        if raw is None or not raw.strip():
+            return DEFAULT_MAX_FILL
+        where = f"the environment variable {MAX_FILL_ENV}"
+        try:
+            max_fill = float(raw)
+        except ValueError:
+            raise ConversionError(
+                f"{where} = {raw!r} is not a number; set it to the allowed stored slots per nonzero "
+                f"(e.g. 16, or inf for no bound), or unset it for the default {DEFAULT_MAX_FILL:g}"
+            ) from None
+    if isinstance(max_fill, bool) or not isinstance(max_fill, (int, float)) or math.isnan(max_fill) or max_fill < 0:
+        raise ConversionError(
+            f"{where} must be a non-negative number of stored slots per nonzero (e.g. 16, or float('inf') "
+            f"for no bound), got {max_fill!r}"
+        )
+    return float(max_fill)
+
+
+def fill_guard(fmt: TensorFormat, shape: Sequence[int], max_fill: float | None, value_bytes: int, what: str):
+    """``guard(slots, entries)`` for :func:`_levels.compose_map`: raises :class:`ConversionError`
+    when ``slots > max_fill * entries + FILL_SLACK`` (None when there is no bound).
+    ``value_bytes`` is the size of one slot's values (item size x value sets).
+
+    Formats whose levels are all dense (DENSE, DENSE_COL, DENSE_ND, batches of them) are not
+    bounded: they store one slot per entry of the shape whatever the pattern, the size the
+    caller asked for by naming them (as with ``to_dense()``)."""
+    bound_ratio = _max_fill(max_fill)
+    if math.isinf(bound_ratio) or all(lv.format in (LevelFormat.DENSE, LevelFormat.BATCH) for lv in fmt.levels):
+        return None
+
+    def guard(slots: int, entries: int) -> None:
+        bound = bound_ratio * entries + FILL_SLACK
+        if slots <= bound:
+            return
+        ratio = slots / entries if entries else math.inf
+        need = math.ceil((slots - FILL_SLACK) / entries) if entries else math.inf
+        allow = f"max_fill={need}" if entries else "max_fill=float('inf')"
+        raise ConversionError(
+            f"{what} to {_label(fmt)} for shape {tuple(shape)} would store {slots:,} slots for {entries:,} "
+            f"nonzeros ({ratio:,.1f}x fill, {_bytes(slots * value_bytes)} of values alone), over the bound of "
+            f"{bound_ratio:g}x the nonzeros + {FILL_SLACK} slots ({int(bound):,}). Nothing was allocated. "
+            f"To allow it pass {allow} (or max_fill=float('inf')) to this call, or set the environment "
+            f"variable {MAX_FILL_ENV}; or pick a format without padding (CSR, CSC, COO)"
+        )
+
+    return guard
+
+
+def _label(fmt: TensorFormat) -> str:
+    return f"{fmt.name} '{fmt}'" if fmt.name else f"'{fmt}'"
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def _value_bytes(values_shape: Sequence[int], dtype: torch.dtype) -> int:
+    """Bytes of one slot's values: item size times the value sets sharing the pattern."""
+    return dtype.itemsize * math.prod(values_shape[:-1])
 
 
 def _as_format(fmt: TensorFormat | str | None, ndim: int, default: TensorFormat | None = None) -> TensorFormat:
@@ -40,12 +118,16 @@ def _check_int32(fmt: TensorFormat, shape: Sequence[int], n: int, index_dtype: t
 
 
 def build(
-    fmt: TensorFormat, shape: Sequence[int], coords: torch.Tensor, values: torch.Tensor, index_dtype: torch.dtype
+    fmt: TensorFormat, shape: Sequence[int], coords: torch.Tensor, values: torch.Tensor, index_dtype: torch.dtype,
+    *, max_fill: float | None = None, what: str = "building a tensor",
 ) -> SparseTensor:
-    """Compose level buffers for ``coords``/``values`` (duplicates summed) and wrap them."""
+    """Compose level buffers for ``coords``/``values`` (duplicates summed) and wrap them.
+    Refuses (:class:`ConversionError`) more than ``max_fill`` stored slots per entry (+ a slack)."""
     shape = tuple(int(s) for s in shape)
     _check_int32(fmt, shape, coords.shape[1], index_dtype)
-    pos, crd, vals = _levels.compose(fmt, shape, coords, values, index_dtype)
+    guard = fill_guard(fmt, shape, max_fill, _value_bytes(values.shape, values.dtype), what)
+    pmap, cmap, nslots, dst = _levels.compose_map(fmt, shape, coords, index_dtype, guard)
+    pos, crd, vals = pmap, cmap, _levels.scatter_values(values, dst, nslots)
     pos, crd, vals = _levels.delinearize_batch(fmt, shape, pos, crd, vals)
     return SparseTensor(fmt.replace(index_dtype=index_dtype), shape, pos, crd, vals, check=False)
 
@@ -58,6 +140,7 @@ def from_coo(
     format: TensorFormat | str | None,
     index_dtype: torch.dtype | None,
     check: bool,
+    max_fill: float | None = None,
 ) -> SparseTensor:
     if not isinstance(values, torch.Tensor):
         values = torch.as_tensor(values)
@@ -95,7 +178,8 @@ def from_coo(
     if not (values.is_floating_point() or values.is_complex()):
         raise ValidationError(f"values have dtype {values.dtype}; use a floating point or complex dtype (e.g. .double())")
     fmt = _as_format(format, len(shape))
-    return build(fmt, shape, coords, values, index_dtype or fmt.index_dtype or torch.int64)
+    return build(fmt, shape, coords, values, index_dtype or fmt.index_dtype or torch.int64, max_fill=max_fill,
+                 what="from_coo")
 
 
 def from_dense(
@@ -106,6 +190,7 @@ def from_dense(
     mask: torch.Tensor | None,
     batch_dims: int | None,
     index_dtype: torch.dtype,
+    max_fill: float | None = None,
 ) -> SparseTensor:
     if not isinstance(dense, torch.Tensor):
         raise ValidationError(f"from_dense takes a torch.Tensor, got {type(dense).__name__} (use from_package for NumPy)")
@@ -133,7 +218,8 @@ def from_dense(
     lin = torch.nonzero(keep).reshape(-1)
     coords = torch.stack(torch.unravel_index(lin, fshape)) if fshape else lin[None]
     vals = flat[:, lin].reshape(*dense.shape[:batch_dims], lin.numel())
-    return build(fmt, fshape, coords, vals, index_dtype or fmt.index_dtype or torch.int64)
+    return build(fmt, fshape, coords, vals, index_dtype or fmt.index_dtype or torch.int64, max_fill=max_fill,
+                 what="from_dense")
 
 
 def convert(
@@ -144,7 +230,9 @@ def convert(
     dtype: torch.dtype | None,
     drop_zeros: bool,
     copy: bool | None,
+    max_fill: float | None = None,
 ) -> SparseTensor:
+    t.ensure_valid()
     fmt = _as_format(tensor_format if tensor_format is not None else t.format, t.format.ndim)
     idt = index_dtype or (fmt.index_dtype if tensor_format is not None else None) or t.index_dtype
     if idt not in (torch.int32, torch.int64):
@@ -172,15 +260,15 @@ def convert(
         if coords.shape[1]:
             keep = (vals.detach() != 0).reshape(math.prod(vals.shape[:-1]), vals.shape[-1]).any(0)
             coords, vals = coords[:, keep], vals[..., keep]
-        return build(fmt, t.format_shape, coords, vals, idt)
+        return build(fmt, t.format_shape, coords, vals, idt, max_fill=max_fill, what="converting")
     try:
-        conv = conversion(t, fmt, idt)
+        conv = conversion(t, fmt, idt, max_fill=max_fill, dtype=dtype)
     except FormatError:
         if not any(lv.format is LevelFormat.STRUCTURED for lv in fmt.levels):
             raise
         # N:M counts stored entries; the source's explicit zeros (often padding of its own
         # format) may be what breaks the constraint: retry without them (value-dependent).
-        return convert(t, fmt, index_dtype=idt, dtype=dtype, drop_zeros=True, copy=copy)
+        return convert(t, fmt, index_dtype=idt, dtype=dtype, drop_zeros=True, copy=copy, max_fill=max_fill)
     out = conv.apply(t)
     if dtype is not None:
         out = out.with_values(out.values.to(dtype))
@@ -194,9 +282,9 @@ class Conversion:
     the map from source value slots to target slots. ``apply`` converts any values on the
     source pattern (a training loop converts values only, never re-sorting indices)."""
 
-    __slots__ = ("format", "shape", "pos", "crd", "src", "dst", "nslots", "_derived")
+    __slots__ = ("format", "shape", "pos", "crd", "src", "dst", "nslots", "nentries", "_derived")
 
-    def __init__(self, t: SparseTensor, fmt: TensorFormat, index_dtype: torch.dtype) -> None:
+    def __init__(self, t: SparseTensor, fmt: TensorFormat, index_dtype: torch.dtype, guard=None) -> None:
         shape = t.format_shape
         _check_int32(fmt, shape, t.nse, index_dtype)
         coords, src = t.entries()
@@ -206,16 +294,27 @@ class Conversion:
         if fast is not None:  # CSR/CSC/COO-like targets: one sort (or none) and a gather
             pos, crd, order = fast
             nslots, dst = coords.shape[1], None
+            nentries = nslots
             if order is not None:
                 src = order if identity_src else src[order]
                 identity_src = False
         else:
-            pos, crd, nslots, dst = _levels.compose_map(fmt, shape, coords, index_dtype)
+            seen: list[int] = []
+
+            def counting(slots: int, entries: int) -> None:
+                if not seen:
+                    seen.append(entries)
+                if guard is not None:
+                    guard(slots, entries)
+
+            pos, crd, nslots, dst = _levels.compose_map(fmt, shape, coords, index_dtype, counting)
+            nentries = seen[0] if seen else coords.shape[1]
         self.format = fmt.replace(index_dtype=index_dtype)
         self.shape = shape
         self.src = None if identity_src else src
         self.dst = dst
         self.nslots = nslots
+        self.nentries = nentries  # distinct entries of the source (what the fill is measured against)
         # Store the target buffers in the target's own layout (per-batch buffers for BATCH levels).
         probe = torch.empty(0, device=coords.device)
         self.pos, self.crd, _ = _levels.delinearize_batch(fmt, shape, pos, crd, probe.new_zeros(nslots))
@@ -245,13 +344,25 @@ class Conversion:
         return out
 
 
-def conversion(t: SparseTensor, fmt: TensorFormat, index_dtype: torch.dtype) -> Conversion:
-    """The (cached, per pattern) :class:`Conversion` of ``t``'s pattern to ``fmt``."""
+def conversion(
+    t: SparseTensor, fmt: TensorFormat, index_dtype: torch.dtype, *, max_fill: float | None = None,
+    dtype: torch.dtype | None = None,
+) -> Conversion:
+    """The (cached, per pattern) :class:`Conversion` of ``t``'s pattern to ``fmt``.
+
+    A target that stores more than ``max_fill`` slots per nonzero (default 8, or
+    ``$SPARSETORCH_MAX_FILL``; plus :data:`FILL_SLACK` slots) raises :class:`ConversionError`
+    before its buffers are allocated; a cached conversion is held to the bound of each call.
+    """
     key = ("conversion", fmt, index_dtype)
     cache = t._cache
     conv = cache.get(key)
+    guard = fill_guard(fmt, t.format_shape, max_fill,
+                       _value_bytes((*t.batch_shape, 0), dtype or t.dtype), "converting")
     if conv is None:
-        conv = Conversion(t, fmt, index_dtype)
+        conv = Conversion(t, fmt, index_dtype, guard)
         if conv.dst is None or is_plain(conv.dst):
             cache[key] = conv
+    elif guard is not None and conv.nslots != conv.nentries:
+        guard(conv.nslots, conv.nentries)
     return conv

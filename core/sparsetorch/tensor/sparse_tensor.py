@@ -14,7 +14,7 @@ from ..format import TensorFormat
 from . import _levels
 from .validate import check_batched_buffers, check_index_buffers, check_values, count_positions
 
-__all__ = ["SparseTensor", "Tensor", "PatternKey"]
+__all__ = ["SparseTensor", "Tensor", "PatternKey", "rebuild_sparse_tensor"]
 
 
 @dataclass(frozen=True)
@@ -52,9 +52,23 @@ class SparseTensor:
 
     Tensors are immutable in structure: operations return new tensors and share buffers
     where they can (``T``, ``with_values``, ``convert`` to the same layout).
+
+    ``check=True`` (the default) validates every index buffer before the tensor exists: dtypes
+    and devices, lengths, ``pos`` starting at 0 and non-decreasing, every coordinate inside the
+    shape, order and uniqueness where the format declares them. Bad buffers raise
+    :class:`~sparsetorch.ValidationError` naming the buffer, the level and the bad value.
+    ``check=False`` skips the O(nnz) content checks (starts, monotonicity, ranges, order,
+    uniqueness) and *trusts the buffers as they are now*; the cheap structural checks (presence,
+    dtypes, devices, buffer lengths, ``pos[-1]`` against the length of ``crd``) still run.
+    Either way the version counters of the index buffers are recorded, and
+    :meth:`ensure_valid` (run by every op and by interop and conversion before compiled code
+    reads the buffers) validates them again if one was written in place since. Writes torch
+    cannot see (through memory shared with NumPy/SciPy/CuPy after ``from_package``) are not
+    detected: call :meth:`validate` after such writes.
     """
 
-    __slots__ = ("_format", "_shape", "_pos", "_crd", "_values", "_linear", "_derived", "__weakref__")
+    __slots__ = ("_format", "_shape", "_pos", "_crd", "_values", "_linear", "_derived", "_index", "_checked",
+                 "__weakref__")
 
     def __init__(
         self,
@@ -105,14 +119,10 @@ class SparseTensor:
             bsizes = tuple(format.level_sizes(fshape)[:nb])
             if tuple(values.shape[nvb : nvb + nb]) != bsizes:
                 raise ValidationError(f"values must have batch dims {bsizes} after the shared batch, got {tuple(values.shape)}")
-            for name, bufs in (("pos", pos), ("crd", crd)):
-                for k, b in enumerate(bufs):
-                    if b is not None and (b.dim() != nb + 1 or tuple(b.shape[:nb]) != bsizes):
-                        raise ValidationError(f"{name}[{k}] must have shape {bsizes} + (n,) for batch format {format}, got {tuple(b.shape)}")
-        if nb and check:
-            check_batched_buffers(format, fshape, pos, crd)
-        lpos, lcrd, lvals = _levels.linearize_batch(format, fshape, pos, crd, values)
-        nslots = count_positions(format, fshape, lpos, lcrd, check=check)
+        index = tuple(b for b in (*pos, *crd) if b is not None)
+        # The versions the checks below vouch for (read first: a write during the checks shows).
+        checked = _versions(index)
+        lpos, lcrd, lvals, nslots = _check_levels(format, fshape, pos, crd, values, check=check)
         check_values(lvals, nslots)
         if format.index_dtype != index_dtype:
             format = format.replace(index_dtype=index_dtype)
@@ -122,13 +132,63 @@ class SparseTensor:
         self._crd = tuple(crd)
         self._values = values
         self._linear = (lpos, lcrd, lvals) if nb else None
+        self._index = index
+        self._checked = checked
         # Pattern-derived data (entry coordinates, conversion maps), shared by with_values().
         self._derived: dict = {}
 
+    # Validity of the index buffers ---------------------------------------------------------------
+    def ensure_valid(self) -> "SparseTensor":
+        """Make sure the index buffers are still valid before compiled code reads them.
+
+        Compares the torch version counters of the index buffers with those recorded when they
+        were last validated (O(levels) attribute reads, no device synchronization); only when
+        one was written in place since are the buffers validated again, in full. Raises
+        :class:`~sparsetorch.ValidationError` naming the level and what is wrong; the tensor
+        stays unusable until its buffers are repaired (a later call checks again). Returns
+        ``self``. Every op, ``to_package``, ``convert`` and ``A @ x`` call this.
+        """
+        try:
+            now = tuple([b._version for b in self._index])
+        except RuntimeError:  # inference-mode tensors keep no version counter
+            now = _versions(self._index)
+        if now != self._checked:
+            self._revalidate(now)
+        return self
+
+    def validate(self) -> "SparseTensor":
+        """Validate every index buffer now, in full (O(nnz)), whatever the version counters say:
+        for buffers written through memory torch does not track (NumPy/SciPy/CuPy arrays that
+        share it after ``from_package``). Raises :class:`~sparsetorch.ValidationError`; returns ``self``."""
+        self._revalidate(_versions(self._index), why="validate()")
+        return self
+
+    def _revalidate(self, now: tuple, why: str | None = None) -> None:
+        fmt, fs = self._format, self.format_shape
+        try:
+            check_index_buffers(fmt, fs, list(self._pos), list(self._crd), self._values.device)
+            lpos, lcrd, lvals, nslots = _check_levels(fmt, fs, list(self._pos), list(self._crd), self._values, check=True)
+            if lvals.shape[-1] != nslots:
+                raise ValidationError(
+                    f"the index buffers now describe {nslots} value slots, but values hold {lvals.shape[-1]}"
+                )
+        except ValidationError as e:
+            when = why or "an index buffer was written in place (its torch version counter changed) since it was last checked"
+            raise ValidationError(
+                f"this SparseTensor's index buffers are not valid: {e}. Checked because {when}. "
+                f"Repair the buffer, or rebuild the tensor from valid indices (SparseTensor.from_coo); "
+                f"nothing was handed to compiled code"
+            ) from None
+        if self._linear is not None:
+            self._linear = (lpos, lcrd, self._linear[2])
+        self._checked = now
+
     @property
     def _cache(self) -> dict:
-        """The pattern-derived cache, emptied if an index buffer was written in place since."""
-        token = tuple(b._version for b in (*self._pos, *self._crd) if b is not None)
+        """The pattern-derived cache, emptied if an index buffer was written in place since
+        (the buffers are validated again first)."""
+        self.ensure_valid()
+        token = self._checked
         if self._derived.get("__versions__") != token:
             self._derived.clear()
             self._derived["__versions__"] = token
@@ -216,6 +276,8 @@ class SparseTensor:
         return self.nse
 
     def _linear_buffers(self):
+        """Linearized ``(pos, crd, values)``, validated (:meth:`ensure_valid`) before they are read."""
+        self.ensure_valid()
         if self._linear is not None:
             return self._linear
         return list(self._pos), list(self._crd), self._values
@@ -266,6 +328,7 @@ class SparseTensor:
         format: TensorFormat | str | None = None,
         index_dtype: torch.dtype | None = None,
         check: bool = True,
+        max_fill: float | None = None,
     ) -> "SparseTensor":
         """Build from coordinate triplets, summing duplicates.
 
@@ -273,10 +336,15 @@ class SparseTensor:
         tensor. ``values`` may carry leading batch dimensions (value sets sharing the pattern).
         The result is in ``format`` (default COO, sorted and coalesced). Gradients flow from the
         result's values back to ``values``.
+
+        ``check=True`` verifies that every index lies inside ``shape``; ``check=False`` skips
+        that scan (out-of-range indices then make wrong buffers: pass it only for indices known
+        to be in range). ``max_fill`` bounds the padding of ``format`` as in :meth:`convert`.
         """
         from .construct import from_coo
 
-        return from_coo(values, indices, shape=shape, format=format, index_dtype=index_dtype, check=check)
+        return from_coo(values, indices, shape=shape, format=format, index_dtype=index_dtype, check=check,
+                        max_fill=max_fill)
 
     @classmethod
     def from_dense(
@@ -288,16 +356,19 @@ class SparseTensor:
         mask: torch.Tensor | None = None,
         batch_dims: int | None = None,
         index_dtype: torch.dtype = torch.int64,
+        max_fill: float | None = None,
     ) -> "SparseTensor":
         """Keep the entries of ``dense`` that are nonzero (or ``abs > threshold``, or where ``mask``).
 
         ``format`` defaults to CSR for matrices (COO of the right order otherwise). With leading
         batch dims (``batch_dims``, default ``dense.dim() - format.ndim``) the pattern is the union
-        over the batch and the values carry the batch.
+        over the batch and the values carry the batch. ``max_fill`` bounds the padding of
+        ``format`` as in :meth:`convert`.
         """
         from .construct import from_dense
 
-        return from_dense(dense, format, threshold=threshold, mask=mask, batch_dims=batch_dims, index_dtype=index_dtype)
+        return from_dense(dense, format, threshold=threshold, mask=mask, batch_dims=batch_dims, index_dtype=index_dtype,
+                          max_fill=max_fill)
 
     # Conversion -------------------------------------------------------------------------------
     def convert(
@@ -308,16 +379,25 @@ class SparseTensor:
         dtype: torch.dtype | None = None,
         drop_zeros: bool = False,
         copy: bool | None = None,
+        max_fill: float | None = None,
     ) -> "SparseTensor":
         """This tensor in another format (any to any, custom DSL formats included).
 
         Runs on the tensor's device with vectorized torch operations. Explicit zeros are kept
         unless ``drop_zeros``; padding the target format needs (DIA, ELL, DELTA, N:M, blocks) is
         inserted. Returns ``self`` when nothing changes (a clone if ``copy=True``).
+
+        Fill guard: a target that would store more than ``max_fill`` slots per nonzero (plus
+        65536 slots) raises :class:`~sparsetorch.ConversionError` naming the slots, the nonzeros
+        and the bytes, before anything of that size is allocated (a random 20000 x 20000 matrix
+        with 200k nonzeros would need 720M DIA slots). ``max_fill`` defaults to
+        ``$SPARSETORCH_MAX_FILL`` or 8; ``max_fill=float('inf')`` lifts the bound. All-dense
+        targets (DENSE, DENSE_COL, DENSE_ND) are not bounded: their size is the shape's.
         """
         from .construct import convert
 
-        return convert(self, tensor_format, index_dtype=index_dtype, dtype=dtype, drop_zeros=drop_zeros, copy=copy)
+        return convert(self, tensor_format, index_dtype=index_dtype, dtype=dtype, drop_zeros=drop_zeros, copy=copy,
+                       max_fill=max_fill)
 
     def with_values(self, values: torch.Tensor) -> "SparseTensor":
         """A tensor with the same pattern (shared index buffers, same ``pattern_key``) and new values."""
@@ -336,10 +416,13 @@ class SparseTensor:
             check_values(values, self._values.shape[-1])
             out = SparseTensor.__new__(SparseTensor)
             out._format, out._pos, out._crd, out._linear = self._format, self._pos, self._crd, None
+            # The same index buffers: what was validated for them holds for both tensors.
+            out._index, out._checked = self._index, self._checked
             out._shape = tuple(values.shape[:-1]) + tuple(self.format_shape)
             out._values = values
             out._derived = self._derived
             return out
+        self.ensure_valid()  # the new tensor trusts the shared buffers (check=False)
         out = SparseTensor(self._format, self.format_shape, self._pos, self._crd, values, check=False)
         out._derived = self._derived
         return out
@@ -353,6 +436,7 @@ class SparseTensor:
         values = self._values.to(device=device, dtype=dtype, non_blocking=non_blocking)
         if values is self._values and (device is None or torch.device(device) == self.device):
             return self
+        self.ensure_valid()  # the copies are trusted (check=False): they must be copies of valid buffers
         return SparseTensor(self._format, self.format_shape, [move(b) for b in self._pos],
                             [move(b) for b in self._crd], values, check=False)
 
@@ -369,6 +453,7 @@ class SparseTensor:
         return self.to(torch.float32)
 
     def clone(self) -> "SparseTensor":
+        self.ensure_valid()
         c = lambda b: None if b is None else b.clone()  # noqa: E731
         return SparseTensor(self._format, self.format_shape, [c(b) for b in self._pos], [c(b) for b in self._crd],
                             self._values.clone(), check=False)
@@ -395,6 +480,7 @@ class SparseTensor:
                            index_dtype=self._format.index_dtype)
         fmt = fmt.replace(name=_known_name(fmt))
         fs = self.format_shape
+        self.ensure_valid()
         return SparseTensor(fmt, tuple(fs[o] for o in order), self._pos, self._crd, self._values, check=False)
 
     def transpose(self, dim0: int = -2, dim1: int = -1) -> "SparseTensor":
@@ -416,6 +502,16 @@ class SparseTensor:
     @property
     def mT(self) -> "SparseTensor":
         return self.T
+
+    # Serialization --------------------------------------------------------------------------------
+    def __reduce__(self):
+        """Plain data for ``pickle`` and ``torch.save``: the format as its DSL string (and name),
+        the shape, the level buffers and the values, rebuilt by :func:`rebuild_sparse_tensor`, a
+        safe global of ``torch.load(weights_only=True)``, which validates every buffer. A tensor
+        whose buffers were corrupted in place raises here rather than save what cannot load."""
+        self.ensure_valid()
+        return (rebuild_sparse_tensor, (str(self._format), self._format.name, tuple(self._shape),
+                                        list(self._pos), list(self._crd), self._values))
 
     # Identity and comparison ---------------------------------------------------------------------
     @property
@@ -495,6 +591,50 @@ class SparseTensor:
         return from_package(obj, check=check)
 
 
+def _versions(buffers: tuple) -> tuple:
+    """Version counters of ``buffers`` (-1 for inference-mode tensors, which keep none)."""
+    out = []
+    for b in buffers:
+        try:
+            out.append(b._version)
+        except RuntimeError:
+            out.append(-1)
+    return tuple(out)
+
+
+def _check_levels(fmt: TensorFormat, fshape: tuple[int, ...], pos: list, crd: list, values: torch.Tensor, *, check: bool):
+    """The level checks of construction (contents only with ``check``): per-batch buffer shapes
+    and contents, then the linearized buffers. Returns ``(lpos, lcrd, lvals, nslots)``."""
+    nb = fmt.num_batch_levels
+    if nb:
+        bsizes = tuple(fmt.level_sizes(fshape)[:nb])
+        for name, bufs in (("pos", pos), ("crd", crd)):
+            for k, b in enumerate(bufs):
+                if b is not None and (b.dim() != nb + 1 or tuple(b.shape[:nb]) != bsizes):
+                    raise ValidationError(f"{name}[{k}] must have shape {bsizes} + (n,) for batch format {fmt}, got {tuple(b.shape)}")
+        if check:
+            check_batched_buffers(fmt, fshape, pos, crd)
+    lpos, lcrd, lvals = _levels.linearize_batch(fmt, fshape, pos, crd, values)
+    nslots = count_positions(fmt, fshape, lpos, lcrd, check=check)
+    return lpos, lcrd, lvals, nslots
+
+
+def rebuild_sparse_tensor(format: str, name: str | None, shape: tuple, pos: list, crd: list, values: torch.Tensor) -> "SparseTensor":
+    """Unpickling of a :class:`SparseTensor` (``pickle``, ``torch.load``, also with
+    ``weights_only=True``): plain data in, every buffer validated (``check=True``)."""
+    if not isinstance(format, str) or not (name is None or isinstance(name, str)):
+        raise ValidationError(f"a pickled SparseTensor stores its format as a string, got {type(format).__name__}")
+    if not isinstance(shape, (tuple, list)) or not all(isinstance(s, int) for s in shape):
+        raise ValidationError(f"a pickled SparseTensor stores its shape as integers, got {shape!r}")
+    fmt = TensorFormat.parse(format)
+    if name is not None:
+        fmt = fmt.replace(name=name)
+    try:
+        return SparseTensor(fmt, tuple(shape), list(pos), list(crd), values, check=True)
+    except ValidationError as e:
+        raise ValidationError(f"the pickled SparseTensor is not valid, and was not loaded: {e}") from None
+
+
 def is_plain(t: torch.Tensor) -> bool:
     """False for tensors made inside a torch.func transform (they have no storage of their own
     and must not be cached beyond the transform)."""
@@ -551,3 +691,6 @@ def _fmt_scalar(x: Any) -> str:
 
 
 Tensor = SparseTensor
+
+# torch.load(weights_only=True), torch's default, calls only functions registered as safe.
+torch.serialization.add_safe_globals([rebuild_sparse_tensor])

@@ -10,7 +10,7 @@ from ..errors import ValidationError
 from ..format import TensorFormat
 from .sparse_tensor import SparseTensor
 
-__all__ = ["SparseTensorList"]
+__all__ = ["SparseTensorList", "rebuild_sparse_tensor_list"]
 
 
 class SparseTensorList(Sequence[SparseTensor]):
@@ -51,6 +51,11 @@ class SparseTensorList(Sequence[SparseTensor]):
         if not t.batch_shape:
             raise ValidationError(f"tensor of shape {tuple(t.shape)} has no value batch to split; wrap it as SparseTensorList([t])")
         return cls(t.with_values(v) for v in t.values.unbind(0))
+
+    def __reduce__(self):
+        """Pickled as its members (each a validated :class:`SparseTensor` rebuild), so that
+        ``torch.load(weights_only=True)`` loads it too."""
+        return (rebuild_sparse_tensor_list, (list(self._items),))
 
     # Sequence -----------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -106,3 +111,13 @@ class SparseTensorList(Sequence[SparseTensor]):
     def __repr__(self) -> str:
         shapes = ", ".join(str(tuple(s)) for s in self.shapes[:6]) + (", ..." if len(self) > 6 else "")
         return f"SparseTensorList(len={len(self)}, shapes=[{shapes}], dtype={self.dtype}, device={self.device})"
+
+
+def rebuild_sparse_tensor_list(items: list) -> SparseTensorList:
+    """Unpickling of a :class:`SparseTensorList` (a safe global of ``torch.load``)."""
+    if not isinstance(items, (list, tuple)):
+        raise ValidationError(f"a pickled SparseTensorList stores a list of SparseTensors, got {type(items).__name__}")
+    return SparseTensorList(items)
+
+
+torch.serialization.add_safe_globals([rebuild_sparse_tensor_list])

@@ -40,7 +40,11 @@ def from_package(obj: Any, *, check: bool = True) -> SparseTensor:
     """Wrap a tensor or array of another package as a :class:`SparseTensor`, sharing its memory.
 
     ``check=True`` validates the buffers (bad data raises :class:`~sparsetorch.ValidationError`);
-    ``check=False`` trusts them. A :class:`SparseTensor` is returned as is.
+    ``check=False`` skips the O(nnz) content checks (ranges, order, uniqueness, monotone ``pos``)
+    and trusts the buffers as they are now (see :class:`SparseTensor`); torch-side in-place writes
+    after that are still caught by :meth:`SparseTensor.ensure_valid`, writes through the other
+    package's arrays are not (call :meth:`SparseTensor.validate`). A :class:`SparseTensor` is
+    returned as is.
     """
     if isinstance(obj, SparseTensor):
         return obj
@@ -79,6 +83,8 @@ def to_package(t: SparseTensor, package: Any = "torch", **options: Any) -> Any:
 
     Zero-copy where the layouts agree; a format the package has no counterpart for raises
     :class:`~sparsetorch.InteropError` naming the package's formats and the conversion to make.
+    The index buffers are re-validated first if they were written in place since they were
+    last checked (:meth:`SparseTensor.ensure_valid`).
     Options: ``kind="array" | "matrix"`` for scipy (default "array") and cupy.
     """
     if not isinstance(t, SparseTensor):
@@ -93,6 +99,8 @@ def to_package(t: SparseTensor, package: Any = "torch", **options: Any) -> Any:
     if extra:
         allowed = ", ".join(_OPTIONS[name]) or "none"
         raise InteropError(f"to_package({name!r}) got unknown option(s) {extra}; its options: {allowed}")
+    # The other package's compiled code (and torch's sparse kernels) trusts these index buffers.
+    t.ensure_valid()
     if name == "torch":
         from .torch_io import to_torch
 
