@@ -144,9 +144,8 @@ def test_plan_adjoint_is_the_minimum_norm_solution() -> None:
     A = random_rectangular(11, 4, density=0.5, seed=13, dtype=torch.complex128)
     plan = LstsqPlan(A.detach(), "lsmr", {})
     plan.set_values(A.values)
-    plan.call_options = dict(damp=0.0, **TIGHT, maxiter=None)
     G = torch.randn(4, 2, generator=torch.Generator().manual_seed(0), dtype=torch.complex128)
-    W, res = plan.lstsq(G, adjoint=True)
+    W, res = plan.lstsq(G, adjoint=True, options=dict(damp=0.0, **TIGHT, maxiter=None))
     assert res.converged and W.shape == (11, 2)
     torch.testing.assert_close(W, torch.from_numpy(np.linalg.pinv(A.to_dense().numpy().conj().T) @ G.numpy()),
                                rtol=1e-9, atol=1e-10)

@@ -41,7 +41,7 @@ class DensePlan:
     def set_values(self, values: torch.Tensor) -> None:
         self.factors = torch.linalg.lu_factor(self.A.with_values(values).to_dense())
 
-    def solve(self, B: torch.Tensor, *, adjoint: bool = False):
+    def solve(self, B: torch.Tensor, *, adjoint: bool = False, options=None):
         X = torch.linalg.lu_solve(*self.factors, B, adjoint=adjoint)
         return X, sparsetorch.IterationResult(0, float("nan"), True, sparsetorch.Status.DIRECT, "test double")
 

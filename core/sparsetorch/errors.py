@@ -100,7 +100,15 @@ class NoBackendError(SparseTorchError, RuntimeError):
 
 
 class BackendError(SparseTorchError, RuntimeError):
-    """A backend failed while executing a plan it had offered (the message names the backend)."""
+    """A backend failed while executing a plan it had offered, or returned something unusable.
+
+    ``label`` is "backend/method", ``phase`` one of "build", "set_values", "solve", "apply",
+    "result"; the original exception, if any, is the ``__cause__``."""
+
+    def __init__(self, message: str, label: str | None = None, phase: str | None = None) -> None:
+        super().__init__(message)
+        self.label = label
+        self.phase = phase
 
 
 class SparseTorchWarning(UserWarning):

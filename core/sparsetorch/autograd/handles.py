@@ -7,18 +7,19 @@ have loaded other values; the handle notices (by the values' identity and versio
 
 from __future__ import annotations
 
+import threading
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
-from ..errors import IndefiniteMatrixError, NotConvergedError, NotConvergedWarning
+from ..errors import BackendError, IndefiniteMatrixError, NotConvergedError, NotConvergedWarning, SparseTorchError
 from ..ops.info import IterationResult, Status
 from ..tensor import SparseTensor
 from ..tensor.sparse_tensor import is_plain
 
-__all__ = ["PlanState", "SolveHandle", "MatmulHandle", "sddmm", "vmap_columns"]
+__all__ = ["PlanState", "SolveHandle", "MatmulHandle", "sddmm", "vmap_columns", "guarded"]
 
 
 def _token(values: torch.Tensor) -> tuple:
@@ -32,6 +33,13 @@ class PlanState:
     Values are recognised by identity and torch's version counter, and, when those match, by
     comparing with a snapshot (O(nnz), far cheaper than a refactorization): writes through
     ``.data`` or a NumPy view keep the version unchanged and must still be seen.
+
+    Plans are shared (the plan cache hands one plan to every call on a pattern), calls are not:
+    a caller holds :attr:`lock` from loading its values to the end of its solve or product, so
+    another thread can neither swap the values in between nor run the plan concurrently (a plan
+    need not be thread safe itself). Per-call options travel as arguments, never on the plan.
+    Exceptions a plan raises that are not sparsetorch errors come out as :class:`BackendError`
+    naming the backend, method and phase, with the cause chained.
     """
 
     plan: Any
@@ -44,27 +52,36 @@ class PlanState:
     #: A plan may say the same of itself with a ``reload_cheap = True`` attribute (Krylov plans:
     #: new values are a pointer swap and a diagonal, and the snapshot would cost an nnz copy).
     reload_always: bool = False
+    #: "backend/method", for error messages
+    label: str = "plan"
+    lock: Any = field(default_factory=threading.RLock, repr=False, compare=False)
 
     def build(self) -> Any:
         """Run the plan factory if it has not run yet (pattern-dependent work)."""
         if self.plan is None:
-            self.plan = self.factory()
-            self.factory = None
-            if hasattr(self.plan, "call_options"):
-                self.plan.call_options = getattr(self, "_call_options", {})
+            with self.lock:
+                if self.plan is None:
+                    self.plan = guarded(self.factory, self.label, "build")
+                    self.factory = None
         return self.plan
 
     def load(self, values: torch.Tensor) -> None:
+        with self.lock:
+            self._load(values)
+
+    def _load(self, values: torch.Tensor) -> None:
         self.build()
         v = values.detach()
         tok = _token(v)
         if self.reload_always or getattr(self.plan, "reload_cheap", False):
-            self.plan.set_values(v)
+            self.token = None
+            guarded(lambda: self.plan.set_values(v), self.label, "set_values")
             self.token = tok
             return
         if tok == self.token and self.snapshot is not None and torch.equal(self.snapshot, v):
             return
-        self.plan.set_values(v)
+        self.token = None  # a set_values that raises leaves no values the plan is known to hold
+        guarded(lambda: self.plan.set_values(v), self.label, "set_values")
         self.token = tok
         snap = self.snapshot
         if (snap is not None and snap.shape == v.shape and snap.dtype == v.dtype and snap.device == v.device
@@ -75,11 +92,17 @@ class PlanState:
         else:
             self.snapshot = v.clone()
 
-    def set_call_options(self, options: dict) -> None:
-        """Options that may change from call to call on one plan (tolerances, callbacks)."""
-        self._call_options = dict(options)
-        if self.plan is not None and hasattr(self.plan, "call_options"):
-            self.plan.call_options = self._call_options
+
+def guarded(fn: Callable[[], Any], label: str, phase: str) -> Any:
+    """``fn()``, with an exception that is not a sparsetorch error (a plugin bug, a library's own
+    error type) turned into :class:`BackendError` naming the plan and phase, cause chained."""
+    try:
+        return fn()
+    except SparseTorchError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - re-raised with the plugin named
+        raise BackendError(f"{label} failed in {phase}: {type(exc).__name__}: {exc}", label=label,
+                           phase=phase) from exc
 
 
 def vmap_columns(apply, info, in_dims, values: torch.Tensor, X: torch.Tensor, handle):
@@ -197,7 +220,15 @@ def _slots_in_order(A: SparseTensor, slot: torch.Tensor, nlin: int) -> bool:
 
 @dataclass
 class SolveHandle:
-    """Solves ``A X = B`` (or ``A^H X = B`` when ``adjoint``) with a shared plan."""
+    """Solves ``A X = B`` (or ``A^H X = B`` when ``adjoint``) with a shared plan.
+
+    ``call_options`` are the per-call options of the call that made the handle (rtol, atol,
+    maxiter, check_every, callback): the backward pass solves with them whatever other calls
+    have done with the shared plan since. ``route`` (:class:`~sparsetorch.autograd.fallback.Route`)
+    holds the methods dispatch may fall back to and checks every answer (shape, dtype, device,
+    finiteness, the true residual); without one the plan's answer is checked the same way and
+    a failure raises (a pinned method).
+    """
 
     state: PlanState
     A: SparseTensor
@@ -206,16 +237,19 @@ class SolveHandle:
     results: list = field(default_factory=list)
     check_finite: bool = False
     call_options: dict | None = None
+    route: Any = None
 
     def __post_init__(self) -> None:
-        # The options of the call that made this handle: the backward pass solves with them even
-        # if another call has since used the shared plan with other tolerances.
         if self.call_options is None:
-            self.call_options = dict(getattr(self.state, "_call_options", {}))
+            self.call_options = {}
+        if self.route is None:
+            from .fallback import Route  # noqa: PLC0415 - fallback imports this module
+
+            self.route = Route.single(self.state, self.A)
 
     def flipped(self) -> "SolveHandle":
-        return SolveHandle(self.state, self.A, not self.adjoint, self.on_nonconvergence, self.results,
-                           call_options=self.call_options)
+        return SolveHandle(self.route.state, self.A, not self.adjoint, self.on_nonconvergence, self.results,
+                           call_options=self.call_options, route=self.route)
 
     def run(self, values: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
         # Runs inside the autograd Function, where torch.func transforms hand over plain tensors.
@@ -223,13 +257,10 @@ class SolveHandle:
             from ..ops._inputs import check_finite
 
             check_finite(self.A.with_values(values), B, "solve")
-        self.state.load(values)
-        if hasattr(self.state.plan, "call_options"):
-            self.state.plan.call_options = self.call_options
-        with torch.no_grad():
-            X, res = self.state.plan.solve(B.detach(), adjoint=self.adjoint)
+        X, res = self.route.solve(self, values.detach(), B.detach())
+        self.state = self.route.state
         self.results.append(res)
-        _check(res, self.state.plan, self.on_nonconvergence, "adjoint " if self.adjoint else "")
+        _check(res, self.route.label, self.on_nonconvergence, "adjoint " if self.adjoint else "")
         return X
 
 
@@ -245,15 +276,23 @@ class MatmulHandle:
         return MatmulHandle(self.state, self.A, not self.adjoint)
 
     def run(self, values: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
-        self.state.load(values)
-        with torch.no_grad():
-            return self.state.plan.apply(X.detach(), adjoint=self.adjoint)
+        state = self.state
+        with state.lock, torch.no_grad():
+            state._load(values)
+            Y = guarded(lambda: state.plan.apply(X.detach(), adjoint=self.adjoint), state.label, "apply")
+        m, n = self.A.format_shape
+        rows = n if self.adjoint else m
+        want = (*X.shape[:-2], rows, X.shape[-1])
+        if not isinstance(Y, torch.Tensor) or tuple(Y.shape) != want or Y.dtype != X.dtype or Y.device != X.device:
+            got = (tuple(Y.shape), Y.dtype, Y.device) if isinstance(Y, torch.Tensor) else type(Y).__name__
+            raise BackendError(f"{state.label} returned {got} from apply, expected shape {want}, {X.dtype} on "
+                               f"{X.device} (plugin bug)", label=state.label, phase="apply")
+        return Y
 
 
-def _check(res: IterationResult, plan: Any, policy: str, what: str) -> None:
+def _check(res: IterationResult, name: str, policy: str, what: str) -> None:
     if res.converged:
         return
-    name = f"{plan.backend}/{plan.method}"
     if res.status is Status.INDEFINITE:
         raise IndefiniteMatrixError(
             f"{name} ({what}solve): {res.reason}. The matrix is not positive definite: use method='minres' "

@@ -33,7 +33,7 @@ from torch.autograd.function import once_differentiable
 
 from ..errors import InputError, NotConvergedError, NotConvergedWarning
 from ..tensor import SparseTensor
-from .handles import PlanState, sddmm
+from .handles import PlanState, guarded, sddmm
 
 __all__ = ["LstsqHandle", "lstsq_function", "apply_entries"]
 
@@ -64,12 +64,12 @@ class LstsqHandle:
     results: list = field(default_factory=list)
 
     def run(self, values: torch.Tensor, B: torch.Tensor, adjoint: bool = False) -> torch.Tensor:
-        self.state.load(values)
-        plan = self.state.plan
-        if hasattr(plan, "call_options"):
-            plan.call_options = dict(self.options)
-        with torch.no_grad():
-            X, res = plan.lstsq(B.detach(), adjoint=adjoint)
+        state = self.state
+        with state.lock, torch.no_grad():
+            state._load(values)
+            plan = state.plan
+            X, res = guarded(lambda: plan.lstsq(B.detach(), adjoint=adjoint, options=dict(self.options)), state.label,
+                             "lstsq")
         self.results.append(res)
         if not res.converged:
             what = "adjoint " if adjoint else ""

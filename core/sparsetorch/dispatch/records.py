@@ -16,7 +16,7 @@ import torch
 
 from ..format import TensorFormat
 
-__all__ = ["BackendInfo", "OperandInfo", "Request", "Offer", "Decline", "OPS", "METHODS"]
+__all__ = ["BackendInfo", "OperandInfo", "Request", "Offer", "Decline", "OPS", "METHODS", "DIRECT_METHODS", "Measured"]
 
 #: Operations a backend may implement.
 OPS = ("matmul", "solve", "eigsh", "eigs", "logdet", "lstsq", "solve_list")
@@ -26,6 +26,10 @@ METHODS = (
     "spmm", "lu", "cholesky", "ldlt", "qr", "dense", "cg", "bicgstab", "gmres", "lgmres", "minres",
     "tfqmr", "gcrotmk", "cgs", "lsqr", "lsmr", "amg", "arpack", "lobpcg", "lanczos",
 )
+
+
+#: Methods that factor the matrix (their answer does not depend on a tolerance).
+DIRECT_METHODS = frozenset({"lu", "cholesky", "ldlt", "qr", "dense"})
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,9 @@ class Request:
     properties: frozenset[str] = frozenset()
     options: Mapping[str, Any] = field(default_factory=dict)
     requires_grad: bool = False
+    #: what earlier calls on the same pattern measured, per (backend, method, preconditioner)
+    #: (filled by the core; backends may read it, the core applies it to their offers)
+    measured: tuple[tuple[tuple[str, str, str | None], "Measured"], ...] = ()
 
     @property
     def A(self) -> OperandInfo:
@@ -117,6 +124,17 @@ class Request:
 
 
 @dataclass(frozen=True)
+class Measured:
+    """What an iterative method did on a pattern: the iterations it took to reach ``rtol`` (or
+    ran before it stopped, ``converged=False``: then ``reason`` says why)."""
+
+    iterations: int
+    rtol: float
+    converged: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class Offer:
     """A backend can do the request with ``method`` at an estimated cost.
 
@@ -125,7 +143,10 @@ class Offer:
     format conversion) so ``explain`` can show it. ``setup`` is the part of ``seconds`` paid
     once per pattern (a symbolic analysis, a format conversion): when the pattern is expected
     to serve several calls (the ``repeat`` option, or the calls seen so far on it), dispatch
-    spreads it over them.
+    spreads it over them. ``iterations`` is the estimated iteration count of an iterative method
+    (None for a direct one): with it the core can weigh the estimate by what it knows of the
+    matrix class and by the iterations measured on the same pattern, and bound an attempt by
+    the cost of the direct method it delays (docs/dispatch.md, "Fallback").
     """
 
     backend: str
@@ -136,6 +157,7 @@ class Offer:
     notes: str = ""
     preconditioner: str | None = None
     setup: float = 0.0
+    iterations: int | None = None
 
     def __post_init__(self) -> None:
         if not (isinstance(self.seconds, (int, float)) and math.isfinite(self.seconds) and self.seconds >= 0):
@@ -148,6 +170,14 @@ class Offer:
             raise ValueError(f"offer from {self.backend!r} has invalid bytes={self.bytes!r}")
         if not callable(self.build):
             raise ValueError(f"offer from {self.backend!r} has no callable plan factory")
+        if self.iterations is not None and not (isinstance(self.iterations, int) and self.iterations >= 1):
+            raise ValueError(f"offer from {self.backend!r} has invalid iterations={self.iterations!r} (a positive int "
+                             f"or None for a direct method)")
+
+    @property
+    def direct(self) -> bool:
+        """Whether the method is direct (a factorization: no iteration count, no tolerance)."""
+        return self.method in DIRECT_METHODS
 
 
 @dataclass(frozen=True)

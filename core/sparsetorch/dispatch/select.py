@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from ..errors import NoBackendError
+from .experience import weigh
 from .manager import get_backends
 from .records import Decline, Offer, Request
 
@@ -175,6 +176,9 @@ def rank(request: Request) -> ExplainTable:
             declines.append(Decline(a.backend, f"needs {_fmt_bytes(a.bytes)} > max_bytes={_fmt_bytes(max_bytes)}", a.method))
         else:
             offers.append(a)
+    if request.op == "solve":
+        offers, weighed = weigh(request, offers)
+        declines += weighed
     repeat = request.option("repeat")
     if isinstance(repeat, int) and repeat > 1:
         offers = [_amortized(o, repeat) for o in offers]
@@ -228,7 +232,7 @@ def _decision_key(request: Request) -> Any:
     if os.environ.get("SPARSETORCH_DISPATCH_CACHE", "1").lower() in ("0", "false", "no", "off") or _trace_enabled():
         return None
     try:
-        key = (request.op, request.operands, request.properties, request.requires_grad,
+        key = (request.op, request.operands, request.properties, request.requires_grad, request.measured,
                tuple(sorted((k, _freeze(v)) for k, v in request.options.items() if k != "callback")),
                get_backends().generation, os.environ.get("SPARSETORCH_CALIBRATION"))
         hash(key)

@@ -9,13 +9,14 @@ from typing import Any
 
 import torch
 
+from ..autograd.fallback import Route
 from ..autograd.handles import PlanState
 from ..dispatch.cache import plan_cache
 from ..dispatch.records import Offer, OperandInfo, Request
 from ..dispatch.select import ExplainTable, choose
 from ..tensor import SparseTensor
 
-__all__ = ["make_request", "obtain_plan", "options_key", "CALL_OPTIONS"]
+__all__ = ["make_request", "obtain_plan", "plan_for", "route_for", "call_options", "options_key", "CALL_OPTIONS"]
 
 # Options that change what a plan is (part of the cache key). Tolerances, iteration limits and
 # callbacks are per call (CALL_OPTIONS): one plan serves them all.
@@ -23,9 +24,10 @@ _PLAN_OPTIONS = ("restart", "block_size", "dense_max")
 CALL_OPTIONS = ("rtol", "atol", "maxiter", "check_every", "callback")
 
 
-def make_request(op: str, operands: tuple[OperandInfo, ...], properties: frozenset[str], options: dict[str, Any]) -> Request:
+def make_request(op: str, operands: tuple[OperandInfo, ...], properties: frozenset[str], options: dict[str, Any],
+                 measured: tuple = ()) -> Request:
     requires_grad = any(o.requires_grad for o in operands)
-    return Request(op, operands, properties, dict(options), requires_grad)
+    return Request(op, operands, properties, dict(options), requires_grad, measured)
 
 
 def options_key(offer: Offer, options: dict[str, Any]) -> tuple:
@@ -84,6 +86,12 @@ def obtain_plan(op: str, A: SparseTensor, request: Request, *, cache: bool = Tru
     if spread is not None:  # some offer has a one-time setup: price it over the expected calls
         request = spread
         offer, table = choose(request)
+    return plan_for(op, A, request, offer, cache=cache), offer, table
+
+
+def plan_for(op: str, A: SparseTensor, request: Request, offer: Offer, *, cache: bool = True) -> PlanState:
+    """The plan of ``offer`` for ``A`` (from the plan cache when one was built for the same
+    pattern, dtype, symmetry class and plan options)."""
     # Plans capture the pattern only: they get A with zero values; values arrive through
     # set_values. The factory runs lazily, at the first load, which happens inside the autograd
     # Function, where torch.func transforms hand over plain tensors that a plan may keep.
@@ -94,13 +102,13 @@ def obtain_plan(op: str, A: SparseTensor, request: Request, *, cache: bool = Tru
         source = A.detach().with_values(zeros)
         return offer.build(source, request)
 
+    label = f"{offer.backend}/{offer.method}"
+
     def build() -> PlanState:
-        return PlanState(None, factory=factory, reload_always=(op == "matmul"))
+        return PlanState(None, factory=factory, reload_always=(op == "matmul"), label=label)
 
     if not cache:
-        state = build()
-        _per_call(state, request)
-        return state, offer, table
+        return build()
     # The symmetry class is part of the key: a plan may rely on it (the torch backend's Krylov
     # plans run adjoint solves with A itself when A = A^H), so values on the same pattern that
     # lose their symmetry get a plan of their own.
@@ -109,10 +117,25 @@ def obtain_plan(op: str, A: SparseTensor, request: Request, *, cache: bool = Tru
            options_key(offer, request.options))
     state, hit = plan_cache().get_or_build(key, A.pattern_key, build, (op, offer.backend, offer.method, tuple(A.shape)))
     state.reused = hit
-    _per_call(state, request)
-    return state, offer, table
+    return state
 
 
-def _per_call(state: PlanState, request: Request) -> None:
-    """Options that may change from call to call without a new plan."""
-    state.set_call_options({k: request.options.get(k) for k in CALL_OPTIONS})
+def call_options(request: Request) -> dict[str, Any]:
+    """The options of a call that may change from call to call on one plan (passed to the
+    plan's solve, never stored on it)."""
+    return {k: request.options.get(k) for k in CALL_OPTIONS}
+
+
+def route_for(op: str, A: SparseTensor, request: Request, table: ExplainTable, offer: Offer, state: PlanState, *,
+              cache: bool = True) -> Route:
+    """The fallback route of a call: ``offer`` first, then the offers ranked after it (none when
+    the user pinned the method)."""
+    pinned = request.option("method") is not None
+    rest = [] if pinned else [r.offer for r in table.offers if r.offer is not None and r.offer is not offer]
+    # the ranking may list the chosen offer anywhere when it came from a remembered decision:
+    # keep the order of the table after it
+    offers = [r.offer for r in table.offers if r.offer is not None]
+    if not pinned and offer in offers:
+        k = offers.index(offer)
+        rest = offers[k + 1:] + [o for o in offers[:k]]
+    return Route(A.detach(), state, offer, rest, lambda o: plan_for(op, A, request, o, cache=cache), pinned=pinned)

@@ -104,7 +104,6 @@ def lstsq(
     request = lstsq_request(A, Bn, options)
     state, offer, _ = obtain_plan("lstsq", A, request, cache=cache)
     call = {k: options[k] for k in CALL}
-    state.set_call_options(call)
     handle = LstsqHandle(state, A.detach(), call, on_nonconvergence)
     X = lstsq_function(A.values, Bn, handle)
     out = restore_rhs(X, vector)
@@ -161,7 +160,6 @@ class Lstsq:
             self.plan()
         Bn, vector = as_rhs(self.A, B, "Lstsq.solve", rows=self.A.format_shape[0])
         call = {k: self._options[k] for k in CALL}
-        self._state.set_call_options(call)
         handle = LstsqHandle(self._state, self.A.detach(), call, self._policy, self.results)
         X = lstsq_function(self.A.values, Bn, handle)
         out = restore_rhs(X, vector)

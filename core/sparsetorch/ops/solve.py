@@ -8,10 +8,12 @@ import torch
 
 from ..autograd.handles import PlanState, SolveHandle
 from ..autograd.solve import solve_function
+from ..dispatch import experience
 from ..dispatch.select import ExplainTable
-from ..errors import InputError
+from ..errors import BackendError, IndefiniteMatrixError, InputError, SingularMatrixError
 from ..tensor import SparseTensor, SparseTensorList
-from ._dispatch import make_request, obtain_plan
+from ._dispatch import call_options, make_request, obtain_plan, route_for
+from .accuracy import default_rtol
 from ..tensor.sparse_tensor import is_plain
 from ._inputs import as_rhs, check_finite as check_finite_values, check_matrix, describe_dense, describe_sparse, restore_rhs
 from .info import SolveInfo
@@ -26,7 +28,7 @@ SOLVER_REPEAT = 10
 
 #: The keyword options of solve/Solver/explain("solve") with their defaults.
 SOLVE_DEFAULTS: dict[str, Any] = dict(
-    backend=None, method=None, preconditioner=None, rtol=1e-6, atol=0.0, maxiter=None, restart=None, block_size=None,
+    backend=None, method=None, preconditioner=None, rtol=None, atol=0.0, maxiter=None, restart=None, block_size=None,
     dense_max=None, max_bytes=None, callback=None, check_every=None, backend_options=None, repeat=None,
 )
 
@@ -43,8 +45,10 @@ def _options(
     backend, method, preconditioner, rtol, atol, maxiter, restart, block_size, dense_max, max_bytes, callback, check_every,
     backend_options=None, repeat=None,
 ) -> dict[str, Any]:
-    if not (isinstance(rtol, (int, float)) and rtol >= 0) or not (isinstance(atol, (int, float)) and atol >= 0):
-        raise InputError(f"rtol and atol must be non-negative numbers, got rtol={rtol!r}, atol={atol!r}")
+    if not (rtol is None or (isinstance(rtol, (int, float)) and not isinstance(rtol, bool) and rtol >= 0)) or not (
+            isinstance(atol, (int, float)) and not isinstance(atol, bool) and atol >= 0):
+        raise InputError(f"rtol and atol must be non-negative numbers (rtol=None: the accuracy contract's default for "
+                         f"the dtype), got rtol={rtol!r}, atol={atol!r}")
     if rtol == 0 and atol == 0:
         raise InputError("rtol and atol are both 0: an iterative method could never stop; give one of them")
     if maxiter is not None and (not isinstance(maxiter, int) or maxiter < 1):
@@ -53,7 +57,8 @@ def _options(
         raise InputError(f"repeat must be a positive int (how many solves this pattern will serve) or None, "
                          f"got {repeat!r}")
     return {
-        "backend": backend, "method": method, "preconditioner": preconditioner, "rtol": float(rtol),
+        "backend": backend, "method": method, "preconditioner": preconditioner,
+        "rtol": None if rtol is None else float(rtol),
         "atol": float(atol), "maxiter": maxiter, "restart": restart, "block_size": block_size,
         "dense_max": dense_max, "max_bytes": max_bytes, "callback": callback, "check_every": check_every,
         "backend_options": dict(backend_options or {}), "repeat": repeat,
@@ -80,10 +85,15 @@ def _progress_callback(progress: bool, callback: Callable | None, maxiter: int |
 
 
 def solve_request(A: SparseTensor, B: torch.Tensor | None, properties, options: dict[str, Any]):
+    """The dispatch request of a solve: detected (or given) properties, the tolerance resolved
+    for A's dtype (the accuracy contract: ``rtol=None`` is 1e-10 in float64, 1e-5 in float32),
+    and what iterative solves measured on A's pattern before."""
     tags = normalize_tags(properties)
     props = tags if tags is not None else detect(A)
     operands = (describe_sparse(A),) + ((describe_dense(B),) if B is not None else ())
-    return make_request("solve", operands, props, options)
+    if options.get("rtol") is None:
+        options = {**options, "rtol": default_rtol(A.dtype)}
+    return make_request("solve", operands, props, options, experience.measured_for(A.pattern_key, A.dtype))
 
 
 def solve(
@@ -93,7 +103,7 @@ def solve(
     backend: str | None = None,
     method: str | None = None,
     preconditioner: str | Callable | None = None,
-    rtol: float = 1e-6,
+    rtol: float | None = None,
     atol: float = 0.0,
     maxiter: int | None = None,
     return_info: bool = False,
@@ -172,8 +182,10 @@ def solve(
     options = _options(backend, method, preconditioner, rtol, atol, maxiter, restart, block_size, dense_max, max_bytes, cb,
                        check_every, backend_options, repeat)
     request = solve_request(A, Bn, properties, options)
-    state, offer, _ = obtain_plan("solve", A, request, cache=cache)
-    handle = SolveHandle(state, A.detach(), False, on_nonconvergence, check_finite=check_finite and not checked_here)
+    state, offer, table = obtain_plan("solve", A, request, cache=cache)
+    route = route_for("solve", A, request, table, offer, state, cache=cache)
+    handle = SolveHandle(state, A.detach(), False, on_nonconvergence, check_finite=check_finite and not checked_here,
+                         call_options=call_options(request), route=route)
     try:
         # Always through the autograd Function: under torch.func transforms it is what unwraps
         # the operands (and its vmap rule batches right-hand sides into one solve).
@@ -184,12 +196,14 @@ def solve(
     X = restore_rhs(X, vector)
     if not return_info:
         return X
-    return X, _info(A, Bn, restore_rhs(X, False) if not vector else X.unsqueeze(-1), state, offer, handle)
+    return X, _info(A, Bn, restore_rhs(X, False) if not vector else X.unsqueeze(-1), handle)
 
 
 
-def _info(A: SparseTensor, Bn: torch.Tensor, Xn: torch.Tensor, state: PlanState, offer, handle: SolveHandle) -> SolveInfo:
+def _info(A: SparseTensor, Bn: torch.Tensor, Xn: torch.Tensor, handle: SolveHandle) -> SolveInfo:
     res = handle.results[-1]
+    route = handle.route
+    offer, state = route.offer, route.state
     from .matmul import matmul
 
     with torch.no_grad():
@@ -200,8 +214,10 @@ def _info(A: SparseTensor, Bn: torch.Tensor, Xn: torch.Tensor, state: PlanState,
     return SolveInfo(
         backend=offer.backend, method=offer.method, iterations=res.iterations, residual=true_res,
         converged=res.converged, status=res.status, reason=res.reason, residual_history=tuple(res.history),
-        preconditioner=getattr(state.plan, "preconditioner", None), plan_reused=state.reused,
-        extra={"estimated_seconds": offer.seconds, "estimated_bytes": offer.bytes},
+        preconditioner=offer.preconditioner, plan_reused=state.reused,
+        extra={"estimated_seconds": offer.seconds, "estimated_bytes": offer.bytes,
+               "estimated_iterations": offer.iterations},
+        attempts=tuple(route.attempts),
     )
 
 
@@ -251,42 +267,70 @@ class Solver:
 
     def plan(self) -> ExplainTable:
         """Choose the backend and method and do the pattern-dependent work."""
-        request = solve_request(self.A, None, self._properties, self._options)
-        self._state, self._offer, self._table = obtain_plan("solve", self.A, request, cache=self._cache)
+        self._request = solve_request(self.A, None, self._properties, self._options)
+        self._state, self._offer, self._table = obtain_plan("solve", self.A, self._request, cache=self._cache)
+        self._route = route_for("solve", self._pattern, self._request, self._table, self._offer, self._state,
+                                cache=self._cache)
         self._state.build()
         return self._table
 
     def factorize(self) -> "Solver":
-        """Numeric phase for the current values (factorization or preconditioner setup)."""
+        """Numeric phase for the current values (factorization or preconditioner setup).
+
+        A failure that a fallback can answer (a zero pivot of a method without pivoting, an
+        indefinite matrix under Cholesky) is left to the next :meth:`solve`, which moves to the
+        next method; with a pinned method it raises here."""
         if self._state is None:
             self.plan()
-        self._state.load(self._values)
+        try:
+            self._state.load(self._values)
+        except (SingularMatrixError, IndefiniteMatrixError, BackendError):
+            if self._options["method"] is not None:
+                raise
         return self
 
     setup = factorize
 
     def update_values(self, values: torch.Tensor) -> "Solver":
-        """New values on the same pattern (shape ``A.values.shape``); keeps the plan."""
+        """New values on the same pattern (shape, dtype and device of ``A.values``); keeps the plan."""
         if not isinstance(values, torch.Tensor) or tuple(values.shape) != tuple(self._values.shape):
             raise InputError(
                 f"update_values needs a tensor of shape {tuple(self._values.shape)}, got "
                 f"{tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__}"
             )
+        if values.dtype != self._values.dtype:
+            raise InputError(f"update_values got {values.dtype} values; the plan is for {self._values.dtype} (cast "
+                             f"with values.to({self._values.dtype}) or make a new Solver for the other dtype)")
         if values.device != self._values.device:
             raise InputError(f"update_values got values on {values.device}; the matrix is on {self._values.device}")
+        if values.layout != torch.strided:
+            raise InputError(f"update_values needs dense (strided) values, got layout {values.layout}")
         self._values, self._A = values, None
         if self._state is not None:
-            self._state.load(values)
+            self.factorize()
         return self
 
     def solve(self, B: torch.Tensor, *, return_info: bool = False):
+        """``X`` with ``A X = B`` (checked, with fallback when dispatch chose the method).
+
+        Safe to call from several threads at once: calls on one plan are serialized by its lock,
+        each with its own values and options. ``update_values`` from one thread while another
+        solves gives the solving thread either the old or the new values, never a mix."""
         if self._state is None:
             self.factorize()
         Bn, vector = as_rhs(self._pattern, B, "Solver.solve", rows=self._pattern.format_shape[0])
-        handle = SolveHandle(self._state, self._pattern, False, self._policy, self.results)
-        X = solve_function(self._values, Bn, handle)
+        values = self._values
+        route = route_for("solve", self._pattern, self._request, self._table, self._offer, self._state,
+                          cache=self._cache)
+        handle = SolveHandle(self._state, self._pattern, False, self._policy, [],
+                             call_options=call_options(self._request), route=route)
+        X = solve_function(values, Bn, handle)
+        self.results.extend(handle.results)
+        if route.offer is not None and route.offer is not self._offer:
+            # dispatch fell back: keep the method that worked for the next solves
+            self._state, self._offer = route.state, route.offer
         out = restore_rhs(X, vector)
-        info = _info(self.A, Bn, X, self._state, self._offer, handle) if return_info else None
+        info = _info(self._pattern.with_values(values), Bn, X, handle) if return_info else None
         self._state.reused = True  # later solves reuse this plan
         return (out, info) if return_info else out
 

@@ -83,7 +83,7 @@ class DenseLUPlan:
             factors.append((lu, piv))
         self._factors = factors
 
-    def solve(self, B: torch.Tensor, *, adjoint: bool = False) -> tuple[torch.Tensor, sparsetorch.IterationResult]:
+    def solve(self, B: torch.Tensor, *, adjoint: bool = False, options=None) -> tuple[torch.Tensor, sparsetorch.IterationResult]:
         """``X`` with ``A X = B`` (``A^H X = B`` when ``adjoint``); ``B`` is ``(*batch, n, k)``."""
         if self._factors is None:
             raise RuntimeError(f"{self.backend}/lu: solve() before set_values()")

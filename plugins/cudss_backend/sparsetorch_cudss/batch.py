@@ -178,7 +178,8 @@ class CudssListPlan:
             off += n * k
         return out
 
-    def solve(self, Bs: Sequence[torch.Tensor], *, adjoint: bool = False) -> tuple[list[torch.Tensor], IterationResult]:
+    def solve(self, Bs: Sequence[torch.Tensor], *, adjoint: bool = False, options=None
+              ) -> tuple[list[torch.Tensor], IterationResult]:
         if not self._loaded:
             raise RuntimeError(f"{self.backend}/{self.method}: solve() before set_values()")
         rhs, ks = self._flat(Bs)

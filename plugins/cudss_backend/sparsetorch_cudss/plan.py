@@ -396,7 +396,7 @@ class CudssPlan:
         self.perturbed_pivots = check_factor(fac, self.mtype, self.backend, self.method, where)
 
     # --- solves --------------------------------------------------------------------------------------
-    def solve(self, B: torch.Tensor, *, adjoint: bool = False) -> tuple[torch.Tensor, IterationResult]:
+    def solve(self, B: torch.Tensor, *, adjoint: bool = False, options=None) -> tuple[torch.Tensor, IterationResult]:
         if not self._loaded:
             raise RuntimeError(f"{self.backend}/{self.method}: solve() before set_values()")
         n = self.n

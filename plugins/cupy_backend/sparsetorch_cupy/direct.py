@@ -64,7 +64,7 @@ class QRPlan:
         ptr[1:] = torch.cumsum(tc, 0).to(torch.int32)
         self._t_indptr = ptr
 
-    def solve(self, B: torch.Tensor, *, adjoint: bool = False) -> tuple[torch.Tensor, IterationResult]:
+    def solve(self, B: torch.Tensor, *, adjoint: bool = False, options=None) -> tuple[torch.Tensor, IterationResult]:
         import cupyx.scipy.sparse as csp  # noqa: PLC0415
         from cupyx.scipy.sparse.linalg import spsolve  # noqa: PLC0415
 

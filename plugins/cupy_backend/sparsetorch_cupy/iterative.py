@@ -63,7 +63,6 @@ class KrylovPlan:
         self._ilu = ILU0Pattern(A) if name == "ilu" else None
         self.restart = int(options.get("restart") or DEFAULT_RESTART)
         #: per-call options set by the core (rtol, atol, maxiter, check_every, callback)
-        self.call_options: dict = {}
         self._pres: list[Any] | None = None
         self._finite: list[bool] = []
 
@@ -93,10 +92,11 @@ class KrylovPlan:
         self._pres = pres
 
     # Solve ----------------------------------------------------------------------------------------
-    def solve(self, B: torch.Tensor, *, adjoint: bool = False) -> tuple[torch.Tensor, IterationResult]:
+    def solve(self, B: torch.Tensor, *, adjoint: bool = False, options: Mapping[str, Any] | None = None
+              ) -> tuple[torch.Tensor, IterationResult]:
         if self._pres is None:
             raise RuntimeError(f"{self.backend}/{self.method}: solve() before set_values()")
-        o = {**self._options, **{k: v for k, v in self.call_options.items() if k == "callback" or v is not None}}
+        o = {**self._options, **{k: v for k, v in (options or {}).items() if k == "callback" or v is not None}}
         n = self.n
         Bc = B.detach()
         if Bc.is_conj():

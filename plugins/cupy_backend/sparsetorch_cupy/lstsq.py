@@ -36,15 +36,15 @@ class LsmrPlan:
         self.shape = self.matrix.shape
         self.device = A.device
         self._options = dict(options)
-        self.call_options: dict = {}
 
     def set_values(self, values: torch.Tensor) -> None:
         self.matrix.set_values(values)
 
-    def lstsq(self, B: torch.Tensor, *, adjoint: bool = False) -> tuple[torch.Tensor, IterationResult]:
+    def lstsq(self, B: torch.Tensor, *, adjoint: bool = False, options: Mapping[str, Any] | None = None
+              ) -> tuple[torch.Tensor, IterationResult]:
         from cupyx.scipy.sparse.linalg import LinearOperator, lsmr  # noqa: PLC0415
 
-        o = {**self._options, **{k: v for k, v in self.call_options.items() if v is not None}}
+        o = {**self._options, **{k: v for k, v in (options or {}).items() if v is not None}}
         m, n = self.shape
         rows, cols = (n, m) if adjoint else (m, n)
         Bc = B.detach().resolve_conj().reshape(-1, rows, B.shape[-1])

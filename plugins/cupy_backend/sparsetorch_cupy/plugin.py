@@ -200,7 +200,8 @@ def _krylov_answers(request: Request, r: Any, method: str, pre: Any, pre_name: s
         opts = dict(request.options)
         opts["preconditioner"] = pre if cand == "user" else cand
         note = f"cupyx {method}: ~{its} iterations estimated, preconditioner {cand or 'none'}" + _conversion_note(request)
-        out.append(Offer(NAME, method, seconds, peak, _krylov_factory(method, opts), note, cand))
+        out.append(Offer(NAME, method, seconds, peak, _krylov_factory(method, opts), note, cand,
+                         iterations=max(1, int(its))))
     return out
 
 

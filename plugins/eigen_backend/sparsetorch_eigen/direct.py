@@ -182,7 +182,8 @@ class DirectPlan:
             _lib.call(fn, j, Bt[i].data_ptr(), X[i].data_ptr(), k, adjoint)
         return X.transpose(-1, -2).reshape(*B.shape[:-2], rows_out, k)
 
-    def solve(self, B: torch.Tensor, *, adjoint: bool = False) -> tuple[torch.Tensor, IterationResult]:
+    def solve(self, B: torch.Tensor, *, adjoint: bool = False, options: Mapping[str, Any] | None = None
+              ) -> tuple[torch.Tensor, IterationResult]:
         """``X`` with ``A X = B`` (``A^H X = B`` when ``adjoint``), B ``(*batch, n, k)``."""
         if self.m != self.n:
             raise InputError(f"{self.backend}/{self.method}: solve needs a square matrix, got {self.m}x{self.n}")
@@ -190,11 +191,12 @@ class DirectPlan:
         what = "adjoint solve" if adjoint else "solve"
         return X, IterationResult(0, math.nan, True, Status.DIRECT, f"Eigen {_NAMES[self.method]} {what} from kept factors")
 
-    def lstsq(self, B: torch.Tensor, *, adjoint: bool = False) -> tuple[torch.Tensor, IterationResult]:
+    def lstsq(self, B: torch.Tensor, *, adjoint: bool = False, options: Mapping[str, Any] | None = None
+              ) -> tuple[torch.Tensor, IterationResult]:
         """Minimum-norm least-squares ``X`` of ``A X = B`` (``A^H X = B`` when ``adjoint``), QR only."""
         if self.method != "qr":
             raise InputError(f"{self.backend}/{self.method}: lstsq needs the qr method")
-        damp = float(getattr(self, "call_options", {}).get("damp") or 0.0)
+        damp = float((options or {}).get("damp") or 0.0)
         if damp != 0.0:
             raise InputError(f"{self.backend}/qr: damp={damp} is not supported by the QR plan (it factors A itself); use "
                              f"method='lsqr'")

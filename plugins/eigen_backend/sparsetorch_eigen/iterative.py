@@ -92,7 +92,6 @@ class _Base:
             h.index64, h.csr, h.members, float(bo.get("ilu_drop_tol", 1e-4)), int(bo.get("ilu_fill_factor", 10)),
             float(bo.get("ichol_shift", 1e-3)))
         #: per-call options set by the core (rtol, atol, maxiter, check_every, callback / damp, btol)
-        self.call_options: dict = {}
         self._values: torch.Tensor | None = None
 
     def set_values(self, values: torch.Tensor) -> None:
@@ -112,8 +111,8 @@ class _Base:
                 raise SingularMatrixError(f"{self.backend}/{self.method}: preconditioner {self.preconditioner}: {msg}; try "
                                           f"backend_options ilu_drop_tol smaller or preconditioner='jacobi'")
 
-    def _opts(self) -> dict:
-        return {**self._options, **{k: v for k, v in self.call_options.items() if k == "callback" or v is not None}}
+    def _opts(self, options: Mapping[str, Any] | None) -> dict:
+        return {**self._options, **{k: v for k, v in (options or {}).items() if k == "callback" or v is not None}}
 
     def _iterate(self, B: torch.Tensor, rows_in: int, rows_out: int, adjoint: bool, o: dict, label: str):
         if self._values is None:
@@ -145,10 +144,11 @@ class KrylovPlan(_Base):
         self._cpp_method = method
         super().__init__(A, method, options, backend=backend, square=True)
 
-    def solve(self, B: torch.Tensor, *, adjoint: bool = False) -> tuple[torch.Tensor, IterationResult]:
-        """``X`` with ``A X = B`` (``A^H X = B`` when ``adjoint``)."""
+    def solve(self, B: torch.Tensor, *, adjoint: bool = False, options: Mapping[str, Any] | None = None
+              ) -> tuple[torch.Tensor, IterationResult]:
+        """``X`` with ``A X = B`` (``A^H X = B`` when ``adjoint``) with this call's ``options``."""
         label = _LABEL[self.method] + (f" + {self.preconditioner}" if self.preconditioner else "")
-        return self._iterate(B, self.n, self.n, adjoint, self._opts(), label)
+        return self._iterate(B, self.n, self.n, adjoint, self._opts(options), label)
 
 
 class LeastSquaresCGPlan(_Base):
@@ -158,9 +158,10 @@ class LeastSquaresCGPlan(_Base):
         self._cpp_method = "lscg"
         super().__init__(A, method, options, backend=backend, square=False)
 
-    def lstsq(self, B: torch.Tensor, *, adjoint: bool = False) -> tuple[torch.Tensor, IterationResult]:
+    def lstsq(self, B: torch.Tensor, *, adjoint: bool = False, options: Mapping[str, Any] | None = None
+              ) -> tuple[torch.Tensor, IterationResult]:
         """``argmin ||A X - B||^2 + damp^2 ||X||^2`` (``A^H`` when ``adjoint``)."""
-        o = self._opts()
+        o = self._opts(options)
         rows_in, rows_out = (self.n, self.m) if adjoint else (self.m, self.n)
         label = _LABEL["lscg"] + (f" + {self.preconditioner}" if self.preconditioner else "")
         return self._iterate(B, rows_in, rows_out, adjoint, o, label)

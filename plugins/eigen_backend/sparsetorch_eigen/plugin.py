@@ -218,7 +218,8 @@ def _krylov_answers(request: Request, r: Any, method: str, pre_name: str | None)
         opts = dict(request.options)
         opts["preconditioner"] = cand
         note = f"~{its} iterations estimated, preconditioner {cand or 'none'}" + _conversion_note(request)
-        out.append(Offer(NAME, method, seconds, peak, _krylov_factory(method, opts), note, cand))
+        out.append(Offer(NAME, method, seconds, peak, _krylov_factory(method, opts), note, cand,
+                         iterations=max(1, int(its))))
     return out
 
 

@@ -79,14 +79,6 @@ class TransferPlan:
     def preconditioner(self) -> Any:
         return getattr(self._inner, "preconditioner", None)
 
-    @property
-    def call_options(self) -> dict:
-        return getattr(self._inner, "call_options", {})
-
-    @call_options.setter
-    def call_options(self, value: dict) -> None:
-        self._inner.call_options = value
-
     def __getattr__(self, name: str) -> Any:  # counters and the like (factorizations, amg_reuse, ...)
         if name.startswith("_") or name == "inverse_entries":  # not wrapped: its results would stay on the host
             raise AttributeError(name)
@@ -99,15 +91,15 @@ class TransferPlan:
     def set_values(self, values: torch.Tensor) -> None:
         self._inner.set_values(_host(values))
 
-    def solve(self, B: torch.Tensor, *, adjoint: bool = False):
-        X, res = self._inner.solve(_host(B), adjoint=adjoint)
+    def solve(self, B: torch.Tensor, *, adjoint: bool = False, options: Any = None):
+        X, res = self._inner.solve(_host(B), adjoint=adjoint, options=options)
         return self._back(X), res
 
     def apply(self, X: torch.Tensor, *, adjoint: bool = False) -> torch.Tensor:
         return self._back(self._inner.apply(_host(X), adjoint=adjoint))
 
-    def lstsq(self, B: torch.Tensor, *, adjoint: bool = False):
-        X, res = self._inner.lstsq(_host(B), adjoint=adjoint)
+    def lstsq(self, B: torch.Tensor, *, adjoint: bool = False, options: Any = None):
+        X, res = self._inner.lstsq(_host(B), adjoint=adjoint, options=options)
         return self._back(X), res
 
     def slogdet(self):

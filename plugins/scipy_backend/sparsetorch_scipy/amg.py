@@ -182,7 +182,6 @@ class AMGPlan:
         if reuse_tolerance(bo) != 0.0:
             raise InputError(SOLVER_REUSE)
         self._h = Handoff(A, int32=True, kinds=("csr",))
-        self.call_options: dict = {}
         #: the hierarchies and the rule for rebuilding them (backend_options amg_reuse)
         self.amg_reuse = HierarchyReuse(bo)
         self._members: list[tuple[Any, Any, bool]] | None = None
@@ -203,11 +202,12 @@ class AMGPlan:
             members.append((mat, ml, finite))
         self._members = members
 
-    def solve(self, B: torch.Tensor, *, adjoint: bool = False) -> tuple[torch.Tensor, IterationResult]:
+    def solve(self, B: torch.Tensor, *, adjoint: bool = False, options: Mapping[str, Any] | None = None
+              ) -> tuple[torch.Tensor, IterationResult]:
         """Cycles for every column; ``adjoint`` solves the same system (A is Hermitian)."""
         if self._members is None:
             raise RuntimeError(f"{self.backend}/amg: solve() before set_values()")
-        o = {k: v for k, v in self.call_options.items() if k == "callback" or v is not None}
+        o = {k: v for k, v in (options or {}).items() if k == "callback" or v is not None}
         n = self.n
         Bn = numpy_view(B).reshape(-1, n, B.shape[-1])
         if len(self._members) not in (1, Bn.shape[0]):

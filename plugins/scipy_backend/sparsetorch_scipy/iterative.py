@@ -96,8 +96,6 @@ class KrylovPlan:
             #: AMG hierarchies kept across value sets per backend_options amg_reuse
             self.amg_reuse: Any = HierarchyReuse(self._bo)
         self.restart = int(options.get("restart") or DEFAULT_RESTART)
-        #: per-call options set by the core (rtol, atol, maxiter, check_every, callback)
-        self.call_options: dict = {}
         self._members: list[_Member] | None = None
 
     # Numeric phase --------------------------------------------------------------------------------
@@ -129,11 +127,13 @@ class KrylovPlan:
         return UserPreconditioner(self._pre_fn, self.n, member.data.dtype)
 
     # Solve ------------------------------------------------------------------------------------------
-    def solve(self, B: torch.Tensor, *, adjoint: bool = False) -> tuple[torch.Tensor, IterationResult]:
-        """``X`` with ``A X = B`` (``A^H X = B`` when ``adjoint``), one SciPy solve per column."""
+    def solve(self, B: torch.Tensor, *, adjoint: bool = False, options: Mapping[str, Any] | None = None
+              ) -> tuple[torch.Tensor, IterationResult]:
+        """``X`` with ``A X = B`` (``A^H X = B`` when ``adjoint``), one SciPy solve per column, with
+        this call's ``options`` (rtol, atol, maxiter, check_every, callback)."""
         if self._members is None:
             raise RuntimeError(f"{self.backend}/{self.method}: solve() before set_values()")
-        o = {**self._options, **{k: v for k, v in self.call_options.items() if k == "callback" or v is not None}}
+        o = {**self._options, **{k: v for k, v in (options or {}).items() if k == "callback" or v is not None}}
         n = self.n
         Bn = numpy_view(B).reshape(-1, n, B.shape[-1])
         members = self._members

@@ -55,7 +55,6 @@ class LstsqPlan:
         self.backend, self.method = backend, method
         self._h = Handoff(A, int32="auto")  # 32-bit indices for the products when they fit
         self.m, self.n = self._h.shape
-        self.call_options: dict = {}
         self._members: list[tuple[Any, Any]] | None = None
         self._finite: list[bool] = []
 
@@ -70,7 +69,8 @@ class LstsqPlan:
             finite.append(bool(np.isfinite(d).all()))
         self._members, self._finite = members, finite
 
-    def lstsq(self, B: torch.Tensor, *, adjoint: bool = False) -> tuple[torch.Tensor, IterationResult]:
+    def lstsq(self, B: torch.Tensor, *, adjoint: bool = False, options: Mapping[str, Any] | None = None
+              ) -> tuple[torch.Tensor, IterationResult]:
         """Minimum-norm least-squares ``X`` of ``A X = B`` (``A^H X = B`` when ``adjoint``)."""
         if self._members is None:
             raise RuntimeError(f"{self.backend}/{self.method}: lstsq() before set_values()")
@@ -80,7 +80,7 @@ class LstsqPlan:
         if len(members) not in (1, Bn.shape[0]):
             raise InputError(f"{self.backend}/{self.method}: B has {Bn.shape[0]} batch members for {len(members)} "
                              f"matrices; B must be (*batch, {rows}, k) with A's value batch")
-        o = self.call_options
+        o = dict(options or {})
         X = np.empty((Bn.shape[0], cols, Bn.shape[2]), dtype=Bn.dtype)
         outcomes = []
         for i in range(Bn.shape[0]):

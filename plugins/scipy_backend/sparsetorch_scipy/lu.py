@@ -156,7 +156,8 @@ class SuperLUPlan:
                 row=col,
             )
 
-    def solve(self, B: torch.Tensor, *, adjoint: bool = False) -> tuple[torch.Tensor, IterationResult]:
+    def solve(self, B: torch.Tensor, *, adjoint: bool = False, options: Mapping[str, Any] | None = None
+              ) -> tuple[torch.Tensor, IterationResult]:
         """``X`` with ``A X = B`` (``A^H X = B`` when ``adjoint``) from the kept factors."""
         if self._lus is None:
             raise RuntimeError(f"{self.backend}/lu: solve() before set_values()")

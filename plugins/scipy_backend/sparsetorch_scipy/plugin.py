@@ -128,7 +128,8 @@ def _with_transfer(request: Request, answers: list[Offer | Decline]) -> list[Off
 
         note = (f"{a.notes}; on the host: copies {nbytes / 1e6:.3g} MB between {request.device} and the CPU "
                 f"(A's values and pattern, B, X; costed at backend_options link_bandwidth)")
-        out.append(Offer(a.backend, a.method, a.seconds + seconds, a.bytes + int(nbytes), build, note, a.preconditioner))
+        out.append(Offer(a.backend, a.method, a.seconds + seconds, a.bytes + int(nbytes), build, note, a.preconditioner,
+                         setup=a.setup, iterations=a.iterations))
     return out
 
 
@@ -246,7 +247,8 @@ def _krylov_answers(request: Request, r: Any, method: str, pre: Any, pre_name: s
         opts = dict(request.options)
         opts["preconditioner"] = pre if cand == "user" else cand
         note = f"~{its} iterations estimated, preconditioner {cand or 'none'}" + _conversion_note(request)
-        out.append(Offer(NAME, method, seconds, peak, _krylov_factory(method, opts), note, cand))
+        out.append(Offer(NAME, method, seconds, peak, _krylov_factory(method, opts), note, cand,
+                         iterations=max(1, int(its))))
     return out
 
 
@@ -301,7 +303,8 @@ def _amg_answer(request: Request, r: Any, pre_name: str | None) -> Offer | Decli
         return Decline(NAME, SOLVER_REUSE, "amg")
     seconds, peak, its = cost.amg_solver_cost(r, request)
     kind = (request.option("backend_options") or {}).get("amg", "smoothed_aggregation")
-    return Offer(NAME, "amg", seconds, peak, _amg_factory, f"PyAMG {kind}: ~{its} V-cycles estimated" + _conversion_note(request))
+    return Offer(NAME, "amg", seconds, peak, _amg_factory, f"PyAMG {kind}: ~{its} V-cycles estimated" + _conversion_note(request),
+                 iterations=max(1, int(its)))
 
 
 # --- lstsq -----------------------------------------------------------------------------------------

@@ -22,8 +22,7 @@ def test_amg_preconditioned_cg_needs_far_fewer_iterations() -> None:
     for pre in (None, "amg"):
         plan = KrylovPlan(A.detach(), "cg", {"preconditioner": pre})
         plan.set_values(A.values)
-        plan.call_options = CALL
-        plans[pre] = plan.solve(b)
+        plans[pre] = plan.solve(b, options=CALL)
     (x0, plain), (x1, amg) = plans[None], plans["amg"]
     assert plain.converged and amg.converged
     assert amg.iterations * 5 < plain.iterations, (amg.iterations, plain.iterations)
@@ -37,8 +36,7 @@ def test_amg_solver_converges_in_few_cycles(kind) -> None:
     b = torch.linspace(-1, 1, 1600, dtype=torch.float64)[:, None]
     plan = AMGPlan(A.detach(), {"backend_options": {"amg": kind}})
     plan.set_values(A.values)
-    plan.call_options = CALL
-    X, res = plan.solve(b)
+    X, res = plan.solve(b, options=CALL)
     assert res.converged and res.iterations <= 30, res
     rel = float(torch.linalg.vector_norm(b - D @ X) / torch.linalg.vector_norm(b))
     assert rel <= 1e-8 and res.history and res.history[-1] <= 1e-8
@@ -48,9 +46,8 @@ def test_hierarchy_built_once_per_value_set() -> None:
     A = poisson2d(10)
     plan = AMGPlan(A.detach(), {})
     plan.set_values(A.values)
-    plan.call_options = CALL
     for _ in range(3):
-        plan.solve(torch.ones(100, 2, dtype=torch.float64))
+        plan.solve(torch.ones(100, 2, dtype=torch.float64), options=CALL)
     assert plan.setups == 1
     plan.set_values(2 * A.values)
     assert plan.setups == 2
@@ -62,8 +59,7 @@ def test_amg_dtypes(dtype) -> None:
     b = torch.ones(64, 1, dtype=dtype)
     plan = AMGPlan(A.detach(), {})
     plan.set_values(A.values)
-    plan.call_options = {**CALL, "rtol": 1e-5}
-    X, res = plan.solve(b)
+    X, res = plan.solve(b, options={**CALL, "rtol": 1e-5})
     assert res.converged and X.dtype == dtype
     ref = torch.linalg.solve(A.to_dense().to(torch.complex128 if dtype.is_complex else torch.float64), b.to(X.dtype).to(torch.complex128 if dtype.is_complex else torch.float64))
     torch.testing.assert_close(X.to(ref.dtype), ref, rtol=1e-4, atol=1e-5)
@@ -113,7 +109,6 @@ def _assert_solves(A: st.SparseTensor, v: torch.Tensor, X: torch.Tensor, b: torc
 def _krylov(A, reuse, method="cg"):
     bo = {} if reuse is None else {"amg_reuse": reuse}
     plan = KrylovPlan(A.detach(), method, {"preconditioner": "amg", "backend_options": bo})
-    plan.call_options = CALL
     return plan
 
 
@@ -141,12 +136,12 @@ def test_pattern_reuse_keeps_the_hierarchy_and_converges_to_the_new_system(metho
         plan.set_values(v)
         assert plan._members[0].pre.ml is ml
         assert ml.levels[0].A.data[0] == pytest.approx(float(v[0]))  # the finest level is the new matrix
-        X, res = plan.solve(b)
+        X, res = plan.solve(b, options=CALL)
         assert res.converged
         _assert_solves(A, v, X, b)
         fresh = _krylov(A, None, method)
         fresh.set_values(v)
-        iterations[scale] = (res.iterations, fresh.solve(b)[1].iterations)
+        iterations[scale] = (res.iterations, fresh.solve(b, options=CALL)[1].iterations)
     assert (plan.amg_reuse.builds, plan.amg_reuse.reuses) == (1, 3)
     # A tiny change costs at most one iteration; larger ones cost more, since the shift is large
     # against the smooth eigenvalues (~0.02) that the stale coarse levels handle (measured for CG:
@@ -170,7 +165,7 @@ def test_tolerance_reuse_rebuilds_when_changes_add_up() -> None:
         before = plan.amg_reuse.builds
         plan.set_values(v)
         decisions.append(plan.amg_reuse.builds > before)
-        X, res = plan.solve(b)
+        X, res = plan.solve(b, options=CALL)
         assert res.converged
         _assert_solves(A, v, X, b)
     # built on base: kept at 0.8 %, 1.6 %; rebuilt at 2.4 % (on step 3's values); kept at +0.8 %, +1.6 % from there
@@ -200,7 +195,7 @@ def test_amg_solver_keeps_no_stale_hierarchy() -> None:
     plan = _krylov(A, "pattern")
     plan.set_values(A.values)
     plan.set_values(v2)
-    X, res = plan.solve(torch.from_numpy(b)[:, None])
+    X, res = plan.solve(torch.from_numpy(b)[:, None], options=CALL)
     assert res.converged
     _assert_solves(A, v2, X, torch.from_numpy(b)[:, None])
 

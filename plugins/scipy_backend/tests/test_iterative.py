@@ -22,8 +22,8 @@ def _plan(A: st.SparseTensor, method: str, **options) -> KrylovPlan:
 
 
 def _run(plan: KrylovPlan, B: torch.Tensor, adjoint: bool = False, **call):
-    plan.call_options = {"rtol": 1e-6, "atol": 0.0, "maxiter": None, "callback": None, "check_every": None, **call}
-    return plan.solve(B, adjoint=adjoint)
+    return plan.solve(B, adjoint=adjoint, options={"rtol": 1e-6, "atol": 0.0, "maxiter": None, "callback": None,
+                                                   "check_every": None, **call})
 
 
 def _relres(D: torch.Tensor, X: torch.Tensor, B: torch.Tensor) -> float:

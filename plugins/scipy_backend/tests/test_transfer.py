@@ -71,9 +71,8 @@ def test_cuda_operands_solved_on_the_host(method) -> None:
                                                        "backend_options": {"allow_transfer": True}})
     offer = next(a for a in plugin.sparsetorch_offers(req) if isinstance(a, st.Offer) and a.method == method)
     plan = offer.build(A.detach(), req)
-    plan.call_options = {"rtol": 1e-10, "atol": 0.0}
     plan.set_values(A.values)
-    X, res = plan.solve(B)
+    X, res = plan.solve(B, options={"rtol": 1e-10, "atol": 0.0})
     assert X.device == B.device and res.converged
     D = A.to_dense()
     torch.testing.assert_close(X, torch.linalg.solve(D, B), rtol=1e-8, atol=1e-10)

@@ -4,7 +4,7 @@ or a user preconditioner. The product plan and the preconditioner are the patter
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -79,8 +79,6 @@ class KrylovPlan:
             )
         self._M: Callable | None = None
         self._M_adj: Callable | None = None
-        #: per-call options set by the dispatcher (rtol, atol, maxiter, check_every, callback)
-        self.call_options: dict = {}
 
     def set_values(self, values: torch.Tensor) -> None:
         values = values.detach()
@@ -102,8 +100,10 @@ class KrylovPlan:
         else:
             self._M = self._M_adj = None
 
-    def solve(self, B: torch.Tensor, *, adjoint: bool = False) -> tuple[torch.Tensor, IterationResult]:
-        o = {**self._options, **{k: v for k, v in self.call_options.items() if k == "callback" or v is not None}}
+    def solve(self, B: torch.Tensor, *, adjoint: bool = False, options: Mapping[str, Any] | None = None
+              ) -> tuple[torch.Tensor, IterationResult]:
+        """Iterate on ``B`` with this call's ``options`` (rtol, atol, maxiter, check_every, callback)."""
+        o = {**self._options, **{k: v for k, v in (options or {}).items() if k == "callback" or v is not None}}
         fn = KRYLOV[self.method]
         kw = dict(
             x0=None,

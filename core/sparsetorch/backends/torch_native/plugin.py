@@ -114,7 +114,8 @@ def _solve_offers(request: Request, r) -> list[Offer | Decline]:
             note += f"; CUDA graph per {int(request.option('check_every') or 8)} iterations"
         opts = dict(request.options)
         opts["preconditioner"] = pre if pre is not None else (None if pre_name in (None, "none", "identity") else pre_name)
-        out.append(Offer("torch", method, secs, peak, _krylov_factory(method, opts), note, pre_name, setup=setup))
+        out.append(Offer("torch", method, secs, peak, _krylov_factory(method, opts), note, pre_name, setup=setup,
+                         iterations=max(1, int(its))))
     dense_max = int(request.option("dense_max") or DENSE_MAX)
     for method in ("lu", "cholesky"):
         if method == "cholesky" and "spd" not in props:

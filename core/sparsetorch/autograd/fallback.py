@@ -1,0 +1,305 @@
+"""One solve call's route through the methods dispatch ranked, with every answer checked.
+
+A :class:`Route` starts at the offer dispatch chose and holds the ones ranked after it. Each
+attempt runs under the plan's lock (values loaded, solved, checked: another thread cannot swap
+the values in between), and its answer is checked by the core whatever the backend said:
+
+1. the result is a ``(X, IterationResult)`` pair, ``X`` of ``B``'s shape, dtype and device
+   (else :class:`BackendError`, phase "result");
+2. ``X`` is finite;
+3. the true residual ``||b - A x||`` meets ``max(rtol ||b||, atol)`` for every column. If it
+   does not, up to two steps of iterative refinement on the same plan (``x += A^-1 r``) are
+   tried; a direct method's answer that still misses is accepted when its normwise backward
+   error ``||r|| / (||A||_F ||x|| + ||b||)`` is at the level of a backward-stable solve (an
+   ill-conditioned matrix, answered as well as its dtype allows).
+
+An attempt that fails (no convergence, a breakdown, a zero pivot of a method that does not
+pivot, an indefinite matrix under CG or Cholesky, a plugin error, a check above) hands over to
+the next offer, unless the user pinned the method: after an iterative failure the cheapest
+remaining direct method is next (another iterative method would most likely fail the same
+way); after a direct method found the matrix singular only other direct methods are tried, and
+when they agree the call raises :class:`SingularMatrixError`. An iterative attempt that dispatch
+chose runs with ``maxiter`` bounded so that it costs about what the cheapest direct method
+ranked after it would (rent or buy). Every attempt is recorded (``SolveInfo.attempts``) and
+what iterative attempts measured is remembered on the pattern (``dispatch/experience.py``).
+
+Right-hand sides and matrices whose magnitudes would under- or overflow the squared norms the
+methods compute are scaled first by powers of two (exact), and the answer scaled back.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import replace
+from typing import Any, Callable, Sequence
+
+import torch
+
+from ..dispatch import experience
+from ..dispatch.records import Measured, Offer
+from ..errors import BackendError, IndefiniteMatrixError, SingularMatrixError
+from ..ops.accuracy import backward_error_bound, default_rtol
+from ..ops.info import Attempt, IterationResult, Status
+from ..tensor import SparseTensor
+from .handles import PlanState, guarded
+
+__all__ = ["Route"]
+
+#: refinement steps tried on the same plan when an answer misses the tolerance
+_REFINE_STEPS = 2
+#: an iterative attempt bounded by the direct method after it still gets this many iterations
+_MIN_BUDGET = 20
+
+
+def _pow2_scale(amax: float, dtype: torch.dtype) -> float:
+    """A power of two that brings ``amax`` near 1 when it lies outside the range where squared
+    norms are safe (a quarter of the exponent range either way), else 1."""
+    real = torch.empty((), dtype=dtype).real.dtype if dtype.is_complex else dtype
+    fi = torch.finfo(real)
+    emax = math.log2(fi.max) / 4
+    if amax == 0 or not math.isfinite(amax):
+        return 1.0
+    e = math.log2(amax)
+    if -emax <= e <= emax:
+        return 1.0
+    return 2.0 ** (-round(e))
+
+
+class Route:
+    """The offers a solve call may use, in dispatch order, and the one answering now."""
+
+    def __init__(self, A: SparseTensor, state: PlanState, offer: Offer | None, rest: Sequence[Offer] = (),
+                 make_state: Callable[[Offer], PlanState] | None = None, *, pinned: bool = True) -> None:
+        self.A = A
+        self.state = state
+        self.offer = offer
+        self._rest = list(rest)
+        self._make = make_state
+        self.pinned = pinned
+        self.attempts: list[Attempt] = []
+        self._lock = threading.Lock()
+
+    @classmethod
+    def single(cls, state: PlanState, A: SparseTensor) -> "Route":
+        """A route of one plan (a pinned method, or a caller that does its own fallback)."""
+        return cls(A, state, None)
+
+    @property
+    def label(self) -> str:
+        return self.state.label
+
+    # ------------------------------------------------------------------------------------------
+    def solve(self, handle: Any, values: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, IterationResult]:
+        """``X`` with ``A(values) X = B`` (``A^H`` for an adjoint handle), checked, with fallback."""
+        with self._lock:
+            return self._solve(handle, values, B)
+
+    def _solve(self, handle: Any, values: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, IterationResult]:
+        base = dict(handle.call_options or {})
+        dtype = B.dtype
+        rtol = base.get("rtol")
+        rtol = default_rtol(dtype) if rtol is None else float(rtol)
+        atol = float(base.get("atol") or 0.0)
+        with torch.no_grad():
+            bmax = float(B.abs().amax()) if B.numel() else 0.0
+            vmax = float(values.abs().amax()) if values.numel() else 0.0
+        # NaN/Inf were checked by the op unless the caller said check_finite=False: then they reach
+        # the method (unscaled) and its answer is judged like any other
+        if bmax == 0:
+            return torch.zeros_like(B), IterationResult(0, 0.0, True, Status.CONVERGED, "zero right-hand side")
+        if vmax == 0:
+            raise SingularMatrixError(f"A has {values.shape[-1]} stored entries, all zero: the matrix is singular")
+        sb, sa = _pow2_scale(bmax, dtype), _pow2_scale(vmax, dtype)
+        Bs = B * sb if sb != 1.0 else B
+        vs = values * sa if sa != 1.0 else values
+        atol_s = atol * sb
+        failures: list[tuple[str, BaseException | None]] = []
+        best: tuple[torch.Tensor, IterationResult] | None = None
+        while True:
+            state, offer = self.state, self.offer
+            opts = self._options_for(offer, base, rtol)
+            t0 = time.perf_counter()
+            try:
+                X, res = self._attempt(state, vs, Bs, opts, handle.adjoint, rtol, atol_s, offer)
+            except (SingularMatrixError, IndefiniteMatrixError, BackendError) as exc:
+                kind = "singular" if isinstance(exc, SingularMatrixError) else "error"
+                self._note(state, offer, IterationResult(0, math.inf, False, Status.BREAKDOWN, _one_line(exc)),
+                           time.perf_counter() - t0, rtol)
+                failures.append((kind, exc))
+                if self.pinned or not self._advance(kind, offer):
+                    raise self._final_error(exc, failures) from exc
+                continue
+            self._note(state, offer, res, time.perf_counter() - t0, rtol)
+            if res.converged:
+                return (X * (sa / sb) if sa != sb else X), res
+            if best is None or res.residual < best[1].residual:
+                best = (X, res)
+            failures.append(("iterative" if res.status is not Status.INACCURATE or not _direct(offer) else "inaccurate",
+                             None))
+            if self.pinned or not self._advance(failures[-1][0], offer):
+                if any(k == "singular" for k, _ in failures) or (failures[-1][0] == "inaccurate" and not self.pinned):
+                    raise self._final_error(None, failures)
+                X, res = best
+                if len(self.attempts) > 1:
+                    res = replace(res, reason=f"{res.reason}; tried: " + "; ".join(str(a) for a in self.attempts))
+                return (X * (sa / sb) if sa != sb else X), res
+
+    # ------------------------------------------------------------------------------------------
+    def _options_for(self, offer: Offer | None, base: dict, rtol: float) -> dict:
+        opts = dict(base)
+        opts["rtol"] = rtol
+        if offer is None or offer.iterations is None or self.pinned or base.get("maxiter") is not None:
+            return opts
+        direct = [o for o in self._rest if o.direct]
+        if not direct:
+            return opts
+        per_iteration = max((offer.seconds - offer.setup) / offer.iterations, 1e-12)
+        cheapest = min(o.seconds for o in direct)
+        opts["maxiter"] = max(_MIN_BUDGET, offer.iterations, int(math.ceil(cheapest / per_iteration)))
+        return opts
+
+    def _attempt(self, state: PlanState, values: torch.Tensor, B: torch.Tensor, opts: dict, adjoint: bool,
+                 rtol: float, atol: float, offer: Offer | None) -> tuple[torch.Tensor, IterationResult]:
+        with state.lock, torch.no_grad():
+            state._load(values)
+            plan = state.plan
+            X, res = _checked(state, guarded(lambda: plan.solve(B, adjoint=adjoint, options=opts), state.label, "solve"), B)
+            if not res.converged:
+                return X, res
+            return self._verify(state, values, B, X, res, opts, adjoint, rtol, atol)
+
+    def _verify(self, state: PlanState, values: torch.Tensor, B: torch.Tensor, X: torch.Tensor, res: IterationResult,
+                opts: dict, adjoint: bool, rtol: float, atol: float) -> tuple[torch.Tensor, IterationResult]:
+        if not bool(torch.isfinite(X).all()):
+            return X, replace(res, converged=False, status=Status.NOT_FINITE,
+                              reason=f"{res.reason + '; ' if res.reason else ''}the answer has NaN or Inf")
+        bn = torch.linalg.vector_norm(B, dim=-2)
+        tol = torch.clamp(bn * rtol, min=atol)
+        R = B - self._apply(values, X, adjoint)
+        rn = torch.linalg.vector_norm(R, dim=-2)
+        extra = 0
+        for step in range(_REFINE_STEPS + 1):
+            if bool((rn <= tol).all()):
+                rel = float((rn / torch.where(bn > 0, bn, torch.ones_like(bn))).max())
+                return X, replace(res, residual=rel, iterations=res.iterations + extra,
+                                  reason=res.reason + (f"; {extra} refinement steps" if extra else ""))
+            if step == _REFINE_STEPS:
+                break
+            D, r2 = _checked(state, guarded(lambda: state.plan.solve(R, adjoint=adjoint, options=opts), state.label,
+                                            "solve"), B)
+            extra += max(1, r2.iterations)
+            if not bool(torch.isfinite(D).all()):
+                break
+            X2 = X + D
+            R2 = B - self._apply(values, X2, adjoint)
+            rn2 = torch.linalg.vector_norm(R2, dim=-2)
+            if not float(rn2.max()) < float(rn.max()):
+                break
+            X, R, rn = X2, R2, rn2
+        rel = float((rn / torch.where(bn > 0, bn, torch.ones_like(bn))).max())
+        if res.status is Status.DIRECT:
+            anorm = torch.linalg.vector_norm(values, dim=-1)
+            while anorm.dim() < rn.dim():
+                anorm = anorm.unsqueeze(-1)
+            eta = rn / (anorm * torch.linalg.vector_norm(X, dim=-2) + bn)
+            bound = backward_error_bound(B.dtype, self.A.format_shape[0])
+            if bool((eta <= bound).all()):
+                return X, replace(res, residual=rel, iterations=res.iterations + extra,
+                                  reason=f"{res.reason}; ill-conditioned: backward error {float(eta.max()):.2g}")
+            return X, replace(res, residual=rel, converged=False, status=Status.INACCURATE,
+                              reason=f"backward error {float(eta.max()):.2g} > {bound:.1g} after {extra} refinement "
+                                     f"steps (unstable factorization or a matrix singular to working precision)")
+        return X, replace(res, residual=rel, converged=False, status=Status.INACCURATE,
+                          reason=f"{res.reason + '; ' if res.reason else ''}the true relative residual {rel:.3g} misses "
+                                 f"the tolerance (rtol {rtol:.1e}) after {extra} refinement iterations")
+
+    def _apply(self, values: torch.Tensor, X: torch.Tensor, adjoint: bool) -> torch.Tensor:
+        """``A X`` (``A^H X``) through a product plan of the plan cache."""
+        from ..ops._dispatch import obtain_plan  # noqa: PLC0415 - ops imports this module
+        from ..ops.matmul import matmul_request  # noqa: PLC0415
+        from .handles import MatmulHandle  # noqa: PLC0415
+
+        mm, _, _ = obtain_plan("matmul", self.A, matmul_request(self.A, X, {}))
+        return MatmulHandle(mm, self.A, adjoint).run(values, X)
+
+    # ------------------------------------------------------------------------------------------
+    def _note(self, state: PlanState, offer: Offer | None, res: IterationResult, seconds: float, rtol: float) -> None:
+        backend, _, method = state.label.partition("/")
+        pre = offer.preconditioner if offer is not None else None
+        self.attempts.append(Attempt(backend, method, pre, res.iterations, res.status, res.residual, res.reason,
+                                     res.converged, seconds))
+        if offer is not None and offer.iterations is not None and res.status is not Status.DIRECT:
+            experience.record(self.A.pattern_key, self.A.dtype, offer.backend, offer.method, offer.preconditioner,
+                              Measured(res.iterations, rtol, res.converged, res.reason[:200]))
+
+    def _advance(self, kind: str, offer: Offer | None) -> bool:
+        """Move to the next offer after a failure of ``kind``; False when none is left."""
+        rest = self._rest
+        if kind == "singular":
+            rest = [o for o in rest if o.direct]
+        elif kind == "iterative" and any(o.direct for o in rest):
+            k = next(i for i, o in enumerate(rest) if o.direct)
+            rest = rest[k:] + rest[:k]
+        while rest:
+            nxt, rest = rest[0], rest[1:]
+            self._rest = rest
+            try:
+                state = self._make(nxt) if self._make is not None else None
+            except BackendError as exc:
+                self.attempts.append(Attempt(nxt.backend, nxt.method, nxt.preconditioner, 0, Status.BREAKDOWN, math.inf,
+                                             _one_line(exc)))
+                continue
+            if state is None:
+                return False
+            self.state, self.offer = state, nxt
+            return True
+        self._rest = []
+        return False
+
+    def _final_error(self, exc: BaseException | None, failures: list) -> BaseException:
+        tried = "; ".join(str(a) for a in self.attempts)
+        if any(k == "singular" for k, _ in failures) or failures[-1][0] == "inaccurate":
+            first = next((e for k, e in failures if k == "singular"), None)
+            row = getattr(first, "row", None)
+            last = self.attempts[-1]
+            text = str(first) if first is not None else (
+                f"the matrix is singular to working precision: {last.backend}/{last.method} answered with {last.reason}")
+            if len(self.attempts) > 1:
+                text += f" (every direct method tried agrees; tried: {tried})"
+            return SingularMatrixError(text, row=row)
+        if exc is None:
+            return SingularMatrixError(tried)
+        if len(self.attempts) <= 1:
+            return exc
+        cls = type(exc)
+        try:
+            out = cls(f"{exc} (tried: {tried})")
+        except Exception:  # noqa: BLE001 - an error type with another signature: keep the original
+            return exc
+        for name in ("label", "phase", "row"):
+            if hasattr(exc, name):
+                setattr(out, name, getattr(exc, name))
+        return out
+
+
+def _direct(offer: Offer | None) -> bool:
+    return offer is None or offer.direct
+
+
+def _checked(state: PlanState, out: Any, B: torch.Tensor) -> tuple[torch.Tensor, IterationResult]:
+    """A plan's ``(X, IterationResult)`` checked against ``B`` (shape, dtype, device)."""
+    if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], torch.Tensor)
+            and isinstance(out[1], IterationResult)):
+        raise BackendError(f"{state.label} returned {type(out).__name__} from solve, expected (X, IterationResult) "
+                           f"(plugin bug)", label=state.label, phase="result")
+    X, res = out
+    if tuple(X.shape) != tuple(B.shape) or X.dtype != B.dtype or X.device != B.device:
+        raise BackendError(f"{state.label} returned X of shape {tuple(X.shape)}, {X.dtype} on {X.device}; expected "
+                           f"{tuple(B.shape)}, {B.dtype} on {B.device} (plugin bug)", label=state.label, phase="result")
+    return X, res
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(f"{type(exc).__name__}: {exc}".split())[:300]

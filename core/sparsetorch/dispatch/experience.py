@@ -1,0 +1,139 @@
+"""What iterative solves measured, per pattern, and how it (and the matrix class) weighs offers.
+
+Backends estimate iteration counts from models fitted on model problems (2-D/3-D Poisson). Two
+things correct them here, in the core, for every backend alike:
+
+- **The matrix class.** A model fitted on SPD matrices says nothing of a non-symmetric or an
+  indefinite one. :func:`class_factor` scales an estimate by what the detected properties say:
+  SPD: as estimated; diagonally dominant: as estimated (Jacobi-preconditioned methods contract
+  by the dominance ratio); symmetric indefinite: ``sqrt(n)`` times more (MINRES on an indefinite
+  spectrum converges like CG on the condition number, not its square root); non-symmetric and
+  not dominant: ``n`` iterations (what GMRES needs in exact arithmetic; restarted methods may
+  need more or never converge). Such matrices then go to a direct method unless they are too
+  large for one, and an attempt that fails is bounded and falls back (``ops/solve.py``).
+- **Measurements.** Each iterative solve records the iterations it took on its pattern (or that
+  it failed, and why); the next decision on that pattern uses the measured count, scaled to the
+  tolerance asked for, in place of the estimate, and a method that failed on the pattern at a
+  tolerance no looser than the one asked for is declined (with the recorded reason) unless it is
+  pinned. ``explain`` shows estimate and measurement side by side.
+
+The store is bounded (LRU over patterns) and thread safe; :func:`clear_experience` empties it.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from dataclasses import replace
+from typing import Any, Hashable
+
+from .records import Decline, Measured, Offer, Request
+
+__all__ = ["record", "measured_for", "clear_experience", "class_factor", "weigh"]
+
+_MAX_PATTERNS = 512
+_store: "OrderedDict[Hashable, dict[tuple[str, str, str | None], Measured]]" = OrderedDict()
+_lock = threading.Lock()
+
+
+def _key(pattern_key: Any, dtype: Any) -> Hashable:
+    return (pattern_key, dtype)
+
+
+def record(pattern_key: Any, dtype: Any, backend: str, method: str, preconditioner: str | None, measured: Measured) -> None:
+    """Remember what ``backend/method`` (+ ``preconditioner``) did on this pattern."""
+    if pattern_key is None:
+        return
+    k = _key(pattern_key, dtype)
+    with _lock:
+        _store.setdefault(k, {})[(backend, method, preconditioner)] = measured
+        _store.move_to_end(k)
+        while len(_store) > _MAX_PATTERNS:
+            _store.popitem(last=False)
+
+
+def measured_for(pattern_key: Any, dtype: Any) -> tuple[tuple[tuple[str, str, str | None], Measured], ...]:
+    """A hashable snapshot of what was measured on this pattern (part of the request)."""
+    if pattern_key is None:
+        return ()
+    with _lock:
+        entry = _store.get(_key(pattern_key, dtype))
+        if not entry:
+            return ()
+        return tuple(sorted(entry.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or "")))
+
+
+def clear_experience() -> None:
+    """Forget every measurement."""
+    with _lock:
+        _store.clear()
+
+
+def class_factor(request: Request) -> tuple[float, str]:
+    """How many times the backends' (SPD-fitted) iteration estimate to expect for this matrix
+    class, and a note for explain."""
+    props = request.properties
+    n = max(int(request.A.shape[-1]), 1)
+    if "spd" in props:
+        return 1.0, ""
+    if "diagonally_dominant" in props:
+        return 1.0, "diagonally dominant"
+    if {"symmetric", "hermitian"} & props:
+        return max(1.0, math.sqrt(n) / 4), "symmetric, not known definite: ~sqrt(n) times the SPD estimate"
+    return float("inf"), "non-symmetric, not diagonally dominant: ~n iterations"
+
+
+def _scaled(its: float, from_rtol: float, to_rtol: float) -> float:
+    """An iteration count measured at ``from_rtol`` scaled to ``to_rtol`` (linear convergence)."""
+    a = math.log(2.0 / max(from_rtol, 1e-300))
+    b = math.log(2.0 / max(to_rtol, 1e-300))
+    return its * b / a if a > 0 else its
+
+
+def weigh(request: Request, offers: list[Offer]) -> tuple[list[Offer], list[Decline]]:
+    """The iterative offers re-priced by the matrix class and by measurements on the pattern; a
+    method that failed on this pattern at this tolerance (or a looser one) is declined unless the
+    user pinned it."""
+    factor, class_note = class_factor(request)
+    measured = dict(request.measured)
+    rtol = request.option("rtol")
+    rtol = float(rtol) if isinstance(rtol, (int, float)) else 1e-6
+    pinned = request.option("method") is not None
+    n = max(int(request.A.shape[-1]), 1)
+    maxiter = request.option("maxiter")
+    out: list[Offer] = []
+    declines: list[Decline] = []
+    for o in offers:
+        if o.iterations is None or o.direct:
+            out.append(o)
+            continue
+        m = measured.get((o.backend, o.method, o.preconditioner))
+        if m is not None and not m.converged and m.rtol <= rtol * (1 + 1e-12) and not pinned:
+            declines.append(Decline(o.backend, f"did not converge on this pattern earlier ({m.iterations} iterations, "
+                                               f"rtol {m.rtol:.1e}: {m.reason or 'stopped'}); pin method= to try it again",
+                                    o.method))
+            continue
+        if m is not None and m.converged:
+            its = max(1.0, _scaled(float(m.iterations), m.rtol, rtol))
+            note = f"measured {m.iterations} iterations on this pattern at rtol {m.rtol:.0e} (estimated {o.iterations})"
+        elif factor != 1.0:
+            its = o.iterations * factor if math.isfinite(factor) else float(n)
+            if math.isfinite(factor):
+                its = min(its, 10.0 * n)
+            else:
+                its = max(its, float(o.iterations))
+            note = f"{class_note} (backend estimated {o.iterations})"
+        else:
+            if class_note:
+                o = replace(o, notes=f"{o.notes}; {class_note}" if o.notes else class_note)
+            out.append(o)
+            continue
+        if isinstance(maxiter, int):
+            its = min(its, float(maxiter))
+        ratio = its / o.iterations
+        per_call = o.seconds - o.setup
+        new_iterations = max(1, int(math.ceil(its)))
+        out.append(replace(o, seconds=o.setup + per_call * ratio, iterations=new_iterations,
+                           notes=f"{o.notes}; {note}" if o.notes else note))
+    return out, declines
