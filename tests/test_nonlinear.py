@@ -468,8 +468,19 @@ def test_error_residual_not_finite_at_start_and_later():
 def test_nonconvergence_policies():
     F, J, L, params = sym_problem()
     with pytest.raises(NotConvergedError, match="maxiter \\(2\\)") as exc:
-        nonlinear_solve(F, torch.zeros(N, dtype=DT), params, jacobian=J, maxiter=2)
+        nonlinear_solve(F, torch.zeros(N, dtype=DT), params, jacobian=J, maxiter=2, method="newton")
     assert exc.value.info.iterations == 2 and not exc.value.info.converged
+    assert [a.method for a in exc.value.info.attempts] == ["newton"] and exc.value.info.method_pinned
+    # Not pinned: Newton stops at maxiter (per attempt), then Anderson and Picard (G = u - F(u) is no
+    # contraction for -u'' + c u^3: they stop early, diverging) are tried and recorded.
+    with pytest.raises(NotConvergedError, match="any method the library tried") as exc:
+        nonlinear_solve(F, torch.zeros(N, dtype=DT), params, jacobian=J, maxiter=2)
+    info = exc.value.info
+    assert [a.method for a in info.attempts] == ["newton", "anderson", "picard"]
+    assert info.attempts[0].status is Status.MAX_ITERATIONS and info.attempts[0].iterations == 2
+    assert not any(a.succeeded for a in info.attempts) and all(a.chosen_by == "library" for a in info.attempts)
+    assert info.iterations == sum(a.iterations for a in info.attempts) == len(info.residual_history) - 1
+    assert info.residual == min(info.residual_history)  # every method failed: the best iterate is returned
     with pytest.warns(NotConvergedWarning):
         u = nonlinear_solve(F, torch.zeros(N, dtype=DT), params, jacobian=J, maxiter=2, on_nonconvergence="warn")
     assert u.shape == (N,)
@@ -481,9 +492,10 @@ def test_nonconvergence_policies():
 def test_line_search_failure_with_a_wrong_jacobian():
     F, J, L, params = sym_problem()
     wrong = lambda u, f, c: J(u, f, c).with_values(-J(u, f, c).values)  # noqa: E731 ascent direction
-    with pytest.raises(NotConvergedError, match="line search at iteration 1") as exc:
-        nonlinear_solve(F, torch.zeros(N, dtype=DT), params, jacobian=wrong)
-    assert exc.value.info.status is Status.BREAKDOWN
+    with pytest.raises(NotConvergedError, match="line search at iteration 1.*dogleg trust-region step found no") as exc:
+        nonlinear_solve(F, torch.zeros(N, dtype=DT), params, jacobian=wrong, method="newton")
+    assert exc.value.info.status is Status.BREAKDOWN and exc.value.info.iterations == 0
+    assert "method='anderson'" in str(exc.value)  # a pinned method names what to try
 
 
 @pytest.mark.parametrize(
@@ -526,7 +538,7 @@ def test_error_f_wrong_shape_dtype_and_options():
     with pytest.raises(InputError, match="from_dense"):
         nonlinear_solve(F, u0, params, method="picard", preconditioner=torch.eye(N, dtype=DT))
     with pytest.raises(InputError, match="preconditioner= is for method='anderson'/'picard'"):
-        nonlinear_solve(F, u0, params, preconditioner="jacobian")
+        nonlinear_solve(F, u0, params, method="newton", preconditioner="jacobian")
 
 
 def test_error_pattern_missing_entries():
