@@ -154,3 +154,39 @@ class TestTorchLogdet(LogdetConformance):
     backend = "torch"
     logdet_methods = ("dense",)
     devices = ("cpu", "cuda")  # CUDA cases skip without a GPU
+
+
+# --- properties and fallback (issue 14) -----------------------------------------------------------
+
+def _indefinite_tridiagonal(n):
+    """Symmetric, positive diagonal, indefinite (eigenvalues 1 + 1.8 cos(j pi / (n + 1)))."""
+    d = torch.ones(n, dtype=torch.float64)
+    e = 0.9 * torch.ones(n - 1, dtype=torch.float64)
+    return torch.diag(d) + torch.diag(e, 1) + torch.diag(e, -1)
+
+
+def test_slogdet_detects_spd_and_uses_a_cholesky_method_where_offered():
+    A = poisson2d(20)
+    sign, logabs, info = slogdet(A, return_info=True)
+    s0, l0 = np.linalg.slogdet(A.to_dense().numpy())
+    assert float(sign) == s0 and abs(float(logabs) - l0) <= 1e-10 * abs(l0)
+    assert "spd" in info.extra["properties"]
+    table = st.explain("logdet", A)
+    assert "spd" in table.request.properties
+    if any(r.method == "cholesky" for r in table.offers):  # the Eigen plugin is installed
+        assert info.method == "cholesky"
+
+
+def test_slogdet_falls_back_when_a_chosen_cholesky_fails():
+    # tagged SPD, it is not: a Cholesky offer (if any is chosen) meets a negative pivot and hands over
+    D = _indefinite_tridiagonal(400)
+    A = st.SparseTensor.from_dense(D)
+    sign, logabs, info = slogdet(A, properties="spd", return_info=True)
+    s0, l0 = np.linalg.slogdet(D.numpy())
+    assert float(sign) == s0 and abs(float(logabs) - l0) <= 1e-9 * max(1.0, abs(l0))
+    attempts = info.extra["attempts"]
+    assert attempts[-1]["accepted"] and info.method == attempts[-1]["method"]
+    if attempts[0]["method"] == "cholesky":
+        assert not attempts[0]["accepted"] and len(attempts) >= 2
+        with pytest.raises(st.SparseTorchError):
+            slogdet(A, properties="spd", method="cholesky", backend=attempts[0]["backend"])

@@ -38,6 +38,12 @@ __all__ = ["EigshHandle", "eigsh_function"]
 
 @dataclass
 class EigshHandle:
+    """What the forward pass needs: the first plan, the call's options, and ``attempts`` (the
+    ops module's fallback driver: it loads the values into each plan it tries, runs it, checks
+    the pairs, and hands over to the next capable offer when one fails; ``None``: the one plan
+    only). The backward pass needs A, M and the pairs only, so gradients follow whichever
+    method succeeded."""
+
     state: PlanState
     A: SparseTensor
     M: SparseTensor | None
@@ -46,15 +52,41 @@ class EigshHandle:
     degenerate_tol: float = 1e-8
     check: Any = None
     results: list = field(default_factory=list)
+    attempts: Any = None
 
     def run(self, values: torch.Tensor, mvalues: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        self.state.load(values)
         M = None if self.M is None else self.M.with_values(mvalues.detach())
-        with torch.no_grad():
-            w, V, res = self.state.plan.eigsh(M=M, **self.call)
-        self.results.append(res)
-        if self.check is not None:
-            self.check(res, self.state.plan)
+        if self.attempts is None:
+            self.state.load(values)
+            with torch.no_grad():
+                w, V, res = self.state.plan.eigsh(M=M, **self.call)
+            self.results.append(res)
+            if self.check is not None:
+                self.check(res, self.state.plan)
+            return w, V
+        from ..ops.eigen import _call_kwargs, _check_outputs, _verify_pairs
+
+        A = self.A.with_values(values.detach())
+        n, k = A.format_shape[0], self.call["k"]
+        batch = tuple(A.batch_shape)
+
+        def call(plan, budget):
+            with torch.no_grad():
+                w, V, res = plan.eigsh(M=M, **self.call, **_call_kwargs(plan, budget))
+            return (w, V), res
+
+        def verify(out):
+            w, V = out
+            why = _check_outputs(w, V, batch, n, k)
+            if why is None and (w.is_complex() or V.dtype != A.dtype):
+                why = f"returned w {w.dtype} and V {V.dtype}; expected real w and V of A's dtype {A.dtype}"
+            if why is not None:
+                return False, float("nan"), why
+            return _verify_pairs(A, M, w, V, self.attempts.contract)
+
+        w, V = self.attempts.run(values, call, verify)
+        self.state = self.attempts.state
+        self.results.append(self.attempts.result)
         return w, V
 
 

@@ -5,6 +5,12 @@ The value comes from the chosen direct backend's factorization, in log space (th
 underflow, whatever the scaling (a 4096-unknown Poisson matrix has ``det`` far below the
 smallest float64, its ``logdet`` is an ordinary number).
 
+Properties are detected as :func:`sparsetorch.solve` detects them (symmetric; SPD by diagonal
+dominance) unless ``properties=`` says, so an SPD matrix gets a Cholesky-based method where a
+backend offers one (the Eigen plugin's SimplicialLLT). A chosen method that fails (a Cholesky
+that meets a non-positive pivot, a plugin error, a NaN result) hands over to the next offer of
+``explain("logdet", A)``; a pinned ``method=`` raises. ``info.extra["attempts"]`` lists them.
+
 Gradient (DESIGN.md): ``d logdet / dA_vals[k] = (A^-1)[col_k, row_k]`` on the pattern. Three ways
 to get those entries of the inverse (``grad_method=``):
 
@@ -26,13 +32,15 @@ from typing import Any, Sequence
 
 import torch
 
-from ..errors import InputError
+from dataclasses import replace
+
+from ..errors import BackendError, InputError, SparseTorchError
 from ..tensor import SparseTensor
 from ..tensor.sparse_tensor import is_plain
 from ._dispatch import make_request, obtain_plan
 from ._inputs import check_finite as check_finite_values, check_matrix, describe_sparse
 from .info import SolveInfo
-from .properties import normalize_tags
+from .properties import detect, normalize_tags
 
 __all__ = ["slogdet", "logdet", "det"]
 
@@ -43,10 +51,7 @@ _BLOCK = 256
 class _Slogdet(torch.autograd.Function):
     @staticmethod
     def forward(values, handle):
-        state = handle["state"]
-        state.load(values)
-        with torch.no_grad():
-            sign, logabs = state.plan.slogdet()
+        sign, logabs = _run(values, handle)
         return sign, logabs
 
     @staticmethod
@@ -131,9 +136,69 @@ def _hutchinson(plan, rows, cols, n, batch, A, h) -> torch.Tensor:
 
 
 def logdet_request(A, backend=None, method=None, properties=None):
+    """Properties as solve finds them: the user's tags, else :func:`detect` (symmetric, SPD by
+    diagonal dominance), so an SPD matrix is offered Cholesky-based methods."""
     tags = normalize_tags(properties)
+    props = tags if tags is not None else detect(A)
     options: dict[str, Any] = {"backend": backend, "method": method}
-    return make_request("logdet", (describe_sparse(A),), tags or frozenset(), options)
+    return make_request("logdet", (describe_sparse(A),), props, options)
+
+
+#: Errors after which another method would not do better (the operands are wrong).
+_PASS_THROUGH = (InputError,)
+
+
+def _run(values: torch.Tensor, handle) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fallback rule of DESIGN.md: the chosen offer first; a plan that fails (a Cholesky of
+    a matrix that is not SPD after all, a plugin error, a non-finite or mis-shaped result) hands
+    over to the next capable offer of the table, unless the user pinned the method. A singular
+    matrix is an answer (sign 0, logabsdet -inf), not a failure. Attempts go to ``info.extra``."""
+    offers, records = handle["offers"], handle["extra"]["attempts"]
+    records.clear()
+    A = handle["A"]
+    batch = tuple(A.batch_shape)
+    for i, offer in enumerate(offers):
+        label = f"{offer.backend}/{offer.method}"
+        final = i == len(offers) - 1
+        phase = "build"
+        try:
+            state = handle["state_of"](i)
+            phase = "set_values"
+            state.load(values)
+            phase = "slogdet"
+            with torch.no_grad():
+                sign, logabs = state.plan.slogdet()
+            why = _bad_result(sign, logabs, batch)
+            if why is not None:
+                raise BackendError(f"{label} {why}", label, "result")
+        except _PASS_THROUGH:
+            raise
+        except Exception as exc:  # noqa: BLE001 - recorded, then handed over
+            if not isinstance(exc, SparseTorchError):
+                err = BackendError(f"{label} failed in {phase}: {type(exc).__name__}: {exc}", label, phase)
+                err.__cause__ = exc
+                exc = err
+            records.append({"backend": offer.backend, "method": offer.method, "accepted": False,
+                            "why": f"raised {type(exc).__name__}: {exc}"})
+            if handle["pinned"] or final:
+                if len(records) > 1 and hasattr(exc, "add_note"):
+                    exc.add_note("attempts: " + "; ".join(f"{r['backend']}/{r['method']}: {r['why']}" for r in records))
+                raise exc
+            continue
+        records.append({"backend": offer.backend, "method": offer.method, "accepted": True, "why": "accepted"})
+        handle["state"], handle["offer"] = state, offer
+        return sign, logabs
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _bad_result(sign, logabs, batch) -> str | None:
+    if not isinstance(sign, torch.Tensor) or not isinstance(logabs, torch.Tensor):
+        return f"returned {type(sign).__name__}/{type(logabs).__name__}, not tensors"
+    if tuple(sign.shape) != batch or tuple(logabs.shape) != batch:
+        return f"returned sign {tuple(sign.shape)} and logabsdet {tuple(logabs.shape)}; expected {batch}"
+    if bool(torch.isnan(logabs).any()) or bool(torch.isposinf(logabs).any()):
+        return "returned a NaN or +Inf log|det|"
+    return None
 
 
 def _prepare(A, op, backend, method, properties, grad_method, probes, seed, exact_max, check_finite, cache):
@@ -145,9 +210,22 @@ def _prepare(A, op, backend, method, properties, grad_method, probes, seed, exac
     if check_finite and is_plain(A.values):
         check_finite_values(A, None, op)
     request = logdet_request(A, backend, method, properties)
-    state, offer, _ = obtain_plan("logdet", A, request, cache=cache)
-    handle = {"state": state, "A": A.detach(), "grad_method": grad_method, "probes": probes, "seed": seed,
-              "exact_max": exact_max, "extra": {"estimated_seconds": offer.seconds, "estimated_bytes": offer.bytes}}
+    state, offer, table = obtain_plan("logdet", A, request, cache=cache)
+    pinned = method is not None
+    offers = [offer] + ([] if pinned else [r.offer for r in table.offers if r.offer is not None
+                                           and (r.offer.backend, r.offer.method) != (offer.backend, offer.method)])
+    states = {0: state}
+
+    def state_of(i):
+        if i not in states:
+            opts = {**request.options, "backend": offers[i].backend, "method": offers[i].method}
+            states[i] = obtain_plan("logdet", A, replace(request, options=opts), cache=cache)[0]
+        return states[i]
+
+    handle = {"state": state, "offer": offer, "offers": offers, "state_of": state_of, "pinned": pinned,
+              "A": A.detach(), "grad_method": grad_method, "probes": probes, "seed": seed, "exact_max": exact_max,
+              "extra": {"estimated_seconds": offer.seconds, "estimated_bytes": offer.bytes, "attempts": [],
+                        "properties": sorted(request.properties)}}
     return A, state, offer, handle
 
 
@@ -172,7 +250,8 @@ def slogdet(
                                        check_finite, cache)
     sign, logabs = _Slogdet.apply(A.values, handle)
     if return_info:
-        info = SolveInfo(backend=offer.backend, method=offer.method, iterations=0, residual=float("nan"), converged=True,
+        used = handle["offer"]
+        info = SolveInfo(backend=used.backend, method=used.method, iterations=0, residual=float("nan"), converged=True,
                          status=_direct(), plan_reused=state.reused,
                          extra=handle["extra"])
         return sign, logabs, info

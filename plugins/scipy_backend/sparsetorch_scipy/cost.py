@@ -302,37 +302,90 @@ def lstsq_cost(r: Rates, request: Request, method: str) -> tuple[float, int, int
     return seconds, int(peak), int(math.ceil(its))
 
 
+#: ARPACK (ncv = max(2k + 1, 20)) regular-mode products for k = 4, measured: smallest end
+#: (which "SA") 140 / 293 / 625 / 1566 on the 2-D Laplacian n = 100..6400, 505 / 2678 / 22765 on
+#: the 1-D one n = 100..1000, 126,604 on 494_bus (SPD, condition 2.4e6); largest end 139 / 260 /
+#: 532 / 1175 on the 2-D Laplacian. Fit: ``SMALL_END_COEF * kappa^SMALL_END_EXP`` at the small
+#: end, ``LARGE_END_COEF * sqrt(kappa)`` at the large one, with kappa the spread of the spectrum
+#: a request does not carry, estimated as a PDE operator's ``0.4 n^(2/d)`` (d: sparsity dimension).
+SMALL_END_COEF, SMALL_END_EXP = 12.0, 0.63
+LARGE_END_COEF = 20.0
+#: Python round trips per ARPACK product (reverse communication through a LinearOperator),
+#: launch units: 24 us per product measured on 494_bus against ~8 us of kernel and Gram-Schmidt.
+ARPACK_PRODUCT_LAUNCHES = 3
+#: SciPy LOBPCG's Python overhead per iteration, launch units (1.8 ms per iteration measured at
+#: n = 494, k = 4, most of it Rayleigh-Ritz bookkeeping).
+LOBPCG_ITERATION_LAUNCHES = 300
+
+
+def condition_estimate(request: Request) -> float:
+    """The spread of the spectrum (``lambda_max / gap`` at the wanted end) when nothing else is
+    known: a second-order PDE operator's ``0.4 n^(2/d)`` (2-D Laplacians n = 100..1600 have
+    48..680; d from the pattern's entries per row, 494_bus reads as 1-D)."""
+    n = max(2, request.A.shape[-1])
+    return max(4.0, 0.4 * n ** (2.0 / dimension(request)))
+
+
+def arpack_products(request: Request, ncv: int, which: str) -> float:
+    """Products ARPACK's regular mode needs: the small end of the spectrum converges like
+    ``kappa^0.63`` (restarted Lanczos with a small basis; measured), the large end like
+    ``sqrt(kappa)``; capped by ARPACK's maxiter (restarts of about ncv / 2 products)."""
+    kappa = condition_estimate(request)
+    small = which in ("SA", "SM")
+    products = SMALL_END_COEF * kappa ** SMALL_END_EXP if small else LARGE_END_COEF * math.sqrt(kappa)
+    n = request.A.shape[-1]
+    maxiter = request.option("maxiter") or 10 * n
+    return max(2.0 * ncv, min(products, float(maxiter) * ncv / 2))
+
+
 def arpack_cost(r: Rates, request: Request, k: int, shift_invert: bool) -> tuple[float, int, str]:
     """ARPACK (implicitly restarted Lanczos/Arnoldi), ``ncv = max(2k + 1, 20)`` basis vectors:
-    regular mode ~10 restarts of ``ncv`` products (extreme eigenvalues of PDE operators), with
-    Gram-Schmidt against the basis; shift-invert one SuperLU factorization and ~3 restarts of
-    solves. Orders of magnitude only: it ranks arpack against the torch backend's methods."""
+    regular mode :func:`arpack_products` products with Gram-Schmidt against the basis;
+    shift-invert one SuperLU factorization and ~3 restarts of solves.
+
+    ``eigsh`` with ``which="SA"`` on a symmetric matrix not known to be SPD: the plan first
+    factors A with diagonal pivots (an LU whose pivot signs are A's inertia); if they are all
+    positive, A is SPD and that factorization runs shift-invert at 0 (494_bus: converged at
+    once). Priced as that probe plus shift-invert: when the probe fails, the regular mode that
+    follows is bounded by the core's fallback budget."""
     A = request.A
     n = A.shape[-1]
     vsize = _itemsize(A.dtype) * (1 if request.op == "eigsh" or A.dtype.is_complex else 2)
     ncv = min(n, max(2 * k + 1, 20))
     batch = _batch(request)
     gs = _stream(r, 2.0 * ncv * n * vsize)
-    if shift_invert:
+    which = request.option("which") or ("LA" if request.op == "eigsh" else "LM")
+    probe = (not shift_invert and request.op == "eigsh" and which == "SA" and request.option("sigma") is None
+             and bool({"symmetric", "hermitian"} & request.properties))
+    if shift_invert or probe:
         lu = lu_estimate(r, request)
         per = r.seconds(bytes=2 * lu.fill * (vsize + 4), flops=4 * lu.fill) + gs
         products = 3 * ncv
         seconds = batch * (lu.seconds + products * per)
         peak = lu.bytes + ncv * n * vsize
-        return seconds, int(peak), f"ARPACK shift-invert (SuperLU): ~{products} solves estimated, ncv={ncv}"
-    products = 10 * ncv
-    seconds = batch * products * (spmv_seconds(r, request) + gs)
-    return seconds, int(ncv * n * vsize), f"ARPACK: ~{products} products estimated, ncv={ncv}"
+        what = ("ARPACK shift-invert at 0 if A's pivots prove it SPD (else regular mode)" if probe
+                else "ARPACK shift-invert (SuperLU)")
+        return seconds, int(peak), f"{what}: ~{products} solves estimated, ncv={ncv}"
+    products = arpack_products(request, ncv, which)
+    per = spmv_seconds(r, request) + gs + r.seconds(launches=ARPACK_PRODUCT_LAUNCHES)
+    seconds = batch * products * per
+    return seconds, int(ncv * n * vsize), (f"ARPACK: ~{int(products)} products estimated (kappa ~ "
+                                           f"{condition_estimate(request):.3g}), ncv={ncv}")
 
 
 def lobpcg_cost(r: Rates, request: Request, k: int) -> tuple[float, int, str]:
-    """LOBPCG: ~ maxiter (or 100) iterations of a block of k products plus a 3k x 3k Rayleigh-Ritz
-    (dense work ~ 30 n k^2)."""
+    """LOBPCG: ``0.5 sqrt(kappa) ln(2 / tol)`` block iterations (block CG-like), capped by the
+    plan's maxiter (500 by default: an estimate above it is an attempt that will stop short), each
+    a block of k products, a 3k x 3k Rayleigh-Ritz (dense work ~ 30 n k^2) and Python bookkeeping."""
+    from .eigen import LOBPCG_MAXITER
+
     A = request.A
     n = A.shape[-1]
     vsize = _itemsize(A.dtype)
-    its = min(int(request.option("maxiter") or 100), 500)
-    per = k * spmv_seconds(r, request) + r.seconds(bytes=12 * n * k * vsize, flops=30.0 * n * k * k, launches=40)
+    cap = int(request.option("maxiter") or LOBPCG_MAXITER)
+    its = min(cap, int(0.5 * math.sqrt(condition_estimate(request)) * 25) + 20)
+    per = k * spmv_seconds(r, request) + r.seconds(bytes=12 * n * k * vsize, flops=30.0 * n * k * k,
+                                                   launches=LOBPCG_ITERATION_LAUNCHES)
     return _batch(request) * its * per, int(12 * n * k * vsize), f"LOBPCG: ~{its} block iterations estimated"
 
 

@@ -7,7 +7,17 @@ definite):
   own SuperLU factorization of ``A - sigma M`` (counted, and a singular shift raises
   :class:`SingularMatrixError` naming sigma); ``which="SM"`` without sigma, and ``"SA"`` on a
   matrix known to be SPD, use shift-invert at 0 (ARPACK's regular mode converges slowly at the
-  small end of the spectrum; falls back to regular mode when A is singular).
+  small end of the spectrum; falls back to regular mode when A is singular). ``"SA"`` on a
+  symmetric matrix not known to be SPD first factors A with diagonal pivots (SuperLU's
+  symmetric mode, no off-diagonal pivoting): the pivots' signs are A's inertia (Sylvester), so
+  all positive proves A SPD and the same factors run shift-invert at 0 (494_bus: 126,604
+  regular-mode products before, a few dozen solves now); otherwise regular mode.
+- ``M`` must be Hermitian positive definite: the same diagonal-pivot LU of M (the
+  factorization regular mode needs for ``M^-1`` anyway) certifies it, and a non-positive pivot
+  raises :class:`IndefiniteMatrixError` naming the count of negative eigenvalues (ARPACK with
+  an indefinite M returns numbers that are not eigenvalues).
+- ``budget`` (seconds, from the core's fallback): the products/solves stop when it is spent and
+  the result says so (``converged=False``), so the next offer can take over.
 - ``lobpcg``: ``scipy.sparse.linalg.lobpcg`` for ``which`` "LA"/"SA" (no sigma), started from
   ``v0`` and seeded random vectors; ``backend_options={"lobpcg_preconditioner": "amg"}`` (PyAMG
   V-cycle) or ``"jacobi"`` speeds up the smallest eigenvalues of SPD matrices. ``tol`` is
@@ -29,13 +39,14 @@ pair the wrong vectors inside clusters. A shift that is exactly singular is nudg
 
 from __future__ import annotations
 
+import time
 import warnings
 from typing import Any, Mapping
 
 import numpy as np
 import torch
 
-from sparsetorch import InputError, IterationResult, SingularMatrixError, SparseTensor, Status
+from sparsetorch import IndefiniteMatrixError, InputError, IterationResult, SingularMatrixError, SparseTensor, Status
 
 from ._convert import Handoff
 
@@ -51,17 +62,81 @@ def _member_matrices(h: Handoff, values: torch.Tensor) -> list[Any]:
     return [h.matrix(d) for d in h.values(values)]
 
 
-def _counting(mat: Any, counter: list[int]) -> Any:
+class OutOfBudget(Exception):
+    """Raised from inside an operator when the call's time budget is spent."""
+
+
+def _deadline(budget: float | None) -> float | None:
+    return None if budget is None else time.perf_counter() + float(budget)
+
+
+def _tick(counter: list, deadline: float | None) -> None:
+    counter[0] += 1
+    if deadline is not None and time.perf_counter() > deadline:
+        raise OutOfBudget
+
+
+def _counting(mat: Any, counter: list[int], deadline: float | None = None) -> Any:
     from scipy.sparse.linalg import LinearOperator
 
     def mv(x: np.ndarray) -> np.ndarray:
-        counter[0] += 1
+        _tick(counter, deadline)
         return mat @ x
 
     return LinearOperator(mat.shape, matvec=mv, rmatvec=lambda x: mat.conj().T @ x, dtype=mat.dtype)
 
 
-def _shift_invert(A: Any, sigma: complex | float, M: Any | None, counter: list[int], backend: str) -> Any:
+def diagonal_pivot_lu(S: Any) -> tuple[Any, int] | None:
+    """An LU of the Hermitian ``S`` with diagonal pivots only (SuperLU's symmetric mode,
+    ``diag_pivot_thresh=0``) and the number of non-positive pivots (= S's eigenvalues <= 0, by
+    Sylvester's law of inertia, as in an LDL^T); None when a zero diagonal forced an off-diagonal
+    pivot or the factorization failed (S is then not positive definite either)."""
+    from scipy.sparse.linalg import splu
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            lu = splu(S.tocsc(), permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0,
+                      options={"SymmetricMode": True})
+    except RuntimeError:
+        return None
+    if not np.array_equal(lu.perm_r, lu.perm_c):
+        return None
+    d = np.asarray(lu.U.diagonal())
+    re = d.real
+    bad = int(np.count_nonzero(~(re > 0)))
+    if np.iscomplexobj(d):
+        bad += int(np.count_nonzero(np.abs(d.imag) > 1e-8 * np.abs(re)))
+    return lu, bad
+
+
+def _op_from_lu(lu: Any, n: int, dtype: Any, counter: list[int], deadline: float | None) -> Any:
+    from scipy.sparse.linalg import LinearOperator
+
+    def mv(x: np.ndarray) -> np.ndarray:
+        _tick(counter, deadline)
+        return lu.solve(np.asarray(x, dtype=dtype))
+
+    return LinearOperator((n, n), matvec=mv, dtype=dtype)
+
+
+def certify_mass(M: Any, backend: str, method: str, member: int) -> Any:
+    """The diagonal-pivot LU of M when M is Hermitian positive definite; else
+    :class:`IndefiniteMatrixError` with what was found and what to do."""
+    from sparsetorch.ops.eigen import MASS_FIX
+
+    got = diagonal_pivot_lu(M)
+    if got is None or got[1] > 0:
+        what = ("a zero pivot forced off-diagonal pivoting" if got is None
+                else f"{got[1]} of its {M.shape[0]} pivots (as many eigenvalues) are <= 0")
+        raise IndefiniteMatrixError(f"{backend}/{method}: M is not positive definite{_where(member)}: an LU of M with "
+                                    f"diagonal pivots (an LDL^T, whose pivot signs are M's inertia) found {what}. "
+                                    f"{MASS_FIX}")
+    return got[0]
+
+
+def _shift_invert(A: Any, sigma: complex | float, M: Any | None, counter: list[int], backend: str,
+                  deadline: float | None = None) -> Any:
     """``(A - sigma M)^-1`` as a LinearOperator on one SuperLU factorization."""
     import scipy.sparse as sp
     from scipy.sparse.linalg import LinearOperator, splu
@@ -79,7 +154,7 @@ def _shift_invert(A: Any, sigma: complex | float, M: Any | None, counter: list[i
                                   f"eigenvalue, or A and M share a null vector); move sigma slightly") from exc
 
     def mv(x: np.ndarray) -> np.ndarray:
-        counter[0] += 1
+        _tick(counter, deadline)
         return lu.solve(np.asarray(x, dtype=dtype))
 
     return LinearOperator((n, n), matvec=mv, dtype=dtype)
@@ -164,19 +239,32 @@ class EigshPlan:
         return _member_matrices(self._M_handoff, M.values)
 
     def eigsh(self, k: int, *, which: str = "LA", sigma: float | None = None, M: SparseTensor | None = None,
-              tol: float = 0.0, maxiter: int | None = None, v0: torch.Tensor | None = None
-              ) -> tuple[torch.Tensor, torch.Tensor, IterationResult]:
+              tol: float = 0.0, maxiter: int | None = None, v0: torch.Tensor | None = None,
+              budget: float | None = None) -> tuple[torch.Tensor, torch.Tensor, IterationResult]:
         if self._mats is None:
             raise RuntimeError(f"{self.backend}/{self.method}: eigsh() before set_values()")
         if which not in EIGSH_WHICH:
             raise InputError(f"{self.backend}/{self.method}: which={which!r}; use one of {EIGSH_WHICH}")
         Ms = self._m_matrices(M)
         ws, Vs, its, worst, failed = [], [], 0, 0.0, []
+        deadline = _deadline(budget)
+        Mlus: dict[int, Any] = {}
+        if Ms is not None:
+            for j, Mj in enumerate(Ms):
+                Mlus[j] = certify_mass(Mj, self.backend, self.method, j)
         for i, A in enumerate(self._mats):
-            Mi = None if Ms is None else Ms[i if len(Ms) > 1 else 0]
+            j = i if (Ms is not None and len(Ms) > 1) else 0
+            Mi = None if Ms is None else Ms[j]
             x0 = _v0(v0, i, self.n, A.dtype)
             run = self._arpack if self.method == "arpack" else self._lobpcg
-            w, V, count, ok, why = run(A, Mi, k, which, sigma, tol, maxiter, x0, i)
+            try:
+                w, V, count, ok, why = run(A, Mi, k, which, sigma, tol, maxiter, x0, i, deadline, Mlus.get(j))
+            except OutOfBudget:
+                w = np.full(k, np.nan)
+                V = np.full((self.n, k), np.nan, dtype=A.dtype)
+                count, ok = 0, False
+                why = (f"{self.method} stopped{_where(i)} when its budget of {budget:.3g} s (the estimate of the "
+                       f"direct method it delays) was spent")
             w, V = _rayleigh_ritz(A, Mi, w, V.astype(A.dtype, copy=False))
             order = np.argsort(np.where(np.isnan(w), np.inf, w), kind="stable")
             w, V = w[order], V[:, order]
@@ -197,19 +285,27 @@ class EigshPlan:
                                   f"scipy {self.method}: {k} eigenpairs, {its} operator applications")
         return w_t, V_t, res
 
-    def _arpack(self, A, M, k, which, sigma, tol, maxiter, x0, member):
+    def _arpack(self, A, M, k, which, sigma, tol, maxiter, x0, member, deadline=None, Mlu=None):
         from scipy.sparse.linalg import ArpackNoConvergence, eigsh
 
         count = [0]
         kw: dict[str, Any] = dict(k=k, tol=tol, maxiter=maxiter, v0=x0)
         shift = sigma
         arpack_which = which
+        op = None
+        if sigma is None and which == "SA" and not self.spd and A.shape[0] > 1 and bool((A.diagonal().real > 0).all()):
+            # SPD by its pivots? then shift-invert at 0 with these factors (ARPACK's regular mode
+            # took 126,604 products on 494_bus, SPD with condition 2.4e6)
+            got = diagonal_pivot_lu(A)
+            if got is not None and got[1] == 0:
+                shift, arpack_which = 0.0, "LM"
+                op = _op_from_lu(got[0], A.shape[0], A.dtype, count, deadline)
         if sigma is None and (which == "SM" or (which == "SA" and self.spd)):
             shift, arpack_which = 0.0, "LM"  # shift-invert at 0: the small end converges fast
         try:
-            if shift is not None:
+            if shift is not None and op is None:
                 try:
-                    op = _shift_invert(A, shift, M, count, self.backend)
+                    op = _shift_invert(A, shift, M, count, self.backend, deadline)
                 except SingularMatrixError:
                     if sigma is not None:
                         raise
@@ -219,8 +315,9 @@ class EigshPlan:
             else:
                 Minv = None
                 if M is not None:
-                    Minv = _shift_invert(M, 0.0, None, [0], self.backend)
-                w, V = eigsh(_counting(A, count), M=M, Minv=Minv, which=which, **kw)
+                    Minv = _op_from_lu(Mlu, M.shape[0], M.dtype, [0], None) if Mlu is not None else \
+                        _shift_invert(M, 0.0, None, [0], self.backend)
+                w, V = eigsh(_counting(A, count, deadline), M=M, Minv=Minv, which=which, **kw)
             return np.real(w), V, count[0], True, ""
         except ArpackNoConvergence as exc:
             w, V = np.real(exc.eigenvalues), exc.eigenvectors
@@ -232,7 +329,7 @@ class EigshPlan:
                                            f"eigenvalues after maxiter={maxiter if maxiter is not None else '10 n'}; raise "
                                            f"maxiter or tol, or pass sigma near the wanted eigenvalues")
 
-    def _lobpcg(self, A, M, k, which, sigma, tol, maxiter, x0, member):
+    def _lobpcg(self, A, M, k, which, sigma, tol, maxiter, x0, member, deadline=None, Mlu=None):
         from scipy.sparse.linalg import lobpcg
 
         if sigma is not None or which not in ("LA", "SA"):
@@ -256,7 +353,8 @@ class EigshPlan:
         rel = max(tol if tol > 0 else 1e-12, 32.0 * np.sqrt(n) * eps)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            w, V = lobpcg(_counting(A, count), X, B=M, M=pre, tol=rel * scale, maxiter=limit, largest=(which == "LA"))
+            w, V = lobpcg(_counting(A, count, deadline), X, B=M, M=pre, tol=rel * scale, maxiter=limit,
+                          largest=(which == "LA"))
         short = [str(c.message) for c in caught if "tolerance" in str(c.message) or "not reach" in str(c.message)]
         if short:
             return np.real(w), V, count[0], False, (f"LOBPCG stopped short{_where(member)} after maxiter={limit}: "
@@ -301,8 +399,8 @@ class EigsPlan:
         self._mats = _member_matrices(self._h, values)
 
     def eigs(self, k: int, *, which: str = "LM", sigma: complex | None = None, tol: float = 0.0,
-             maxiter: int | None = None, v0: torch.Tensor | None = None, left: bool = False
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, IterationResult]:
+             maxiter: int | None = None, v0: torch.Tensor | None = None, left: bool = False,
+             budget: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, IterationResult]:
         from scipy.sparse.linalg import ArpackNoConvergence, eigs
 
         if self._mats is None:
@@ -311,6 +409,7 @@ class EigsPlan:
             raise InputError(f"{self.backend}/arpack: which={which!r}; use one of {EIGS_WHICH}")
         ws, Vs, Us, its, worst, failed = [], [], [], 0, 0.0, []
         cdtype = np.result_type(self._mats[0].dtype, np.complex64)
+        deadline = _deadline(budget)
         for i, A in enumerate(self._mats):
             count = [0]
             x0 = _v0(v0, i, self.n, A.dtype)
@@ -329,9 +428,14 @@ class EigsPlan:
                     except RuntimeError as exc:
                         if sigma is not None or "singular" not in str(exc).lower():
                             raise
-                        w, V = eigs(_counting(Aw, count), k=k, which=which, tol=tol, maxiter=maxiter, v0=x0)
+                        w, V = eigs(_counting(Aw, count, deadline), k=k, which=which, tol=tol, maxiter=maxiter, v0=x0)
                 else:
-                    w, V = eigs(_counting(Aw, count), k=k, which=which, tol=tol, maxiter=maxiter, v0=x0)
+                    w, V = eigs(_counting(Aw, count, deadline), k=k, which=which, tol=tol, maxiter=maxiter, v0=x0)
+            except OutOfBudget:
+                w = np.full(k, np.nan, dtype=cdtype)
+                V = np.full((self.n, k), np.nan, dtype=cdtype)
+                failed.append(f"ARPACK stopped{_where(i)} when its budget of {budget:.3g} s (the estimate of the direct "
+                              f"method it delays) was spent")
             except ArpackNoConvergence as exc:
                 got = exc.eigenvalues.shape[0]
                 w = np.concatenate([exc.eigenvalues, np.full(k - got, np.nan)]).astype(cdtype)
@@ -347,8 +451,9 @@ class EigsPlan:
             key = w if sigma is None else 1.0 / (w - sigma)
             order = _order(key, which)
             w, V = w[order], V[:, order]
-            V = V / np.where(np.linalg.norm(V, axis=0) == 0, 1.0, np.linalg.norm(V, axis=0))
-            worst = max(worst, _residual(A, None, w, V))
+            with np.errstate(invalid="ignore"):  # columns of NaN (not converged) stay NaN
+                V = V / np.where(np.linalg.norm(V, axis=0) == 0, 1.0, np.linalg.norm(V, axis=0))
+                worst = max(worst, _residual(A, None, w, V))
             its = max(its, count[0])
             ws.append(w)
             Vs.append(V)

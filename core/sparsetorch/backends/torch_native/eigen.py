@@ -16,7 +16,9 @@ import math
 
 import torch
 
-from ...errors import InputError, SingularMatrixError
+import time
+
+from ...errors import IndefiniteMatrixError, InputError, SingularMatrixError
 from ...ops.info import IterationResult, Status
 from ...tensor import SparseTensor
 from .spmm import TorchSpmmPlan
@@ -83,7 +85,7 @@ class DenseEigPlan:
             Md = M.to_dense()
             L, info = torch.linalg.cholesky_ex(Md)
             if bool((info != 0).any()):
-                raise InputError("M must be symmetric (Hermitian) positive definite for the generalized problem; its Cholesky failed")
+                raise IndefiniteMatrixError(_mass_refusal("dense", info))
             Li_A = torch.linalg.solve_triangular(L, A, upper=False)
             C = torch.linalg.solve_triangular(L, Li_A.mH, upper=False).mH  # L^-1 A L^-H
             w_all, Y = torch.linalg.eigh(C)
@@ -160,20 +162,34 @@ class LanczosPlan:
     def set_values(self, values: torch.Tensor) -> None:
         self._values = values.detach()
 
-    def eigsh(self, k, *, which="LM", sigma=None, M=None, tol=0.0, maxiter=None, v0=None):
+    def eigsh(self, k, *, which="LM", sigma=None, M=None, tol=0.0, maxiter=None, v0=None, budget=None):
         if M is not None:
             raise InputError("method='lanczos' solves the standard problem only; for A v = w M v use method='dense' or 'lobpcg' (or the scipy plugin's 'arpack')")
         outs, results = [], []
         flat = _member_values(self._values, self._batch)
+        deadline = None if budget is None else time.perf_counter() + float(budget)
+        n = self._single.format_shape[0]
         for b in range(flat.shape[0]):
             self._spmm.set_values(flat[b])
             if sigma is None:
-                op = lambda X: self._spmm.apply(X)  # noqa: E731
+                inner = lambda X: self._spmm.apply(X)  # noqa: E731
             else:
-                op = self._shift_invert(flat[b], float(sigma))
+                inner = self._shift_invert(flat[b], float(sigma))
+            op = inner if deadline is None else _bounded(inner, deadline)
             start = None if v0 is None else (v0.reshape(-1, v0.shape[-1])[b] if v0.dim() > 1 else v0)
-            theta, Y, res = _lanczos(op, self._single.format_shape[0], k, which if sigma is None else _si_which(which),
-                                     tol, maxiter, start, self._values.dtype, self._values.device, self._ncv)
+            try:
+                theta, Y, res = _lanczos(op, n, k, which if sigma is None else _si_which(which),
+                                         tol, maxiter, start, self._values.dtype, self._values.device, self._ncv)
+            except _OutOfBudget:
+                rdt = _real_dtype(self._values.dtype)
+                theta = torch.full((k,), float("nan"), dtype=rdt, device=self._values.device)
+                Y = torch.full((n, k), float("nan"), dtype=self._values.dtype, device=self._values.device)
+                res = IterationResult(0, float("inf"), False, Status.MAX_ITERATIONS,
+                                      f"lanczos stopped when its budget of {budget:.3g} s (the estimate of the direct "
+                                      f"method it delays) was spent")
+                outs.append((theta, Y))
+                results.append(res)
+                continue
             if sigma is not None:
                 theta = sigma + 1.0 / theta
             outs.append(_ascending(theta, Y))
@@ -199,6 +215,56 @@ class LanczosPlan:
         except SingularMatrixError as exc:
             raise SingularMatrixError(f"A - sigma*I is singular for sigma={sigma} (sigma is an eigenvalue?): {exc}") from exc
         return solver.solve
+
+
+class _OutOfBudget(Exception):
+    """An attempt's time budget is spent (raised from inside its operator)."""
+
+
+def _bounded(op, deadline: float):
+    def apply(X):
+        if time.perf_counter() > deadline:
+            raise _OutOfBudget
+        return op(X)
+
+    return apply
+
+
+def _mass_refusal(method: str, info: torch.Tensor) -> str:
+    from ...ops.eigen import MASS_FIX
+
+    order = int(info.reshape(-1)[(info.reshape(-1) != 0).nonzero()[0, 0]])
+    return (f"torch/{method}: M is not positive definite: its Cholesky factorization failed (the leading minor of "
+            f"order {order} is not positive definite). {MASS_FIX}")
+
+
+def certify_mass(M: SparseTensor, method: str) -> None:
+    """Raise :class:`IndefiniteMatrixError` unless M (every value-batch member) has a Cholesky
+    factorization: dense for n up to ``MASS_DENSE_MAX``, else a sparse Cholesky through
+    :class:`sparsetorch.Solver` when a backend offers one (none: M is taken as given, and the
+    core's residual check still refuses pairs that are not eigenpairs)."""
+    n = M.format_shape[0]
+    if n <= MASS_DENSE_MAX:
+        _, info = torch.linalg.cholesky_ex(M.to_dense())
+        if bool((info != 0).any()):
+            raise IndefiniteMatrixError(_mass_refusal(method, info))
+        return
+    from ...errors import NoBackendError, SparseTorchError
+    from ...ops.solve import Solver
+
+    try:
+        Solver(M, properties="spd", method="cholesky", cache=True).factorize()
+    except NoBackendError:
+        return
+    except SparseTorchError as exc:
+        from ...ops.eigen import MASS_FIX
+
+        raise IndefiniteMatrixError(f"torch/{method}: M is not positive definite: its sparse Cholesky failed "
+                                    f"({type(exc).__name__}: {exc}). {MASS_FIX}") from exc
+
+
+#: Up to this n the mass matrix is certified by a dense Cholesky (n^3 / 3 flops: ~0.1 s at 1000).
+MASS_DENSE_MAX = 1024
 
 
 def _si_which(which: str) -> str:
@@ -339,10 +405,12 @@ class LobpcgPlan:
     def set_values(self, values: torch.Tensor) -> None:
         self._values = values.detach()
 
-    def eigsh(self, k, *, which="LM", sigma=None, M=None, tol=0.0, maxiter=None, v0=None):
+    def eigsh(self, k, *, which="LM", sigma=None, M=None, tol=0.0, maxiter=None, v0=None, budget=None):
         if sigma is not None or which not in ("LA", "SA"):
             raise InputError("method='lobpcg' finds the largest ('LA') or smallest ('SA') eigenvalues without a shift")
         n = self._single.format_shape[0]
+        if M is not None:
+            certify_mass(M, "lobpcg")
         flat = _member_values(self._values, self._batch)
         Mt = None if M is None else _torch_coo(M)
         outs, worst = [], 0.0
@@ -350,8 +418,23 @@ class LobpcgPlan:
             At = _torch_coo(self._single.with_values(flat[b]))
             g = torch.Generator(device="cpu").manual_seed(4321 + b)
             X = torch.randn(n, k, generator=g, dtype=flat.dtype).to(flat.device)
-            tol_b = tol if tol and tol > 0 else (1e-5 if flat.dtype == torch.float32 else 1e-9)
-            w, V = torch.lobpcg(At, k=k, B=Mt, X=X, niter=maxiter or 1000, tol=tol_b, largest=(which == "LA"))
+            tol_b = tol if tol and tol > 0 else (1e-6 if flat.dtype == torch.float32 else 1e-11)
+            tracker = None
+            if budget is not None:
+                deadline = time.perf_counter() + float(budget)
+
+                def tracker(_state, deadline=deadline):
+                    if time.perf_counter() > deadline:
+                        raise _OutOfBudget
+            try:
+                w, V = torch.lobpcg(At, k=k, B=Mt, X=X, niter=maxiter or 1000, tol=tol_b, largest=(which == "LA"),
+                                    tracker=tracker)
+            except _OutOfBudget:
+                nan = torch.full((k,), float("nan"), dtype=flat.dtype, device=flat.device)
+                Vn = torch.full((n, k), float("nan"), dtype=flat.dtype, device=flat.device)
+                return (nan.expand(*self._batch, k).clone(), Vn.expand(*self._batch, n, k).clone(),
+                        IterationResult(0, float("inf"), False, Status.MAX_ITERATIONS,
+                                        f"torch.lobpcg stopped when its budget of {budget:.3g} s was spent"))
             # torch.lobpcg's residual check is loose; report the true relative residual.
             AV = torch.sparse.mm(At, V)
             MV = V if Mt is None else torch.sparse.mm(Mt, V)

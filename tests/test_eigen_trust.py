@@ -1,0 +1,188 @@
+"""eigsh / eigs you can trust (issue 14): an indefinite M is refused by every method, the
+smallest eigenvalues of an ill-conditioned SPD matrix come back (494_bus), a chosen method that
+fails hands over to the next offer, and the pairs returned meet the accuracy contract. Values
+against dense float64 references (numpy.linalg.eigh, scipy.linalg.eigh)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.io
+import scipy.linalg
+import scipy.sparse as sp
+import torch
+
+import sparsetorch as st
+from sparsetorch.errors import IndefiniteMatrixError, NotConvergedError
+from sparsetorch.ops.accuracy import default_rtol
+from sparsetorch.ops.eigen import eigs, eigsh
+
+DATA = Path(__file__).parent / "data"
+
+
+def _st(S) -> st.SparseTensor:
+    return st.SparseTensor.from_package(sp.csr_array(S))
+
+
+def _laplacian_2d(m: int) -> sp.csr_array:
+    """5-point Laplacian on an m x m grid: SPD, its smallest eigenvalues clustered (pairs repeat)."""
+    T = sp.diags_array([-np.ones(m - 1), 2 * np.ones(m), -np.ones(m - 1)], offsets=[-1, 0, 1])
+    I = sp.eye_array(m)
+    return sp.csr_array(sp.kron(I, T) + sp.kron(T, I))
+
+
+def _residual(A: np.ndarray, w: np.ndarray, V: np.ndarray, M: np.ndarray | None = None) -> float:
+    MV = V if M is None else M @ V
+    return float(np.linalg.norm(A @ V - MV * w, axis=0).max() / np.abs(A).sum(1).max())
+
+
+def _pair_with_indefinite_mass(n: int = 40):
+    """A symmetric A and a symmetric M with a positive diagonal that is indefinite (tridiagonal
+    1, 0.9: eigenvalues 1 + 1.8 cos(j pi / (n + 1)), some negative): the diagonal test passes,
+    only a factorization can tell."""
+    rng = np.random.default_rng(0)
+    B = sp.random_array((n, n), density=0.1, rng=rng)
+    A = sp.csr_array(B + B.T + sp.diags_array(np.arange(1.0, n + 1) + 5.0))
+    M = sp.csr_array(sp.diags_array([0.9 * np.ones(n - 1), np.ones(n), 0.9 * np.ones(n - 1)], offsets=[-1, 0, 1]))
+    assert np.linalg.eigvalsh(M.toarray()).min() < 0 and (M.diagonal() > 0).all()
+    return A, M
+
+
+@pytest.mark.parametrize("options", [{}, {"method": "dense"}, {"method": "arpack"}, {"method": "lobpcg", "backend": "scipy"},
+                                     {"method": "lobpcg", "backend": "torch", "properties": "spd"}],
+                         ids=["auto", "dense", "arpack", "scipy-lobpcg", "torch-lobpcg"])
+def test_indefinite_mass_matrix_is_refused_by_every_method(options):
+    A, M = _pair_with_indefinite_mass()
+    with pytest.raises(IndefiniteMatrixError, match="not positive definite") as exc:
+        eigsh(_st(A), 3, M=_st(M), which="SA", **options)
+    assert "M symmetric positive definite" in str(exc.value)  # says what the problem needs and what to do
+
+
+def test_mass_matrix_with_a_non_positive_diagonal_is_refused_before_dispatch():
+    A, M = _pair_with_indefinite_mass()
+    M = M.tolil()
+    M[5, 5] = -0.5
+    with pytest.raises(IndefiniteMatrixError, match=r"M\[5, 5\] = -0.5"):
+        eigsh(_st(A), 3, M=_st(M.tocsr()), method="arpack")
+
+
+def test_spd_mass_matrix_that_is_not_diagonally_dominant_is_accepted_and_right():
+    A, _ = _pair_with_indefinite_mass()
+    n = A.shape[0]
+    off1, off2 = 0.3 * np.ones(n - 1), 0.3 * np.ones(n - 2)
+    M = sp.csr_array(sp.diags_array([off2, off1, np.ones(n), off1, off2], offsets=[-2, -1, 0, 1, 2]))
+    Md = M.toarray()
+    assert np.linalg.eigvalsh(Md).min() > 0.3  # SPD, and not diagonally dominant (rows sum to 2.2):
+    assert "spd" not in st.ops.properties.detect(_st(M))  # only a factorization can tell
+    ref = scipy.linalg.eigh(A.toarray(), Md, eigvals_only=True)
+    for method in ("arpack", "dense"):
+        w, V = eigsh(_st(A), 3, M=_st(M), which="LA", method=method)
+        np.testing.assert_allclose(w.numpy(), ref[-3:], rtol=1e-10)
+        assert _residual(A.toarray(), w.numpy(), V.numpy(), Md) < 1e-10
+
+
+def test_494_bus_smallest_eigenvalues_by_default():
+    S = sp.csr_array(scipy.io.mmread(DATA / "494_bus.mtx"))
+    D = S.toarray()
+    ref = np.linalg.eigvalsh(D)
+    A = _st(S)
+    w, V, info = eigsh(A, 4, which="SA", return_info=True)
+    np.testing.assert_allclose(w.numpy(), ref[:4], rtol=1e-9)
+    assert _residual(D, w.numpy(), V.numpy()) <= 1e-10
+    assert info.converged and info.extra["attempts"][-1]["accepted"]
+    assert info.residual <= 1e-10
+    # the table prices Lanczos at the small end of this ill-conditioned matrix above dense eigh
+    rows = {(r.backend, r.method): r for r in st.explain("eigsh", A, 4, which="SA").offers}
+    assert rows[("torch", "lanczos")].seconds > rows[("torch", "dense")].seconds
+    assert st.explain("eigsh", A, 4, which="SA", backend="torch").chosen.method == "dense"
+
+
+def test_494_bus_without_dense_converges_by_shift_invert():
+    S = sp.csr_array(scipy.io.mmread(DATA / "494_bus.mtx"))
+    ref = np.linalg.eigvalsh(S.toarray())
+    w, _, info = eigsh(_st(S), 4, which="SA", method="arpack", return_info=True)
+    np.testing.assert_allclose(w.numpy(), ref[:4], rtol=1e-9)
+    assert info.iterations < 500  # regular mode took 126,604 products (measured)
+
+
+def test_dispatch_hands_over_when_its_choice_does_not_converge_and_gradients_follow():
+    L = _laplacian_2d(12)
+    A = _st(L)
+    ref = np.linalg.eigvalsh(L.toarray())
+    v = A.values.clone().requires_grad_()
+    # maxiter=1 makes the Lanczos estimate cheap, so it is chosen, and then it cannot converge
+    table = st.explain("eigsh", A, 4, which="SA", maxiter=1, backend="torch")
+    assert table.chosen.method != "dense"
+    w, V, info = eigsh(A.with_values(v), 4, which="SA", maxiter=1, backend="torch", return_info=True)
+    np.testing.assert_allclose(w.detach().numpy(), ref[:4], rtol=1e-10)
+    attempts = info.extra["attempts"]
+    assert [a["accepted"] for a in attempts][-1] and not attempts[0]["accepted"]
+    assert attempts[0]["method"] == table.chosen.method and attempts[0]["iterations"] is not None
+    assert info.method == attempts[-1]["method"]
+    # eigenvalue gradients through the method that succeeded: sum_i v_i[row] v_i[col]
+    w.sum().backward()
+    Vd = V.detach()
+    coords, slot = A.entries()
+    want = torch.zeros_like(v).index_add(0, slot, (Vd[coords[0]] * Vd[coords[1]]).sum(1))
+    torch.testing.assert_close(v.grad, want, rtol=1e-8, atol=1e-10)
+
+
+def test_a_pinned_method_still_raises_naming_what_to_try():
+    A = _st(_laplacian_2d(12))
+    with pytest.raises(NotConvergedError, match="pinned.*try method="):
+        eigsh(A, 4, which="SA", method="lanczos", maxiter=1)
+
+
+def test_pairs_that_miss_the_contract_are_not_returned(monkeypatch):
+    from sparsetorch.backends.torch_native.eigen import DenseEigPlan
+
+    L = _laplacian_2d(10)
+    ref = np.linalg.eigvalsh(L.toarray())
+    real = DenseEigPlan.eigsh
+
+    def loose(self, *a, **kw):  # a plan that reports success with 1e-6-accurate eigenvalues
+        w, V, res = real(self, *a, **kw)
+        return w * (1 + 1e-6), V, res
+
+    monkeypatch.setattr(DenseEigPlan, "eigsh", loose)
+    A = _st(L)
+    assert st.explain("eigsh", A, 3, which="LM", backend="torch").chosen.method == "dense"
+    w, V, info = eigsh(A, 3, which="LM", backend="torch", return_info=True)
+    np.testing.assert_allclose(w.numpy(), ref[-3:], rtol=1e-9)
+    first, last = info.extra["attempts"][0], info.extra["attempts"][-1]
+    assert first["method"] == "dense" and not first["accepted"] and "accuracy contract" in first["why"]
+    assert last["accepted"] and info.method == last["method"] != "dense"
+    assert _residual(L.toarray(), w.numpy(), V.numpy()) <= 1e-10
+    # with an explicit tol the caller's tolerance keeps its meaning: no contract check
+    w2, _, info2 = eigsh(A, 3, which="LM", method="dense", tol=1e-5, return_info=True)
+    np.testing.assert_allclose(w2.numpy(), ref[-3:] * (1 + 1e-6), rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_default_pairs_meet_the_contract_in_their_dtype(dtype):
+    L = _laplacian_2d(14)
+    A = _st(L)
+    A = A.with_values(A.values.to(dtype))
+    w, V = eigsh(A, 4, which="SA")
+    D = L.toarray()
+    r = _residual(D, w.double().numpy(), V.double().numpy())
+    assert r <= default_rtol(dtype), r
+    np.testing.assert_allclose(w.double().numpy(), np.linalg.eigvalsh(D)[:4], rtol=10 * default_rtol(dtype))
+
+
+def test_eigs_hands_over_when_arpack_does_not_converge():
+    g = torch.Generator().manual_seed(0)
+    n = 200
+    N = torch.randn(n, n, generator=g, dtype=torch.float64) * (torch.rand(n, n, generator=g) < 0.03)
+    N = N + torch.diag(torch.arange(n, dtype=torch.float64))
+    w, V, info = eigs(st.SparseTensor.from_dense(N), 3, which="LM", maxiter=1, return_info=True)
+    ref = np.linalg.eigvals(N.numpy())
+    want = ref[np.argsort(-np.abs(ref), kind="stable")[:3]]
+    for z in w.numpy():
+        assert np.min(np.abs(want - z)) < 1e-9 * np.abs(want).max()
+    attempts = info.extra["attempts"]
+    assert attempts[-1]["accepted"] and (len(attempts) == 1 or not attempts[0]["accepted"])
+    Nc = N.to(torch.complex128)
+    assert float((Nc @ V - V * w).abs().max()) < 1e-10 * float(N.abs().sum(1).max())
