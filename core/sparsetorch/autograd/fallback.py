@@ -17,8 +17,9 @@ An attempt that fails (no convergence, a breakdown, a zero pivot of a method tha
 pivot, an indefinite matrix under CG or Cholesky, a plugin error, a check above) hands over to
 the next offer, unless the user pinned the method: after an iterative failure the cheapest
 remaining direct method is next (another iterative method would most likely fail the same
-way); after a direct method found the matrix singular only other direct methods are tried, and
-when they agree the call raises :class:`SingularMatrixError`. An iterative attempt that dispatch
+way); after a direct method found the matrix singular only LU factorizations (partial pivoting)
+are tried, and when two of them agree (or none is left) the call raises
+:class:`SingularMatrixError`. An iterative attempt that dispatch
 chose runs with ``maxiter`` bounded so that it costs about what the cheapest direct method
 ranked after it would (rent or buy). Every attempt is recorded (``SolveInfo.attempts``) and
 what iterative attempts measured is remembered on the pattern (``dispatch/experience.py``).
@@ -80,6 +81,7 @@ class Route:
         self.pinned = pinned
         self.attempts: list[Attempt] = []
         self._lock = threading.Lock()
+        self._singular_lu = 0
 
     @classmethod
     def single(cls, state: PlanState, A: SparseTensor) -> "Route":
@@ -238,7 +240,12 @@ class Route:
         """Move to the next offer after a failure of ``kind``; False when none is left."""
         rest = self._rest
         if kind == "singular":
-            rest = [o for o in rest if o.direct]
+            # a zero pivot of a method that does not pivot (LDL^T, Cholesky) says little: an LU
+            # with partial pivoting decides; two LUs (of different backends) that agree are final
+            self._singular_lu += offer is not None and offer.method == "lu"
+            if self._singular_lu >= 2:
+                rest = []
+            rest = [o for o in rest if o.method == "lu"]
         elif kind == "iterative" and any(o.direct for o in rest):
             k = next(i for i, o in enumerate(rest) if o.direct)
             rest = rest[k:] + rest[:k]

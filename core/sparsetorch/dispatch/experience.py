@@ -116,14 +116,15 @@ def weigh(request: Request, offers: list[Offer]) -> tuple[list[Offer], list[Decl
             continue
         if m is not None and m.converged:
             its = max(1.0, _scaled(float(m.iterations), m.rtol, rtol))
-            note = f"measured {m.iterations} iterations on this pattern at rtol {m.rtol:.0e} (estimated {o.iterations})"
+            note = (f"measured {m.iterations} iterations on this pattern at rtol {m.rtol:.0e}: ~{int(math.ceil(its))} "
+                    f"expected (backend estimated {o.iterations})")
         elif factor != 1.0:
             its = o.iterations * factor if math.isfinite(factor) else float(n)
             if math.isfinite(factor):
                 its = min(its, 10.0 * n)
             else:
                 its = max(its, float(o.iterations))
-            note = f"{class_note} (backend estimated {o.iterations})"
+            note = f"{class_note}: ~{int(math.ceil(its))} expected (backend estimated {o.iterations})"
         else:
             if class_note:
                 o = replace(o, notes=f"{o.notes}; {class_note}" if o.notes else class_note)

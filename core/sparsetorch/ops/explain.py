@@ -53,6 +53,6 @@ def explain(op: str, *operands: Any, **options: Any) -> ExplainTable:
 
         A = check_matrix(operands[0], "explain", square=False)
         B = as_rhs(A, operands[1], "explain", rows=A.format_shape[0])[0] if len(operands) > 1 else None
-        return rank(lstsq_request(A, B, _options(**options)))
+        return rank(lstsq_request(A, B, _options(A.dtype, **options)))
     raise InputError(f"explain knows 'solve', 'matmul', 'eigsh', 'eigs', 'logdet' and 'lstsq', got {op!r}")
 

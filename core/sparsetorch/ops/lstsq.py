@@ -19,7 +19,9 @@ from ..errors import InputError
 from ..tensor import SparseTensor
 from ._dispatch import make_request, obtain_plan
 from ._inputs import as_rhs, check_finite as check_finite_values, check_matrix, describe_dense, describe_sparse, restore_rhs
+from .accuracy import default_rtol
 from .info import SolveInfo
+from .properties import detect
 
 __all__ = ["lstsq", "Lstsq", "lstsq_request", "LSTSQ_DEFAULTS"]
 
@@ -28,16 +30,21 @@ _POLICIES = ("raise", "warn", "ignore")
 #: The keyword options of lstsq with their defaults (the tolerances are LSQR/LSMR's: a
 #: least-squares solution stops when ``||A^H r|| <= atol ||A|| ||r||``, a compatible system when
 #: ``||r|| <= btol ||b|| + atol ||A|| ||x||``; ``conlim`` bounds the estimated condition number).
+#: ``atol=None``/``btol=None`` follow the accuracy contract: the dtype's default_rtol (1e-10 in
+#: float64, 1e-5 in float32), so an unspecified call is as accurate as a QR factorization would be.
 LSTSQ_DEFAULTS: dict[str, Any] = dict(
-    backend=None, method=None, damp=0.0, atol=1e-6, btol=1e-6, conlim=1e8, maxiter=None, max_bytes=None,
+    backend=None, method=None, damp=0.0, atol=None, btol=None, conlim=1e8, maxiter=None, max_bytes=None,
     backend_options=None,
 )
 #: Options a plan reads per call (the rest choose or key the plan).
 CALL = ("damp", "atol", "btol", "conlim", "maxiter")
 
 
-def _options(**kw: Any) -> dict[str, Any]:
+def _options(dtype: torch.dtype | None = None, **kw: Any) -> dict[str, Any]:
     o = {**LSTSQ_DEFAULTS, **kw}
+    for name in ("atol", "btol"):
+        if o[name] is None:
+            o[name] = default_rtol(dtype if dtype is not None else torch.float64)
     for name in ("damp", "atol", "btol"):
         v = o[name]
         if not (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 and v == v and v != float("inf")):
@@ -55,9 +62,11 @@ def _options(**kw: Any) -> dict[str, Any]:
 
 
 def lstsq_request(A: SparseTensor, B: torch.Tensor | None, options: dict[str, Any]):
-    """The dispatch request of op "lstsq" (no properties: none is needed or detected)."""
+    """The dispatch request of op "lstsq" (a square A's properties detected as solve does)."""
     operands = (describe_sparse(A),) + ((describe_dense(B),) if B is not None else ())
-    return make_request("lstsq", operands, frozenset(), options)
+    m, n = A.format_shape
+    props = detect(A) if m == n else frozenset()
+    return make_request("lstsq", operands, props, options)
 
 
 def lstsq(
@@ -67,8 +76,8 @@ def lstsq(
     backend: str | None = None,
     method: str | None = None,
     damp: float = 0.0,
-    atol: float = 1e-6,
-    btol: float = 1e-6,
+    atol: float | None = None,
+    btol: float | None = None,
     conlim: float = 1e8,
     maxiter: int | None = None,
     max_bytes: int | None = None,
@@ -99,7 +108,7 @@ def lstsq(
     Bn, vector = as_rhs(A, B, "lstsq", rows=m)
     if check_finite:
         check_finite_values(A, Bn, "lstsq")
-    options = _options(backend=backend, method=method, damp=damp, atol=atol, btol=btol, conlim=conlim, maxiter=maxiter,
+    options = _options(A.dtype, backend=backend, method=method, damp=damp, atol=atol, btol=btol, conlim=conlim, maxiter=maxiter,
                        max_bytes=max_bytes, backend_options=backend_options)
     request = lstsq_request(A, Bn, options)
     state, offer, _ = obtain_plan("lstsq", A, request, cache=cache)
@@ -134,7 +143,7 @@ class Lstsq:
         unknown = set(options) - set(LSTSQ_DEFAULTS)
         if unknown:
             raise InputError(f"Lstsq got unknown options {sorted(unknown)}; known: {sorted(LSTSQ_DEFAULTS)}")
-        self._options = _options(**options)
+        self._options = _options(self.A.dtype, **options)
         self._policy, self._cache = on_nonconvergence, cache
         self._state = None
         self._offer = None

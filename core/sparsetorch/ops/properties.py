@@ -6,7 +6,8 @@
   (Gershgorin: every eigenvalue is then >= 0; 2-D/3-D Poisson and most FEM mass/stiffness
   matrices pass). Matrices that are SPD without being dominant are not detected: pass
   ``properties="spd"``.
-- ``nonsymmetric`` otherwise.
+- ``nonsymmetric`` otherwise, with ``diagonally_dominant`` when every row's diagonal entry
+  outweighs the rest of the row (weakly; the iteration model uses it).
 
 User tags (``properties=`` in ``solve``) are trusted and skip detection.
 """
@@ -23,7 +24,7 @@ from ..tensor.sparse_tensor import is_plain
 
 __all__ = ["detect", "normalize_tags", "KNOWN_TAGS"]
 
-KNOWN_TAGS = frozenset({"spd", "symmetric", "hermitian", "nonsymmetric", "general"})
+KNOWN_TAGS = frozenset({"spd", "symmetric", "hermitian", "nonsymmetric", "general", "diagonally_dominant"})
 
 
 def normalize_tags(properties) -> frozenset[str] | None:
@@ -60,11 +61,14 @@ class _SymmetryMap:
     """Pattern-only data of :func:`detect`: the value slot of every stored entry, the slot of its
     transposed entry (None when the pattern is not symmetric), and the diagonal entries."""
 
-    __slots__ = ("slot", "tslot", "in_order", "rows", "on", "diag_rows")
+    __slots__ = ("slot", "tslot", "in_order", "rows", "on", "diag_rows", "found")
 
-    def __init__(self, slot, tslot, in_order, rows, on) -> None:
+    def __init__(self, slot, tslot, in_order, rows, on, found=None) -> None:
         self.slot, self.tslot, self.in_order, self.rows, self.on = slot, tslot, in_order, rows, on
         self.diag_rows = rows[on]
+        #: for a pattern that is not symmetric: which entries have their transpose stored (their
+        #: slots in ``tslot``; the others must hold zeros for A to be symmetric)
+        self.found = found
 
 
 def _symmetry_map(A: SparseTensor) -> "_SymmetryMap | None":
@@ -84,12 +88,15 @@ def _symmetry_map(A: SparseTensor) -> "_SymmetryMap | None":
     else:
         tkeys = cols.to(torch.int64) * n + rows.to(torch.int64)
         pos = torch.searchsorted(skeys, tkeys).clamp_(max=max(nnz - 1, 0))
-        tslot = None
-        if nnz == 0 or bool((skeys[pos] == tkeys).all()):
-            tslot = slot[order[pos]]
+        hit = skeys[pos] == tkeys if nnz else torch.ones(0, dtype=torch.bool, device=slot.device)
+        tslot = slot[order[pos]] if nnz else slot
+        found = None
+        if nnz and not bool(hit.all()):
+            found = hit
+            tslot = torch.where(hit, tslot, slot)
         nslots = A.values.shape[-1]
         in_order = nnz == nslots and (nnz == 0 or bool((slot == torch.arange(nslots, device=slot.device)).all()))
-        out = _SymmetryMap(slot, tslot, in_order, rows, rows == cols)
+        out = _SymmetryMap(slot, tslot, in_order, rows, rows == cols, found)
     if is_plain(slot):
         cache[key] = out
     return out
@@ -99,13 +106,7 @@ def _detect_mapped(A: SparseTensor, m: "_SymmetryMap") -> frozenset[str]:
     n = A.format_shape[0]
     values = A.values.detach()
     vals = values if m.in_order else values[..., m.slot]
-    if m.tslot is None:
-        # Patterns differ; still symmetric if the extra entries are zeros. Compare densely for small n.
-        if n > 2048:
-            return frozenset({"nonsymmetric"})
-        d = A.detach().to_dense()
-        sym = bool(torch.allclose(d, d.transpose(-2, -1).conj(), rtol=1e-12, atol=0))
-    elif vals.shape[-1] == 0:
+    if vals.shape[-1] == 0:
         sym = True
     else:
         tv = values[..., m.tslot]
@@ -114,9 +115,13 @@ def _detect_mapped(A: SparseTensor, m: "_SymmetryMap") -> frozenset[str]:
         # max-norms (no |.| temporaries); a NaN makes the test fail, as an elementwise one would
         inf = float("inf")
         scale = torch.linalg.vector_norm(vals, inf).clamp_min(torch.finfo(vals.real.dtype if vals.is_complex() else vals.dtype).tiny)
-        sym = bool(torch.linalg.vector_norm(vals - tv, inf) <= 1e-12 * scale)
+        diff = vals - tv
+        if m.found is not None:
+            # entries whose transpose is not stored are compared with zero
+            diff = torch.where(m.found, diff, vals)
+        sym = bool(torch.linalg.vector_norm(diff, inf) <= 1e-12 * scale)
     if not sym:
-        return frozenset({"nonsymmetric"})
+        return frozenset({"nonsymmetric"}) | _dominance(vals, m.rows, m.on, m.diag_rows, n)
     return _spd_tags(A, vals, m.rows, m.on, m.diag_rows, n)
 
 
@@ -132,6 +137,17 @@ def _spd_tags(A: SparseTensor, vals: torch.Tensor, rows: torch.Tensor, on: torch
     return frozenset(tags)
 
 
+def _dominance(vals: torch.Tensor, rows: torch.Tensor, on: torch.Tensor, diag_rows: torch.Tensor, n: int) -> frozenset[str]:
+    """``{"diagonally_dominant"}`` when every row has ``|a_ii| >= sum_j!=i |a_ij|`` with a nonzero
+    diagonal (then Jacobi-preconditioned Krylov methods converge at the dominance ratio's rate)."""
+    mag = vals.abs()
+    diag = mag.new_zeros(*mag.shape[:-1], n).index_add(-1, diag_rows, mag[..., on])
+    offsum = mag.masked_fill(on, 0).new_zeros(*mag.shape[:-1], n).index_add(-1, rows, mag.masked_fill(on, 0))
+    if bool((diag > 0).all()) and bool((diag >= offsum * (1 - 1e-12)).all()):
+        return frozenset({"diagonally_dominant"})
+    return frozenset()
+
+
 def _detect(A: SparseTensor) -> frozenset[str]:
     n = A.format_shape[0]
     values = A.values.detach()
@@ -144,16 +160,18 @@ def _detect(A: SparseTensor) -> frozenset[str]:
     if not same_pattern:
         # Patterns differ; still symmetric if the extra entries are zeros. Compare densely for small n.
         if n > 2048:
-            return frozenset({"nonsymmetric"})
+            coords, slot = A.entries()
+            on = coords[0] == coords[1]
+            return frozenset({"nonsymmetric"}) | _dominance(values[..., slot], coords[0], on, coords[0][on], n)
         d = A.detach().to_dense()
         sym = bool(torch.allclose(d, d.transpose(-2, -1).conj(), rtol=1e-12, atol=0))
     else:
         tv = t.values.conj() if t.values.is_complex() else t.values
         scale = v.abs().amax().clamp_min(torch.finfo(v.real.dtype if v.is_complex() else v.dtype).tiny)
         sym = bool(((v - tv).abs() <= 1e-12 * scale).all())
-    if not sym:
-        return frozenset({"nonsymmetric"})
     coords, slot = A.entries()
     rows = coords[0]
     on = rows == coords[1]
+    if not sym:
+        return frozenset({"nonsymmetric"}) | _dominance(values[..., slot], rows, on, rows[on], n)
     return _spd_tags(A, values[..., slot], rows, on, rows[on], n)

@@ -92,18 +92,19 @@ def _solve_offers(request: Request, r) -> list[Offer | Decline]:
     pre_name = pre if isinstance(pre, str) or pre is None else "user"
     if pre_name is None and request.option("method") is None:
         pre_name = "jacobi"  # a cheap default that never hurts much; explain shows it
-    if isinstance(pre_name, str) and pre_name not in ("jacobi", "block_jacobi", "none", "identity", "user"):
-        out.append(Decline("torch", f"preconditioner {pre_name!r} is not available here (jacobi, block_jacobi, a callable)"))
-        pre_name = None
-    for method in _ITERATIVE:
+    unknown = isinstance(pre_name, str) and pre_name not in ("jacobi", "block_jacobi", "none", "identity", "user")
+    if unknown:
+        # never offer what the plan would refuse: the iterative methods are declined, by name
+        for method in _ITERATIVE:
+            out.append(Decline("torch", f"preconditioner {pre_name!r} is not available here (jacobi, block_jacobi, "
+                                        f"None or a callable)", method))
+    for method in () if unknown else _ITERATIVE:
         asked = request.option("method") == method
         if method == "cg" and "spd" not in props and not (asked and {"symmetric", "hermitian"} & props):
             out.append(Decline("torch", "CG needs a symmetric positive definite matrix (not detected; pass properties='spd' if it is)", method))
             continue
         if method == "minres" and not ({"symmetric", "hermitian", "spd"} & props):
             out.append(Decline("torch", "MINRES needs a symmetric (Hermitian) matrix", method))
-            continue
-        if isinstance(pre_name, str) and pre_name not in ("jacobi", "block_jacobi", "none", "identity", "user"):
             continue
         secs, peak, its = cost.krylov_cost(r, request, method, pre_name)
         conv = _needs_conversion(request)
