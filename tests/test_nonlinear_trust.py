@@ -144,6 +144,22 @@ def test_gradient_uses_the_root_the_fallback_found():
     assert abs(float(c.grad) - s / (1 - 1.5 * s)) < 1e-9
 
 
+def test_matrix_free_newton_recovers_and_hands_over_with_ad_products():
+    """Matrix-free (GMRES on JVPs): the trust-region steps use VJPs/JVPs of F for J^T v and J v;
+    the hand-over and the adjoint (GMRES on VJPs) work the same, in both AD modes."""
+    root = tanh_root()
+    for ad in ("reverse", "forward"):
+        a = torch.tensor(1.5, dtype=DT, requires_grad=True)
+        u, info = nonlinear_solve(lambda u, a: tanh_F(u, a), torch.zeros(3, dtype=DT), (a,), jacobian="matrix-free",
+                                  ad=ad, return_info=True)
+        check_attempts(info, pinned=False)
+        assert info.converged and info.attempts[0].trust_region_steps >= 1 and info.linear_method == "gmres (matrix-free)"
+        assert float((u.detach() - root).abs().max()) < 1e-9
+        u.sum().backward()
+        s = 1 / math.cosh(1.5 * root + 0.5) ** 2
+        assert abs(float(a.grad) - 3 * root * s / (1 - 1.5 * s)) < 1e-8
+
+
 # --------------------------------------------------------------------------------------------------
 # Trust-region recovery
 
