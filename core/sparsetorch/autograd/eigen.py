@@ -57,8 +57,8 @@ class EigshHandle:
     def run(self, values: torch.Tensor, mvalues: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         M = None if self.M is None else self.M.with_values(mvalues.detach())
         if self.attempts is None:
-            self.state.load(values)
-            with torch.no_grad():
+            with self.state.lock, torch.no_grad():
+                self.state.load(values)
                 w, V, res = self.state.plan.eigsh(M=M, **self.call)
             self.results.append(res)
             if self.check is not None:

@@ -40,8 +40,8 @@ import torch
 
 from ..dispatch import experience
 from ..dispatch.records import Measured, Offer
-from ..errors import BackendError, IndefiniteMatrixError, SingularMatrixError
-from ..ops.accuracy import backward_error_bound, default_rtol
+from ..errors import BackendError, IndefiniteMatrixError, InputError, SingularMatrixError
+from ..ops.accuracy import backward_error_bound, default_rtol, unit_roundoff
 from ..ops.info import Attempt, IterationResult, Status
 from ..tensor import SparseTensor
 from .handles import PlanState, guarded
@@ -65,7 +65,8 @@ def _pow2_scale(amax: float, dtype: torch.dtype) -> float:
     e = math.log2(amax)
     if -emax <= e <= emax:
         return 1.0
-    return 2.0 ** (-round(e))
+    top = int(math.log2(fi.max)) - 1  # the scale itself must be a normal number of the dtype
+    return math.ldexp(1.0, max(-top, min(top, -round(e))))
 
 
 class Route:
@@ -135,7 +136,7 @@ class Route:
                 continue
             self._note(state, offer, res, time.perf_counter() - t0, rtol)
             if res.converged:
-                return (X * (sa / sb) if sa != sb else X), res
+                return self._unscaled(X, sa / sb), res
             if best is None or res.residual < best[1].residual:
                 best = (X, res)
             failures.append(("iterative" if res.status is not Status.INACCURATE or not _direct(offer) else "inaccurate",
@@ -146,7 +147,18 @@ class Route:
                 X, res = best
                 if len(self.attempts) > 1:
                     res = replace(res, reason=f"{res.reason}; tried: " + "; ".join(str(a) for a in self.attempts))
-                return (X * (sa / sb) if sa != sb else X), res
+                return self._unscaled(X, sa / sb), res
+
+    @staticmethod
+    def _unscaled(X: torch.Tensor, factor: float) -> torch.Tensor:
+        if factor == 1.0:
+            return X
+        out = X * factor
+        if not bool(torch.isfinite(out).all()) and bool(torch.isfinite(X).all()):
+            raise InputError(f"the solution does not fit in {X.dtype}: its entries reach "
+                             f"{float(X.abs().amax()) * factor:.3g} (A and b scaled by powers of two for the solve); "
+                             f"rescale the problem (units) or use a wider dtype")
+        return out
 
     # ------------------------------------------------------------------------------------------
     def _options_for(self, offer: Offer | None, base: dict, rtol: float) -> dict:
@@ -170,7 +182,50 @@ class Route:
             X, res = _checked(state, guarded(lambda: plan.solve(B, adjoint=adjoint, options=opts), state.label, "solve"), B)
             if not res.converged:
                 return X, res
-            return self._verify(state, values, B, X, res, opts, adjoint, rtol, atol)
+            direct = res.status is Status.DIRECT
+            X, res = self._verify(state, values, B, X, res, opts, adjoint, rtol, atol)
+            if not (direct and res.status is Status.INACCURATE):
+                return X, res
+            # Equilibrate (rows, then columns, by powers of two) and factor once more before
+            # calling the matrix singular: a badly scaled matrix (rows in other units) is singular
+            # to working precision only in the unscaled norm
+            r, c, ve = _equilibrated(self.A, values)
+            dl, dr = (c, r) if adjoint else (r, c)  # A^H x = b  <=>  (Dr A Dc)^H (Dr^-1 x) = Dc b
+            Be = B * dl.unsqueeze(-1)
+            try:
+                state._load(ve)
+                Y, res2 = _checked(state, guarded(lambda: plan.solve(Be, adjoint=adjoint, options=opts), state.label,
+                                                  "solve"), B)
+            except (SingularMatrixError, IndefiniteMatrixError):
+                return X, res
+            Y, res2 = self._verify(state, ve, Be, Y, res2, opts, adjoint, rtol, atol * float(dl.max()))
+            if not res2.converged:
+                return X, replace(res, reason=f"{res.reason}; equilibrated: {res2.reason}")
+            # refine in the caller's norm with the equilibrated factors: d = Dc E^-1 Dr r
+            X2 = Y * dr.unsqueeze(-1)
+            bn = torch.linalg.vector_norm(B, dim=-2)
+            bn = torch.where(bn > 0, bn, torch.ones_like(bn))
+            R = B - self._apply(values, X2, adjoint)
+            rel = float((torch.linalg.vector_norm(R, dim=-2) / bn).max())
+            for _ in range(_REFINE_STEPS):
+                if rel <= rtol:
+                    break
+                D, _r = _checked(state, guarded(lambda: plan.solve(R * dl.unsqueeze(-1), adjoint=adjoint, options=opts),
+                                                state.label, "solve"), B)
+                X3 = X2 + D * dr.unsqueeze(-1)
+                R3 = B - self._apply(values, X3, adjoint)
+                rel3 = float((torch.linalg.vector_norm(R3, dim=-2) / bn).max())
+                if not rel3 < rel:
+                    break
+                X2, R, rel = X3, R3, rel3
+            # the equilibrated system is solved backward-stably: the matrix is not singular to working
+            # precision, only badly scaled. Of the two answers, the one with the smaller residual in
+            # the caller's norm is returned (neither may reach rtol there: the rows' scales differ)
+            if rel > res.residual:
+                return X, replace(res2, residual=res.residual,
+                                  reason=f"badly scaled: the equilibrated system is backward stable ({res2.reason}); "
+                                         f"residual {res.residual:.2g} in the unscaled norm")
+            return X2, replace(res2, residual=rel, reason=f"{res2.reason}; rows and columns equilibrated")
 
     def _verify(self, state: PlanState, values: torch.Tensor, B: torch.Tensor, X: torch.Tensor, res: IterationResult,
                 opts: dict, adjoint: bool, rtol: float, atol: float) -> tuple[torch.Tensor, IterationResult]:
@@ -205,14 +260,20 @@ class Route:
             anorm = torch.linalg.vector_norm(values, dim=-1)
             while anorm.dim() < rn.dim():
                 anorm = anorm.unsqueeze(-1)
-            eta = rn / (anorm * torch.linalg.vector_norm(X, dim=-2) + bn)
-            bound = backward_error_bound(B.dtype, self.A.format_shape[0])
-            if bool((eta <= bound).all()):
+            ax = anorm * torch.linalg.vector_norm(X, dim=-2)
+            eta = rn / (ax + bn)
+            n = self.A.format_shape[0]
+            bound = backward_error_bound(B.dtype, n)
+            # ||A|| ||x|| / ||b|| bounds the condition number from below: past 1 / (n u) the matrix is
+            # singular to working precision, and a small backward error means nothing
+            growth = float((ax / torch.where(bn > 0, bn, torch.ones_like(bn))).max())
+            if bool((eta <= bound).all()) and growth * n * unit_roundoff(B.dtype) < 1:
                 return X, replace(res, residual=rel, iterations=res.iterations + extra,
                                   reason=f"{res.reason}; ill-conditioned: backward error {float(eta.max()):.2g}")
             return X, replace(res, residual=rel, converged=False, status=Status.INACCURATE,
-                              reason=f"backward error {float(eta.max()):.2g} > {bound:.1g} after {extra} refinement "
-                                     f"steps (unstable factorization or a matrix singular to working precision)")
+                              reason=f"relative residual {rel:.2g}, backward error {float(eta.max()):.2g} (bound {bound:.1g}), "
+                                     f"||A|| ||x|| / ||b|| = {growth:.2g} after {extra} refinement steps (an unstable "
+                                     f"factorization or a matrix singular to working precision)")
         return X, replace(res, residual=rel, converged=False, status=Status.INACCURATE,
                           reason=f"{res.reason + '; ' if res.reason else ''}the true relative residual {rel:.3g} misses "
                                  f"the tolerance (rtol {rtol:.1e}) after {extra} refinement iterations")
@@ -239,10 +300,10 @@ class Route:
     def _advance(self, kind: str, offer: Offer | None) -> bool:
         """Move to the next offer after a failure of ``kind``; False when none is left."""
         rest = self._rest
-        if kind == "singular":
+        if kind in ("singular", "inaccurate"):
             # a zero pivot of a method that does not pivot (LDL^T, Cholesky) says little: an LU
             # with partial pivoting decides; two LUs (of different backends) that agree are final
-            self._singular_lu += offer is not None and offer.method == "lu"
+            self._singular_lu += offer is None or offer.method == "lu"
             if self._singular_lu >= 2:
                 rest = []
             rest = [o for o in rest if o.method == "lu"]
@@ -289,6 +350,32 @@ class Route:
             if hasattr(exc, name):
                 setattr(out, name, getattr(exc, name))
         return out
+
+
+def _pow2(t: torch.Tensor) -> torch.Tensor:
+    """``1 / t`` rounded to a power of two (exact scaling), 1 where ``t`` is 0."""
+    safe = torch.where(t > 0, t, torch.ones_like(t))
+    return torch.exp2(-torch.round(torch.log2(safe)))
+
+
+def _equilibrated(A: SparseTensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Row and column scalings ``r``, ``c`` (powers of two, ``(*batch, n)``) that bring every row's
+    and then every column's largest entry of ``diag(r) A diag(c)`` near 1, and those values."""
+    coords, slot = A.entries()
+    rows, cols = coords[0], coords[1]
+    m, n = A.format_shape
+    mag = values.abs().index_select(-1, slot)
+    real = mag.dtype
+    batch = values.shape[:-1]
+    rmax = torch.zeros(*batch, m, dtype=real, device=values.device).scatter_reduce(
+        -1, rows.expand(*batch, -1), mag, "amax")
+    r = _pow2(rmax)
+    cmax = torch.zeros(*batch, n, dtype=real, device=values.device).scatter_reduce(
+        -1, cols.expand(*batch, -1), mag * r.index_select(-1, rows), "amax")
+    c = _pow2(cmax)
+    ve = values.clone()
+    ve[..., slot] = values.index_select(-1, slot) * (r.index_select(-1, rows) * c.index_select(-1, cols))
+    return r.to(values.dtype), c.to(values.dtype), ve
 
 
 def _direct(offer: Offer | None) -> bool:

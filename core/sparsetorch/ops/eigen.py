@@ -102,10 +102,11 @@ class _Attempts:
             phase = "build"
             try:
                 state = self._state(i)
-                phase = "set_values"
-                state.load(values)
-                phase = self.op
-                out, res = call(state.plan, budget)
+                with state.lock:  # values and the call belong together: another thread may share the plan
+                    phase = "set_values"
+                    state.load(values)
+                    phase = self.op
+                    out, res = call(state.plan, budget)
             except _PASS_THROUGH:
                 raise
             except Exception as exc:  # noqa: BLE001 - every failure of a plan is recorded, then handed over

@@ -163,10 +163,10 @@ def _run(values: torch.Tensor, handle) -> tuple[torch.Tensor, torch.Tensor]:
         phase = "build"
         try:
             state = handle["state_of"](i)
-            phase = "set_values"
-            state.load(values)
-            phase = "slogdet"
-            with torch.no_grad():
+            with state.lock, torch.no_grad():
+                phase = "set_values"
+                state.load(values)
+                phase = "slogdet"
                 sign, logabs = state.plan.slogdet()
             why = _bad_result(sign, logabs, batch)
             if why is not None:
