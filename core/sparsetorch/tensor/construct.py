@@ -71,7 +71,7 @@ def fill_guard(fmt: TensorFormat, shape: Sequence[int], max_fill: float | None, 
         raise ConversionError(
             f"{what} to {_label(fmt)} for shape {tuple(shape)} would store {slots:,} slots for {entries:,} "
             f"nonzeros ({ratio:,.1f}x fill, {_bytes(slots * value_bytes)} of values alone), over the bound of "
-            f"{bound_ratio:g}x the nonzeros + {FILL_SLACK} slots ({int(bound):,}). Nothing was allocated. "
+            f"{bound_ratio:g}x the nonzeros + {FILL_SLACK} slots ({int(bound):,}); nothing of that size was allocated. "
             f"To allow it pass {allow} (or max_fill=float('inf')) to this call, or set the environment "
             f"variable {MAX_FILL_ENV}; or pick a format without padding (CSR, CSC, COO)"
         )
