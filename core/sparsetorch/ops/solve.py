@@ -130,7 +130,11 @@ def solve(
     "cholesky", "cg", "bicgstab", "gmres", "minres" (more with plugins: "ldlt", "qr", "lgmres",
     "tfqmr", "lsqr", "lsmr", "amg"). ``preconditioner``: "jacobi", "block_jacobi", "amg"
     (plugins), None, or a callable applying ``M^-1``. Iterative methods stop when
-    ``||b - A x|| <= max(rtol * ||b||, atol)`` per right-hand side.
+    ``||b - A x|| <= max(rtol * ||b||, atol)`` per right-hand side; ``rtol=None`` is the accuracy
+    contract's tolerance for A's dtype (1e-10 in float64, 1e-5 in float32: the accuracy of a
+    backward-stable direct method). Every answer is checked by the core (true residual,
+    refinement, finiteness); a method dispatch chose that fails hands over to the next one
+    (``info.attempts`` lists them; docs/dispatch.md, "Checked answers and fallback").
 
     Non-convergence raises :class:`~sparsetorch.NotConvergedError` (``on_nonconvergence="warn"``
     warns and returns, ``"ignore"`` returns quietly). ``properties`` ("spd", "symmetric",
@@ -316,6 +320,7 @@ class Solver:
         Safe to call from several threads at once: calls on one plan are serialized by its lock,
         each with its own values and options. ``update_values`` from one thread while another
         solves gives the solving thread either the old or the new values, never a mix."""
+        self._pattern.ensure_valid()  # index buffers written in place since construction are re-checked
         if self._state is None:
             self.factorize()
         Bn, vector = as_rhs(self._pattern, B, "Solver.solve", rows=self._pattern.format_shape[0])
