@@ -217,6 +217,28 @@ def test_truly_singular_is_a_named_error():
         st.solve(A, torch.randn(16, dtype=DT, generator=torch.Generator().manual_seed(6)))
 
 
+def test_singular_matrix_with_b_in_its_range_gets_a_solution():
+    """A singular A with b = A x (b in the range): a minimum-norm least-squares solution meeting the
+    contract is a right answer; with b outside the range the singular verdict stands; the gradient
+    of such a solve is not defined and says so."""
+    pytest.importorskip("sparsetorch_eigen")  # its rank-revealing QR; LSQR alone may stop short of 1e-10
+    D = poisson2d(4, 4).to_dense()
+    D[3] = D[2]
+    D[:, 3] = D[:, 2]  # symmetric, rank 15
+    A = st.SparseTensor.from_dense(D)
+    g = torch.Generator().manual_seed(7)
+    b = D @ torch.randn(16, dtype=DT, generator=g)
+    x, info = st.solve(A, b, return_info=True)
+    assert _relres(A, x, b) <= 1e-10 and "range" in info.reason and info.attempts[-1].succeeded
+    assert info.method == "qr"
+    with pytest.raises(st.SingularMatrixError):
+        st.solve(A, torch.randn(16, dtype=DT, generator=g))
+    bg = b.clone().requires_grad_(True)
+    y = st.solve(A, bg)
+    with pytest.raises(st.SingularMatrixError):
+        y.sum().backward()
+
+
 # --- inputs --------------------------------------------------------------------------------------------
 def test_update_values_checks_dtype_shape_and_layout():
     A = poisson2d(4, 4)

@@ -132,7 +132,11 @@ class Route:
                            time.perf_counter() - t0, rtol)
                 failures.append((kind, exc))
                 if self.pinned or not self._advance(kind, offer):
-                    raise self._final_error(exc, failures) from exc
+                    final = self._final_error(exc, failures)
+                    found = self._in_range(final, vs, Bs, handle.adjoint, rtol, atol_s)
+                    if found is not None:
+                        return self._unscaled(found[0], sa / sb), found[1]
+                    raise final from exc
                 continue
             self._note(state, offer, res, time.perf_counter() - t0, rtol)
             if res.converged:
@@ -152,7 +156,11 @@ class Route:
                              None))
             if self.pinned or not self._advance(failures[-1][0], offer):
                 if any(k == "singular" for k, _ in failures) or failures[-1][0] == "inaccurate":
-                    raise self._final_error(None, failures)
+                    final = self._final_error(None, failures)
+                    found = self._in_range(final, vs, Bs, handle.adjoint, rtol, atol_s)
+                    if found is not None:
+                        return self._unscaled(found[0], sa / sb), found[1]
+                    raise final
                 X, res = best
                 if len(self.attempts) > 1:
                     res = replace(res, reason=f"{res.reason}; tried: " + "; ".join(str(a) for a in self.attempts))
@@ -163,6 +171,41 @@ class Route:
         if factor == 1.0:
             return X
         return X * factor
+
+    def _in_range(self, final: BaseException, values: torch.Tensor, B: torch.Tensor, adjoint: bool, rtol: float,
+                  atol: float) -> tuple[torch.Tensor, IterationResult] | None:
+        """After the LU factorizations called A singular: when ``b`` lies in A's range the system
+        still has solutions, and the minimum-norm one (least squares through dispatch: a
+        rank-revealing QR or LSQR) is a right answer if its residual meets the tolerance. None
+        when it does not (``b`` is outside the range: the singular verdict stands), when the
+        method was pinned, or for the adjoint direction (the gradient of a solve with a singular
+        matrix is not defined)."""
+        if self.pinned or adjoint or not isinstance(final, SingularMatrixError):
+            return None
+        from ..ops.lstsq import lstsq  # noqa: PLC0415 - ops imports this module
+
+        t0 = time.perf_counter()
+        bn = torch.linalg.vector_norm(B, dim=-2)
+        # a rank-revealing QR where a backend has one (exact to rounding), else what dispatch picks
+        for method in ("qr", None):
+            try:
+                X, info = lstsq(self.A.with_values(values), B, method=method, on_nonconvergence="ignore",
+                                return_info=True)
+            except Exception:  # noqa: BLE001 - no such method or it failed: try the next, else the verdict stands
+                continue
+            if not bool(torch.isfinite(X).all()):
+                continue
+            rn = torch.linalg.vector_norm(B - self._apply(values, X, adjoint), dim=-2)
+            if bool((rn <= torch.clamp(bn * rtol, min=atol)).all()):
+                break
+        else:
+            return None
+        rel = float((rn / torch.where(bn > 0, bn, torch.ones_like(bn))).max())
+        reason = (f"A is singular but b lies in its range: minimum-norm solution by least squares "
+                  f"({info.backend}/{info.method})")
+        self.attempts.append(Attempt(info.backend, info.method, None, int(info.iterations), Status.CONVERGED, rel,
+                                     reason, True, time.perf_counter() - t0))
+        return X, IterationResult(int(info.iterations), rel, True, Status.CONVERGED, reason)
 
     # ------------------------------------------------------------------------------------------
     def _options_for(self, offer: Offer | None, base: dict, rtol: float) -> dict:

@@ -208,6 +208,9 @@ def _info(A: SparseTensor, Bn: torch.Tensor, Xn: torch.Tensor, handle: SolveHand
     res = handle.results[-1]
     route = handle.route
     offer, state = route.offer, route.state
+    last = route.attempts[-1] if route.attempts else None
+    # the answer may come from outside the route's plans (a least-squares solution in A's range)
+    backend, method = (last.backend, last.method) if last is not None and last.succeeded else (offer.backend, offer.method)
     from .matmul import matmul
 
     with torch.no_grad():
@@ -216,7 +219,7 @@ def _info(A: SparseTensor, Bn: torch.Tensor, Xn: torch.Tensor, handle: SolveHand
         rel = torch.linalg.vector_norm(r, dim=-2) / torch.where(bn > 0, bn, torch.ones_like(bn))
         true_res = float(rel.max()) if rel.numel() else 0.0
     return SolveInfo(
-        backend=offer.backend, method=offer.method, iterations=res.iterations, residual=true_res,
+        backend=backend, method=method, iterations=res.iterations, residual=true_res,
         converged=res.converged, status=res.status, reason=res.reason, residual_history=tuple(res.history),
         preconditioner=offer.preconditioner, plan_reused=state.reused,
         extra={"estimated_seconds": offer.seconds, "estimated_bytes": offer.bytes,
