@@ -242,6 +242,19 @@ def make_shared_solvers(world: World, have: set, only: set | None = None) -> lis
 SHARE = {"solve": 0.45, "own_solver": 0.2, "shared_solver": 0.15, "matmul": 0.1, "eigsh": 0.1}
 
 
+def solve_options(c: dict, t: int) -> dict:
+    """The keyword options of combination ``c`` in thread ``t``: its pinned backend/method, and
+    the thread's own rtol for iterative methods (so that mixed-up per-call options would show)."""
+    kw = {}
+    if c["backend"]:
+        kw["backend"] = c["backend"]
+    if c["method"]:
+        kw["method"] = c["method"]
+    if (c["method"] is not None and c["method"] not in DIRECT) or c.get("auto_rtol"):
+        kw["rtol"] = thread_rtol(t)
+    return kw
+
+
 def thread_rtol(t: int) -> float:
     return 10.0 ** -(7 + t % 4)  # 1e-7 .. 1e-10, a different tolerance per thread
 
@@ -306,15 +319,8 @@ def run_op(world: World, t: int, c: dict, rng: np.random.Generator, state: dict,
         if op == "solve":
             A = P["T"].with_values(torch.from_numpy(S["values"][k]))
             b = torch.from_numpy(S["rhs"][j])
-            kw = {}
-            if c["backend"]:
-                kw["backend"] = c["backend"]
-            if c["method"]:
-                kw["method"] = c["method"]
-            iterative = (c["method"] is not None and c["method"] not in DIRECT) or c.get("auto_rtol")
-            rtol = thread_rtol(t) if iterative else None
-            if rtol is not None:
-                kw["rtol"] = rtol
+            kw = solve_options(c, t)
+            rtol = kw.get("rtol")
             x = st.solve(A, b, **kw).numpy()
             bound = max(10 * rtol, 1e-10) if rtol else 1e-10
             res = residual(S["matrices"][k], x, S["rhs"][j])
@@ -322,14 +328,7 @@ def run_op(world: World, t: int, c: dict, rng: np.random.Generator, state: dict,
             key = ("own_solver", pname, c["backend"], c["method"])
             entry = state.get(key)
             if entry is None:
-                kw = {}
-                if c["backend"]:
-                    kw["backend"] = c["backend"]
-                if c["method"]:
-                    kw["method"] = c["method"]
-                iterative = (c["method"] is not None and c["method"] not in DIRECT) or c.get("auto_rtol")
-                if iterative:
-                    kw["rtol"] = thread_rtol(t)
+                kw = solve_options(c, t)
                 A = P["T"].with_values(torch.from_numpy(S["values"][k]))
                 entry = state[key] = {"solver": st.Solver(A, **kw), "k": k, "rtol": kw.get("rtol")}
             s = entry["solver"]

@@ -131,11 +131,11 @@ def route_for(op: str, A: SparseTensor, request: Request, table: ExplainTable, o
     """The fallback route of a call: ``offer`` first, then the offers ranked after it (none when
     the user pinned the method)."""
     pinned = request.option("method") is not None
-    rest = [] if pinned else [r.offer for r in table.offers if r.offer is not None and r.offer is not offer]
-    # the ranking may list the chosen offer anywhere when it came from a remembered decision:
-    # keep the order of the table after it
-    offers = [r.offer for r in table.offers if r.offer is not None]
-    if not pinned and offer in offers:
-        k = offers.index(offer)
-        rest = offers[k + 1:] + [o for o in offers[:k]]
+    rest: list[Offer] = []
+    if not pinned:
+        # the offers ranked after ``offer`` (a Solver that fell back starts further down the
+        # table), then those before it
+        offers = [r.offer for r in table.offers if r.offer is not None]
+        k = offers.index(offer) if offer in offers else -1
+        rest = offers[k + 1:] + offers[:max(k, 0)]
     return Route(A.detach(), state, offer, rest, lambda o: plan_for(op, A, request, o, cache=cache), pinned=pinned)

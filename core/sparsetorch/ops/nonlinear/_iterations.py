@@ -308,11 +308,7 @@ class Iterations:
                     f"{best_it}){' (full steps cycling: line_search=True would globalize them)' if not self.line_search else ''}"
                 )
                 return x, r, norm
-        if norm <= target and _finite(x):
-            att.status = Status.CONVERGED
-        else:
-            att.status = Status.MAX_ITERATIONS
-            att.reason = f"maxiter ({maxiter}) reached with ||F|| = {norm:.3e} above the target {target:.3e}"
+        _finish(att, x, norm, target, maxiter)
         return x, r, norm
 
     def _line_search(self, x, r, norm: float, dx, params: tuple, it: int):
@@ -538,15 +534,19 @@ class Iterations:
                     f"{best_it})"
                 )
                 return x, r, norm
-        if norm <= target and _finite(x):
-            att.status = Status.CONVERGED
-        else:
-            att.status = Status.MAX_ITERATIONS
-            att.reason = (
-                f"maxiter ({maxiter}) reached with ||F|| = {norm:.3e} above the target {target:.3e}; "
-                f"{method} converges linearly at best: try method='newton', a preconditioner, or a smaller omega"
-            )
+        _finish(att, x, norm, target, maxiter,
+                f"; {method} converges linearly at best: try method='newton', a preconditioner, or a smaller omega")
         return x, r, norm
+
+
+def _finish(att, x: torch.Tensor, norm: float, target: float, maxiter: int, hint: str = "") -> None:
+    """The status of an attempt that ran to ``maxiter``: converged if the last iterate meets the
+    target (and is finite), else MAX_ITERATIONS with the reason (and ``hint``)."""
+    if norm <= target and _finite(x):
+        att.status = Status.CONVERGED
+    else:
+        att.status = Status.MAX_ITERATIONS
+        att.reason = f"maxiter ({maxiter}) reached with ||F|| = {norm:.3e} above the target {target:.3e}{hint}"
 
 
 def _lstsq(A: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
