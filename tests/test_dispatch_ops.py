@@ -92,11 +92,11 @@ def test_plan_cache_is_bounded_inspectable_and_sees_new_values():
         return [e for e in cache.entries() if e.op == "solve"]
 
     st.solve(A, b, backend="torch", method="cg")
-    # one solve plan, and the product plan the core checks the answer's residual with
-    assert len(solves()) == 1 and {e.op for e in cache.entries()} == {"solve", "matmul"} and cache.misses == 2
+    # one solve plan (the core checks a small answer's residual from A's entries, with no plan)
+    assert len(solves()) == 1 and len(cache) == 1 and cache.misses == 1
     A2 = A.with_values(A.values * 3)
     x2 = st.solve(A2, b, backend="torch", method="cg", rtol=1e-10)
-    assert cache.hits == 2 and len(solves()) == 1
+    assert cache.hits == 1 and len(solves()) == 1
     assert torch.allclose(x2, torch.linalg.solve(A2.to_dense(), b), atol=1e-8)
     e = solves()[0]
     assert (e.op, e.backend, e.method, e.shape) == ("solve", "torch", "cg", (36, 36))

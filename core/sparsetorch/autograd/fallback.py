@@ -50,6 +50,8 @@ __all__ = ["Route"]
 
 #: refinement steps tried on the same plan when an answer misses the tolerance
 _REFINE_STEPS = 2
+#: checks' products up to this many entry x column terms are computed from A's entries directly
+_DIRECT_PRODUCT = 1 << 20
 #: an iterative attempt bounded by the direct method after it still gets this many iterations
 _MIN_BUDGET = 20
 
@@ -127,7 +129,9 @@ class Route:
             try:
                 X, res = self._attempt(state, vs, Bs, opts, handle.adjoint, rtol, atol_s, offer)
             except (SingularMatrixError, IndefiniteMatrixError, BackendError) as exc:
-                kind = "singular" if isinstance(exc, SingularMatrixError) else "error"
+                # a zero pivot of a direct method is a verdict on A; one of a preconditioner's
+                # factorization (ILU, IC) is only that preconditioner's failure
+                kind = "singular" if isinstance(exc, SingularMatrixError) and _direct(offer) else "error"
                 self._note(state, offer, IterationResult(0, math.inf, False, Status.BREAKDOWN, _one_line(exc)),
                            time.perf_counter() - t0, rtol)
                 failures.append((kind, exc))
@@ -332,7 +336,12 @@ class Route:
                                  f"the tolerance (rtol {rtol:.1e}) after {extra} refinement iterations")
 
     def _apply(self, values: torch.Tensor, X: torch.Tensor, adjoint: bool) -> torch.Tensor:
-        """``A X`` (``A^H X``) through a product plan of the plan cache."""
+        """``A X`` (``A^H X``): small products straight from A's entries (no dispatch, no plan to
+        build for a one-shot call), larger ones through a product plan of the plan cache."""
+        if (self.A.nse or 0) * X.shape[-1] * max(1, X[..., 0, 0].numel()) <= _DIRECT_PRODUCT:
+            from .lstsq import apply_entries  # noqa: PLC0415
+
+            return apply_entries(self.A, values, X, adjoint=adjoint)
         from ..ops._dispatch import obtain_plan  # noqa: PLC0415 - ops imports this module
         from ..ops.matmul import matmul_request  # noqa: PLC0415
         from .handles import MatmulHandle  # noqa: PLC0415

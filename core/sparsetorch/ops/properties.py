@@ -6,6 +6,8 @@
   (Gershgorin: every eigenvalue is then >= 0; 2-D/3-D Poisson and most FEM mass/stiffness
   matrices pass). Matrices that are SPD without being dominant are not detected: pass
   ``properties="spd"``.
+- ``zero_diagonal``: a symmetric matrix with a zero (or unstored) diagonal entry: not definite, and
+  factorizations without pivoting (LDL^T) meet zero pivots on it.
 - ``nonsymmetric`` otherwise, with ``diagonally_dominant`` when every row's diagonal entry
   outweighs the rest of the row (weakly; the iteration model uses it).
 
@@ -24,7 +26,8 @@ from ..tensor.sparse_tensor import is_plain
 
 __all__ = ["detect", "normalize_tags", "KNOWN_TAGS"]
 
-KNOWN_TAGS = frozenset({"spd", "symmetric", "hermitian", "nonsymmetric", "general", "diagonally_dominant"})
+KNOWN_TAGS = frozenset({"spd", "symmetric", "hermitian", "nonsymmetric", "general", "diagonally_dominant",
+                        "zero_diagonal"})
 
 
 def normalize_tags(properties) -> frozenset[str] | None:
@@ -81,19 +84,35 @@ def _symmetry_map(A: SparseTensor) -> "_SymmetryMap | None":
     n = A.format_shape[0]
     nnz = slot.numel()
     keys = rows.to(torch.int64) * n + cols.to(torch.int64)
-    skeys, order = torch.sort(keys)
+    # entries in row-major order without duplicates (CSR with sorted columns, most COO) need no
+    # sort of their keys, and their transposes come in order from a stable sort of the columns
+    row_major = nnz > 1 and bool((keys[1:] > keys[:-1]).all())
+    if row_major:
+        skeys, order = keys, torch.arange(nnz, device=keys.device)
+    else:
+        skeys, order = torch.sort(keys)
     out: _SymmetryMap | None
-    if nnz > 1 and bool((skeys[1:] == skeys[:-1]).any()):
+    if not row_major and nnz > 1 and bool((skeys[1:] == skeys[:-1]).any()):
         out = None
     else:
         tkeys = cols.to(torch.int64) * n + rows.to(torch.int64)
-        pos = torch.searchsorted(skeys, tkeys).clamp_(max=max(nnz - 1, 0))
-        hit = skeys[pos] == tkeys if nnz else torch.ones(0, dtype=torch.bool, device=slot.device)
-        tslot = slot[order[pos]] if nnz else slot
+        if row_major:
+            torder = torch.sort(cols, stable=True)[1]
+            stkeys = tkeys[torder]
+        else:
+            stkeys, torder = torch.sort(tkeys)
         found = None
-        if nnz and not bool(hit.all()):
-            found = hit
-            tslot = torch.where(hit, tslot, slot)
+        if nnz == 0:
+            tslot = slot
+        elif torch.equal(stkeys, skeys):
+            # a symmetric pattern: the entry with the i-th smallest transposed key (torder[i]) is
+            # the transpose of the entry with the i-th smallest key (order[i]); two sorts, no search
+            tslot = torch.empty_like(slot)
+            tslot[torder] = slot[order]
+        else:
+            pos = torch.searchsorted(skeys, tkeys).clamp_(max=nnz - 1)
+            found = skeys[pos] == tkeys
+            tslot = torch.where(found, slot[order[pos]], slot)
         nslots = A.values.shape[-1]
         in_order = nnz == nslots and (nnz == 0 or bool((slot == torch.arange(nslots, device=slot.device)).all()))
         out = _SymmetryMap(slot, tslot, in_order, rows, rows == cols, found)
@@ -128,6 +147,8 @@ def _detect_mapped(A: SparseTensor, m: "_SymmetryMap") -> frozenset[str]:
 def _spd_tags(A: SparseTensor, vals: torch.Tensor, rows: torch.Tensor, on: torch.Tensor, diag_rows: torch.Tensor, n: int) -> frozenset[str]:
     tags = {"symmetric", "hermitian"} if A.dtype.is_complex else {"symmetric"}
     diag = vals.new_zeros(*vals.shape[:-1], n).index_add(-1, diag_rows, vals[..., on])
+    if bool((diag == 0).any()):
+        tags.add("zero_diagonal")  # not definite; factorizations that do not pivot meet zero pivots
     off = vals.abs().masked_fill_(on, 0)  # abs() is a new tensor: fill it in place
     offsum = off.new_zeros(*off.shape[:-1], n).index_add(-1, rows, off)
     dre = diag.real if diag.is_complex() else diag

@@ -134,6 +134,17 @@ class Handoff:
         """Whether the pattern equals its transpose (pattern work: once per plan)."""
         return self.transpose_perm() is not None
 
+    def full_diagonal(self) -> bool:
+        """Whether every diagonal position is stored (pattern work)."""
+        m, n = self.shape
+        if m != n:
+            return False
+        counts = np.diff(self.indptr)
+        major = np.repeat(np.arange(m, dtype=np.int64), counts)
+        hits = np.zeros(m, dtype=bool)
+        hits[major[self.indices == major]] = True
+        return bool(hits.all())
+
     def transpose_perm(self) -> np.ndarray | None:
         """For a structurally symmetric pattern, ``perm`` such that ``data[perm]`` is the data of
         ``A^T`` in this layout (``A`` is Hermitian iff ``data == conj(data[perm])``); else None."""
