@@ -52,6 +52,9 @@ __all__ = ["Route"]
 _REFINE_STEPS = 2
 #: checks' products up to this many entry x column terms are computed from A's entries directly
 _DIRECT_PRODUCT = 1 << 20
+#: a QR for b in a singular A's range is tried when estimated at most this many times the failed
+#: factorizations' time
+_QR_FACTOR = 10.0
 #: an iterative attempt bounded by the direct method after it still gets this many iterations
 _MIN_BUDGET = 20
 
@@ -179,8 +182,8 @@ class Route:
     def _in_range(self, final: BaseException, values: torch.Tensor, B: torch.Tensor, adjoint: bool, rtol: float,
                   atol: float) -> tuple[torch.Tensor, IterationResult] | None:
         """After the LU factorizations called A singular: when ``b`` lies in A's range the system
-        still has solutions, and the minimum-norm one (least squares through dispatch: a
-        rank-revealing QR or LSQR) is a right answer if its residual meets the tolerance. None
+        still has solutions, and a least-squares one (a rank-revealing sparse QR through dispatch)
+        is a right answer if its residual meets the tolerance. None
         when it does not (``b`` is outside the range: the singular verdict stands), when the
         method was pinned, or for the adjoint direction (the gradient of a solve with a singular
         matrix is not defined)."""
@@ -188,24 +191,32 @@ class Route:
             return None
         from ..ops.lstsq import lstsq  # noqa: PLC0415 - ops imports this module
 
+        from ..ops.explain import explain  # noqa: PLC0415
+
         t0 = time.perf_counter()
+        Av = self.A.with_values(values)
+        # a rank-revealing sparse QR (exact to rounding; an iterative least-squares method would
+        # run to its limit on the common case, b outside the range), when one is offered at a
+        # price near what the failed factorizations cost
+        try:
+            offer = explain("lstsq", Av, B, method="qr").chosen
+        except Exception:  # noqa: BLE001 - no backend offers QR: the verdict stands
+            return None
+        spent = sum(a.seconds for a in self.attempts)
+        if offer is None or offer.seconds is None or offer.seconds > _QR_FACTOR * max(spent, 1e-3):
+            return None
+        try:
+            X, info = lstsq(Av, B, method="qr", on_nonconvergence="ignore", return_info=True)
+        except Exception:  # noqa: BLE001 - the QR failed: the verdict stands
+            return None
+        if not bool(torch.isfinite(X).all()):
+            return None
         bn = torch.linalg.vector_norm(B, dim=-2)
-        # a rank-revealing QR where a backend has one (exact to rounding), else what dispatch picks
-        for method in ("qr", None):
-            try:
-                X, info = lstsq(self.A.with_values(values), B, method=method, on_nonconvergence="ignore",
-                                return_info=True)
-            except Exception:  # noqa: BLE001 - no such method or it failed: try the next, else the verdict stands
-                continue
-            if not bool(torch.isfinite(X).all()):
-                continue
-            rn = torch.linalg.vector_norm(B - self._apply(values, X, adjoint), dim=-2)
-            if bool((rn <= torch.clamp(bn * rtol, min=atol)).all()):
-                break
-        else:
+        rn = torch.linalg.vector_norm(B - self._apply(values, X, adjoint), dim=-2)
+        if not bool((rn <= torch.clamp(bn * rtol, min=atol)).all()):
             return None
         rel = float((rn / torch.where(bn > 0, bn, torch.ones_like(bn))).max())
-        reason = (f"A is singular but b lies in its range: minimum-norm solution by least squares "
+        reason = (f"A is singular but b lies in its range: a least-squares solution by rank-revealing QR "
                   f"({info.backend}/{info.method})")
         self.attempts.append(Attempt(info.backend, info.method, None, int(info.iterations), Status.CONVERGED, rel,
                                      reason, True, time.perf_counter() - t0))
