@@ -139,11 +139,7 @@ class Route:
                            time.perf_counter() - t0, rtol)
                 failures.append((kind, exc))
                 if self.pinned or not self._advance(kind, offer):
-                    final = self._final_error(exc, failures)
-                    found = self._in_range(final, vs, Bs, handle.adjoint, rtol, atol_s)
-                    if found is not None:
-                        return self._unscaled(found[0], sa / sb), found[1]
-                    raise final from exc
+                    return self._give_up(exc, failures, vs, Bs, handle.adjoint, rtol, atol_s, sa / sb)
                 continue
             self._note(state, offer, res, time.perf_counter() - t0, rtol)
             if res.converged:
@@ -163,11 +159,7 @@ class Route:
                              None))
             if self.pinned or not self._advance(failures[-1][0], offer):
                 if any(k == "singular" for k, _ in failures) or failures[-1][0] == "inaccurate":
-                    final = self._final_error(None, failures)
-                    found = self._in_range(final, vs, Bs, handle.adjoint, rtol, atol_s)
-                    if found is not None:
-                        return self._unscaled(found[0], sa / sb), found[1]
-                    raise final
+                    return self._give_up(None, failures, vs, Bs, handle.adjoint, rtol, atol_s, sa / sb)
                 X, res = best
                 if len(self.attempts) > 1:
                     res = replace(res, reason=f"{res.reason}; tried: " + "; ".join(str(a) for a in self.attempts))
@@ -178,6 +170,18 @@ class Route:
         if factor == 1.0:
             return X
         return X * factor
+
+    def _give_up(self, exc: BaseException | None, failures: list, values: torch.Tensor, B: torch.Tensor, adjoint: bool,
+                 rtol: float, atol: float, factor: float) -> tuple[torch.Tensor, IterationResult]:
+        """No offer is left: a solution in a singular A's range if there is one, else the error
+        that names every attempt."""
+        final = self._final_error(exc, failures)
+        found = self._in_range(final, values, B, adjoint, rtol, atol)
+        if found is not None:
+            return self._unscaled(found[0], factor), found[1]
+        if exc is not None and final is not exc:
+            raise final from exc
+        raise final
 
     def _in_range(self, final: BaseException, values: torch.Tensor, B: torch.Tensor, adjoint: bool, rtol: float,
                   atol: float) -> tuple[torch.Tensor, IterationResult] | None:
