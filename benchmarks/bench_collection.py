@@ -233,7 +233,9 @@ def verdict(rec: dict, scipy_rec: dict, singular_known: bool) -> str:
             return "ok" if singular else "wrong-singular"
         return f"error:{kind}"
     if scipy_rec["singular"]:
-        return "singular-missed"  # SciPy reports it singular: the answer is SingularMatrixError
+        # SciPy reports it singular: SingularMatrixError, or (b in the range) an x that solves the
+        # system to the contract's residual, as tests/test_collection.py accepts
+        return "ok" if rec["residual"] <= CONTRACT_RTOL else "singular-missed"
     if singular:
         # singular by construction, though SciPy's LU found no exact zero pivot: only a
         # consistent system can have a small residual, and such an x is still a solution;

@@ -52,9 +52,10 @@ __all__ = ["Route"]
 _REFINE_STEPS = 2
 #: checks' products up to this many entry x column terms are computed from A's entries directly
 _DIRECT_PRODUCT = 1 << 20
-#: a QR for b in a singular A's range is tried when estimated at most this many times the failed
-#: factorizations' time
-_QR_FACTOR = 10.0
+#: refinement steps with the shifted factorization when b may lie in a singular A's range
+_RANGE_STEPS = 30
+#: a singular matrix without a stored diagonal gets a dense least-squares try up to this size
+_DENSE_RANGE_MAX = 512
 #: an iterative attempt bounded by the direct method after it still gets this many iterations
 _MIN_BUDGET = 20
 
@@ -88,6 +89,8 @@ class Route:
         self.attempts: list[Attempt] = []
         self._lock = threading.Lock()
         self._singular_lu = 0
+        #: LU offers of the route (for a shifted factorization when A turns out singular)
+        self._lu_offers = [o for o in [offer, *rest] if o is not None and o.method == "lu"]
 
     @classmethod
     def single(cls, state: PlanState, A: SparseTensor) -> "Route":
@@ -186,45 +189,94 @@ class Route:
     def _in_range(self, final: BaseException, values: torch.Tensor, B: torch.Tensor, adjoint: bool, rtol: float,
                   atol: float) -> tuple[torch.Tensor, IterationResult] | None:
         """After the LU factorizations called A singular: when ``b`` lies in A's range the system
-        still has solutions, and a least-squares one (a rank-revealing sparse QR through dispatch)
-        is a right answer if its residual meets the tolerance. None
-        when it does not (``b`` is outside the range: the singular verdict stands), when the
-        method was pinned, or for the adjoint direction (the gradient of a solve with a singular
-        matrix is not defined)."""
+        still has solutions. One is found by refinement with a shifted factorization,
+        ``x += (A + delta I)^-1 (b - A x)`` with ``delta = sqrt(u) max|A|``: on A's range the
+        iteration contracts by ``delta / |lambda|`` per step, and a component of ``b`` outside the
+        range never shrinks (the residual stalls, and the singular verdict stands). One LU of
+        the shifted matrix and a few solves: about the cost of the failed factorization. None
+        also when the method was pinned, for the adjoint direction (the gradient of a solve with
+        a singular matrix is not defined), or when A does not store its whole diagonal."""
         if self.pinned or adjoint or not isinstance(final, SingularMatrixError):
             return None
-        from ..ops.lstsq import lstsq  # noqa: PLC0415 - ops imports this module
-
-        from ..ops.explain import explain  # noqa: PLC0415
-
+        state, offer = self._lu_state()
+        if state is None:
+            return None
+        coords, slot = self.A.entries()
+        on = coords[0] == coords[1]
+        n = self.A.format_shape[0]
+        dslots = slot[on]
         t0 = time.perf_counter()
-        Av = self.A.with_values(values)
-        # a rank-revealing sparse QR (exact to rounding; an iterative least-squares method would
-        # run to its limit on the common case, b outside the range), when one is offered at a
-        # price near what the failed factorizations cost
-        try:
-            offer = explain("lstsq", Av, B, method="qr").chosen
-        except Exception:  # noqa: BLE001 - no backend offers QR: the verdict stands
-            return None
-        spent = sum(a.seconds for a in self.attempts)
-        if offer is None or offer.seconds is None or offer.seconds > _QR_FACTOR * max(spent, 1e-3):
-            return None
-        try:
-            X, info = lstsq(Av, B, method="qr", on_nonconvergence="ignore", return_info=True)
-        except Exception:  # noqa: BLE001 - the QR failed: the verdict stands
-            return None
-        if not bool(torch.isfinite(X).all()):
-            return None
+        if dslots.numel() != n or bool((coords[0][on].unique().numel() != n)):
+            return self._dense_in_range(values, B, rtol, atol, t0)
+        real = values.real if values.is_complex() else values
+        delta = math.sqrt(unit_roundoff(values.dtype)) * float(real.abs().amax() if not values.is_complex()
+                                                               else values.abs().amax())
+        shifted = values.clone()
+        shifted[..., dslots] += delta
         bn = torch.linalg.vector_norm(B, dim=-2)
-        rn = torch.linalg.vector_norm(B - self._apply(values, X, adjoint), dim=-2)
-        if not bool((rn <= torch.clamp(bn * rtol, min=atol)).all()):
+        tol = torch.clamp(bn * rtol, min=atol)
+        with state.lock, torch.no_grad():
+            try:
+                state._load(shifted)
+                X = torch.zeros_like(B)
+                R = B
+                rn = bn
+                steps = 0
+                for steps in range(1, _RANGE_STEPS + 1):
+                    D, _r = _checked(state, guarded(lambda: state.plan.solve(R, adjoint=False, options={}), state.label,
+                                                    "solve"), B)
+                    X = X + D
+                    R = B - self._apply(values, X, False)
+                    rn_new = torch.linalg.vector_norm(R, dim=-2)
+                    if not bool(torch.isfinite(rn_new).all()):
+                        return None
+                    if bool((rn_new <= tol).all()):
+                        rn = rn_new
+                        break
+                    if steps >= 3 and not bool((rn_new < 0.5 * rn).all()):
+                        return None  # stalled: b has a component outside A's range
+                    rn = rn_new
+                else:
+                    return None
+            except (SingularMatrixError, IndefiniteMatrixError, BackendError):
+                return None
+        rel = float((rn / torch.where(bn > 0, bn, torch.ones_like(bn))).max())
+        reason = (f"A is singular but b lies in its range: a solution by {steps} refinement steps with the "
+                  f"factorization of A + {delta:.2g} I")
+        self.attempts.append(Attempt(offer.backend, offer.method, None, steps, Status.CONVERGED, rel, reason, True,
+                                     time.perf_counter() - t0))
+        self.state, self.offer = state, offer
+        return X, IterationResult(steps, rel, True, Status.CONVERGED, reason)
+
+    def _dense_in_range(self, values: torch.Tensor, B: torch.Tensor, rtol: float, atol: float,
+                        t0: float) -> tuple[torch.Tensor, IterationResult] | None:
+        """A small matrix without a stored diagonal to shift: a dense SVD-based least-squares
+        solution (LAPACK gelsd, CPU, n <= 512), kept when its residual meets the tolerance."""
+        n = self.A.format_shape[0]
+        if n > _DENSE_RANGE_MAX or values.device.type != "cpu":
+            return None
+        D = self.A.with_values(values).to_dense()
+        X = torch.linalg.lstsq(D, B, driver="gelsd").solution
+        bn = torch.linalg.vector_norm(B, dim=-2)
+        rn = torch.linalg.vector_norm(B - self._apply(values, X, False), dim=-2)
+        if not (bool(torch.isfinite(X).all()) and bool((rn <= torch.clamp(bn * rtol, min=atol)).all())):
             return None
         rel = float((rn / torch.where(bn > 0, bn, torch.ones_like(bn))).max())
-        reason = (f"A is singular but b lies in its range: a least-squares solution by rank-revealing QR "
-                  f"({info.backend}/{info.method})")
-        self.attempts.append(Attempt(info.backend, info.method, None, int(info.iterations), Status.CONVERGED, rel,
-                                     reason, True, time.perf_counter() - t0))
-        return X, IterationResult(int(info.iterations), rel, True, Status.CONVERGED, reason)
+        reason = "A is singular but b lies in its range: the minimum-norm solution (dense SVD least squares)"
+        self.attempts.append(Attempt("torch", "dense", None, 0, Status.CONVERGED, rel, reason, True,
+                                     time.perf_counter() - t0))
+        return X, IterationResult(0, rel, True, Status.CONVERGED, reason)
+
+    def _lu_state(self) -> tuple[PlanState | None, Offer | None]:
+        """An LU plan of this route for the shifted factorization (the current one if it is LU)."""
+        if self.offer is not None and self.offer.method == "lu":
+            return self.state, self.offer
+        for o in self._lu_offers:
+            try:
+                return self._make(o), o
+            except BackendError:
+                continue
+        return None, None
 
     # ------------------------------------------------------------------------------------------
     def _options_for(self, offer: Offer | None, base: dict, rtol: float) -> dict:
