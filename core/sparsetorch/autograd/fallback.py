@@ -89,6 +89,9 @@ class Route:
         self.attempts: list[Attempt] = []
         self._lock = threading.Lock()
         self._singular_lu = 0
+        #: the last direct answer checked had ||A|| ||x|| / ||b|| >= 1 / (n u) (A singular to
+        #: working precision, as opposed to an unstable factorization)
+        self._growth_singular = False
         #: LU offers of the route (for a shifted factorization when A turns out singular)
         self._lu_offers = [o for o in [offer, *rest] if o is not None and o.method == "lu"]
 
@@ -233,7 +236,7 @@ class Route:
                     if bool((rn_new <= tol).all()):
                         rn = rn_new
                         break
-                    if steps >= 3 and not bool((rn_new < 0.5 * rn).all()):
+                    if steps >= 2 and not bool((rn_new < 0.5 * rn).all()):
                         return None  # stalled: b has a component outside A's range
                     rn = rn_new
                 else:
@@ -391,7 +394,8 @@ class Route:
             # ||A|| ||x|| / ||b|| bounds the condition number from below: past 1 / (n u) the matrix is
             # singular to working precision, and a small backward error means nothing
             growth = float((ax / torch.where(bn > 0, bn, torch.ones_like(bn))).max())
-            if bool((eta <= bound).all()) and growth * n * unit_roundoff(B.dtype) < 1:
+            self._growth_singular = growth * n * unit_roundoff(B.dtype) >= 1
+            if bool((eta <= bound).all()) and not self._growth_singular:
                 return X, replace(res, residual=rel, iterations=res.iterations + extra,
                                   reason=f"{res.reason}; ill-conditioned: backward error {float(eta.max()):.2g}")
             return X, replace(res, residual=rel, converged=False, status=Status.INACCURATE,
@@ -432,7 +436,10 @@ class Route:
         if kind in ("singular", "inaccurate"):
             # a zero pivot of a method that does not pivot (LDL^T, Cholesky) says little: an LU
             # with partial pivoting decides; two LUs (of different backends) that agree are final
-            self._singular_lu += offer is None or offer.method == "lu"
+            # (an inaccurate verdict survived refinement and equilibration: the core's own judgement
+            # of the answer, not a pivot rule, and final by itself)
+            self._singular_lu += 2 if (kind == "inaccurate" and self._growth_singular) else int(
+                offer is None or offer.method == "lu")
             if self._singular_lu >= 2:
                 rest = []
             rest = [o for o in rest if o.method == "lu"]
