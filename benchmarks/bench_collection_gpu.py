@@ -98,7 +98,7 @@ def main() -> int:
                 rec["message"] = str(exc)[:500]
             rec["contract_ok"] = contract_ok(rec)
             records.append(rec)
-            print(f"{name:28s} {kind:9s} {'ok ' if ok else 'BAD'} {rec.get('choice', rec['outcome']):22s} "
+            print(f"{name:28s} {kind:9s} {'ok ' if rec['contract_ok'] else 'BAD'} {rec.get('choice', rec['outcome']):22s} "
                   f"res {rec.get('residual', float('nan')):.1e} scipy {rec['scipy_residual'] or float('nan'):.1e}",
                   flush=True)
     out = {
