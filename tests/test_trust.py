@@ -269,3 +269,18 @@ def test_every_offer_explain_shows_can_be_built():
             assert _relres(A, x, b) <= 1e-8, (pre, row.method)
         if pre == "ilu":
             assert not any(r.method == "gmres" for r in table.offers)
+
+
+def test_detection_of_patterns_that_are_not_symmetric():
+    """Rows and columns with different counts: non-symmetric unless the unmatched entries are
+    stored zeros (then the values are symmetric and detection must say so)."""
+    from sparsetorch.ops.properties import detect
+
+    rows = torch.tensor([0, 0, 1, 1, 2, 2])
+    cols = torch.tensor([0, 1, 0, 1, 2, 0])
+    zero = st.SparseTensor.from_coo(torch.tensor([4.0, 1.0, 1.0, 4.0, 4.0, 0.0], dtype=DT), rows, cols, shape=(3, 3))
+    assert "symmetric" in detect(zero) and "spd" in detect(zero)
+    nonzero = st.SparseTensor.from_coo(torch.tensor([4.0, 1.0, 1.0, 4.0, 4.0, 0.5], dtype=DT), rows, cols, shape=(3, 3))
+    assert "nonsymmetric" in detect(nonzero) and "diagonally_dominant" in detect(nonzero)
+    b = torch.ones(3, dtype=DT)
+    torch.testing.assert_close(st.solve(nonzero, b), torch.linalg.solve(nonzero.to_dense(), b))

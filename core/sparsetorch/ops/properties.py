@@ -64,14 +64,22 @@ class _SymmetryMap:
     """Pattern-only data of :func:`detect`: the value slot of every stored entry, the slot of its
     transposed entry (None when the pattern is not symmetric), and the diagonal entries."""
 
-    __slots__ = ("slot", "tslot", "in_order", "rows", "on", "diag_rows", "found")
+    __slots__ = ("slot", "tslot", "in_order", "rows", "on", "diag_rows", "found", "_pending")
 
-    def __init__(self, slot, tslot, in_order, rows, on, found=None) -> None:
+    def __init__(self, slot, tslot, in_order, rows, on, found=None, pending=None) -> None:
         self.slot, self.tslot, self.in_order, self.rows, self.on = slot, tslot, in_order, rows, on
         self.diag_rows = rows[on]
         #: for a pattern that is not symmetric: which entries have their transpose stored (their
         #: slots in ``tslot``; the others must hold zeros for A to be symmetric)
         self.found = found
+        #: for a pattern whose row and column counts differ: computes (tslot, found) when asked
+        #: (only values with stored zeros can still be symmetric: most calls never need it)
+        self._pending = pending
+
+    def resolve(self) -> None:
+        if self._pending is not None:
+            self.tslot, self.found = self._pending()
+            self._pending = None
 
 
 def _symmetry_map(A: SparseTensor) -> "_SymmetryMap | None":
@@ -94,6 +102,18 @@ def _symmetry_map(A: SparseTensor) -> "_SymmetryMap | None":
     out: _SymmetryMap | None
     if not row_major and nnz > 1 and bool((skeys[1:] == skeys[:-1]).any()):
         out = None
+    elif nnz and not torch.equal(torch.bincount(rows, minlength=n), torch.bincount(cols, minlength=n)):
+        # rows and columns hold different counts: not a symmetric pattern, and the transposes are
+        # searched for only if the values could still be symmetric (stored zeros)
+        def pending(rows=rows, cols=cols, skeys=skeys, order=order, slot=slot, nnz=nnz, n=n):
+            tkeys = cols.to(torch.int64) * n + rows.to(torch.int64)
+            pos = torch.searchsorted(skeys, tkeys).clamp_(max=nnz - 1)
+            found = skeys[pos] == tkeys
+            return torch.where(found, slot[order[pos]], slot), found
+
+        nslots = A.values.shape[-1]
+        in_order = nnz == nslots and bool((slot == torch.arange(nslots, device=slot.device)).all())
+        out = _SymmetryMap(slot, None, in_order, rows, rows == cols, None, pending)
     else:
         tkeys = cols.to(torch.int64) * n + rows.to(torch.int64)
         if row_major:
@@ -127,7 +147,10 @@ def _detect_mapped(A: SparseTensor, m: "_SymmetryMap") -> frozenset[str]:
     vals = values if m.in_order else values[..., m.slot]
     if vals.shape[-1] == 0:
         sym = True
+    elif m._pending is not None and not bool((vals == 0).any()):
+        sym = False  # a non-symmetric pattern with no stored zeros: no transpose search needed
     else:
+        m.resolve()
         tv = values[..., m.tslot]
         if tv.is_complex():
             tv = tv.conj()
