@@ -1,0 +1,141 @@
+"""Cost model of the cuda backend, fitted to its own measurements.
+
+One product costs ``bytes / (bandwidth * efficiency[family]) + host`` seconds:
+
+- ``bytes`` is what the kernel must move (:func:`traffic`): the stored matrix once per column
+  of X it streams (the vector kernels re-read it per column; ``csr_cols`` once), X read once, Y
+  written once. DELTA(b) counts b bits per stored gap instead of an index word.
+- ``bandwidth`` is the device's measured copy bandwidth (``sparsetorch.backend.rates``).
+- ``efficiency[family]`` (csr_vector, csr_balanced, csr_cols, dia, ell, delta) is the fraction of
+  that bandwidth the kernel family reached on the H200, the median over the rows of
+  ``cost_h200.json`` (written by ``benchmarks/bench_cuda_kernels.py --fit``), with
+  :data:`DEFAULT_EFFICIENCY` until a measurement exists.
+- ``host`` is the per-call host time of ``plan.apply`` measured there (allocation of Y, the
+  stream query, the launch), plus one value gather for formats that go through the generic CSR.
+
+Formats without a kernel of their own pay the pattern's CSR construction (a sort of the
+entries) once, as ``setup``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sparsetorch.backend import Rates, Request
+
+__all__ = ["traffic", "spmm_cost", "csr_variant", "family", "efficiency", "measurements", "DEFAULT_EFFICIENCY",
+           "HOST_SECONDS", "predict"]
+
+MEASUREMENTS = Path(__file__).resolve().parent / "cost_h200.json"
+#: used for a family until cost_h200.json has rows of it
+DEFAULT_EFFICIENCY = {"csr_vector": 0.6, "csr_balanced": 0.45, "csr_cols": 0.3, "dia": 0.75, "ell": 0.55, "delta": 0.5}
+#: host time of one plan.apply (seconds) until measured
+HOST_SECONDS = 12e-6
+#: a row longer than this many times the mean (and than SKEW_MIN_ROW) sends CSR to the balanced kernel
+SKEW_FACTOR = 32
+SKEW_MIN_ROW = 4096
+
+
+@functools.lru_cache(maxsize=1)
+def measurements() -> dict:
+    """The committed H200 measurements (empty when the file is absent)."""
+    try:
+        return json.loads(MEASUREMENTS.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def efficiency(fam: str) -> float:
+    fitted = measurements().get("efficiency", {})
+    return float(fitted.get(fam, DEFAULT_EFFICIENCY[fam]))
+
+
+def host_seconds() -> float:
+    return float(measurements().get("host_s", HOST_SECONDS))
+
+
+def csr_variant(m: int, nnz: int, max_row: int) -> str:
+    """"balanced" for skewed rows (one row far longer than the mean), else "vector"."""
+    mean = nnz / max(m, 1)
+    return "balanced" if max_row > max(SKEW_MIN_ROW, SKEW_FACTOR * mean) else "vector"
+
+
+def family(kind: str, k: int, variant: str = "vector") -> str:
+    if kind in ("csr", "generic"):
+        if variant == "balanced":
+            return "csr_balanced"
+        return "csr_cols" if k >= 16 else "csr_vector"
+    return kind
+
+
+def traffic(kind: str, *, m: int, n: int, nnz: int, k: int, vs: int, isz: int, slots: int | None = None,
+            bits: int | None = None, variant: str = "vector") -> float:
+    """Bytes one product moves (see the module docstring)."""
+    vectors = (m + n) * k * vs
+    slots = nnz if slots is None else slots
+    fam = family(kind, k, variant)
+    passes = 1 if fam == "csr_cols" else k
+    if kind in ("csr", "generic"):
+        mat = nnz * (vs + isz) + (m + 1) * isz
+    elif kind == "dia":
+        mat = slots * vs
+    elif kind == "ell":
+        mat = slots * (vs + isz) + 4 * m
+    elif kind == "delta":
+        mat = nnz * vs + nnz * (bits or 8) / 8 + (m + 1) * isz
+    else:
+        raise ValueError(kind)
+    return passes * mat + vectors
+
+
+def predict(fam: str, nbytes: float, bandwidth: float, host: float | None = None) -> float:
+    """Seconds of one product of ``nbytes`` in kernel family ``fam``."""
+    return nbytes / (bandwidth * efficiency(fam)) + (host_seconds() if host is None else host)
+
+
+def _kind_of(request: Request) -> tuple[str, int | None]:
+    from .plan import delta_bits, native_kind  # noqa: PLC0415 - plan imports torch only
+
+    fmt = request.A.format
+    return native_kind(fmt), delta_bits(fmt)
+
+
+def spmm_cost(rates: Rates, request: Request) -> tuple[float, int, float, str]:
+    """(seconds, peak extra bytes, setup seconds, kind) of one product with the request's columns."""
+    A = request.A
+    m, n = int(A.shape[-2]), int(A.shape[-1])
+    vs = torch.empty((), dtype=A.dtype).element_size()
+    idt = A.format.index_dtype if A.format is not None else None
+    isz = 4 if idt == torch.int32 else 8
+    batch = max(1, math.prod(A.batch_shape))
+    k = max(1, request.rhs_columns // batch)
+    nse = int(A.nse or 0)
+    kind, bits = _kind_of(request)
+    if kind == "generic":
+        isz = 4 if max(nse, m, n) < 2**31 - 1 else 8
+    nbytes = traffic(kind, m=m, n=n, nnz=nse, k=k, vs=vs, isz=isz, slots=nse, bits=bits)
+    seconds = batch * predict(family(kind, k), nbytes, rates.bandwidth)
+    peak = m * k * vs * batch
+    setup = 0.0
+    if kind == "generic":
+        gather = nse * (2 * vs + 8) * batch
+        seconds += rates.seconds(bytes=gather, launches=1)
+        setup = rates.seconds(bytes=20 * 8 * nse, launches=20)  # the sort of the entries, once per pattern
+        peak += nse * (vs + isz + 8)
+    elif kind == "delta":
+        peak += int(nse * (bits or 8) / 8) + 4
+    elif kind == "ell":
+        peak += 4 * m
+    return seconds + setup, int(peak), setup, kind
+
+
+def describe(kind: str, bits: Any = None) -> str:
+    return {"csr": "CSR kernels (vector / load balanced)", "dia": "DIA kernel (no index traffic)",
+            "ell": "ELL kernel", "delta": f"DELTA({bits}) bit-packed kernel (gaps packed once per pattern)",
+            "generic": "CSR kernels on a CSR made from the pattern once (one value gather per new value set)"}[kind]

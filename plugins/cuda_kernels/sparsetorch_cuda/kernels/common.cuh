@@ -1,0 +1,57 @@
+// Shared prelude of every kernel source: the value, accumulator and index types, chosen at
+// compile time by -DVAL_KIND=<0 float16 | 1 bfloat16 | 2 float32 | 3 float64> and
+// -DIDX_KIND=<0 int32 | 1 int64>. Half types are carried as their 16-bit patterns and converted
+// with PTX instructions, so NVRTC needs no toolkit header (cuda_fp16.h is not on a driver-only
+// machine). Half and bfloat16 accumulate in float32, float32 in float32, float64 in float64.
+// Sizes and strides travel as 64-bit integers; every kernel parameter is 8 bytes wide.
+
+#if !defined(VAL_KIND) || !defined(IDX_KIND)
+#error "compile with -DVAL_KIND=<0..3> -DIDX_KIND=<0|1>"
+#endif
+
+typedef long long i64;
+
+#if VAL_KIND == 0
+typedef unsigned short val_t;
+typedef float acc_t;
+__device__ __forceinline__ acc_t ld(val_t v) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v)); return f; }
+__device__ __forceinline__ val_t st(acc_t f) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+#elif VAL_KIND == 1
+typedef unsigned short val_t;
+typedef float acc_t;
+__device__ __forceinline__ acc_t ld(val_t v) { return __uint_as_float(((unsigned)v) << 16); }
+__device__ __forceinline__ val_t st(acc_t f) { unsigned short h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+#elif VAL_KIND == 2
+typedef float val_t;
+typedef float acc_t;
+__device__ __forceinline__ acc_t ld(val_t v) { return v; }
+__device__ __forceinline__ val_t st(acc_t f) { return f; }
+#elif VAL_KIND == 3
+typedef double val_t;
+typedef double acc_t;
+__device__ __forceinline__ acc_t ld(val_t v) { return v; }
+__device__ __forceinline__ val_t st(acc_t f) { return f; }
+#else
+#error "VAL_KIND must be 0..3"
+#endif
+
+#if IDX_KIND == 0
+typedef int idx_t;
+#elif IDX_KIND == 1
+typedef long long idx_t;
+#else
+#error "IDX_KIND must be 0 or 1"
+#endif
+
+#define RO(p) __ldg(p)
+
+// Sum over the VEC lanes of an aligned group of a warp (VEC a power of two <= 32).
+template <int VEC>
+__device__ __forceinline__ acc_t group_sum(acc_t s) {
+  unsigned mask = VEC == 32 ? 0xffffffffu : (((1u << VEC) - 1u) << ((threadIdx.x & 31u) & ~(unsigned)(VEC - 1)));
+#pragma unroll
+  for (int o = VEC / 2; o > 0; o >>= 1) s += __shfl_down_sync(mask, s, o, VEC);
+  return s;
+}
+
+__device__ __forceinline__ acc_t warp_sum(acc_t s) { return group_sum<32>(s); }

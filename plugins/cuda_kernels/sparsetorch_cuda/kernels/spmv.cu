@@ -1,0 +1,201 @@
+// Sparse @ dense, Y = A X, for X of shape (n, k) and Y of shape (m, k), both row-major and
+// contiguous. One launch per value-batch member. Column c of Y is handled by blockIdx.y = c
+// (grid-strided when k exceeds the grid), except in csr_cols, where the lanes of a warp run
+// over the columns (many right-hand sides).
+//
+// The host (plan.py) validates every index buffer before the first launch: row pointers
+// non-decreasing from 0 to nnz, columns in [0, n), DIA offsets, ELL counts <= width, DELTA gaps
+// decoding to columns < n. Kernels therefore index without further checks, except DIA, whose
+// diagonals run off the matrix by construction and are clipped here.
+
+// ---- CSR, VEC lanes per row ---------------------------------------------------------------------
+template <int VEC>
+__device__ __forceinline__ void csr_vector(i64 m, i64 k, const idx_t* __restrict__ rowptr, const idx_t* __restrict__ col,
+                                           const val_t* __restrict__ val, const val_t* __restrict__ x, val_t* __restrict__ y) {
+  i64 row = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / VEC;
+  int lane = threadIdx.x & (VEC - 1);
+  if (row >= m) return;  // whole VEC groups leave together (blockDim is a multiple of 32)
+  i64 p0 = RO(rowptr + row), p1 = RO(rowptr + row + 1);
+  for (i64 c = blockIdx.y; c < k; c += gridDim.y) {
+    acc_t s = 0;
+    for (i64 p = p0 + lane; p < p1; p += VEC) s += ld(RO(val + p)) * ld(RO(x + (i64)RO(col + p) * k + c));
+    s = group_sum<VEC>(s);
+    if (lane == 0) y[row * k + c] = st(s);
+  }
+}
+
+#define CSR_VEC(V)                                                                                               \
+  extern "C" __global__ void csr_vec##V(i64 m, i64 k, const idx_t* rowptr, const idx_t* col, const val_t* val, \
+                                        const val_t* x, val_t* y) {                                              \
+    csr_vector<V>(m, k, rowptr, col, val, x, y);                                                                 \
+  }
+CSR_VEC(1)
+CSR_VEC(2)
+CSR_VEC(4)
+CSR_VEC(8)
+CSR_VEC(16)
+CSR_VEC(32)
+
+// ---- CSR, one warp per row, lanes over the columns of X (k >= 16) -------------------------------
+extern "C" __global__ void csr_cols(i64 m, i64 k, const idx_t* __restrict__ rowptr, const idx_t* __restrict__ col,
+                                    const val_t* __restrict__ val, const val_t* __restrict__ x, val_t* __restrict__ y) {
+  i64 row = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  int lane = threadIdx.x & 31;
+  if (row >= m) return;
+  i64 p0 = RO(rowptr + row), p1 = RO(rowptr + row + 1);
+  for (i64 c0 = (i64)blockIdx.y * 32; c0 < k; c0 += (i64)gridDim.y * 32) {
+    i64 c = c0 + lane;
+    acc_t s = 0;
+    if (c < k)
+      for (i64 p = p0; p < p1; ++p) s += ld(RO(val + p)) * ld(RO(x + (i64)RO(col + p) * k + c));
+    if (c < k) y[row * k + c] = st(s);
+  }
+}
+
+// ---- CSR, load balanced: each warp takes `chunk` consecutive nonzeros --------------------------
+// first_row[w] is the row holding nonzero w * chunk (made once per pattern). A row wholly inside
+// one warp's chunk is stored by that warp; a row split between chunks is accumulated with
+// atomicAdd. `out` is zeroed by the host and has the accumulator type (float32 for half types).
+extern "C" __global__ void csr_balanced(i64 m, i64 k, i64 nnz, i64 chunk, const idx_t* __restrict__ rowptr,
+                                        const idx_t* __restrict__ col, const val_t* __restrict__ val,
+                                        const idx_t* __restrict__ first_row, const val_t* __restrict__ x,
+                                        acc_t* __restrict__ out) {
+  i64 w = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  int lane = threadIdx.x & 31;
+  i64 cs = w * chunk;
+  if (cs >= nnz) return;
+  i64 ce = cs + chunk < nnz ? cs + chunk : nnz;
+  for (i64 c = blockIdx.y; c < k; c += gridDim.y) {
+    i64 r = RO(first_row + w);
+    i64 start = RO(rowptr + r);
+    while (r < m && start < ce) {
+      i64 end = RO(rowptr + r + 1);
+      i64 lo = start > cs ? start : cs, hi = end < ce ? end : ce;
+      acc_t s = 0;
+      for (i64 p = lo + lane; p < hi; p += 32) s += ld(RO(val + p)) * ld(RO(x + (i64)RO(col + p) * k + c));
+      s = warp_sum(s);
+      if (lane == 0) {
+        if (lo == start && hi == end) out[r * k + c] = s;
+        else atomicAdd(out + r * k + c, s);
+      }
+      ++r;
+      start = end;
+    }
+  }
+}
+
+// ---- DIA (diagonals indexed by row): val[d * m + i] = A[i, i + off[d]] ---------------------------
+extern "C" __global__ void dia_rows(i64 m, i64 n, i64 k, i64 ndiag, const i64* __restrict__ offs,
+                                    const val_t* __restrict__ val, const val_t* __restrict__ x, val_t* __restrict__ y) {
+  extern __shared__ i64 soff[];
+  for (i64 d = threadIdx.x; d < ndiag; d += blockDim.x) soff[d] = RO(offs + d);
+  __syncthreads();
+  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= m) return;
+  for (i64 c = blockIdx.y; c < k; c += gridDim.y) {
+    acc_t s = 0;
+    for (i64 d = 0; d < ndiag; ++d) {
+      i64 j = i + soff[d];
+      if (j >= 0 && j < n) s += ld(RO(val + d * m + i)) * ld(RO(x + j * k + c));
+    }
+    y[i * k + c] = st(s);
+  }
+}
+
+// ---- ELL (rows padded to `width` slots, row-major): cnt[r] slots of row r are stored ------------
+extern "C" __global__ void ell_rows(i64 m, i64 k, i64 width, const int* __restrict__ cnt, const idx_t* __restrict__ col,
+                                    const val_t* __restrict__ val, const val_t* __restrict__ x, val_t* __restrict__ y) {
+  i64 r = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= m) return;
+  int c_r = RO(cnt + r);
+  const idx_t* cr = col + r * width;
+  const val_t* vr = val + r * width;
+  for (i64 c = blockIdx.y; c < k; c += gridDim.y) {
+    acc_t s = 0;
+    for (int t = 0; t < c_r; ++t) s += ld(RO(vr + t)) * ld(RO(x + (i64)RO(cr + t) * k + c));
+    y[r * k + c] = st(s);
+  }
+}
+
+// ---- DELTA(b), bit-packed ------------------------------------------------------------------------
+// Column of entry e of a row: col = col_prev + gap_e + 1 (col_prev = -1 before the first entry),
+// gap_e the b-bit field at bit e * b of `words` (b divides 32, so no field straddles two words).
+// A warp per row; lane l takes groups of 8 consecutive entries (global entry index, so the value
+// loads are aligned), decodes their gaps, and a warp prefix sum of the per-lane column advance
+// gives each lane the column it starts from.
+__device__ __forceinline__ unsigned gap_at(const unsigned* __restrict__ words, i64 e, int bits, unsigned mask) {
+  i64 bit = e * bits;
+  return (RO(words + (bit >> 5)) >> (unsigned)(bit & 31)) & mask;
+}
+
+__device__ __forceinline__ void load8(const val_t* __restrict__ val, i64 g, i64 nnz, acc_t* v) {
+  i64 e0 = g * 8;
+#if VAL_KIND <= 1
+  if (e0 + 8 <= nnz) {  // one 16-byte load (the host checks that `val` is 16-byte aligned)
+    uint4 q = *reinterpret_cast<const uint4*>(val + e0);
+    unsigned w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      v[2 * t] = ld((val_t)(w[t] & 0xffffu));
+      v[2 * t + 1] = ld((val_t)(w[t] >> 16));
+    }
+    return;
+  }
+#endif
+#pragma unroll
+  for (int t = 0; t < 8; ++t) v[t] = e0 + t < nnz ? ld(RO(val + e0 + t)) : (acc_t)0;
+}
+
+extern "C" __global__ void delta_rows(i64 m, i64 k, i64 nnz, i64 bits, const idx_t* __restrict__ rowptr,
+                                      const unsigned* __restrict__ words, const val_t* __restrict__ val,
+                                      const val_t* __restrict__ x, val_t* __restrict__ y) {
+  i64 row = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  int lane = threadIdx.x & 31;
+  if (row >= m) return;
+  unsigned mask = bits >= 32 ? 0xffffffffu : ((1u << bits) - 1u);
+  i64 p0 = RO(rowptr + row), p1 = RO(rowptr + row + 1);
+  i64 g0 = p0 >> 3, g1 = (p1 + 7) >> 3;
+  for (i64 c = blockIdx.y; c < k; c += gridDim.y) {
+    acc_t s = 0;
+    i64 base = -1;
+    for (i64 gb = g0; gb < g1; gb += 32) {
+      i64 g = gb + lane;
+      int adv[8];
+      int tot = 0;
+#pragma unroll
+      for (int t = 0; t < 8; ++t) {
+        i64 e = g * 8 + t;
+        bool in = g < g1 && e >= p0 && e < p1;
+        adv[t] = in ? (int)gap_at(words, e, (int)bits, mask) + 1 : 0;
+        tot += adv[t];
+      }
+      int inc = tot;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        int up = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o) inc += up;
+      }
+      if (g < g1) {
+        acc_t v[8];
+        load8(val, g, nnz, v);
+        i64 cc = base + (inc - tot);
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+          if (adv[t]) {
+            cc += adv[t];
+            s += v[t] * ld(RO(x + cc * k + c));
+          }
+        }
+      }
+      base += __shfl_sync(0xffffffffu, inc, 31);
+    }
+    s = warp_sum(s);
+    if (lane == 0) y[row * k + c] = st(s);
+  }
+}
+
+// ---- cast of the accumulator buffer to the value type (csr_balanced on half types) --------------
+extern "C" __global__ void cast_out(i64 count, const acc_t* __restrict__ src, val_t* __restrict__ dst) {
+  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < count) dst[i] = st(src[i]);
+}

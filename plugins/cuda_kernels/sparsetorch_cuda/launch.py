@@ -1,0 +1,117 @@
+"""Loading the compiled modules and launching their kernels on torch's current stream.
+
+Modules are loaded with ``cuLibraryLoadData`` (context-independent libraries, CUDA 12+): a kernel
+handle from ``cuLibraryGetKernel`` launches in the context of the stream it is given, which is
+torch's current stream on the tensors' device, so the launches order with torch's own work
+without a synchronization and are captured by ``torch.cuda.graph`` like any torch kernel.
+
+A :class:`Kernel` keeps its argument block: every kernel parameter is 8 bytes wide (pointers and
+64-bit integers, see kernels/common.cuh), the values live in one ``uint64`` array and the
+``void**`` the driver wants is a second array of their addresses, made once. A launch writes the
+values and calls ``cuLaunchKernel`` with the address: no per-call packing.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any
+
+import numpy as np
+import torch
+
+from . import compile as _compile
+
+__all__ = ["Kernel", "kernel", "arch_of", "LaunchError", "dtype_name"]
+
+_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32", torch.float64: "float64"}
+_INDEX = {torch.int32: "int32", torch.int64: "int64"}
+
+
+class LaunchError(RuntimeError):
+    """The driver refused to load a module or launch a kernel."""
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return _DTYPES[dtype]
+
+
+@functools.lru_cache(maxsize=None)
+def _driver() -> Any:
+    from cuda.bindings import driver  # noqa: PLC0415
+
+    (err,) = driver.cuInit(0)
+    _ok(driver, err, "cuInit")
+    return driver
+
+
+def _ok(cu: Any, err: Any, what: str) -> None:
+    if int(err) != 0:
+        try:
+            _, name = cu.cuGetErrorName(err)
+            name = name.decode() if isinstance(name, bytes) else str(name)
+        except Exception:  # noqa: BLE001 - only for the message
+            name = str(err)
+        raise LaunchError(f"{what} failed: {name} ({int(err)})")
+
+
+@functools.lru_cache(maxsize=None)
+def arch_of(index: int) -> str:
+    major, minor = torch.cuda.get_device_capability(index)
+    return f"sm_{major}{minor}"
+
+
+@functools.lru_cache(maxsize=None)
+def _library(source: str, value: str, index: str, arch: str) -> Any:
+    cu = _driver()
+    data = _compile.cubin(source, value, index, arch)
+    err, lib = cu.cuLibraryLoadData(data, [], [], 0, [], [], 0)
+    _ok(cu, err, f"cuLibraryLoadData({source} {value}/{index}/{arch})")
+    return lib
+
+
+@functools.lru_cache(maxsize=64)
+def _stream(ptr: int) -> Any:
+    return _driver().CUstream(ptr)
+
+
+class Kernel:
+    """One kernel of one module, with its argument block."""
+
+    def __init__(self, source: str, name: str, value: str, index: str, arch: str, nargs: int) -> None:
+        cu = _driver()
+        lib = _library(source, value, index, arch)
+        err, k = cu.cuLibraryGetKernel(lib, name.encode())
+        _ok(cu, err, f"cuLibraryGetKernel({name})")
+        self.name = name
+        self._fn = cu.CUfunction(int(k))
+        self._cu = cu
+        self._args = np.zeros(nargs, dtype=np.uint64)
+        base = self._args.ctypes.data
+        self._ptrs = np.array([base + 8 * i for i in range(nargs)], dtype=np.uint64)
+        self._addr = int(self._ptrs.ctypes.data)
+        self._nargs = nargs
+        self._lock = threading.Lock()
+
+    def __call__(self, grid: tuple[int, int], block: int, args: tuple[int, ...], *, shared: int = 0,
+                 device: torch.device | None = None) -> None:
+        """Launch on ``grid`` (x, y) blocks of ``block`` threads, on torch's current stream."""
+        if len(args) != self._nargs:
+            raise LaunchError(f"{self.name} takes {self._nargs} arguments, got {len(args)}")
+        gx, gy = int(grid[0]), int(grid[1])
+        if gx == 0 or gy == 0:
+            return
+        stream = _stream(torch.cuda.current_stream(device).cuda_stream)
+        with self._lock:
+            a = self._args
+            for i, v in enumerate(args):
+                a[i] = v
+            (err,) = self._cu.cuLaunchKernel(self._fn, gx, gy, 1, block, 1, 1, shared, stream, self._addr, 0)
+        if int(err) != 0:
+            _ok(self._cu, err, f"cuLaunchKernel({self.name}, grid=({gx},{gy}), block={block})")
+
+
+@functools.lru_cache(maxsize=None)
+def kernel(source: str, name: str, dtype: torch.dtype, index_dtype: torch.dtype, device_index: int, nargs: int) -> Kernel:
+    """The kernel ``name`` of ``source`` for these types on this device (loaded once per process)."""
+    return Kernel(source, name, _DTYPES[dtype], _INDEX[index_dtype], arch_of(device_index), nargs)

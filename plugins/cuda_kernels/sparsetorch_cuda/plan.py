@@ -1,0 +1,400 @@
+"""The product plan: ``Y = A X`` / ``Y = A^H X`` and the SDDMM of its backward, on this backend's
+kernels.
+
+Pattern work (``__init__``, once per sparsity pattern; may synchronize with the host):
+
+- **CSR** (and any format without a kernel of its own: COO, CSC, BSR, DIA_J, N:M, ... go
+  through a CSR made once from the pattern's entries, after which new values cost one gather):
+  row pointers and columns validated (monotone from 0 to nnz, columns in range); the vector
+  kernel's lanes per row from the mean row length; for the load-balanced variant, the first row
+  of every warp's chunk of nonzeros.
+- **DIA** (diagonals indexed by row): the offsets, validated, as int64 on the device.
+- **ELL**: every row's slot range checked to be ``[r * width, r * width + count)``; counts as int32.
+- **DELTA(b)** with b in {1, 2, 4, 8, 16}: gaps checked to fit b bits and to decode to columns
+  inside the matrix, then **bit-packed** into uint32 words (b bits per gap instead of one
+  index-dtype word): done once here, so the tensor's own storage stays as it is.
+
+The adjoint direction uses the transposed CSR of the pattern (made on first use), its values a
+gather of A's per value set. Values are used where they lie (no copy) when the format has its own
+kernel; a call with the same values tensor (same storage and version) as the previous one skips
+even the gather.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from sparsetorch import InputError, SparseTensor
+from sparsetorch.format import CSR, DELTA, DIA, ELL, LevelFormat
+
+from .launch import kernel
+
+__all__ = ["CudaSpmmPlan", "DTYPES", "delta_bits", "native_kind", "BLOCK"]
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+BLOCK = 256
+#: nonzeros per warp in the load-balanced CSR kernel
+CHUNK = 512
+#: columns of X from which the lanes of a warp run over columns (csr_cols) instead of entries
+COLS_KERNEL_FROM = 16
+_GRID_Y = 65535
+_PACKABLE_BITS = (1, 2, 4, 8, 16)
+
+
+def delta_bits(fmt: Any) -> int | None:
+    """b of a DELTA(b) format (i dense, j delta(b)), else None."""
+    if fmt is None or fmt.num_batch_levels or len(fmt.levels) != 2:
+        return None
+    lt = fmt.levels[1].type
+    if lt.format is not LevelFormat.DELTA or lt.parameter is None:
+        return None
+    b = int(lt.parameter)
+    return b if fmt == DELTA(b) else None
+
+
+def native_kind(fmt: Any) -> str:
+    """Which kernel family takes ``fmt`` as it is stored: csr, dia, ell, delta, or generic (a CSR
+    made from the entries once per pattern)."""
+    if fmt == CSR:
+        return "csr"
+    if fmt == DIA:
+        return "dia"
+    if fmt == ELL:
+        return "ell"
+    b = delta_bits(fmt)
+    if b is not None and b in _PACKABLE_BITS:
+        return "delta"
+    return "generic"
+
+
+def _vec_for(mean_row: float) -> int:
+    v = 1
+    while v < 32 and v * 2 <= max(mean_row, 1.0):
+        v *= 2
+    return max(2, v)
+
+
+def _check_rowptr(rowptr: torch.Tensor, m: int, nnz: int, what: str) -> None:
+    if rowptr.numel() != m + 1:
+        raise InputError(f"{what}: row pointers have {rowptr.numel()} entries, expected m + 1 = {m + 1}")
+    if m + 1 and (int(rowptr[0]) != 0 or int(rowptr[-1]) != nnz):
+        raise InputError(f"{what}: row pointers must run from 0 to nnz = {nnz}, got {int(rowptr[0])} .. {int(rowptr[-1])}")
+    if m and bool((rowptr[1:] < rowptr[:-1]).any()):
+        raise InputError(f"{what}: row pointers decrease somewhere; the pattern is not a valid CSR")
+
+
+def _check_cols(col: torch.Tensor, n: int, what: str) -> None:
+    if col.numel() and (int(col.min()) < 0 or int(col.max()) >= n):
+        raise InputError(f"{what}: column indices must lie in [0, {n}), got {int(col.min())} .. {int(col.max())}")
+
+
+def _index_dtype(*sizes: int) -> torch.dtype:
+    return torch.int32 if max(sizes, default=0) < 2**31 - 1 else torch.int64
+
+
+class CudaSpmmPlan:
+    """Sparse @ dense on a fixed pattern with this backend's kernels; values by :meth:`set_values`.
+
+    ``variant`` picks the CSR kernel: ``"vector"`` (VEC lanes per row, VEC from the mean row
+    length) or ``"balanced"`` (equal nonzeros per warp, for skewed rows); ``None`` chooses
+    by the rows' spread (see :func:`sparsetorch_cuda.cost.csr_variant`)."""
+
+    method = "spmm"
+    preconditioner = None
+
+    def __init__(self, A: SparseTensor, *, backend: str = "cuda", variant: str | None = None) -> None:
+        from .cost import csr_variant  # noqa: PLC0415
+
+        self.backend = backend
+        fs = A.format_shape
+        if len(fs) != 2 or A.format.num_batch_levels:
+            raise InputError(f"{backend}: needs a matrix (2 format dimensions, no BATCH levels), got format {A.format}")
+        if A.device.type != "cuda":
+            raise InputError(f"{backend}: runs on CUDA tensors; A is on {A.device} (move it with .cuda())")
+        if A.dtype not in DTYPES:
+            raise InputError(f"{backend}: kernels exist for float16, bfloat16, float32, float64; A is {A.dtype}")
+        self.shape = (int(fs[0]), int(fs[1]))
+        self.device = A.device
+        self.dev_index = A.device.index if A.device.index is not None else torch.cuda.current_device()
+        self.dtype = A.dtype
+        self.batch_shape = tuple(A.batch_shape)
+        self.slots = int(A.values.shape[-1])
+        self.kind = native_kind(A.format)
+        self._source = A.detach()
+        self._values: torch.Tensor | None = None
+        self._values_t: torch.Tensor | None = None
+        self._token: tuple | None = None
+        self._t: dict[str, Any] | None = None  # transposed CSR (adjoint), on first use
+        self.gather: torch.Tensor | None = None  # generic: value slot of each CSR entry
+        m, n = self.shape
+        build = getattr(self, f"_build_{self.kind}")
+        build(A)
+        if self.kind in ("csr", "generic"):
+            lengths = (self.rowptr[1:] - self.rowptr[:-1]) if m else self.rowptr[:0]
+            self.max_row = int(lengths.max()) if m else 0
+            self.variant = variant or csr_variant(m, self.nnz, self.max_row)
+            if self.variant not in ("vector", "balanced"):
+                raise InputError(f"{backend}: variant must be 'vector' or 'balanced', got {variant!r}")
+            self.vec = _vec_for(self.nnz / max(m, 1))
+            warps = max(1, math.ceil(self.nnz / CHUNK))
+            starts = torch.arange(warps, device=self.device, dtype=torch.int64) * CHUNK
+            self.first_row = (torch.searchsorted(self.rowptr.to(torch.int64), starts, right=True) - 1).clamp_(0, max(m - 1, 0)).to(self.idx)
+        self.reload_cheap = True
+
+    # Pattern builders ---------------------------------------------------------------------------
+    def _build_csr(self, A: SparseTensor) -> None:
+        m, n = self.shape
+        rowptr, col = A.pos(1), A.crd(1)
+        if rowptr.dtype != col.dtype:
+            rowptr, col = rowptr.to(torch.int64), col.to(torch.int64)
+        self.nnz = int(col.numel())
+        _check_rowptr(rowptr, m, self.nnz, f"{self.backend} CSR")
+        _check_cols(col, n, f"{self.backend} CSR")
+        self.rowptr, self.col, self.idx = rowptr.contiguous(), col.contiguous(), rowptr.dtype
+
+    def _build_generic(self, A: SparseTensor) -> None:
+        m, n = self.shape
+        coords, slot = A.entries()
+        rows, cols = coords[0].to(torch.int64), coords[1].to(torch.int64)
+        self.nnz = int(rows.numel())
+        if self.nnz and (int(rows.min()) < 0 or int(rows.max()) >= m):
+            raise InputError(f"{self.backend}: entry rows outside [0, {m})")
+        _check_cols(cols, n, self.backend)
+        order = torch.argsort(rows * max(n, 1) + cols, stable=True)
+        idx = _index_dtype(self.nnz, m, n)
+        counts = torch.bincount(rows, minlength=m)
+        rowptr = torch.zeros(m + 1, dtype=torch.int64, device=self.device)
+        rowptr[1:] = torch.cumsum(counts, 0)
+        self.rowptr, self.col, self.idx = rowptr.to(idx), cols[order].to(idx).contiguous(), idx
+        self.gather = slot.to(torch.int64)[order].contiguous()
+
+    def _build_dia(self, A: SparseTensor) -> None:
+        m, n = self.shape
+        offs = A.crd(0).to(torch.int64).contiguous()
+        self.ndiag = int(offs.numel())
+        if self.ndiag and (int(offs.min()) <= -max(m, 1) or int(offs.max()) >= max(n, 1)):
+            raise InputError(f"{self.backend} DIA: offsets must lie in (-{m}, {n}), got {int(offs.min())} .. {int(offs.max())}")
+        if self.slots != self.ndiag * m:
+            raise InputError(f"{self.backend} DIA: {self.slots} value slots for {self.ndiag} diagonals of {m} rows")
+        if self.ndiag > 4096:
+            raise InputError(f"{self.backend} DIA: {self.ndiag} diagonals is more than the kernel's 4096")
+        self.offs, self.nnz, self.idx = offs, self.ndiag * m, torch.int64
+
+    def _build_ell(self, A: SparseTensor) -> None:
+        m, n = self.shape
+        pos, col = A.pos(1), A.crd(1)
+        width = self.slots // max(m, 1) if m else 0
+        if m and width * m != self.slots:
+            raise InputError(f"{self.backend} ELL: {self.slots} slots is not a multiple of {m} rows")
+        lo, hi = pos[0::2].to(torch.int64), pos[1::2].to(torch.int64)
+        expect = torch.arange(m, device=self.device, dtype=torch.int64) * width
+        cnt = hi - lo
+        if lo.numel() != m or bool((lo != expect).any()) or bool(((cnt < 0) | (cnt > width)).any()):
+            raise InputError(f"{self.backend} ELL: row slot ranges are not [r * {width}, r * {width} + count)")
+        if col.numel() != self.slots:
+            raise InputError(f"{self.backend} ELL: {col.numel()} column slots for {self.slots} value slots")
+        used = torch.arange(width, device=self.device)[None, :] < cnt[:, None]
+        _check_cols(col.reshape(m, width)[used] if m else col, n, f"{self.backend} ELL")
+        idx = col.dtype
+        self.col, self.cnt, self.width, self.idx = col.contiguous(), cnt.to(torch.int32).contiguous(), width, idx
+        self.nnz = int(cnt.sum())
+
+    def _build_delta(self, A: SparseTensor) -> None:
+        m, n = self.shape
+        b = delta_bits(A.format)
+        rowptr, gaps = A.pos(1), A.crd(1)
+        self.nnz = int(gaps.numel())
+        _check_rowptr(rowptr, m, self.nnz, f"{self.backend} DELTA({b})")
+        g = gaps.to(torch.int64)
+        if self.nnz and (int(g.min()) < 0 or int(g.max()) >= (1 << b)):
+            raise InputError(f"{self.backend} DELTA({b}): gaps must lie in [0, {1 << b}), got {int(g.min())} .. {int(g.max())}")
+        # the last column of each row is (sum of gap + 1 over the row) - 1: it must be < n
+        csum = torch.zeros(self.nnz + 1, dtype=torch.int64, device=self.device)
+        csum[1:] = torch.cumsum(g + 1, 0)
+        r64 = rowptr.to(torch.int64)
+        span = csum[r64[1:]] - csum[r64[:-1]]
+        if m and int(span.max()) > n:
+            raise InputError(f"{self.backend} DELTA({b}): gaps of a row decode past column {n - 1}")
+        per = 32 // b
+        words = -(-self.nnz // per) if self.nnz else 0
+        padded = torch.zeros(words * per, dtype=torch.int64, device=self.device)
+        padded[: self.nnz] = g
+        shifts = torch.arange(per, device=self.device, dtype=torch.int64) * b
+        packed = (padded.reshape(words, per) << shifts).sum(1) if words else padded
+        # uint32 words carried in an int32 tensor (two's complement of the same bits)
+        packed = torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32)
+        self.words = torch.cat([packed, packed.new_zeros(1)]).contiguous()  # one spare word
+        self.bits, self.rowptr, self.idx = b, rowptr.contiguous(), rowptr.dtype
+        self.max_row = int((r64[1:] - r64[:-1]).max()) if m else 0
+
+    # Values -------------------------------------------------------------------------------------
+    def set_values(self, values: torch.Tensor) -> None:
+        """Values of a tensor on this plan's pattern: ``(*batch, slots)``."""
+        if values.shape[-1] != self.slots or values.dtype != self.dtype or values.device != self.device:
+            raise InputError(f"{self.backend}: values of shape {tuple(values.shape)}, {values.dtype} on {values.device}; "
+                             f"this plan takes (*batch, {self.slots}) {self.dtype} on {self.device}")
+        tok = (values.data_ptr(), values._version, tuple(values.shape), tuple(values.stride()))
+        if tok == self._token and self._values is not None:
+            return
+        self._values_t = None
+        v = values
+        if self.gather is not None:
+            v = v.index_select(-1, self.gather)
+        v = v.contiguous()
+        if self.kind == "delta" and v.data_ptr() % 16:
+            v = v.clone()  # the DELTA kernel's 16-byte loads need an aligned base
+        self._values = v
+        self._token = tok
+
+    # Products -----------------------------------------------------------------------------------
+    def apply(self, X: torch.Tensor, *, adjoint: bool = False) -> torch.Tensor:
+        """``A @ X`` (``A^H @ X`` when ``adjoint``) for ``X`` of shape ``(*batch, n, k)``."""
+        if self._values is None:
+            raise RuntimeError(f"{self.backend}/spmm: apply() before set_values()")
+        m, n = self.shape
+        rows_in = m if adjoint else n
+        if X.dtype != self.dtype or X.device != self.device or X.dim() < 2 or X.shape[-2] != rows_in:
+            raise InputError(f"{self.backend}: X of shape {tuple(X.shape)}, {X.dtype} on {X.device}; expected (*batch, {rows_in}, k) "
+                             f"{self.dtype} on {self.device}")
+        X = X.contiguous()
+        k = X.shape[-1]
+        rows_out = n if adjoint else m
+        Y = torch.empty(*X.shape[:-2], rows_out, k, dtype=self.dtype, device=self.device)
+        vals = self._adjoint_values() if adjoint else self._values
+        vb = vals.reshape(-1, vals.shape[-1])
+        xb = X.reshape(-1, rows_in, k)
+        yb = Y.view(-1, rows_out, k)
+        if vb.shape[0] not in (1, xb.shape[0]):
+            raise InputError(f"{self.backend}: {vb.shape[0]} value sets for {xb.shape[0]} right-hand-side batches")
+        for b in range(xb.shape[0]):
+            v = vb[b if vb.shape[0] > 1 else 0]
+            self._launch(v, xb[b], yb[b], k, adjoint)
+        return Y
+
+    def _launch(self, v: torch.Tensor, x: torch.Tensor, y: torch.Tensor, k: int, adjoint: bool) -> None:
+        m, n = self.shape
+        dev = self.dev_index
+        gy = min(k, _GRID_Y)
+        if adjoint:
+            t = self._transposed()
+            self._csr(t["rowptr"], t["col"], v, x, y, n, k, t["vec"], "vector", None, t["idx"])
+            return
+        kind = self.kind
+        if kind in ("csr", "generic"):
+            self._csr(self.rowptr, self.col, v, x, y, m, k, self.vec, self.variant, self.first_row, self.idx)
+        elif kind == "dia":
+            kern = kernel("spmv", "dia_rows", self.dtype, torch.int64, dev, 8)
+            kern((-(-m // BLOCK), gy), BLOCK, (m, n, k, self.ndiag, self.offs.data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr()),
+                 shared=8 * self.ndiag, device=self.device)
+        elif kind == "ell":
+            kern = kernel("spmv", "ell_rows", self.dtype, self.idx, dev, 8)
+            kern((-(-m // BLOCK), gy), BLOCK, (m, k, self.width, self.cnt.data_ptr(), self.col.data_ptr(), v.data_ptr(),
+                                               x.data_ptr(), y.data_ptr()), device=self.device)
+        else:  # delta
+            kern = kernel("spmv", "delta_rows", self.dtype, self.idx, dev, 9)
+            kern((-(-m * 32 // BLOCK), gy), BLOCK, (m, k, self.nnz, self.bits, self.rowptr.data_ptr(), self.words.data_ptr(),
+                                                    v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.device)
+
+    def _csr(self, rowptr, col, v, x, y, rows: int, k: int, vec: int, variant: str, first_row, idx) -> None:
+        dev = self.dev_index
+        nnz = int(col.numel())
+        if variant == "balanced" and first_row is not None:
+            acc = self.dtype if self.dtype in (torch.float32, torch.float64) else torch.float32
+            out = y if acc == self.dtype else torch.empty(y.shape, dtype=acc, device=self.device)
+            out.zero_()
+            warps = max(1, -(-nnz // CHUNK))
+            kern = kernel("spmv", "csr_balanced", self.dtype, idx, dev, 10)
+            kern((-(-warps * 32 // BLOCK), min(k, _GRID_Y)), BLOCK,
+                 (rows, k, nnz, CHUNK, rowptr.data_ptr(), col.data_ptr(), v.data_ptr(), first_row.data_ptr(), x.data_ptr(),
+                  out.data_ptr()), device=self.device)
+            if out is not y:
+                cast = kernel("spmv", "cast_out", self.dtype, idx, dev, 3)
+                total = out.numel()
+                cast((-(-total // BLOCK), 1), BLOCK, (total, out.data_ptr(), y.data_ptr()), device=self.device)
+            return
+        if k >= COLS_KERNEL_FROM:
+            kern = kernel("spmv", "csr_cols", self.dtype, idx, dev, 7)
+            kern((-(-rows * 32 // BLOCK), min(-(-k // 32), _GRID_Y)), BLOCK,
+                 (rows, k, rowptr.data_ptr(), col.data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.device)
+            return
+        kern = kernel("spmv", f"csr_vec{vec}", self.dtype, idx, dev, 7)
+        kern((-(-rows * vec // BLOCK), min(k, _GRID_Y)), BLOCK,
+             (rows, k, rowptr.data_ptr(), col.data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.device)
+
+    # Adjoint ------------------------------------------------------------------------------------
+    def _transposed(self) -> dict[str, Any]:
+        """CSR of A^T's pattern and, per entry, the value slot it reads (pattern work, once)."""
+        if self._t is None:
+            m, n = self.shape
+            coords, slot = self._source.entries()
+            rows, cols = coords[0].to(torch.int64), coords[1].to(torch.int64)
+            order = torch.argsort(cols * max(m, 1) + rows, stable=True)
+            idx = _index_dtype(rows.numel(), m, n)
+            rowptr = torch.zeros(n + 1, dtype=torch.int64, device=self.device)
+            rowptr[1:] = torch.cumsum(torch.bincount(cols, minlength=n), 0)
+            self._t = {"rowptr": rowptr.to(idx), "col": rows[order].to(idx).contiguous(), "idx": idx,
+                       "slot": slot.to(torch.int64)[order].contiguous(), "vec": _vec_for(rows.numel() / max(n, 1))}
+        return self._t
+
+    def _adjoint_values(self) -> torch.Tensor:
+        if self._values_t is None:
+            t = self._transposed()
+            raw = self._source_values()
+            self._values_t = raw.index_select(-1, t["slot"]).contiguous()
+        return self._values_t
+
+    def _source_values(self) -> torch.Tensor:
+        """The values in A's own slot order (undoing the generic path's gather)."""
+        if self.gather is None:
+            return self._values
+        out = self._values.new_zeros(*self._values.shape[:-1], self.slots)
+        return out.index_copy_(-1, self.gather, self._values)
+
+    # SDDMM (backward with respect to the values) ------------------------------------------------------
+    def sddmm(self, P: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
+        """``out[slot] = sum_c P[row, c] Q[col, c]`` for every stored entry, in A's value slots
+        (padding slots get zero): the gradient of ``<dY, A X>`` is ``sddmm(dY, X)``. ``P`` is
+        ``(*batch, m, k)``, ``Q`` is ``(*batch, n, k)``."""
+        m, n = self.shape
+        if (P.dtype != self.dtype or Q.dtype != self.dtype or P.dim() < 2 or P.shape[-2] != m or Q.shape[-2] != n
+                or P.shape[-1] != Q.shape[-1] or P.device != self.device or Q.device != self.device):
+            raise InputError(f"{self.backend}: sddmm takes P (*batch, {m}, k) and Q (*batch, {n}, k) in {self.dtype} on "
+                             f"{self.device}; got {tuple(P.shape)} {P.dtype} and {tuple(Q.shape)} {Q.dtype}")
+        batch = torch.broadcast_shapes(P.shape[:-2], Q.shape[:-2])
+        k = P.shape[-1]
+        P = P.expand(*batch, m, k).contiguous().reshape(-1, m, k)
+        Q = Q.expand(*batch, n, k).contiguous().reshape(-1, n, k)
+        nb = P.shape[0]
+        entries = self.nnz if self.kind in ("csr", "generic", "delta") else self.slots
+        out = torch.empty(nb, entries, dtype=self.dtype, device=self.device)
+        dev = self.dev_index
+        for b in range(nb):
+            p, q, o = P[b], Q[b], out[b]
+            if self.kind in ("csr", "generic"):
+                vec = 1 if self.vec <= 2 else (4 if self.vec <= 8 else 32)
+                kern = kernel("sddmm", f"csr_sddmm{vec}", self.dtype, self.idx, dev, 7)
+                kern((-(-m * vec // BLOCK), 1), BLOCK, (m, k, self.rowptr.data_ptr(), self.col.data_ptr(), p.data_ptr(),
+                                                      q.data_ptr(), o.data_ptr()), device=self.device)
+            elif self.kind == "dia":
+                kern = kernel("sddmm", "dia_sddmm", self.dtype, torch.int64, dev, 8)
+                kern((-(-self.slots // BLOCK), 1), BLOCK, (m, n, k, self.ndiag, self.offs.data_ptr(), p.data_ptr(), q.data_ptr(),
+                                                          o.data_ptr()), device=self.device)
+            elif self.kind == "ell":
+                kern = kernel("sddmm", "ell_sddmm", self.dtype, self.idx, dev, 8)
+                kern((-(-self.slots // BLOCK), 1), BLOCK, (m, k, self.width, self.cnt.data_ptr(), self.col.data_ptr(),
+                                                          p.data_ptr(), q.data_ptr(), o.data_ptr()), device=self.device)
+            else:
+                kern = kernel("sddmm", "delta_sddmm", self.dtype, self.idx, dev, 8)
+                kern((-(-m * 32 // BLOCK), 1), BLOCK, (m, k, self.bits, self.rowptr.data_ptr(), self.words.data_ptr(),
+                                                      p.data_ptr(), q.data_ptr(), o.data_ptr()), device=self.device)
+        if self.gather is not None:
+            full = out.new_zeros(nb, self.slots)
+            out = full.index_add_(-1, self.gather, out)
+        return out.reshape(*batch, self.slots)
+
+    def __repr__(self) -> str:
+        extra = f", variant={self.variant}" if self.kind in ("csr", "generic") else ""
+        return f"CudaSpmmPlan({self.kind}, shape={self.shape}, nnz={self.nnz}, {self.dtype}{extra})"

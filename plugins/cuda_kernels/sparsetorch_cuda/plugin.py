@@ -1,0 +1,89 @@
+"""The cuda backend's hook implementations (the module named by the entry point ``cuda``).
+
+Offers ``matmul`` (method ``spmm``) on CUDA tensors in float16, bfloat16, float32 and float64,
+with this distribution's own kernels compiled at run time by NVRTC: CSR, DIA, ELL and
+DELTA(b) (b in 1, 2, 4, 8, 16; bit-packed) as they are stored, every other 2-D format through a
+CSR made once from its pattern. Backward: the adjoint product runs on the transposed pattern;
+the plan's ``sddmm`` gives the value gradient on the pattern.
+
+Declines, with the reason: no CUDA device or CPU tensors, complex dtypes, formats with BATCH
+levels, cuda.bindings / NVRTC not importable (with the install command), other ops.
+
+This module imports only torch and sparsetorch: NVRTC and the driver bindings are looked up
+here (find_spec), imported when a plan is built.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+
+import torch
+
+import sparsetorch
+from sparsetorch.backend import BackendInfo, Decline, Offer, Request, cuda_matrix_decline, rates
+
+from . import __version__, cost
+
+__all__ = ["sparsetorch_backend_info", "sparsetorch_offers", "NAME", "DTYPES"]
+
+NAME = "cuda"
+DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_INSTALL = "pip install cuda-bindings nvidia-cuda-nvrtc (or pip install sparsetorch-cuda, which depends on them)"
+
+
+@functools.lru_cache(maxsize=None)
+def _bindings_missing() -> str | None:
+    try:
+        found = importlib.util.find_spec("cuda.bindings") is not None
+    except (ImportError, ValueError):
+        found = False
+    return None if found else f"cuda.bindings is not installed: {_INSTALL}"
+
+
+@sparsetorch.hookimpl
+def sparsetorch_backend_info() -> BackendInfo:
+    """Static description (cheap: nothing CUDA is imported)."""
+    missing = {"cuda-bindings": why} if (why := _bindings_missing()) else {}
+    return BackendInfo(
+        name=NAME,
+        version=__version__,
+        description="native CUDA kernels compiled with NVRTC: SpMV/SpMM and SDDMM in CSR (vector, load balanced), DIA, "
+                    "ELL, bit-packed DELTA(b); float16/bfloat16 (float32 accumulation), float32, float64",
+        devices=("cuda",),
+        dtypes=DTYPES,
+        ops={"matmul": ("spmm",)},
+        formats=(),  # CSR, DIA, ELL, DELTA(b) as they are; the rest through a CSR made once per pattern
+        missing=missing,
+        priority=0,
+    )
+
+
+@sparsetorch.hookimpl
+def sparsetorch_offers(request: Request) -> list[Offer | Decline]:
+    """One offer (method "spmm") or the decline that says why not."""
+    if request.op != "matmul":
+        return []
+    why = cuda_matrix_decline(request, DTYPES, "sparsetorch-cuda",
+                              "one pattern per plan here; use a SparseTensorList or the torch backend")
+    if why is not None:
+        return [Decline(NAME, why)]
+    missing = _bindings_missing()
+    if missing:
+        return [Decline(NAME, missing)]
+    method = request.option("method")
+    if method not in (None, "spmm"):
+        return [Decline(NAME, f"matmul has only method 'spmm' here, not {method!r}", method)]
+    seconds, peak, setup, kind = cost.spmm_cost(rates(request.device), request)
+    bits = None
+    if kind == "delta":
+        from .plan import delta_bits  # noqa: PLC0415
+
+        bits = delta_bits(request.A.format)
+    return [Offer(NAME, "spmm", seconds, peak, _build, cost.describe(kind, bits), setup=setup)]
+
+
+def _build(A: sparsetorch.SparseTensor, request: Request):
+    from .plan import CudaSpmmPlan  # noqa: PLC0415 - imports the driver bindings only when a plan is built
+
+    return CudaSpmmPlan(A, backend=NAME)
