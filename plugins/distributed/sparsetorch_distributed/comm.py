@@ -1,0 +1,236 @@
+"""The communicator: ranks, the device collectives run on, reductions, agreement, point-to-point.
+
+Everything distributed in this package goes through one :class:`Comm`, so the same code runs on
+gloo (CPU tensors) and NCCL (CUDA tensors of the current device): small control tensors (flags,
+signatures) are made on :attr:`Comm.device`, which is ``cuda:<current>`` for NCCL and the CPU
+otherwise.
+
+Failure protocol (``agree``): an operation runs its local part inside ``with comm.agreement(what)``;
+on leaving it every rank contributes an error flag to one ``all_reduce(MAX)``. When any flag is
+set, the ranks exchange (class code, message) with ``all_gather_object`` and every rank raises the
+class of the lowest failing rank, its message prefixed with that rank, so a bad input on one rank
+is the same named error everywhere, and nobody is left waiting in a collective the failing rank
+never entered. Collectives and transfers inherit the process group's timeout; :func:`init` sets
+60 s by default. A transfer that fails (a peer died, the timeout passed) raises
+:class:`~sparsetorch_distributed.errors.CommTimeoutError` on the ranks that see it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import socket
+from typing import Iterator, Sequence
+
+import torch
+import torch.distributed as dist
+
+import sparsetorch as st
+
+from .errors import CommTimeoutError, DistributedError, MismatchError, class_of, code_of
+
+__all__ = ["Comm", "init", "get_comm", "free_port", "DEFAULT_TIMEOUT"]
+
+DEFAULT_TIMEOUT = datetime.timedelta(seconds=60)
+
+_DTYPE_CODES = {torch.float16: 1, torch.bfloat16: 2, torch.float32: 3, torch.float64: 4,
+                torch.complex64: 5, torch.complex128: 6}
+
+
+def dtype_code(dtype: torch.dtype) -> int:
+    return _DTYPE_CODES.get(dtype, 99)
+
+
+def free_port() -> int:
+    """A TCP port that was free a moment ago on 127.0.0.1 (for tests and single-host launches)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def init(backend: str | None = None, *, timeout: datetime.timedelta | float | None = None,
+         rank: int | None = None, world_size: int | None = None, init_method: str | None = None) -> "Comm":
+    """Initialize the default process group if needed (torchrun's environment, or the arguments)
+    and return the :class:`Comm` over it. ``backend`` defaults to NCCL when CUDA is available and
+    ``LOCAL_RANK`` names a GPU, else gloo; ``timeout`` (seconds or a timedelta) defaults to 60 s."""
+    if isinstance(timeout, (int, float)):
+        timeout = datetime.timedelta(seconds=float(timeout))
+    timeout = timeout or DEFAULT_TIMEOUT
+    if not dist.is_available():
+        raise DistributedError("torch.distributed is not available in this torch build")
+    if not dist.is_initialized():
+        if backend is None:
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            local = int(os.environ.get("LOCAL_RANK", "0"))
+            torch.cuda.set_device(local)
+        kw = {}
+        if rank is not None:
+            kw["rank"] = rank
+        if world_size is not None:
+            kw["world_size"] = world_size
+        dist.init_process_group(backend=backend, init_method=init_method, timeout=timeout, **kw)
+    return Comm(timeout=timeout)
+
+
+def get_comm(comm: "Comm | None" = None) -> "Comm":
+    if comm is not None:
+        if not isinstance(comm, Comm):
+            raise st.InputError(f"comm must be a sparsetorch_distributed.Comm, got {type(comm).__name__}")
+        return comm
+    return Comm()
+
+
+class Comm:
+    """A process group seen from one rank (the default group unless ``group`` is given)."""
+
+    def __init__(self, group: dist.ProcessGroup | None = None, *, timeout: datetime.timedelta | None = None) -> None:
+        if not dist.is_available() or not dist.is_initialized():
+            raise st.InputError(
+                "torch.distributed is not initialized: launch with torchrun and call "
+                "sparsetorch_distributed.init() (or torch.distributed.init_process_group) first"
+            )
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.size = dist.get_world_size(group)
+        self.backend = str(dist.get_backend(group))
+        self.timeout = timeout or DEFAULT_TIMEOUT
+        if self.backend == "nccl":
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        else:
+            self.device = torch.device("cpu")
+
+    def __repr__(self) -> str:
+        return f"Comm(rank={self.rank}, size={self.size}, backend={self.backend!r})"
+
+    def global_rank(self, r: int) -> int:
+        return r if self.group is None else dist.get_global_rank(self.group, r)
+
+    # Reductions --------------------------------------------------------------------------------
+    def allreduce(self, t: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        """All-reduce ``t`` in place (sum/max/min) and return it; a no-op on one rank."""
+        if self.size == 1:
+            return t
+        red = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op]
+        moved = t if t.device == self.device else t.to(self.device)
+        try:
+            dist.all_reduce(moved, op=red, group=self.group)
+        except RuntimeError as exc:
+            raise CommTimeoutError(f"rank {self.rank}: all_reduce failed ({_short(exc)}); a peer died or "
+                                   f"did not enter the collective within {self.timeout}") from exc
+        if moved is not t:
+            t.copy_(moved)
+        return t
+
+    def allgather_object(self, obj) -> list:
+        if self.size == 1:
+            return [obj]
+        out: list = [None] * self.size
+        try:
+            dist.all_gather_object(out, obj, group=self.group)
+        except RuntimeError as exc:
+            raise CommTimeoutError(f"rank {self.rank}: all_gather_object failed ({_short(exc)})") from exc
+        return out
+
+    def max_int(self, values: Sequence[int]) -> list[int]:
+        t = torch.tensor(list(values), dtype=torch.int64, device=self.device)
+        return [int(v) for v in self.allreduce(t, "max").tolist()]
+
+    def sum_int(self, values: Sequence[int]) -> list[int]:
+        t = torch.tensor(list(values), dtype=torch.int64, device=self.device)
+        return [int(v) for v in self.allreduce(t, "sum").tolist()]
+
+    # Agreement ---------------------------------------------------------------------------------
+    def agree(self, error: BaseException | None, what: str) -> None:
+        """Every rank calls this with its local error (or None); raises on all ranks if any failed."""
+        flag = self.max_int([1 if error is not None else 0])[0]
+        if not flag:
+            return
+        mine = None if error is None else (code_of(error), f"{type(error).__name__}: {error}")
+        everyone = self.allgather_object(mine)
+        first = next(r for r, e in enumerate(everyone) if e is not None)
+        code, message = everyone[first]
+        cls = class_of(code)
+        failed = [r for r, e in enumerate(everyone) if e is not None]
+        text = f"{what} failed on rank {first} (failing ranks: {failed}): {message}"
+        exc = cls(text)
+        if error is not None and type(error) is cls:
+            raise exc from error
+        raise exc
+
+    @contextlib.contextmanager
+    def agreement(self, what: str) -> Iterator[None]:
+        """``with comm.agreement("solve setup"): <local work>``: local errors become agreed errors.
+
+        Collective: every rank must enter and leave it. Errors raised by the agreement itself
+        (a dead peer) propagate unchanged."""
+        error: BaseException | None = None
+        try:
+            yield
+        except CommTimeoutError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - turned into the same error on every rank below
+            error = exc
+        self.agree(error, what)
+
+    def check_same(self, what: str, fields: dict[str, int]) -> None:
+        """Raise :class:`MismatchError` on every rank when an integer field differs between ranks."""
+        if self.size == 1:
+            return
+        vals = list(fields.values())
+        hi = self.max_int(vals)
+        lo = [-v for v in self.max_int([-v for v in vals])]
+        bad = [name for name, a, b in zip(fields, hi, lo) if a != b]
+        if bad:
+            everyone = self.allgather_object({k: fields[k] for k in bad})
+            detail = "; ".join(f"{k}: " + ", ".join(f"rank {r}={e[k]}" for r, e in enumerate(everyone)) for k in bad)
+            raise MismatchError(f"{what}: the ranks disagree on {', '.join(bad)} ({detail}); every rank must pass the "
+                                f"same value")
+
+    # Point to point ----------------------------------------------------------------------------
+    def exchange_start(self, sends: Sequence[tuple[int, torch.Tensor]], recvs: Sequence[tuple[int, torch.Tensor]]):
+        """Post non-blocking sends and receives (peer ranks in this group); returns the works."""
+        if not sends and not recvs:
+            return []
+        ops = [dist.P2POp(dist.irecv, buf, self.global_rank(peer), self.group) for peer, buf in recvs]
+        ops += [dist.P2POp(dist.isend, buf, self.global_rank(peer), self.group) for peer, buf in sends]
+        try:
+            return dist.batch_isend_irecv(ops)
+        except RuntimeError as exc:
+            raise CommTimeoutError(f"rank {self.rank}: posting halo transfers failed ({_short(exc)})") from exc
+
+    def exchange_wait(self, works) -> None:
+        try:
+            for w in works:
+                w.wait()
+        except RuntimeError as exc:
+            raise CommTimeoutError(f"rank {self.rank}: a halo transfer did not complete ({_short(exc)}); a neighbour "
+                                   f"died or stopped within {self.timeout}") from exc
+
+    def alltoallv(self, chunks: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Send ``chunks[r]`` (1-D, one dtype on every rank) to rank ``r``; returns what each rank sent here.
+
+        Two steps: the lengths by one all_gather-free exchange of counts, then the payloads by
+        point-to-point transfers (empty ones skipped)."""
+        if len(chunks) != self.size:
+            raise st.InputError(f"alltoallv needs {self.size} chunks, got {len(chunks)}")
+        dtype = chunks[0].dtype
+        chunks = [c.to(self.device).contiguous() for c in chunks]
+        if self.size == 1:
+            return [chunks[0].clone()]
+        counts = torch.zeros(self.size, self.size, dtype=torch.int64, device=self.device)
+        counts[self.rank] = torch.tensor([c.numel() for c in chunks], dtype=torch.int64, device=self.device)
+        self.allreduce(counts, "sum")
+        incoming = counts[:, self.rank].tolist()
+        out = [torch.empty(int(incoming[r]), dtype=dtype, device=self.device) for r in range(self.size)]
+        out[self.rank] = chunks[self.rank].clone()
+        sends = [(r, chunks[r]) for r in range(self.size) if r != self.rank and chunks[r].numel()]
+        recvs = [(r, out[r]) for r in range(self.size) if r != self.rank and out[r].numel()]
+        self.exchange_wait(self.exchange_start(sends, recvs))
+        return out
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:300]

@@ -1,0 +1,151 @@
+"""Distributed products and reductions, differentiable.
+
+- ``matmul(A, X)``: ``A X`` (or ``A^T X``), backward ``dX = A^T dY`` (transposed exchange) and
+  ``dvalues[k] = dY[row_k] . X_ext[col_k]`` on this rank's slots (the halo part of ``X`` is the one
+  the forward received);
+- ``dot(x, y)``, ``norm(x)``, ``global_sum(t)``: all_reduce'd scalars, the same on every rank. Their
+  backward treats the replicated result as one number: each rank's local part gets the upstream
+  gradient (no second reduction), which is what every rank calling ``loss.backward()`` on the
+  replicated loss needs.
+
+Autograd contract of this package: every rank runs the backward of every distributed op it ran
+forward (the backward passes communicate too); the simplest way is a replicated scalar loss built
+with :func:`dot`/:func:`global_sum` and ``loss.backward()`` on every rank.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+import sparsetorch as st
+
+from .comm import Comm, dtype_code
+from .exchange import as_rows, from_rows
+
+__all__ = ["matmul", "dot", "norm", "global_sum", "check_vector"]
+
+
+def check_vector(A, X: torch.Tensor, what: str, *, batch_ok: bool = True) -> None:
+    """Local shape/dtype/device checks of a vector against ``A`` (raises InputError, not agreed)."""
+    if not isinstance(X, torch.Tensor):
+        raise st.InputError(f"{what}: expected a torch.Tensor of this rank's {A.n_local} rows, got {type(X).__name__}")
+    if X.dtype != A.dtype:
+        raise st.InputError(f"{what}: the vector is {X.dtype} and the matrix {A.dtype} on rank {A.comm.rank} "
+                            f"(cast with .to({A.dtype}))")
+    if X.device != A.device:
+        raise st.InputError(f"{what}: the vector is on {X.device} and the matrix on {A.device} (rank {A.comm.rank})")
+    rowdim = 0 if X.dim() <= 2 else X.dim() - 2
+    if X.dim() == 0 or X.shape[rowdim] != A.n_local:
+        raise st.InputError(f"{what}: rank {A.comm.rank} owns {A.n_local} rows, the vector has shape {tuple(X.shape)} "
+                            f"(pass this rank's rows only: (n_local,), (n_local, k) or (*batch, n_local, k))")
+    if X.dim() > 2:
+        if not A.batch_shape or tuple(X.shape[:-2]) != A.batch_shape:
+            raise st.InputError(f"{what}: a vector with batch {tuple(X.shape[:-2])} needs a matrix with that value "
+                                f"batch, the matrix has batch {A.batch_shape}")
+
+
+class _Matmul(torch.autograd.Function):
+    """Values ``(*batch, nse)`` and local ``X``: ``(n,)``/``(n, k)`` (shared by every batch member) or
+    ``(*batch, n, k)`` (one block per member). Members are multiplied one after the other."""
+
+    @staticmethod
+    def forward(ctx, values, X, A, transpose: bool):
+        n = A.n_local
+        B = math.prod(A.batch_shape) if A.batch_shape else 1
+        vflat = values.detach().reshape(B, -1)
+        per_member = X.dim() > 2
+        Xf = X.detach().reshape(B, n, X.shape[-1]) if per_member else X.detach()
+        Ys, saved = [], []
+        for i in range(B):
+            X2, how = as_rows(Xf[i] if per_member else Xf, n)
+            vi = None if B == 1 else vflat[i]  # one matrix: the tensor's cached CSR blocks
+            if transpose:
+                Y2, H = A._rmv(X2, vi), None
+            else:
+                Y2, H = A._mv(X2, vi, keep_halo=True)
+            saved.append((X2, H))
+            Ys.append(from_rows(Y2, how))
+        if A.batch_shape:
+            Y = torch.stack(Ys).reshape(*A.batch_shape, *Ys[0].shape)
+        else:
+            Y = Ys[0]
+        ctx.A, ctx.transpose, ctx.saved, ctx.B, ctx.per_member, ctx.xshape = A, transpose, saved, B, per_member, X.shape
+        ctx.vflat = vflat
+        return Y
+
+    @staticmethod
+    def backward(ctx, G):
+        A, B = ctx.A, ctx.B
+        p = A.pattern
+        n = A.n_local
+        need_v, need_x = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        Gf = G.reshape(B, *G.shape[len(A.batch_shape):]) if A.batch_shape else G[None]
+        gX, gV = [], []
+        for i in range(B):
+            G2, how = as_rows(Gf[i].contiguous(), n)
+            vi = None if B == 1 else ctx.vflat[i]
+            X2, H = ctx.saved[i]
+            if ctx.transpose:
+                # Y = A^T X: dX = A dY (the halo of dY arrives), dvalues[k] = X[row_k] . dY_ext[col_k]
+                Gx, Gh = A._mv(G2, vi, keep_halo=True)
+                if need_x:
+                    gX.append(from_rows(Gx, how))
+                if need_v:
+                    gV.append((X2[p.row] * torch.cat([G2, Gh], 0)[p.col]).sum(-1))
+            else:
+                # Y = A X: dX = A^T dY (transposed exchange), dvalues[k] = dY[row_k] . X_ext[col_k]
+                if need_x:
+                    gX.append(from_rows(A._rmv(G2, vi), how))
+                if need_v:
+                    gV.append((G2[p.row] * torch.cat([X2, H], 0)[p.col]).sum(-1))
+        dX = dV = None
+        if need_x:
+            dX = torch.stack(gX).reshape(ctx.xshape) if ctx.per_member else torch.stack(gX).sum(0).reshape(ctx.xshape)
+        if need_v:
+            dV = torch.stack(gV).reshape(*A.batch_shape, -1) if A.batch_shape else gV[0]
+        return dV, dX, None, None
+
+
+def matmul(A, X: torch.Tensor, *, transpose: bool = False) -> torch.Tensor:
+    """``A @ X`` (``A^T @ X`` with ``transpose``) for a DSparseTensor ``A`` and local ``X``. Collective."""
+    comm = A.comm
+    err = None
+    try:
+        check_vector(A, X, "matmul")
+    except st.SparseTorchError as exc:
+        err = exc
+    comm.agree(err, "DSparseTensor matmul")
+    comm.check_same("matmul", {"columns": X.shape[-1] if X.dim() > 1 else 1, "vector dims": X.dim(),
+                               "dtype": dtype_code(X.dtype)})
+    return _Matmul.apply(A.values, X, A, transpose)
+
+
+# reductions ---------------------------------------------------------------------------------------
+class _GlobalSum(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, t, comm: Comm):
+        out = t.detach().clone()
+        return comm.allreduce(out, "sum")
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, None
+
+
+def global_sum(t: torch.Tensor, comm: Comm) -> torch.Tensor:
+    """Sum of ``t`` over the ranks (elementwise), replicated; differentiable (see module doc)."""
+    return _GlobalSum.apply(t, comm)
+
+
+def dot(x: torch.Tensor, y: torch.Tensor, comm: Comm) -> torch.Tensor:
+    """Global ``x . y`` of distributed vectors (summed over rows, and columns for blocks); replicated."""
+    if x.shape != y.shape:
+        raise st.InputError(f"dot: local shapes differ ({tuple(x.shape)} vs {tuple(y.shape)})")
+    return global_sum((x * y).sum(), comm)
+
+
+def norm(x: torch.Tensor, comm: Comm) -> torch.Tensor:
+    """Global 2-norm of a distributed vector; replicated; differentiable."""
+    return torch.sqrt(global_sum((x * x).sum(), comm))
