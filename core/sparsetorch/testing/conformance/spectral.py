@@ -1,20 +1,17 @@
-"""Conformance kits for the eigen-solver and determinant ops (``eigsh``, ``eigs``, ``slogdet``).
+"""The eigenvalue and determinant suites (``eigsh``, ``eigs``, ``slogdet``/``logdet``).
 
-Same pattern as :mod:`.conformance`: a backend's test module sets its name and capabilities,
-the kit checks every answer against dense float64 oracles (``torch.linalg.eigh``/``eigvals``/
-``slogdet``) and every gradient with ``gradcheck``::
+Same pattern as the solve suite: a backend's test module names the backend (and what its
+declaration does not say), the kit checks every answer against dense float64 oracles
+(``torch.linalg.eigh``/``eigvals``/``slogdet``) and every gradient with ``gradcheck``::
 
-    class MyEigen:
-        backend = "mine"
-        eigsh_methods = ("arpack",)
-        eigsh_which = ("LA", "SA")
+    class MySpectral:
+        backend = "mine"                 # eigsh_methods, eigs_methods, logdet_methods default to
+        eigsh_which = ("LA", "SA")       # the backend's declared ops["eigsh"/"eigs"/"logdet"]
         supports_sigma = True            # shift-invert
         supports_generalized = True      # A v = w M v
-        eigs_methods = ("arpack",)
-        logdet_methods = ("lu",)
 
-    class TestMyEigsh(MyEigen, EigshConformance): ...
-    class TestMyLogdet(MyEigen, LogdetConformance): ...
+    class TestMyEigsh(MySpectral, EigshConformance): ...
+    class TestMyLogdet(MySpectral, LogdetConformance): ...
 
 Symmetric test matrices are random sparse with a spread diagonal (well separated eigenvalues:
 grid Laplacians have repeated ones, where eigenvectors are not unique), and gradients are
@@ -32,8 +29,9 @@ import torch
 
 import sparsetorch as st
 
-from ..format import CSR, TensorFormat
-from .conformance import ConformanceBase, _name
+from ...format import CSR, TensorFormat
+from ..problems import poisson2d
+from .base import ConformanceBase, from_backend_info
 
 __all__ = ["EigshConformance", "EigsConformance", "LogdetConformance", "SymmetricFamily"]
 
@@ -74,29 +72,27 @@ def _pick(w_all: torch.Tensor, k: int, which: str, sigma=None) -> torch.Tensor:
     return w_all[torch.argsort(order, stable=True)[:k]].sort().values
 
 
-class _EigenBase(ConformanceBase):
-    eigsh_methods: ClassVar[tuple[str, ...]] = ()
+class _SpectralBase(ConformanceBase):
+    #: Methods per op; default: what the backend declares for ``eigsh``, ``eigs`` and ``logdet``.
+    eigsh_methods: ClassVar[tuple[str, ...]] = from_backend_info(lambda info, cls: info.methods("eigsh"), ())
+    eigs_methods: ClassVar[tuple[str, ...]] = from_backend_info(lambda info, cls: info.methods("eigs"), ())
+    logdet_methods: ClassVar[tuple[str, ...]] = from_backend_info(lambda info, cls: info.methods("logdet"), ())
+    #: The ``which`` values ``eigsh`` is tested with (not in BackendInfo).
     eigsh_which: ClassVar[tuple[str, ...]] = ("LA", "SA", "LM")
-    eigs_methods: ClassVar[tuple[str, ...]] = ()
-    logdet_methods: ClassVar[tuple[str, ...]] = ()
     supports_sigma: ClassVar[bool] = True
     supports_generalized: ClassVar[bool] = False
     eig_n: ClassVar[int] = 40
     eig_tol: ClassVar[dict] = {torch.float64: 1e-8, torch.float32: 1e-3, torch.complex128: 1e-8, torch.complex64: 1e-3}
 
-    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
-        extra = {"eig_method": self.eigsh_methods, "which": self.eigsh_which, "eigs_method": self.eigs_methods,
-                 "det_method": self.logdet_methods}
-        for arg, values in extra.items():
-            if arg in metafunc.fixturenames:
-                if not values:
-                    metafunc.parametrize(arg, [pytest.param(None, marks=pytest.mark.skip(reason=f"{self.backend}: none listed"))], ids=["none"])
-                else:
-                    metafunc.parametrize(arg, [pytest.param(v, id=_name(v)) for v in values])
-        super().pytest_generate_tests(metafunc)
+    def _axes(self) -> dict[str, tuple[list, str, str | None]]:
+        extra = {"eig_method": (list(self.eigsh_methods), "none listed", "eigsh_methods"),
+                 "which": (list(self.eigsh_which), "none listed", None),
+                 "eigs_method": (list(self.eigs_methods), "none listed", "eigs_methods"),
+                 "det_method": (list(self.logdet_methods), "none listed", "logdet_methods")}
+        return {**extra, **super()._axes()}
 
 
-class EigshConformance(_EigenBase):
+class EigshConformance(_SpectralBase):
     def test_eigsh_matches_dense(self, eig_method, which, dtype, device):
         fam = SymmetricFamily(self.eig_n, seed=1, dtype=dtype, device=device)
         A = fam.build(fam.p0)
@@ -168,7 +164,7 @@ class EigshConformance(_EigenBase):
             st.eigsh(st.SparseTensor.from_dense(D), 2, backend=self.backend)
 
 
-class EigsConformance(_EigenBase):
+class EigsConformance(_SpectralBase):
     def _matrix(self, n, seed, device):
         g = torch.Generator().manual_seed(seed)
         D = torch.randn(n, n, generator=g, dtype=torch.float64) * (torch.rand(n, n, generator=g) < 0.3)
@@ -197,7 +193,7 @@ class EigsConformance(_EigenBase):
         assert torch.autograd.gradcheck(loss, (v,), eps=1e-6, atol=1e-5, rtol=1e-5)
 
 
-class LogdetConformance(_EigenBase):
+class LogdetConformance(_SpectralBase):
     def _matrix(self, n, seed, device, dtype=torch.float64):
         g = torch.Generator().manual_seed(seed)
         D = torch.randn(n, n, generator=g, dtype=torch.float64) * (torch.rand(n, n, generator=g) < 0.15)
@@ -217,8 +213,6 @@ class LogdetConformance(_EigenBase):
         assert not wrong, f"{self.backend}/{det_method}: wrong sign or value for seeds {wrong}"
 
     def test_logdet_ill_scaled_spd_is_finite(self, det_method, device):
-        from .problems import poisson2d
-
         m = 40
         A = poisson2d(m, device=device)
         A = A.with_values(A.values * (m + 1) ** 2)
