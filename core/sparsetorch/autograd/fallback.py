@@ -94,6 +94,8 @@ class Route:
         self._growth_singular = False
         #: LU offers of the route (for a shifted factorization when A turns out singular)
         self._lu_offers = [o for o in [offer, *rest] if o is not None and o.method == "lu"]
+        #: the shifted factorization for b in a singular A's range was tried in this call
+        self._range_tried = False
 
     @classmethod
     def single(cls, state: PlanState, A: SparseTensor) -> "Route":
@@ -111,6 +113,7 @@ class Route:
             return self._solve(handle, values, B)
 
     def _solve(self, handle: Any, values: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, IterationResult]:
+        self._range_tried = False
         base = dict(handle.call_options or {})
         dtype = B.dtype
         rtol = base.get("rtol")
@@ -144,6 +147,15 @@ class Route:
                 self._note(state, offer, IterationResult(0, math.inf, False, Status.BREAKDOWN, _one_line(exc)),
                            time.perf_counter() - t0, rtol)
                 failures.append((kind, exc))
+                if (kind == "singular" and offer is not None and offer.method == "lu" and not self.pinned
+                        and not self._range_tried):
+                    # the first LU with partial pivoting that meets an exactly zero pivot: if b lies
+                    # in A's range a solution exists and is found now (whatever the second LU would
+                    # say, the answer is checked by its residual); if not, a second LU decides
+                    self._range_tried = True
+                    found = self._in_range(exc, vs, Bs, handle.adjoint, rtol, atol_s)
+                    if found is not None:
+                        return self._unscaled(found[0], sa / sb), found[1]
                 if self.pinned or not self._advance(kind, offer):
                     return self._give_up(exc, failures, vs, Bs, handle.adjoint, rtol, atol_s, sa / sb)
                 continue
@@ -182,7 +194,7 @@ class Route:
         """No offer is left: a solution in a singular A's range if there is one, else the error
         that names every attempt."""
         final = self._final_error(exc, failures)
-        found = self._in_range(final, values, B, adjoint, rtol, atol)
+        found = None if self._range_tried else self._in_range(final, values, B, adjoint, rtol, atol)
         if found is not None:
             return self._unscaled(found[0], factor), found[1]
         if exc is not None and final is not exc:
@@ -244,8 +256,8 @@ class Route:
             except (SingularMatrixError, IndefiniteMatrixError, BackendError):
                 return None
         rel = float((rn / torch.where(bn > 0, bn, torch.ones_like(bn))).max())
-        reason = (f"A is singular but b lies in its range: a solution by {steps} refinement steps with the "
-                  f"factorization of A + {delta:.2g} I")
+        reason = (f"an LU met an exactly zero pivot (A is singular, or nearly) and b lies in A's range: a solution "
+                  f"by {steps} refinement steps with the factorization of A + {delta:.2g} I")
         self.attempts.append(Attempt(offer.backend, offer.method, None, steps, Status.CONVERGED, rel, reason, True,
                                      time.perf_counter() - t0))
         self.state, self.offer = state, offer
@@ -271,10 +283,11 @@ class Route:
         return X, IterationResult(0, rel, True, Status.CONVERGED, reason)
 
     def _lu_state(self) -> tuple[PlanState | None, Offer | None]:
-        """An LU plan of this route for the shifted factorization (the current one if it is LU)."""
-        if self.offer is not None and self.offer.method == "lu":
-            return self.state, self.offer
-        for o in self._lu_offers:
+        """An LU plan of this route for the shifted factorization: the cheapest LU offer's (the
+        current plan when that is it)."""
+        for o in sorted(self._lu_offers, key=lambda o: o.seconds):
+            if o is self.offer:
+                return self.state, self.offer
             try:
                 return self._make(o), o
             except BackendError:
@@ -426,9 +439,15 @@ class Route:
         pre = offer.preconditioner if offer is not None else None
         self.attempts.append(Attempt(backend, method, pre, res.iterations, res.status, res.residual, res.reason,
                                      res.converged, seconds))
-        if offer is not None and offer.iterations is not None and res.status is not Status.DIRECT:
-            experience.record(self.A.pattern_key, self.A.dtype, offer.backend, offer.method, offer.preconditioner,
+        if offer is None:
+            return
+        if offer.iterations is not None and res.status is not Status.DIRECT:
+            experience.record(self.A.pattern_fingerprint, self.A.dtype, offer.backend, offer.method, offer.preconditioner,
                               Measured(res.iterations, rtol, res.converged, res.reason[:200]))
+        elif (offer.direct and res.converged and seconds > experience.DIRECT_SLOWER * offer.seconds
+              and seconds > offer.seconds + experience.DIRECT_MARGIN):
+            experience.record(self.A.pattern_fingerprint, self.A.dtype, offer.backend, offer.method, offer.preconditioner,
+                              Measured(0, rtol, True, "", seconds=seconds))
 
     def _advance(self, kind: str, offer: Offer | None) -> bool:
         """Move to the next offer after a failure of ``kind``; False when none is left."""

@@ -10,6 +10,7 @@ numeric phase (``update_values``). Bounded (LRU), inspectable and clearable.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable
@@ -32,7 +33,8 @@ class PlanCache:
 
     def __init__(self, maxsize: int = 64) -> None:
         self.maxsize = maxsize
-        self._data: OrderedDict[Hashable, list] = OrderedDict()  # key -> [plan, pattern_key, hits, meta]
+        self._data: OrderedDict[Hashable, list] = OrderedDict()  # key -> [plan, pattern_key, hits, meta, refs]
+        self._dead: list[Hashable] = []
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -52,20 +54,37 @@ class PlanCache:
                 return entry[0], True
         plan = build()
         with self._lock:
-            # plans of freed patterns are dropped when a new plan comes in (not on every hit: a
-            # scan of the cache per call cost ~0.5 ms at 64 entries, measured)
             self._purge()
             self.misses += 1
             if self.maxsize > 0:
-                self._data[key] = [plan, pattern_key, 0, meta]
+                self._data[key] = [plan, pattern_key, 0, meta, self._watch(key, pattern_key)]
                 while len(self._data) > self.maxsize:
                     self._data.popitem(last=False)
         return plan, False
 
+    def _watch(self, key: Hashable, pattern_key: Any) -> tuple:
+        """Weak references to the pattern's buffers that report ``key`` when one is freed, so a
+        plan (and the factors it holds) goes when its matrix goes, at O(1) per plan; they live
+        with the entry and report nothing once it is gone."""
+        refs = getattr(pattern_key, "_refs", ()) or ()
+        dead = self._dead
+        out = []
+        for r in refs:
+            t = r()
+            if t is not None:
+                # list.append is atomic: the callback may run in any thread, during garbage
+                # collection, while this cache's lock is held
+                out.append(weakref.ref(t, lambda _r, key=key: dead.append(key)))
+        return tuple(out)
+
     def _purge(self) -> None:
-        dead = [k for k, e in self._data.items() if e[1] is not None and not e[1].alive()]
-        for k in dead:
-            del self._data[k]
+        """Drop the entries whose buffers were freed (reported by their weak references)."""
+        dead = self._dead
+        while dead:
+            k = dead.pop()
+            e = self._data.get(k)
+            if e is not None and e[1] is not None and not e[1].alive():
+                del self._data[k]
 
     def entries(self) -> list[CacheEntry]:
         with self._lock:
@@ -80,6 +99,7 @@ class PlanCache:
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
+            self._dead.clear()
             self.hits = self.misses = 0
 
     def __repr__(self) -> str:

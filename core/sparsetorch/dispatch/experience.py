@@ -15,7 +15,14 @@ things correct them here, in the core, for every backend alike:
   it failed, and why); the next decision on that pattern uses the measured count, scaled to the
   tolerance asked for, in place of the estimate, and a method that failed on the pattern at a
   tolerance no looser than the one asked for is declined (with the recorded reason) unless it is
-  pinned. ``explain`` shows estimate and measurement side by side.
+  pinned. A direct method whose attempt took more than :data:`DIRECT_SLOWER` times its estimate
+  (and :data:`DIRECT_MARGIN` more)
+  (fill-in models read the pattern's nonzeros per row only, and miss the fill of graphs that are
+  not meshes) is priced at its measured time from then on, so the next call on the pattern
+  tries the next offer. ``explain`` shows estimate and measurement side by side.
+
+Patterns are recognized by content (:attr:`SparseTensor.pattern_fingerprint`), so a matrix
+rebuilt in fresh buffers (new values read from a file, a mesh re-assembled) benefits too.
 
 The store is bounded (LRU over patterns) and thread safe; :func:`clear_experience` empties it.
 """
@@ -30,9 +37,13 @@ from typing import Any, Hashable
 
 from .records import Decline, Measured, Offer, Request
 
-__all__ = ["record", "measured_for", "clear_experience", "class_factor", "weigh"]
+__all__ = ["record", "measured_for", "clear_experience", "class_factor", "weigh", "DIRECT_SLOWER", "DIRECT_MARGIN"]
 
 _MAX_PATTERNS = 512
+#: a direct attempt is remembered when it took more than DIRECT_SLOWER times its estimate and
+#: DIRECT_MARGIN seconds more (below that the core's own per-call work, not the model, dominates)
+DIRECT_SLOWER = 2.0
+DIRECT_MARGIN = 0.01
 _store: "OrderedDict[Hashable, dict[tuple[str, str, str | None], Measured]]" = OrderedDict()
 _lock = threading.Lock()
 
@@ -84,6 +95,10 @@ def class_factor(request: Request) -> tuple[float, str]:
     return float("inf"), "non-symmetric, not diagonally dominant: ~n iterations"
 
 
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms"
+
+
 def _scaled(its: float, from_rtol: float, to_rtol: float) -> float:
     """An iteration count measured at ``from_rtol`` scaled to ``to_rtol`` (linear convergence)."""
     a = math.log(2.0 / max(from_rtol, 1e-300))
@@ -104,8 +119,24 @@ def weigh(request: Request, offers: list[Offer]) -> tuple[list[Offer], list[Decl
     maxiter = request.option("maxiter")
     out: list[Offer] = []
     declines: list[Decline] = []
+    zero_diagonal = "zero_diagonal" in request.properties and request.option("preconditioner") != "jacobi"
     for o in offers:
-        if o.iterations is None or o.direct:
+        if zero_diagonal and o.preconditioner == "jacobi":
+            # Jacobi divides by the diagonal: the build raises on this matrix (never offer what
+            # the build refuses)
+            declines.append(Decline(o.backend, "the Jacobi preconditioner divides by A's diagonal, which has zero (or "
+                                               "unstored) entries here; pass preconditioner='jacobi' to try it anyway",
+                                    o.method))
+            continue
+        if o.direct:
+            m = measured.get((o.backend, o.method, o.preconditioner))
+            if m is not None and m.seconds is not None and m.seconds > o.seconds:
+                note = f"measured {_ms(m.seconds)} on this pattern (backend estimated {_ms(o.seconds)})"
+                o = replace(o, seconds=m.seconds, setup=min(m.seconds, o.setup * m.seconds / max(o.seconds, 1e-300)),
+                            notes=f"{o.notes}; {note}" if o.notes else note)
+            out.append(o)
+            continue
+        if o.iterations is None:
             out.append(o)
             continue
         m = measured.get((o.backend, o.method, o.preconditioner))

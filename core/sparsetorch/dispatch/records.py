@@ -125,13 +125,16 @@ class Request:
 
 @dataclass(frozen=True)
 class Measured:
-    """What an iterative method did on a pattern: the iterations it took to reach ``rtol`` (or
-    ran before it stopped, ``converged=False``: then ``reason`` says why)."""
+    """What a method did on a pattern: the iterations an iterative one took to reach ``rtol`` (or
+    ran before it stopped, ``converged=False``: then ``reason`` says why); for a direct one,
+    ``seconds``, the wall time of its whole attempt (plan, factorization, solve and check), kept
+    when it exceeded the backend's estimate several times over."""
 
     iterations: int
     rtol: float
     converged: bool
     reason: str = ""
+    seconds: float | None = None
 
 
 @dataclass(frozen=True)
