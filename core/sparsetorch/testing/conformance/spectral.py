@@ -31,7 +31,7 @@ import sparsetorch as st
 
 from ...format import CSR, TensorFormat
 from ..problems import poisson2d
-from .base import ConformanceBase, from_backend_info
+from .base import REQUIREMENT_WORDS, ConformanceBase, from_backend_info
 
 __all__ = ["EigshConformance", "EigsConformance", "LogdetConformance", "SymmetricFamily"]
 
@@ -194,6 +194,16 @@ class EigsConformance(_SpectralBase):
 
 
 class LogdetConformance(_SpectralBase):
+    """``slogdet``/``logdet`` against NumPy: signs and values on random non-symmetric matrices,
+    an ill-scaled SPD one, gradients, complex, value batches. A method with a requirement in
+    ``symmetric_only_methods`` (Cholesky, LDL^T) runs only the SPD test."""
+
+    def _needs_general(self, method: str) -> None:
+        need = self.requirement(method)
+        if need != "general":
+            pytest.skip(f"{self.backend}/{method} needs a {REQUIREMENT_WORDS[need]} matrix, this test's is not "
+                        "(test_logdet_ill_scaled_spd_is_finite runs it)")
+
     def _matrix(self, n, seed, device, dtype=torch.float64):
         g = torch.Generator().manual_seed(seed)
         D = torch.randn(n, n, generator=g, dtype=torch.float64) * (torch.rand(n, n, generator=g) < 0.15)
@@ -203,6 +213,7 @@ class LogdetConformance(_SpectralBase):
         return st.SparseTensor.from_dense(D.to(device))
 
     def test_slogdet_signs_and_values_on_random_nonsymmetric(self, det_method, device):
+        self._needs_general(det_method)
         wrong = []
         for seed in range(20):
             A = self._matrix(20, seed, device)
@@ -223,12 +234,14 @@ class LogdetConformance(_SpectralBase):
         torch.testing.assert_close(ld.cpu(), ref, rtol=1e-10, atol=0)
 
     def test_slogdet_gradcheck(self, det_method, device):
+        self._needs_general(det_method)
         self.need_grad()
         A = self._matrix(12, 3, device)
         v = A.values.clone().requires_grad_()
         assert torch.autograd.gradcheck(lambda v: st.slogdet(A.with_values(v), backend=self.backend, method=det_method)[1], (v,))
 
     def test_slogdet_complex(self, det_method, device):
+        self._needs_general(det_method)
         self.need("supports_complex")
         A = self._matrix(12, 4, device, torch.complex128)
         s, l = st.slogdet(A, backend=self.backend, method=det_method)
@@ -240,6 +253,7 @@ class LogdetConformance(_SpectralBase):
             assert torch.autograd.gradcheck(lambda v: st.slogdet(A.with_values(v), backend=self.backend, method=det_method)[1], (v,))
 
     def test_slogdet_value_batch(self, det_method, device):
+        self._needs_general(det_method)
         self.need("supports_batch")
         A1, A2 = self._matrix(10, 5, device), self._matrix(10, 5, device)
         A = A1.with_values(torch.stack([A1.values, -A2.values]))
