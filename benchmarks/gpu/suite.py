@@ -47,6 +47,22 @@ CASES = {
 }
 
 
+def run_cuda_kernels(ctx: dict, *, m: int = 114, size: int = 8192, reps: int = 30) -> dict:
+    """The cuda backend's kernels (plugins/cuda_kernels) beside torch, CuPy and dense cuBLAS:
+    the stencil SpMV and the low-sparsity fp16/bf16/fp32 SpMV of benchmarks/bench_cuda_kernels.py."""
+    sys.path.insert(0, str(HERE.parent))
+    import bench_cuda_kernels as bench
+
+    tab = bench.Table(ctx["bandwidth"]["bytes_per_s"], reps)
+    host = bench.case_host(tab)
+    bench.case_stencil(tab, m)
+    bench.case_lowsparsity(tab, size, (torch.float16, torch.bfloat16, torch.float32))
+    return {"host": host, "rows": tab.rows}
+
+
+CASES["cuda_kernels"] = (run_cuda_kernels, {}, {"m": 40, "size": 1024, "reps": 10})
+
+
 def register_cupy_backend() -> str:
     """Load the cupy backend: through its entry point when installed, else registered in-process
     from the source tree (``plugins/cupy_backend`` on PYTHONPATH)."""

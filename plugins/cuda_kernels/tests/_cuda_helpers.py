@@ -1,0 +1,68 @@
+"""Helpers shared by the cuda backend's tests: the ``gpu`` marker, random test matrices, and a
+dense float64 reference."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+import sparsetorch as st
+
+
+def _gpu_missing() -> str | None:
+    if not torch.cuda.is_available():
+        return "needs a CUDA device"
+    if importlib.util.find_spec("cuda.bindings") is None:
+        return "needs cuda.bindings (pip install cuda-bindings nvidia-cuda-nvrtc)"
+    return None
+
+
+GPU_MISSING = _gpu_missing()
+gpu = pytest.mark.skipif(GPU_MISSING is not None, reason=GPU_MISSING or "")
+
+#: accepted ||y - ref|| / ||ref|| per dtype (ref in float64 from the same rounded inputs)
+TOL = {torch.float16: 3e-3, torch.bfloat16: 2e-2, torch.float32: 2e-5, torch.float64: 1e-12}
+
+
+def random_dense(m: int, n: int, density: float, dtype: torch.dtype, *, seed: int = 0, empty_rows: int = 0,
+                 long_rows: int = 0) -> torch.Tensor:
+    """An (m, n) matrix with about ``density`` of its entries nonzero, values exactly
+    representable in ``dtype`` (so the reference sees the same numbers), returned in float64.
+    ``empty_rows`` rows are zeroed, ``long_rows`` rows are made dense (skew)."""
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.rand(m, n, generator=g) < density
+    if long_rows:
+        mask[torch.randperm(m, generator=g)[:long_rows]] = True
+    if empty_rows:
+        mask[torch.randperm(m, generator=g)[:empty_rows]] = False
+    vals = (torch.rand(m, n, generator=g, dtype=torch.float64) + 0.5) * torch.where(torch.rand(m, n, generator=g) < 0.5, -1.0, 1.0)
+    return (vals * mask).to(dtype).to(torch.float64)
+
+
+def rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
+    y = y.detach().to(torch.float64).cpu()
+    ref = ref.detach().to(torch.float64).cpu()
+    if not torch.isfinite(y).all():
+        return float("inf")
+    return float(torch.linalg.vector_norm(y - ref) / max(torch.linalg.vector_norm(ref), 1e-300))
+
+
+def to_format(D: torch.Tensor, fmt, dtype: torch.dtype, index_dtype: torch.dtype, device: str = "cuda") -> st.SparseTensor:
+    A = st.SparseTensor.from_dense(D.to(dtype), mask=D != 0)
+    return A.convert(fmt, index_dtype=index_dtype).to(device)
+
+
+def banded_dense(m: int, n: int, offsets, dtype: torch.dtype, *, seed: int = 0, holes: float = 0.1) -> torch.Tensor:
+    """An (m, n) matrix nonzero on the diagonals ``j - i in offsets`` (with a fraction ``holes``
+    of them zero: stored zeros in DIA), values representable in ``dtype``, in float64."""
+    g = torch.Generator().manual_seed(seed)
+    i = torch.arange(m)[:, None]
+    j = torch.arange(n)[None, :]
+    mask = torch.zeros(m, n, dtype=torch.bool)
+    for o in offsets:
+        mask |= (j - i) == o
+    mask &= torch.rand(m, n, generator=g) >= holes
+    vals = torch.rand(m, n, generator=g, dtype=torch.float64) + 0.5
+    return (vals * mask).to(dtype).to(torch.float64)

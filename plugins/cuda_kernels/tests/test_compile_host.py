@@ -1,0 +1,65 @@
+"""Every kernel source compiles with NVRTC for every value type, index type and a range of
+architectures, on the host (no GPU, no driver: NVRTC alone), and the module cache keys and
+stores cubins as documented. Skips cleanly where cuda.bindings / NVRTC are not importable."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparsetorch_cuda import compile as c
+
+MISSING = c.nvrtc_missing()
+pytestmark = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
+
+#: kernels each source must export (launch.py looks them up by these names)
+EXPECTED = {
+    "spmv": ["csr_vec1", "csr_vec2", "csr_vec4", "csr_vec8", "csr_vec16", "csr_vec32", "csr_cols", "csr_balanced",
+             "dia_rows", "ell_rows", "delta_rows", "cast_out"],
+    "sddmm": ["csr_sddmm1", "csr_sddmm4", "csr_sddmm32", "dia_sddmm", "ell_sddmm", "delta_sddmm"],
+}
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("index", list(c.IDX_KINDS))
+@pytest.mark.parametrize("value", list(c.VAL_KINDS))
+@pytest.mark.parametrize("source", c.SOURCES)
+def test_every_source_compiles(source, value, index, arch):
+    cubin = c.compile_cubin(source, value, index, arch)
+    assert cubin[:4] == b"\x7fELF", "NVRTC returned something that is not a cubin (ELF)"
+    for name in EXPECTED[source]:
+        assert name.encode() + b"\x00" in cubin, f"{source}.cu does not export {name} for {value}/{index}/{arch}"
+
+
+def test_a_broken_source_reports_the_nvrtc_log(monkeypatch, tmp_path):
+    (tmp_path / "common.cuh").write_text((c.KERNEL_DIR / "common.cuh").read_text())
+    (tmp_path / "spmv.cu").write_text('extern "C" __global__ void k() { undeclared_thing(); }\n')
+    monkeypatch.setattr(c, "KERNEL_DIR", tmp_path)
+    with pytest.raises(c.CompileError, match="undeclared_thing"):
+        c.compile_cubin("spmv", "float32", "int32", "sm_90")
+
+
+def test_cache_keys_and_disk_reuse(monkeypatch, tmp_path):
+    monkeypatch.setenv("SPARSETORCH_CUDA_CACHE", str(tmp_path))
+    c.clear_memory()
+    keys = {c.module_key("spmv", v, i, a) for v in c.VAL_KINDS for i in c.IDX_KINDS for a in ("sm_80", "sm_90")}
+    assert len({k.filename for k in keys}) == len(c.VAL_KINDS) * len(c.IDX_KINDS) * 2
+    assert c.module_key("spmv", "float16", "int32", "sm_90").source_hash != c.module_key("sddmm", "float16", "int32", "sm_90").source_hash
+    before = dict(c.STATS)
+    first = c.cubin("spmv", "float16", "int32", "sm_90")
+    assert c.STATS["compiled"] == before["compiled"] + 1
+    path = tmp_path / c.module_key("spmv", "float16", "int32", "sm_90").filename
+    assert path.read_bytes() == first
+    assert c.cubin("spmv", "float16", "int32", "sm_90") is first  # memory hit
+    assert c.STATS["memory"] == before["memory"] + 1
+    c.clear_memory()
+    again = c.cubin("spmv", "float16", "int32", "sm_90")  # a "second process": from disk, no NVRTC
+    assert again == first and c.STATS["disk"] == before["disk"] + 1 and c.STATS["compiled"] == before["compiled"] + 1
+
+
+def test_source_edit_changes_the_key(monkeypatch, tmp_path):
+    before = c.module_key("sddmm", "float32", "int64", "sm_90")
+    for f in ("common.cuh", "spmv.cu", "sddmm.cu"):
+        (tmp_path / f).write_text((c.KERNEL_DIR / f).read_text())
+    (tmp_path / "sddmm.cu").write_text((tmp_path / "sddmm.cu").read_text() + "\n// edited\n")
+    monkeypatch.setattr(c, "KERNEL_DIR", tmp_path)
+    assert c.module_key("sddmm", "float32", "int64", "sm_90").source_hash != before.source_hash

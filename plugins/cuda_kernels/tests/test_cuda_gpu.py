@@ -1,0 +1,252 @@
+"""The cuda backend's kernels on a GPU, against dense float64 references.
+
+Every format with a kernel of its own (CSR vector and load balanced, DIA, ELL, DELTA(b)) and the
+generic path (COO, BSR through a CSR made from the pattern), in float16, bfloat16, float32 and
+float64 with int32 and int64 indices, for one and several right-hand sides; the adjoint product;
+the SDDMM of the backward; value batches; dispatch and autograd through ``st.matmul``; CUDA-graph
+capture; and the on-disk module cache reused by a second process. Skips without a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import sparsetorch as st
+from sparsetorch.format import BSR, COO, CSR, DELTA, DIA, ELL
+
+from _cuda_helpers import TOL, banded_dense, gpu, random_dense, rel_err, to_format
+
+pytestmark = gpu
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+INDEX = (torch.int32, torch.int64)
+FORMATS = {"CSR": CSR, "DIA": DIA, "ELL": ELL, "DELTA(4)": DELTA(4), "DELTA(2)": DELTA(2), "DELTA(8)": DELTA(8),
+           "DELTA(16)": DELTA(16), "COO": COO, "BSR(2,2)": BSR(2, 2)}
+
+
+@pytest.fixture(autouse=True)
+def _poisoned_allocator():
+    """Fill the caching allocator's free blocks with NaN before each test: an output element a
+    kernel fails to write then shows up as NaN (rel_err is inf) instead of a lucky zero."""
+    free, _ = torch.cuda.mem_get_info()
+    junk = torch.full((min(free // 8, 64 << 20) // 4,), float("nan"), dtype=torch.float32, device="cuda")
+    del junk
+    yield
+
+
+def _plan(A, variant=None):
+    from sparsetorch_cuda.plan import CudaSpmmPlan
+
+    p = CudaSpmmPlan(A, variant=variant)
+    p.set_values(A.values)
+    return p
+
+
+def _x(rows, k, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(rows, k, generator=g, dtype=torch.float64).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("index_dtype", INDEX, ids=["i32", "i64"])
+@pytest.mark.parametrize("fmt", list(FORMATS), ids=list(FORMATS))
+def test_spmm_matches_dense(fmt, dtype, index_dtype):
+    if fmt == "DIA":
+        D = banded_dense(301, 245, (-17, -1, 0, 1, 3, 60), dtype, seed=4)
+    else:
+        D = random_dense(301, 245, 0.05, dtype, seed=len(fmt), empty_rows=7)
+    A = to_format(D, FORMATS[fmt], dtype, index_dtype)
+    plan = _plan(A)
+    assert plan.kind == {"COO": "generic", "BSR(2,2)": "generic"}.get(fmt, fmt.split("(")[0].lower())
+    for k, seed in ((1, 1), (3, 2), (40, 3)):
+        X = _x(245, k, dtype, seed)
+        Y = plan.apply(X.cuda())
+        assert Y.shape == (301, k) and Y.dtype == dtype
+        err = rel_err(Y, D @ X.double())
+        assert err < TOL[dtype], (fmt, dtype, index_dtype, k, err)
+        Xa = _x(301, k, dtype, seed + 10)
+        err_a = rel_err(plan.apply(Xa.cuda(), adjoint=True), D.T @ Xa.double())
+        assert err_a < TOL[dtype], ("adjoint", fmt, dtype, k, err_a)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+def test_balanced_csr_on_skewed_rows(dtype):
+    # a few dense rows among short ones: the vector kernel's worst case
+    D = random_dense(2000, 3000, 0.002, dtype, seed=5, long_rows=3, empty_rows=11)
+    A = to_format(D, CSR, dtype, torch.int32)
+    for variant in ("vector", "balanced"):
+        plan = _plan(A, variant)
+        assert plan.variant == variant
+        for k in (1, 2):
+            X = _x(3000, k, dtype, 7 + k)
+            err = rel_err(plan.apply(X.cuda()), D @ X.double())
+            assert err < TOL[dtype], (variant, k, err)
+    from sparsetorch_cuda.cost import csr_variant
+
+    assert _plan(A).variant == csr_variant(2000, int(A.nse), 3000) == "vector"  # 3000 < SKEW_MIN_ROW
+    assert csr_variant(1000, 10_000, 50_000) == "balanced"
+
+
+@pytest.mark.parametrize("bits", (1, 2, 4, 8, 16))
+def test_delta_long_rows_and_packing(bits):
+    # rows of thousands of entries (many 32-lane iterations, carries between them) and gaps
+    # that overflow b bits (the format inserts explicit zeros)
+    D = random_dense(64, 9000, 0.3, torch.float16, seed=bits)
+    A = to_format(D, DELTA(bits), torch.float16, torch.int32)
+    plan = _plan(A)
+    assert plan.kind == "delta" and plan.bits == bits
+    assert plan.words.numel() == -(-int(A.nse) * bits // 32) + 1  # b bits per gap, one spare word
+    X = _x(9000, 1, torch.float16, 3)
+    assert rel_err(plan.apply(X.cuda()), D @ X.double()) < TOL[torch.float16]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("fmt", ["CSR", "DIA", "ELL", "DELTA(4)", "COO"])
+def test_sddmm_matches_dense(fmt, dtype):
+    m, n, k = 150, 120, 5
+    if fmt == "DIA":
+        D = banded_dense(m, n, (-5, 0, 2, 30), dtype, seed=11)
+    else:
+        D = random_dense(m, n, 0.08, dtype, seed=11, empty_rows=3)
+    A = to_format(D, FORMATS[fmt], dtype, torch.int64)
+    plan = _plan(A)
+    P, Q = _x(m, k, dtype, 1), _x(n, k, dtype, 2)
+    out = plan.sddmm(P.cuda(), Q.cuda())
+    assert out.shape == A.values.shape
+    # reference: (P Q^T)[i, j] at every stored slot; padding slots (off the matrix) zero
+    G = P.double() @ Q.double().T
+    coords, slot = A.entries()
+    ref = torch.zeros(A.values.shape[-1], dtype=torch.float64)
+    ref[slot.cpu()] = G[coords[0].cpu(), coords[1].cpu()]
+    assert rel_err(out, ref) < TOL[dtype] * 2, (fmt, dtype)
+
+
+def test_value_batch_and_new_values():
+    D = random_dense(90, 70, 0.1, torch.float32, seed=3)
+    A = to_format(D, CSR, torch.float32, torch.int32)
+    Ab = A.with_values(torch.stack([A.values, 2 * A.values + 1]))
+    plan = _plan(Ab)
+    X = _x(70, 2, torch.float32, 4)
+    Xb = torch.stack([X, 3 * X]).cuda()
+    Db = Ab.to_dense().double().cpu()
+    assert rel_err(plan.apply(Xb), Db @ torch.stack([X, 3 * X]).double()) < TOL[torch.float32]
+    plan.set_values(A.values * -1.5)  # new values on the same pattern
+    assert rel_err(plan.apply(X.cuda()), (-1.5 * D) @ X.double()) < TOL[torch.float32]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+def test_dispatch_and_gradients_through_st_matmul(cuda_backend, dtype):
+    D = random_dense(60, 50, 0.15, dtype, seed=9)
+    A = to_format(D, CSR, dtype, torch.int32)
+    x = _x(50, 2, dtype, 1).cuda()
+    table = st.explain("matmul", A, x, backend="cuda")
+    assert table.chosen is not None and table.chosen.backend == "cuda"
+    y = st.matmul(A, x, backend="cuda")
+    assert rel_err(y, D @ x.double().cpu()) < TOL[dtype]
+    if dtype in (torch.float32, torch.float64):
+        v = A.values.detach().clone().requires_grad_()
+        xg = x.detach().clone().requires_grad_()
+        st.matmul(A.with_values(v), xg, backend="cuda").pow(2).sum().backward()
+        Dd = A.to_dense().detach().double().requires_grad_()
+        xd = x.detach().double().requires_grad_()
+        (Dd @ xd).pow(2).sum().backward()
+        coords, slot = A.entries()
+        ref_v = torch.zeros(A.values.shape[-1], dtype=torch.float64, device="cuda")
+        ref_v[slot] = Dd.grad[coords[0], coords[1]]
+        assert rel_err(v.grad, ref_v) < 1e3 * TOL[dtype]
+        assert rel_err(xg.grad, xd.grad) < 1e3 * TOL[dtype]
+        # the plan's SDDMM gives the same value gradient as the backward pass
+        plan = _plan(A)
+        dY = 2 * (D.cuda() @ x.double()).to(dtype)
+        assert rel_err(plan.sddmm(dY, x), v.grad) < 1e3 * TOL[dtype]
+
+
+def test_gradcheck_float64(cuda_backend):
+    D = random_dense(12, 9, 0.4, torch.float64, seed=2)
+    A = to_format(D, DELTA(4), torch.float64, torch.int64)
+    v = A.values.detach().clone().requires_grad_()
+    X = _x(9, 2, torch.float64, 3).cuda().requires_grad_()
+    assert torch.autograd.gradcheck(lambda values, x: st.matmul(A.with_values(values), x, backend="cuda", cache=False), (v, X))
+
+
+def test_cuda_graph_capture():
+    D = random_dense(500, 500, 0.02, torch.float32, seed=4)
+    A = to_format(D, CSR, torch.float32, torch.int32)
+    plan = _plan(A)
+    x = _x(500, 1, torch.float32, 5).cuda()
+    plan.apply(x)  # loads the module outside the capture
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        plan.apply(x)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = plan.apply(x)
+    x.copy_(_x(500, 1, torch.float32, 6).cuda())
+    g.replay()
+    torch.cuda.synchronize()
+    assert rel_err(y, D @ _x(500, 1, torch.float32, 6).double()) < TOL[torch.float32]
+
+
+def test_launch_on_a_side_stream_orders_with_torch():
+    D = random_dense(4000, 4000, 0.01, torch.float64, seed=8)
+    A = to_format(D, CSR, torch.float64, torch.int32)
+    plan = _plan(A)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        x = torch.ones(4000, 1, dtype=torch.float64, device="cuda") * 2  # written on s
+        y = plan.apply(x)  # must run after the fill, on s
+        z = y * 1.0
+    s.synchronize()
+    assert rel_err(z, D @ torch.full((4000, 1), 2.0, dtype=torch.float64)) < 1e-12
+
+
+def test_invalid_patterns_are_refused_before_launch():
+    from sparsetorch_cuda.plan import CudaSpmmPlan
+
+    D = random_dense(10, 10, 0.3, torch.float32, seed=1)
+    A = to_format(D, CSR, torch.float32, torch.int32)
+    bad_col = A.crd(1).clone()
+    bad_col[0] = 10
+    B = st.SparseTensor(CSR, (10, 10), [None, A.pos(1)], [None, bad_col], A.values, check=False)
+    with pytest.raises(st.InputError, match=r"column indices must lie in \[0, 10\)"):
+        CudaSpmmPlan(B)
+    bad_ptr = A.pos(1).clone()
+    bad_ptr[-1] += 1
+    C = st.SparseTensor(CSR, (10, 10), [None, bad_ptr], [None, A.crd(1)], A.values, check=False)
+    with pytest.raises(st.InputError, match="row pointers"):
+        CudaSpmmPlan(C)
+
+
+def test_second_process_compiles_nothing(tmp_path):
+    """The on-disk cache: a fresh process with the same cache directory loads every module it
+    needs from disk (NVRTC is not called)."""
+    code = textwrap.dedent("""
+        import json, torch, sparsetorch as st
+        from sparsetorch.format import CSR, DELTA
+        from sparsetorch_cuda import compile as c
+        from sparsetorch_cuda.plan import CudaSpmmPlan
+        D = torch.eye(64, dtype=torch.float16) * 3
+        for fmt in (CSR, DELTA(4)):
+            A = st.SparseTensor.from_dense(D).convert(fmt).cuda()
+            p = CudaSpmmPlan(A); p.set_values(A.values)
+            y = p.apply(torch.ones(64, 1, dtype=torch.float16, device="cuda"))
+            assert float(y.float().sum()) == 192.0
+        print(json.dumps(c.STATS))
+    """)
+    env = dict(os.environ, SPARSETORCH_CUDA_CACHE=str(tmp_path))
+    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300) for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr
+    import json
+
+    first, second = (json.loads(r.stdout.strip().splitlines()[-1]) for r in runs)
+    assert first["compiled"] >= 1 and second["compiled"] == 0 and second["disk"] >= 1, (first, second)
+    assert any(p.suffix == ".cubin" for p in tmp_path.iterdir())

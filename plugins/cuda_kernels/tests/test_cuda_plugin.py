@@ -1,0 +1,129 @@
+"""The cuda backend without a GPU: its declaration, offers and declines (a Request is plain
+data, so CUDA requests can be asked about anywhere), the cost model, and the cost model
+against the committed H200 measurements."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import sparsetorch as st
+from sparsetorch.backend import Decline, Offer, OperandInfo, Request
+from sparsetorch.format import COO, CSR, DELTA, DIA, ELL, batched
+
+import sparsetorch_cuda.plugin as plugin
+from sparsetorch_cuda import cost
+
+
+def _request(m=1000, n=1000, nse=7000, *, dtype=torch.float16, device="cuda", fmt=CSR, k=1, batch=(), **options):
+    A = OperandInfo("sparse", (*batch, m, n), dtype, torch.device(device), format=fmt, nse=nse, batch_shape=batch)
+    X = OperandInfo("dense", (*batch, n, k), dtype, torch.device(device))
+    return Request("matmul", (A, X), frozenset(), options)
+
+
+def _only(answers):
+    assert len(answers) == 1, answers
+    return answers[0]
+
+
+def test_backend_info_declares_half_types_and_matmul(cuda_backend):
+    info = cuda_backend
+    assert info.name == "cuda" and info.devices == ("cuda",)
+    assert set(info.dtypes) == {torch.float16, torch.bfloat16, torch.float32, torch.float64}
+    assert dict(info.ops) == {"matmul": ("spmm",)}
+
+
+def test_cpu_tensors_are_declined_in_explain(cuda_backend):
+    A = st.SparseTensor.from_dense(torch.eye(5, dtype=torch.float32))
+    table = st.explain("matmul", A, torch.ones(5))
+    row = next(r for r in table.declines if r.backend == "cuda")
+    assert "cuda" in row.reason.lower()
+    assert table.chosen is not None and table.chosen.backend != "cuda"
+
+
+def test_cpu_request_is_declined_by_the_hook():
+    got = _only(plugin.sparsetorch_offers(_request(device="cpu")))
+    assert isinstance(got, Decline) and ("CUDA" in got.reason or "cuda" in got.reason)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-device decline")
+def test_no_device_is_declined_with_the_reason():
+    got = _only(plugin.sparsetorch_offers(_request(device="cpu")))
+    assert "no CUDA device" in got.reason
+
+
+@pytest.mark.parametrize(("kw", "words"), [
+    ({"dtype": torch.complex64}, "complex64"),
+    ({"fmt": batched(CSR), "batch": (2,)}, "BATCH levels"),
+    ({"method": "cg"}, "only method 'spmm'"),
+])
+def test_declines_with_a_reason(monkeypatch, kw, words):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a request for a GPU, asked on any machine
+    got = _only(plugin.sparsetorch_offers(_request(**kw)))
+    assert isinstance(got, Decline) and words in got.reason, got
+
+
+def test_missing_bindings_decline_carries_the_install_command(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(plugin, "_bindings_missing", lambda: "cuda.bindings is not installed: pip install cuda-bindings nvidia-cuda-nvrtc")
+    got = _only(plugin.sparsetorch_offers(_request()))
+    assert isinstance(got, Decline) and "pip install cuda-bindings nvidia-cuda-nvrtc" in got.reason
+
+
+def test_other_ops_are_not_answered():
+    req = _request()
+    assert plugin.sparsetorch_offers(Request("solve", req.operands, frozenset(), {})) == []
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("fmt", [CSR, DIA, ELL, DELTA(4), COO])
+def test_offers_on_cuda_with_a_cost_that_grows_with_size(monkeypatch, fmt, dtype):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    small = _only(plugin.sparsetorch_offers(_request(10_000, 10_000, 70_000, dtype=dtype, fmt=fmt)))
+    large = _only(plugin.sparsetorch_offers(_request(1_000_000, 1_000_000, 7_000_000, dtype=dtype, fmt=fmt)))
+    assert isinstance(small, Offer) and small.method == "spmm" and small.backend == "cuda"
+    assert 0 < small.seconds < large.seconds and small.bytes < large.bytes
+    if fmt == COO:
+        assert large.setup > 0 and "made from the pattern" in large.notes  # the CSR is built once
+    else:
+        assert large.setup == 0
+
+
+def test_traffic_counts_bits_for_delta_and_no_indices_for_dia():
+    m = n = 8192
+    nnz = m * n // 2
+    csr = cost.traffic("csr", m=m, n=n, nnz=nnz, k=1, vs=2, isz=4)
+    delta = cost.traffic("delta", m=m, n=n, nnz=nnz, k=1, vs=2, isz=4, bits=4)
+    assert delta == pytest.approx(nnz * 2.5 + (m + 1) * 4 + (m + n) * 2)
+    assert delta < 0.45 * csr + (m + n) * 2
+    dia = cost.traffic("dia", m=m, n=n, nnz=7 * m, k=1, vs=8, isz=8, slots=7 * m)
+    assert dia == 7 * m * 8 + (m + n) * 8
+    assert cost.traffic("csr", m=m, n=n, nnz=nnz, k=4, vs=2, isz=4) == pytest.approx(4 * (nnz * 6 + (m + 1) * 4) + 4 * (m + n) * 2)
+
+
+def test_csr_variant_rule():
+    assert cost.csr_variant(1000, 7000, 7) == "vector"
+    assert cost.csr_variant(1000, 7000, 100_000) == "balanced"
+    assert cost.csr_variant(10, 100_000, 10_000) == "vector"  # long rows everywhere: no skew
+
+
+def test_cost_model_against_the_committed_h200_measurements():
+    """Each measured row of cost_h200.json, predicted from its byte count, the measured copy
+    bandwidth of that run and the fitted efficiencies, lands within 2x of its measured time;
+    and the efficiencies are the medians of the rows (the fit is what the file says)."""
+    data = cost.measurements()
+    assert data, f"{cost.MEASUREMENTS.name} is missing or unreadable"
+    rows = data["rows"]
+    assert len(rows) >= 10
+    assert "H200" in data["machine"]["gpu"]
+    bw = data["copy_bandwidth_bytes_per_s"]
+    for r in rows:
+        pred = cost.predict(r["family"], r["bytes"], bw, host=0.0)
+        assert 0.5 < pred / r["kernel_s"] < 2.0, (r, pred)
+    import statistics
+
+    for fam, eff in data["efficiency"].items():
+        effs = [r["bytes"] / (r["kernel_s"] * bw) for r in rows if r["family"] == fam]
+        assert effs and eff == pytest.approx(statistics.median(effs), rel=1e-6), fam
+        assert 0.05 < eff <= 1.0
+    assert 1e-6 < data["host_s"] < 1e-4
