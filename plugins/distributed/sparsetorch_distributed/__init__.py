@@ -18,6 +18,7 @@ from .errors import CommTimeoutError, DistributedError, MismatchError
 from .exchange import ExchangePlan, halo_exchange
 from .ops import dot, global_sum, matmul, norm
 from .partition import contiguous_offsets, edge_cut, graph_parts, rcb_parts, spectral_parts
+from .solve import DSolveInfo, is_symmetric, solve
 from .tensor import DSparseTensor, DSparseTensorList, pattern_cache_clear
 
 __version__ = "0.1.0"
@@ -28,6 +29,7 @@ __all__ = [
     "DSparseTensor", "DSparseTensorList", "pattern_cache_clear",
     "ExchangePlan", "halo_exchange",
     "matmul", "dot", "norm", "global_sum",
+    "solve", "DSolveInfo", "is_symmetric",
     "contiguous_offsets", "rcb_parts", "spectral_parts", "graph_parts", "edge_cut",
     "__version__",
 ]

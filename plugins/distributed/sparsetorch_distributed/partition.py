@@ -123,7 +123,7 @@ def _fiedler(rows: torch.Tensor, cols: torch.Tensor, m: int) -> torch.Tensor:
     idx = torch.cat([r, torch.arange(m)])
     jdx = torch.cat([c, torch.arange(m)])
     vals = torch.cat([-w, deg + 1e-8 * (1 + deg.max())])
-    L = st.SparseTensor.from_coo(vals, idx, jdx, shape=(m, m), format="csr")
+    L = st.SparseTensor.from_coo(vals, idx, jdx, shape=(m, m), format=st.format.CSR)
     _, vecs = st.eigsh(L, k=2, which="SA")
     return vecs[:, 1]
 

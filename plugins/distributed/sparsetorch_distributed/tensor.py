@@ -423,7 +423,7 @@ class DSparseTensor:
         v = self.values if values is None else values
         it = p.interior
         rows = torch.repeat_interleave(torch.arange(it.nrows, device=it.crow.device), it.crow.diff())
-        return st.SparseTensor.from_coo(v[..., it.slot], rows, it.col, shape=(it.nrows, it.ncols), format="csr")
+        return st.SparseTensor.from_coo(v[..., it.slot], rows, it.col, shape=(it.nrows, it.ncols), format=st.format.CSR)
 
     def storage(self) -> dict[str, torch.Tensor]:
         """Every tensor this rank holds for the matrix (pattern, halo plan, values, cached CSR blocks)."""

@@ -1,0 +1,301 @@
+"""Distributed ``solve`` (and the info it returns), differentiable by the adjoint method.
+
+Forward: agreement on the inputs (local checks, then the ranks compare shapes and dtypes), the
+preconditioner set up under an agreement (a singular local block on one rank is a
+SingularMatrixError on all), the Krylov method, the true residual ``||b - A x|| / ||b||`` checked
+at the end (restarts from the current ``x`` when the recurrence drifted), NotConvergedError on
+every rank when it misses.
+
+Backward (``x = A^-1 b``, loss cotangent ``g``): one distributed solve ``A^T lam = g`` with the same
+method and the transposed preconditioner (``A^T`` products are the transposed halo exchange; a
+symmetric ``A`` reuses the forward operator), then ``db = lam`` and, on each rank's own slots,
+``dvalues[k] = -lam[row_k] x_ext[col_k]`` (one halo exchange of ``x``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+import sparsetorch as st
+from sparsetorch.backend import Status, default_rtol
+
+from .comm import dtype_code
+from .errors import DistributedError
+from .exchange import as_rows, from_rows
+from .krylov import METHODS, Reducer, _Abort
+from .ops import check_vector
+from .precond import make_preconditioner
+
+__all__ = ["solve", "DSolveInfo", "is_symmetric"]
+
+_POLICIES = ("raise", "warn", "ignore")
+#: True-residual restarts after the recurrence claimed convergence.
+MAX_RESTARTS = 4
+
+
+@dataclass(frozen=True)
+class DSolveInfo:
+    """What ``solve(..., return_info=True)`` returns beside ``x`` (the same on every rank)."""
+
+    method: str
+    preconditioner: str | None
+    iterations: int
+    residual: float              # true relative residual ||b - A x|| / ||b||, worst column / member
+    converged: bool
+    status: Status
+    reason: str = ""
+    residual_history: tuple[float, ...] = ()
+    rtol: float = 0.0
+    world_size: int = 1
+    reductions: int = 0
+    seconds: float = 0.0
+    attempts: tuple[str, ...] = ()
+    halo: dict = field(default_factory=dict, compare=False)
+    backend: str = "distributed"
+
+
+def is_symmetric(A, values=None, *, seed: int = 1234) -> bool:
+    """Probabilistic test ``A z == A^T z`` for a random ``z`` (one product each way). Collective."""
+    g = torch.Generator().manual_seed(seed + A.comm.rank)
+    z = torch.randn(A.n_local, 1, generator=g, dtype=torch.float64).to(device=A.device, dtype=A.dtype)
+    members = [None] if not A.batch_shape else list(A.values.detach().reshape(-1, A.nse_local))
+    sums = []
+    for v in members:
+        y1 = A._mv(z, v)
+        y2 = A._rmv(z, v)
+        sums += [((y1 - y2) ** 2).sum(), (y1 ** 2).sum()]
+    red = A.comm.allreduce(torch.stack(sums).to(torch.float64), "sum").tolist()
+    return all(math.sqrt(red[i]) <= 1e3 * torch.finfo(A.dtype).eps * max(math.sqrt(red[i + 1]), 1e-300)
+               for i in range(0, len(red), 2))
+
+
+@dataclass
+class _Config:
+    method: str | None
+    preconditioner: object
+    rtol: float
+    atol: float
+    maxiter: int | None
+    restart: int
+    on_nonconvergence: str
+    local_options: dict | None
+    symmetric: bool | None
+    callback: object = None
+
+
+def _order(cfg: _Config, symmetric: bool) -> list[str]:
+    if cfg.method is not None:
+        return [cfg.method]
+    return ["cg", "minres", "gmres"] if symmetric else ["bicgstab", "gmres"]
+
+
+def _one_solve(A, values, b1: torch.Tensor, cfg: _Config, *, transpose: bool, symmetric: bool):
+    """Solve one right-hand side (1-D local) for one matrix; returns (x, info record)."""
+    comm = A.comm
+    red = Reducer(comm, A.device, torch.float64 if A.dtype == torch.float64 else torch.float32)
+    use_t = transpose and not symmetric
+    op = (lambda v: A._rmv(v[:, None], values)[:, 0]) if use_t else (lambda v: A._mv(v[:, None], values)[:, 0])
+    (bb,) = red([torch.dot(b1, b1)])
+    bnorm = math.sqrt(bb)
+    tol = max(cfg.rtol * bnorm, cfg.atol)
+    n_glob = A.pattern.shape[0]
+    maxiter = cfg.maxiter if cfg.maxiter is not None else max(1000, 10 * n_glob)
+    attempts: list[str] = []
+    x = torch.zeros_like(b1)
+    if bnorm == 0.0:
+        return x, dict(method=_order(cfg, symmetric)[0], iterations=0, residual=0.0, status=Status.CONVERGED, reason="b = 0",
+                       history=(), reductions=red.count, attempts=())
+    last = None
+    for method in _order(cfg, symmetric):
+        if method not in METHODS:
+            raise st.InputError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
+        pre = cfg.preconditioner
+        if method == "minres" and pre == "block_jacobi" and cfg.method is None and last is not None and \
+                last["status"] == Status.INDEFINITE:
+            pre = None  # an indefinite A makes an indefinite block: MINRES needs an SPD preconditioner
+        with comm.agreement("setting up the preconditioner"):
+            M = make_preconditioner(A, values if values is not None else A.values.detach(), pre,
+                                    transpose=use_t, local_options=cfg.local_options)
+        M = red.guard(M) if M is not None else None
+        kernel = METHODS[method]
+        kw = {"restart": cfg.restart} if method == "gmres" else {}
+        x = torch.zeros_like(b1)
+        its, hist = 0, []
+        status, reason = Status.MAX_ITERATIONS, ""
+        try:
+            for _restart in range(MAX_RESTARTS + 1):
+                x, res = kernel(op, b1, x, M, tol, maxiter - its, red, cfg.callback, **kw)
+                its += res.iterations
+                hist += res.history
+                status, reason = res.status, res.reason
+                r = b1 - op(x)
+                (rr,) = red([torch.dot(r, r)])
+                true = math.sqrt(max(rr, 0.0))
+                if true <= tol:
+                    status = Status.CONVERGED
+                    break
+                if status == Status.CONVERGED:
+                    status, reason = Status.INACCURATE, f"true residual {true / bnorm:.3g} after the recurrence converged"
+                    if its >= maxiter:
+                        break
+                    continue  # restart from x
+                break
+        except _Abort:
+            comm.agree(red.error, f"distributed {method}")
+            raise DistributedError("a rank flagged an error but none reported it")  # unreachable
+        if not math.isfinite(true):
+            status = Status.NOT_FINITE
+        rel = true / bnorm
+        attempts.append(f"{method}+{pre}: {status.value} after {its} iterations, relative residual {rel:.3g}")
+        last = dict(method=method, preconditioner=pre if isinstance(pre, str) or pre is None else "callable",
+                    iterations=its, residual=rel, status=status, reason=reason, history=tuple(h / bnorm for h in hist),
+                    reductions=red.count)
+        if status == Status.CONVERGED:
+            break
+    last["attempts"] = tuple(attempts)
+    return x, last
+
+
+def _solve_columns(A, values, B2: torch.Tensor, cfg: _Config, *, transpose: bool, symmetric: bool):
+    cols, infos = [], []
+    for j in range(B2.shape[1]):
+        xj, info = _one_solve(A, values, B2[:, j].contiguous(), cfg, transpose=transpose, symmetric=symmetric)
+        cols.append(xj)
+        infos.append(info)
+    return torch.stack(cols, 1) if cols else B2.clone(), infos
+
+
+class _Solve(torch.autograd.Function):
+    """Values ``(*batch, nse)``; ``B`` ``(n,)``/``(n, k)`` shared by the members, or ``(*batch, n, k)``."""
+
+    @staticmethod
+    def forward(ctx, values, B, A, cfg: _Config, symmetric: bool, infos: list):
+        n = A.n_local
+        nb = len(A.batch_shape)
+        Bsz = math.prod(A.batch_shape) if nb else 1
+        vflat = values.detach().reshape(Bsz, -1)
+        per_member = B.dim() > 2
+        Bf = B.detach().reshape(Bsz, n, B.shape[-1]) if per_member else B.detach()
+        Xs, outs = [], []
+        for i in range(Bsz):
+            B2, how = as_rows(Bf[i] if per_member else Bf, n)
+            vi = None if Bsz == 1 else vflat[i]
+            X2, inf = _solve_columns(A, vi, B2, cfg, transpose=False, symmetric=symmetric)
+            infos.extend(inf)
+            Xs.append(X2)
+            outs.append(from_rows(X2, how))
+        ctx.A, ctx.cfg, ctx.symmetric, ctx.vflat, ctx.per_member = A, cfg, symmetric, vflat, per_member
+        ctx.bshape, ctx.Xs = B.shape, Xs
+        if nb:
+            return torch.stack(outs).reshape(B.shape) if per_member else torch.stack(outs).reshape(*A.batch_shape, *B.shape)
+        return outs[0]
+
+    @staticmethod
+    def backward(ctx, G):
+        A, cfg = ctx.A, ctx.cfg
+        p = A.pattern
+        n = A.n_local
+        nb = len(A.batch_shape)
+        Bsz = math.prod(A.batch_shape) if nb else 1
+        if ctx.per_member:
+            Gf = G.reshape(Bsz, n, G.shape[-1])
+        elif nb:
+            Gf = G.reshape(Bsz, *ctx.bshape)
+        else:
+            Gf = G[None]
+        gB, gV = [], []
+        for i in range(Bsz):
+            vi = None if Bsz == 1 else ctx.vflat[i]
+            G2, how = as_rows(Gf[i].contiguous(), n)
+            L2, _ = _solve_columns(A, vi, G2.contiguous(), cfg, transpose=True, symmetric=ctx.symmetric)
+            gB.append(from_rows(L2, how))
+            X2 = ctx.Xs[i]
+            ext = torch.cat([X2, A._halo(X2)], 0)
+            gV.append(-(L2[p.row] * ext[p.col]).sum(-1))
+        dV = dB = None
+        if ctx.needs_input_grad[0]:
+            dV = torch.stack(gV).reshape(*A.batch_shape, -1) if nb else gV[0]
+        if ctx.needs_input_grad[1]:
+            dB = torch.stack(gB).reshape(ctx.bshape) if (ctx.per_member or not nb) else torch.stack(gB).sum(0)
+        return dV, dB, None, None, None, None
+
+
+def solve(A, B: torch.Tensor, *, method: str | None = None, preconditioner="block_jacobi", rtol: float | None = None,
+          atol: float = 0.0, maxiter: int | None = None, restart: int = 30, return_info: bool = False,
+          on_nonconvergence: str = "raise", symmetric: bool | None = None, local_options: dict | None = None,
+          callback=None):
+    """Solve ``A X = B`` for a :class:`DSparseTensor` (or a :class:`DSparseTensorList` with a list
+    of right-hand sides); differentiable in ``A.values`` and ``B``. Collective.
+
+    ``B`` is this rank's rows: ``(n_local,)``, ``(n_local, k)``, or ``(*batch, n_local, k)`` for a
+    value batch. ``method``: "cg", "minres" (symmetric A), "bicgstab", "gmres" (any A); default:
+    CG then MINRES then GMRES for a symmetric A (tested with one random product each way), BiCGStab
+    then GMRES otherwise, the next one taking over when one fails. ``preconditioner``:
+    "block_jacobi" (each rank's diagonal block solved through ``sparsetorch.Solver`` dispatch;
+    ``local_options`` are its options), "jacobi", None, or a callable on local vectors.
+    ``rtol=None`` is the core's accuracy contract (1e-10 float64, 1e-5 float32), on the true
+    residual ``||b - A x|| <= max(rtol ||b||, atol)`` per column. Returns ``X`` (or ``(X, info)``,
+    a :class:`DSolveInfo` identical on every rank).
+    """
+    from .tensor import DSparseTensor, DSparseTensorList
+
+    if isinstance(A, DSparseTensorList):
+        Bs = list(B)
+        if len(Bs) != len(A):
+            raise st.InputError(f"a DSparseTensorList of {len(A)} matrices needs {len(A)} right-hand sides, got {len(Bs)}")
+        kw = dict(method=method, preconditioner=preconditioner, rtol=rtol, atol=atol, maxiter=maxiter, restart=restart,
+                  return_info=return_info, on_nonconvergence=on_nonconvergence, symmetric=symmetric,
+                  local_options=local_options, callback=callback)
+        outs = [solve(a, b, **kw) for a, b in zip(A, Bs)]
+        return ([o[0] for o in outs], [o[1] for o in outs]) if return_info else outs
+    if not isinstance(A, DSparseTensor):
+        raise st.InputError(f"sparsetorch_distributed.solve needs a DSparseTensor, got {type(A).__name__} (use "
+                            f"sparsetorch.solve for a SparseTensor)")
+    comm = A.comm
+    t0 = time.perf_counter()
+    err = None
+    try:
+        if on_nonconvergence not in _POLICIES:
+            raise st.InputError(f"on_nonconvergence must be one of {_POLICIES}, got {on_nonconvergence!r}")
+        if method is not None and method not in METHODS:
+            raise st.InputError(f"unknown method {method!r}; choose one of {sorted(METHODS)} or None")
+        check_vector(A, B, "solve")
+        if not bool(torch.isfinite(B.detach()).all()):
+            raise st.InputError(f"the right-hand side holds NaN or Inf on rank {comm.rank}")
+        if not bool(torch.isfinite(A.values.detach()).all()):
+            raise st.InputError(f"the matrix values hold NaN or Inf on rank {comm.rank}")
+        if rtol is not None and not (rtol >= 0):
+            raise st.InputError(f"rtol must be >= 0, got {rtol}")
+    except st.SparseTorchError as exc:
+        err = exc
+    comm.agree(err, "distributed solve")
+    comm.check_same("distributed solve", {"dtype": dtype_code(B.dtype), "B dims": B.dim(),
+                                          "columns": B.shape[-1] if B.dim() > 1 else 1,
+                                          "method": sorted(METHODS).index(method) + 1 if method else 0,
+                                          "maxiter": maxiter if maxiter is not None else -1})
+    cfg = _Config(method, preconditioner, default_rtol(A.dtype) if rtol is None else float(rtol), float(atol), maxiter,
+                  int(restart), on_nonconvergence, local_options, symmetric, callback)
+    sym = symmetric if symmetric is not None else is_symmetric(A)
+    infos: list = []
+    X = _Solve.apply(A.values, B, A, cfg, sym, infos)
+    worst = max(infos, key=lambda i: (i["status"] != Status.CONVERGED, i["residual"]))
+    info = DSolveInfo(method=worst["method"], preconditioner=worst.get("preconditioner"),
+                      iterations=max(i["iterations"] for i in infos), residual=max(i["residual"] for i in infos),
+                      converged=all(i["status"] == Status.CONVERGED for i in infos), status=worst["status"],
+                      reason=worst["reason"], residual_history=worst["history"], rtol=cfg.rtol, world_size=comm.size,
+                      reductions=sum(i["reductions"] for i in infos), seconds=time.perf_counter() - t0,
+                      attempts=worst.get("attempts", ()), halo=A.halo_volume())
+    if not info.converged and on_nonconvergence != "ignore":
+        msg = (f"distributed solve did not reach rtol={cfg.rtol:.3g}: {info.status.value} after {info.iterations} "
+               f"iterations, true relative residual {info.residual:.3g} (attempts: {'; '.join(info.attempts)}); "
+               f"raise maxiter, try method='gmres' or a stronger preconditioner")
+        if on_nonconvergence == "raise":
+            raise st.NotConvergedError(msg, info)
+        import warnings
+
+        warnings.warn(msg, st.NotConvergedWarning, stacklevel=2)
+    return (X, info) if return_info else X
