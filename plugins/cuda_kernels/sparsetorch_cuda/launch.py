@@ -94,7 +94,7 @@ class Kernel:
         self._lock = threading.Lock()
 
     def __call__(self, grid: tuple[int, int], block: int, args: tuple[int, ...], *, shared: int = 0,
-                 device: torch.device | None = None) -> None:
+                 device: int | None = None) -> None:
         """Launch on ``grid`` (x, y) blocks of ``block`` threads, on torch's current stream."""
         if len(args) != self._nargs:
             raise LaunchError(f"{self.name} takes {self._nargs} arguments, got {len(args)}")

@@ -126,7 +126,6 @@ class CudaSpmmPlan:
         self._source = A.detach()
         self._values: torch.Tensor | None = None
         self._values_t: torch.Tensor | None = None
-        self._token: tuple | None = None
         self._t: dict[str, Any] | None = None  # transposed CSR (adjoint), on first use
         self.gather: torch.Tensor | None = None  # generic: value slot of each CSR entry
         m, n = self.shape
@@ -166,7 +165,7 @@ class CudaSpmmPlan:
         order = torch.argsort(rows * max(n, 1) + cols, stable=True)
         idx = _index_dtype(self.nnz, m, n)
         counts = torch.bincount(rows, minlength=m)
-        rowptr = torch.zeros(m + 1, dtype=torch.int64, device=self.device)
+        rowptr = torch.zeros(m + 1, dtype=torch.int64, device=self.dev_index)
         rowptr[1:] = torch.cumsum(counts, 0)
         self.rowptr, self.col, self.idx = rowptr.to(idx), cols[order].to(idx).contiguous(), idx
         self.gather = slot.to(torch.int64)[order].contiguous()
@@ -196,7 +195,7 @@ class CudaSpmmPlan:
             raise InputError(f"{self.backend} ELL: row slot ranges are not [r * {width}, r * {width} + count)")
         if col.numel() != self.slots:
             raise InputError(f"{self.backend} ELL: {col.numel()} column slots for {self.slots} value slots")
-        used = torch.arange(width, device=self.device)[None, :] < cnt[:, None]
+        used = torch.arange(width, device=self.dev_index)[None, :] < cnt[:, None]
         _check_cols(col.reshape(m, width)[used] if m else col, n, f"{self.backend} ELL")
         idx = col.dtype
         self.col, self.cnt, self.width, self.idx = col.contiguous(), cnt.to(torch.int32).contiguous(), width, idx
@@ -212,7 +211,7 @@ class CudaSpmmPlan:
         if self.nnz and (int(g.min()) < 0 or int(g.max()) >= (1 << b)):
             raise InputError(f"{self.backend} DELTA({b}): gaps must lie in [0, {1 << b}), got {int(g.min())} .. {int(g.max())}")
         # the last column of each row is (sum of gap + 1 over the row) - 1: it must be < n
-        csum = torch.zeros(self.nnz + 1, dtype=torch.int64, device=self.device)
+        csum = torch.zeros(self.nnz + 1, dtype=torch.int64, device=self.dev_index)
         csum[1:] = torch.cumsum(g + 1, 0)
         r64 = rowptr.to(torch.int64)
         span = csum[r64[1:]] - csum[r64[:-1]]
@@ -220,7 +219,7 @@ class CudaSpmmPlan:
             raise InputError(f"{self.backend} DELTA({b}): gaps of a row decode past column {n - 1}")
         per = 32 // b
         words = -(-self.nnz // per) if self.nnz else 0
-        padded = torch.zeros(words * per, dtype=torch.int64, device=self.device)
+        padded = torch.zeros(words * per, dtype=torch.int64, device=self.dev_index)
         padded[: self.nnz] = g
         shifts = torch.arange(per, device=self.device, dtype=torch.int64) * b
         packed = (padded.reshape(words, per) << shifts).sum(1) if words else padded
@@ -236,9 +235,9 @@ class CudaSpmmPlan:
         if values.shape[-1] != self.slots or values.dtype != self.dtype or values.device != self.device:
             raise InputError(f"{self.backend}: values of shape {tuple(values.shape)}, {values.dtype} on {values.device}; "
                              f"this plan takes (*batch, {self.slots}) {self.dtype} on {self.device}")
-        tok = (values.data_ptr(), values._version, tuple(values.shape), tuple(values.stride()))
-        if tok == self._token and self._values is not None:
-            return
+        # No shortcut on "the same tensor as last time": a gather or an alignment copy must be
+        # redone, since writes through .data (gradcheck) or NumPy leave the version unchanged.
+        # Formats with their own kernel read the values where they lie, so that costs nothing.
         self._values_t = None
         v = values
         if self.gather is not None:
@@ -247,7 +246,6 @@ class CudaSpmmPlan:
         if self.kind == "delta" and v.data_ptr() % 16:
             v = v.clone()  # the DELTA kernel's 16-byte loads need an aligned base
         self._values = v
-        self._token = tok
 
     # Products -----------------------------------------------------------------------------------
     def apply(self, X: torch.Tensor, *, adjoint: bool = False) -> torch.Tensor:
@@ -262,8 +260,11 @@ class CudaSpmmPlan:
         X = X.contiguous()
         k = X.shape[-1]
         rows_out = n if adjoint else m
-        Y = torch.empty(*X.shape[:-2], rows_out, k, dtype=self.dtype, device=self.device)
+        Y = torch.empty(*X.shape[:-2], rows_out, k, dtype=self.dtype, device=self.dev_index)
         vals = self._adjoint_values() if adjoint else self._values
+        if vals.dim() == 1 and X.dim() == 2:  # one matrix, one right-hand-side block: no reshapes
+            self._launch(vals, X, Y, k, adjoint)
+            return Y
         vb = vals.reshape(-1, vals.shape[-1])
         xb = X.reshape(-1, rows_in, k)
         yb = Y.view(-1, rows_out, k)
@@ -288,41 +289,41 @@ class CudaSpmmPlan:
         elif kind == "dia":
             kern = kernel("spmv", "dia_rows", self.dtype, torch.int64, dev, 8)
             kern((-(-m // BLOCK), gy), BLOCK, (m, n, k, self.ndiag, self.offs.data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr()),
-                 shared=8 * self.ndiag, device=self.device)
+                 shared=8 * self.ndiag, device=self.dev_index)
         elif kind == "ell":
             kern = kernel("spmv", "ell_rows", self.dtype, self.idx, dev, 8)
             kern((-(-m // BLOCK), gy), BLOCK, (m, k, self.width, self.cnt.data_ptr(), self.col.data_ptr(), v.data_ptr(),
-                                               x.data_ptr(), y.data_ptr()), device=self.device)
+                                               x.data_ptr(), y.data_ptr()), device=self.dev_index)
         else:  # delta
             kern = kernel("spmv", "delta_rows", self.dtype, self.idx, dev, 9)
             kern((-(-m * 32 // BLOCK), gy), BLOCK, (m, k, self.nnz, self.bits, self.rowptr.data_ptr(), self.words.data_ptr(),
-                                                    v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.device)
+                                                    v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.dev_index)
 
     def _csr(self, rowptr, col, v, x, y, rows: int, k: int, vec: int, variant: str, first_row, idx) -> None:
         dev = self.dev_index
         nnz = int(col.numel())
         if variant == "balanced" and first_row is not None:
             acc = self.dtype if self.dtype in (torch.float32, torch.float64) else torch.float32
-            out = y if acc == self.dtype else torch.empty(y.shape, dtype=acc, device=self.device)
+            out = y if acc == self.dtype else torch.empty(y.shape, dtype=acc, device=self.dev_index)
             out.zero_()
             warps = max(1, -(-nnz // CHUNK))
-            kern = kernel("spmv", "csr_balanced", self.dtype, idx, dev, 10)
+            kern = kernel("spmv", "csr_balanced", self.dtype, idx, dev, 11)
             kern((-(-warps * 32 // BLOCK), min(k, _GRID_Y)), BLOCK,
-                 (rows, k, nnz, CHUNK, rowptr.data_ptr(), col.data_ptr(), v.data_ptr(), first_row.data_ptr(), x.data_ptr(),
-                  out.data_ptr()), device=self.device)
+                 (rows, k, nnz, CHUNK, int(first_row.numel()), rowptr.data_ptr(), col.data_ptr(), v.data_ptr(),
+                  first_row.data_ptr(), x.data_ptr(), out.data_ptr()), device=self.dev_index)
             if out is not y:
                 cast = kernel("spmv", "cast_out", self.dtype, idx, dev, 3)
                 total = out.numel()
-                cast((-(-total // BLOCK), 1), BLOCK, (total, out.data_ptr(), y.data_ptr()), device=self.device)
+                cast((-(-total // BLOCK), 1), BLOCK, (total, out.data_ptr(), y.data_ptr()), device=self.dev_index)
             return
         if k >= COLS_KERNEL_FROM:
             kern = kernel("spmv", "csr_cols", self.dtype, idx, dev, 7)
             kern((-(-rows * 32 // BLOCK), min(-(-k // 32), _GRID_Y)), BLOCK,
-                 (rows, k, rowptr.data_ptr(), col.data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.device)
+                 (rows, k, rowptr.data_ptr(), col.data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.dev_index)
             return
         kern = kernel("spmv", f"csr_vec{vec}", self.dtype, idx, dev, 7)
         kern((-(-rows * vec // BLOCK), min(k, _GRID_Y)), BLOCK,
-             (rows, k, rowptr.data_ptr(), col.data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.device)
+             (rows, k, rowptr.data_ptr(), col.data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.dev_index)
 
     # Adjoint ------------------------------------------------------------------------------------
     def _transposed(self) -> dict[str, Any]:
@@ -333,7 +334,7 @@ class CudaSpmmPlan:
             rows, cols = coords[0].to(torch.int64), coords[1].to(torch.int64)
             order = torch.argsort(cols * max(m, 1) + rows, stable=True)
             idx = _index_dtype(rows.numel(), m, n)
-            rowptr = torch.zeros(n + 1, dtype=torch.int64, device=self.device)
+            rowptr = torch.zeros(n + 1, dtype=torch.int64, device=self.dev_index)
             rowptr[1:] = torch.cumsum(torch.bincount(cols, minlength=n), 0)
             self._t = {"rowptr": rowptr.to(idx), "col": rows[order].to(idx).contiguous(), "idx": idx,
                        "slot": slot.to(torch.int64)[order].contiguous(), "vec": _vec_for(rows.numel() / max(n, 1))}
@@ -369,7 +370,7 @@ class CudaSpmmPlan:
         Q = Q.expand(*batch, n, k).contiguous().reshape(-1, n, k)
         nb = P.shape[0]
         entries = self.nnz if self.kind in ("csr", "generic", "delta") else self.slots
-        out = torch.empty(nb, entries, dtype=self.dtype, device=self.device)
+        out = torch.empty(nb, entries, dtype=self.dtype, device=self.dev_index)
         dev = self.dev_index
         for b in range(nb):
             p, q, o = P[b], Q[b], out[b]
@@ -377,19 +378,19 @@ class CudaSpmmPlan:
                 vec = 1 if self.vec <= 2 else (4 if self.vec <= 8 else 32)
                 kern = kernel("sddmm", f"csr_sddmm{vec}", self.dtype, self.idx, dev, 7)
                 kern((-(-m * vec // BLOCK), 1), BLOCK, (m, k, self.rowptr.data_ptr(), self.col.data_ptr(), p.data_ptr(),
-                                                      q.data_ptr(), o.data_ptr()), device=self.device)
+                                                      q.data_ptr(), o.data_ptr()), device=self.dev_index)
             elif self.kind == "dia":
                 kern = kernel("sddmm", "dia_sddmm", self.dtype, torch.int64, dev, 8)
                 kern((-(-self.slots // BLOCK), 1), BLOCK, (m, n, k, self.ndiag, self.offs.data_ptr(), p.data_ptr(), q.data_ptr(),
-                                                          o.data_ptr()), device=self.device)
+                                                          o.data_ptr()), device=self.dev_index)
             elif self.kind == "ell":
                 kern = kernel("sddmm", "ell_sddmm", self.dtype, self.idx, dev, 8)
                 kern((-(-self.slots // BLOCK), 1), BLOCK, (m, k, self.width, self.cnt.data_ptr(), self.col.data_ptr(),
-                                                          p.data_ptr(), q.data_ptr(), o.data_ptr()), device=self.device)
+                                                          p.data_ptr(), q.data_ptr(), o.data_ptr()), device=self.dev_index)
             else:
                 kern = kernel("sddmm", "delta_sddmm", self.dtype, self.idx, dev, 8)
                 kern((-(-m * 32 // BLOCK), 1), BLOCK, (m, k, self.bits, self.rowptr.data_ptr(), self.words.data_ptr(),
-                                                      p.data_ptr(), q.data_ptr(), o.data_ptr()), device=self.device)
+                                                      p.data_ptr(), q.data_ptr(), o.data_ptr()), device=self.dev_index)
         if self.gather is not None:
             full = out.new_zeros(nb, self.slots)
             out = full.index_add_(-1, self.gather, out)

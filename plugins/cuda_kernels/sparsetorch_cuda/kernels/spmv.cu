@@ -53,33 +53,46 @@ extern "C" __global__ void csr_cols(i64 m, i64 k, const idx_t* __restrict__ rowp
 }
 
 // ---- CSR, load balanced: each warp takes `chunk` consecutive nonzeros --------------------------
-// first_row[w] is the row holding nonzero w * chunk (made once per pattern). A row wholly inside
-// one warp's chunk is stored by that warp; a row split between chunks is accumulated with
-// atomicAdd. `out` is zeroed by the host and has the accumulator type (float32 for half types).
-extern "C" __global__ void csr_balanced(i64 m, i64 k, i64 nnz, i64 chunk, const idx_t* __restrict__ rowptr,
+// first_row[w] is the row holding nonzero w * chunk (made once per pattern). In rounds of 32
+// nonzeros, each lane finds the row of its nonzero by binary search between the chunk's first
+// and last rows, a segmented warp scan sums the products of each row's run of lanes, and the
+// last lane of a run adds it to `out` with atomicAdd (rows split between chunks or rounds sum
+// correctly). `out` is zeroed by the host and has the accumulator type (float32 for half types).
+extern "C" __global__ void csr_balanced(i64 m, i64 k, i64 nnz, i64 chunk, i64 nchunks, const idx_t* __restrict__ rowptr,
                                         const idx_t* __restrict__ col, const val_t* __restrict__ val,
                                         const idx_t* __restrict__ first_row, const val_t* __restrict__ x,
                                         acc_t* __restrict__ out) {
   i64 w = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   int lane = threadIdx.x & 31;
+  if (w >= nchunks) return;
   i64 cs = w * chunk;
-  if (cs >= nnz) return;
   i64 ce = cs + chunk < nnz ? cs + chunk : nnz;
+  i64 r_lo = RO(first_row + w);
+  i64 r_hi = w + 1 < nchunks ? (i64)RO(first_row + w + 1) : m - 1;
   for (i64 c = blockIdx.y; c < k; c += gridDim.y) {
-    i64 r = RO(first_row + w);
-    i64 start = RO(rowptr + r);
-    while (r < m && start < ce) {
-      i64 end = RO(rowptr + r + 1);
-      i64 lo = start > cs ? start : cs, hi = end < ce ? end : ce;
+    for (i64 base = cs; base < ce; base += 32) {
+      i64 p = base + lane;
+      bool in = p < ce;
+      i64 row = -1;
       acc_t s = 0;
-      for (i64 p = lo + lane; p < hi; p += 32) s += ld(RO(val + p)) * ld(RO(x + (i64)RO(col + p) * k + c));
-      s = warp_sum(s);
-      if (lane == 0) {
-        if (lo == start && hi == end) out[r * k + c] = s;
-        else atomicAdd(out + r * k + c, s);
+      if (in) {
+        i64 lo = r_lo, hi = r_hi;  // largest r in [lo, hi] with rowptr[r] <= p
+        while (lo < hi) {
+          i64 mid = (lo + hi + 1) >> 1;
+          if ((i64)RO(rowptr + mid) <= p) lo = mid;
+          else hi = mid - 1;
+        }
+        row = lo;
+        s = ld(RO(val + p)) * ld(RO(x + (i64)RO(col + p) * k + c));
       }
-      ++r;
-      start = end;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        acc_t up = __shfl_up_sync(0xffffffffu, s, o);
+        i64 up_row = __shfl_up_sync(0xffffffffu, row, o);
+        if (lane >= o && up_row == row) s += up;
+      }
+      i64 next_row = __shfl_down_sync(0xffffffffu, row, 1);
+      if (in && (lane == 31 || next_row != row)) atomicAdd(out + row * k + c, s);
     }
   }
 }
