@@ -9,7 +9,7 @@ the registry (``sparsetorch.registry()``) when the backend is loaded, else from 
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Generic, Mapping, TypeVar
 
 import pytest
 import torch
@@ -39,7 +39,10 @@ def _name(x: Any) -> str:
 
 
 # Defaults read from the backend's declaration ---------------------------------------------------
-class from_backend_info:  # noqa: N801 - a descriptor, named like ``property``
+T = TypeVar("T")
+
+
+class from_backend_info(Generic[T]):  # noqa: N801 - a descriptor, named like ``property``
     """A class attribute whose default is what the backend declares in its BackendInfo.
 
     ``read(info, cls)`` turns the declaration into the attribute's value; ``fallback`` is the
@@ -48,10 +51,10 @@ class from_backend_info:  # noqa: N801 - a descriptor, named like ``property``
     value set on a subclass shadows it, as any class attribute does.
     """
 
-    def __init__(self, read: Callable[[BackendInfo, type], Any], fallback: Any) -> None:
+    def __init__(self, read: Callable[[BackendInfo, type], T], fallback: T) -> None:
         self.read, self.fallback = read, fallback
 
-    def __get__(self, obj: Any, cls: type | None = None) -> Any:
+    def __get__(self, obj: Any, cls: type | None = None) -> T:
         cls = cls if cls is not None else type(obj)
         info, _ = _backend_info(cls)
         return self.fallback if info is None else self.read(info, cls)
