@@ -204,12 +204,14 @@ def case_lowsparsity(tab: Table, size: int, dtypes) -> None:
                            size * size * vs + 2 * size * k * vs, dtype=name, k=k, density=density)
                 S = st.SparseTensor.from_dense(W, mask=mask)
                 fmts = [("DELTA(4)", DELTA(4))] + ([("DELTA(8)", DELTA(8))] if density < 0.3 else []) + [("CSR int32", CSR)]
-                for label, fmt in fmts:
+                for label, fmt in fmts + [("DELTA(4) [global]", DELTA(4))]:
                     A = S.convert(fmt, index_dtype=torch.int32)
-                    p = _plan(A)
+                    p = _plan(A, "global" if "global" in label else None)
                     kind = p.kind
                     nb = traffic(kind, m=size, n=size, nnz=int(A.nse), k=k, vs=vs, isz=4, bits=getattr(p, "bits", None))
                     fam = {"delta": "delta", "csr": "csr_vector"}[kind] if not (kind == "csr" and k >= 16) else "csr_cols"
+                    if "global" in label:
+                        fam = None  # a variant for comparison, not what the plan runs by default
                     tab.record(case, f"cuda plan.apply {label} k={k}", lambda p=p, X=X: p.apply(X), lambda p=p, X=X: p.apply(X),
                                ref, nb, family=fam, dtype=name, k=k, density=density, format=label,
                                stored=int(A.nse), padding=int(A.nse) - int(mask.sum()))

@@ -38,6 +38,9 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 BLOCK = 256
 #: nonzeros per warp in the load-balanced CSR kernel
 CHUNK = 512
+#: DELTA: X is copied into shared memory when it has at most this many bytes (no opt-in needed)
+DELTA_SMEM_BYTES = 48 * 1024
+DELTA_SMEM_BLOCK = 512
 #: columns of X from which the lanes of a warp run over columns (csr_cols) instead of entries
 COLS_KERNEL_FROM = 16
 _GRID_Y = 65535
@@ -100,7 +103,8 @@ class CudaSpmmPlan:
 
     ``variant`` picks the CSR kernel: ``"vector"`` (VEC lanes per row, VEC from the mean row
     length) or ``"balanced"`` (equal nonzeros per warp, for skewed rows); ``None`` chooses
-    by the rows' spread (see :func:`sparsetorch_cuda.cost.csr_variant`)."""
+    by the rows' spread (see :func:`sparsetorch_cuda.cost.csr_variant`). For DELTA it is
+    ``"smem"`` (default: X copied into shared memory when it fits in 48 KB) or ``"global"``."""
 
     method = "spmm"
     preconditioner = None
@@ -141,6 +145,10 @@ class CudaSpmmPlan:
             warps = max(1, math.ceil(self.nnz / CHUNK))
             starts = torch.arange(warps, device=self.device, dtype=torch.int64) * CHUNK
             self.first_row = (torch.searchsorted(self.rowptr.to(torch.int64), starts, right=True) - 1).clamp_(0, max(m - 1, 0)).to(self.idx)
+        if self.kind == "delta":
+            self.variant = variant or "smem"
+            if self.variant not in ("smem", "global"):
+                raise InputError(f"{backend}: DELTA variant must be 'smem' or 'global', got {variant!r}")
         self.reload_cheap = True
 
     # Pattern builders ---------------------------------------------------------------------------
@@ -294,10 +302,17 @@ class CudaSpmmPlan:
             kern = kernel("spmv", "ell_rows", self.dtype, self.idx, dev, 8)
             kern((-(-m // BLOCK), gy), BLOCK, (m, k, self.width, self.cnt.data_ptr(), self.col.data_ptr(), v.data_ptr(),
                                                x.data_ptr(), y.data_ptr()), device=self.dev_index)
-        else:  # delta
-            kern = kernel("spmv", "delta_rows", self.dtype, self.idx, dev, 9)
-            kern((-(-m * 32 // BLOCK), gy), BLOCK, (m, k, self.nnz, self.bits, self.rowptr.data_ptr(), self.words.data_ptr(),
-                                                    v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.dev_index)
+        else:  # delta: X in shared memory when it fits (the gathers then stay on the SM)
+            xbytes = n * k * x.element_size()
+            if self.variant != "global" and xbytes <= DELTA_SMEM_BYTES:
+                kern = kernel("spmv", "delta_rows_smem", self.dtype, self.idx, dev, 10)
+                kern((-(-m * 32 // DELTA_SMEM_BLOCK), 1), DELTA_SMEM_BLOCK,
+                     (m, n, k, self.nnz, self.bits, self.rowptr.data_ptr(), self.words.data_ptr(), v.data_ptr(), x.data_ptr(),
+                      y.data_ptr()), shared=xbytes, device=self.dev_index)
+            else:
+                kern = kernel("spmv", "delta_rows", self.dtype, self.idx, dev, 9)
+                kern((-(-m * 32 // BLOCK), 1), BLOCK, (m, k, self.nnz, self.bits, self.rowptr.data_ptr(), self.words.data_ptr(),
+                                                       v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.dev_index)
 
     def _csr(self, rowptr, col, v, x, y, rows: int, k: int, vec: int, variant: str, first_row, idx) -> None:
         dev = self.dev_index
@@ -397,5 +412,5 @@ class CudaSpmmPlan:
         return out.reshape(*batch, self.slots)
 
     def __repr__(self) -> str:
-        extra = f", variant={self.variant}" if self.kind in ("csr", "generic") else ""
+        extra = f", variant={self.variant}" if self.kind in ("csr", "generic", "delta") else ""
         return f"CudaSpmmPlan({self.kind}, shape={self.shape}, nnz={self.nnz}, {self.dtype}{extra})"

@@ -93,17 +93,19 @@ def test_balanced_csr_on_skewed_rows(dtype):
     assert csr_variant(1000, 10_000, 50_000) == "balanced"
 
 
+@pytest.mark.parametrize("variant", ("smem", "global"))
 @pytest.mark.parametrize("bits", (1, 2, 4, 8, 16))
-def test_delta_long_rows_and_packing(bits):
+def test_delta_long_rows_and_packing(bits, variant):
     # rows of thousands of entries (many 32-lane iterations, carries between them) and gaps
     # that overflow b bits (the format inserts explicit zeros)
     D = random_dense(64, 9000, 0.3, torch.float16, seed=bits)
     A = to_format(D, DELTA(bits), torch.float16, torch.int32)
-    plan = _plan(A)
-    assert plan.kind == "delta" and plan.bits == bits
+    plan = _plan(A, variant)
+    assert plan.kind == "delta" and plan.bits == bits and plan.variant == variant
     assert plan.words.numel() == -(-int(A.nse) * bits // 32) + 1  # b bits per gap, one spare word
-    X = _x(9000, 1, torch.float16, 3)
-    assert rel_err(plan.apply(X.cuda()), D @ X.double()) < TOL[torch.float16]
+    for k in (1, 2):
+        X = _x(9000, k, torch.float16, 3 + k)
+        assert rel_err(plan.apply(X.cuda()), D @ X.double()) < TOL[torch.float16], k
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))

@@ -17,9 +17,16 @@ __device__ __forceinline__ void csr_vector(i64 m, i64 k, const idx_t* __restrict
   if (row >= m) return;  // whole VEC groups leave together (blockDim is a multiple of 32)
   i64 p0 = RO(rowptr + row), p1 = RO(rowptr + row + 1);
   for (i64 c = blockIdx.y; c < k; c += gridDim.y) {
-    acc_t s = 0;
-    for (i64 p = p0 + lane; p < p1; p += VEC) s += ld(RO(val + p)) * ld(RO(x + (i64)RO(col + p) * k + c));
-    s = group_sum<VEC>(s);
+    acc_t s = 0, s2 = 0;
+    i64 p = p0 + lane;
+    for (; p + VEC < p1; p += 2 * VEC) {  // two independent loads in flight per lane
+      idx_t j1 = RO(col + p), j2 = RO(col + p + VEC);
+      acc_t v1 = ld(RO(val + p)), v2 = ld(RO(val + p + VEC));
+      s += v1 * ld(RO(x + (i64)j1 * k + c));
+      s2 += v2 * ld(RO(x + (i64)j2 * k + c));
+    }
+    if (p < p1) s += ld(RO(val + p)) * ld(RO(x + (i64)RO(col + p) * k + c));
+    s = group_sum<VEC>(s + s2);
     if (lane == 0) y[row * k + c] = st(s);
   }
 }
@@ -159,20 +166,22 @@ __device__ __forceinline__ void load8(const val_t* __restrict__ val, i64 g, i64 
   for (int t = 0; t < 8; ++t) v[t] = e0 + t < nnz ? ld(RO(val + e0 + t)) : (acc_t)0;
 }
 
-extern "C" __global__ void delta_rows(i64 m, i64 k, i64 nnz, i64 bits, const idx_t* __restrict__ rowptr,
-                                      const unsigned* __restrict__ words, const val_t* __restrict__ val,
-                                      const val_t* __restrict__ x, val_t* __restrict__ y) {
-  i64 row = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-  int lane = threadIdx.x & 31;
-  if (row >= m) return;
+__device__ __forceinline__ void delta_row(i64 row, int lane, i64 k, i64 nnz, i64 bits, const idx_t* __restrict__ rowptr,
+                                          const unsigned* __restrict__ words, const val_t* __restrict__ val,
+                                          const val_t* xs, val_t* __restrict__ y) {
   unsigned mask = bits >= 32 ? 0xffffffffu : ((1u << bits) - 1u);
   i64 p0 = RO(rowptr + row), p1 = RO(rowptr + row + 1);
   i64 g0 = p0 >> 3, g1 = (p1 + 7) >> 3;
-  for (i64 c = blockIdx.y; c < k; c += gridDim.y) {
+  for (i64 c = 0; c < k; ++c) {
     acc_t s = 0;
     i64 base = -1;
+    acc_t v[8], vn[8];
+    if (g0 + lane < g1) load8(val, g0 + lane, nnz, vn);
     for (i64 gb = g0; gb < g1; gb += 32) {
       i64 g = gb + lane;
+#pragma unroll
+      for (int t = 0; t < 8; ++t) v[t] = vn[t];
+      if (g + 32 < g1) load8(val, g + 32, nnz, vn);  // the next group's values, in flight during this one
       int adv[8];
       int tot = 0;
 #pragma unroll
@@ -189,14 +198,12 @@ extern "C" __global__ void delta_rows(i64 m, i64 k, i64 nnz, i64 bits, const idx
         if (lane >= o) inc += up;
       }
       if (g < g1) {
-        acc_t v[8];
-        load8(val, g, nnz, v);
         i64 cc = base + (inc - tot);
 #pragma unroll
         for (int t = 0; t < 8; ++t) {
           if (adv[t]) {
             cc += adv[t];
-            s += v[t] * ld(RO(x + cc * k + c));
+            s += v[t] * ld(xs[cc * k + c]);
           }
         }
       }
@@ -205,6 +212,28 @@ extern "C" __global__ void delta_rows(i64 m, i64 k, i64 nnz, i64 bits, const idx
     s = warp_sum(s);
     if (lane == 0) y[row * k + c] = st(s);
   }
+}
+
+extern "C" __global__ void delta_rows(i64 m, i64 k, i64 nnz, i64 bits, const idx_t* __restrict__ rowptr,
+                                      const unsigned* __restrict__ words, const val_t* __restrict__ val,
+                                      const val_t* __restrict__ x, val_t* __restrict__ y) {
+  i64 row = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  if (row >= m) return;
+  delta_row(row, threadIdx.x & 31, k, nnz, bits, rowptr, words, val, x, y);
+}
+
+// The same with X (n x k values, at most 48 KB) copied into shared memory first: the gathers
+// of X hit shared memory instead of L1/L2.
+extern "C" __global__ void delta_rows_smem(i64 m, i64 n, i64 k, i64 nnz, i64 bits, const idx_t* __restrict__ rowptr,
+                                           const unsigned* __restrict__ words, const val_t* __restrict__ val,
+                                           const val_t* __restrict__ x, val_t* __restrict__ y) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  val_t* xs = reinterpret_cast<val_t*>(smem_raw);
+  for (i64 t = threadIdx.x; t < n * k; t += blockDim.x) xs[t] = RO(x + t);
+  __syncthreads();
+  i64 row = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  if (row >= m) return;
+  delta_row(row, threadIdx.x & 31, k, nnz, bits, rowptr, words, val, xs, y);
 }
 
 // ---- cast of the accumulator buffer to the value type (csr_balanced on half types) --------------
