@@ -119,7 +119,20 @@ def matmul(A, X: torch.Tensor, *, transpose: bool = False) -> torch.Tensor:
     comm.agree(err, "DSparseTensor matmul")
     comm.check_same("matmul", {"columns": X.shape[-1] if X.dim() > 1 else 1, "vector dims": X.dim(),
                                "dtype": dtype_code(X.dtype)})
-    return _Matmul.apply(A.values, X, A, transpose)
+    values, X = agree_grad(comm, A.values, X)
+    return _Matmul.apply(values, X, A, transpose)
+
+
+def agree_grad(comm: Comm, values: torch.Tensor, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """When any rank's inputs require grad, every rank's output must (its backward communicates):
+    a rank whose inputs do not gets ``X`` as a fresh leaf that does (its gradient is dropped)."""
+    if not torch.is_grad_enabled() or comm.size == 1:
+        return values, X
+    mine = values.requires_grad or X.requires_grad
+    anyone = comm.max_int([1 if mine else 0])[0]
+    if anyone and not mine:
+        X = X.detach().requires_grad_(True)
+    return values, X
 
 
 # reductions ---------------------------------------------------------------------------------------

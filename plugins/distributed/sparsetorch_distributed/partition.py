@@ -96,7 +96,7 @@ def rcb_parts(coords: torch.Tensor, parts: int, *, reduce: Callable[[torch.Tenso
             too_many = left > target
             high = torch.where(too_many, cut, high)
             low = torch.where(too_many, low, cut)
-        cut = 0.5 * (low + high)
+        cut = low  # the largest tried cut with at most the target on the left
         if n:
             go_left = val <= cut[lo]
             mid = lo + left_parts[lo]

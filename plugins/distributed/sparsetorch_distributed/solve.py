@@ -27,7 +27,7 @@ from .comm import dtype_code
 from .errors import DistributedError
 from .exchange import as_rows, from_rows
 from .krylov import METHODS, Reducer, _Abort
-from .ops import check_vector
+from .ops import agree_grad, check_vector
 from .precond import make_preconditioner
 
 __all__ = ["solve", "DSolveInfo", "is_symmetric"]
@@ -52,7 +52,7 @@ class DSolveInfo:
     rtol: float = 0.0
     world_size: int = 1
     reductions: int = 0
-    seconds: float = 0.0
+    seconds: float = field(default=0.0, compare=False)   # this rank's wall time
     attempts: tuple[str, ...] = ()
     halo: dict = field(default_factory=dict, compare=False)
     backend: str = "distributed"
@@ -281,7 +281,8 @@ def solve(A, B: torch.Tensor, *, method: str | None = None, preconditioner="bloc
                   int(restart), on_nonconvergence, local_options, symmetric, callback)
     sym = symmetric if symmetric is not None else is_symmetric(A)
     infos: list = []
-    X = _Solve.apply(A.values, B, A, cfg, sym, infos)
+    values, B = agree_grad(comm, A.values, B)
+    X = _Solve.apply(values, B, A, cfg, sym, infos)
     worst = max(infos, key=lambda i: (i["status"] != Status.CONVERGED, i["residual"]))
     info = DSolveInfo(method=worst["method"], preconditioner=worst.get("preconditioner"),
                       iterations=max(i["iterations"] for i in infos), residual=max(i["residual"] for i in infos),

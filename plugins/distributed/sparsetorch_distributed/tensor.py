@@ -268,6 +268,8 @@ class DSparseTensor:
             dev = device if device is not None else comm.device
             rows = cols = torch.zeros(0, dtype=torch.int64, device=dev)
             vals = torch.zeros(*batch_shape, 0, dtype=dtype, device=dev)
+        if comm.max_int([1 if (comm.rank == src and vals.requires_grad) else 0])[0] and not vals.requires_grad:
+            vals = vals.requires_grad_(True)  # the migration's backward communicates: every rank takes part
         owned = torch.arange(N, dtype=torch.int64) if comm.rank == src else torch.zeros(0, dtype=torch.int64)
         parts = owners if comm.rank == src else torch.zeros(0, dtype=torch.int64)
         return cls.from_local_rows(rows, cols, vals, (N, N), owned=owned, partition=parts, comm=comm, cache=False)

@@ -1,0 +1,274 @@
+"""What each rank runs in the multi-process tests (launched by sparsetorch_distributed.launch).
+
+``run_all(comm)`` runs every scenario and returns a dict of plain tensors and records per scenario;
+the parent test process builds the dense float64 / single-process references and compares. A
+scenario that raises is recorded as ``{"error": (class name, message)}`` so the failure tests can
+compare what every rank raised.
+"""
+
+from __future__ import annotations
+
+import traceback
+
+import torch
+
+import sparsetorch as st
+import sparsetorch_distributed as sd
+from sparsetorch_distributed.problems import grid_coords, poisson2d_rows, tridiag_rows
+
+M = 12          # Poisson grid side for the value/gradient scenarios (N = 144)
+TIGHT = 1e-13   # rtol for comparisons of x to 1e-10
+
+
+def _rows(comm, N):
+    off = sd.contiguous_offsets(N, comm.size)
+    return torch.arange(off[comm.rank], off[comm.rank + 1])
+
+
+def poisson_values(r, c, *, shift=0.0, skew=0.0):
+    """Deterministic values of the 5-point entries: SPD by default, nonsymmetric with skew,
+    indefinite with a large shift."""
+    v = torch.where(r == c, 4.0 - shift, -1.0).to(torch.float64)
+    v = v + 0.05 * torch.cos(0.3 * (r + 2 * c).to(torch.float64)) * (r != c) * 0  # keep symmetric
+    v = v + 0.01 * torch.sin((r * c % 7).to(torch.float64)) * (r == c)
+    if skew:
+        v = v + skew * torch.where(c == r + 1, 1.0, torch.where(c == r - 1, -0.5, 0.0)).to(torch.float64)
+    return v
+
+
+def _solve_case(comm, *, method, pre, shift=0.0, skew=0.0, rtol=TIGHT, fd=False):
+    N = M * M
+    ids = _rows(comm, N)
+    r, c, _ = poisson2d_rows(M, ids)
+    v = poisson_values(r, c, shift=shift, skew=skew).requires_grad_(True)
+    A = sd.DSparseTensor.from_local_rows(r, c, v, (N, N), comm=comm)
+    b = torch.sin(1.0 + ids.to(torch.float64)).requires_grad_(True)
+    w = torch.cos(ids.to(torch.float64))
+    x, info = sd.solve(A, b, method=method, preconditioner=pre, rtol=rtol, return_info=True)
+    loss = sd.dot(w, x, comm)
+    loss.backward()
+    out = dict(ids=ids, r=r, c=c, v=v.detach(), x=x.detach(), gb=b.grad, gv=v.grad, info=info)
+    if fd:
+        # central difference of the replicated loss along a fixed direction of the values and b
+        g = torch.Generator().manual_seed(7 + comm.rank)
+        dv = torch.randn(v.shape, generator=g, dtype=torch.float64)
+        db = torch.randn(b.shape, generator=g, dtype=torch.float64)
+        eps = 1e-6
+        with torch.no_grad():
+            lp = sd.dot(w, sd.solve(A.with_entry_values(v + eps * dv), b + eps * db, method=method, preconditioner=pre,
+                                    rtol=1e-14), comm)
+            lm = sd.dot(w, sd.solve(A.with_entry_values(v - eps * dv), b - eps * db, method=method, preconditioner=pre,
+                                    rtol=1e-14), comm)
+        fd_val = float((lp - lm) / (2 * eps))
+        an = float(sd.global_sum((v.grad * dv).sum() + (b.grad * db).sum(), comm))
+        out["fd"] = (fd_val, an)
+    return out
+
+
+def s_matvec(comm):
+    N = M * M
+    ids = _rows(comm, N)
+    r, c, _ = poisson2d_rows(M, ids)
+    v = poisson_values(r, c, skew=0.3).requires_grad_(True)
+    A = sd.DSparseTensor.from_local_rows(r, c, v, (N, N), comm=comm)
+    X = torch.stack([torch.sin(ids.to(torch.float64)), torch.cos(2.0 * ids.to(torch.float64))], 1).requires_grad_(True)
+    Y = A @ X
+    Z = A.rmatmul(X)
+    W = torch.stack([torch.cos(ids.to(torch.float64)), torch.ones(ids.numel(), dtype=torch.float64)], 1)
+    loss = sd.dot(W, Y, comm) + 0.5 * sd.dot(W, Z, comm)
+    loss.backward()
+    return dict(ids=ids, r=r, c=c, v=v.detach(), Y=Y.detach(), Z=Z.detach(), gX=X.grad, gv=v.grad,
+                halo=A.halo_volume(), n_halo=A.pattern.n_halo)
+
+
+def s_cg(comm):
+    return _solve_case(comm, method="cg", pre=None, fd=True)
+
+
+def s_pcg(comm):
+    return _solve_case(comm, method="cg", pre="block_jacobi")
+
+
+def s_default(comm):
+    out = _solve_case(comm, method=None, pre="block_jacobi", rtol=None)
+    return out
+
+
+def s_default_f32(comm):
+    N = M * M
+    ids = _rows(comm, N)
+    r, c, _ = poisson2d_rows(M, ids)
+    A = sd.DSparseTensor.from_local_rows(r, c, poisson_values(r, c).float(), (N, N), comm=comm)
+    b = torch.sin(1.0 + ids.to(torch.float32))
+    x, info = sd.solve(A, b, return_info=True)
+    rg, cg_ = A.local_coo()
+    return dict(ids=ids, r=rg, c=cg_, v=A.values.detach(), x=x, info=info)
+
+
+def s_bicgstab(comm):
+    return _solve_case(comm, method="bicgstab", pre="block_jacobi", skew=0.4)
+
+
+def s_gmres(comm):
+    return _solve_case(comm, method="gmres", pre="jacobi", skew=0.4, fd=True)
+
+
+def s_minres(comm):
+    # shift 1.5 puts eigenvalues of both signs in the spectrum of this Poisson matrix
+    return _solve_case(comm, method="minres", pre=None, shift=1.5)
+
+
+def s_scatter(comm):
+    """Rank 0 holds the global matrix (a batch of 2 value sets); spectral partition; gradients back
+    to rank 0's values; b scattered by global id."""
+    N = M * M
+    A0 = None
+    vals = None
+    if comm.rank == 0:
+        rows, cols, _ = poisson2d_rows(M, torch.arange(N))
+        base = poisson_values(rows, cols)
+        vals = torch.stack([base, 1.5 * base + 0.1 * (rows == cols)]).requires_grad_(True)
+        A0 = st.SparseTensor.from_coo(vals, rows, cols, shape=(N, N), format=st.format.CSR)
+    A = sd.DSparseTensor.scatter(A0, partition="spectral", comm=comm)
+    ids = A.owned_rows()
+    b = torch.sin(1.0 + ids.to(torch.float64))
+    w = torch.cos(ids.to(torch.float64))
+    x = sd.solve(A, b, method="cg", rtol=TIGHT)          # (2, n_local): one solution per member
+    loss = sd.dot(w.expand_as(x), x, comm)
+    loss.backward()
+    out = dict(ids=ids, x=x.detach(), n_local=A.n_local)
+    if comm.rank == 0:
+        out.update(rows0=A0.entries()[0][0], cols0=A0.entries()[0][1], vals0=vals.detach(), gvals0=vals.grad)
+    return out
+
+
+def s_rcb(comm):
+    """Each rank assembles contiguous rows, then the rows move to an RCB partition (in parallel)."""
+    N = M * M
+    ids = _rows(comm, N)
+    r, c, _ = poisson2d_rows(M, ids)
+    A = sd.DSparseTensor.from_local_rows(r, c, poisson_values(r, c), (N, N), partition="rcb",
+                                         coords=grid_coords(M, ids), comm=comm)
+    own = A.owned_rows()
+    x = sd.solve(A, torch.sin(1.0 + own.to(torch.float64)), rtol=TIGHT, method="cg")
+    return dict(ids=own, x=x, halo=A.halo_volume())
+
+
+def s_list(comm):
+    """A DSparseTensorList of two patterns (Poisson and tridiagonal)."""
+    N = M * M
+    ids = _rows(comm, N)
+    r, c, _ = poisson2d_rows(M, ids)
+    A1 = sd.DSparseTensor.from_local_rows(r, c, poisson_values(r, c), (N, N), comm=comm)
+    r2, c2, v2 = tridiag_rows(N, ids)
+    A2 = sd.DSparseTensor.from_local_rows(r2, c2, v2, (N, N), comm=comm)
+    L = sd.DSparseTensorList([A1, A2])
+    bs = [torch.sin(1.0 + ids.to(torch.float64)), torch.cos(ids.to(torch.float64))]
+    xs = sd.solve(L, bs, rtol=TIGHT)
+    return dict(ids=ids, x1=xs[0], x2=xs[1])
+
+
+def s_memory(comm):
+    """Tridiagonal N = 4000: every tensor the rank stores, after a block-Jacobi solve."""
+    N = 4000
+    ids = _rows(comm, N)
+    r, c, v = tridiag_rows(N, ids)
+    A = sd.DSparseTensor.from_local_rows(r, c, v, (N, N), comm=comm)
+    x = sd.solve(A, torch.ones(ids.numel(), dtype=torch.float64), method="cg")
+    found = {}
+    _walk(A, "A", found, set())
+    return dict(N=N, n_local=A.n_local, nse=A.nse_local, n_halo=A.pattern.n_halo, x_numel=x.numel(),
+                sizes={k: int(t.numel()) for k, t in found.items()})
+
+
+def _walk(obj, name, found, seen):
+    """Every torch tensor reachable from obj (attributes, dicts, lists, tuples), by path."""
+    if id(obj) in seen:
+        return
+    seen.add(id(obj))
+    if isinstance(obj, torch.Tensor):
+        if obj.layout == torch.sparse_csr:
+            for part, t in (("crow", obj.crow_indices()), ("col", obj.col_indices()), ("values", obj.values())):
+                found[f"{name}.{part}"] = t
+        else:
+            found[name] = obj
+        return
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            _walk(v, f"{name}[{k!r}]", found, seen)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            _walk(v, f"{name}[{i}]", found, seen)
+    elif hasattr(obj, "__dict__") and type(obj).__module__.startswith(("sparsetorch", "functools")):
+        for k, v in vars(obj).items():
+            _walk(v, f"{name}.{k}", found, seen)
+    elif callable(obj) and hasattr(obj, "__code__"):
+        for i, cell in enumerate(obj.__closure__ or ()):
+            _walk(cell.cell_contents, f"{name}.<closure {i}>", found, seen)
+        for i, d in enumerate(obj.__defaults__ or ()):
+            _walk(d, f"{name}.<default {i}>", found, seen)
+
+
+def s_failures(comm):
+    """Failures on one rank: what every rank raised (class name, message head)."""
+    N = M * M
+    ids = _rows(comm, N)
+    r, c, _ = poisson2d_rows(M, ids)
+    A = sd.DSparseTensor.from_local_rows(r, c, poisson_values(r, c), (N, N), comm=comm)
+    last = comm.size - 1
+    out = {}
+
+    def attempt(name, fn):
+        try:
+            fn()
+            out[name] = None
+        except Exception as exc:  # noqa: BLE001 - recorded for the parent to compare
+            out[name] = (type(exc).__name__, str(exc)[:300])
+
+    b = torch.sin(1.0 + ids.to(torch.float64))
+    bad = b.clone()
+    if comm.rank == last:
+        bad[0] = float("nan")
+    attempt("nan_rhs", lambda: sd.solve(A, bad))
+    # a zero local block on the last rank: its block-Jacobi factorization fails
+    v0 = poisson_values(r, c)
+    if comm.rank == last:
+        v0 = torch.where(ids[r - ids[0]] >= 0, v0, v0)  # same values ...
+        v0 = v0 * 0.0  # ... all zero on this rank: a singular local block
+    attempt("singular_block", lambda: sd.solve(A.with_entry_values(v0), b, method="gmres"))
+    kb = b[:, None] if comm.rank != 0 else torch.stack([b, b], 1)
+    attempt("columns_mismatch", lambda: sd.solve(A, kb))
+    calls = [0]
+
+    def flaky(rr):
+        calls[0] += 1
+        if comm.rank == last and calls[0] == 3:
+            raise ValueError("preconditioner exploded on purpose")
+        return rr
+
+    attempt("precond_raises", lambda: sd.solve(A, b, method="cg", preconditioner=flaky))
+    rows_bad = r.clone()
+    if comm.rank == 0:
+        rows_bad[0] = (ids[-1] + 1) % N  # a row owned by another rank
+    attempt("row_not_owned", lambda: sd.DSparseTensor.from_local_rows(rows_bad, c, poisson_values(r, c), (N, N), comm=comm))
+    attempt("shape_mismatch", lambda: sd.DSparseTensor.from_local_rows(r, c, poisson_values(r, c),
+                                                                       (N + (1 if comm.rank == 0 else 0),) * 2, comm=comm))
+    attempt("not_converged", lambda: sd.solve(A, b, method="cg", preconditioner=None, maxiter=3))
+    # after all that the communicator still works
+    x = sd.solve(A, b, rtol=TIGHT, method="cg")
+    rg, cg_ = A.local_coo()
+    out["after"] = dict(ids=ids, x=x, r=rg, c=cg_, v=A.values)
+    return out
+
+
+SCENARIOS = {k[2:]: v for k, v in dict(globals()).items() if k.startswith("s_")}
+
+
+def run_all(comm, names=None):
+    results = {}
+    for name in names or list(SCENARIOS):
+        try:
+            results[name] = SCENARIOS[name](comm)
+        except Exception as exc:  # noqa: BLE001 - reported to the parent with the traceback
+            results[name] = {"error": (type(exc).__name__, str(exc)), "traceback": traceback.format_exc()}
+    return results
