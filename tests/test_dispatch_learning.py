@@ -72,6 +72,10 @@ def test_a_direct_method_much_slower_than_its_estimate_is_repriced_on_the_patter
     assert first is not None and first.offer.direct
     # what the route records when an attempt took far longer than the backend said
     experience.record(A.pattern_fingerprint, A.dtype, first.backend, first.method, first.offer.preconditioner,
+                      Measured(0, 1e-10, True, "", seconds=6.0))
+    once = st.explain("solve", _copy(A), b)  # one slow attempt proves nothing
+    assert (once.chosen.backend, once.chosen.method) == (first.backend, first.method)
+    experience.record(A.pattern_fingerprint, A.dtype, first.backend, first.method, first.offer.preconditioner,
                       Measured(0, 1e-10, True, "", seconds=5.0))
     table = st.explain("solve", _copy(A), b)  # a fresh copy: recognized by content
     assert (table.chosen.backend, table.chosen.method) != (first.backend, first.method)
@@ -91,7 +95,10 @@ def test_a_slow_direct_attempt_is_recorded_by_the_route(monkeypatch):
     _, info = st.solve(A, b, return_info=True)
     got = dict(experience.measured_for(_copy(A).pattern_fingerprint, A.dtype))
     m = got[(info.backend, info.method, info.preconditioner)]
-    assert m.seconds is not None and m.seconds > 0 and m.converged
+    assert m.seconds is not None and m.seconds > 0 and m.converged and m.samples == 1
+    st.solve(_copy(A), b)
+    got = dict(experience.measured_for(A.pattern_fingerprint, A.dtype))
+    assert got[(info.backend, info.method, info.preconditioner)].samples == 2
 
 
 def test_fast_direct_attempts_are_not_recorded():

@@ -54,7 +54,7 @@ _REFINE_STEPS = 2
 _DIRECT_PRODUCT = 1 << 20
 #: refinement steps with the shifted factorization when b may lie in a singular A's range
 _RANGE_STEPS = 30
-#: a singular matrix without a stored diagonal gets a dense least-squares try up to this size
+#: a singular matrix without a stored diagonal gets the refinement with a dense LU up to this size
 _DENSE_RANGE_MAX = 512
 #: an iterative attempt bounded by the direct method after it still gets this many iterations
 _MIN_BUDGET = 20
@@ -265,22 +265,41 @@ class Route:
 
     def _dense_in_range(self, values: torch.Tensor, B: torch.Tensor, rtol: float, atol: float,
                         t0: float) -> tuple[torch.Tensor, IterationResult] | None:
-        """A small matrix without a stored diagonal to shift: a dense SVD-based least-squares
-        solution (LAPACK gelsd, CPU, n <= 512), kept when its residual meets the tolerance."""
+        """A small matrix without a stored diagonal to shift (CPU, n <= 512): the same refinement
+        with a dense LU of ``A + delta I`` (LAPACK getrf, a third of an SVD's cost)."""
         n = self.A.format_shape[0]
         if n > _DENSE_RANGE_MAX or values.device.type != "cpu":
             return None
         D = self.A.with_values(values).to_dense()
-        X = torch.linalg.lstsq(D, B, driver="gelsd").solution
+        delta = math.sqrt(unit_roundoff(values.dtype)) * float(values.abs().amax())
+        eye = torch.eye(n, dtype=D.dtype)
+        LU, piv, info = torch.linalg.lu_factor_ex(D + delta * eye)
+        if bool((info != 0).any()):
+            return None
         bn = torch.linalg.vector_norm(B, dim=-2)
-        rn = torch.linalg.vector_norm(B - self._apply(values, X, False), dim=-2)
-        if not (bool(torch.isfinite(X).all()) and bool((rn <= torch.clamp(bn * rtol, min=atol)).all())):
+        tol = torch.clamp(bn * rtol, min=atol)
+        X = torch.zeros_like(B)
+        R, rn = B, bn
+        for steps in range(1, _RANGE_STEPS + 1):
+            X = X + torch.linalg.lu_solve(LU, piv, R)
+            R = B - D @ X
+            rn_new = torch.linalg.vector_norm(R, dim=-2)
+            if not bool(torch.isfinite(rn_new).all()):
+                return None
+            if bool((rn_new <= tol).all()):
+                rn = rn_new
+                break
+            if steps >= 2 and not bool((rn_new < 0.5 * rn).all()):
+                return None  # stalled: b has a component outside A's range
+            rn = rn_new
+        else:
             return None
         rel = float((rn / torch.where(bn > 0, bn, torch.ones_like(bn))).max())
-        reason = "A is singular but b lies in its range: the minimum-norm solution (dense SVD least squares)"
-        self.attempts.append(Attempt("torch", "dense", None, 0, Status.CONVERGED, rel, reason, True,
+        reason = (f"an LU met an exactly zero pivot (A is singular, or nearly) and b lies in A's range: a solution "
+                  f"by {steps} refinement steps with a dense LU of A + {delta:.2g} I")
+        self.attempts.append(Attempt("torch", "dense", None, steps, Status.CONVERGED, rel, reason, True,
                                      time.perf_counter() - t0))
-        return X, IterationResult(0, rel, True, Status.CONVERGED, reason)
+        return X, IterationResult(steps, rel, True, Status.CONVERGED, reason)
 
     def _lu_state(self) -> tuple[PlanState | None, Offer | None]:
         """An LU plan of this route for the shifted factorization: the cheapest LU offer's (the

@@ -15,8 +15,9 @@ things correct them here, in the core, for every backend alike:
   it failed, and why); the next decision on that pattern uses the measured count, scaled to the
   tolerance asked for, in place of the estimate, and a method that failed on the pattern at a
   tolerance no looser than the one asked for is declined (with the recorded reason) unless it is
-  pinned. A direct method whose attempt took more than :data:`DIRECT_SLOWER` times its estimate
-  (and :data:`DIRECT_MARGIN` more)
+  pinned. A direct method whose attempts took more than :data:`DIRECT_SLOWER` times its estimate
+  (and :data:`DIRECT_MARGIN` more) twice (:data:`CONFIRMATIONS`; one stall of a loaded machine
+  proves nothing)
   (fill-in models read the pattern's nonzeros per row only, and miss the fill of graphs that are
   not meshes) is priced at its measured time from then on, so the next call on the pattern
   tries the next offer. ``explain`` shows estimate and measurement side by side.
@@ -37,13 +38,15 @@ from typing import Any, Hashable
 
 from .records import Decline, Measured, Offer, Request
 
-__all__ = ["record", "measured_for", "clear_experience", "class_factor", "weigh", "DIRECT_SLOWER", "DIRECT_MARGIN"]
+__all__ = ["record", "measured_for", "clear_experience", "class_factor", "weigh", "DIRECT_SLOWER", "DIRECT_MARGIN", "CONFIRMATIONS"]
 
 _MAX_PATTERNS = 512
 #: a direct attempt is remembered when it took more than DIRECT_SLOWER times its estimate and
 #: DIRECT_MARGIN seconds more (below that the core's own per-call work, not the model, dominates)
-DIRECT_SLOWER = 2.0
+DIRECT_SLOWER = 3.0
 DIRECT_MARGIN = 0.01
+#: ... in this many attempts (the least time of them is used)
+CONFIRMATIONS = 2
 _store: "OrderedDict[Hashable, dict[tuple[str, str, str | None], Measured]]" = OrderedDict()
 _lock = threading.Lock()
 
@@ -58,7 +61,14 @@ def record(pattern_key: Any, dtype: Any, backend: str, method: str, precondition
         return
     k = _key(pattern_key, dtype)
     with _lock:
-        _store.setdefault(k, {})[(backend, method, preconditioner)] = measured
+        entry = _store.setdefault(k, {})
+        if measured.seconds is not None:
+            old = entry.get((backend, method, preconditioner))
+            if old is not None and old.seconds is not None:
+                measured = replace(measured, seconds=min(old.seconds, measured.seconds), samples=old.samples + 1)
+            else:
+                measured = replace(measured, samples=1)
+        entry[(backend, method, preconditioner)] = measured
         _store.move_to_end(k)
         while len(_store) > _MAX_PATTERNS:
             _store.popitem(last=False)
@@ -130,7 +140,7 @@ def weigh(request: Request, offers: list[Offer]) -> tuple[list[Offer], list[Decl
             continue
         if o.direct:
             m = measured.get((o.backend, o.method, o.preconditioner))
-            if m is not None and m.seconds is not None and m.seconds > o.seconds:
+            if m is not None and m.seconds is not None and m.samples >= CONFIRMATIONS and m.seconds > o.seconds:
                 note = f"measured {_ms(m.seconds)} on this pattern (backend estimated {_ms(o.seconds)})"
                 o = replace(o, seconds=m.seconds, setup=min(m.seconds, o.setup * m.seconds / max(o.seconds, 1e-300)),
                             notes=f"{o.notes}; {note}" if o.notes else note)

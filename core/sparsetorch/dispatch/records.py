@@ -127,14 +127,17 @@ class Request:
 class Measured:
     """What a method did on a pattern: the iterations an iterative one took to reach ``rtol`` (or
     ran before it stopped, ``converged=False``: then ``reason`` says why); for a direct one,
-    ``seconds``, the wall time of its whole attempt (plan, factorization, solve and check), kept
-    when it exceeded the backend's estimate several times over."""
+    ``seconds``, the least wall time of its whole attempt (plan, factorization, solve and check)
+    over ``samples`` attempts, kept when each exceeded the backend's estimate several times over."""
 
     iterations: int
     rtol: float
     converged: bool
     reason: str = ""
     seconds: float | None = None
+    #: how many attempts measured ``seconds`` (the least of them is kept); one is not trusted
+    #: alone: a loaded machine stalls a call now and then
+    samples: int = 0
 
 
 @dataclass(frozen=True)

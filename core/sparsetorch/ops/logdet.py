@@ -68,8 +68,11 @@ class _Slogdet(torch.autograd.Function):
         h = ctx.handle
         if not ctx.needs_input_grad[0]:
             return None, None
-        h["state"].load(values)
-        Z = _inverse_transpose_entries(h)  # (A^-1)[col_k, row_k] per stored slot, batch in front
+        # load and solves under the plan's lock: another thread's call on the same cached plan
+        # must not load its values between this load and these solves
+        with h["state"].lock:
+            h["state"].load(values)
+            Z = _inverse_transpose_entries(h)  # (A^-1)[col_k, row_k] per stored slot, batch in front
         coef = torch.zeros_like(sign.real if sign.is_complex() else sign) if glogabs is None else glogabs
         if values.is_complex():
             g = coef.to(values.dtype)
