@@ -15,6 +15,7 @@ interior transpose runs, then summed in.
 from __future__ import annotations
 
 import math
+import warnings
 import weakref
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -56,8 +57,10 @@ class _Csr:
         return int(self.col.numel())
 
     def tensor(self, values: torch.Tensor) -> torch.Tensor:
-        return torch.sparse_csr_tensor(self.crow, self.col, values[self.slot], (self.nrows, self.ncols),
-                                       check_invariants=False)
+        with warnings.catch_warnings():  # torch's "CSR support is in beta" notice, once per value set
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.sparse_csr_tensor(self.crow, self.col, values[self.slot], (self.nrows, self.ncols),
+                                           check_invariants=False)
 
     def to(self, device) -> "_Csr":
         return _Csr(self.crow.to(device), self.col.to(device), self.slot.to(device), self.nrows, self.ncols)

@@ -1,0 +1,123 @@
+"""Distributed CG on the CPU over gloo: time per iteration, halo volume and memory per rank, for
+1/2/4 processes, against the single-process torch CG (sparsetorch.solve, backend="torch").
+
+    .venv/bin/python benchmarks/bench_distributed.py [--grid 160] [--iters 200] [--procs 1 2 4]
+
+2-D Poisson (5-point) on a grid x grid mesh, each rank assembling its own contiguous rows; a
+random right-hand side; CG without a preconditioner for a fixed number of iterations (rtol 0,
+on_nonconvergence="ignore"), best of 3 timed solves after a warm-up. "stored bytes" counts every
+tensor the DSparseTensor holds on the rank (pattern, halo plan, values, cached CSR blocks); the
+single-process figure counts the CSR matrix. max RSS includes the Python/torch runtime (~300 MB).
+On a machine with fewer cores than processes the per-iteration times of p > cores are
+oversubscribed: the JSON records the core count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _rank_run(comm, grid: int, iters: int) -> dict:
+    import sparsetorch_distributed as sd
+    from sparsetorch_distributed.problems import poisson2d_rows
+
+    N = grid * grid
+    off = sd.contiguous_offsets(N, comm.size)
+    ids = torch.arange(off[comm.rank], off[comm.rank + 1])
+    r, c, _ = poisson2d_rows(grid, ids)
+    v = torch.where(r == c, 4.0, -1.0).to(torch.float64)
+    t0 = time.perf_counter()
+    A = sd.DSparseTensor.from_local_rows(r, c, v, (N, N), comm=comm)
+    build = time.perf_counter() - t0
+    b = torch.randn(ids.numel(), generator=torch.Generator().manual_seed(comm.rank), dtype=torch.float64)
+    kw = dict(method="cg", preconditioner=None, rtol=0.0, maxiter=iters, on_nonconvergence="ignore", return_info=True,
+              symmetric=True)
+    sd.solve(A, b, **kw)
+    best = float("inf")
+    for _ in range(3):
+        comm.allreduce(torch.zeros(1))
+        t = time.perf_counter()
+        _, info = sd.solve(A, b, **kw)
+        best = min(best, time.perf_counter() - t)
+    worst = comm.allreduce(torch.tensor([best]), "max").item()
+    stored = sum(t.numel() * t.element_size() for t in A.storage().values())
+    return dict(rank=comm.rank, n_local=A.n_local, nse_local=A.nse_local, halo=A.halo_volume(), build_s=build,
+                solve_s=worst, iterations=info.iterations, s_per_iteration=worst / max(info.iterations, 1),
+                reductions=info.reductions, stored_bytes=stored,
+                max_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
+def _single(grid: int, iters: int) -> dict:
+    import sparsetorch as st
+    from sparsetorch_distributed.problems import poisson2d_rows
+
+    N = grid * grid
+    r, c, _ = poisson2d_rows(grid, torch.arange(N))
+    v = torch.where(r == c, 4.0, -1.0).to(torch.float64)
+    A = st.SparseTensor.from_coo(v, r, c, shape=(N, N), format=st.format.CSR)
+    b = torch.randn(N, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    kw = dict(backend="torch", method="cg", preconditioner=None, rtol=1e-300, maxiter=iters, on_nonconvergence="ignore",
+              return_info=True, properties="spd")
+    st.solve(A, b, **kw)
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        _, info = st.solve(A, b, **kw)
+        best = min(best, time.perf_counter() - t)
+    stored = sum(x.numel() * x.element_size() for x in (A.pos(1), A.crd(1), A.values) if x is not None)
+    return dict(solve_s=best, iterations=info.iterations, s_per_iteration=best / max(info.iterations, 1),
+                stored_bytes=stored, max_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--grid", type=int, default=160)
+    ap.add_argument("--iters", type=int, default=200)
+    ap.add_argument("--procs", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "distributed_cpu.json"))
+    args = ap.parse_args()
+    import sparsetorch
+    import sparsetorch_distributed as sd
+    from sparsetorch_distributed.launch import run_local
+
+    torch.set_num_threads(1)
+    single = _single(args.grid, args.iters)
+    print(f"single process torch CG: {single['s_per_iteration'] * 1e3:.3f} ms/iteration")
+    runs = {}
+    env = {"PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])}
+    for p in args.procs:
+        ranks = run_local(p, "bench_distributed:_rank_run", (args.grid, args.iters), timeout=600, env=env)
+        runs[str(p)] = ranks
+        r0 = ranks[0]
+        print(f"p={p}: {r0['s_per_iteration'] * 1e3:.3f} ms/iteration (slowest rank), halo rows received per rank "
+              f"{[r['halo']['rows_received'] for r in ranks]}, stored MB per rank "
+              f"{[round(r['stored_bytes'] / 2**20, 2) for r in ranks]}")
+    out = dict(
+        benchmark="bench_distributed", command=" ".join([Path(sys.executable).name] + sys.argv[:1] + sys.argv[1:]),
+        machine=dict(platform=platform.platform(), processor=platform.processor(), cpus=os.cpu_count()),
+        versions=dict(python=platform.python_version(), torch=torch.__version__, sparsetorch=sparsetorch.__version__,
+                      sparsetorch_distributed=sd.__version__),
+        problem=dict(kind="2-D Poisson 5-point", grid=args.grid, N=args.grid ** 2, iterations=args.iters,
+                     method="cg", preconditioner=None, backend="gloo", threads_per_process=1),
+        single_process=single,
+        distributed=runs,
+        ratio_p1_vs_single=runs["1"][0]["s_per_iteration"] / single["s_per_iteration"] if "1" in runs else None,
+    )
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=1))
+    print(f"p=1 / single-process time per iteration: {out['ratio_p1_vs_single']:.3f}; wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
