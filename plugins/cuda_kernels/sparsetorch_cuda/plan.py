@@ -104,7 +104,8 @@ class CudaSpmmPlan:
     ``variant`` picks the CSR kernel: ``"vector"`` (VEC lanes per row, VEC from the mean row
     length) or ``"balanced"`` (equal nonzeros per warp, for skewed rows); ``None`` chooses
     by the rows' spread (see :func:`sparsetorch_cuda.cost.csr_variant`). For DELTA it is
-    ``"smem"`` (default: X copied into shared memory when it fits in 48 KB) or ``"global"``."""
+    ``"lanes"`` (default: one entry per lane) or ``"groups"`` (8 consecutive entries per lane,
+    16-byte value loads); both copy X into shared memory when it fits in 48 KB."""
 
     method = "spmm"
     preconditioner = None
@@ -146,9 +147,9 @@ class CudaSpmmPlan:
             starts = torch.arange(warps, device=self.device, dtype=torch.int64) * CHUNK
             self.first_row = (torch.searchsorted(self.rowptr.to(torch.int64), starts, right=True) - 1).clamp_(0, max(m - 1, 0)).to(self.idx)
         if self.kind == "delta":
-            self.variant = variant or "smem"
-            if self.variant not in ("smem", "global"):
-                raise InputError(f"{backend}: DELTA variant must be 'smem' or 'global', got {variant!r}")
+            self.variant = variant or "lanes"
+            if self.variant not in ("lanes", "groups"):
+                raise InputError(f"{backend}: DELTA variant must be 'lanes' or 'groups', got {variant!r}")
         self.reload_cheap = True
 
     # Pattern builders ---------------------------------------------------------------------------
@@ -304,15 +305,13 @@ class CudaSpmmPlan:
                                                x.data_ptr(), y.data_ptr()), device=self.dev_index)
         else:  # delta: X in shared memory when it fits (the gathers then stay on the SM)
             xbytes = n * k * x.element_size()
-            if self.variant != "global" and xbytes <= DELTA_SMEM_BYTES:
-                kern = kernel("spmv", "delta_rows_smem", self.dtype, self.idx, dev, 10)
-                kern((-(-m * 32 // DELTA_SMEM_BLOCK), 1), DELTA_SMEM_BLOCK,
-                     (m, n, k, self.nnz, self.bits, self.rowptr.data_ptr(), self.words.data_ptr(), v.data_ptr(), x.data_ptr(),
-                      y.data_ptr()), shared=xbytes, device=self.dev_index)
-            else:
-                kern = kernel("spmv", "delta_rows", self.dtype, self.idx, dev, 9)
-                kern((-(-m * 32 // BLOCK), 1), BLOCK, (m, k, self.nnz, self.bits, self.rowptr.data_ptr(), self.words.data_ptr(),
-                                                       v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.dev_index)
+            smem = xbytes <= DELTA_SMEM_BYTES
+            name = ("delta_lanes" if self.variant == "lanes" else "delta_rows") + ("_smem" if smem else "")
+            block = DELTA_SMEM_BLOCK if smem else BLOCK
+            kern = kernel("spmv", name, self.dtype, self.idx, dev, 10)
+            kern((-(-m * 32 // block), 1), block, (m, n, k, self.nnz, self.bits, self.rowptr.data_ptr(), self.words.data_ptr(),
+                                                   v.data_ptr(), x.data_ptr(), y.data_ptr()),
+                 shared=xbytes if smem else 0, device=self.dev_index)
 
     def _csr(self, rowptr, col, v, x, y, rows: int, k: int, vec: int, variant: str, first_row, idx) -> None:
         dev = self.dev_index

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 #: kernels each source must export (launch.py looks them up by these names)
 EXPECTED = {
     "spmv": ["csr_vec1", "csr_vec2", "csr_vec4", "csr_vec8", "csr_vec16", "csr_vec32", "csr_cols", "csr_balanced",
-             "dia_rows", "ell_rows", "delta_rows", "delta_rows_smem", "cast_out"],
+             "dia_rows", "ell_rows", "delta_rows", "delta_rows_smem", "delta_lanes", "delta_lanes_smem", "cast_out"],
     "sddmm": ["csr_sddmm1", "csr_sddmm4", "csr_sddmm32", "dia_sddmm", "ell_sddmm", "delta_sddmm"],
 }
 

@@ -214,27 +214,71 @@ __device__ __forceinline__ void delta_row(i64 row, int lane, i64 k, i64 nnz, i64
   }
 }
 
-extern "C" __global__ void delta_rows(i64 m, i64 k, i64 nnz, i64 bits, const idx_t* __restrict__ rowptr,
-                                      const unsigned* __restrict__ words, const val_t* __restrict__ val,
-                                      const val_t* __restrict__ x, val_t* __restrict__ y) {
-  i64 row = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-  if (row >= m) return;
-  delta_row(row, threadIdx.x & 31, k, nnz, bits, rowptr, words, val, x, y);
+// One entry per lane instead (consecutive lanes on consecutive entries, so the gathers of X by
+// one warp instruction fall on nearby columns), four rounds of 32 per step with four independent
+// warp scans in flight.
+__device__ __forceinline__ void delta_row_lanes(i64 row, int lane, i64 k, i64 bits, const idx_t* __restrict__ rowptr,
+                                                const unsigned* __restrict__ words, const val_t* __restrict__ val,
+                                                const val_t* xs, val_t* __restrict__ y) {
+  unsigned mask = bits >= 32 ? 0xffffffffu : ((1u << bits) - 1u);
+  i64 p0 = RO(rowptr + row), p1 = RO(rowptr + row + 1);
+  for (i64 c = 0; c < k; ++c) {
+    acc_t s = 0;
+    i64 base = -1;
+    for (i64 eb = p0; eb < p1; eb += 128) {
+      int adv[4], inc[4];
+      acc_t v[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        i64 e = eb + u * 32 + lane;
+        bool in = e < p1;
+        adv[u] = in ? (int)gap_at(words, e, (int)bits, mask) + 1 : 0;
+        v[u] = in ? ld(RO(val + e)) : (acc_t)0;
+        inc[u] = adv[u];
+      }
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          int up = __shfl_up_sync(0xffffffffu, inc[u], o);
+          if (lane >= o) inc[u] += up;
+        }
+      }
+      i64 start = base;
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        if (adv[u]) s += v[u] * ld(xs[(start + inc[u]) * k + c]);
+        start += __shfl_sync(0xffffffffu, inc[u], 31);
+      }
+      base = start;
+    }
+    s = warp_sum(s);
+    if (lane == 0) y[row * k + c] = st(s);
+  }
 }
 
-// The same with X (n x k values, at most 48 KB) copied into shared memory first: the gathers
-// of X hit shared memory instead of L1/L2.
-extern "C" __global__ void delta_rows_smem(i64 m, i64 n, i64 k, i64 nnz, i64 bits, const idx_t* __restrict__ rowptr,
-                                           const unsigned* __restrict__ words, const val_t* __restrict__ val,
-                                           const val_t* __restrict__ x, val_t* __restrict__ y) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  val_t* xs = reinterpret_cast<val_t*>(smem_raw);
-  for (i64 t = threadIdx.x; t < n * k; t += blockDim.x) xs[t] = RO(x + t);
-  __syncthreads();
-  i64 row = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-  if (row >= m) return;
-  delta_row(row, threadIdx.x & 31, k, nnz, bits, rowptr, words, val, xs, y);
-}
+// X (n x k values, at most 48 KB) is copied into shared memory first when SMEM is set.
+#define DELTA_KERNEL(NAME, BODY, SMEM)                                                                        \
+  extern "C" __global__ void NAME(i64 m, i64 n, i64 k, i64 nnz, i64 bits, const idx_t* __restrict__ rowptr,  \
+                                  const unsigned* __restrict__ words, const val_t* __restrict__ val,         \
+                                  const val_t* __restrict__ x, val_t* __restrict__ y) {                      \
+    extern __shared__ __align__(16) unsigned char smem_raw[];                                                 \
+    const val_t* xs = x;                                                                                      \
+    if (SMEM) {                                                                                               \
+      val_t* sx = reinterpret_cast<val_t*>(smem_raw);                                                         \
+      for (i64 t = threadIdx.x; t < n * k; t += blockDim.x) sx[t] = RO(x + t);                                \
+      __syncthreads();                                                                                        \
+      xs = sx;                                                                                                \
+    }                                                                                                         \
+    i64 row = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;                                              \
+    if (row >= m) return;                                                                                     \
+    BODY;                                                                                                     \
+  }
+
+DELTA_KERNEL(delta_rows, delta_row(row, threadIdx.x & 31, k, nnz, bits, rowptr, words, val, xs, y), false)
+DELTA_KERNEL(delta_rows_smem, delta_row(row, threadIdx.x & 31, k, nnz, bits, rowptr, words, val, xs, y), true)
+DELTA_KERNEL(delta_lanes, delta_row_lanes(row, threadIdx.x & 31, k, bits, rowptr, words, val, xs, y), false)
+DELTA_KERNEL(delta_lanes_smem, delta_row_lanes(row, threadIdx.x & 31, k, bits, rowptr, words, val, xs, y), true)
 
 // ---- cast of the accumulator buffer to the value type (csr_balanced on half types) --------------
 extern "C" __global__ void cast_out(i64 count, const acc_t* __restrict__ src, val_t* __restrict__ dst) {
