@@ -1,4 +1,4 @@
-"""Multi-process runs shared by the tests: every scenario of _scenarios.py once at 2 and at 4 ranks."""
+"""Multi-process runs shared by the tests: every scenario of _dist_scenarios.py once at 2 and at 4 ranks."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def _run(nprocs: int):
     from sparsetorch_distributed.launch import run_local
 
     env = {"PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
-    return run_local(nprocs, "_scenarios:run_all", (), timeout=170, env=env, collective_timeout=30)
+    return run_local(nprocs, "_dist_scenarios:run_all", (), timeout=170, env=env, collective_timeout=30)
 
 
 @pytest.fixture(scope="session")

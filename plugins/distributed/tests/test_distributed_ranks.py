@@ -137,7 +137,7 @@ def test_rcb_partition_from_own_rows(runs):
     N = 144
     A = torch.zeros(N, N, dtype=torch.float64)
     from sparsetorch_distributed.problems import poisson2d_rows
-    from _scenarios import poisson_values
+    from _dist_scenarios import poisson_values
 
     r, c, _ = poisson2d_rows(12, torch.arange(N))
     A.index_put_((r, c), poisson_values(r, c))
@@ -150,7 +150,7 @@ def test_list_of_patterns(runs):
     outs = _scenario(runs, "list")
     N = 144
     from sparsetorch_distributed.problems import poisson2d_rows, tridiag_rows
-    from _scenarios import poisson_values
+    from _dist_scenarios import poisson_values
 
     r, c, _ = poisson2d_rows(12, torch.arange(N))
     A1 = torch.zeros(N, N, dtype=torch.float64).index_put_((r, c), poisson_values(r, c))
