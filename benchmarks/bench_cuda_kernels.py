@@ -145,7 +145,7 @@ def case_stencil(tab: Table, m: int) -> None:
             for variant in variants:
                 p = _plan(A, variant)
                 # only what the plan runs by default feeds the cost model's fit
-                fam = {"csr": f"csr_{variant}" if variant == _plan(A).variant else None, "dia": "dia", "ell": "ell"}[kind]
+                fam = ("dia" if kind == "dia" else "ell") if kind != "csr" else (f"csr_{variant}" if variant == _plan(A).variant else None)
                 nb = traffic(kind, m=n, n=n, nnz=int(A.nse), k=1, vs=vs, isz=isz, slots=int(A.values.shape[-1]))
                 tab.record(case, f"cuda plan.apply {label}" + (f" [{variant}]" if variant else ""), lambda p=p: p.apply(x2),
                            lambda p=p: p.apply(x2), ref, nb, family=fam, dtype=name, format=label)
@@ -205,13 +205,13 @@ def case_lowsparsity(tab: Table, size: int, dtypes) -> None:
                            size * size * vs + 2 * size * k * vs, dtype=name, k=k, density=density)
                 S = st.SparseTensor.from_dense(W, mask=mask)
                 fmts = [("DELTA(4)", DELTA(4))] + ([("DELTA(8)", DELTA(8))] if density < 0.3 else []) + [("CSR int32", CSR)]
-                for label, fmt in fmts + [("DELTA(4) [groups]", DELTA(4))]:
+                for label, fmt in fmts + [("DELTA(4) [lanes]", DELTA(4))]:
                     A = S.convert(fmt, index_dtype=torch.int32)
-                    p = _plan(A, "groups" if "groups" in label else None)
+                    p = _plan(A, "lanes" if "lanes" in label else None)
                     kind = p.kind
                     nb = traffic(kind, m=size, n=size, nnz=int(A.nse), k=k, vs=vs, isz=4, bits=getattr(p, "bits", None))
                     fam = {"delta": "delta", "csr": "csr_vector"}[kind] if not (kind == "csr" and k >= 16) else "csr_cols"
-                    if "groups" in label:
+                    if "lanes" in label:
                         fam = None  # a variant for comparison, not what the plan runs by default
                     tab.record(case, f"cuda plan.apply {label} k={k}", lambda p=p, X=X: p.apply(X), lambda p=p, X=X: p.apply(X),
                                ref, nb, family=fam, dtype=name, k=k, density=density, format=label,

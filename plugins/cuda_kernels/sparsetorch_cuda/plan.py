@@ -104,8 +104,8 @@ class CudaSpmmPlan:
     ``variant`` picks the CSR kernel: ``"vector"`` (VEC lanes per row, VEC from the mean row
     length) or ``"balanced"`` (equal nonzeros per warp, for skewed rows); ``None`` chooses
     by the rows' spread (see :func:`sparsetorch_cuda.cost.csr_variant`). For DELTA it is
-    ``"lanes"`` (default: one entry per lane) or ``"groups"`` (8 consecutive entries per lane,
-    16-byte value loads); both copy X into shared memory when it fits in 48 KB."""
+    ``"groups"`` (default: 8 consecutive entries per lane, 16-byte value loads; measured 81.6
+    against 92.7 us at 8192^2, 50 %, float16) or ``"lanes"`` (one entry per lane); both copy X into shared memory when it fits in 48 KB."""
 
     method = "spmm"
     preconditioner = None
@@ -147,7 +147,7 @@ class CudaSpmmPlan:
             starts = torch.arange(warps, device=self.device, dtype=torch.int64) * CHUNK
             self.first_row = (torch.searchsorted(self.rowptr.to(torch.int64), starts, right=True) - 1).clamp_(0, max(m - 1, 0)).to(self.idx)
         if self.kind == "delta":
-            self.variant = variant or "lanes"
+            self.variant = variant or "groups"
             if self.variant not in ("lanes", "groups"):
                 raise InputError(f"{backend}: DELTA variant must be 'lanes' or 'groups', got {variant!r}")
         self.reload_cheap = True
