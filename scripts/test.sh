@@ -13,7 +13,7 @@ source "$ROOT/scripts/_venv.sh"
 STAMP="$VENV/.sparsetorch-test-installed"
 
 # Re-install only when the packaging inputs changed (or the stamp is missing).
-want="$(cat pyproject.toml plugins/scipy_backend/pyproject.toml plugins/eigen_backend/pyproject.toml plugins/cupy_backend/pyproject.toml plugins/cudss_backend/pyproject.toml plugins/distributed/pyproject.toml scripts/test.sh scripts/_venv.sh | "$PY" -c 'import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())')"
+want="$(cat pyproject.toml plugins/scipy_backend/pyproject.toml plugins/eigen_backend/pyproject.toml plugins/cupy_backend/pyproject.toml plugins/cudss_backend/pyproject.toml plugins/distributed/pyproject.toml plugins/cuda_kernels/pyproject.toml scripts/test.sh scripts/_venv.sh | "$PY" -c 'import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())')"
 if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$want" ]] || ! "$PY" -m pip show sparsetorch >/dev/null 2>&1; then
     echo "==> installing sparsetorch (editable) with the test extra"
     "$PY" -m pip install -e '.[test]'
@@ -28,6 +28,9 @@ if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$want" ]] || ! "$PY" -m pip show sp
     "$PY" -m pip install -e plugins/cudss_backend
     # The distributed plugin (torch.distributed; its tests spawn 2 and 4 gloo processes, ~1 min).
     "$PY" -m pip install -e plugins/distributed
+    # Native CUDA kernels (NVRTC through cuda-bindings + nvidia-cuda-nvrtc, its dependencies). On a
+    # machine without a GPU: the host compile test, declines and costs run; GPU tests skip.
+    "$PY" -m pip install -e plugins/cuda_kernels
     echo "$want" > "$STAMP"
 fi
 

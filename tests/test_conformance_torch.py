@@ -119,3 +119,44 @@ def test_cuda_cases_skip_without_cuda():
     (cuda_marks,) = [m for v, m in zip(rec.calls["device"], rec.marks["device"]) if v == "cuda"]
     assert [m.name for m in cuda_marks] == ["skipif"]
     assert cuda_marks[0].args[0] == (not torch.cuda.is_available())
+
+
+# --- the kit's defaults from BackendInfo, and tests_to_skip ------------------------------------------
+def test_kit_attributes_default_to_the_backends_declaration():
+    import sparsetorch as st
+
+    class Named(SolveConformance):  # not collected: no Test prefix
+        backend = "torch"
+
+    info = st.registry().info("torch")
+    assert Named.methods == info.methods("solve")
+    assert Named.devices == tuple(info.devices)
+    assert set(Named.dtypes) <= set(info.dtypes) and torch.float64 in Named.dtypes
+
+    class Overridden(SolveConformance):
+        backend = "torch"
+        methods = ("lu",)
+
+    assert Overridden.methods == ("lu",)
+
+
+def test_tests_to_skip_skips_with_its_reason_and_rejects_unknown_names(tmp_path):
+    import subprocess
+    import sys
+
+    def run(name: str, skip: str) -> str:
+        (tmp_path / f"test_{name}.py").write_text(
+            "from sparsetorch.testing import SolveConformance\n\n"
+            f"class Test{name}(SolveConformance):\n"
+            "    backend = 'torch'\n"
+            "    methods = ('lu',)\n"
+            f"    tests_to_skip = {skip}\n")
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-k",
+                               "test_solve_matches_dense", f"test_{name}.py"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        return done.stdout + done.stderr
+
+    out = run("Skipping", "{'test_solve_matches_dense': 'known difference (test of the kit)'}")
+    assert "known difference (test of the kit)" in out and " passed" not in out
+    out = run("Typo", "{'test_no_such_test': 'typo'}")
+    assert "no test of the class" in out

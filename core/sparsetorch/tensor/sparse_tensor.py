@@ -524,30 +524,36 @@ class SparseTensor:
         )
 
     @property
-    def pattern_fingerprint(self) -> tuple:
+    def pattern_fingerprint(self) -> tuple | None:
         """Content identity of the pattern: equal for two tensors whose index buffers hold the
         same numbers, even in fresh buffers (a matrix rebuilt or re-read with new values).
         Unlike :attr:`pattern_key` it reads the buffers (O(nnz) once per pattern, cached): on the
         CPU a 128-bit BLAKE2 digest of the bytes; on other devices two position-weighted sums
         computed there (one transfer of two numbers), a fingerprint whose rare collisions may only
-        mislead estimates that use it (the dispatcher's measurements), never a result."""
+        mislead estimates that use it (the dispatcher's measurements), never a result. None
+        inside a torch.func transform (buffers without storage of their own cannot be read)."""
         cache = self._cache
         got = cache.get("fingerprint")
         if got is None:
             bufs = [b for b in (*self._pos, *self._crd) if b is not None]
-            if self.device.type == "cpu":
-                h = hashlib.blake2b(digest_size=16)
-                for b in bufs:
-                    h.update(b"|%d|" % b.numel())
-                    h.update(b.detach().contiguous().numpy().tobytes() if b.numel() else b"")
-                digest: Any = h.hexdigest()
-            else:
-                sums = []
-                for b in bufs:
-                    v = b.detach().reshape(-1).to(torch.int64)
-                    w = torch.arange(1, v.numel() + 1, device=v.device, dtype=torch.int64) * 0x9E3779B1
-                    sums.append(torch.stack([v.sum(), (v * w).sum()]))
-                digest = tuple(torch.cat(sums).tolist()) if sums else ()
+            if not all(is_plain(b) for b in bufs):
+                return None
+            try:
+                if self.device.type == "cpu":
+                    h = hashlib.blake2b(digest_size=16)
+                    for b in bufs:
+                        h.update(b"|%d|" % b.numel())
+                        h.update(b.contiguous().numpy().tobytes() if b.numel() else b"")
+                    digest: Any = h.hexdigest()
+                else:
+                    sums = []
+                    for b in bufs:
+                        v = b.reshape(-1).to(torch.int64)
+                        w = torch.arange(1, v.numel() + 1, device=v.device, dtype=torch.int64) * 0x9E3779B1
+                        sums.append(torch.stack([v.sum(), (v * w).sum()]))
+                    digest = tuple(torch.cat(sums).tolist()) if sums else ()
+            except RuntimeError:
+                return None  # inside a torch.func transform the buffers may be wrapped: not readable
             got = (str(self._format), self.format_shape, self.index_dtype, self.device.type, digest)
             cache["fingerprint"] = got
         return got
