@@ -13,7 +13,7 @@ import torch
 import sparsetorch as st
 from sparsetorch.demo import poisson2d
 from sparsetorch.format import COO, CSC, CSR
-from sparsetorch.ops import _inputs
+from sparsetorch.tensor import validate as _inputs
 from sparsetorch.ops.properties import _detect, detect
 
 _MAP = ("properties", "symmetry_map")

@@ -41,10 +41,11 @@ import torch
 from ..dispatch import experience
 from ..dispatch.records import Measured, Offer
 from ..errors import BackendError, IndefiniteMatrixError, SingularMatrixError
-from ..ops.accuracy import backward_error_bound, default_rtol, unit_roundoff
-from ..ops.info import Attempt, IterationResult, Status
+from ..dispatch.accuracy import backward_error_bound, default_rtol, unit_roundoff
+from ..dispatch.results import Attempt, IterationResult, Status
 from ..tensor import SparseTensor
-from .handles import PlanState, guarded
+from ..dispatch.plan import PlanState, guarded
+from . import products
 
 __all__ = ["Route"]
 
@@ -445,12 +446,9 @@ class Route:
             from .lstsq import apply_entries  # noqa: PLC0415
 
             return apply_entries(self.A, values, X, adjoint=adjoint)
-        from ..ops._dispatch import obtain_plan  # noqa: PLC0415 - ops imports this module
-        from ..ops.matmul import matmul_request  # noqa: PLC0415
-        from .handles import MatmulHandle  # noqa: PLC0415
+        from .handles import MatmulHandle  # noqa: PLC0415 - handles imports this module
 
-        mm, _, _ = obtain_plan("matmul", self.A, matmul_request(self.A, X, {}))
-        return MatmulHandle(mm, self.A, adjoint).run(values, X)
+        return MatmulHandle(products.product_state(self.A, X), self.A, adjoint).run(values, X)
 
     # ------------------------------------------------------------------------------------------
     def _note(self, state: PlanState, offer: Offer | None, res: IterationResult, seconds: float, rtol: float) -> None:

@@ -33,7 +33,8 @@ from torch.autograd.function import once_differentiable
 
 from ..errors import InputError, NotConvergedError, NotConvergedWarning
 from ..tensor import SparseTensor
-from .handles import PlanState, guarded, sddmm
+from ..dispatch.plan import PlanState, guarded
+from .sddmm import sddmm
 
 __all__ = ["LstsqHandle", "lstsq_function", "apply_entries"]
 

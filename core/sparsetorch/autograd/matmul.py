@@ -14,7 +14,8 @@ from __future__ import annotations
 import torch
 
 from ._fast_apply import FastFunction
-from .handles import MatmulHandle, sddmm, vmap_columns
+from .handles import MatmulHandle, vmap_columns
+from .sddmm import sddmm
 
 __all__ = ["matmul_function"]
 

@@ -22,7 +22,9 @@ from __future__ import annotations
 import torch
 
 from ._fast_apply import FastFunction
-from .handles import SolveHandle, sddmm, vmap_columns
+from . import products
+from .handles import SolveHandle, vmap_columns
+from .sddmm import sddmm
 
 __all__ = ["solve_function"]
 
@@ -72,13 +74,10 @@ class _Solve(FastFunction):
 def _tangent_product(h: SolveHandle, dvalues: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
     """``A(dvalues) @ X`` (``A(dvalues)^H @ X`` for an adjoint handle) on A's pattern, through a
     product plan from the plan cache."""
-    from ..ops._dispatch import obtain_plan  # noqa: PLC0415 - ops imports this module
-    from ..ops.matmul import matmul_request  # noqa: PLC0415
     from .handles import MatmulHandle  # noqa: PLC0415
     from .matmul import matmul_function  # noqa: PLC0415
 
-    state, _, _ = obtain_plan("matmul", h.A, matmul_request(h.A, X, {}))
-    return matmul_function(dvalues, X, MatmulHandle(state, h.A, h.adjoint))
+    return matmul_function(dvalues, X, MatmulHandle(products.product_state(h.A, X), h.A, h.adjoint))
 
 
 def solve_function(values: torch.Tensor, B: torch.Tensor, handle: SolveHandle) -> torch.Tensor:

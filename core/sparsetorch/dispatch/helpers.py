@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from ..ops.info import IterationResult, Status
+from .results import IterationResult, Status
 from .records import Request
 
 __all__ = ["sparsity_dimension", "loglog_interp", "Outcome", "combine", "cuda_matrix_decline"]

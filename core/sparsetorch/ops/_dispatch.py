@@ -9,8 +9,9 @@ from typing import Any
 
 import torch
 
+from ..autograd import products
 from ..autograd.fallback import Route
-from ..autograd.handles import PlanState
+from ..dispatch.plan import PlanState
 from ..dispatch.cache import plan_cache
 from ..dispatch.records import Offer, OperandInfo, Request
 from ..dispatch.select import ExplainTable, choose
@@ -139,3 +140,14 @@ def route_for(op: str, A: SparseTensor, request: Request, table: ExplainTable, o
         k = offers.index(offer) if offer in offers else -1
         rest = offers[k + 1:] + offers[:max(k, 0)]
     return Route(A.detach(), state, offer, rest, lambda o: plan_for(op, A, request, o, cache=cache), pinned=pinned)
+
+
+def _product_state(A: SparseTensor, X: torch.Tensor) -> PlanState:
+    """The product plan for ``A @ X`` (what the autograd layer's checks and tangents use)."""
+    from .matmul import matmul_request  # noqa: PLC0415 - matmul imports this module
+
+    state, _, _ = obtain_plan("matmul", A, matmul_request(A, X, {}))
+    return state
+
+
+products.register(_product_state)

@@ -6,7 +6,8 @@ from typing import Any
 
 import torch
 
-from ..autograd.handles import MatmulHandle, PlanState
+from ..autograd.handles import MatmulHandle
+from ..dispatch.plan import PlanState
 from ..autograd.matmul import matmul_function
 from ..dispatch.select import ExplainTable
 from ..errors import InputError
@@ -136,3 +137,22 @@ class Matmul:
 
     def __exit__(self, *exc) -> None:
         self.free()
+
+
+def _matmul_operator(self: SparseTensor, other: torch.Tensor) -> torch.Tensor:
+    """``A @ X`` through :func:`sparsetorch.matmul` (dispatch, plan cache, gradients)."""
+    return matmul(self, other)
+
+
+def _rmatmul_operator(self: SparseTensor, other: torch.Tensor) -> torch.Tensor:
+    """``X @ A`` as ``(A^T @ X^T)^T`` (A^T is a view)."""
+    if not isinstance(other, torch.Tensor):
+        return NotImplemented
+    if other.dim() == 1:
+        return matmul(self.T, other)
+    return matmul(self.T, other.transpose(-2, -1)).transpose(-2, -1)
+
+
+# The tensor layer sits below dispatch: its operators are bound here, where matmul lives.
+SparseTensor.__matmul__ = _matmul_operator  # type: ignore[method-assign]
+SparseTensor.__rmatmul__ = _rmatmul_operator  # type: ignore[method-assign]

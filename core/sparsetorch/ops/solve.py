@@ -6,7 +6,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..autograd.handles import PlanState, SolveHandle
+from ..autograd.handles import SolveHandle
+from ..dispatch.plan import PlanState
 from ..autograd.solve import solve_function
 from ..dispatch import experience
 from ..dispatch.select import ExplainTable

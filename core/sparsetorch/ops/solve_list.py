@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..autograd.handles import sddmm
+from ..autograd.sddmm import sddmm
 from ..dispatch.cache import plan_cache
 from ..dispatch.records import OperandInfo, Request
 from ..dispatch.select import ExplainTable, rank

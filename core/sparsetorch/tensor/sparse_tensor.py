@@ -596,21 +596,8 @@ class SparseTensor:
     def __len__(self) -> int:
         return self._shape[0]
 
-    def __matmul__(self, other: torch.Tensor) -> torch.Tensor:
-        """``A @ X`` through :func:`sparsetorch.matmul` (dispatch, plan cache, gradients)."""
-        from ..ops.matmul import matmul
-
-        return matmul(self, other)
-
-    def __rmatmul__(self, other: torch.Tensor) -> torch.Tensor:
-        """``X @ A`` as ``(A^T @ X^T)^T`` (A^T is a view)."""
-        from ..ops.matmul import matmul
-
-        if not isinstance(other, torch.Tensor):
-            return NotImplemented
-        if other.dim() == 1:
-            return matmul(self.T, other)
-        return matmul(self.T, other.transpose(-2, -1)).transpose(-2, -1)
+    # ``A @ X`` and ``X @ A`` are bound by ``sparsetorch.ops.matmul`` (dispatch lives above this
+    # layer): :func:`sparsetorch.matmul` with its plan cache and gradients.
 
     # Package interop ------------------------------------------------------------------------------
     def to_package(self, package: str = "torch", **options: Any) -> Any:

@@ -7,14 +7,17 @@ few scalars come back to the host to decide.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
-from ..errors import ValidationError
+from ..errors import InputError, ValidationError
 from ..format import LevelFormat, TensorFormat
 
-__all__ = ["check_index_buffers", "check_batched_buffers", "count_positions", "check_values"]
+if TYPE_CHECKING:
+    from .sparse_tensor import SparseTensor
+
+__all__ = ["check_index_buffers", "check_batched_buffers", "count_positions", "check_values", "check_finite"]
 
 INDEX_DTYPES = (torch.int32, torch.int64)
 
@@ -268,3 +271,32 @@ def check_values(values: torch.Tensor, nslots: int) -> None:
         raise ValidationError(
             f"values have dtype {values.dtype}; sparsetorch stores floating point or complex values (cast with .double())"
         )
+
+
+def check_finite(A: "SparseTensor", B: torch.Tensor | None, op: str) -> None:
+    """NaN/Inf in A's values or in B raise (one device-to-host check each; ``check_finite=False`` skips)."""
+    if not _all_finite(A.values.detach()):
+        bad = torch.nonzero(~torch.isfinite(A.values.detach().reshape(-1)))[0, 0]
+        raise InputError(
+            f"{op}: A's values contain NaN or Inf (first at value slot {int(bad)}: "
+            f"{A.values.detach().reshape(-1)[bad].item()}); fix the matrix or pass check_finite=False"
+        )
+    if B is not None and not _all_finite(B.detach()):
+        bad = torch.nonzero(~torch.isfinite(B.detach().reshape(-1)))[0, 0]
+        raise InputError(
+            f"{op}: the right-hand side contains NaN or Inf (first at flat index {int(bad)}); "
+            f"fix it or pass check_finite=False"
+        )
+
+
+def _all_finite(t: torch.Tensor) -> bool:
+    """Whether every element is finite: one sum first (NaN and Inf propagate into it, so a finite
+    sum proves it; a pass that reads once and writes nothing), the exact elementwise test only
+    when the sum is not finite (a non-finite element, or finite ones that overflow the sum)."""
+    if t.numel() == 0:
+        return True
+    if t.dtype.is_floating_point or t.dtype.is_complex:
+        if bool(torch.isfinite(t.sum()).all()):
+            return True
+    return bool(torch.isfinite(t).all())
+

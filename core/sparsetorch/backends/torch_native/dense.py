@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from ...errors import IndefiniteMatrixError, SingularMatrixError
-from ...ops.info import IterationResult, Status
+from ...dispatch.results import IterationResult, Status
 from ...tensor import SparseTensor
 
 __all__ = ["DenseLUPlan"]

@@ -9,7 +9,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 from ...errors import InputError
-from ...ops.info import IterationResult
+from ...dispatch.results import IterationResult
 from ...tensor import SparseTensor
 from .krylov import bicgstab, block_jacobi, cg, gmres, jacobi, minres
 from .spmm import TorchSpmmPlan

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from ... import __version__
+from ..._version import __version__
 from ..._markers import hookimpl
 from ...dispatch.calibrate import rates
 from ...dispatch.records import BackendInfo, Decline, Offer, Request

@@ -4,7 +4,7 @@ Every solver has the signature ``x, info = solver(matvec, b, *, x0=None, rtol=1e
 maxiter=None, M=None, check_every=8, callback=None)`` (``gmres`` adds ``restart=30``) and works
 on ``(*batch, n, k)`` tensors in which every (batch, column) pair is an independent system. They
 stay on the device between convergence checks, never raise on non-convergence, and return an
-:class:`~sparsetorch.ops.info.IterationResult` whose status says how they stopped.
+:class:`~sparsetorch.IterationResult` whose status says how they stopped.
 
 - :func:`cg` -- Hermitian positive definite A (reports INDEFINITE otherwise).
 - :func:`minres` -- Hermitian A, definite or not.

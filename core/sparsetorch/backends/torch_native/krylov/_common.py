@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from ....errors import InputError
-from ....ops.info import IterationResult, Status
+from ....dispatch.results import IterationResult, Status
 
 __all__ = [
     "Operator", "Callback", "Event", "Book", "Problem", "Iteration", "Start",

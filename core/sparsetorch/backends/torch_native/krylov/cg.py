@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ....ops.info import IterationResult, Status
+from ....dispatch.results import IterationResult, Status
 from ._common import (
     FIRST_SOLVER_CODE, Callback, Event, Operator, Problem, col, dot, finite, norm, prepare, run,
 )

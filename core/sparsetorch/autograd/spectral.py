@@ -2,7 +2,7 @@
 
 The computed pairs are ``(w_i, v_i)``, ``i < k``, normalised ``V^H M V = I``. For a loss with
 gradients ``gw`` (eigenvalues) and ``gV`` (eigenvectors) the rules (derivation in
-docs/eigen.md) are, on the stored entries of A and M:
+docs/spectral.md) are, on the stored entries of A and M:
 
     eigenvalues    dA += sum_i gw_i  v_i[row] conj(v_i[col])            (Hellmann-Feynman)
                    dM -= sum_i gw_i w_i v_i[row] conj(v_i[col])
@@ -64,7 +64,7 @@ class EigshHandle:
             if self.check is not None:
                 self.check(res, self.state.plan)
             return w, V
-        from ..ops.eigen import _call_kwargs, _check_outputs, _verify_pairs
+        from ..ops.spectral import _call_kwargs, _check_outputs, _verify_pairs
 
         A = self.A.with_values(values.detach())
         n, k = A.format_shape[0], self.call["k"]

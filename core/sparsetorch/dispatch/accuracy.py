@@ -1,0 +1,52 @@
+"""The accuracy contract: what an op returns when the caller gives no tolerance.
+
+With no ``rtol``/``tol`` given, every op that has one answers as accurately as a backward-stable
+direct method would in the operands' dtype: a relative residual ``||b - A x|| / ||b||`` of at
+most :func:`default_rtol` (1e-10 in float64/complex128, 1e-5 in float32/complex64). An explicit
+tolerance keeps its meaning. Dispatch prices iterative methods at the tolerance asked for, so a
+default call in float64 sees iterative methods at their 1e-10 price, not at a loose one.
+
+Direct methods on ill-conditioned matrices may miss a relative residual of 1e-10 while being as
+accurate as any method can be (the residual of a backward-stable solve is about
+``eps * ||A|| * ||x||``, which exceeds ``1e-10 * ||b||`` when ``||A|| ||x|| >> ||b||``); the
+normwise backward error (:func:`backward_error`) is what such an answer is judged by.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["default_rtol", "unit_roundoff", "backward_error_bound", "resolve_rtol"]
+
+_DOUBLE = (torch.float64, torch.complex128)
+_SINGLE = (torch.float32, torch.complex64)
+
+
+def default_rtol(dtype: torch.dtype) -> float:
+    """The relative residual a call with no tolerance must reach in ``dtype``."""
+    if dtype in _DOUBLE:
+        return 1e-10
+    if dtype in _SINGLE:
+        return 1e-5
+    if dtype in (torch.float16, torch.bfloat16):
+        return 1e-2
+    return 1e-10
+
+
+def unit_roundoff(dtype: torch.dtype) -> float:
+    """Half the machine epsilon of ``dtype``'s real type."""
+    real = torch.empty((), dtype=dtype).real.dtype if dtype.is_complex else dtype
+    return float(torch.finfo(real).eps) / 2
+
+
+def backward_error_bound(dtype: torch.dtype, n: int) -> float:
+    """The normwise backward error ``||r|| / (||A|| ||x|| + ||b||)`` a backward-stable direct
+    solve stays under in practice (a generous ``max(16, sqrt(n))`` times the unit roundoff, far
+    below the worst-case ``n * u`` bound and far above what LU with partial pivoting gives on
+    ordinary matrices)."""
+    return max(16.0, float(n) ** 0.5) * 8 * unit_roundoff(dtype)
+
+
+def resolve_rtol(rtol: float | None, dtype: torch.dtype) -> float:
+    """``rtol`` if the caller gave one, else the contract's tolerance for ``dtype``."""
+    return default_rtol(dtype) if rtol is None else float(rtol)
