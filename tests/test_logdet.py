@@ -91,7 +91,7 @@ def test_gradients_complex_and_batched():
 
 def test_exact_entries_by_solves_match_the_inverse():
     A = st.SparseTensor.from_dense(_random(300, 7, density=0.02))
-    from sparsetorch.backends.torch_native.eigen import DenseEigPlan
+    from sparsetorch.backends.torch_native.spectral import DenseEigPlan
 
     plan = DenseEigPlan(A)
     plan.set_values(A.values)
@@ -120,7 +120,7 @@ def test_hutchinson_is_unbiased_within_its_stated_error():
 
 
 def test_exact_gradient_by_solves_and_its_size_limit(monkeypatch):
-    from sparsetorch.backends.torch_native.eigen import DenseEigPlan
+    from sparsetorch.backends.torch_native.spectral import DenseEigPlan
 
     monkeypatch.delattr(DenseEigPlan, "inverse_entries")  # a plan without selected inversion
     st.plan_cache().clear()

@@ -16,7 +16,7 @@ from .errors import (
 )
 from .format import Dimension, LevelFormat, LevelProperty, TensorFormat
 from .ops import IterationResult, Matmul, SolveInfo, Solver, Status, matmul, norm, solve, transpose
-from .ops.eigen import eigs, eigsh
+from .ops.spectral import eigs, eigsh
 from .ops.explain import explain
 from .ops.logdet import det, logdet, slogdet
 from .ops.lstsq import Lstsq, lstsq

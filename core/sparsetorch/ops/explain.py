@@ -33,7 +33,7 @@ def explain(op: str, *operands: Any, **options: Any) -> ExplainTable:
         X = as_rhs(A, operands[1], "explain", rows=A.format_shape[1])[0] if len(operands) > 1 else None
         return rank(matmul_request(A, X, {"backend": options.get("backend")}))
     if op in ("eigsh", "eigs"):
-        from .eigen import eigs_request, eigsh_request
+        from .spectral import eigs_request, eigsh_request
 
         A = check_matrix(operands[0], "explain", square=True)
         k = operands[1] if len(operands) > 1 else options.pop("k", 6)

@@ -40,8 +40,8 @@ for stage in ${STAGES:-tests08 tests10 bench08}; do
         python3 benchmarks/gpu/suite.py --out "$OUT/suite" --cases ${SUITE_CASES:-spmv,cg_1m,backward_1m,direct_1m} 2>&1 \
         | grep -v Warning | tee "$OUT/suite_log.txt" | cut -c1-300 | tail -40 ;;
     eigen)  # eigsh on the GPU (block Lanczos vs lobpcg vs torch-sla)
-      timeout ${EIGEN_TIMEOUT:-150} python3 benchmarks/bench_eigen_gpu.py --grid ${EIGEN_GRID:-256} --repeats 2 \
-        --out "$OUT/eigen_gpu.json" 2>&1 | grep -v Warning | tail -15 ;;
+      timeout ${EIGEN_TIMEOUT:-150} python3 benchmarks/bench_spectral_gpu.py --grid ${EIGEN_GRID:-256} --repeats 2 \
+        --out "$OUT/spectral_gpu.json" 2>&1 | grep -v Warning | tail -15 ;;
     cupy)  # the CuPy plugin's GPU tests that failed on 2026-11-29 (issue 8), with their messages
       PYTHONPATH=$PYTHONPATH:plugins/cupy_backend timeout 200 python3 -m pytest -q -p no:cacheprovider -W ignore \
         ${CUPY_ARGS:-plugins/cupy_backend/tests/test_cupy_conformance.py -k identity_rhs} 2>&1 | tee "$OUT/pytest_cupy.txt" | \

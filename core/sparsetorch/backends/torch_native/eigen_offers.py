@@ -18,7 +18,7 @@ Costs (measured on the benchmark machine, one thread, at the built-in CPU rates)
 A smallest-end request on an ill-conditioned matrix thus prices Lanczos far above dense at
 moderate n (494_bus: ~0.4 s against ~25 ms), and an estimate that is still too low (the model
 does not see the spectrum) is caught by the fallback: ``eigsh`` bounds an iterative attempt by
-the dense offer's estimate and hands over (docs/eigen.md).
+the dense offer's estimate and hands over (docs/spectral.md).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def eigen_offers(request: Request, r) -> list[Offer | Decline]:
             coef += 2.5
         launches = (10 + (2 * n if op != "logdet" else 0)) * batch
         secs = r.seconds(bytes=4 * n * n * vsize * batch, flops=coef * n ** 3 * batch, launches=launches)
-        from .eigen import DenseEigPlan
+        from .spectral import DenseEigPlan
 
         what = {"eigsh": "torch.linalg.eigh", "eigs": "torch.linalg.eig", "logdet": "torch.linalg.slogdet (LU)"}[op]
         out.append(Offer("torch", "dense", secs, int(3 * n * n * vsize), lambda A_, req: DenseEigPlan(A_), f"{what} of the dense {n}x{n} matrix"))
@@ -105,7 +105,7 @@ def eigen_offers(request: Request, r) -> list[Offer | Decline]:
         if sigma is not None:
             secs += 50 * spmv * batch
             note += "; shift-invert through sparsetorch.solve (factorized once)"
-        from .eigen import LanczosPlan
+        from .spectral import LanczosPlan
 
         out.append(Offer("torch", "lanczos", secs, int((m + 1) * n * vsize), lambda A_, req: LanczosPlan(A_), note))
     # LOBPCG (torch.lobpcg)
@@ -120,7 +120,7 @@ def eigen_offers(request: Request, r) -> list[Offer | Decline]:
         # block CG-like: ~0.5 sqrt(kappa) ln(2 / tol) iterations, capped by the plan's maxiter
         its = min(int(request.option("maxiter") or LOBPCG_MAXITER), int(0.5 * math.sqrt(condition_estimate(request)) * 25) + 20)
         secs = its * (spmv + r.seconds(flops=2 * n * (3 * k) ** 2, launches=40)) * batch
-        from .eigen import LobpcgPlan
+        from .spectral import LobpcgPlan
 
         out.append(Offer("torch", "lobpcg", secs, int(6 * n * k * vsize), lambda A_, req: LobpcgPlan(A_),
                          f"torch.lobpcg, ~{its} iterations (estimate)"))

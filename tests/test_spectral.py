@@ -10,7 +10,7 @@ import torch
 import sparsetorch as st
 from sparsetorch.errors import DegenerateEigenvalueError, InputError, NotSymmetricError
 from sparsetorch.format import CSR
-from sparsetorch.ops.eigen import eigs, eigsh
+from sparsetorch.ops.spectral import eigs, eigsh
 
 TORCH_METHODS = ("dense", "lanczos")
 
@@ -333,8 +333,24 @@ def test_lanczos_finds_both_copies_of_repeated_eigenvalues():
 def test_shift_invert_uses_a_direct_solver():
     """Shift-invert needs (A - sigma I)^-1 to working precision: a Krylov offer that comes out
     cheaper (it did, by a few percent, with the Eigen plugin's BiCGStab) must not be taken."""
-    from sparsetorch.backends.torch_native.eigen import _DIRECT, _direct_choice
+    from sparsetorch.backends.torch_native.spectral import _DIRECT, _direct_choice
 
     S = SymParam(50, seed=5)
     choice = _direct_choice(S.build(S.p0))
     assert choice.get("method") in _DIRECT, choice
+
+
+def test_old_module_path_warns_and_reexports():
+    """``sparsetorch.ops.eigen`` (the module's name before "eigen" came to mean the Eigen library
+    only) still imports, warns DeprecationWarning, and hands out the same objects."""
+    import importlib
+    import sys
+
+    import sparsetorch.ops.spectral as spectral
+
+    sys.modules.pop("sparsetorch.ops.eigen", None)
+    with pytest.warns(DeprecationWarning, match="sparsetorch.ops.spectral"):
+        old = importlib.import_module("sparsetorch.ops.eigen")
+    assert old.eigsh is spectral.eigsh is st.eigsh
+    assert old.eigs is spectral.eigs is st.eigs
+    assert old.MASS_FIX == spectral.MASS_FIX

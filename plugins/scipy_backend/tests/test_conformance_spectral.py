@@ -42,7 +42,7 @@ class TestScipyArpackEigsh(_Scipy, EigshConformance):
 class TestScipyLobpcgEigsh(_Scipy, EigshConformance):
     eigsh_methods = ("lobpcg",)
     eigsh_which = ("LA", "SA")
-    supports_sigma = False  # LOBPCG has no shift-invert: declined, with the reason (test_eigen_logdet.py)
+    supports_sigma = False  # LOBPCG has no shift-invert: declined, with the reason (test_spectral_logdet.py)
 
 
 class TestScipyEigs(_Scipy, EigsConformance):

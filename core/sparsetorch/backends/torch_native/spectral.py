@@ -231,7 +231,7 @@ def _bounded(op, deadline: float):
 
 
 def _mass_refusal(method: str, info: torch.Tensor) -> str:
-    from ...ops.eigen import MASS_FIX
+    from ...ops.spectral import MASS_FIX
 
     order = int(info.reshape(-1)[(info.reshape(-1) != 0).nonzero()[0, 0]])
     return (f"torch/{method}: M is not positive definite: its Cholesky factorization failed (the leading minor of "
@@ -257,7 +257,7 @@ def certify_mass(M: SparseTensor, method: str) -> None:
     except NoBackendError:
         return
     except SparseTorchError as exc:
-        from ...ops.eigen import MASS_FIX
+        from ...ops.spectral import MASS_FIX
 
         raise IndefiniteMatrixError(f"torch/{method}: M is not positive definite: its sparse Cholesky failed "
                                     f"({type(exc).__name__}: {exc}). {MASS_FIX}") from exc

@@ -1,6 +1,6 @@
 """eigsh on the GPU: sparsetorch's Lanczos vs torch.lobpcg vs torch-sla 0.4.0, one run.
 
-    PYTHONPATH=core python benchmarks/bench_eigen_gpu.py --grid 512 --out results/eigen_gpu.json
+    PYTHONPATH=core python benchmarks/bench_spectral_gpu.py --grid 512 --out results/spectral_gpu.json
 
 2-D Poisson (float64), the k largest eigenvalues (a well-separated end of the spectrum), errors
 against the closed-form eigenvalues. Median of CUDA-synchronised wall times.
@@ -78,7 +78,7 @@ def main():
         rows["torch_sla eigsh"] = {"seconds": t, "max_abs_error": err(w), "version": torch_sla.__version__}
     except Exception as exc:
         rows["torch_sla eigsh"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
-    out = {"benchmark": "eigen_gpu", "command": "python benchmarks/bench_eigen_gpu.py " + " ".join(sys.argv[1:]),
+    out = {"benchmark": "spectral_gpu", "command": "python benchmarks/bench_spectral_gpu.py " + " ".join(sys.argv[1:]),
            "machine": {"gpu": torch.cuda.get_device_name(), "platform": platform.platform()},
            "versions": {"torch": torch.__version__, "sparsetorch": st.__version__, "python": platform.python_version()},
            "problem": f"2-D Poisson {m}x{m} (n={m * m}), float64, k={k} largest", "rows": rows}

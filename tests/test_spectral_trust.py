@@ -17,7 +17,7 @@ import torch
 import sparsetorch as st
 from sparsetorch.errors import IndefiniteMatrixError, NotConvergedError
 from sparsetorch.ops.accuracy import default_rtol
-from sparsetorch.ops.eigen import eigs, eigsh
+from sparsetorch.ops.spectral import eigs, eigsh
 
 DATA = Path(__file__).parent / "data"
 
@@ -136,7 +136,7 @@ def test_a_pinned_method_still_raises_naming_what_to_try():
 
 
 def test_pairs_that_miss_the_contract_are_not_returned(monkeypatch):
-    from sparsetorch.backends.torch_native.eigen import DenseEigPlan
+    from sparsetorch.backends.torch_native.spectral import DenseEigPlan
 
     L = _laplacian_2d(10)
     ref = np.linalg.eigvalsh(L.toarray())

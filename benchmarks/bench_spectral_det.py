@@ -4,9 +4,9 @@ Correctness on random problems against NumPy float64 (det signs, logdet of an il
 matrix, eigs of non-symmetric matrices, eigenvector gradients), then timings on a 2-D Poisson
 matrix (eigsh of the smallest eigenvalues, logdet, each with its backward pass).
 
-    PYTHONPATH=core python benchmarks/bench_eigen_det.py [--grid 256] [--repeats 3]
+    PYTHONPATH=core python benchmarks/bench_spectral_det.py [--grid 256] [--repeats 3]
 
-Writes benchmarks/results/eigen_det_cpu.json. Timings: median of ``--repeats`` runs, 1 thread.
+Writes benchmarks/results/spectral_det_cpu.json. Timings: median of ``--repeats`` runs, 1 thread.
 """
 
 from __future__ import annotations
@@ -218,12 +218,12 @@ def main() -> None:
     ap.add_argument("--grid", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--trials", type=int, default=100)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "eigen_det_cpu.json"))
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "spectral_det_cpu.json"))
     args = ap.parse_args()
     torch.set_num_threads(1)
     result = {
-        "benchmark": "eigen_det",
-        "command": "PYTHONPATH=core python benchmarks/bench_eigen_det.py " + " ".join(sys.argv[1:]),
+        "benchmark": "spectral_det",
+        "command": "PYTHONPATH=core python benchmarks/bench_spectral_det.py " + " ".join(sys.argv[1:]),
         "machine": {"platform": platform.platform(), "processor": platform.processor(), "threads": 1,
                     "note": "2 shared cores; quote ratios, not absolute times"},
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
