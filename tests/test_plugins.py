@@ -517,3 +517,54 @@ def test_allow_transfer_lets_a_backend_answer_for_a_device_it_did_not_declare(ba
     assert "runs on" in decline.reason and "meta" in decline.reason
     asked = [a for a in backends.offers(allowed) if a.backend == "cpuonly"]
     assert asked and all("runs on" not in getattr(a, "reason", "") for a in asked)
+
+
+# --- typed plan capabilities ----------------------------------------------------------------------
+def test_a_plan_with_its_own_sddmm_computes_the_values_gradient(backends) -> None:
+    """A product plan that satisfies ``SampledProduct`` answers matmul's values-gradient with its
+    own kernel (first-order backward); the result equals the core's."""
+    from sparsetorch.dispatch.plans import MatmulPlan, SampledProduct
+    from sparsetorch.testing.problems import poisson2d
+
+    calls = []
+
+    class Sampled:
+        def __init__(self, A):
+            self.A = A
+            self.values = None
+
+        def set_values(self, values):
+            self.values = values
+
+        def apply(self, X, *, adjoint=False):
+            D = self.A.with_values(self.values).to_dense()
+            return (D.mT.conj() if adjoint else D) @ X
+
+        def sddmm(self, P, Q):
+            calls.append((tuple(P.shape), tuple(Q.shape)))
+            coords, slot = self.A.entries()
+            out = torch.zeros(*P.shape[:-2], self.A.values.shape[-1], dtype=P.dtype)
+            out[..., slot] = (P[..., coords[0], :] * Q[..., coords[1], :]).sum(-1)
+            return out
+
+    assert isinstance(Sampled(None), SampledProduct) and isinstance(Sampled(None), MatmulPlan)
+
+    class Hooks:
+        @sparsetorch.hookimpl
+        def sparsetorch_backend_info(self) -> BackendInfo:
+            return BackendInfo(name="sampled", version="0", description="test double", devices=("cpu",),
+                               dtypes=(torch.float64,), ops={"matmul": ("spmm",)})
+
+        @sparsetorch.hookimpl
+        def sparsetorch_offers(self, request):
+            return [Offer("sampled", "spmm", 1e-9, 0, lambda A, r: Sampled(A))] if request.op == "matmul" else []
+
+    backends.register(Hooks(), "sampled")
+    A = poisson2d(4, 4)
+    X = torch.randn(16, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    v = A.values.clone().requires_grad_(True)
+    (sparsetorch.matmul(A.with_values(v), X, backend="sampled") ** 2).sum().backward()
+    v2 = A.values.clone().requires_grad_(True)
+    (sparsetorch.matmul(A.with_values(v2), X, backend="torch") ** 2).sum().backward()
+    assert calls, "the plan's sddmm was not used"
+    torch.testing.assert_close(v.grad, v2.grad)

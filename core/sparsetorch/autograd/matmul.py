@@ -16,6 +16,9 @@ import torch
 from ._fast_apply import FastFunction
 from .handles import MatmulHandle, vmap_columns
 from .sddmm import sddmm
+from ..dispatch.plan import guarded
+from ..dispatch.plans import SampledProduct
+from ..errors import BackendError
 
 __all__ = ["matmul_function"]
 
@@ -56,7 +59,22 @@ class _Matmul(FastFunction):
         dX = _Matmul.apply(values, dY, h.flipped()) if ctx.needs_input_grad[1] else None
         dV = None
         if ctx.needs_input_grad[0]:
-            dV = sddmm(h.A, X, dY) if h.adjoint else sddmm(h.A, dY, X)
+            P, Q = (X, dY) if h.adjoint else (dY, X)
+            plan = h.state.plan
+            if (isinstance(plan, SampledProduct) and not torch.is_grad_enabled() and not P.is_complex()
+                    and not Q.is_complex()):
+                # the backend's own kernel (first-order backward, real values: the core's sddmm
+                # is the one that is differentiable again and conjugates)
+                with h.state.lock:
+                    dV = guarded(lambda: plan.sddmm(P, Q), h.state.label, "sddmm")
+                if not (isinstance(dV, torch.Tensor) and dV.dim() >= 1 and dV.shape[-1] == values.shape[-1]
+                        and dV.dtype == values.dtype and dV.device == values.device):
+                    raise BackendError(f"{h.state.label} returned {type(dV).__name__} "
+                                       f"{tuple(getattr(dV, 'shape', ()))} from sddmm; expected (*batch, {values.shape[-1]}) "
+                                       f"in {values.dtype} on {values.device} (plugin bug)",
+                                       label=h.state.label, phase="result")
+            else:
+                dV = sddmm(h.A, P, Q)
         return dV, dX, None
 
     @staticmethod

@@ -16,6 +16,7 @@ import torch
 
 from ..errors import BackendError, SparseTorchError
 from ..tensor.sparse_tensor import is_plain
+from .plans import CheapReload
 
 __all__ = ["PlanState", "guarded"]
 
@@ -47,7 +48,7 @@ class PlanState:
     factory: Any = None
     #: products: set_values is a pointer swap or a gather, no dearer than the comparison, which
     #: on a GPU would also synchronize with the host on every call: always reload, no snapshot.
-    #: A plan may say the same of itself with a ``reload_cheap = True`` attribute (Krylov plans:
+    #: A plan may say the same of itself (:class:`~.plans.CheapReload`, ``reload_cheap = True``; Krylov plans:
     #: new values are a pointer swap and a diagonal, and the snapshot would cost an nnz copy).
     reload_always: bool = False
     #: "backend/method", for error messages
@@ -71,7 +72,7 @@ class PlanState:
         self.build()
         v = values.detach()
         tok = _token(v)
-        if self.reload_always or getattr(self.plan, "reload_cheap", False):
+        if self.reload_always or (isinstance(self.plan, CheapReload) and self.plan.reload_cheap):
             self.token = None
             guarded(lambda: self.plan.set_values(v), self.label, "set_values")
             self.token = tok

@@ -1,0 +1,141 @@
+"""What a plan is: the typed protocols of the plan objects backends build, one per op.
+
+An offer's ``build(A, request)`` returns a plan for A's *pattern* (A arrives with zero values);
+the core then loads values with ``set_values`` and calls the op's method, holding the plan's
+lock from the load to the end of the call (``dispatch/plan.py``), so a plan need not be thread
+safe itself. Per-call options (tolerances, iteration limits, callbacks) are arguments of the call,
+never attributes written onto the plan: plans are shared by every caller on a pattern.
+
+Required methods are the protocol's; *optional capabilities* are protocols of their own that a
+plan may also satisfy, and the core asks with ``isinstance`` (the protocols are
+``runtime_checkable``): a plan that has ``inverse_entries`` answers logdet gradients without
+``n`` solves, one with ``sddmm`` computes matmul's values-gradient with its own kernel, one with
+``reload_cheap = True`` is reloaded without the core's snapshot comparison.
+
+Plugins import these from :mod:`sparsetorch.backend`. Only method names and signatures are
+checked at run time; the types are documentation and for static checkers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+
+import torch
+
+from .results import IterationResult
+
+__all__ = [
+    "Plan", "SolvePlan", "MatmulPlan", "LstsqPlan", "EigshPlan", "EigsPlan", "LogdetPlan", "SolveListPlan",
+    "InverseEntries", "SampledProduct", "CheapReload",
+]
+
+
+@runtime_checkable
+class Plan(Protocol):
+    """Every plan: built for a pattern, given values by the core."""
+
+    def set_values(self, values: torch.Tensor) -> None:
+        """The numeric phase: values ``(*batch, nslots)`` in A's value slots (a factorization,
+        a pointer swap, a diagonal for a preconditioner...). May raise
+        :class:`~sparsetorch.SingularMatrixError` / :class:`~sparsetorch.IndefiniteMatrixError`."""
+
+
+@runtime_checkable
+class SolvePlan(Plan, Protocol):
+    """op ``"solve"``: ``A X = B`` (``A^H X = B`` with ``adjoint=True``)."""
+
+    def solve(self, B: torch.Tensor, *, adjoint: bool = False,
+              options: Mapping[str, Any] | None = None) -> tuple[torch.Tensor, IterationResult]:
+        """``X`` of ``B``'s shape ``(*batch, n, k)``, dtype and device, and how it ended.
+        ``options`` holds the call's ``rtol``, ``atol``, ``maxiter``, ``check_every`` and
+        ``callback`` (iterative methods read them; direct ones may ignore them). A direct method
+        reports ``Status.DIRECT``; the core checks every answer's true residual."""
+
+
+@runtime_checkable
+class MatmulPlan(Plan, Protocol):
+    """op ``"matmul"``: ``Y = A X`` (``A^H X`` with ``adjoint=True``)."""
+
+    def apply(self, X: torch.Tensor, *, adjoint: bool = False) -> torch.Tensor:
+        """``Y`` of shape ``(*batch, m, k)`` (``(*batch, n, k)`` adjoint) for ``X`` ``(*batch, n, k)``."""
+
+
+@runtime_checkable
+class LstsqPlan(Plan, Protocol):
+    """op ``"lstsq"``: ``min ||A X - B||`` (with ``damp``), the minimum-norm solution."""
+
+    def lstsq(self, B: torch.Tensor, *, adjoint: bool = False,
+              options: Mapping[str, Any] | None = None) -> tuple[torch.Tensor, IterationResult]:
+        """``X`` ``(*batch, n, k)`` for ``B`` ``(*batch, m, k)``; ``options`` holds ``atol``,
+        ``btol``, ``conlim``, ``maxiter``, ``damp``."""
+
+
+@runtime_checkable
+class EigshPlan(Plan, Protocol):
+    """op ``"eigsh"``: a few eigenpairs of a symmetric/Hermitian A (generalized with ``M``)."""
+
+    def eigsh(self, k: int, *, which: str = "LM", sigma: float | None = None, M: Any = None, tol: float = 0.0,
+              maxiter: int | None = None, v0: torch.Tensor | None = None) -> Any:
+        """``(values, vectors)`` (and, where the backend reports it, an :class:`IterationResult`)."""
+
+
+@runtime_checkable
+class EigsPlan(Plan, Protocol):
+    """op ``"eigs"``: a few eigenpairs of a general A."""
+
+    def eigs(self, k: int, *, which: str = "LM", sigma: complex | None = None, tol: float = 0.0,
+             maxiter: int | None = None, v0: torch.Tensor | None = None, left: bool = False) -> Any:
+        """``(values, vectors)`` (complex), left vectors too with ``left=True``."""
+
+
+@runtime_checkable
+class LogdetPlan(Plan, Protocol):
+    """op ``"logdet"``: sign and log-magnitude of ``det(A)``, and solves for its gradient."""
+
+    def slogdet(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(sign, logabsdet)``, batch-shaped."""
+
+    def solve(self, B: torch.Tensor, *, adjoint: bool = False) -> tuple[torch.Tensor, IterationResult]:
+        """Solves with the factorization the determinant came from (for the gradient)."""
+
+
+@runtime_checkable
+class SolveListPlan(Protocol):
+    """op ``"solve_list"``: a list of matrices (different patterns) solved together."""
+
+    def set_values(self, values: Sequence[torch.Tensor]) -> None:
+        """The values of every member, in order."""
+
+    def solve(self, Bs: Sequence[torch.Tensor], *,
+              adjoint: bool = False) -> tuple[Sequence[torch.Tensor], IterationResult]:
+        """One solution per member."""
+
+
+# Optional capabilities ----------------------------------------------------------------------------
+@runtime_checkable
+class InverseEntries(Protocol):
+    """A plan that computes selected entries of ``A^-1`` (a selected inversion): logdet's
+    gradient without ``n`` solves."""
+
+    def inverse_entries(self, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+        """``(A^-1)[rows[i], cols[i]]`` for every i, batch in front."""
+
+
+@runtime_checkable
+class SampledProduct(Protocol):
+    """A product plan with its own sampled dense-dense product: matmul's values-gradient
+    ``sum_c P[row, c] Q[col, c]`` at every stored entry, in A's value slots (padding slots zero).
+    Used for real dtypes in a first-order backward; the core's own (differentiable) kernel
+    serves double backward and complex values."""
+
+    def sddmm(self, P: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
+        """``(*batch, nslots)`` for ``P`` ``(*batch, m, k)`` and ``Q`` ``(*batch, n, k)``."""
+
+
+@runtime_checkable
+class CheapReload(Protocol):
+    """A plan for which loading values is a pointer swap (Krylov plans: the values and a
+    diagonal): with ``reload_cheap = True`` the core reloads on every call instead of keeping an
+    nnz-sized snapshot to compare with."""
+
+    reload_cheap: bool
