@@ -20,7 +20,7 @@ def test_spd_backward_reuses_the_forward_operator() -> None:
     x = st.solve(A.with_values(v), b, backend="torch", method="cg", rtol=1e-12)
     x.square().sum().backward()
     (entry,) = [e for e in plan_cache().entries() if e.op == "solve"]
-    state = plan_cache()._data[entry.key][0]
+    state = plan_cache().plan(entry.key)
     plan = state.plan
     assert plan.hermitian and plan._mm._values_t is None  # no transposed CSR was built
     D = A.to_dense().detach().requires_grad_(True)
@@ -61,7 +61,7 @@ def test_values_that_lose_symmetry_get_another_plan() -> None:
     vals = torch.zeros_like(A.values).index_put((src,), D[coords[0], coords[1]]).requires_grad_(True)
     bb = b.clone().requires_grad_(True)
     st.solve(A.with_values(vals), bb, backend="torch", method="gmres", rtol=1e-12).square().sum().backward()
-    plans = [plan_cache()._data[e.key][0].plan for e in plan_cache().entries() if e.op == "solve"]
+    plans = [plan_cache().plan(e.key).plan for e in plan_cache().entries() if e.op == "solve"]
     assert len(plans) == 2 and sorted(p.hermitian for p in plans) == [False, True]
     Dg = D.clone().requires_grad_(True)
     b2 = b.clone().requires_grad_(True)

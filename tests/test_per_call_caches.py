@@ -219,7 +219,7 @@ def test_cached_plan_refactors_on_every_value_change_and_only_then(change, monke
     b = torch.arange(25, dtype=torch.float64)
     set_values = []
     x1 = st.solve(A, b, backend="torch", method="lu")
-    state = next(iter(st.plan_cache()._data.values()))[0]
+    state = st.plan_cache().plan(st.plan_cache().entries()[0].key)
     real_set = state.plan.set_values
     monkeypatch.setattr(state.plan, "set_values", lambda v: (set_values.append(1), real_set(v))[1])
     st.solve(A, b, backend="torch", method="lu")
@@ -238,3 +238,45 @@ def test_cached_plan_refactors_on_every_value_change_and_only_then(change, monke
     assert torch.allclose(x2, torch.linalg.solve(A.to_dense(), b))
     st.solve(A, b, backend="torch", method="lu")
     assert set_values == [1]
+
+
+def test_clear_caches_empties_every_cache_of_the_core():
+    from sparsetorch.dispatch import experience, select
+
+    A = poisson2d(6)
+    b = torch.ones(36, dtype=torch.float64)
+    st.solve(A, b)
+    st.solve(A.with_values(A.values * 2), b)
+    info = st.cache_info()
+    assert {"plans", "dispatch decisions", "calls per pattern", "measurements", "jacobian colorings"} <= set(info)
+    assert len(st.plan_cache()) > 0 and len(select._DECISIONS) > 0
+    st.clear_caches()
+    assert len(st.plan_cache()) == 0 and len(select._DECISIONS) == 0 and len(experience._store) == 0
+    x = st.solve(A, b)  # nothing is wrong afterwards
+    torch.testing.assert_close(A.to_dense() @ x, b)
+
+
+def test_lru_bound_order_and_threads():
+    import threading
+
+    from sparsetorch.dispatch.lru import LRU
+
+    c: LRU[int, int] = LRU("test lru", 3)
+    for i in range(5):
+        c.put(i, i * i)
+    assert list(c) == [2, 3, 4] and c.get(2) == 4
+    c.put(5, 25)  # 3 is now the least recently used
+    assert list(c) == [4, 2, 5]
+    assert c.get_or_set(7, lambda: 49) == 49 and 4 not in c
+
+    def work(t):
+        for i in range(2000):
+            c.put((t, i % 7), i)
+            c.get((t, (i + 1) % 7))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(c) == 3

@@ -8,6 +8,7 @@ from . import format, nn
 from ._markers import hookimpl
 from ._version import __version__
 from .dispatch import BackendInfo, Decline, Offer, OperandInfo, Request, plan_cache
+from .dispatch.lru import cache_info, clear_caches
 from .dispatch.manager import get_backends as registry
 from .errors import (
     BackendError, ConversionError, DegenerateEigenvalueError, FallbackWarning, FormatError, FormatParseError, IndefiniteMatrixError, InputError,
@@ -37,4 +38,6 @@ __all__ = [
     "NonlinearSolveInfo", "nonlinear_solve", "norm", "slogdet", "solve", "transpose",
     # dispatch
     "BackendInfo", "Decline", "Offer", "OperandInfo", "Request", "plan_cache", "registry",
+    # caches
+    "cache_info", "clear_caches",
 ]

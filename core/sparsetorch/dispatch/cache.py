@@ -9,11 +9,11 @@ numeric phase (``update_values``). Bounded (LRU), inspectable and clearable.
 
 from __future__ import annotations
 
-import threading
 import weakref
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable
+
+from .lru import LRU
 
 __all__ = ["PlanCache", "CacheEntry", "plan_cache"]
 
@@ -31,24 +31,34 @@ class CacheEntry:
 class PlanCache:
     """An LRU map from structural keys to plans."""
 
-    def __init__(self, maxsize: int = 64) -> None:
-        self.maxsize = maxsize
-        self._data: OrderedDict[Hashable, list] = OrderedDict()  # key -> [plan, pattern_key, hits, meta, refs]
+    def __init__(self, maxsize: int = 64, name: str = "plans") -> None:
+        #: key -> [plan, pattern_key, hits, meta, refs] (the core's one cache type, with its lock)
+        self._lru: LRU[Hashable, list] = LRU(name, maxsize)
+        self._lock = self._lru.lock
         self._dead: list[Hashable] = []
-        self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+
+    @property
+    def maxsize(self) -> int:
+        return self._lru.maxsize
+
+    @maxsize.setter
+    def maxsize(self, value: int) -> None:
+        with self._lock:
+            self._lru.maxsize = int(value)
+            while len(self._lru) > max(self._lru.maxsize, 0):
+                self._lru.pop(next(iter(self._lru)))
 
     def get_or_build(self, key: Hashable, pattern_key: Any, build: Callable[[], Any], meta: tuple) -> tuple[Any, bool]:
         """The cached plan for ``key`` (and True), or a new one from ``build()`` (and False)."""
         with self._lock:
-            entry = self._data.get(key)
+            entry = self._lru.get(key)
             if entry is not None and entry[1] is not None and not entry[1].alive():
                 # the key's buffers were freed (their addresses may be reused): never a hit
-                del self._data[key]
+                self._lru.pop(key)
                 entry = None
             if entry is not None:
-                self._data.move_to_end(key)
                 entry[2] += 1
                 self.hits += 1
                 return entry[0], True
@@ -57,9 +67,7 @@ class PlanCache:
             self._purge()
             self.misses += 1
             if self.maxsize > 0:
-                self._data[key] = [plan, pattern_key, 0, meta, self._watch(key, pattern_key)]
-                while len(self._data) > self.maxsize:
-                    self._data.popitem(last=False)
+                self._lru.put(key, [plan, pattern_key, 0, meta, self._watch(key, pattern_key)])
         return plan, False
 
     def _watch(self, key: Hashable, pattern_key: Any) -> tuple:
@@ -82,23 +90,29 @@ class PlanCache:
         dead = self._dead
         while dead:
             k = dead.pop()
-            e = self._data.get(k)
+            e = self._lru.peek(k)
             if e is not None and e[1] is not None and not e[1].alive():
-                del self._data[k]
+                self._lru.pop(k)
+
+    def plan(self, key: Hashable) -> Any:
+        """The plan stored under an entry's key (``entries()[i].key``), or None; not a use."""
+        with self._lock:
+            e = self._lru.peek(key)
+            return None if e is None else e[0]
 
     def entries(self) -> list[CacheEntry]:
         with self._lock:
             self._purge()
-            return [CacheEntry(k, *e[3][:2], e[3][2], e[3][3], e[2]) for k, e in self._data.items()]
+            return [CacheEntry(k, *e[3][:2], e[3][2], e[3][3], e[2]) for k, e in self._lru.items()]
 
     def __len__(self) -> int:
         with self._lock:
             self._purge()
-            return len(self._data)
+            return len(self._lru)
 
     def clear(self) -> None:
         with self._lock:
-            self._data.clear()
+            self._lru.clear()
             self._dead.clear()
             self.hits = self.misses = 0
 

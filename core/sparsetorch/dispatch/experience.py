@@ -31,11 +31,10 @@ The store is bounded (LRU over patterns) and thread safe; :func:`clear_experienc
 from __future__ import annotations
 
 import math
-import threading
-from collections import OrderedDict
 from dataclasses import replace
 from typing import Any, Hashable
 
+from .lru import LRU
 from .records import Decline, Measured, Offer, Request
 
 __all__ = ["record", "measured_for", "clear_experience", "class_factor", "weigh", "DIRECT_SLOWER", "DIRECT_MARGIN", "CONFIRMATIONS"]
@@ -47,8 +46,7 @@ DIRECT_SLOWER = 3.0
 DIRECT_MARGIN = 0.01
 #: ... in this many attempts (the least time of them is used)
 CONFIRMATIONS = 2
-_store: "OrderedDict[Hashable, dict[tuple[str, str, str | None], Measured]]" = OrderedDict()
-_lock = threading.Lock()
+_store: "LRU[Hashable, dict[tuple[str, str, str | None], Measured]]" = LRU("measurements", _MAX_PATTERNS)
 
 
 def _key(pattern_key: Any, dtype: Any) -> Hashable:
@@ -60,8 +58,11 @@ def record(pattern_key: Any, dtype: Any, backend: str, method: str, precondition
     if pattern_key is None:
         return
     k = _key(pattern_key, dtype)
-    with _lock:
-        entry = _store.setdefault(k, {})
+    with _store.lock:
+        entry = _store.peek(k)
+        if entry is None:
+            entry = {}
+            _store.put(k, entry)
         if measured.seconds is not None:
             old = entry.get((backend, method, preconditioner))
             if old is not None and old.seconds is not None:
@@ -69,17 +70,15 @@ def record(pattern_key: Any, dtype: Any, backend: str, method: str, precondition
             else:
                 measured = replace(measured, samples=1)
         entry[(backend, method, preconditioner)] = measured
-        _store.move_to_end(k)
-        while len(_store) > _MAX_PATTERNS:
-            _store.popitem(last=False)
+        _store.get(k)  # a use: most recent last
 
 
 def measured_for(pattern_key: Any, dtype: Any) -> tuple[tuple[tuple[str, str, str | None], Measured], ...]:
     """A hashable snapshot of what was measured on this pattern (part of the request)."""
     if pattern_key is None:
         return ()
-    with _lock:
-        entry = _store.get(_key(pattern_key, dtype))
+    with _store.lock:
+        entry = _store.peek(_key(pattern_key, dtype))
         if not entry:
             return ()
         return tuple(sorted(entry.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or "")))
@@ -87,8 +86,7 @@ def measured_for(pattern_key: Any, dtype: Any) -> tuple[tuple[tuple[str, str, st
 
 def clear_experience() -> None:
     """Forget every measurement."""
-    with _lock:
-        _store.clear()
+    _store.clear()
 
 
 def class_factor(request: Request) -> tuple[float, str]:

@@ -29,13 +29,12 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from ..errors import NoBackendError
 from .experience import weigh
+from .lru import LRU
 from .manager import get_backends
 from .records import Decline, Offer, Request
 
@@ -197,15 +196,12 @@ def rank(request: Request) -> ExplainTable:
     return table
 
 
-_DECISIONS: "OrderedDict[Any, tuple[Offer, ExplainTable]]" = OrderedDict()
-_DECISIONS_MAX = 256
-_decisions_lock = threading.Lock()
+_DECISIONS: "LRU[Any, tuple[Offer, ExplainTable]]" = LRU("dispatch decisions", 256)
 
 
 def clear_decisions() -> None:
     """Forget the remembered dispatch decisions (the next call of each request asks the backends)."""
-    with _decisions_lock:
-        _DECISIONS.clear()
+    _DECISIONS.clear()
 
 
 def _freeze(value: Any) -> Any:
@@ -245,17 +241,12 @@ def choose(request: Request) -> tuple[Offer, ExplainTable]:
     """The best offer for ``request``, or :class:`NoBackendError` listing every decline."""
     key = _decision_key(request)
     if key is not None:
-        with _decisions_lock:
-            hit = _DECISIONS.get(key)
-            if hit is not None:
-                _DECISIONS.move_to_end(key)
-                return hit
+        hit = _DECISIONS.get(key)
+        if hit is not None:
+            return hit
     offer, table = _choose(request)
     if key is not None:
-        with _decisions_lock:
-            _DECISIONS[key] = (offer, table)
-            while len(_DECISIONS) > _DECISIONS_MAX:
-                _DECISIONS.popitem(last=False)
+        _DECISIONS.put(key, (offer, table))
     return offer, table
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from dataclasses import replace
 from typing import Any
 
@@ -13,6 +11,7 @@ from ..autograd import products
 from ..autograd.fallback import Route
 from ..dispatch.plan import PlanState
 from ..dispatch.cache import plan_cache
+from ..dispatch.lru import LRU
 from ..dispatch.records import Offer, OperandInfo, Request
 from ..dispatch.select import ExplainTable, choose
 from ..tensor import SparseTensor
@@ -42,9 +41,7 @@ def options_key(offer: Offer, options: dict[str, Any]) -> tuple:
 
 #: Calls seen per (op, pattern, dtype): how many more a pattern is expected to serve when the
 #: caller does not say (``repeat``). Bounded; the oldest patterns are forgotten first.
-_CALLS: "OrderedDict[Any, int]" = OrderedDict()
-_CALLS_MAX = 1024
-_calls_lock = threading.Lock()
+_CALLS: "LRU[Any, int]" = LRU("calls per pattern", 1024)
 
 
 def expected_calls(op: str, A: SparseTensor, *, count: bool) -> int:
@@ -53,13 +50,10 @@ def expected_calls(op: str, A: SparseTensor, *, count: bool) -> int:
     solve 20 more), rounded down to a power of two so that remembered dispatch decisions are
     re-made only log2(calls) times. ``count``: record this call (``explain`` only peeks)."""
     key = (op, A.pattern_key, A.dtype)
-    with _calls_lock:
-        seen = _CALLS.get(key, 0) + 1
+    with _CALLS.lock:
+        seen = (_CALLS.peek(key) or 0) + 1
         if count:
-            _CALLS[key] = seen
-            _CALLS.move_to_end(key)
-            while len(_CALLS) > _CALLS_MAX:
-                _CALLS.popitem(last=False)
+            _CALLS.put(key, seen)
     return 1 << (seen.bit_length() - 1)
 
 

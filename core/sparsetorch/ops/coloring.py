@@ -17,7 +17,6 @@ random probe (``check``).
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Callable
 
 import torch
@@ -25,11 +24,12 @@ import torch
 from ..errors import InputError
 from ..format import CSR
 from ..tensor import SparseTensor
+from ..dispatch.lru import LRU
 
 __all__ = ["greedy_coloring", "ColoredJacobian", "colored_jacobian", "pattern_from", "forward_ad"]
 
 _CACHE_SIZE = 16
-_cache: "OrderedDict[object, ColoredJacobian]" = OrderedDict()
+_cache: "LRU[object, ColoredJacobian]" = LRU("jacobian colorings", _CACHE_SIZE)
 
 
 def forward_ad(fn: Callable, *args):
@@ -214,15 +214,13 @@ def colored_jacobian(pattern: object, n: int, device: torch.device, dtype: torch
     key = None
     if isinstance(pattern, SparseTensor):
         key = (pattern.pattern_key, device, dtype)
-        for k in [k for k in _cache if not k[0].alive()]:
-            del _cache[k]
+        for k, _ in _cache.items():
+            if not k[0].alive():  # the pattern's buffers were freed (their addresses may be reused)
+                _cache.pop(k)
         got = _cache.get(key)
         if got is not None:
-            _cache.move_to_end(key)
             return got
     cj = ColoredJacobian(pattern_from(pattern, n, device, dtype))
     if key is not None:
-        _cache[key] = cj
-        while len(_cache) > _CACHE_SIZE:
-            _cache.popitem(last=False)
+        _cache.put(key, cj)
     return cj
