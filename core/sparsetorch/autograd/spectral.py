@@ -18,7 +18,17 @@ matrix of every i shares one pattern, so one plan serves them all). The coupling
 computed eigenvalues ``1 / (w_i - w_j)`` does not exist at a repeated eigenvalue: a gap below
 ``degenerate_tol`` (relative to ``max |w|``) with a non-zero coupling raises
 :class:`DegenerateEigenvalueError` (or warns, per the handle's policy); losses that depend on
-the eigenspace only (for example ``sum_i v_i v_i^H``) have zero coupling and pass.
+the eigenspace only (for example ``sum_i v_i v_i^H``) have zero coupling and pass. The bordered
+system is assembled and solved by the ops layer (``ops/spectral/_bordered.py``), which hands its
+class to the handle (``EigshHandle.bordered``): solving means dispatch, above this layer.
+
+For a general A (``eigs``) the eigenvalues' rule, with left eigenvectors ``u_i`` (``u_i^H A = w_i
+u_i^H``), is ``dA += sum_i gw_i / conj(u_i^H v_i)  u_i[row] conj(v_i[col])``; eigenvector
+gradients of a non-symmetric A are not supported.
+
+The forward passes run the ops layer's fallback driver (``handle.attempts``: it loads the values
+into each plan it tries, runs it, checks the pairs and hands over to the next capable offer); the
+backward passes need A, M and the pairs only, so gradients follow whichever method succeeded.
 """
 
 from __future__ import annotations
@@ -29,11 +39,11 @@ from typing import Any
 
 import torch
 
-from ..errors import DegenerateEigenvalueError, NoBackendError
+from ..errors import DegenerateEigenvalueError, InputError
 from ..tensor import SparseTensor
 from .handles import PlanState, sddmm
 
-__all__ = ["EigshHandle", "eigsh_function"]
+__all__ = ["EigshHandle", "eigsh_function", "EigsHandle", "eigs_function"]
 
 
 @dataclass
@@ -42,7 +52,8 @@ class EigshHandle:
     ops module's fallback driver: it loads the values into each plan it tries, runs it, checks
     the pairs, and hands over to the next capable offer when one fails; ``None``: the one plan
     only). The backward pass needs A, M and the pairs only, so gradients follow whichever
-    method succeeded."""
+    method succeeded, and ``bordered`` (the class of the bordered system, ``(A, M, k) ->`` an
+    object with ``solve(avals, mvals, V, shift, rhs)``) for eigenvector gradients."""
 
     state: PlanState
     A: SparseTensor
@@ -53,6 +64,7 @@ class EigshHandle:
     check: Any = None
     results: list = field(default_factory=list)
     attempts: Any = None
+    bordered: Any = None
 
     def run(self, values: torch.Tensor, mvalues: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         M = None if self.M is None else self.M.with_values(mvalues.detach())
@@ -64,27 +76,7 @@ class EigshHandle:
             if self.check is not None:
                 self.check(res, self.state.plan)
             return w, V
-        from ..ops.spectral import _call_kwargs, _check_outputs, _verify_pairs
-
-        A = self.A.with_values(values.detach())
-        n, k = A.format_shape[0], self.call["k"]
-        batch = tuple(A.batch_shape)
-
-        def call(plan, budget):
-            with torch.no_grad():
-                w, V, res = plan.eigsh(M=M, **self.call, **_call_kwargs(plan, budget))
-            return (w, V), res
-
-        def verify(out):
-            w, V = out
-            why = _check_outputs(w, V, batch, n, k)
-            if why is None and (w.is_complex() or V.dtype != A.dtype):
-                why = f"returned w {w.dtype} and V {V.dtype}; expected real w and V of A's dtype {A.dtype}"
-            if why is not None:
-                return False, float("nan"), why
-            return _verify_pairs(A, M, w, V, self.attempts.contract)
-
-        w, V = self.attempts.run(values, call, verify)
+        w, V = self.attempts.run_eigsh(self.A, values, M, self.call)
         self.state = self.attempts.state
         self.results.append(self.attempts.result)
         return w, V
@@ -165,7 +157,7 @@ def _vector_adjoint(h: EigshHandle, values, mvalues, w, V, gV) -> torch.Tensor:
         Qb = Vb @ coef
         if k < n:
             if bordered is None:
-                bordered = _Bordered(h.A, h.M, k)
+                bordered = h.bordered(h.A, h.M, k)
             wanted = [i for i in range(k) if bool((gb[:, i] != 0).any())]
             for i in wanted:
                 y = bordered.solve(vals[b], None if mv is None else mv[b], Vb, float(wb[i]), gb[:, i])
@@ -174,54 +166,59 @@ def _vector_adjoint(h: EigshHandle, values, mvalues, w, V, gV) -> torch.Tensor:
     return torch.stack(out).reshape(*batch, n, k)
 
 
-class _Bordered:
-    """``[[A - s M, M V], [V^H M, 0]]`` on one fixed pattern (A's, M's or the diagonal, a dense border)."""
-
-    def __init__(self, A: SparseTensor, M: SparseTensor | None, k: int) -> None:
-        from ..ops._assemble import CooAssembler
-
-        n = A.format_shape[0]
-        dev = A.device
-        coords, self._slot = A.entries()
-        if M is None:
-            mr = mc = torch.arange(n, device=dev)
-            self._mslot = None
-        else:
-            mco, self._mslot = M.entries()
-            mr, mc = mco[0], mco[1]
-        ar = torch.arange(n, device=dev).repeat_interleave(k)
-        bc = n + torch.arange(k, device=dev).repeat(n)
-        rows = torch.cat([coords[0], mr, ar, bc])
-        cols = torch.cat([coords[1], mc, bc, ar])
-        self.n, self.k = n, k
-        self._asm = CooAssembler(rows, cols, (n + k, n + k), A.dtype)
-        self._M = M
-
-    def solve(self, avals, mvals, V, shift: float, rhs) -> torch.Tensor:
-        from ..ops.solve import solve
-
-        n, k = self.n, self.k
-        a = avals.detach()[self._slot]
-        if self._M is None:
-            md = torch.full((n,), -shift, dtype=a.dtype, device=a.device)
-            MV = V
-        else:
-            m = mvals.detach()
-            md = -shift * m[self._mslot]
-            MV = self._M.with_values(m) @ V
-        border = MV.reshape(-1)  # row-major (n, k): matches the (ar, bc) order
-        lower = MV.conj().reshape(-1)
-        K = self._asm.tensor(torch.cat([a, md, border, lower]))
-        b = torch.cat([rhs, rhs.new_zeros(k)])
-        props = "hermitian" if a.is_complex() else "symmetric"
-        # K is symmetric indefinite and may have zeros on its diagonal: a direct LU where one is
-        # offered (BiCGSTAB broke down on it at the first iteration), an iterative method otherwise.
-        try:
-            x = solve(K, b, properties=props, method="lu")
-        except NoBackendError:
-            x = solve(K, b, properties=props, rtol=1e-12)
-        return x[:n]
-
-
 def eigsh_function(values: torch.Tensor, mvalues: torch.Tensor, handle: EigshHandle):
     return _Eigsh.apply(values, mvalues, handle)
+
+
+# --- eigs (general A) -------------------------------------------------------------------------------
+
+@dataclass
+class EigsHandle:
+    """What ``eigs``'s forward pass needs (``attempts``: the ops layer's fallback driver, see
+    :class:`EigshHandle`) and what it leaves for the backward pass: the left eigenvectors ``U``
+    (computed when ``left``: A requires a gradient)."""
+
+    attempts: Any
+    call: dict
+    left: bool
+    A: SparseTensor
+    U: torch.Tensor | None = None
+
+
+class _Eigs(torch.autograd.Function):
+    """Eigenvalue gradients of a general A: dw_i = u_i^H dA v_i / (u_i^H v_i)."""
+
+    @staticmethod
+    def forward(values, handle: EigsHandle):
+        w, V, U = handle.attempts.run_eigs(handle.A, values, handle.call, handle.left)
+        handle.U = U
+        return w, V
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        values, handle = inputs
+        ctx.handle = handle
+        ctx.save_for_backward(*output)
+
+    @staticmethod
+    def backward(ctx, gw, gV):
+        w, V = ctx.saved_tensors
+        h: EigsHandle = ctx.handle
+        if gV is not None and bool((gV != 0).any()):
+            raise InputError("eigs: gradients through the eigenvectors of a non-symmetric matrix are not supported; "
+                             "differentiate the eigenvalues (or use eigsh for symmetric matrices)")
+        if gw is None or h.U is None:
+            return None, None
+        U = h.U
+        denom = (U.conj() * V).sum(-2)  # u_i^H v_i
+        tiny = denom.abs() <= 1e-12
+        if bool(tiny.any()):
+            raise InputError("eigs: an eigenvalue is defective (u^H v ~ 0 for its left/right eigenvectors): its "
+                             "derivative does not exist")
+        P = U * (gw / denom.conj()).unsqueeze(-2)
+        d = sddmm(h.A, P, V)
+        return (d if h.A.dtype.is_complex else d.real), None
+
+
+def eigs_function(values: torch.Tensor, handle: EigsHandle):
+    return _Eigs.apply(values, handle)

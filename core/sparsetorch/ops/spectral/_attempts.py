@@ -1,0 +1,246 @@
+"""The fallback driver of the eigen ops: the capable offers in the explain table's order, each run
+until one returns eigenpairs that pass the checks (docs/spectral.md, "What a default call
+promises"), with a record of every attempt for ``info.extra["attempts"]``."""
+
+from __future__ import annotations
+
+import inspect
+import time
+import warnings
+from dataclasses import replace
+
+import torch
+
+from ...autograd.handles import PlanState
+from ...errors import (BackendError, DegenerateEigenvalueError, IndefiniteMatrixError, NotConvergedError,
+                       NotConvergedWarning, NotSymmetricError, SparseTorchError)
+from ...tensor import SparseTensor
+from .._dispatch import obtain_plan
+from ..info import SolveInfo
+from ._checks import _check_outputs, _verify_pairs
+
+__all__ = ["MIN_BUDGET"]
+
+
+class _Attempts:
+    """The offers an eigen call may try, in the explain table's order, and what each did.
+
+    The accuracy contract and the fallback rule (docs/spectral.md): the chosen offer runs first; if
+    it does not converge, breaks down, fails in its plugin, or returns pairs whose residual
+    misses the contract, the next capable offer of the table runs, and so on. A method the
+    user pinned (``method=``) is the only candidate. An attempt that a dense offer later in the
+    table could replace is bounded by that offer's estimated seconds (``budget``, for plans
+    whose ``eigsh``/``eigs`` take it): a failed attempt costs about what the dense call it
+    delayed does. Plans for later offers are obtained (and cached) only when needed.
+    """
+
+    def __init__(self, op: str, A: SparseTensor, request, state: PlanState, offer, table, *, cache: bool,
+                 policy: str, contract: float | None) -> None:
+        self.op, self.A, self.request, self.cache, self.policy = op, A, request, cache, policy
+        self.contract = contract  # relative residual the pairs must meet (None: an explicit tol)
+        self.pinned = request.option("method") is not None
+        self.offers = [offer]
+        if not self.pinned:
+            self.offers += [r.offer for r in table.offers
+                            if r.offer is not None and (r.offer.backend, r.offer.method) != (offer.backend, offer.method)]
+        self.states: dict[int, PlanState] = {0: state}
+        self.records: list[dict] = []
+        self.state, self.offer, self.result = state, offer, None
+        self.norms: dict = {}
+
+    def _state(self, i: int) -> PlanState:
+        if i not in self.states:
+            opts = {**self.request.options, "backend": self.offers[i].backend, "method": self.offers[i].method}
+            self.states[i] = obtain_plan(self.op, self.A, replace(self.request, options=opts), cache=self.cache)[0]
+        return self.states[i]
+
+    def budget(self, i: int) -> float | None:
+        """Seconds attempt ``i`` may take: the estimate of the cheapest dense offer after it
+        (None: nothing direct to hand over to, or the last candidate)."""
+        later = [o.seconds for o in self.offers[i + 1:] if o.method in _DIRECT_METHODS]
+        if not later:
+            return None
+        return max(MIN_BUDGET, min(later))
+
+    def run(self, values: torch.Tensor, call, verify):
+        """``call(plan, budget) -> (outputs, IterationResult)``; ``verify(outputs) -> (ok, residual, why)``.
+        Loads ``values`` into each plan tried; returns the outputs of the first attempt that
+        converged and passed ``verify``."""
+        last_exc: BaseException | None = None
+        last_out, last_res = None, None
+        self.records.clear()
+        for i, offer in enumerate(self.offers):
+            label = f"{offer.backend}/{offer.method}"
+            final = i == len(self.offers) - 1
+            budget = None if final else self.budget(i)
+            t0 = time.perf_counter()
+            phase = "build"
+            try:
+                state = self._state(i)
+                with state.lock:  # values and the call belong together: another thread may share the plan
+                    phase = "set_values"
+                    state.load(values)
+                    phase = self.op
+                    out, res = call(state.plan, budget)
+            except _PASS_THROUGH:
+                raise
+            except Exception as exc:  # noqa: BLE001 - every failure of a plan is recorded, then handed over
+                if not isinstance(exc, SparseTorchError):
+                    exc = _wrap(exc, label, phase)
+                self.records.append(_record(offer, None, False, f"raised {type(exc).__name__}: {exc}",
+                                            time.perf_counter() - t0, budget))
+                last_exc = exc
+                if self.pinned or final:
+                    raise _with_attempts(exc, self.records, final and not self.pinned) from exc.__cause__
+                continue
+            ok, resid, why = (False, float("nan"), res.reason or res.status.value)
+            if res.converged:
+                ok, resid, why = verify(out)
+            self.records.append(_record(offer, res, ok, "" if ok else why, time.perf_counter() - t0, budget, resid))
+            if ok:
+                self.state, self.offer, self.result = state, offer, res
+                return out
+            last_out, last_res, last_exc = out, res, None
+            if self.pinned:
+                break
+        if last_out is None:  # pragma: no cover - the loop raises before
+            raise last_exc  # type: ignore[misc]
+        self.state, self.result = self.states[len(self.records) - 1], last_res
+        self.offer = self.offers[len(self.records) - 1]
+        self._fail(last_res)
+        return last_out
+
+    def run_eigsh(self, A: SparseTensor, values: torch.Tensor, M: SparseTensor | None, call: dict):
+        """``(w, V)`` of ``A v = w M v`` with A's ``values``: the first plan whose pairs pass the
+        checks (real ``w``, ``V`` of A's dtype, the contract's residual); ``call``: the options of
+        ``plan.eigsh``."""
+        A = A.with_values(values.detach())
+        n, k = A.format_shape[0], call["k"]
+        batch = tuple(A.batch_shape)
+
+        def attempt(plan, budget):
+            with torch.no_grad():
+                w, V, res = plan.eigsh(M=M, **call, **_call_kwargs(plan, budget))
+            return (w, V), res
+
+        def verify(out):
+            w, V = out
+            why = _check_outputs(w, V, batch, n, k)
+            if why is None and (w.is_complex() or V.dtype != A.dtype):
+                why = f"returned w {w.dtype} and V {V.dtype}; expected real w and V of A's dtype {A.dtype}"
+            if why is not None:
+                return False, float("nan"), why
+            return _verify_pairs(A, M, w, V, self.contract)
+
+        return self.run(values, attempt, verify)
+
+    def run_eigs(self, A: SparseTensor, values: torch.Tensor, call: dict, left: bool):
+        """``(w, V, U)`` of ``A v = w v`` with A's ``values`` (``U``: the left eigenvectors when
+        ``left``), from the first plan whose pairs pass the checks; ``call``: ``plan.eigs``'s options."""
+        A = A.with_values(values.detach())
+        n, k = A.format_shape[0], call["k"]
+        batch = tuple(A.batch_shape)
+
+        def attempt(plan, budget):
+            with torch.no_grad():
+                w, V, U, res = plan.eigs(left=left, **call, **_call_kwargs(plan, budget))
+            return (w, V, U), res
+
+        def verify(out):
+            w, V, U = out
+            why = _check_outputs(w, V, batch, n, k)
+            if why is None and left and (U is None or tuple(U.shape) != tuple(V.shape)):
+                why = "returned no left eigenvectors (asked for, for the gradient)"
+            if why is not None:
+                return False, float("nan"), why
+            return _verify_pairs(A, None, w, V, self.contract)
+
+        return self.run(values, attempt, verify)
+
+    def _fail(self, res) -> None:
+        tried = "; ".join(f"{r['backend']}/{r['method']}: {r['why']}" for r in self.records)
+        if self.pinned:
+            others = [f"'{o.method}'" for o in _capable(self.op, self.A, self.request) if o.method != self.offers[0].method]
+            advice = (f"method={self.offers[0].method!r} was pinned, so no other method was tried; try "
+                      + (f"method={' or '.join(others)}, or " if others else "")
+                      + "drop method= to let dispatch fall back, raise maxiter, use sigma (shift-invert) for interior "
+                        "or smallest eigenvalues, or pass on_nonconvergence='warn'")
+        else:
+            advice = ("every capable method was tried (in the order of explain()); raise maxiter, give tol=, use sigma "
+                      "(shift-invert) near the wanted eigenvalues, raise dense_max= to allow the dense method, or pass "
+                      "on_nonconvergence='warn'")
+        msg = f"{self.op} did not converge: {tried}. {advice}"
+        if self.policy == "warn":
+            warnings.warn(msg, NotConvergedWarning, stacklevel=_STACKLEVEL[self.op])
+        elif self.policy == "raise":
+            raise NotConvergedError(msg, res)
+
+    def info(self) -> SolveInfo:
+        res = self.result
+        rec = self.records[-1] if self.records else {}
+        resid = rec.get("verified_residual", float("nan"))
+        return SolveInfo(
+            backend=self.offer.backend, method=self.offer.method, iterations=res.iterations,
+            residual=resid if resid == resid else res.residual, converged=bool(rec.get("accepted", res.converged)),
+            status=res.status, reason=res.reason, plan_reused=self.states[0].reused,
+            extra={"estimated_seconds": self.offer.seconds, "estimated_bytes": self.offer.bytes,
+                   "attempts": [dict(r) for r in self.records], "contract_rtol": self.contract},
+        )
+
+#: Direct methods of the eigen ops: an attempt that one of these could replace is bounded by it.
+_DIRECT_METHODS = ("dense",)
+#: The least an iterative attempt is allowed before handing over (seconds): below it a budget
+#: would only measure Python's overheads.
+MIN_BUDGET = 0.05
+#: Errors that no other method would avoid (the operands are wrong): raised at once.
+_PASS_THROUGH = (IndefiniteMatrixError, NotSymmetricError, DegenerateEigenvalueError)
+
+#: ``warnings.warn``'s stacklevel for a non-converged call, per op: the frames between the user's
+#: ``eigsh``/``eigs`` call and :meth:`_Attempts._fail`.
+_STACKLEVEL = {"eigsh": 7, "eigs": 8}
+
+
+def _capable(op, A, request):
+    from ...dispatch.select import rank
+
+    opts = {**request.options, "method": None}
+    return [r.offer for r in rank(replace(request, options=opts)).offers]
+
+
+def _wrap(exc: BaseException, label: str, phase: str) -> BackendError:
+    err = BackendError(f"{label} failed in {phase}: {type(exc).__name__}: {exc}", label, phase)
+    err.__cause__ = exc
+    return err
+
+
+def _with_attempts(exc: BaseException, records: list[dict], annotate: bool) -> BaseException:
+    if annotate and len(records) > 1 and hasattr(exc, "add_note"):
+        exc.add_note("attempts: " + "; ".join(f"{r['backend']}/{r['method']}: {r['why']}" for r in records))
+    return exc
+
+
+def _record(offer, res, ok: bool, why: str, seconds: float, budget, resid: float = float("nan")) -> dict:
+    return {"backend": offer.backend, "method": offer.method,
+            "iterations": None if res is None else res.iterations,
+            "plan_residual": None if res is None else res.residual,
+            "verified_residual": resid, "converged": None if res is None else res.converged,
+            "accepted": ok, "status": None if res is None else res.status.value, "why": why or "accepted",
+            "seconds": seconds, "budget": budget}
+
+
+def _call_kwargs(plan, budget) -> dict:
+    """``budget=`` for plans whose eigen call takes it (an attempt bounded in seconds)."""
+    if budget is None:
+        return {}
+    meth = getattr(plan, "eigsh", None) or getattr(plan, "eigs", None)
+    cls = type(plan)
+    if cls not in _TAKES_BUDGET:
+        try:
+            params = inspect.signature(meth).parameters
+            _TAKES_BUDGET[cls] = "budget" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+        except (TypeError, ValueError):
+            _TAKES_BUDGET[cls] = False
+    return {"budget": budget} if _TAKES_BUDGET[cls] else {}
+
+
+_TAKES_BUDGET: dict = {}

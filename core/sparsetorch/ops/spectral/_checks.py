@@ -1,0 +1,118 @@
+"""The checks of the eigen ops: their inputs (``k``, ``which``, ``tol``, ``maxiter``, ``v0``; a mass
+matrix ``M`` that must be symmetric positive definite) and the eigenpairs a plan returns (shapes,
+finiteness, and the residual of the accuracy contract, computed here from the stored entries)."""
+
+from __future__ import annotations
+
+import torch
+
+from ...errors import IndefiniteMatrixError, InputError, NotSymmetricError
+from ...tensor import SparseTensor
+from ..properties import detect
+
+__all__ = ["check_mass_matrix", "MASS_FIX"]
+
+_WHICH_SH = ("LA", "SA", "LM", "SM")
+_WHICH_GE = ("LM", "SM", "LR", "SR", "LI", "SI")
+_POLICIES = ("raise", "warn", "ignore")
+
+
+def _check_common(A, k, which, allowed, tol, maxiter, v0, op) -> None:
+    n = A.format_shape[0]
+    if not isinstance(k, int) or isinstance(k, bool) or not (1 <= k <= n):
+        raise InputError(f"{op}: k must be an int with 1 <= k <= n={n}, got k={k!r}")
+    if which not in allowed:
+        raise InputError(f"{op}: which must be one of {allowed}, got {which!r}")
+    if not (isinstance(tol, (int, float)) and tol >= 0):
+        raise InputError(f"{op}: tol must be a non-negative number (0: the method's default), got {tol!r}")
+    if maxiter is not None and (not isinstance(maxiter, int) or maxiter < 1):
+        raise InputError(f"{op}: maxiter must be a positive int or None, got {maxiter!r}")
+    if v0 is not None:
+        if not isinstance(v0, torch.Tensor) or v0.shape[-1] != n:
+            raise InputError(f"{op}: v0 must be a tensor with last dimension n={n}, got "
+                             f"{tuple(v0.shape) if isinstance(v0, torch.Tensor) else type(v0).__name__}")
+
+
+def check_mass_matrix(M: SparseTensor, op: str) -> bool:
+    """Refuse an ``M`` that is not symmetric positive definite, as far as cheap tests can tell:
+    symmetry (detected), a real positive diagonal (necessary). Returns True when definiteness is
+    proven (detected SPD: symmetric, positive diagonal, diagonally dominant); otherwise each plan
+    certifies it with the factorization it makes (a Cholesky, or an LU with diagonal pivots whose
+    signs give M's inertia) and raises :class:`IndefiniteMatrixError` when that fails."""
+    tags = detect(M)
+    if "nonsymmetric" in tags:
+        raise NotSymmetricError(f"{op}: M is not symmetric (Hermitian): entries differ from the transpose beyond "
+                                f"1e-12 relative. {MASS_FIX}")
+    if "spd" in tags:
+        return True
+    coords, slot = M.entries()
+    on = coords[0] == coords[1]
+    n = M.format_shape[0]
+    vals = M.values.detach()[..., slot]
+    diag = vals.new_zeros(*vals.shape[:-1], n).index_add(-1, coords[0][on], vals[..., on])
+    dre = diag.real if diag.is_complex() else diag
+    bad = ~(dre > 0)
+    if bool(bad.any()):
+        flat = torch.nonzero(bad.reshape(-1, n))[0]
+        member, i = int(flat[0]), int(flat[1])
+        where = f" (value-batch member {member})" if diag.dim() > 1 else ""
+        raise IndefiniteMatrixError(
+            f"{op}: M is not positive definite: its diagonal entry M[{i}, {i}] = "
+            f"{float(dre.reshape(-1, n)[member, i]):.6g}{where} is not positive ({int(bad.sum())} of {n * max(1, diag.numel() // n)} "
+            f"diagonal entries are <= 0). {MASS_FIX}")
+    return False
+
+
+#: What to do about an M that is not SPD (every refusal says it).
+MASS_FIX = ("A generalized symmetric eigenproblem A v = w M v needs M symmetric positive definite (a mass or Gram "
+            "matrix); with an indefinite M the problem's eigenvalues need not be real and ARPACK/LOBPCG return numbers "
+            "that are not eigenvalues. If A is SPD and M is not, solve M v = mu A v (mu = 1/w) with A as the mass "
+            "matrix; otherwise use sparsetorch.eigs on M^-1 A (a general eigenproblem)")
+
+def _inf_norm(T: SparseTensor) -> torch.Tensor:
+    """max_i sum_j |T_ij| per value-batch member (>= the spectral norm of a Hermitian T)."""
+    coords, slot = T.entries()
+    vals = T.values.detach()[..., slot].abs()
+    n = T.format_shape[0]
+    return vals.new_zeros(*vals.shape[:-1], n).index_add(-1, coords[0], vals).amax(-1)
+
+
+def _product(T: SparseTensor, X: torch.Tensor) -> torch.Tensor:
+    """``T @ X`` for every member of T's value batch (X with the same batch in front)."""
+    coords, slot = T.entries()
+    vals = T.values.detach()[..., slot]
+    rows, cols = coords[0], coords[1]
+    contrib = vals.unsqueeze(-1) * X[..., cols, :]
+    out = X.new_zeros(*contrib.shape[:-2], X.shape[-2], X.shape[-1])
+    return out.index_add(-2, rows, contrib)
+
+
+def _check_outputs(w, V, batch, n, k) -> str | None:
+    """What is wrong with a plan's eigenpairs (None: shape, dtype and finiteness are right)."""
+    want_w = (*batch, k)
+    want_V = (*batch, n, k)
+    if not isinstance(w, torch.Tensor) or not isinstance(V, torch.Tensor):
+        return f"returned {type(w).__name__}/{type(V).__name__}, not tensors"
+    if tuple(w.shape) != want_w or tuple(V.shape) != want_V:
+        return f"returned w {tuple(w.shape)} and V {tuple(V.shape)}; expected {want_w} and {want_V}"
+    if not bool(torch.isfinite(w).all()) or not bool(torch.isfinite(V).all()):
+        return "returned NaN or Inf in the eigenpairs"
+    return None
+
+
+def _verify_pairs(A: SparseTensor, M: SparseTensor | None, w: torch.Tensor, V: torch.Tensor, rtol: float | None):
+    """(ok, worst relative residual, why): ``||A v - w M v|| <= rtol (||A|| ||v|| + |w| ||M|| ||v||)``,
+    norms the inf-norm per member; ``rtol=None`` (an explicit tol) checks finiteness only."""
+    AV = _product(A, V)
+    MV = V if M is None else _product(M, V)
+    R = AV - MV * w.to(V.dtype).unsqueeze(-2)
+    vn = torch.linalg.vector_norm(V, dim=-2)
+    an = _inf_norm(A).unsqueeze(-1)
+    mn = torch.ones_like(an) if M is None else _inf_norm(M).unsqueeze(-1)
+    scale = (an * vn + w.abs() * mn * vn).clamp_min(torch.finfo(vn.dtype).tiny)
+    rel = torch.linalg.vector_norm(R, dim=-2) / scale
+    worst = float(rel.max()) if rel.numel() else 0.0
+    if rtol is None or worst <= rtol:
+        return True, worst, ""
+    return False, worst, (f"returned pairs with relative residual {worst:.3g} > {rtol:g} (the accuracy contract "
+                          f"||A v - w M v|| <= {rtol:g} (||A|| + |w| ||M||) ||v||)")
