@@ -284,3 +284,44 @@ def test_detection_of_patterns_that_are_not_symmetric():
     assert "nonsymmetric" in detect(nonzero) and "diagonally_dominant" in detect(nonzero)
     b = torch.ones(3, dtype=DT)
     torch.testing.assert_close(st.solve(nonzero, b), torch.linalg.solve(nonzero.to_dense(), b))
+
+
+# --- preconditioners: one spelling, and never an offer that ignores what was asked ------------------
+def test_preconditioner_names_are_normalized_once():
+    from sparsetorch.dispatch.records import preconditioner_name
+
+    assert [preconditioner_name(p) for p in (None, "Jacobi", " ILU ", "identity", "none", "")] == \
+        [None, "jacobi", "ilu", "none", "none", "none"]
+    assert preconditioner_name(lambda r: r) == "user"
+    with pytest.raises(st.InputError, match="preconditioner must be a name"):
+        preconditioner_name(3.0)
+    A = poisson2d(8, 8)
+    b = torch.ones(64, dtype=DT)
+    x, info = st.solve(A, b, method="cg", preconditioner="Jacobi", return_info=True)
+    assert info.preconditioner == "jacobi" and _relres(A, x, b) <= 1e-10
+    x, info = st.solve(A, b, method="cg", preconditioner="identity", backend="torch", return_info=True)
+    assert info.preconditioner in (None, "none") and _relres(A, x, b) <= 1e-10
+
+
+def test_offers_that_ignore_the_asked_preconditioner_are_declined(torch_only):
+    class Liar:
+        @st.hookimpl
+        def sparsetorch_backend_info(self):
+            return BackendInfo(name="liar", version="0", description="offers jacobi whatever is asked",
+                               devices=("cpu",), dtypes=(DT,), ops={"solve": ("gmres",)})
+
+        @st.hookimpl
+        def sparsetorch_offers(self, request):
+            return [Offer("liar", "gmres", 1e-12, 0, lambda A, r: DensePlan(A, "liar", "gmres"), "", "jacobi",
+                          iterations=1)]
+
+    torch_only.register(Liar(), "liar")
+    A = poisson2d(6, 6)
+    b = torch.ones(36, dtype=DT)
+    table = st.explain("solve", A, b, preconditioner="ilu")
+    text = str(table)
+    assert "uses preconditioner 'jacobi', not the 'ilu' asked for" in text
+    assert "is a direct method; drop preconditioner=" in text
+    with pytest.raises(st.NoBackendError):
+        st.solve(A, b, preconditioner="ilu")
+    assert st.explain("solve", A, b, preconditioner="jacobi").chosen.backend == "liar"

@@ -16,7 +16,9 @@ import torch
 
 from ..format import TensorFormat
 
-__all__ = ["BackendInfo", "OperandInfo", "Request", "Offer", "Decline", "OPS", "METHODS", "DIRECT_METHODS", "Measured"]
+from ..errors import InputError
+
+__all__ = ["BackendInfo", "OperandInfo", "Request", "Offer", "Decline", "OPS", "METHODS", "DIRECT_METHODS", "Measured", "preconditioner_name"]
 
 #: Operations a backend may implement.
 OPS = ("matmul", "solve", "eigsh", "eigs", "logdet", "lstsq", "solve_list")
@@ -193,3 +195,19 @@ class Decline:
     backend: str
     reason: str
     method: str | None = None
+
+
+def preconditioner_name(pre: Any) -> str | None:
+    """The canonical name of a ``preconditioner=`` argument, the one rule for every backend:
+    None (the backend's default) stays None; a callable applying ``M^-1`` is ``"user"``; a
+    string is lower-cased, with ``"identity"`` (and an empty string) meaning ``"none"`` (no
+    preconditioner, asked for). Anything else is an input error."""
+    if pre is None:
+        return None
+    if isinstance(pre, str):
+        name = pre.strip().lower()
+        return "none" if name in ("", "identity", "none") else name
+    if callable(pre):
+        return "user"
+    raise InputError(f"preconditioner must be a name (e.g. 'jacobi'), None, or a callable applying M^-1; got "
+                     f"{type(pre).__name__} {pre!r}")

@@ -36,7 +36,7 @@ from ..errors import NoBackendError
 from .experience import weigh
 from .lru import LRU
 from .manager import get_backends
-from .records import Decline, Offer, Request
+from .records import Decline, Offer, Request, preconditioner_name
 
 __all__ = ["Row", "ExplainTable", "rank", "choose", "clear_decisions"]
 
@@ -148,6 +148,29 @@ def _amortized(offer: Offer, repeat: int) -> Offer:
                    + f"one-time setup {_fmt_seconds(offer.setup)} spread over {repeat} calls")
 
 
+def _honour_preconditioner(request: Request, offers: list[Offer]) -> tuple[list[Offer], list[Decline]]:
+    """With ``preconditioner=`` given, only offers that use it: a direct method would ignore it,
+    and an iterative offer with another preconditioner is not what was asked (one rule in the
+    core, whatever each backend does with the name)."""
+    pre = request.option("preconditioner")
+    if pre is None:
+        return offers, []
+    asked = preconditioner_name(pre)
+    keep: list[Offer] = []
+    out: list[Decline] = []
+    for o in offers:
+        have = preconditioner_name(o.preconditioner) or "none"
+        if o.direct:
+            out.append(Decline(o.backend, f"a preconditioner was requested ({asked!r}), but {o.method} is a direct "
+                                          f"method; drop preconditioner= to use it", o.method))
+        elif have != asked:
+            out.append(Decline(o.backend, f"its {o.method} offer uses preconditioner {have!r}, not the {asked!r} "
+                                          f"asked for", o.method))
+        else:
+            keep.append(o)
+    return keep, out
+
+
 def rank(request: Request) -> ExplainTable:
     """All candidates for ``request``, best first, declines after (constraints applied)."""
     backends = get_backends()
@@ -176,6 +199,8 @@ def rank(request: Request) -> ExplainTable:
         else:
             offers.append(a)
     if request.op == "solve":
+        offers, kept = _honour_preconditioner(request, offers)
+        declines += kept
         offers, weighed = weigh(request, offers)
         declines += weighed
     repeat = request.option("repeat")

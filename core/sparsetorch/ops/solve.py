@@ -10,6 +10,7 @@ from ..autograd.handles import SolveHandle
 from ..dispatch.plan import PlanState
 from ..autograd.solve import solve_function
 from ..dispatch import experience
+from ..dispatch.records import preconditioner_name
 from ..dispatch.select import ExplainTable
 from ..errors import BackendError, IndefiniteMatrixError, InputError, SingularMatrixError
 from ..tensor import SparseTensor, SparseTensorList
@@ -57,6 +58,9 @@ def _options(
     if repeat is not None and (isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1):
         raise InputError(f"repeat must be a positive int (how many solves this pattern will serve) or None, "
                          f"got {repeat!r}")
+    if preconditioner is not None and not callable(preconditioner):
+        # one spelling for every backend ("Jacobi" is "jacobi", "identity" is "none")
+        preconditioner = preconditioner_name(preconditioner)
     return {
         "backend": backend, "method": method, "preconditioner": preconditioner,
         "rtol": None if rtol is None else float(rtol),
