@@ -38,11 +38,8 @@ LAYERS = {
 
 #: (importing module, imported module) pairs allowed to cross upward, each with its reason
 ALLOWED: dict[tuple[str, str], str] = {
-    # being moved in the same renovation (issue 15): the spectral adjoint re-dispatches a solve,
-    # and the nonlinear package calls the torch backend's GMRES directly
-    ("sparsetorch.autograd.spectral", "sparsetorch.ops.spectral"): "issue 15, in progress",
-    ("sparsetorch.autograd.spectral", "sparsetorch.ops._assemble"): "issue 15, in progress",
-    ("sparsetorch.autograd.spectral", "sparsetorch.ops.solve"): "issue 15, in progress",
+    # being moved in the same renovation (issue 15): the nonlinear package calls the torch
+    # backend's GMRES directly
     ("sparsetorch.ops.nonlinear._iterations", "sparsetorch.backends.torch_native.krylov"): "issue 15, in progress",
     ("sparsetorch.ops.nonlinear._iterations", "sparsetorch.backends.torch_native.krylov.gmres"): "issue 15, in progress",
     ("sparsetorch.ops.nonlinear._problem", "sparsetorch.backends.torch_native.krylov"): "issue 15, in progress",
