@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from .comm import Comm, free_port, init
 from .errors import CommTimeoutError, DistributedError, MismatchError
+from .eigen import DEigshInfo, eigsh
 from .exchange import ExchangePlan, halo_exchange
 from .ops import dot, global_sum, matmul, norm
 from .partition import contiguous_offsets, edge_cut, graph_parts, rcb_parts, spectral_parts
@@ -29,7 +30,7 @@ __all__ = [
     "DSparseTensor", "DSparseTensorList", "pattern_cache_clear",
     "ExchangePlan", "halo_exchange",
     "matmul", "dot", "norm", "global_sum",
-    "solve", "DSolveInfo", "is_symmetric",
+    "solve", "DSolveInfo", "is_symmetric", "eigsh", "DEigshInfo",
     "contiguous_offsets", "rcb_parts", "spectral_parts", "graph_parts", "edge_cut",
     "__version__",
 ]

@@ -123,6 +123,20 @@ class Comm:
             t.copy_(moved)
         return t
 
+    def broadcast(self, t: torch.Tensor, src: int = 0) -> torch.Tensor:
+        """Broadcast ``t`` from rank ``src`` (in place; returned); a no-op on one rank."""
+        if self.size == 1:
+            return t
+        moved = t if t.device == self.device else t.to(self.device)
+        try:
+            dist.broadcast(moved, src=self.global_rank(src), group=self.group)
+        except RuntimeError as exc:
+            raise CommTimeoutError(f"rank {self.rank}: broadcast failed ({_short(exc)}); a peer died or did not enter "
+                                   f"the collective within {self.timeout}") from exc
+        if moved is not t:
+            t.copy_(moved)
+        return t
+
     def allgather_object(self, obj) -> list:
         if self.size == 1:
             return [obj]

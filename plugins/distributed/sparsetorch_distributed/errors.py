@@ -30,7 +30,7 @@ class CommTimeoutError(DistributedError):
 #: first entry it is an instance of).
 AGREED_CLASSES: tuple[type[BaseException], ...] = (
     MismatchError, CommTimeoutError, DistributedError,
-    st.ValidationError, st.NotSymmetricError, st.IndefiniteMatrixError, st.SingularMatrixError,
+    st.ValidationError, st.NotSymmetricError, st.DegenerateEigenvalueError, st.IndefiniteMatrixError, st.SingularMatrixError,
     st.NotConvergedError, st.BackendError, st.NoBackendError, st.InputError, st.SparseTorchError,
 )
 

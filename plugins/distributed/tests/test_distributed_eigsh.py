@@ -1,0 +1,126 @@
+"""Distributed eigsh at 2 and 4 ranks against dense float64 (torch.linalg.eigh) and the
+single-process sparsetorch.eigsh: eigenvalues to 1e-10, gradients of eigenvalues (Hellmann-Feynman)
+and eigenvectors, a central difference, the agreed error at a degenerate pair."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import sparsetorch as st
+from sparsetorch.backend import Status
+
+from _dist_scenarios import EIG_K, M, eig_values
+from sparsetorch_distributed.problems import poisson2d_rows, tridiag_rows
+from test_distributed_ranks import _scenario
+
+N = M * M
+TOL = 1e-10
+
+
+def _glue_cols(outs, key, sub=None):
+    """(N, k) from each rank's rows of a (n_local, k) block."""
+    blocks = [(o[key] if sub is None else o[key][sub]) for o in outs]
+    X = torch.full((N, blocks[0].shape[-1]), float("nan"), dtype=torch.float64)
+    for o, b in zip(outs, blocks):
+        X[o["ids"]] = b
+    assert not torch.isnan(X).any()
+    return X
+
+
+def _dense(values_fn=eig_values, **kw):
+    r, c, _ = poisson2d_rows(M, torch.arange(N))
+    A = torch.zeros(N, N, dtype=torch.float64)
+    A[r, c] = values_fn(r, c, **kw)
+    return A, r, c
+
+
+def _wanted(ev, k, which):
+    key = {"LA": -ev, "SA": ev, "LM": -ev.abs()}[which]
+    return torch.sort(ev[torch.argsort(key, stable=True)[:k]]).values
+
+
+def _check_pairs(A, w, X, k, which):
+    ev = torch.linalg.eigvalsh(A)
+    ref = _wanted(ev, k, which)
+    assert float((w - ref).abs().max() / ev.abs().max()) < TOL, (w, ref)
+    assert float((X.T @ X - torch.eye(k, dtype=torch.float64)).abs().max()) < 1e-10
+    R = A @ X - X * w
+    anorm = float(A.abs().sum(1).max())
+    assert float((R.norm(dim=0) / (anorm + w.abs())).max()) <= 1e-10      # the core's contract
+
+
+@pytest.mark.parametrize("which", ["LA", "SA", "LM"])
+def test_eigsh_extreme_pairs_match_dense(runs, which):
+    outs = _scenario(runs, "eigsh")
+    A, _, _ = _dense()
+    res = [o[which] for o in outs]
+    assert all(torch.equal(x["w"], res[0]["w"]) for x in res), "the ranks returned different eigenvalues"
+    info = res[0]["info"]
+    assert all(x["info"] == info for x in res)
+    assert info.converged and info.status == Status.CONVERGED and info.tol == 1e-10 and info.method == "lanczos"
+    X = torch.full((N, 4), float("nan"), dtype=torch.float64)
+    for o, x in zip(outs, res):
+        X[o["ids"]] = x["V"]
+    _check_pairs(A, res[0]["w"], X, 4, which)
+    # and the single-process sparsetorch.eigsh gives the same eigenvalues
+    r, c, _ = poisson2d_rows(M, torch.arange(N))
+    w_sp, _ = st.eigsh(st.SparseTensor.from_coo(eig_values(r, c), r, c, shape=(N, N), format=st.format.CSR), 4,
+                       which=which)
+    assert float((res[0]["w"] - w_sp).abs().max()) < TOL
+
+
+def test_eigsh_finds_both_copies_of_a_double_eigenvalue(runs):
+    outs = _scenario(runs, "eigsh")
+    A, _, _ = _dense(spread=0.0)
+    ev = torch.linalg.eigvalsh(A)
+    assert abs(float(ev[1] - ev[2])) < 1e-12, "the test matrix must have a double eigenvalue"
+    X = _glue_cols([dict(ids=o["ids"], V=o["double"]["V"]) for o in outs], "V")
+    _check_pairs(A, outs[0]["double"]["w"], X, 3, "SA")
+
+
+def test_eigsh_value_batch_and_list(runs):
+    outs = _scenario(runs, "eigsh")
+    A1, r, c = _dense()
+    A2 = 1.5 * _dense(spread=0.0)[0]
+    for i, A in enumerate((A1, A2)):
+        X = torch.full((N, 2), float("nan"), dtype=torch.float64)
+        for o in outs:
+            X[o["ids"]] = o["batch"]["V"][i]
+        _check_pairs(A, outs[0]["batch"]["w"][i], X, 2, "SA")
+    r2, c2, v2 = tridiag_rows(N, torch.arange(N))
+    T = torch.zeros(N, N, dtype=torch.float64).index_put_((r2, c2), v2)
+    for j, A in enumerate((A1, T)):
+        X = torch.full((N, 2), float("nan"), dtype=torch.float64)
+        for o in outs:
+            X[o["ids"]] = o["list"][j]["V"]
+        _check_pairs(A, outs[0]["list"][j]["w"], X, 2, "LA")
+
+
+def test_eigsh_gradients_match_dense_single_process_and_finite_differences(runs):
+    outs = _scenario(runs, "eigsh_grad")
+    A, r, c = _dense()
+    ev, U = torch.linalg.eigh(A)
+    assert float((outs[0]["w"] - ev[:EIG_K]).abs().max()) < TOL
+    # eigenvalues alone: d(sum_i c_i w_i)/dA[r, c] = sum_i c_i u_i[r] u_i[c] (dense float64, sign-free)
+    cw = torch.arange(1, EIG_K + 1, dtype=torch.float64)
+    G = (U[:, :EIG_K] * cw) @ U[:, :EIG_K].T
+    for o in outs:
+        assert float((o["g_w"] - G[o["r"], o["c"]]).abs().max() / G.abs().max()) < TOL
+    # eigenvalues and eigenvectors: the single-process sparsetorch.eigsh's adjoint on the same loss
+    vals = eig_values(r, c).requires_grad_(True)
+    w, V = st.eigsh(st.SparseTensor.from_coo(vals, r, c, shape=(N, N), format=st.format.CSR), EIG_K, which="SA")
+    ((w * cw).sum() + (torch.cos(torch.arange(N, dtype=torch.float64))[:, None] * V ** 2).sum()).backward()
+    Gs = torch.zeros(N, N, dtype=torch.float64).index_put_((r, c), vals.grad)
+    scale = float(Gs.abs().max())
+    for o in outs:
+        assert float((o["g"] - Gs[o["r"], o["c"]]).abs().max()) / scale < 1e-9
+    fd, an = outs[0]["fd"]
+    assert abs(fd - an) <= 1e-6 * max(1.0, abs(an)), (fd, an)
+
+
+def test_eigsh_degenerate_eigenvector_gradient_raises_on_every_rank(runs):
+    got = [o["degenerate"] for o in _scenario(runs, "eigsh_grad")]
+    assert all(g is not None for g in got), got
+    assert {g[0] for g in got} == {"DegenerateEigenvalueError"}
+    assert len({g[1] for g in got}) == 1
