@@ -333,7 +333,7 @@ def test_lanczos_finds_both_copies_of_repeated_eigenvalues():
 def test_shift_invert_uses_a_direct_solver():
     """Shift-invert needs (A - sigma I)^-1 to working precision: a Krylov offer that comes out
     cheaper (it did, by a few percent, with the Eigen plugin's BiCGStab) must not be taken."""
-    from sparsetorch.backends.torch_native.spectral import _DIRECT, _direct_choice
+    from sparsetorch.backends.torch_native.lanczos import _DIRECT, _direct_choice
 
     S = SymParam(50, seed=5)
     choice = _direct_choice(S.build(S.p0))

@@ -105,7 +105,7 @@ def eigen_offers(request: Request, r) -> list[Offer | Decline]:
         if sigma is not None:
             secs += 50 * spmv * batch
             note += "; shift-invert through sparsetorch.solve (factorized once)"
-        from .spectral import LanczosPlan
+        from .lanczos import LanczosPlan
 
         out.append(Offer("torch", "lanczos", secs, int((m + 1) * n * vsize), lambda A_, req: LanczosPlan(A_), note))
     # LOBPCG (torch.lobpcg)
