@@ -325,3 +325,58 @@ def test_offers_that_ignore_the_asked_preconditioner_are_declined(torch_only):
     with pytest.raises(st.NoBackendError):
         st.solve(A, b, preconditioner="ilu")
     assert st.explain("solve", A, b, preconditioner="jacobi").chosen.backend == "liar"
+
+
+# --- typed option records ------------------------------------------------------------------------------
+def test_solve_options_are_one_validated_record():
+    from sparsetorch.dispatch.options import DEFAULT_RESTART, CallOptions, SolveOptions
+
+    o = SolveOptions(rtol=1e-8, maxiter=50, preconditioner="Jacobi", backend_options={"x": 1})
+    assert o.rtol == 1e-8 and o["maxiter"] == 50 and o.get("restart") is None and o.preconditioner == "jacobi"
+    assert o.restart_or_default() == DEFAULT_RESTART and dict(o)["backend_options"] == {"x": 1}
+    assert o.replace(repeat=4).repeat == 4 and o.repeat is None
+    with pytest.raises(Exception):
+        o.rtol = 1.0  # frozen
+    for bad, match in (({"rtol": -1.0}, "rtol and atol"), ({"maxiter": 0}, "maxiter"), ({"restart": 2.5}, "restart"),
+                       ({"repeat": True}, "repeat"), ({"method": 3}, "method must be a name"),
+                       ({"callback": 1}, "callback"), ({"backend_options": [1]}, "backend_options"),
+                       ({"rtol": 0.0, "atol": 0.0}, "both 0")):
+        with pytest.raises(st.InputError, match=match):
+            SolveOptions(**bad)
+    c = o.call(rtol=1e-10)
+    assert isinstance(c, CallOptions) and c.rtol == 1e-10 and c.maxiter == 50 and c.check_every_or_default() == 8
+    with pytest.raises(st.InputError, match="maxiter"):
+        st.solve(poisson2d(3, 3), torch.ones(9, dtype=DT), maxiter=-2)
+
+
+def test_plans_receive_the_call_record():
+    seen = []
+
+    class Recording(DensePlan):
+        def solve(self, B, *, adjoint=False, options=None):
+            seen.append(options)
+            return super().solve(B, adjoint=adjoint, options=options)
+
+    from sparsetorch.dispatch.options import CallOptions
+
+    A = poisson2d(4, 4)
+    b = torch.ones(16, dtype=DT)
+
+    class Hooks:
+        @st.hookimpl
+        def sparsetorch_backend_info(self):
+            return BackendInfo(name="rec", version="0", description="records options", devices=("cpu",),
+                               dtypes=(DT,), ops={"solve": ("lu",)})
+
+        @st.hookimpl
+        def sparsetorch_offers(self, request):
+            return [Offer("rec", "lu", 1e-12, 0, lambda A, r: Recording(A, "rec", "lu"))]
+
+    backends = reset_backends()
+    try:
+        backends.register(Hooks(), "rec")
+        st.solve(A, b, backend="rec", rtol=1e-9, atol=0.0)
+    finally:
+        reset_backends()
+        clear_decisions()
+    assert seen and isinstance(seen[0], CallOptions) and seen[0].rtol == 1e-9 and seen[0].get("maxiter") is None

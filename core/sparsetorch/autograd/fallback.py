@@ -44,6 +44,7 @@ from ..errors import BackendError, IndefiniteMatrixError, SingularMatrixError
 from ..dispatch.accuracy import backward_error_bound, default_rtol, unit_roundoff
 from ..dispatch.results import Attempt, IterationResult, Status
 from ..tensor import SparseTensor
+from ..dispatch.options import CallOptions
 from ..dispatch.plan import PlanState, guarded
 from . import products
 
@@ -137,7 +138,7 @@ class Route:
         best: tuple[torch.Tensor, IterationResult] | None = None
         while True:
             state, offer = self.state, self.offer
-            opts = self._options_for(offer, base, rtol)
+            opts = self._options_for(offer, base, rtol, atol_s)
             t0 = time.perf_counter()
             try:
                 X, res = self._attempt(state, vs, Bs, opts, handle.adjoint, rtol, atol_s, offer)
@@ -315,20 +316,22 @@ class Route:
         return None, None
 
     # ------------------------------------------------------------------------------------------
-    def _options_for(self, offer: Offer | None, base: dict, rtol: float) -> dict:
-        opts = dict(base)
-        opts["rtol"] = rtol
+    def _options_for(self, offer: Offer | None, base: dict, rtol: float, atol: float) -> CallOptions:
+        """The call's options for this attempt: the resolved ``rtol``, ``atol`` in the scaled
+        system's units, and for an iterative offer ranked before a direct one, ``maxiter``
+        bounded by what that direct method would cost (rent or buy)."""
+        record = CallOptions(rtol=rtol, atol=atol, maxiter=base.get("maxiter"), check_every=base.get("check_every"),
+                             callback=base.get("callback"))
         if offer is None or offer.iterations is None or self.pinned or base.get("maxiter") is not None:
-            return opts
+            return record
         direct = [o for o in self._rest if o.direct]
         if not direct:
-            return opts
+            return record
         per_iteration = max((offer.seconds - offer.setup) / offer.iterations, 1e-12)
         cheapest = min(o.seconds for o in direct)
-        opts["maxiter"] = max(_MIN_BUDGET, offer.iterations, int(math.ceil(cheapest / per_iteration)))
-        return opts
+        return record.replace(maxiter=max(_MIN_BUDGET, offer.iterations, int(math.ceil(cheapest / per_iteration))))
 
-    def _attempt(self, state: PlanState, values: torch.Tensor, B: torch.Tensor, opts: dict, adjoint: bool,
+    def _attempt(self, state: PlanState, values: torch.Tensor, B: torch.Tensor, opts: CallOptions, adjoint: bool,
                  rtol: float, atol: float, offer: Offer | None) -> tuple[torch.Tensor, IterationResult]:
         with state.lock, torch.no_grad():
             state._load(values)
@@ -388,7 +391,7 @@ class Route:
             return X2, replace(res2, residual=rel, reason=f"{res2.reason}; rows and columns equilibrated")
 
     def _verify(self, state: PlanState, values: torch.Tensor, B: torch.Tensor, X: torch.Tensor, res: IterationResult,
-                opts: dict, adjoint: bool, rtol: float, atol: float) -> tuple[torch.Tensor, IterationResult]:
+                opts: CallOptions, adjoint: bool, rtol: float, atol: float) -> tuple[torch.Tensor, IterationResult]:
         if not bool(torch.isfinite(X).all()):
             return X, replace(res, converged=False, status=Status.NOT_FINITE,
                               reason=f"{res.reason + '; ' if res.reason else ''}the answer has NaN or Inf")

@@ -54,13 +54,21 @@ class PlanState:
     #: "backend/method", for error messages
     label: str = "plan"
     lock: Any = field(default_factory=threading.RLock, repr=False, compare=False)
+    _cheap_reload: bool = field(default=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.plan is not None:  # made around an existing plan
+            self._cheap_reload = isinstance(self.plan, CheapReload) and self.plan.reload_cheap is True
 
     def build(self) -> Any:
         """Run the plan factory if it has not run yet (pattern-dependent work)."""
         if self.plan is None:
             with self.lock:
                 if self.plan is None:
-                    self.plan = guarded(self.factory, self.label, "build")
+                    plan = guarded(self.factory, self.label, "build")
+                    # capabilities asked once per plan (a Protocol isinstance costs ~20 us)
+                    self._cheap_reload = isinstance(plan, CheapReload) and plan.reload_cheap is True
+                    self.plan = plan
                     self.factory = None
         return self.plan
 
@@ -72,7 +80,7 @@ class PlanState:
         self.build()
         v = values.detach()
         tok = _token(v)
-        if self.reload_always or (isinstance(self.plan, CheapReload) and self.plan.reload_cheap):
+        if self.reload_always or self._cheap_reload:
             self.token = None
             guarded(lambda: self.plan.set_values(v), self.label, "set_values")
             self.token = tok

@@ -12,6 +12,7 @@ from ..autograd.fallback import Route
 from ..dispatch.plan import PlanState
 from ..dispatch.cache import plan_cache
 from ..dispatch.lru import LRU
+from ..dispatch.options import SolveOptions
 from ..dispatch.records import Offer, OperandInfo, Request
 from ..dispatch.select import ExplainTable, choose
 from ..tensor import SparseTensor
@@ -70,7 +71,9 @@ def with_expected_calls(op: str, A: SparseTensor, request: Request, table: Expla
     repeat = expected_calls(op, A, count=count)
     if repeat <= 1:
         return None
-    return replace(request, options={**request.options, "repeat": repeat})
+    opts = request.options
+    return replace(request, options=opts.replace(repeat=repeat) if isinstance(opts, SolveOptions)
+                   else {**opts, "repeat": repeat})
 
 
 def obtain_plan(op: str, A: SparseTensor, request: Request, *, cache: bool = True) -> tuple[PlanState, Offer, ExplainTable]:

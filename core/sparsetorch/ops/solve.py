@@ -10,7 +10,7 @@ from ..autograd.handles import SolveHandle
 from ..dispatch.plan import PlanState
 from ..autograd.solve import solve_function
 from ..dispatch import experience
-from ..dispatch.records import preconditioner_name
+from ..dispatch.options import SolveOptions
 from ..dispatch.select import ExplainTable
 from ..errors import BackendError, IndefiniteMatrixError, InputError, SingularMatrixError
 from ..tensor import SparseTensor, SparseTensorList
@@ -35,7 +35,7 @@ SOLVE_DEFAULTS: dict[str, Any] = dict(
 )
 
 
-def options_from_kwargs(where: str, options: dict[str, Any]) -> dict[str, Any]:
+def options_from_kwargs(where: str, options: dict[str, Any]) -> SolveOptions:
     """Validated solve options from keyword arguments (unknown names raise with the known ones)."""
     unknown = set(options) - set(SOLVE_DEFAULTS)
     if unknown:
@@ -46,28 +46,12 @@ def options_from_kwargs(where: str, options: dict[str, Any]) -> dict[str, Any]:
 def _options(
     backend, method, preconditioner, rtol, atol, maxiter, restart, block_size, dense_max, max_bytes, callback, check_every,
     backend_options=None, repeat=None,
-) -> dict[str, Any]:
-    if not (rtol is None or (isinstance(rtol, (int, float)) and not isinstance(rtol, bool) and rtol >= 0)) or not (
-            isinstance(atol, (int, float)) and not isinstance(atol, bool) and atol >= 0):
-        raise InputError(f"rtol and atol must be non-negative numbers (rtol=None: the accuracy contract's default for "
-                         f"the dtype), got rtol={rtol!r}, atol={atol!r}")
-    if rtol == 0 and atol == 0:
-        raise InputError("rtol and atol are both 0: an iterative method could never stop; give one of them")
-    if maxiter is not None and (not isinstance(maxiter, int) or maxiter < 1):
-        raise InputError(f"maxiter must be a positive int or None, got {maxiter!r}")
-    if repeat is not None and (isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1):
-        raise InputError(f"repeat must be a positive int (how many solves this pattern will serve) or None, "
-                         f"got {repeat!r}")
-    if preconditioner is not None and not callable(preconditioner):
-        # one spelling for every backend ("Jacobi" is "jacobi", "identity" is "none")
-        preconditioner = preconditioner_name(preconditioner)
-    return {
-        "backend": backend, "method": method, "preconditioner": preconditioner,
-        "rtol": None if rtol is None else float(rtol),
-        "atol": float(atol), "maxiter": maxiter, "restart": restart, "block_size": block_size,
-        "dense_max": dense_max, "max_bytes": max_bytes, "callback": callback, "check_every": check_every,
-        "backend_options": dict(backend_options or {}), "repeat": repeat,
-    }
+) -> SolveOptions:
+    """The validated record (dispatch/options.py holds the checks and the defaults)."""
+    return SolveOptions(backend=backend, method=method, preconditioner=preconditioner, rtol=rtol, atol=atol,
+                        maxiter=maxiter, restart=restart, block_size=block_size, dense_max=dense_max,
+                        max_bytes=max_bytes, callback=callback, check_every=check_every,
+                        backend_options=backend_options or {}, repeat=repeat)
 
 
 def _progress_callback(progress: bool, callback: Callable | None, maxiter: int | None) -> tuple[Callable | None, Any]:
@@ -261,9 +245,9 @@ class Solver:
         self._policy = on_nonconvergence
         self._properties = properties
         self._options = options_from_kwargs("Solver", options)
-        if self._options["repeat"] is None:
+        if self._options.repeat is None:
             # a Solver is made to be reused: one-time setup is priced over SOLVER_REPEAT solves
-            self._options["repeat"] = SOLVER_REPEAT
+            self._options = self._options.replace(repeat=SOLVER_REPEAT)
         self._cache = cache
         self._state: PlanState | None = None
         self._offer = None
