@@ -21,7 +21,7 @@ from .ops.spectral import eigs, eigsh
 from .ops.explain import explain
 from .ops.logdet import det, logdet, slogdet
 from .ops.lstsq import Lstsq, lstsq
-from .ops.nonlinear import NonlinearSolveInfo, nonlinear_solve
+from .ops.nonlinear import Anderson, Newton, NonlinearSolveInfo, Picard, nonlinear_solve
 from .tensor import PatternKey, SparseTensor, SparseTensorList, Tensor, from_package
 
 __all__ = [
@@ -36,6 +36,8 @@ __all__ = [
     # operations
     "IterationResult", "Matmul", "SolveInfo", "Solver", "Status", "det", "eigs", "eigsh", "explain", "logdet", "Lstsq", "lstsq", "matmul",
     "NonlinearSolveInfo", "nonlinear_solve", "norm", "slogdet", "solve", "transpose",
+    # nonlinear methods (option records for nonlinear_solve(method=...))
+    "Newton", "Anderson", "Picard",
     # dispatch
     "BackendInfo", "Decline", "Offer", "OperandInfo", "Request", "plan_cache", "registry",
     # caches

@@ -18,14 +18,112 @@ the iteration lands on the same root).
 
 The backward pass is not itself differentiable (``once_differentiable``): second derivatives
 through a nonlinear solve would need the derivative of the adjoint system, not implemented.
+
+The rule is written here against :class:`ImplicitProblem`, what the ops layer's problem
+(``ops/nonlinear/_problem.py``) provides: the residual, the Jacobian, the linear solver's plan
+and GMRES on an operator (both of which go through layers above this one).
 """
 
 from __future__ import annotations
 
+from typing import Any, Callable, Protocol, Sequence
+
 import torch
 from torch.autograd.function import once_differentiable
 
-__all__ = ["implicit_solve"]
+__all__ = ["implicit_solve", "ImplicitProblem", "adjoint_solve", "parameter_vjp"]
+
+
+class ImplicitProblem(Protocol):
+    """What the adjoint rule needs of the forward problem (the handle of :func:`implicit_solve`)."""
+
+    dtype: torch.dtype
+    #: where J comes from; "matrix-free": no sparse J, products by AD only
+    jac_kind: str
+    #: the linear solver of the Newton steps: ``load(J)``, ``solve(b, adjoint=)``, ``results``
+    linear: Any
+    #: the linear solves' options (``rtol``, ``atol``, ...)
+    linear_options: dict
+    #: the call's record; the adjoint solves' IterationResults go to ``record.adjoint``
+    record: Any
+
+    def run(self, leaves: Sequence[torch.Tensor]) -> torch.Tensor:
+        """The forward iteration: ``u*`` from the parameters' tensors."""
+
+    def detached_leaves(self, leaves: Sequence[torch.Tensor]) -> list[torch.Tensor]: ...
+
+    def bind(self, leaves: Sequence[torch.Tensor]) -> tuple:
+        """The parameters of ``F`` (SparseTensors rebuilt around their values) from the leaves."""
+
+    def flat(self, params: tuple) -> Callable[[torch.Tensor], torch.Tensor]:
+        """``x -> F(x, *params)`` on flat ``x``."""
+
+    def jacobian_at(self, x: torch.Tensor, params: tuple, iteration: int) -> Any:
+        """The sparse Jacobian at flat ``x`` (every ``jac_kind`` but "matrix-free")."""
+
+    def operator_solve(self, matvec: Callable[[torch.Tensor], torch.Tensor], b: torch.Tensor, *, rtol: float,
+                       atol: float) -> tuple[torch.Tensor, Any]:
+        """GMRES on an operator: ``(x, IterationResult)``."""
+
+    def linear_failed(self, res: Any, where: str) -> None:
+        """Report (raise or warn, per the linear policy) a solve that did not converge."""
+
+
+def adjoint_solve(h: ImplicitProblem, u: torch.Tensor, leaves: Sequence[torch.Tensor], g: torch.Tensor) -> torch.Tensor:
+    """``lambda`` with ``J(u)^T lambda = g``: a transpose solve on the linear plan (the forward's last
+    Jacobian belongs to the previous iterate, so J is formed at ``u``), or GMRES on VJPs
+    ``v -> J^T v`` (exact transposes, by reverse mode) when there is no sparse J."""
+    params = h.bind(h.detached_leaves(leaves))
+    x = u.detach().reshape(-1)
+    g = g.detach().reshape(-1).to(h.dtype)
+    if h.jac_kind == "matrix-free":
+        fn = h.flat(params)
+        with torch.enable_grad():
+            xg = x.clone().requires_grad_()
+            r = fn(xg)
+
+        def vjp(V: torch.Tensor) -> torch.Tensor:
+            cols = []
+            for c in range(V.shape[1]):
+                (jt,) = torch.autograd.grad(r, xg, V[:, c], retain_graph=True, allow_unused=True)
+                cols.append(torch.zeros_like(x) if jt is None else jt)
+            return torch.stack(cols, 1)
+
+        o = h.linear_options
+        lam, res = h.operator_solve(vjp, g.reshape(-1, 1), rtol=o["rtol"], atol=o["atol"])
+        h.record.adjoint.append(res)
+        if not res.converged:
+            h.linear_failed(res, "adjoint solve J^T lambda = dL/du")
+        return lam.reshape(-1)
+    with torch.no_grad():
+        J = h.jacobian_at(x, params, h.record.iterations)
+        h.linear.load(J)
+        n_before = len(h.linear.results)
+        lam = h.linear.solve(g, adjoint=True)
+        h.record.adjoint.extend(h.linear.results[n_before:])
+    return lam
+
+
+def parameter_vjp(h: ImplicitProblem, u: torch.Tensor, leaves: Sequence[torch.Tensor], lam: torch.Tensor,
+                  need: Sequence[bool]) -> list[torch.Tensor | None]:
+    """``-lambda^T dF/dleaf`` at ``(u, leaves)`` for the leaves whose ``need`` is true (one VJP of
+    ``F``; zeros for a leaf ``F`` does not use), None for the others."""
+    with torch.enable_grad():
+        ls = [t.detach().requires_grad_(bool(nd)) for t, nd in zip(leaves, need)]
+        r = h.flat(h.bind(ls))(u.detach().reshape(-1))
+        wrt = [t for t, nd in zip(ls, need) if nd]
+        grads = [None] * len(wrt)
+        if r.requires_grad:
+            grads = list(torch.autograd.grad(r, wrt, -lam.reshape(-1).to(r.dtype), allow_unused=True))
+    out, k = [], 0
+    for t, nd in zip(ls, need):
+        if not nd:
+            out.append(None)
+            continue
+        gk = grads[k]
+        k += 1
+        out.append(torch.zeros_like(t) if gk is None else gk)
+    return out
 
 
 class _ImplicitSolve(torch.autograd.Function):
@@ -47,16 +145,13 @@ class _ImplicitSolve(torch.autograd.Function):
         if not any(need):
             return (None,) * (1 + len(leaves))
         h = ctx.handle
-        lam = h.adjoint(u, leaves, du)  # J^T lam = dL/du at u*
-        grads = h.param_vjp(u, leaves, lam, need)  # -lam^T dF/dtheta
+        lam = adjoint_solve(h, u, leaves, du)  # J^T lam = dL/du at u*
+        grads = parameter_vjp(h, u, leaves, lam, need)  # -lam^T dF/dtheta
         return (None, *grads)
 
 
-def implicit_solve(handle, leaves: tuple[torch.Tensor, ...]) -> torch.Tensor:
-    """``u*`` from ``handle.run(leaves)``, differentiable in ``leaves`` by the adjoint method.
-
-    ``handle`` provides ``run(leaves) -> u*`` (the forward iteration), ``adjoint(u, leaves, g)
-    -> lambda`` (solves ``J^T lambda = g`` at ``u``) and ``param_vjp(u, leaves, lambda, need)``
-    (``-lambda^T dF/dleaf`` for each leaf whose ``need`` is true, ``None`` for the others).
-    """
+def implicit_solve(handle: ImplicitProblem, leaves: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """``u*`` from ``handle.run(leaves)``, differentiable in ``leaves`` by the adjoint method:
+    :func:`adjoint_solve` (``J^T lambda = dL/du*`` at ``u*``) then :func:`parameter_vjp`
+    (``-lambda^T dF/dleaf``)."""
     return _ImplicitSolve.apply(handle, *leaves)

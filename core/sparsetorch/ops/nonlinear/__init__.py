@@ -21,8 +21,9 @@ sparsetorch's own ``A @ u`` included); ``ad="forward"`` by forward mode (JVPs:
 Which method runs: ``method=None`` (the default) lets the library choose: Newton (line search,
 then a dogleg trust-region step where the line search fails), and when Newton fails, Anderson
 and then Picard on the fixed-point map ``u - omega M^-1 F(u)``, each from the best iterate so
-far; ``info.attempts`` records each. A method named by ``method=`` is pinned: it runs alone and
-raises a :class:`NotConvergedError` naming what to try.
+far; ``info.attempts`` records each. A method named by ``method=`` (a name, or a record
+``Newton(...)``, ``Anderson(...)``, ``Picard(...)`` carrying its options) is pinned: it runs alone
+and raises a :class:`NotConvergedError` naming what to try.
 
 Linear systems with a sparse ``J`` go through dispatch (the same path as
 :class:`sparsetorch.Solver`): one plan per pattern, chosen once and reused at every Newton step
@@ -33,9 +34,12 @@ the ``u`` returned, whichever method found it.
 
 See docs/nonlinear.md for the math, the options and the caveats.
 
-Layout: ``_problem.py`` (checks, residual, Jacobian sources, linear solvers, adjoint, info),
-``_iterations.py`` (Newton with its line search and trust-region step, Anderson, Picard, the
-hand-over), ``_linear.py`` (one dispatch plan per Jacobian pattern), ``_records.py`` (info).
+Layout: ``_methods.py`` (the method records and how names and keywords become them),
+``_problem.py`` (checks, residual, linear solvers, preconditioner, info), ``_jacobian.py`` (the
+Jacobian sources), ``_iterations.py`` (the driver and hand-over, Anderson, Picard), ``_newton.py``
+(Newton with its line search and trust-region step), ``_common.py`` (what the iterations share),
+``_linear.py`` (one dispatch plan per Jacobian pattern), ``_records.py``
+(info). The adjoint rule is in ``autograd/nonlinear.py``.
 """
 
 from __future__ import annotations
@@ -46,10 +50,13 @@ import torch
 
 from ...autograd.nonlinear import implicit_solve
 from ...tensor import SparseTensor
-from ._problem import AUTO_ORDER, DENSE_JACOBIAN_MAX, JACOBIAN_MODES, METHODS, Problem
+from ._jacobian import DENSE_JACOBIAN_MAX, JACOBIAN_MODES
+from ._methods import AUTO_ORDER, METHODS, UNSET, Anderson, Method, Newton, Picard
+from ._problem import Problem
 from ._records import NonlinearAttempt, NonlinearSolveInfo
 
-__all__ = ["nonlinear_solve", "NonlinearSolveInfo", "NonlinearAttempt", "METHODS", "JACOBIAN_MODES", "AUTO_ORDER"]
+__all__ = ["nonlinear_solve", "NonlinearSolveInfo", "NonlinearAttempt", "Newton", "Anderson", "Picard", "Method",
+           "METHODS", "JACOBIAN_MODES", "AUTO_ORDER"]
 
 
 def nonlinear_solve(
@@ -57,18 +64,18 @@ def nonlinear_solve(
     u0: torch.Tensor,
     params: Sequence[Any] | torch.Tensor | SparseTensor = (),
     *,
-    method: str | None = None,
+    method: str | Method | None = None,
     jacobian: Callable[..., SparseTensor] | str | None = None,
     jac_pattern: SparseTensor | tuple[torch.Tensor, torch.Tensor] | None = None,
     ad: str = "reverse",
     rtol: float | None = None,
     atol: float = 0.0,
-    maxiter: int | None = None,
-    line_search: bool = True,
-    max_backtracks: int = 20,
-    depth: int = 5,
-    damping: float = 1.0,
-    omega: float = 1.0,
+    maxiter: int | None = UNSET,
+    line_search: bool = UNSET,
+    max_backtracks: int = UNSET,
+    depth: int = UNSET,
+    damping: float = UNSET,
+    omega: float = UNSET,
     preconditioner: SparseTensor | Callable | str | None = None,
     linear_options: dict[str, Any] | None = None,
     jacobian_dense_max: int = DENSE_JACOBIAN_MAX,
@@ -93,7 +100,12 @@ def nonlinear_solve(
             fails, a dogleg trust-region step), "anderson" (Anderson acceleration of
             ``G(u) = u - omega M^-1 F(u)``, memory ``depth``, mixing ``damping``) or "picard"
             (``u <- u - omega M^-1 F(u)``; for ``F(u) = u - g(u)`` and ``omega = 1`` that is
-            ``u <- g(u)``). ``M`` is ``preconditioner`` (identity by default).
+            ``u <- g(u)``). ``M`` is ``preconditioner`` (identity by default). Or pin one with its
+            options as a record: ``Newton(line_search=True, max_backtracks=20, maxiter=None)``,
+            ``Anderson(depth=5, damping=1.0, omega=1.0, maxiter=None)``,
+            ``Picard(omega=1.0, damping=1.0, maxiter=None)``; the keywords below that records
+            carry (``maxiter``, ``line_search``, ``max_backtracks``, ``depth``, ``damping``,
+            ``omega``) then must not be given (:class:`InputError` naming the field to set).
         jacobian: a callable ``J(u, *params) -> SparseTensor``, or "dense", "coloring",
             "matrix-free" to force how ``J`` is formed (default: see the module docstring).
         jac_pattern: the Jacobian's sparsity pattern (SparseTensor ``(n, n)``, values ignored, or
@@ -106,6 +118,8 @@ def nonlinear_solve(
             falls below the rounding of ``u`` (the residual is then as small as the dtype allows;
             ``info.extra["at_precision"]``). An explicit ``rtol``/``atol`` keeps its meaning.
         maxiter: iteration limit of each attempt (default 50 Newton, 200 Anderson, 1000 Picard).
+        line_search, max_backtracks, depth, damping, omega: the options of the method records
+            (see ``method``; defaults True, 20, 5, 1.0, 1.0), for a method given by name or None.
         line_search: Newton backtracks (halving, at most ``max_backtracks`` times) until
             ``||F(u + a du)|| <= (1 - 1e-4 a) ||F(u)||``, and takes a dogleg trust-region step
             where that fails; ``False``: plain Newton (full steps, no recovery).

@@ -1,6 +1,7 @@
-"""The linear solver of ``nonlinear_solve``: one dispatch plan per Jacobian pattern, reused while the
+"""The linear solvers of ``nonlinear_solve``: one dispatch plan per Jacobian pattern, reused while the
 pattern stays the same (a direct backend keeps its symbolic analysis and refactorizes), and
-shared across calls through the plan cache under a private copy of the pattern."""
+shared across calls through the plan cache under a private copy of the pattern (GMRES on an
+operator, for the matrix-free Jacobian, is ``Problem.operator_solve``)."""
 
 from __future__ import annotations
 

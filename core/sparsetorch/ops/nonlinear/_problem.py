@@ -1,32 +1,30 @@
-"""The problem of one ``nonlinear_solve`` call: ``F`` and its parameters, where the Jacobian comes
-from, the linear solvers, the preconditioner of the fixed-point methods, the adjoint (backward
-pass) and the info record. The iterations themselves are in ``_iterations.py``."""
+"""The problem of one ``nonlinear_solve`` call: the checks, ``F`` and its parameters, the linear
+solvers, the preconditioner of the fixed-point methods and the info record. Where the Jacobian
+comes from is in ``_jacobian.py``, the iterations in ``_iterations.py`` and ``_newton.py``, the
+adjoint (backward pass) in ``autograd/nonlinear.py``."""
 
 from __future__ import annotations
 
-import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
 
-from ...errors import InputError
+from ...errors import InputError, NotConvergedError, NotConvergedWarning
 from ...tensor import SparseTensor
 from ..accuracy import default_rtol
-from ..coloring import ColoredJacobian, colored_jacobian, forward_ad
+from ..coloring import ColoredJacobian
 from ..info import IterationResult, Status
 from ..solve import options_from_kwargs
 from ._iterations import Iterations
+from ._jacobian import Jacobians
 from ._linear import LinearSolver
+from ._methods import KEYWORDS, _check_number, check_method, resolve
 from ._records import NonlinearAttempt, NonlinearSolveInfo
 
-METHODS = ("newton", "anderson", "picard")
-#: the order in which the library tries methods when the caller does not pin one
-AUTO_ORDER = METHODS
-JACOBIAN_MODES = ("dense", "coloring", "matrix-free")
 _POLICIES = ("raise", "warn", "ignore")
 _LINEAR_EXTRA = ("properties", "on_nonconvergence", "cache")
-DENSE_JACOBIAN_MAX = 512
 
 
 def _check_u0(u0: object) -> torch.Tensor:
@@ -47,16 +45,6 @@ def _check_u0(u0: object) -> torch.Tensor:
         bad = int(torch.nonzero(~torch.isfinite(u0.detach().reshape(-1)))[0, 0])
         raise InputError(f"nonlinear_solve: u0 contains NaN or Inf (first at flat index {bad}); start from finite values")
     return u0.detach()
-
-
-def _check_number(name: str, value: object, *, low: float, high: float = math.inf, low_open: bool = False) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if ok:
-        ok = (value > low if low_open else value >= low) and value <= high
-    if not ok:
-        lo = "(" if low_open else "["
-        raise InputError(f"nonlinear_solve: {name} must be a number in {lo}{low:g}, {high:g}], got {value!r}")
-    return float(value)
 
 
 @dataclass
@@ -82,8 +70,9 @@ class _Record:
     result_norm: float | None = None
 
 
-class Problem(Iterations):
-    """Everything one ``nonlinear_solve`` call needs; the handle of its autograd Function."""
+class Problem(Jacobians, Iterations):
+    """Everything one ``nonlinear_solve`` call needs; the handle of its autograd Function (whose
+    adjoint rule, ``autograd/nonlinear.py``, uses its residual, Jacobian and linear solver)."""
 
     @classmethod
     def create(cls, F, u0, params, **kw) -> "Problem":
@@ -95,17 +84,7 @@ class Problem(Iterations):
         self.shape = tuple(self.u0.shape)
         self.n = self.u0.numel()
         self.dtype, self.device = self.u0.dtype, self.u0.device
-        method = kw["method"]
-        if method is not None and method not in METHODS:
-            raise InputError(
-                f"nonlinear_solve: method must be one of {METHODS}, or None to let the library choose (Newton, "
-                f"handing over to Anderson and then Picard if it fails), got {method!r}"
-            )
-        #: a method the caller named is pinned: it raises when it fails; None lets the library
-        #: try AUTO_ORDER in turn
-        self.pinned = method is not None
-        self.method = method if method is not None else AUTO_ORDER[0]
-        self.order = (method,) if method is not None else AUTO_ORDER
+        check_method(kw["method"])
         if kw["on_nonconvergence"] not in _POLICIES:
             raise InputError(f"nonlinear_solve: on_nonconvergence must be one of {_POLICIES}, got {kw['on_nonconvergence']!r}")
         self.policy = kw["on_nonconvergence"]
@@ -121,21 +100,11 @@ class Problem(Iterations):
         self.atol = _check_number("atol", kw["atol"], low=0)
         if self.rtol == 0 and self.atol == 0:
             raise InputError("nonlinear_solve: rtol and atol are both 0: the iteration could never stop; give one of them")
-        maxiter = kw["maxiter"]
-        if maxiter is not None and (isinstance(maxiter, bool) or not isinstance(maxiter, int) or maxiter < 1):
-            raise InputError(f"nonlinear_solve: maxiter must be a positive int or None, got {kw['maxiter']!r}")
-        self.user_maxiter = maxiter  # per attempt; None: MAXITER of each method
-        self.line_search = bool(kw["line_search"])
-        mb = kw["max_backtracks"]
-        if isinstance(mb, bool) or not isinstance(mb, int) or mb < 0:
-            raise InputError(f"nonlinear_solve: max_backtracks must be an int >= 0, got {mb!r}")
-        self.max_backtracks = mb
-        depth = kw["depth"]
-        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
-            raise InputError(f"nonlinear_solve: depth (Anderson memory) must be an int >= 0, got {depth!r}")
-        self.depth = depth
-        self.damping = _check_number("damping", kw["damping"], low=0, high=1, low_open=True)
-        self.omega = _check_number("omega", kw["omega"], low=0, low_open=True)
+        #: a method the caller named (a name or a record) is pinned: it raises when it fails;
+        #: method=None lets the library try AUTO_ORDER in turn. ``order``: the method records
+        #: (each carrying its options: maxiter, line search, memory, damping, omega) to try.
+        self.pinned, self.order = resolve(kw["method"], {k: kw[k] for k in KEYWORDS})
+        self.method = self.order[0].name
         self.callback = kw["callback"]
         if self.callback is not None and not callable(self.callback):
             raise InputError(f"nonlinear_solve: callback must be callable(iteration, residual_norm), got {type(self.callback).__name__}")
@@ -154,7 +123,7 @@ class Problem(Iterations):
         self.returns_jacobian: bool | None = None
         x0 = self._x0 = self.u0.reshape(-1)
         with torch.no_grad():
-            r0 = self.f(x0, self.bind(self._detached_leaves()), first=True)
+            r0 = self.f(x0, self.bind(self.detached_leaves()), first=True)
         if not bool(torch.isfinite(r0).all()):
             bad = int(torch.nonzero(~torch.isfinite(r0))[0, 0])
             raise InputError(
@@ -188,7 +157,7 @@ class Problem(Iterations):
                 self.slots.append(("const", p))
         self.leaves = tuple(leaves)
 
-    def _detached_leaves(self, leaves: Sequence[torch.Tensor] | None = None) -> list[torch.Tensor]:
+    def detached_leaves(self, leaves: Sequence[torch.Tensor] | None = None) -> list[torch.Tensor]:
         return [t.detach() for t in (self.leaves if leaves is None else leaves)]
 
     def bind(self, leaves: Sequence[torch.Tensor]) -> tuple:
@@ -245,122 +214,6 @@ class Problem(Iterations):
             return out.reshape(-1)
 
         return fn
-
-    # Jacobian -------------------------------------------------------------------------------------
-    def _choose_jacobian(self, jacobian: Any, pattern: Any, dense_max: int) -> None:
-        self.jacobian_fn = None
-        if callable(jacobian):
-            if self.returns_jacobian:
-                raise InputError("nonlinear_solve: F returns (r, J) and jacobian= is given too; use one of them")
-            self.jac_kind = "user"
-            self.jacobian_fn = jacobian
-            return
-        if jacobian is not None and jacobian not in JACOBIAN_MODES:
-            raise InputError(
-                f"nonlinear_solve: jacobian must be a callable J(u, *params) -> SparseTensor or one of "
-                f"{JACOBIAN_MODES}, got {jacobian!r}"
-            )
-        if self.returns_jacobian:
-            if jacobian is not None or pattern is not None:
-                raise InputError("nonlinear_solve: F returns (r, J); drop jacobian= / jac_pattern= (or make F return r alone)")
-            self.jac_kind = "returned"
-            return
-        if jacobian == "coloring" and pattern is None:
-            raise InputError("nonlinear_solve: jacobian='coloring' needs jac_pattern= (a SparseTensor or (rows, cols))")
-        if pattern is not None and jacobian in (None, "coloring"):
-            self.jac_kind = "coloring"
-            self.colored = colored_jacobian(pattern, self.n, self.device, self.dtype)
-            return
-        if jacobian == "dense" or (jacobian is None and self.n <= dense_max):
-            self.jac_kind = "dense"
-            idx = torch.arange(self.n, device=self.device)
-            rows, cols = idx.repeat_interleave(self.n), idx.repeat(self.n)
-            vals = torch.zeros(self.n * self.n, dtype=self.dtype, device=self.device)
-            from ...format import CSR
-
-            self.dense_pattern = SparseTensor.from_coo(vals, rows, cols, shape=(self.n, self.n), format=CSR)
-            self._dense_slots = self.dense_pattern.entries()
-            return
-        self.jac_kind = "matrix-free"
-
-    def _check_J(self, J: object, where: str) -> SparseTensor:
-        if not isinstance(J, SparseTensor):
-            raise InputError(f"nonlinear_solve: the Jacobian from {where} must be a SparseTensor, got {type(J).__name__}")
-        if tuple(J.shape) != (self.n, self.n):
-            raise InputError(
-                f"nonlinear_solve: the Jacobian from {where} has shape {tuple(J.shape)}; for u of shape {self.shape} "
-                f"({self.n} unknowns, flattened row-major) it must be ({self.n}, {self.n})"
-            )
-        if J.dtype != self.dtype or J.device != self.device:
-            raise InputError(
-                f"nonlinear_solve: the Jacobian from {where} is {J.dtype} on {J.device}; u is {self.dtype} on "
-                f"{self.device}: build it with u's dtype and device"
-            )
-        return J
-
-    def jacobian_at(self, x: torch.Tensor, params: tuple, iteration: int) -> SparseTensor:
-        """The sparse Jacobian at ``x`` (all modes but matrix-free)."""
-        self.record.jevals += 1
-        kind = self.jac_kind
-        if kind == "returned":
-            last = self._last_J
-            if last is None or not (last[0] is x or torch.equal(last[0], x)):
-                self.f(x, params)
-            J = self._check_J(self._last_J[1], "F")
-        elif kind == "user":
-            J = self._check_J(self.jacobian_fn(x.reshape(self.shape), *params), "jacobian=")
-        elif kind == "coloring":
-            fn = self.flat(params)
-            J = self.colored.jacobian(fn, x, self.ad)
-            if self.check_pattern and not self._jac_checked:
-                self.colored.check(fn, x, J, self.ad)
-                self._jac_checked = True
-        elif kind == "dense":
-            fn = self.flat(params)
-            with torch.enable_grad():
-                if self.ad == "forward":
-                    D = forward_ad(torch.func.jacfwd(fn), x.detach())
-                else:
-                    D = torch.func.jacrev(fn)(x.detach())
-            coords, slot = self._dense_slots
-            vals = torch.zeros(self.dense_pattern.values.shape, dtype=self.dtype, device=self.device)
-            vals[slot] = D.detach()[coords[0], coords[1]]
-            J = self.dense_pattern.with_values(vals)
-        else:  # pragma: no cover - callers check
-            raise AssertionError(kind)
-        if not bool(torch.isfinite(J.values).all()):
-            raise InputError(
-                f"nonlinear_solve: the Jacobian ({kind}) at iteration {iteration} contains NaN or Inf; F is not "
-                f"differentiable at that u (check F and the starting point)"
-            )
-        return J
-
-    def linearize(self, x: torch.Tensor, params: tuple) -> Callable[[torch.Tensor], torch.Tensor]:
-        """``v -> J v`` at ``x`` for matrix-free Newton (on ``(n, k)`` blocks)."""
-        fn = self.flat(params)
-        x = x.detach()
-        if self.ad == "forward":
-            def jvp(V: torch.Tensor) -> torch.Tensor:
-                return torch.stack([forward_ad(torch.func.jvp, fn, (x,), (V[:, c],))[1] for c in range(V.shape[1])], 1)
-
-            return jvp
-        # Reverse mode: J v = d/dw <J^T w, v>; the graph of J^T w is built once per Newton step.
-        with torch.enable_grad():
-            xg = x.clone().requires_grad_()
-            r = fn(xg)
-            w = torch.zeros_like(r, requires_grad=True)
-            (g,) = torch.autograd.grad(r, xg, w, create_graph=True, allow_unused=True)
-        if g is None or not g.requires_grad:  # F does not depend on u (or linearly with J^T w constant)
-            raise InputError("nonlinear_solve: F does not depend on u (its Jacobian is zero); Newton cannot proceed")
-
-        def jvp_rev(V: torch.Tensor) -> torch.Tensor:
-            cols = []
-            for c in range(V.shape[1]):
-                (jv,) = torch.autograd.grad(g, w, V[:, c], retain_graph=True, allow_unused=True)
-                cols.append(torch.zeros_like(x) if jv is None else jv)
-            return torch.stack(cols, 1)
-
-        return jvp_rev
 
     # Linear solver setup ------------------------------------------------------------------------
     def _linear_setup(self, linear_options: dict[str, Any] | None) -> None:
@@ -447,60 +300,37 @@ class Problem(Iterations):
             return out.reshape(-1)
         return self.pre_linear.solve(r)
 
-    # Backward -------------------------------------------------------------------------------------
-    def adjoint(self, u: torch.Tensor, leaves: Sequence[torch.Tensor], g: torch.Tensor) -> torch.Tensor:
-        """``lambda`` with ``J(u)^T lambda = g``: a transpose solve on the linear plan, or GMRES on VJPs."""
-        params = self.bind(self._detached_leaves(leaves))
-        x = u.detach().reshape(-1)
-        g = g.detach().reshape(-1).to(self.dtype)
-        if self.jac_kind == "matrix-free":
-            from ...backends.torch_native.krylov import gmres
+    # Operator solves -------------------------------------------------------------------------------
+    def operator_solve(self, matvec: Callable[[torch.Tensor], torch.Tensor], b: torch.Tensor, *, rtol: float,
+                       atol: float, M: Callable | None = None) -> tuple[torch.Tensor, IterationResult]:
+        """``(x, IterationResult)`` of GMRES on ``matvec`` (``(n, k)`` blocks), with ``linear_options``'
+        maxiter, restart (30) and check interval (8): matrix-free Newton's steps (JVPs) and its
+        adjoint solves (VJPs, ``autograd/nonlinear.py``).
 
-            fn = self.flat(params)
-            with torch.enable_grad():
-                xg = x.clone().requires_grad_()
-                r = fn(xg)
+        This calls the torch backend's GMRES directly rather than through dispatch
+        (``sparsetorch.solve(..., method="gmres")`` or ``Solver``): dispatch plans for a SparseTensor
+        operand (its pattern, format, nnz and device are what backends bid on), while a matrix-free
+        Jacobian is a Python callable of products, which no request can describe and which only this
+        GMRES (the ``Operator`` interface of ``backends/torch_native/krylov``) accepts. It is the one
+        place the nonlinear solver reaches into a backend.
+        """
+        from ...backends.torch_native.krylov import gmres
 
-            def vjp(V: torch.Tensor) -> torch.Tensor:
-                cols = []
-                for c in range(V.shape[1]):
-                    (jt,) = torch.autograd.grad(r, xg, V[:, c], retain_graph=True, allow_unused=True)
-                    cols.append(torch.zeros_like(x) if jt is None else jt)
-                return torch.stack(cols, 1)
+        o = self.linear_options
+        return gmres(matvec, b, rtol=rtol, atol=atol, maxiter=o.get("maxiter"), restart=int(o.get("restart") or 30),
+                     M=M, check_every=int(o.get("check_every") or 8))
 
-            o = self.linear_options
-            lam, res = gmres(vjp, g.reshape(-1, 1), rtol=o["rtol"], atol=o["atol"], maxiter=o.get("maxiter"),
-                             restart=int(o.get("restart") or 30), check_every=int(o.get("check_every") or 8))
-            self.record.adjoint.append(res)
-            if not res.converged:
-                self._linear_failed(res, "adjoint solve J^T lambda = dL/du")
-            return lam.reshape(-1)
-        with torch.no_grad():
-            J = self.jacobian_at(x, params, self.record.iterations)
-            self.linear.load(J)
-            n_before = len(self.linear.results)
-            lam = self.linear.solve(g, adjoint=True)
-            self.record.adjoint.extend(self.linear.results[n_before:])
-        return lam
-
-    def param_vjp(self, u: torch.Tensor, leaves: Sequence[torch.Tensor], lam: torch.Tensor, need: Sequence[bool]):
-        """``-lambda^T dF/dleaf`` for the leaves that need a gradient."""
-        with torch.enable_grad():
-            ls = [t.detach().requires_grad_(bool(nd)) for t, nd in zip(leaves, need)]
-            r = self.flat(self.bind(ls))(u.detach().reshape(-1))
-            wrt = [t for t, nd in zip(ls, need) if nd]
-            grads = [None] * len(wrt)
-            if r.requires_grad:
-                grads = list(torch.autograd.grad(r, wrt, -lam.reshape(-1).to(r.dtype), allow_unused=True))
-        out, k = [], 0
-        for t, nd in zip(ls, need):
-            if not nd:
-                out.append(None)
-                continue
-            gk = grads[k]
-            k += 1
-            out.append(torch.zeros_like(t) if gk is None else gk)
-        return out
+    def linear_failed(self, res: IterationResult, where: str) -> None:
+        """Report a matrix-free GMRES that stopped short, per ``linear_options["on_nonconvergence"]``."""
+        msg = (
+            f"nonlinear_solve: matrix-free GMRES ({where}) stopped after {res.iterations} iterations with relative "
+            f"residual {res.residual:.3g} ({res.status.value}: {res.reason}); give jac_pattern= for a sparse Jacobian "
+            f"and a direct solver, a preconditioner in linear_options, or a larger maxiter"
+        )
+        if self.linear_policy == "raise":
+            raise NotConvergedError(msg, res)
+        if self.linear_policy == "warn":
+            warnings.warn(msg, NotConvergedWarning, stacklevel=5)
 
     # Info -----------------------------------------------------------------------------------------
     def info(self) -> NonlinearSolveInfo:
