@@ -1,14 +1,8 @@
 """The iterations of ``nonlinear_solve`` and the hand-over between methods (Newton's steps:
 ``_newton.py``).
 
-- **Newton**: solve ``J du = -F``, then a backtracking (Armijo) line search on ``||F||``. When the
-  line search finds no sufficient decrease along ``du``, or the linear solve fails (a singular
-  ``J``, a Krylov method that broke down), a *dogleg trust-region step* takes over for that
-  iteration (Powell's hybrid step between the Cauchy point ``-t J^T F`` and ``du``, inside a
-  radius that shrinks until the actual decrease of ``||F||^2`` matches the linear model's, and
-  grows after good steps). Newton stops when neither finds a decrease (a stationary point of
-  ``||F||`` that is not a root, or a wrong Jacobian), when it makes no progress for ``_STALL``
-  iterations (full steps cycling, ``line_search=False``), or at ``maxiter``.
+- **Newton** (``_newton.py``): the step ``J du = -F``, a backtracking line search on ``||F||``, and
+  a dogleg trust-region step where that or the linear solve fails.
 - **Anderson / Picard** on ``G(u) = u - omega M^-1 F(u)``, stopped early when ``||F||`` diverges
   or stalls.
 - **Hand-over** (``method=None``): Newton, then Anderson, then Picard, each from the best iterate
