@@ -2,46 +2,24 @@
 
 from __future__ import annotations
 
-import hashlib
 import math
 import weakref
-from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
 
-from ..errors import ConversionError, ValidationError
+from ..errors import ValidationError
 from ..format import TensorFormat
 from . import _levels
-from .validate import check_batched_buffers, check_index_buffers, check_values, count_positions
+from ._display import sparse_repr
+from ._views import ViewMethods
+from .pattern import PatternKey, buffer_id as _buffer_id, fingerprint, is_plain
+from .validate import _check_levels, _versions, check_index_buffers, check_values
 
 __all__ = ["SparseTensor", "Tensor", "PatternKey", "rebuild_sparse_tensor"]
 
 
-@dataclass(frozen=True)
-class PatternKey:
-    """Cheap identity of a sparsity pattern: format, shape, index dtype, device and the identity
-    (address, extent, strides, version counter) of every index buffer. Equal keys mean the very
-    same index buffers, unmodified since (torch bumps a tensor's version on in-place writes).
-    ``alive()`` tells whether the buffers still exist (a cache should drop entries that are not).
-    """
-
-    format: TensorFormat
-    shape: tuple[int, ...]
-    index_dtype: torch.dtype
-    device: torch.device
-    buffers: tuple[tuple, ...]
-    _refs: tuple = field(default=(), compare=False, hash=False, repr=False)
-
-    def alive(self) -> bool:
-        return all(r() is not None for r in self._refs)
-
-
-def _buffer_id(t: torch.Tensor) -> tuple:
-    return (t.data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t._version)
-
-
-class SparseTensor:
+class SparseTensor(ViewMethods):
     """A sparse tensor in any :class:`~sparsetorch.format.TensorFormat`.
 
     ``SparseTensor(format, shape, pos, crd, values, check=True)`` wraps existing buffers without
@@ -371,139 +349,6 @@ class SparseTensor:
         return from_dense(dense, format, threshold=threshold, mask=mask, batch_dims=batch_dims, index_dtype=index_dtype,
                           max_fill=max_fill)
 
-    # Conversion -------------------------------------------------------------------------------
-    def convert(
-        self,
-        tensor_format: TensorFormat | str | None = None,
-        *,
-        index_dtype: torch.dtype | None = None,
-        dtype: torch.dtype | None = None,
-        drop_zeros: bool = False,
-        copy: bool | None = None,
-        max_fill: float | None = None,
-    ) -> "SparseTensor":
-        """This tensor in another format (any to any, custom DSL formats included).
-
-        Runs on the tensor's device with vectorized torch operations. Explicit zeros are kept
-        unless ``drop_zeros``; padding the target format needs (DIA, ELL, DELTA, N:M, blocks) is
-        inserted. Returns ``self`` when nothing changes (a clone if ``copy=True``).
-
-        Fill guard: a target that would store more than ``max_fill`` slots per nonzero (plus
-        65536 slots) raises :class:`~sparsetorch.ConversionError` naming the slots, the nonzeros
-        and the bytes, before anything of that size is allocated (a random 20000 x 20000 matrix
-        with 200k nonzeros would need 720M DIA slots). ``max_fill`` defaults to
-        ``$SPARSETORCH_MAX_FILL`` or 8; ``max_fill=float('inf')`` lifts the bound. All-dense
-        targets (DENSE, DENSE_COL, DENSE_ND) are not bounded: their size is the shape's.
-        """
-        from .construct import convert
-
-        return convert(self, tensor_format, index_dtype=index_dtype, dtype=dtype, drop_zeros=drop_zeros, copy=copy,
-                       max_fill=max_fill)
-
-    def with_values(self, values: torch.Tensor) -> "SparseTensor":
-        """A tensor with the same pattern (shared index buffers, same ``pattern_key``) and new values."""
-        if not isinstance(values, torch.Tensor):
-            raise ValidationError(f"values must be a torch.Tensor, got {type(values).__name__}")
-        inner = self._values.shape[len(self.batch_shape):]
-        if tuple(values.shape[values.dim() - len(inner):]) != tuple(inner):
-            raise ValidationError(
-                f"new values must end with shape {tuple(inner)} (this pattern's slots), got {tuple(values.shape)}"
-            )
-        if values.device != self.device:
-            raise ValidationError(f"new values are on {values.device}, the pattern on {self.device}")
-        if self._format.num_batch_levels == 0 and values.dim() >= 1:
-            # Same pattern, no BATCH levels: nothing about the index buffers to recompute or
-            # re-read (constructing anew reads pos[-1], a device-to-host copy on a GPU).
-            check_values(values, self._values.shape[-1])
-            out = SparseTensor.__new__(SparseTensor)
-            out._format, out._pos, out._crd, out._linear = self._format, self._pos, self._crd, None
-            # The same index buffers: what was validated for them holds for both tensors.
-            out._index, out._checked = self._index, self._checked
-            out._shape = tuple(values.shape[:-1]) + tuple(self.format_shape)
-            out._values = values
-            out._derived = self._derived
-            return out
-        self.ensure_valid()  # the new tensor trusts the shared buffers (check=False)
-        out = SparseTensor(self._format, self.format_shape, self._pos, self._crd, values, check=False)
-        out._derived = self._derived
-        return out
-
-    def to(self, *args: Any, **kwargs: Any) -> "SparseTensor":
-        """Like ``torch.Tensor.to``: a device and/or a value dtype (index buffers keep theirs)."""
-        device, dtype, non_blocking = _parse_to(args, kwargs)
-        if dtype is not None and not (dtype.is_floating_point or dtype.is_complex):
-            raise ConversionError(f"values must stay floating point or complex, got dtype {dtype}")
-        move = lambda b: None if b is None else b.to(device=device, non_blocking=non_blocking)  # noqa: E731
-        values = self._values.to(device=device, dtype=dtype, non_blocking=non_blocking)
-        if values is self._values and (device is None or torch.device(device) == self.device):
-            return self
-        self.ensure_valid()  # the copies are trusted (check=False): they must be copies of valid buffers
-        return SparseTensor(self._format, self.format_shape, [move(b) for b in self._pos],
-                            [move(b) for b in self._crd], values, check=False)
-
-    def cpu(self) -> "SparseTensor":
-        return self.to("cpu")
-
-    def cuda(self, device: int | str | None = None) -> "SparseTensor":
-        return self.to(torch.device("cuda" if device is None else device) if not isinstance(device, int) else torch.device("cuda", device))
-
-    def double(self) -> "SparseTensor":
-        return self.to(torch.float64)
-
-    def float(self) -> "SparseTensor":
-        return self.to(torch.float32)
-
-    def clone(self) -> "SparseTensor":
-        self.ensure_valid()
-        c = lambda b: None if b is None else b.clone()  # noqa: E731
-        return SparseTensor(self._format, self.format_shape, [c(b) for b in self._pos], [c(b) for b in self._crd],
-                            self._values.clone(), check=False)
-
-    def detach(self) -> "SparseTensor":
-        return self.with_values(self._values.detach())
-
-    def requires_grad_(self, flag: bool = True) -> "SparseTensor":
-        self._values.requires_grad_(flag)
-        return self
-
-    # Transposition ------------------------------------------------------------------------------
-    def permute(self, *order: int) -> "SparseTensor":
-        """Reorder the format's dimensions. Always a view: the levels are kept and only which
-        dimension each level indexes changes (CSR.T is CSC over the same buffers)."""
-        if len(order) == 1 and isinstance(order[0], (tuple, list)):
-            order = tuple(order[0])
-        nd = self._format.ndim
-        if sorted(order) != list(range(nd)):
-            raise ValidationError(f"permute needs a permutation of 0..{nd - 1} (the format's dims), got {order}")
-        dims = self._format.dims
-        new_dims = [dims[o] for o in order]
-        fmt = TensorFormat(new_dims, [(lv.expr, lv.type) for lv in self._format.levels],
-                           index_dtype=self._format.index_dtype)
-        fmt = fmt.replace(name=_known_name(fmt))
-        fs = self.format_shape
-        self.ensure_valid()
-        return SparseTensor(fmt, tuple(fs[o] for o in order), self._pos, self._crd, self._values, check=False)
-
-    def transpose(self, dim0: int = -2, dim1: int = -1) -> "SparseTensor":
-        nd = self._format.ndim
-        nvb = len(self.batch_shape)
-        d0, d1 = (d + self.ndim if d < 0 else d for d in (dim0, dim1))
-        d0, d1 = d0 - nvb, d1 - nvb
-        if not (0 <= d0 < nd and 0 <= d1 < nd):
-            raise ValidationError(f"can only transpose the format's dims ({nvb}..{self.ndim - 1}), got {dim0}, {dim1}")
-        order = list(range(nd))
-        order[d0], order[d1] = order[d1], order[d0]
-        return self.permute(*order)
-
-    @property
-    def T(self) -> "SparseTensor":
-        """Transpose of the last two dims (a view: no buffer is copied)."""
-        return self.transpose(-2, -1)
-
-    @property
-    def mT(self) -> "SparseTensor":
-        return self.T
-
     # Serialization --------------------------------------------------------------------------------
     def __reduce__(self):
         """Plain data for ``pickle`` and ``torch.save``: the format as its DSL string (and name),
@@ -535,27 +380,10 @@ class SparseTensor:
         cache = self._cache
         got = cache.get("fingerprint")
         if got is None:
-            bufs = [b for b in (*self._pos, *self._crd) if b is not None]
-            if not all(is_plain(b) for b in bufs):
-                return None
-            try:
-                if self.device.type == "cpu":
-                    h = hashlib.blake2b(digest_size=16)
-                    for b in bufs:
-                        h.update(b"|%d|" % b.numel())
-                        h.update(b.contiguous().numpy().tobytes() if b.numel() else b"")
-                    digest: Any = h.hexdigest()
-                else:
-                    sums = []
-                    for b in bufs:
-                        v = b.reshape(-1).to(torch.int64)
-                        w = torch.arange(1, v.numel() + 1, device=v.device, dtype=torch.int64) * 0x9E3779B1
-                        sums.append(torch.stack([v.sum(), (v * w).sum()]))
-                    digest = tuple(torch.cat(sums).tolist()) if sums else ()
-            except RuntimeError:
-                return None  # inside a torch.func transform the buffers may be wrapped: not readable
-            got = (str(self._format), self.format_shape, self.index_dtype, self.device.type, digest)
-            cache["fingerprint"] = got
+            got = fingerprint(self._format, self.format_shape, self.index_dtype, self.device,
+                              [b for b in (*self._pos, *self._crd) if b is not None])
+            if got is not None:
+                cache["fingerprint"] = got
         return got
 
     def equal(self, other: "SparseTensor") -> bool:
@@ -574,22 +402,7 @@ class SparseTensor:
         return tuple(a.shape) == tuple(b.shape) and torch.allclose(a, b.to(a.dtype), rtol=rtol, atol=atol)
 
     def __repr__(self) -> str:
-        name = f"{self._format.name} " if self._format.name else ""
-        head = (
-            f"SparseTensor(shape={tuple(self._shape)}, format={name}'{self._format}', nse={self.nse}, "
-            f"dtype={str(self.dtype).replace('torch.', '')}, index_dtype={str(self.index_dtype).replace('torch.', '')}, "
-            f"device={self.device}"
-        )
-        if self.requires_grad:
-            head += ", requires_grad=True"
-        lines = [head + ","]
-        with torch.no_grad():
-            for k in range(self._format.num_levels):
-                for nm, b in (("pos", self._pos[k]), ("crd", self._crd[k])):
-                    if b is not None:
-                        lines.append(f"  {nm}[{k}]={_preview(b)},")
-            lines.append(f"  values={_preview(self._values)})")
-        return "\n".join(lines)
+        return sparse_repr(self)
 
     __str__ = __repr__
 
@@ -614,34 +427,6 @@ class SparseTensor:
         return from_package(obj, check=check)
 
 
-def _versions(buffers: tuple) -> tuple:
-    """Version counters of ``buffers`` (-1 for inference-mode tensors, which keep none)."""
-    out = []
-    for b in buffers:
-        try:
-            out.append(b._version)
-        except RuntimeError:
-            out.append(-1)
-    return tuple(out)
-
-
-def _check_levels(fmt: TensorFormat, fshape: tuple[int, ...], pos: list, crd: list, values: torch.Tensor, *, check: bool):
-    """The level checks of construction (contents only with ``check``): per-batch buffer shapes
-    and contents, then the linearized buffers. Returns ``(lpos, lcrd, lvals, nslots)``."""
-    nb = fmt.num_batch_levels
-    if nb:
-        bsizes = tuple(fmt.level_sizes(fshape)[:nb])
-        for name, bufs in (("pos", pos), ("crd", crd)):
-            for k, b in enumerate(bufs):
-                if b is not None and (b.dim() != nb + 1 or tuple(b.shape[:nb]) != bsizes):
-                    raise ValidationError(f"{name}[{k}] must have shape {bsizes} + (n,) for batch format {fmt}, got {tuple(b.shape)}")
-        if check:
-            check_batched_buffers(fmt, fshape, pos, crd)
-    lpos, lcrd, lvals = _levels.linearize_batch(fmt, fshape, pos, crd, values)
-    nslots = count_positions(fmt, fshape, lpos, lcrd, check=check)
-    return lpos, lcrd, lvals, nslots
-
-
 def rebuild_sparse_tensor(format: str, name: str | None, shape: tuple, pos: list, crd: list, values: torch.Tensor) -> "SparseTensor":
     """Unpickling of a :class:`SparseTensor` (``pickle``, ``torch.load``, also with
     ``weights_only=True``): plain data in, every buffer validated (``check=True``)."""
@@ -656,61 +441,6 @@ def rebuild_sparse_tensor(format: str, name: str | None, shape: tuple, pos: list
         return SparseTensor(fmt, tuple(shape), list(pos), list(crd), values, check=True)
     except ValidationError as e:
         raise ValidationError(f"the pickled SparseTensor is not valid, and was not loaded: {e}") from None
-
-
-def is_plain(t: torch.Tensor) -> bool:
-    """False for tensors made inside a torch.func transform (they have no storage of their own
-    and must not be cached beyond the transform)."""
-    try:
-        t.data_ptr()
-    except RuntimeError:
-        return False
-    return True
-
-
-def _known_name(fmt: TensorFormat) -> str | None:
-    from ..format import named_formats
-
-    for name, known in named_formats().items():
-        if known == fmt:
-            return known.name
-    return None
-
-
-def _parse_to(args: tuple, kwargs: dict) -> tuple[torch.device | None, torch.dtype | None, bool]:
-    """Read ``.to()``'s arguments: a device, a dtype, both, or a tensor to match."""
-    device = kwargs.pop("device", None)
-    dtype = kwargs.pop("dtype", None)
-    non_blocking = bool(kwargs.pop("non_blocking", False))
-    kwargs.pop("copy", None)
-    if kwargs:
-        raise TypeError(f"SparseTensor.to() got unexpected keyword arguments {sorted(kwargs)}")
-    for a in args:
-        if isinstance(a, torch.dtype):
-            dtype = a
-        elif isinstance(a, (torch.device, str, int)):
-            device = a
-        elif isinstance(a, (torch.Tensor, SparseTensor)):
-            device, dtype = a.device, a.dtype
-        else:
-            raise TypeError(f"SparseTensor.to() takes a device, a dtype or a tensor, got {a!r}")
-    if isinstance(device, int):
-        device = torch.device("cuda", device)
-    return (torch.device(device) if device is not None else None), dtype, non_blocking
-
-
-def _preview(t: torch.Tensor, n: int = 8) -> str:
-    flat = t.detach().reshape(-1)
-    body = ", ".join(_fmt_scalar(x) for x in flat[:n].tolist())
-    more = f", ... ({flat.numel()} in all)" if flat.numel() > n else ""
-    shape = f" shape={tuple(t.shape)}" if t.dim() != 1 else ""
-    return f"[{body}{more}]{shape}"
-
-
-def _fmt_scalar(x: Any) -> str:
-    if isinstance(x, float):
-        return f"{x:.4g}"
-    return str(x)
 
 
 Tensor = SparseTensor

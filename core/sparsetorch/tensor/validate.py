@@ -13,6 +13,7 @@ import torch
 
 from ..errors import InputError, ValidationError
 from ..format import LevelFormat, TensorFormat
+from . import _levels
 
 if TYPE_CHECKING:
     from .sparse_tensor import SparseTensor
@@ -300,3 +301,30 @@ def _all_finite(t: torch.Tensor) -> bool:
             return True
     return bool(torch.isfinite(t).all())
 
+
+def _versions(buffers: tuple) -> tuple:
+    """Version counters of ``buffers`` (-1 for inference-mode tensors, which keep none)."""
+    out = []
+    for b in buffers:
+        try:
+            out.append(b._version)
+        except RuntimeError:
+            out.append(-1)
+    return tuple(out)
+
+
+def _check_levels(fmt: TensorFormat, fshape: tuple[int, ...], pos: list, crd: list, values: torch.Tensor, *, check: bool):
+    """The level checks of construction (contents only with ``check``): per-batch buffer shapes
+    and contents, then the linearized buffers. Returns ``(lpos, lcrd, lvals, nslots)``."""
+    nb = fmt.num_batch_levels
+    if nb:
+        bsizes = tuple(fmt.level_sizes(fshape)[:nb])
+        for name, bufs in (("pos", pos), ("crd", crd)):
+            for k, b in enumerate(bufs):
+                if b is not None and (b.dim() != nb + 1 or tuple(b.shape[:nb]) != bsizes):
+                    raise ValidationError(f"{name}[{k}] must have shape {bsizes} + (n,) for batch format {fmt}, got {tuple(b.shape)}")
+        if check:
+            check_batched_buffers(fmt, fshape, pos, crd)
+    lpos, lcrd, lvals = _levels.linearize_batch(fmt, fshape, pos, crd, values)
+    nslots = count_positions(fmt, fshape, lpos, lcrd, check=check)
+    return lpos, lcrd, lvals, nslots

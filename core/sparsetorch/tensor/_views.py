@@ -1,0 +1,162 @@
+"""``SparseTensor``'s conversions and views: ``convert``, ``with_values``, ``to``/``cpu``/``cuda``/
+dtype casts, ``clone``/``detach``, and the transpositions (``permute``, ``transpose``, ``T``) that
+keep the buffers and only relabel which dimension each level indexes.
+
+A mixin of :class:`~sparsetorch.SparseTensor` (kept apart so each file reads in one sitting); it
+reads the tensor's slots and builds new tensors with ``type(self)``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..errors import ConversionError, ValidationError
+from ..format import TensorFormat
+from ._display import _known_name, _parse_to
+from .validate import check_values
+
+if TYPE_CHECKING:
+    from .sparse_tensor import SparseTensor
+
+__all__ = ["ViewMethods"]
+
+
+class ViewMethods:
+    """Conversions and views of a SparseTensor (see the module docstring)."""
+
+    __slots__ = ()
+
+    # Conversion -------------------------------------------------------------------------------
+    def convert(
+        self,
+        tensor_format: TensorFormat | str | None = None,
+        *,
+        index_dtype: torch.dtype | None = None,
+        dtype: torch.dtype | None = None,
+        drop_zeros: bool = False,
+        copy: bool | None = None,
+        max_fill: float | None = None,
+    ) -> "SparseTensor":
+        """This tensor in another format (any to any, custom DSL formats included).
+
+        Runs on the tensor's device with vectorized torch operations. Explicit zeros are kept
+        unless ``drop_zeros``; padding the target format needs (DIA, ELL, DELTA, N:M, blocks) is
+        inserted. Returns ``self`` when nothing changes (a clone if ``copy=True``).
+
+        Fill guard: a target that would store more than ``max_fill`` slots per nonzero (plus
+        65536 slots) raises :class:`~sparsetorch.ConversionError` naming the slots, the nonzeros
+        and the bytes, before anything of that size is allocated (a random 20000 x 20000 matrix
+        with 200k nonzeros would need 720M DIA slots). ``max_fill`` defaults to
+        ``$SPARSETORCH_MAX_FILL`` or 8; ``max_fill=float('inf')`` lifts the bound. All-dense
+        targets (DENSE, DENSE_COL, DENSE_ND) are not bounded: their size is the shape's.
+        """
+        from .construct import convert
+
+        return convert(self, tensor_format, index_dtype=index_dtype, dtype=dtype, drop_zeros=drop_zeros, copy=copy,
+                       max_fill=max_fill)
+
+    def with_values(self, values: torch.Tensor) -> "SparseTensor":
+        """A tensor with the same pattern (shared index buffers, same ``pattern_key``) and new values."""
+        if not isinstance(values, torch.Tensor):
+            raise ValidationError(f"values must be a torch.Tensor, got {type(values).__name__}")
+        inner = self._values.shape[len(self.batch_shape):]
+        if tuple(values.shape[values.dim() - len(inner):]) != tuple(inner):
+            raise ValidationError(
+                f"new values must end with shape {tuple(inner)} (this pattern's slots), got {tuple(values.shape)}"
+            )
+        if values.device != self.device:
+            raise ValidationError(f"new values are on {values.device}, the pattern on {self.device}")
+        if self._format.num_batch_levels == 0 and values.dim() >= 1:
+            # Same pattern, no BATCH levels: nothing about the index buffers to recompute or
+            # re-read (constructing anew reads pos[-1], a device-to-host copy on a GPU).
+            check_values(values, self._values.shape[-1])
+            out = type(self).__new__(type(self))
+            out._format, out._pos, out._crd, out._linear = self._format, self._pos, self._crd, None
+            # The same index buffers: what was validated for them holds for both tensors.
+            out._index, out._checked = self._index, self._checked
+            out._shape = tuple(values.shape[:-1]) + tuple(self.format_shape)
+            out._values = values
+            out._derived = self._derived
+            return out
+        self.ensure_valid()  # the new tensor trusts the shared buffers (check=False)
+        out = type(self)(self._format, self.format_shape, self._pos, self._crd, values, check=False)
+        out._derived = self._derived
+        return out
+
+    def to(self, *args: Any, **kwargs: Any) -> "SparseTensor":
+        """Like ``torch.Tensor.to``: a device and/or a value dtype (index buffers keep theirs)."""
+        device, dtype, non_blocking = _parse_to(args, kwargs)
+        if dtype is not None and not (dtype.is_floating_point or dtype.is_complex):
+            raise ConversionError(f"values must stay floating point or complex, got dtype {dtype}")
+        move = lambda b: None if b is None else b.to(device=device, non_blocking=non_blocking)  # noqa: E731
+        values = self._values.to(device=device, dtype=dtype, non_blocking=non_blocking)
+        if values is self._values and (device is None or torch.device(device) == self.device):
+            return self
+        self.ensure_valid()  # the copies are trusted (check=False): they must be copies of valid buffers
+        return type(self)(self._format, self.format_shape, [move(b) for b in self._pos],
+                            [move(b) for b in self._crd], values, check=False)
+
+    def cpu(self) -> "SparseTensor":
+        return self.to("cpu")
+
+    def cuda(self, device: int | str | None = None) -> "SparseTensor":
+        return self.to(torch.device("cuda" if device is None else device) if not isinstance(device, int) else torch.device("cuda", device))
+
+    def double(self) -> "SparseTensor":
+        return self.to(torch.float64)
+
+    def float(self) -> "SparseTensor":
+        return self.to(torch.float32)
+
+    def clone(self) -> "SparseTensor":
+        self.ensure_valid()
+        c = lambda b: None if b is None else b.clone()  # noqa: E731
+        return type(self)(self._format, self.format_shape, [c(b) for b in self._pos], [c(b) for b in self._crd],
+                            self._values.clone(), check=False)
+
+    def detach(self) -> "SparseTensor":
+        return self.with_values(self._values.detach())
+
+    def requires_grad_(self, flag: bool = True) -> "SparseTensor":
+        self._values.requires_grad_(flag)
+        return self
+
+    # Transposition ------------------------------------------------------------------------------
+    def permute(self, *order: int) -> "SparseTensor":
+        """Reorder the format's dimensions. Always a view: the levels are kept and only which
+        dimension each level indexes changes (CSR.T is CSC over the same buffers)."""
+        if len(order) == 1 and isinstance(order[0], (tuple, list)):
+            order = tuple(order[0])
+        nd = self._format.ndim
+        if sorted(order) != list(range(nd)):
+            raise ValidationError(f"permute needs a permutation of 0..{nd - 1} (the format's dims), got {order}")
+        dims = self._format.dims
+        new_dims = [dims[o] for o in order]
+        fmt = TensorFormat(new_dims, [(lv.expr, lv.type) for lv in self._format.levels],
+                           index_dtype=self._format.index_dtype)
+        fmt = fmt.replace(name=_known_name(fmt))
+        fs = self.format_shape
+        self.ensure_valid()
+        return type(self)(fmt, tuple(fs[o] for o in order), self._pos, self._crd, self._values, check=False)
+
+    def transpose(self, dim0: int = -2, dim1: int = -1) -> "SparseTensor":
+        nd = self._format.ndim
+        nvb = len(self.batch_shape)
+        d0, d1 = (d + self.ndim if d < 0 else d for d in (dim0, dim1))
+        d0, d1 = d0 - nvb, d1 - nvb
+        if not (0 <= d0 < nd and 0 <= d1 < nd):
+            raise ValidationError(f"can only transpose the format's dims ({nvb}..{self.ndim - 1}), got {dim0}, {dim1}")
+        order = list(range(nd))
+        order[d0], order[d1] = order[d1], order[d0]
+        return self.permute(*order)
+
+    @property
+    def T(self) -> "SparseTensor":
+        """Transpose of the last two dims (a view: no buffer is copied)."""
+        return self.transpose(-2, -1)
+
+    @property
+    def mT(self) -> "SparseTensor":
+        return self.T
