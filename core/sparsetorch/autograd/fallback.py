@@ -46,6 +46,8 @@ from ..dispatch.results import Attempt, IterationResult, Status
 from ..tensor import SparseTensor
 from ..dispatch.options import CallOptions
 from ..dispatch.plan import PlanState, guarded
+from ._range import RangeSearch
+from ._route_checks import _checked, _equilibrated, _one_line, _pow2_scale
 from . import products
 
 __all__ = ["Route"]
@@ -54,30 +56,11 @@ __all__ = ["Route"]
 _REFINE_STEPS = 2
 #: checks' products up to this many entry x column terms are computed from A's entries directly
 _DIRECT_PRODUCT = 1 << 20
-#: refinement steps with the shifted factorization when b may lie in a singular A's range
-_RANGE_STEPS = 30
-#: a singular matrix without a stored diagonal gets the refinement with a dense LU up to this size
-_DENSE_RANGE_MAX = 512
 #: an iterative attempt bounded by the direct method after it still gets this many iterations
 _MIN_BUDGET = 20
 
 
-def _pow2_scale(amax: float, dtype: torch.dtype) -> float:
-    """A power of two that brings ``amax`` near 1 when it lies outside the range where squared
-    norms are safe (a quarter of the exponent range either way), else 1."""
-    real = torch.empty((), dtype=dtype).real.dtype if dtype.is_complex else dtype
-    fi = torch.finfo(real)
-    emax = math.log2(fi.max) / 4
-    if amax == 0 or not math.isfinite(amax):
-        return 1.0
-    e = math.log2(amax)
-    if -emax <= e <= emax:
-        return 1.0
-    top = int(math.log2(fi.max)) - 1  # the scale itself must be a normal number of the dtype
-    return math.ldexp(1.0, max(-top, min(top, -round(e))))
-
-
-class Route:
+class Route(RangeSearch):
     """The offers a solve call may use, in dispatch order, and the one answering now."""
 
     def __init__(self, A: SparseTensor, state: PlanState, offer: Offer | None, rest: Sequence[Offer] = (),
@@ -203,119 +186,6 @@ class Route:
             raise final from exc
         raise final
 
-    def _in_range(self, final: BaseException, values: torch.Tensor, B: torch.Tensor, adjoint: bool, rtol: float,
-                  atol: float) -> tuple[torch.Tensor, IterationResult] | None:
-        """After the LU factorizations called A singular: when ``b`` lies in A's range the system
-        still has solutions. One is found by refinement with a shifted factorization,
-        ``x += (A + delta I)^-1 (b - A x)`` with ``delta = sqrt(u) max|A|``: on A's range the
-        iteration contracts by ``delta / |lambda|`` per step, and a component of ``b`` outside the
-        range never shrinks (the residual stalls, and the singular verdict stands). One LU of
-        the shifted matrix and a few solves: about the cost of the failed factorization. None
-        also when the method was pinned, for the adjoint direction (the gradient of a solve with
-        a singular matrix is not defined), or when A does not store its whole diagonal."""
-        if self.pinned or adjoint or not isinstance(final, SingularMatrixError):
-            return None
-        state, offer = self._lu_state()
-        if state is None:
-            return None
-        coords, slot = self.A.entries()
-        on = coords[0] == coords[1]
-        n = self.A.format_shape[0]
-        dslots = slot[on]
-        t0 = time.perf_counter()
-        if dslots.numel() != n or bool((coords[0][on].unique().numel() != n)):
-            return self._dense_in_range(values, B, rtol, atol, t0)
-        real = values.real if values.is_complex() else values
-        delta = math.sqrt(unit_roundoff(values.dtype)) * float(real.abs().amax() if not values.is_complex()
-                                                               else values.abs().amax())
-        shifted = values.clone()
-        shifted[..., dslots] += delta
-        bn = torch.linalg.vector_norm(B, dim=-2)
-        tol = torch.clamp(bn * rtol, min=atol)
-        with state.lock, torch.no_grad():
-            try:
-                state._load(shifted)
-                X = torch.zeros_like(B)
-                R = B
-                rn = bn
-                steps = 0
-                for steps in range(1, _RANGE_STEPS + 1):
-                    D, _r = _checked(state, guarded(lambda: state.plan.solve(R, adjoint=False, options={}), state.label,
-                                                    "solve"), B)
-                    X = X + D
-                    R = B - self._apply(values, X, False)
-                    rn_new = torch.linalg.vector_norm(R, dim=-2)
-                    if not bool(torch.isfinite(rn_new).all()):
-                        return None
-                    if bool((rn_new <= tol).all()):
-                        rn = rn_new
-                        break
-                    if steps >= 2 and not bool((rn_new < 0.5 * rn).all()):
-                        return None  # stalled: b has a component outside A's range
-                    rn = rn_new
-                else:
-                    return None
-            except (SingularMatrixError, IndefiniteMatrixError, BackendError):
-                return None
-        rel = float((rn / torch.where(bn > 0, bn, torch.ones_like(bn))).max())
-        reason = (f"an LU met an exactly zero pivot (A is singular, or nearly) and b lies in A's range: a solution "
-                  f"by {steps} refinement steps with the factorization of A + {delta:.2g} I")
-        self.attempts.append(Attempt(offer.backend, offer.method, None, steps, Status.CONVERGED, rel, reason, True,
-                                     time.perf_counter() - t0))
-        self.state, self.offer = state, offer
-        return X, IterationResult(steps, rel, True, Status.CONVERGED, reason)
-
-    def _dense_in_range(self, values: torch.Tensor, B: torch.Tensor, rtol: float, atol: float,
-                        t0: float) -> tuple[torch.Tensor, IterationResult] | None:
-        """A small matrix without a stored diagonal to shift (CPU, n <= 512): the same refinement
-        with a dense LU of ``A + delta I`` (LAPACK getrf, a third of an SVD's cost)."""
-        n = self.A.format_shape[0]
-        if n > _DENSE_RANGE_MAX or values.device.type != "cpu":
-            return None
-        D = self.A.with_values(values).to_dense()
-        delta = math.sqrt(unit_roundoff(values.dtype)) * float(values.abs().amax())
-        eye = torch.eye(n, dtype=D.dtype)
-        LU, piv, info = torch.linalg.lu_factor_ex(D + delta * eye)
-        if bool((info != 0).any()):
-            return None
-        bn = torch.linalg.vector_norm(B, dim=-2)
-        tol = torch.clamp(bn * rtol, min=atol)
-        X = torch.zeros_like(B)
-        R, rn = B, bn
-        for steps in range(1, _RANGE_STEPS + 1):
-            X = X + torch.linalg.lu_solve(LU, piv, R)
-            R = B - D @ X
-            rn_new = torch.linalg.vector_norm(R, dim=-2)
-            if not bool(torch.isfinite(rn_new).all()):
-                return None
-            if bool((rn_new <= tol).all()):
-                rn = rn_new
-                break
-            if steps >= 2 and not bool((rn_new < 0.5 * rn).all()):
-                return None  # stalled: b has a component outside A's range
-            rn = rn_new
-        else:
-            return None
-        rel = float((rn / torch.where(bn > 0, bn, torch.ones_like(bn))).max())
-        reason = (f"an LU met an exactly zero pivot (A is singular, or nearly) and b lies in A's range: a solution "
-                  f"by {steps} refinement steps with a dense LU of A + {delta:.2g} I")
-        self.attempts.append(Attempt("torch", "dense", None, steps, Status.CONVERGED, rel, reason, True,
-                                     time.perf_counter() - t0))
-        return X, IterationResult(steps, rel, True, Status.CONVERGED, reason)
-
-    def _lu_state(self) -> tuple[PlanState | None, Offer | None]:
-        """An LU plan of this route for the shifted factorization: the cheapest LU offer's (the
-        current plan when that is it)."""
-        for o in sorted(self._lu_offers, key=lambda o: o.seconds):
-            if o is self.offer:
-                return self.state, self.offer
-            try:
-                return self._make(o), o
-            except BackendError:
-                continue
-        return None, None
-
-    # ------------------------------------------------------------------------------------------
     def _options_for(self, offer: Offer | None, base: dict, rtol: float, atol: float) -> CallOptions:
         """The call's options for this attempt: the resolved ``rtol``, ``atol`` in the scaled
         system's units, and for an iterative offer ranked before a direct one, ``maxiter``
@@ -527,48 +397,5 @@ class Route:
         return out
 
 
-def _pow2(t: torch.Tensor) -> torch.Tensor:
-    """``1 / t`` rounded to a power of two (exact scaling), 1 where ``t`` is 0."""
-    safe = torch.where(t > 0, t, torch.ones_like(t))
-    return torch.exp2(-torch.round(torch.log2(safe)))
-
-
-def _equilibrated(A: SparseTensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Row and column scalings ``r``, ``c`` (powers of two, ``(*batch, n)``) that bring every row's
-    and then every column's largest entry of ``diag(r) A diag(c)`` near 1, and those values."""
-    coords, slot = A.entries()
-    rows, cols = coords[0], coords[1]
-    m, n = A.format_shape
-    mag = values.abs().index_select(-1, slot)
-    real = mag.dtype
-    batch = values.shape[:-1]
-    rmax = torch.zeros(*batch, m, dtype=real, device=values.device).scatter_reduce(
-        -1, rows.expand(*batch, -1), mag, "amax")
-    r = _pow2(rmax)
-    cmax = torch.zeros(*batch, n, dtype=real, device=values.device).scatter_reduce(
-        -1, cols.expand(*batch, -1), mag * r.index_select(-1, rows), "amax")
-    c = _pow2(cmax)
-    ve = values.clone()
-    ve[..., slot] = values.index_select(-1, slot) * (r.index_select(-1, rows) * c.index_select(-1, cols))
-    return r.to(values.dtype), c.to(values.dtype), ve
-
-
 def _direct(offer: Offer | None) -> bool:
     return offer is None or offer.direct
-
-
-def _checked(state: PlanState, out: Any, B: torch.Tensor) -> tuple[torch.Tensor, IterationResult]:
-    """A plan's ``(X, IterationResult)`` checked against ``B`` (shape, dtype, device)."""
-    if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], torch.Tensor)
-            and isinstance(out[1], IterationResult)):
-        raise BackendError(f"{state.label} returned {type(out).__name__} from solve, expected (X, IterationResult) "
-                           f"(plugin bug)", label=state.label, phase="result")
-    X, res = out
-    if tuple(X.shape) != tuple(B.shape) or X.dtype != B.dtype or X.device != B.device:
-        raise BackendError(f"{state.label} returned X of shape {tuple(X.shape)}, {X.dtype} on {X.device}; expected "
-                           f"{tuple(B.shape)}, {B.dtype} on {B.device} (plugin bug)", label=state.label, phase="result")
-    return X, res
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(f"{type(exc).__name__}: {exc}".split())[:300]

@@ -1,0 +1,77 @@
+"""Helpers of the fallback route: exact (power-of-two) scalings, equilibration, and the checks
+of what a plan returned."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from ..dispatch.plan import PlanState
+from ..dispatch.results import IterationResult
+from ..errors import BackendError
+from ..tensor import SparseTensor
+
+__all__ = ["_pow2_scale", "_equilibrated", "_checked", "_one_line"]
+
+
+def _pow2_scale(amax: float, dtype: torch.dtype) -> float:
+    """A power of two that brings ``amax`` near 1 when it lies outside the range where squared
+    norms are safe (a quarter of the exponent range either way), else 1."""
+    real = torch.empty((), dtype=dtype).real.dtype if dtype.is_complex else dtype
+    fi = torch.finfo(real)
+    emax = math.log2(fi.max) / 4
+    if amax == 0 or not math.isfinite(amax):
+        return 1.0
+    e = math.log2(amax)
+    if -emax <= e <= emax:
+        return 1.0
+    top = int(math.log2(fi.max)) - 1  # the scale itself must be a normal number of the dtype
+    return math.ldexp(1.0, max(-top, min(top, -round(e))))
+
+
+def _pow2(t: torch.Tensor) -> torch.Tensor:
+    """``1 / t`` rounded to a power of two (exact scaling), 1 where ``t`` is 0."""
+    safe = torch.where(t > 0, t, torch.ones_like(t))
+    return torch.exp2(-torch.round(torch.log2(safe)))
+
+
+def _equilibrated(A: SparseTensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Row and column scalings ``r``, ``c`` (powers of two, ``(*batch, n)``) that bring every row's
+    and then every column's largest entry of ``diag(r) A diag(c)`` near 1, and those values."""
+    coords, slot = A.entries()
+    rows, cols = coords[0], coords[1]
+    m, n = A.format_shape
+    mag = values.abs().index_select(-1, slot)
+    real = mag.dtype
+    batch = values.shape[:-1]
+    rmax = torch.zeros(*batch, m, dtype=real, device=values.device).scatter_reduce(
+        -1, rows.expand(*batch, -1), mag, "amax")
+    r = _pow2(rmax)
+    cmax = torch.zeros(*batch, n, dtype=real, device=values.device).scatter_reduce(
+        -1, cols.expand(*batch, -1), mag * r.index_select(-1, rows), "amax")
+    c = _pow2(cmax)
+    ve = values.clone()
+    ve[..., slot] = values.index_select(-1, slot) * (r.index_select(-1, rows) * c.index_select(-1, cols))
+    return r.to(values.dtype), c.to(values.dtype), ve
+
+
+def _checked(state: PlanState, out: Any, B: torch.Tensor) -> tuple[torch.Tensor, IterationResult]:
+    """A plan's ``(X, IterationResult)`` checked against ``B`` (shape, dtype, device)."""
+    if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], torch.Tensor)
+            and isinstance(out[1], IterationResult)):
+        raise BackendError(f"{state.label} returned {type(out).__name__} from solve, expected (X, IterationResult) "
+                           f"(plugin bug)", label=state.label, phase="result")
+    X, res = out
+    if tuple(X.shape) != tuple(B.shape) or X.dtype != B.dtype or X.device != B.device:
+        raise BackendError(f"{state.label} returned X of shape {tuple(X.shape)}, {X.dtype} on {X.device}; expected "
+                           f"{tuple(B.shape)}, {B.dtype} on {B.device} (plugin bug)", label=state.label, phase="result")
+    return X, res
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+
+
+
