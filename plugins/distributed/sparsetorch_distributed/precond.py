@@ -44,7 +44,7 @@ def make_preconditioner(A, values: torch.Tensor, kind, *, transpose: bool, local
                                          f"{int(A.owned_rows()[row])}) is zero on rank {A.comm.rank}; use "
                                          f"preconditioner='block_jacobi' or None", row=row)
         inv = 1.0 / d
-        fn: Callable = lambda r: inv * r  # noqa: E731
+        fn: Callable = lambda r: (inv if r.dim() == 1 else inv[:, None]) * r  # noqa: E731  (a vector or a block)
     elif kind == "block_jacobi":
         block = A.local_block(values.detach())
         if transpose:

@@ -27,6 +27,7 @@ from .comm import dtype_code
 from .errors import DistributedError
 from .exchange import as_rows, from_rows
 from .krylov import METHODS, Reducer, _Abort
+from .krylov_block import BLOCK_METHODS, _cs, _red
 from .ops import agree_grad, check_vector
 from .precond import make_preconditioner
 
@@ -58,19 +59,32 @@ class DSolveInfo:
     backend: str = "distributed"
 
 
-def is_symmetric(A, values=None, *, seed: int = 1234) -> bool:
-    """Probabilistic test ``A z == A^T z`` for a random ``z`` (one product each way). Collective."""
+def is_symmetric(A, values=None, *, seed: int = 1234, probes: int = 4) -> bool:
+    """Probabilistic symmetry test with forward products only (no transposed blocks are built).
+
+    For random ``Z`` (``probes`` columns) the Gram matrix ``G = Z^T A Z`` is symmetric exactly when
+    ``z_i^T (A - A^T) z_j = 0``; with random vectors that holds (with probability one) only for a
+    symmetric ``A``. One product of a block of ``probes`` columns and one reduction per member;
+    ``|G_ij - G_ji| <= 1e3 eps ||z_i|| ||A z_j||`` (the rounding of the dot products) passes.
+    Collective."""
     g = torch.Generator().manual_seed(seed + A.comm.rank)
-    z = torch.randn(A.n_local, 1, generator=g, dtype=torch.float64).to(device=A.device, dtype=A.dtype)
+    Z = torch.randn(A.n_local, probes, generator=g, dtype=torch.float64).to(device=A.device, dtype=A.dtype)
     members = [None] if not A.batch_shape else list(A.values.detach().reshape(-1, A.nse_local))
-    sums = []
+    parts = []
     for v in members:
-        y1 = A._mv(z, v)
-        y2 = A._rmv(z, v)
-        sums += [((y1 - y2) ** 2).sum(), (y1 ** 2).sum()]
-    red = A.comm.allreduce(torch.stack(sums).to(torch.float64), "sum").tolist()
-    return all(math.sqrt(red[i]) <= 1e3 * torch.finfo(A.dtype).eps * max(math.sqrt(red[i + 1]), 1e-300)
-               for i in range(0, len(red), 2))
+        AZ = A._mv(Z, v)
+        parts += [(Z.t() @ AZ).reshape(-1), (Z * Z).sum(0), (AZ * AZ).sum(0)]
+    red = A.comm.allreduce(torch.cat(parts).to(torch.float64), "sum").cpu()
+    eps = torch.finfo(A.dtype).eps
+    step = probes * probes + 2 * probes
+    for i in range(len(members)):
+        chunk = red[i * step:(i + 1) * step]
+        G = chunk[:probes * probes].reshape(probes, probes)
+        zn, azn = chunk[probes * probes:probes * probes + probes].sqrt(), chunk[probes * probes + probes:].sqrt()
+        bound = 1e3 * eps * torch.outer(zn, azn).maximum(torch.outer(azn, zn))
+        if bool(((G - G.t()).abs() > bound).any()):
+            return False
+    return True
 
 
 @dataclass
@@ -85,6 +99,7 @@ class _Config:
     local_options: dict | None
     symmetric: bool | None
     callback: object = None
+    block: bool = True
 
 
 def _order(cfg: _Config, symmetric: bool) -> list[str]:
@@ -160,7 +175,92 @@ def _one_solve(A, values, b1: torch.Tensor, cfg: _Config, *, transpose: bool, sy
     return x, last
 
 
+def _block_precond(M, kind):
+    """A preconditioner of 1-D local vectors applied to an ``(n, k)`` block: the built-in ones take
+    blocks as they are (block Jacobi's local Solver solves every column at once), a callable is
+    applied column by column."""
+    if M is None:
+        return None
+    if callable(kind):
+        return lambda R: torch.stack([M(R[:, j]) for j in range(R.shape[1])], 1)
+    return M
+
+
+def _block_solve(A, values, B2: torch.Tensor, cfg: _Config, *, transpose: bool, symmetric: bool):
+    """Every column of ``B2`` ``(n, k)`` in one block iteration (one reduction per step for all
+    columns; see :mod:`.krylov_block`); returns (X, [info record])."""
+    comm = A.comm
+    k = B2.shape[1]
+    red = Reducer(comm, A.device, torch.float64 if A.dtype == torch.float64 else torch.float32)
+    use_t = transpose and not symmetric
+    op = (lambda V: A._rmv(V.contiguous(), values)) if use_t else (lambda V: A._mv(V.contiguous(), values))
+    bnorm = _red(red, [_cs(B2, B2)])[0].clamp_min(0).sqrt()
+    tol = torch.maximum(cfg.rtol * bnorm, torch.full_like(bnorm, cfg.atol))
+    bsafe = torch.where(bnorm > 0, bnorm, torch.ones_like(bnorm))
+    n_glob = A.pattern.shape[0]
+    maxiter = cfg.maxiter if cfg.maxiter is not None else max(1000, 10 * n_glob)
+    if not bool((bnorm > 0).any()):
+        return torch.zeros_like(B2), [dict(method=_order(cfg, symmetric)[0], iterations=0, residual=0.0,
+                                           status=Status.CONVERGED, reason="B = 0", history=(), reductions=red.count,
+                                           attempts=(), columns=k)]
+    attempts: list[str] = []
+    last = None
+    for method in _order(cfg, symmetric):
+        pre = cfg.preconditioner
+        if method == "minres" and pre == "block_jacobi" and cfg.method is None and last is not None and \
+                last["status"] == Status.INDEFINITE:
+            pre = None
+        with comm.agreement("setting up the preconditioner"):
+            M = make_preconditioner(A, values if values is not None else A.values.detach(), pre,
+                                    transpose=use_t, local_options=cfg.local_options)
+        M = _block_precond(M, pre)
+        M = red.guard(M) if M is not None else None
+        kernel = BLOCK_METHODS[method]
+        kw = {"restart": cfg.restart} if method == "gmres" else {}
+        X = torch.zeros_like(B2)
+        its, hist = 0, []
+        status, reason = Status.MAX_ITERATIONS, ""
+        try:
+            for _restart in range(MAX_RESTARTS + 1):
+                X, res = kernel(op, B2, X, M, tol, maxiter - its, red, cfg.callback, **kw)
+                its += res.iterations
+                hist += res.history
+                status, reason = res.status, res.reason
+                R = B2 - op(X)
+                true = _red(red, [_cs(R, R)])[0].clamp_min(0).sqrt()
+                if bool((true <= tol).all()):
+                    status = Status.CONVERGED
+                    break
+                if status == Status.CONVERGED:
+                    status, reason = Status.INACCURATE, "true residual above the tolerance after the recurrence converged"
+                    if its >= maxiter:
+                        break
+                    continue
+                break
+        except _Abort:
+            comm.agree(red.error, f"distributed block {method}")
+            raise DistributedError("a rank flagged an error but none reported it")  # unreachable
+        if not _finite_all(true):
+            status = Status.NOT_FINITE
+        rel = float((true / bsafe).max())
+        attempts.append(f"{method}+{pre} ({k} columns together): {status.value} after {its} iterations, worst "
+                        f"relative residual {rel:.3g}")
+        last = dict(method=method, preconditioner=pre if isinstance(pre, str) or pre is None else "callable",
+                    iterations=its, residual=rel, status=status, reason=reason,
+                    history=tuple(float((h / bsafe).max()) for h in hist), reductions=red.count, columns=k)
+        if status == Status.CONVERGED:
+            break
+    last["attempts"] = tuple(attempts)
+    return X, [last]
+
+
+def _finite_all(t: torch.Tensor) -> bool:
+    return bool(torch.isfinite(t).all())
+
+
 def _solve_columns(A, values, B2: torch.Tensor, cfg: _Config, *, transpose: bool, symmetric: bool):
+    if B2.shape[1] > 1 and cfg.block:
+        return _block_solve(A, values, B2, cfg, transpose=transpose, symmetric=symmetric)
     cols, infos = [], []
     for j in range(B2.shape[1]):
         xj, info = _one_solve(A, values, B2[:, j].contiguous(), cfg, transpose=transpose, symmetric=symmetric)
@@ -227,7 +327,7 @@ class _Solve(torch.autograd.Function):
 def solve(A, B: torch.Tensor, *, method: str | None = None, preconditioner="block_jacobi", rtol: float | None = None,
           atol: float = 0.0, maxiter: int | None = None, restart: int = 30, return_info: bool = False,
           on_nonconvergence: str = "raise", symmetric: bool | None = None, local_options: dict | None = None,
-          callback=None):
+          callback=None, block: bool = True):
     """Solve ``A X = B`` for a :class:`DSparseTensor` (or a :class:`DSparseTensorList` with a list
     of right-hand sides); differentiable in ``A.values`` and ``B``. Collective.
 
@@ -249,7 +349,7 @@ def solve(A, B: torch.Tensor, *, method: str | None = None, preconditioner="bloc
             raise st.InputError(f"a DSparseTensorList of {len(A)} matrices needs {len(A)} right-hand sides, got {len(Bs)}")
         kw = dict(method=method, preconditioner=preconditioner, rtol=rtol, atol=atol, maxiter=maxiter, restart=restart,
                   return_info=return_info, on_nonconvergence=on_nonconvergence, symmetric=symmetric,
-                  local_options=local_options, callback=callback)
+                  local_options=local_options, callback=callback, block=block)
         outs = [solve(a, b, **kw) for a, b in zip(A, Bs)]
         return ([o[0] for o in outs], [o[1] for o in outs]) if return_info else outs
     if not isinstance(A, DSparseTensor):
@@ -276,9 +376,9 @@ def solve(A, B: torch.Tensor, *, method: str | None = None, preconditioner="bloc
     comm.check_same("distributed solve", {"dtype": dtype_code(B.dtype), "B dims": B.dim(),
                                           "columns": B.shape[-1] if B.dim() > 1 else 1,
                                           "method": sorted(METHODS).index(method) + 1 if method else 0,
-                                          "maxiter": maxiter if maxiter is not None else -1})
+                                          "maxiter": maxiter if maxiter is not None else -1, "block": int(bool(block))})
     cfg = _Config(method, preconditioner, default_rtol(A.dtype) if rtol is None else float(rtol), float(atol), maxiter,
-                  int(restart), on_nonconvergence, local_options, symmetric, callback)
+                  int(restart), on_nonconvergence, local_options, symmetric, callback, bool(block))
     sym = symmetric if symmetric is not None else is_symmetric(A)
     infos: list = []
     values, B = agree_grad(comm, A.values, B)

@@ -35,9 +35,41 @@ __all__ = ["DSparseTensor", "DSparseTensorList", "Pattern", "pattern_cache_clear
 _DTYPES = (torch.float32, torch.float64)
 
 
+def _csr_tensor(crow, col, vals, shape) -> torch.Tensor:
+    with warnings.catch_warnings():  # torch's "CSR support is in beta" notice
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.sparse_csr_tensor(crow, col, vals, shape, check_invariants=False)
+
+
 @dataclass
 class _Csr:
-    """A CSR block whose values are ``values[..., slot]`` of the local pattern."""
+    """A CSR block whose values are the contiguous slot range ``values[..., offset:offset + nnz]``
+    (no slot map: the tensor for one value set is a view of the values, not a copy)."""
+
+    crow: torch.Tensor
+    col: torch.Tensor
+    offset: int
+    nrows: int
+    ncols: int
+
+    @property
+    def nnz(self) -> int:
+        return int(self.col.numel())
+
+    def tensor(self, values: torch.Tensor) -> torch.Tensor:
+        return _csr_tensor(self.crow, self.col, values[self.offset:self.offset + self.nnz], (self.nrows, self.ncols))
+
+    def rows(self) -> torch.Tensor:
+        """The row of each entry (a temporary, O(nnz))."""
+        return torch.repeat_interleave(torch.arange(self.nrows, device=self.crow.device), self.crow.diff().to(torch.int64))
+
+    def to(self, device) -> "_Csr":
+        return _Csr(self.crow.to(device), self.col.to(device), self.offset, self.nrows, self.ncols)
+
+
+@dataclass
+class _CsrPerm:
+    """A CSR block whose values are ``values[..., slot]`` (the transposed blocks: a gathered copy)."""
 
     crow: torch.Tensor
     col: torch.Tensor
@@ -46,59 +78,116 @@ class _Csr:
     ncols: int
 
     @staticmethod
-    def build(rows: torch.Tensor, cols: torch.Tensor, slots: torch.Tensor, nrows: int, ncols: int) -> "_Csr":
+    def build(rows: torch.Tensor, cols: torch.Tensor, slots: torch.Tensor, nrows: int, ncols: int) -> "_CsrPerm":
+        rows, cols = rows.to(torch.int64), cols.to(torch.int64)
         order = torch.argsort(rows * max(ncols, 1) + cols, stable=True)
         crow = torch.zeros(nrows + 1, dtype=torch.int64, device=rows.device)
         crow[1:] = torch.cumsum(torch.bincount(rows, minlength=nrows), 0)
-        return _Csr(crow, cols[order].contiguous(), slots[order].contiguous(), nrows, ncols)
+        col = cols[order]
+        if rows.numel() < 2 ** 31 - 1 and ncols < 2 ** 31 - 1:
+            crow, col = crow.to(torch.int32), col.to(torch.int32)
+        return _CsrPerm(crow, col.contiguous(), slots[order].contiguous(), nrows, ncols)
 
     @property
     def nnz(self) -> int:
         return int(self.col.numel())
 
     def tensor(self, values: torch.Tensor) -> torch.Tensor:
-        with warnings.catch_warnings():  # torch's "CSR support is in beta" notice, once per value set
-            warnings.simplefilter("ignore", UserWarning)
-            return torch.sparse_csr_tensor(self.crow, self.col, values[self.slot], (self.nrows, self.ncols),
-                                           check_invariants=False)
-
-    def to(self, device) -> "_Csr":
-        return _Csr(self.crow.to(device), self.col.to(device), self.slot.to(device), self.nrows, self.ncols)
+        return _csr_tensor(self.crow, self.col, values[self.slot], (self.nrows, self.ncols))
 
 
 @dataclass
 class Pattern:
-    """Pattern-level state of one rank (built once per pattern, shared by tensors on it)."""
+    """Pattern-level state of one rank (built once per pattern, shared by tensors on it).
+
+    Slots (the entries of ``values``) are ordered interior block first, then boundary block,
+    each in CSR order, so both blocks are views of the values. Stored always: the two blocks'
+    ``crow``/``col``, the halo plan and halo ids, and ``entry_slot`` (input entry -> slot; not
+    stored when it is the identity). Built on first use and kept (:attr:`lazy`): the per-slot
+    ``row``/``col`` (gradients of the values, ``local_coo``), the transposed blocks (``A^T x``: the
+    backward of a product, adjoint solves of a nonsymmetric matrix), the diagonal's slots."""
 
     comm: Comm
     shape: tuple[int, int]
     rowmap: RowMap
     n_local: int
     n_halo: int
-    row: torch.Tensor            # (nnz_local,) local row of each slot
-    col: torch.Tensor            # (nnz_local,) local column (owned first, then halo) of each slot
-    entry_slot: torch.Tensor     # (nnz_in,) slot of each input entry (duplicates share one)
-    halo_ids: torch.Tensor       # (n_halo,) global ids of the halo columns
+    nse: int
+    entry_slot: torch.Tensor | None   # (nnz_in,) slot of each input entry; None: the identity
+    n_in: int                         # number of input entries
+    halo_ids: torch.Tensor            # (n_halo,) global ids of the halo columns
     halo: ExchangePlan
-    interior: _Csr
-    boundary: _Csr
-    interior_t: _Csr
-    boundary_t: _Csr
-    diag_slot: torch.Tensor      # (n_local,) slot of each row's diagonal entry, -1 where none stored
+    interior: _Csr                    # slots [0, interior.nnz), columns owned
+    boundary: _Csr                    # slots [interior.nnz, nse), columns halo (local numbering - n)
     device: torch.device
     cache: dict = field(default_factory=dict)
+    lazy: dict = field(default_factory=dict)
+
+    # per-slot coordinates (lazy) ----------------------------------------------------------------
+    def slot_rows(self) -> torch.Tensor:
+        """Local row of each slot, without keeping it (a temporary)."""
+        if "row" in self.lazy:
+            return self.lazy["row"]
+        return torch.cat([self.interior.rows(), self.boundary.rows()])
 
     @property
-    def nse(self) -> int:
-        return int(self.row.numel())
+    def row(self) -> torch.Tensor:
+        """(nse,) local row of each slot (built on first use, then kept)."""
+        if "row" not in self.lazy:
+            self.lazy["row"] = self.slot_rows()
+        return self.lazy["row"]
+
+    @property
+    def col(self) -> torch.Tensor:
+        """(nse,) local column of each slot: owned first, then ``n_local +`` halo position."""
+        if "col" not in self.lazy:
+            self.lazy["col"] = torch.cat([self.interior.col.to(torch.int64), self.boundary.col.to(torch.int64) + self.n_local])
+        return self.lazy["col"]
+
+    @property
+    def transposed(self) -> tuple[_CsrPerm, _CsrPerm | None]:
+        """(interior^T, boundary^T or None), built on first use (A^T products only)."""
+        if "t" not in self.lazy:
+            it, bd = self.interior, self.boundary
+            ri = it.rows()
+            si = torch.arange(it.nnz, dtype=torch.int64, device=ri.device)
+            itT = _CsrPerm.build(it.col, ri, si, self.n_local, self.n_local)
+            bdT = None
+            if bd.nnz:
+                rb = bd.rows()
+                sb = torch.arange(bd.offset, bd.offset + bd.nnz, dtype=torch.int64, device=rb.device)
+                bdT = _CsrPerm.build(bd.col, rb, sb, self.n_halo, self.n_local)
+            self.lazy["t"] = (itT, bdT)
+        return self.lazy["t"]
+
+    @property
+    def diag_slot(self) -> torch.Tensor:
+        """(n_local,) slot of each row's diagonal entry, -1 where none is stored (lazy)."""
+        if "diag" not in self.lazy:
+            it = self.interior
+            r = it.rows()
+            on = it.col.to(torch.int64) == r
+            d = torch.full((self.n_local,), -1, dtype=torch.int64, device=r.device)
+            d[r[on]] = torch.nonzero(on).reshape(-1)
+            self.lazy["diag"] = d
+        return self.lazy["diag"]
 
     def tensors(self) -> dict[str, torch.Tensor]:
-        """Every tensor this pattern stores, by name (for memory accounting)."""
-        out = {"row": self.row, "col": self.col, "entry_slot": self.entry_slot, "halo_ids": self.halo_ids,
-               "diag_slot": self.diag_slot}
-        for name in ("interior", "boundary", "interior_t", "boundary_t"):
+        """Every tensor this pattern stores now, by name (for memory accounting)."""
+        out = {"halo_ids": self.halo_ids}
+        if self.entry_slot is not None:
+            out["entry_slot"] = self.entry_slot
+        for name in ("interior", "boundary"):
             c = getattr(self, name)
-            out.update({f"{name}.crow": c.crow, f"{name}.col": c.col, f"{name}.slot": c.slot})
+            if c.nnz or name == "interior":
+                out.update({f"{name}.crow": c.crow, f"{name}.col": c.col})
+        for key in ("row", "col", "diag"):
+            if key in self.lazy:
+                out[key] = self.lazy[key]
+        if "t" in self.lazy:
+            for name, c in zip(("interior_t", "boundary_t"), self.lazy["t"]):
+                if c is not None:
+                    out.update({f"{name}.crow": c.crow, f"{name}.col": c.col, f"{name}.slot": c.slot})
         for i, (_p, idx) in enumerate(self.halo.sends):
             out[f"halo.send[{i}]"] = idx
         if not self.rowmap.contiguous:
@@ -106,7 +195,26 @@ class Pattern:
         return out
 
     def stored_bytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.tensors().values())
+        return _unique_bytes(self.tensors().values())
+
+
+def _unique_bytes(tensors) -> int:
+    """Bytes of the distinct storages behind ``tensors`` (views counted once)."""
+    seen, total = set(), 0
+    for t in tensors:
+        st_ = t.untyped_storage()
+        key = (st_.data_ptr(), st_.nbytes())
+        if key not in seen:
+            seen.add(key)
+            total += st_.nbytes()
+    return total
+
+
+def _spmm(M: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+    """CSR @ (n, m) dense; one column goes through the vector kernel (faster than a 1-column SpMM)."""
+    if X.shape[1] == 1:
+        return (M @ X[:, 0])[:, None]
+    return M @ X
 
 
 # The pattern cache: keyed on the identity and version of the input index tensors ---------------
@@ -147,6 +255,8 @@ class DSparseTensor:
         self.values = values
         self._csr_key = None
         self._csr = None
+        self._csrt_key = None
+        self._csrt = None
 
     # construction ------------------------------------------------------------------------------
     @classmethod
@@ -332,8 +442,8 @@ class DSparseTensor:
         """New values given per input entry (the order passed to :meth:`from_local_rows` on this rank;
         duplicates summed); differentiable, reuses the pattern and its halo plan. Not for tensors
         whose rows were moved by ``partition=`` or :meth:`scatter` (use :meth:`with_values`)."""
-        if values.shape[-1] != self.pattern.entry_slot.numel():
-            raise st.InputError(f"with_entry_values needs {self.pattern.entry_slot.numel()} values per matrix on rank "
+        if values.shape[-1] != self.pattern.n_in:
+            raise st.InputError(f"with_entry_values needs {self.pattern.n_in} values per matrix on rank "
                                 f"{self.comm.rank}, got {values.shape[-1]}")
         return DSparseTensor(self.pattern, _to_slots(values, self.pattern))
 
@@ -355,45 +465,57 @@ class DSparseTensor:
 
     # local kernels (no autograd) --------------------------------------------------------------------
     def _blocks(self, values: torch.Tensor | None = None):
-        """(interior, boundary, interior_t, boundary_t) torch CSR tensors for one value set (cached
-        on the tensor's values while they are unchanged)."""
+        """(interior, boundary or None) torch CSR tensors for one value set: views of the values
+        (cached on the tensor while its values are unchanged)."""
         v = (self.values if values is None else values).detach()
         key = (v.data_ptr(), v._version, v.shape)
         if values is None and self._csr_key == key:
             return self._csr
         p = self.pattern
-        blocks = (p.interior.tensor(v), p.boundary.tensor(v) if p.boundary.nnz else None,
-                  p.interior_t.tensor(v), p.boundary_t.tensor(v) if p.boundary_t.nnz else None)
+        blocks = (p.interior.tensor(v), p.boundary.tensor(v) if p.boundary.nnz else None)
         if values is None:
             self._csr_key, self._csr = key, blocks
         return blocks
 
+    def _tblocks(self, values: torch.Tensor | None = None):
+        """(interior^T, boundary^T or None) for one value set: gathered copies, built on first use
+        (A^T products) and cached like :meth:`_blocks`."""
+        v = (self.values if values is None else values).detach()
+        key = (v.data_ptr(), v._version, v.shape)
+        if values is None and self._csrt_key == key:
+            return self._csrt
+        itT, bdT = self.pattern.transposed
+        blocks = (itT.tensor(v), bdT.tensor(v) if bdT is not None else None)
+        if values is None:
+            self._csrt_key, self._csrt = key, blocks
+        return blocks
+
     def _mv(self, X2: torch.Tensor, values: torch.Tensor | None = None, keep_halo: bool = False):
         """``A X2`` for one matrix; ``X2`` is ``(n_local, m)``. Overlaps the halo with the interior."""
-        it, bd, _, _ = self._blocks(values)
+        it, bd = self._blocks(values)
         p = self.pattern
         X2 = X2.contiguous()
         handle = p.halo.start(X2) if p.n_halo or p.halo.sends else None
-        Y = it @ X2
+        Y = _spmm(it, X2)
         if handle is not None:
             H = p.halo.finish(handle)
             if bd is not None:
-                Y = Y + bd @ H
+                Y = Y + _spmm(bd, H)
         else:
             H = X2.new_zeros(0, X2.shape[1])
         return (Y, H) if keep_halo else Y
 
     def _rmv(self, Y2: torch.Tensor, values: torch.Tensor | None = None) -> torch.Tensor:
         """``A^T Y2`` for one matrix (boundary transpose sent back while the interior one runs)."""
-        _, _, itT, bdT = self._blocks(values)
+        itT, bdT = self._tblocks(values)
         p = self.pattern
         Y2 = Y2.contiguous()
         if p.halo.recvs or p.halo.sends:
-            G = bdT @ Y2 if bdT is not None else Y2.new_zeros(p.n_halo, Y2.shape[1])
+            G = _spmm(bdT, Y2) if bdT is not None else Y2.new_zeros(p.n_halo, Y2.shape[1])
             handle = p.halo.start_reverse(G.contiguous())
-            Z = itT @ Y2
+            Z = _spmm(itT, Y2)
             return p.halo.finish_reverse(handle, Z)
-        return itT @ Y2
+        return _spmm(itT, Y2)
 
     def _halo(self, X2: torch.Tensor) -> torch.Tensor:
         return self.pattern.halo.forward(X2.contiguous())
@@ -427,18 +549,24 @@ class DSparseTensor:
         p = self.pattern
         v = self.values if values is None else values
         it = p.interior
-        rows = torch.repeat_interleave(torch.arange(it.nrows, device=it.crow.device), it.crow.diff())
-        return st.SparseTensor.from_coo(v[..., it.slot], rows, it.col, shape=(it.nrows, it.ncols), format=st.format.CSR)
+        return st.SparseTensor.from_coo(v[..., :it.nnz], it.rows(), it.col.to(torch.int64), shape=(it.nrows, it.ncols),
+                                        format=st.format.CSR)
 
     def storage(self) -> dict[str, torch.Tensor]:
-        """Every tensor this rank holds for the matrix (pattern, halo plan, values, cached CSR blocks)."""
+        """Every tensor this rank holds for the matrix now (pattern, halo plan, values, cached CSR
+        blocks; the untransposed blocks are views of ``values``)."""
         out = dict(self.pattern.tensors())
         out["values"] = self.values
-        if self._csr is not None:
-            for name, b in zip(("interior", "boundary", "interior_t", "boundary_t"), self._csr):
-                if b is not None:
-                    out[f"csr.{name}.values"] = b.values()
+        for tag, blocks in (("csr", self._csr), ("csr_t", self._csrt)):
+            if blocks is not None:
+                for name, b in zip(("interior", "boundary"), blocks):
+                    if b is not None:
+                        out[f"{tag}.{name}.values"] = b.values()
         return out
+
+    def stored_bytes(self) -> int:
+        """Bytes of the distinct storages in :meth:`storage` (views counted once)."""
+        return _unique_bytes(self.storage().values())
 
     def halo_volume(self) -> dict[str, int]:
         sent, recv = self.pattern.halo.volume
@@ -540,18 +668,22 @@ def _build_pattern(comm: Comm, shape, rowmap: RowMap, rows: torch.Tensor, cols: 
         lc[is_halo] = n + perm[where]
     n_ext = n + n_halo
     key = lr * n_ext + lc
-    uniq, inverse = torch.unique(key, return_inverse=True)           # sorted row-major = CSR order
+    uniq, inverse = torch.unique(key, return_inverse=True)           # sorted row-major
     row, col = uniq // max(n_ext, 1), uniq % max(n_ext, 1)
     nse = int(uniq.numel())
-    slots = torch.arange(nse, dtype=torch.int64)
     inner = col < n
-    interior = _Csr.build(row[inner], col[inner], slots[inner], n, n)
-    boundary = _Csr.build(row[~inner], col[~inner] - n, slots[~inner], n, n_halo)
-    interior_t = _Csr.build(col[inner], row[inner], slots[inner], n, n)
-    boundary_t = _Csr.build(col[~inner] - n, row[~inner], slots[~inner], n_halo, n)
-    diag = torch.full((n,), -1, dtype=torch.int64)
-    d = inner & (row == col)
-    diag[row[d]] = slots[d]
+    n_int = int(inner.sum())
+    # slots: the interior entries (row-major) first, then the boundary entries (row-major)
+    slot_of = torch.empty(nse, dtype=torch.int64)
+    slot_of[inner] = torch.arange(n_int, dtype=torch.int64)
+    slot_of[~inner] = torch.arange(n_int, nse, dtype=torch.int64)
+    entry_slot = slot_of[inverse.reshape(-1)]
+    if entry_slot.numel() == nse and bool((entry_slot == torch.arange(nse)).all()):
+        entry_slot = None                                            # input already in slot order
+    elif nse < 2 ** 31:
+        entry_slot = entry_slot.to(torch.int32)
+    interior = _csr_of(row[inner], col[inner], n, n, 0)
+    boundary = _csr_of(row[~inner], col[~inner] - n, n, n_halo, n_int)
     # halo plan: receives grouped by owner; tell each owner which of its rows we need
     recvs = []
     counts = torch.bincount(owner, minlength=comm.size).tolist() if n_halo else [0] * comm.size
@@ -564,22 +696,34 @@ def _build_pattern(comm: Comm, shape, rowmap: RowMap, rows: torch.Tensor, cols: 
     asked = comm.alltoallv(requests)
     sends = [(peer, a.cpu()) for peer, a in enumerate(asked) if peer != comm.rank and a.numel()]
     plan = ExchangePlan(comm, n, n_halo, sends, recvs)
-    pat = Pattern(comm, tuple(shape), rowmap, n, n_halo, row, col, inverse.reshape(-1), halo_g, plan,
-                  interior, boundary, interior_t, boundary_t, diag, device)
+    pat = Pattern(comm, tuple(shape), rowmap, n, n_halo, nse, entry_slot, int(rows.numel()), halo_g, plan,
+                  interior, boundary, device)
     if device.type != "cpu":
         pat = _pattern_to(pat, device)
     return pat
 
 
+def _csr_of(rows: torch.Tensor, cols: torch.Tensor, nrows: int, ncols: int, offset: int) -> _Csr:
+    """CSR of entries already in row-major order; int32 indices when they fit (torch's CPU kernel
+    runs faster with them, and they take half the memory)."""
+    crow = torch.zeros(nrows + 1, dtype=torch.int64)
+    crow[1:] = torch.cumsum(torch.bincount(rows, minlength=nrows), 0)
+    if rows.numel() < 2 ** 31 - 1 and ncols < 2 ** 31 - 1:
+        return _Csr(crow.to(torch.int32), cols.to(torch.int32).contiguous(), offset, nrows, ncols)
+    return _Csr(crow, cols.contiguous(), offset, nrows, ncols)
+
+
 def _pattern_to(p: Pattern, device) -> Pattern:
-    return Pattern(p.comm, p.shape, p.rowmap, p.n_local, p.n_halo, p.row.to(device), p.col.to(device),
-                   p.entry_slot.to(device), p.halo_ids.to(device), p.halo.to(device), p.interior.to(device),
-                   p.boundary.to(device), p.interior_t.to(device), p.boundary_t.to(device), p.diag_slot.to(device),
-                   torch.device(device))
+    return Pattern(p.comm, p.shape, p.rowmap, p.n_local, p.n_halo, p.nse,
+                   None if p.entry_slot is None else p.entry_slot.to(device), p.n_in, p.halo_ids.to(device),
+                   p.halo.to(device), p.interior.to(device), p.boundary.to(device), torch.device(device))
 
 
 def _to_slots(values: torch.Tensor, pattern: Pattern) -> torch.Tensor:
-    """Input-entry values ``(*batch, nnz_in)`` summed into the pattern's slots (differentiable)."""
+    """Input-entry values ``(*batch, nnz_in)`` summed into the pattern's slots (differentiable).
+    When the input is already in slot order the values are used as they are (no copy)."""
+    if pattern.entry_slot is None:
+        return values
     out = values.new_zeros(*values.shape[:-1], pattern.nse)
     return out.index_add(-1, pattern.entry_slot.to(values.device), values)
 

@@ -261,6 +261,36 @@ def s_failures(comm):
     return out
 
 
+BLOCK_CASES = {"cg": ("cg", "block_jacobi", {}), "bicgstab": ("bicgstab", "block_jacobi", dict(skew=0.4)),
+               "gmres": ("gmres", "block_jacobi", dict(skew=0.4)), "minres": ("minres", None, dict(shift=1.5))}
+
+
+def block_rhs(ids, N):
+    g = ids.to(torch.float64)
+    return torch.stack([torch.sin(1.0 + g), torch.cos(g), 0.0 * g, g / N], 1)   # a zero column too
+
+
+def block_weights(ids):
+    return torch.cos(3.0 * ids.to(torch.float64))[:, None] * torch.arange(1, 5, dtype=torch.float64)
+
+
+def s_block(comm):
+    """Four right-hand sides solved together (one reduction per step for all columns), values and
+    gradients, by each method."""
+    N = M * M
+    ids = _rows(comm, N)
+    r, c, _ = poisson2d_rows(M, ids)
+    out = dict(ids=ids, r=r, c=c)
+    for name, (method, pre, kw) in BLOCK_CASES.items():
+        v = poisson_values(r, c, **kw).requires_grad_(True)
+        A = sd.DSparseTensor.from_local_rows(r, c, v, (N, N), comm=comm)
+        B = block_rhs(ids, N).requires_grad_(True)
+        X, info = sd.solve(A, B, method=method, preconditioner=pre, rtol=TIGHT, return_info=True)
+        sd.dot(block_weights(ids), X, comm).backward()
+        out[name] = dict(v=v.detach(), x=X.detach(), gb=B.grad, gv=v.grad, info=info)
+    return out
+
+
 def eig_values(r, c, *, spread=0.3):
     """The 5-point entries with a varying diagonal (distinct eigenvalues; spread=0 keeps the grid's
     double eigenvalues)."""
