@@ -217,11 +217,11 @@ def main(argv: list[str] | None = None) -> int:
                     if direction == "to" else "tocsr"),
                 "verified": bool(ok),
             })
-            del keep
+            keep = None  # free the cached plan before the next format
             r = results[-1]
             print(f"{label:<16}{r['nnz']:>9}{ours_s:>10.4f}{(scipy_s if scipy_s else float('nan')):>10.4f}"
                   f"{(ratio if ratio else float('nan')):>8.2f}{cached:>10.4f}  {'yes' if ok else 'NO'}")
-        del ours, back, ref
+        ours = back = ref = None
         gc.collect()
 
     cpu_model = ""

@@ -228,7 +228,7 @@ def case_lowsparsity(tab: Table, size: int, dtypes) -> None:
                 else:
                     tab.rows.append({"case": case, "impl": f"torch CSR k={k}", **got})
                 del S
-            del W
+            W = None
             torch.cuda.empty_cache()
         del W64, mask
 

@@ -100,7 +100,7 @@ def main() -> None:
                            check=True, capture_output=True)
             try:
                 # alternate the two trees so that machine load falls on both alike
-                for i in range(3):
+                for _ in range(3):
                     rows.setdefault(f"before ({args.compare})", []).append(run_tree(wt, args.reps))
                     rows.setdefault("after (this tree)", []).append(run_tree(ROOT, args.reps))
             finally:

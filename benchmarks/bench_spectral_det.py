@@ -21,7 +21,6 @@ from pathlib import Path
 
 import numpy as np
 import scipy
-import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 import torch
 

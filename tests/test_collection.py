@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 import torch
 
-scipy = pytest.importorskip("scipy")
+pytest.importorskip("scipy")
 import scipy.io  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 import scipy.sparse.linalg as spla  # noqa: E402

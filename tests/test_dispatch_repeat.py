@@ -32,7 +32,7 @@ class SetupBackend(FakeBackend):
 
 
 @pytest.fixture
-def fakes(backends, monkeypatch):
+def fakes(backends, monkeypatch):  # noqa: F811 - the fixture imported above
     """The built-in backends plus two fakes: direct costs 1 unit on a first call, 0.95 of it
     analysis; iterative 0.2 every call (units of 10 ns: below anything the built-in torch backend
     estimates, so the two fakes compete)."""

@@ -135,7 +135,7 @@ def test_plugin_failures_are_backend_errors_naming_plugin_method_and_phase(torch
     torch_only.register(_BrokenBackend(how), "broken")
     A = poisson2d(5, 5)
     b = torch.ones(25, dtype=DT)
-    with pytest.raises(st.BackendError, match=f"broken/lu") as exc:
+    with pytest.raises(st.BackendError, match="broken/lu") as exc:
         st.solve(A, b, backend="broken", method="lu")
     assert exc.value.phase == phase and exc.value.label == "broken/lu"
     if how in ("build", "set_values", "solve"):

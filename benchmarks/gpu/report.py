@@ -44,7 +44,8 @@ def markdown(doc: dict) -> str:
                       f"timings.", ""]
             for dt, res in c["results"].items():
                 lines += [f"### {dt}: floor {_us(res['csr_int32_floor_s'])} us (CSR int32), {_us(res['dia_floor_s'])} us (DIA)", "",
-                          "| implementation | format | median us | own floor us | fraction of own floor | fraction of CSR-int32 floor | rel. error | note |",
+                          "| implementation | format | median us | own floor us | fraction of own floor "
+                          "| fraction of CSR-int32 floor | rel. error | note |",
                           "|---|---|---:|---:|---:|---:|---:|---|"]
                 for r in res["rows"]:
                     if "median_s" in r:
@@ -139,7 +140,8 @@ def markdown(doc: dict) -> str:
             for r in c["rows"]:
                 if "forward_peak_bytes" in r:
                     lines.append(f"| {r['impl']} | {r['forward_peak_bytes'] / 1e6:.0f} | {r['graph_held_bytes'] / 1e6:.0f} | "
-                                 f"{r['backward_peak_bytes'] / 1e6:.0f} | {r['backward_over_forward']:.2f} | {r['forward_s']:.2f} | {r['backward_s']:.2f} |")
+                                 f"{r['backward_peak_bytes'] / 1e6:.0f} | {r['backward_over_forward']:.2f} | "
+                                 f"{r['forward_s']:.2f} | {r['backward_s']:.2f} |")
                 else:
                     lines.append(f"| {r['impl']} | - | - | - | - | - | {_status(r)} |")
             lines.append("")
@@ -164,7 +166,9 @@ def plots(doc: dict, out_dir: Path) -> list[Path]:
         for ax, (dt, r) in zip(axes[0], res.items()):
             rows = [x for x in r["rows"] if "median_s" in x]
             names = [x["impl"] for x in rows]
-            ax.barh(range(len(rows)), [x["median_s"] * 1e6 for x in rows], color=["C%d" % ("sparsetorch torch cupy nvmath dense".split().index(x["family"])) for x in rows])
+            families = "sparsetorch torch cupy nvmath dense".split()
+            ax.barh(range(len(rows)), [x["median_s"] * 1e6 for x in rows],
+                    color=[f"C{families.index(x['family'])}" for x in rows])
             ax.axvline(r["csr_int32_floor_s"] * 1e6, color="k", ls="--", label="CSR int32 bytes floor")
             ax.axvline(r["dia_floor_s"] * 1e6, color="gray", ls=":", label="DIA bytes floor")
             ax.set_yticks(range(len(rows)), names, fontsize=7)

@@ -48,7 +48,8 @@ class SparseLinear(nn.Module):
     def __init__(self, weight: SparseTensor, bias: torch.Tensor | None = None, *, backend: str | None = None) -> None:
         super().__init__()
         if not isinstance(weight, SparseTensor) or len(weight.format_shape) != 2 or weight.batch_shape:
-            got = type(weight).__name__ if not isinstance(weight, SparseTensor) else f"format shape {weight.format_shape}, batch {tuple(weight.batch_shape)}"
+            got = (type(weight).__name__ if not isinstance(weight, SparseTensor)
+                   else f"format shape {weight.format_shape}, batch {tuple(weight.batch_shape)}")
             raise InputError(f"SparseLinear: weight must be a 2-D SparseTensor (out_features, in_features) "
                              f"without a value batch, got {got}")
         out_features, in_features = (int(s) for s in weight.format_shape)

@@ -44,7 +44,7 @@ def backward_error_bound(dtype: torch.dtype, n: int) -> float:
     solve stays under in practice (a generous ``max(16, sqrt(n))`` times the unit roundoff, far
     below the worst-case ``n * u`` bound and far above what LU with partial pivoting gives on
     ordinary matrices)."""
-    return max(16.0, float(n) ** 0.5) * 8 * unit_roundoff(dtype)
+    return float(max(16.0, float(n) ** 0.5) * 8 * unit_roundoff(dtype))
 
 
 def resolve_rtol(rtol: float | None, dtype: torch.dtype) -> float:

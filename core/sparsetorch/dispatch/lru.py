@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Callable, Generic, Hashable, Iterator, TypeVar
+from typing import Any, Callable, Generic, Hashable, Iterator, TypeVar
 
 __all__ = ["LRU", "clear_caches", "cache_info", "register_clearable"]
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
-_registry: "dict[str, LRU | Callable[[], None]]" = {}
+_registry: "dict[str, LRU[Any, Any] | Callable[[], None]]" = {}
 _registry_lock = threading.Lock()
 
 

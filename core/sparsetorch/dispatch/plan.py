@@ -15,13 +15,13 @@ from typing import Any, Callable
 import torch
 
 from ..errors import BackendError, SparseTorchError
-from ..tensor.sparse_tensor import is_plain
+from ..tensor.pattern import is_plain
 from .plans import CheapReload
 
 __all__ = ["PlanState", "guarded"]
 
 
-def _token(values: torch.Tensor) -> tuple:
+def _token(values: torch.Tensor) -> tuple[Any, ...]:
     return (values.data_ptr(), values._version, tuple(values.shape), values.dtype, values.device)
 
 
@@ -42,7 +42,7 @@ class PlanState:
     """
 
     plan: Any
-    token: tuple | None = None
+    token: tuple[Any, ...] | None = None
     reused: bool = False
     snapshot: torch.Tensor | None = None
     factory: Any = None

@@ -10,6 +10,8 @@ the backward pass runs on the same plan (``autograd/lstsq.py`` has the math).
 
 from __future__ import annotations
 
+import math
+
 from typing import Any
 
 import torch
@@ -47,7 +49,7 @@ def _options(dtype: torch.dtype | None = None, **kw: Any) -> dict[str, Any]:
             o[name] = default_rtol(dtype if dtype is not None else torch.float64)
     for name in ("damp", "atol", "btol"):
         v = o[name]
-        if not (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 and v == v and v != float("inf")):
+        if not (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 and math.isfinite(v)):
             raise InputError(f"lstsq: {name} must be a finite number >= 0, got {v!r}")
     if o["atol"] == 0 and o["btol"] == 0:
         raise InputError("lstsq: atol and btol are both 0: the iteration could never stop; give one of them (e.g. 1e-10)")

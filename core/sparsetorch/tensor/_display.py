@@ -17,7 +17,7 @@ __all__ = ["sparse_repr"]
 def _known_name(fmt: TensorFormat) -> str | None:
     from ..format import named_formats
 
-    for name, known in named_formats().items():
+    for known in named_formats().values():
         if known == fmt:
             return known.name
     return None

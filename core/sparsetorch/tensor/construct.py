@@ -161,7 +161,8 @@ def from_coo(
     n = rows[0].numel()
     if values.dim() == 0 or values.shape[-1] != n:
         raise ValidationError(f"values must have {n} entries in their last dimension (one per index), got shape {tuple(values.shape)}")
-    coords = torch.stack([r.to(device=values.device, dtype=torch.int64) for r in rows]) if n else torch.zeros(len(rows), 0, dtype=torch.int64, device=values.device)
+    coords = (torch.stack([r.to(device=values.device, dtype=torch.int64) for r in rows]) if n
+              else torch.zeros(len(rows), 0, dtype=torch.int64, device=values.device))
     if shape is None:
         shape = [int(c.max()) + 1 if n else 0 for c in coords]
     shape = tuple(int(s) for s in shape)
@@ -197,7 +198,8 @@ def from_dense(
     if dense.layout != torch.strided:
         raise ValidationError(f"from_dense takes a strided tensor, got layout {dense.layout}; use from_package")
     if batch_dims is None:
-        nd = format.ndim if isinstance(format, TensorFormat) else (TensorFormat.parse(format).ndim if isinstance(format, str) else min(dense.dim(), 2))
+        nd = (format.ndim if isinstance(format, TensorFormat)
+              else (TensorFormat.parse(format).ndim if isinstance(format, str) else min(dense.dim(), 2)))
         batch_dims = dense.dim() - nd
     if batch_dims < 0 or batch_dims >= dense.dim():
         raise ValidationError(f"batch_dims={batch_dims} is invalid for a tensor of {dense.dim()} dims")

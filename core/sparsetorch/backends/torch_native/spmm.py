@@ -85,7 +85,8 @@ class TorchSpmmPlan:
     def _adjoint_values(self) -> torch.Tensor:
         if self._values_t is None:
             if self._conv_t is None:
-                csr = SparseTensor(CSR, self.shape, [None, self._crow], [None, self._col], self._values[..., :0].new_zeros(self._col.numel()), check=False)
+                csr = SparseTensor(CSR, self.shape, [None, self._crow], [None, self._col],
+                                   self._values[..., :0].new_zeros(self._col.numel()), check=False)
                 t = csr.T  # CSC view of A^T's pattern
                 self._conv_t = conversion(t, CSR, self._crow.dtype)
                 self._csr_t_src = t
