@@ -26,8 +26,9 @@ from torch import Tensor
 
 from ....dispatch.results import IterationResult, Status
 from ._common import (
-    FIRST_SOLVER_CODE, Callback, Event, Operator, Problem, col, dot, norm, prepare, run,
+    FIRST_SOLVER_CODE, Callback, Event, Operator, Problem, col, dot, norm, prepare,
 )
+from ._run import run
 
 __all__ = ["bicgstab"]
 

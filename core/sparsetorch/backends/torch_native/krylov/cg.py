@@ -18,8 +18,9 @@ from torch import Tensor
 
 from ....dispatch.results import IterationResult, Status
 from ._common import (
-    FIRST_SOLVER_CODE, Callback, Event, Operator, Problem, col, dot, finite, norm, prepare, run,
+    FIRST_SOLVER_CODE, Callback, Event, Operator, Problem, col, dot, finite, norm, prepare,
 )
+from ._run import run
 from ._graph import BlockGraph, usable
 
 __all__ = ["cg"]

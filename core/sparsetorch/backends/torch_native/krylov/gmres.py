@@ -22,9 +22,9 @@ from torch import Tensor
 
 from ....dispatch.results import IterationResult, Status
 from ._common import (
-    FIRST_SOLVER_CODE, NOT_FINITE, SINGULAR_FACTOR, Callback, Event, Operator, Problem, col, dot,
-    norm, prepare, real_dtype, run, safe,
+    FIRST_SOLVER_CODE, NOT_FINITE, SINGULAR_FACTOR, Callback, Event, Operator, Problem, col, dot, norm, prepare, real_dtype, safe,
 )
+from ._run import run
 
 __all__ = ["gmres"]
 

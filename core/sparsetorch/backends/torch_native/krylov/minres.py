@@ -20,9 +20,9 @@ from torch import Tensor
 
 from ....dispatch.results import IterationResult, Status
 from ._common import (
-    FIRST_SOLVER_CODE, SINGULAR_FACTOR, Callback, Event, Operator, Problem, col, dot, norm, prepare,
-    run, safe,
+    FIRST_SOLVER_CODE, SINGULAR_FACTOR, Callback, Event, Operator, Problem, col, dot, norm, prepare, safe,
 )
+from ._run import run
 
 __all__ = ["minres"]
 
