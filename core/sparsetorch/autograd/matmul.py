@@ -7,6 +7,10 @@ For the adjoint direction (``Y = A^H X``): dX = A dY, dA = X dY^H. Gradients flo
 values only, never through indices; padding slots of a format get zero.
 
 Forward mode (``jvp``): dY = A(dvalues) X + A dX, with the same plan.
+
+Half precision (float16, bfloat16): the products are the plan's (which accumulate in float32);
+the core's SDDMM sums over the columns of ``dY`` and ``X``, so it gets them upcast to float32 and
+its result is cast back to the values' dtype.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from ..dispatch.plans import SampledProduct
 from ..errors import BackendError
 
 __all__ = ["matmul_function"]
+
+_HALF = (torch.float16, torch.bfloat16)
 
 
 class _Matmul(FastFunction):
@@ -73,6 +79,8 @@ class _Matmul(FastFunction):
                                        f"{tuple(getattr(dV, 'shape', ()))} from sddmm; expected (*batch, {values.shape[-1]}) "
                                        f"in {values.dtype} on {values.device} (plugin bug)",
                                        label=h.state.label, phase="result")
+            elif P.dtype in _HALF or Q.dtype in _HALF:
+                dV = sddmm(h.A, P.float(), Q.float()).to(values.dtype)
             else:
                 dV = sddmm(h.A, P, Q)
         return dV, dX, None

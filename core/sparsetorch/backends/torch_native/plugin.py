@@ -26,6 +26,9 @@ from . import cost
 
 DENSE_MAX = 4096
 _ITERATIVE = ("cg", "minres", "bicgstab", "gmres")
+_FULL = (torch.float32, torch.float64, torch.complex64, torch.complex128)
+#: products only (accumulated in float32, see spmm.py); solves and spectral ops decline them
+_HALF = (torch.float16, torch.bfloat16)
 
 
 @hookimpl
@@ -35,7 +38,7 @@ def sparsetorch_backend_info() -> BackendInfo:
         version=__version__,
         description="built-in pure PyTorch: torch sparse kernels, Krylov methods, dense fallback",
         devices=("cpu", "cuda", "mps", "xpu"),
-        dtypes=(torch.float32, torch.float64, torch.complex64, torch.complex128),
+        dtypes=_FULL + _HALF,
         ops={"matmul": ("spmm",), "solve": (*_ITERATIVE, "lu", "cholesky"), "eigsh": ("dense", "lanczos", "lobpcg"),
              "eigs": ("dense",), "logdet": ("dense",)},
         formats=(CSR,),
@@ -47,8 +50,11 @@ def sparsetorch_backend_info() -> BackendInfo:
 @hookimpl
 def sparsetorch_offers(request: Request) -> list[Offer | Decline]:
     A = request.A
-    if A.dtype not in (torch.float32, torch.float64, torch.complex64, torch.complex128):
-        return [Decline("torch", f"dtype {A.dtype} is not supported (float32/64, complex64/128)")]
+    if A.dtype in _HALF and request.op != "matmul":
+        return [Decline("torch", _half_reason(request.op, A.dtype))]
+    if A.dtype not in _FULL + _HALF:
+        return [Decline("torch", f"dtype {A.dtype} is not supported (float32/64, complex64/128; float16/bfloat16 "
+                                 f"for matmul)")]
     r = rates(A.device)
     if request.op == "matmul":
         return [_matmul_offer(request, r)]
@@ -59,6 +65,13 @@ def sparsetorch_offers(request: Request) -> list[Offer | Decline]:
 
         return eigen_offers(request, r)
     return [Decline("torch", f"op {request.op!r} is not implemented by the torch backend")]
+
+
+def _half_reason(op: str, dtype: torch.dtype) -> str:
+    name = str(dtype).replace("torch.", "")
+    return (f"{op} in {name} is not supported: its residual tests, pivots and orthogonalizations need more "
+            f"digits than {name} keeps; run it in float32 or float64 (A.to(torch.float32), b.float()) and cast "
+            f"the result back (mixed precision); {name} is supported for matmul")
 
 
 def _needs_conversion(request: Request) -> bool:
