@@ -190,3 +190,155 @@ def test_sparse_weight_runs_dense_style_code() -> None:
         W + 1
     with pytest.raises(InputError, match="do not match"):
         torch.randn(3, 5, dtype=torch.float64) @ W
+
+
+def _weight(seed: int = 4, shape=(6, 5), batch: int | None = None):
+    """A SparseWeight on a random pattern (values require grad), its dense float64 twin (a leaf)."""
+    from sparsetorch.nn import SparseWeight
+
+    gen = torch.Generator().manual_seed(seed)
+    full = (batch,) + shape if batch else shape
+    mask = torch.rand(shape, generator=gen) < 0.5
+    D = torch.randn(full, generator=gen, dtype=torch.float64) * mask
+    A = st.SparseTensor.from_dense(D, mask=mask.expand(full), batch_dims=1 if batch else None)
+    v = A.values.clone().requires_grad_(True)
+    return SparseWeight(A.with_values(v)), v, D.clone().requires_grad_(True), A
+
+
+def _values_grad_matches(A, v, Dw) -> None:
+    """The values' gradient is the dense weight's gradient at the stored entries."""
+    coords, slot = A.entries()
+    torch.testing.assert_close(v.grad[..., slot], Dw.grad[..., coords[0], coords[1]], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("where", ["mat2_transposed", "mat1"])
+def test_sparse_weight_addmm_matches_dense(where) -> None:
+    W, v, Dw, A = _weight()
+    gen = torch.Generator().manual_seed(5)
+    if where == "mat2_transposed":  # what nn.functional.linear does: bias + x @ W^T
+        bias, x = torch.randn(6, generator=gen, dtype=torch.float64), torch.randn(3, 5, generator=gen, dtype=torch.float64)
+        y = torch.addmm(bias, x, W.t(), beta=0.5, alpha=2.0)
+        ref = torch.addmm(bias, x, Dw.t(), beta=0.5, alpha=2.0)
+    else:
+        bias, x = torch.randn(6, 4, generator=gen, dtype=torch.float64), torch.randn(5, 4, generator=gen, dtype=torch.float64)
+        y = bias.addmm(W, x, alpha=-1.5)
+        ref = bias.addmm(Dw, x, alpha=-1.5)
+    torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
+    g = torch.randn(y.shape, generator=gen, dtype=torch.float64)
+    (y * g).sum().backward()
+    (ref * g).sum().backward()
+    _values_grad_matches(A, v, Dw)
+    # beta=0 ignores the input, NaN included (torch's rule)
+    nan = torch.full_like(bias, float("nan"))
+    prod = torch.addmm(nan, x, W.t(), beta=0) if where == "mat2_transposed" else torch.addmm(nan, W, x, beta=0)
+    assert not prod.isnan().any()
+
+
+def test_sparse_weight_addmv_and_errors() -> None:
+    W, v, Dw, A = _weight()
+    x, b = torch.randn(5, dtype=torch.float64), torch.randn(6, dtype=torch.float64)
+    y = torch.addmv(b, W, x, beta=2.0, alpha=0.25)
+    ref = torch.addmv(b, Dw, x, beta=2.0, alpha=0.25)
+    torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
+    y.sum().backward()
+    ref.sum().backward()
+    _values_grad_matches(A, v, Dw)
+    with pytest.raises(InputError, match="vec must be a 1-D"):
+        torch.addmv(b, W, torch.randn(5, 2, dtype=torch.float64))
+    with pytest.raises(InputError, match="exactly one of mat1, mat2"):
+        torch.addmm(torch.zeros(6, 6, dtype=torch.float64), W, W.t())
+    with pytest.raises(InputError, match="out= is not supported"):
+        torch.addmm(b, torch.randn(2, 5, dtype=torch.float64), W.t(), out=torch.empty(2, 6, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_sparse_weight_bmm_baddbmm_3d(side) -> None:
+    W, v, Dw, A = _weight(batch=3)
+    assert tuple(W.shape) == (3, 6, 5)
+    gen = torch.Generator().manual_seed(6)
+    if side == "left":
+        X = torch.randn(3, 5, 2, generator=gen, dtype=torch.float64)
+        inp = torch.randn(3, 6, 2, generator=gen, dtype=torch.float64)
+        y, ref = torch.bmm(W, X), torch.bmm(Dw, X)
+        z, zref = torch.baddbmm(inp, W, X, beta=0.5, alpha=3.0), torch.baddbmm(inp, Dw, X, beta=0.5, alpha=3.0)
+        m, mref = W @ X, Dw @ X
+    else:
+        X = torch.randn(3, 4, 6, generator=gen, dtype=torch.float64)
+        inp = torch.randn(3, 4, 5, generator=gen, dtype=torch.float64)
+        y, ref = X.bmm(W), X.bmm(Dw)
+        z, zref = inp.baddbmm(X, W, alpha=-1.0), inp.baddbmm(X, Dw, alpha=-1.0)
+        m, mref = torch.matmul(X, W), torch.matmul(X, Dw)
+    for got, want in ((y, ref), (z, zref), (m, mref)):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    (y.sum() + z.square().sum() + m.sin().sum()).backward()
+    (ref.sum() + zref.square().sum() + mref.sin().sum()).backward()
+    _values_grad_matches(A, v, Dw)
+    # the transposed 3-D weight: mT and transpose(-2, -1), the value batch kept in front
+    Xt = torch.randn(3, 6, 2, generator=gen, dtype=torch.float64)
+    torch.testing.assert_close(torch.bmm(W.mT, Xt), Dw.detach().mT @ Xt, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(W.transpose(-2, -1) @ Xt, Dw.detach().mT @ Xt, rtol=1e-12, atol=1e-12)
+    with pytest.raises(InputError, match="same B"):
+        torch.bmm(W, torch.randn(2, 5, 2, dtype=torch.float64))
+    with pytest.raises(InputError, match="mT for a 3-D"):
+        W.t()
+    with pytest.raises(InputError, match="value batch keeps its place"):
+        W.transpose(0, 1)
+
+
+def test_sparse_weight_gradcheck_addmm_and_bmm() -> None:
+    W, v, _, A = _weight(seed=7)
+    x = torch.randn(2, 5, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(6, dtype=torch.float64, requires_grad=True)
+    from sparsetorch.nn import SparseWeight
+
+    assert torch.autograd.gradcheck(lambda b, x, v: torch.addmm(b, x, SparseWeight(A.with_values(v)).t(), alpha=0.7),
+                                    (b, x, v.detach().clone().requires_grad_(True)))
+    W3, v3, _, A3 = _weight(seed=8, batch=2)
+    X = torch.randn(2, 5, 3, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda X, v: torch.bmm(SparseWeight(A3.with_values(v)), X),
+                                    (X, v3.detach().clone().requires_grad_(True)))
+
+
+def test_sparse_weight_mul_in_place_scales_values() -> None:
+    W, v, Dw, A = _weight()
+    x = torch.randn(5, dtype=torch.float64)
+    with torch.no_grad():
+        out = W.mul_(0.5)
+        W.mul_(torch.tensor(-3.0, dtype=torch.float64))
+    assert out is W
+    torch.testing.assert_close(W @ x, (Dw.detach() * -1.5) @ x, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(W.to_dense(), Dw.detach() * -1.5, rtol=1e-12, atol=1e-12)
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):  # torch's rule, as for dense
+        W.mul_(2.0)
+    with pytest.raises(InputError, match="number or a 0-d tensor"):
+        W.mul_(torch.ones(6, 5, dtype=torch.float64))
+
+
+def test_sparse_weight_zeros_like_ones_like_keep_the_pattern() -> None:
+    from sparsetorch.nn import SparseWeight
+
+    W, _, Dw, A = _weight()
+    Z = torch.zeros_like(W)
+    O = torch.ones_like(W, dtype=torch.float32, requires_grad=True)
+    assert isinstance(Z, SparseWeight) and isinstance(O, SparseWeight)
+    assert Z.sparse.pattern_key == A.pattern_key and Z.dtype == torch.float64
+    assert torch.equal(Z.to_dense(), torch.zeros(6, 5, dtype=torch.float64))
+    assert O.dtype == torch.float32 and O.sparse.values.requires_grad
+    stored = A.with_values(torch.ones_like(A.values)).to_dense() != 0
+    assert torch.equal(O.to_dense().detach(), stored.float())
+    # the pattern's indicator: ones_like(W) @ x sums x over each row's stored columns
+    x = torch.randn(5, dtype=torch.float32)
+    torch.testing.assert_close(O @ x, stored.float() @ x)
+    with pytest.raises(InputError, match="layout"):
+        torch.zeros_like(W, layout=torch.sparse_coo)
+
+
+def test_sparse_weight_t_of_1d_is_itself() -> None:
+    from sparsetorch.nn import SparseWeight
+
+    s = SparseWeight(st.SparseTensor.from_dense(torch.tensor([0.0, 2.0, 0.0, -1.0], dtype=torch.float64)))
+    y = torch.tensor([1.0, 2.0, 3.0, 5.0], dtype=torch.float64)
+    assert s.t() is s and s.T is s and torch.t(s) is s
+    assert float(s.t() @ y) == pytest.approx(-1.0)
+    with pytest.raises(InputError, match="needs a matrix"):
+        s.mT
