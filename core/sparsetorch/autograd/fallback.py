@@ -190,8 +190,9 @@ class Route(RangeSearch):
         """The call's options for this attempt: the resolved ``rtol``, ``atol`` in the scaled
         system's units, and for an iterative offer ranked before a direct one, ``maxiter``
         bounded by what that direct method would cost (rent or buy)."""
-        record = CallOptions(rtol=rtol, atol=atol, maxiter=base.get("maxiter"), check_every=base.get("check_every"),
-                             callback=base.get("callback"))
+        # the values come from a SolveOptions record (validated there) and the route's own numbers
+        record = CallOptions.trusted(float(rtol), float(atol), base.get("maxiter"), base.get("check_every"),
+                                     base.get("callback"))
         if offer is None or offer.iterations is None or self.pinned or base.get("maxiter") is not None:
             return record
         direct = [o for o in self._rest if o.direct]

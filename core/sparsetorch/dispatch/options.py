@@ -113,6 +113,17 @@ class CallOptions(_Record):
     def check_every_or_default(self) -> int:
         return self.check_every or DEFAULT_CHECK_EVERY
 
+    @classmethod
+    def trusted(cls, rtol: float | None, atol: float, maxiter: int | None, check_every: int | None,
+                callback: Callable[[int, float], Any] | None) -> "CallOptions":
+        """A record from values the core validated already (a ``SolveOptions``' fields): no
+        checks again, on the per-call path of every solve."""
+        self = object.__new__(cls)
+        for name, value in (("rtol", rtol), ("atol", atol), ("maxiter", maxiter), ("check_every", check_every),
+                            ("callback", callback)):
+            object.__setattr__(self, name, value)
+        return self
+
 
 @dataclass(frozen=True, eq=False)
 class SolveOptions(_Record):
