@@ -45,6 +45,11 @@ class Reducer:
         self.count = 0
 
     def __call__(self, values: list[torch.Tensor]) -> list[float]:
+        if self.comm.size == 1:                       # nothing to reduce: skip building the message
+            self.count += 1
+            if self.error is not None:
+                raise _Abort()
+            return [float(v) for v in values]
         flag = torch.ones((), dtype=self.dtype, device=self.device) if self.error is not None else \
             torch.zeros((), dtype=self.dtype, device=self.device)
         t = torch.stack([v.reshape(()).to(self.dtype) for v in values] + [flag])
@@ -85,11 +90,17 @@ def _finite(*vals: float) -> bool:
 
 
 def cg(A, b, x, M, tol: float, maxiter: int, red: Reducer, callback=None) -> tuple[torch.Tensor, KrylovResult]:
-    """(Preconditioned) conjugate gradients; ``M`` must be symmetric positive definite."""
+    """(Preconditioned) conjugate gradients; ``M`` must be symmetric positive definite. Vectors are
+    updated in place (``x`` is copied first); without ``M``, ``r . z`` is ``r . r`` (one dot)."""
+    x = x.clone()
     r = b - A(x)
     z = M(r) if M is not None else r
     p = z.clone()
-    rz, rr = red([torch.dot(r, z), torch.dot(r, r)])
+    if M is not None:
+        rz, rr = red([torch.dot(r, z), torch.dot(r, r)])
+    else:
+        (rr,) = red([torch.dot(r, r)])
+        rz = rr
     hist = [math.sqrt(max(rr, 0.0))]
     if math.sqrt(max(rr, 0.0)) <= tol:
         return x, KrylovResult(0, Status.CONVERGED, "", hist)
@@ -101,10 +112,15 @@ def cg(A, b, x, M, tol: float, maxiter: int, red: Reducer, callback=None) -> tup
         if pq <= 0 or rz <= 0:
             return x, KrylovResult(it, Status.INDEFINITE, f"p^T A p = {pq:.3g} (A or M not positive definite)", hist)
         alpha = rz / pq
-        x = x + alpha * p
-        r = r - alpha * q
-        z = M(r) if M is not None else r
-        rz_new, rr = red([torch.dot(r, z), torch.dot(r, r)])
+        x.add_(p, alpha=alpha)
+        r.sub_(q, alpha=alpha)
+        if M is not None:
+            z = M(r)
+            rz_new, rr = red([torch.dot(r, z), torch.dot(r, r)])
+        else:
+            z = r
+            (rr,) = red([torch.dot(r, r)])
+            rz_new = rr
         res = math.sqrt(max(rr, 0.0))
         hist.append(res)
         if callback is not None:
@@ -113,7 +129,7 @@ def cg(A, b, x, M, tol: float, maxiter: int, red: Reducer, callback=None) -> tup
             return x, KrylovResult(it, Status.NOT_FINITE, "NaN or Inf in the residual", hist)
         if res <= tol:
             return x, KrylovResult(it, Status.CONVERGED, "", hist)
-        p = z + (rz_new / rz) * p
+        p.mul_(rz_new / rz).add_(z)
         rz = rz_new
     return x, KrylovResult(maxiter, Status.MAX_ITERATIONS, f"{maxiter} iterations", hist)
 
@@ -171,7 +187,8 @@ def bicgstab(A, b, x, M, tol: float, maxiter: int, red: Reducer, callback=None) 
 
 def gmres(A, b, x, M, tol: float, maxiter: int, red: Reducer, callback=None, restart: int = 30) -> tuple[torch.Tensor, KrylovResult]:
     """Restarted GMRES, right-preconditioned (flexible: the preconditioned vectors are kept),
-    classical Gram-Schmidt applied twice (two reductions per step instead of one per basis vector)."""
+    classical Gram-Schmidt applied twice (two reductions per step instead of one per basis vector; the
+    second carries ``||w||^2``, so the new norm needs no third)."""
     restart = max(1, min(restart, maxiter))
     hist: list[float] = []
     it = 0
@@ -202,11 +219,11 @@ def gmres(A, b, x, M, tol: float, maxiter: int, red: Reducer, callback=None, res
             Vm = torch.stack(V)
             h = red.vec(Vm @ w)
             w = w - h @ Vm
-            h2 = red.vec(Vm @ w)
+            t = red.vec(torch.cat([Vm @ w, torch.dot(w, w)[None]]))   # second pass, and ||w||^2 with it
+            h2, ww = t[:-1], float(t[-1])
             w = w - h2 @ Vm
+            hn = math.sqrt(max(ww - float(torch.dot(h2, h2)), 0.0))    # ||w - V h2||^2 = ||w||^2 - ||h2||^2
             h = (h + h2).to(torch.float64).cpu()
-            (ww,) = red([torch.dot(w, w)])
-            hn = math.sqrt(max(ww, 0.0))
             H[: j + 1, j] = h
             H[j + 1, j] = hn
             for i in range(j):  # apply earlier rotations

@@ -2,8 +2,11 @@
 
 ``block_jacobi``: the rank's diagonal block ``A[owned, owned]`` solved by ``sparsetorch.Solver``,
 i.e. by whatever backend dispatch picks on that rank (SciPy/Eigen LU or Cholesky on the CPU,
-cuDSS on a GPU...); ``local_options`` go to the Solver (``method="amg"``, ``rtol=...`` give an
-inexact local AMG solve: then use GMRES, which is flexible here, not CG). The factorization is
+cuDSS on a GPU...); ``local_options`` go to the Solver. Local AMG (PyAMG through the SciPy
+plugin): ``{"method": "amg", "maxiter": 2, "rtol": 1e-300, "on_nonconvergence": "ignore"}`` is a
+fixed number of V-cycles, a fixed symmetric operator that CG can use; ``{"method": "amg",
+"rtol": 1e-2}`` is an inexact solve that changes from one application to the next: use GMRES,
+which is flexible here (it keeps the preconditioned vectors), not CG. The factorization is
 made once per set of values and cached on the DSparseTensor; the transposed block (adjoint solves
 of a nonsymmetric matrix) is a second Solver, made when first needed.
 """
@@ -58,6 +61,8 @@ def make_preconditioner(A, values: torch.Tensor, kind, *, transpose: bool, local
 
             def fn(r: torch.Tensor, solver=solver) -> torch.Tensor:
                 return solver.solve(r)
+
+            fn.solver = solver  # the rank's local sparsetorch.Solver (what dispatch chose: solver.explain())
     else:
         raise st.InputError(f"unknown preconditioner {kind!r}; choose 'block_jacobi', 'jacobi', None or a callable")
     cache["precond"] = (key, fn)

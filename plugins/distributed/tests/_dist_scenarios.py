@@ -274,12 +274,15 @@ def block_weights(ids):
     return torch.cos(3.0 * ids.to(torch.float64))[:, None] * torch.arange(1, 5, dtype=torch.float64)
 
 
+BLOCK_M = 8    # grid side of the block scenario (N = 64: few iterations, the point is the lockstep)
+
+
 def s_block(comm):
     """Four right-hand sides solved together (one reduction per step for all columns), values and
     gradients, by each method."""
-    N = M * M
+    N = BLOCK_M * BLOCK_M
     ids = _rows(comm, N)
-    r, c, _ = poisson2d_rows(M, ids)
+    r, c, _ = poisson2d_rows(BLOCK_M, ids)
     out = dict(ids=ids, r=r, c=c)
     for name, (method, pre, kw) in BLOCK_CASES.items():
         v = poisson_values(r, c, **kw).requires_grad_(True)
@@ -288,6 +291,33 @@ def s_block(comm):
         X, info = sd.solve(A, B, method=method, preconditioner=pre, rtol=TIGHT, return_info=True)
         sd.dot(block_weights(ids), X, comm).backward()
         out[name] = dict(v=v.detach(), x=X.detach(), gb=B.grad, gv=v.grad, info=info)
+    return out
+
+
+AMG_M = 20    # grid side of the AMG scenario (N = 400; unpreconditioned CG needs 90 iterations to 1e-13)
+AMG_CASES = {"cg_vcycles": ("cg", {"method": "amg", "maxiter": 2, "rtol": 1e-300, "on_nonconvergence": "ignore"}),
+             "gmres_inexact": ("gmres", {"method": "amg", "rtol": 1e-2})}
+
+
+def s_amg(comm):
+    """Block Jacobi whose local blocks are solved by PyAMG (through sparsetorch.Solver on each rank)."""
+    import importlib.util
+
+    if importlib.util.find_spec("pyamg") is None:
+        return {"skipped": "pyamg is not installed"}
+    N = AMG_M * AMG_M
+    off = sd.contiguous_offsets(N, comm.size)
+    ids = torch.arange(off[comm.rank], off[comm.rank + 1])
+    r, c, _ = poisson2d_rows(AMG_M, ids)
+    A = sd.DSparseTensor.from_local_rows(r, c, poisson_values(r, c), (N, N), comm=comm)
+    b = torch.sin(1.0 + ids.to(torch.float64))
+    out = dict(ids=ids, r=r, c=c, v=poisson_values(r, c))
+    for name, (method, opts) in AMG_CASES.items():
+        x, info = sd.solve(A, b, method=method, preconditioner="block_jacobi", local_options=opts, rtol=TIGHT,
+                           return_info=True)
+        solver = A.pattern.cache["precond"][1].solver
+        _, local = solver.solve(b, return_info=True)
+        out[name] = dict(x=x, info=info, local=(local.backend, local.method))
     return out
 
 
@@ -321,14 +351,15 @@ def s_eigsh(comm):
     A = sd.DSparseTensor.from_local_rows(r, c, eig_values(r, c), (N, N), comm=comm)
     out = dict(ids=ids, r=r, c=c, v=eig_values(r, c), v0=eig_values(r, c, spread=0.0))
     for which in ("LA", "SA", "LM"):
-        w, V, info = sd.eigsh(A, 4, which=which, return_info=True)
+        # LM on A - 5 I: the most negative eigenvalues have the largest magnitude (not those of LA)
+        Aw = A.with_values(A.values - 5.0 * (A.values.new_zeros(A.nse_local).index_fill_(0, A.pattern.diag_slot, 1.0))) \
+            if which == "LM" else A
+        w, V, info = sd.eigsh(Aw, 4, which=which, return_info=True)
         out[which] = dict(w=w, V=V, info=info)
-    # the grid's own spectrum has double eigenvalues: the block Lanczos finds both copies
-    A0 = A.with_entry_values(eig_values(r, c, spread=0.0))
-    w, V = sd.eigsh(A0, 3, which="SA")
-    out["double"] = dict(w=w, V=V)
+    # a value batch; member 1 is the grid's own matrix, whose spectrum has double eigenvalues (the
+    # block Lanczos finds both copies)
     Ab = A.with_entry_values(torch.stack([eig_values(r, c), eig_values(r, c, spread=0.0) * 1.5]))
-    w, V = sd.eigsh(Ab, 2, which="SA")
+    w, V = sd.eigsh(Ab, 3, which="SA")
     out["batch"] = dict(w=w, V=V)
     r2, c2, v2 = tridiag_rows(N, ids)
     L = sd.DSparseTensorList([A, sd.DSparseTensor.from_local_rows(r2, c2, v2, (N, N), comm=comm)])

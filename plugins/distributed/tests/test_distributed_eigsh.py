@@ -18,16 +18,6 @@ N = M * M
 TOL = 1e-10
 
 
-def _glue_cols(outs, key, sub=None):
-    """(N, k) from each rank's rows of a (n_local, k) block."""
-    blocks = [(o[key] if sub is None else o[key][sub]) for o in outs]
-    X = torch.full((N, blocks[0].shape[-1]), float("nan"), dtype=torch.float64)
-    for o, b in zip(outs, blocks):
-        X[o["ids"]] = b
-    assert not torch.isnan(X).any()
-    return X
-
-
 def _dense(values_fn=eig_values, **kw):
     r, c, _ = poisson2d_rows(M, torch.arange(N))
     A = torch.zeros(N, N, dtype=torch.float64)
@@ -53,7 +43,9 @@ def _check_pairs(A, w, X, k, which):
 @pytest.mark.parametrize("which", ["LA", "SA", "LM"])
 def test_eigsh_extreme_pairs_match_dense(runs, which):
     outs = _scenario(runs, "eigsh")
-    A, _, _ = _dense()
+    A, r, c = _dense()
+    shift = 5.0 if which == "LM" else 0.0          # LM ran on A - 5 I (its LM pairs are not its LA pairs)
+    A = A - shift * torch.eye(N, dtype=torch.float64)
     res = [o[which] for o in outs]
     assert all(torch.equal(x["w"], res[0]["w"]) for x in res), "the ranks returned different eigenvalues"
     info = res[0]["info"]
@@ -63,31 +55,25 @@ def test_eigsh_extreme_pairs_match_dense(runs, which):
     for o, x in zip(outs, res):
         X[o["ids"]] = x["V"]
     _check_pairs(A, res[0]["w"], X, 4, which)
+    if which == "LM":
+        assert float(res[0]["w"].max()) < 0, "LM of A - 5 I must pick the negative end"
     # and the single-process sparsetorch.eigsh gives the same eigenvalues
-    r, c, _ = poisson2d_rows(M, torch.arange(N))
-    w_sp, _ = st.eigsh(st.SparseTensor.from_coo(eig_values(r, c), r, c, shape=(N, N), format=st.format.CSR), 4,
-                       which=which)
+    vals = eig_values(r, c) - shift * (r == c)
+    w_sp, _ = st.eigsh(st.SparseTensor.from_coo(vals, r, c, shape=(N, N), format=st.format.CSR), 4, which=which)
     assert float((res[0]["w"] - w_sp).abs().max()) < TOL
 
 
-def test_eigsh_finds_both_copies_of_a_double_eigenvalue(runs):
-    outs = _scenario(runs, "eigsh")
-    A, _, _ = _dense(spread=0.0)
-    ev = torch.linalg.eigvalsh(A)
-    assert abs(float(ev[1] - ev[2])) < 1e-12, "the test matrix must have a double eigenvalue"
-    X = _glue_cols([dict(ids=o["ids"], V=o["double"]["V"]) for o in outs], "V")
-    _check_pairs(A, outs[0]["double"]["w"], X, 3, "SA")
-
-
-def test_eigsh_value_batch_and_list(runs):
+def test_eigsh_value_batch_with_a_double_eigenvalue_and_list(runs):
     outs = _scenario(runs, "eigsh")
     A1, r, c = _dense()
     A2 = 1.5 * _dense(spread=0.0)[0]
+    ev2 = torch.linalg.eigvalsh(A2)
+    assert abs(float(ev2[1] - ev2[2])) < 1e-12, "member 1 must have a double eigenvalue among the wanted ones"
     for i, A in enumerate((A1, A2)):
-        X = torch.full((N, 2), float("nan"), dtype=torch.float64)
+        X = torch.full((N, 3), float("nan"), dtype=torch.float64)
         for o in outs:
             X[o["ids"]] = o["batch"]["V"][i]
-        _check_pairs(A, outs[0]["batch"]["w"][i], X, 2, "SA")
+        _check_pairs(A, outs[0]["batch"]["w"][i], X, 3, "SA")
     r2, c2, v2 = tridiag_rows(N, torch.arange(N))
     T = torch.zeros(N, N, dtype=torch.float64).index_put_((r2, c2), v2)
     for j, A in enumerate((A1, T)):
