@@ -161,6 +161,81 @@ class TensorFormat:
     def is_dense(self) -> bool:
         return all(lv.format is LevelFormat.DENSE for lv in self.levels)
 
+    # UST's queries (nvmath-python's ``ust.TensorFormat`` spelling) ------------------------------
+    @property
+    def num_dimensions(self) -> int:
+        """The tensor's order (UST's name for :attr:`ndim`)."""
+        return len(self.dims)
+
+    @property
+    def dimensions(self) -> tuple[Dimension, ...]:
+        """The dimensions (UST's name for :attr:`dims`)."""
+        return self.dims
+
+    @property
+    def is_identity(self) -> bool:
+        """Level ``k`` is dimension ``k`` itself for every ``k`` (and there are as many levels as
+        dimensions): CSR, COO, DENSE, BATCHED_CSR; not CSC, BSR or DIA."""
+        return len(self.levels) == len(self.dims) and all(
+            isinstance(lv.expr, Dimension) and lv.expr == d for lv, d in zip(self.levels, self.dims))
+
+    @property
+    def is_ordered(self) -> bool:
+        """Every level keeps its coordinates in order (no level is marked ``unordered``)."""
+        return all(lv.type.ordered for lv in self.levels)
+
+    @property
+    def is_unique(self) -> bool:
+        """No two stored entries have the same coordinates: the last level is unique (COO's
+        nonunique first level is resolved by its unique singleton). nvmath-python 1.0 asks
+        whether *any* level is unique, which agrees on its named formats and on COO with
+        duplicates (all levels nonunique); it differs for a nonunique last level under a unique
+        one, which this query reports as not unique."""
+        return self.levels[-1].type.unique
+
+    def dim2lvl(self, dim_indices: Sequence, as_size: bool = False) -> list:
+        """Level coordinates of the dimension coordinates ``dim_indices`` (one per dimension:
+        ints, or equally shaped integer tensors for many points at once): ``[i, j] -> [j, i]``
+        for CSC, ``[i // bh, j // bw, i % bh, j % bw]`` for BSR, ``[j - i, i]`` for DIA.
+        With ``as_size=True`` the arguments are the dimension sizes and the level sizes are
+        returned (``m + n - 1`` diagonals; ``ceil(m / bh)`` blocks, where UST requires exact
+        division)."""
+        values = self._per_dimension(dim_indices, "dim2lvl", "dimension")
+        if as_size:
+            return self.level_sizes([int(v) for v in values])
+        coords, plain = _as_tensors(values)
+        named = {d.name: c for d, c in zip(self.dims, coords)}
+        out = [lv.expr.evaluate(named) for lv in self.levels]
+        return [int(x) for x in out] if plain else out
+
+    def lvl2dim(self, lvl_indices: Sequence) -> list:
+        """Dimension coordinates of the level coordinates ``lvl_indices`` (one per level; the
+        inverse of :meth:`dim2lvl`): ``[j, i] -> [i, j]`` for CSC, block and offset back to
+        ``i = ib * bh + io``, a diagonal and its range level back to the row and column."""
+        if not isinstance(lvl_indices, Sequence) or isinstance(lvl_indices, (str, bytes)) or \
+                len(lvl_indices) != len(self.levels):
+            raise FormatError(f"lvl2dim takes one coordinate per level ({len(self.levels)} for {self}), "
+                              f"got {lvl_indices!r}")
+        L, plain = _as_tensors(list(lvl_indices))
+        out = []
+        for r in self._recovery:
+            if r.kind == "plain":
+                out.append(L[r.a])
+            elif r.kind == "block":
+                out.append(L[r.a] * r.c + L[r.b])
+            elif r.kind == "sub_left":
+                out.append(L[r.a] + L[r.b])
+            elif r.kind == "sub_right":
+                out.append(L[r.b] - L[r.a])
+            else:  # "add"
+                out.append(L[r.a] - L[r.b])
+        return [int(x) for x in out] if plain else out
+
+    def _per_dimension(self, values: Sequence, what: str, unit: str) -> list:
+        if not isinstance(values, Sequence) or isinstance(values, (str, bytes)) or len(values) != len(self.dims):
+            raise FormatError(f"{what} takes one coordinate per {unit} ({len(self.dims)} for {self}), got {values!r}")
+        return list(values)
+
     def level_extents(self, shape: Sequence[int]) -> list[tuple[int, int]]:
         """The ``[low, high)`` range of each level's coordinate for a tensor of ``shape``."""
         if len(shape) != self.ndim:
@@ -208,6 +283,24 @@ class TensorFormat:
         from .parser import parse_format
 
         return parse_format(text, index_dtype=index_dtype, name=name)
+
+
+def _as_tensors(values: list) -> tuple[list[torch.Tensor], bool]:
+    """The coordinates as int64 tensors, and whether they were all Python ints."""
+    plain = all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+    if plain:
+        return [torch.tensor(v, dtype=torch.int64) for v in values], True
+    out = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            if v.dtype.is_floating_point or v.dtype.is_complex or v.dtype == torch.bool:
+                raise FormatError(f"coordinates must be integers, got a {v.dtype} tensor")
+            out.append(v)
+        elif isinstance(v, int) and not isinstance(v, bool):
+            out.append(torch.tensor(v, dtype=torch.int64))
+        else:
+            raise FormatError(f"coordinates must be ints or integer tensors, got {type(v).__name__}")
+    return out, False
 
 
 def _rebuild(text: str, index_dtype: str | None, name: str | None) -> TensorFormat:

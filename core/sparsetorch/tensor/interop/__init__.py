@@ -11,6 +11,9 @@ numpy       ndarray (dense formats)
 cupy        cupy.ndarray (dense formats), cupyx.scipy.sparse csr/csc/coo/dia (CUDA tensors)
 ==========  =================================================================================
 
+``from_package`` records the package an object came from and ``to_package(t)`` without a package
+hands the tensor back there (nvmath-python's UST semantics; see ``_origin.py``).
+
 Dispatch looks at ``type(obj).__module__`` first, so SciPy and CuPy are imported only for their
 own objects (``import sparsetorch`` imports neither). Each package's module documents what is
 shared and what is copied.
@@ -24,8 +27,9 @@ import torch
 
 from ...errors import InteropError
 from ..sparse_tensor import SparseTensor
+from ._origin import origin_options, origin_package, record_origin
 
-__all__ = ["from_package", "to_package", "PACKAGES"]
+__all__ = ["from_package", "to_package", "origin_package", "PACKAGES"]
 
 PACKAGES = ("torch", "scipy", "numpy", "cupy")
 _OPTIONS = {"torch": (), "numpy": (), "scipy": ("kind",), "cupy": ("kind",)}
@@ -48,25 +52,37 @@ def from_package(obj: Any, *, check: bool = True) -> SparseTensor:
     """
     if isinstance(obj, SparseTensor):
         return obj
+    t, package = _wrap(obj, check)
+    record_origin(t, package, _kind_of(obj) if package in ("scipy", "cupy") else None)
+    return t
+
+
+def _kind_of(obj: Any) -> dict:
+    """``{"kind": "matrix"}`` for scipy/cupyx sparse matrices (the spmatrix classes), else none."""
+    names = {c.__name__ for c in type(obj).__mro__}
+    return {"kind": "matrix"} if "spmatrix" in names else {}
+
+
+def _wrap(obj: Any, check: bool) -> tuple[SparseTensor, str]:
     if isinstance(obj, torch.Tensor):
         from .torch_io import from_torch
 
-        return from_torch(obj, check=check)
+        return from_torch(obj, check=check), "torch"
     root = (type(obj).__module__ or "").split(".")[0]
     if root == "scipy":
         from .scipy_io import from_scipy
 
-        return from_scipy(obj, check=check)
+        return from_scipy(obj, check=check), "scipy"
     if root.startswith("cupy"):
         from .cupy_io import from_cupy
 
-        return from_cupy(obj, check=check)
+        return from_cupy(obj, check=check), "cupy"
     import numpy as np
 
     if isinstance(obj, np.ndarray):
         from .numpy_io import from_numpy
 
-        return from_numpy(obj, check=check)
+        return from_numpy(obj, check=check), "numpy"
     if hasattr(obj, "__dlpack__"):
         from .torch_io import from_strided
 
@@ -74,12 +90,15 @@ def from_package(obj: Any, *, check: bool = True) -> SparseTensor:
             dense = torch.from_dlpack(obj)
         except (TypeError, RuntimeError, BufferError) as e:
             raise InteropError(f"{type(obj).__qualname__} has __dlpack__ but torch could not take it: {e}") from e
-        return from_strided(dense, check=check)
+        return from_strided(dense, check=check), "torch"  # no way back to an unknown package
     raise InteropError(f"from_package does not know {type(obj).__module__}.{type(obj).__qualname__}; it takes {_ACCEPTED}")
 
 
-def to_package(t: SparseTensor, package: Any = "torch", **options: Any) -> Any:
-    """Hand ``t`` to ``package`` ("torch", "scipy", "numpy", "cupy" or the module itself).
+def to_package(t: SparseTensor, package: Any = None, **options: Any) -> Any:
+    """Hand ``t`` to ``package`` ("torch", "scipy", "numpy", "cupy" or the module itself); without
+    one, to the package it came from (:func:`origin_package`: the package ``from_package``
+    wrapped it from, "torch" for tensors built in torch), as nvmath-python's UST does; a SciPy
+    or CuPy sparse *matrix* comes back as a matrix (``kind="matrix"``), an array as an array.
 
     Zero-copy where the layouts agree; a format the package has no counterpart for raises
     :class:`~sparsetorch.InteropError` naming the package's formats and the conversion to make.
@@ -89,6 +108,9 @@ def to_package(t: SparseTensor, package: Any = "torch", **options: Any) -> Any:
     """
     if not isinstance(t, SparseTensor):
         raise InteropError(f"to_package takes a SparseTensor, got {type(t).__name__}; use sparsetorch.from_package first")
+    if package is None:
+        package = origin_package(t)
+        options = {**origin_options(t), **options} if package in ("scipy", "cupy") else options
     name = getattr(package, "__name__", package)
     name = name.split(".")[0] if isinstance(name, str) else name
     if name == "cupyx":
