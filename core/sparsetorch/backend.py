@@ -3,44 +3,88 @@
 A backend plugin imports from here and from the public API (``sparsetorch``,
 ``sparsetorch.format``, ``sparsetorch.testing``) only; every name below is part of the plugin
 contract and keeps its meaning across minor versions. Modules under ``sparsetorch.dispatch``,
-``sparsetorch.ops``, ``sparsetorch.tensor`` and ``sparsetorch.autograd`` are the core's own and may
-change without notice.
+``sparsetorch.ops``, ``sparsetorch.tensor``, ``sparsetorch.autograd`` and ``sparsetorch.backends``
+are the core's own and may change without notice (``tests/test_plugin_imports.py`` fails when an
+in-tree plugin imports one). A plugin states the oldest core it runs on in its pyproject
+``dependencies`` (``sparsetorch>=0.1``); docs/backend-authors.md walks through all of it.
 
 What is here, by use:
 
 - declaring a backend: :data:`hookimpl`, :class:`BackendInfo`, and the op and method names
   (:data:`OPS`, :data:`METHODS`, :data:`DIRECT_METHODS`);
-- answering a request: :class:`Request`, :class:`OperandInfo`, :class:`Measured`,
+- answering a request: :class:`Request` (op, operands, properties, options) and its
+  :class:`OperandInfo` records, :class:`Measured` (what earlier calls on the pattern measured),
   :class:`Offer`, :class:`Decline`;
-- cost models: :func:`rates` / :class:`Rates` (this machine's measured bandwidth and flop rates),
-  :func:`sparsity_dimension`, :func:`loglog_interp`;
-- shared declines: :func:`cuda_matrix_decline`;
-- plans that iterate: :class:`IterationResult`, :class:`Status`, :class:`Outcome`, :func:`combine`;
+- what a call asked for: :class:`SolveOptions` (``request.options`` of a solve) and
+  :class:`CallOptions` (the per-call part, the ``options`` argument of ``plan.solve``), both
+  read-only mappings of their fields; :data:`DEFAULT_RESTART`, :data:`DEFAULT_CHECK_EVERY` (the
+  shared defaults of fields left None);
+- what a plan is: the typed protocols :class:`Plan`, :class:`SolvePlan`, :class:`MatmulPlan`,
+  :class:`LstsqPlan`, :class:`EigshPlan`, :class:`EigsPlan`, :class:`LogdetPlan`,
+  :class:`SolveListPlan` and the optional capabilities :class:`InverseEntries`,
+  :class:`SampledProduct`, :class:`CheapReload`;
+- cost models: :func:`rates` / :class:`Rates` (this machine's measured bandwidth, flop and launch
+  rates), :func:`calibrate` (measure them again, e.g. in a benchmark), :func:`sparsity_dimension`,
+  :func:`loglog_interp`, and the byte counts :func:`itemsize`, :func:`index_size`,
+  :func:`batch_size`;
+- declines every backend makes the same way, with the reasons users already know:
+  :func:`cuda_matrix_decline`, :func:`cpu_matrix_decline`, :func:`dtype_name`,
+  :func:`conversion_note` (the note of an offer that converts A's format), :func:`hermitian`,
+  :func:`spd_ok` (the rule for methods that need SPD);
+- plans that iterate: :class:`IterationResult`, :class:`Status`, :class:`Outcome` /
+  :func:`combine` (one result from per-system outcomes), :func:`trivial_system` (NaN/Inf and
+  ``b == 0`` answered before iterating), :func:`maxiter_reason`, :func:`true_residual_solve` with
+  :class:`Run` (restart an inner Krylov solver until the true residual meets the tolerance), and
+  :func:`to_real` / :func:`from_real` / :func:`realified_matvec` (a Hermitian system as a real
+  symmetric one of twice the size, for real-only MINRES);
 - accuracy: :func:`default_rtol`, :func:`unit_roundoff`;
 - moving data into the plan's layout: :func:`conversion` / :class:`Conversion`;
 - the errors a plan raises: :class:`SingularMatrixError`, :class:`IndefiniteMatrixError`,
-  :class:`NotConvergedError`, :class:`InputError`, :class:`BackendError`.
+  :class:`NotConvergedError`, :class:`InputError`, :class:`BackendError`; :data:`MASS_FIX`, the
+  advice every refusal of a non-SPD mass matrix ``M`` (generalized ``eigsh``) ends with;
+- tests and benchmarks that register a plugin in-process (a source checkout without its entry
+  point): :func:`get_backends` (the process's backend manager: ``.register(module, name)``,
+  ``.names``) and :func:`reset_backends` (back to the entry points), :func:`plan_cache` (the
+  cached plans, ``.entries()`` and ``.clear()``).
 """
 
 from __future__ import annotations
 
 from ._markers import hookimpl
-from .dispatch.calibrate import Rates, rates
+from .dispatch.accuracy import default_rtol, unit_roundoff
+from .dispatch.cache import plan_cache
+from .dispatch.calibrate import Rates, calibrate, rates
 from .dispatch.helpers import Outcome, combine, cuda_matrix_decline, loglog_interp, sparsity_dimension
+from .dispatch.kit import (
+    Run, batch_size, conversion_note, cpu_matrix_decline, dtype_name, from_real, hermitian, index_size, itemsize,
+    maxiter_reason, realified_matvec, spd_ok, to_real, trivial_system, true_residual_solve,
+)
+from .dispatch.manager import get_backends, reset_backends
+from .dispatch.options import DEFAULT_CHECK_EVERY, DEFAULT_RESTART, CallOptions, SolveOptions
+from .dispatch.plans import (
+    CheapReload, EigsPlan, EigshPlan, InverseEntries, LogdetPlan, LstsqPlan, MatmulPlan, Plan, SampledProduct, SolveListPlan,
+    SolvePlan,
+)
 from .dispatch.records import (
     DIRECT_METHODS, METHODS, OPS, BackendInfo, Decline, Measured, Offer, OperandInfo, Request,
 )
+from .dispatch.results import IterationResult, Status
 from .errors import BackendError, IndefiniteMatrixError, InputError, NotConvergedError, SingularMatrixError
-from .ops.accuracy import default_rtol, unit_roundoff
-from .ops.info import IterationResult, Status
+from .ops.spectral import MASS_FIX
 from .tensor.construct import Conversion, conversion
 
 __all__ = [
     "hookimpl", "BackendInfo", "OPS", "METHODS", "DIRECT_METHODS",
     "Request", "OperandInfo", "Measured", "Offer", "Decline",
-    "Rates", "rates", "sparsity_dimension", "loglog_interp", "cuda_matrix_decline",
-    "IterationResult", "Status", "Outcome", "combine",
+    "SolveOptions", "CallOptions", "DEFAULT_RESTART", "DEFAULT_CHECK_EVERY",
+    "Plan", "SolvePlan", "MatmulPlan", "LstsqPlan", "EigshPlan", "EigsPlan", "LogdetPlan", "SolveListPlan",
+    "InverseEntries", "SampledProduct", "CheapReload",
+    "Rates", "rates", "calibrate", "sparsity_dimension", "loglog_interp", "itemsize", "index_size", "batch_size",
+    "cuda_matrix_decline", "cpu_matrix_decline", "dtype_name", "conversion_note", "hermitian", "spd_ok",
+    "IterationResult", "Status", "Outcome", "combine", "trivial_system", "maxiter_reason", "Run",
+    "true_residual_solve", "to_real", "from_real", "realified_matvec",
     "default_rtol", "unit_roundoff",
     "Conversion", "conversion",
-    "BackendError", "IndefiniteMatrixError", "InputError", "NotConvergedError", "SingularMatrixError",
+    "BackendError", "IndefiniteMatrixError", "InputError", "NotConvergedError", "SingularMatrixError", "MASS_FIX",
+    "get_backends", "reset_backends", "plan_cache",
 ]

@@ -1,6 +1,6 @@
 """The example backend's hook implementations (the module named by the entry point).
 
-sparsetorch asks every backend two questions (``sparsetorch.dispatch.hookspecs``):
+sparsetorch asks every backend two questions (the hooks; docs/backend-authors.md):
 
 1. :func:`sparsetorch_backend_info` -- once per process: who are you and what can you do, in
    general? (devices, dtypes, ops and their methods, missing optional dependencies)
@@ -23,7 +23,7 @@ import torch
 
 import sparsetorch
 from sparsetorch import BackendInfo, Decline, Offer, Request
-from sparsetorch.dispatch.calibrate import rates
+from sparsetorch.backend import dtype_name, rates  # the backend-author API: docs/backend-authors.md
 
 from . import __version__
 
@@ -47,7 +47,7 @@ def _scipy_missing() -> str | None:
 
 @sparsetorch.hookimpl
 def sparsetorch_backend_info() -> BackendInfo:
-    """Static description. Method names must come from ``sparsetorch.dispatch.records.METHODS``."""
+    """Static description. Method names must come from ``sparsetorch.backend.METHODS``."""
     missing = _scipy_missing()
     return BackendInfo(
         name=NAME,
@@ -72,8 +72,7 @@ def sparsetorch_offers(request: Request) -> list[Offer | Decline]:
     if A.device.type != "cpu":
         return [Decline(NAME, f"runs on the CPU only; A is on {A.device} (move A and b with .to('cpu'))")]
     if A.dtype != torch.float64:
-        dtype = str(A.dtype).replace("torch.", "")
-        return [Decline(NAME, f"supports float64 only; A is {dtype} (cast with .to(torch.float64))")]
+        return [Decline(NAME, f"supports float64 only; A is {dtype_name(A.dtype)} (cast with .to(torch.float64))")]
     if A.kind != "sparse":
         return [Decline(NAME, f"needs one SparseTensor as A, got a {A.kind} operand")]
     answers: list[Offer | Decline] = []

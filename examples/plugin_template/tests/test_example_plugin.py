@@ -16,8 +16,8 @@ import pytest
 import torch
 
 import sparsetorch
-from sparsetorch.dispatch import get_backends, reset_backends
-from sparsetorch.dispatch.records import OperandInfo, Request
+from sparsetorch.backend import get_backends, reset_backends
+from sparsetorch.backend import OperandInfo, Request
 from sparsetorch.format import COO, CSC, CSR
 from sparsetorch.testing import ErrorConformance, SolveConformance
 from sparsetorch_example import plugin

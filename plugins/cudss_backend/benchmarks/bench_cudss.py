@@ -205,7 +205,7 @@ def main() -> None:
     ap.add_argument("--single-threaded", action="store_true",
                     help="also run ours with host_threads=False (cuDSS's analysis without its OpenMP layer)")
     args = ap.parse_args()
-    from sparsetorch.dispatch import get_backends  # noqa: PLC0415
+    from sparsetorch.backend import get_backends  # noqa: PLC0415
     from sparsetorch_cudss import _lib, plugin  # noqa: PLC0415
 
     if "cudss" not in get_backends().names:  # run from a source checkout: register the plugin in-process

@@ -22,7 +22,7 @@ import torch
 
 from sparsetorch import InputError, IterationResult, SingularMatrixError, SparseTensorList, Status
 from sparsetorch.format import CSR
-from sparsetorch.tensor.construct import conversion
+from sparsetorch.backend import conversion
 
 from . import _lib
 from ._lib import DType, Layout, MatrixType, SolveMode, View

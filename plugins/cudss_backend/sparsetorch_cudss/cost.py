@@ -4,7 +4,7 @@ cuDSS runs three phases with very different costs, and plan reuse decides which 
 All three are fitted to the H200 measurements of 2026-11-29 (cuDSS 0.8 and 1.0, float64 Poisson,
 Cholesky; benchmarks/results/cudss_h200_cudss08.json), as ``c n^a`` per sparsity dimension and
 interpolated in log space with the dimension estimated from nonzeros per row
-(:func:`sparsetorch.dispatch.helpers.sparsity_dimension`):
+(:func:`sparsetorch.backend.sparsity_dimension`):
 
 - analysis (reordering + symbolic factorization, mostly on the host): once per pattern;
   2-D 6.1 s at 1M unknowns, 32 s at 4M; 3-D 15.8 s at 100³;
@@ -22,14 +22,12 @@ call that re-uses the plan (refactorization + solve), which is what a training l
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
 from sparsetorch import Request
-from sparsetorch.dispatch.calibrate import Rates
-from sparsetorch.dispatch.helpers import loglog_interp, sparsity_dimension
+from sparsetorch.backend import Rates, batch_size, itemsize, loglog_interp, sparsity_dimension
 
 __all__ = ["Estimate", "estimate", "factor_entries", "free_device_bytes"]
 
@@ -77,10 +75,6 @@ class Estimate:
         return self.factor + self.solve
 
 
-def _itemsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
-
-
 def factor_entries(n: int, nse: int, d: float, method: str) -> float:
     fill = loglog_interp(_FILL, d, n) + n
     fill = max(fill, float(nse) / (1 if method == "lu" else 2))
@@ -103,8 +97,8 @@ def estimate(r: Rates, request: Request, method: str, *, free: int | None = None
     n = int(A.shape[-1])
     nse = int(A.nse or n)
     d = sparsity_dimension(request)
-    batch = max(1, math.prod(A.batch_shape))
-    vsize = _itemsize(A.dtype)
+    batch = batch_size(request)
+    vsize = itemsize(A.dtype)
     isz = 4 if nse < 2**31 - 1 else 8
     fill = factor_entries(n, nse, d, method)
     work = _METHOD_FLOPS[method] * (4.0 if A.dtype.is_complex else 1.0) * (vsize / 8 if not A.dtype.is_complex else vsize / 16)

@@ -38,7 +38,7 @@ import torch
 
 from sparsetorch import IndefiniteMatrixError, InputError, IterationResult, SingularMatrixError, SparseTensor, Status
 from sparsetorch.format import CSR
-from sparsetorch.tensor.construct import conversion
+from sparsetorch.backend import conversion
 
 from . import _lib
 from ._lib import Config, Data, DType, Layout, MatrixType, Phase, SolveMode, View

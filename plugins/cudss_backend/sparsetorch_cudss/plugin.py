@@ -34,8 +34,7 @@ import torch
 
 import sparsetorch
 from sparsetorch import BackendInfo, Decline, Offer, Request
-from sparsetorch.dispatch.calibrate import rates
-from sparsetorch.dispatch.helpers import cuda_matrix_decline
+from sparsetorch.backend import OperandInfo, cuda_matrix_decline, dtype_name, hermitian, itemsize, rates, spd_ok
 
 from . import __version__, _lib, cost
 
@@ -47,10 +46,6 @@ DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
 
 #: plans alive, by signature: their analysis is paid (the cost model prices re-using calls)
 _live: "weakref.WeakValueDictionary[tuple, Any]" = weakref.WeakValueDictionary()
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
 
 
 @functools.lru_cache(maxsize=None)
@@ -149,9 +144,8 @@ def _fmt_bytes(b: float) -> str:
 
 def _answer(request: Request, r: Any, method: str, free: int | None) -> Offer | Decline:
     props = request.properties
-    symmetric = bool({"symmetric", "hermitian", "spd"} & props)
-    asked = request.option("method") == method
-    if method == "cholesky" and "spd" not in props and not (asked and symmetric):
+    symmetric = hermitian(request)
+    if method == "cholesky" and not spd_ok(request, method):
         return Decline(NAME, "Cholesky needs a symmetric positive definite matrix (not detected; pass properties='spd' "
                              "if it is)", method)
     if method == "ldlt" and not symmetric:
@@ -174,12 +168,12 @@ def _answer(request: Request, r: Any, method: str, free: int | None) -> Offer | 
             setup += 0.0 if live else est.analysis
     note = (f"cuDSS {method}: analysis ~{est.analysis:.3g} s once per pattern, then ~{est.reuse_call * 1e3:.3g} ms per "
             f"call with new values (refactorization + solve){'; plan alive: priced as a re-using call' if live else ''}"
-            f"; factors ~{_fmt_bytes(est.fill * torch.empty((), dtype=request.dtype).element_size())}")
+            f"; factors ~{_fmt_bytes(est.fill * itemsize(request.dtype))}")
     if est.hybrid:
         note += (f"; factors and workspace ~{_fmt_bytes(est.device_bytes)} exceed free GPU memory "
                  f"({_fmt_bytes(free or 0)}): hybrid memory mode (factors in host memory, ~{cost.HYBRID_SLOWDOWN:g}x slower)")
-    hermitian = bool({"hermitian", "spd"} & props) or not request.dtype.is_complex
-    return Offer(NAME, method, call, est.device_bytes, _factory(method, hermitian, est.hybrid, _signature(request, method)), note,
+    self_adjoint = bool({"hermitian", "spd"} & props) or not request.dtype.is_complex
+    return Offer(NAME, method, call, est.device_bytes, _factory(method, self_adjoint, est.hybrid, _signature(request, method)), note,
                  setup=setup)
 
 
@@ -196,8 +190,6 @@ def _factory(method: str, hermitian: bool, hybrid: bool, signature: tuple):
 
 # --- non-uniform batches (SparseTensorList): cuDSS's batch API --------------------------------------
 def _member_request(request: Request, n: int, nse: int, k: int) -> Request:
-    from sparsetorch.dispatch.records import OperandInfo  # noqa: PLC0415
-
     A = request.A
     ops = (OperandInfo("sparse", (n, n), A.dtype, A.device, None, nse),
            OperandInfo("dense", (n, k), A.dtype, A.device))
@@ -212,7 +204,7 @@ def _list_answers(request: Request) -> list[Offer | Decline]:
         return [Decline(NAME, f"runs on CUDA tensors only; the list is on {A.device}" if torch.cuda.is_available()
                         else f"no CUDA device (the list is on {A.device}); cuDSS runs on NVIDIA GPUs")]
     if A.dtype not in DTYPES:
-        return [Decline(NAME, f"supports {', '.join(_dtype_name(d) for d in DTYPES)}; the list is {_dtype_name(A.dtype)}")]
+        return [Decline(NAME, f"supports {', '.join(dtype_name(d) for d in DTYPES)}; the list is {dtype_name(A.dtype)}")]
     for op in request.operands[1:]:
         if op.device != A.device:
             return [Decline(NAME, f"operands on different devices ({A.device} and {op.device}); put them on one GPU")]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import sparsetorch as st
-from sparsetorch.dispatch import get_backends, reset_backends
+from sparsetorch.backend import get_backends, reset_backends
 from sparsetorch.format import CSR
 from sparsetorch.testing.problems import poisson2d
 
@@ -216,7 +216,7 @@ def test_list_solve_uses_one_batch_plan_and_reuses_it() -> None:
     As = _mixed_list()
     Bs = [torch.randn(a.shape[-1], dtype=torch.float64, device="cuda") for a in As]
     st.solve(As, Bs, backend="cudss", method="lu")
-    from sparsetorch.dispatch.cache import plan_cache
+    from sparsetorch.backend import plan_cache
 
     entries = [e for e in plan_cache().entries() if e.op == "solve_list"]
     assert len(entries) == 1

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import sparsetorch as st
-from sparsetorch.dispatch.calibrate import rates
-from sparsetorch.dispatch.records import OperandInfo, Request
+from sparsetorch.backend import rates
+from sparsetorch.backend import OperandInfo, Request
 from sparsetorch.format import CSR
 from sparsetorch.testing.problems import poisson2d
 
@@ -278,7 +278,7 @@ def test_model_reproduces_the_h200_measurements() -> None:
     import json
     from pathlib import Path
 
-    from sparsetorch.dispatch.calibrate import Rates
+    from sparsetorch.backend import Rates
 
     path = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "cudss_h200_cudss08.json"
     if not path.exists():
@@ -340,7 +340,7 @@ def test_threaded_analysis_matches_its_measurement() -> None:
     import json
     from pathlib import Path
 
-    from sparsetorch.dispatch.calibrate import Rates
+    from sparsetorch.backend import Rates
 
     path = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "cudss_h200_threads.json"
     if not path.exists():

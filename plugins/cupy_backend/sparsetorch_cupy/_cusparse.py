@@ -32,7 +32,7 @@ import torch
 
 from sparsetorch import InputError, SparseTensor
 from sparsetorch.format import CSC, CSR
-from sparsetorch.tensor.construct import conversion
+from sparsetorch.backend import conversion
 
 from ._cuda import cuda_major_mismatch, cupy, numpy_dtype
 

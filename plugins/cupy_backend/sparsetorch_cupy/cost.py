@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import math
 
-import torch
 
 from sparsetorch import Request
-from sparsetorch.dispatch.calibrate import Rates
+from sparsetorch.backend import Rates, batch_size, index_size, itemsize
 
 __all__ = ["spmm_cost", "krylov_cost", "iterations", "qr_cost", "lanczos_cost", "lsmr_cost", "native"]
 
@@ -51,11 +50,7 @@ def native(request: Request) -> bool:
 def _sizes(request: Request) -> tuple[int, int, int, int, int, int]:
     A = request.A
     m, n = int(A.shape[-2]), int(A.shape[-1])
-    vs = torch.empty((), dtype=A.dtype).element_size()
-    idt = A.format.index_dtype if A.format is not None else None
-    isz = 4 if idt == torch.int32 else 8
-    batch = max(1, math.prod(A.batch_shape))
-    return m, n, int(A.nse or 0), vs, isz, batch
+    return m, n, int(A.nse or 0), itemsize(A.dtype), index_size(request), batch_size(request)
 
 
 def _product(rates: Rates, request: Request, k: int) -> float:

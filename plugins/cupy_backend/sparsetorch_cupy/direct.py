@@ -18,7 +18,7 @@ import torch
 
 from sparsetorch import InputError, IterationResult, SingularMatrixError, SparseTensor, Status
 from sparsetorch.format import CSR
-from sparsetorch.tensor.construct import conversion
+from sparsetorch.backend import conversion
 
 from ._cuda import mark_canonical, on_torch_stream, to_cupy, to_torch
 

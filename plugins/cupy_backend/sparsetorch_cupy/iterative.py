@@ -18,13 +18,15 @@ Adjoint solves use ``A^H`` (the CSR descriptor of the transposed pattern) and ``
 from __future__ import annotations
 
 import inspect
-import math
 from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
 
 from sparsetorch import InputError, IterationResult, SparseTensor, Status
+from sparsetorch.backend import (
+    Run, from_real, maxiter_reason, realified_matvec, to_real, trivial_system, true_residual_solve,
+)
 
 from ._cuda import cupy, numpy_dtype, on_torch_stream, to_cupy, to_torch
 from ._cusparse import CusparseMatrix
@@ -125,13 +127,9 @@ class KrylovPlan:
         n, method = self.n, self.method
         dtype = numpy_dtype(self.matrix.dtype)
         rtol, atol = float(o.get("rtol", 1e-6)), float(o.get("atol", 0.0))
-        bnorm = float(cp.linalg.norm(b))
-        thr = max(rtol * bnorm, atol)
-        if not self._finite[member] or not math.isfinite(bnorm):
-            where = "A's values" if not self._finite[member] else "the right-hand side"
-            return cp.full(n, math.nan, dtype=dtype), Outcome(0, math.nan, Status.NOT_FINITE, f"{where} hold NaN or Inf")
-        if bnorm == 0.0:
-            return cp.zeros(n, dtype=dtype), Outcome(0, 0.0, Status.CONVERGED)
+        bnorm, thr, done = trivial_system(b, self._finite[member], rtol, atol, xp=cp, dtype=dtype)
+        if done is not None:
+            return done
         mv = self.matrix.cupy_matvec(adjoint=adjoint, member=member, stream=stream)
         products = [0]
         check_curvature = method == "cg"
@@ -155,29 +153,21 @@ class KrylovPlan:
         fn = getattr(cla, method)
         tol_key = "rtol" if "rtol" in inspect.signature(fn).parameters else "tol"
         maxiter = o.get("maxiter")
-        restart = min(self.restart, n)
-        budget = None if maxiter is None else int(maxiter) * (restart if method == "gmres" else 1)
+        restart = [min(self.restart, n)]  # halved after a GMRES breakdown
+        budget = None if maxiter is None else int(maxiter) * (restart[0] if method == "gmres" else 1)
         user_cb, every = o.get("callback"), max(1, int(o.get("check_every") or 1))
         history: list[float] = []
-        x = cp.zeros(n, dtype=dtype)
-        total = 0
-        res = bnorm
-        tol = thr
-        status, reason = Status.MAX_ITERATIONS, ""
-        shifted_start = False  # CGS after a breakdown: restart from a generic x0
-        last_res = math.inf
+        shifted_start = [False]  # CGS after a breakdown: restart from a generic x0
         refreshes = _REFRESHES_MINRES if method in ("minres", "cgs") else _REFRESHES
         if method == "gmres":
-            refreshes += restart.bit_length()  # room for halving the restart after breakdowns
-        for attempt in range(refreshes + 1):
-            remaining = None if budget is None else budget - total
-            if remaining is not None and remaining <= 0:
-                status, reason = Status.MAX_ITERATIONS, self._maxiter_reason(maxiter, res / bnorm, rtol, atol)
-                break
+            refreshes += restart[0].bit_length()  # room for halving the restart after breakdowns
+
+        def run(x: Any, *, tol: float, remaining: int | None, iterations: int, attempt: int, residual: float) -> Run:
+            # the correction equation A d = r = b - A x, solved to the threshold tol
             r = b - mv(x) if attempt else b
             count = [0]
 
-            def callback(arg: Any, _offset=total) -> None:
+            def callback(arg: Any, _offset=iterations) -> None:
                 count[0] += 1
                 it = _offset + count[0]
                 if user_cb is not None and it % every == 0 and method != "gmres":
@@ -191,84 +181,64 @@ class KrylovPlan:
             if method != "minres":
                 kw["atol"] = tol
             if method == "gmres":
-                kw.update(restart=restart, callback_type="x")
+                kw.update(restart=restart[0], callback_type="x")
             if remaining is not None:
                 kw["maxiter"] = remaining
-            if shifted_start:
+            if shifted_start[0]:
                 kw["x0"] = _generic_start(cp, mv, r, n, dtype, member)
             before = products[0]
             if curv is not None:
                 curv.skip_next()
-            rhs = cp.concatenate([r.real, r.imag]) if realify else r
+            rhs = to_real(r, cp) if realify else r
             try:
                 d, info = fn(op, rhs, **kw)
                 failed = not bool(cp.isfinite(d).all())
             except np.linalg.LinAlgError:  # cupyx GMRES: NaN in its Hessenberg matrix
                 d, info, failed = None, 0, True
             if method == "gmres":
-                cycles = max(0, (products[0] - before - 1) // (restart + 1))
-                its = cycles * restart if not failed else max(0, products[0] - before - 1)
+                cycles = max(0, (products[0] - before - 1) // (restart[0] + 1))
+                its = cycles * restart[0] if not failed else max(0, products[0] - before - 1)
             else:
                 its = count[0]
-            total += its
+            total = iterations + its
             if curv is not None and curv.any_nonpositive():
-                status = Status.INDEFINITE
                 reason = (f"CG met a direction with v^H A v <= 0 within {total} iterations: A is not positive definite "
                           f"(use minres for symmetric indefinite, gmres otherwise)")
-                if not failed:
-                    x = x + (d[:n] + 1j * d[n:] if realify else d).reshape(-1)
-                res = float(cp.linalg.norm(b - mv(x)))
-                break
-            if failed and method == "gmres" and restart > 1 and self._finite[member]:
+                return Run(x if failed else x + (from_real(d) if realify else d).reshape(-1), its,
+                           stop=Status.INDEFINITE, reason=reason)
+            if failed and method == "gmres" and restart[0] > 1 and self._finite[member]:
                 # cupyx's Arnoldi divides by H[j+1, j] without a test: a Krylov space smaller than the
                 # restart length (an "happy" breakdown) gives NaN. A shorter restart avoids it.
-                restart = max(1, restart // 2)
-                continue
-            if failed and method == "cgs" and not shifted_start and self._finite[member]:
+                restart[0] = max(1, restart[0] // 2)
+                return Run(x, its, retry=True)
+            if failed and method == "cgs" and not shifted_start[0] and self._finite[member]:
                 # cupyx's CGS takes the shadow residual equal to the first residual: for a sparse
                 # right-hand side (a unit vector: B = I, jacrev's cotangents) the recurrence can meet
                 # r_shadow^H r_i = 0 and divide by it. Starting from a generic x0 makes the first
                 # residual (and so the shadow) generic.
-                shifted_start = True
-                continue
+                shifted_start[0] = True
+                return Run(x, its, retry=True)
             if failed:
-                status = Status.BREAKDOWN if self._finite[member] else Status.NOT_FINITE
-                reason = f"{method} produced NaN or Inf after {total} iterations (a breakdown of its recurrence)"
-                res = float(cp.linalg.norm(b - mv(x)))
-                break
-            d = d[:n] + 1j * d[n:] if realify else d
-            x = x + d.reshape(-1)
-            res = float(cp.linalg.norm(b - mv(x)))
-            if not math.isfinite(res):
-                status, reason = Status.NOT_FINITE, f"{method}: the residual became NaN or Inf after {total} iterations"
-                break
-            if res <= thr:
-                status, reason = Status.CONVERGED, ""
-                break
-            if info > 0 and budget is None and method == "cgs" and res < last_res:
-                # CGS stagnates erratically; without a user maxiter, restart it from the current x
-                # (the true residual) while it still makes progress, within the refreshes
-                last_res = res
-                tol = thr
-                continue
-            if info > 0 or (budget is not None and total >= budget):
-                status, reason = Status.MAX_ITERATIONS, self._maxiter_reason(maxiter, res / bnorm, rtol, atol)
-                break
-            if its == 0 and attempt:
-                status = Status.BREAKDOWN
-                reason = (f"{method} made no progress from relative residual {res / bnorm:.2e}; try gmres or a preconditioner")
-                break
-            tol = thr * 0.1  # the correction's threshold: what is still missing, with a margin
-        else:
-            status = Status.MAX_ITERATIONS
-            reason = (f"{method}'s recurrence met the tolerance but the true relative residual {res / bnorm:.2e} did not "
-                      f"({refreshes} restarts from the true residual): loosen rtol/atol or use a direct method")
+                return Run(x, its, stop=Status.BREAKDOWN if self._finite[member] else Status.NOT_FINITE,
+                           reason=f"{method} produced NaN or Inf after {total} iterations (a breakdown of its recurrence)")
+            # the budget spent reads as cupyx's own limit (info > 0); cupyx's other codes are not used
+            spent = info > 0 or (remaining is not None and its >= remaining)
+            return Run(x + (from_real(d) if realify else d).reshape(-1), its, info=1 if spent else 0)
+
+        x, total, res, status, reason = true_residual_solve(
+            run, lambda x: float(cp.linalg.norm(b - mv(x))), method=method, x=cp.zeros(n, dtype=dtype), bnorm=bnorm,
+            thr=thr, budget=budget, refreshes=refreshes, res=bnorm,
+            maxiter_reason=lambda rel: self._maxiter_reason(maxiter, rel, rtol, atol),
+            tighten=lambda tol, res: thr * 0.1,  # the correction's threshold: what is still missing, with a margin
+            exhausted_hint="loosen rtol/atol or use a direct method",
+            # CGS stagnates erratically; without a user maxiter, restart it from the current x
+            # (the true residual) while it still makes progress
+            stall_restarts=method == "cgs", no_progress=True)
         return x, Outcome(total, res / bnorm, status, reason, history, products[0])
 
     def _maxiter_reason(self, maxiter: Any, rel: float, rtol: float, atol: float) -> str:
         unit = " restart cycles" if self.method == "gmres" else ""
-        return (f"{self.method} reached maxiter ({maxiter if maxiter is not None else 'cupyx default'}{unit}) with relative "
-                f"residual {rel:.2e} above the tolerance (rtol={rtol:g}, atol={atol:g})")
+        return maxiter_reason(self.method, maxiter, rel, rtol, atol, default="cupyx default", unit=unit)
 
     def __repr__(self) -> str:
         return f"KrylovPlan({self.method}, preconditioner={self.preconditioner}, n={self.n})"
@@ -317,13 +287,7 @@ def _realified(op: Any, dtype: Any) -> Any:
     cp = cupy()
     n = op.shape[0]
     real = cp.dtype(dtype).char.lower()
-
-    def mv(v: Any) -> Any:
-        v = v.reshape(-1)
-        y = op.matvec(v[:n] + 1j * v[n:])
-        return cp.concatenate([y.real, y.imag]).astype(real, copy=False)
-
-    return linear_operator(2 * n, real, mv)
+    return linear_operator(2 * n, real, realified_matvec(op.matvec, n, cp, real=real))
 
 
 def _generic_start(cp: Any, mv: Any, r: Any, n: int, dtype: Any, member: int) -> Any:

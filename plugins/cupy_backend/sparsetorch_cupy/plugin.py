@@ -30,9 +30,7 @@ import torch
 
 import sparsetorch
 from sparsetorch import BackendInfo, Decline, Offer, Request
-from sparsetorch.dispatch.calibrate import rates
-from sparsetorch.dispatch.helpers import cuda_matrix_decline
-from sparsetorch.dispatch.records import METHODS
+from sparsetorch.backend import METHODS, conversion_note, cuda_matrix_decline, hermitian, rates, spd_ok
 
 from . import __version__, cost
 
@@ -78,10 +76,6 @@ def _cupy_distribution() -> str | None:
 
 def _cupy_missing() -> str | None:
     return None if _cupy_distribution() is not None else _INSTALL
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
 
 
 @sparsetorch.hookimpl
@@ -135,23 +129,10 @@ def _general_decline(request: Request) -> str | None:
 
 
 def _conversion_note(request: Request) -> str:
-    if cost.native(request):
-        return ""
-    fmt = request.A.format
-    name = (fmt.name or str(fmt)) if fmt is not None else "the format"
-    return f"; converts {name} to CSR once per pattern (costed), one value gather per call"
+    return conversion_note(request, per_call=", one value gather per call", name_unnamed=True, unknown_converts=True)
 
 
 # --- solve ---------------------------------------------------------------------------------------
-def _hermitian(request: Request) -> bool:
-    return bool({"symmetric", "hermitian", "spd"} & request.properties)
-
-
-def _spd_ok(request: Request) -> bool:
-    asked = request.option("method") == "cg"
-    return "spd" in request.properties or (asked and _hermitian(request))
-
-
 def _solve_answers(request: Request, r: Any) -> list[Offer | Decline]:
     method = request.option("method")
     pre = request.option("preconditioner")
@@ -176,9 +157,9 @@ def _solve_answers(request: Request, r: Any) -> list[Offer | Decline]:
 
 
 def _krylov_answers(request: Request, r: Any, method: str, pre: Any, pre_name: str | None) -> list[Offer | Decline]:
-    if method == "cg" and not _spd_ok(request):
+    if method == "cg" and not spd_ok(request, "cg"):
         return [Decline(NAME, "CG needs a symmetric positive definite matrix (not detected; pass properties='spd' if it is)", method)]
-    if method == "minres" and not _hermitian(request):
+    if method == "minres" and not hermitian(request):
         return [Decline(NAME, "MINRES needs a symmetric (Hermitian) matrix", method)]
     if pre_name is not None:
         candidates = [None if pre_name == "none" else pre_name]
@@ -231,7 +212,7 @@ def _eigsh_answer(request: Request, r: Any) -> Offer | Decline:
     which = request.option("which") or "LA"
     if which not in ("LA", "SA", "LM"):
         return Decline(NAME, f"cupyx's eigsh supports which='LA', 'SA' or 'LM', not {which!r}", "lanczos")
-    if not _hermitian(request):
+    if not hermitian(request):
         return Decline(NAME, "eigsh needs a symmetric (Hermitian) matrix", "lanczos")
     k = int(request.option("k") or 6)
     seconds, peak = cost.lanczos_cost(r, request, k, request.option("ncv"))

@@ -17,7 +17,7 @@ import torch
 
 from sparsetorch import SingularMatrixError, SparseTensor
 from sparsetorch.format import CSR
-from sparsetorch.tensor.construct import conversion
+from sparsetorch.backend import conversion
 
 from ._cuda import mark_canonical, cupy, to_cupy, to_torch
 

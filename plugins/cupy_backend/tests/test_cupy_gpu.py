@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import sparsetorch as st
-from sparsetorch.dispatch.records import OperandInfo, Request
+from sparsetorch.backend import OperandInfo, Request
 from sparsetorch.format import COO, CSC, CSR, DIA
 from sparsetorch.testing.problems import convection_diffusion, poisson2d, random_rectangular
 

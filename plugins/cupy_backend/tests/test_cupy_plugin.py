@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import sparsetorch as st
-from sparsetorch.dispatch.records import METHODS, OperandInfo, Request
+from sparsetorch.backend import METHODS, OperandInfo, Request
 from sparsetorch.format import BSR, COO, CSC, CSR, DIA
 from sparsetorch.testing.problems import poisson2d
 
@@ -65,7 +65,7 @@ def test_missing_cupy_is_reported_with_install_command(without_cupy) -> None:
 def test_import_light() -> None:
     """The hook module answers without importing CuPy (checked in a fresh interpreter)."""
     code = ("import sys, sparsetorch_cupy.plugin as p; p.sparsetorch_backend_info(); "
-            "from sparsetorch.dispatch.records import OperandInfo, Request; import torch; "
+            "from sparsetorch.backend import OperandInfo, Request; import torch; "
             "A = OperandInfo('sparse', (9, 9), torch.float64, torch.device('cuda'), nse=40); "
             "p.sparsetorch_offers(Request('solve', (A,), frozenset({'spd'}), {})); "
             "p.sparsetorch_offers(Request('matmul', (A,), frozenset(), {})); "
@@ -208,7 +208,7 @@ def test_spmm_cost_grows_with_work_and_charges_conversion(with_cupy) -> None:
 
 
 def test_krylov_estimates(with_cupy) -> None:
-    from sparsetorch.dispatch.calibrate import rates
+    from sparsetorch.backend import rates
 
     r = rates("cuda")
     loose = cost.krylov_cost(r, _request(n=1_000_000, nse=5_000_000, rtol=1e-3), "cg", None)

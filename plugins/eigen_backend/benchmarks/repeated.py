@@ -193,7 +193,7 @@ def main() -> int:
     torch.set_num_threads(1)
     import sparsetorch_eigen
     import sparsetorch_eigen.plugin
-    from sparsetorch.dispatch import get_backends
+    from sparsetorch.backend import get_backends
 
     if "eigen" not in get_backends().names:  # a source-tree run (in-place build, no entry point)
         get_backends().register(sparsetorch_eigen.plugin, "eigen")

@@ -23,7 +23,7 @@ import torch
 
 from sparsetorch import InputError, SparseTensor
 from sparsetorch.format import CSC, CSR
-from sparsetorch.tensor.construct import conversion
+from sparsetorch.backend import conversion
 
 __all__ = ["Handoff", "plain"]
 

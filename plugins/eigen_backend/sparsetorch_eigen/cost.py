@@ -1,7 +1,7 @@
 """Cost model of the eigen backend: seconds and peak bytes from the machine's calibrated rates.
 
 Every estimate is ``bytes / bandwidth + flops / flop_rate + launches * launch`` with
-``sparsetorch.dispatch.calibrate.rates("cpu")`` (docs/backend-authors.md, "Cost estimates"), so
+``sparsetorch.backend.rates("cpu")`` (docs/backend-authors.md, "Cost estimates"), so
 it ranks against the other backends' estimates. Estimates count the **numeric phase and the
 solves** of one call: the pattern analysis (ordering, symbolic factorization) runs once per
 pattern and is reused by every later call with new values, which is this backend's point.
@@ -36,11 +36,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import torch
 
 from sparsetorch import Request
-from sparsetorch.dispatch.calibrate import Rates
-from sparsetorch.dispatch.helpers import loglog_interp as _interp, sparsity_dimension as dimension
+from sparsetorch.backend import Rates, batch_size, index_size, itemsize
+from sparsetorch.backend import loglog_interp as _interp, sparsity_dimension as dimension
 
 __all__ = ["Estimate", "direct_estimate", "krylov_cost", "lscg_cost", "dimension", "fill_flops"]
 
@@ -65,20 +64,6 @@ class Estimate:
     seconds: float
     bytes: int
     note: str
-
-
-def _itemsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
-
-
-def _index_size(request: Request) -> int:
-    fmt = request.A.format
-    idx = getattr(fmt, "index_dtype", None) if fmt is not None else None
-    return 4 if idx == torch.int32 else 8
-
-
-def _batch(request: Request) -> int:
-    return max(1, math.prod(request.A.batch_shape)) if request.A.batch_shape else 1
 
 
 def fill_flops(request: Request, method: str) -> tuple[float, float]:
@@ -127,11 +112,11 @@ def direct_estimate(r: Rates, request: Request, method: str, op: str) -> Estimat
     """Numeric factorization per value-batch member + the solves for the request's columns."""
     A = request.A
     fill, flops = fill_flops(request, method)
-    vsize = _itemsize(A.dtype)
+    vsize = itemsize(A.dtype)
     eff, per_entry = _SPEED[method]
     if method in ("cholesky", "ldlt"):
         eff = simplicial_efficiency(fill * (vsize + 4))
-    batch = _batch(request)
+    batch = batch_size(request)
     k = request.rhs_columns if op != "logdet" else 0
     factor = flops / (r.flops * eff) + r.seconds(bytes=per_entry * fill * vsize / 8, launches=CALL_LAUNCHES)
     rows = max(A.shape[-2], A.shape[-1])
@@ -157,7 +142,7 @@ def _spmv(r: Rates, request: Request) -> float:
     A = request.A
     m, n = A.shape[-2], A.shape[-1]
     nse = A.nse or 0
-    vsize, isize = _itemsize(A.dtype), _index_size(request)
+    vsize, isize = itemsize(A.dtype), index_size(request)
     traffic = nse * (vsize + isize) + (m + 1) * isize + (n + m) * vsize
     return r.seconds(bytes=traffic / STREAM_FACTOR, flops=(8 if A.dtype.is_complex else 2) * nse)
 
@@ -172,7 +157,7 @@ def krylov_cost(r: Rates, request: Request, method: str, pre: str | None) -> tup
     """(seconds, peak bytes, iterations) of CG/BiCGSTAB over every (member, column)."""
     A = request.A
     n, nse = A.shape[-1], A.nse or 0
-    vsize = _itemsize(A.dtype)
+    vsize = itemsize(A.dtype)
     rtol = float(request.option("rtol") or 1e-6)
     products = _iterations(request, rtol) * _PRODUCTS[method] * _PRECOND_ITERS[pre]
     per_it = 2.0 if method == "bicgstab" else 1.0
@@ -183,7 +168,7 @@ def krylov_cost(r: Rates, request: Request, method: str, pre: str | None) -> tup
     per = _spmv(r, request) + r.seconds(bytes=_PASSES[method] * n * vsize / STREAM_FACTOR)
     setup = 0.0
     peak = 10 * n * vsize
-    batch = _batch(request)
+    batch = batch_size(request)
     if pre == "jacobi":
         per += r.seconds(bytes=3 * n * vsize / STREAM_FACTOR)
         setup = batch * r.seconds(bytes=nse * (vsize + 8))
@@ -205,7 +190,7 @@ def lscg_cost(r: Rates, request: Request) -> tuple[float, int, int]:
     condition number: 2x the iterations of CG on A, a rough guess)."""
     A = request.A
     m, n = A.shape[-2], A.shape[-1]
-    vsize = _itemsize(A.dtype)
+    vsize = itemsize(A.dtype)
     its = 2.0 * _iterations(request, float(request.option("atol") or 1e-6))
     maxiter = request.option("maxiter")
     if maxiter is not None:

@@ -29,7 +29,7 @@ import torch
 
 import sparsetorch
 from sparsetorch import BackendInfo, Decline, Offer, Request
-from sparsetorch.dispatch.calibrate import rates
+from sparsetorch.backend import conversion_note, cpu_matrix_decline, hermitian, rates, spd_ok
 
 from . import __version__, cost
 
@@ -59,10 +59,6 @@ _ELSEWHERE = {
 @functools.lru_cache(maxsize=None)
 def _built() -> bool:
     return importlib.util.find_spec("sparsetorch_eigen._eigen") is not None
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
 
 
 @sparsetorch.hookimpl
@@ -100,41 +96,13 @@ def sparsetorch_offers(request: Request) -> list[Offer | Decline]:
 
 
 def _general_decline(request: Request) -> str | None:
-    A = request.A
-    if A.device.type != "cpu":
-        return (f"runs on the CPU only (Eigen); A is on {A.device}: move A and b with .cpu(), or use a backend for "
-                f"{A.device.type}")
-    if A.dtype not in DTYPES:
-        return (f"supports {', '.join(_dtype_name(d) for d in DTYPES)}; A is {_dtype_name(A.dtype)} "
-                f"(cast with .to(torch.float64) or .to(torch.float32))")
-    if A.kind != "sparse":
-        return f"needs one SparseTensor as A, got a {A.kind} operand"
-    if A.format is not None and A.format.num_batch_levels:
-        return (f"format {A.format.name or A.format} has BATCH levels (a pattern per batch member), which an Eigen map "
-                f"cannot hold; use a SparseTensorList or the torch backend")
-    if len(A.shape) - len(A.batch_shape) != 2:
-        return f"handles matrices only; A has format shape {tuple(A.shape[len(A.batch_shape):])}"
+    common = cpu_matrix_decline(request, DTYPES, "Eigen", "which an Eigen map cannot hold; use a SparseTensorList or the "
+                                "torch backend")
+    if common is not None:
+        return common
     if not _built():
         return "the compiled extension sparsetorch_eigen._eigen is missing: reinstall with pip install ./plugins/eigen_backend"
     return None
-
-
-def _conversion_note(request: Request) -> str:
-    from sparsetorch.format import CSC, CSR
-
-    fmt = request.A.format
-    if fmt is None or fmt == CSR or fmt == CSC:
-        return ""
-    return f"; converts {fmt.name or 'the format'} to CSR once per pattern (costed)"
-
-
-def _hermitian(request: Request) -> bool:
-    return bool({"symmetric", "hermitian", "spd"} & request.properties)
-
-
-def _spd_ok(request: Request, method: str) -> bool:
-    """The torch backend's rule: SPD detected or tagged, or the method pinned on a Hermitian A."""
-    return "spd" in request.properties or (request.option("method") == method and _hermitian(request))
 
 
 def _square(request: Request) -> bool:
@@ -142,12 +110,12 @@ def _square(request: Request) -> bool:
 
 
 def _requirement(request: Request, method: str) -> str | None:
-    if method == "cholesky" and not _spd_ok(request, "cholesky"):
+    if method == "cholesky" and not spd_ok(request, "cholesky"):
         return ("Cholesky (SimplicialLLT) needs a symmetric positive definite matrix (not detected; pass "
                 "properties='spd' if it is)")
-    if method == "cg" and not _spd_ok(request, "cg"):
+    if method == "cg" and not spd_ok(request, "cg"):
         return "CG needs a symmetric positive definite matrix (not detected; pass properties='spd' if it is)"
-    if method == "ldlt" and not _hermitian(request):
+    if method == "ldlt" and not hermitian(request):
         return ("LDL^T (SimplicialLDLT) needs a symmetric (Hermitian) matrix (not detected; pass properties='symmetric' "
                 "if it is)")
     if method == "ldlt" and "zero_diagonal" in request.properties and request.option("method") != "ldlt":
@@ -195,7 +163,7 @@ def _direct_answer(request: Request, r: Any, method: str, pre_name: str | None, 
         return Decline(NAME, f"QR factors A itself, so damp={request.option('damp')} is not supported; use method='lsqr'",
                        method)
     est = cost.direct_estimate(r, request, method, op)
-    return Offer(NAME, method, est.seconds, est.bytes, _direct_factory(method, op), est.note + _conversion_note(request))
+    return Offer(NAME, method, est.seconds, est.bytes, _direct_factory(method, op), est.note + conversion_note(request))
 
 
 def _krylov_answers(request: Request, r: Any, method: str, pre_name: str | None) -> list[Offer | Decline]:
@@ -223,7 +191,7 @@ def _krylov_answers(request: Request, r: Any, method: str, pre_name: str | None)
         seconds, peak, its = cost.krylov_cost(r, request, method, cand)
         opts = dict(request.options)
         opts["preconditioner"] = cand
-        note = f"~{its} iterations estimated, preconditioner {cand or 'none'}" + _conversion_note(request)
+        note = f"~{its} iterations estimated, preconditioner {cand or 'none'}" + conversion_note(request)
         out.append(Offer(NAME, method, seconds, peak, _krylov_factory(method, opts), note, cand,
                          iterations=max(1, int(its))))
     return out
@@ -257,7 +225,7 @@ def _lstsq_answers(request: Request, r: Any) -> list[Offer | Decline]:
         seconds, peak, its = cost.lscg_cost(r, request)
         out.append(Offer(NAME, "lsqr", seconds, peak, _lscg_factory(dict(request.options)),
                          f"least-squares CG (CGLS; LSQR's iterates in exact arithmetic), ~{its} iterations estimated"
-                         + _conversion_note(request)))
+                         + conversion_note(request)))
     return out
 
 

@@ -184,14 +184,14 @@ def test_qr_lstsq_rank_deficient_is_minimum_norm():
 
 
 def test_lstsq_through_the_core(eigen_backend):
-    lstsq_mod = pytest.importorskip("sparsetorch.ops.lstsq", reason="sparsetorch's lstsq op is not in this core yet")
+    lstsq = st.lstsq
     A = random_rectangular(12, 6, density=0.5, seed=2)
     B = torch.randn(12, 2, dtype=torch.float64)
     for method in ("qr", "lsqr"):
-        X = lstsq_mod.lstsq(A, B, backend="eigen", method=method, atol=1e-12, btol=1e-12)
+        X = lstsq(A, B, backend="eigen", method=method, atol=1e-12, btol=1e-12)
         torch.testing.assert_close(X, _lstsq_ref(A.to_dense(), B), rtol=1e-7, atol=1e-8)
     v = A.values.detach().clone().requires_grad_()
-    f = lambda vals: lstsq_mod.lstsq(A.with_values(vals), B, backend="eigen", method="qr")  # noqa: E731
+    f = lambda vals: lstsq(A.with_values(vals), B, backend="eigen", method="qr")  # noqa: E731
     assert torch.autograd.gradcheck(f, (v,), atol=1e-7)
 
 

@@ -49,7 +49,7 @@ import scipy.sparse.linalg as spla
 import torch
 
 import sparsetorch as st
-from sparsetorch.dispatch import get_backends
+from sparsetorch.backend import get_backends
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
@@ -239,7 +239,7 @@ def part_problems(args) -> dict:
     problems = [(2, 128), (3, 16)] if args.quick else (
         [tuple(int(x) for x in p.split(":")) for p in args.problems] if args.problems else [(2, 1000), (3, 64)])
     rows = []
-    from sparsetorch.dispatch.calibrate import rates
+    from sparsetorch.backend import rates
     from sparsetorch_scipy import cost
 
     for dim, m in problems:

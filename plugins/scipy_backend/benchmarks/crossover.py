@@ -26,7 +26,7 @@ import scipy
 import torch
 
 import sparsetorch as st
-from sparsetorch.dispatch import calibrate, get_backends
+from sparsetorch.backend import calibrate, get_backends
 
 CANDIDATES = [
     # (label, backend, method, preconditioner)

@@ -13,24 +13,9 @@ from typing import Any, Callable
 import numpy as np
 
 from sparsetorch import Status
-from sparsetorch.dispatch.helpers import Outcome, combine
+from sparsetorch.backend import Outcome, combine
 
-__all__ = ["Outcome", "combine", "Progress", "Stop", "trivial_system"]
-
-def trivial_system(n: int, b: np.ndarray, finite: bool, rtol: float, atol: float):
-    """The cases every iterative plan answers before iterating: NaN/Inf (in A's values or b)
-    and ``b == 0``. Returns ``(||b||, threshold, None)`` to go on, or ``(||b||, threshold,
-    (x, outcome))`` when the answer is already known."""
-    import math
-
-    bnorm = float(np.linalg.norm(b))
-    thr = max(rtol * bnorm, atol)
-    if not finite or not math.isfinite(bnorm):
-        where = "A's values" if not finite else "the right-hand side"
-        return bnorm, thr, (np.full(n, np.nan, dtype=b.dtype), Outcome(0, math.nan, Status.NOT_FINITE, f"{where} hold NaN or Inf"))
-    if bnorm == 0.0:
-        return bnorm, thr, (np.zeros(n, dtype=b.dtype), Outcome(0, 0.0, Status.CONVERGED))
-    return bnorm, thr, None
+__all__ = ["Outcome", "combine", "Progress", "Stop"]
 
 
 class Stop(Exception):

@@ -38,9 +38,10 @@ import numpy as np
 import torch
 
 from sparsetorch import InputError, IterationResult, SparseTensor, Status
+from sparsetorch.backend import trivial_system
 
 from ._convert import Handoff, numpy_view
-from ._results import Outcome, Progress, Stop, combine, trivial_system
+from ._results import Outcome, Progress, Stop, combine
 from .precond import Operator
 
 __all__ = ["AMGPlan", "AMGPreconditioner", "HierarchyReuse", "build_hierarchy", "reuse_tolerance", "AMG_KINDS",
@@ -223,9 +224,8 @@ class AMGPlan:
         return torch.from_numpy(X).reshape(B.shape), combine(outcomes, f"pyamg {self.kind} ({self.cycle}-cycles)")
 
     def _solve_system(self, mat: Any, ml: Any, finite: bool, b: np.ndarray, o: Mapping[str, Any]) -> tuple[np.ndarray, Outcome]:
-        n = self.n
         rtol, atol = float(o.get("rtol", 1e-6)), float(o.get("atol", 0.0))
-        bnorm, thr, done = trivial_system(n, b, finite, rtol, atol)
+        bnorm, thr, done = trivial_system(b, finite, rtol, atol, xp=np)
         if done is not None:
             return done
         maxiter = o.get("maxiter")

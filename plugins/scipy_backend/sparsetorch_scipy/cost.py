@@ -1,7 +1,7 @@
 """Cost model of the scipy backend: seconds and peak bytes from the machine's calibrated rates.
 
 Every estimate is ``bytes / bandwidth + flops / flop_rate + launches * launch`` with
-``sparsetorch.dispatch.calibrate.rates("cpu")`` (docs/backend-authors.md, "Cost estimates").
+``sparsetorch.backend.rates("cpu")`` (docs/backend-authors.md, "Cost estimates").
 The constants below were fit by measurement on 2-D and 3-D Poisson (``benchmarks/crossover.py``;
 the table is in the README), so that auto-dispatch ranks SuperLU, AMG-preconditioned CG, plain
 CG and PyAMG as they rank on the clock.
@@ -21,11 +21,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import torch
 
 from sparsetorch import Request
-from sparsetorch.dispatch.calibrate import Rates
-from sparsetorch.dispatch.helpers import loglog_interp as _interp, sparsity_dimension as dimension
+from sparsetorch.backend import Rates, batch_size, index_size, itemsize
+from sparsetorch.backend import loglog_interp as _interp, sparsity_dimension as dimension
 
 __all__ = [
     "dimension", "lu_estimate", "LUEstimate", "krylov_cost", "amg_solver_cost", "spmm_cost", "spmv_seconds",
@@ -84,20 +83,6 @@ AMG_CYCLE_PRODUCTS, AMG_CYCLE_LEVEL_LAUNCHES = 38, 12
 AMG_COMPLEXITY = 1.5
 
 
-def _itemsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
-
-
-def _index_size(request: Request) -> int:
-    fmt = request.A.format
-    idx = getattr(fmt, "index_dtype", None) if fmt is not None else None
-    return 4 if idx == torch.int32 else 8
-
-
-def _batch(request: Request) -> int:
-    return max(1, math.prod(request.A.batch_shape)) if request.A.batch_shape else 1
-
-
 @dataclass(frozen=True)
 class LUEstimate:
     fill: float  # stored factor entries, nnz(L + U), per matrix
@@ -115,10 +100,10 @@ def lu_estimate(r: Rates, request: Request) -> LUEstimate:
     flops = _interp(_FLOPS, d, n)
     if not ({"symmetric", "hermitian", "spd"} & request.properties):
         fill, flops = fill * _COLAMD_FILL, flops * _COLAMD_FLOPS  # the plan uses COLAMD unless the pattern is symmetric
-    vsize = _itemsize(A.dtype)
+    vsize = itemsize(A.dtype)
     if A.dtype.is_complex:
         flops *= 4.0
-    batch = _batch(request)
+    batch = batch_size(request)
     k = request.rhs_columns  # columns over the whole value batch
     factor = (flops / (r.flops * LU_FLOP_EFFICIENCY)
               + r.seconds(bytes=LU_BYTES_PER_ENTRY * fill * vsize / 8, launches=LU_CALL_LAUNCHES))
@@ -135,7 +120,7 @@ def spmv_seconds(r: Rates, request: Request, k: int = 1) -> float:
     A = request.A
     m, n = A.shape[-2], A.shape[-1]
     nse = A.nse or 0
-    vsize, isize = _itemsize(A.dtype), _index_size(request)
+    vsize, isize = itemsize(A.dtype), index_size(request)
     traffic = nse * (vsize + isize) + (m + 1) * isize + (n + m) * k * vsize
     flops = (8 if A.dtype.is_complex else 2) * nse * k
     return r.seconds(bytes=traffic / STREAM_FACTOR, flops=flops, launches=1)
@@ -176,11 +161,11 @@ def spmm_cost(r: Rates, request: Request) -> tuple[float, int]:
     n = 16k..262k, k = 1 and 8, torch varying most from run to run. Several columns are charged
     ``MULTI_COLUMN_FACTOR`` more (measured with one thread each, below)."""
     A = request.A
-    batch = _batch(request)
+    batch = batch_size(request)
     k = max(1, request.rhs_columns // batch)
     m = A.shape[-2]
     nse = A.nse or 0
-    vsize, isize = _itemsize(A.dtype), _index_size(request)
+    vsize, isize = itemsize(A.dtype), index_size(request)
     traffic = nse * (vsize + isize) + (m + 1) * isize + nse * k * vsize + m * k * vsize
     flops = (8 if A.dtype.is_complex else 2) * nse * k
     per = r.seconds(bytes=traffic, flops=flops, launches=3)
@@ -228,7 +213,7 @@ def _amg_cycle_seconds(r: Rates, request: Request, d: float) -> float:
 def _amg_bytes(request: Request) -> int:
     A = request.A
     nse, n = A.nse or 0, A.shape[-1]
-    vsize = _itemsize(A.dtype)
+    vsize = itemsize(A.dtype)
     return int((AMG_COMPLEXITY * nse * (vsize + 4) + 3 * n * vsize) + nse * 4)  # levels, P/R, vectors, int32 copy
 
 
@@ -238,9 +223,9 @@ def krylov_cost(r: Rates, request: Request, method: str, preconditioner: str | N
     (value-batch member, column), with the preconditioner's setup per member."""
     A = request.A
     n, nse = A.shape[-1], A.nse or 0
-    vsize = _itemsize(A.dtype)
+    vsize = itemsize(A.dtype)
     d = dimension(request)
-    batch = _batch(request)
+    batch = batch_size(request)
     systems = request.rhs_columns  # every (member, column) pair is one SciPy solve
     if preconditioner == "amg":
         products = amg_iterations(request, accelerated=True) * _PRODUCTS[method]
@@ -290,7 +275,7 @@ def lstsq_cost(r: Rates, request: Request, method: str) -> tuple[float, int, int
     normal equations of a d-dimensional operator, capped by ``maxiter`` (default 4n + 20)."""
     A = request.A
     m, n = A.shape[-2], A.shape[-1]
-    vsize = _itemsize(A.dtype)
+    vsize = itemsize(A.dtype)
     d = dimension(request)
     its = 2.0 * krylov_iterations(request, d)
     its = max(1.0, min(its, request.option("maxiter") or 4 * n + 20))
@@ -350,9 +335,9 @@ def arpack_cost(r: Rates, request: Request, k: int, shift_invert: bool) -> tuple
     follows is bounded by the core's fallback budget."""
     A = request.A
     n = A.shape[-1]
-    vsize = _itemsize(A.dtype) * (1 if request.op == "eigsh" or A.dtype.is_complex else 2)
+    vsize = itemsize(A.dtype) * (1 if request.op == "eigsh" or A.dtype.is_complex else 2)
     ncv = min(n, max(2 * k + 1, 20))
-    batch = _batch(request)
+    batch = batch_size(request)
     gs = _stream(r, 2.0 * ncv * n * vsize)
     which = request.option("which") or ("LA" if request.op == "eigsh" else "LM")
     probe = (not shift_invert and request.op == "eigsh" and which == "SA" and request.option("sigma") is None
@@ -381,12 +366,12 @@ def lobpcg_cost(r: Rates, request: Request, k: int) -> tuple[float, int, str]:
 
     A = request.A
     n = A.shape[-1]
-    vsize = _itemsize(A.dtype)
+    vsize = itemsize(A.dtype)
     cap = int(request.option("maxiter") or LOBPCG_MAXITER)
     its = min(cap, int(0.5 * math.sqrt(condition_estimate(request)) * 25) + 20)
     per = k * spmv_seconds(r, request) + r.seconds(bytes=12 * n * k * vsize, flops=30.0 * n * k * k,
                                                    launches=LOBPCG_ITERATION_LAUNCHES)
-    return _batch(request) * its * per, int(12 * n * k * vsize), f"LOBPCG: ~{its} block iterations estimated"
+    return batch_size(request) * its * per, int(12 * n * k * vsize), f"LOBPCG: ~{its} block iterations estimated"
 
 
 def amg_solver_cost(r: Rates, request: Request) -> tuple[float, int, int]:
@@ -394,13 +379,13 @@ def amg_solver_cost(r: Rates, request: Request) -> tuple[float, int, int]:
     computes the residual and checks the correction's curvature: two products)."""
     A = request.A
     d = dimension(request)
-    batch = _batch(request)
+    batch = batch_size(request)
     its = amg_iterations(request, accelerated=False)
     maxiter = request.option("maxiter")
     if maxiter is not None:
         its = min(its, maxiter)
     its = max(1.0, its)
-    vec = A.shape[-1] * _itemsize(A.dtype)
+    vec = A.shape[-1] * itemsize(A.dtype)
     per = _amg_cycle_seconds(r, request, d) + 2 * spmv_seconds(r, request) + _stream(r, 8 * vec, launches=2)
     call = r.seconds(launches=KRYLOV_CALL_LAUNCHES)
     seconds = batch * _amg_setup_seconds(r, request, d) + request.rhs_columns * (its * per + call) + _conversion(r, request)

@@ -123,7 +123,7 @@ def _op_from_lu(lu: Any, n: int, dtype: Any, counter: list[int], deadline: float
 def certify_mass(M: Any, backend: str, method: str, member: int) -> Any:
     """The diagonal-pivot LU of M when M is Hermitian positive definite; else
     :class:`IndefiniteMatrixError` with what was found and what to do."""
-    from sparsetorch.ops.spectral import MASS_FIX
+    from sparsetorch.backend import MASS_FIX
 
     got = diagonal_pivot_lu(M)
     if got is None or got[1] > 0:

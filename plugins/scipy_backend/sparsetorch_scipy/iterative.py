@@ -34,9 +34,12 @@ import numpy as np
 import torch
 
 from sparsetorch import InputError, IterationResult, SparseTensor, Status
+from sparsetorch.backend import (
+    Run, from_real, maxiter_reason, realified_matvec, to_real, trivial_system, true_residual_solve,
+)
 
 from ._convert import Handoff, numpy_view
-from ._results import Outcome, Progress, Stop, combine, trivial_system
+from ._results import Outcome, Progress, Stop, combine
 from .precond import ILU, Jacobi, Operator, UserPreconditioner
 
 __all__ = ["KrylovPlan", "KRYLOV", "DEFAULT_RESTART"]
@@ -157,9 +160,9 @@ class KrylovPlan:
     def _solve_system(self, raw: Any, M: Any, b: np.ndarray, finite: bool, o: Mapping[str, Any]) -> tuple[np.ndarray, Outcome]:
         import scipy.sparse.linalg as spla
 
-        n, method = self.n, self.method
+        method = self.method
         rtol, atol = float(o.get("rtol", 1e-6)), float(o.get("atol", 0.0))
-        bnorm, thr, done = trivial_system(n, b, finite, rtol, atol)
+        bnorm, thr, done = trivial_system(b, finite, rtol, atol, xp=np)
         if done is not None:
             return done
         checked_cg = method == "cg" and self._bo.get("curvature_check", True)
@@ -169,14 +172,7 @@ class KrylovPlan:
         history: list[float] = []
         maxiter = o.get("maxiter")
         budget = maxiter if maxiter is not None else (1000 if method in _OUTER else None)
-        used = 0  # in SciPy's units: iterations, GMRES restart cycles, LGMRES outer iterations
-        total = 0
-        x0: np.ndarray | None = None
-        tol = thr
-        res = math.inf
-        last_breakdown_res = math.inf
-        finite_every = 8  # 1 after a NaN breakdown: restart from the last finite iterate
-        status, reason = Status.MAX_ITERATIONS, ""
+        finite_every = [8]  # 1 after a NaN breakdown: restart from the last finite iterate
 
         def residual_of(x: np.ndarray) -> float:
             return float(np.linalg.norm(b - raw @ x)) / bnorm
@@ -184,22 +180,18 @@ class KrylovPlan:
         # SciPy's MINRES uses unconjugated inner products (real only): a Hermitian system runs as
         # the equivalent real symmetric one of size 2n, [Re A, -Im A; Im A, Re A] [Re x; Im x].
         realify = method == "minres" and np.iscomplexobj(b)
-        A_s, M_s, b_s = (_realified(A), None if M is None else _realified(M), _to_real(b)) if realify else (A, M, b)
-        to_s = _to_real if realify else (lambda v: v)
-        from_s = _from_real if realify else (lambda v: v)
+        A_s, M_s, b_s = (_realified(A), None if M is None else _realified(M), to_real(b, np)) if realify else (A, M, b)
+        to_s = (lambda v: to_real(v, np)) if realify else (lambda v: v)
+        from_s = from_real if realify else (lambda v: v)
 
-        refreshes = _REFRESHES.get(method, _DEFAULT_REFRESHES)
-        for attempt in range(refreshes + 1):
-            remaining = None if budget is None else budget - used
-            if remaining is not None and remaining <= 0:
-                status, reason = Status.MAX_ITERATIONS, self._maxiter_reason(maxiter, res / bnorm, rtol, atol)
-                break
+        def run(x0: np.ndarray | None, *, tol: float, remaining: int | None, iterations: int, attempt: int,
+                residual: float) -> Run:
             # the checked CG loop finds NaN/Inf itself, before they reach x: no finiteness scans or
             # copies of the iterate in the callback (two vector passes every 8 iterations)
             prog = Progress("residual" if method == "gmres" else "x", lambda v: residual_of(from_s(v)), o.get("callback"),
-                            o.get("check_every") or 1, total, history, 2**62 if checked_cg else finite_every)
+                            o.get("check_every") or 1, iterations, history, 2**62 if checked_cg else finite_every[0])
             if method == "tfqmr":  # SciPy's TFQMR has no breakdown test of its own (rho = 0 gives NaN)
-                prog.watch_residual(res / bnorm if x0 is not None else 1.0)
+                prog.watch_residual(residual / bnorm if x0 is not None else 1.0)
                 prog.good = x0
             stop: Stop | None = None
             try:
@@ -216,48 +208,30 @@ class KrylovPlan:
                     x = from_s(prog.last) if prog.last is not None else (x0 if x0 is not None else np.zeros_like(b))
             # LGMRES and GCROT call back at the start of each outer iteration, the converged one included
             its = prog.count - 1 if (method in _OUTER and info == 0 and stop is None and prog.count) else prog.count
-            total += its
-            used += math.ceil(its / self.restart) if method == "gmres" else its
-            res = float(np.linalg.norm(b - raw @ x))
-            if stop is not None:
-                # NaN/Inf from finite A and b is a breakdown of the recurrence (TFQMR divides by a zero
-                # rho): restart from the last finite iterate, as for SciPy's own breakdowns.
-                if (stop.status in (Status.NOT_FINITE, Status.BREAKDOWN) and attempt < refreshes and math.isfinite(res)
-                        and res < 0.5 * last_breakdown_res):
-                    last_breakdown_res = res
-                    x0, finite_every = x, 1
-                    continue
-                status, reason = stop.status, f"{method}: {stop.reason}"
-                break
-            if not math.isfinite(res):
-                status, reason = Status.NOT_FINITE, f"{method}: the residual became NaN or Inf after {total} iterations"
-                break
-            if res <= thr:
-                status, reason = Status.CONVERGED, ""
-                break
-            if info > 0:
-                status, reason = Status.MAX_ITERATIONS, self._maxiter_reason(maxiter, res / bnorm, rtol, atol)
-                break
-            if info < 0:
-                # A Lanczos-type breakdown (BiCGStab's rho or omega, TFQMR's v^T r*): restart from x,
-                # which renews the shadow residual; give up only when restarts stop helping.
-                if attempt < refreshes and res < 0.5 * last_breakdown_res:
-                    last_breakdown_res = res
-                    x0 = x
-                    continue
-                status = Status.BREAKDOWN
-                reason = (f"SciPy's {method} broke down (info={info}) after {total} iterations with relative residual "
-                          f"{res / bnorm:.2e}, and restarting from x did not help: try gmres (the most robust) or a "
-                          f"preconditioner")
-                break
+            used = math.ceil(its / self.restart) if method == "gmres" else its
+            if stop is None:
+                return Run(x, its, used, info)
+            # NaN/Inf from finite A and b is a breakdown of the recurrence (TFQMR divides by a zero
+            # rho): restart from the last finite iterate, as for SciPy's own breakdowns.
+            restartable = stop.status in (Status.NOT_FINITE, Status.BREAKDOWN)
+            if restartable:
+                finite_every[0] = 1
+            return Run(x, its, used, stop=stop.status, reason=f"{method}: {stop.reason}", restartable=restartable)
+
+        def breakdown_reason(info: int, total: int, rel: float) -> str:
+            # A Lanczos-type breakdown (BiCGStab's rho or omega, TFQMR's v^T r*): the loop restarts
+            # from x, which renews the shadow residual, and gives up only when restarts stop helping.
+            return (f"SciPy's {method} broke down (info={info}) after {total} iterations with relative residual "
+                    f"{rel:.2e}, and restarting from x did not help: try gmres (the most robust) or a preconditioner")
+
+        x, total, res, status, reason = true_residual_solve(
+            run, lambda x: float(np.linalg.norm(b - raw @ x)), method=method, x=None, bnorm=bnorm, thr=thr,
+            budget=budget, refreshes=_REFRESHES.get(method, _DEFAULT_REFRESHES),
+            maxiter_reason=lambda rel: self._maxiter_reason(maxiter, rel, rtol, atol),
             # SciPy's own test passed but the true residual does not: continue from x, tighter.
-            tol = tol * max(thr / res, 1e-3) * 0.5
-            x0 = x
-        else:
-            status = Status.MAX_ITERATIONS
-            reason = (f"{method}'s recurrence met the tolerance but the true relative residual {res / bnorm:.2e} did not "
-                      f"({refreshes} restarts from the true residual): the tolerance may be below what rounding allows; "
-                      f"loosen rtol/atol or use a direct method")
+            tighten=lambda tol, res: tol * max(thr / res, 1e-3) * 0.5,
+            exhausted_hint="the tolerance may be below what rounding allows; loosen rtol/atol or use a direct method",
+            breakdown_reason=breakdown_reason)
         return x, Outcome(total, res / bnorm, status, reason, history, products[0])
 
     def _operator(self, raw: Any, products: list[int], dtype: Any) -> Any:
@@ -287,8 +261,7 @@ class KrylovPlan:
 
     def _maxiter_reason(self, maxiter: Any, rel: float, rtol: float, atol: float) -> str:
         unit = {"gmres": " restart cycles", "lgmres": " outer iterations", "gcrotmk": " outer iterations"}.get(self.method, "")
-        return (f"{self.method} reached maxiter ({maxiter if maxiter is not None else 'SciPy default'}{unit}) with relative "
-                f"residual {rel:.2e} above the tolerance (rtol={rtol:g}, atol={atol:g})")
+        return maxiter_reason(self.method, maxiter, rel, rtol, atol, default="SciPy default", unit=unit)
 
     def __repr__(self) -> str:
         return f"KrylovPlan({self.method}, preconditioner={self.preconditioner}, n={self.n})"
@@ -346,17 +319,7 @@ def _checked_cg(A: Any, b: np.ndarray, x0: np.ndarray | None = None, *, rtol: fl
     return x, maxiter
 
 
-def _to_real(v: np.ndarray) -> np.ndarray:
-    return np.concatenate([v.real, v.imag])
-
-
-def _from_real(v: np.ndarray) -> np.ndarray:
-    n = v.shape[0] // 2
-    return v[:n] + 1j * v[n:]
-
-
 def _realified(op: Any) -> Any:
     """The real 2n x 2n operator of a complex n x n one (Hermitian stays symmetric)."""
     n = op.shape[0]
-    real = np.finfo(op.dtype).dtype
-    return Operator(2 * n, real, lambda v: _to_real(op.matvec(v[:n] + 1j * v[n:])))
+    return Operator(2 * n, np.finfo(op.dtype).dtype, realified_matvec(op.matvec, n, np))

@@ -33,7 +33,9 @@ import torch
 
 import sparsetorch
 from sparsetorch import BackendInfo, Decline, Offer, Request
-from sparsetorch.dispatch.calibrate import rates
+from sparsetorch.backend import (
+    batch_size, conversion_note, cpu_matrix_decline, dtype_name, hermitian, rates, spd_ok,
+)
 
 from . import __version__, cost
 
@@ -75,10 +77,6 @@ def _installed(module: str) -> bool:
 
 def _missing(module: str) -> str | None:
     return None if _installed(module) else _INSTALL[module]
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
 
 
 @sparsetorch.hookimpl
@@ -137,7 +135,7 @@ def _answers(request: Request, r: Any) -> list[Offer | Decline]:
     if request.op == "matmul":
         seconds, peak = cost.spmm_cost(r, request)
         return [Offer(NAME, "spmm", seconds, peak, _spmm_factory, "SciPy CSR/CSC kernel on zero-copy views"
-                      + _conversion_note(request))]
+                      + conversion_note(request))]
     if request.op == "lstsq":
         return _lstsq_answers(request, r)
     if request.op in ("eigsh", "eigs"):
@@ -148,38 +146,17 @@ def _answers(request: Request, r: Any) -> list[Offer | Decline]:
 
 
 def _general_decline(request: Request) -> str | None:
-    A = request.A
     from ._transfer import allowed
 
-    if A.device.type != "cpu" and not allowed(request):
-        return (f"runs on the CPU only (SciPy); A is on {A.device}: move A and b with .cpu(), use a backend for "
-                f"{A.device.type}, or allow host copies (backend_options={{'allow_transfer': True}}; costed)")
-    other = next((o for o in request.operands[1:] if o.device != A.device), None)
-    if other is not None:
-        return f"needs every operand on one device; A is on {A.device}, an operand on {other.device}"
-    if A.dtype not in DTYPES:
-        return (f"supports {', '.join(_dtype_name(d) for d in DTYPES)}; A is {_dtype_name(A.dtype)} "
-                f"(cast with .to(torch.float64) or .to(torch.float32))")
-    if A.kind != "sparse":
-        return f"needs one SparseTensor as A, got a {A.kind} operand"
-    if A.format is not None and A.format.num_batch_levels:
-        return (f"format {A.format.name or A.format} has BATCH levels (a pattern per batch member), which SciPy cannot "
-                f"hold; use a SparseTensorList or the torch backend")
-    if len(A.shape) - len(A.batch_shape) != 2:
-        return f"handles matrices only; A has format shape {tuple(A.shape[len(A.batch_shape):])}"
+    host_copies = request.A.device.type != "cpu" and allowed(request)
+    common = cpu_matrix_decline(request, DTYPES, "SciPy", "which SciPy cannot hold; use a SparseTensorList or the torch "
+                                "backend", host_copies=host_copies, same_device=True)
+    if common is not None:
+        return common
     scipy_missing = _missing("scipy")
     if scipy_missing:
         return f"scipy is {scipy_missing}"
     return None
-
-
-def _conversion_note(request: Request) -> str:
-    from sparsetorch.format import CSC, CSR
-
-    fmt = request.A.format
-    if fmt is None or fmt == CSR or fmt == CSC:
-        return ""
-    return f"; converts {fmt.name or 'the format'} to CSR once per pattern (costed)"
 
 
 # --- solve ---------------------------------------------------------------------------------------
@@ -202,30 +179,20 @@ def _solve_answers(request: Request, r: Any) -> list[Offer | Decline]:
     return out
 
 
-def _hermitian(request: Request) -> bool:
-    return bool({"symmetric", "hermitian", "spd"} & request.properties)
-
-
-def _spd_ok(request: Request, method: str) -> bool:
-    """The torch backend's rule: SPD detected or tagged, or the method pinned on a Hermitian A."""
-    asked = request.option("method") == method
-    return "spd" in request.properties or (asked and _hermitian(request))
-
-
 def _lu_answer(request: Request, r: Any, pre_name: str | None) -> Offer | Decline:
     if pre_name not in (None, "none"):
         return Decline(NAME, "a preconditioner was requested, but LU is a direct method; drop preconditioner= to use it", "lu")
     est = cost.lu_estimate(r, request)
-    mode = "symmetric mode, min. degree on A^T+A" if _hermitian(request) else "COLAMD, partial pivoting"
+    mode = "symmetric mode, min. degree on A^T+A" if hermitian(request) else "COLAMD, partial pivoting"
     note = (f"SuperLU ({mode}): ~{est.fill / 1e6:.3g}M factor entries, ~{est.flops / 1e9:.3g} Gflop estimated "
-            f"for {cost.dimension(request):.1f}-D sparsity" + _conversion_note(request))
+            f"for {cost.dimension(request):.1f}-D sparsity" + conversion_note(request))
     return Offer(NAME, "lu", est.seconds, est.bytes, _lu_factory, note)
 
 
 def _krylov_answers(request: Request, r: Any, method: str, pre: Any, pre_name: str | None) -> list[Offer | Decline]:
-    if method == "cg" and not _spd_ok(request, "cg"):
+    if method == "cg" and not spd_ok(request, "cg"):
         return [Decline(NAME, "CG needs a symmetric positive definite matrix (not detected; pass properties='spd' if it is)", method)]
-    if method == "minres" and not _hermitian(request):
+    if method == "minres" and not hermitian(request):
         return [Decline(NAME, "MINRES needs a symmetric (Hermitian) matrix", method)]
     if method == "tfqmr" and request.option("method") != "tfqmr":
         return [Decline(NAME, "offered only when asked for (method='tfqmr'): SciPy's TFQMR has no breakdown test and "
@@ -246,7 +213,7 @@ def _krylov_answers(request: Request, r: Any, method: str, pre: Any, pre_name: s
         seconds, peak, its = cost.krylov_cost(r, request, method, cand, restart)
         opts = dict(request.options)
         opts["preconditioner"] = pre if cand == "user" else cand
-        note = f"~{its} iterations estimated, preconditioner {cand or 'none'}" + _conversion_note(request)
+        note = f"~{its} iterations estimated, preconditioner {cand or 'none'}" + conversion_note(request)
         out.append(Offer(NAME, method, seconds, peak, _krylov_factory(method, opts), note, cand,
                          iterations=max(1, int(its))))
     return out
@@ -275,7 +242,7 @@ def _amg_options_problem(request: Request) -> str | None:
     if kind not in ("smoothed_aggregation", "ruge_stuben"):
         return f"backend_options amg={bo.get('amg')!r} is not a PyAMG solver; use 'smoothed_aggregation' or 'ruge_stuben'"
     if kind == "ruge_stuben" and request.dtype.is_complex:
-        return f"PyAMG's ruge_stuben is real only; A is {_dtype_name(request.dtype)} (use amg='smoothed_aggregation')"
+        return f"PyAMG's ruge_stuben is real only; A is {dtype_name(request.dtype)} (use amg='smoothed_aggregation')"
     reuse = bo.get("amg_reuse", "values")
     if not (reuse in ("values", "pattern") or (isinstance(reuse, (int, float)) and not isinstance(reuse, bool)
                                                and reuse >= 0)):
@@ -288,7 +255,7 @@ def _amg_answer(request: Request, r: Any, pre_name: str | None) -> Offer | Decli
     missing = _missing("pyamg")
     if missing:
         return Decline(NAME, f"pyamg is {missing}", "amg")
-    if not _spd_ok(request, "amg"):
+    if not spd_ok(request, "amg"):
         return Decline(NAME, "AMG (PyAMG as the solver) needs a symmetric positive definite matrix (not detected; pass "
                              "properties='spd' if it is)", "amg")
     if pre_name not in (None, "none"):
@@ -303,7 +270,7 @@ def _amg_answer(request: Request, r: Any, pre_name: str | None) -> Offer | Decli
         return Decline(NAME, SOLVER_REUSE, "amg")
     seconds, peak, its = cost.amg_solver_cost(r, request)
     kind = (request.option("backend_options") or {}).get("amg", "smoothed_aggregation")
-    return Offer(NAME, "amg", seconds, peak, _amg_factory, f"PyAMG {kind}: ~{its} V-cycles estimated" + _conversion_note(request),
+    return Offer(NAME, "amg", seconds, peak, _amg_factory, f"PyAMG {kind}: ~{its} V-cycles estimated" + conversion_note(request),
                  iterations=max(1, int(its)))
 
 
@@ -316,7 +283,7 @@ def _lstsq_answers(request: Request, r: Any) -> list[Offer | Decline]:
                                  f"not a least-squares method here", asked))
     for method in LSTSQ_METHODS:
         seconds, peak, its = cost.lstsq_cost(r, request, method)
-        note = f"SciPy {method.upper()}: ~{its} iterations estimated (2 products each)" + _conversion_note(request)
+        note = f"SciPy {method.upper()}: ~{its} iterations estimated (2 products each)" + conversion_note(request)
         out.append(Offer(NAME, method, seconds, peak, _lstsq_factory(method), note))
     return out
 
@@ -340,7 +307,7 @@ def _eigen_answers(request: Request, r: Any) -> list[Offer | Decline]:
         seconds, peak, note = cost.arpack_cost(r, request, k, sigma is not None or which == "SM"
                                                or (which == "SA" and "spd" in request.properties))
         factory = _eigsh_factory("arpack") if request.op == "eigsh" else _eigs_factory
-        out.append(Offer(NAME, "arpack", seconds, peak, factory, note + _conversion_note(request)))
+        out.append(Offer(NAME, "arpack", seconds, peak, factory, note + conversion_note(request)))
     if request.op == "eigsh":
         if sigma is not None or which not in ("LA", "SA"):
             out.append(Decline(NAME, f"LOBPCG finds the largest or smallest eigenvalues (which 'LA'/'SA', no sigma); got "
@@ -350,7 +317,7 @@ def _eigen_answers(request: Request, r: Any) -> list[Offer | Decline]:
                                      f"method='arpack' or 'dense'", "lobpcg"))
         else:
             seconds, peak, note = cost.lobpcg_cost(r, request, k)
-            out.append(Offer(NAME, "lobpcg", seconds, peak, _eigsh_factory("lobpcg"), note + _conversion_note(request)))
+            out.append(Offer(NAME, "lobpcg", seconds, peak, _eigsh_factory("lobpcg"), note + conversion_note(request)))
     return out
 
 
@@ -358,9 +325,9 @@ def _logdet_answer(request: Request, r: Any) -> Offer | Decline:
     if request.A.shape[-1] != request.A.shape[-2]:
         return Decline(NAME, f"logdet needs a square matrix, got {request.A.shape[-2]}x{request.A.shape[-1]}", "lu")
     est = cost.lu_estimate(r, request)
-    seconds = est.seconds + r.seconds(bytes=est.fill * 12 * cost._batch(request) / cost.STREAM_FACTOR)  # U's diagonal: a copy of U
+    seconds = est.seconds + r.seconds(bytes=est.fill * 12 * batch_size(request) / cost.STREAM_FACTOR)  # U's diagonal: a copy of U
     note = (f"SuperLU: slogdet from U's diagonal and the permutations' signs (log space); ~{est.fill / 1e6:.3g}M factor "
-            f"entries estimated" + _conversion_note(request))
+            f"entries estimated" + conversion_note(request))
     return Offer(NAME, "lu", seconds, est.bytes, _logdet_factory, note)
 
 

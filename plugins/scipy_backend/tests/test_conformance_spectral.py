@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sparsetorch.dispatch import get_backends, reset_backends
+from sparsetorch.backend import get_backends, reset_backends
 from sparsetorch.format import COO, CSC, CSR
 from sparsetorch.testing import EigsConformance, EigshConformance, LogdetConformance
 

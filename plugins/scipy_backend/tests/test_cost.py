@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import sparsetorch as st
-from sparsetorch.dispatch.calibrate import rates
-from sparsetorch.dispatch.records import OperandInfo, Request
+from sparsetorch.backend import rates
+from sparsetorch.backend import OperandInfo, Request
 from sparsetorch.format import CSR
 
 import sparsetorch_scipy.plugin as plugin

@@ -55,7 +55,7 @@ def test_value_batch_factors_each_member() -> None:
 
 
 def test_solver_refactors_only_on_new_values() -> None:
-    from sparsetorch.dispatch import get_backends, reset_backends
+    from sparsetorch.backend import get_backends, reset_backends
     import sparsetorch_scipy.plugin as plugin
 
     get_backends().register(plugin, "scipy")
@@ -94,7 +94,7 @@ def test_cached_plan_refactors_exactly_when_the_values_change(change, scipy_back
     A = A.with_values(A.values.clone())
     b = torch.linspace(-1, 1, 64, dtype=torch.float64)
     x1 = st.solve(A, b, backend="scipy", method="lu")
-    plan = next(e for e in [st.plan_cache()._data[k][0] for k in st.plan_cache()._data]).plan
+    plan = st.plan_cache().plan(st.plan_cache().entries()[0].key).plan
     assert plan.factorizations == 1
     st.solve(A, b, backend="scipy", method="lu")
     assert plan.factorizations == 1
@@ -161,8 +161,8 @@ def test_complex_hermitian_and_float32() -> None:
 @pytest.mark.parametrize(("dim", "m"), [(2, 48), (3, 12)])
 def test_fill_model_tracks_superlu(dim, m) -> None:
     """The cost model's nnz(L + U) estimate is within 1.5x of SuperLU's on Poisson."""
-    from sparsetorch.dispatch.calibrate import rates
-    from sparsetorch.dispatch.records import OperandInfo, Request
+    from sparsetorch.backend import rates
+    from sparsetorch.backend import OperandInfo, Request
 
     from sparsetorch_scipy import cost
     from _helpers import poisson_scipy

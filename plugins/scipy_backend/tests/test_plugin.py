@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import sparsetorch as st
-from sparsetorch.dispatch.records import OperandInfo, Request
+from sparsetorch.backend import OperandInfo, Request
 from sparsetorch.format import CSR, TensorFormat
 from sparsetorch.testing.problems import convection_diffusion, poisson2d
 
@@ -56,7 +56,7 @@ def test_import_light() -> None:
     import sys
 
     code = ("import sys, sparsetorch_scipy.plugin as p; p.sparsetorch_backend_info(); "
-            "from sparsetorch.dispatch.records import OperandInfo, Request; import torch; "
+            "from sparsetorch.backend import OperandInfo, Request; import torch; "
             "A = OperandInfo('sparse', (9, 9), torch.float64, torch.device('cpu'), nse=40); "
             "p.sparsetorch_offers(Request('solve', (A,), frozenset({'spd'}), {})); "
             "print('scipy' in sys.modules, 'pyamg' in sys.modules)")
