@@ -227,3 +227,97 @@ def test_to_package_of_torch_built_tensors_is_torch() -> None:
     sp = pytest.importorskip("scipy.sparse")
     moved = st.from_package(sp.csr_array(torch.eye(3).numpy())).convert(CSC)
     assert origin_package(moved) == "torch"
+
+
+# Batched operands and broadcasting (numpy.matmul / nvmath rules, one side may be unbatched) -------
+def _value_batch(seed: int = 6, B: int = 3):
+    gen = torch.Generator().manual_seed(seed)
+    mask = torch.rand(4, 5, generator=gen) < 0.5
+    D = torch.randn(B, 4, 5, generator=gen, dtype=torch.float64) * mask
+    return st.SparseTensor.from_dense(D, mask=mask.expand(B, 4, 5), batch_dims=1), D
+
+
+def _pattern_batch(seed: int = 7, B: int = 3, layout: str = "csr"):
+    """torch's batched CSR (one pattern per member, same nnz) and its dense twin."""
+    gen = torch.Generator().manual_seed(seed)
+    D = torch.zeros(B, 4, 6, dtype=torch.float64)
+    for b in range(B):
+        idx = torch.randperm(24, generator=gen)[:7]
+        D[b].view(-1)[idx] = torch.randn(7, generator=gen, dtype=torch.float64)
+    if layout == "bsr":
+        D = torch.randn(B, 4, 6, generator=gen, dtype=torch.float64)
+        return st.from_package(D.to_sparse_bsr((2, 2))), D
+    return st.from_package(D.to_sparse_csr()), D
+
+
+@pytest.mark.parametrize("shape", [(5,), (5, 2)], ids=["vector", "matrix"])
+def test_value_batched_a_with_an_unbatched_b_broadcasts(shape) -> None:
+    A, D = _value_batch()
+    v = A.values.clone().requires_grad_(True)
+    x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+    y = st.matmul(A.with_values(v), x)
+    Dw, x2 = D.clone().requires_grad_(True), x.detach().clone().requires_grad_(True)
+    ref = torch.matmul(Dw, x2)
+    assert y.shape == ref.shape
+    torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
+    y.sin().sum().backward()
+    ref.sin().sum().backward()
+    torch.testing.assert_close(x.grad, x2.grad, rtol=1e-12, atol=1e-12)  # summed over the batch
+    coords, slot = A.entries()
+    torch.testing.assert_close(v.grad[..., slot], Dw.grad[..., coords[0], coords[1]], rtol=1e-12, atol=1e-12)
+
+
+def test_unbatched_a_with_a_batched_b_folds_into_columns() -> None:
+    A, D = _value_batch()
+    A0, D0 = A.with_values(A.values[0].detach()), D[0]
+    X = torch.randn(2, 3, 5, 4, dtype=torch.float64)
+    torch.testing.assert_close(st.matmul(A0, X), D0 @ X, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(A0 @ X, D0 @ X, rtol=1e-12, atol=1e-12)
+    Z = torch.randn(2, 7, 4, dtype=torch.float64)
+    torch.testing.assert_close(Z @ A0, Z @ D0, rtol=1e-12, atol=1e-12)
+    v = A0.values.clone().requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda v, X: st.matmul(A0.with_values(v), X),
+                                    (v, X[:, :2, :, :2].clone().requires_grad_(True)))
+    c = torch.randn(2, 3, 4, 4, dtype=torch.float64)
+    c0 = c.clone()
+    with st.Matmul(A0, X, c, alpha=0.5) as mm:
+        torch.testing.assert_close(mm.execute(), 0.5 * (D0 @ X) + c0, rtol=1e-12, atol=1e-12)
+    with pytest.raises(InputError, match="must be"):
+        st.matmul(A, torch.randn(2, 5, 2, dtype=torch.float64))  # a batch of 2 against A's 3
+
+
+@pytest.mark.parametrize("layout", ["csr", "bsr"])
+def test_pattern_batched_a_torch_batched_csr_and_bsr(layout) -> None:
+    A, D = _pattern_batch(layout=layout)
+    assert A.format.num_batch_levels == 1
+    Xb = torch.randn(3, 6, 2, dtype=torch.float64)
+    x = torch.randn(6, dtype=torch.float64)
+    torch.testing.assert_close(st.matmul(A, Xb), D @ Xb, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(st.matmul(A, x), D @ x, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(A @ Xb[:, :, 0], (D @ Xb[:, :, :1])[..., 0], rtol=1e-12, atol=1e-12)
+    c = torch.randn(3, 4, 2, dtype=torch.float64)
+    c0 = c.clone()
+    r = st.matmul(A, Xb, c, alpha=2.0, beta=-1.0)
+    assert r is c
+    torch.testing.assert_close(r, 2.0 * (D @ Xb) - c0, rtol=1e-12, atol=1e-12)
+    with st.Matmul(A, Xb, torch.zeros(3, 4, 2, dtype=torch.float64)) as mm:
+        mm.plan()
+        torch.testing.assert_close(mm.execute(), D @ Xb, rtol=1e-12, atol=1e-12)
+        X2 = torch.randn_like(Xb)
+        mm.reset_operands_unchecked(b=X2, beta=0.0)
+        torch.testing.assert_close(mm.execute(), D @ X2, rtol=1e-12, atol=1e-12)
+    # gradients reach every member's values and X
+    v = A.values.clone().requires_grad_(True)
+    Xg = Xb.clone().requires_grad_(True)
+    Ag = st.SparseTensor(A.format, A.shape, [A.pos(k) for k in range(A.format.num_levels)],
+                         [A.crd(k) for k in range(A.format.num_levels)], v)
+    st.matmul(Ag, Xg).square().sum().backward()
+    Dw = D.clone().requires_grad_(True)
+    X2g = Xb.clone().requires_grad_(True)
+    (Dw @ X2g).square().sum().backward()
+    torch.testing.assert_close(Xg.grad, X2g.grad, rtol=1e-12, atol=1e-12)
+    dW = Ag.with_values(v.grad).to_dense()
+    stored = Ag.with_values(torch.ones_like(v)).to_dense() != 0
+    torch.testing.assert_close(dW, Dw.grad * stored, rtol=1e-12, atol=1e-12)
+    with pytest.raises(InputError, match="batch"):
+        st.matmul(A, torch.randn(2, 6, 2, dtype=torch.float64))

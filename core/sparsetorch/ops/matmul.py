@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -11,6 +12,7 @@ from ..dispatch.plan import PlanState
 from ..autograd.matmul import matmul_function
 from ..dispatch.select import ExplainTable
 from ..errors import InputError
+from ..format import TensorFormat
 from ..tensor import SparseTensor
 from ._dispatch import make_request, obtain_plan
 from ._inputs import as_rhs, check_matrix, describe_dense, describe_sparse, restore_rhs
@@ -29,8 +31,15 @@ def _run(A: SparseTensor, Xn: torch.Tensor, state: PlanState, adjoint: bool = Fa
 
 def matmul(A: SparseTensor, X: torch.Tensor, c: torch.Tensor | None = None, *, alpha: float | complex | None = None,
            beta: float | complex | None = None, backend: str | None = None, cache: bool = True) -> torch.Tensor:
-    """``A @ X`` for sparse ``A`` (any format) and dense ``X`` of shape ``(n,)``, ``(n, k)`` or with
-    A's value batch in front. Differentiable in A's values (on the pattern) and in ``X``.
+    """``A @ X`` for sparse ``A`` (any format) and dense ``X``. Differentiable in A's values (on
+    the pattern) and in ``X``.
+
+    Shapes follow nvmath-python's (numpy.matmul's) rules, with torch's broadcasting of one
+    unbatched side: ``X`` is ``(n,)`` or ``(n, k)``; with a batched ``A`` (a value batch
+    ``(*B, m, n)`` on one pattern, or a format with BATCH levels such as torch's batched
+    CSR/CSC/BSR, one pattern per member) ``X`` is ``(*B, n[, k])`` or unbatched (then shared by
+    every member); with an unbatched ``A``, ``X`` may carry any batch ``(*B, n, k)`` (folded into
+    the columns of one product). The result is ``(*B, m[, k])``.
 
     With ``c`` (or ``alpha``/``beta``) it is the one-shot form of :class:`Matmul`, nvmath-python's
     ``matmul(a, b, c, alpha=, beta=)``: ``alpha * A @ X + beta * c`` with ``alpha`` 1 and ``beta``
@@ -38,27 +47,95 @@ def matmul(A: SparseTensor, X: torch.Tensor, c: torch.Tensor | None = None, *, a
     is being recorded (then a new tensor is returned and ``c`` is left alone; see :class:`Matmul`).
     ``c`` must have the result's shape, A's dtype and device. Unlike :class:`Matmul` it uses the
     plan cache, so repeated one-shot calls on one pattern plan once."""
+    if isinstance(A, SparseTensor) and A.format.num_batch_levels:
+        members, rhs = _pattern_batch(A, X, "matmul")
+        alpha, beta = _scalars(A, rhs.shape, c, alpha, beta, "matmul")
+        ys = [matmul(Ab, Xb, backend=backend, cache=cache) for Ab, Xb in zip(members, rhs.parts)]
+        return _combine(rhs.finish(ys), c, alpha, beta)
     A = check_matrix(A, "matmul", square=False)
-    Xn, vector = as_rhs(A, X, "matmul", rows=A.format_shape[1])
-    alpha, beta = _scalars(A, Xn, vector, c, alpha, beta, "matmul")
-    request = matmul_request(A, Xn, {"backend": backend})
+    rhs = _rhs(A, X, "matmul")
+    alpha, beta = _scalars(A, rhs.shape, c, alpha, beta, "matmul")
+    request = matmul_request(A, rhs.Xn, {"backend": backend})
     state, _, _ = obtain_plan("matmul", A, request, cache=cache)
-    return _combine(restore_rhs(_run(A, Xn, state), vector), c, alpha, beta)
+    return _combine(rhs.finish(_run(A, rhs.Xn, state)), c, alpha, beta)
 
 
-def _scalars(a: SparseTensor, bn: torch.Tensor, vector: bool, c: torch.Tensor | None, alpha, beta,
-             what: str) -> tuple[Any, Any]:
-    """nvmath's defaults (alpha 1; beta 1 with c) after checking c against the product."""
+class _Rhs:
+    """The dense operand as the plan takes it (``Xn``: ``(*value_batch, n, k)``), the result's
+    shape, and ``finish`` mapping the plan's output back to that shape."""
+
+    __slots__ = ("Xn", "shape", "finish", "parts", "vector")
+
+    def __init__(self, Xn, shape, finish, parts=None, vector=False) -> None:
+        self.Xn, self.shape, self.finish, self.parts, self.vector = Xn, tuple(shape), finish, parts, vector
+
+
+def _rhs(A: SparseTensor, X: object, op: str) -> _Rhs:
+    """``X`` against a matrix ``A`` (2 format dims, maybe a value batch): A's batch on ``X``,
+    an unbatched ``X`` broadcast over A's batch, or a batched ``X`` folded into the columns."""
+    m, n = A.format_shape
+    vb = tuple(A.batch_shape)
+    if isinstance(X, torch.Tensor) and X.layout == torch.strided:
+        nb = len(vb)
+        exact = ((X.dim() == nb + 1 and tuple(X.shape[:nb]) == vb and X.shape[-1] == n)
+                 or (X.dim() == nb + 2 and tuple(X.shape[:nb]) == vb and X.shape[-2] == n))
+        if not exact and vb and (X.dim() == 1 and X.shape[0] == n or X.dim() == 2 and X.shape[0] == n):
+            X = X.expand(*vb, *X.shape)  # one X for every member of the value batch
+        elif not exact and not vb and X.dim() > 2 and X.shape[-2] == n:
+            lead, k = tuple(X.shape[:-2]), X.shape[-1]
+            Xn, _ = as_rhs(A, X.movedim(-2, 0).reshape(n, -1), op, rows=n)
+            # Y (m, prod(lead) * k) -> (*lead, m, k)
+            return _Rhs(Xn, lead + (m, k), lambda Y: Y.reshape(m, *lead, k).movedim(0, -2))
+    Xn, vector = as_rhs(A, X, op, rows=n)
+    shape = tuple(Xn.shape[:-2]) + (m,) + (() if vector else (Xn.shape[-1],))
+    return _Rhs(Xn, shape, lambda Y: restore_rhs(Y, vector), vector=vector)
+
+
+def _pattern_batch(A: SparseTensor, X: object, op: str) -> tuple[list[SparseTensor], _Rhs]:
+    """A format with BATCH levels (a pattern per member, torch's batched CSR/CSC/BSR) as its
+    member matrices, and ``X`` split to match (``(*B, n[, k])``, or one unbatched ``X`` shared)."""
+    fmt = A.format
+    nb = fmt.num_batch_levels
+    if A.batch_shape:
+        raise InputError(f"{op}: a value batch {tuple(A.batch_shape)} on a format with BATCH levels ({fmt}) is not "
+                         f"supported; use one of the two")
+    if fmt.ndim - nb != 2:
+        raise InputError(f"{op} needs matrices: {fmt} has {fmt.ndim - nb} non-batch dimensions, not 2")
+    fshape = tuple(A.format_shape)
+    bs, (m, n) = fshape[:nb], fshape[nb:]
+    count = math.prod(bs)
+    if not isinstance(X, torch.Tensor) or X.layout != torch.strided:
+        raise InputError(f"{op}: the right-hand side must be a dense torch.Tensor, got {type(X).__name__}")
+    if X.dim() in (1, 2) and X.shape[0] == n and not (X.dim() == nb + 1 and tuple(X.shape[:nb]) == bs):
+        parts, tail = [X] * count, tuple(X.shape[1:])
+    elif X.dim() in (nb + 1, nb + 2) and tuple(X.shape[:nb]) == bs and X.shape[nb] == n:
+        parts, tail = list(X.reshape(count, *X.shape[nb:]).unbind(0)), tuple(X.shape[nb + 1:])
+    else:
+        raise InputError(f"{op}: the right-hand side has shape {tuple(X.shape)}; for A of shape {fshape} (batch {bs} "
+                         f"of {m}x{n} patterns) it must be {bs + (n,)}, {bs + (n, 'k')}, ({n},) or ({n}, k)")
+    inner = TensorFormat(fmt.dims[nb:], [(lv.expr, lv.type) for lv in fmt.levels[nb:]])
+    flat = lambda b: None if b is None else b.reshape(count, *b.shape[nb:])  # noqa: E731
+    pos = [flat(A.pos(k)) for k in range(nb, fmt.num_levels)]
+    crd = [flat(A.crd(k)) for k in range(nb, fmt.num_levels)]
+    vals = A.values.reshape(count, *A.values.shape[nb:])
+    A.ensure_valid()
+    members = [SparseTensor(inner, (m, n), [None if p is None else p[i] for p in pos],
+                            [None if c is None else c[i] for c in crd], vals[i], check=False) for i in range(count)]
+    shape = bs + (m,) + tail
+    return members, _Rhs(None, shape, lambda ys: torch.stack(ys).reshape(shape), parts=parts)
+
+
+def _scalars(a: SparseTensor, shape: tuple, c: torch.Tensor | None, alpha, beta, what: str) -> tuple[Any, Any]:
+    """nvmath's defaults (alpha 1; beta 1 with c) after checking c against the result's shape."""
     if c is None and beta is not None and beta != 0:
         raise InputError(f"{what}: beta={beta} needs an output operand c (pass c=, or leave beta out)")
     if c is not None:
         if not isinstance(c, torch.Tensor) or c.layout != torch.strided:
             raise InputError(f"{what}: c must be a dense (strided) torch.Tensor, got "
                              f"{getattr(c, 'layout', type(c).__name__)}")
-        want = tuple(bn.shape[:-2]) + (a.format_shape[0],) + (() if vector else (bn.shape[-1],))
-        if tuple(c.shape) != want:
-            raise InputError(f"{what}: c has shape {tuple(c.shape)}; for a {tuple(a.shape)} @ b "
-                             f"{tuple(bn.shape[:-1]) if vector else tuple(bn.shape)} it must be {want}")
+        if tuple(c.shape) != tuple(shape):
+            raise InputError(f"{what}: c has shape {tuple(c.shape)}; for this product it must be {tuple(shape)} "
+                             f"(the result's shape: c is written in place, so it is not broadcast)")
         if c.dtype != a.dtype or c.device != a.device:
             raise InputError(f"{what}: c must have A's dtype {a.dtype} and device {a.device}, got {c.dtype} on {c.device}")
     alpha = 1.0 if alpha is None else alpha
@@ -132,14 +209,22 @@ class Matmul:
         self._set(a, b, c, alpha, beta)
 
     def _set(self, a, b, c, alpha, beta) -> None:
-        a = check_matrix(a, "Matmul", square=False)
-        bn, vector = as_rhs(a, b, "Matmul", rows=a.format_shape[1])
-        alpha, beta = _scalars(a, bn, vector, c, alpha, beta, "Matmul")
+        if isinstance(a, SparseTensor) and a.format.num_batch_levels:
+            members, rhs = _pattern_batch(a, b, "Matmul")
+        else:
+            a = check_matrix(a, "Matmul", square=False)
+            members, rhs = None, _rhs(a, b, "Matmul")
+        alpha, beta = _scalars(a, rhs.shape, c, alpha, beta, "Matmul")
         self.a, self.b, self.c, self.alpha, self.beta = a, b, c, alpha, beta
-        self._bn, self._vector = bn, vector
+        self._rhs, self._members = rhs, members
 
     def plan(self) -> ExplainTable:
-        request = matmul_request(self.a, self._bn, {"backend": self._backend})
+        if self._members is not None:  # one plan per member pattern, through the plan cache
+            request = matmul_request(self._members[0], self._rhs.parts[0], {"backend": self._backend})
+            _, _, self._table = obtain_plan("matmul", self._members[0], request, cache=True)
+            self._state = True  # type: ignore[assignment]
+            return self._table
+        request = matmul_request(self.a, self._rhs.Xn, {"backend": self._backend})
         self._state, _, self._table = obtain_plan("matmul", self.a, request, cache=False)
         self._state.build()
         return self._table
@@ -147,7 +232,10 @@ class Matmul:
     def execute(self) -> torch.Tensor:
         if self._state is None:
             self.plan()
-        return _combine(restore_rhs(_run(self.a, self._bn, self._state), self._vector), self.c, self.alpha, self.beta)
+        if self._members is not None:
+            ys = [matmul(Ab, Xb, backend=self._backend) for Ab, Xb in zip(self._members, self._rhs.parts)]
+            return _combine(self._rhs.finish(ys), self.c, self.alpha, self.beta)
+        return _combine(self._rhs.finish(_run(self.a, self._rhs.Xn, self._state)), self.c, self.alpha, self.beta)
 
     def reset_operands(self, a: SparseTensor | None = None, b: torch.Tensor | None = None, c: torch.Tensor | None = None,
                        *, alpha: float | complex | None = None, beta: float | complex | None = None) -> None:
@@ -172,13 +260,21 @@ class Matmul:
         undefined behaviour (a wrong result or an error from the backend). A new ``a`` on another
         pattern still re-plans (one identity comparison), since a stale plan would compute with
         the old pattern."""
+        if self._members is not None and (a is not None or b is not None):
+            self._set(a if a is not None else self.a, b if b is not None else self.b, self.c, self.alpha, self.beta)
+            a = b = None  # a pattern batch re-splits its members (cheap views); the plans are cached
         if a is not None:
             if a.pattern_key != self.a.pattern_key:
                 self._state = None
             self.a = a
         if b is not None:
             self.b = b
-            self._bn = b.unsqueeze(-1) if self._vector else b
+            rhs = self._rhs
+            if rhs.Xn is not None and tuple(b.shape) == tuple(rhs.Xn.shape[:-1] if rhs.vector else rhs.Xn.shape):
+                # the plain layouts: b is what the plan takes (a vector gets its column back)
+                self._rhs = _Rhs(b.unsqueeze(-1) if rhs.vector else b, rhs.shape, rhs.finish, vector=rhs.vector)
+            else:  # broadcast or folded layouts: redo the (shape-only) mapping
+                self._rhs = _rhs(self.a, b, "Matmul")
         if c is not None:
             self.c = c
         if alpha is not None:
