@@ -122,7 +122,7 @@ class Route(RangeSearch):
         while True:
             state, offer = self.state, self.offer
             opts = self._options_for(offer, base, rtol, atol_s)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             try:
                 X, res = self._attempt(state, vs, Bs, opts, handle.adjoint, rtol, atol_s, offer)
             except (SingularMatrixError, IndefiniteMatrixError, BackendError) as exc:
@@ -130,7 +130,7 @@ class Route(RangeSearch):
                 # factorization (ILU, IC) is only that preconditioner's failure
                 kind = "singular" if isinstance(exc, SingularMatrixError) and _direct(offer) else "error"
                 self._note(state, offer, IterationResult(0, math.inf, False, Status.BREAKDOWN, _one_line(exc)),
-                           time.perf_counter() - t0, rtol)
+                           time.perf_counter() - t0, rtol, time.thread_time() - c0)
                 failures.append((kind, exc))
                 if (kind == "singular" and offer is not None and offer.method == "lu" and not self.pinned
                         and not self._range_tried):
@@ -144,7 +144,7 @@ class Route(RangeSearch):
                 if self.pinned or not self._advance(kind, offer):
                     return self._give_up(exc, failures, vs, Bs, handle.adjoint, rtol, atol_s, sa / sb)
                 continue
-            self._note(state, offer, res, time.perf_counter() - t0, rtol)
+            self._note(state, offer, res, time.perf_counter() - t0, rtol, time.thread_time() - c0)
             if res.converged:
                 out = self._unscaled(X, sa / sb)
                 if sa == sb or bool(torch.isfinite(out).all()):
@@ -325,7 +325,11 @@ class Route(RangeSearch):
         return MatmulHandle(products.product_state(self.A, X), self.A, adjoint).run(values, X)
 
     # ------------------------------------------------------------------------------------------
-    def _note(self, state: PlanState, offer: Offer | None, res: IterationResult, seconds: float, rtol: float) -> None:
+    def _note(self, state: PlanState, offer: Offer | None, res: IterationResult, seconds: float, rtol: float,
+              cpu: float | None = None) -> None:
+        """Record an attempt (wall ``seconds``); what a direct method measured is remembered by
+        its CPU time in this thread (``cpu``): a busy machine preempting the call must not teach
+        dispatch that the method is slow."""
         backend, _, method = state.label.partition("/")
         pre = offer.preconditioner if offer is not None else None
         self.attempts.append(Attempt(backend, method, pre, res.iterations, res.status, res.residual, res.reason,
@@ -335,10 +339,11 @@ class Route(RangeSearch):
         if offer.iterations is not None and res.status is not Status.DIRECT:
             experience.record(self.A.pattern_fingerprint, self.A.dtype, offer.backend, offer.method, offer.preconditioner,
                               Measured(res.iterations, rtol, res.converged, res.reason[:200]))
-        elif (offer.direct and res.converged and seconds > experience.DIRECT_SLOWER * offer.seconds
-              and seconds > offer.seconds + experience.DIRECT_MARGIN):
-            experience.record(self.A.pattern_fingerprint, self.A.dtype, offer.backend, offer.method, offer.preconditioner,
-                              Measured(0, rtol, True, "", seconds=seconds))
+        elif offer.direct and res.converged:
+            spent = seconds if cpu is None else cpu
+            if spent > experience.DIRECT_SLOWER * offer.seconds and spent > offer.seconds + experience.DIRECT_MARGIN:
+                experience.record(self.A.pattern_fingerprint, self.A.dtype, offer.backend, offer.method,
+                                  offer.preconditioner, Measured(0, rtol, True, "", seconds=spent))
 
     def _advance(self, kind: str, offer: Offer | None) -> bool:
         """Move to the next offer after a failure of ``kind``; False when none is left."""
