@@ -17,6 +17,7 @@ from .comm import Comm, free_port, init
 from .errors import CommTimeoutError, DistributedError, MismatchError
 from .eigen import DEigshInfo, eigsh
 from .exchange import ExchangePlan, halo_exchange
+from .nonlinear import DNonlinearInfo, nonlinear_solve
 from .ops import dot, global_sum, matmul, norm
 from .partition import contiguous_offsets, edge_cut, graph_parts, rcb_parts, spectral_parts
 from .solve import DSolveInfo, is_symmetric, solve
@@ -31,6 +32,7 @@ __all__ = [
     "ExchangePlan", "halo_exchange",
     "matmul", "dot", "norm", "global_sum",
     "solve", "DSolveInfo", "is_symmetric", "eigsh", "DEigshInfo",
+    "nonlinear_solve", "DNonlinearInfo",
     "contiguous_offsets", "rcb_parts", "spectral_parts", "graph_parts", "edge_cut",
     "__version__",
 ]

@@ -321,6 +321,52 @@ def s_amg(comm):
     return out
 
 
+NL_M = 8       # grid side of the nonlinear scenario (N = 64)
+
+
+def nl_inputs(ids):
+    g = ids.to(torch.float64)
+    kappa = 1.0 + 0.3 * torch.sin(0.7 * g)
+    f = 1.0 + 0.5 * torch.cos(0.3 * g)
+    w = torch.sin(0.2 * g + 1.0)
+    return kappa, f, w
+
+
+def s_nonlinear(comm):
+    """-div(kappa grad u) + c u^3 = f, assembled per rank (kappa through the halo exchange), by
+    Newton with an assembled DSparseTensor Jacobian and matrix-free; gradients in kappa and c."""
+    from sparsetorch_distributed.problems import coefficient_values
+
+    N = NL_M * NL_M
+    ids = _rows(comm, N)
+    rows, cols, nbnd = poisson2d_rows(NL_M, ids)
+    A0 = sd.DSparseTensor.from_local_rows(rows, cols, torch.ones(rows.numel(), dtype=torch.float64), (N, N), comm=comm)
+    p = A0.pattern
+    kappa0, f, w = nl_inputs(ids)
+
+    def matrix(kappa):
+        k_ext = torch.cat([kappa, sd.halo_exchange(kappa, p.halo)])
+        return A0.with_values(coefficient_values(p.row, p.col, k_ext[p.row], k_ext[p.col], nbnd, p.row, p.n_local))
+
+    def F(u, kappa, c):
+        return matrix(kappa) @ u + c * u ** 3 - f
+
+    def J(u, kappa, c):
+        A = matrix(kappa)
+        d = torch.zeros(A.nse_local, dtype=u.dtype).index_add_(0, p.diag_slot, 3.0 * c * u ** 2)
+        return A.with_values(A.values + d)
+
+    out = dict(ids=ids)
+    for name, jac in (("assembled", J), ("matrix_free", None)):
+        kappa = kappa0.clone().requires_grad_(True)
+        c = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+        u, info = sd.nonlinear_solve(F, torch.zeros(ids.numel(), dtype=torch.float64), (kappa, c), jacobian=jac,
+                                     return_info=True)
+        sd.dot(w, u, comm).backward()
+        out[name] = dict(u=u.detach(), gk=kappa.grad, gc=float(sd.global_sum(c.grad, comm)), info=info)
+    return out
+
+
 def eig_values(r, c, *, spread=0.3):
     """The 5-point entries with a varying diagonal (distinct eigenvalues; spread=0 keeps the grid's
     double eigenvalues)."""
