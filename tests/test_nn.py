@@ -342,3 +342,54 @@ def test_sparse_weight_t_of_1d_is_itself() -> None:
     assert float(s.t() @ y) == pytest.approx(-1.0)
     with pytest.raises(InputError, match="needs a matrix"):
         s.mT
+
+
+@pytest.mark.parametrize("fmt", [CSR, NM(2, 4), COO], ids=["csr", "nm24", "coo"])
+def test_sparse_linear_compiles_fullgraph_with_no_graph_break(fmt) -> None:
+    import torch._dynamo as dynamo
+
+    torch.manual_seed(11)
+    lin = nn.Linear(16, 6).double()
+    g = lin.weight.detach().abs().reshape(6, 4, 4)
+    mask = torch.zeros_like(g, dtype=torch.bool).scatter_(-1, g.topk(2, -1).indices, True).reshape(6, 16)
+    layer = SparseLinear.from_linear(lin, format=fmt, mask=mask)
+    model = nn.Sequential(layer, nn.Tanh())
+    if fmt != CSR:
+        with pytest.raises(Exception) as info:  # dynamo wraps the InputError raised while tracing
+            torch.compile(model, backend="aot_eager", fullgraph=True)(torch.randn(2, 16, dtype=torch.float64))
+        chain, e = [], info.value
+        while e is not None:
+            chain.append(str(e))
+            e = e.__cause__ or e.__context__
+        assert any("needs its CSR view: call layer.prepare_compile()" in m for m in chain), chain
+        dynamo.reset()
+        model.apply(st.nn.prepare_compile)
+    x = torch.randn(3, 2, 16, dtype=torch.float64)
+    assert dynamo.explain(model)(x).graph_break_count == 0
+    dynamo.reset()
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    xc = x.clone().requires_grad_(True)
+    y = compiled(xc)
+    # against the dense float64 twin, values and gradients
+    W = (lin.weight * mask).detach().requires_grad_(True)
+    x2 = x.clone().requires_grad_(True)
+    ref = torch.tanh(torch.nn.functional.linear(x2, W, lin.bias.detach()))
+    torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
+    gy = torch.randn_like(y)
+    (y * gy).sum().backward()
+    (ref * gy).sum().backward()
+    torch.testing.assert_close(xc.grad, x2.grad, rtol=1e-12, atol=1e-12)
+    dW = layer.weight.with_values(layer.values.grad).to_dense()
+    torch.testing.assert_close(dW, W.grad * mask, rtol=1e-12, atol=1e-12)
+    assert "_csr_crow" not in layer.state_dict()  # the CSR view is not saved
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_sparse_linear_compiled_half_accumulates_in_float32(dtype) -> None:
+    # a row of 4097 ones times ones: 4096 after rounding, 2048 (fp16) / 256 (bf16) if summed in half
+    n = 4097
+    layer = SparseLinear(st.SparseTensor.from_dense(torch.ones(2, n, dtype=dtype)))
+    compiled = torch.compile(layer, backend="aot_eager", fullgraph=True)
+    x = torch.ones(1, n, dtype=dtype)
+    y = compiled(x)
+    assert y.dtype == dtype and y.flatten().tolist() == [4096.0, 4096.0]

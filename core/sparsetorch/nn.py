@@ -28,7 +28,7 @@ from .format import CSR, NM, TensorFormat
 from .ops.matmul import matmul
 from .tensor import SparseTensor
 
-__all__ = ["SparseLinear", "SparseWeight", "reformat_model", "magnitude", "n_m", "density"]
+__all__ = ["SparseLinear", "SparseWeight", "reformat_model", "magnitude", "n_m", "density", "prepare_compile"]
 
 #: decides for one ``nn.Linear`` (its dotted name, the module): None keeps it, a SparseTensor is
 #: the new weight, a module replaces it
@@ -100,8 +100,56 @@ class SparseLinear(nn.Module):
         if not isinstance(x, torch.Tensor) or x.dim() < 1 or x.shape[-1] != self.in_features:
             raise InputError(f"SparseLinear: input must end with in_features={self.in_features}, got "
                              f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
-        y = _rows_times_transpose(x, self.weight, self.backend)
+        if torch.compiler.is_compiling():
+            y = self._traced_product(x)
+        else:
+            y = _rows_times_transpose(x, self.weight, self.backend)
         return y if self.bias is None else y + self.bias
+
+    # torch.compile ------------------------------------------------------------------------------
+    def prepare_compile(self) -> "SparseLinear":
+        """Build what a compiled forward needs for a weight that is not CSR: the pattern's CSR
+        index buffers and the gather from the stored values to CSR order (non-persistent
+        buffers: moved by ``.to()``, not saved). CSR weights need nothing. Returns ``self``.
+
+        Under ``torch.compile`` the forward pass is the ``sparsetorch::csr_matmul`` custom op
+        (a fake kernel and an autograd formula, so ``fullgraph=True`` traces it with no graph
+        break) instead of dispatch, which is not traceable; half-precision values and inputs
+        are upcast to float32 around it, as the eager torch backend does. The CSR view costs
+        about two index arrays of the stored count, so it is built only when asked for."""
+        if self._format == CSR:
+            return self
+        from .tensor.construct import conversion  # noqa: PLC0415 - only for compiled layers
+
+        W = self.weight.detach()
+        conv = conversion(W, CSR, W.index_dtype)
+        self.register_buffer("_csr_crow", conv.pos[1], persistent=False)
+        self.register_buffer("_csr_col", conv.crd[1], persistent=False)
+        self.register_buffer("_csr_src", conv.src, persistent=False)
+        return self
+
+    def _traced_product(self, x: torch.Tensor) -> torch.Tensor:
+        """``x @ W^T`` through the custom op (the compiled path; see :meth:`prepare_compile`)."""
+        from .autograd.custom_ops import csr_matmul  # noqa: PLC0415 - the compiled path only
+
+        if self._format == CSR:
+            crow, col, vals = self.pos1, self.crd1, self.values
+        else:
+            crow = self._buffers.get("_csr_crow")
+            if crow is None:
+                name = self._format.name or str(self._format)
+                raise InputError(f"SparseLinear with format {name} under torch.compile needs its CSR view: call "
+                                 f"layer.prepare_compile() (or model.apply(sparsetorch.nn.prepare_compile)) before "
+                                 f"compiling")
+            col, src = self._csr_col, self._csr_src
+            vals = self.values if src is None else self.values.index_select(-1, src)
+        lead = x.shape[:-1]
+        X = x.reshape(-1, self.in_features).mT
+        if vals.dtype in (torch.float16, torch.bfloat16):
+            y = csr_matmul(crow, col, vals.float(), X.float(), self.out_features, self.in_features).to(x.dtype)
+        else:
+            y = csr_matmul(crow, col, vals, X, self.out_features, self.in_features)
+        return y.mT.reshape(*lead, self.out_features)
 
     def to_dense(self) -> torch.Tensor:
         """The weight as a dense ``(out_features, in_features)`` tensor (differentiable)."""
@@ -489,6 +537,12 @@ def n_m(n: int, m: int) -> LayerFn:
         return SparseTensor.from_dense(W, format=NM(n, m), mask=mask.reshape(out_f, in_f))
 
     return prune
+
+
+def prepare_compile(module: nn.Module) -> None:
+    """``model.apply(prepare_compile)``: :meth:`SparseLinear.prepare_compile` on every SparseLinear."""
+    if isinstance(module, SparseLinear):
+        module.prepare_compile()
 
 
 def density(model: nn.Module) -> float:
