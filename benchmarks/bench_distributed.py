@@ -5,7 +5,12 @@
 
 2-D Poisson (5-point) on a grid x grid mesh, each rank assembling its own contiguous rows; a
 random right-hand side; CG without a preconditioner for a fixed number of iterations (rtol 0,
-on_nonconvergence="ignore"), best of 3 timed solves after a warm-up. "stored bytes" counts every
+on_nonconvergence="ignore"), best of 3 timed solves after a warm-up, at ``--iters`` and at twice
+that: "s_per_iteration" is the time of the solve over its iterations (per-call overhead
+included), "s_per_iteration_marginal" the difference of the two over ``--iters`` (the cost of one
+more iteration, free of per-call overhead: robust to changes in the dispatch path); "cpu_*" the
+same in the calling thread's CPU time (robust to other load on a busy machine; at p > 1 it leaves
+out the time spent waiting for peers). "stored bytes" counts every
 distinct storage the DSparseTensor holds on the rank after the solves (pattern, halo plan, values,
 cached CSR blocks; views counted once); the single-process figure counts the CSR matrix. The
 time ratio p=1 / single process is measured ``--runs`` times (each pair: single process, then a
@@ -43,20 +48,25 @@ def _rank_run(comm, grid: int, iters: int) -> dict:
     A = sd.DSparseTensor.from_local_rows(r, c, v, (N, N), comm=comm)
     build = time.perf_counter() - t0
     b = torch.randn(ids.numel(), generator=torch.Generator().manual_seed(comm.rank), dtype=torch.float64)
-    kw = dict(method="cg", preconditioner=None, rtol=0.0, maxiter=iters, on_nonconvergence="ignore", return_info=True,
-              symmetric=True)
-    sd.solve(A, b, **kw)
-    best = float("inf")
-    for _ in range(3):
-        comm.allreduce(torch.zeros(1))
-        t = time.perf_counter()
-        _, info = sd.solve(A, b, **kw)
-        best = min(best, time.perf_counter() - t)
-    worst = comm.allreduce(torch.tensor([best]), "max").item()
+    kw = dict(method="cg", preconditioner=None, rtol=0.0, on_nonconvergence="ignore", return_info=True, symmetric=True)
+    sd.solve(A, b, maxiter=iters, **kw)
+    times, cpu = {}, {}
+    for m in (iters, 2 * iters):
+        best, best_cpu = float("inf"), float("inf")
+        for _ in range(3):
+            comm.allreduce(torch.zeros(1))
+            t, c = time.perf_counter(), time.thread_time()
+            _, info = sd.solve(A, b, maxiter=m, **kw)
+            best, best_cpu = min(best, time.perf_counter() - t), min(best_cpu, time.thread_time() - c)
+        times[m] = comm.allreduce(torch.tensor([best]), "max").item()
+        cpu[m] = comm.allreduce(torch.tensor([best_cpu]), "max").item()
+    worst = times[iters]
+    marginal = (times[2 * iters] - times[iters]) / iters
     stored = A.stored_bytes()
     tensors = {k: int(t.numel() * t.element_size()) for k, t in A.storage().items()}
     return dict(rank=comm.rank, n_local=A.n_local, nse_local=A.nse_local, halo=A.halo_volume(), build_s=build,
-                solve_s=worst, iterations=info.iterations, s_per_iteration=worst / max(info.iterations, 1),
+                solve_s=worst, iterations=iters, s_per_iteration=worst / iters, s_per_iteration_marginal=marginal,
+                cpu_s_per_iteration=cpu[iters] / iters, cpu_s_per_iteration_marginal=(cpu[2 * iters] - cpu[iters]) / iters,
                 reductions=info.reductions, stored_bytes=stored, stored_tensors=tensors,
                 max_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
@@ -70,16 +80,22 @@ def _single(grid: int, iters: int) -> dict:
     v = torch.where(r == c, 4.0, -1.0).to(torch.float64)
     A = st.SparseTensor.from_coo(v, r, c, shape=(N, N), format=st.format.CSR)
     b = torch.randn(N, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    kw = dict(backend="torch", method="cg", preconditioner=None, rtol=1e-300, maxiter=iters, on_nonconvergence="ignore",
+    kw = dict(backend="torch", method="cg", preconditioner=None, rtol=1e-300, on_nonconvergence="ignore",
               return_info=True, properties="spd")
-    st.solve(A, b, **kw)
-    best = float("inf")
-    for _ in range(3):
-        t = time.perf_counter()
-        _, info = st.solve(A, b, **kw)
-        best = min(best, time.perf_counter() - t)
+    st.solve(A, b, maxiter=iters, **kw)
+    times, cpu = {}, {}
+    for m in (iters, 2 * iters):
+        best, best_cpu = float("inf"), float("inf")
+        for _ in range(3):
+            t, c = time.perf_counter(), time.thread_time()
+            _, info = st.solve(A, b, maxiter=m, **kw)
+            best, best_cpu = min(best, time.perf_counter() - t), min(best_cpu, time.thread_time() - c)
+        times[m], cpu[m] = best, best_cpu
+    best = times[iters]
+    marginal = (times[2 * iters] - times[iters]) / iters
     stored = sum(x.numel() * x.element_size() for x in (A.pos(1), A.crd(1), A.values) if x is not None)
-    return dict(solve_s=best, iterations=info.iterations, s_per_iteration=best / max(info.iterations, 1),
+    return dict(solve_s=best, iterations=iters, s_per_iteration=best / iters, s_per_iteration_marginal=marginal,
+                cpu_s_per_iteration=cpu[iters] / iters, cpu_s_per_iteration_marginal=(cpu[2 * iters] - cpu[iters]) / iters,
                 stored_bytes=stored, max_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
@@ -97,7 +113,7 @@ def main() -> None:
 
     torch.set_num_threads(1)
     env = {"PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])}
-    singles, p1s, ratios = [], [], []
+    singles, p1s, ratios, marg, cpus = [], [], [], [], []
     if 1 in args.procs:
         # the goal is a ratio: measure it in several independent pairs (single process, then p = 1)
         for i in range(args.runs):
@@ -106,8 +122,12 @@ def main() -> None:
             singles.append(single)
             p1s.append(ranks)
             ratios.append(ranks[0]["s_per_iteration"] / single["s_per_iteration"])
-            print(f"run {i}: single-process torch CG {single['s_per_iteration'] * 1e3:.3f} ms/iteration, p=1 "
-                  f"{ranks[0]['s_per_iteration'] * 1e3:.3f} ms/iteration, ratio {ratios[-1]:.3f}")
+            marg.append(ranks[0]["s_per_iteration_marginal"] / single["s_per_iteration_marginal"])
+            cpus.append(ranks[0]["cpu_s_per_iteration"] / single["cpu_s_per_iteration"])
+            print(f"run {i}: single-process torch CG {single['s_per_iteration'] * 1e3:.3f} ms/iteration "
+                  f"(marginal {single['s_per_iteration_marginal'] * 1e3:.3f}), p=1 {ranks[0]['s_per_iteration'] * 1e3:.3f} "
+                  f"(marginal {ranks[0]['s_per_iteration_marginal'] * 1e3:.3f}); ratio {ratios[-1]:.3f}, marginal "
+                  f"{marg[-1]:.3f}; CPU-time ratio {cpus[-1]:.3f}")
     else:
         singles.append(_single(args.grid, args.iters))
     single = min(singles, key=lambda r: r["s_per_iteration"])
@@ -124,7 +144,8 @@ def main() -> None:
               f"{[round(r['stored_bytes'] / 2**20, 2) for r in ranks]}")
     out = dict(
         benchmark="bench_distributed", command=" ".join([Path(sys.executable).name] + sys.argv[:1] + sys.argv[1:]),
-        machine=dict(platform=platform.platform(), processor=platform.processor(), cpus=os.cpu_count()),
+        machine=dict(platform=platform.platform(), processor=platform.processor(), cpus=os.cpu_count(),
+                     load_average_at_end=os.getloadavg()),
         versions=dict(python=platform.python_version(), torch=torch.__version__, sparsetorch=sparsetorch.__version__,
                       sparsetorch_distributed=sd.__version__),
         problem=dict(kind="2-D Poisson 5-point", grid=args.grid, N=args.grid ** 2, iterations=args.iters,
@@ -133,6 +154,8 @@ def main() -> None:
         distributed=runs,
         ratio_p1_vs_single=runs["1"][0]["s_per_iteration"] / single["s_per_iteration"] if "1" in runs else None,
         ratio_p1_vs_single_per_run=ratios,
+        marginal_ratio_p1_vs_single_per_run=marg,
+        cpu_ratio_p1_vs_single_per_run=cpus,
         single_process_s_per_iteration_per_run=[r["s_per_iteration"] for r in singles],
         p1_s_per_iteration_per_run=[r[0]["s_per_iteration"] for r in p1s],
         stored_ratio_p1_vs_single=runs["1"][0]["stored_bytes"] / single["stored_bytes"] if "1" in runs else None,
@@ -141,7 +164,8 @@ def main() -> None:
     Path(args.out).write_text(json.dumps(out, indent=1))
     if ratios:
         print(f"p=1 / single-process time per iteration: best {out['ratio_p1_vs_single']:.3f} (best of each), per run "
-              f"{[round(r, 3) for r in ratios]}; stored bytes p=1 / single: {out['stored_ratio_p1_vs_single']:.2f}")
+              f"{[round(r, 3) for r in ratios]}, marginal per run {[round(r, 3) for r in marg]}, CPU time per run {[round(r, 3) for r in cpus]}; stored bytes p=1 / "
+              f"single: {out['stored_ratio_p1_vs_single']:.2f}")
     print(f"wrote {args.out}")
 
 

@@ -3,7 +3,7 @@
 The core's one-process ops (``sparsetorch.solve`` on a SparseTensor) are not this backend's to
 answer: it declares no single-process op, so dispatch never asks it, and ``sparsetorch info``
 lists it with what it provides. Distributed operands go through this package's own entry points
-(``sparsetorch_distributed.solve`` / ``eigsh`` / ``DSparseTensor @ x``), which dispatch the
+(``sparsetorch_distributed.solve`` / ``eigsh`` / ``nonlinear_solve`` / ``DSparseTensor @ x``), which dispatch the
 *local* work (the block-Jacobi block solves) through ``sparsetorch.Solver`` on each rank.
 """
 
@@ -31,8 +31,8 @@ def sparsetorch_backend_info() -> BackendInfo:
         name=NAME,
         version=__version__,
         description=("distributed: row-partitioned DSparseTensor over torch.distributed (gloo/NCCL); CG, BiCGStab, "
-                     "GMRES, MINRES with block-Jacobi, Lanczos eigsh, adjoint gradients; call "
-                     "sparsetorch_distributed.solve/eigsh"),
+                     "GMRES, MINRES with block-Jacobi (multi-column blocks), block-Lanczos eigsh, Newton-Krylov "
+                     "nonlinear_solve, adjoint gradients; call sparsetorch_distributed.solve/eigsh/nonlinear_solve"),
         devices=("cpu", "cuda"),
         dtypes=(torch.float32, torch.float64),
         ops={},
