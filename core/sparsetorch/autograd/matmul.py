@@ -21,7 +21,7 @@ from ._fast_apply import FastFunction
 from .handles import MatmulHandle, vmap_columns
 from .sddmm import sddmm
 from ..dispatch.plan import guarded
-from ..dispatch.plans import SampledProduct
+from ..dispatch.plans import SampledProduct, supports
 from ..errors import BackendError
 
 __all__ = ["matmul_function"]
@@ -67,7 +67,7 @@ class _Matmul(FastFunction):
         if ctx.needs_input_grad[0]:
             P, Q = (X, dY) if h.adjoint else (dY, X)
             plan = h.state.plan
-            if (isinstance(plan, SampledProduct) and not torch.is_grad_enabled() and not P.is_complex()
+            if (supports(plan, SampledProduct) and not torch.is_grad_enabled() and not P.is_complex()
                     and not Q.is_complex()):
                 # the backend's own kernel (first-order backward, real values: the core's sddmm
                 # is the one that is differentiable again and conjugates)

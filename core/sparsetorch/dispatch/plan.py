@@ -16,7 +16,7 @@ import torch
 
 from ..errors import BackendError, SparseTorchError
 from ..tensor.pattern import is_plain
-from .plans import CheapReload
+from .plans import CheapReload, supports
 
 __all__ = ["PlanState", "guarded"]
 
@@ -58,7 +58,7 @@ class PlanState:
 
     def __post_init__(self) -> None:
         if self.plan is not None:  # made around an existing plan
-            self._cheap_reload = isinstance(self.plan, CheapReload) and self.plan.reload_cheap is True
+            self._cheap_reload = supports(self.plan, CheapReload)
 
     def build(self) -> Any:
         """Run the plan factory if it has not run yet (pattern-dependent work)."""
@@ -67,7 +67,7 @@ class PlanState:
                 if self.plan is None:
                     plan = guarded(self.factory, self.label, "build")
                     # capabilities asked once per plan (a Protocol isinstance costs ~20 us)
-                    self._cheap_reload = isinstance(plan, CheapReload) and plan.reload_cheap is True
+                    self._cheap_reload = supports(plan, CheapReload)
                     self.plan = plan
                     self.factory = None
         return self.plan

@@ -8,7 +8,8 @@ never attributes written onto the plan: plans are shared by every caller on a pa
 
 Required methods are the protocol's; *optional capabilities* are protocols of their own that a
 plan may also satisfy, and the core asks with ``isinstance`` (the protocols are
-``runtime_checkable``): a plan that has ``inverse_entries`` answers logdet gradients without
+``runtime_checkable``; the core itself asks :func:`supports`, which reads the plan as it is now:
+``isinstance`` against a protocol caches its answer per class): a plan that has ``inverse_entries`` answers logdet gradients without
 ``n`` solves, one with ``sddmm`` computes matmul's values-gradient with its own kernel, one with
 ``reload_cheap = True`` is reloaded without the core's snapshot comparison.
 
@@ -26,7 +27,7 @@ from .results import IterationResult
 
 __all__ = [
     "Plan", "SolvePlan", "MatmulPlan", "LstsqPlan", "EigshPlan", "EigsPlan", "LogdetPlan", "SolveListPlan",
-    "InverseEntries", "SampledProduct", "CheapReload",
+    "InverseEntries", "SampledProduct", "CheapReload", "supports",
 ]
 
 
@@ -139,3 +140,23 @@ class CheapReload(Protocol):
     nnz-sized snapshot to compare with."""
 
     reload_cheap: bool
+
+
+#: the members each capability needs (what :func:`supports` looks for)
+_MEMBERS: dict[type, tuple[str, ...]] = {
+    InverseEntries: ("inverse_entries",),
+    SampledProduct: ("sddmm",),
+    CheapReload: ("reload_cheap",),
+}
+
+
+def supports(plan: Any, capability: type) -> bool:
+    """Whether ``plan`` has ``capability`` (one of the capability protocols) now: its methods are
+    callable (``reload_cheap`` must be ``True``). Unlike ``isinstance`` against a protocol, whose
+    answer Python caches per class, this sees a method added or removed later."""
+    members = _MEMBERS.get(capability)
+    if members is None:
+        raise TypeError(f"{capability!r} is not a plan capability (one of {[c.__name__ for c in _MEMBERS]})")
+    if capability is CheapReload:
+        return getattr(plan, "reload_cheap", False) is True
+    return all(callable(getattr(plan, m, None)) for m in members)

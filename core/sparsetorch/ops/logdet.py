@@ -40,7 +40,7 @@ from ..tensor.sparse_tensor import is_plain
 from ._dispatch import make_request, obtain_plan
 from ._inputs import check_finite as check_finite_values, check_matrix, describe_sparse
 from .info import SolveInfo
-from ..dispatch.plans import InverseEntries
+from ..dispatch.plans import InverseEntries, supports
 from .properties import detect, normalize_tags
 
 __all__ = ["slogdet", "logdet", "det"]
@@ -95,7 +95,7 @@ def _inverse_transpose_entries(h) -> torch.Tensor:
     with torch.no_grad():
         if h["grad_method"] == "hutchinson":
             per = _hutchinson(plan, rows, cols, n, batch, A, h)
-        elif isinstance(plan, InverseEntries):
+        elif supports(plan, InverseEntries):
             per = plan.inverse_entries(cols, rows)
         else:
             if n > h["exact_max"]:
