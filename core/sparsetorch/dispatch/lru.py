@@ -12,6 +12,7 @@ copied.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from typing import Any, Callable, Generic, Hashable, Iterator, TypeVar
 
@@ -20,7 +21,10 @@ __all__ = ["LRU", "clear_caches", "cache_info", "register_clearable"]
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
-_registry: "dict[str, LRU[Any, Any] | Callable[[], None]]" = {}
+#: every LRU alive (weakly held: a cache made by a test or a caller goes when it goes), and
+#: other caches' clear functions by name
+_caches: "weakref.WeakSet[LRU[Any, Any]]" = weakref.WeakSet()
+_clearables: dict[str, Callable[[], None]] = {}
 _registry_lock = threading.Lock()
 
 
@@ -28,7 +32,7 @@ class LRU(Generic[K, V]):
     """A bounded map, least recently used first out, thread safe.
 
     ``get`` counts as a use (moves the entry to the end); ``peek`` does not. ``maxsize <= 0``
-    keeps nothing. ``name`` registers the cache for :func:`clear_caches` (one cache per name).
+    keeps nothing. Every LRU is known to :func:`clear_caches` (weakly) and listed by ``name``.
     """
 
     def __init__(self, name: str, maxsize: int) -> None:
@@ -39,7 +43,7 @@ class LRU(Generic[K, V]):
         self.hits = 0
         self.misses = 0
         with _registry_lock:
-            _registry[name] = self
+            _caches.add(self)
 
     def get(self, key: K, default: V | None = None) -> V | None:
         with self.lock:
@@ -108,20 +112,26 @@ class LRU(Generic[K, V]):
 def register_clearable(name: str, clear: Callable[[], None]) -> None:
     """Register a cache that is not an :class:`LRU` (the plan cache) for :func:`clear_caches`."""
     with _registry_lock:
-        _registry[name] = clear
+        _clearables[name] = clear
 
 
 def clear_caches() -> None:
     """Empty every cache of the core: plans, dispatch decisions, calls seen per pattern,
     measurements, colorings, Jacobian patterns. Nothing is wrong afterwards, only slower once."""
     with _registry_lock:
-        caches = list(_registry.values())
+        caches, others = list(_caches), list(_clearables.values())
     for c in caches:
-        c.clear() if isinstance(c, LRU) else c()
+        c.clear()
+    for clear in others:
+        clear()
 
 
 def cache_info() -> dict[str, str]:
-    """Each registered cache by name, with its size and bound."""
+    """Each cache by name, with its size and bound (caches sharing a name are listed together)."""
     with _registry_lock:
-        caches = dict(_registry)
-    return {name: repr(c) if isinstance(c, LRU) else "(clear only)" for name, c in sorted(caches.items())}
+        caches, others = list(_caches), list(_clearables)
+    out: dict[str, str] = {}
+    for c in sorted(caches, key=lambda c: c.name):
+        out[c.name] = f"{out[c.name]}; {c!r}" if c.name in out else repr(c)
+    out.update({name: "(clear only)" for name in others})
+    return out
