@@ -61,6 +61,8 @@ class _Csr:
 
     def rows(self) -> torch.Tensor:
         """The row of each entry (a temporary, O(nnz))."""
+        if self.nnz == 0:
+            return torch.zeros(0, dtype=torch.int64, device=self.crow.device)
         return torch.repeat_interleave(torch.arange(self.nrows, device=self.crow.device), self.crow.diff().to(torch.int64))
 
     def to(self, device) -> "_Csr":
@@ -179,7 +181,7 @@ class Pattern:
             out["entry_slot"] = self.entry_slot
         for name in ("interior", "boundary"):
             c = getattr(self, name)
-            if c.nnz or name == "interior":
+            if c.crow.numel():
                 out.update({f"{name}.crow": c.crow, f"{name}.col": c.col})
         for key in ("row", "col", "diag"):
             if key in self.lazy:
@@ -683,7 +685,7 @@ def _build_pattern(comm: Comm, shape, rowmap: RowMap, rows: torch.Tensor, cols: 
     elif nse < 2 ** 31:
         entry_slot = entry_slot.to(torch.int32)
     interior = _csr_of(row[inner], col[inner], n, n, 0)
-    boundary = _csr_of(row[~inner], col[~inner] - n, n, n_halo, n_int)
+    boundary = _csr_of(row[~inner], col[~inner] - n, n, n_halo, n_int, skip_empty=True)
     # halo plan: receives grouped by owner; tell each owner which of its rows we need
     recvs = []
     counts = torch.bincount(owner, minlength=comm.size).tolist() if n_halo else [0] * comm.size
@@ -703,9 +705,12 @@ def _build_pattern(comm: Comm, shape, rowmap: RowMap, rows: torch.Tensor, cols: 
     return pat
 
 
-def _csr_of(rows: torch.Tensor, cols: torch.Tensor, nrows: int, ncols: int, offset: int) -> _Csr:
+def _csr_of(rows: torch.Tensor, cols: torch.Tensor, nrows: int, ncols: int, offset: int, *,
+            skip_empty: bool = False) -> _Csr:
     """CSR of entries already in row-major order; int32 indices when they fit (torch's CPU kernel
     runs faster with them, and they take half the memory)."""
+    if skip_empty and rows.numel() == 0:   # an empty boundary block (no halo columns): nothing stored
+        return _Csr(torch.zeros(0, dtype=torch.int32), torch.zeros(0, dtype=torch.int32), offset, nrows, ncols)
     crow = torch.zeros(nrows + 1, dtype=torch.int64)
     crow[1:] = torch.cumsum(torch.bincount(rows, minlength=nrows), 0)
     if rows.numel() < 2 ** 31 - 1 and ncols < 2 ** 31 - 1:
