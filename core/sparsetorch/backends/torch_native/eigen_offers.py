@@ -88,7 +88,8 @@ def eigen_offers(request: Request, r) -> list[Offer | Decline]:
     generalized = bool(request.option("generalized"))
     # Lanczos
     if generalized:
-        out.append(Decline("torch", "lanczos solves the standard problem only (M given); use 'dense', 'lobpcg' or the scipy plugin's 'arpack'", "lanczos"))
+        out.append(Decline("torch", "lanczos solves the standard problem only (M given); use 'dense', 'lobpcg' or the "
+                                    "scipy plugin's 'arpack'", "lanczos"))
     elif k >= n:
         out.append(Decline("torch", f"lanczos needs k < n (k={k}, n={n}); use 'dense'", "lanczos"))
     elif which == "SM" and sigma is None:

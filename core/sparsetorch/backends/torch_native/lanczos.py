@@ -44,7 +44,8 @@ class LanczosPlan:
 
     def eigsh(self, k, *, which="LM", sigma=None, M=None, tol=0.0, maxiter=None, v0=None, budget=None):
         if M is not None:
-            raise InputError("method='lanczos' solves the standard problem only; for A v = w M v use method='dense' or 'lobpcg' (or the scipy plugin's 'arpack')")
+            raise InputError("method='lanczos' solves the standard problem only; for A v = w M v use method='dense' or "
+                             "'lobpcg' (or the scipy plugin's 'arpack')")
         outs, results = [], []
         flat = _member_values(self._values, self._batch)
         deadline = None if budget is None else time.perf_counter() + float(budget)

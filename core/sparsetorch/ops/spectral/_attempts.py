@@ -4,6 +4,8 @@ promises"), with a record of every attempt for ``info.extra["attempts"]``."""
 
 from __future__ import annotations
 
+import math
+
 import inspect
 import time
 import warnings
@@ -181,7 +183,7 @@ class _Attempts:
         resid = rec.get("verified_residual", float("nan"))
         return SolveInfo(
             backend=self.offer.backend, method=self.offer.method, iterations=res.iterations,
-            residual=resid if resid == resid else res.residual, converged=bool(rec.get("accepted", res.converged)),
+            residual=res.residual if isinstance(resid, float) and math.isnan(resid) else resid, converged=bool(rec.get("accepted", res.converged)),
             status=res.status, reason=res.reason, plan_reused=self.states[0].reused,
             extra={"estimated_seconds": self.offer.seconds, "estimated_bytes": self.offer.bytes,
                    "attempts": [dict(r) for r in self.records], "contract_rtol": self.contract},
