@@ -38,12 +38,11 @@ LAYERS = {
 
 #: (importing module, imported module) pairs allowed to cross upward, each with its reason
 ALLOWED: dict[tuple[str, str], str] = {
-    # being moved in the same renovation (issue 15): the nonlinear package calls the torch
-    # backend's GMRES directly
-    ("sparsetorch.ops.nonlinear._iterations", "sparsetorch.backends.torch_native.krylov"): "issue 15, in progress",
-    ("sparsetorch.ops.nonlinear._iterations", "sparsetorch.backends.torch_native.krylov.gmres"): "issue 15, in progress",
-    ("sparsetorch.ops.nonlinear._problem", "sparsetorch.backends.torch_native.krylov"): "issue 15, in progress",
-    ("sparsetorch.ops.nonlinear._problem", "sparsetorch.backends.torch_native.krylov.gmres"): "issue 15, in progress",
+    # a matrix-free Jacobian is a function, which sparsetorch.solve / Solver do not take: the
+    # nonlinear solver calls the torch backend's GMRES on it directly (one place:
+    # Problem.operator_solve)
+    ("sparsetorch.ops.nonlinear._problem", "sparsetorch.backends.torch_native.krylov"): "matrix-free GMRES",
+    ("sparsetorch.ops.nonlinear._problem", "sparsetorch.backends.torch_native.krylov.gmres"): "matrix-free GMRES",
 }
 
 

@@ -63,10 +63,10 @@ from .dispatch.manager import get_backends, reset_backends
 from .dispatch.options import DEFAULT_CHECK_EVERY, DEFAULT_RESTART, CallOptions, SolveOptions
 from .dispatch.plans import (
     CheapReload, EigsPlan, EigshPlan, InverseEntries, LogdetPlan, LstsqPlan, MatmulPlan, Plan, SampledProduct, SolveListPlan,
-    SolvePlan,
+    SolvePlan, supports,
 )
 from .dispatch.records import (
-    DIRECT_METHODS, METHODS, OPS, BackendInfo, Decline, Measured, Offer, OperandInfo, Request,
+    DIRECT_METHODS, METHODS, OPS, BackendInfo, Decline, Measured, Offer, OperandInfo, Request, preconditioner_name,
 )
 from .dispatch.results import IterationResult, Status
 from .errors import BackendError, IndefiniteMatrixError, InputError, NotConvergedError, SingularMatrixError
@@ -78,7 +78,7 @@ __all__ = [
     "Request", "OperandInfo", "Measured", "Offer", "Decline",
     "SolveOptions", "CallOptions", "DEFAULT_RESTART", "DEFAULT_CHECK_EVERY",
     "Plan", "SolvePlan", "MatmulPlan", "LstsqPlan", "EigshPlan", "EigsPlan", "LogdetPlan", "SolveListPlan",
-    "InverseEntries", "SampledProduct", "CheapReload",
+    "InverseEntries", "SampledProduct", "CheapReload", "supports", "preconditioner_name",
     "Rates", "rates", "calibrate", "sparsity_dimension", "loglog_interp", "itemsize", "index_size", "batch_size",
     "cuda_matrix_decline", "cpu_matrix_decline", "dtype_name", "conversion_note", "hermitian", "spd_ok",
     "IterationResult", "Status", "Outcome", "combine", "trivial_system", "maxiter_reason", "Run",

@@ -120,7 +120,8 @@ def sparsetorch_offers(request: Request) -> list[Offer | Decline]:
 
 
 def _general_decline(request: Request) -> str | None:
-    common = cuda_matrix_decline(request, DTYPES, "cuDSS", "cuDSS's uniform batch needs one pattern: use a value-batched SparseTensor or a SparseTensorList")
+    common = cuda_matrix_decline(request, DTYPES, "cuDSS", "cuDSS's uniform batch needs one pattern: use a value-batched "
+                                                           "SparseTensor or a SparseTensorList")
     if common is not None:
         return common
     A = request.A

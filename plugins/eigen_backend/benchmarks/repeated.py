@@ -93,7 +93,7 @@ def run_case(name: str, m: int, dim: int, convection: float, steps: int, skip: s
     # Eigen through sparsetorch, plan reused (the cache keeps it between calls).
     st.plan_cache().clear()
     times, res = [], []
-    for t, v in enumerate(vals):
+    for v in vals:
         Av = At.with_values(torch.from_numpy(v))
         t0 = time.perf_counter()
         x = st.solve(Av, bt, backend="eigen", method=method, properties="spd" if spd else None)

@@ -18,7 +18,8 @@ half the fill and half the flops.
 **Speed** (fit on 2-D 64², 3-D 16³ and 24³ Poisson / convection-diffusion, this 2-core VM, one
 thread, measured against the default rates' 2e10 flop/s and 5e9 B/s): SparseLU, built with
 ``-march=native`` (AVX-512 here), runs its flops at ~70 % of the GEMM rate plus ~200 bytes of
-traffic per factor entry (3-D 24³: 0.29 s measured, 0.31 s estimated; 32³: 1.7 s, 1.9 s); the simplicial Cholesky/LDL^T (no supernodes) at ~25 % plus ~100 bytes per
+traffic per factor entry (3-D 24³: 0.29 s measured, 0.31 s estimated; 32³: 1.7 s, 1.9 s); the simplicial
+Cholesky/LDL^T (no supernodes) at ~25 % plus ~100 bytes per
 entry (2-D 64²: 1.4 ms measured, 1.9 ms estimated; 3-D 16³: 21 ms, 18 ms), degrading with the size
 of L (``simplicial_efficiency``: 3-D 40³ took 26-31 s, ~3x its small-L rate). SparseQR was not fit:
 R's fill is estimated at 3x the LU's and its work at 6x (an upper bound on Poisson-like

@@ -150,7 +150,6 @@ class DirectPlan:
         if self.n == 0:
             return None
         scale = float(data.abs().max()) if data.numel() else 0.0
-        eps = torch.finfo(_real_dtype(self.dtype)).eps
         # exactly zero (or non-finite) pivots only: a small pivot relative to max |A| is what badly
         # scaled, nonsingular matrices give; the core's residual check judges those answers
         if lo == 0.0 or not math.isfinite(lo) or scale == 0.0:

@@ -101,7 +101,7 @@ class _Base:
         statuses = _lib.call(self._it.set_values, data.data_ptr())
         self._values = data  # the maps read this tensor: keep it alive
         lib = _lib.lib()
-        for i, (code, msg) in enumerate(statuses):
+        for code, msg in statuses:
             if code == lib.INDEFINITE:
                 raise IndefiniteMatrixError(f"{self.backend}/{self.method}: preconditioner ichol: {msg}; the matrix is not "
                                             f"symmetric positive definite, or needs a larger backend_options ichol_shift")

@@ -8,6 +8,8 @@ converged, and the first failure by priority (non-finite, indefinite, breakdown,
 
 from __future__ import annotations
 
+import math
+
 from typing import Any, Callable
 
 import numpy as np
@@ -51,7 +53,7 @@ class Progress:
         it = self._offset + self.count
         if self.kind == "residual":
             rel = float(arg)
-            if rel != rel or rel in (float("inf"), float("-inf")):
+            if not math.isfinite(rel):
                 raise Stop(Status.NOT_FINITE, f"a NaN or Inf appeared at iteration {it}")
             self._history.append(rel)
             if self._user is not None and it % self._every == 0:

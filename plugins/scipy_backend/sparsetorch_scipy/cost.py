@@ -240,7 +240,9 @@ def krylov_cost(r: Rates, request: Request, method: str, preconditioner: str | N
     products = max(1.0, products)
     vec = n * vsize
     if method in ("gmres", "lgmres", "gcrotmk"):
-        passes = 3.5 * min(restart, products) + 5 + (2.0 * restart if method == "gcrotmk" else 0.0)  # Gram-Schmidt against half the basis (~3.5 passes per vector); GCROT also against its k = m recycled vectors
+        # Gram-Schmidt against half the basis (~3.5 passes per vector); GCROT also against its
+        # k = m recycled vectors
+        passes = 3.5 * min(restart, products) + 5 + (2.0 * restart if method == "gcrotmk" else 0.0)
     else:
         passes = _VECTOR_PASSES[method]
     per = spmv_seconds(r, request) + _stream(r, passes * vec)

@@ -147,7 +147,6 @@ class SuperLUPlan:
             return
         diag = np.abs(lu.U.diagonal())
         scale = float(np.abs(data).max()) if data.size else 0.0
-        eps = np.finfo(data.dtype).eps
         # only an exactly zero (or non-finite) pivot is called singular: a pivot that is merely small
         # relative to max |A| is what a badly scaled, nonsingular matrix gives (rows in other units);
         # such answers are judged by the core's residual and backward-error check, which refines

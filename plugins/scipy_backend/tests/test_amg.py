@@ -61,7 +61,8 @@ def test_amg_dtypes(dtype) -> None:
     plan.set_values(A.values)
     X, res = plan.solve(b, options={**CALL, "rtol": 1e-5})
     assert res.converged and X.dtype == dtype
-    ref = torch.linalg.solve(A.to_dense().to(torch.complex128 if dtype.is_complex else torch.float64), b.to(X.dtype).to(torch.complex128 if dtype.is_complex else torch.float64))
+    wide = torch.complex128 if dtype.is_complex else torch.float64
+    ref = torch.linalg.solve(A.to_dense().to(wide), b.to(X.dtype).to(wide))
     torch.testing.assert_close(X.to(ref.dtype), ref, rtol=1e-4, atol=1e-5)
 
 
