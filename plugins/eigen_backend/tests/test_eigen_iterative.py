@@ -3,7 +3,6 @@ tolerance rule, adjoint solves in both layouts, int64 indices, callbacks, status
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
