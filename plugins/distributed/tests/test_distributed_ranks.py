@@ -200,9 +200,10 @@ def test_communicator_usable_after_failures(runs):
 
 @pytest.mark.parametrize("name", ["cg", "bicgstab", "gmres", "minres"])
 def test_block_of_right_hand_sides_solved_together(runs, name):
-    """Four columns (one of them zero) in one block iteration: values and both gradients against
-    dense float64, and one set of reductions per step for all the columns."""
-    from _dist_scenarios import BLOCK_CASES, BLOCK_M, block_rhs, block_weights
+    """Four columns (one of them zero) in one block iteration: values (and, for CG and GMRES, both
+    gradients: the adjoint is a transposed block solve) against dense float64, and one set of
+    reductions per step for all the columns."""
+    from _dist_scenarios import BLOCK_CASES, BLOCK_GRAD, BLOCK_M, block_rhs, block_weights
 
     outs = _scenario(runs, "block")
     N = BLOCK_M * BLOCK_M
@@ -215,10 +216,11 @@ def test_block_of_right_hand_sides_solved_together(runs, name):
     X = _glue(per, "x", N)
     assert _rel(X, X_ref) < TOL
     assert float(X[:, 2].abs().max()) == 0.0, "the zero right-hand side must give exactly zero"
-    assert _rel(_glue(per, "gb", N), L) < TOL
-    G = -(L @ X_ref.T)
-    for o in per:
-        assert float((o["gv"] - G[o["r"], o["c"]]).abs().max() / G.abs().max()) < TOL
+    if name in BLOCK_GRAD:
+        assert _rel(_glue(per, "gb", N), L) < TOL
+        G = -(L @ X_ref.T)
+        for o in per:
+            assert float((o["gv"] - G[o["r"], o["c"]]).abs().max() / G.abs().max()) < TOL
     info = per[0]["info"]
     assert all(o["info"] == info for o in per)
     assert info.converged and info.method == BLOCK_CASES[name][0]
@@ -246,6 +248,6 @@ def test_local_amg_block_preconditioner(runs, case):
     assert all(o["info"] == info for o in per)
     assert info.converged and info.preconditioner == "block_jacobi"
     assert all(o["local"] == ("scipy", "amg") for o in per), [o["local"] for o in per]
-    # unpreconditioned CG takes 90 iterations on this matrix (measured); block Jacobi with AMG
-    # blocks took 27 (p = 2) and 37 (p = 4)
-    assert info.iterations <= 45, info.iterations
+    # unpreconditioned CG takes 69 iterations on this matrix (measured); block Jacobi with AMG
+    # blocks took 23 (p = 2) and 32-33 (p = 4)
+    assert info.iterations <= 36, info.iterations
