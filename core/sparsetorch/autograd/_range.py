@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Callable
 
 import torch
 
@@ -54,34 +55,17 @@ class RangeSearch:
                                                                else values.abs().amax())
         shifted = values.clone()
         shifted[..., dslots] += delta
-        bn = torch.linalg.vector_norm(B, dim=-2)
-        tol = torch.clamp(bn * rtol, min=atol)
         with state.lock, torch.no_grad():
             try:
                 state._load(shifted)
-                X = torch.zeros_like(B)
-                R = B
-                rn = bn
-                steps = 0
-                for steps in range(1, _RANGE_STEPS + 1):
-                    D, _r = _checked(state, guarded(lambda: state.plan.solve(R, adjoint=False, options={}), state.label,
-                                                    "solve"), B)
-                    X = X + D
-                    R = B - self._apply(values, X, False)
-                    rn_new = torch.linalg.vector_norm(R, dim=-2)
-                    if not bool(torch.isfinite(rn_new).all()):
-                        return None
-                    if bool((rn_new <= tol).all()):
-                        rn = rn_new
-                        break
-                    if steps >= 2 and not bool((rn_new < 0.5 * rn).all()):
-                        return None  # stalled: b has a component outside A's range
-                    rn = rn_new
-                else:
-                    return None
+                got = _refine(lambda R: _checked(state, guarded(lambda: state.plan.solve(R, adjoint=False, options={}),
+                                                                state.label, "solve"), B)[0],
+                              lambda X: self._apply(values, X, False), B, rtol, atol)
             except (SingularMatrixError, IndefiniteMatrixError, BackendError):
                 return None
-        rel = float((rn / torch.where(bn > 0, bn, torch.ones_like(bn))).max())
+        if got is None:
+            return None
+        X, rel, steps = got
         reason = (f"an LU met an exactly zero pivot (A is singular, or nearly) and b lies in A's range: a solution "
                   f"by {steps} refinement steps with the factorization of A + {delta:.2g} I")
         self.attempts.append(Attempt(offer.backend, offer.method, None, steps, Status.CONVERGED, rel, reason, True,
@@ -102,25 +86,10 @@ class RangeSearch:
         LU, piv, info = torch.linalg.lu_factor_ex(D + delta * eye)
         if bool((info != 0).any()):
             return None
-        bn = torch.linalg.vector_norm(B, dim=-2)
-        tol = torch.clamp(bn * rtol, min=atol)
-        X = torch.zeros_like(B)
-        R, rn = B, bn
-        for steps in range(1, _RANGE_STEPS + 1):
-            X = X + torch.linalg.lu_solve(LU, piv, R)
-            R = B - D @ X
-            rn_new = torch.linalg.vector_norm(R, dim=-2)
-            if not bool(torch.isfinite(rn_new).all()):
-                return None
-            if bool((rn_new <= tol).all()):
-                rn = rn_new
-                break
-            if steps >= 2 and not bool((rn_new < 0.5 * rn).all()):
-                return None  # stalled: b has a component outside A's range
-            rn = rn_new
-        else:
+        got = _refine(lambda R: torch.linalg.lu_solve(LU, piv, R), lambda X: D @ X, B, rtol, atol)
+        if got is None:
             return None
-        rel = float((rn / torch.where(bn > 0, bn, torch.ones_like(bn))).max())
+        X, rel, steps = got
         reason = (f"an LU met an exactly zero pivot (A is singular, or nearly) and b lies in A's range: a solution "
                   f"by {steps} refinement steps with a dense LU of A + {delta:.2g} I")
         self.attempts.append(Attempt("torch", "dense", None, steps, Status.CONVERGED, rel, reason, True,
@@ -140,3 +109,27 @@ class RangeSearch:
         return None, None
 
     # ------------------------------------------------------------------------------------------
+
+
+def _refine(solve: Callable[[torch.Tensor], torch.Tensor], apply: Callable[[torch.Tensor], torch.Tensor],
+            B: torch.Tensor, rtol: float, atol: float) -> tuple[torch.Tensor, float, int] | None:
+    """``x += (A + delta I)^-1 (b - A x)`` from ``x = 0`` until every column meets
+    ``max(rtol ||b||, atol)``: ``(X, relative residual, steps)``; None when it stalls (the residual
+    does not halve in a step after the second: ``b`` has a component outside A's range), turns
+    non-finite, or runs out of steps."""
+    bn = torch.linalg.vector_norm(B, dim=-2)
+    tol = torch.clamp(bn * rtol, min=atol)
+    X = torch.zeros_like(B)
+    R, rn = B, bn
+    for steps in range(1, _RANGE_STEPS + 1):
+        X = X + solve(R)
+        R = B - apply(X)
+        rn_new = torch.linalg.vector_norm(R, dim=-2)
+        if not bool(torch.isfinite(rn_new).all()):
+            return None
+        if bool((rn_new <= tol).all()):
+            return X, float((rn_new / torch.where(bn > 0, bn, torch.ones_like(bn))).max()), steps
+        if steps >= 2 and not bool((rn_new < 0.5 * rn).all()):
+            return None
+        rn = rn_new
+    return None
