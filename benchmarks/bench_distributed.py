@@ -164,8 +164,8 @@ def main() -> None:
     Path(args.out).write_text(json.dumps(out, indent=1))
     if ratios:
         print(f"p=1 / single-process time per iteration: best {out['ratio_p1_vs_single']:.3f} (best of each), per run "
-              f"{[round(r, 3) for r in ratios]}, marginal per run {[round(r, 3) for r in marg]}, CPU time per run {[round(r, 3) for r in cpus]}; stored bytes p=1 / "
-              f"single: {out['stored_ratio_p1_vs_single']:.2f}")
+              f"{[round(r, 3) for r in ratios]}, marginal per run {[round(r, 3) for r in marg]}, CPU time per run "
+              f"{[round(r, 3) for r in cpus]}; stored bytes p=1 / single: {out['stored_ratio_p1_vs_single']:.2f}")
     print(f"wrote {args.out}")
 
 

@@ -304,7 +304,7 @@ class _Eigsh(torch.autograd.Function):
                 w, V, rec = _lanczos(A, vi, cfg, red)
             except _Abort:
                 A.comm.agree(red.error, "distributed eigsh")
-                raise DistributedError("a rank flagged an error but none reported it")  # unreachable
+                raise DistributedError("a rank flagged an error but none reported it") from None  # unreachable
             rec["reductions"] = red.count
             recs.append(rec)
             ws.append(w)
@@ -371,7 +371,7 @@ class _Eigsh(torch.autograd.Function):
                         Q[:, i] = Q[:, i] + q
                 except _Abort:
                     comm.agree(red.error, "distributed eigsh backward")
-                    raise DistributedError("a rank flagged an error but none reported it")  # unreachable
+                    raise DistributedError("a rank flagged an error but none reported it") from None  # unreachable
             ext = torch.cat([X, A._halo(X)], 0)
             out.append((Q[p.row] * ext[p.col]).sum(-1))
         dV = torch.stack(out).reshape(*A.batch_shape, -1) if A.batch_shape else out[0]

@@ -180,7 +180,7 @@ class _Implicit(torch.autograd.Function):
             u, rec = _newton(F, u0, params, cfg, comm, red)
         except _Abort:
             comm.agree(red.error, "distributed nonlinear_solve")
-            raise DistributedError("a rank flagged an error but none reported it")  # unreachable
+            raise DistributedError("a rank flagged an error but none reported it") from None  # unreachable
         recs.append(rec)
         ctx.F, ctx.cfg, ctx.comm, ctx.u = F, cfg, comm, u
         ctx.save_for_backward(*[p if isinstance(p, torch.Tensor) else torch.empty(0) for p in params])
@@ -225,7 +225,7 @@ class _Implicit(torch.autograd.Function):
                 lam, res = gmres(JTv, g, torch.zeros_like(g), None, tol, max(1000, 10 * g.numel()), red, None, restart=50)
             except _Abort:
                 comm.agree(red.error, "distributed nonlinear_solve backward")
-                raise DistributedError("a rank flagged an error but none reported it")  # unreachable
+                raise DistributedError("a rank flagged an error but none reported it") from None  # unreachable
             if res.status != Status.CONVERGED:
                 raise st.NotConvergedError(f"nonlinear_solve backward: the matrix-free adjoint GMRES stopped "
                                            f"({res.status.value} after {res.iterations} iterations)")

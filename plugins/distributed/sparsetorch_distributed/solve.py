@@ -161,7 +161,7 @@ def _one_solve(A, values, b1: torch.Tensor, cfg: _Config, *, transpose: bool, sy
                 break
         except _Abort:
             comm.agree(red.error, f"distributed {method}")
-            raise DistributedError("a rank flagged an error but none reported it")  # unreachable
+            raise DistributedError("a rank flagged an error but none reported it") from None  # unreachable
         if not math.isfinite(true):
             status = Status.NOT_FINITE
         rel = true / bnorm
@@ -239,7 +239,7 @@ def _block_solve(A, values, B2: torch.Tensor, cfg: _Config, *, transpose: bool, 
                 break
         except _Abort:
             comm.agree(red.error, f"distributed block {method}")
-            raise DistributedError("a rank flagged an error but none reported it")  # unreachable
+            raise DistributedError("a rank flagged an error but none reported it") from None  # unreachable
         if not _finite_all(true):
             status = Status.NOT_FINITE
         rel = float((true / bsafe).max())

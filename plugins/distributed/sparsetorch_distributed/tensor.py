@@ -26,7 +26,7 @@ import sparsetorch as st
 
 from .comm import Comm, dtype_code, get_comm
 from .errors import MismatchError
-from .exchange import ExchangePlan, as_rows, from_rows
+from .exchange import ExchangePlan
 from .partition import contiguous_offsets, rcb_parts, graph_parts
 from .rowmap import RowMap
 
