@@ -321,3 +321,18 @@ def test_pattern_batched_a_torch_batched_csr_and_bsr(layout) -> None:
     torch.testing.assert_close(dW, Dw.grad * stored, rtol=1e-12, atol=1e-12)
     with pytest.raises(InputError, match="batch"):
         st.matmul(A, torch.randn(2, 6, 2, dtype=torch.float64))
+
+
+def test_to_package_without_argument_returns_the_origin_package_and_repr_names_it():
+    import scipy.sparse as sp
+
+    import sparsetorch as st
+
+    m = sp.random(6, 5, density=0.4, format="csr", random_state=3)
+    A = st.SparseTensor.from_package(m)
+    back = A.to_package()
+    assert sp.issparse(back) and back.format == "csr"
+    assert (back != m).nnz == 0
+    assert "package=scipy" in repr(A)
+    T = st.SparseTensor.from_dense(torch.eye(3, dtype=torch.float64))
+    assert isinstance(T.to_package(), torch.Tensor) and "package=torch" in repr(T)

@@ -60,12 +60,15 @@ def _fmt_scalar(x: Any) -> str:
 
 
 def sparse_repr(self: "SparseTensor") -> str:
-    """The repr of a SparseTensor: its facts, then a preview of every buffer."""
+    """The repr of a SparseTensor: its facts (and the package it came from), then a preview of
+    every buffer."""
+    from .interop._origin import origin_package  # noqa: PLC0415 - interop imports the tensor module
+
     name = f"{self._format.name} " if self._format.name else ""
     head = (
         f"SparseTensor(shape={tuple(self._shape)}, format={name}'{self._format}', nse={self.nse}, "
         f"dtype={str(self.dtype).replace('torch.', '')}, index_dtype={str(self.index_dtype).replace('torch.', '')}, "
-        f"device={self.device}"
+        f"device={self.device}, package={origin_package(self)}"
     )
     if self.requires_grad:
         head += ", requires_grad=True"

@@ -413,9 +413,11 @@ class SparseTensor(ViewMethods):
     # layer): :func:`sparsetorch.matmul` with its plan cache and gradients.
 
     # Package interop ------------------------------------------------------------------------------
-    def to_package(self, package: str = "torch", **options: Any) -> Any:
+    def to_package(self, package: str | None = None, **options: Any) -> Any:
         """Hand the tensor to ``package`` ("torch", "scipy", "cupy", "numpy"), zero-copy where the
-        layouts agree. Convert first when the format has no counterpart there (the error says which)."""
+        layouts agree; with no ``package``, to the one it came from (``from_package``; torch for a
+        tensor built here), as UST's ``to_package()`` does. Convert first when the format has no
+        counterpart there (the error says which)."""
         from .interop import to_package
 
         return to_package(self, package, **options)
