@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
+from ..dispatch.records import Request
 from ..dispatch.select import ExplainTable, rank
 from ..errors import InputError
 from ._dispatch import with_expected_calls
@@ -12,47 +13,70 @@ from ._inputs import as_rhs, check_matrix
 __all__ = ["explain"]
 
 
-def explain(op: str, *operands: Any, **options: Any) -> ExplainTable:
-    """What dispatch would do for ``op(*operands, **options)``: every backend's offer (method,
-    estimated seconds and peak bytes, notes) best first, the chosen one marked, and every
-    decline with its reason. ``print(sparsetorch.explain("solve", A, b))``."""
-    if op == "solve":
-        from .solve import options_from_kwargs, solve_request
+def _solve(operands: tuple, options: dict) -> Request:
+    from .solve import options_from_kwargs, solve_request
 
-        A = check_matrix(operands[0], "explain", square=True)
-        B = as_rhs(A, operands[1], "explain", rows=A.format_shape[0])[0] if len(operands) > 1 else None
-        props = options.pop("properties", None)
-        request = solve_request(A, B, props, options_from_kwargs("explain('solve', ...)", options))
-        # what the next solve on this pattern would see: one-time setups spread over the calls
-        # seen so far (when no repeat= is given)
-        return rank(with_expected_calls("solve", A, request, None, count=False) or request)
-    if op == "matmul":
-        from .matmul import matmul_request
+    A = check_matrix(operands[0], "explain", square=True)
+    B = as_rhs(A, operands[1], "explain", rows=A.format_shape[0])[0] if len(operands) > 1 else None
+    props = options.pop("properties", None)
+    request = solve_request(A, B, props, options_from_kwargs("explain('solve', ...)", options))
+    # what the next solve on this pattern would see: one-time setups spread over the calls seen
+    # so far (when no repeat= is given)
+    return with_expected_calls("solve", A, request, None, count=False) or request
 
-        A = check_matrix(operands[0], "explain", square=False)
-        X = as_rhs(A, operands[1], "explain", rows=A.format_shape[1])[0] if len(operands) > 1 else None
-        return rank(matmul_request(A, X, {"backend": options.get("backend")}))
-    if op in ("eigsh", "eigs"):
+
+def _matmul(operands: tuple, options: dict) -> Request:
+    from .matmul import matmul_request
+
+    A = check_matrix(operands[0], "explain", square=False)
+    X = as_rhs(A, operands[1], "explain", rows=A.format_shape[1])[0] if len(operands) > 1 else None
+    return matmul_request(A, X, {"backend": options.get("backend")})
+
+
+def _spectral(op: str) -> Callable[[tuple, dict], Request]:
+    def build(operands: tuple, options: dict) -> Request:
         from .spectral import eigs_request, eigsh_request
 
         A = check_matrix(operands[0], "explain", square=True)
         k = operands[1] if len(operands) > 1 else options.pop("k", 6)
         get = options.get
         if op == "eigsh":
-            return rank(eigsh_request(A, get("M"), k, get("which", "LM"), get("sigma"), get("tol", 0.0), get("maxiter"),
-                                      get("backend"), get("method"), get("properties"), get("dense_max")))
-        return rank(eigs_request(A, k, get("which", "LM"), get("sigma"), get("tol", 0.0), get("maxiter"), get("backend"),
-                                 get("method"), get("dense_max")))
-    if op in ("logdet", "slogdet", "det"):
-        from .logdet import logdet_request
+            return eigsh_request(A, get("M"), k, get("which", "LM"), get("sigma"), get("tol", 0.0), get("maxiter"),
+                                 get("backend"), get("method"), get("properties"), get("dense_max"))
+        return eigs_request(A, k, get("which", "LM"), get("sigma"), get("tol", 0.0), get("maxiter"), get("backend"),
+                            get("method"), get("dense_max"))
 
-        A = check_matrix(operands[0], "explain", square=True)
-        return rank(logdet_request(A, options.get("backend"), options.get("method"), options.get("properties")))
-    if op == "lstsq":
-        from .lstsq import _options, lstsq_request
+    return build
 
-        A = check_matrix(operands[0], "explain", square=False)
-        B = as_rhs(A, operands[1], "explain", rows=A.format_shape[0])[0] if len(operands) > 1 else None
-        return rank(lstsq_request(A, B, _options(A.dtype, **options)))
-    raise InputError(f"explain knows 'solve', 'matmul', 'eigsh', 'eigs', 'logdet' and 'lstsq', got {op!r}")
 
+def _logdet(operands: tuple, options: dict) -> Request:
+    from .logdet import logdet_request
+
+    A = check_matrix(operands[0], "explain", square=True)
+    return logdet_request(A, options.get("backend"), options.get("method"), options.get("properties"))
+
+
+def _lstsq(operands: tuple, options: dict) -> Request:
+    from .lstsq import _options, lstsq_request
+
+    A = check_matrix(operands[0], "explain", square=False)
+    B = as_rhs(A, operands[1], "explain", rows=A.format_shape[0])[0] if len(operands) > 1 else None
+    return lstsq_request(A, B, _options(A.dtype, **options))
+
+
+#: op -> the request the op itself would build for these operands and options (each entry calls
+#: the op module's own request builder: solve_request, matmul_request, eigsh_request, ...)
+REQUESTS: dict[str, Callable[[tuple, dict], Request]] = {
+    "solve": _solve, "matmul": _matmul, "eigsh": _spectral("eigsh"), "eigs": _spectral("eigs"),
+    "logdet": _logdet, "slogdet": _logdet, "det": _logdet, "lstsq": _lstsq,
+}
+
+
+def explain(op: str, *operands: Any, **options: Any) -> ExplainTable:
+    """What dispatch would do for ``op(*operands, **options)``: every backend's offer (method,
+    estimated seconds and peak bytes, notes) best first, the chosen one marked, and every
+    decline with its reason. ``print(sparsetorch.explain("solve", A, b))``."""
+    build = REQUESTS.get(op) if isinstance(op, str) else None
+    if build is None:
+        raise InputError(f"explain knows {', '.join(repr(k) for k in REQUESTS)}, got {op!r}")
+    return rank(build(operands, options))
