@@ -37,7 +37,7 @@ from typing import Any, Hashable
 from .lru import LRU
 from .records import Decline, Measured, Offer, Request
 
-__all__ = ["record", "measured_for", "clear_experience", "class_factor", "weigh", "DIRECT_SLOWER", "DIRECT_MARGIN", "CONFIRMATIONS"]
+__all__ = ["record", "measured_for", "measured_on", "clear_experience", "class_factor", "weigh", "DIRECT_SLOWER", "DIRECT_MARGIN", "CONFIRMATIONS"]
 
 _MAX_PATTERNS = 512
 #: a direct attempt is remembered when it took more than DIRECT_SLOWER times its estimate and
@@ -71,6 +71,14 @@ def record(pattern_key: Any, dtype: Any, backend: str, method: str, precondition
                 measured = replace(measured, samples=1)
         entry[(backend, method, preconditioner)] = measured
         _store.get(k)  # a use: most recent last
+
+
+def measured_on(A: Any) -> tuple[tuple[tuple[str, str, str | None], Measured], ...]:
+    """:func:`measured_for` A's pattern; the pattern's fingerprint (an O(nnz) read, once per
+    tensor) is computed only when something was measured at all."""
+    if len(_store) == 0:
+        return ()
+    return measured_for(A.pattern_fingerprint, A.dtype)
 
 
 def measured_for(pattern_key: Any, dtype: Any) -> tuple[tuple[tuple[str, str, str | None], Measured], ...]:

@@ -82,7 +82,7 @@ def solve_request(A: SparseTensor, B: torch.Tensor | None, properties, options: 
     operands = (describe_sparse(A),) + ((describe_dense(B),) if B is not None else ())
     if options.get("rtol") is None:
         options = {**options, "rtol": default_rtol(A.dtype)}
-    return make_request("solve", operands, props, options, experience.measured_for(A.pattern_fingerprint, A.dtype))
+    return make_request("solve", operands, props, options, experience.measured_on(A))
 
 
 def solve(
