@@ -128,13 +128,7 @@ def _one_solve(A, values, b1: torch.Tensor, cfg: _Config, *, transpose: bool, sy
     for method in _order(cfg, symmetric):
         if method not in METHODS:
             raise st.InputError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
-        pre = cfg.preconditioner
-        if method == "minres" and pre == "block_jacobi" and cfg.method is None and last is not None and \
-                last["status"] == Status.INDEFINITE:
-            pre = None  # an indefinite A makes an indefinite block: MINRES needs an SPD preconditioner
-        with comm.agreement("setting up the preconditioner"):
-            M = make_preconditioner(A, values if values is not None else A.values.detach(), pre,
-                                    transpose=use_t, local_options=cfg.local_options)
+        pre, M = _preconditioner(A, values, cfg, method, last, use_t, comm)
         M = red.guard(M) if M is not None else None
         kernel = METHODS[method]
         kw = {"restart": cfg.restart} if method == "gmres" else {}
@@ -206,13 +200,7 @@ def _block_solve(A, values, B2: torch.Tensor, cfg: _Config, *, transpose: bool, 
     attempts: list[str] = []
     last = None
     for method in _order(cfg, symmetric):
-        pre = cfg.preconditioner
-        if method == "minres" and pre == "block_jacobi" and cfg.method is None and last is not None and \
-                last["status"] == Status.INDEFINITE:
-            pre = None
-        with comm.agreement("setting up the preconditioner"):
-            M = make_preconditioner(A, values if values is not None else A.values.detach(), pre,
-                                    transpose=use_t, local_options=cfg.local_options)
+        pre, M = _preconditioner(A, values, cfg, method, last, use_t, comm)
         M = _block_precond(M, pre)
         M = red.guard(M) if M is not None else None
         kernel = BLOCK_METHODS[method]
@@ -400,3 +388,18 @@ def solve(A, B: torch.Tensor, *, method: str | None = None, preconditioner="bloc
 
         warnings.warn(msg, st.NotConvergedWarning, stacklevel=2)
     return (X, info) if return_info else X
+
+
+def _preconditioner(A, values, cfg, method: str, last, use_t: bool, comm):
+    """The preconditioner of one attempt (single- and multi-column solves alike): ``(name, M)``.
+    An indefinite A makes an indefinite block-Jacobi block, and MINRES needs an SPD
+    preconditioner: after an attempt that met indefiniteness, MINRES (chosen, not pinned) runs
+    without it."""
+    pre = cfg.preconditioner
+    if method == "minres" and pre == "block_jacobi" and cfg.method is None and last is not None and \
+            last["status"] == Status.INDEFINITE:
+        pre = None
+    with comm.agreement("setting up the preconditioner"):
+        M = make_preconditioner(A, values if values is not None else A.values.detach(), pre,
+                                transpose=use_t, local_options=cfg.local_options)
+    return pre, M
