@@ -11,6 +11,7 @@ import torch
 from ..errors import ValidationError
 from ..format import TensorFormat
 from . import _levels
+from ._access import AccessMethods
 from ._display import sparse_repr
 from ._views import ViewMethods
 from .pattern import PatternKey, buffer_id as _buffer_id, fingerprint, is_plain
@@ -19,7 +20,7 @@ from .validate import _check_levels, _versions, check_index_buffers, check_value
 __all__ = ["SparseTensor", "Tensor", "PatternKey", "rebuild_sparse_tensor"]
 
 
-class SparseTensor(ViewMethods):
+class SparseTensor(ViewMethods, AccessMethods):
     """A sparse tensor in any :class:`~sparsetorch.format.TensorFormat`.
 
     ``SparseTensor(format, shape, pos, crd, values, check=True)`` wraps existing buffers without
@@ -30,7 +31,9 @@ class SparseTensor(ViewMethods):
     :meth:`from_dense`, :meth:`from_coo` or :func:`sparsetorch.from_package`.
 
     Tensors are immutable in structure: operations return new tensors and share buffers
-    where they can (``T``, ``with_values``, ``convert`` to the same layout).
+    where they can (``T``, ``with_values``, ``convert`` to the same layout). Values may be
+    updated in place: :meth:`copy_` (from a tensor on the same pattern), :meth:`run_kernel`
+    (a user transformation set with :meth:`set_kernel`); :meth:`get_value` reads one entry.
 
     ``check=True`` (the default) validates every index buffer before the tensor exists: dtypes
     and devices, lengths, ``pos`` starting at 0 and non-decreasing, every coordinate inside the
@@ -47,7 +50,7 @@ class SparseTensor(ViewMethods):
     """
 
     __slots__ = ("_format", "_shape", "_pos", "_crd", "_values", "_linear", "_derived", "_index", "_checked",
-                 "__weakref__")
+                 "_kernel", "__weakref__")
 
     def __init__(
         self,
