@@ -1,0 +1,151 @@
+"""`SparseLinear`: ``y = x @ W^T + b`` with a sparse weight whose stored values are the parameter."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..errors import InputError
+from ..format import CSR, TensorFormat
+from ..ops.matmul import matmul
+from ..tensor import SparseTensor
+
+__all__ = ["SparseLinear", "rows_times_transpose"]
+
+
+class SparseLinear(nn.Module):
+    """``y = x @ W^T + b`` with a sparse ``W`` of shape ``(out_features, in_features)``.
+
+    Args:
+        weight: the weight as a 2-D SparseTensor (any format); its pattern is kept, its values
+            become the trainable parameter ``values`` (a copy: the argument is not modified).
+        bias: ``(out_features,)`` or None; copied into a parameter.
+        backend: pin the product's backend (default: dispatch by cost).
+    """
+
+    def __init__(self, weight: SparseTensor, bias: torch.Tensor | None = None, *, backend: str | None = None) -> None:
+        super().__init__()
+        if not isinstance(weight, SparseTensor) or len(weight.format_shape) != 2 or weight.batch_shape:
+            got = (type(weight).__name__ if not isinstance(weight, SparseTensor)
+                   else f"format shape {weight.format_shape}, batch {tuple(weight.batch_shape)}")
+            raise InputError(f"SparseLinear: weight must be a 2-D SparseTensor (out_features, in_features) "
+                             f"without a value batch, got {got}")
+        out_features, in_features = (int(s) for s in weight.format_shape)
+        if bias is not None:
+            if not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (out_features,):
+                raise InputError(f"SparseLinear: bias must have shape ({out_features},) (out_features), got "
+                                 f"{tuple(bias.shape) if isinstance(bias, torch.Tensor) else type(bias).__name__}")
+            if bias.dtype != weight.dtype or bias.device != weight.device:
+                raise InputError(f"SparseLinear: bias ({bias.dtype}, {bias.device}) must match the weight "
+                                 f"({weight.dtype}, {weight.device})")
+        self.in_features, self.out_features = in_features, out_features
+        self.backend = backend
+        self._format: TensorFormat = weight.format
+        w = weight.detach()
+        for k in range(len(w.format.levels)):
+            p, c = w.pos(k), w.crd(k)
+            self.register_buffer(f"pos{k}", None if p is None else p.clone())
+            self.register_buffer(f"crd{k}", None if c is None else c.clone())
+        self.values = nn.Parameter(w.values.clone())
+        self.bias = None if bias is None else nn.Parameter(bias.detach().clone())
+
+    @property
+    def weight(self) -> SparseTensor:
+        """The weight with the current values (differentiable in ``values``). It shares one
+        pattern object across calls, so what sparsetorch derives from the pattern (entry lists,
+        conversion maps, plans) is computed once, until ``.to()`` moves the index buffers."""
+        n = len(self._format.levels)
+        pos = [getattr(self, f"pos{k}") for k in range(n)]
+        crd = [getattr(self, f"crd{k}") for k in range(n)]
+        key = tuple(None if b is None else (b.data_ptr(), b.device, b.dtype) for b in pos + crd)
+        cached = self.__dict__.get("_pattern")
+        if cached is None or cached[0] != key or cached[1].values.dtype != self.values.dtype:
+            source = SparseTensor(self._format, (self.out_features, self.in_features), pos, crd,
+                                  self.values.detach(), check=False)
+            self.__dict__["_pattern"] = cached = (key, source)
+        return cached[1].with_values(self.values)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, *, format: TensorFormat = CSR, mask: torch.Tensor | None = None,
+                    backend: str | None = None) -> "SparseLinear":
+        """From an ``nn.Linear``: its weight's nonzeros (or the entries where ``mask``) in ``format``."""
+        if not isinstance(linear, nn.Linear):
+            raise InputError(f"SparseLinear.from_linear needs an nn.Linear, got {type(linear).__name__}")
+        W = SparseTensor.from_dense(linear.weight.detach(), format=format, mask=mask)
+        return cls(W, None if linear.bias is None else linear.bias.detach(), backend=backend)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not isinstance(x, torch.Tensor) or x.dim() < 1 or x.shape[-1] != self.in_features:
+            raise InputError(f"SparseLinear: input must end with in_features={self.in_features}, got "
+                             f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
+        if torch.compiler.is_compiling():
+            y = self._traced_product(x)
+        else:
+            y = rows_times_transpose(x, self.weight, self.backend)
+        return y if self.bias is None else y + self.bias
+
+    # torch.compile ------------------------------------------------------------------------------
+    def prepare_compile(self) -> "SparseLinear":
+        """Build what a compiled forward needs for a weight that is not CSR: the pattern's CSR
+        index buffers and the gather from the stored values to CSR order (non-persistent
+        buffers: moved by ``.to()``, not saved). CSR weights need nothing. Returns ``self``.
+
+        Under ``torch.compile`` the forward pass is the ``sparsetorch::csr_matmul`` custom op
+        (a fake kernel and an autograd formula, so ``fullgraph=True`` traces it with no graph
+        break) instead of dispatch, which is not traceable; half-precision values and inputs
+        are upcast to float32 around it, as the eager torch backend does. The CSR view costs
+        about two index arrays of the stored count, so it is built only when asked for."""
+        if self._format == CSR:
+            return self
+        from ..tensor.construct import conversion  # noqa: PLC0415 - only for compiled layers
+
+        W = self.weight.detach()
+        conv = conversion(W, CSR, W.index_dtype)
+        self.register_buffer("_csr_crow", conv.pos[1], persistent=False)
+        self.register_buffer("_csr_col", conv.crd[1], persistent=False)
+        self.register_buffer("_csr_src", conv.src, persistent=False)
+        return self
+
+    def _traced_product(self, x: torch.Tensor) -> torch.Tensor:
+        """``x @ W^T`` through the custom op (the compiled path; see :meth:`prepare_compile`)."""
+        from ..autograd.custom_ops import csr_matmul  # noqa: PLC0415 - the compiled path only
+
+        if self._format == CSR:
+            crow, col, vals = self.pos1, self.crd1, self.values
+        else:
+            crow = self._buffers.get("_csr_crow")
+            if crow is None:
+                name = self._format.name or str(self._format)
+                raise InputError(f"SparseLinear with format {name} under torch.compile needs its CSR view: call "
+                                 f"layer.prepare_compile() (or model.apply(sparsetorch.nn.prepare_compile)) before "
+                                 f"compiling")
+            col, src = self._csr_col, self._csr_src
+            vals = self.values if src is None else self.values.index_select(-1, src)
+        lead = x.shape[:-1]
+        X = x.reshape(-1, self.in_features).mT
+        if vals.dtype in (torch.float16, torch.bfloat16):
+            y = csr_matmul(crow, col, vals.float(), X.float(), self.out_features, self.in_features).to(x.dtype)
+        else:
+            y = csr_matmul(crow, col, vals, X, self.out_features, self.in_features)
+        return y.mT.reshape(*lead, self.out_features)
+
+    def to_dense(self) -> torch.Tensor:
+        """The weight as a dense ``(out_features, in_features)`` tensor (differentiable)."""
+        return self.weight.to_dense()
+
+    @property
+    def density(self) -> float:
+        return self.values.numel() / max(1, self.in_features * self.out_features)
+
+    def extra_repr(self) -> str:
+        name = self._format.name or str(self._format)
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+                f"format={name}, stored={self.values.numel()} ({self.density:.1%})")
+
+
+def rows_times_transpose(x: torch.Tensor, A: SparseTensor, backend: str | None = None) -> torch.Tensor:
+    """``x @ A^T`` for ``x`` of shape ``(..., n)`` and ``A`` of shape ``(m, n)``: one product whose
+    columns are the rows of ``x`` (a layer's batch)."""
+    lead = x.shape[:-1]
+    y = matmul(A, x.reshape(-1, x.shape[-1]).mT, backend=backend).mT
+    return y.reshape(*lead, A.shape[0])

@@ -1,0 +1,117 @@
+"""Model surgery: :func:`reformat_model` and the pruners :func:`magnitude` and :func:`n_m`."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch import nn
+
+from ..errors import InputError
+from ..format import CSR, NM, TensorFormat
+from ..tensor import SparseTensor
+from .linear import SparseLinear
+
+__all__ = ["reformat_model", "magnitude", "n_m", "density", "prepare_compile", "LayerFn"]
+
+#: decides for one ``nn.Linear`` (its dotted name, the module): None keeps it, a SparseTensor is
+#: the new weight, a module replaces it
+LayerFn = Callable[[str, nn.Linear], "SparseTensor | nn.Module | None"]
+
+
+def _set_child(model: nn.Module, name: str, new: nn.Module) -> None:
+    parent = model
+    *path, last = name.split(".")
+    for part in path:
+        parent = getattr(parent, part)
+    setattr(parent, last, new)
+
+
+def reformat_model(model: nn.Module, fn: LayerFn, *, only: Callable[[str, nn.Module], bool] | None = None,
+                   backend: str | None = None) -> nn.Module:
+    """Replace the ``nn.Linear`` layers of ``model`` in place, as ``fn(name, layer)`` decides.
+
+    ``fn`` returns None (keep the layer), a 2-D SparseTensor (the new weight: the layer becomes a
+    :class:`SparseLinear` with the old bias) or an ``nn.Module`` (used as it is). ``only`` picks
+    the layers ``fn`` is asked about (default: every ``nn.Linear``). Returns ``model``.
+    """
+    if not isinstance(model, nn.Module):
+        raise InputError(f"reformat_model needs an nn.Module, got {type(model).__name__}")
+    if not callable(fn):
+        raise InputError(f"reformat_model: fn must be callable(name, linear), got {type(fn).__name__}")
+    targets = [(name, m) for name, m in model.named_modules()
+               if isinstance(m, nn.Linear) and name and (only is None or only(name, m))]
+    if isinstance(model, nn.Linear) and (only is None or only("", model)):
+        raise InputError("reformat_model replaces layers inside a model; for a lone nn.Linear use "
+                         "SparseLinear.from_linear(layer) or SparseLinear(weight, bias)")
+    for name, layer in targets:
+        out = fn(name, layer)
+        if out is None:
+            continue
+        if isinstance(out, SparseTensor):
+            if tuple(out.format_shape) != tuple(layer.weight.shape):
+                raise InputError(f"reformat_model: fn returned a weight of shape {tuple(out.format_shape)} for layer "
+                                 f"{name!r}, whose weight is {tuple(layer.weight.shape)}")
+            bias = None if layer.bias is None else layer.bias.detach().to(out.dtype)
+            out = SparseLinear(out, bias, backend=backend)
+        elif not isinstance(out, nn.Module):
+            raise InputError(f"reformat_model: fn returned {type(out).__name__} for layer {name!r}; it must return "
+                             f"None (keep), a SparseTensor (the new weight) or an nn.Module")
+        _set_child(model, name, out)
+    return model
+
+
+def magnitude(sparsity: float, *, format: TensorFormat = CSR) -> LayerFn:
+    """Keep the ``1 - sparsity`` fraction of each layer's weights with the largest magnitude
+    (ties broken by position), in ``format``."""
+    if not isinstance(sparsity, (int, float)) or not (0 <= sparsity < 1):
+        raise InputError(f"magnitude: sparsity must be in [0, 1) (the fraction removed), got {sparsity!r}")
+
+    def prune(name: str, layer: nn.Linear) -> SparseTensor:
+        W = layer.weight.detach()
+        keep = max(1, int(round((1 - sparsity) * W.numel())))
+        idx = W.abs().flatten().topk(keep).indices
+        mask = torch.zeros(W.numel(), dtype=torch.bool, device=W.device)
+        mask[idx] = True
+        return SparseTensor.from_dense(W, format=format, mask=mask.reshape(W.shape))
+
+    return prune
+
+
+def n_m(n: int, m: int) -> LayerFn:
+    """N:M structured pruning: in every ``m`` consecutive inputs of each output row keep the ``n``
+    largest weights, stored in the ``NM(n, m)`` format (in_features must be a multiple of m)."""
+    if not (isinstance(n, int) and isinstance(m, int) and 0 < n <= m):
+        raise InputError(f"n_m: need integers 0 < n <= m, got n={n!r}, m={m!r}")
+
+    def prune(name: str, layer: nn.Linear) -> SparseTensor:
+        W = layer.weight.detach()
+        out_f, in_f = W.shape
+        if in_f % m:
+            raise InputError(f"n_m({n}, {m}): layer {name!r} has in_features={in_f}, not a multiple of m={m}; "
+                             f"skip it with reformat_model(..., only=...) or pick another m")
+        groups = W.abs().reshape(out_f, in_f // m, m)
+        mask = torch.zeros_like(groups, dtype=torch.bool).scatter_(-1, groups.topk(n, -1).indices, True)
+        return SparseTensor.from_dense(W, format=NM(n, m), mask=mask.reshape(out_f, in_f))
+
+    return prune
+
+
+def prepare_compile(module: nn.Module) -> None:
+    """``model.apply(prepare_compile)``: :meth:`SparseLinear.prepare_compile` on every SparseLinear."""
+    if isinstance(module, SparseLinear):
+        module.prepare_compile()
+
+
+def density(model: nn.Module) -> float:
+    """Stored weights over dense weights across the model's Linear and SparseLinear layers."""
+    stored = dense = 0
+    for m in model.modules():
+        if isinstance(m, SparseLinear):
+            stored += m.values.numel()
+            dense += m.in_features * m.out_features
+        elif isinstance(m, nn.Linear):
+            stored += m.weight.numel()
+            dense += m.weight.numel()
+    return stored / dense if dense else math.nan

@@ -1,0 +1,305 @@
+"""`SparseWeight`: a ``torch.Tensor`` standing for a SparseTensor in code written for dense weights.
+
+``__torch_function__`` routes the operations of :data:`_HANDLERS` through sparsetorch (products
+through dispatch and cached plans, elementwise operations that keep the pattern on the stored
+values); anything else raises an error naming the operation (``.to_dense()`` first).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import InputError
+from ..ops.matmul import matmul
+from ..tensor import SparseTensor
+from .linear import rows_times_transpose
+
+__all__ = ["SparseWeight"]
+
+
+class SparseWeight(torch.Tensor):
+    """A ``torch.Tensor`` that stands for a SparseTensor in torch code written for dense weights.
+
+    It is a wrapper without dense storage; ``__torch_function__`` runs these through sparsetorch
+    (dispatch, cached plans, gradients into the SparseTensor's values), everything else raises
+    an error naming the operation (use ``.to_dense()`` for it), since a silent densification of a
+    large sparse weight would be a memory surprise:
+
+    - products: ``torch.matmul``/``@`` (either side), ``mm``, ``mv``, ``nn.functional.linear``
+      (as the weight), ``addmm``/``addmv`` (``beta * input + alpha * product``, the sparse
+      operand being ``mat1``/``mat2``/``mat``), ``dot`` (1-D);
+    - 3-D weights (a SparseTensor with one value-batch dimension: ``B`` matrices sharing a
+      pattern): ``bmm``, ``baddbmm`` and ``matmul`` against ``(B, n, k)``/``(B, k, m)`` operands;
+    - views: ``.t()``/``.T``/``.mT`` (``.t()``/``.T`` of a 1-D weight is itself, as in torch;
+      ``.mT``/``transpose(-2, -1)`` for 3-D);
+    - metadata: ``shape``, ``dtype``, ``device``, ``dim()``, ``size()``;
+    - values: ``mul_(s)`` scales the stored values in place (``s`` a number or a 0-d tensor;
+      under ``torch.no_grad()`` when the values are a leaf that requires grad, as for a dense
+      weight); ``zeros_like``/``ones_like`` give a SparseWeight on the same pattern whose stored
+      entries are 0 / 1 (the zero matrix / the pattern's indicator, not a dense all-ones
+      matrix), with ``dtype=``, ``device=`` and ``requires_grad=`` honoured.
+
+        W = st.nn.SparseWeight(A)              # A: a SparseTensor (m, n), values may require grad
+        y = torch.nn.functional.linear(x, W)   # x @ A^T through sparsetorch
+        y = torch.addmm(b, x, W.t())           # b + x @ A^T
+    """
+
+    _A: SparseTensor
+
+    @staticmethod
+    def __new__(cls, A: SparseTensor) -> "SparseWeight":
+        if (not isinstance(A, SparseTensor) or len(A.format_shape) not in (1, 2) or len(A.batch_shape) > 1
+                or (A.batch_shape and len(A.format_shape) != 2)):
+            raise InputError(f"SparseWeight needs a 1-D or 2-D SparseTensor, or a 2-D one with one value-batch "
+                             f"dimension (a 3-D weight), got "
+                             f"{type(A).__name__ if not isinstance(A, SparseTensor) else tuple(A.shape)}")
+        t = torch.Tensor._make_wrapper_subclass(cls, tuple(A.shape), dtype=A.dtype, device=A.device,
+                                                requires_grad=False)
+        t._A = A
+        return t
+
+    @property
+    def sparse(self) -> SparseTensor:
+        """The SparseTensor this tensor stands for."""
+        return self._A
+
+    def to_dense(self, *args, **kwargs) -> torch.Tensor:  # noqa: D102 - torch's name
+        return self._A.to_dense()
+
+    def __repr__(self, *, tensor_contents=None) -> str:  # noqa: D105
+        A = self._A
+        return f"SparseWeight(shape={tuple(A.shape)}, format={A.format.name or A.format}, nse={A.nse}, dtype={A.dtype})"
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        handler = _HANDLERS.get(func)
+        if handler is None:
+            name = getattr(func, "__name__", str(func))
+            if name in ("__get__", "__set__") or name.startswith("_"):  # attribute plumbing (shape, dtype, ...)
+                with torch._C.DisableTorchFunctionSubclass():
+                    return func(*args, **kwargs)
+            raise InputError(f"SparseWeight does not implement {name}: it runs matmul/@, mm, mv, linear, addmm, addmv, "
+                             f"dot, bmm, baddbmm, t/T/mT/transpose(-2, -1), mul_, zeros_like and ones_like through "
+                             f"sparsetorch; call .to_dense() first for other operations")
+        return handler(*args, **kwargs)
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        # reached only by operations __torch_function__ let through (attribute plumbing aside,
+        # none should get here): the wrapper has no dense storage to run them on
+        raise InputError(f"SparseWeight does not implement {func}: use .to_dense() first")
+
+
+def _dense_operand(x: object, what: str) -> torch.Tensor:
+    if isinstance(x, SparseWeight) or not isinstance(x, torch.Tensor):
+        raise InputError(f"SparseWeight.{what}: the other operand must be a dense torch.Tensor, got {type(x).__name__}")
+    return x
+
+
+def _left(W: SparseWeight, X: torch.Tensor, what: str) -> torch.Tensor:
+    """``W @ X`` for X of shape (n,) or (n, k)."""
+    X = _dense_operand(X, what)
+    if X.dim() not in (1, 2) or len(W._A.format_shape) != 2 or W._A.batch_shape:
+        raise InputError(f"SparseWeight.{what}: needs a 2-D sparse matrix and a 1-D or 2-D dense operand, got "
+                         f"{tuple(W.shape)} and {tuple(X.shape)}")
+    return matmul(W._A, X)
+
+
+def _right(X: torch.Tensor, W: SparseWeight, what: str) -> torch.Tensor:
+    """``X @ W`` = ``(W^T @ X^T)^T`` for X of shape (..., m)."""
+    X = _dense_operand(X, what)
+    if len(W._A.format_shape) != 2 or W._A.batch_shape or X.shape[-1] != W.shape[0]:
+        raise InputError(f"SparseWeight.{what}: shapes {tuple(X.shape)} @ {tuple(W.shape)} do not match (a 2-D "
+                         f"sparse weight on the right of a (..., {W.shape[0]}) operand)")
+    return rows_times_transpose(X, W._A.T)
+
+
+def _matmul(a, b, *, out=None):
+    if out is not None:
+        raise InputError("SparseWeight: out= is not supported")
+    if isinstance(a, SparseWeight):
+        if a._A.format_shape and len(a._A.format_shape) == 1:
+            return _dot(a, b)
+        if a._A.batch_shape:
+            return _bmm(a, b)
+        return _left(a, b, "matmul")
+    if isinstance(b, SparseWeight) and b._A.batch_shape:
+        return _bmm(a, b)
+    return _right(a, b, "matmul")
+
+
+def _linear(x, weight, bias=None):
+    if not isinstance(weight, SparseWeight):
+        raise InputError("SparseWeight: linear with a SparseWeight input and a dense weight is not supported")
+    if len(weight._A.format_shape) != 2 or not isinstance(x, torch.Tensor) or x.shape[-1] != weight.shape[1]:
+        raise InputError(f"SparseWeight.linear: input {tuple(getattr(x, 'shape', ()))} does not end with "
+                         f"in_features={weight.shape[-1]}")
+    y = rows_times_transpose(x, weight._A)
+    return y if bias is None else y + bias
+
+
+def _dot(a, b, *, out=None):
+    if isinstance(b, SparseWeight):
+        a, b = b, a
+    A = a._A
+    x = _dense_operand(b, "dot")
+    if len(A.format_shape) != 1 or x.dim() != 1 or x.shape[0] != A.shape[0]:
+        raise InputError(f"SparseWeight.dot: needs two 1-D operands of one length, got {tuple(a.shape)} and {tuple(x.shape)}")
+    coords, vals = A.coordinates()
+    return (vals * x[coords[0]]).sum()
+
+
+def _transposed(W, *args):
+    if len(W._A.format_shape) == 1:  # torch: t()/T of a 1-D tensor is the tensor itself
+        return W
+    return SparseWeight(W._A.T)
+
+
+def _mT(W):
+    if len(W._A.format_shape) == 1:
+        raise InputError("SparseWeight.mT needs a matrix (2-D or 3-D), got a 1-D weight; use .t() or .T")
+    return SparseWeight(W._A.T)
+
+
+def _transpose(W, dim0: int, dim1: int):
+    if not isinstance(W, SparseWeight):
+        raise InputError("SparseWeight: transpose of a dense tensor with a SparseWeight argument is not supported")
+    nd = W.dim()
+    if nd == 1 and dim0 in (0, -1) and dim1 in (0, -1):
+        return W
+    if sorted((dim0 % nd, dim1 % nd)) != [nd - 2, nd - 1]:
+        raise InputError(f"SparseWeight.transpose swaps the two matrix dimensions ({nd - 2}, {nd - 1}) only, "
+                         f"got ({dim0}, {dim1}); the value batch keeps its place")
+    return SparseWeight(W._A.T)
+
+
+def _t_strict(W):
+    if W.dim() == 3:
+        raise InputError("SparseWeight.t() takes a 1-D or 2-D weight (as torch.t does); use .mT for a 3-D weight")
+    return _transposed(W)
+
+
+def _scaled(alpha, beta, product: torch.Tensor, input: torch.Tensor | None) -> torch.Tensor:
+    """``beta * input + alpha * product``; ``beta == 0`` ignores ``input`` (NaN included), as torch."""
+    out = product if alpha == 1 else alpha * product
+    if input is None or (not isinstance(beta, torch.Tensor) and beta == 0):
+        return out
+    if isinstance(input, SparseWeight):
+        raise InputError("SparseWeight: the added input of addmm/addmv/baddbmm must be dense (adding a sparse "
+                         "weight to a dense product would densify it); call .to_dense() first")
+    return out + (input if (not isinstance(beta, torch.Tensor) and beta == 1) else beta * input)
+
+
+def _no_out(out, what: str) -> None:
+    if out is not None:
+        raise InputError(f"SparseWeight.{what}: out= is not supported (the result is a new tensor)")
+
+
+def _addmm(input, mat1, mat2, *, beta=1, alpha=1, out=None):
+    _no_out(out, "addmm")
+    if isinstance(mat1, SparseWeight) == isinstance(mat2, SparseWeight):
+        raise InputError("SparseWeight.addmm: exactly one of mat1, mat2 may be sparse")
+    if mat1.dim() != 2 or mat2.dim() != 2:
+        raise InputError(f"SparseWeight.addmm: mat1 and mat2 must be 2-D, got {tuple(mat1.shape)} and {tuple(mat2.shape)}")
+    prod = _left(mat1, mat2, "addmm") if isinstance(mat1, SparseWeight) else _right(mat1, mat2, "addmm")
+    return _scaled(alpha, beta, prod, input)
+
+
+def _addmv(input, mat, vec, *, beta=1, alpha=1, out=None):
+    _no_out(out, "addmv")
+    if not isinstance(mat, SparseWeight) or mat.dim() != 2:
+        raise InputError("SparseWeight.addmv: mat must be the 2-D SparseWeight and vec a dense 1-D tensor")
+    if not isinstance(vec, torch.Tensor) or vec.dim() != 1:
+        raise InputError(f"SparseWeight.addmv: vec must be a 1-D dense tensor, got {tuple(getattr(vec, 'shape', ()))}")
+    return _scaled(alpha, beta, _left(mat, vec, "addmv"), input)
+
+
+def _bmm(a, b, *, out=None):
+    """``(B, m, n) @ (B, n, k)`` with the sparse operand on either side (a value batch of B
+    matrices on one pattern); the dense operand's batch must be B (no broadcasting)."""
+    _no_out(out, "bmm")
+    if isinstance(a, SparseWeight) == isinstance(b, SparseWeight):
+        raise InputError("SparseWeight.bmm: exactly one operand may be sparse")
+    W, X = (a, b) if isinstance(a, SparseWeight) else (b, a)
+    X = _dense_operand(X, "bmm")
+    A = W._A
+    if not A.batch_shape or X.dim() != 3 or X.shape[0] != A.batch_shape[0]:
+        raise InputError(f"SparseWeight.bmm: needs a 3-D sparse weight (B, m, n) and a 3-D dense operand with the "
+                         f"same B, got {tuple(a.shape)} and {tuple(b.shape)}")
+    if W is a:
+        if X.shape[1] != A.shape[-1]:
+            raise InputError(f"SparseWeight.bmm: shapes {tuple(a.shape)} @ {tuple(b.shape)} do not match")
+        return matmul(A, X)
+    if X.shape[2] != A.shape[-2]:
+        raise InputError(f"SparseWeight.bmm: shapes {tuple(a.shape)} @ {tuple(b.shape)} do not match")
+    return matmul(A.T, X.mT).mT  # X W = (W^T X^T)^T, per batch member
+
+
+def _baddbmm(input, batch1, batch2, *, beta=1, alpha=1, out=None):
+    _no_out(out, "baddbmm")
+    return _scaled(alpha, beta, _bmm(batch1, batch2), input)
+
+
+def _mul_(W, other):
+    if not isinstance(W, SparseWeight):
+        raise InputError("SparseWeight: mul_ into a dense tensor by a SparseWeight is not supported")
+    if isinstance(other, torch.Tensor) and (isinstance(other, SparseWeight) or other.dim() != 0):
+        raise InputError(f"SparseWeight.mul_ scales by a number or a 0-d tensor (which keeps the pattern), got "
+                         f"a tensor of shape {tuple(other.shape)}")
+    if not isinstance(other, (int, float, complex, torch.Tensor)) or isinstance(other, bool):
+        raise InputError(f"SparseWeight.mul_ scales by a number or a 0-d tensor, got {type(other).__name__}")
+    W._A.values.mul_(other)  # padding slots hold zeros and stay zero
+    return W
+
+
+def _like(fill: float):
+    def like(W, *, dtype=None, layout=None, device=None, requires_grad=False, memory_format=None, pin_memory=None):
+        what = "zeros_like" if fill == 0 else "ones_like"
+        if not isinstance(W, SparseWeight):
+            raise InputError(f"SparseWeight: {what} got a {type(W).__name__}")
+        if layout not in (None, torch.strided) or pin_memory:
+            raise InputError(f"SparseWeight.{what}: layout/pin_memory are not supported; use .to_dense() for a dense result")
+        A = W._A.detach()
+        if device is not None:
+            A = A.to(device)
+        vals = torch.zeros_like(A.values, dtype=dtype)
+        if fill != 0:
+            _, slot = A.entries()  # the stored entries inside the shape; padding stays zero
+            vals[..., slot] = fill
+        return SparseWeight(A.with_values(vals.requires_grad_(requires_grad)))
+    return like
+
+
+_HANDLERS: dict = {
+    torch.matmul: _matmul,
+    torch.Tensor.matmul: _matmul,
+    torch.Tensor.__matmul__: _matmul,
+    torch.Tensor.__rmatmul__: lambda W, X: _right(X, W, "matmul"),
+    torch.mm: lambda a, b, **k: _matmul(a, b, **k),
+    torch.Tensor.mm: lambda a, b: _matmul(a, b),
+    torch.mv: lambda a, b, **k: _left(a, b, "mv"),
+    torch.Tensor.mv: lambda a, b: _left(a, b, "mv"),
+    torch.nn.functional.linear: _linear,
+    torch.dot: _dot,
+    torch.Tensor.dot: _dot,
+    torch.t: _t_strict,
+    torch.Tensor.t: _t_strict,
+    torch.Tensor.T.__get__: _t_strict,
+    torch.Tensor.mT.__get__: _mT,
+    torch.transpose: _transpose,
+    torch.Tensor.transpose: _transpose,
+    torch.addmm: _addmm,
+    torch.Tensor.addmm: _addmm,
+    torch.addmv: _addmv,
+    torch.Tensor.addmv: _addmv,
+    torch.bmm: _bmm,
+    torch.Tensor.bmm: _bmm,
+    torch.baddbmm: _baddbmm,
+    torch.Tensor.baddbmm: _baddbmm,
+    torch.Tensor.mul_: _mul_,
+    torch.Tensor.dim: lambda W: len(W.shape),
+    torch.Tensor.size: lambda W, dim=None: W.shape if dim is None else W.shape[dim],
+    torch.zeros_like: _like(0.0),
+    torch.ones_like: _like(1.0),
+}
