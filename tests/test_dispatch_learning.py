@@ -11,7 +11,7 @@ import torch
 
 import sparsetorch as st
 from sparsetorch.dispatch import experience
-from sparsetorch.dispatch.cache import PlanCache
+from sparsetorch.dispatch.plan import PlanCache
 from sparsetorch.dispatch.experience import clear_experience
 from sparsetorch.dispatch.records import Measured
 from sparsetorch.dispatch.select import clear_decisions

@@ -11,7 +11,7 @@ import sparsetorch
 from sparsetorch.dispatch import Offer
 from sparsetorch.dispatch.select import clear_decisions
 from sparsetorch.errors import InputError
-from sparsetorch.ops import _dispatch
+from sparsetorch.dispatch import plan as dispatch_plan
 
 from test_plugins import FakeBackend, _system, backends  # noqa: F401 - backends is a fixture
 
@@ -38,11 +38,11 @@ def fakes(backends, monkeypatch):  # noqa: F811 - the fixture imported above
     estimates, so the two fakes compete)."""
     monkeypatch.delenv("SPARSETORCH_DISPATCH_CACHE", raising=False)
     clear_decisions()
-    _dispatch._CALLS.clear()
+    dispatch_plan._CALLS.clear()
     backends.register(SetupBackend("direct", seconds=1.0 * U, setup=0.95 * U, method="lu"), "direct")
     backends.register(FakeBackend("iterative", seconds=0.2 * U, method="cg"), "iterative")
     yield backends
-    _dispatch._CALLS.clear()
+    dispatch_plan._CALLS.clear()
 
 
 def test_offer_setup_must_lie_within_its_seconds() -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 import sparsetorch as st
-from sparsetorch.dispatch.cache import plan_cache
+from sparsetorch.dispatch.plan import plan_cache
 from sparsetorch.format import CSR
 from sparsetorch.testing.problems import poisson2d
 

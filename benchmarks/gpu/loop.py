@@ -33,10 +33,10 @@ def _sync(device: torch.device) -> None:
 def _loop(A: st.SparseTensor, b: torch.Tensor, steps: int, **kw: Any) -> dict:
     st.plan_cache().clear()
     from sparsetorch.dispatch.select import clear_decisions
-    from sparsetorch.ops import _dispatch
+    from sparsetorch.dispatch import plan as dispatch_plan
 
     clear_decisions()
-    _dispatch._CALLS.clear()  # a fresh loop: no calls seen on this pattern yet
+    dispatch_plan._CALLS.clear()  # a fresh loop: no calls seen on this pattern yet
     used, secs = [], []
     total0 = time.perf_counter()
     for k in range(steps):

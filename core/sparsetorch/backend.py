@@ -52,7 +52,7 @@ from __future__ import annotations
 
 from ._markers import hookimpl
 from .dispatch.accuracy import default_rtol, unit_roundoff
-from .dispatch.cache import plan_cache
+from .dispatch.plan import plan_cache
 from .dispatch.calibrate import Rates, calibrate, rates
 from .dispatch.helpers import Outcome, combine, cuda_matrix_decline, loglog_interp, sparsity_dimension
 from .dispatch.kit import (

@@ -9,6 +9,8 @@ Called with every forward argument given positionally there is nothing to fill: 
 torch.func transforms this ``apply`` goes straight to autograd's C entry, exactly where torch's
 own ``apply`` ends up; under a transform, with keyword arguments, with a different argument
 count, or on a torch without the internals used here, it defers to torch's ``apply`` unchanged.
+
+``vmap_columns`` is the ``vmap`` rule the sparse Functions (solve, matmul) share.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import inspect
 
 import torch
 
-__all__ = ["FastFunction"]
+__all__ = ["FastFunction", "vmap_columns"]
 
 
 def _hooks():
@@ -48,3 +50,19 @@ class FastFunction(torch.autograd.Function):
             if len(args) == nargs and not active():
                 return super(torch.autograd.Function, cls).apply(*unwrap(args))
         return super().apply(*args, **kwargs)
+
+
+def vmap_columns(apply, info, in_dims, values: torch.Tensor, X: torch.Tensor, handle):
+    """The ``vmap`` rule shared by the sparse Functions ``apply(values, X, handle)`` whose ``X`` is
+    ``(*batch, n, k)``: a mapped ``X`` alone is folded into the columns (one call for all), a
+    mapped ``values`` runs one call per member (each needs its own factorization)."""
+    vd, xd, _ = in_dims
+    if vd is None and xd is not None:
+        Xm = X.movedim(xd, -1)  # (..., n, k, V)
+        shape = Xm.shape
+        Y = apply(values, Xm.reshape(*shape[:-2], shape[-2] * shape[-1]), handle)
+        return Y.reshape(*Y.shape[:-1], shape[-2], shape[-1]), len(shape) - 1
+    size = info.batch_size
+    vs = [values.select(vd, i) if vd is not None else values for i in range(size)]
+    xs = [X.select(xd, i) if xd is not None else X for i in range(size)]
+    return torch.stack([apply(v, x, handle) for v, x in zip(vs, xs)]), 0

@@ -47,6 +47,7 @@ from ..tensor import SparseTensor
 from ..dispatch.options import CallOptions
 from ..dispatch.plan import PlanState, guarded
 from ._range import RangeSearch
+from .matmul import MatmulHandle
 from ._route_checks import _checked, _equilibrated, _one_line, _pow2_scale
 from . import products
 
@@ -320,8 +321,6 @@ class Route(RangeSearch):
             from .lstsq import apply_entries  # noqa: PLC0415
 
             return apply_entries(self.A, values, X, adjoint=adjoint)
-        from .handles import MatmulHandle  # noqa: PLC0415 - handles imports this module
-
         return MatmulHandle(products.product_state(self.A, X), self.A, adjoint).run(values, X)
 
     # ------------------------------------------------------------------------------------------

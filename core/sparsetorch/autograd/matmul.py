@@ -15,18 +15,46 @@ its result is cast back to the values' dtype.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from ._fast_apply import FastFunction
-from .handles import MatmulHandle, vmap_columns
+from ._fast_apply import FastFunction, vmap_columns
 from .sddmm import sddmm
-from ..dispatch.plan import guarded
+from ..dispatch.plan import PlanState, guarded
 from ..dispatch.plans import SampledProduct, supports
 from ..errors import BackendError
+from ..tensor import SparseTensor
 
-__all__ = ["matmul_function"]
+__all__ = ["MatmulHandle", "matmul_function"]
 
 _HALF = (torch.float16, torch.bfloat16)
+
+
+@dataclass
+class MatmulHandle:
+    """``Y = A X`` (or ``A^H X`` when ``adjoint``) with a shared product plan."""
+
+    state: PlanState
+    A: SparseTensor
+    adjoint: bool = False
+
+    def flipped(self) -> "MatmulHandle":
+        return MatmulHandle(self.state, self.A, not self.adjoint)
+
+    def run(self, values: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+        state = self.state
+        with state.lock, torch.no_grad():
+            state._load(values)
+            Y = guarded(lambda: state.plan.apply(X.detach(), adjoint=self.adjoint), state.label, "apply")
+        m, n = self.A.format_shape
+        rows = n if self.adjoint else m
+        want = (*X.shape[:-2], rows, X.shape[-1])
+        if not isinstance(Y, torch.Tensor) or tuple(Y.shape) != want or Y.dtype != X.dtype or Y.device != X.device:
+            got = (tuple(Y.shape), Y.dtype, Y.device) if isinstance(Y, torch.Tensor) else type(Y).__name__
+            raise BackendError(f"{state.label} returned {got} from apply, expected shape {want}, {X.dtype} on "
+                               f"{X.device} (plugin bug)", label=state.label, phase="apply")
+        return Y
 
 
 class _Matmul(FastFunction):

@@ -15,18 +15,93 @@ The graph holds one node whatever the iteration count, and saves only ``values``
 (O(n + nnz) memory). The backward pass calls this same Function on the flipped handle, so it
 is itself differentiable: ``create_graph=True`` gives second derivatives. ``vmap`` over the
 right-hand side folds the mapped dimension into the columns (one multi-RHS solve).
+
+A :class:`SolveHandle` is what the Function carries: the plan (shared through the plan cache),
+the direction, the call's per-call options and the fallback :class:`~.fallback.Route`
+(:func:`route_for`) that runs and checks every attempt. Plans are shared, so between a forward
+solve and its backward another solve on the same pattern may have loaded other values; the
+plan's state notices (by the values' identity and version) and reloads.
 """
 
 from __future__ import annotations
 
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
 import torch
 
-from ._fast_apply import FastFunction
+from ..dispatch.plan import PlanState, plan_for
+from ..dispatch.records import Offer, Request
+from ..dispatch.results import IterationResult, Status
+from ..dispatch.select import ExplainTable
+from ..errors import IndefiniteMatrixError, NotConvergedError, NotConvergedWarning
+from ..tensor import SparseTensor
+from ..tensor.validate import check_finite
+from ._fast_apply import FastFunction, vmap_columns
 from . import products
-from .handles import SolveHandle, vmap_columns
+from .fallback import Route
+from .matmul import MatmulHandle, matmul_function
 from .sddmm import sddmm
 
-__all__ = ["solve_function"]
+__all__ = ["SolveHandle", "route_for", "solve_function"]
+
+
+def route_for(op: str, A: SparseTensor, request: Request, table: ExplainTable, offer: Offer, state: PlanState, *,
+              cache: bool = True) -> Route:
+    """The fallback route of a call: ``offer`` first, then the offers ranked after it (none when
+    the user pinned the method)."""
+    pinned = request.option("method") is not None
+    rest: list[Offer] = []
+    if not pinned:
+        # the offers ranked after ``offer`` (a Solver that fell back starts further down the
+        # table), then those before it
+        offers = [r.offer for r in table.offers if r.offer is not None]
+        k = offers.index(offer) if offer in offers else -1
+        rest = offers[k + 1:] + offers[:max(k, 0)]
+    return Route(A.detach(), state, offer, rest, lambda o: plan_for(op, A, request, o, cache=cache), pinned=pinned)
+
+
+@dataclass
+class SolveHandle:
+    """Solves ``A X = B`` (or ``A^H X = B`` when ``adjoint``) with a shared plan.
+
+    ``call_options`` are the per-call options of the call that made the handle (rtol, atol,
+    maxiter, check_every, callback): the backward pass solves with them whatever other calls
+    have done with the shared plan since. ``route`` (:class:`~sparsetorch.autograd.fallback.Route`)
+    holds the methods dispatch may fall back to and checks every answer (shape, dtype, device,
+    finiteness, the true residual); without one the plan's answer is checked the same way and
+    a failure raises (a pinned method).
+    """
+
+    state: PlanState
+    A: SparseTensor
+    adjoint: bool = False
+    on_nonconvergence: str = "raise"
+    results: list = field(default_factory=list)
+    check_finite: bool = False
+    call_options: dict | None = None
+    route: Any = None
+
+    def __post_init__(self) -> None:
+        if self.call_options is None:
+            self.call_options = {}
+        if self.route is None:
+            self.route = Route.single(self.state, self.A)
+
+    def flipped(self) -> "SolveHandle":
+        return SolveHandle(self.route.state, self.A, not self.adjoint, self.on_nonconvergence, self.results,
+                           call_options=self.call_options, route=self.route)
+
+    def run(self, values: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+        # Runs inside the autograd Function, where torch.func transforms hand over plain tensors.
+        if self.check_finite:
+            check_finite(self.A.with_values(values), B, "solve")
+        X, res = self.route.solve(self, values.detach(), B.detach())
+        self.state = self.route.state
+        self.results.append(res)
+        _check(res, self.route.label, self.on_nonconvergence, "adjoint " if self.adjoint else "")
+        return X
 
 
 class _Solve(FastFunction):
@@ -74,12 +149,28 @@ class _Solve(FastFunction):
 def _tangent_product(h: SolveHandle, dvalues: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
     """``A(dvalues) @ X`` (``A(dvalues)^H @ X`` for an adjoint handle) on A's pattern, through a
     product plan from the plan cache."""
-    from .handles import MatmulHandle  # noqa: PLC0415
-    from .matmul import matmul_function  # noqa: PLC0415
-
     return matmul_function(dvalues, X, MatmulHandle(products.product_state(h.A, X), h.A, h.adjoint))
 
 
 def solve_function(values: torch.Tensor, B: torch.Tensor, handle: SolveHandle) -> torch.Tensor:
     """``X`` with ``A(values) X = B`` through the plan in ``handle``, differentiable."""
     return _Solve.apply(values, B, handle)
+
+
+def _check(res: IterationResult, name: str, policy: str, what: str) -> None:
+    if res.converged:
+        return
+    if res.status is Status.INDEFINITE:
+        raise IndefiniteMatrixError(
+            f"{name} ({what}solve): {res.reason}. The matrix is not positive definite: use method='minres' "
+            f"(symmetric indefinite), 'gmres'/'bicgstab' (general) or a direct method"
+        )
+    msg = (
+        f"{name} ({what}solve) stopped after {res.iterations} iterations with relative residual "
+        f"{res.residual:.3g} ({res.status.value}: {res.reason or 'no reason given'}). Raise maxiter, "
+        f"loosen rtol/atol, add a preconditioner, or pass on_nonconvergence='warn' to get x anyway"
+    )
+    if policy == "warn":
+        warnings.warn(msg, NotConvergedWarning, stacklevel=4)
+    elif policy != "ignore":
+        raise NotConvergedError(msg, res)

@@ -41,7 +41,8 @@ import torch
 
 from ..errors import DegenerateEigenvalueError, InputError
 from ..tensor import SparseTensor
-from .handles import PlanState, sddmm
+from ..dispatch.plan import PlanState
+from .sddmm import sddmm
 
 __all__ = ["EigshHandle", "eigsh_function", "EigsHandle", "eigs_function"]
 

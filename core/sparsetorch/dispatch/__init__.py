@@ -1,9 +1,9 @@
 """Backend discovery (pluggy), cost-based selection, explain, the plan cache and calibration."""
 
-from .cache import PlanCache, plan_cache
 from .calibrate import Rates, calibrate, rates
 from .hookspecs import hookspec
 from .manager import Backends, BrokenBackend, get_backends, reset_backends
+from .plan import PlanCache, plan_cache
 from .records import BackendInfo, Decline, Offer, OperandInfo, Request
 from .select import ExplainTable, Row, choose, clear_decisions, rank
 

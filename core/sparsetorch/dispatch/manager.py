@@ -210,7 +210,7 @@ def reset_backends(*, entry_points: bool = True) -> Backends:
     global _backends
     with _lock:
         _backends = Backends(entry_points=entry_points)
-    from .cache import plan_cache
+    from .plan import plan_cache  # noqa: PLC0415 - plan imports select, which imports this module
 
     plan_cache().clear()
     return _backends

@@ -1,24 +1,41 @@
-"""A plan as the core holds it: the plugin's plan object, the values it holds, and the lock that
-makes one shared plan safe for many callers (``PlanState``); ``guarded`` turns a plugin's own
-exceptions into :class:`~sparsetorch.BackendError` naming the plan and the phase.
+"""From a request to a plan: the chosen offer's plan, cached, and the state that makes it shareable.
 
-Contract level (below autograd and the ops): the plan cache stores PlanStates, the ops create
-them, the autograd handles and the fallback route use them.
+- :func:`obtain_plan`: what every op calls. It asks :func:`~.select.choose` for the cheapest
+  capable offer (re-asking once with ``repeat`` filled in from the calls seen on the pattern when
+  some offer has a one-time setup to spread), then :func:`plan_for` returns that offer's plan
+  from the plan cache, or builds a new one lazily.
+- :class:`PlanState`: a plugin's plan object, the values it holds, and the lock that makes one
+  shared plan safe for many callers; :func:`guarded` turns a plugin's own exceptions into
+  :class:`~sparsetorch.BackendError` naming the plan and the phase.
+- :class:`PlanCache` / :func:`plan_cache`: the process-wide LRU of plans under structural keys
+  (op, backend, method, the matrix's exact ``pattern_key``, value dtype, plan options).
+
+Contract level (below autograd and the ops): the ops obtain plans here, the autograd layer's
+handles and fallback route use them.
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
-from typing import Any, Callable
+import weakref
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Mapping
 
 import torch
 
 from ..errors import BackendError, SparseTorchError
 from ..tensor.pattern import is_plain
+from .lru import LRU
+from .options import SolveOptions
 from .plans import CheapReload, supports
+from .records import Offer, OperandInfo, Request
+from .select import ExplainTable, choose
 
-__all__ = ["PlanState", "guarded"]
+if TYPE_CHECKING:
+    from ..tensor import SparseTensor
+
+__all__ = ["PlanState", "guarded", "make_request", "obtain_plan", "plan_for", "call_options", "options_key",
+           "expected_calls", "with_expected_calls", "CALL_OPTIONS", "PlanCache", "CacheEntry", "plan_cache"]
 
 
 def _token(values: torch.Tensor) -> tuple[Any, ...]:
@@ -115,3 +132,235 @@ def guarded(fn: Callable[[], Any], label: str, phase: str) -> Any:
 def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether two plain tensors share storage (a snapshot must never alias the values it guards)."""
     return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+# ---------------------------------------------------------------------------------------------
+# Obtaining a plan: choose an offer, then its plan from the cache
+
+# Options that change what a plan is (part of the cache key). Tolerances, iteration limits and
+# callbacks are per call (CALL_OPTIONS): one plan serves them all.
+_PLAN_OPTIONS = ("restart", "block_size", "dense_max")
+CALL_OPTIONS = ("rtol", "atol", "maxiter", "check_every", "callback")
+
+
+def make_request(op: str, operands: tuple[OperandInfo, ...], properties: frozenset[str], options: Mapping[str, Any],
+                 measured: tuple[Any, ...] = ()) -> Request:
+    requires_grad = any(o.requires_grad for o in operands)
+    return Request(op, operands, properties, dict(options), requires_grad, measured)
+
+
+def options_key(offer: Offer, options: Mapping[str, Any]) -> tuple[Any, ...]:
+    pre = options.get("preconditioner")
+    pre_key = pre if (pre is None or isinstance(pre, str)) else ("callable", id(pre))
+    bo = options.get("backend_options") or {}
+    return (offer.preconditioner, pre_key, tuple(sorted((k, repr(v)) for k, v in bo.items()))) + tuple(
+        (k, options.get(k)) for k in _PLAN_OPTIONS
+    )
+
+
+#: Calls seen per (op, pattern, dtype): how many more a pattern is expected to serve when the
+#: caller does not say (``repeat``). Bounded; the oldest patterns are forgotten first.
+_CALLS: "LRU[Any, int]" = LRU("calls per pattern", 1024)
+
+
+def expected_calls(op: str, A: SparseTensor, *, count: bool) -> int:
+    """The calls this pattern is expected to serve: as many as seen so far, this one included
+    (the past predicts the future: a loop that has solved 20 times on a pattern will likely
+    solve 20 more), rounded down to a power of two so that remembered dispatch decisions are
+    re-made only log2(calls) times. ``count``: record this call (``explain`` only peeks)."""
+    key = (op, A.pattern_key, A.dtype)
+    with _CALLS.lock:
+        seen = (_CALLS.peek(key) or 0) + 1
+        if count:
+            _CALLS.put(key, seen)
+    return 1 << (seen.bit_length() - 1)
+
+
+def with_expected_calls(op: str, A: SparseTensor, request: Request, table: ExplainTable | None, *,
+                        count: bool) -> Request | None:
+    """``request`` with the ``repeat`` option filled in from the calls seen on the pattern, when
+    the caller gave none and some offer has a one-time setup to spread (``None``: no change)."""
+    if request.option("repeat") is not None:
+        return None
+    # Without a setup to spread there is nothing to count (the table is the same on every call
+    # of this request: remembered decisions), and the per-call bookkeeping is skipped.
+    if table is not None and not any(r.offer is not None and r.offer.setup > 0 for r in table.rows):
+        return None
+    repeat = expected_calls(op, A, count=count)
+    if repeat <= 1:
+        return None
+    opts = request.options
+    return replace(request, options=opts.replace(repeat=repeat) if isinstance(opts, SolveOptions)
+                   else {**opts, "repeat": repeat})
+
+
+def obtain_plan(op: str, A: SparseTensor, request: Request, *, cache: bool = True) -> tuple[PlanState, Offer, ExplainTable]:
+    """Choose the cheapest capable backend and return its plan (from the cache when the
+    pattern, dtype and options match a previous call)."""
+    offer, table = choose(request)
+    spread = with_expected_calls(op, A, request, table, count=True)
+    if spread is not None:  # some offer has a one-time setup: price it over the expected calls
+        request = spread
+        offer, table = choose(request)
+    return plan_for(op, A, request, offer, cache=cache), offer, table
+
+
+def plan_for(op: str, A: SparseTensor, request: Request, offer: Offer, *, cache: bool = True) -> PlanState:
+    """The plan of ``offer`` for ``A`` (from the plan cache when one was built for the same
+    pattern, dtype, symmetry class and plan options)."""
+    # Plans capture the pattern only: they get A with zero values; values arrive through
+    # set_values. The factory runs lazily, at the first load, which happens inside the autograd
+    # Function, where torch.func transforms hand over plain tensors that a plan may keep.
+    def factory() -> Any:
+        # one zero broadcast to the values' shape: no nnz-sized buffer for the plan to keep
+        # (2.6 GB at 320M entries, measured in the GPU suite's 64M case)
+        zeros = torch.zeros((), dtype=A.dtype, device=A.device).expand(A.values.shape)
+        source = A.detach().with_values(zeros)
+        return offer.build(source, request)
+
+    label = f"{offer.backend}/{offer.method}"
+
+    def build() -> PlanState:
+        return PlanState(None, factory=factory, reload_always=(op == "matmul"), label=label)
+
+    if not cache:
+        return build()
+    # The symmetry class is part of the key: a plan may rely on it (the torch backend's Krylov
+    # plans run adjoint solves with A itself when A = A^H), so values on the same pattern that
+    # lose their symmetry get a plan of their own.
+    sym = tuple(sorted(request.properties & {"spd", "hermitian", "symmetric"}))
+    key = (op, offer.backend, offer.method, A.pattern_key, A.dtype, tuple(A.batch_shape), sym,
+           options_key(offer, request.options))
+    state, hit = plan_cache().get_or_build(key, A.pattern_key, build, (op, offer.backend, offer.method, tuple(A.shape)))
+    state.reused = hit
+    return state  # type: ignore[no-any-return]
+
+
+def call_options(request: Request) -> dict[str, Any]:
+    """The options of a call that may change from call to call on one plan (passed to the
+    plan's solve, never stored on it)."""
+    return {k: request.options.get(k) for k in CALL_OPTIONS}
+
+
+# ---------------------------------------------------------------------------------------------
+# The plan cache
+#
+# Keys are structural: (op, backend, method, the matrix's exact ``pattern_key``, value dtype,
+# options). A ``pattern_key`` names the very index buffers (address, extent, strides and torch's
+# version counter), so a different matrix never hits a stale plan; entries whose buffers were
+# freed are dropped. New *values* on the same pattern hit the plan, which then re-runs only its
+# numeric phase (``set_values``). Bounded (LRU), inspectable and clearable.
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    key: Hashable
+    op: str
+    backend: str
+    method: str
+    shape: tuple[int, ...]
+    hits: int
+
+
+class PlanCache:
+    """An LRU map from structural keys to plans."""
+
+    def __init__(self, maxsize: int = 64, name: str = "plans") -> None:
+        #: key -> [plan, pattern_key, hits, meta, refs] (the core's one cache type, with its lock)
+        self._lru: LRU[Hashable, list[Any]] = LRU(name, maxsize)
+        self._lock = self._lru.lock
+        self._dead: list[Hashable] = []
+        self.hits = 0
+        self.misses = 0
+
+    @property
+    def maxsize(self) -> int:
+        return self._lru.maxsize
+
+    @maxsize.setter
+    def maxsize(self, value: int) -> None:
+        with self._lock:
+            self._lru.maxsize = int(value)
+            while len(self._lru) > max(self._lru.maxsize, 0):
+                self._lru.pop(next(iter(self._lru)))
+
+    def get_or_build(self, key: Hashable, pattern_key: Any, build: Callable[[], Any], meta: tuple[Any, ...]) -> tuple[Any, bool]:
+        """The cached plan for ``key`` (and True), or a new one from ``build()`` (and False)."""
+        with self._lock:
+            entry = self._lru.get(key)
+            if entry is not None and entry[1] is not None and not entry[1].alive():
+                # the key's buffers were freed (their addresses may be reused): never a hit
+                self._lru.pop(key)
+                entry = None
+            if entry is not None:
+                entry[2] += 1
+                self.hits += 1
+                return entry[0], True
+        plan = build()
+        with self._lock:
+            self._purge()
+            self.misses += 1
+            if self.maxsize > 0:
+                self._lru.put(key, [plan, pattern_key, 0, meta, self._watch(key, pattern_key)])
+        return plan, False
+
+    def _watch(self, key: Hashable, pattern_key: Any) -> tuple[Any, ...]:
+        """Weak references to the pattern's buffers that report ``key`` when one is freed, so a
+        plan (and the factors it holds) goes when its matrix goes, at O(1) per plan; they live
+        with the entry and report nothing once it is gone."""
+        refs = getattr(pattern_key, "_refs", ()) or ()
+        dead = self._dead
+        out: list[Any] = []
+
+        def report(_r: Any, key: Hashable = key) -> None:
+            dead.append(key)
+
+        for r in refs:
+            t = r()
+            if t is not None:
+                # list.append is atomic: the callback may run in any thread, during garbage
+                # collection, while this cache's lock is held
+                out.append(weakref.ref(t, report))
+        return tuple(out)
+
+    def _purge(self) -> None:
+        """Drop the entries whose buffers were freed (reported by their weak references)."""
+        dead = self._dead
+        while dead:
+            k = dead.pop()
+            e = self._lru.peek(k)
+            if e is not None and e[1] is not None and not e[1].alive():
+                self._lru.pop(k)
+
+    def plan(self, key: Hashable) -> Any:
+        """The plan stored under an entry's key (``entries()[i].key``), or None; not a use."""
+        with self._lock:
+            e = self._lru.peek(key)
+            return None if e is None else e[0]
+
+    def entries(self) -> list[CacheEntry]:
+        with self._lock:
+            self._purge()
+            return [CacheEntry(k, e[3][0], e[3][1], e[3][2], e[3][3], e[2]) for k, e in self._lru.items()]
+
+    def __len__(self) -> int:
+        with self._lock:
+            self._purge()
+            return len(self._lru)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._lru.clear()
+            self._dead.clear()
+            self.hits = self.misses = 0
+
+    def __repr__(self) -> str:
+        return f"PlanCache(size={len(self)}, maxsize={self.maxsize}, hits={self.hits}, misses={self.misses})"
+
+
+_cache = PlanCache()
+
+
+def plan_cache() -> PlanCache:
+    """The process-wide plan cache (``sparsetorch.plan_cache().clear()``, ``.entries()``, ``.maxsize``)."""
+    return _cache

@@ -7,7 +7,7 @@ from typing import Any, Callable
 from ..dispatch.records import Request
 from ..dispatch.select import ExplainTable, rank
 from ..errors import InputError
-from ._dispatch import with_expected_calls
+from ..dispatch.plan import with_expected_calls
 from ._inputs import as_rhs, check_matrix
 
 __all__ = ["explain"]

@@ -37,7 +37,7 @@ from dataclasses import replace
 from ..errors import BackendError, InputError, SparseTorchError
 from ..tensor import SparseTensor
 from ..tensor.sparse_tensor import is_plain
-from ._dispatch import make_request, obtain_plan
+from ..dispatch.plan import make_request, obtain_plan
 from ._inputs import check_finite as check_finite_values, check_matrix, describe_sparse
 from .info import SolveInfo
 from ..dispatch.plans import InverseEntries, supports

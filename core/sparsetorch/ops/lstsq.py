@@ -4,7 +4,7 @@
 minimum-norm solution when that is not unique). Backends offer it with methods such as
 ``"lsqr"`` and ``"lsmr"`` (the SciPy plugin); plans follow the protocol of
 docs/backend-authors.md ("Eigenvalue, determinant and least-squares plans"). The plan is chosen
-and cached as for ``solve`` (``ops/_dispatch.py``): new values on the same pattern reuse it, and
+and cached as for ``solve`` (``dispatch/plan.py``): new values on the same pattern reuse it, and
 the backward pass runs on the same plan (``autograd/lstsq.py`` has the math).
 """
 
@@ -19,7 +19,7 @@ import torch
 from ..autograd.lstsq import LstsqHandle, lstsq_function
 from ..errors import InputError
 from ..tensor import SparseTensor
-from ._dispatch import make_request, obtain_plan
+from ..dispatch.plan import make_request, obtain_plan
 from ._inputs import as_rhs, check_finite as check_finite_values, check_matrix, describe_dense, describe_sparse, restore_rhs
 from .accuracy import default_rtol
 from .info import SolveInfo

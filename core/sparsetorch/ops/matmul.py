@@ -7,14 +7,13 @@ from typing import Any
 
 import torch
 
-from ..autograd.handles import MatmulHandle
-from ..dispatch.plan import PlanState
-from ..autograd.matmul import matmul_function
+from ..autograd import products
+from ..autograd.matmul import MatmulHandle, matmul_function
+from ..dispatch.plan import PlanState, make_request, obtain_plan
 from ..dispatch.select import ExplainTable
 from ..errors import InputError
 from ..format import TensorFormat
 from ..tensor import SparseTensor
-from ._dispatch import make_request, obtain_plan
 from ._inputs import as_rhs, check_matrix, describe_dense, describe_sparse, restore_rhs
 
 __all__ = ["matmul", "Matmul", "norm", "transpose", "matmul_request"]
@@ -309,3 +308,12 @@ def _rmatmul_operator(self: SparseTensor, other: torch.Tensor) -> torch.Tensor:
 # The tensor layer sits below dispatch: its operators are bound here, where matmul lives.
 SparseTensor.__matmul__ = _matmul_operator  # type: ignore[method-assign]
 SparseTensor.__rmatmul__ = _rmatmul_operator  # type: ignore[method-assign]
+
+
+def _product_state(A: SparseTensor, X: torch.Tensor) -> PlanState:
+    """The product plan for ``A @ X`` (what the autograd layer's checks and tangents use)."""
+    state, _, _ = obtain_plan("matmul", A, matmul_request(A, X, {}))
+    return state
+
+
+products.register(_product_state)

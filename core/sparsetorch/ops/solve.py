@@ -6,15 +6,13 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..autograd.handles import SolveHandle
-from ..dispatch.plan import PlanState
-from ..autograd.solve import solve_function
+from ..autograd.solve import SolveHandle, route_for, solve_function
+from ..dispatch.plan import PlanState, call_options, make_request, obtain_plan
 from ..dispatch import experience
 from ..dispatch.options import SolveOptions
 from ..dispatch.select import ExplainTable
 from ..errors import BackendError, IndefiniteMatrixError, InputError, SingularMatrixError
 from ..tensor import SparseTensor, SparseTensorList
-from ._dispatch import call_options, make_request, obtain_plan, route_for
 from .accuracy import default_rtol
 from ..tensor.sparse_tensor import is_plain
 from ._inputs import as_rhs, check_finite as check_finite_values, check_matrix, describe_dense, describe_sparse, restore_rhs

@@ -28,12 +28,11 @@ from typing import Any, Sequence
 import torch
 
 from ..autograd.sddmm import sddmm
-from ..dispatch.cache import plan_cache
+from ..dispatch.plan import make_request, options_key, plan_cache
 from ..dispatch.records import OperandInfo, Request
 from ..dispatch.select import ExplainTable, rank
 from ..errors import InputError
 from ..tensor import SparseTensor, SparseTensorList
-from ._dispatch import make_request, options_key
 from .info import IterationResult, SolveInfo
 
 __all__ = ["try_solve_list", "list_request", "ListSolveState"]

@@ -10,10 +10,10 @@ from typing import Any
 
 import torch
 
-from ...autograd.handles import SolveHandle
+from ...autograd.solve import SolveHandle
 from ...tensor import SparseTensor
 from ...tensor.sparse_tensor import is_plain
-from .._dispatch import CALL_OPTIONS, obtain_plan
+from ...dispatch.plan import CALL_OPTIONS, obtain_plan
 from ..info import IterationResult
 from ..solve import solve_request
 

@@ -13,11 +13,10 @@ from dataclasses import replace
 
 import torch
 
-from ...autograd.handles import PlanState
+from ...dispatch.plan import PlanState, obtain_plan
 from ...errors import (BackendError, DegenerateEigenvalueError, IndefiniteMatrixError, NotConvergedError,
                        NotConvergedWarning, NotSymmetricError, SparseTorchError)
 from ...tensor import SparseTensor
-from .._dispatch import obtain_plan
 from ..info import SolveInfo
 from ._checks import _check_outputs, _verify_pairs
 

@@ -9,7 +9,7 @@ from ...autograd.spectral import EigsHandle, eigs_function
 from ...errors import InputError
 from ...tensor import SparseTensor
 from ...tensor.sparse_tensor import is_plain
-from .._dispatch import make_request, obtain_plan
+from ...dispatch.plan import make_request, obtain_plan
 from .._inputs import check_finite as check_finite_values, check_matrix, describe_sparse
 from ..accuracy import default_rtol
 from ._attempts import _Attempts

@@ -12,7 +12,7 @@ from ...autograd.spectral import EigshHandle, eigsh_function
 from ...errors import InputError, NotSymmetricError
 from ...tensor import SparseTensor
 from ...tensor.sparse_tensor import is_plain
-from .._dispatch import make_request, obtain_plan
+from ...dispatch.plan import make_request, obtain_plan
 from .._inputs import check_finite as check_finite_values, check_matrix, describe_sparse
 from ..accuracy import default_rtol
 from ..properties import detect, normalize_tags
