@@ -354,3 +354,23 @@ def test_old_module_path_warns_and_reexports():
     assert old.eigsh is spectral.eigsh is st.eigsh
     assert old.eigs is spectral.eigs is st.eigs
     assert old.MASS_FIX == spectral.MASS_FIX
+
+
+@pytest.mark.parametrize("old, new, name", [
+    ("sparsetorch_scipy.eigen", "sparsetorch_scipy.spectral", "EigshPlan"),
+    ("sparsetorch_cupy.eigen", "sparsetorch_cupy.spectral", "LanczosPlan"),
+    ("sparsetorch_distributed.eigen", "sparsetorch_distributed.spectral", "eigsh"),
+])
+def test_plugins_old_eigen_modules_warn_and_reexport(old, new, name):
+    """The plugins' eigenvalue modules are ``spectral`` now; the old ``eigen`` paths still import,
+    warn DeprecationWarning and hand out the same objects (skipped where the plugin is absent)."""
+    import importlib
+    import sys
+
+    pkg = pytest.importorskip(new.split(".")[0])
+    assert pkg is not None
+    current = importlib.import_module(new)
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match=new.replace(".", r"\.")):
+        alias = importlib.import_module(old)
+    assert getattr(alias, name) is getattr(current, name)

@@ -243,7 +243,7 @@ def _qr_factory(A: sparsetorch.SparseTensor, request: Request) -> Any:
 
 
 def _lanczos_factory(A: sparsetorch.SparseTensor, request: Request) -> Any:
-    from .eigen import LanczosPlan
+    from .spectral import LanczosPlan
 
     return LanczosPlan(A, backend=NAME)
 

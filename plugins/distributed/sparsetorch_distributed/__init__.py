@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from .comm import Comm, free_port, init
 from .errors import CommTimeoutError, DistributedError, MismatchError
-from .eigen import DEigshInfo, eigsh
+from .spectral import DEigshInfo, eigsh
 from .exchange import ExchangePlan, halo_exchange
 from .nonlinear import DNonlinearInfo, nonlinear_solve
 from .ops import dot, global_sum, matmul, norm

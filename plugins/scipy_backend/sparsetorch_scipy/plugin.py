@@ -355,7 +355,7 @@ def _amg_factory(A: sparsetorch.SparseTensor, request: Request) -> Any:
 
 def _eigsh_factory(method: str) -> Callable[..., Any]:
     def build(A: sparsetorch.SparseTensor, request: Request) -> Any:
-        from .eigen import EigshPlan
+        from .spectral import EigshPlan
 
         return EigshPlan(A, method, request.options, request.properties, backend=NAME)
 
@@ -363,7 +363,7 @@ def _eigsh_factory(method: str) -> Callable[..., Any]:
 
 
 def _eigs_factory(A: sparsetorch.SparseTensor, request: Request) -> Any:
-    from .eigen import EigsPlan
+    from .spectral import EigsPlan
 
     return EigsPlan(A, request.options, backend=NAME)
 

@@ -61,9 +61,9 @@ def sparsetorch_offers(request: Request) -> list[Offer | Decline]:
     if request.op == "solve":
         return _solve_offers(request, r)
     if request.op in ("eigsh", "eigs", "logdet"):
-        from .eigen_offers import eigen_offers
+        from .spectral_offers import spectral_offers
 
-        return eigen_offers(request, r)
+        return spectral_offers(request, r)
     return [Decline("torch", f"op {request.op!r} is not implemented by the torch backend")]
 
 

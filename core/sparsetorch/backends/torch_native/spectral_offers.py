@@ -60,7 +60,7 @@ def lanczos_products(request: Request, k: int, basis: int, *, shift_invert: bool
     return max(float(basis), products)
 
 
-def eigen_offers(request: Request, r) -> list[Offer | Decline]:
+def spectral_offers(request: Request, r) -> list[Offer | Decline]:
     A = request.A
     n = A.shape[-1]
     batch = max(1, math.prod(A.batch_shape))

@@ -1,0 +1,526 @@
+"""Ops ``"eigsh"`` (methods ``"arpack"``, ``"lobpcg"``) and ``"eigs"`` (``"arpack"``) on SciPy.
+
+``EigshPlan`` (symmetric / Hermitian A, generalized ``A v = w M v`` with M Hermitian positive
+definite):
+
+- ``arpack``: ``scipy.sparse.linalg.eigsh``. With ``sigma`` it runs in shift-invert mode on our
+  own SuperLU factorization of ``A - sigma M`` (counted, and a singular shift raises
+  :class:`SingularMatrixError` naming sigma); ``which="SM"`` without sigma, and ``"SA"`` on a
+  matrix known to be SPD, use shift-invert at 0 (ARPACK's regular mode converges slowly at the
+  small end of the spectrum; falls back to regular mode when A is singular). ``"SA"`` on a
+  symmetric matrix not known to be SPD first factors A with diagonal pivots (SuperLU's
+  symmetric mode, no off-diagonal pivoting): the pivots' signs are A's inertia (Sylvester), so
+  all positive proves A SPD and the same factors run shift-invert at 0 (494_bus: 126,604
+  regular-mode products before, a few dozen solves now); otherwise regular mode.
+- ``M`` must be Hermitian positive definite: the same diagonal-pivot LU of M (the
+  factorization regular mode needs for ``M^-1`` anyway) certifies it, and a non-positive pivot
+  raises :class:`IndefiniteMatrixError` naming the count of negative eigenvalues (ARPACK with
+  an indefinite M returns numbers that are not eigenvalues).
+- ``budget`` (seconds, from the core's fallback): the products/solves stop when it is spent and
+  the result says so (``converged=False``), so the next offer can take over.
+- ``lobpcg``: ``scipy.sparse.linalg.lobpcg`` for ``which`` "LA"/"SA" (no sigma), started from
+  ``v0`` and seeded random vectors; ``backend_options={"lobpcg_preconditioner": "amg"}`` (PyAMG
+  V-cycle) or ``"jacobi"`` speeds up the smallest eigenvalues of SPD matrices. ``tol`` is
+  relative, as ARPACK's: residual norms <= tol ||A||_inf (tol=0: 1e-12; never below
+  32 sqrt(n) eps: LOBPCG stopped short of 4 sqrt(n) eps in the conformance kit). SciPy's LOBPCG warns instead of failing when it
+  stops short; that warning becomes ``converged=False``.
+
+Both return ``w`` ascending and ``V`` with ``V^H M V = I`` (renormalised), and report the largest
+relative eigen-residual ``||A v - w M v|| / (|w| ||M v|| + ||A v||)``.
+
+``EigsPlan`` (general square A): ``scipy.sparse.linalg.eigs``, eigenvalues ordered by ``which``
+as the torch backend orders them. Left eigenvectors (``left=True``): for each eigenvalue ``w``,
+inverse iteration on ``A^H - conj(w) I`` with its own SuperLU factorization (two solves from a
+seeded random start): this finds the left vector *of that eigenvalue* whatever the order ARPACK
+returns things in, where matching the eigenvalues of a second ``eigs(A^H)`` run by distance can
+pair the wrong vectors inside clusters. A shift that is exactly singular is nudged by
+``1e-10 |w|``.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+
+from sparsetorch import IndefiniteMatrixError, InputError, IterationResult, SingularMatrixError, SparseTensor, Status
+
+from ._convert import Handoff
+
+__all__ = ["EigshPlan", "EigsPlan", "EIGSH_WHICH", "EIGS_WHICH"]
+
+EIGSH_WHICH = ("LA", "SA", "LM", "SM")
+EIGS_WHICH = ("LM", "SM", "LR", "SR", "LI", "SI")
+#: LOBPCG iterations when maxiter is not given (SciPy's default, 20, stops short on Poisson).
+LOBPCG_MAXITER = 500
+
+
+def _member_matrices(h: Handoff, values: torch.Tensor) -> list[Any]:
+    return [h.matrix(d) for d in h.values(values)]
+
+
+class OutOfBudget(Exception):
+    """Raised from inside an operator when the call's time budget is spent."""
+
+
+def _deadline(budget: float | None) -> float | None:
+    return None if budget is None else time.perf_counter() + float(budget)
+
+
+def _tick(counter: list, deadline: float | None) -> None:
+    counter[0] += 1
+    if deadline is not None and time.perf_counter() > deadline:
+        raise OutOfBudget
+
+
+def _counting(mat: Any, counter: list[int], deadline: float | None = None) -> Any:
+    from scipy.sparse.linalg import LinearOperator
+
+    def mv(x: np.ndarray) -> np.ndarray:
+        _tick(counter, deadline)
+        return mat @ x
+
+    return LinearOperator(mat.shape, matvec=mv, rmatvec=lambda x: mat.conj().T @ x, dtype=mat.dtype)
+
+
+def diagonal_pivot_lu(S: Any) -> tuple[Any, int] | None:
+    """An LU of the Hermitian ``S`` with diagonal pivots only (SuperLU's symmetric mode,
+    ``diag_pivot_thresh=0``) and the number of non-positive pivots (= S's eigenvalues <= 0, by
+    Sylvester's law of inertia, as in an LDL^T); None when a zero diagonal forced an off-diagonal
+    pivot or the factorization failed (S is then not positive definite either)."""
+    from scipy.sparse.linalg import splu
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            lu = splu(S.tocsc(), permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0,
+                      options={"SymmetricMode": True})
+    except RuntimeError:
+        return None
+    if not np.array_equal(lu.perm_r, lu.perm_c):
+        return None
+    d = np.asarray(lu.U.diagonal())
+    re = d.real
+    bad = int(np.count_nonzero(~(re > 0)))
+    if np.iscomplexobj(d):
+        bad += int(np.count_nonzero(np.abs(d.imag) > 1e-8 * np.abs(re)))
+    return lu, bad
+
+
+def _op_from_lu(lu: Any, n: int, dtype: Any, counter: list[int], deadline: float | None) -> Any:
+    from scipy.sparse.linalg import LinearOperator
+
+    def mv(x: np.ndarray) -> np.ndarray:
+        _tick(counter, deadline)
+        return lu.solve(np.asarray(x, dtype=dtype))
+
+    return LinearOperator((n, n), matvec=mv, dtype=dtype)
+
+
+def certify_mass(M: Any, backend: str, method: str, member: int) -> Any:
+    """The diagonal-pivot LU of M when M is Hermitian positive definite; else
+    :class:`IndefiniteMatrixError` with what was found and what to do."""
+    from sparsetorch.backend import MASS_FIX
+
+    got = diagonal_pivot_lu(M)
+    if got is None or got[1] > 0:
+        what = ("a zero pivot forced off-diagonal pivoting" if got is None
+                else f"{got[1]} of its {M.shape[0]} pivots (as many eigenvalues) are <= 0")
+        raise IndefiniteMatrixError(f"{backend}/{method}: M is not positive definite{_where(member)}: an LU of M with "
+                                    f"diagonal pivots (an LDL^T, whose pivot signs are M's inertia) found {what}. "
+                                    f"{MASS_FIX}")
+    return got[0]
+
+
+def _shift_invert(A: Any, sigma: complex | float, M: Any | None, counter: list[int], backend: str,
+                  deadline: float | None = None) -> Any:
+    """``(A - sigma M)^-1`` as a LinearOperator on one SuperLU factorization."""
+    import scipy.sparse as sp
+    from scipy.sparse.linalg import LinearOperator, splu
+
+    n = A.shape[0]
+    B = M if M is not None else sp.eye_array(n, dtype=A.dtype, format="csc")
+    dtype = np.result_type(A.dtype, np.asarray(sigma).dtype)
+    S = (A.astype(dtype) - sigma * B.astype(dtype)).tocsc()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            lu = splu(S)
+    except RuntimeError as exc:
+        raise SingularMatrixError(f"{backend}/arpack: A - sigma M is exactly singular for sigma={sigma!r} (sigma is an "
+                                  f"eigenvalue, or A and M share a null vector); move sigma slightly") from exc
+
+    def mv(x: np.ndarray) -> np.ndarray:
+        _tick(counter, deadline)
+        return lu.solve(np.asarray(x, dtype=dtype))
+
+    return LinearOperator((n, n), matvec=mv, dtype=dtype)
+
+
+def _rayleigh_ritz(A: Any, M: Any | None, w: np.ndarray, V: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``V`` made exactly M-orthonormal and rotated to Ritz vectors of its span (k x k work):
+    inside a cluster of (nearly) equal eigenvalues a solver's vectors need not be orthogonal.
+    Columns with NaN (not converged) are left as they are."""
+    ok = np.isfinite(w) & np.isfinite(V).all(axis=0)
+    if not ok.any():
+        return w, V
+    Vk = V[:, ok]
+    MV = Vk if M is None else M @ Vk
+    G = Vk.conj().T @ MV
+    G = (G + G.conj().T) / 2
+    try:
+        L = np.linalg.cholesky(G)
+    except np.linalg.LinAlgError:  # dependent vectors: keep the solver's, normalised
+        norms = np.sqrt(np.abs(np.diag(G)))
+        norms[norms == 0] = 1.0
+        V = V.copy()
+        V[:, ok] = Vk / norms
+        return w, V
+    Q = np.linalg.solve(L, Vk.conj().T).conj().T  # V L^-H: M-orthonormal
+    H = Q.conj().T @ (A @ Q)
+    theta, Y = np.linalg.eigh((H + H.conj().T) / 2)
+    w, V = w.copy(), V.copy()
+    w[ok], V[:, ok] = theta, Q @ Y
+    return w, V
+
+
+def _residual(A: Any, M: Any | None, w: np.ndarray, V: np.ndarray) -> float:
+    if V.shape[1] == 0:
+        return 0.0
+    AV = A @ V
+    MV = V if M is None else M @ V
+    num = np.linalg.norm(AV - MV * w, axis=0)
+    den = np.abs(w) * np.linalg.norm(MV, axis=0) + np.linalg.norm(AV, axis=0)
+    den[den == 0] = 1.0
+    return float(np.max(num / den))
+
+
+def _v0(v0: torch.Tensor | None, member: int, n: int, dtype: Any) -> np.ndarray | None:
+    if v0 is None:
+        return None
+    arr = v0.detach().cpu().numpy().reshape(-1, n)
+    return np.ascontiguousarray(arr[member if arr.shape[0] > 1 else 0], dtype=dtype)
+
+
+class EigshPlan:
+    """A few eigenpairs of a Hermitian sparse matrix (optionally generalized) with SciPy."""
+
+    preconditioner = None
+
+    def __init__(self, A: SparseTensor, method: str, options: Mapping[str, Any], properties: frozenset[str] = frozenset(),
+                 *, backend: str = "scipy") -> None:
+        if method not in ("arpack", "lobpcg"):
+            raise InputError(f"{backend}: eigsh method {method!r} is not 'arpack' or 'lobpcg'")
+        m, n = A.format_shape
+        if m != n:
+            raise InputError(f"{backend}/{method} needs a square matrix, got {m}x{n}")
+        self.backend, self.method, self.n = backend, method, int(n)
+        self.spd = "spd" in properties
+        self._h = Handoff(A)
+        bo = options.get("backend_options") or {}
+        self._pre = bo.get("lobpcg_preconditioner")
+        if self._pre not in (None, "jacobi", "amg"):
+            raise InputError(f"backend_options lobpcg_preconditioner={self._pre!r} must be None, 'jacobi' or 'amg'")
+        self._mats: list[Any] | None = None
+        self._M_handoff: Handoff | None = None
+
+    def set_values(self, values: torch.Tensor) -> None:
+        self._mats = None
+        self._mats = _member_matrices(self._h, values)
+
+    def _m_matrices(self, M: SparseTensor | None) -> list[Any] | None:
+        if M is None:
+            return None
+        if self._M_handoff is None or self._M_handoff._source.pattern_key != M.pattern_key:
+            self._M_handoff = Handoff(M)
+        return _member_matrices(self._M_handoff, M.values)
+
+    def eigsh(self, k: int, *, which: str = "LA", sigma: float | None = None, M: SparseTensor | None = None,
+              tol: float = 0.0, maxiter: int | None = None, v0: torch.Tensor | None = None,
+              budget: float | None = None) -> tuple[torch.Tensor, torch.Tensor, IterationResult]:
+        if self._mats is None:
+            raise RuntimeError(f"{self.backend}/{self.method}: eigsh() before set_values()")
+        if which not in EIGSH_WHICH:
+            raise InputError(f"{self.backend}/{self.method}: which={which!r}; use one of {EIGSH_WHICH}")
+        Ms = self._m_matrices(M)
+        ws, Vs, its, worst, failed = [], [], 0, 0.0, []
+        deadline = _deadline(budget)
+        Mlus: dict[int, Any] = {}
+        if Ms is not None:
+            for j, Mj in enumerate(Ms):
+                Mlus[j] = certify_mass(Mj, self.backend, self.method, j)
+        for i, A in enumerate(self._mats):
+            j = i if (Ms is not None and len(Ms) > 1) else 0
+            Mi = None if Ms is None else Ms[j]
+            x0 = _v0(v0, i, self.n, A.dtype)
+            run = self._arpack if self.method == "arpack" else self._lobpcg
+            try:
+                w, V, count, ok, why = run(A, Mi, k, which, sigma, tol, maxiter, x0, i, deadline, Mlus.get(j))
+            except OutOfBudget:
+                w = np.full(k, np.nan)
+                V = np.full((self.n, k), np.nan, dtype=A.dtype)
+                count, ok = 0, False
+                why = (f"{self.method} stopped{_where(i)} when its budget of {budget:.3g} s (the estimate of the "
+                       f"direct method it delays) was spent")
+            w, V = _rayleigh_ritz(A, Mi, w, V.astype(A.dtype, copy=False))
+            order = np.argsort(np.where(np.isnan(w), np.inf, w), kind="stable")
+            w, V = w[order], V[:, order]
+            worst = max(worst, _residual(A, Mi, w, V))
+            its = max(its, count)
+            if not ok:
+                failed.append(why)
+            ws.append(w)
+            Vs.append(V)
+        real = np.finfo(self._mats[0].dtype).dtype
+        batch = tuple(self._h.batch_shape)
+        w_t = torch.from_numpy(np.stack(ws).astype(real)).reshape(*batch, k)
+        V_t = torch.from_numpy(np.stack(Vs).astype(self._mats[0].dtype)).reshape(*batch, self.n, k)
+        if failed:
+            res = IterationResult(its, worst, False, Status.MAX_ITERATIONS, failed[0])
+        else:
+            res = IterationResult(its, worst, True, Status.CONVERGED,
+                                  f"scipy {self.method}: {k} eigenpairs, {its} operator applications")
+        return w_t, V_t, res
+
+    def _arpack(self, A, M, k, which, sigma, tol, maxiter, x0, member, deadline=None, Mlu=None):
+        from scipy.sparse.linalg import ArpackNoConvergence, eigsh
+
+        count = [0]
+        kw: dict[str, Any] = dict(k=k, tol=tol, maxiter=maxiter, v0=x0)
+        shift = sigma
+        arpack_which = which
+        op = None
+        if sigma is None and which == "SA" and not self.spd and A.shape[0] > 1 and bool((A.diagonal().real > 0).all()):
+            # SPD by its pivots? then shift-invert at 0 with these factors (ARPACK's regular mode
+            # took 126,604 products on 494_bus, SPD with condition 2.4e6)
+            got = diagonal_pivot_lu(A)
+            if got is not None and got[1] == 0:
+                shift, arpack_which = 0.0, "LM"
+                op = _op_from_lu(got[0], A.shape[0], A.dtype, count, deadline)
+        if sigma is None and (which == "SM" or (which == "SA" and self.spd)):
+            shift, arpack_which = 0.0, "LM"  # shift-invert at 0: the small end converges fast
+        try:
+            if shift is not None and op is None:
+                try:
+                    op = _shift_invert(A, shift, M, count, self.backend, deadline)
+                except SingularMatrixError:
+                    if sigma is not None:
+                        raise
+                    op, shift, arpack_which = None, None, which  # A singular: regular mode
+            if shift is not None:
+                w, V = eigsh(A, M=M, sigma=shift, which=arpack_which, OPinv=op, **kw)
+            else:
+                Minv = None
+                if M is not None:
+                    Minv = _op_from_lu(Mlu, M.shape[0], M.dtype, [0], None) if Mlu is not None else \
+                        _shift_invert(M, 0.0, None, [0], self.backend)
+                w, V = eigsh(_counting(A, count, deadline), M=M, Minv=Minv, which=which, **kw)
+            return np.real(w), V, count[0], True, ""
+        except ArpackNoConvergence as exc:
+            w, V = np.real(exc.eigenvalues), exc.eigenvectors
+            pad = k - w.shape[0]
+            if pad > 0:
+                w = np.concatenate([w, np.full(pad, np.nan)])
+                V = np.concatenate([V, np.full((V.shape[0], pad), np.nan, dtype=V.dtype)], axis=1)
+            return w, V, count[0], False, (f"ARPACK did not converge{_where(member)}: {exc.eigenvalues.shape[0]} of {k} "
+                                           f"eigenvalues after maxiter={maxiter if maxiter is not None else '10 n'}; raise "
+                                           f"maxiter or tol, or pass sigma near the wanted eigenvalues")
+
+    def _lobpcg(self, A, M, k, which, sigma, tol, maxiter, x0, member, deadline=None, Mlu=None):
+        from scipy.sparse.linalg import lobpcg
+
+        if sigma is not None or which not in ("LA", "SA"):
+            raise InputError(f"{self.backend}/lobpcg finds the largest or smallest eigenvalues (which 'LA'/'SA', no sigma); "
+                             f"got which={which!r}, sigma={sigma!r}: use method='arpack'")
+        n = self.n
+        rng = np.random.default_rng(member)
+        X = rng.standard_normal((n, k))
+        if np.iscomplexobj(A.data):
+            X = X + 1j * rng.standard_normal((n, k))
+        X = X.astype(A.dtype)
+        if x0 is not None:
+            X[:, 0] = x0
+        count = [0]
+        pre = self._preconditioner(A)
+        limit = maxiter if maxiter is not None else LOBPCG_MAXITER
+        # LOBPCG's tolerance is absolute (residual norms); ours relative, as ARPACK's: scale by ||A||_inf,
+        # and keep it above what rounding allows (LOBPCG missed 4 sqrt(n) eps ||A|| in tests)
+        eps = float(np.finfo(np.finfo(A.dtype).dtype).eps)
+        scale = float(abs(A).sum(axis=1).max()) if A.nnz else 1.0
+        rel = max(tol if tol > 0 else 1e-12, 32.0 * np.sqrt(n) * eps)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            w, V = lobpcg(_counting(A, count, deadline), X, B=M, M=pre, tol=rel * scale, maxiter=limit,
+                          largest=(which == "LA"))
+        short = [str(c.message) for c in caught if "tolerance" in str(c.message) or "not reach" in str(c.message)]
+        if short:
+            return np.real(w), V, count[0], False, (f"LOBPCG stopped short{_where(member)} after maxiter={limit}: "
+                                                    f"{short[0][:200]}; raise maxiter, loosen tol, add "
+                                                    f"backend_options lobpcg_preconditioner='amg', or use method='arpack'")
+        return np.real(w), V, count[0], True, ""
+
+    def _preconditioner(self, A: Any) -> Any:
+        if self._pre is None:
+            return None
+        from scipy.sparse.linalg import LinearOperator
+
+        if self._pre == "jacobi":
+            inv = 1.0 / A.diagonal()
+            return LinearOperator(A.shape, matvec=lambda x: inv * x.reshape(-1) if x.ndim == 1 else inv[:, None] * x,
+                                  matmat=lambda X: inv[:, None] * X, dtype=A.dtype)
+        from .amg import build_hierarchy
+
+        ml = build_hierarchy(A.tocsr(), "smoothed_aggregation", True)
+        return ml.aspreconditioner()
+
+    def __repr__(self) -> str:
+        return f"EigshPlan({self.method}, n={self.n})"
+
+
+class EigsPlan:
+    """A few eigenpairs of a general square sparse matrix with ARPACK, left vectors on request."""
+
+    method = "arpack"
+    preconditioner = None
+
+    def __init__(self, A: SparseTensor, options: Mapping[str, Any], *, backend: str = "scipy") -> None:
+        m, n = A.format_shape
+        if m != n:
+            raise InputError(f"{backend}/arpack needs a square matrix, got {m}x{n}")
+        self.backend, self.n = backend, int(n)
+        self._h = Handoff(A)
+        self._mats: list[Any] | None = None
+
+    def set_values(self, values: torch.Tensor) -> None:
+        self._mats = None
+        self._mats = _member_matrices(self._h, values)
+
+    def eigs(self, k: int, *, which: str = "LM", sigma: complex | None = None, tol: float = 0.0,
+             maxiter: int | None = None, v0: torch.Tensor | None = None, left: bool = False,
+             budget: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, IterationResult]:
+        from scipy.sparse.linalg import ArpackNoConvergence, eigs
+
+        if self._mats is None:
+            raise RuntimeError(f"{self.backend}/arpack: eigs() before set_values()")
+        if which not in EIGS_WHICH:
+            raise InputError(f"{self.backend}/arpack: which={which!r}; use one of {EIGS_WHICH}")
+        ws, Vs, Us, its, worst, failed = [], [], [], 0, 0.0, []
+        cdtype = np.result_type(self._mats[0].dtype, np.complex64)
+        deadline = _deadline(budget)
+        for i, A in enumerate(self._mats):
+            count = [0]
+            x0 = _v0(v0, i, self.n, A.dtype)
+            # ARPACK's real mode reads LI/SI as |Im|: run those on the complex matrix (signed imaginary parts)
+            Aw = A.astype(cdtype) if (which in ("LI", "SI") and not np.iscomplexobj(A.data)) else A
+            if x0 is not None:
+                x0 = x0.astype(Aw.dtype)
+            try:
+                if sigma is not None or which == "SM":
+                    # shift-invert (SciPy factors A - sigma I; complex sigma on real A included); SM without
+                    # sigma: at 0, where regular-mode ARPACK converges slowly or not at all
+                    shift = 0.0 if sigma is None else sigma
+                    try:
+                        w, V = eigs(Aw.tocsc(), k=k, sigma=shift, which="LM" if sigma is None else which, tol=tol,
+                                    maxiter=maxiter, v0=x0)
+                    except RuntimeError as exc:
+                        if sigma is not None or "singular" not in str(exc).lower():
+                            raise
+                        w, V = eigs(_counting(Aw, count, deadline), k=k, which=which, tol=tol, maxiter=maxiter, v0=x0)
+                else:
+                    w, V = eigs(_counting(Aw, count, deadline), k=k, which=which, tol=tol, maxiter=maxiter, v0=x0)
+            except OutOfBudget:
+                w = np.full(k, np.nan, dtype=cdtype)
+                V = np.full((self.n, k), np.nan, dtype=cdtype)
+                failed.append(f"ARPACK stopped{_where(i)} when its budget of {budget:.3g} s (the estimate of the direct "
+                              f"method it delays) was spent")
+            except ArpackNoConvergence as exc:
+                got = exc.eigenvalues.shape[0]
+                w = np.concatenate([exc.eigenvalues, np.full(k - got, np.nan)]).astype(cdtype)
+                V = np.concatenate([exc.eigenvectors, np.full((self.n, k - got), np.nan)], axis=1).astype(cdtype)
+                failed.append(f"ARPACK did not converge{_where(i)}: {got} of {k} eigenvalues after maxiter="
+                              f"{maxiter if maxiter is not None else '10 n'}; raise maxiter or tol, or pass sigma")
+            except RuntimeError as exc:
+                if "singular" not in str(exc).lower():
+                    raise
+                raise SingularMatrixError(f"{self.backend}/arpack: A - sigma I is exactly singular for sigma={sigma!r}; "
+                                          f"move sigma slightly") from exc
+            w, V = np.asarray(w, dtype=cdtype), np.asarray(V, dtype=cdtype)
+            key = w if sigma is None else 1.0 / (w - sigma)
+            order = _order(key, which)
+            w, V = w[order], V[:, order]
+            with np.errstate(invalid="ignore"):  # columns of NaN (not converged) stay NaN
+                V = V / np.where(np.linalg.norm(V, axis=0) == 0, 1.0, np.linalg.norm(V, axis=0))
+                worst = max(worst, _residual(A, None, w, V))
+            its = max(its, count[0])
+            ws.append(w)
+            Vs.append(V)
+            if left:
+                Us.append(self._left(A, w, i))
+        batch = tuple(self._h.batch_shape)
+        w_t = torch.from_numpy(np.stack(ws)).reshape(*batch, k)
+        V_t = torch.from_numpy(np.stack(Vs)).reshape(*batch, self.n, k)
+        U_t = torch.from_numpy(np.stack(Us)).reshape(*batch, self.n, k) if left else None
+        if failed:
+            res = IterationResult(its, worst, False, Status.MAX_ITERATIONS, failed[0])
+        else:
+            res = IterationResult(its, worst, True, Status.CONVERGED, f"scipy arpack: {k} eigenpairs, {its} operator applications")
+        return w_t, V_t, U_t, res
+
+    def _left(self, A: Any, w: np.ndarray, member: int) -> np.ndarray:
+        """Left eigenvectors: A^H u = conj(w) u, by inverse iteration with a shifted LU per eigenvalue."""
+        import scipy.sparse as sp
+        from scipy.sparse.linalg import splu
+
+        n = self.n
+        cdtype = w.dtype
+        AH = A.conj().T.astype(cdtype).tocsc()
+        eye = sp.eye_array(n, dtype=cdtype, format="csc")
+        rng = np.random.default_rng(1234 + member)
+        U = np.empty((n, w.shape[0]), dtype=cdtype)
+        for j, wj in enumerate(w):
+            if not np.isfinite(wj):
+                U[:, j] = np.nan
+                continue
+            shift = np.conj(wj)
+            lu = None
+            for nudge in (0.0, 1e-10, 1e-8, 1e-6):
+                s = shift + nudge * max(abs(shift), 1.0)
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        lu = splu((AH - s * eye).tocsc())
+                    break
+                except RuntimeError:
+                    continue
+            if lu is None:
+                raise SingularMatrixError(f"{self.backend}/arpack: A^H - conj(w) I stayed exactly singular for w={wj!r} "
+                                          f"after nudging the shift; no left eigenvector")
+            u = rng.standard_normal(n) + 1j * rng.standard_normal(n)
+            for _ in range(2):
+                with np.errstate(all="ignore"):
+                    u = lu.solve(u.astype(cdtype))
+                nrm = np.linalg.norm(u)
+                if not np.isfinite(nrm) or nrm == 0:
+                    break
+                u = u / nrm
+            U[:, j] = u
+        return U
+
+    def __repr__(self) -> str:
+        return f"EigsPlan(arpack, n={self.n})"
+
+
+def _order(key: np.ndarray, which: str) -> np.ndarray:
+    """The torch backend's order: by ``which``'s key, stable."""
+    keys = {"LM": -np.abs(key), "SM": np.abs(key), "LR": -key.real, "SR": key.real, "LI": -key.imag, "SI": key.imag}
+    k = keys[which]
+    k = np.where(np.isnan(k), np.inf, k)
+    return np.argsort(k, kind="stable")
+
+
+def _where(member: int) -> str:
+    return f" (value-batch member {member})" if member else ""
+
