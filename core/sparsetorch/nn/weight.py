@@ -7,6 +7,8 @@ values); anything else raises an error naming the operation (``.to_dense()`` fir
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from ..errors import InputError
@@ -37,7 +39,19 @@ class SparseWeight(torch.Tensor):
       under ``torch.no_grad()`` when the values are a leaf that requires grad, as for a dense
       weight); ``zeros_like``/``ones_like`` give a SparseWeight on the same pattern whose stored
       entries are 0 / 1 (the zero matrix / the pattern's indicator, not a dense all-ones
-      matrix), with ``dtype=``, ``device=`` and ``requires_grad=`` honoured.
+      matrix), with ``dtype=``, ``device=`` and ``requires_grad=`` honoured;
+    - elementwise operations that keep the pattern, each a new SparseWeight on the same pattern
+      (shared index buffers) whose stored values are the result, differentiable in the values:
+      ``W * s``/``s * W``/``torch.mul``/``W.mul`` and ``W / s``/``torch.div`` by a number or a
+      0-d tensor, ``-W``/``torch.neg``, ``W.to(dtype)``/``W.to(device)``/``.double()``/
+      ``.float()``/``.half()``/``.bfloat16()``/``.cpu()``, ``W.detach()`` (values detached),
+      ``W.clone()``/``torch.clone`` (index buffers and values copied);
+    - serialization: ``torch.save``/``pickle`` store the SparseTensor (``torch.load(...,
+      weights_only=True)`` loads it back, validating every buffer), ``copy.deepcopy`` copies
+      it, and ``W.copy_(src)`` (what ``Module.load_state_dict`` calls for a SparseWeight buffer)
+      writes ``src``'s values in place: ``src`` a SparseWeight on the same pattern
+      (:meth:`SparseTensor.copy_`'s checks), or a dense tensor of W's shape that is zero off
+      W's pattern (a dense checkpoint of a pruned model; a nonzero off the pattern raises).
 
         W = st.nn.SparseWeight(A)              # A: a SparseTensor (m, n), values may require grad
         y = torch.nn.functional.linear(x, W)   # x @ A^T through sparsetorch
@@ -66,6 +80,16 @@ class SparseWeight(torch.Tensor):
     def to_dense(self, *args, **kwargs) -> torch.Tensor:  # noqa: D102 - torch's name
         return self._A.to_dense()
 
+    def __reduce_ex__(self, protocol):  # noqa: D105 - pickle / torch.save: the SparseTensor, rebuilt
+        return (_rebuild_sparse_weight, (self._A,))
+
+    def __deepcopy__(self, memo):  # noqa: D105
+        if id(self) in memo:
+            return memo[id(self)]
+        out = SparseWeight(self._A.clone())
+        memo[id(self)] = out
+        return out
+
     def __repr__(self, *, tensor_contents=None) -> str:  # noqa: D105
         A = self._A
         return f"SparseWeight(shape={tuple(A.shape)}, format={A.format.name or A.format}, nse={A.nse}, dtype={A.dtype})"
@@ -80,8 +104,9 @@ class SparseWeight(torch.Tensor):
                 with torch._C.DisableTorchFunctionSubclass():
                     return func(*args, **kwargs)
             raise InputError(f"SparseWeight does not implement {name}: it runs matmul/@, mm, mv, linear, addmm, addmv, "
-                             f"dot, bmm, baddbmm, t/T/mT/transpose(-2, -1), mul_, zeros_like and ones_like through "
-                             f"sparsetorch; call .to_dense() first for other operations")
+                             f"dot, bmm, baddbmm, t/T/mT/transpose(-2, -1), mul_, zeros_like, ones_like, mul/div by a "
+                             f"scalar, neg, to, detach, clone and copy_ through sparsetorch; call .to_dense() first "
+                             f"for other operations")
         return handler(*args, **kwargs)
 
     @classmethod
@@ -271,6 +296,109 @@ def _like(fill: float):
     return like
 
 
+# Elementwise operations that keep the pattern ------------------------------------------------------
+def _scalar(other: object, what: str) -> object:
+    if isinstance(other, torch.Tensor) and (isinstance(other, SparseWeight) or other.dim() != 0):
+        raise InputError(f"SparseWeight.{what} takes a number or a 0-d tensor (which keeps the pattern), got a tensor "
+                         f"of shape {tuple(other.shape)}; call .to_dense() first for an elementwise product")
+    if isinstance(other, bool) or not isinstance(other, (int, float, complex, torch.Tensor)):
+        raise InputError(f"SparseWeight.{what} takes a number or a 0-d tensor, got {type(other).__name__}")
+    return other
+
+
+def _on_values(W: "SparseWeight", values: torch.Tensor) -> "SparseWeight":
+    return SparseWeight(W._A.with_values(values))
+
+
+def _mul(a, b, *, out=None):
+    _no_out(out, "mul")
+    W, s = (a, b) if isinstance(a, SparseWeight) else (b, a)
+    if isinstance(s, SparseWeight):
+        raise InputError("SparseWeight.mul of two sparse weights is not supported (one operand must be a scalar)")
+    return _on_values(W, W._A.values * _scalar(s, "mul"))
+
+
+def _div(a, b, *, rounding_mode=None, out=None):
+    _no_out(out, "div")
+    if not isinstance(a, SparseWeight):
+        raise InputError("SparseWeight: a number divided by a SparseWeight would divide by its zeros; only W / s "
+                         "(a scalar divisor) keeps the pattern")
+    if rounding_mode is not None:
+        raise InputError(f"SparseWeight.div: rounding_mode={rounding_mode!r} is not supported (floating values only)")
+    return _on_values(a, a._A.values / _scalar(b, "div"))
+
+
+def _neg(W, *, out=None):
+    _no_out(out, "neg")
+    return _on_values(W, -W._A.values)
+
+
+def _to(W, *args, **kwargs):
+    kwargs.pop("memory_format", None)
+    A = W._A.to(*args, **kwargs)
+    return W if A is W._A else SparseWeight(A)
+
+
+def _cast(dtype: torch.dtype):
+    def cast(W, memory_format=None):
+        return _to(W, dtype)
+    return cast
+
+
+def _detach(W):
+    return SparseWeight(W._A.detach())
+
+
+def _clone(W, *, memory_format=None):
+    return SparseWeight(W._A.clone())
+
+
+def _copy_(W, src, non_blocking: bool = False):
+    """``W.copy_(src)`` in place: ``src`` a SparseWeight on W's pattern, or a dense tensor of W's
+    shape that is zero off the pattern (its entries on the pattern become the stored values)."""
+    if not isinstance(W, SparseWeight):
+        raise InputError("SparseWeight: copy_ of a SparseWeight into a dense tensor is not supported; "
+                         "use dense.copy_(W.to_dense())")
+    A = W._A
+    if isinstance(src, SparseWeight):
+        A.copy_(src._A)
+        return W
+    if not isinstance(src, torch.Tensor):
+        raise InputError(f"SparseWeight.copy_ takes a SparseWeight or a dense tensor, got {type(src).__name__}")
+    if tuple(src.shape) != tuple(A.shape):
+        raise InputError(f"SparseWeight.copy_: the source has shape {tuple(src.shape)}, the weight {tuple(A.shape)}")
+    if src.layout != torch.strided:
+        src = src.to_dense()
+    src = src.to(device=A.device, dtype=A.dtype)
+    coords, slots = A.entries()
+    nb = len(A.batch_shape)
+    on_pattern = src[(Ellipsis, *coords)] if nb else src[tuple(coords)]
+    off = src.clone()
+    if nb:
+        off[(Ellipsis, *coords)] = 0
+    else:
+        off[tuple(coords)] = 0
+    if bool((off != 0).any()):
+        at = [int(v) for v in (off != 0).nonzero()[0]]
+        raise InputError(f"SparseWeight.copy_: the dense source has a nonzero at {tuple(at)}, off the weight's "
+                         f"sparsity pattern ({int((off != 0).sum())} such entries); copying would lose them. Prune "
+                         f"the source to the pattern first, or build a new weight (SparseTensor.from_dense)")
+    values = A.values
+    with torch.no_grad() if values.requires_grad and values.is_leaf else contextlib.nullcontext():
+        values[..., slots] = on_pattern
+    return W
+
+
+def _rebuild_sparse_weight(A: SparseTensor) -> "SparseWeight":
+    """Unpickling of a :class:`SparseWeight` (``torch.load(weights_only=True)`` included)."""
+    if not isinstance(A, SparseTensor):
+        raise InputError(f"a pickled SparseWeight holds a SparseTensor, got {type(A).__name__}")
+    return SparseWeight(A)
+
+
+torch.serialization.add_safe_globals([_rebuild_sparse_weight])
+
+
 _HANDLERS: dict = {
     torch.matmul: _matmul,
     torch.Tensor.matmul: _matmul,
@@ -302,4 +430,33 @@ _HANDLERS: dict = {
     torch.Tensor.size: lambda W, dim=None: W.shape if dim is None else W.shape[dim],
     torch.zeros_like: _like(0.0),
     torch.ones_like: _like(1.0),
+    torch.mul: _mul,
+    torch.multiply: _mul,
+    torch.Tensor.mul: _mul,
+    torch.Tensor.multiply: _mul,
+    torch.Tensor.__mul__: _mul,
+    torch.Tensor.__rmul__: _mul,
+    torch.div: _div,
+    torch.divide: _div,
+    torch.true_divide: _div,
+    torch.Tensor.div: _div,
+    torch.Tensor.divide: _div,
+    torch.Tensor.__truediv__: _div,
+    torch.Tensor.__rtruediv__: lambda W, other: _div(other, W),
+    torch.neg: _neg,
+    torch.negative: _neg,
+    torch.Tensor.neg: _neg,
+    torch.Tensor.negative: _neg,
+    torch.Tensor.__neg__: _neg,
+    torch.Tensor.to: _to,
+    torch.Tensor.cpu: lambda W, memory_format=None: _to(W, "cpu"),
+    torch.Tensor.double: _cast(torch.float64),
+    torch.Tensor.float: _cast(torch.float32),
+    torch.Tensor.half: _cast(torch.float16),
+    torch.Tensor.bfloat16: _cast(torch.bfloat16),
+    torch.detach: _detach,
+    torch.Tensor.detach: _detach,
+    torch.clone: _clone,
+    torch.Tensor.clone: _clone,
+    torch.Tensor.copy_: _copy_,
 }

@@ -1,0 +1,206 @@
+"""SparseWeight's elementwise operations that keep the pattern (mul/div by a scalar, neg, to,
+detach, clone) and its serialization (torch.save / weights_only load, deepcopy, state dicts),
+each checked op by op against a dense float64 twin with ``torch.testing``: the result's dense
+form against the op on the dense weight, and the stored values' gradient through a product
+against the dense weight's gradient at the stored entries. ``torch.overrides`` checks that
+every operation SparseWeight claims is one torch lets a subclass override.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+
+import pytest
+import torch
+
+import sparsetorch as st
+from sparsetorch.errors import InputError
+from sparsetorch.format import BSR, CSC, CSR
+from sparsetorch.nn import SparseWeight
+from sparsetorch.nn.weight import _HANDLERS
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+
+def _twin(seed: int = 0, shape=(6, 8), fmt=CSR):
+    """(SparseWeight whose values are a leaf v, v, the dense twin (a leaf), the pattern mask)."""
+    gen = torch.Generator().manual_seed(seed)
+    mask = torch.rand(shape, generator=gen) < 0.45
+    D = torch.randn(shape, generator=gen, dtype=torch.float64) * mask
+    A = st.SparseTensor.from_dense(D, fmt, mask=mask)
+    v = A.values.clone().requires_grad_(True)
+    return SparseWeight(A.with_values(v)), v, D.clone().requires_grad_(True), mask, A
+
+
+def _grads_match(A, v, Dw, rtol: float = 1e-12, atol: float = 1e-12) -> None:
+    """The stored values' gradient is the dense twin's gradient at the stored entries (every
+    stored slot inside the shape: BSR's explicit zeros in a block included)."""
+    coords, slot = A.entries()
+    torch.testing.assert_close(v.grad[slot], Dw.grad[coords[0], coords[1]].to(v.grad.dtype), rtol=rtol, atol=atol)
+
+
+s0 = torch.tensor(-0.75, dtype=torch.float64)
+# (name, op on a SparseWeight or on a dense tensor alike)
+OPS = [
+    ("mul_number", lambda w: w * 2.5),
+    ("rmul_number", lambda w: 2.5 * w),
+    ("torch.mul", lambda w: torch.mul(w, 3)),
+    ("Tensor.mul_0d", lambda w: w.mul(s0)),
+    ("multiply", lambda w: torch.multiply(w, -1.5)),
+    ("div", lambda w: w / 4),
+    ("torch.div_0d", lambda w: torch.div(w, s0)),
+    ("neg", lambda w: -w),
+    ("torch.neg", lambda w: torch.neg(w)),
+    ("Tensor.negative", lambda w: w.negative()),
+    ("detach", lambda w: w.detach()),
+    ("clone", lambda w: w.clone()),
+    ("torch.clone", lambda w: torch.clone(w)),
+    ("to_float64", lambda w: w.to(torch.float64)),
+    ("double", lambda w: w.double()),
+    ("to_device_cpu", lambda w: w.to("cpu")),
+    ("cpu", lambda w: w.cpu()),
+    ("chain", lambda w: -(w * 2).clone() / 3),
+]
+
+
+@pytest.mark.parametrize("fmt", [CSR, CSC, BSR(2, 2)], ids=lambda f: f.name)
+@pytest.mark.parametrize("name,op", OPS, ids=[n for n, _ in OPS])
+def test_elementwise_op_matches_the_dense_twin(name, op, fmt) -> None:
+    W, v, Dw, mask, A = _twin(1, fmt=fmt)
+    out = op(W)
+    assert isinstance(out, SparseWeight), name
+    ref = op(Dw)
+    torch.testing.assert_close(out.to_dense(), ref.detach() if name != "detach" else ref, rtol=1e-14, atol=1e-14)
+    assert out.shape == ref.shape and out.dtype == ref.dtype and out.device == ref.device
+    # the pattern is kept: no stored slot added or dropped, the same index buffers for views of values
+    assert out.sparse.nse == A.nse and out.sparse.format == A.format
+    if name not in ("clone", "torch.clone", "chain"):
+        assert all(a is b for a, b in zip(out.sparse.crd_buffers, A.crd_buffers))
+    # gradients through a product, against the dense twin's at the stored entries
+    x = torch.randn(8, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    if name == "detach":
+        assert not out.sparse.values.requires_grad and not ref.requires_grad
+        return
+    (out @ x).sin().sum().backward()
+    (ref @ x).sin().sum().backward()
+    _grads_match(A, v, Dw)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_to_dtype_matches_the_dense_cast(dtype) -> None:
+    W, v, Dw, mask, A = _twin(3)
+    for out, ref in [(W.to(dtype), Dw.to(dtype)), (W.to(dtype=dtype), Dw.to(dtype=dtype)),
+                     ({torch.float32: W.float, torch.float16: W.half, torch.bfloat16: W.bfloat16}[dtype](), Dw.to(dtype))]:
+        assert isinstance(out, SparseWeight) and out.dtype == dtype
+        torch.testing.assert_close(out.to_dense(), ref.detach(), rtol=0, atol=0)
+    # the cast is differentiable: the gradient in float64 is the dense cast's
+    x = torch.randn(8, 2, dtype=dtype)
+    out = W.to(dtype)
+    (out @ x).float().sum().backward()
+    (Dw.to(dtype) @ x).float().sum().backward()
+    _grads_match(A, v, Dw, rtol=1e-2, atol=1e-2)
+    assert W.to(torch.float64) is W  # no change: the same tensor, as torch.Tensor.to
+
+
+def test_scalar_tensor_factor_gets_its_gradient() -> None:
+    W, v, Dw, mask, A = _twin(4)
+    s = torch.tensor(1.7, dtype=torch.float64, requires_grad=True)
+    sd = s.detach().clone().requires_grad_(True)
+    x = torch.randn(8, dtype=torch.float64)
+    ((W * s) @ x).square().sum().backward()
+    ((Dw * sd) @ x).square().sum().backward()
+    torch.testing.assert_close(s.grad, sd.grad, rtol=1e-12, atol=1e-12)
+
+
+def test_clone_and_detach_are_independent_where_torch_makes_them() -> None:
+    W, v, Dw, mask, A = _twin(5)
+    c = W.clone()
+    with torch.no_grad():
+        c.sparse.values.mul_(0)
+    torch.testing.assert_close(W.to_dense().detach(), Dw.detach())  # a clone owns its values
+    d = W.detach()
+    with torch.no_grad():
+        d.sparse.values.mul_(2)
+    torch.testing.assert_close(W.to_dense().detach(), 2 * Dw.detach())  # detach shares them, as torch's
+
+
+def test_ops_that_would_lose_the_pattern_are_refused() -> None:
+    W, *_ = _twin(6)
+    with pytest.raises(InputError, match="number or a 0-d tensor"):
+        W * torch.ones(6, 8, dtype=torch.float64)
+    with pytest.raises(InputError, match="divide by its zeros"):
+        1.0 / W
+    with pytest.raises(InputError, match="two sparse weights"):
+        W * W
+    with pytest.raises(InputError, match="to_dense"):
+        W + 1
+    with pytest.raises(InputError, match="to_dense"):
+        torch.exp(W)
+
+
+def test_every_claimed_op_is_overridable_and_w_is_tensor_like() -> None:
+    W, *_ = _twin(7)
+    assert torch.overrides.is_tensor_like(W) and torch.overrides.has_torch_function((W,))
+    overridable = {f for fs in torch.overrides.get_overridable_functions().values() for f in fs}
+    for func in _HANDLERS:
+        name = torch.overrides.resolve_name(func) or repr(func)
+        getter = getattr(func, "__name__", "") == "__get__"  # property getters (.T, .mT)
+        assert func in overridable or getter, name
+
+
+# serialization -------------------------------------------------------------------------------------
+def _roundtrip(obj, weights_only: bool = True):
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=weights_only)
+
+
+@pytest.mark.parametrize("fmt", [CSR, BSR(2, 2)], ids=lambda f: f.name)
+def test_torch_save_and_weights_only_load(fmt) -> None:
+    W, v, Dw, mask, A = _twin(8, fmt=fmt)
+    for weights_only in (True, False):
+        back = _roundtrip(W.detach(), weights_only)
+        assert isinstance(back, SparseWeight) and back.sparse.format == fmt
+        torch.testing.assert_close(back.to_dense(), Dw.detach(), rtol=0, atol=0)
+    dc = copy.deepcopy(W.detach())
+    torch.testing.assert_close(dc.to_dense(), Dw.detach(), rtol=0, atol=0)
+    assert dc.sparse.values.data_ptr() != W.sparse.values.data_ptr()
+
+
+class _Holder(torch.nn.Module):
+    """Dense-weight style code: a weight buffer used with F.linear (here a SparseWeight)."""
+
+    def __init__(self, w: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("weight", w)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(x, self.weight)
+
+
+def test_state_dict_save_and_load_into_a_module() -> None:
+    W, v, Dw, mask, A = _twin(9)
+    m = _Holder(W.detach())
+    sd = _roundtrip(m.state_dict(), weights_only=True)
+    fresh = _Holder(SparseWeight(A.with_values(torch.zeros_like(A.values))))
+    values = fresh.weight.sparse.values
+    assert str(fresh.load_state_dict(sd)) == "<All keys matched successfully>"
+    assert fresh.weight.sparse.values is values  # loaded in place
+    x = torch.randn(3, 8, dtype=torch.float64)
+    torch.testing.assert_close(fresh(x), x @ Dw.detach().T, rtol=1e-12, atol=1e-12)
+    # a dense checkpoint of the pruned model loads too (zero off the pattern) ...
+    dense_sd = {"weight": 2 * Dw.detach()}
+    fresh.load_state_dict(dense_sd)
+    torch.testing.assert_close(fresh.weight.to_dense(), 2 * Dw.detach(), rtol=0, atol=0)
+    # ... one with a nonzero off the pattern, or another pattern, does not, and nothing changes
+    bad = 2 * Dw.detach()
+    i, j = (int(t) for t in (~mask).nonzero()[0])
+    bad[i, j] = 1.0
+    with pytest.raises(RuntimeError, match=r"off the weight's sparsity pattern"):
+        fresh.load_state_dict({"weight": bad})
+    other = _Holder(_twin(10)[0].detach())
+    with pytest.raises(RuntimeError, match="patterns differ|stores"):
+        fresh.load_state_dict(other.state_dict())
+    torch.testing.assert_close(fresh.weight.to_dense(), 2 * Dw.detach(), rtol=0, atol=0)
