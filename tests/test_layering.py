@@ -11,7 +11,7 @@ Layers, lowest first (docs/dispatch.md, "Layers"):
 5. ``ops``: the public operations (they build requests, choose plans, call the Functions);
 6. ``backends``: the built-in torch backend (a plugin that ships with the core);
 7. facades: the package itself, ``backend`` (the backend authors' namespace), ``nn``,
-   ``testing``, ``cli``, ``demo``, ``__main__``.
+   ``kernels`` (user kernels registered as backends), ``testing``, ``cli``, ``demo``, ``__main__``.
 
 An import from a lower layer to a higher one (at module level or inside a function) fails the
 test, naming the file, the line and both modules. Where a lower layer needs something only a
@@ -33,7 +33,7 @@ LAYERS = {
     "autograd": 4,
     "ops": 5,
     "backends": 6,
-    "": 7, "backend": 7, "nn": 7, "testing": 7, "cli": 7, "demo": 7, "__main__": 7,
+    "": 7, "backend": 7, "nn": 7, "kernels": 7, "testing": 7, "cli": 7, "demo": 7, "__main__": 7,
 }
 
 #: (importing module, imported module) pairs allowed to cross upward, each with its reason
