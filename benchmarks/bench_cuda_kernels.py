@@ -7,11 +7,12 @@ Cases:
 
 - ``stencil``: SpMV on the 3-D 7-point stencil of 114^3 = 1.48M rows (the GPU suite's matrix),
   float64 and float32: this backend's CSR (int32 and int64, vector and load-balanced kernels),
-  DIA and ELL through ``plan.apply`` and ``Matmul.execute``, against torch CSR ``mv``,
+  DIA and ELL through ``plan.apply`` (every CSR and DIA kernel variant) and ``Matmul.execute``, against torch CSR ``mv``,
   sparsetorch's torch and auto choices, and CuPy CSR/DIA ``A @ x``.
 - ``lowsparsity``: MACKO's set-up, 8192 x 8192 at 50 % and 10 % density, float16 / bfloat16 /
-  float32: bit-packed DELTA(4) (and DELTA(8) at 10 %), this backend's CSR, against dense cuBLAS
-  GEMV and GEMM (k = 8) and torch CSR.
+  float32: bit-packed DELTA(4) (and DELTA(8) at 10 %; the default "packed" kernel and the earlier
+  "groups" one), this backend's CSR, against dense cuBLAS GEMV and GEMM (k = 8) and torch CSR.
+- ``nm``: NM(2,4) at 8192 x 8192 (a random 2:4 pattern), float16 / bfloat16, against dense GEMV.
 - ``skewed``: 1M rows of 4 entries plus 4 rows of 200k: vector against load-balanced CSR and torch.
 - ``sddmm``: the backward's value gradient on the stencil (k = 1 and 8) against torch gathers.
 - ``host``: per-call host time of ``plan.apply`` and of ``Matmul.execute`` on a tiny matrix.
@@ -141,11 +142,17 @@ def case_stencil(tab: Table, m: int) -> None:
         for label, A in mats.items():
             kind = label.split()[0].lower()
             isz = 4 if "int32" in label else 8
-            variants = ("vector", "balanced") if kind == "csr" else (None,)
+            variants = {"csr": ("stream", "vector", "balanced"), "dia": ("rows1", "rows2", "classic")}.get(kind, (None,))
+            default = _plan(A).variant if kind in ("csr", "dia") else None
             for variant in variants:
                 p = _plan(A, variant)
                 # only what the plan runs by default feeds the cost model's fit
-                fam = ("dia" if kind == "dia" else "ell") if kind != "csr" else (f"csr_{variant}" if variant == _plan(A).variant else None)
+                if kind == "csr":
+                    fam = f"csr_{variant}" if variant == default else None
+                elif kind == "dia":
+                    fam = "dia" if variant == default else None
+                else:
+                    fam = "ell"
                 nb = traffic(kind, m=n, n=n, nnz=int(A.nse), k=1, vs=vs, isz=isz, slots=int(A.values.shape[-1]))
                 tab.record(case, f"cuda plan.apply {label}" + (f" [{variant}]" if variant else ""), lambda p=p: p.apply(x2),
                            lambda p=p: p.apply(x2), ref, nb, family=fam, dtype=name, format=label)
@@ -186,7 +193,45 @@ def _random_mask(m: int, n: int, density: float, seed: int) -> torch.Tensor:
     return torch.rand(m, n, device="cuda", generator=g) < density
 
 
-def case_lowsparsity(tab: Table, size: int, dtypes) -> None:
+def _nm_mask(m: int, n: int, seed: int) -> torch.Tensor:
+    """A random 2:4 pattern: 2 of every 4 consecutive columns of a row."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    score = torch.rand(m, n // 4, 4, device="cuda", generator=g)
+    keep = torch.zeros(m, n // 4, 4, dtype=torch.bool, device="cuda")
+    keep.scatter_(-1, score.topk(2, dim=-1).indices, True)
+    return keep.reshape(m, n)
+
+
+def case_nm(tab: Table, size: int, dtypes, ks=(1,)) -> None:
+    """NM(2,4) at 8192^2 (50 % density by construction) against dense cuBLAS GEMV."""
+    from sparsetorch.format import NM
+
+    from sparsetorch_cuda.cost import traffic
+
+    g = torch.Generator(device="cuda").manual_seed(5)
+    mask = _nm_mask(size, size, 6)
+    W64 = torch.randn(size, size, device="cuda", dtype=torch.float64, generator=g) * mask
+    for dtype in dtypes:
+        name = str(dtype).replace("torch.", "")
+        vs = torch.empty((), dtype=dtype).element_size()
+        W = W64.to(dtype)
+        case = f"{size}^2 2:4 {name}"
+        S = st.SparseTensor.from_dense(W, mask=mask)
+        A = S.convert(NM(2, 4), index_dtype=torch.int32)
+        p = _plan(A)
+        for k in ks:
+            X = torch.randn(size, k, device="cuda", dtype=torch.float64, generator=g).to(dtype)
+            ref = W.double() @ X.double()
+            tab.record(case, f"dense cuBLAS {'GEMV' if k == 1 else 'GEMM'} k={k}", lambda X=X, W=W: W @ X, lambda X=X, W=W: W @ X,
+                       ref, size * size * vs + 2 * size * k * vs, dtype=name, k=k, density=0.5)
+            nb = traffic("nm", m=size, n=size, nnz=int(A.nse), k=k, vs=vs, isz=4, slots=int(A.values.shape[-1]), bits=2)
+            tab.record(case, f"cuda plan.apply NM(2,4) k={k}", lambda p=p, X=X: p.apply(X), lambda p=p, X=X: p.apply(X), ref, nb,
+                       family="nm" if k == 1 else None, dtype=name, k=k, density=0.5, format="NM(2,4)")
+        del A, p, S, W
+        torch.cuda.empty_cache()
+
+
+def case_lowsparsity(tab: Table, size: int, dtypes, ks=(1, 8)) -> None:
     from sparsetorch_cuda.cost import traffic
 
     g = torch.Generator(device="cuda").manual_seed(1)
@@ -198,20 +243,20 @@ def case_lowsparsity(tab: Table, size: int, dtypes) -> None:
             vs = torch.empty((), dtype=dtype).element_size()
             W = W64.to(dtype)
             case = f"{size}^2 {int(density * 100)}% {name}"
-            for k in (1, 8):
+            for k in ks:
                 X = torch.randn(size, k, device="cuda", dtype=torch.float64, generator=g).to(dtype)
                 ref = W.double() @ X.double()
                 tab.record(case, f"dense cuBLAS {'GEMV' if k == 1 else 'GEMM'} k={k}", lambda X=X: W @ X, lambda X=X: W @ X, ref,
                            size * size * vs + 2 * size * k * vs, dtype=name, k=k, density=density)
                 S = st.SparseTensor.from_dense(W, mask=mask)
                 fmts = [("DELTA(4)", DELTA(4))] + ([("DELTA(8)", DELTA(8))] if density < 0.3 else []) + [("CSR int32", CSR)]
-                for label, fmt in fmts + [("DELTA(4) [lanes]", DELTA(4))]:
+                for label, fmt in fmts + [("DELTA(4) [groups]", DELTA(4))]:
                     A = S.convert(fmt, index_dtype=torch.int32)
-                    p = _plan(A, "lanes" if "lanes" in label else None)
+                    p = _plan(A, "groups" if "groups" in label else None)
                     kind = p.kind
                     nb = traffic(kind, m=size, n=size, nnz=int(A.nse), k=k, vs=vs, isz=4, bits=getattr(p, "bits", None))
                     fam = {"delta": "delta", "csr": "csr_vector"}[kind] if not (kind == "csr" and k >= 16) else "csr_cols"
-                    if "lanes" in label:
+                    if "groups" in label:
                         fam = None  # a variant for comparison, not what the plan runs by default
                     tab.record(case, f"cuda plan.apply {label} k={k}", lambda p=p, X=X: p.apply(X), lambda p=p, X=X: p.apply(X),
                                ref, nb, family=fam, dtype=name, k=k, density=density, format=label,
@@ -332,7 +377,8 @@ def main() -> int:
     ap.add_argument("--prefix", default="cuda_kernels_h200")
     ap.add_argument("--fit", default=None, help="also write the cost model's measurements (cost_h200.json) here")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--cases", default="host,stencil,lowsparsity,skewed,sddmm")
+    ap.add_argument("--cases", default="host,stencil,lowsparsity,nm,skewed,sddmm")
+    ap.add_argument("--ks", default="1,8", help="right-hand-side counts of the low-sparsity case")
     ap.add_argument("--reps", type=int, default=30)
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -365,7 +411,10 @@ def main() -> int:
         elif case == "stencil":
             guard(lambda: case_stencil(tab, 40 if args.quick else 114) or {})
         elif case == "lowsparsity":
-            guard(lambda: case_lowsparsity(tab, 1024 if args.quick else 8192, (torch.float16, torch.bfloat16, torch.float32)) or {})
+            ks = tuple(int(v) for v in args.ks.split(","))
+            guard(lambda: case_lowsparsity(tab, 1024 if args.quick else 8192, (torch.float16, torch.bfloat16, torch.float32), ks) or {})
+        elif case == "nm":
+            guard(lambda: case_nm(tab, 1024 if args.quick else 8192, (torch.float16, torch.bfloat16)) or {})
         elif case == "skewed":
             guard(lambda: case_skewed(tab, 20_000 if args.quick else 1_000_000, 5_000 if args.quick else 200_000) or {})
         elif case == "sddmm":

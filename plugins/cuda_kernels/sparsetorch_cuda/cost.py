@@ -34,7 +34,8 @@ __all__ = ["traffic", "spmm_cost", "csr_variant", "family", "efficiency", "measu
 
 MEASUREMENTS = Path(__file__).resolve().parent / "cost_h200.json"
 #: used for a family until cost_h200.json has rows of it
-DEFAULT_EFFICIENCY = {"csr_vector": 0.6, "csr_balanced": 0.45, "csr_cols": 0.3, "dia": 0.75, "ell": 0.55, "delta": 0.5}
+DEFAULT_EFFICIENCY = {"csr_vector": 0.6, "csr_balanced": 0.45, "csr_cols": 0.3, "csr_stream": 0.7, "dia": 0.75, "ell": 0.55,
+                      "delta": 0.5, "nm": 0.6, "bsr": 0.5}
 #: host time of one plan.apply (seconds) until measured
 HOST_SECONDS = 12e-6
 #: a row longer than this many times the mean (and than SKEW_MIN_ROW) sends CSR to the balanced kernel
@@ -61,21 +62,28 @@ def host_seconds() -> float:
 
 
 def csr_variant(m: int, nnz: int, max_row: int) -> str:
-    """"balanced" for skewed rows (one row far longer than the mean), else "vector"."""
+    """"balanced" for skewed rows (one row far longer than the mean), "stream" for short rows
+    (mean <= STREAM_MEAN, longest <= STREAM_MAX_ROW), else "vector"."""
+    from .plan import STREAM_MAX_ROW, STREAM_MEAN  # noqa: PLC0415
+
     mean = nnz / max(m, 1)
-    return "balanced" if max_row > max(SKEW_MIN_ROW, SKEW_FACTOR * mean) else "vector"
+    if max_row > max(SKEW_MIN_ROW, SKEW_FACTOR * mean):
+        return "balanced"
+    return "stream" if mean <= STREAM_MEAN and max_row <= STREAM_MAX_ROW else "vector"
 
 
 def family(kind: str, k: int, variant: str = "vector") -> str:
     if kind in ("csr", "generic"):
         if variant == "balanced":
             return "csr_balanced"
-        return "csr_cols" if k >= 16 else "csr_vector"
+        if k >= 16:
+            return "csr_cols"
+        return "csr_stream" if variant == "stream" else "csr_vector"
     return kind
 
 
 def traffic(kind: str, *, m: int, n: int, nnz: int, k: int, vs: int, isz: int, slots: int | None = None,
-            bits: int | None = None, variant: str = "vector") -> float:
+            bits: int | None = None, variant: str = "vector", block: int = 1) -> float:
     """Bytes one product moves (see the module docstring)."""
     vectors = (m + n) * k * vs
     slots = nnz if slots is None else slots
@@ -89,6 +97,10 @@ def traffic(kind: str, *, m: int, n: int, nnz: int, k: int, vs: int, isz: int, s
         mat = slots * (vs + isz) + 4 * m
     elif kind == "delta":
         mat = nnz * vs + nnz * (bits or 8) / 8 + (m + 1) * isz
+    elif kind == "nm":  # slots: values + packed in-group positions (bits each)
+        mat = slots * vs + slots * (bits or 2) / 8
+    elif kind == "bsr":  # slots = blocks * bh * bw values (block = bh * bw); one index per block
+        mat = slots * vs + slots / max(block, 1) * isz + (m + 1) * isz
     else:
         raise ValueError(kind)
     return passes * mat + vectors
@@ -99,11 +111,18 @@ def predict(fam: str, nbytes: float, bandwidth: float, host: float | None = None
     return nbytes / (bandwidth * efficiency(fam)) + (host_seconds() if host is None else host)
 
 
-def _kind_of(request: Request) -> tuple[str, int | None]:
-    from .plan import delta_bits, native_kind  # noqa: PLC0415 - plan imports torch only
+def _kind_of(request: Request) -> tuple[str, int | None, int]:
+    """(kind, bits per stored index: DELTA gap or N:M position, BSR block size)."""
+    from .plan import _nm_pos_bits, bsr_params, delta_bits, native_kind, nm_params  # noqa: PLC0415 - plan imports torch only
 
     fmt = request.A.format
-    return native_kind(fmt), delta_bits(fmt)
+    kind = native_kind(fmt)
+    if kind == "nm":
+        return kind, _nm_pos_bits(nm_params(fmt)[1]), 1
+    if kind == "bsr":
+        bh, bw = bsr_params(fmt)
+        return kind, None, bh * bw
+    return kind, delta_bits(fmt), 1
 
 
 def spmm_cost(rates: Rates, request: Request) -> tuple[float, int, float, str]:
@@ -116,11 +135,14 @@ def spmm_cost(rates: Rates, request: Request) -> tuple[float, int, float, str]:
     batch = max(1, math.prod(A.batch_shape))
     k = max(1, request.rhs_columns // batch)
     nse = int(A.nse or 0)
-    kind, bits = _kind_of(request)
+    kind, bits, block = _kind_of(request)
     if kind == "generic":
         isz = 4 if max(nse, m, n) < 2**31 - 1 else 8
-    nbytes = traffic(kind, m=m, n=n, nnz=nse, k=k, vs=vs, isz=isz, slots=nse, bits=bits)
-    seconds = batch * predict(family(kind, k), nbytes, rates.bandwidth)
+    nbytes = traffic(kind, m=m, n=n, nnz=nse, k=k, vs=vs, isz=isz, slots=nse, bits=bits, block=block)
+    from .plan import STREAM_MEAN  # noqa: PLC0415
+
+    variant = "stream" if kind in ("csr", "generic") and nse / max(m, 1) <= STREAM_MEAN else "vector"
+    seconds = batch * predict(family(kind, k, variant), nbytes, rates.bandwidth)
     peak = m * k * vs * batch
     setup = 0.0
     if kind == "generic":
@@ -128,8 +150,8 @@ def spmm_cost(rates: Rates, request: Request) -> tuple[float, int, float, str]:
         seconds += rates.seconds(bytes=gather, launches=1)
         setup = rates.seconds(bytes=20 * 8 * nse, launches=20)  # the sort of the entries, once per pattern
         peak += nse * (vs + isz + 8)
-    elif kind == "delta":
-        peak += int(nse * (bits or 8) / 8) + 4
+    elif kind in ("delta", "nm"):
+        peak += int(nse * (bits or 8) / 8) + 16
     elif kind == "ell":
         peak += 4 * m
     return seconds + setup, int(peak), setup, kind
@@ -138,4 +160,5 @@ def spmm_cost(rates: Rates, request: Request) -> tuple[float, int, float, str]:
 def describe(kind: str, bits: Any = None) -> str:
     return {"csr": "CSR kernels (vector / load balanced)", "dia": "DIA kernel (no index traffic)",
             "ell": "ELL kernel", "delta": f"DELTA({bits}) bit-packed kernel (gaps packed once per pattern)",
+            "nm": "N:M kernel (in-group positions packed once per pattern)", "bsr": "BSR kernel (a lane group per row)",
             "generic": "CSR kernels on a CSR made from the pattern once (one value gather per new value set)"}[kind]

@@ -22,17 +22,19 @@ even the gather.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
 import torch
 
 from sparsetorch import InputError, SparseTensor
-from sparsetorch.format import CSR, DELTA, DIA, ELL, LevelFormat
+from sparsetorch.format import BSR, CSR, DELTA, DIA, ELL, NM, LevelFormat
+from sparsetorch.format.expr import FloorDiv
 
 from .launch import kernel
 
-__all__ = ["CudaSpmmPlan", "DTYPES", "delta_bits", "native_kind", "BLOCK"]
+__all__ = ["CudaSpmmPlan", "DTYPES", "delta_bits", "nm_params", "bsr_params", "native_kind", "BLOCK"]
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 BLOCK = 256
@@ -45,6 +47,47 @@ DELTA_SMEM_BLOCK = 512
 COLS_KERNEL_FROM = 16
 _GRID_Y = 65535
 _PACKABLE_BITS = (1, 2, 4, 8, 16)
+#: the 32-bit kernels (fast.cu, nm24) run while every entry / row / X and Y offset stays below this
+INT_LIMIT = 2**31 - 1024
+#: CSR "stream" kernel (32 rows per warp) for mean row length <= this and longest row <= STREAM_MAX_ROW
+STREAM_MEAN = 16
+STREAM_MAX_ROW = 256
+#: blocks per SM for the DELTA / N:M kernels' grids (512 threads each: 2048 threads per SM)
+ROW_KERNEL_BLOCK = 512
+
+
+def nm_params(fmt: Any) -> tuple[int, int] | None:
+    """(n, m) of an NM(n, m) format, else None."""
+    if fmt is None or fmt.num_batch_levels or len(fmt.levels) != 3:
+        return None
+    lv = fmt.levels
+    if lv[2].type.format is not LevelFormat.STRUCTURED or not isinstance(lv[1].expr, FloorDiv):
+        return None
+    n_, m_ = int(lv[2].type.parameter), int(lv[1].expr.c)
+    return (n_, m_) if fmt == NM(n_, m_) else None
+
+
+def bsr_params(fmt: Any) -> tuple[int, int] | None:
+    """(bh, bw) of a BSR(bh, bw) format, else None."""
+    if fmt is None or fmt.num_batch_levels or len(fmt.levels) != 4:
+        return None
+    lv = fmt.levels
+    if not (isinstance(lv[0].expr, FloorDiv) and isinstance(lv[1].expr, FloorDiv)):
+        return None
+    bh, bw = int(lv[0].expr.c), int(lv[1].expr.c)
+    return (bh, bw) if fmt == BSR(bh, bw) else None
+
+
+def _nm_pos_bits(m_: int) -> int | None:
+    for b in (1, 2, 4, 8):
+        if m_ <= (1 << b):
+            return b
+    return None
+
+
+@functools.lru_cache(maxsize=8)
+def _sm_count(index: int) -> int:
+    return int(torch.cuda.get_device_properties(index).multi_processor_count)
 
 
 def delta_bits(fmt: Any) -> int | None:
@@ -70,6 +113,11 @@ def native_kind(fmt: Any) -> str:
     b = delta_bits(fmt)
     if b is not None and b in _PACKABLE_BITS:
         return "delta"
+    nm = nm_params(fmt)
+    if nm is not None and nm[0] <= nm[1] and _nm_pos_bits(nm[1]) is not None:
+        return "nm"
+    if bsr_params(fmt) is not None:
+        return "bsr"
     return "generic"
 
 
@@ -101,11 +149,14 @@ def _index_dtype(*sizes: int) -> torch.dtype:
 class CudaSpmmPlan:
     """Sparse @ dense on a fixed pattern with this backend's kernels; values by :meth:`set_values`.
 
-    ``variant`` picks the CSR kernel: ``"vector"`` (VEC lanes per row, VEC from the mean row
+    ``variant`` picks the CSR kernel: ``"stream"`` (32 rows per warp, the warp's nonzeros read
+    in coalesced chunks; for short rows), ``"vector"`` (VEC lanes per row, VEC from the mean row
     length) or ``"balanced"`` (equal nonzeros per warp, for skewed rows); ``None`` chooses
-    by the rows' spread (see :func:`sparsetorch_cuda.cost.csr_variant`). For DELTA it is
-    ``"groups"`` (default: 8 consecutive entries per lane, 16-byte value loads; measured 81.6
-    against 92.7 us at 8192^2, 50 %, float16) or ``"lanes"`` (one entry per lane); both copy X into shared memory when it fits in 48 KB."""
+    by the rows' lengths (see :func:`sparsetorch_cuda.cost.csr_variant`). For DIA: ``"rows1"``
+    (default: a thread per row, diagonals in batches of 8), ``"rows2"`` (two rows per thread) or
+    ``"classic"`` (64-bit kernel of spmv.cu). For DELTA: ``"packed"`` (default: b a compile-time
+    constant, one gap load per 8 entries), ``"groups"`` or ``"lanes"`` (spmv.cu's earlier
+    kernels, 8 entries / one entry per lane); all copy X into shared memory when it fits in 48 KB."""
 
     method = "spmm"
     preconditioner = None
@@ -136,20 +187,25 @@ class CudaSpmmPlan:
         m, n = self.shape
         build = getattr(self, f"_build_{self.kind}")
         build(A)
+        self.small = max(self.nnz, self.slots, m, n) < INT_LIMIT
         if self.kind in ("csr", "generic"):
             lengths = (self.rowptr[1:] - self.rowptr[:-1]) if m else self.rowptr[:0]
             self.max_row = int(lengths.max()) if m else 0
             self.variant = variant or csr_variant(m, self.nnz, self.max_row)
-            if self.variant not in ("vector", "balanced"):
-                raise InputError(f"{backend}: variant must be 'vector' or 'balanced', got {variant!r}")
+            if self.variant not in ("vector", "balanced", "stream"):
+                raise InputError(f"{backend}: variant must be 'stream', 'vector' or 'balanced', got {variant!r}")
             self.vec = _vec_for(self.nnz / max(m, 1))
             warps = max(1, math.ceil(self.nnz / CHUNK))
             starts = torch.arange(warps, device=self.device, dtype=torch.int64) * CHUNK
             self.first_row = (torch.searchsorted(self.rowptr.to(torch.int64), starts, right=True) - 1).clamp_(0, max(m - 1, 0)).to(self.idx)
         if self.kind == "delta":
-            self.variant = variant or "groups"
-            if self.variant not in ("lanes", "groups"):
-                raise InputError(f"{backend}: DELTA variant must be 'lanes' or 'groups', got {variant!r}")
+            self.variant = variant or ("packed" if self.small else "groups")
+            if self.variant not in ("lanes", "groups", "packed"):
+                raise InputError(f"{backend}: DELTA variant must be 'packed', 'lanes' or 'groups', got {variant!r}")
+        if self.kind == "dia":
+            self.variant = variant or ("rows1" if self.small else "classic")
+            if self.variant not in ("rows1", "rows2", "classic"):
+                raise InputError(f"{backend}: DIA variant must be 'rows1', 'rows2' or 'classic', got {variant!r}")
         self.reload_cheap = True
 
     # Pattern builders ---------------------------------------------------------------------------
@@ -190,6 +246,7 @@ class CudaSpmmPlan:
         if self.ndiag > 4096:
             raise InputError(f"{self.backend} DIA: {self.ndiag} diagonals is more than the kernel's 4096")
         self.offs, self.nnz, self.idx = offs, self.ndiag * m, torch.int64
+        self.offs32 = offs.to(torch.int32).contiguous()
 
     def _build_ell(self, A: SparseTensor) -> None:
         m, n = self.shape
@@ -227,16 +284,61 @@ class CudaSpmmPlan:
         if m and int(span.max()) > n:
             raise InputError(f"{self.backend} DELTA({b}): gaps of a row decode past column {n - 1}")
         per = 32 // b
-        words = -(-self.nnz // per) if self.nnz else 0
+        # whole 8-entry groups (8 b bits each), rounded up to whole words
+        words = -(-(-(-self.nnz // 8) * 8 * b) // 32) if self.nnz else 0
         padded = torch.zeros(words * per, dtype=torch.int64, device=self.dev_index)
         padded[: self.nnz] = g
         shifts = torch.arange(per, device=self.device, dtype=torch.int64) * b
         packed = (padded.reshape(words, per) << shifts).sum(1) if words else padded
         # uint32 words carried in an int32 tensor (two's complement of the same bits)
         packed = torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32)
-        self.words = torch.cat([packed, packed.new_zeros(1)]).contiguous()  # one spare word
+        self.words = torch.cat([packed, packed.new_zeros(4)]).contiguous()  # four spare words
         self.bits, self.rowptr, self.idx = b, rowptr.contiguous(), rowptr.dtype
         self.max_row = int((r64[1:] - r64[:-1]).max()) if m else 0
+
+    def _build_nm(self, A: SparseTensor) -> None:
+        m, n = self.shape
+        self.nm_n, self.nm_m = nm_params(A.format)
+        pb = _nm_pos_bits(self.nm_m)
+        groups = -(-n // self.nm_m)
+        S = groups * self.nm_n
+        if self.slots != m * S:
+            raise InputError(f"{self.backend} NM({self.nm_n},{self.nm_m}): {self.slots} value slots for {m} rows of {S}")
+        pos = A.crd(2).to(torch.int64)
+        if pos.numel() != self.slots:
+            raise InputError(f"{self.backend} NM: {pos.numel()} positions for {self.slots} value slots")
+        if pos.numel() and (int(pos.min()) < 0 or int(pos.max()) >= self.nm_m):
+            raise InputError(f"{self.backend} NM({self.nm_n},{self.nm_m}): in-group positions must lie in [0, {self.nm_m})")
+        t = torch.arange(S, device=self.dev_index, dtype=torch.int64)
+        cols = (t // self.nm_n * self.nm_m).repeat(m) + pos if m else pos
+        if cols.numel() and int(cols.max()) >= n:
+            raise InputError(f"{self.backend} NM: a slot's column lies past column {n - 1}")
+        per = 32 // pb
+        words = -(-self.slots // per) if self.slots else 0
+        padded = torch.zeros(words * per, dtype=torch.int64, device=self.dev_index)
+        padded[: self.slots] = pos
+        shifts = torch.arange(per, device=self.device, dtype=torch.int64) * pb
+        packed = (padded.reshape(words, per) << shifts).sum(1) if words else padded
+        packed = torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32)
+        self.words = torch.cat([packed, packed.new_zeros(4)]).contiguous()
+        self.pos_bits, self.row_slots, self.idx = pb, S, torch.int32
+        self.nnz = self.slots
+
+    def _build_bsr(self, A: SparseTensor) -> None:
+        m, n = self.shape
+        bh, bw = bsr_params(A.format)
+        bptr, bcol = A.pos(1), A.crd(1)
+        if bptr.dtype != bcol.dtype:
+            bptr, bcol = bptr.to(torch.int64), bcol.to(torch.int64)
+        brows, bcols = -(-m // bh), -(-n // bw)
+        nblocks = int(bcol.numel())
+        _check_rowptr(bptr, brows, nblocks, f"{self.backend} BSR({bh},{bw}) block rows")
+        _check_cols(bcol, bcols, f"{self.backend} BSR({bh},{bw}) block columns")
+        if self.slots != nblocks * bh * bw:
+            raise InputError(f"{self.backend} BSR({bh},{bw}): {self.slots} value slots for {nblocks} blocks")
+        self.bh, self.bw, self.rowptr, self.col, self.idx = bh, bw, bptr.contiguous(), bcol.contiguous(), bptr.dtype
+        self.nnz = self.slots
+        self.vec = _vec_for(nblocks * bw / max(brows, 1))
 
     # Values -------------------------------------------------------------------------------------
     def set_values(self, values: torch.Tensor) -> None:
@@ -252,8 +354,8 @@ class CudaSpmmPlan:
         if self.gather is not None:
             v = v.index_select(-1, self.gather)
         v = v.contiguous()
-        if self.kind == "delta" and v.data_ptr() % 16:
-            v = v.clone()  # the DELTA kernel's 16-byte loads need an aligned base
+        if self.kind in ("delta", "nm") and v.data_ptr() % 16:
+            v = v.clone()  # the DELTA / N:M kernels' 16-byte loads need an aligned base
         self._values = v
 
     # Products -----------------------------------------------------------------------------------
@@ -290,20 +392,60 @@ class CudaSpmmPlan:
         gy = min(k, _GRID_Y)
         if adjoint:
             t = self._transposed()
-            self._csr(t["rowptr"], t["col"], v, x, y, n, k, t["vec"], "vector", None, t["idx"])
+            fits_t = max(int(t["col"].numel()), m, n) < INT_LIMIT and m * k < INT_LIMIT and n * k < INT_LIMIT
+            self._csr(t["rowptr"], t["col"], v, x, y, n, k, t["vec"], "vector", None, t["idx"], fits_t)
             return
         kind = self.kind
+        fits = self.small and m * k < INT_LIMIT and n * k < INT_LIMIT  # the 32-bit kernels apply
         if kind in ("csr", "generic"):
-            self._csr(self.rowptr, self.col, v, x, y, m, k, self.vec, self.variant, self.first_row, self.idx)
+            self._csr(self.rowptr, self.col, v, x, y, m, k, self.vec, self.variant, self.first_row, self.idx, fits)
         elif kind == "dia":
-            kern = kernel("spmv", "dia_rows", self.dtype, torch.int64, dev, 8)
-            kern((-(-m // BLOCK), gy), BLOCK, (m, n, k, self.ndiag, self.offs.data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr()),
-                 shared=8 * self.ndiag, device=self.dev_index)
+            if self.variant == "classic" or not fits:
+                kern = kernel("spmv", "dia_rows", self.dtype, torch.int64, dev, 8)
+                kern((-(-m // BLOCK), gy), BLOCK, (m, n, k, self.ndiag, self.offs.data_ptr(), v.data_ptr(), x.data_ptr(),
+                                                   y.data_ptr()), shared=8 * self.ndiag, device=self.dev_index)
+                return
+            rows = 2 if self.variant == "rows2" else 1
+            kern = kernel("fast", f"dia_fast{rows}", self.dtype, torch.int64, dev, 8)
+            kern((-(-m // (BLOCK * rows)), gy), BLOCK, (m, n, k, self.ndiag, self.offs32.data_ptr(), v.data_ptr(), x.data_ptr(),
+                                                        y.data_ptr()), shared=4 * (-(-max(self.ndiag, 1) // 8) * 8),
+                 device=self.dev_index)
         elif kind == "ell":
             kern = kernel("spmv", "ell_rows", self.dtype, self.idx, dev, 8)
             kern((-(-m // BLOCK), gy), BLOCK, (m, k, self.width, self.cnt.data_ptr(), self.col.data_ptr(), v.data_ptr(),
                                                x.data_ptr(), y.data_ptr()), device=self.dev_index)
-        else:  # delta: X in shared memory when it fits (the gathers then stay on the SM)
+        elif kind == "nm":
+            S = self.row_slots
+            if (fits and k == 1 and (self.nm_n, self.nm_m) == (2, 4) and n % 16 == 0 and x.data_ptr() % 16 == 0
+                    and v.data_ptr() % 16 == 0):
+                kern = kernel("structured", "nm24", self.dtype, torch.int32, dev, 6)
+                wpb = ROW_KERNEL_BLOCK // 32
+                grid = min(-(-m // wpb), 4 * _sm_count(dev))
+                kern((grid, 1), ROW_KERNEL_BLOCK, (m, S, self.words.data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr()),
+                     device=self.dev_index)
+                return
+            kern = kernel("structured", "nm_any", self.dtype, torch.int32, dev, 10)
+            kern((-(-m * 32 // BLOCK), gy), BLOCK, (m, k, S, self.nm_n, self.nm_m, self.pos_bits, self.words.data_ptr(),
+                                                    v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.dev_index)
+        elif kind == "bsr":
+            kern = kernel("structured", f"bsr_vec{self.vec}", self.dtype, self.idx, dev, 10)
+            kern((-(-m * self.vec // BLOCK), gy), BLOCK, (m, n, k, self.bh, self.bw, self.rowptr.data_ptr(), self.col.data_ptr(),
+                                                          v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.dev_index)
+        elif self.variant == "packed" and fits and (n + 16) * k * x.element_size() <= DELTA_SMEM_BYTES:
+            # bit-packed DELTA, b a compile-time constant, X in shared memory with 8-entry pads
+            kern = kernel("fast", f"delta_b{self.bits}_smem", self.dtype, self.idx, dev, 9)
+            wpb = ROW_KERNEL_BLOCK // 32
+            grid = min(-(-m // wpb), 4 * _sm_count(dev))
+            kern((grid, 1), ROW_KERNEL_BLOCK, (m, n, k, self.nnz, self.rowptr.data_ptr(), self.words.data_ptr(), v.data_ptr(),
+                                               x.data_ptr(), y.data_ptr()), shared=(n + 16) * k * x.element_size(),
+                 device=self.dev_index)
+        elif self.variant == "packed" and fits:
+            kern = kernel("fast", f"delta_b{self.bits}", self.dtype, self.idx, dev, 9)
+            wpb = ROW_KERNEL_BLOCK // 32
+            grid = min(-(-m // wpb), 4 * _sm_count(dev))
+            kern((grid, 1), ROW_KERNEL_BLOCK, (m, n, k, self.nnz, self.rowptr.data_ptr(), self.words.data_ptr(), v.data_ptr(),
+                                               x.data_ptr(), y.data_ptr()), device=self.dev_index)
+        else:  # delta, spmv.cu's kernels: X in shared memory when it fits (the gathers then stay on the SM)
             xbytes = n * k * x.element_size()
             smem = xbytes <= DELTA_SMEM_BYTES
             name = ("delta_lanes" if self.variant == "lanes" else "delta_rows") + ("_smem" if smem else "")
@@ -313,7 +455,7 @@ class CudaSpmmPlan:
                                                    v.data_ptr(), x.data_ptr(), y.data_ptr()),
                  shared=xbytes if smem else 0, device=self.dev_index)
 
-    def _csr(self, rowptr, col, v, x, y, rows: int, k: int, vec: int, variant: str, first_row, idx) -> None:
+    def _csr(self, rowptr, col, v, x, y, rows: int, k: int, vec: int, variant: str, first_row, idx, fits: bool = False) -> None:
         dev = self.dev_index
         nnz = int(col.numel())
         if variant == "balanced" and first_row is not None:
@@ -333,6 +475,16 @@ class CudaSpmmPlan:
         if k >= COLS_KERNEL_FROM:
             kern = kernel("spmv", "csr_cols", self.dtype, idx, dev, 7)
             kern((-(-rows * 32 // BLOCK), min(-(-k // 32), _GRID_Y)), BLOCK,
+                 (rows, k, rowptr.data_ptr(), col.data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.dev_index)
+            return
+        if fits and variant == "stream":
+            kern = kernel("fast", "csr_stream8", self.dtype, idx, dev, 7)
+            kern((-(-rows // BLOCK), min(k, _GRID_Y)), BLOCK,
+                 (rows, k, rowptr.data_ptr(), col.data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.dev_index)
+            return
+        if fits and vec >= 2:
+            kern = kernel("fast", f"csr_v32_{vec}", self.dtype, idx, dev, 7)
+            kern((-(-rows * vec // BLOCK), min(k, _GRID_Y)), BLOCK,
                  (rows, k, rowptr.data_ptr(), col.data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.dev_index)
             return
         kern = kernel("spmv", f"csr_vec{vec}", self.dtype, idx, dev, 7)
@@ -397,6 +549,10 @@ class CudaSpmmPlan:
                 kern = kernel("sddmm", "dia_sddmm", self.dtype, torch.int64, dev, 8)
                 kern((-(-self.slots // BLOCK), 1), BLOCK, (m, n, k, self.ndiag, self.offs.data_ptr(), p.data_ptr(), q.data_ptr(),
                                                           o.data_ptr()), device=self.dev_index)
+            elif self.kind in ("nm", "bsr"):  # torch gathers over the stored entries (no kernel of its own yet)
+                rows, cols, slot = self._entry_coords()
+                o.zero_()
+                o.index_copy_(0, slot, (p.index_select(0, rows) * q.index_select(0, cols)).sum(-1))
             elif self.kind == "ell":
                 kern = kernel("sddmm", "ell_sddmm", self.dtype, self.idx, dev, 8)
                 kern((-(-self.slots // BLOCK), 1), BLOCK, (m, k, self.width, self.cnt.data_ptr(), self.col.data_ptr(),
@@ -410,6 +566,13 @@ class CudaSpmmPlan:
             out = full.index_add_(-1, self.gather, out)
         return out.reshape(*batch, self.slots)
 
+    def _entry_coords(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Row, column and value slot of every stored entry (pattern work, once)."""
+        if getattr(self, "_coords", None) is None:
+            coords, slot = self._source.entries()
+            self._coords = (coords[0].to(torch.int64), coords[1].to(torch.int64), slot.to(torch.int64))
+        return self._coords
+
     def __repr__(self) -> str:
-        extra = f", variant={self.variant}" if self.kind in ("csr", "generic", "delta") else ""
+        extra = f", variant={self.variant}" if self.kind in ("csr", "generic", "delta", "dia") else ""
         return f"CudaSpmmPlan({self.kind}, shape={self.shape}, nnz={self.nnz}, {self.dtype}{extra})"

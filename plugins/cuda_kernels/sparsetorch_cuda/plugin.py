@@ -1,9 +1,9 @@
 """The cuda backend's hook implementations (the module named by the entry point ``cuda``).
 
 Offers ``matmul`` (method ``spmm``) on CUDA tensors in float16, bfloat16, float32 and float64,
-with this distribution's own kernels compiled at run time by NVRTC: CSR, DIA, ELL and
-DELTA(b) (b in 1, 2, 4, 8, 16; bit-packed) as they are stored, every other 2-D format through a
-CSR made once from its pattern. Backward: the adjoint product runs on the transposed pattern;
+with this distribution's own kernels compiled at run time by NVRTC: CSR, DIA, ELL,
+DELTA(b) (b in 1, 2, 4, 8, 16; bit-packed), NM(n, m) (positions bit-packed) and BSR(bh, bw) as
+they are stored, every other 2-D format through a CSR made once from its pattern. Backward: the adjoint product runs on the transposed pattern;
 the plan's ``sddmm`` gives the value gradient on the pattern.
 
 Declines, with the reason: no CUDA device or CPU tensors, complex dtypes, formats with BATCH
@@ -48,8 +48,9 @@ def sparsetorch_backend_info() -> BackendInfo:
     return BackendInfo(
         name=NAME,
         version=__version__,
-        description="native CUDA kernels compiled with NVRTC: SpMV/SpMM and SDDMM in CSR (vector, load balanced), DIA, "
-                    "ELL, bit-packed DELTA(b); float16/bfloat16 (float32 accumulation), float32, float64",
+        description="native CUDA kernels compiled with NVRTC: SpMV/SpMM and SDDMM in CSR (stream, vector, load balanced), "
+                    "DIA, ELL, bit-packed DELTA(b), N:M (packed positions), BSR; float16/bfloat16 (float32 accumulation), "
+                    "float32, float64",
         devices=("cuda",),
         dtypes=DTYPES,
         ops={"matmul": ("spmm",)},

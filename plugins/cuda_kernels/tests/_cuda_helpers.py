@@ -66,3 +66,18 @@ def banded_dense(m: int, n: int, offsets, dtype: torch.dtype, *, seed: int = 0, 
     mask &= torch.rand(m, n, generator=g) >= holes
     vals = torch.rand(m, n, generator=g, dtype=torch.float64) + 0.5
     return (vals * mask).to(dtype).to(torch.float64)
+
+
+def nm_dense(m: int, n: int, nn: int, mm: int, dtype: torch.dtype, *, seed: int = 0, fill: float = 0.8) -> torch.Tensor:
+    """An (m, n) matrix with at most ``nn`` nonzeros in every ``mm`` consecutive columns of a row
+    (N:M), each group holding ``nn`` with probability ``fill`` (else fewer), in float64."""
+    g = torch.Generator().manual_seed(seed)
+    groups = -(-n // mm)
+    score = torch.rand(m, groups, mm, generator=g)
+    keep = torch.zeros(m, groups, mm, dtype=torch.bool)
+    top = score.topk(nn, dim=-1).indices
+    keep.scatter_(-1, top, True)
+    keep &= torch.rand(m, groups, mm, generator=g) < fill ** (1 / nn)
+    mask = keep.reshape(m, groups * mm)[:, :n]
+    vals = (torch.rand(m, n, generator=g, dtype=torch.float64) + 0.5) * torch.where(torch.rand(m, n, generator=g) < 0.5, -1.0, 1.0)
+    return (vals * mask).to(dtype).to(torch.float64)

@@ -16,6 +16,9 @@ EXPECTED = {
     "spmv": ["csr_vec1", "csr_vec2", "csr_vec4", "csr_vec8", "csr_vec16", "csr_vec32", "csr_cols", "csr_balanced",
              "dia_rows", "ell_rows", "delta_rows", "delta_rows_smem", "delta_lanes", "delta_lanes_smem", "cast_out"],
     "sddmm": ["csr_sddmm1", "csr_sddmm4", "csr_sddmm32", "dia_sddmm", "ell_sddmm", "delta_sddmm"],
+    "fast": ["csr_stream4", "csr_stream8", "csr_v32_2", "csr_v32_4", "csr_v32_8", "csr_v32_16", "csr_v32_32", "dia_fast1",
+             "dia_fast2"] + [f"delta_b{b}{s}" for b in (1, 2, 4, 8, 16) for s in ("", "_smem")],
+    "structured": ["nm24", "nm_any"] + [f"bsr_vec{v}" for v in (1, 2, 4, 8, 16, 32)],
 }
 
 
@@ -58,7 +61,7 @@ def test_cache_keys_and_disk_reuse(monkeypatch, tmp_path):
 
 def test_source_edit_changes_the_key(monkeypatch, tmp_path):
     before = c.module_key("sddmm", "float32", "int64", "sm_90")
-    for f in ("common.cuh", "spmv.cu", "sddmm.cu"):
+    for f in ("common.cuh", *(f"{name}.cu" for name in c.SOURCES)):
         (tmp_path / f).write_text((c.KERNEL_DIR / f).read_text())
     (tmp_path / "sddmm.cu").write_text((tmp_path / "sddmm.cu").read_text() + "\n// edited\n")
     monkeypatch.setattr(c, "KERNEL_DIR", tmp_path)

@@ -18,16 +18,17 @@ import pytest
 import torch
 
 import sparsetorch as st
-from sparsetorch.format import BSR, COO, CSR, DELTA, DIA, ELL
+from sparsetorch.format import BSR, COO, CSR, DELTA, DIA, ELL, NM
 
-from _cuda_helpers import TOL, banded_dense, gpu, random_dense, rel_err, to_format
+from _cuda_helpers import TOL, banded_dense, gpu, nm_dense, random_dense, rel_err, to_format
 
 pytestmark = gpu
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 INDEX = (torch.int32, torch.int64)
 FORMATS = {"CSR": CSR, "DIA": DIA, "ELL": ELL, "DELTA(4)": DELTA(4), "DELTA(2)": DELTA(2), "DELTA(8)": DELTA(8),
-           "DELTA(16)": DELTA(16), "COO": COO, "BSR(2,2)": BSR(2, 2)}
+           "DELTA(16)": DELTA(16), "COO": COO, "BSR(2,2)": BSR(2, 2), "BSR(3,2)": BSR(3, 2), "NM(2,4)": NM(2, 4),
+           "NM(1,4)": NM(1, 4)}
 
 
 @pytest.fixture(autouse=True)
@@ -59,11 +60,14 @@ def _x(rows, k, dtype, seed):
 def test_spmm_matches_dense(fmt, dtype, index_dtype):
     if fmt == "DIA":
         D = banded_dense(301, 245, (-17, -1, 0, 1, 3, 60), dtype, seed=4)
+    elif fmt.startswith("NM"):
+        nn, mm = FORMATS[fmt].levels[2].type.parameter, FORMATS[fmt].levels[1].expr.c
+        D = nm_dense(301, 245, nn, mm, dtype, seed=len(fmt))
     else:
         D = random_dense(301, 245, 0.05, dtype, seed=len(fmt), empty_rows=7)
     A = to_format(D, FORMATS[fmt], dtype, index_dtype)
     plan = _plan(A)
-    assert plan.kind == {"COO": "generic", "BSR(2,2)": "generic"}.get(fmt, fmt.split("(")[0].lower())
+    assert plan.kind == {"COO": "generic"}.get(fmt, fmt.split("(")[0].lower())
     for k, seed in ((1, 1), (3, 2), (40, 3)):
         X = _x(245, k, dtype, seed)
         Y = plan.apply(X.cuda())
@@ -93,7 +97,7 @@ def test_balanced_csr_on_skewed_rows(dtype):
     assert csr_variant(1000, 10_000, 50_000) == "balanced"
 
 
-@pytest.mark.parametrize("variant", ("lanes", "groups"))
+@pytest.mark.parametrize("variant", ("lanes", "groups", "packed"))
 @pytest.mark.parametrize("bits", (1, 2, 4, 8, 16))
 def test_delta_long_rows_and_packing(bits, variant):
     # rows of thousands of entries (many 32-lane iterations, carries between them) and gaps
@@ -102,18 +106,72 @@ def test_delta_long_rows_and_packing(bits, variant):
     A = to_format(D, DELTA(bits), torch.float16, torch.int32)
     plan = _plan(A, variant)
     assert plan.kind == "delta" and plan.bits == bits and plan.variant == variant
-    assert plan.words.numel() == -(-int(A.nse) * bits // 32) + 1  # b bits per gap, one spare word
+    nse = int(A.nse)
+    assert plan.words.numel() == -(-(-(-nse // 8) * 8 * bits) // 32) + 4  # b bits per gap, whole groups, 4 spare words
     for k in (1, 3):  # X of 18 KB (in shared memory) and 54 KB (read from global memory)
         X = _x(9000, k, torch.float16, 3 + k)
         assert rel_err(plan.apply(X.cuda()), D @ X.double()) < TOL[torch.float16], k
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
-@pytest.mark.parametrize("fmt", ["CSR", "DIA", "ELL", "DELTA(4)", "COO"])
+@pytest.mark.parametrize("variant", ("stream", "vector", "balanced"))
+@pytest.mark.parametrize("shape", ((1000, 700, 0.006), (77, 5000, 0.02), (300, 300, 0.9)), ids=("short", "medium", "long"))
+def test_csr_variants(shape, variant, dtype):
+    # every CSR kernel on short, medium (100 per row) and long (270 per row, several chunks of
+    # the stream kernel) rows, int32 and int64 indices
+    m, n, dens = shape
+    D = random_dense(m, n, dens, dtype, seed=m, empty_rows=5)
+    for idx in (torch.int32, torch.int64):
+        A = to_format(D, CSR, dtype, idx)
+        plan = _plan(A, variant)
+        for k in (1, 3):
+            X = _x(n, k, dtype, k)
+            err = rel_err(plan.apply(X.cuda()), D @ X.double())
+            assert err < TOL[dtype], (variant, idx, k, err)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("variant", ("rows1", "rows2", "classic"))
+def test_dia_variants(variant, dtype):
+    # 11 diagonals (a batch of 8 and a partial one), off-matrix slots, m > n and m < n
+    offs = (-40, -17, -3, -1, 0, 1, 2, 5, 9, 33, 120)
+    for m, n in ((700, 530), (530, 700), (1, 300)):
+        D = banded_dense(m, n, offs, dtype, seed=m)
+        A = to_format(D, DIA, dtype, torch.int64)
+        plan = _plan(A, variant)
+        assert plan.variant == variant
+        for k in (1, 2):
+            X = _x(n, k, dtype, k)
+            err = rel_err(plan.apply(X.cuda()), D @ X.double())
+            assert err < TOL[dtype], (variant, m, n, k, err)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("shape", ((130, 256), (64, 8192), (5, 48), (33, 100)))
+def test_nm24_kernels(shape, dtype):
+    # n % 16 == 0 takes the vectorized 2:4 kernel (k = 1), others the general one; both against dense
+    m, n = shape
+    D = nm_dense(m, n, 2, 4, dtype, seed=n)
+    A = to_format(D, NM(2, 4), dtype, torch.int32)
+    plan = _plan(A)
+    assert plan.kind == "nm" and plan.pos_bits == 2
+    assert plan.words.numel() == -(-int(A.values.shape[-1]) // 16) + 4  # 2 bits per slot
+    for k in (1, 2):
+        X = _x(n, k, dtype, k)
+        err = rel_err(plan.apply(X.cuda()), D @ X.double())
+        assert err < TOL[dtype], (shape, k, err)
+    X = _x(n + 1, 1, dtype, 9).cuda()[1:]  # a misaligned X (storage offset 1) takes the general kernel
+    assert rel_err(plan.apply(X), D @ X.double().cpu()) < TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("fmt", ["CSR", "DIA", "ELL", "DELTA(4)", "COO", "NM(2,4)", "BSR(2,2)"])
 def test_sddmm_matches_dense(fmt, dtype):
     m, n, k = 150, 120, 5
     if fmt == "DIA":
         D = banded_dense(m, n, (-5, 0, 2, 30), dtype, seed=11)
+    elif fmt == "NM(2,4)":
+        D = nm_dense(m, n, 2, 4, dtype, seed=11)
     else:
         D = random_dense(m, n, 0.08, dtype, seed=11, empty_rows=3)
     A = to_format(D, FORMATS[fmt], dtype, torch.int64)

@@ -9,7 +9,7 @@ import torch
 
 import sparsetorch as st
 from sparsetorch.backend import Decline, Offer, OperandInfo, Request
-from sparsetorch.format import COO, CSR, DELTA, DIA, ELL, batched
+from sparsetorch.format import BSR, COO, CSR, DELTA, DIA, ELL, NM, batched
 
 import sparsetorch_cuda.plugin as plugin
 from sparsetorch_cuda import cost
@@ -76,7 +76,7 @@ def test_other_ops_are_not_answered():
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
-@pytest.mark.parametrize("fmt", [CSR, DIA, ELL, DELTA(4), COO])
+@pytest.mark.parametrize("fmt", [CSR, DIA, ELL, DELTA(4), COO, NM(2, 4), BSR(2, 2)])
 def test_offers_on_cuda_with_a_cost_that_grows_with_size(monkeypatch, fmt, dtype):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     small = _only(plugin.sparsetorch_offers(_request(10_000, 10_000, 70_000, dtype=dtype, fmt=fmt)))
@@ -99,10 +99,17 @@ def test_traffic_counts_bits_for_delta_and_no_indices_for_dia():
     dia = cost.traffic("dia", m=m, n=n, nnz=7 * m, k=1, vs=8, isz=8, slots=7 * m)
     assert dia == 7 * m * 8 + (m + n) * 8
     assert cost.traffic("csr", m=m, n=n, nnz=nnz, k=4, vs=2, isz=4) == pytest.approx(4 * (nnz * 6 + (m + 1) * 4) + 4 * (m + n) * 2)
+    # N:M 2:4: values + 2 bits per slot (n / 2 slots per row); BSR: one index per block
+    nm = cost.traffic("nm", m=m, n=n, nnz=nnz, k=1, vs=2, isz=4, slots=nnz, bits=2)
+    assert nm == pytest.approx(nnz * 2.25 + (m + n) * 2) and nm < 0.6 * (m * n * 2)
+    bsr = cost.traffic("bsr", m=m, n=n, nnz=nnz, k=1, vs=8, isz=4, slots=nnz, block=16)
+    assert bsr == pytest.approx(nnz * 8 + nnz / 16 * 4 + (m + 1) * 4 + (m + n) * 8)
 
 
 def test_csr_variant_rule():
-    assert cost.csr_variant(1000, 7000, 7) == "vector"
+    assert cost.csr_variant(1000, 7000, 7) == "stream"  # short rows: 32 rows per warp
+    assert cost.csr_variant(1000, 7000, 300) == "vector"  # one row too long for the stream kernel
+    assert cost.csr_variant(1000, 40_000, 60) == "vector"  # mean 40
     assert cost.csr_variant(1000, 7000, 100_000) == "balanced"
     assert cost.csr_variant(10, 100_000, 10_000) == "vector"  # long rows everywhere: no skew
 

@@ -1,0 +1,303 @@
+// Bandwidth-tuned SpMV/SpMM kernels (issue 16's measured goals), 32-bit index arithmetic.
+//
+// The host launches these only when every entry, row and X/Y offset fits in an int (nnz, m * k,
+// n * k below 2^31 - 64); otherwise it falls back to spmv.cu's 64-bit kernels. X is (n, k) and
+// Y is (m, k), row-major; column c of Y is blockIdx.y (grid-strided), except where noted.
+// Index buffers were validated by the host (plan.py) before the first launch.
+
+#define FULL 0xffffffffu
+
+// ---- CSR, 32 consecutive rows per warp ("stream") ------------------------------------------------
+// The warp's nonzeros [rowptr[r0], rowptr[r0 + 32]) are read in chunks of 32 * U: every lane
+// issues U independent (column, value, X) loads, coalesced across the warp, and parks the
+// products in shared memory; then each lane sums the products of its own row's part of the chunk.
+// For short rows (a stencil's 7) this keeps U loads per lane in flight, where a VEC-lane group
+// per row has one or two. Blocks of CSR_STREAM_BLOCK threads.
+#define CSR_STREAM_BLOCK 256
+template <int U>
+__device__ __forceinline__ void csr_stream_body(int m, int k, const idx_t* __restrict__ rowptr, const idx_t* __restrict__ col,
+                                                const val_t* __restrict__ val, const val_t* __restrict__ x,
+                                                val_t* __restrict__ y) {
+  __shared__ acc_t sp_all[CSR_STREAM_BLOCK / 32][32 * U];
+  acc_t* sp = sp_all[threadIdx.x >> 5];
+  int lane = threadIdx.x & 31;
+  int r0 = (blockIdx.x * CSR_STREAM_BLOCK + threadIdx.x) & ~31;
+  if (r0 >= m) return;  // whole warps leave together
+  int r = r0 + lane;
+  int a = (int)RO(rowptr + min(r, m));
+  int b = (int)RO(rowptr + min(r + 1, m));
+  int start = __shfl_sync(FULL, a, 0), end = __shfl_sync(FULL, b, 31);
+  for (int c = blockIdx.y; c < k; c += gridDim.y) {
+    acc_t s = 0;
+    for (int cs = start; cs < end; cs += 32 * U) {
+      acc_t pr[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        int e = cs + u * 32 + lane;
+        bool in = e < end;
+        int j = in ? (int)RO(col + e) : 0;
+        acc_t v = in ? ld(RO(val + e)) : (acc_t)0;
+        pr[u] = v * ld(RO(x + j * k + c));
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) sp[u * 32 + lane] = pr[u];
+      __syncwarp();
+      int lo = max(a, cs) - cs, hi = min(b, cs + 32 * U) - cs;
+      for (int t = lo; t < hi; ++t) s += sp[t];
+      __syncwarp();
+    }
+    if (r < m) y[r * k + c] = st(s);
+  }
+}
+
+#define CSR_STREAM(U)                                                                                                \
+  extern "C" __global__ void __launch_bounds__(CSR_STREAM_BLOCK) csr_stream##U(i64 m, i64 k, const idx_t* rowptr,    \
+                                                                             const idx_t* col, const val_t* val,    \
+                                                                             const val_t* x, val_t* y) {             \
+    csr_stream_body<U>((int)m, (int)k, rowptr, col, val, x, y);                                                      \
+  }
+CSR_STREAM(4)
+CSR_STREAM(8)
+
+// ---- CSR, VEC lanes per row, 32-bit offsets, all of a lane's loads issued before its FMAs ------
+template <int VEC, int UN>
+__device__ __forceinline__ void csr_vec32_body(int m, int k, const idx_t* __restrict__ rowptr, const idx_t* __restrict__ col,
+                                               const val_t* __restrict__ val, const val_t* __restrict__ x,
+                                               val_t* __restrict__ y) {
+  int gid = blockIdx.x * blockDim.x + threadIdx.x;
+  int row = gid / VEC, lane = gid & (VEC - 1);
+  if (row >= m) return;
+  int p0 = (int)RO(rowptr + row), p1 = (int)RO(rowptr + row + 1);
+  for (int c = blockIdx.y; c < k; c += gridDim.y) {
+    acc_t s = 0;
+    for (int p = p0 + lane; p < p1; p += VEC * UN) {
+      acc_t pr[UN];
+#pragma unroll
+      for (int u = 0; u < UN; ++u) {
+        int e = p + u * VEC;
+        bool in = e < p1;
+        int j = in ? (int)RO(col + e) : 0;
+        acc_t v = in ? ld(RO(val + e)) : (acc_t)0;
+        pr[u] = v * ld(RO(x + j * k + c));
+      }
+#pragma unroll
+      for (int u = 0; u < UN; ++u) s += pr[u];
+    }
+    s = group_sum<VEC>(s);
+    if (lane == 0) y[row * k + c] = st(s);
+  }
+}
+
+#define CSR_VEC32(V, UN)                                                                                         \
+  extern "C" __global__ void csr_v32_##V(i64 m, i64 k, const idx_t* rowptr, const idx_t* col, const val_t* val, \
+                                         const val_t* x, val_t* y) {                                             \
+    csr_vec32_body<V, UN>((int)m, (int)k, rowptr, col, val, x, y);                                               \
+  }
+CSR_VEC32(2, 4)
+CSR_VEC32(4, 2)
+CSR_VEC32(8, 2)
+CSR_VEC32(16, 2)
+CSR_VEC32(32, 2)
+
+// ---- DIA (diagonals indexed by row), ROWS rows per thread, diagonals in batches of 8 ------------
+// val[d * m + i] = A[i, i + off[d]]; offsets (int32) staged in shared memory; every batch issues
+// its 8 value loads and 8 X loads before the FMAs. Row i of a thread is i0 + r * blockDim.x.
+template <int ROWS>
+__device__ __forceinline__ void dia_fast_body(int m, int n, int k, int nd, const int* __restrict__ offs,
+                                              const val_t* __restrict__ val, const val_t* __restrict__ x,
+                                              val_t* __restrict__ y) {
+  extern __shared__ int soff[];
+  int ndp = (nd + 7) & ~7;
+  for (int d = threadIdx.x; d < ndp; d += blockDim.x) soff[d] = d < nd ? RO(offs + d) : 0;
+  __syncthreads();
+  int i0 = blockIdx.x * blockDim.x * ROWS + threadIdx.x;
+  if (i0 >= m) return;
+  for (int c = blockIdx.y; c < k; c += gridDim.y) {
+    acc_t s[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) s[r] = 0;
+    for (int d0 = 0; d0 < nd; d0 += 8) {
+      acc_t v[ROWS][8], xv[ROWS][8];
+#pragma unroll
+      for (int t = 0; t < 8; ++t) {
+        int d = d0 + t;
+        int o = soff[d];
+        const val_t* vp = val + (i64)d * m;
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+          int i = i0 + r * blockDim.x;
+          int j = i + o;
+          bool in = d < nd && i < m && (unsigned)j < (unsigned)n;
+          v[r][t] = in ? ld(RO(vp + i)) : (acc_t)0;
+          xv[r][t] = in ? ld(RO(x + j * k + c)) : (acc_t)0;
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < 8; ++t)
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) s[r] += v[r][t] * xv[r][t];
+    }
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      int i = i0 + r * blockDim.x;
+      if (i < m) y[i * k + c] = st(s[r]);
+    }
+  }
+}
+
+#define DIA_FAST(R)                                                                                           \
+  extern "C" __global__ void dia_fast##R(i64 m, i64 n, i64 k, i64 nd, const int* offs, const val_t* val,    \
+                                         const val_t* x, val_t* y) {                                          \
+    dia_fast_body<R>((int)m, (int)n, (int)k, (int)nd, offs, val, x, y);                                       \
+  }
+DIA_FAST(1)
+DIA_FAST(2)
+
+// ---- DELTA(b), bit-packed, b a compile-time constant -----------------------------------------------
+// Entry e's gap is the b-bit field at bit e * b of the packed words; column = previous column +
+// gap + 1 (previous = -1 before a row's first entry). Group g = entries [8g, 8g + 8): its 8
+// values are one 16-byte load (fp16/bf16; 2 or 4 for float32/float64) and its 8 gaps one b-byte
+// load (8 * b bits). A warp per row, one group per lane per step (256 entries), the next step's
+// group prefetched. Per group: the 8 fields by constant shifts, their advance summed, one warp
+// scan of the advances, then 8 gathers of X. Only a row's first and last groups reach outside
+// it: there the outside entries get gap 0 and value 0, which keeps their columns inside the
+// 8-entry pads either side of X (shared memory; clamped when X is read from global memory).
+// The host pads the packed words to whole groups plus 4 spare words.
+#define DELTA_PAD 8
+#define VW (sizeof(val_t) / 2)  // 16-byte words per 8 values: 1 (half types), 2 (float32), 4 (float64)
+
+struct Raw {
+  union {
+    uint4 q[VW];
+    val_t e[8];
+  } v;
+  unsigned w[4];
+};
+
+template <int BITS>
+__device__ __forceinline__ void load_group(const unsigned char* __restrict__ gw, const val_t* __restrict__ val, int g, int nnz,
+                                           Raw& r) {
+  const unsigned char* gp = gw + (i64)g * BITS;
+  if (BITS == 1) r.w[0] = RO(gp);
+  if (BITS == 2) r.w[0] = RO(reinterpret_cast<const unsigned short*>(gp));
+  if (BITS == 4) r.w[0] = RO(reinterpret_cast<const unsigned*>(gp));
+  if (BITS == 8) {
+    uint2 t = RO(reinterpret_cast<const uint2*>(gp));
+    r.w[0] = t.x;
+    r.w[1] = t.y;
+  }
+  if (BITS == 16) {
+    uint4 t = RO(reinterpret_cast<const uint4*>(gp));
+    r.w[0] = t.x;
+    r.w[1] = t.y;
+    r.w[2] = t.z;
+    r.w[3] = t.w;
+  }
+  int e0 = g * 8;
+  if (e0 + 8 <= nnz) {
+    const uint4* vq = reinterpret_cast<const uint4*>(val + e0);
+#pragma unroll
+    for (int t = 0; t < (int)VW; ++t) r.v.q[t] = RO(vq + t);
+  } else {  // the matrix's last, partial group: element loads (never past nnz)
+#pragma unroll
+    for (int t = 0; t < 8; ++t) r.v.e[t] = e0 + t < nnz ? RO(val + e0 + t) : (val_t)0;
+  }
+}
+
+__device__ __forceinline__ void unpack8(const Raw& r, acc_t* v) {
+#pragma unroll
+  for (int t = 0; t < 8; ++t) v[t] = ld(r.v.e[t]);
+}
+
+template <int BITS, bool SMEM>
+__device__ __forceinline__ void delta_fast_body(int m, int n, int k, int nnz, const idx_t* __restrict__ rowptr,
+                                                const unsigned char* __restrict__ gw, const val_t* __restrict__ val,
+                                                const val_t* __restrict__ x, val_t* __restrict__ y) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const unsigned MASK = BITS >= 32 ? FULL : ((1u << BITS) - 1u);
+  const val_t* xs = x;
+  if (SMEM) {
+    val_t* sx = reinterpret_cast<val_t*>(smem_raw);
+    int tot = (n + 2 * DELTA_PAD) * k;
+    for (int t = threadIdx.x; t < tot; t += blockDim.x) {
+      int u = t - DELTA_PAD * k;
+      sx[t] = (u >= 0 && u < n * k) ? RO(x + u) : (val_t)0;
+    }
+    __syncthreads();
+    xs = sx + DELTA_PAD * k;
+  }
+  int lane = threadIdx.x & 31;
+  int wpb = blockDim.x >> 5;
+  for (int row = blockIdx.x * wpb + (threadIdx.x >> 5); row < m; row += gridDim.x * wpb) {
+    int p0 = (int)RO(rowptr + row), p1 = (int)RO(rowptr + row + 1);
+    int g0 = p0 >> 3, g1 = (p1 + 7) >> 3;
+    for (int c = 0; c < k; ++c) {
+      acc_t s = 0;
+      int base = -1 - (p0 & 7);
+      Raw nx;
+      if (g0 + lane < g1) load_group<BITS>(gw, val, g0 + lane, nnz, nx);
+      for (int gb = g0; gb < g1; gb += 32) {
+        int g = gb + lane;
+        bool act = g < g1;
+        Raw cur = nx;
+        if (g + 32 < g1) load_group<BITS>(gw, val, g + 32, nnz, nx);
+        unsigned f[8];
+        acc_t v[8];
+        int tot = 0;
+        if (act) {
+#pragma unroll
+          for (int t = 0; t < 8; ++t) f[t] = (cur.w[(t * BITS) >> 5] >> ((t * BITS) & 31)) & MASK;
+          unpack8(cur, v);
+          int s0 = g == g0 ? (p0 & 7) : 0;
+          int s1 = g == g1 - 1 ? p1 - 8 * g : 8;
+          if (s0 != 0 || s1 != 8) {
+#pragma unroll
+            for (int t = 0; t < 8; ++t)
+              if (t < s0 || t >= s1) {
+                f[t] = 0;
+                v[t] = 0;
+              }
+          }
+          tot = 8;
+#pragma unroll
+          for (int t = 0; t < 8; ++t) tot += (int)f[t];
+        }
+        int inc = tot;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+          int up = __shfl_up_sync(FULL, inc, o);
+          if (lane >= o) inc += up;
+        }
+        if (act) {
+          int cc = base + inc - tot;
+#pragma unroll
+          for (int t = 0; t < 8; ++t) {
+            cc += (int)f[t] + 1;
+            int ci = SMEM ? cc : min(max(cc, 0), n - 1);
+            s += v[t] * ld(xs[ci * k + c]);
+          }
+        }
+        base += __shfl_sync(FULL, inc, 31);
+      }
+      s = warp_sum(s);
+      if (lane == 0) y[row * k + c] = st(s);
+    }
+  }
+}
+
+#define DELTA_FAST(B)                                                                                                  \
+  extern "C" __global__ void __launch_bounds__(512) delta_b##B(i64 m, i64 n, i64 k, i64 nnz, const idx_t* rowptr,      \
+                                                               const unsigned char* gw, const val_t* val, const val_t* x, \
+                                                               val_t* y) {                                             \
+    delta_fast_body<B, false>((int)m, (int)n, (int)k, (int)nnz, rowptr, gw, val, x, y);                                \
+  }                                                                                                                    \
+  extern "C" __global__ void __launch_bounds__(512) delta_b##B##_smem(i64 m, i64 n, i64 k, i64 nnz, const idx_t* rowptr, \
+                                                                      const unsigned char* gw, const val_t* val,       \
+                                                                      const val_t* x, val_t* y) {                      \
+    delta_fast_body<B, true>((int)m, (int)n, (int)k, (int)nnz, rowptr, gw, val, x, y);                                 \
+  }
+DELTA_FAST(1)
+DELTA_FAST(2)
+DELTA_FAST(4)
+DELTA_FAST(8)
+DELTA_FAST(16)

@@ -1,0 +1,133 @@
+// Structured formats: N:M (values + packed in-group positions) and BSR (dense blocks).
+// X is (n, k) and Y is (m, k), row-major. Index buffers were validated by the host (plan.py).
+
+#define FULL 0xffffffffu
+
+// ---- N:M, 2:4, one right-hand side: a warp per row ------------------------------------------------
+// A row's S = n / 2 value slots; slot s lies in column group s / 2 (4 columns), at the 2-bit
+// in-group position packed at bit 2 * (row * S + s) of `pos`. A lane takes chunks of 8 slots
+// (16 columns): one 16-byte load of values (half types), one 16-bit load of positions, and the 16
+// columns of X as two 16-byte loads (X stays in L1/L2); each slot's X value is picked from the
+// window with a byte permute. Two chunks per lane per step, all loads before the FMAs. The host
+// launches it for n % 16 == 0 and a 16-byte-aligned X; float32/float64 gather X per slot.
+extern "C" __global__ void __launch_bounds__(512) nm24(i64 m_, i64 S_, const unsigned short* __restrict__ pos,
+                                                       const val_t* __restrict__ val, const val_t* __restrict__ x,
+                                                       val_t* __restrict__ y) {
+  int m = (int)m_, S = (int)S_;
+  int Q = S >> 3;
+  int lane = threadIdx.x & 31;
+  int wpb = blockDim.x >> 5;
+  for (int row = blockIdx.x * wpb + (threadIdx.x >> 5); row < m; row += gridDim.x * wpb) {
+    acc_t s = 0;
+    const val_t* vr = val + (i64)row * S;
+    const unsigned short* pr = pos + (i64)row * Q;
+    for (int qb = 0; qb < Q; qb += 64) {
+      union {
+        uint4 q[sizeof(val_t) / 2];
+        val_t e[8];
+      } vv[2];
+      unsigned pw[2];
+#if VAL_KIND <= 1
+      uint4 xa[2], xb[2];
+#endif
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        int q = qb + h * 32 + lane;
+        if (q < Q) {
+          const uint4* vq = reinterpret_cast<const uint4*>(vr + 8 * q);
+#pragma unroll
+          for (int t = 0; t < (int)(sizeof(val_t) / 2); ++t) vv[h].q[t] = RO(vq + t);
+          pw[h] = RO(pr + q);
+#if VAL_KIND <= 1
+          const uint4* xq = reinterpret_cast<const uint4*>(x) + 2 * q;
+          xa[h] = RO(xq);
+          xb[h] = RO(xq + 1);
+#endif
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        int q = qb + h * 32 + lane;
+        if (q < Q) {
+#if VAL_KIND <= 1
+          unsigned r[8] = {xa[h].x, xa[h].y, xa[h].z, xa[h].w, xb[h].x, xb[h].y, xb[h].z, xb[h].w};
+#pragma unroll
+          for (int t = 0; t < 8; ++t) {
+            unsigned p = (pw[h] >> (2 * t)) & 3u;
+            unsigned hv = __byte_perm(r[2 * (t >> 1)], r[2 * (t >> 1) + 1], p * 0x22u + 0x10u) & 0xffffu;
+            s += ld(vv[h].e[t]) * ld((val_t)hv);
+          }
+#else
+#pragma unroll
+          for (int t = 0; t < 8; ++t) {
+            int p = (int)((pw[h] >> (2 * t)) & 3u);
+            s += ld(vv[h].e[t]) * ld(RO(x + 16 * q + 4 * (t >> 1) + p));
+          }
+#endif
+        }
+      }
+    }
+    s = warp_sum(s);
+    if (lane == 0) y[row] = st(s);
+  }
+}
+
+// ---- N:M, any N, M (M <= 256), any number of right-hand sides: a warp per row ------------------
+// slot s of row `row`: column (s / N) * M + position, the position a PB-bit field at bit
+// (row * S + s) * PB of `posw`.
+extern "C" __global__ void nm_any(i64 m, i64 k, i64 S, i64 N, i64 M, i64 PB, const unsigned* __restrict__ posw,
+                                  const val_t* __restrict__ val, const val_t* __restrict__ x, val_t* __restrict__ y) {
+  i64 row = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  int lane = threadIdx.x & 31;
+  if (row >= m) return;
+  unsigned mask = (1u << PB) - 1u;
+  for (i64 c = blockIdx.y; c < k; c += gridDim.y) {
+    acc_t s = 0;
+    for (i64 t = lane; t < S; t += 32) {
+      i64 slot = row * S + t;
+      i64 bit = slot * PB;
+      i64 p = (RO(posw + (bit >> 5)) >> (unsigned)(bit & 31)) & mask;
+      i64 j = (t / N) * M + p;
+      s += ld(RO(val + slot)) * ld(RO(x + j * k + c));
+    }
+    s = warp_sum(s);
+    if (lane == 0) y[row * k + c] = st(s);
+  }
+}
+
+// ---- BSR (bh x bw blocks, row-major inside a block), VEC lanes per row --------------------------
+// Row i lies in block row i / bh at block-row offset ii; its entries are, for every block b of
+// that block row, the bw values at ((b * bh + ii) * bw + jj). The lanes of a row run over the
+// flat index b * bw + jj, so consecutive lanes read consecutive values of a block's row.
+template <int VEC>
+__device__ __forceinline__ void bsr_body(i64 m, i64 n, i64 k, i64 bh, i64 bw, const idx_t* __restrict__ bptr,
+                                         const idx_t* __restrict__ bcol, const val_t* __restrict__ val,
+                                         const val_t* __restrict__ x, val_t* __restrict__ y) {
+  i64 row = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / VEC;
+  int lane = threadIdx.x & (VEC - 1);
+  if (row >= m) return;
+  i64 br = row / bh, ii = row - br * bh;
+  i64 f0 = (i64)RO(bptr + br) * bw, f1 = (i64)RO(bptr + br + 1) * bw;
+  for (i64 c = blockIdx.y; c < k; c += gridDim.y) {
+    acc_t s = 0;
+    for (i64 f = f0 + lane; f < f1; f += VEC) {
+      i64 b = f / bw, jj = f - b * bw;
+      i64 j = (i64)RO(bcol + b) * bw + jj;
+      if (j < n) s += ld(RO(val + (b * bh + ii) * bw + jj)) * ld(RO(x + j * k + c));
+    }
+    s = group_sum<VEC>(s);
+    if (lane == 0) y[row * k + c] = st(s);
+  }
+}
+
+#define BSR_VEC(V)                                                                                               \
+  extern "C" __global__ void bsr_vec##V(i64 m, i64 n, i64 k, i64 bh, i64 bw, const idx_t* bptr, const idx_t* bcol, \
+                                        const val_t* val, const val_t* x, val_t* y) {                            \
+    bsr_body<V>(m, n, k, bh, bw, bptr, bcol, val, x, y);                                                         \
+  }
+BSR_VEC(1)
+BSR_VEC(2)
+BSR_VEC(4)
+BSR_VEC(8)
+BSR_VEC(16)
+BSR_VEC(32)
