@@ -1,6 +1,13 @@
-"""`SparseLinear`: ``y = x @ W^T + b`` with a sparse weight whose stored values are the parameter."""
+"""`SparseLinear`: ``y = x @ W^T + b`` with a sparse weight whose stored values are the parameter.
+
+Under ``torch.autocast`` the layer runs as ``nn.Linear`` does: the input, the stored values and
+the bias cast to the autocast dtype (bfloat16 on CPU by default), the product in that dtype with
+float32 accumulation, the output in that dtype; float64 layers are left alone, as autocast does.
+"""
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 from torch import nn
@@ -10,7 +17,7 @@ from ..format import CSR, TensorFormat
 from ..ops.matmul import matmul
 from ..tensor import SparseTensor
 
-__all__ = ["SparseLinear", "rows_times_transpose"]
+__all__ = ["SparseLinear", "rows_times_transpose", "amp_matmul", "autocast_dtype"]
 
 
 class SparseLinear(nn.Module):
@@ -82,7 +89,11 @@ class SparseLinear(nn.Module):
             y = self._traced_product(x)
         else:
             y = rows_times_transpose(x, self.weight, self.backend)
-        return y if self.bias is None else y + self.bias
+        if self.bias is None:
+            return y
+        # under autocast the product is in the autocast dtype, and so is the bias (as nn.Linear's)
+        return y + (self.bias if self.bias.dtype == y.dtype or autocast_dtype(x.device.type, y.dtype) is None
+                    else self.bias.to(y.dtype))
 
     # torch.compile ------------------------------------------------------------------------------
     def prepare_compile(self) -> "SparseLinear":
@@ -122,11 +133,15 @@ class SparseLinear(nn.Module):
             col, src = self._csr_col, self._csr_src
             vals = self.values if src is None else self.values.index_select(-1, src)
         lead = x.shape[:-1]
+        dt = autocast_dtype(x.device.type, vals.dtype, x.dtype)
+        if dt is not None:  # as autocast runs nn.Linear: both operands in its dtype
+            vals, x = vals.to(dt), x.to(dt)
         X = x.reshape(-1, self.in_features).mT
-        if vals.dtype in (torch.float16, torch.bfloat16):
-            y = csr_matmul(crow, col, vals.float(), X.float(), self.out_features, self.in_features).to(x.dtype)
-        else:
-            y = csr_matmul(crow, col, vals, X, self.out_features, self.in_features)
+        with torch.autocast(x.device.type, enabled=False) if dt is not None else contextlib.nullcontext():
+            if vals.dtype in (torch.float16, torch.bfloat16):
+                y = csr_matmul(crow, col, vals.float(), X.float(), self.out_features, self.in_features).to(x.dtype)
+            else:
+                y = csr_matmul(crow, col, vals, X, self.out_features, self.in_features)
         return y.mT.reshape(*lead, self.out_features)
 
     def to_dense(self) -> torch.Tensor:
@@ -147,5 +162,27 @@ def rows_times_transpose(x: torch.Tensor, A: SparseTensor, backend: str | None =
     """``x @ A^T`` for ``x`` of shape ``(..., n)`` and ``A`` of shape ``(m, n)``: one product whose
     columns are the rows of ``x`` (a layer's batch)."""
     lead = x.shape[:-1]
-    y = matmul(A, x.reshape(-1, x.shape[-1]).mT, backend=backend).mT
+    y = amp_matmul(A, x.reshape(-1, x.shape[-1]).mT, backend=backend).mT
     return y.reshape(*lead, A.shape[0])
+
+
+def autocast_dtype(device_type: str, *dtypes: torch.dtype) -> torch.dtype | None:
+    """The dtype autocast runs a product in, for operands of ``dtypes`` on ``device_type``: None
+    when autocast is off there, or when an operand is float64 or not floating (autocast leaves
+    those alone)."""
+    if not torch.is_autocast_enabled(device_type):
+        return None
+    if any(d == torch.float64 or not d.is_floating_point for d in dtypes):
+        return None
+    return torch.get_autocast_dtype(device_type)
+
+
+def amp_matmul(A: SparseTensor, X: torch.Tensor, backend: str | None = None) -> torch.Tensor:
+    """``matmul(A, X)``, under autocast as autocast runs a dense product: both operands cast to
+    the autocast dtype (differentiably), the product itself with autocast off so the backends
+    see plain half-precision operands (and accumulate in float32, as the torch backend does)."""
+    dt = autocast_dtype(X.device.type, A.dtype, X.dtype)
+    if dt is None:
+        return matmul(A, X, backend=backend)
+    with torch.autocast(X.device.type, enabled=False):
+        return matmul(A if A.dtype == dt else A.with_values(A.values.to(dt)), X.to(dt), backend=backend)

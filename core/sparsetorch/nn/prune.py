@@ -9,9 +9,10 @@ import torch
 from torch import nn
 
 from ..errors import InputError
-from ..format import CSR, NM, TensorFormat
+from ..format import COO, CSR, NM, TensorFormat
 from ..tensor import SparseTensor
 from .linear import SparseLinear
+from .weight import SparseWeight
 
 __all__ = ["reformat_model", "magnitude", "n_m", "density", "prepare_compile", "LayerFn"]
 
@@ -28,16 +29,30 @@ def _set_child(model: nn.Module, name: str, new: nn.Module) -> None:
     setattr(parent, last, new)
 
 
-def reformat_model(model: nn.Module, fn: LayerFn, *, only: Callable[[str, nn.Module], bool] | None = None,
-                   backend: str | None = None) -> nn.Module:
+def reformat_model(model: nn.Module, fn: LayerFn | None = None, *, func: Callable | None = None,
+                   only: Callable[[str, nn.Module], bool] | None = None, backend: str | None = None) -> nn.Module:
     """Replace the ``nn.Linear`` layers of ``model`` in place, as ``fn(name, layer)`` decides.
 
     ``fn`` returns None (keep the layer), a 2-D SparseTensor (the new weight: the layer becomes a
     :class:`SparseLinear` with the old bias) or an ``nn.Module`` (used as it is). ``only`` picks
     the layers ``fn`` is asked about (default: every ``nn.Linear``). Returns ``model``.
+
+    UST's spelling works too: ``func(weight)`` (nvmath-python's ``reformat_model(model,
+    func=...)``) is asked with each layer's weight tensor and returns None (keep) or the new
+    weight (a SparseTensor or a :class:`SparseWeight`); with neither ``fn`` nor ``func`` every
+    ``nn.Linear`` weight becomes a COO SparseTensor of its nonzeros, as UST's default does. Unlike
+    UST's, the result trains: the stored values are the layers' parameters (the pattern fixed).
     """
     if not isinstance(model, nn.Module):
         raise InputError(f"reformat_model needs an nn.Module, got {type(model).__name__}")
+    if fn is not None and func is not None:
+        raise InputError("reformat_model takes fn(name, layer) or UST's func(weight), not both")
+    if func is not None:
+        if not callable(func):
+            raise InputError(f"reformat_model: func must be callable(weight), got {type(func).__name__}")
+        fn = _from_weight_rule(func)
+    elif fn is None:
+        fn = _from_weight_rule(lambda w: SparseTensor.from_dense(w, format=COO))
     if not callable(fn):
         raise InputError(f"reformat_model: fn must be callable(name, linear), got {type(fn).__name__}")
     targets = [(name, m) for name, m in model.named_modules()
@@ -60,6 +75,15 @@ def reformat_model(model: nn.Module, fn: LayerFn, *, only: Callable[[str, nn.Mod
                              f"None (keep), a SparseTensor (the new weight) or an nn.Module")
         _set_child(model, name, out)
     return model
+
+
+def _from_weight_rule(func: Callable) -> LayerFn:
+    """A per-layer rule from UST's per-weight one: a SparseWeight answer stands for its SparseTensor."""
+    def rule(name: str, layer: nn.Linear):
+        out = func(layer.weight.detach())
+        return out.sparse if isinstance(out, SparseWeight) else out
+
+    return rule
 
 
 def magnitude(sparsity: float, *, format: TensorFormat = CSR) -> LayerFn:

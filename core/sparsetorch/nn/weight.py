@@ -12,9 +12,8 @@ import contextlib
 import torch
 
 from ..errors import InputError
-from ..ops.matmul import matmul
 from ..tensor import SparseTensor
-from .linear import rows_times_transpose
+from .linear import amp_matmul, rows_times_transpose
 
 __all__ = ["SparseWeight"]
 
@@ -128,7 +127,7 @@ def _left(W: SparseWeight, X: torch.Tensor, what: str) -> torch.Tensor:
     if X.dim() not in (1, 2) or len(W._A.format_shape) != 2 or W._A.batch_shape:
         raise InputError(f"SparseWeight.{what}: needs a 2-D sparse matrix and a 1-D or 2-D dense operand, got "
                          f"{tuple(W.shape)} and {tuple(X.shape)}")
-    return matmul(W._A, X)
+    return amp_matmul(W._A, X)
 
 
 def _right(X: torch.Tensor, W: SparseWeight, what: str) -> torch.Tensor:
@@ -255,10 +254,10 @@ def _bmm(a, b, *, out=None):
     if W is a:
         if X.shape[1] != A.shape[-1]:
             raise InputError(f"SparseWeight.bmm: shapes {tuple(a.shape)} @ {tuple(b.shape)} do not match")
-        return matmul(A, X)
+        return amp_matmul(A, X)
     if X.shape[2] != A.shape[-2]:
         raise InputError(f"SparseWeight.bmm: shapes {tuple(a.shape)} @ {tuple(b.shape)} do not match")
-    return matmul(A.T, X.mT).mT  # X W = (W^T X^T)^T, per batch member
+    return amp_matmul(A.T, X.mT).mT  # X W = (W^T X^T)^T, per batch member
 
 
 def _baddbmm(input, batch1, batch2, *, beta=1, alpha=1, out=None):
