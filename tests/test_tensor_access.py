@@ -252,3 +252,36 @@ def test_kernel_errors_and_copy_drops_the_kernel() -> None:
     A.copy_(A.clone())
     with pytest.raises(InputError, match="no kernel has been set"):
         A.run_kernel()
+
+
+# UST's metadata names and from_file ---------------------------------------------------------------
+def test_ust_metadata_names() -> None:
+    D = _dense(15, 6, 8)
+    A = st.SparseTensor.from_dense(D, BSR(2, 4))
+    assert A.num_dimensions == 2 and A.num_levels == 4
+    assert A.levels == [3, 2, 2, 4] == A.format.dim2lvl([6, 8], as_size=True)
+    assert A.index_type == "int64" and A.convert(index_dtype=torch.int32).index_type == "int32"
+    assert A.device_id == "cpu"
+    assert st.SparseTensor.from_dense(D).levels == [6, 8]
+
+
+def test_from_file_frostt_and_matrix_market(tmp_path) -> None:
+    tns = tmp_path / "t.tns"
+    tns.write_text("# a 3-D tensor, 1-based\n1 1 1 2.5\n2 3 4 -1.0\n2 3 4 0.5\n3 1 2 4.0\n")
+    T = st.SparseTensor.from_file(str(tns))
+    expect = torch.zeros(3, 3, 4, dtype=torch.float64)
+    expect[0, 0, 0], expect[1, 2, 3], expect[2, 0, 1] = 2.5, -0.5, 4.0  # the duplicate summed
+    torch.testing.assert_close(T.to_dense(), expect, rtol=0, atol=0)
+    bad = tmp_path / "bad.tns"
+    bad.write_text("0 1 2.0\n")
+    with pytest.raises(InputError, match="1-based"):
+        st.SparseTensor.from_file(str(bad))
+    with pytest.raises(InputError, match="neither"):
+        st.SparseTensor.from_file(str(tmp_path / "x.csv"))
+    pytest.importorskip("scipy")
+    mtx = tmp_path / "m.mtx"
+    mtx.write_text("%%MatrixMarket matrix coordinate real general\n3 4 3\n1 1 1.5\n3 4 -2.0\n2 2 7.0\n")
+    M = st.SparseTensor.from_file(str(mtx))
+    expect = torch.zeros(3, 4, dtype=torch.float64)
+    expect[0, 0], expect[2, 3], expect[1, 1] = 1.5, -2.0, 7.0
+    torch.testing.assert_close(M.to_dense(), expect, rtol=0, atol=0)

@@ -38,9 +38,46 @@ def _dtype_name(d: torch.dtype) -> str:
 
 
 class AccessMethods:
-    """Element access and in-place value updates of a SparseTensor (see the module docstring)."""
+    """Element access and in-place value updates of a SparseTensor (see the module docstring),
+    and UST's metadata names (``num_dimensions``, ``num_levels``, ``levels``, ``index_type``,
+    ``device_id``) and ``from_file``."""
 
     __slots__ = ()
+
+    # UST's metadata names -----------------------------------------------------------------------
+    @property
+    def num_dimensions(self: "SparseTensor") -> int:  # type: ignore[misc]
+        """The number of dimensions of :attr:`shape` (UST's ``num_dimensions``; value batch included)."""
+        return self.ndim
+
+    @property
+    def num_levels(self: "SparseTensor") -> int:  # type: ignore[misc]
+        """The number of storage levels of the format (UST's ``num_levels``)."""
+        return len(self.format.levels)
+
+    @property
+    def levels(self: "SparseTensor") -> list[int]:  # type: ignore[misc]
+        """The extent of each storage level (UST's ``levels``: ``format.dim2lvl(shape, as_size=True)``)."""
+        return list(self.format.level_sizes(self.format_shape))
+
+    @property
+    def index_type(self: "SparseTensor") -> str:  # type: ignore[misc]
+        """The index dtype as a string, ``"int32"`` or ``"int64"`` (UST's ``index_type``; see :attr:`index_dtype`)."""
+        return _dtype_name(self.index_dtype)
+
+    @property
+    def device_id(self: "SparseTensor") -> int | str:  # type: ignore[misc]
+        """``"cpu"`` or the CUDA ordinal (UST's ``device_id``)."""
+        d = self.device
+        return "cpu" if d.type == "cpu" else (d.index if d.index is not None else torch.cuda.current_device())
+
+    @classmethod
+    def from_file(cls, filename: str) -> "SparseTensor":
+        """A COO tensor from a Matrix Market (``.mtx``, read by SciPy) or FROSTT (``.tns``) file,
+        duplicates summed (UST's ``Tensor.from_file``)."""
+        from ._files import from_file  # noqa: PLC0415 - only when reading files
+
+        return from_file(filename)
 
     # get_value ----------------------------------------------------------------------------------
     def get_value(self: "SparseTensor", indices: Any) -> torch.Tensor | None:  # type: ignore[misc]
