@@ -100,7 +100,7 @@ class Route(RangeSearch):
 
     def _solve(self, handle: Any, values: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, IterationResult]:
         self._range_tried = False
-        base = dict(handle.call_options or {})
+        base = handle.call_options or {}  # read only
         dtype = B.dtype
         rtol = base.get("rtol")
         rtol = default_rtol(dtype) if rtol is None else float(rtol)
@@ -123,7 +123,9 @@ class Route(RangeSearch):
         while True:
             state, offer = self.state, self.offer
             opts = self._options_for(offer, base, rtol, atol_s)
-            t0, c0 = time.perf_counter(), time.thread_time()
+            # the thread's CPU time is read (a system call, ~2 us) only where _note may use it: a
+            # direct offer, and at the end only when the wall time could reach its threshold
+            t0, c0 = time.perf_counter(), (time.thread_time() if offer is not None and offer.direct else None)
             try:
                 X, res = self._attempt(state, vs, Bs, opts, handle.adjoint, rtol, atol_s, offer)
             except (SingularMatrixError, IndefiniteMatrixError, BackendError) as exc:
@@ -131,7 +133,7 @@ class Route(RangeSearch):
                 # factorization (ILU, IC) is only that preconditioner's failure
                 kind = "singular" if isinstance(exc, SingularMatrixError) and _direct(offer) else "error"
                 self._note(state, offer, IterationResult(0, math.inf, False, Status.BREAKDOWN, _one_line(exc)),
-                           time.perf_counter() - t0, rtol, time.thread_time() - c0)
+                           time.perf_counter() - t0, rtol, None)
                 failures.append((kind, exc))
                 if (kind == "singular" and offer is not None and offer.method == "lu" and not self.pinned
                         and not self._range_tried):
@@ -145,7 +147,7 @@ class Route(RangeSearch):
                 if self.pinned or not self._advance(kind, offer):
                     return self._give_up(exc, failures, vs, Bs, handle.adjoint, rtol, atol_s, sa / sb)
                 continue
-            self._note(state, offer, res, time.perf_counter() - t0, rtol, time.thread_time() - c0)
+            self._note(state, offer, res, time.perf_counter() - t0, rtol, c0)
             if res.converged:
                 out = self._unscaled(X, sa / sb)
                 if sa == sb or bool(torch.isfinite(out).all()):
@@ -275,8 +277,10 @@ class Route(RangeSearch):
         for step in range(_REFINE_STEPS + 1):
             if bool((rn <= tol).all()):
                 rel = float((rn / torch.where(bn > 0, bn, torch.ones_like(bn))).max())
-                return X, replace(res, residual=rel, iterations=res.iterations + extra,
-                                  reason=res.reason + (f"; {extra} refinement steps" if extra else ""))
+                reason = res.reason + (f"; {extra} refinement steps" if extra else "")
+                if type(res) is IterationResult:  # made directly: dataclasses.replace costs ~2x, on every answer
+                    return X, IterationResult(res.iterations + extra, rel, res.converged, res.status, reason, res.history)
+                return X, replace(res, residual=rel, iterations=res.iterations + extra, reason=reason)
             if step == _REFINE_STEPS:
                 break
             D, r2 = _checked(state, guarded(lambda: state.plan.solve(R, adjoint=adjoint, options=opts), state.label,
@@ -325,10 +329,11 @@ class Route(RangeSearch):
 
     # ------------------------------------------------------------------------------------------
     def _note(self, state: PlanState, offer: Offer | None, res: IterationResult, seconds: float, rtol: float,
-              cpu: float | None = None) -> None:
+              cpu0: float | None = None) -> None:
         """Record an attempt (wall ``seconds``); what a direct method measured is remembered by
-        its CPU time in this thread (``cpu``): a busy machine preempting the call must not teach
-        dispatch that the method is slow."""
+        its CPU time in this thread (since ``cpu0``, ``time.thread_time()`` at the attempt's
+        start): a busy machine preempting the call must not teach dispatch that the method is
+        slow."""
         backend, _, method = state.label.partition("/")
         pre = offer.preconditioner if offer is not None else None
         self.attempts.append(Attempt(backend, method, pre, res.iterations, res.status, res.residual, res.reason,
@@ -338,8 +343,10 @@ class Route(RangeSearch):
         if offer.iterations is not None and res.status is not Status.DIRECT:
             experience.record(self.A.pattern_fingerprint, self.A.dtype, offer.backend, offer.method, offer.preconditioner,
                               Measured(res.iterations, rtol, res.converged, res.reason[:200]))
-        elif offer.direct and res.converged:
-            spent = seconds if cpu is None else cpu
+        elif offer.direct and res.converged and seconds > experience.DIRECT_SLOWER * offer.seconds and \
+                seconds > offer.seconds + experience.DIRECT_MARGIN:
+            # the thread's CPU time is at most the wall time: read only when the wall time is over
+            spent = seconds if cpu0 is None else time.thread_time() - cpu0
             if spent > experience.DIRECT_SLOWER * offer.seconds and spent > offer.seconds + experience.DIRECT_MARGIN:
                 experience.record(self.A.pattern_fingerprint, self.A.dtype, offer.backend, offer.method,
                                   offer.preconditioner, Measured(0, rtol, True, "", seconds=spent))

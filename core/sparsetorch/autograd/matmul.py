@@ -15,7 +15,7 @@ its result is cast back to the values' dtype.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -23,7 +23,7 @@ from ._fast_apply import FastFunction, vmap_columns
 from .sddmm import sddmm
 from ..dispatch.plan import PlanState, guarded
 from ..dispatch.plans import SampledProduct, supports
-from ..errors import BackendError
+from ..errors import BackendError, SparseTorchError
 from ..tensor import SparseTensor
 
 __all__ = ["MatmulHandle", "matmul_function"]
@@ -38,17 +38,30 @@ class MatmulHandle:
     state: PlanState
     A: SparseTensor
     adjoint: bool = False
+    #: the result's rows (A's format shape read once per handle: a Matmul keeps its handle)
+    _rows: int | None = field(default=None, repr=False, compare=False)
 
     def flipped(self) -> "MatmulHandle":
         return MatmulHandle(self.state, self.A, not self.adjoint)
 
     def run(self, values: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled():  # the Function's forward and the route's checks run without grad
+            with torch.no_grad():
+                return self.run(values, X)
         state = self.state
-        with state.lock, torch.no_grad():
+        rows = self._rows
+        if rows is None:
+            m, n = self.A.format_shape
+            rows = self._rows = n if self.adjoint else m
+        with state.lock:
             state._load(values)
-            Y = guarded(lambda: state.plan.apply(X.detach(), adjoint=self.adjoint), state.label, "apply")
-        m, n = self.A.format_shape
-        rows = n if self.adjoint else m
+            try:  # what guarded() does, without a closure per call
+                Y = state.plan.apply(X.detach(), adjoint=self.adjoint)
+            except SparseTorchError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - re-raised with the plugin named
+                raise BackendError(f"{state.label} failed in apply: {type(exc).__name__}: {exc}", label=state.label,
+                                   phase="apply") from exc
         want = (*X.shape[:-2], rows, X.shape[-1])
         if not isinstance(Y, torch.Tensor) or tuple(Y.shape) != want or Y.dtype != X.dtype or Y.device != X.device:
             got = (tuple(Y.shape), Y.dtype, Y.device) if isinstance(Y, torch.Tensor) else type(Y).__name__

@@ -50,7 +50,8 @@ __all__ = ["SolveHandle", "route_for", "solve_function"]
 def route_for(op: str, A: SparseTensor, request: Request, table: ExplainTable, offer: Offer, state: PlanState, *,
               cache: bool = True) -> Route:
     """The fallback route of a call: ``offer`` first, then the offers ranked after it (none when
-    the user pinned the method)."""
+    the user pinned the method). ``A``: the matrix detached (the route reads its pattern; the
+    values of each call arrive with the call)."""
     pinned = request.option("method") is not None
     rest: list[Offer] = []
     if not pinned:
@@ -59,7 +60,7 @@ def route_for(op: str, A: SparseTensor, request: Request, table: ExplainTable, o
         offers = [r.offer for r in table.offers if r.offer is not None]
         k = offers.index(offer) if offer in offers else -1
         rest = offers[k + 1:] + offers[:max(k, 0)]
-    return Route(A.detach(), state, offer, rest, lambda o: plan_for(op, A, request, o, cache=cache), pinned=pinned)
+    return Route(A, state, offer, rest, lambda o: plan_for(op, A, request, o, cache=cache), pinned=pinned)
 
 
 @dataclass

@@ -94,14 +94,20 @@ class PlanState:
             self._load(values)
 
     def _load(self, values: torch.Tensor) -> None:
-        self.build()
+        if self.plan is None:
+            self.build()
         v = values.detach()
-        tok = _token(v)
         if self.reload_always or self._cheap_reload:
-            self.token = None
-            guarded(lambda: self.plan.set_values(v), self.label, "set_values")
-            self.token = tok
+            # no token: nothing is compared on these plans (every call reloads)
+            try:  # what guarded() does, without a closure per call (a product's hot path)
+                self.plan.set_values(v)
+            except SparseTorchError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - re-raised with the plugin named
+                raise BackendError(f"{self.label} failed in set_values: {type(exc).__name__}: {exc}", label=self.label,
+                                   phase="set_values") from exc
             return
+        tok = _token(v)
         if tok == self.token and self.snapshot is not None and torch.equal(self.snapshot, v):
             return
         self.token = None  # a set_values that raises leaves no values the plan is known to hold

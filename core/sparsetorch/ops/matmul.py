@@ -205,6 +205,8 @@ class Matmul:
         self._backend = backend
         self._state: PlanState | None = None
         self._table: ExplainTable | None = None
+        #: the plan with A's pattern, kept from one execute to the next (None: made at the next)
+        self._handle: MatmulHandle | None = None
         self._set(a, b, c, alpha, beta)
 
     def _set(self, a, b, c, alpha, beta) -> None:
@@ -216,6 +218,7 @@ class Matmul:
         alpha, beta = _scalars(a, rhs.shape, c, alpha, beta, "Matmul")
         self.a, self.b, self.c, self.alpha, self.beta = a, b, c, alpha, beta
         self._rhs, self._members = rhs, members
+        self._handle = None
 
     def plan(self) -> ExplainTable:
         if self._members is not None:  # one plan per member pattern, through the plan cache
@@ -234,7 +237,13 @@ class Matmul:
         if self._members is not None:
             ys = [matmul(Ab, Xb, backend=self._backend) for Ab, Xb in zip(self._members, self._rhs.parts)]
             return _combine(self._rhs.finish(ys), self.c, self.alpha, self.beta)
-        return _combine(self._rhs.finish(_run(self.a, self._rhs.Xn, self._state)), self.c, self.alpha, self.beta)
+        handle = self._handle
+        if handle is None or handle.state is not self._state:
+            handle = self._handle = MatmulHandle(self._state, self.a.detach(), False)
+        y = self._rhs.finish(matmul_function(self.a.values, self._rhs.Xn, handle))
+        if self.c is None and self.alpha == 1:
+            return y
+        return _combine(y, self.c, self.alpha, self.beta)
 
     def reset_operands(self, a: SparseTensor | None = None, b: torch.Tensor | None = None, c: torch.Tensor | None = None,
                        *, alpha: float | complex | None = None, beta: float | complex | None = None) -> None:
@@ -266,6 +275,7 @@ class Matmul:
             if a.pattern_key != self.a.pattern_key:
                 self._state = None
             self.a = a
+            self._handle = None
         if b is not None:
             self.b = b
             rhs = self._rhs
@@ -283,6 +293,7 @@ class Matmul:
 
     def free(self) -> None:
         self._state = None
+        self._handle = None
 
     def __enter__(self) -> "Matmul":
         return self

@@ -174,8 +174,9 @@ def solve(
                        check_every, backend_options, repeat)
     request = solve_request(A, Bn, properties, options)
     state, offer, table = obtain_plan("solve", A, request, cache=cache)
-    route = route_for("solve", A, request, table, offer, state, cache=cache)
-    handle = SolveHandle(state, A.detach(), False, on_nonconvergence, check_finite=check_finite and not checked_here,
+    Ad = A.detach()  # the pattern, for the route and the handle (the values go through the Function)
+    route = route_for("solve", Ad, request, table, offer, state, cache=cache)
+    handle = SolveHandle(state, Ad, False, on_nonconvergence, check_finite=check_finite and not checked_here,
                          call_options=call_options(request), route=route)
     try:
         # Always through the autograd Function: under torch.func transforms it is what unwraps
@@ -265,6 +266,7 @@ class Solver:
         self._state, self._offer, self._table = obtain_plan("solve", self.A, self._request, cache=self._cache)
         self._route = route_for("solve", self._pattern, self._request, self._table, self._offer, self._state,
                                 cache=self._cache)
+        self._call = call_options(self._request)  # the same for every solve of this Solver
         self._state.build()
         return self._table
 
@@ -317,8 +319,7 @@ class Solver:
         values = self._values
         route = route_for("solve", self._pattern, self._request, self._table, self._offer, self._state,
                           cache=self._cache)
-        handle = SolveHandle(self._state, self._pattern, False, self._policy, [],
-                             call_options=call_options(self._request), route=route)
+        handle = SolveHandle(self._state, self._pattern, False, self._policy, [], call_options=self._call, route=route)
         X = solve_function(values, Bn, handle)
         self.results.extend(handle.results)
         if route.offer is not None and route.offer is not self._offer:
