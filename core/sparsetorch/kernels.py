@@ -4,7 +4,7 @@ nvmath-python's UST attaches custom code to one tensor (``Tensor.set_kernel`` / 
 an elementwise transformation; :meth:`sparsetorch.SparseTensor.set_kernel` has that meaning
 here). What users of a new format also want is their own *product* kernel for it, chosen by
 the library wherever a product on that format runs (``st.matmul``, ``A @ x``, ``Matmul``,
-``SparseLinear``, ``SparseWeight``, the Krylov solvers). In sparsetorch that is a backend
+``SparseLinear``, ``SparseWeight`` and their backward passes). In sparsetorch that is a backend
 plugin, and :func:`register_kernel` writes the plugin for you::
 
     import sparsetorch as st
