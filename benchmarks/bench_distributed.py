@@ -1,7 +1,13 @@
-"""Distributed CG on the CPU over gloo: time per iteration, halo volume and memory per rank, for
-1/2/4 processes, against the single-process torch CG (sparsetorch.solve, backend="torch").
+"""Distributed CG over gloo (CPU) or NCCL (GPU): time per iteration, halo volume and memory per
+rank, for 1/2/4 processes, against the single-process torch CG (sparsetorch.solve, backend="torch")
+on the same device.
 
     .venv/bin/python benchmarks/bench_distributed.py [--grid 160] [--iters 200] [--procs 1 2 4]
+    python benchmarks/bench_distributed.py --device cuda --procs 1 --grid 2000   # one GPU, NCCL
+
+On the GPU every timed solve is bracketed by ``torch.cuda.synchronize()``, each rank uses the GPU
+of its local rank, and "cuda_max_allocated_bytes" is the peak of torch's allocator over assembly
+and solves (the single process: from the CSR matrix on); the CPU-time figures mean little there.
 
 2-D Poisson (5-point) on a grid x grid mesh, each rank assembling its own contiguous rows; a
 random right-hand side; CG without a preconditioner for a fixed number of iterations (rtol 0,
@@ -35,31 +41,52 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _rank_run(comm, grid: int, iters: int) -> dict:
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _device_memory(device: str) -> dict:
+    if not device.startswith("cuda"):
+        return {}
+    return dict(cuda_max_allocated_bytes=int(torch.cuda.max_memory_allocated()),
+                cuda_allocated_bytes=int(torch.cuda.memory_allocated()))
+
+
+def _rank_run(comm, grid: int, iters: int, device: str = "cpu") -> dict:
     import sparsetorch_distributed as sd
     from sparsetorch_distributed.problems import poisson2d_rows
 
+    dev = comm.device if device.startswith("cuda") else torch.device("cpu")
     N = grid * grid
     off = sd.contiguous_offsets(N, comm.size)
     ids = torch.arange(off[comm.rank], off[comm.rank + 1])
     r, c, _ = poisson2d_rows(grid, ids)
     v = torch.where(r == c, 4.0, -1.0).to(torch.float64)
+    r, c, v = r.to(dev), c.to(dev), v.to(dev)
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    _sync(device)
     t0 = time.perf_counter()
     A = sd.DSparseTensor.from_local_rows(r, c, v, (N, N), comm=comm)
+    _sync(device)
     build = time.perf_counter() - t0
-    b = torch.randn(ids.numel(), generator=torch.Generator().manual_seed(comm.rank), dtype=torch.float64)
+    del r, c, v
+    b = torch.randn(ids.numel(), generator=torch.Generator().manual_seed(comm.rank), dtype=torch.float64).to(dev)
     kw = dict(method="cg", preconditioner=None, rtol=0.0, on_nonconvergence="ignore", return_info=True, symmetric=True)
     sd.solve(A, b, maxiter=iters, **kw)
     times, cpu = {}, {}
     for m in (iters, 2 * iters):
         best, best_cpu = float("inf"), float("inf")
         for _ in range(3):
-            comm.allreduce(torch.zeros(1))
+            comm.allreduce(torch.zeros(1, device=comm.device))
+            _sync(device)
             t, c = time.perf_counter(), time.thread_time()
             _, info = sd.solve(A, b, maxiter=m, **kw)
+            _sync(device)
             best, best_cpu = min(best, time.perf_counter() - t), min(best_cpu, time.thread_time() - c)
-        times[m] = comm.allreduce(torch.tensor([best]), "max").item()
-        cpu[m] = comm.allreduce(torch.tensor([best_cpu]), "max").item()
+        times[m] = comm.allreduce(torch.tensor([best], device=comm.device), "max").item()
+        cpu[m] = comm.allreduce(torch.tensor([best_cpu], device=comm.device), "max").item()
     worst = times[iters]
     marginal = (times[2 * iters] - times[iters]) / iters
     stored = A.stored_bytes()
@@ -68,18 +95,22 @@ def _rank_run(comm, grid: int, iters: int) -> dict:
                 solve_s=worst, iterations=iters, s_per_iteration=worst / iters, s_per_iteration_marginal=marginal,
                 cpu_s_per_iteration=cpu[iters] / iters, cpu_s_per_iteration_marginal=(cpu[2 * iters] - cpu[iters]) / iters,
                 reductions=info.reductions, stored_bytes=stored, stored_tensors=tensors,
-                max_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+                max_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, **_device_memory(device))
 
 
-def _single(grid: int, iters: int) -> dict:
+def _single(grid: int, iters: int, device: str = "cpu") -> dict:
     import sparsetorch as st
     from sparsetorch_distributed.problems import poisson2d_rows
 
     N = grid * grid
     r, c, _ = poisson2d_rows(grid, torch.arange(N))
     v = torch.where(r == c, 4.0, -1.0).to(torch.float64)
-    A = st.SparseTensor.from_coo(v, r, c, shape=(N, N), format=st.format.CSR)
-    b = torch.randn(N, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    A = st.SparseTensor.from_coo(v.to(device), r.to(device), c.to(device), shape=(N, N), format=st.format.CSR)
+    del r, c, v
+    b = torch.randn(N, generator=torch.Generator().manual_seed(0), dtype=torch.float64).to(device)
     kw = dict(backend="torch", method="cg", preconditioner=None, rtol=1e-300, on_nonconvergence="ignore",
               return_info=True, properties="spd")
     st.solve(A, b, maxiter=iters, **kw)
@@ -87,8 +118,10 @@ def _single(grid: int, iters: int) -> dict:
     for m in (iters, 2 * iters):
         best, best_cpu = float("inf"), float("inf")
         for _ in range(3):
+            _sync(device)
             t, c = time.perf_counter(), time.thread_time()
             _, info = st.solve(A, b, maxiter=m, **kw)
+            _sync(device)
             best, best_cpu = min(best, time.perf_counter() - t), min(best_cpu, time.thread_time() - c)
         times[m], cpu[m] = best, best_cpu
     best = times[iters]
@@ -96,7 +129,8 @@ def _single(grid: int, iters: int) -> dict:
     stored = sum(x.numel() * x.element_size() for x in (A.pos(1), A.crd(1), A.values) if x is not None)
     return dict(solve_s=best, iterations=iters, s_per_iteration=best / iters, s_per_iteration_marginal=marginal,
                 cpu_s_per_iteration=cpu[iters] / iters, cpu_s_per_iteration_marginal=(cpu[2 * iters] - cpu[iters]) / iters,
-                stored_bytes=stored, max_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+                stored_bytes=stored, max_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                **_device_memory(device))
 
 
 def main() -> None:
@@ -105,8 +139,20 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=200)
     ap.add_argument("--procs", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--runs", type=int, default=3, help="independent single/p=1 pairs for the time ratio")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "distributed_cpu.json"))
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                    help="cuda: NCCL, one GPU per rank (ranks <= visible GPUs), the single process on cuda:0")
+    ap.add_argument("--out", default=None, help="default: benchmarks/results/distributed_cpu.json (cuda: distributed_cuda.json)")
     args = ap.parse_args()
+    if args.out is None:
+        args.out = str(ROOT / "benchmarks" / "results" / f"distributed_{args.device}.json")
+    backend = "nccl" if args.device == "cuda" else "gloo"
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            raise SystemExit("--device cuda: no CUDA device is visible")
+        too_many = [p for p in args.procs if p > torch.cuda.device_count()]
+        if too_many:
+            raise SystemExit(f"--device cuda: {too_many} ranks asked for, {torch.cuda.device_count()} GPU(s) visible "
+                             "(one GPU per rank)")
     import sparsetorch
     import sparsetorch_distributed as sd
     from sparsetorch_distributed.launch import run_local
@@ -117,10 +163,13 @@ def main() -> None:
     if 1 in args.procs:
         # the goal is a ratio: measure it in several independent pairs (single process, then p = 1)
         for i in range(args.runs):
-            single = _single(args.grid, args.iters)
-            ranks = run_local(1, "bench_distributed:_rank_run", (args.grid, args.iters), timeout=600, env=env)
+            single = _single(args.grid, args.iters, args.device)
+            ranks = run_local(1, "bench_distributed:_rank_run", (args.grid, args.iters, args.device), timeout=600, env=env,
+                              backend=backend)
             singles.append(single)
             p1s.append(ranks)
+            if args.device == "cuda":
+                torch.cuda.empty_cache()
             ratios.append(ranks[0]["s_per_iteration"] / single["s_per_iteration"])
             marg.append(ranks[0]["s_per_iteration_marginal"] / single["s_per_iteration_marginal"])
             cpus.append(ranks[0]["cpu_s_per_iteration"] / single["cpu_s_per_iteration"])
@@ -129,14 +178,15 @@ def main() -> None:
                   f"(marginal {ranks[0]['s_per_iteration_marginal'] * 1e3:.3f}); ratio {ratios[-1]:.3f}, marginal "
                   f"{marg[-1]:.3f}; CPU-time ratio {cpus[-1]:.3f}")
     else:
-        singles.append(_single(args.grid, args.iters))
+        singles.append(_single(args.grid, args.iters, args.device))
     single = min(singles, key=lambda r: r["s_per_iteration"])
     print(f"single process torch CG (best run): {single['s_per_iteration'] * 1e3:.3f} ms/iteration, stored "
           f"{single['stored_bytes'] / 2**20:.2f} MB")
     runs = {}
     for p in args.procs:
         ranks = min(p1s, key=lambda r: r[0]["s_per_iteration"]) if p == 1 else \
-            run_local(p, "bench_distributed:_rank_run", (args.grid, args.iters), timeout=600, env=env)
+            run_local(p, "bench_distributed:_rank_run", (args.grid, args.iters, args.device), timeout=600, env=env,
+                      backend=backend)
         runs[str(p)] = ranks
         r0 = ranks[0]
         print(f"p={p}: {r0['s_per_iteration'] * 1e3:.3f} ms/iteration (slowest rank), halo rows received per rank "
@@ -145,11 +195,12 @@ def main() -> None:
     out = dict(
         benchmark="bench_distributed", command=" ".join([Path(sys.executable).name] + sys.argv[:1] + sys.argv[1:]),
         machine=dict(platform=platform.platform(), processor=platform.processor(), cpus=os.cpu_count(),
-                     load_average_at_end=os.getloadavg()),
+                     load_average_at_end=os.getloadavg(),
+                     gpu=torch.cuda.get_device_name(0) if args.device == "cuda" else None),
         versions=dict(python=platform.python_version(), torch=torch.__version__, sparsetorch=sparsetorch.__version__,
                       sparsetorch_distributed=sd.__version__),
         problem=dict(kind="2-D Poisson 5-point", grid=args.grid, N=args.grid ** 2, iterations=args.iters,
-                     method="cg", preconditioner=None, backend="gloo", threads_per_process=1),
+                     method="cg", preconditioner=None, backend=backend, device=args.device, threads_per_process=1),
         single_process=single,
         distributed=runs,
         ratio_p1_vs_single=runs["1"][0]["s_per_iteration"] / single["s_per_iteration"] if "1" in runs else None,

@@ -51,9 +51,12 @@ class RowMap:
             return torch.where(inside, gids - self.start, torch.full_like(gids, -1))
         if self.n_local == 0:
             return torch.full_like(gids, -1)
-        pos = torch.searchsorted(self._sorted, gids).clamp(max=self.n_local - 1)
-        hit = self._sorted[pos] == gids
-        return torch.where(hit, self._order[pos], torch.full_like(gids, -1))
+        srt, order = self._sorted, self._order
+        if srt.device != gids.device:        # the map lives on the CPU; entries may be on a GPU
+            srt, order = srt.to(gids.device), order.to(gids.device)
+        pos = torch.searchsorted(srt, gids).clamp(max=self.n_local - 1)
+        hit = srt[pos] == gids
+        return torch.where(hit, order[pos], torch.full_like(gids, -1))
 
     # Lookups (collective for general partitions) ----------------------------------------------
     def lookup(self, gids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -309,9 +309,9 @@ class DSparseTensor:
         rowmap = _rowmap(comm, shape[0], owned, rows.device)
         err = None
         try:
-            lr = rowmap.local_of_mine(rows.cpu())
+            lr = rowmap.local_of_mine(rows)
             if rows.numel() and bool((lr < 0).any()):
-                bad = int(rows.cpu()[lr < 0][0])
+                bad = int(rows[lr < 0][0])
                 raise st.InputError(f"rank {comm.rank} passed an entry in row {bad}, which it does not own "
                                     f"(owned: {_owned_text(rowmap)}); pass each row's entries on its owner")
         except st.SparseTorchError as exc:
@@ -651,14 +651,17 @@ def _rowmap(comm: Comm, N: int, owned, device) -> RowMap:
 
 
 def _build_pattern(comm: Comm, shape, rowmap: RowMap, rows: torch.Tensor, cols: torch.Tensor) -> Pattern:
+    """The local pattern, interior/boundary CSR blocks and halo plan, computed on the entries'
+    device (the sorts and the unique over nnz entries run on the GPU when the entries are there;
+    only the halo ids, O(halo), visit the CPU for the owner lookup)."""
     device = rows.device
-    rows_c, cols_c = rows.cpu(), cols.cpu()
+    rows_c, cols_c = rows, cols
     n = rowmap.n_local
     lr = rowmap.local_of_mine(rows_c)
     lc_own = rowmap.local_of_mine(cols_c)
     is_halo = lc_own < 0
     halo_g = torch.unique(cols_c[is_halo])                          # sorted global ids
-    owner, their_local = rowmap.lookup(halo_g)                       # collective for general maps
+    owner, their_local = (t.to(device) for t in rowmap.lookup(halo_g))   # collective for general maps
     order = torch.argsort(owner * (shape[0] + 1) + their_local, stable=True)  # group by owner
     halo_g, owner, their_local = halo_g[order], owner[order], their_local[order]
     n_halo = int(halo_g.numel())
@@ -670,17 +673,20 @@ def _build_pattern(comm: Comm, shape, rowmap: RowMap, rows: torch.Tensor, cols: 
         lc[is_halo] = n + perm[where]
     n_ext = n + n_halo
     key = lr * n_ext + lc
-    uniq, inverse = torch.unique(key, return_inverse=True)           # sorted row-major
+    if key.numel() < 2 or bool((key[1:] > key[:-1]).all()):
+        uniq, inverse = key, None                                    # already row-major, no duplicates: no sort
+    else:
+        uniq, inverse = torch.unique(key, return_inverse=True)       # sorted row-major
     row, col = uniq // max(n_ext, 1), uniq % max(n_ext, 1)
     nse = int(uniq.numel())
     inner = col < n
     n_int = int(inner.sum())
     # slots: the interior entries (row-major) first, then the boundary entries (row-major)
-    slot_of = torch.empty(nse, dtype=torch.int64)
-    slot_of[inner] = torch.arange(n_int, dtype=torch.int64)
-    slot_of[~inner] = torch.arange(n_int, nse, dtype=torch.int64)
-    entry_slot = slot_of[inverse.reshape(-1)]
-    if entry_slot.numel() == nse and bool((entry_slot == torch.arange(nse)).all()):
+    slot_of = torch.empty(nse, dtype=torch.int64, device=device)
+    slot_of[inner] = torch.arange(n_int, dtype=torch.int64, device=device)
+    slot_of[~inner] = torch.arange(n_int, nse, dtype=torch.int64, device=device)
+    entry_slot = slot_of if inverse is None else slot_of[inverse.reshape(-1)]
+    if entry_slot.numel() == nse and bool((entry_slot == torch.arange(nse, device=device)).all()):
         entry_slot = None                                            # input already in slot order
     elif nse < 2 ** 31:
         entry_slot = entry_slot.to(torch.int32)
@@ -694,7 +700,8 @@ def _build_pattern(comm: Comm, shape, rowmap: RowMap, rows: torch.Tensor, cols: 
         if c:
             recvs.append((peer, start, start + c))
             start += c
-    requests = list(torch.split(their_local, counts)) if n_halo else [torch.zeros(0, dtype=torch.int64)] * comm.size
+    requests = list(torch.split(their_local, counts)) if n_halo else \
+        [torch.zeros(0, dtype=torch.int64, device=device)] * comm.size
     asked = comm.alltoallv(requests)
     sends = [(peer, a.cpu()) for peer, a in enumerate(asked) if peer != comm.rank and a.numel()]
     plan = ExchangePlan(comm, n, n_halo, sends, recvs)
@@ -710,8 +717,9 @@ def _csr_of(rows: torch.Tensor, cols: torch.Tensor, nrows: int, ncols: int, offs
     """CSR of entries already in row-major order; int32 indices when they fit (torch's CPU kernel
     runs faster with them, and they take half the memory)."""
     if skip_empty and rows.numel() == 0:   # an empty boundary block (no halo columns): nothing stored
-        return _Csr(torch.zeros(0, dtype=torch.int32), torch.zeros(0, dtype=torch.int32), offset, nrows, ncols)
-    crow = torch.zeros(nrows + 1, dtype=torch.int64)
+        z = torch.zeros(0, dtype=torch.int32, device=rows.device)
+        return _Csr(z, z.clone(), offset, nrows, ncols)
+    crow = torch.zeros(nrows + 1, dtype=torch.int64, device=rows.device)
     crow[1:] = torch.cumsum(torch.bincount(rows, minlength=nrows), 0)
     if rows.numel() < 2 ** 31 - 1 and ncols < 2 ** 31 - 1:
         return _Csr(crow.to(torch.int32), cols.to(torch.int32).contiguous(), offset, nrows, ncols)
