@@ -1,8 +1,11 @@
 """Typed option records: what a call asked for, validated once in the core, defaults in one place.
 
-The public functions keep their keyword arguments (nobody has to build a record); the op turns
-them into a frozen record, which is what plugins receive as ``request.options`` and, for the
-per-call part, as the ``options`` argument of ``plan.solve``. A record is also a read-only
+One record per op family: :class:`SolveOptions` (solve, Solver, solve_list; its per-call part
+:class:`CallOptions`), :class:`MatmulOptions`, :class:`SpectralOptions` (eigsh, eigs),
+:class:`LstsqOptions`, :class:`LogdetOptions` (slogdet, logdet, det). The public functions keep
+their keyword arguments (nobody has to build a record); the op turns them into a frozen record,
+which is what plugins receive as ``request.options`` and, for the per-call part of a solve, as
+the ``options`` argument of ``plan.solve``. A record is also a read-only
 ``Mapping`` of its field names, so ``request.option("rtol")`` and ``options.get("maxiter")`` keep
 working; new code reads attributes (``options.rtol``).
 
@@ -14,13 +17,15 @@ Defaults that several backends share live here (:data:`DEFAULT_RESTART`,
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Iterator, Mapping
 
 from ..errors import InputError
 from .records import preconditioner_name
 
-__all__ = ["SolveOptions", "CallOptions", "DEFAULT_RESTART", "DEFAULT_CHECK_EVERY", "CALL_FIELDS"]
+__all__ = ["SolveOptions", "CallOptions", "MatmulOptions", "SpectralOptions", "LstsqOptions", "LogdetOptions",
+           "defaults", "DEFAULT_RESTART", "DEFAULT_CHECK_EVERY", "CALL_FIELDS"]
 
 #: restarted Krylov methods (GMRES, LGMRES): iterations per cycle unless ``restart=`` says
 DEFAULT_RESTART = 30
@@ -52,21 +57,34 @@ def _floats(record: Any) -> None:
 
 
 class _Record(Mapping[str, Any]):
-    """A frozen dataclass that reads as a Mapping of its fields."""
+    """A frozen dataclass that reads as a Mapping of its fields.
+
+    The fields are the instance's ``__dict__`` (no other attribute is ever set on an instance),
+    so reading an option costs what a dict lookup costs: dispatch reads them on every call."""
 
     def __getitem__(self, key: str) -> Any:
-        if key not in self:
-            raise KeyError(key)
-        return getattr(self, key)
+        return self.__dict__[key]
 
     def get(self, key: str, default: Any = None) -> Any:
-        return getattr(self, key) if key in self else default
+        return self.__dict__.get(key, default)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._names())
+        return iter(self.__dict__)
 
     def __len__(self) -> int:
-        return len(self._names())
+        return len(self.__dict__)
+
+    def items(self) -> Any:
+        return self.__dict__.items()
+
+    def keys(self) -> Any:
+        return self.__dict__.keys()
+
+    def values(self) -> Any:
+        return self.__dict__.values()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.__dict__.items())})"
 
     @classmethod
     def _names(cls) -> frozenset[str] | tuple[str, ...]:
@@ -79,12 +97,43 @@ class _Record(Mapping[str, Any]):
         return names
 
     def __contains__(self, key: object) -> bool:
-        self._names()
-        return key in type(self).__dict__["_field_set"]
+        return key in self.__dict__
 
     def replace(self, **changes: Any) -> Any:
         """A copy with ``changes`` (validated again)."""
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+    def trusted_replace(self, **changes: Any) -> Any:
+        """A copy with ``changes`` the core has validated itself (a resolved tolerance, a filled-in
+        ``repeat``): no checks again, on the per-call path."""
+        unknown = set(changes) - set(self._names())
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no fields {sorted(unknown)}")
+        out = object.__new__(type(self))
+        out.__dict__.update(self.__dict__)
+        out.__dict__.update(changes)
+        return out
+
+
+def defaults(cls: type) -> dict[str, Any]:
+    """The keyword defaults of a record class (``None`` for a field made by a factory)."""
+    return {f.name: (None if f.default is dataclasses.MISSING else f.default) for f in fields(cls)}
+
+
+def _name(record: Any, *names: str) -> None:
+    for name in names:
+        v = getattr(record, name)
+        if v is not None and not isinstance(v, str):
+            raise InputError(f"{name} must be a name (str) or None, got {type(v).__name__} {v!r}")
+
+
+def _backend_options(record: Any) -> None:
+    bo = record.backend_options
+    if bo is None:
+        bo = {}
+    if not isinstance(bo, Mapping):
+        raise InputError(f"backend_options must be a dict of options for the backends, got {type(bo).__name__}")
+    object.__setattr__(record, "backend_options", dict(bo))  # a copy: the caller's dict is not kept
 
 
 
@@ -159,20 +208,12 @@ class SolveOptions(_Record):
                                         or self.repeat < 1):
             raise InputError(f"repeat must be a positive int (how many solves this pattern will serve) or None, "
                              f"got {self.repeat!r}")
-        for name in ("backend", "method"):
-            v = getattr(self, name)
-            if v is not None and not isinstance(v, str):
-                raise InputError(f"{name} must be a name (str) or None, got {type(v).__name__} {v!r}")
+        _name(self, "backend", "method")
         if self.callback is not None and not callable(self.callback):
             raise InputError(f"callback must be callable(iteration, residual) or None, got {self.callback!r}")
         if self.preconditioner is not None and not callable(self.preconditioner):
             object.__setattr__(self, "preconditioner", preconditioner_name(self.preconditioner))
-        bo = self.backend_options
-        if bo is None:
-            bo = {}
-        if not isinstance(bo, Mapping):
-            raise InputError(f"backend_options must be a dict of options for the backends, got {type(bo).__name__}")
-        object.__setattr__(self, "backend_options", dict(bo))  # a copy: the caller's dict is not kept
+        _backend_options(self)
 
     def restart_or_default(self) -> int:
         return self.restart or DEFAULT_RESTART
@@ -181,3 +222,117 @@ class SolveOptions(_Record):
         """The per-call part (``rtol`` resolved by the caller when given)."""
         return CallOptions(self.rtol if rtol is None else rtol, self.atol, self.maxiter, self.check_every,
                            self.callback)
+
+
+@dataclass(frozen=True, eq=False)
+class MatmulOptions(_Record):
+    """The options of ``matmul`` / ``Matmul`` (``request.options`` of op "matmul")."""
+
+    backend: str | None = None
+    #: calls the pattern is expected to serve: filled in by the core from the calls seen on it,
+    #: so one-time setups (a conversion) are priced per call (not a keyword of the op)
+    repeat: int | None = None
+
+    def __post_init__(self) -> None:
+        _name(self, "backend")
+
+
+@dataclass(frozen=True, eq=False)
+class LogdetOptions(_Record):
+    """The options of ``slogdet`` / ``logdet`` / ``det`` that choose a plan (``request.options`` of
+    op "logdet"); the gradient's options (``grad_method``, ``probes``) stay with the op."""
+
+    backend: str | None = None
+    method: str | None = None
+    #: calls the pattern is expected to serve: filled in by the core from the calls seen on it,
+    #: so one-time setups (a conversion) are priced per call (not a keyword of the op)
+    repeat: int | None = None
+
+    def __post_init__(self) -> None:
+        _name(self, "backend", "method")
+
+
+@dataclass(frozen=True, eq=False)
+class SpectralOptions(_Record):
+    """The options of ``eigsh`` and ``eigs`` (``request.options`` of ops "eigsh" and "eigs").
+
+    ``which`` is the op's spelling (checked by the op against its list: eigsh "LA", "SA", "LM",
+    "SM"; eigs adds "LR", "SR", "LI", "SI"); ``tol`` 0 means the accuracy contract's default for
+    the dtype; ``sigma`` a shift (real for eigsh, complex allowed for eigs) or None;
+    ``generalized``: a mass matrix ``M`` was given (eigsh)."""
+
+    backend: str | None = None
+    method: str | None = None
+    k: int = 6
+    which: str = "LM"
+    sigma: Any = None
+    tol: float = 0.0
+    maxiter: int | None = None
+    dense_max: int | None = None
+    generalized: bool = False
+    #: calls the pattern is expected to serve: filled in by the core from the calls seen on it,
+    #: so one-time setups (a conversion) are priced per call (not a keyword of the op)
+    repeat: int | None = None
+
+    def __post_init__(self) -> None:
+        _name(self, "backend", "method", "which")
+        _positive_int("k", self.k)
+        _positive_int("maxiter", self.maxiter)
+        if self.dense_max is not None and (isinstance(self.dense_max, bool) or not isinstance(self.dense_max, int)
+                                           or self.dense_max < 0):
+            raise InputError(f"dense_max must be a non-negative int or None (0: the method's default), "
+                             f"got {self.dense_max!r}")
+        if not (isinstance(self.tol, (int, float)) and not isinstance(self.tol, bool) and self.tol >= 0):
+            raise InputError(f"tol must be a non-negative number (0: the accuracy contract's default), got {self.tol!r}")
+        object.__setattr__(self, "tol", float(self.tol))
+        object.__setattr__(self, "generalized", bool(self.generalized))
+
+
+@dataclass(frozen=True, eq=False)
+class LstsqOptions(_Record):
+    """The options of ``lstsq`` / ``Lstsq`` (``request.options`` of op "lstsq").
+
+    LSQR/LSMR's tolerances: a least-squares solution stops when ``||A^H r|| <= atol ||A|| ||r||``,
+    a compatible system when ``||r|| <= btol ||b|| + atol ||A|| ||x||``; ``conlim`` bounds the
+    estimated condition number. ``atol=None``/``btol=None`` follow the accuracy contract
+    (:meth:`resolved` sets them to the dtype's default_rtol: 1e-10 in float64, 1e-5 in float32)."""
+
+    backend: str | None = None
+    method: str | None = None
+    damp: float = 0.0
+    atol: float | None = None
+    btol: float | None = None
+    conlim: float = 1e8
+    maxiter: int | None = None
+    max_bytes: int | None = None
+    backend_options: Mapping[str, Any] = field(default_factory=dict)
+    #: calls the pattern is expected to serve: filled in by the core from the calls seen on it,
+    #: so one-time setups (a conversion) are priced per call (not a keyword of the op)
+    repeat: int | None = None
+
+    def __post_init__(self) -> None:
+        _name(self, "backend", "method")
+        for name in ("damp", "atol", "btol"):
+            v = getattr(self, name)
+            if v is None and name != "damp":
+                continue
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 and math.isfinite(v)):
+                raise InputError(f"lstsq: {name} must be a finite number >= 0, got {v!r}")
+            object.__setattr__(self, name, float(v))
+        if self.atol == 0 and self.btol == 0:
+            raise InputError("lstsq: atol and btol are both 0: the iteration could never stop; give one of them "
+                             "(e.g. 1e-10)")
+        if not (isinstance(self.conlim, (int, float)) and self.conlim > 0):
+            raise InputError(f"lstsq: conlim must be a positive number (0 is not allowed; use 1e16 for no limit), "
+                             f"got {self.conlim!r}")
+        object.__setattr__(self, "conlim", float(self.conlim))
+        if self.maxiter is not None and (not isinstance(self.maxiter, int) or self.maxiter < 1):
+            raise InputError(f"lstsq: maxiter must be a positive int or None, got {self.maxiter!r}")
+        _backend_options(self)
+
+    def resolved(self, rtol: float) -> "LstsqOptions":
+        """``atol``/``btol`` left None set to ``rtol`` (the dtype's default_rtol)."""
+        if self.atol is not None and self.btol is not None:
+            return self
+        return self.replace(atol=rtol if self.atol is None else self.atol,  # type: ignore[no-any-return]
+                            btol=rtol if self.btol is None else self.btol)

@@ -26,7 +26,7 @@ import torch
 from ..errors import BackendError, SparseTorchError
 from ..tensor.pattern import is_plain
 from .lru import LRU
-from .options import SolveOptions
+from .options import _Record
 from .plans import CheapReload, supports
 from .records import Offer, OperandInfo, Request
 from .select import ExplainTable, choose
@@ -34,7 +34,7 @@ from .select import ExplainTable, choose
 if TYPE_CHECKING:
     from ..tensor import SparseTensor
 
-__all__ = ["PlanState", "guarded", "make_request", "obtain_plan", "plan_for", "call_options", "options_key",
+__all__ = ["PlanState", "guarded", "make_request", "with_options", "obtain_plan", "plan_for", "call_options", "options_key",
            "expected_calls", "with_expected_calls", "CALL_OPTIONS", "PlanCache", "CacheEntry", "plan_cache"]
 
 
@@ -151,8 +151,19 @@ CALL_OPTIONS = ("rtol", "atol", "maxiter", "check_every", "callback")
 
 def make_request(op: str, operands: tuple[OperandInfo, ...], properties: frozenset[str], options: Mapping[str, Any],
                  measured: tuple[Any, ...] = ()) -> Request:
+    """A request; ``options`` is the op's option record (:mod:`.options`), kept as it is (frozen),
+    or a plain mapping, copied."""
     requires_grad = any(o.requires_grad for o in operands)
-    return Request(op, operands, properties, dict(options), requires_grad, measured)
+    opts = options if isinstance(options, _Record) else dict(options)
+    return Request(op, operands, properties, opts, requires_grad, measured)
+
+
+def with_options(request: Request, **changes: Any) -> Request:
+    """``request`` with some options changed by the core (a pinned backend and method for a
+    fallback plan, a filled-in ``repeat``): a record stays a record of the same type."""
+    opts = request.options
+    new = opts.trusted_replace(**changes) if isinstance(opts, _Record) else {**opts, **changes}
+    return replace(request, options=new)
 
 
 def options_key(offer: Offer, options: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -195,9 +206,9 @@ def with_expected_calls(op: str, A: SparseTensor, request: Request, table: Expla
     repeat = expected_calls(op, A, count=count)
     if repeat <= 1:
         return None
-    opts = request.options
-    return replace(request, options=opts.replace(repeat=repeat) if isinstance(opts, SolveOptions)
-                   else {**opts, "repeat": repeat})
+    if isinstance(request.options, _Record) and "repeat" not in request.options:
+        return None  # an op without the option (its offers have no setup to spread)
+    return with_options(request, repeat=repeat)
 
 
 def obtain_plan(op: str, A: SparseTensor, request: Request, *, cache: bool = True) -> tuple[PlanState, Offer, ExplainTable]:

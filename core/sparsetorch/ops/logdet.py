@@ -28,16 +28,16 @@ to get those entries of the inverse (``grad_method=``):
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 
-from dataclasses import replace
 
 from ..errors import BackendError, InputError, SparseTorchError
 from ..tensor import SparseTensor
 from ..tensor.sparse_tensor import is_plain
-from ..dispatch.plan import make_request, obtain_plan
+from ..dispatch.options import LogdetOptions
+from ..dispatch.plan import make_request, obtain_plan, with_options
 from ._inputs import check_finite as check_finite_values, check_matrix, describe_sparse
 from .info import SolveInfo
 from ..dispatch.plans import InverseEntries, supports
@@ -144,8 +144,7 @@ def logdet_request(A, backend=None, method=None, properties=None):
     diagonal dominance), so an SPD matrix is offered Cholesky-based methods."""
     tags = normalize_tags(properties)
     props = tags if tags is not None else detect(A)
-    options: dict[str, Any] = {"backend": backend, "method": method}
-    return make_request("logdet", (describe_sparse(A),), props, options)
+    return make_request("logdet", (describe_sparse(A),), props, LogdetOptions(backend=backend, method=method))
 
 
 #: Errors after which another method would not do better (the operands are wrong).
@@ -222,8 +221,8 @@ def _prepare(A, op, backend, method, properties, grad_method, probes, seed, exac
 
     def state_of(i):
         if i not in states:
-            opts = {**request.options, "backend": offers[i].backend, "method": offers[i].method}
-            states[i] = obtain_plan("logdet", A, replace(request, options=opts), cache=cache)[0]
+            states[i] = obtain_plan("logdet", A, with_options(request, backend=offers[i].backend,
+                                                              method=offers[i].method), cache=cache)[0]
         return states[i]
 
     handle = {"state": state, "offer": offer, "offers": offers, "state_of": state_of, "pinned": pinned,

@@ -10,15 +10,15 @@ the backward pass runs on the same plan (``autograd/lstsq.py`` has the math).
 
 from __future__ import annotations
 
-import math
 
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 
 from ..autograd.lstsq import LstsqHandle, lstsq_function
 from ..errors import InputError
 from ..tensor import SparseTensor
+from ..dispatch.options import LstsqOptions, defaults
 from ..dispatch.plan import make_request, obtain_plan
 from ._inputs import as_rhs, check_finite as check_finite_values, check_matrix, describe_dense, describe_sparse, restore_rhs
 from .accuracy import default_rtol
@@ -29,41 +29,24 @@ __all__ = ["lstsq", "Lstsq", "lstsq_request", "LSTSQ_DEFAULTS"]
 
 _POLICIES = ("raise", "warn", "ignore")
 
-#: The keyword options of lstsq with their defaults (the tolerances are LSQR/LSMR's: a
-#: least-squares solution stops when ``||A^H r|| <= atol ||A|| ||r||``, a compatible system when
-#: ``||r|| <= btol ||b|| + atol ||A|| ||x||``; ``conlim`` bounds the estimated condition number).
+#: The keyword options of lstsq with their defaults: those of the record
+#: (:class:`~sparsetorch.dispatch.options.LstsqOptions`, where the tolerances are explained).
 #: ``atol=None``/``btol=None`` follow the accuracy contract: the dtype's default_rtol (1e-10 in
 #: float64, 1e-5 in float32), so an unspecified call is as accurate as a QR factorization would be.
-LSTSQ_DEFAULTS: dict[str, Any] = dict(
-    backend=None, method=None, damp=0.0, atol=None, btol=None, conlim=1e8, maxiter=None, max_bytes=None,
-    backend_options=None,
-)
+LSTSQ_DEFAULTS: dict[str, Any] = {k: v for k, v in defaults(LstsqOptions).items() if k != "repeat"}
 #: Options a plan reads per call (the rest choose or key the plan).
 CALL = ("damp", "atol", "btol", "conlim", "maxiter")
 
 
-def _options(dtype: torch.dtype | None = None, **kw: Any) -> dict[str, Any]:
-    o = {**LSTSQ_DEFAULTS, **kw}
-    for name in ("atol", "btol"):
-        if o[name] is None:
-            o[name] = default_rtol(dtype if dtype is not None else torch.float64)
-    for name in ("damp", "atol", "btol"):
-        v = o[name]
-        if not (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 and math.isfinite(v)):
-            raise InputError(f"lstsq: {name} must be a finite number >= 0, got {v!r}")
-    if o["atol"] == 0 and o["btol"] == 0:
-        raise InputError("lstsq: atol and btol are both 0: the iteration could never stop; give one of them (e.g. 1e-10)")
-    if not (isinstance(o["conlim"], (int, float)) and o["conlim"] > 0):
-        raise InputError(f"lstsq: conlim must be a positive number (0 is not allowed; use 1e16 for no limit), "
-                         f"got {o['conlim']!r}")
-    if o["maxiter"] is not None and (not isinstance(o["maxiter"], int) or o["maxiter"] < 1):
-        raise InputError(f"lstsq: maxiter must be a positive int or None, got {o['maxiter']!r}")
-    o["damp"], o["atol"], o["btol"], o["conlim"] = float(o["damp"]), float(o["atol"]), float(o["btol"]), float(o["conlim"])
-    o["backend_options"] = dict(o["backend_options"] or {})
-    return o
+def _options(dtype: torch.dtype | None = None, **kw: Any) -> LstsqOptions:
+    """The validated record, ``atol``/``btol`` resolved for ``dtype`` (the checks are the record's).
+    Names the record does not have (``explain("lstsq", ...)`` given the call's other keywords,
+    such as ``check_finite``) choose nothing and are left out."""
+    known = {k: v for k, v in kw.items() if k in LSTSQ_DEFAULTS}
+    return LstsqOptions(**known).resolved(default_rtol(dtype if dtype is not None else torch.float64))
 
 
-def lstsq_request(A: SparseTensor, B: torch.Tensor | None, options: dict[str, Any]):
+def lstsq_request(A: SparseTensor, B: torch.Tensor | None, options: Mapping[str, Any]):
     """The dispatch request of op "lstsq" (a square A's properties detected as solve does)."""
     operands = (describe_sparse(A),) + ((describe_dense(B),) if B is not None else ())
     m, n = A.format_shape

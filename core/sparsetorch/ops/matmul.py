@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 
 from ..autograd import products
 from ..autograd.matmul import MatmulHandle, matmul_function
+from ..dispatch.options import MatmulOptions
 from ..dispatch.plan import PlanState, make_request, obtain_plan
 from ..dispatch.select import ExplainTable
 from ..errors import InputError
@@ -19,7 +20,24 @@ from ._inputs import as_rhs, check_matrix, describe_dense, describe_sparse, rest
 __all__ = ["matmul", "Matmul", "norm", "transpose", "matmul_request"]
 
 
-def matmul_request(A: SparseTensor, X: torch.Tensor | None, options: dict[str, Any]):
+#: the option records of matmul by backend name (records are frozen: one per name serves every call)
+_OPTIONS: dict[Any, MatmulOptions] = {}
+
+
+def matmul_options(backend: str | None = None) -> MatmulOptions:
+    """The validated options of a product (made once per backend name)."""
+    rec = _OPTIONS.get(backend) if isinstance(backend, (str, type(None))) else None
+    if rec is None:
+        rec = MatmulOptions(backend=backend)
+        if len(_OPTIONS) < 64:
+            _OPTIONS[backend] = rec
+    return rec
+
+
+def matmul_request(A: SparseTensor, X: torch.Tensor | None, options: Mapping[str, Any] | None = None):
+    """The dispatch request of a product; ``options`` a :class:`MatmulOptions` or its keywords."""
+    if not isinstance(options, MatmulOptions):
+        options = matmul_options(**(options or {}))
     operands = (describe_sparse(A),) + ((describe_dense(X),) if X is not None else ())
     return make_request("matmul", operands, frozenset(), options)
 
@@ -54,7 +72,7 @@ def matmul(A: SparseTensor, X: torch.Tensor, c: torch.Tensor | None = None, *, a
     A = check_matrix(A, "matmul", square=False)
     rhs = _rhs(A, X, "matmul")
     alpha, beta = _scalars(A, rhs.shape, c, alpha, beta, "matmul")
-    request = matmul_request(A, rhs.Xn, {"backend": backend})
+    request = matmul_request(A, rhs.Xn, matmul_options(backend))
     state, _, _ = obtain_plan("matmul", A, request, cache=cache)
     return _combine(rhs.finish(_run(A, rhs.Xn, state)), c, alpha, beta)
 
@@ -222,11 +240,11 @@ class Matmul:
 
     def plan(self) -> ExplainTable:
         if self._members is not None:  # one plan per member pattern, through the plan cache
-            request = matmul_request(self._members[0], self._rhs.parts[0], {"backend": self._backend})
+            request = matmul_request(self._members[0], self._rhs.parts[0], matmul_options(self._backend))
             _, _, self._table = obtain_plan("matmul", self._members[0], request, cache=True)
             self._state = True  # type: ignore[assignment]
             return self._table
-        request = matmul_request(self.a, self._rhs.Xn, {"backend": self._backend})
+        request = matmul_request(self.a, self._rhs.Xn, matmul_options(self._backend))
         self._state, _, self._table = obtain_plan("matmul", self.a, request, cache=False)
         self._state.build()
         return self._table
@@ -323,7 +341,7 @@ SparseTensor.__rmatmul__ = _rmatmul_operator  # type: ignore[method-assign]
 
 def _product_state(A: SparseTensor, X: torch.Tensor) -> PlanState:
     """The product plan for ``A @ X`` (what the autograd layer's checks and tangents use)."""
-    state, _, _ = obtain_plan("matmul", A, matmul_request(A, X, {}))
+    state, _, _ = obtain_plan("matmul", A, matmul_request(A, X, matmul_options()))
     return state
 
 

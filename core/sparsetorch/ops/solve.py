@@ -9,7 +9,7 @@ import torch
 from ..autograd.solve import SolveHandle, route_for, solve_function
 from ..dispatch.plan import PlanState, call_options, make_request, obtain_plan
 from ..dispatch import experience
-from ..dispatch.options import SolveOptions
+from ..dispatch.options import SolveOptions, defaults
 from ..dispatch.select import ExplainTable
 from ..errors import BackendError, IndefiniteMatrixError, InputError, SingularMatrixError
 from ..tensor import SparseTensor, SparseTensorList
@@ -26,11 +26,8 @@ _POLICIES = ("raise", "warn", "ignore")
 SOLVER_REPEAT = 10
 
 
-#: The keyword options of solve/Solver/explain("solve") with their defaults.
-SOLVE_DEFAULTS: dict[str, Any] = dict(
-    backend=None, method=None, preconditioner=None, rtol=None, atol=0.0, maxiter=None, restart=None, block_size=None,
-    dense_max=None, max_bytes=None, callback=None, check_every=None, backend_options=None, repeat=None,
-)
+#: The keyword options of solve/Solver/explain("solve") with their defaults (the record's).
+SOLVE_DEFAULTS: dict[str, Any] = defaults(SolveOptions)
 
 
 def options_from_kwargs(where: str, options: dict[str, Any]) -> SolveOptions:
@@ -79,7 +76,8 @@ def solve_request(A: SparseTensor, B: torch.Tensor | None, properties, options: 
     props = tags if tags is not None else detect(A)
     operands = (describe_sparse(A),) + ((describe_dense(B),) if B is not None else ())
     if options.get("rtol") is None:
-        options = {**options, "rtol": default_rtol(A.dtype)}
+        rtol = default_rtol(A.dtype)
+        options = options.trusted_replace(rtol=rtol) if isinstance(options, SolveOptions) else {**options, "rtol": rtol}
     return make_request("solve", operands, props, options, experience.measured_on(A))
 
 

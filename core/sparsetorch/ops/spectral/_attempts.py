@@ -9,11 +9,10 @@ import math
 import inspect
 import time
 import warnings
-from dataclasses import replace
 
 import torch
 
-from ...dispatch.plan import PlanState, obtain_plan
+from ...dispatch.plan import PlanState, obtain_plan, with_options
 from ...errors import (BackendError, DegenerateEigenvalueError, IndefiniteMatrixError, NotConvergedError,
                        NotConvergedWarning, NotSymmetricError, SparseTorchError)
 from ...tensor import SparseTensor
@@ -51,8 +50,8 @@ class _Attempts:
 
     def _state(self, i: int) -> PlanState:
         if i not in self.states:
-            opts = {**self.request.options, "backend": self.offers[i].backend, "method": self.offers[i].method}
-            self.states[i] = obtain_plan(self.op, self.A, replace(self.request, options=opts), cache=self.cache)[0]
+            request = with_options(self.request, backend=self.offers[i].backend, method=self.offers[i].method)
+            self.states[i] = obtain_plan(self.op, self.A, request, cache=self.cache)[0]
         return self.states[i]
 
     def budget(self, i: int) -> float | None:
@@ -204,8 +203,7 @@ _STACKLEVEL = {"eigsh": 7, "eigs": 8}
 def _capable(op, A, request):
     from ...dispatch.select import rank
 
-    opts = {**request.options, "method": None}
-    return [r.offer for r in rank(replace(request, options=opts)).offers]
+    return [r.offer for r in rank(with_options(request, method=None)).offers]
 
 
 def _wrap(exc: BaseException, label: str, phase: str) -> BackendError:

@@ -9,6 +9,7 @@ from ...autograd.spectral import EigsHandle, eigs_function
 from ...errors import InputError
 from ...tensor import SparseTensor
 from ...tensor.sparse_tensor import is_plain
+from ...dispatch.options import SpectralOptions
 from ...dispatch.plan import make_request, obtain_plan
 from .._inputs import check_finite as check_finite_values, check_matrix, describe_sparse
 from ..accuracy import default_rtol
@@ -19,8 +20,8 @@ __all__ = ["eigs", "eigs_request"]
 
 
 def eigs_request(A, k, which, sigma, tol, maxiter, backend, method, dense_max):
-    options = {"backend": backend, "method": method, "k": k, "which": which, "sigma": sigma, "tol": float(tol),
-               "maxiter": maxiter, "dense_max": dense_max}
+    options = SpectralOptions(backend=backend, method=method, k=k, which=which, sigma=sigma, tol=tol, maxiter=maxiter,
+                              dense_max=dense_max)
     return make_request("eigs", (describe_sparse(A),), frozenset(), options)
 
 

@@ -4,7 +4,7 @@ too, through dispatch and the fallback driver, differentiable by the adjoint rul
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 
@@ -12,6 +12,7 @@ from ...autograd.spectral import EigshHandle, eigsh_function
 from ...errors import InputError, NotSymmetricError
 from ...tensor import SparseTensor
 from ...tensor.sparse_tensor import is_plain
+from ...dispatch.options import SpectralOptions
 from ...dispatch.plan import make_request, obtain_plan
 from .._inputs import check_finite as check_finite_values, check_matrix, describe_sparse
 from ..accuracy import default_rtol
@@ -102,9 +103,7 @@ def eigsh_request(A, M, k, which, sigma, tol, maxiter, backend, method, properti
             "beyond 1e-12 relative); use sparsetorch.eigs for general matrices, or pass properties='symmetric' "
             "if the asymmetry is rounding you want ignored"
         )
-    options: dict[str, Any] = {
-        "backend": backend, "method": method, "k": k, "which": which, "sigma": sigma, "tol": float(tol),
-        "maxiter": maxiter, "dense_max": dense_max, "generalized": M is not None,
-    }
+    options = SpectralOptions(backend=backend, method=method, k=k, which=which, sigma=sigma, tol=tol, maxiter=maxiter,
+                              dense_max=dense_max, generalized=M is not None)
     operands = (describe_sparse(A),) + ((describe_sparse(M),) if M is not None else ())
     return make_request("eigsh", operands, props, options)
