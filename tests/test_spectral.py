@@ -287,7 +287,7 @@ from sparsetorch.format import COO, CSC  # noqa: E402
 from sparsetorch.testing import EigsConformance, EigshConformance  # noqa: E402
 
 
-class TorchEigen:
+class TorchSpectral:
     backend = "torch"
     eigsh_methods = ("dense", "lanczos")
     eigs_methods = ("dense",)
@@ -297,15 +297,15 @@ class TorchEigen:
     supports_generalized = False  # dense has it, lanczos does not: tested above for dense
 
 
-class TestTorchEigsh(TorchEigen, EigshConformance):
+class TestTorchEigsh(TorchSpectral, EigshConformance):
     pass
 
 
-class TestTorchEigs(TorchEigen, EigsConformance):
+class TestTorchEigs(TorchSpectral, EigsConformance):
     pass
 
 
-def test_explain_ranks_eigen_offers_and_shows_declines():
+def test_explain_ranks_spectral_offers_and_shows_declines():
     from sparsetorch.testing.problems import poisson2d
 
     A = poisson2d(10)

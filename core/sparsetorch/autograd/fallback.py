@@ -47,6 +47,7 @@ from ..tensor import SparseTensor
 from ..dispatch.options import CallOptions
 from ..dispatch.plan import PlanState, guarded
 from ._range import RangeSearch
+from .lstsq import apply_entries
 from .matmul import MatmulHandle
 from ._route_checks import _checked, _equilibrated, _one_line, _pow2_scale
 from . import products
@@ -94,7 +95,11 @@ class Route(RangeSearch):
 
     # ------------------------------------------------------------------------------------------
     def solve(self, handle: Any, values: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, IterationResult]:
-        """``X`` with ``A(values) X = B`` (``A^H`` for an adjoint handle), checked, with fallback."""
+        """``X`` with ``A(values) X = B`` (``A^H`` for an adjoint handle), checked, with fallback.
+        Runs without gradient recording (inside the autograd Function it is off already)."""
+        if torch.is_grad_enabled():
+            with torch.no_grad():
+                return self.solve(handle, values, B)
         with self._lock:
             return self._solve(handle, values, B)
 
@@ -105,9 +110,8 @@ class Route(RangeSearch):
         rtol = base.get("rtol")
         rtol = default_rtol(dtype) if rtol is None else float(rtol)
         atol = float(base.get("atol") or 0.0)
-        with torch.no_grad():
-            bmax = float(B.abs().amax()) if B.numel() else 0.0
-            vmax = float(values.abs().amax()) if values.numel() else 0.0
+        bmax = float(B.abs().amax()) if B.numel() else 0.0
+        vmax = float(values.abs().amax()) if values.numel() else 0.0
         # NaN/Inf were checked by the op unless the caller said check_finite=False: then they reach
         # the method (unscaled) and its answer is judged like any other
         if bmax == 0:
@@ -207,7 +211,7 @@ class Route(RangeSearch):
 
     def _attempt(self, state: PlanState, values: torch.Tensor, B: torch.Tensor, opts: CallOptions, adjoint: bool,
                  rtol: float, atol: float, offer: Offer | None) -> tuple[torch.Tensor, IterationResult]:
-        with state.lock, torch.no_grad():
+        with state.lock:
             state._load(values)
             plan = state.plan
             X, res = _checked(state, guarded(lambda: plan.solve(B, adjoint=adjoint, options=opts), state.label, "solve"), B)
@@ -322,8 +326,6 @@ class Route(RangeSearch):
         """``A X`` (``A^H X``): small products straight from A's entries (no dispatch, no plan to
         build for a one-shot call), larger ones through a product plan of the plan cache."""
         if (self.A.nse or 0) * X.shape[-1] * max(1, X[..., 0, 0].numel()) <= _DIRECT_PRODUCT:
-            from .lstsq import apply_entries  # noqa: PLC0415
-
             return apply_entries(self.A, values, X, adjoint=adjoint)
         return MatmulHandle(products.product_state(self.A, X), self.A, adjoint).run(values, X)
 

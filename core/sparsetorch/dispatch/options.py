@@ -199,8 +199,10 @@ class SolveOptions(_Record):
     def __post_init__(self) -> None:
         _tolerances(self.rtol, self.atol)
         _floats(self)
+        d = self.__dict__
         for name in ("maxiter", "restart", "block_size", "dense_max", "check_every"):
-            _positive_int(name, getattr(self, name))
+            if d[name] is not None:  # the common case (None) without a call: this runs on every solve
+                _positive_int(name, d[name])
         if self.max_bytes is not None and (isinstance(self.max_bytes, bool) or not isinstance(self.max_bytes, int)
                                            or self.max_bytes < 0):
             raise InputError(f"max_bytes must be a non-negative int or None, got {self.max_bytes!r}")

@@ -1,4 +1,4 @@
-"""The fallback driver of the eigen ops: the capable offers in the explain table's order, each run
+"""The fallback driver of the spectral ops (eigsh, eigs): the capable offers in the explain table's order, each run
 until one returns eigenpairs that pass the checks (docs/spectral.md, "What a default call
 promises"), with a record of every attempt for ``info.extra["attempts"]``."""
 
@@ -187,7 +187,7 @@ class _Attempts:
                    "attempts": [dict(r) for r in self.records], "contract_rtol": self.contract},
         )
 
-#: Direct methods of the eigen ops: an attempt that one of these could replace is bounded by it.
+#: Direct methods of the spectral ops: an attempt that one of these could replace is bounded by it.
 _DIRECT_METHODS = ("dense",)
 #: The least an iterative attempt is allowed before handing over (seconds): below it a budget
 #: would only measure Python's overheads.

@@ -1,4 +1,4 @@
-"""The checks of the eigen ops: their inputs (``k``, ``which``, ``tol``, ``maxiter``, ``v0``; a mass
+"""The checks of the spectral ops (eigsh, eigs): their inputs (``k``, ``which``, ``tol``, ``maxiter``, ``v0``; a mass
 matrix ``M`` that must be symmetric positive definite) and the eigenpairs a plan returns (shapes,
 finiteness, and the residual of the accuracy contract, computed here from the stored entries)."""
 
