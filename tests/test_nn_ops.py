@@ -204,3 +204,18 @@ def test_state_dict_save_and_load_into_a_module() -> None:
     with pytest.raises(RuntimeError, match="patterns differ|stores"):
         fresh.load_state_dict(other.state_dict())
     torch.testing.assert_close(fresh.weight.to_dense(), 2 * Dw.detach(), rtol=0, atol=0)
+
+
+def test_products_under_autocast_run_in_the_autocast_dtype() -> None:
+    """F.linear / @ / addmm with a SparseWeight under bf16 autocast, as with a dense weight."""
+    W, v, Dw, mask, A = _twin(11)
+    W32 = W.to(torch.float32)
+    D32 = Dw.detach().to(torch.float32)
+    x = torch.randn(5, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        pairs = [(torch.nn.functional.linear(x, W32), torch.nn.functional.linear(x, D32)),
+                 (W32 @ x.T, D32 @ x.T),
+                 (torch.addmm(torch.zeros(5, 6), x, W32.t()), torch.addmm(torch.zeros(5, 6), x, D32.t()))]
+    for got, ref in pairs:
+        assert got.dtype == ref.dtype == torch.bfloat16
+        torch.testing.assert_close(got.float(), ref.float(), rtol=2e-2, atol=2e-2)

@@ -13,7 +13,7 @@ import torch
 
 from ..errors import InputError
 from ..tensor import SparseTensor
-from .linear import amp_matmul, rows_times_transpose
+from .linear import amp_matmul, autocast_dtype, rows_times_transpose
 
 __all__ = ["SparseWeight"]
 
@@ -212,6 +212,8 @@ def _scaled(alpha, beta, product: torch.Tensor, input: torch.Tensor | None) -> t
     if isinstance(input, SparseWeight):
         raise InputError("SparseWeight: the added input of addmm/addmv/baddbmm must be dense (adding a sparse "
                          "weight to a dense product would densify it); call .to_dense() first")
+    if input.dtype != out.dtype and autocast_dtype(input.device.type, input.dtype) is not None:
+        input = input.to(out.dtype)  # autocast casts addmm's input too
     return out + (input if (not isinstance(beta, torch.Tensor) and beta == 1) else beta * input)
 
 
