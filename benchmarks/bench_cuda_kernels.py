@@ -142,7 +142,7 @@ def case_stencil(tab: Table, m: int) -> None:
         for label, A in mats.items():
             kind = label.split()[0].lower()
             isz = 4 if "int32" in label else 8
-            variants = {"csr": ("stream", "vector", "balanced"), "dia": ("rows1", "rows2", "classic")}.get(kind, (None,))
+            variants = {"csr": ("stream", "stream4", "vector"), "dia": ("rows2", "rows1", "p1", "p2", "p4", "classic")}.get(kind, (None,))
             default = _plan(A).variant if kind in ("csr", "dia") else None
             for variant in variants:
                 p = _plan(A, variant)
@@ -218,15 +218,18 @@ def case_nm(tab: Table, size: int, dtypes, ks=(1,)) -> None:
         case = f"{size}^2 2:4 {name}"
         S = st.SparseTensor.from_dense(W, mask=mask)
         A = S.convert(NM(2, 4), index_dtype=torch.int32)
-        p = _plan(A)
+        default = _plan(A).variant
         for k in ks:
             X = torch.randn(size, k, device="cuda", dtype=torch.float64, generator=g).to(dtype)
             ref = W.double() @ X.double()
             tab.record(case, f"dense cuBLAS {'GEMV' if k == 1 else 'GEMM'} k={k}", lambda X=X, W=W: W @ X, lambda X=X, W=W: W @ X,
                        ref, size * size * vs + 2 * size * k * vs, dtype=name, k=k, density=0.5)
             nb = traffic("nm", m=size, n=size, nnz=int(A.nse), k=k, vs=vs, isz=4, slots=int(A.values.shape[-1]), bits=2)
-            tab.record(case, f"cuda plan.apply NM(2,4) k={k}", lambda p=p, X=X: p.apply(X), lambda p=p, X=X: p.apply(X), ref, nb,
-                       family="nm" if k == 1 else None, dtype=name, k=k, density=0.5, format="NM(2,4)")
+            for variant in ("warp", "s1", "s2", "s3", "s4"):
+                p = _plan(A, variant)
+                tab.record(case, f"cuda plan.apply NM(2,4) [{variant}] k={k}", lambda p=p, X=X: p.apply(X), lambda p=p, X=X: p.apply(X),
+                           ref, nb, family="nm" if k == 1 and variant == default else None, dtype=name, k=k, density=0.5,
+                           format="NM(2,4)", variant=variant, default=variant == default)
         del A, p, S, W
         torch.cuda.empty_cache()
 
@@ -250,13 +253,14 @@ def case_lowsparsity(tab: Table, size: int, dtypes, ks=(1, 8)) -> None:
                            size * size * vs + 2 * size * k * vs, dtype=name, k=k, density=density)
                 S = st.SparseTensor.from_dense(W, mask=mask)
                 fmts = [("DELTA(4)", DELTA(4))] + ([("DELTA(8)", DELTA(8))] if density < 0.3 else []) + [("CSR int32", CSR)]
-                for label, fmt in fmts + [("DELTA(4) [groups]", DELTA(4))]:
+                extra = [("DELTA(4) [packed2]", DELTA(4)), ("DELTA(4) [groups]", DELTA(4))]
+                for label, fmt in fmts + extra:
                     A = S.convert(fmt, index_dtype=torch.int32)
-                    p = _plan(A, "groups" if "groups" in label else None)
+                    p = _plan(A, label.split("[")[1][:-1] if "[" in label else None)
                     kind = p.kind
                     nb = traffic(kind, m=size, n=size, nnz=int(A.nse), k=k, vs=vs, isz=4, bits=getattr(p, "bits", None))
                     fam = {"delta": "delta", "csr": "csr_vector"}[kind] if not (kind == "csr" and k >= 16) else "csr_cols"
-                    if "groups" in label:
+                    if "[" in label:
                         fam = None  # a variant for comparison, not what the plan runs by default
                     tab.record(case, f"cuda plan.apply {label} k={k}", lambda p=p, X=X: p.apply(X), lambda p=p, X=X: p.apply(X),
                                ref, nb, family=fam, dtype=name, k=k, density=density, format=label,
@@ -379,6 +383,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--cases", default="host,stencil,lowsparsity,nm,skewed,sddmm")
     ap.add_argument("--ks", default="1,8", help="right-hand-side counts of the low-sparsity case")
+    ap.add_argument("--low-dtypes", default="float16,bfloat16,float32", help="value types of the low-sparsity case")
     ap.add_argument("--reps", type=int, default=30)
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -412,7 +417,8 @@ def main() -> int:
             guard(lambda: case_stencil(tab, 40 if args.quick else 114) or {})
         elif case == "lowsparsity":
             ks = tuple(int(v) for v in args.ks.split(","))
-            guard(lambda: case_lowsparsity(tab, 1024 if args.quick else 8192, (torch.float16, torch.bfloat16, torch.float32), ks) or {})
+            low = tuple(getattr(torch, d) for d in args.low_dtypes.split(","))
+            guard(lambda: case_lowsparsity(tab, 1024 if args.quick else 8192, low, ks) or {})
         elif case == "nm":
             guard(lambda: case_nm(tab, 1024 if args.quick else 8192, (torch.float16, torch.bfloat16)) or {})
         elif case == "skewed":

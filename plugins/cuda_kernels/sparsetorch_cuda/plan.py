@@ -52,8 +52,18 @@ INT_LIMIT = 2**31 - 1024
 #: CSR "stream" kernel (32 rows per warp) for mean row length <= this and longest row <= STREAM_MAX_ROW
 STREAM_MEAN = 16
 STREAM_MAX_ROW = 256
-#: blocks per SM for the DELTA / N:M kernels' grids (512 threads each: 2048 threads per SM)
+#: threads per block of the DELTA kernels (fast.cu) and of nm24 (structured.cu's NM_BLOCK)
 ROW_KERNEL_BLOCK = 512
+NM_BLOCK = 384
+#: kernel variants per kind and the defaults (see CudaSpmmPlan's docstring). The defaults are the
+#: variants measured and tested on the H200 (benchmarks/results/cuda_kernels_h200.json); "p1",
+#: "p2", "p4", "packed2" and "s1".."s4" are written and compile, not yet run on a GPU.
+DIA_VARIANTS = ("rows2", "rows1", "p1", "p2", "p4", "classic")
+DIA_DEFAULT = "rows2"
+DELTA_VARIANTS = ("packed", "packed2", "groups", "lanes")
+DELTA_DEFAULT = "packed"
+NM_VARIANTS = ("warp", "s1", "s2", "s3", "s4")
+NM_DEFAULT = "warp"
 
 
 def nm_params(fmt: Any) -> tuple[int, int] | None:
@@ -78,16 +88,16 @@ def bsr_params(fmt: Any) -> tuple[int, int] | None:
     return (bh, bw) if fmt == BSR(bh, bw) else None
 
 
+@functools.lru_cache(maxsize=8)
+def _sm_count(index: int) -> int:
+    return int(torch.cuda.get_device_properties(index).multi_processor_count)
+
+
 def _nm_pos_bits(m_: int) -> int | None:
     for b in (1, 2, 4, 8):
         if m_ <= (1 << b):
             return b
     return None
-
-
-@functools.lru_cache(maxsize=8)
-def _sm_count(index: int) -> int:
-    return int(torch.cuda.get_device_properties(index).multi_processor_count)
 
 
 def delta_bits(fmt: Any) -> int | None:
@@ -152,11 +162,16 @@ class CudaSpmmPlan:
     ``variant`` picks the CSR kernel: ``"stream"`` (32 rows per warp, the warp's nonzeros read
     in coalesced chunks; for short rows), ``"vector"`` (VEC lanes per row, VEC from the mean row
     length) or ``"balanced"`` (equal nonzeros per warp, for skewed rows); ``None`` chooses
-    by the rows' lengths (see :func:`sparsetorch_cuda.cost.csr_variant`). For DIA: ``"rows1"``
-    (default: a thread per row, diagonals in batches of 8), ``"rows2"`` (two rows per thread) or
-    ``"classic"`` (64-bit kernel of spmv.cu). For DELTA: ``"packed"`` (default: b a compile-time
-    constant, one gap load per 8 entries), ``"groups"`` or ``"lanes"`` (spmv.cu's earlier
-    kernels, 8 entries / one entry per lane); all copy X into shared memory when it fits in 48 KB."""
+    by the rows' lengths (see :func:`sparsetorch_cuda.cost.csr_variant`). For DIA: ``"p1"``,
+    ``"p2"``, ``"p4"`` (at most 8 diagonals, offsets as kernel parameters, 1/2/4 rows per
+    thread), ``"rows1"``, ``"rows2"`` (offsets staged in shared memory, any count of diagonals,
+    in batches of 8) or ``"classic"`` (64-bit kernel of spmv.cu); a "p" variant on more than 8
+    diagonals runs as rows1/rows2. For DELTA: ``"packed2"`` / ``"packed"`` (b a compile-time
+    constant, one gap load per 8 entries, two / one 8-entry groups per lane per step),
+    ``"groups"`` or ``"lanes"`` (spmv.cu's earlier kernels); all copy X into shared memory when
+    it fits in 48 KB. For N:M 2:4 with one right-hand side: ``"warp"`` (a warp per row) or
+    ``"s1"`` .. ``"s4"`` (blocks of 384 threads, that many warps share a row). Defaults:
+    :data:`DIA_DEFAULT`, :data:`DELTA_DEFAULT`, :data:`NM_DEFAULT` (the measured ones)."""
 
     method = "spmm"
     preconditioner = None
@@ -192,20 +207,24 @@ class CudaSpmmPlan:
             lengths = (self.rowptr[1:] - self.rowptr[:-1]) if m else self.rowptr[:0]
             self.max_row = int(lengths.max()) if m else 0
             self.variant = variant or csr_variant(m, self.nnz, self.max_row)
-            if self.variant not in ("vector", "balanced", "stream"):
+            if self.variant not in ("vector", "balanced", "stream", "stream4"):
                 raise InputError(f"{backend}: variant must be 'stream', 'vector' or 'balanced', got {variant!r}")
             self.vec = _vec_for(self.nnz / max(m, 1))
             warps = max(1, math.ceil(self.nnz / CHUNK))
             starts = torch.arange(warps, device=self.device, dtype=torch.int64) * CHUNK
             self.first_row = (torch.searchsorted(self.rowptr.to(torch.int64), starts, right=True) - 1).clamp_(0, max(m - 1, 0)).to(self.idx)
         if self.kind == "delta":
-            self.variant = variant or ("packed" if self.small else "groups")
-            if self.variant not in ("lanes", "groups", "packed"):
-                raise InputError(f"{backend}: DELTA variant must be 'packed', 'lanes' or 'groups', got {variant!r}")
+            self.variant = variant or (DELTA_DEFAULT if self.small else "groups")
+            if self.variant not in DELTA_VARIANTS:
+                raise InputError(f"{backend}: DELTA variant must be one of {DELTA_VARIANTS}, got {variant!r}")
         if self.kind == "dia":
-            self.variant = variant or ("rows1" if self.small else "classic")
-            if self.variant not in ("rows1", "rows2", "classic"):
-                raise InputError(f"{backend}: DIA variant must be 'rows1', 'rows2' or 'classic', got {variant!r}")
+            self.variant = variant or (DIA_DEFAULT if self.small else "classic")
+            if self.variant not in DIA_VARIANTS:
+                raise InputError(f"{backend}: DIA variant must be one of {DIA_VARIANTS}, got {variant!r}")
+        if self.kind == "nm":
+            self.variant = variant or NM_DEFAULT
+            if self.variant not in NM_VARIANTS:
+                raise InputError(f"{backend}: N:M variant must be one of {NM_VARIANTS}, got {variant!r}")
         self.reload_cheap = True
 
     # Pattern builders ---------------------------------------------------------------------------
@@ -247,6 +266,7 @@ class CudaSpmmPlan:
             raise InputError(f"{self.backend} DIA: {self.ndiag} diagonals is more than the kernel's 4096")
         self.offs, self.nnz, self.idx = offs, self.ndiag * m, torch.int64
         self.offs32 = offs.to(torch.int32).contiguous()
+        self.offs_host = offs.tolist() if self.ndiag <= 8 else []
 
     def _build_ell(self, A: SparseTensor) -> None:
         m, n = self.shape
@@ -309,10 +329,7 @@ class CudaSpmmPlan:
             raise InputError(f"{self.backend} NM: {pos.numel()} positions for {self.slots} value slots")
         if pos.numel() and (int(pos.min()) < 0 or int(pos.max()) >= self.nm_m):
             raise InputError(f"{self.backend} NM({self.nm_n},{self.nm_m}): in-group positions must lie in [0, {self.nm_m})")
-        t = torch.arange(S, device=self.dev_index, dtype=torch.int64)
-        cols = (t // self.nm_n * self.nm_m).repeat(m) + pos if m else pos
-        if cols.numel() and int(cols.max()) >= n:
-            raise InputError(f"{self.backend} NM: a slot's column lies past column {n - 1}")
+        # slots of a last, partial group may point past column n - 1 (padding): the kernels skip them
         per = 32 // pb
         words = -(-self.slots // per) if self.slots else 0
         padded = torch.zeros(words * per, dtype=torch.int64, device=self.dev_index)
@@ -405,7 +422,14 @@ class CudaSpmmPlan:
                 kern((-(-m // BLOCK), gy), BLOCK, (m, n, k, self.ndiag, self.offs.data_ptr(), v.data_ptr(), x.data_ptr(),
                                                    y.data_ptr()), shared=8 * self.ndiag, device=self.dev_index)
                 return
-            rows = 2 if self.variant == "rows2" else 1
+            if self.variant.startswith("p") and self.ndiag <= 8:  # offsets as kernel parameters
+                rows = int(self.variant[1])
+                offs = [int(o) for o in self.offs_host] + [0] * (8 - self.ndiag)
+                kern = kernel("fast", f"dia_p8_{rows}", self.dtype, torch.int64, dev, 15)
+                kern((-(-m // (BLOCK * rows)), gy), BLOCK, (m, n, k, self.ndiag, *(o & 0xFFFFFFFFFFFFFFFF for o in offs),
+                                                            v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.dev_index)
+                return
+            rows = 2 if self.variant in ("rows2", "p2", "p4") else 1
             kern = kernel("fast", f"dia_fast{rows}", self.dtype, torch.int64, dev, 8)
             kern((-(-m // (BLOCK * rows)), gy), BLOCK, (m, n, k, self.ndiag, self.offs32.data_ptr(), v.data_ptr(), x.data_ptr(),
                                                         y.data_ptr()), shared=4 * (-(-max(self.ndiag, 1) // 8) * 8),
@@ -418,33 +442,35 @@ class CudaSpmmPlan:
             S = self.row_slots
             if (fits and k == 1 and (self.nm_n, self.nm_m) == (2, 4) and n % 16 == 0 and x.data_ptr() % 16 == 0
                     and v.data_ptr() % 16 == 0):
-                kern = kernel("structured", "nm24", self.dtype, torch.int32, dev, 6)
-                wpb = ROW_KERNEL_BLOCK // 32
-                grid = min(-(-m // wpb), 4 * _sm_count(dev))
-                kern((grid, 1), ROW_KERNEL_BLOCK, (m, S, self.words.data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr()),
-                     device=self.dev_index)
+                args = (m, S, self.words.data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr())
+                if self.variant == "warp":  # a warp per row, grid capped at 4 blocks per SM (row loop)
+                    kern = kernel("structured", "nm24", self.dtype, torch.int32, dev, 6)
+                    wpb = ROW_KERNEL_BLOCK // 32
+                    kern((min(-(-m // wpb), 4 * _sm_count(dev)), 1), ROW_KERNEL_BLOCK, args, device=self.dev_index)
+                    return
+                split = int(self.variant[1])
+                kern = kernel("structured", f"nm24_s{split}", self.dtype, torch.int32, dev, 6)
+                kern((-(-m // (NM_BLOCK // 32 // split)), 1), NM_BLOCK, args, device=self.dev_index)
                 return
-            kern = kernel("structured", "nm_any", self.dtype, torch.int32, dev, 10)
-            kern((-(-m * 32 // BLOCK), gy), BLOCK, (m, k, S, self.nm_n, self.nm_m, self.pos_bits, self.words.data_ptr(),
+            kern = kernel("structured", "nm_any", self.dtype, torch.int32, dev, 11)
+            kern((-(-m * 32 // BLOCK), gy), BLOCK, (m, n, k, S, self.nm_n, self.nm_m, self.pos_bits, self.words.data_ptr(),
                                                     v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.dev_index)
         elif kind == "bsr":
             kern = kernel("structured", f"bsr_vec{self.vec}", self.dtype, self.idx, dev, 10)
             kern((-(-m * self.vec // BLOCK), gy), BLOCK, (m, n, k, self.bh, self.bw, self.rowptr.data_ptr(), self.col.data_ptr(),
                                                           v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.dev_index)
-        elif self.variant == "packed" and fits and (n + 16) * k * x.element_size() <= DELTA_SMEM_BYTES:
-            # bit-packed DELTA, b a compile-time constant, X in shared memory with 8-entry pads
-            kern = kernel("fast", f"delta_b{self.bits}_smem", self.dtype, self.idx, dev, 9)
+        elif self.variant in ("packed", "packed2") and fits:
+            # bit-packed DELTA, b a compile-time constant; X in shared memory (8-entry pads) when it fits
+            smem = (n + 16) * k * x.element_size()
+            name = ("delta2_b" if self.variant == "packed2" else "delta_b") + str(self.bits)
+            if smem <= DELTA_SMEM_BYTES:
+                name += "_smem"
+            kern = kernel("fast", name, self.dtype, self.idx, dev, 9)
             wpb = ROW_KERNEL_BLOCK // 32
-            grid = min(-(-m // wpb), 4 * _sm_count(dev))
-            kern((grid, 1), ROW_KERNEL_BLOCK, (m, n, k, self.nnz, self.rowptr.data_ptr(), self.words.data_ptr(), v.data_ptr(),
-                                               x.data_ptr(), y.data_ptr()), shared=(n + 16) * k * x.element_size(),
-                 device=self.dev_index)
-        elif self.variant == "packed" and fits:
-            kern = kernel("fast", f"delta_b{self.bits}", self.dtype, self.idx, dev, 9)
-            wpb = ROW_KERNEL_BLOCK // 32
-            grid = min(-(-m // wpb), 4 * _sm_count(dev))
-            kern((grid, 1), ROW_KERNEL_BLOCK, (m, n, k, self.nnz, self.rowptr.data_ptr(), self.words.data_ptr(), v.data_ptr(),
-                                               x.data_ptr(), y.data_ptr()), device=self.dev_index)
+            grid = -(-m // wpb) if self.variant == "packed2" else min(-(-m // wpb), 4 * _sm_count(dev))  # packed: row loop
+            kern((grid, 1), ROW_KERNEL_BLOCK,
+                 (m, n, k, self.nnz, self.rowptr.data_ptr(), self.words.data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr()),
+                 shared=smem if smem <= DELTA_SMEM_BYTES else 0, device=self.dev_index)
         else:  # delta, spmv.cu's kernels: X in shared memory when it fits (the gathers then stay on the SM)
             xbytes = n * k * x.element_size()
             smem = xbytes <= DELTA_SMEM_BYTES
@@ -477,8 +503,8 @@ class CudaSpmmPlan:
             kern((-(-rows * 32 // BLOCK), min(-(-k // 32), _GRID_Y)), BLOCK,
                  (rows, k, rowptr.data_ptr(), col.data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.dev_index)
             return
-        if fits and variant == "stream":
-            kern = kernel("fast", "csr_stream8", self.dtype, idx, dev, 7)
+        if fits and variant in ("stream", "stream4"):  # stream4: chunks of 128 nonzeros instead of 256
+            kern = kernel("fast", "csr_stream4" if variant == "stream4" else "csr_stream8", self.dtype, idx, dev, 7)
             kern((-(-rows // BLOCK), min(k, _GRID_Y)), BLOCK,
                  (rows, k, rowptr.data_ptr(), col.data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.dev_index)
             return
@@ -574,5 +600,5 @@ class CudaSpmmPlan:
         return self._coords
 
     def __repr__(self) -> str:
-        extra = f", variant={self.variant}" if self.kind in ("csr", "generic", "delta", "dia") else ""
+        extra = f", variant={self.variant}" if self.kind in ("csr", "generic", "delta", "dia", "nm") else ""
         return f"CudaSpmmPlan({self.kind}, shape={self.shape}, nnz={self.nnz}, {self.dtype}{extra})"

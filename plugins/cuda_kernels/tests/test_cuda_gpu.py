@@ -97,7 +97,7 @@ def test_balanced_csr_on_skewed_rows(dtype):
     assert csr_variant(1000, 10_000, 50_000) == "balanced"
 
 
-@pytest.mark.parametrize("variant", ("lanes", "groups", "packed"))
+@pytest.mark.parametrize("variant", ("lanes", "groups", "packed", "packed2"))
 @pytest.mark.parametrize("bits", (1, 2, 4, 8, 16))
 def test_delta_long_rows_and_packing(bits, variant):
     # rows of thousands of entries (many 32-lane iterations, carries between them) and gaps
@@ -114,7 +114,7 @@ def test_delta_long_rows_and_packing(bits, variant):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
-@pytest.mark.parametrize("variant", ("stream", "vector", "balanced"))
+@pytest.mark.parametrize("variant", ("stream", "stream4", "vector", "balanced"))
 @pytest.mark.parametrize("shape", ((1000, 700, 0.006), (77, 5000, 0.02), (300, 300, 0.9)), ids=("short", "medium", "long"))
 def test_csr_variants(shape, variant, dtype):
     # every CSR kernel on short, medium (100 per row) and long (270 per row, several chunks of
@@ -131,11 +131,13 @@ def test_csr_variants(shape, variant, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
-@pytest.mark.parametrize("variant", ("rows1", "rows2", "classic"))
+@pytest.mark.parametrize("variant", ("p1", "p2", "p4", "rows1", "rows2", "classic"))
 def test_dia_variants(variant, dtype):
-    # 11 diagonals (a batch of 8 and a partial one), off-matrix slots, m > n and m < n
-    offs = (-40, -17, -3, -1, 0, 1, 2, 5, 9, 33, 120)
-    for m, n in ((700, 530), (530, 700), (1, 300)):
+    # 11 diagonals (a batch of 8 and a partial one; the "p" variants fall back to shared memory)
+    # and 5 (offsets as kernel parameters), off-matrix slots, m > n and m < n
+    cases = [((-40, -17, -3, -1, 0, 1, 2, 5, 9, 33, 120), m, n) for m, n in ((700, 530), (530, 700), (1, 300))]
+    cases += [((-3, 0, 1, 7, 40), m, n) for m, n in ((1500, 1400), (1400, 1500), (3, 2))]
+    for offs, m, n in cases:
         D = banded_dense(m, n, offs, dtype, seed=m)
         A = to_format(D, DIA, dtype, torch.int64)
         plan = _plan(A, variant)
@@ -147,14 +149,16 @@ def test_dia_variants(variant, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
-@pytest.mark.parametrize("shape", ((130, 256), (64, 8192), (5, 48), (33, 100)))
-def test_nm24_kernels(shape, dtype):
-    # n % 16 == 0 takes the vectorized 2:4 kernel (k = 1), others the general one; both against dense
+@pytest.mark.parametrize("variant", ("warp", "s1", "s2", "s3", "s4"))
+@pytest.mark.parametrize("shape", ((130, 256), (64, 8192), (5, 48), (33, 100), (7, 16)))
+def test_nm24_kernels(shape, variant, dtype):
+    # n % 16 == 0 takes the vectorized 2:4 kernel (k = 1; rows shared by 1..4 warps, rows that
+    # fill no whole block), others the general one; both against dense
     m, n = shape
     D = nm_dense(m, n, 2, 4, dtype, seed=n)
     A = to_format(D, NM(2, 4), dtype, torch.int32)
-    plan = _plan(A)
-    assert plan.kind == "nm" and plan.pos_bits == 2
+    plan = _plan(A, variant)
+    assert plan.kind == "nm" and plan.pos_bits == 2 and plan.variant == variant
     assert plan.words.numel() == -(-int(A.values.shape[-1]) // 16) + 4  # 2 bits per slot
     for k in (1, 2):
         X = _x(n, k, dtype, k)

@@ -153,6 +153,49 @@ __device__ __forceinline__ void dia_fast_body(int m, int n, int k, int nd, const
 DIA_FAST(1)
 DIA_FAST(2)
 
+// ---- DIA with at most 8 diagonals, offsets as kernel parameters ------------------------------------
+// Same arithmetic as dia_fast, but the offsets arrive in the parameter bank (no global load and no
+// barrier before a block's first value load); ROWS rows per thread.
+template <int ROWS>
+__device__ __forceinline__ void dia_p8_body(int m, int n, int k, int nd, const int* o, const val_t* __restrict__ val,
+                                            const val_t* __restrict__ x, val_t* __restrict__ y) {
+  int i0 = blockIdx.x * blockDim.x * ROWS + threadIdx.x;
+  if (i0 >= m) return;
+  for (int c = blockIdx.y; c < k; c += gridDim.y) {
+    acc_t v[ROWS][8], xv[ROWS][8];
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+      const val_t* vp = val + (i64)t * m;
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        int i = i0 + r * blockDim.x;
+        int j = i + o[t];
+        bool in = t < nd && i < m && (unsigned)j < (unsigned)n;
+        v[r][t] = in ? ld(RO(vp + i)) : (acc_t)0;
+        xv[r][t] = in ? ld(RO(x + j * k + c)) : (acc_t)0;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      acc_t s = 0;
+#pragma unroll
+      for (int t = 0; t < 8; ++t) s += v[r][t] * xv[r][t];
+      int i = i0 + r * blockDim.x;
+      if (i < m) y[i * k + c] = st(s);
+    }
+  }
+}
+
+#define DIA_P8(R)                                                                                                    \
+  extern "C" __global__ void dia_p8_##R(i64 m, i64 n, i64 k, i64 nd, i64 o0, i64 o1, i64 o2, i64 o3, i64 o4, i64 o5, \
+                                        i64 o6, i64 o7, const val_t* val, const val_t* x, val_t* y) {                \
+    const int o[8] = {(int)o0, (int)o1, (int)o2, (int)o3, (int)o4, (int)o5, (int)o6, (int)o7};                      \
+    dia_p8_body<R>((int)m, (int)n, (int)k, (int)nd, o, val, x, y);                                                   \
+  }
+DIA_P8(1)
+DIA_P8(2)
+DIA_P8(4)
+
 // ---- DELTA(b), bit-packed, b a compile-time constant -----------------------------------------------
 // Entry e's gap is the b-bit field at bit e * b of the packed words; column = previous column +
 // gap + 1 (previous = -1 before a row's first entry). Group g = entries [8g, 8g + 8): its 8
@@ -209,6 +252,7 @@ __device__ __forceinline__ void unpack8(const Raw& r, acc_t* v) {
   for (int t = 0; t < 8; ++t) v[t] = ld(r.v.e[t]);
 }
 
+// The measured default ("packed"): one group per lane per step, the next step's group prefetched.
 template <int BITS, bool SMEM>
 __device__ __forceinline__ void delta_fast_body(int m, int n, int k, int nnz, const idx_t* __restrict__ rowptr,
                                                 const unsigned char* __restrict__ gw, const val_t* __restrict__ val,
@@ -285,17 +329,138 @@ __device__ __forceinline__ void delta_fast_body(int m, int n, int k, int nnz, co
   }
 }
 
-#define DELTA_FAST(B)                                                                                                  \
-  extern "C" __global__ void __launch_bounds__(512) delta_b##B(i64 m, i64 n, i64 k, i64 nnz, const idx_t* rowptr,      \
-                                                               const unsigned char* gw, const val_t* val, const val_t* x, \
-                                                               val_t* y) {                                             \
-    delta_fast_body<B, false>((int)m, (int)n, (int)k, (int)nnz, rowptr, gw, val, x, y);                                \
-  }                                                                                                                    \
-  extern "C" __global__ void __launch_bounds__(512) delta_b##B##_smem(i64 m, i64 n, i64 k, i64 nnz, const idx_t* rowptr, \
-                                                                      const unsigned char* gw, const val_t* val,       \
-                                                                      const val_t* x, val_t* y) {                      \
-    delta_fast_body<B, true>((int)m, (int)n, (int)k, (int)nnz, rowptr, gw, val, x, y);                                 \
+// UNR groups per lane per step in two passes (advances, then columns and products, decoding the
+// raw words again), X copied with 16-byte loads: the "packed2" variant (UNR = 2). Not yet measured.
+template <int BITS, bool SMEM, int UNR>
+__device__ __forceinline__ void delta_unr_body(int m, int n, int k, int nnz, const idx_t* __restrict__ rowptr,
+                                                const unsigned char* __restrict__ gw, const val_t* __restrict__ val,
+                                                const val_t* __restrict__ x, val_t* __restrict__ y) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const unsigned MASK = BITS >= 32 ? FULL : ((1u << BITS) - 1u);
+  const val_t* xs = x;
+  if (SMEM) {  // X (n * k values) between two pads of DELTA_PAD * k zeros; 16-byte copies when aligned
+    val_t* sx = reinterpret_cast<val_t*>(smem_raw);
+    val_t* dst = sx + DELTA_PAD * k;
+    int nk = n * k;
+    const int VPU = 16 / sizeof(val_t);
+    int done = 0;
+    if ((reinterpret_cast<size_t>(x) & 15) == 0) {
+      int nq = nk / VPU;
+      const uint4* xq = reinterpret_cast<const uint4*>(x);
+      uint4* dq = reinterpret_cast<uint4*>(dst);
+      for (int t = threadIdx.x; t < nq; t += blockDim.x) dq[t] = RO(xq + t);
+      done = nq * VPU;
+    }
+    for (int t = done + threadIdx.x; t < nk; t += blockDim.x) dst[t] = RO(x + t);
+    for (int t = threadIdx.x; t < DELTA_PAD * k; t += blockDim.x) {
+      sx[t] = (val_t)0;
+      dst[nk + t] = (val_t)0;
+    }
+    __syncthreads();
+    xs = dst;
   }
+  int lane = threadIdx.x & 31;
+  int wpb = blockDim.x >> 5;
+  for (int row = blockIdx.x * wpb + (threadIdx.x >> 5); row < m; row += gridDim.x * wpb) {
+    int p0 = (int)RO(rowptr + row), p1 = (int)RO(rowptr + row + 1);
+    int g0 = p0 >> 3, g1 = (p1 + 7) >> 3;
+    for (int c = 0; c < k; ++c) {
+      acc_t s = 0;
+      int base = -1 - (p0 & 7);
+      Raw nx[UNR];
+#pragma unroll
+      for (int u = 0; u < UNR; ++u)
+        if (g0 + u * 32 + lane < g1) load_group<BITS>(gw, val, g0 + u * 32 + lane, nnz, nx[u]);
+      for (int gb = g0; gb < g1; gb += 32 * UNR) {
+        Raw cur[UNR];
+#pragma unroll
+        for (int u = 0; u < UNR; ++u) cur[u] = nx[u];
+#pragma unroll
+        for (int u = 0; u < UNR; ++u) {  // the next step's groups, in flight during this one
+          int g = gb + 32 * UNR + u * 32 + lane;
+          if (g < g1) load_group<BITS>(gw, val, g, nnz, nx[u]);
+        }
+        // pass 1: each group's column advance (fields outside the row count as gap 0)
+        int tot[UNR], inc[UNR], s0[UNR], s1[UNR];
+#pragma unroll
+        for (int u = 0; u < UNR; ++u) {
+          int g = gb + u * 32 + lane;
+          tot[u] = 0;
+          s0[u] = g == g0 ? (p0 & 7) : 0;
+          s1[u] = g == g1 - 1 ? p1 - 8 * g : 8;
+          if (g < g1) {
+            tot[u] = 8;
+#pragma unroll
+            for (int t = 0; t < 8; ++t) {
+              unsigned f = (cur[u].w[(t * BITS) >> 5] >> ((t * BITS) & 31)) & MASK;
+              tot[u] += (t >= s0[u] && t < s1[u]) ? (int)f : 0;
+            }
+          }
+          inc[u] = tot[u];
+        }
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+#pragma unroll
+          for (int u = 0; u < UNR; ++u) {
+            int up = __shfl_up_sync(FULL, inc[u], o);
+            if (lane >= o) inc[u] += up;
+          }
+        }
+        // pass 2: the columns and the products (fields and values decoded again from the raw words)
+#pragma unroll
+        for (int u = 0; u < UNR; ++u) {
+          int g = gb + u * 32 + lane;
+          if (g < g1) {
+            int cc = base + inc[u] - tot[u];
+            acc_t v[8];
+            unpack8(cur[u], v);
+            bool part = s0[u] != 0 || s1[u] != 8;
+#pragma unroll
+            for (int t = 0; t < 8; ++t) {
+              unsigned f = (cur[u].w[(t * BITS) >> 5] >> ((t * BITS) & 31)) & MASK;
+              acc_t vt = v[t];
+              if (part && (t < s0[u] || t >= s1[u])) {
+                f = 0;
+                vt = 0;
+              }
+              cc += (int)f + 1;
+              int ci = SMEM ? cc : min(max(cc, 0), n - 1);
+              s += vt * ld(xs[ci * k + c]);
+            }
+          }
+          base += __shfl_sync(FULL, inc[u], 31);
+        }
+      }
+      s = warp_sum(s);
+      if (lane == 0) y[row * k + c] = st(s);
+    }
+  }
+}
+
+// delta_b<B>[_smem]: one group per lane per step (measured); delta2_b<B>[_smem]: two (512 entries
+// per step, two-pass decode).
+#if VAL_KIND == 3
+#define DELTA_MIN_BLOCKS 1  // float64: 8 values are 16 registers; leave them room
+#else
+#define DELTA_MIN_BLOCKS 2  // 2 x 512 threads per SM (at most 64 registers)
+#endif
+#define DELTA_KERN2(NAME, B, SMEM)                                                                                     \
+  extern "C" __global__ void __launch_bounds__(512, DELTA_MIN_BLOCKS) NAME(i64 m, i64 n, i64 k, i64 nnz,               \
+                                                                           const idx_t* rowptr, const unsigned char* gw, \
+                                                                           const val_t* val, const val_t* x, val_t* y) { \
+    delta_unr_body<B, SMEM, 2>((int)m, (int)n, (int)k, (int)nnz, rowptr, gw, val, x, y);                               \
+  }
+#define DELTA_KERN1(NAME, B, SMEM)                                                                                     \
+  extern "C" __global__ void __launch_bounds__(512) NAME(i64 m, i64 n, i64 k, i64 nnz, const idx_t* rowptr,            \
+                                                         const unsigned char* gw, const val_t* val, const val_t* x,    \
+                                                         val_t* y) {                                                   \
+    delta_fast_body<B, SMEM>((int)m, (int)n, (int)k, (int)nnz, rowptr, gw, val, x, y);                                 \
+  }
+#define DELTA_FAST(B)                       \
+  DELTA_KERN1(delta_b##B, B, false)         \
+  DELTA_KERN1(delta_b##B##_smem, B, true)   \
+  DELTA_KERN2(delta2_b##B, B, false)        \
+  DELTA_KERN2(delta2_b##B##_smem, B, true)
 DELTA_FAST(1)
 DELTA_FAST(2)
 DELTA_FAST(4)

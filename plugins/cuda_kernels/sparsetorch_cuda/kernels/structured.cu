@@ -3,13 +3,17 @@
 
 #define FULL 0xffffffffu
 
-// ---- N:M, 2:4, one right-hand side: a warp per row ------------------------------------------------
+// ---- N:M, 2:4, one right-hand side: one warp (nm24) or SPLIT warps (nm24_s<SPLIT>) per row ----------
 // A row's S = n / 2 value slots; slot s lies in column group s / 2 (4 columns), at the 2-bit
 // in-group position packed at bit 2 * (row * S + s) of `pos`. A lane takes chunks of 8 slots
 // (16 columns): one 16-byte load of values (half types), one 16-bit load of positions, and the 16
 // columns of X as two 16-byte loads (X stays in L1/L2); each slot's X value is picked from the
-// window with a byte permute. Two chunks per lane per step, all loads before the FMAs. The host
-// launches it for n % 16 == 0 and a 16-byte-aligned X; float32/float64 gather X per slot.
+// window with a byte permute. Two chunks per lane per step, all loads before the FMAs. The SPLIT
+// warps of a row take equal ranges of its chunks and add their sums through shared memory, so
+// that 8192 rows make enough equal pieces for the SMs (blocks of NM_BLOCK threads, NM_BLOCK / 32
+// / SPLIT rows each). The host launches it for n % 16 == 0 and a 16-byte-aligned X;
+// float32/float64 gather X per slot.
+// nm24: the measured default ("warp"), one warp per row, blocks of 512 threads.
 extern "C" __global__ void __launch_bounds__(512) nm24(i64 m_, i64 S_, const unsigned short* __restrict__ pos,
                                                        const val_t* __restrict__ val, const val_t* __restrict__ x,
                                                        val_t* __restrict__ y) {
@@ -72,10 +76,98 @@ extern "C" __global__ void __launch_bounds__(512) nm24(i64 m_, i64 S_, const uns
   }
 }
 
+// nm24_s<SPLIT> ("s1" .. "s4", not yet measured): blocks of NM_BLOCK threads.
+#define NM_BLOCK 384
+template <int SPLIT>
+__device__ __forceinline__ void nm24_body(int m, int S, const unsigned short* __restrict__ pos, const val_t* __restrict__ val,
+                                          const val_t* __restrict__ x, val_t* __restrict__ y) {
+  __shared__ acc_t part[NM_BLOCK / 32];
+  int Q = S >> 3;
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int row = blockIdx.x * (NM_BLOCK / 32 / SPLIT) + warp / SPLIT;
+  int h = warp % SPLIT;
+  acc_t s = 0;
+  if (row < m) {
+    int qa = (int)((long long)Q * h / SPLIT), qe = (int)((long long)Q * (h + 1) / SPLIT);
+    const val_t* vr = val + (i64)row * S;
+    const unsigned short* pr = pos + (i64)row * Q;
+    for (int qb = qa; qb < qe; qb += 64) {
+      union {
+        uint4 q[sizeof(val_t) / 2];
+        val_t e[8];
+      } vv[2];
+      unsigned pw[2];
+#if VAL_KIND <= 1
+      uint4 xa[2], xb[2];
+#endif
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        int q = qb + u * 32 + lane;
+        if (q < qe) {
+          const uint4* vq = reinterpret_cast<const uint4*>(vr + 8 * q);
+#pragma unroll
+          for (int t = 0; t < (int)(sizeof(val_t) / 2); ++t) vv[u].q[t] = RO(vq + t);
+          pw[u] = RO(pr + q);
+#if VAL_KIND <= 1
+          const uint4* xq = reinterpret_cast<const uint4*>(x) + 2 * q;
+          xa[u] = RO(xq);
+          xb[u] = RO(xq + 1);
+#endif
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        int q = qb + u * 32 + lane;
+        if (q < qe) {
+#if VAL_KIND <= 1
+          unsigned r[8] = {xa[u].x, xa[u].y, xa[u].z, xa[u].w, xb[u].x, xb[u].y, xb[u].z, xb[u].w};
+#pragma unroll
+          for (int t = 0; t < 8; ++t) {
+            unsigned p = (pw[u] >> (2 * t)) & 3u;
+            unsigned hv = __byte_perm(r[2 * (t >> 1)], r[2 * (t >> 1) + 1], p * 0x22u + 0x10u) & 0xffffu;
+            s += ld(vv[u].e[t]) * ld((val_t)hv);
+          }
+#else
+#pragma unroll
+          for (int t = 0; t < 8; ++t) {
+            int p = (int)((pw[u] >> (2 * t)) & 3u);
+            s += ld(vv[u].e[t]) * ld(RO(x + 16 * q + 4 * (t >> 1) + p));
+          }
+#endif
+        }
+      }
+    }
+  }
+  s = warp_sum(s);
+  if (SPLIT == 1) {
+    if (lane == 0 && row < m) y[row] = st(s);
+    return;
+  }
+  if (lane == 0) part[warp] = s;
+  __syncthreads();
+  if (lane == 0 && h == 0 && row < m) {
+    acc_t tot = 0;
+#pragma unroll
+    for (int w = 0; w < SPLIT; ++w) tot += part[warp + w];
+    y[row] = st(tot);
+  }
+}
+
+#define NM24(SP)                                                                                                       \
+  extern "C" __global__ void __launch_bounds__(NM_BLOCK) nm24_s##SP(i64 m, i64 S, const unsigned short* pos,          \
+                                                                   const val_t* val, const val_t* x, val_t* y) {       \
+    nm24_body<SP>((int)m, (int)S, pos, val, x, y);                                                                     \
+  }
+NM24(1)
+NM24(2)
+NM24(3)
+NM24(4)
+
 // ---- N:M, any N, M (M <= 256), any number of right-hand sides: a warp per row ------------------
 // slot s of row `row`: column (s / N) * M + position, the position a PB-bit field at bit
-// (row * S + s) * PB of `posw`.
-extern "C" __global__ void nm_any(i64 m, i64 k, i64 S, i64 N, i64 M, i64 PB, const unsigned* __restrict__ posw,
+// (row * S + s) * PB of `posw`. Slots of the last group that point past column n - 1 (padding
+// when M does not divide n) are skipped.
+extern "C" __global__ void nm_any(i64 m, i64 n, i64 k, i64 S, i64 N, i64 M, i64 PB, const unsigned* __restrict__ posw,
                                   const val_t* __restrict__ val, const val_t* __restrict__ x, val_t* __restrict__ y) {
   i64 row = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   int lane = threadIdx.x & 31;
@@ -88,7 +180,7 @@ extern "C" __global__ void nm_any(i64 m, i64 k, i64 S, i64 N, i64 M, i64 PB, con
       i64 bit = slot * PB;
       i64 p = (RO(posw + (bit >> 5)) >> (unsigned)(bit & 31)) & mask;
       i64 j = (t / N) * M + p;
-      s += ld(RO(val + slot)) * ld(RO(x + j * k + c));
+      if (j < n) s += ld(RO(val + slot)) * ld(RO(x + j * k + c));  // padding of a last, partial group may point past n
     }
     s = warp_sum(s);
     if (lane == 0) y[row * k + c] = st(s);
