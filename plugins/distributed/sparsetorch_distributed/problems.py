@@ -11,24 +11,48 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["poisson2d_rows", "coefficient_values", "grid_coords", "tridiag_rows"]
+__all__ = ["poisson2d_rows", "poisson3d_rows", "stencil_rows", "coefficient_values", "grid_coords", "tridiag_rows"]
 
 
 def poisson2d_rows(m: int, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(row, col, boundary_faces_of_row) of the 5-point stencil entries of the given global rows."""
+    """(row, col, boundary_faces_of_row) of the 5-point stencil entries of the given global rows,
+    in row-major order (rows ascending, then columns)."""
+    return stencil_rows(m, 2, rows)
+
+
+def poisson3d_rows(m: int, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(row, col, boundary_faces_of_row) of the 7-point stencil on an ``m x m x m`` grid of unknowns
+    (global id ``(i m + j) m + k``), in row-major order."""
+    return stencil_rows(m, 3, rows)
+
+
+def stencil_rows(m: int, dim: int, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The ``2 dim + 1``-point stencil on an ``m^dim`` grid (Dirichlet boundary) for the given rows,
+    on their device. For ascending ``rows`` (a contiguous block, what a rank owns) the entries come
+    out in row-major order without a sort: each row's neighbours are laid out by increasing column
+    offset (``-m^(dim-1), ..., -1, 0, 1, ..., m^(dim-1)``) and the ones outside the grid dropped."""
     rows = rows.to(torch.int64)
-    i, j = rows // m, rows % m
-    r_list, c_list = [rows], [rows]
-    nb = torch.zeros_like(rows)
-    for di, dj in ((-1, 0), (1, 0), (0, -1), (0, 1)):
-        ii, jj = i + di, j + dj
-        ok = (ii >= 0) & (ii < m) & (jj >= 0) & (jj < m)
-        nb += (~ok).to(torch.int64)
-        r_list.append(rows[ok])
-        c_list.append((ii * m + jj)[ok])
-    r, c = torch.cat(r_list), torch.cat(c_list)
-    order = torch.argsort(r * (m * m) + c)
-    return r[order], c[order], nb
+    steps = [m ** (dim - 1 - a) for a in range(dim)]           # id stride of each axis, slowest first
+    coord = [(rows // st) % m for st in steps]
+    offsets = sorted([(-st, a, -1) for a, st in enumerate(steps)] + [(0, -1, 0)] + [(st, a, 1) for a, st in enumerate(steps)])
+    cols, oks = [], []
+    for off, axis, sign in offsets:
+        if axis < 0:
+            ok = torch.ones_like(rows, dtype=torch.bool)
+        else:
+            x = coord[axis] + sign
+            ok = (x >= 0) & (x < m)
+        cols.append(rows + off)
+        oks.append(ok)
+    C = torch.stack(cols, 1)                                   # (n, 2 dim + 1)
+    OK = torch.stack(oks, 1)
+    nb = (~OK).sum(1)
+    R = rows.unsqueeze(1).expand_as(C)
+    r, c = R[OK], C[OK]
+    if rows.numel() > 1 and not bool((rows[1:] > rows[:-1]).all()):
+        order = torch.argsort(r * (m ** dim) + c)
+        r, c = r[order], c[order]
+    return r, c, nb
 
 
 def coefficient_values(row: torch.Tensor, col: torch.Tensor, kappa_row: torch.Tensor, kappa_col: torch.Tensor,
