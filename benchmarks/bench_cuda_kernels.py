@@ -142,7 +142,7 @@ def case_stencil(tab: Table, m: int) -> None:
         for label, A in mats.items():
             kind = label.split()[0].lower()
             isz = 4 if "int32" in label else 8
-            variants = {"csr": ("stream", "stream4", "vector"), "dia": ("rows2", "rows1", "p1", "p2", "p4", "classic")}.get(kind, (None,))
+            variants = {"csr": ("stream", "stream4", "vector", "sell"), "dia": ("rows2", "rows1", "p1", "p2", "p4", "classic")}.get(kind, (None,))
             default = _plan(A).variant if kind in ("csr", "dia") else None
             for variant in variants:
                 p = _plan(A, variant)

@@ -34,7 +34,7 @@ from sparsetorch.format.expr import FloorDiv
 
 from .launch import kernel
 
-__all__ = ["CudaSpmmPlan", "DTYPES", "delta_bits", "nm_params", "bsr_params", "native_kind", "BLOCK"]
+__all__ = ["CudaSpmmPlan", "DTYPES", "delta_bits", "nm_params", "bsr_params", "native_kind", "sell_layout", "BLOCK"]
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 BLOCK = 256
@@ -131,6 +131,54 @@ def native_kind(fmt: Any) -> str:
     return "generic"
 
 
+#: SELL-C-sigma: slice height (a warp) and the default sorting window
+SELL_C = 32
+SELL_SIGMA = 1
+
+
+def sell_layout(rowptr: torch.Tensor, col: torch.Tensor, *, sigma: int = SELL_SIGMA, c: int = SELL_C) -> dict[str, Any]:
+    """SELL-C-sigma layout of a CSR pattern (pattern work, on any device).
+
+    Rows are sorted by length (descending, stable) inside windows of ``sigma`` rows (``sigma = 1``:
+    no sorting, no permutation), cut into slices of ``c`` rows, each slice padded to its longest
+    row and stored column-major: slot ``(r, t)`` of slice ``s`` is ``slice_ptr[s] + t * c + r``.
+    Returns ``slice_ptr`` (int64, nslices + 1), ``src`` (int64 per slot: the CSR entry it holds, or
+    nnz for padding, so ``cat([values, 0])[src]`` gives the slot values), ``col`` (int32 per slot,
+    0 for padding), ``perm`` (int32: matrix row of each row position, or None when sigma == 1),
+    ``nslices`` and ``slots``."""
+    m = rowptr.numel() - 1
+    dev = rowptr.device
+    r64 = rowptr.to(torch.int64)
+    lengths = r64[1:] - r64[:-1]
+    nnz = int(r64[-1]) if m >= 0 else 0
+    perm = None
+    order = torch.arange(m, device=dev, dtype=torch.int64)
+    if sigma > 1 and m:
+        win = order // sigma
+        key = win * (int(lengths.max()) + 1) + (int(lengths.max()) - lengths)  # window, then longest first
+        order = torch.argsort(key, stable=True)
+        perm = order.to(torch.int32)
+    nslices = -(-m // c) if m else 0
+    plen = torch.zeros(nslices * c, dtype=torch.int64, device=dev)
+    plen[:m] = lengths[order]
+    width = plen.reshape(nslices, c).amax(1) if nslices else plen[:0]
+    slice_ptr = torch.zeros(nslices + 1, dtype=torch.int64, device=dev)
+    slice_ptr[1:] = torch.cumsum(width * c, 0)
+    slots = int(slice_ptr[-1])
+    src = torch.full((slots,), nnz, dtype=torch.int64, device=dev)
+    if m and nnz:
+        q = torch.repeat_interleave(torch.arange(m, device=dev, dtype=torch.int64), plen[:m])  # row position per entry
+        t = torch.arange(nnz, device=dev, dtype=torch.int64) - torch.repeat_interleave(torch.cumsum(plen[:m], 0) - plen[:m], plen[:m])
+        start = r64[:-1][order]  # CSR start of each row position
+        entry = torch.repeat_interleave(start, plen[:m]) + t
+        slot = slice_ptr[q // c] + t * c + q % c
+        src[slot] = entry
+    col_s = torch.zeros(slots, dtype=torch.int32, device=dev)
+    used = src < nnz
+    col_s[used] = col.to(torch.int64)[src[used]].to(torch.int32)
+    return {"slice_ptr": slice_ptr, "src": src, "col": col_s, "perm": perm, "nslices": nslices, "slots": slots}
+
+
 def _vec_for(mean_row: float) -> int:
     v = 1
     while v < 32 and v * 2 <= max(mean_row, 1.0):
@@ -161,7 +209,9 @@ class CudaSpmmPlan:
 
     ``variant`` picks the CSR kernel: ``"stream"`` (32 rows per warp, the warp's nonzeros read
     in coalesced chunks; for short rows), ``"vector"`` (VEC lanes per row, VEC from the mean row
-    length) or ``"balanced"`` (equal nonzeros per warp, for skewed rows); ``None`` chooses
+    length), ``"balanced"`` (equal nonzeros per warp, for skewed rows) or ``"sell"`` (a
+    SELL-C-sigma copy of the pattern made once, see :func:`sell_layout`; its values are one
+    gather per value set; not yet run on a GPU, never chosen by default); ``None`` chooses
     by the rows' lengths (see :func:`sparsetorch_cuda.cost.csr_variant`). For DIA: ``"p1"``,
     ``"p2"``, ``"p4"`` (at most 8 diagonals, offsets as kernel parameters, 1/2/4 rows per
     thread), ``"rows1"``, ``"rows2"`` (offsets staged in shared memory, any count of diagonals,
@@ -207,8 +257,13 @@ class CudaSpmmPlan:
             lengths = (self.rowptr[1:] - self.rowptr[:-1]) if m else self.rowptr[:0]
             self.max_row = int(lengths.max()) if m else 0
             self.variant = variant or csr_variant(m, self.nnz, self.max_row)
-            if self.variant not in ("vector", "balanced", "stream", "stream4"):
-                raise InputError(f"{backend}: variant must be 'stream', 'vector' or 'balanced', got {variant!r}")
+            if self.variant not in ("vector", "balanced", "stream", "stream4", "sell"):
+                raise InputError(f"{backend}: variant must be 'stream', 'vector', 'balanced' or 'sell', got {variant!r}")
+            self.sell = None
+            if self.variant == "sell":
+                if not (self.small and n < INT_LIMIT):
+                    raise InputError(f"{backend}: the SELL-C-sigma kernel needs fewer than {INT_LIMIT} entries, rows and columns")
+                self.sell = sell_layout(self.rowptr, self.col, sigma=SELL_SIGMA)
             self.vec = _vec_for(self.nnz / max(m, 1))
             warps = max(1, math.ceil(self.nnz / CHUNK))
             starts = torch.arange(warps, device=self.device, dtype=torch.int64) * CHUNK
@@ -374,6 +429,9 @@ class CudaSpmmPlan:
         if self.kind in ("delta", "nm") and v.data_ptr() % 16:
             v = v.clone()  # the DELTA / N:M kernels' 16-byte loads need an aligned base
         self._values = v
+        if getattr(self, "sell", None) is not None:  # SELL-C-sigma slots: one gather per value set
+            ext = torch.cat([v, v.new_zeros(*v.shape[:-1], 1)], -1)
+            self._values_sell = ext.index_select(-1, self.sell["src"]).contiguous()
 
     # Products -----------------------------------------------------------------------------------
     def apply(self, X: torch.Tensor, *, adjoint: bool = False) -> torch.Tensor:
@@ -391,7 +449,7 @@ class CudaSpmmPlan:
         Y = torch.empty(*X.shape[:-2], rows_out, k, dtype=self.dtype, device=self.dev_index)
         vals = self._adjoint_values() if adjoint else self._values
         if vals.dim() == 1 and X.dim() == 2:  # one matrix, one right-hand-side block: no reshapes
-            self._launch(vals, X, Y, k, adjoint)
+            self._launch(vals, X, Y, k, adjoint, 0)
             return Y
         vb = vals.reshape(-1, vals.shape[-1])
         xb = X.reshape(-1, rows_in, k)
@@ -399,11 +457,11 @@ class CudaSpmmPlan:
         if vb.shape[0] not in (1, xb.shape[0]):
             raise InputError(f"{self.backend}: {vb.shape[0]} value sets for {xb.shape[0]} right-hand-side batches")
         for b in range(xb.shape[0]):
-            v = vb[b if vb.shape[0] > 1 else 0]
-            self._launch(v, xb[b], yb[b], k, adjoint)
+            bi = b if vb.shape[0] > 1 else 0
+            self._launch(vb[bi], xb[b], yb[b], k, adjoint, bi)
         return Y
 
-    def _launch(self, v: torch.Tensor, x: torch.Tensor, y: torch.Tensor, k: int, adjoint: bool) -> None:
+    def _launch(self, v: torch.Tensor, x: torch.Tensor, y: torch.Tensor, k: int, adjoint: bool, bi: int = 0) -> None:
         m, n = self.shape
         dev = self.dev_index
         gy = min(k, _GRID_Y)
@@ -414,8 +472,17 @@ class CudaSpmmPlan:
             return
         kind = self.kind
         fits = self.small and m * k < INT_LIMIT and n * k < INT_LIMIT  # the 32-bit kernels apply
-        if kind in ("csr", "generic"):
-            self._csr(self.rowptr, self.col, v, x, y, m, k, self.vec, self.variant, self.first_row, self.idx, fits)
+        if kind in ("csr", "generic") and self.sell is not None and fits:
+            sl = self.sell
+            sv = self._values_sell.reshape(-1, sl["slots"])[bi]
+            perm = sl["perm"]
+            kern = kernel("structured", "sell32_perm" if perm is not None else "sell32", self.dtype, torch.int32, dev, 9)
+            kern((-(-sl["nslices"] * SELL_C // BLOCK), gy), BLOCK,
+                 (m, k, sl["nslices"], sl["slice_ptr"].data_ptr(), sl["col"].data_ptr(), sv.data_ptr(),
+                  perm.data_ptr() if perm is not None else 0, x.data_ptr(), y.data_ptr()), device=self.dev_index)
+        elif kind in ("csr", "generic"):
+            variant = "vector" if self.variant == "sell" else self.variant
+            self._csr(self.rowptr, self.col, v, x, y, m, k, self.vec, variant, self.first_row, self.idx, fits)
         elif kind == "dia":
             if self.variant == "classic" or not fits:
                 kern = kernel("spmv", "dia_rows", self.dtype, torch.int64, dev, 8)

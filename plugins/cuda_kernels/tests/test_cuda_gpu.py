@@ -114,11 +114,16 @@ def test_delta_long_rows_and_packing(bits, variant):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
-@pytest.mark.parametrize("variant", ("stream", "stream4", "vector", "balanced"))
+@pytest.mark.parametrize("variant", ("stream", "stream4", "vector", "balanced", "sell", "sell-sorted"))
 @pytest.mark.parametrize("shape", ((1000, 700, 0.006), (77, 5000, 0.02), (300, 300, 0.9)), ids=("short", "medium", "long"))
-def test_csr_variants(shape, variant, dtype):
+def test_csr_variants(shape, variant, dtype, monkeypatch):
     # every CSR kernel on short, medium (100 per row) and long (270 per row, several chunks of
-    # the stream kernel) rows, int32 and int64 indices
+    # the stream kernel) rows, int32 and int64 indices; SELL-C-sigma without and with sorting
+    import sparsetorch_cuda.plan as plan_mod
+
+    if variant == "sell-sorted":
+        monkeypatch.setattr(plan_mod, "SELL_SIGMA", 64)
+        variant = "sell"
     m, n, dens = shape
     D = random_dense(m, n, dens, dtype, seed=m, empty_rows=5)
     for idx in (torch.int32, torch.int64):

@@ -223,3 +223,51 @@ BSR_VEC(4)
 BSR_VEC(8)
 BSR_VEC(16)
 BSR_VEC(32)
+
+// ---- SELL-C-sigma, C = 32 (a slice is a warp's rows), built by the plan from a CSR --------------
+// Slice s holds 32 consecutive rows of the (window-sorted) row order, padded to the slice's
+// longest row; slot (r, t) of the slice lies at slice_ptr[s] + t * 32 + r (column-major inside
+// the slice, so a warp's loads of one t are coalesced). Padding slots hold value 0 and column 0.
+// With PERM, row position q of the order is matrix row perm[q] (sigma > 1 sorts rows by length
+// inside windows of sigma rows so that a slice's rows have similar lengths); without it q is the
+// row. A thread per row; its loads are issued four slots at a time.
+template <bool PERM>
+__device__ __forceinline__ void sell_body(i64 m, i64 k, i64 nslices, const i64* __restrict__ slice_ptr, const int* __restrict__ col,
+                                          const val_t* __restrict__ val, const int* __restrict__ perm, const val_t* __restrict__ x,
+                                          val_t* __restrict__ y) {
+  i64 q = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  i64 s = q >> 5;
+  if (s >= nslices || q >= m) return;
+  int r = (int)(q & 31);
+  i64 base = RO(slice_ptr + s);
+  int w = (int)((RO(slice_ptr + s + 1) - base) >> 5);
+  i64 row = PERM ? (i64)RO(perm + q) : q;
+  const int* cp = col + base + r;
+  const val_t* vp = val + base + r;
+  for (i64 c = blockIdx.y; c < k; c += gridDim.y) {
+    acc_t acc = 0;
+    int t = 0;
+    for (; t + 4 <= w; t += 4) {
+      int j[4];
+      acc_t v[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        j[u] = RO(cp + (i64)(t + u) * 32);
+        v[u] = ld(RO(vp + (i64)(t + u) * 32));
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) acc += v[u] * ld(RO(x + (i64)j[u] * k + c));
+    }
+    for (; t < w; ++t) acc += ld(RO(vp + (i64)t * 32)) * ld(RO(x + (i64)RO(cp + (i64)t * 32) * k + c));
+    y[row * k + c] = st(acc);
+  }
+}
+
+extern "C" __global__ void sell32(i64 m, i64 k, i64 nslices, const i64* slice_ptr, const int* col, const val_t* val,
+                                  const int* perm, const val_t* x, val_t* y) {
+  sell_body<false>(m, k, nslices, slice_ptr, col, val, perm, x, y);
+}
+extern "C" __global__ void sell32_perm(i64 m, i64 k, i64 nslices, const i64* slice_ptr, const int* col, const val_t* val,
+                                       const int* perm, const val_t* x, val_t* y) {
+  sell_body<true>(m, k, nslices, slice_ptr, col, val, perm, x, y);
+}
