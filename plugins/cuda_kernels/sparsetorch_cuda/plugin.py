@@ -54,7 +54,7 @@ def sparsetorch_backend_info() -> BackendInfo:
         devices=("cuda",),
         dtypes=DTYPES,
         ops={"matmul": ("spmm",)},
-        formats=(),  # CSR, DIA, ELL, DELTA(b) as they are; the rest through a CSR made once per pattern
+        formats=(),  # CSR, DIA, ELL, DELTA(b), NM(n, m), BSR as they are; the rest through a CSR made once per pattern
         missing=missing,
         priority=0,
     )
