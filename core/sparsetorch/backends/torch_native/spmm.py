@@ -19,6 +19,7 @@ import warnings
 
 import torch
 
+from ...autograd.sddmm import sddmm as core_sddmm
 from ...format import CSR
 from ...tensor import SparseTensor
 from ...tensor.construct import conversion
@@ -174,6 +175,11 @@ class TorchSpmmPlan:
         if dY.dtype in HALF_DTYPES or X.dtype in HALF_DTYPES:
             out_dtype = dY.dtype
             return self.sddmm(dY.float(), X.float()).to(out_dtype)
+        if not self.gather_scatter:
+            # a matrix without BATCH levels: the core's kernel (one vector on CSR without an entry
+            # list; many columns on a not-too-sparse matrix by one GEMM; chunked gathers otherwise),
+            # which the gather below, unchunked, was up to 8x slower than (benchmarks/bench_llm.py)
+            return core_sddmm(self._source, dY, X)
         coords, slot = self._source.entries()
         fs = self._source.format_shape
         m, n = fs[-2], fs[-1]
