@@ -309,8 +309,14 @@ class DSparseTensor:
         rowmap = _rowmap(comm, shape[0], owned, rows.device)
         err = None
         try:
-            lr = rowmap.local_of_mine(rows)
-            if rows.numel() and bool((lr < 0).any()):
+            if rowmap.contiguous:      # a range check: no O(nnz) temporaries
+                outside = rows.numel() and (int(rows.min()) < rowmap.start or int(rows.max()) >= rowmap.stop)
+                lr = None
+            else:
+                lr = rowmap.local_of_mine(rows)
+                outside = rows.numel() and bool((lr < 0).any())
+            if outside:
+                lr = rowmap.local_of_mine(rows) if lr is None else lr
                 bad = int(rows[lr < 0][0])
                 raise st.InputError(f"rank {comm.rank} passed an entry in row {bad}, which it does not own "
                                     f"(owned: {_owned_text(rowmap)}); pass each row's entries on its owner")
@@ -666,32 +672,48 @@ def _build_pattern(comm: Comm, shape, rowmap: RowMap, rows: torch.Tensor, cols: 
     halo_g, owner, their_local = halo_g[order], owner[order], their_local[order]
     n_halo = int(halo_g.numel())
     # local column of each entry: owned -> local row index, halo -> n + position in halo order
-    lc = lc_own.clone()
+    lc = lc_own                                                       # (lc_own is not used again)
     if n_halo:
         pos_sorted, perm = torch.sort(halo_g)
         where = torch.searchsorted(pos_sorted, cols_c[is_halo])
         lc[is_halo] = n + perm[where]
+        del pos_sorted, perm, where
+    del is_halo
     n_ext = n + n_halo
     key = lr * n_ext + lc
     if key.numel() < 2 or bool((key[1:] > key[:-1]).all()):
-        uniq, inverse = key, None                                    # already row-major, no duplicates: no sort
+        row, col, inverse = lr, lc, None                             # already row-major, no duplicates: no sort
+        del key
     else:
+        del lr, lc
         uniq, inverse = torch.unique(key, return_inverse=True)       # sorted row-major
-    row, col = uniq // max(n_ext, 1), uniq % max(n_ext, 1)
-    nse = int(uniq.numel())
+        del key
+        row, col = uniq // max(n_ext, 1), uniq % max(n_ext, 1)
+        del uniq
+    nse = int(row.numel())
     inner = col < n
     n_int = int(inner.sum())
     # slots: the interior entries (row-major) first, then the boundary entries (row-major)
-    slot_of = torch.empty(nse, dtype=torch.int64, device=device)
-    slot_of[inner] = torch.arange(n_int, dtype=torch.int64, device=device)
-    slot_of[~inner] = torch.arange(n_int, nse, dtype=torch.int64, device=device)
-    entry_slot = slot_of if inverse is None else slot_of[inverse.reshape(-1)]
-    if entry_slot.numel() == nse and bool((entry_slot == torch.arange(nse, device=device)).all()):
-        entry_slot = None                                            # input already in slot order
-    elif nse < 2 ** 31:
-        entry_slot = entry_slot.to(torch.int32)
-    interior = _csr_of(row[inner], col[inner], n, n, 0)
-    boundary = _csr_of(row[~inner], col[~inner] - n, n, n_halo, n_int, skip_empty=True)
+    if inverse is None and n_int == nse:
+        entry_slot = None                # row-major input, no halo columns: slots are the input order
+    else:
+        slot_of = torch.empty(nse, dtype=torch.int64, device=device)
+        slot_of[inner] = torch.arange(n_int, dtype=torch.int64, device=device)
+        slot_of[~inner] = torch.arange(n_int, nse, dtype=torch.int64, device=device)
+        entry_slot = slot_of if inverse is None else slot_of[inverse.reshape(-1)]
+        del slot_of, inverse
+        if entry_slot.numel() == nse and bool((entry_slot == torch.arange(nse, device=device)).all()):
+            entry_slot = None                                        # input already in slot order
+        elif nse < 2 ** 31:
+            entry_slot = entry_slot.to(torch.int32)
+    if n_int == nse:                     # no halo columns: the whole pattern is the interior block
+        del inner
+        interior = _csr_of(row, col, n, n, 0)
+        boundary = _csr_of(row[:0], col[:0], n, n_halo, n_int, skip_empty=True)
+    else:
+        interior = _csr_of(row[inner], col[inner], n, n, 0)
+        boundary = _csr_of(row[~inner], col[~inner] - n, n, n_halo, n_int, skip_empty=True)
+    del row, col
     # halo plan: receives grouped by owner; tell each owner which of its rows we need
     recvs = []
     counts = torch.bincount(owner, minlength=comm.size).tolist() if n_halo else [0] * comm.size
