@@ -171,3 +171,19 @@ def test_the_example_runs(example, capsys) -> None:
     out = capsys.readouterr().out
     assert "->kernel-DIA" in out and "max |A @ x - dense| = 0.00e+00" in out
     assert "after remove(): torch" in out or "after remove(): scipy" in out
+
+
+def test_a_batched_kernel_takes_value_batches() -> None:
+    seen = []
+
+    def dense_kernel(A, X):  # a kernel that handles (*batch, n, k): here through the dense form
+        seen.append(tuple(X.shape))
+        return A.to_dense() @ X
+
+    D = _rect(seed=6)
+    Ab = st.SparseTensor.from_dense(torch.stack([D, -3 * D]), DIA)
+    X = torch.randn(2, 41, 3, dtype=torch.float64)
+    with K.register_kernel(DIA, dense_kernel, name="test-dia-batched", batched=True):
+        assert st.explain("matmul", Ab, X).chosen.backend == "test-dia-batched"
+        torch.testing.assert_close(st.matmul(Ab, X), torch.stack([D @ X[0], -3 * D @ X[1]]), rtol=1e-12, atol=1e-12)
+    assert seen and seen[-1] == (2, 41, 3)
