@@ -285,3 +285,14 @@ def test_from_file_frostt_and_matrix_market(tmp_path) -> None:
     expect = torch.zeros(3, 4, dtype=torch.float64)
     expect[0, 0], expect[2, 3], expect[1, 1] = 1.5, -2.0, 7.0
     torch.testing.assert_close(M.to_dense(), expect, rtol=0, atol=0)
+
+
+def test_convert_takes_ust_spelling_of_dtypes() -> None:
+    A = st.SparseTensor.from_dense(_dense(16))
+    B = A.convert(CSC, index_type="int32", dtype="float32")
+    assert B.index_dtype == torch.int32 and B.dtype == torch.float32 and B.index_type == "int32"
+    torch.testing.assert_close(B.to_dense(), A.to_dense().float(), rtol=0, atol=0)
+    with pytest.raises(st.ConversionError, match="not a torch dtype"):
+        A.convert(CSC, index_type="int33")
+    with pytest.raises(st.ConversionError, match="not both"):
+        A.convert(CSC, index_type="int32", index_dtype=torch.int32)

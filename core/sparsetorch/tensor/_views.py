@@ -23,6 +23,16 @@ if TYPE_CHECKING:
 __all__ = ["ViewMethods"]
 
 
+def _torch_dtype(d: Any, what: str) -> torch.dtype | None:
+    """A torch dtype from a dtype or its name (UST passes NumPy-style strings: "int32", "float64")."""
+    if d is None or isinstance(d, torch.dtype):
+        return d
+    got = getattr(torch, d, None) if isinstance(d, str) else None
+    if not isinstance(got, torch.dtype):
+        raise ConversionError(f"convert: {what}={d!r} is not a torch dtype or the name of one (e.g. 'int32', 'float64')")
+    return got
+
+
 class ViewMethods:
     """Conversions and views of a SparseTensor (see the module docstring)."""
 
@@ -38,8 +48,12 @@ class ViewMethods:
         drop_zeros: bool = False,
         copy: bool | None = None,
         max_fill: float | None = None,
+        index_type: str | None = None,
     ) -> "SparseTensor":
         """This tensor in another format (any to any, custom DSL formats included).
+
+        UST's spelling works too: ``index_type="int32"`` for ``index_dtype``, and dtypes given as
+        strings (``dtype="float32"``).
 
         Runs on the tensor's device with vectorized torch operations. Explicit zeros are kept
         unless ``drop_zeros``; padding the target format needs (DIA, ELL, DELTA, N:M, blocks) is
@@ -54,6 +68,11 @@ class ViewMethods:
         """
         from .construct import convert
 
+        if index_type is not None:
+            if index_dtype is not None:
+                raise ConversionError("convert takes index_dtype or UST's index_type, not both")
+            index_dtype = index_type  # type: ignore[assignment]
+        index_dtype, dtype = _torch_dtype(index_dtype, "index_dtype"), _torch_dtype(dtype, "dtype")
         return convert(self, tensor_format, index_dtype=index_dtype, dtype=dtype, drop_zeros=drop_zeros, copy=copy,
                        max_fill=max_fill)
 
