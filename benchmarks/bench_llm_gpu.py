@@ -1,0 +1,205 @@
+"""LLM-sized sparse linear layers on a GPU, half precision: dense nn.Linear vs SparseLinear vs torch.
+
+Issue 17, item 5, the GPU part (``benchmarks/bench_llm.py`` is the CPU part). The 4096 x 4096 and
+4096 -> 11008 layers pruned by magnitude to 50 %, 90 %, 99 % (CSR) and to 2:4 (NM(2, 4)), batch 1
+and 64, float16 and bfloat16, forward and forward+backward, side by side in one run on the same
+pruned weight:
+
+- ``dense``: ``nn.functional.linear`` with the pruned weight as a dense matrix (cuBLAS);
+- ``sparsetorch``: ``SparseLinear`` (dispatch picks the backend, recorded: the native CUDA
+  kernels plugin where it is installed);
+- ``torch CSR``: ``torch.sparse.mm`` with the weight as a torch CSR tensor (forward only);
+- ``torch 2:4``: ``torch.sparse.to_sparse_semi_structured`` (cuSPARSELt/CUTLASS), 2:4 rows only,
+  where this torch build runs it (forward only).
+
+Each implementation is timed two ways, medians of CUDA-event timings: ``eager`` (one call as
+Python code makes it: host overhead included) and ``graph`` (the call captured once in a CUDA
+graph and replayed: the GPU time alone; an implementation that cannot be captured says why).
+Outputs are checked against a float32 product of the same half-precision operands.
+
+    python benchmarks/bench_llm_gpu.py                       # writes benchmarks/results/llm_h200.json
+    python benchmarks/bench_llm_gpu.py --quick --out /tmp/llm_gpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import statistics
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+from torch import nn
+
+import sparsetorch as st
+
+HERE = Path(__file__).resolve().parent
+RULES = {
+    "50 %": lambda: st.nn.magnitude(0.5),
+    "2:4": lambda: st.nn.n_m(2, 4),
+    "90 %": lambda: st.nn.magnitude(0.9),
+    "99 %": lambda: st.nn.magnitude(0.99),
+}
+
+
+def _events(fn, repeats: int) -> float:
+    """Median seconds of ``fn()`` between CUDA events, after warm-ups."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(repeats):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b) * 1e-3)
+    return statistics.median(ts)
+
+
+def _graph(fn, repeats: int):
+    """Seconds per replay of ``fn`` captured in a CUDA graph, or the reason it could not be."""
+    try:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001 - recorded in the results
+        torch.cuda.synchronize()
+        return f"not capturable: {type(exc).__name__}: {str(exc)[:160]}"
+    return _events(g.replay, repeats)
+
+
+def _row(fn, ref, repeats: int, backward=None) -> dict:
+    with torch.no_grad():
+        y = fn()
+        err = float((y.float() - ref).abs().max() / ref.abs().max())
+        out = {"max_rel_error_vs_float32": err, "eager_s": _events(fn, repeats), "graph_s": _graph(fn, repeats)}
+    if backward is not None:
+        out["forward_backward_eager_s"] = _events(backward, repeats)
+    return out
+
+
+def _case(dense: nn.Linear, layer: st.nn.SparseLinear, batch: int, dtype, repeats: int, rule: str) -> dict:
+    dev = layer.values.device
+    W = layer.to_dense().detach()
+    b = layer.bias.detach()
+    x = torch.randn(batch, dense.in_features, device=dev, generator=torch.Generator(device=dev).manual_seed(batch)).to(dtype)
+    ref = x.float() @ W.float().T + b.float()
+    Wg = W.clone().requires_grad_(True)
+    bg = b.clone().requires_grad_(True)
+    xx = x.clone().requires_grad_(True)
+
+    def dense_step():
+        Wg.grad = bg.grad = xx.grad = None
+        torch.nn.functional.linear(xx, Wg, bg).sum().backward()
+
+    def ours_step():
+        layer.zero_grad(set_to_none=True)
+        xx.grad = None
+        layer(xx).sum().backward()
+
+    out = {"dense": _row(lambda: torch.nn.functional.linear(x, W, b), ref, repeats, dense_step)}
+    try:
+        out["sparsetorch"] = _row(lambda: layer(x), ref, repeats, ours_step)
+        table = st.explain("matmul", layer.weight, x.mT.contiguous())
+        out["sparsetorch"]["backend"] = f"{table.chosen.backend}/{table.chosen.method}"
+    except Exception as exc:  # noqa: BLE001
+        out["sparsetorch"] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            Wcsr = W.to_sparse_csr()
+            out["torch CSR"] = _row(lambda: torch.sparse.mm(Wcsr, x.mT).mT + b, ref, repeats)
+        except Exception as exc:  # noqa: BLE001
+            out["torch CSR"] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        if rule == "2:4":
+            try:
+                from torch.sparse import to_sparse_semi_structured  # noqa: PLC0415
+                Wss = to_sparse_semi_structured(W)
+                xp = x if batch >= 8 else torch.nn.functional.pad(x, (0, 0, 0, 8 - batch))  # needs >= 8 rows
+                out["torch 2:4"] = _row(lambda: torch.nn.functional.linear(xp, Wss, b)[:batch], ref, repeats)
+            except Exception as exc:  # noqa: BLE001
+                out["torch 2:4"] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="4096x4096,4096x11008")
+    ap.add_argument("--batches", default="1,64")
+    ap.add_argument("--sparsities", default=",".join(RULES))
+    ap.add_argument("--dtypes", default="float16,bfloat16")
+    ap.add_argument("--repeats", type=int, default=50)
+    ap.add_argument("--quick", action="store_true", help="1024-wide layers, 10 repeats")
+    ap.add_argument("--out", default=str(HERE / "results" / "llm_h200.json"))
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("bench_llm_gpu needs a CUDA device (the CPU part is bench_llm.py)")
+    if args.quick:
+        args.shapes, args.repeats = "1024x1024,1024x2752", 10
+    dev = torch.device("cuda")
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    results = []
+    for n_in, n_out in shapes:
+        torch.manual_seed(0)
+        base = nn.Linear(n_in, n_out)
+        for rule in [s.strip() for s in args.sparsities.split(",")]:
+            for dname in args.dtypes.split(","):
+                dtype = getattr(torch, dname)
+                dense = nn.Linear(n_in, n_out).to(dev, dtype)
+                with torch.no_grad():
+                    dense.weight.copy_(base.weight)
+                    dense.bias.copy_(base.bias)
+                layer = st.nn.SparseLinear(RULES[rule]()("layer", dense), dense.bias.detach())
+                for batch in [int(v) for v in args.batches.split(",")]:
+                    case = _case(dense, layer, batch, dtype, args.repeats, rule)
+                    row = {"in_features": n_in, "out_features": n_out, "sparsity": rule, "dtype": dname, "batch": batch,
+                           "format": layer.weight.format.name, "density": round(layer.density, 6), **case}
+                    results.append(row)
+                    d = case["dense"]
+                    parts = []
+                    for name in ("sparsetorch", "torch CSR", "torch 2:4"):
+                        r = case.get(name)
+                        if r is None:
+                            continue
+                        if "error" in r:
+                            parts.append(f"{name}: {r['error'][:60]}")
+                            continue
+                        g = r["graph_s"]
+                        gtxt = f"{d['graph_s'] / g:5.2f}x" if isinstance(g, float) and isinstance(d["graph_s"], float) else "n/c"
+                        parts.append(f"{name} eager {d['eager_s'] / r['eager_s']:5.2f}x graph {gtxt}")
+                    print(f"{n_in}x{n_out} {rule:>5s} {dname:8s} b={batch:<3d} dense eager {d['eager_s'] * 1e6:7.1f} us "
+                          f"graph {d['graph_s'] * 1e6 if isinstance(d['graph_s'], float) else float('nan'):7.1f} us | "
+                          + " | ".join(parts) + f" [{case['sparsetorch'].get('backend', '?')}]", flush=True)
+                del layer, dense
+    doc = {
+        "benchmark": "LLM-sized sparse linear layers, GPU, half precision (issue 17 item 5, GPU part)",
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": "python " + " ".join([Path(os.path.relpath(sys.argv[0], HERE.parent)).as_posix()] + sys.argv[1:]),
+        "machine": {"platform": platform.platform(), "gpu": torch.cuda.get_device_name(0)},
+        "versions": {"python": platform.python_version(), "torch": torch.__version__, "sparsetorch": st.__version__,
+                     "backends": sorted(i.name for i in st.registry().info())},
+        "notes": ("speed-ups are dense time / implementation time; 'eager' includes host overhead (one Python call), "
+                  "'graph' is the call captured in a CUDA graph and replayed (GPU time); medians of CUDA events"),
+        "results": results,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(doc, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
