@@ -70,6 +70,13 @@ def matmul(A: SparseTensor, X: torch.Tensor, c: torch.Tensor | None = None, *, a
         ys = [matmul(Ab, Xb, backend=backend, cache=cache) for Ab, Xb in zip(members, rhs.parts)]
         return _combine(rhs.finish(ys), c, alpha, beta)
     A = check_matrix(A, "matmul", square=False)
+    if c is None and alpha is None and beta is None and not A.batch_shape and isinstance(X, torch.Tensor) \
+            and X.dim() in (1, 2):
+        # the common call (one matrix, a vector or a block): what _rhs and _combine would do, without
+        # their layers (this is the per-call path of every one-shot product)
+        Xn, vector = as_rhs(A, X, "matmul", rows=A.format_shape[1])
+        state, _, _ = obtain_plan("matmul", A, matmul_request(A, Xn, matmul_options(backend)), cache=cache)
+        return restore_rhs(_run(A, Xn, state), vector)
     rhs = _rhs(A, X, "matmul")
     alpha, beta = _scalars(A, rhs.shape, c, alpha, beta, "matmul")
     request = matmul_request(A, rhs.Xn, matmul_options(backend))
