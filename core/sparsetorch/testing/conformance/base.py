@@ -132,6 +132,10 @@ class ConformanceBase:
     #: Real dtypes to run the value tests in; default: the declared real dtypes with tolerances here.
     dtypes: ClassVar[tuple[torch.dtype, ...]] = from_backend_info(
         lambda info, cls: _dtypes(info, cls, complex_=False), (torch.float64, torch.float32))
+    #: Half-precision dtypes of the product tests (float32 accumulation expected); default: the
+    #: declared ones among float16 and bfloat16. Solves in half precision are not part of the kit.
+    half_dtypes: ClassVar[tuple[torch.dtype, ...]] = from_backend_info(
+        lambda info, cls: tuple(d for d in (torch.float16, torch.bfloat16) if d in info.dtypes), ())
     #: Complex dtypes, used when ``supports_complex``; default: the declared complex dtypes.
     complex_dtypes: ClassVar[tuple[torch.dtype, ...]] = from_backend_info(_complex_dtypes, (torch.complex128, torch.complex64))
     #: Input formats every value test is repeated in. Not read from BackendInfo: its ``formats``
@@ -157,6 +161,9 @@ class ConformanceBase:
     #: Accepted relative error ``||x - x_ref|| / ||x_ref||`` against the dense oracle, per dtype.
     check_rtol: ClassVar[Mapping[torch.dtype, float]] = {
         torch.float64: 1e-7, torch.float32: 2e-3, torch.complex128: 1e-7, torch.complex64: 2e-3,
+        # products only (the oracle sees the half-rounded inputs): the output's rounding and a
+        # float32 accumulation, a few units of the half dtype's epsilon (4.9e-4, 3.9e-3)
+        torch.float16: 4e-3, torch.bfloat16: 3e-2,
     }
     #: gradcheck tolerances (float64, solver rtol 1e-12): iterative methods get a relaxed atol.
     gradcheck_atol: ClassVar[Mapping[str, float]] = {"direct": 1e-7, "iterative": 1e-5}
@@ -179,6 +186,7 @@ class ConformanceBase:
             "spd_method": ([m for m in ms if self.requirement(m) == "spd"], "no method requiring SPD in `methods`", "methods"),
             "fmt": (list(self.formats), "no formats listed in `formats`", None),
             "dtype": (list(self.dtypes), "no dtypes listed in `dtypes`", "dtypes"),
+            "half_dtype": (list(self.half_dtypes), "no half-precision dtype declared (`half_dtypes`)", "half_dtypes"),
             # without complex support its cases skip on the flag, whatever the BackendInfo says
             "complex_dtype": (list(self.complex_dtypes), "no dtypes listed in `complex_dtypes`",
                               "complex_dtypes" if self.supports_complex else None),

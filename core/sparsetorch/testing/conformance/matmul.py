@@ -78,6 +78,46 @@ class MatmulConformance(ConformanceBase):
         y = self._randn(self.matmul_shape[0], dtype=complex_dtype, device=device, seed=4)
         self.assert_close(y @ A, y.to(D.dtype) @ D, complex_dtype, f"complex y @ A in {_name(fmt)}")
 
+    def test_matmul_half_precision_matches_dense(self, fmt, half_dtype, device):
+        """float16/bfloat16 products in every input format: the result in the input dtype, within
+        a few units of its rounding of the float64 product of the same (half-rounded) operands."""
+        A = self._matrix(fmt, half_dtype, device)
+        D = A.to_dense().to(torch.float64)
+        m, n = self.matmul_shape
+        x = self._randn(n, dtype=half_dtype, device=device)
+        for what, got, ref in (("matmul(A, x)", self.matmul(A, x), D @ x.double()), ("A @ x", A @ x, D @ x.double())):
+            assert got.dtype == half_dtype, f"{self.backend}: {what} in {_name(fmt)} returned {got.dtype}, not {half_dtype}"
+            self.assert_close(got, ref, half_dtype, f"{what} in {_name(fmt)}")
+        y = self._randn(m, dtype=half_dtype, device=device, seed=2)
+        self.assert_close(y @ A, y.double() @ D, half_dtype, f"y @ A in {_name(fmt)}")
+        if self.supports_multiple_rhs:
+            X = self._randn(n, 3, dtype=half_dtype, device=device)
+            self.assert_close(self.matmul(A, X), D @ X.double(), half_dtype, f"matmul(A, X (n, 3)) in {_name(fmt)}")
+
+    def test_matmul_half_precision_gradients(self, fmt, half_dtype, device):
+        """dL/dvalues and dL/dX of a half-precision product against the float64 gradients of the
+        same half-rounded operands; the gradients come back in the half dtype."""
+        self.need_grad()
+        A = self._matrix(fmt, half_dtype, device)
+        m, n = self.matmul_shape
+        k = 2 if self.supports_multiple_rhs else None
+        shape_x, shape_w = ((n, k), (m, k)) if k else ((n,), (m,))
+        v = A.values.detach().clone().requires_grad_()
+        X = self._randn(*shape_x, dtype=half_dtype, device=device).requires_grad_()
+        w = self._randn(*shape_w, dtype=half_dtype, device=device, seed=8)
+        gv, gx = torch.autograd.grad((self.matmul(A.with_values(v), X) * w).sum(), (v, X))
+        assert gv.dtype == half_dtype and gx.dtype == half_dtype, f"gradients in {gv.dtype}/{gx.dtype}, not {half_dtype}"
+        vd = v.detach().double().requires_grad_()
+        Xd = X.detach().double().requires_grad_()
+        coords, slots = A.entries()
+        Dd = torch.zeros(m, n, dtype=torch.float64, device=vd.device).index_put(
+            (coords[0].long(), coords[1].long()), vd[slots.long()], accumulate=True)
+        gvd, gxd = torch.autograd.grad(((Dd @ Xd) * w.double()).sum(), (vd, Xd))
+        on = slots_on_pattern(A)
+        assert torch.all(gv[..., ~on] == 0), "dL/dvalues is nonzero on padding slots"
+        self.assert_close(gx, gxd, half_dtype, f"dL/dX of a half-precision A @ X in {_name(fmt)}")
+        self.assert_close(gv[..., on], gvd[..., on], half_dtype, f"dL/dvalues of a half-precision A @ X in {_name(fmt)}")
+
     def test_Matmul_updates_c_in_place(self, fmt, dtype, device):
         """UST form: ``with Matmul(a, b, c, beta=1.0) as mm: mm.plan(); mm.execute()`` sets c := a @ b + c."""
         A = self._matrix(fmt, dtype, device)
