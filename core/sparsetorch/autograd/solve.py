@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from ..dispatch.plan import PlanState, plan_for
+from ..dispatch.plan import PlanState, call_options, plan_for
 from ..dispatch.records import Offer, Request
 from ..dispatch.results import IterationResult, Status
 from ..dispatch.select import ExplainTable
@@ -44,7 +44,7 @@ from .fallback import Route
 from .matmul import MatmulHandle, matmul_function
 from .sddmm import sddmm
 
-__all__ = ["SolveHandle", "route_for", "solve_function"]
+__all__ = ["SolveHandle", "route_for", "solve_call", "solve_function"]
 
 
 def route_for(op: str, A: SparseTensor, request: Request, table: ExplainTable, offer: Offer, state: PlanState, *,
@@ -175,3 +175,16 @@ def _check(res: IterationResult, name: str, policy: str, what: str) -> None:
         warnings.warn(msg, NotConvergedWarning, stacklevel=4)
     elif policy != "ignore":
         raise NotConvergedError(msg, res)
+
+
+def solve_call(op: str, A: SparseTensor, request: Request, table: ExplainTable, offer: Offer, state: PlanState,
+               values: torch.Tensor, B: torch.Tensor, *, cache: bool, policy: str, check_finite: bool = False,
+               call: dict[str, Any] | None = None) -> tuple[torch.Tensor, SolveHandle]:
+    """``X`` with ``A(values) X = B`` through the chosen plan, its fallback route and the autograd
+    Function (what ``solve`` and ``Solver.solve`` run once dispatch has chosen), and the handle
+    (its route's attempts and results, for the call's info). ``A``: the matrix detached;
+    ``call``: the per-call options when the caller has them already (else from ``request``)."""
+    route = route_for(op, A, request, table, offer, state, cache=cache)
+    handle = SolveHandle(state, A, False, policy, [], check_finite=check_finite,
+                         call_options=call_options(request) if call is None else call, route=route)
+    return solve_function(values, B, handle), handle

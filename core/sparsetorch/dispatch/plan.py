@@ -28,7 +28,7 @@ from ..tensor.pattern import is_plain
 from .lru import LRU
 from .options import _Record
 from .plans import CheapReload, supports
-from .records import Offer, OperandInfo, Request
+from .records import Offer, Request, make_request
 from .select import ExplainTable, choose
 
 if TYPE_CHECKING:
@@ -147,15 +147,6 @@ def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
 # callbacks are per call (CALL_OPTIONS): one plan serves them all.
 _PLAN_OPTIONS = ("restart", "block_size", "dense_max")
 CALL_OPTIONS = ("rtol", "atol", "maxiter", "check_every", "callback")
-
-
-def make_request(op: str, operands: tuple[OperandInfo, ...], properties: frozenset[str], options: Mapping[str, Any],
-                 measured: tuple[Any, ...] = ()) -> Request:
-    """A request; ``options`` is the op's option record (:mod:`.options`), kept as it is (frozen),
-    or a plain mapping, copied."""
-    requires_grad = any(o.requires_grad for o in operands)
-    opts = options if isinstance(options, _Record) else dict(options)
-    return Request(op, operands, properties, opts, requires_grad, measured)
 
 
 def with_options(request: Request, **changes: Any) -> Request:

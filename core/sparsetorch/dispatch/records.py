@@ -18,7 +18,8 @@ from ..format import TensorFormat
 
 from ..errors import InputError
 
-__all__ = ["BackendInfo", "OperandInfo", "Request", "Offer", "Decline", "OPS", "METHODS", "DIRECT_METHODS", "Measured", "preconditioner_name"]
+__all__ = ["BackendInfo", "OperandInfo", "Request", "Offer", "Decline", "OPS", "METHODS", "DIRECT_METHODS", "Measured", "preconditioner_name",
+           "make_request"]
 
 #: Operations a backend may implement.
 OPS = ("matmul", "solve", "eigsh", "eigs", "logdet", "lstsq", "solve_list")
@@ -123,6 +124,15 @@ class Request:
         nb = len(self.A.batch_shape)
         cols = b.shape[nb + 1:] if len(b.shape) > nb + 1 else ()
         return max(1, math.prod(cols)) * max(1, math.prod(self.A.batch_shape))
+
+
+def make_request(op: str, operands: tuple[OperandInfo, ...], properties: frozenset[str], options: Mapping[str, Any],
+                 measured: tuple[Any, ...] = ()) -> Request:
+    """A request; ``options`` is the op's option record (``dispatch/options.py``), kept as it is
+    (frozen), or a plain dict, copied."""
+    requires_grad = any(o.requires_grad for o in operands)
+    opts = dict(options) if isinstance(options, dict) else options
+    return Request(op, operands, properties, opts, requires_grad, measured)
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,9 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..autograd.solve import SolveHandle, route_for, solve_function
-from ..dispatch.plan import PlanState, call_options, make_request, obtain_plan
+from ..autograd.solve import SolveHandle, solve_call
+from ..dispatch.plan import PlanState, call_options, obtain_plan
+from ..dispatch.records import make_request
 from ..dispatch import experience
 from ..dispatch.options import SolveOptions, defaults
 from ..dispatch.select import ExplainTable
@@ -172,14 +173,12 @@ def solve(
                        check_every, backend_options, repeat)
     request = solve_request(A, Bn, properties, options)
     state, offer, table = obtain_plan("solve", A, request, cache=cache)
-    Ad = A.detach()  # the pattern, for the route and the handle (the values go through the Function)
-    route = route_for("solve", Ad, request, table, offer, state, cache=cache)
-    handle = SolveHandle(state, Ad, False, on_nonconvergence, check_finite=check_finite and not checked_here,
-                         call_options=call_options(request), route=route)
     try:
         # Always through the autograd Function: under torch.func transforms it is what unwraps
-        # the operands (and its vmap rule batches right-hand sides into one solve).
-        X = solve_function(A.values, Bn, handle)
+        # the operands (and its vmap rule batches right-hand sides into one solve). The route and
+        # the handle get A detached (its pattern); the values go through the Function.
+        X, handle = solve_call("solve", A.detach(), request, table, offer, state, A.values, Bn, cache=cache,
+                               policy=on_nonconvergence, check_finite=check_finite and not checked_here)
     finally:
         if bar is not None:
             bar.close()
@@ -262,8 +261,6 @@ class Solver:
         """Choose the backend and method and do the pattern-dependent work."""
         self._request = solve_request(self.A, None, self._properties, self._options)
         self._state, self._offer, self._table = obtain_plan("solve", self.A, self._request, cache=self._cache)
-        self._route = route_for("solve", self._pattern, self._request, self._table, self._offer, self._state,
-                                cache=self._cache)
         self._call = call_options(self._request)  # the same for every solve of this Solver
         self._state.build()
         return self._table
@@ -315,10 +312,9 @@ class Solver:
             self.factorize()
         Bn, vector = as_rhs(self._pattern, B, "Solver.solve", rows=self._pattern.format_shape[0])
         values = self._values
-        route = route_for("solve", self._pattern, self._request, self._table, self._offer, self._state,
-                          cache=self._cache)
-        handle = SolveHandle(self._state, self._pattern, False, self._policy, [], call_options=self._call, route=route)
-        X = solve_function(values, Bn, handle)
+        X, handle = solve_call("solve", self._pattern, self._request, self._table, self._offer, self._state, values, Bn,
+                               cache=self._cache, policy=self._policy, call=self._call)
+        route = handle.route
         self.results.extend(handle.results)
         if route.offer is not None and route.offer is not self._offer:
             # dispatch fell back: keep the method that worked for the next solves
