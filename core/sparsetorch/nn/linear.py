@@ -12,10 +12,19 @@ import contextlib
 import torch
 from torch import nn
 
+from ..autograd.matmul import MatmulHandle, matmul_function
+from ..dispatch.options import MatmulOptions
+from ..dispatch.plan import obtain_plan
 from ..errors import InputError
 from ..format import CSR, TensorFormat
-from ..ops.matmul import matmul
+from ..ops.matmul import matmul, matmul_request
 from ..tensor import SparseTensor
+
+#: calls a layer's product is priced over when its plan is chosen (a layer is called once per
+#: step or token: one-time setups such as a conversion or a kernel's packing are spread over them)
+LAYER_REPEAT = 1000
+#: planned products kept per layer (one per batch size seen, most recent first)
+LAYER_HANDLES = 8
 
 __all__ = ["SparseLinear", "rows_times_transpose", "amp_matmul", "autocast_dtype"]
 
@@ -88,12 +97,56 @@ class SparseLinear(nn.Module):
         if torch.compiler.is_compiling():
             y = self._traced_product(x)
         else:
-            y = rows_times_transpose(x, self.weight, self.backend)
+            y = self._planned_product(x)
+            if y is None:
+                y = rows_times_transpose(x, self.weight, self.backend)
         if self.bias is None:
             return y
         # under autocast the product is in the autocast dtype, and so is the bias (as nn.Linear's)
         return y + (self.bias if self.bias.dtype == y.dtype or autocast_dtype(x.device.type, y.dtype) is None
                     else self.bias.to(y.dtype))
+
+    def __getstate__(self) -> dict:
+        # planned products hold backend plans (not copyable, not picklable): a copy plans again
+        state = dict(super().__getstate__())
+        state.pop("_handles", None)
+        return state
+
+    def _index_names(self) -> tuple[str, ...]:
+        names = self.__dict__.get("_index_buffer_names")
+        if names is None:
+            n = len(self._format.levels)
+            names = self.__dict__["_index_buffer_names"] = tuple(f"pos{i}" for i in range(n)) + tuple(f"crd{i}" for i in range(n))
+        return names
+
+    def _planned_product(self, x: torch.Tensor) -> torch.Tensor | None:
+        """``x @ W^T`` through a product plan this layer keeps (per batch size, on the current
+        index buffers and dtype), so a call is the plan's apply and not a one-shot dispatch; None
+        where the general path must run (autocast, a dtype or device that differs from the
+        weight's: it casts or raises with the message)."""
+        values = self.values
+        if (x.dtype != values.dtype or x.device != values.device or x.layout != torch.strided
+                or autocast_dtype(x.device.type, values.dtype, x.dtype) is not None):
+            return None
+        x2 = x.reshape(-1, self.in_features)
+        k = x2.shape[0]
+        if k == 0:
+            return None
+        bufs = self._buffers                  # the index buffers as .to() / load_state_dict left them
+        key = (tuple(None if b is None else (b.data_ptr(), b._version)
+                     for b in (bufs[name] for name in self._index_names())), values.dtype, values.device, k, self.backend)
+        handles: dict = self.__dict__.setdefault("_handles", {})
+        h = handles.get(key)
+        if h is None:
+            W = self.weight.detach()
+            Xn = x2.mT
+            state, _, _ = obtain_plan("matmul", W, matmul_request(W, Xn, MatmulOptions(backend=self.backend,
+                                                                                    repeat=LAYER_REPEAT)))
+            h = MatmulHandle(state, W)
+            if len(handles) >= LAYER_HANDLES:
+                handles.pop(next(iter(handles)))
+            handles[key] = h
+        return matmul_function(values, x2.mT, h).mT.reshape(*x.shape[:-1], self.out_features)
 
     # torch.compile ------------------------------------------------------------------------------
     def prepare_compile(self) -> "SparseLinear":
