@@ -15,8 +15,10 @@ What is here, by use:
 - answering a request: :class:`Request` (op, operands, properties, options) and its
   :class:`OperandInfo` records, :class:`Measured` (what earlier calls on the pattern measured),
   :class:`Offer`, :class:`Decline`;
-- what a call asked for: :class:`SolveOptions` (``request.options`` of a solve) and
-  :class:`CallOptions` (the per-call part, the ``options`` argument of ``plan.solve``), both
+- what a call asked for: :class:`SolveOptions` (``request.options`` of a solve),
+  :class:`MatmulOptions`, :class:`SpectralOptions` (eigsh, eigs), :class:`LstsqOptions`,
+  :class:`LogdetOptions` (the other ops' records; :func:`defaults` lists a record's defaults) and
+  :class:`CallOptions` (the per-call part, the ``options`` argument of ``plan.solve``), all
   read-only mappings of their fields; :data:`DEFAULT_RESTART`, :data:`DEFAULT_CHECK_EVERY` (the
   shared defaults of fields left None);
 - what a plan is: the typed protocols :class:`Plan`, :class:`SolvePlan`, :class:`MatmulPlan`,
@@ -60,7 +62,8 @@ from .dispatch.kit import (
     maxiter_reason, realified_matvec, spd_ok, to_real, trivial_system, true_residual_solve,
 )
 from .dispatch.manager import get_backends, reset_backends
-from .dispatch.options import DEFAULT_CHECK_EVERY, DEFAULT_RESTART, CallOptions, SolveOptions
+from .dispatch.options import (DEFAULT_CHECK_EVERY, DEFAULT_RESTART, CallOptions, LogdetOptions, LstsqOptions,
+                               MatmulOptions, SolveOptions, SpectralOptions, defaults)
 from .dispatch.plans import (
     CheapReload, EigsPlan, EigshPlan, InverseEntries, LogdetPlan, LstsqPlan, MatmulPlan, Plan, SampledProduct, SolveListPlan,
     SolvePlan, supports,
@@ -76,7 +79,8 @@ from .tensor.construct import Conversion, conversion
 __all__ = [
     "hookimpl", "BackendInfo", "OPS", "METHODS", "DIRECT_METHODS",
     "Request", "OperandInfo", "Measured", "Offer", "Decline",
-    "SolveOptions", "CallOptions", "DEFAULT_RESTART", "DEFAULT_CHECK_EVERY",
+    "SolveOptions", "CallOptions", "MatmulOptions", "SpectralOptions", "LstsqOptions", "LogdetOptions", "defaults",
+    "DEFAULT_RESTART", "DEFAULT_CHECK_EVERY",
     "Plan", "SolvePlan", "MatmulPlan", "LstsqPlan", "EigshPlan", "EigsPlan", "LogdetPlan", "SolveListPlan",
     "InverseEntries", "SampledProduct", "CheapReload", "supports", "preconditioner_name",
     "Rates", "rates", "calibrate", "sparsity_dimension", "loglog_interp", "itemsize", "index_size", "batch_size",

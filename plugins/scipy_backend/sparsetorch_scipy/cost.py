@@ -364,7 +364,7 @@ def lobpcg_cost(r: Rates, request: Request, k: int) -> tuple[float, int, str]:
     """LOBPCG: ``0.5 sqrt(kappa) ln(2 / tol)`` block iterations (block CG-like), capped by the
     plan's maxiter (500 by default: an estimate above it is an attempt that will stop short), each
     a block of k products, a 3k x 3k Rayleigh-Ritz (dense work ~ 30 n k^2) and Python bookkeeping."""
-    from .eigen import LOBPCG_MAXITER
+    from .spectral import LOBPCG_MAXITER
 
     A = request.A
     n = A.shape[-1]
