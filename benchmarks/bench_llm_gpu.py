@@ -38,13 +38,9 @@ from torch import nn
 
 import sparsetorch as st
 
+from bench_llm import RULES  # the same pruning rules as the CPU part (this script's folder is on sys.path)
+
 HERE = Path(__file__).resolve().parent
-RULES = {
-    "50 %": lambda: st.nn.magnitude(0.5),
-    "2:4": lambda: st.nn.n_m(2, 4),
-    "90 %": lambda: st.nn.magnitude(0.9),
-    "99 %": lambda: st.nn.magnitude(0.99),
-}
 
 
 def _events(fn, repeats: int) -> float:
