@@ -88,7 +88,8 @@ def _row(fn, ref, repeats: int, backward=None) -> dict:
     return out
 
 
-def _case(dense: nn.Linear, layer: st.nn.SparseLinear, batch: int, dtype, repeats: int, rule: str) -> dict:
+def _case(dense: nn.Linear, layer: st.nn.SparseLinear, batch: int, dtype, repeats: int, rule: str,
+          backward: bool = True) -> dict:
     dev = layer.values.device
     W = layer.to_dense().detach()
     b = layer.bias.detach()
@@ -107,11 +108,17 @@ def _case(dense: nn.Linear, layer: st.nn.SparseLinear, batch: int, dtype, repeat
         xx.grad = None
         layer(xx).sum().backward()
 
-    out = {"dense": _row(lambda: torch.nn.functional.linear(x, W, b), ref, repeats, dense_step)}
+    out = {"dense": _row(lambda: torch.nn.functional.linear(x, W, b), ref, repeats, dense_step if backward else None)}
     try:
-        out["sparsetorch"] = _row(lambda: layer(x), ref, repeats, ours_step)
+        out["sparsetorch"] = _row(lambda: layer(x), ref, repeats, ours_step if backward else None)
+        # the plan the layer runs for this batch size (SparseLinear.plans(): on a CUDA device
+        # chosen by timing the capable backends; what one-shot dispatch would pick is recorded too)
+        plan = next((p for p in layer.plans() if p["batch"] == batch), None)
+        if plan is not None:
+            out["sparsetorch"]["backend"] = plan["plan"]
+            out["sparsetorch"]["plan"] = plan
         table = st.explain("matmul", layer.weight, x.mT.contiguous())
-        out["sparsetorch"]["backend"] = f"{table.chosen.backend}/{table.chosen.method}"
+        out["sparsetorch"]["one_shot_dispatch"] = f"{table.chosen.backend}/{table.chosen.method}"
     except Exception as exc:  # noqa: BLE001
         out["sparsetorch"] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
     with warnings.catch_warnings():
@@ -139,6 +146,7 @@ def main() -> None:
     ap.add_argument("--sparsities", default=",".join(RULES))
     ap.add_argument("--dtypes", default="float16,bfloat16")
     ap.add_argument("--repeats", type=int, default=50)
+    ap.add_argument("--no-backward", action="store_true", help="forward only (no forward+backward column)")
     ap.add_argument("--quick", action="store_true", help="1024-wide layers, 10 repeats")
     ap.add_argument("--out", default=str(HERE / "results" / "llm_h200.json"))
     args = ap.parse_args()
@@ -161,7 +169,7 @@ def main() -> None:
                     dense.bias.copy_(base.bias)
                 layer = st.nn.SparseLinear(RULES[rule]()("layer", dense), dense.bias.detach())
                 for batch in [int(v) for v in args.batches.split(",")]:
-                    case = _case(dense, layer, batch, dtype, args.repeats, rule)
+                    case = _case(dense, layer, batch, dtype, args.repeats, rule, backward=not args.no_backward)
                     row = {"in_features": n_in, "out_features": n_out, "sparsity": rule, "dtype": dname, "batch": batch,
                            "format": layer.weight.format.name, "density": round(layer.density, 6), **case}
                     results.append(row)

@@ -72,3 +72,33 @@ def test_copies_of_a_used_layer_carry_no_plans_and_still_compute():
     for twin in (copy.deepcopy(layer), pickle.loads(pickle.dumps(layer))):
         assert "_handles" not in twin.__dict__
         torch.testing.assert_close(twin(x), ref, rtol=1e-12, atol=1e-12)
+
+
+def test_no_grad_calls_run_the_plan_directly_and_see_new_values():
+    layer, _ = _layer(5)
+    x = torch.randn(3, 12, dtype=torch.float64)
+    with torch.no_grad():
+        y = layer(x)
+        assert y.grad_fn is None
+        torch.testing.assert_close(y, x @ _dense(layer).T + layer.bias.detach(), rtol=1e-12, atol=1e-12)
+        layer.values.data.mul_(3.0)               # unseen by the version counter: still reloaded
+        torch.testing.assert_close(layer(x), x @ _dense(layer).T + layer.bias.detach(), rtol=1e-12, atol=1e-12)
+    with torch.inference_mode():
+        torch.testing.assert_close(layer(x[0]), x[0] @ _dense(layer).T + layer.bias.detach(), rtol=1e-12, atol=1e-12)
+    y = layer(x)                                  # gradients recorded: the autograd path, same plan
+    assert y.grad_fn is not None
+    plans = layer.plans()
+    assert sorted(p["batch"] for p in plans) == [1, 3]
+    assert all(p["plan"].endswith("/spmm") and "candidates" not in p for p in plans)  # CPU: dispatch chooses
+
+
+def test_no_bias_layer_and_input_that_needs_a_gradient_without_grad_values():
+    layer, _ = _layer(6)
+    nb = st.nn.SparseLinear(layer.weight.detach())
+    nb.values.requires_grad_(False)
+    x = torch.randn(2, 12, dtype=torch.float64, requires_grad=True)
+    y = nb(x)
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, _dense(nb).sum(0).expand(2, 12), rtol=1e-12, atol=1e-12)
+    with torch.no_grad():
+        torch.testing.assert_close(nb(x), x.detach() @ _dense(nb).T, rtol=1e-12, atol=1e-12)

@@ -14,7 +14,7 @@ from torch import nn
 
 from ..autograd.matmul import MatmulHandle, matmul_function
 from ..dispatch.options import MatmulOptions
-from ..dispatch.plan import obtain_plan
+from ..dispatch.plan import PlanState, obtain_plan, plan_for
 from ..errors import InputError
 from ..format import CSR, TensorFormat
 from ..ops.matmul import matmul, matmul_request
@@ -25,8 +25,15 @@ from ..tensor import SparseTensor
 LAYER_REPEAT = 1000
 #: planned products kept per layer (one per batch size seen, most recent first)
 LAYER_HANDLES = 8
+#: on a CUDA device, when dispatch finds more than one capable backend and none is pinned, a
+#: layer's plan for a batch size is chosen by timing each candidate's product on the GPU (once,
+#: at the first call with that batch size; see :meth:`SparseLinear.plans`); False: dispatch's
+#: cost models choose, as on the CPU
+LAYER_TUNE_CUDA = True
+#: products timed per candidate when tuning (after one warm-up call)
+TUNE_REPEATS = 20
 
-__all__ = ["SparseLinear", "rows_times_transpose", "amp_matmul", "autocast_dtype"]
+__all__ = ["SparseLinear", "rows_times_transpose", "amp_matmul", "autocast_dtype", "LAYER_TUNE_CUDA"]
 
 
 class SparseLinear(nn.Module):
@@ -97,9 +104,10 @@ class SparseLinear(nn.Module):
         if torch.compiler.is_compiling():
             y = self._traced_product(x)
         else:
-            y = self._planned_product(x)
-            if y is None:
-                y = rows_times_transpose(x, self.weight, self.backend)
+            y = self._planned_product(x)      # the bias included
+            if y is not None:
+                return y
+            y = rows_times_transpose(x, self.weight, self.backend)
         if self.bias is None:
             return y
         # under autocast the product is in the autocast dtype, and so is the bias (as nn.Linear's)
@@ -120,11 +128,17 @@ class SparseLinear(nn.Module):
         return names
 
     def _planned_product(self, x: torch.Tensor) -> torch.Tensor | None:
-        """``x @ W^T`` through a product plan this layer keeps (per batch size, on the current
+        """``x @ W^T + b`` through a product plan this layer keeps (per batch size, on the current
         index buffers and dtype), so a call is the plan's apply and not a one-shot dispatch; None
         where the general path must run (autocast, a dtype or device that differs from the
-        weight's: it casts or raises with the message)."""
-        values = self.values
+        weight's: it casts or raises with the message).
+
+        Without a gradient to record (``torch.no_grad``, ``inference_mode``, or neither the values
+        nor ``x`` requiring one) the call is the plan's ``set_values`` and ``apply`` alone, with
+        no autograd Function around them: a GPU forward at batch 1 is then two kernels (the
+        product, the bias) and a few microseconds of host code besides the plan's own."""
+        params = self._parameters
+        values = params["values"]
         if (x.dtype != values.dtype or x.device != values.device or x.layout != torch.strided
                 or autocast_dtype(x.device.type, values.dtype, x.dtype) is not None):
             return None
@@ -136,17 +150,79 @@ class SparseLinear(nn.Module):
         key = (tuple(None if b is None else (b.data_ptr(), b._version)
                      for b in (bufs[name] for name in self._index_names())), values.dtype, values.device, k, self.backend)
         handles: dict = self.__dict__.setdefault("_handles", {})
-        h = handles.get(key)
-        if h is None:
-            W = self.weight.detach()
-            Xn = x2.mT
-            state, _, _ = obtain_plan("matmul", W, matmul_request(W, Xn, MatmulOptions(backend=self.backend,
-                                                                                    repeat=LAYER_REPEAT)))
-            h = MatmulHandle(state, W)
+        lp = handles.get(key)
+        if lp is None:
+            lp = self._plan_for_batch(x2)
             if len(handles) >= LAYER_HANDLES:
                 handles.pop(next(iter(handles)))
-            handles[key] = h
-        return matmul_function(values, x2.mT, h).mT.reshape(*x.shape[:-1], self.out_features)
+            handles[key] = lp
+        bias = self.bias
+        lead = x.shape[:-1]
+        if torch.is_grad_enabled() and (values.requires_grad or x.requires_grad):
+            y = matmul_function(values, x2.mT, lp.handle).mT.reshape(*lead, self.out_features)
+            return y if bias is None else y + bias
+        state = lp.state
+        with state.lock:
+            state._load(values)
+            Y = state.plan.apply(x2.mT)
+        y = Y.mT.reshape(*lead, self.out_features)
+        return y if bias is None else y + bias
+
+    def _plan_for_batch(self, x2: torch.Tensor) -> "_LayerPlan":
+        """The planned product for inputs like ``x2`` (``(k, in_features)``): dispatch's choice,
+        or on a CUDA device the fastest candidate measured (:data:`LAYER_TUNE_CUDA`)."""
+        W = self._kernel_weight()
+        Xn = x2.mT
+        request = matmul_request(W, Xn, MatmulOptions(backend=self.backend, repeat=LAYER_REPEAT))
+        tune = (LAYER_TUNE_CUDA and self.backend is None and x2.device.type == "cuda"
+                and not torch.cuda.is_current_stream_capturing())
+        state, offer, table = obtain_plan("matmul", W, request, cache=not tune)
+        candidates = [r.offer for r in table.rows if r.offer is not None]
+        label = f"{offer.backend}/{offer.method}"
+        if not tune or len(candidates) < 2:
+            return _LayerPlan(state, MatmulHandle(state, W), label, W)
+        values = self.values.detach()
+        timed: list[tuple[float, float, str, PlanState]] = []
+        notes: dict[str, dict] = {}
+        for cand in candidates:
+            name = f"{cand.backend}/{cand.method}"
+            st_ = state if cand is offer else plan_for("matmul", W, request, cand, cache=False)
+            try:
+                gpu, host = _time_product(st_, values, Xn, self.out_features)
+            except Exception as exc:  # noqa: BLE001 - a candidate that fails is not chosen (recorded)
+                notes[name] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+                continue
+            notes[name] = {"gpu_s": gpu, "host_s": host, "estimate_s": cand.seconds}
+            timed.append((gpu, host, name, st_))
+        if not timed:                         # every candidate failed: dispatch's choice raises as usual
+            return _LayerPlan(state, MatmulHandle(state, W), label, W)
+        gpu, host, name, best = min(timed, key=lambda t: (t[0], t[1]))
+        return _LayerPlan(best, MatmulHandle(best, W), name, W, {"dispatch": label, "candidates": notes})
+
+    def _kernel_weight(self) -> SparseTensor:
+        """The weight the product plans are made for: the layer's own, except that on a CUDA
+        device a CSR pattern with int64 indices is planned on an int32 copy of its index
+        buffers (the same entries in the same order, so the stored values are used as they are;
+        a batch-1 product reads value and index once per entry: 6 bytes instead of 10 in
+        half precision)."""
+        W = self.weight.detach()
+        if (W.device.type != "cuda" or self._format != CSR or W.index_dtype != torch.int64
+                or max(W.values.numel(), self.out_features, self.in_features) >= 2**31 - 1):
+            return W
+        rowptr, col = W.pos(1), W.crd(1)
+        return SparseTensor(CSR, (self.out_features, self.in_features), [None, rowptr.to(torch.int32)],
+                            [None, col.to(torch.int32)], W.values, check=False)
+
+    def plans(self) -> list[dict]:
+        """The planned products this layer holds, one per batch size seen: the batch size, the
+        backend/method that runs it and, where it was chosen by timing on a CUDA device, what
+        dispatch would have picked and each candidate's measured GPU and host seconds per call."""
+        out = []
+        for key, lp in self.__dict__.get("_handles", {}).items():
+            out.append({"batch": key[3], "dtype": str(key[1]).replace("torch.", ""), "device": str(key[2]),
+                        "plan": lp.label, "index_dtype": str(lp.weight.index_dtype).replace("torch.", ""),
+                        **lp.tuning})
+        return out
 
     # torch.compile ------------------------------------------------------------------------------
     def prepare_compile(self) -> "SparseLinear":
@@ -209,6 +285,54 @@ class SparseLinear(nn.Module):
         name = self._format.name or str(self._format)
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
                 f"format={name}, stored={self.values.numel()} ({self.density:.1%})")
+
+
+class _LayerPlan:
+    """One planned product of a layer: the plan's state (for the direct call), the autograd
+    handle on it (for calls that record a gradient), the weight it was planned on, its label
+    and, where it was chosen by timing, the measurements."""
+
+    __slots__ = ("state", "handle", "label", "weight", "tuning")
+
+    def __init__(self, state: PlanState, handle: MatmulHandle, label: str, weight: SparseTensor,
+                 tuning: dict | None = None) -> None:
+        self.state, self.handle, self.label, self.weight = state, handle, label, weight
+        self.tuning = tuning or {}
+
+
+def _time_product(state: PlanState, values: torch.Tensor, Xn: torch.Tensor, rows: int) -> tuple[float, float]:
+    """(GPU seconds, host seconds) per call of ``state``'s product as the layer runs it (values
+    loaded, then apply), medians of :data:`TUNE_REPEATS` calls after a warm-up that builds the
+    plan. The GPU time is taken with the host ahead of the device (a short device-side sleep
+    first), so it is the kernels' time alone; the host time is the enqueueing."""
+    import time  # noqa: PLC0415
+
+    def call() -> torch.Tensor:
+        with state.lock:
+            state._load(values)
+            return state.plan.apply(Xn)
+
+    with torch.no_grad():
+        Y = call()
+        if not isinstance(Y, torch.Tensor) or tuple(Y.shape) != (rows, Xn.shape[-1]) or Y.dtype != Xn.dtype:
+            raise RuntimeError(f"{state.label}: apply returned {type(Y).__name__} {tuple(getattr(Y, 'shape', ()))}")
+        torch.cuda.synchronize(Xn.device)
+        t0 = time.perf_counter()
+        for _ in range(TUNE_REPEATS):
+            call()
+        host = (time.perf_counter() - t0) / TUNE_REPEATS
+        torch.cuda.synchronize(Xn.device)
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        sleep = getattr(torch.cuda, "_sleep", None)
+        if sleep is not None:  # keep the device busy while the host enqueues (about 1.5x its time)
+            sleep(int(min(2e7, 1.5 * host * TUNE_REPEATS * 2e9)))
+        start.record()
+        for _ in range(TUNE_REPEATS):
+            call()
+        end.record()
+        end.synchronize()
+    return start.elapsed_time(end) * 1e-3 / TUNE_REPEATS, host
 
 
 def rows_times_transpose(x: torch.Tensor, A: SparseTensor, backend: str | None = None) -> torch.Tensor:
