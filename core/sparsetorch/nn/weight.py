@@ -96,7 +96,9 @@ class SparseWeight(torch.Tensor):
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        handler = _HANDLERS.get(func)
+        # dynamo hands ``W @ x`` over as ``Tensor.__rmatmul__(x, W)``, and its lookup of that key in
+        # the table misses under torch.compile: compared by identity first
+        handler = _rmatmul if func is torch.Tensor.__rmatmul__ else _HANDLERS.get(func)
         if handler is None:
             name = getattr(func, "__name__", str(func))
             if name in ("__get__", "__set__") or name.startswith("_"):  # attribute plumbing (shape, dtype, ...)
@@ -113,6 +115,11 @@ class SparseWeight(torch.Tensor):
         # reached only by operations __torch_function__ let through (attribute plumbing aside,
         # none should get here): the wrapper has no dense storage to run them on
         raise InputError(f"SparseWeight does not implement {func}: use .to_dense() first")
+
+
+def _ndim(t: torch.Tensor) -> int:
+    """``t.dim()``, for a SparseWeight from its SparseTensor (what torch.compile can trace)."""
+    return len(t._A.shape) if isinstance(t, SparseWeight) else t.dim()
 
 
 def _dense_operand(x: object, what: str) -> torch.Tensor:
@@ -136,6 +143,8 @@ def _right(X: torch.Tensor, W: SparseWeight, what: str) -> torch.Tensor:
     if len(W._A.format_shape) != 2 or W._A.batch_shape or X.shape[-1] != W.shape[0]:
         raise InputError(f"SparseWeight.{what}: shapes {tuple(X.shape)} @ {tuple(W.shape)} do not match (a 2-D "
                          f"sparse weight on the right of a (..., {W.shape[0]}) operand)")
+    if torch.compiler.is_compiling() and autocast_dtype(X.device.type, X.dtype, W._A.dtype) is None:
+        return X @ W._A  # the SparseTensor's own operator: no transposed view built in the graph
     return rows_times_transpose(X, W._A.T)
 
 
@@ -151,6 +160,11 @@ def _matmul(a, b, *, out=None):
     if isinstance(b, SparseWeight) and b._A.batch_shape:
         return _bmm(a, b)
     return _right(a, b, "matmul")
+
+
+def _rmatmul(a, b):
+    """``Tensor.__rmatmul__(a, b)``, which is ``b @ a`` (the SparseWeight on either side)."""
+    return _matmul(b, a)
 
 
 def _linear(x, weight, bias=None):
@@ -189,7 +203,7 @@ def _mT(W):
 def _transpose(W, dim0: int, dim1: int):
     if not isinstance(W, SparseWeight):
         raise InputError("SparseWeight: transpose of a dense tensor with a SparseWeight argument is not supported")
-    nd = W.dim()
+    nd = _ndim(W)
     if nd == 1 and dim0 in (0, -1) and dim1 in (0, -1):
         return W
     if sorted((dim0 % nd, dim1 % nd)) != [nd - 2, nd - 1]:
@@ -199,7 +213,7 @@ def _transpose(W, dim0: int, dim1: int):
 
 
 def _t_strict(W):
-    if W.dim() == 3:
+    if _ndim(W) == 3:
         raise InputError("SparseWeight.t() takes a 1-D or 2-D weight (as torch.t does); use .mT for a 3-D weight")
     return _transposed(W)
 
@@ -226,7 +240,7 @@ def _addmm(input, mat1, mat2, *, beta=1, alpha=1, out=None):
     _no_out(out, "addmm")
     if isinstance(mat1, SparseWeight) == isinstance(mat2, SparseWeight):
         raise InputError("SparseWeight.addmm: exactly one of mat1, mat2 may be sparse")
-    if mat1.dim() != 2 or mat2.dim() != 2:
+    if _ndim(mat1) != 2 or _ndim(mat2) != 2:
         raise InputError(f"SparseWeight.addmm: mat1 and mat2 must be 2-D, got {tuple(mat1.shape)} and {tuple(mat2.shape)}")
     prod = _left(mat1, mat2, "addmm") if isinstance(mat1, SparseWeight) else _right(mat1, mat2, "addmm")
     return _scaled(alpha, beta, prod, input)
@@ -234,7 +248,7 @@ def _addmm(input, mat1, mat2, *, beta=1, alpha=1, out=None):
 
 def _addmv(input, mat, vec, *, beta=1, alpha=1, out=None):
     _no_out(out, "addmv")
-    if not isinstance(mat, SparseWeight) or mat.dim() != 2:
+    if not isinstance(mat, SparseWeight) or _ndim(mat) != 2:
         raise InputError("SparseWeight.addmv: mat must be the 2-D SparseWeight and vec a dense 1-D tensor")
     if not isinstance(vec, torch.Tensor) or vec.dim() != 1:
         raise InputError(f"SparseWeight.addmv: vec must be a 1-D dense tensor, got {tuple(getattr(vec, 'shape', ()))}")
@@ -404,7 +418,7 @@ _HANDLERS: dict = {
     torch.matmul: _matmul,
     torch.Tensor.matmul: _matmul,
     torch.Tensor.__matmul__: _matmul,
-    torch.Tensor.__rmatmul__: lambda W, X: _right(X, W, "matmul"),
+    torch.Tensor.__rmatmul__: _rmatmul,
     torch.mm: lambda a, b, **k: _matmul(a, b, **k),
     torch.Tensor.mm: lambda a, b: _matmul(a, b),
     torch.mv: lambda a, b, **k: _left(a, b, "mv"),

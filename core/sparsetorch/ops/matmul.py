@@ -63,7 +63,14 @@ def matmul(A: SparseTensor, X: torch.Tensor, c: torch.Tensor | None = None, *, a
     1 by default (nvmath's defaults), written into ``c`` in place and returned, unless a gradient
     is being recorded (then a new tensor is returned and ``c`` is left alone; see :class:`Matmul`).
     ``c`` must have the result's shape, A's dtype and device. Unlike :class:`Matmul` it uses the
-    plan cache, so repeated one-shot calls on one pattern plan once."""
+    plan cache, so repeated one-shot calls on one pattern plan once.
+
+    Under ``torch.compile`` the product is the custom op ``sparsetorch::spmm``, traced with no
+    graph break (:mod:`sparsetorch.autograd.compiled`)."""
+    if torch.compiler.is_compiling():
+        from ..autograd.compiled import traced_matmul  # noqa: PLC0415 - the compiled path only
+
+        return traced_matmul(A, X, c, alpha, beta, backend)
     if isinstance(A, SparseTensor) and A.format.num_batch_levels:
         members, rhs = _pattern_batch(A, X, "matmul")
         alpha, beta = _scalars(A, rhs.shape, c, alpha, beta, "matmul")
@@ -336,6 +343,10 @@ def _rmatmul_operator(self: SparseTensor, other: torch.Tensor) -> torch.Tensor:
     """``X @ A`` as ``(A^T @ X^T)^T`` (A^T is a view)."""
     if not isinstance(other, torch.Tensor):
         return NotImplemented
+    if torch.compiler.is_compiling():
+        from ..autograd.compiled import traced_rmatmul  # noqa: PLC0415 - the compiled path only
+
+        return traced_rmatmul(self, other)
     if other.dim() == 1:
         return matmul(self.T, other)
     return matmul(self.T, other.transpose(-2, -1)).transpose(-2, -1)

@@ -415,6 +415,24 @@ class SparseTensor(ViewMethods, AccessMethods):
     # ``A @ X`` and ``X @ A`` are bound by ``sparsetorch.ops.matmul`` (dispatch lives above this
     # layer): :func:`sparsetorch.matmul` with its plan cache and gradients.
 
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        """torch's matmul entry points with a SparseTensor operand, as the operators:
+        ``torch.matmul(A, x)``, ``torch.matmul(x, A)``, and ``A @ x``/``x @ A`` where torch sees
+        them first (under ``torch.compile`` dynamo hands ``A @ x`` to ``Tensor.__rmatmul__(x, A)``).
+        Every other torch function declines (torch raises its TypeError, as for any other object)."""
+        if kwargs or len(args) != 2:
+            return NotImplemented
+        a, b = args
+        if func in (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__):
+            if isinstance(a, SparseTensor) and not isinstance(b, SparseTensor):
+                return a.__matmul__(b)  # type: ignore[operator]
+            if isinstance(b, SparseTensor) and not isinstance(a, SparseTensor):
+                return b.__rmatmul__(a)  # type: ignore[operator]
+        elif func is torch.Tensor.__rmatmul__ and isinstance(b, SparseTensor) and not isinstance(a, SparseTensor):
+            return b.__matmul__(a)  # type: ignore[operator]  # Tensor.__rmatmul__(x, A) is A @ x
+        return NotImplemented
+
     # Package interop ------------------------------------------------------------------------------
     def to_package(self, package: str | None = None, **options: Any) -> Any:
         """Hand the tensor to ``package`` ("torch", "scipy", "cupy", "numpy"), zero-copy where the
@@ -452,3 +470,58 @@ Tensor = SparseTensor
 
 # torch.load(weights_only=True), torch's default, calls only functions registered as safe.
 torch.serialization.add_safe_globals([rebuild_sparse_tensor])
+
+
+# ``A @ x`` under torch.compile --------------------------------------------------------------------
+# dynamo traces ``obj @ tensor`` (obj not a tensor, with __torch_function__) as a torch function
+# call with the operands swapped, and looks the reverse method up in its table of reverse
+# methods, where matmul has no entry (torch 2.13): it would call ``Tensor.matmul(x, A)``, which
+# means ``x @ A``. The entry ``Tensor.__rmatmul__`` makes it ``A @ x``. The table lives in a module
+# that ``import torch._dynamo`` loads (2 s: not at ``import sparsetorch``), so the entry is added
+# when that module is first imported (or now, if it was before).
+_DYNAMO_BUILTIN = "torch._dynamo.variables.builtin"
+
+
+def _add_reverse_matmul(module: Any) -> None:
+    import operator
+
+    table = getattr(module, "BUILTIN_TO_TENSOR_RFN_MAP", None)
+    if isinstance(table, dict):
+        table.setdefault(operator.matmul, torch.Tensor.__rmatmul__)
+
+
+class _DynamoReverseMatmul:
+    """A one-shot import hook: runs :func:`_add_reverse_matmul` once dynamo's builtin module is loaded."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != _DYNAMO_BUILTIN:
+            return None
+        import importlib.machinery
+        import sys
+
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        loader = getattr(spec, "loader", None)
+        if spec is None or loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        run = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            run(module)
+            _add_reverse_matmul(module)
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def _install_reverse_matmul() -> None:
+    import sys
+
+    if _DYNAMO_BUILTIN in sys.modules:
+        _add_reverse_matmul(sys.modules[_DYNAMO_BUILTIN])
+    elif not any(isinstance(f, _DynamoReverseMatmul) for f in sys.meta_path):
+        sys.meta_path.insert(0, _DynamoReverseMatmul())
+
+
+_install_reverse_matmul()

@@ -1,0 +1,418 @@
+"""What ``torch.compile`` traces for ``matmul``, ``A @ X`` and ``solve``: opaque custom ops.
+
+Dispatch (plan choice, the plan cache, the plans' locks, the fallback route's checks) is Python
+that dynamo cannot trace. Under ``torch.compile`` the ops route here instead: a SparseTensor is
+taken apart into what a graph can carry (its format as its DSL string, its format shape, its
+level buffers and values), and the work is one ``torch.library`` custom op, opaque to dynamo:
+
+    sparsetorch::spmm(fmt, shape, pos, crd, values, X, adjoint, backend)      A X  or  A^H X
+    sparsetorch::sampled(fmt, shape, pos, crd, values, P, Q)                  sum_c P[i, c] conj(Q[j, c]) on A's pattern
+    sparsetorch::spsolve(fmt, shape, pos, crd, values, B, adjoint, options)   A^-1 B  or  A^-H B
+
+Each has a fake kernel (the output's shape, dtype and device, nothing computed), so dynamo and
+AOTAutograd trace through it with no graph break and no host synchronization. Their eager
+kernels run outside the trace, at run time, through the ordinary path: ``spmm`` through the
+product plan dispatch chooses (the plan cache: a plan built by an eager call outside the
+compiled region is the one a compiled call uses, and the other way round), ``spsolve`` through
+``sparsetorch.solve`` itself (property detection, the finiteness check, the checked fallback
+route). The autograd formulas are the adjoint rules of :mod:`.matmul` and :mod:`.solve`:
+
+    Y = A X        dX = A^H dY                 dvalues = sampled(dY, X)
+    Y = A^H X      dX = A dY                   dvalues = sampled(X, dY)
+    X = A^-1 B     dB = A^-H dX = M            dvalues = -sampled(M, X)
+    X = A^-H B     dB = A^-1 dX = M            dvalues = -sampled(X, M)
+    V = sampled(P, Q)   dP = A(dV) Q           dQ = A(dV)^H P
+
+so first and second derivatives compile too (the backward of ``spmm`` is ``spmm`` and
+``sampled``, whose backward is ``spmm``).
+
+The eager kernels rebuild the SparseTensor from its buffers once per pattern (kept while its
+index buffers live and are not written in place; a new pattern is validated in full, which the
+traced code cannot do) and reuse it with each call's values, so pattern-derived data (entry
+lists, conversion maps) is computed once, as for an eager call.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import OrderedDict
+from typing import Callable, Optional, Sequence
+
+import torch
+from torch import Tensor
+
+from ..dispatch.options import MatmulOptions
+from ..dispatch.plan import obtain_plan
+from ..dispatch.records import OperandInfo, make_request
+from ..errors import InputError
+from ..format import TensorFormat
+from ..tensor import SparseTensor
+from ..tensor.pattern import buffer_id
+from .matmul import MatmulHandle
+from .sddmm import sddmm
+
+__all__ = ["spmm", "sampled", "spsolve", "traced_matmul", "traced_rmatmul", "traced_solve", "register_solver", "parts"]
+
+_HALF = (torch.float16, torch.bfloat16)
+
+#: patterns rebuilt by the eager kernels, most recent last (bounded: a model has a few)
+_PATTERNS: OrderedDict = OrderedDict()
+_PATTERNS_MAX = 64
+_PATTERNS_LOCK = threading.Lock()
+_FORMATS: dict[str, TensorFormat] = {}
+
+#: ``sparsetorch.solve``, registered by the ops layer (this layer sits below it)
+_solver: Callable | None = None
+
+
+def register_solver(fn: Callable) -> None:
+    """Set the function the eager kernel of ``spsolve`` calls: ``fn(A, B, **options) -> X``
+    (``sparsetorch.solve``; the ops layer registers it, since this layer cannot import it)."""
+    global _solver
+    _solver = fn
+
+
+def _format(spec: str) -> TensorFormat:
+    fmt = _FORMATS.get(spec)
+    if fmt is None:
+        fmt = _FORMATS[spec] = TensorFormat.parse(spec)
+    return fmt
+
+
+def _pattern(spec: str, shape: Sequence[int], pos: Sequence[Tensor | None], crd: Sequence[Tensor | None],
+             values: Tensor) -> SparseTensor:
+    """The SparseTensor of these buffers with ``values``: the pattern rebuilt once (validated in
+    full) and reused while the same buffers live unmodified (address, extent and version)."""
+    bufs = [b for b in (*pos, *crd) if b is not None]
+    key = (spec, tuple(int(s) for s in shape), tuple(p is None for p in pos), tuple(c is None for c in crd),
+           tuple(buffer_id(b) for b in bufs), values.dtype, values.device)
+    with _PATTERNS_LOCK:
+        hit = _PATTERNS.get(key)
+        if hit is not None:
+            refs, A = hit
+            if all(r() is not None for r in refs):
+                _PATTERNS.move_to_end(key)
+                return A.with_values(values)
+            del _PATTERNS[key]
+    A = SparseTensor(_format(spec), tuple(shape), list(pos), list(crd), values.detach(), check=True)
+    with _PATTERNS_LOCK:
+        _PATTERNS[key] = (tuple(weakref.ref(b) for b in bufs), A.detach())
+        while len(_PATTERNS) > _PATTERNS_MAX:
+            _PATTERNS.popitem(last=False)
+    return A.with_values(values)
+
+
+@torch.compiler.assume_constant_result
+def _spec(fmt: TensorFormat) -> str:
+    """The format's DSL string. Dynamo runs this at trace time and keeps the string as a constant
+    of the graph, guarded on the format object's identity (formats are immutable)."""
+    return str(fmt)
+
+
+def parts(A: SparseTensor) -> tuple[str, list[int], list[Tensor | None], list[Tensor | None]]:
+    """What the custom ops take of ``A`` besides its values: the format's DSL string, the format
+    shape, the position and coordinate buffers (None where a level has none)."""
+    fmt = A.format
+    n = len(fmt.levels)
+    return _spec(fmt), list(A.format_shape), [A.pos(k) for k in range(n)], [A.crd(k) for k in range(n)]
+
+
+def _fresh(out: Tensor, *inputs: Tensor) -> Tensor:
+    """``out``, copied if it shares memory with an input (a custom op's output may not alias)."""
+    if out.numel() and any(t.numel() and out.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
+                           for t in inputs):
+        return out.clone()
+    return out
+
+
+# sparsetorch::spmm --------------------------------------------------------------------------------
+def _product(A: SparseTensor, X: Tensor, adjoint: bool, backend: str | None) -> Tensor:
+    """``A X`` (``A^H X``) through the product plan dispatch chooses (the plan cache)."""
+    operands = (OperandInfo("sparse", tuple(A.shape), A.dtype, A.device, A.format, A.nse, tuple(A.batch_shape), False),
+                OperandInfo("dense", tuple(X.shape), X.dtype, X.device, None, None, (), False))
+    state, _, _ = obtain_plan("matmul", A, make_request("matmul", operands, frozenset(), MatmulOptions(backend=backend)))
+    return MatmulHandle(state, A, adjoint).run(A.values, X)
+
+
+@torch.library.custom_op("sparsetorch::spmm", mutates_args=())
+def spmm(fmt: str, shape: Sequence[int], pos: Sequence[Optional[Tensor]], crd: Sequence[Optional[Tensor]],
+         values: Tensor, X: Tensor, adjoint: bool, backend: Optional[str]) -> Tensor:
+    """``A X`` (``A^H X`` when ``adjoint``) for ``A`` given by its parts (:func:`parts`) and
+    ``values`` (``(*batch, slots)``), ``X`` of shape ``(*batch, n, k)`` (``(*batch, m, k)``)."""
+    A = _pattern(fmt, shape, pos, crd, values.detach())
+    return _fresh(_product(A, X.detach(), adjoint, backend), X)
+
+
+@spmm.register_fake
+def _(fmt, shape, pos, crd, values, X, adjoint, backend):
+    rows = shape[-1] if adjoint else shape[-2]
+    return X.new_empty((*X.shape[:-2], rows, X.shape[-1]))
+
+
+def _save_parts(ctx, pos, crd) -> list[Tensor]:
+    ctx.pos_none = [p is None for p in pos]
+    ctx.crd_none = [c is None for c in crd]
+    return [b for b in (*pos, *crd) if b is not None]
+
+
+def _load_parts(ctx, saved: Sequence[Tensor]) -> tuple[list[Tensor | None], list[Tensor | None]]:
+    it = iter(saved)
+    pos = [None if none else next(it) for none in ctx.pos_none]
+    crd = [None if none else next(it) for none in ctx.crd_none]
+    return pos, crd
+
+
+def _spmm_setup(ctx, inputs, output) -> None:
+    fmt, shape, pos, crd, values, X, adjoint, backend = inputs
+    ctx.fmt, ctx.shape, ctx.adjoint, ctx.backend = fmt, list(shape), adjoint, backend
+    ctx.save_for_backward(values, X, *_save_parts(ctx, pos, crd))
+
+
+def _spmm_backward(ctx, dY: Tensor):
+    values, X, *bufs = ctx.saved_tensors
+    pos, crd = _load_parts(ctx, bufs)
+    dX = dV = None
+    if ctx.needs_input_grad[5]:
+        dX = spmm(ctx.fmt, ctx.shape, pos, crd, values, dY, not ctx.adjoint, ctx.backend)
+    if ctx.needs_input_grad[4]:
+        P, Q = (X, dY) if ctx.adjoint else (dY, X)
+        dV = sampled(ctx.fmt, ctx.shape, pos, crd, values, P, Q)
+    return None, None, None, None, dV, dX, None, None
+
+
+spmm.register_autograd(_spmm_backward, setup_context=_spmm_setup)
+
+
+# sparsetorch::sampled -----------------------------------------------------------------------------
+@torch.library.custom_op("sparsetorch::sampled", mutates_args=())
+def sampled(fmt: str, shape: Sequence[int], pos: Sequence[Optional[Tensor]], crd: Sequence[Optional[Tensor]],
+            values: Tensor, P: Tensor, Q: Tensor) -> Tensor:
+    """``sum_c P[..., i, c] conj(Q[..., j, c])`` at every stored entry ``(i, j)`` of ``A``, in A's
+    value slots (``values``' shape and dtype; padding slots get zero). ``values`` only carries
+    the slots' shape and dtype; half-precision factors are summed in float32."""
+    A = _pattern(fmt, shape, pos, crd, values.detach())
+    P, Q = P.detach(), Q.detach()
+    if P.dtype in _HALF or Q.dtype in _HALF:
+        out = sddmm(A, P.float(), Q.float()).to(values.dtype)
+    else:
+        out = sddmm(A, P, Q)
+    if tuple(out.shape) != tuple(values.shape):
+        out = out.expand(values.shape)
+    return _fresh(out.contiguous(), P, Q)
+
+
+@sampled.register_fake
+def _(fmt, shape, pos, crd, values, P, Q):
+    return values.new_empty(values.shape)
+
+
+def _sampled_setup(ctx, inputs, output) -> None:
+    fmt, shape, pos, crd, values, P, Q = inputs
+    ctx.fmt, ctx.shape = fmt, list(shape)
+    ctx.save_for_backward(values, P, Q, *_save_parts(ctx, pos, crd))
+
+
+def _sampled_backward(ctx, dV: Tensor):
+    values, P, Q, *bufs = ctx.saved_tensors
+    pos, crd = _load_parts(ctx, bufs)
+    dP = dQ = None
+    if ctx.needs_input_grad[5]:
+        dP = spmm(ctx.fmt, ctx.shape, pos, crd, dV, Q, False, None)
+    if ctx.needs_input_grad[6]:
+        dQ = spmm(ctx.fmt, ctx.shape, pos, crd, dV, P, True, None)
+    return None, None, None, None, None, dP, dQ
+
+
+sampled.register_autograd(_sampled_backward, setup_context=_sampled_setup)
+
+
+# sparsetorch::spsolve -----------------------------------------------------------------------------
+@torch.library.custom_op("sparsetorch::spsolve", mutates_args=())
+def spsolve(fmt: str, shape: Sequence[int], pos: Sequence[Optional[Tensor]], crd: Sequence[Optional[Tensor]],
+            values: Tensor, B: Tensor, adjoint: bool, backend: Optional[str], method: Optional[str],
+            preconditioner: Optional[str], rtol: Optional[float], atol: float, maxiter: Optional[int],
+            properties: Optional[str], check_finite: bool, on_nonconvergence: str, restart: Optional[int],
+            block_size: Optional[int], dense_max: Optional[int], max_bytes: Optional[int],
+            check_every: Optional[int], repeat: Optional[int], cache: bool) -> Tensor:
+    """``X`` with ``A X = B`` (``A^H X = B`` when ``adjoint``), ``B`` of shape ``(*batch, n, k)``,
+    through ``sparsetorch.solve`` with these options (``properties`` comma-separated)."""
+    if _solver is None:
+        raise RuntimeError("sparsetorch::spsolve has no solver registered: import sparsetorch (its ops register "
+                           "sparsetorch.solve with sparsetorch.autograd.compiled.register_solver)")
+    A = _pattern(fmt, shape, pos, crd, values.detach())
+    if adjoint:
+        A = A.T.with_values(A.values.conj() if A.values.is_complex() else A.values)
+    props = None if properties is None else [p.strip() for p in properties.split(",") if p.strip()]
+    with torch.no_grad():
+        X = _solver(A, B.detach(), backend=backend, method=method, preconditioner=preconditioner, rtol=rtol,
+                    atol=atol, maxiter=maxiter, properties=props, check_finite=check_finite,
+                    on_nonconvergence=on_nonconvergence, restart=restart, block_size=block_size, dense_max=dense_max,
+                    max_bytes=max_bytes, check_every=check_every, cache=cache, repeat=repeat)
+    return _fresh(X, B, values)
+
+
+@spsolve.register_fake
+def _(fmt, shape, pos, crd, values, B, adjoint, backend, method, preconditioner, rtol, atol, maxiter, properties,
+      check_finite, on_nonconvergence, restart, block_size, dense_max, max_bytes, check_every, repeat, cache):
+    return B.new_empty(B.shape)
+
+
+_SOLVE_OPTIONS = ("backend", "method", "preconditioner", "rtol", "atol", "maxiter", "properties", "check_finite",
+                  "on_nonconvergence", "restart", "block_size", "dense_max", "max_bytes", "check_every", "repeat",
+                  "cache")
+
+
+def _spsolve_setup(ctx, inputs, output) -> None:
+    fmt, shape, pos, crd, values, B, adjoint, *options = inputs
+    ctx.fmt, ctx.shape, ctx.adjoint, ctx.options = fmt, list(shape), adjoint, options
+    ctx.save_for_backward(values, output, *_save_parts(ctx, pos, crd))
+
+
+def _spsolve_backward(ctx, dX: Tensor):
+    values, X, *bufs = ctx.saved_tensors
+    pos, crd = _load_parts(ctx, bufs)
+    need_v, need_b = ctx.needs_input_grad[4], ctx.needs_input_grad[5]
+    dV = dB = None
+    if need_v or need_b:
+        M = spsolve(ctx.fmt, ctx.shape, pos, crd, values, dX, not ctx.adjoint, *ctx.options)
+        dB = M if need_b else None
+        if need_v:
+            dV = -(sampled(ctx.fmt, ctx.shape, pos, crd, values, X, M) if ctx.adjoint
+                   else sampled(ctx.fmt, ctx.shape, pos, crd, values, M, X))
+    return (None,) * 4 + (dV, dB) + (None,) * (1 + len(_SOLVE_OPTIONS))
+
+
+spsolve.register_autograd(_spsolve_backward, setup_context=_spsolve_setup)
+
+
+# What the ops run under torch.compile ------------------------------------------------------------------
+def _matrix(A: object, op: str) -> SparseTensor:
+    if not isinstance(A, SparseTensor):
+        raise InputError(f"{op} takes a sparsetorch.SparseTensor as A, got {type(A).__name__}")
+    if len(A.format_shape) != 2 or A.format.num_batch_levels:
+        raise InputError(f"{op} under torch.compile needs a matrix (2 format dims, value batches allowed), got format "
+                         f"shape {tuple(A.format_shape)} ({A.format}); formats with BATCH levels run eagerly only")
+    return A
+
+
+def _operand(A: SparseTensor, X: object, op: str) -> Tensor:
+    if not isinstance(X, torch.Tensor) or X.layout != torch.strided:
+        raise InputError(f"{op}: the right-hand side must be a dense (strided) torch.Tensor, got "
+                         f"{getattr(X, 'layout', type(X).__name__)}")
+    if X.dtype != A.dtype:
+        raise InputError(f"{op}: A has dtype {A.dtype} but the right-hand side has {X.dtype}; cast one of them "
+                         f"(no silent promotion)")
+    if X.device != A.device:
+        raise InputError(f"{op}: A is on {A.device} but the right-hand side is on {X.device}; move them to one device")
+    return X
+
+
+def traced_matmul(A: object, X: object, c: Tensor | None = None, alpha=None, beta=None,
+                  backend: str | None = None) -> Tensor:
+    """``sparsetorch.matmul`` as ``torch.compile`` traces it: the same shapes and broadcasting
+    (a value batch on ``X`` or ``X`` shared by it; an unbatched ``A`` against a batched ``X``),
+    ``alpha``/``beta``/``c`` as nvmath defines them, the product one ``sparsetorch::spmm``."""
+    A = _matrix(A, "matmul")
+    Y = _product_of(A, _operand(A, X, "matmul"), False, backend)
+    if c is None and beta is not None and beta != 0:
+        raise InputError(f"matmul: beta={beta} needs an output operand c (pass c=, or leave beta out)")
+    alpha = 1.0 if alpha is None else alpha
+    if alpha != 1:
+        Y = alpha * Y
+    if c is None:
+        return Y
+    if not isinstance(c, torch.Tensor) or tuple(c.shape) != tuple(Y.shape) or c.dtype != Y.dtype:
+        raise InputError(f"matmul: c must be a dense tensor of the result's shape {tuple(Y.shape)} and dtype {Y.dtype}")
+    beta = 1.0 if beta is None else beta
+    out = Y + beta * c if beta != 0 else Y
+    if torch.is_grad_enabled() and (out.requires_grad or c.requires_grad):
+        return out
+    with torch.no_grad():
+        c.copy_(out)
+    return c
+
+
+def traced_rmatmul(A: object, X: object) -> Tensor:
+    """``X @ A`` as ``torch.compile`` traces it: ``(A^T X^T)^T``, ``A^T`` being the adjoint
+    direction of A's product (conjugated around it for complex values), no transposed view built."""
+    A = _matrix(A, "matmul")
+    X = _operand(A, X, "matmul")
+    if X.dim() == 1:
+        return _product_of(A, X, True)
+    return _product_of(A, X.transpose(-2, -1), True).transpose(-2, -1)
+
+
+def _product_of(A: SparseTensor, X: Tensor, transposed: bool, backend: str | None = None) -> Tensor:
+    """``A X`` (``A^T X`` when ``transposed``) with matmul's shape rules."""
+    m, n = A.format_shape
+    if transposed:
+        m, n = n, m
+    vb = tuple(A.batch_shape)
+    nb = len(vb)
+    if X.dim() == nb + 1 and tuple(X.shape[:nb]) == vb and X.shape[-1] == n:
+        Xn, finish = X.unsqueeze(-1), (lambda Y: Y.squeeze(-1))
+    elif X.dim() == nb + 2 and tuple(X.shape[:nb]) == vb and X.shape[-2] == n:
+        Xn, finish = X, (lambda Y: Y)
+    elif vb and X.dim() == 1 and X.shape[0] == n:
+        Xn, finish = X.unsqueeze(-1).expand(*vb, n, 1), (lambda Y: Y.squeeze(-1))
+    elif vb and X.dim() == 2 and X.shape[0] == n:
+        Xn, finish = X.expand(*vb, *X.shape), (lambda Y: Y)
+    elif not vb and X.dim() > 2 and X.shape[-2] == n:
+        lead, k = tuple(X.shape[:-2]), X.shape[-1]
+        Xn = X.movedim(-2, 0).reshape(n, -1)
+        finish = (lambda Y: Y.reshape(m, *lead, k).movedim(0, -2))  # noqa: E731
+    else:
+        shape = tuple(A.shape) if not transposed else vb + (m, n)
+        raise InputError(f"matmul: the other operand has shape {tuple(X.shape)}; for a sparse operand of shape {shape} "
+                         f"it must be {vb + (n,)} or {vb + (n, 'k')}")
+    fmt, shape, pos, crd = parts(A)
+    values = A.values
+    if transposed and values.is_complex():  # A^T Z = conj(A^H conj(Z))
+        return finish(spmm(fmt, shape, pos, crd, values, Xn.conj(), True, backend).conj())
+    return finish(spmm(fmt, shape, pos, crd, values, Xn, transposed, backend))
+
+
+def traced_solve(A: object, B: object, *, backend: str | None = None, method: str | None = None,
+                 preconditioner: object = None, rtol: float | None = None, atol: float = 0.0,
+                 maxiter: int | None = None, return_info: bool = False, properties: object = None,
+                 check_finite: bool = True, on_nonconvergence: str = "raise", callback: object = None,
+                 progress: bool = False, restart: int | None = None, block_size: int | None = None,
+                 dense_max: int | None = None, max_bytes: int | None = None, check_every: int | None = None,
+                 backend_options: dict | None = None, cache: bool = True, repeat: int | None = None) -> Tensor:
+    """``sparsetorch.solve`` as ``torch.compile`` traces it: one ``sparsetorch::spsolve`` (the
+    eager solve runs inside it: dispatch, the finiteness check, the checked fallback route) and
+    its adjoint rule. What cannot cross a graph is refused with a message: ``return_info``,
+    ``callback``, ``progress``, a callable preconditioner, ``backend_options``, a SparseTensorList."""
+    if not isinstance(A, SparseTensor):
+        raise InputError(f"solve under torch.compile takes one SparseTensor A (a SparseTensorList solves eagerly "
+                         f"only), got {type(A).__name__}")
+    refused = [name for name, bad in (("return_info=True", return_info), ("callback", callback is not None),
+                                      ("progress=True", progress), ("a callable preconditioner", callable(preconditioner)),
+                                      ("backend_options", bool(backend_options))) if bad]
+    if refused:
+        raise InputError(f"solve under torch.compile does not take {', '.join(refused)} (Python objects a graph "
+                         f"cannot carry); call it outside the compiled region, or wrap it with "
+                         f"torch.compiler.disable")
+    A = _matrix(A, "solve")
+    m, n = A.format_shape
+    if m != n:
+        raise InputError(f"solve needs a square matrix, got {m}x{n}")
+    B = _operand(A, B, "solve")
+    vb = tuple(A.batch_shape)
+    nb = len(vb)
+    if B.dim() == nb + 1 and tuple(B.shape[:nb]) == vb and B.shape[-1] == n:
+        Bn, vector = B.unsqueeze(-1), True
+    elif B.dim() == nb + 2 and tuple(B.shape[:nb]) == vb and B.shape[-2] == n:
+        Bn, vector = B, False
+    else:
+        raise InputError(f"solve: the right-hand side has shape {tuple(B.shape)}; for A of shape {tuple(A.shape)} it "
+                         f"must be {vb + (n,)} or {vb + (n, 'k')}")
+    if properties is not None and not isinstance(properties, str):
+        properties = ",".join(properties)  # type: ignore[call-overload]
+    fmt, shape, pos, crd = parts(A)
+    X = spsolve(fmt, shape, pos, crd, A.values, Bn, False, backend, method, preconditioner,  # type: ignore[arg-type]
+                None if rtol is None else float(rtol), float(atol), maxiter, properties,  # type: ignore[arg-type]
+                bool(check_finite), on_nonconvergence, restart, block_size, dense_max, max_bytes, check_every, repeat,
+                bool(cache))
+    return X.squeeze(-1) if vector else X
