@@ -12,9 +12,12 @@ pruned weight:
 - ``torch 2:4``: ``torch.sparse.to_sparse_semi_structured`` (cuSPARSELt/CUTLASS), 2:4 rows only,
   where this torch build runs it (forward only).
 
-Each implementation is timed two ways, medians of CUDA-event timings: ``eager`` (one call as
-Python code makes it: host overhead included) and ``graph`` (the call captured once in a CUDA
-graph and replayed: the GPU time alone; an implementation that cannot be captured says why).
+Each implementation is timed three ways, medians of CUDA-event timings: ``eager`` (one call as
+Python code makes it: host overhead included), ``graph`` (the call captured once in a CUDA graph
+and replayed: the GPU time plus the replay's own launch latency, about 10 us on the H200 host)
+and ``graph20`` (20 calls captured in one graph, the replay's time over 20: the per-call GPU
+time, kernels and the gaps between them, as a layer inside a captured model sees it). An
+implementation that cannot be captured says why.
 Outputs are checked against a float32 product of the same half-precision operands.
 
     python benchmarks/bench_llm_gpu.py                       # writes benchmarks/results/llm_h200.json
@@ -41,6 +44,9 @@ import sparsetorch as st
 from bench_llm import RULES  # the same pruning rules as the CPU part (this script's folder is on sys.path)
 
 HERE = Path(__file__).resolve().parent
+#: calls captured in one graph for the ``graph20`` column (the per-call GPU time of a layer inside a
+#: larger captured model: kernels and the gaps between them, not the replay's launch latency)
+GRAPH_CALLS = 20
 
 
 def _events(fn, repeats: int) -> float:
@@ -59,8 +65,9 @@ def _events(fn, repeats: int) -> float:
     return statistics.median(ts)
 
 
-def _graph(fn, repeats: int):
-    """Seconds per replay of ``fn`` captured in a CUDA graph, or the reason it could not be."""
+def _graph(fn, repeats: int, calls: int = 1):
+    """Seconds per call of ``fn`` captured ``calls`` times in one CUDA graph and replayed (the
+    replay's time over ``calls``), or the reason it could not be captured."""
     try:
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
@@ -70,19 +77,25 @@ def _graph(fn, repeats: int):
         torch.cuda.current_stream().wait_stream(s)
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
-            fn()
+            for _ in range(calls):
+                fn()
         torch.cuda.synchronize()
     except Exception as exc:  # noqa: BLE001 - recorded in the results
         torch.cuda.synchronize()
         return f"not capturable: {type(exc).__name__}: {str(exc)[:160]}"
-    return _events(g.replay, repeats)
+    return _events(g.replay, repeats) / calls
+
+
+def _us(v) -> float:
+    return v * 1e6 if isinstance(v, float) else float("nan")
 
 
 def _row(fn, ref, repeats: int, backward=None) -> dict:
     with torch.no_grad():
         y = fn()
         err = float((y.float() - ref).abs().max() / ref.abs().max())
-        out = {"max_rel_error_vs_float32": err, "eager_s": _events(fn, repeats), "graph_s": _graph(fn, repeats)}
+        out = {"max_rel_error_vs_float32": err, "eager_s": _events(fn, repeats), "graph_s": _graph(fn, repeats),
+               f"graph{GRAPH_CALLS}_s": _graph(fn, repeats, GRAPH_CALLS)}
     if backward is not None:
         out["forward_backward_eager_s"] = _events(backward, repeats)
     return out
@@ -182,11 +195,14 @@ def main() -> None:
                         if "error" in r:
                             parts.append(f"{name}: {r['error'][:60]}")
                             continue
-                        g = r["graph_s"]
-                        gtxt = f"{d['graph_s'] / g:5.2f}x" if isinstance(g, float) and isinstance(d["graph_s"], float) else "n/c"
-                        parts.append(f"{name} eager {d['eager_s'] / r['eager_s']:5.2f}x graph {gtxt}")
+                        gtxt = []
+                        for col in ("graph_s", f"graph{GRAPH_CALLS}_s"):
+                            g, gd = r[col], d[col]
+                            gtxt.append(f"{gd / g:5.2f}x" if isinstance(g, float) and isinstance(gd, float) else "  n/c")
+                        parts.append(f"{name} eager {d['eager_s'] / r['eager_s']:5.2f}x graph {gtxt[0]} graph{GRAPH_CALLS} {gtxt[1]}")
                     print(f"{n_in}x{n_out} {rule:>5s} {dname:8s} b={batch:<3d} dense eager {d['eager_s'] * 1e6:7.1f} us "
-                          f"graph {d['graph_s'] * 1e6 if isinstance(d['graph_s'], float) else float('nan'):7.1f} us | "
+                          f"graph {d['graph_s'] * 1e6 if isinstance(d['graph_s'], float) else float('nan'):7.1f} us "
+                          f"graph{GRAPH_CALLS} {_us(d[f'graph{GRAPH_CALLS}_s']):7.1f} us | "
                           + " | ".join(parts) + f" [{case['sparsetorch'].get('backend', '?')}]", flush=True)
                 del layer, dense
     doc = {
@@ -197,7 +213,10 @@ def main() -> None:
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "sparsetorch": st.__version__,
                      "backends": sorted(i.name for i in st.registry().info())},
         "notes": ("speed-ups are dense time / implementation time; 'eager' includes host overhead (one Python call), "
-                  "'graph' is the call captured in a CUDA graph and replayed (GPU time); medians of CUDA events"),
+                  "'graph' is the call captured in a CUDA graph and replayed (GPU time + the replay's launch latency), "
+                  f"'graph{GRAPH_CALLS}' is {GRAPH_CALLS} calls captured in one graph, per call (GPU time, kernels and gaps); "
+                  "medians of CUDA events; sparsetorch's 'plan' is the layer's own (SparseLinear.plans()), "
+                  "'one_shot_dispatch' what st.matmul's dispatch would pick"),
         "results": results,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

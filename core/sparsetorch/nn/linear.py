@@ -15,7 +15,7 @@ from torch import nn
 from ..autograd.matmul import MatmulHandle, matmul_function
 from ..dispatch.options import MatmulOptions
 from ..dispatch.plan import PlanState, obtain_plan, plan_for
-from ..errors import InputError
+from ..errors import BackendError, InputError, SparseTorchError
 from ..format import CSR, TensorFormat
 from ..ops.matmul import matmul, matmul_request
 from ..tensor import SparseTensor
@@ -139,16 +139,17 @@ class SparseLinear(nn.Module):
         product, the bias) and a few microseconds of host code besides the plan's own."""
         params = self._parameters
         values = params["values"]
-        if (x.dtype != values.dtype or x.device != values.device or x.layout != torch.strided
-                or autocast_dtype(x.device.type, values.dtype, x.dtype) is not None):
+        dev = x.device
+        if (x.dtype != values.dtype or x.layout != torch.strided or dev != values.device
+                or autocast_dtype(dev.type, values.dtype, x.dtype) is not None):
             return None
-        x2 = x.reshape(-1, self.in_features)
+        x2 = x if x.dim() == 2 else x.reshape(-1, self.in_features)
         k = x2.shape[0]
         if k == 0:
             return None
         bufs = self._buffers                  # the index buffers as .to() / load_state_dict left them
-        key = (tuple(None if b is None else (b.data_ptr(), b._version)
-                     for b in (bufs[name] for name in self._index_names())), values.dtype, values.device, k, self.backend)
+        key = (tuple([(b.data_ptr(), b._version) for b in (bufs[name] for name in self._index_names()) if b is not None]),
+               values.dtype, dev, k, self.backend)
         handles: dict = self.__dict__.setdefault("_handles", {})
         lp = handles.get(key)
         if lp is None:
@@ -156,16 +157,25 @@ class SparseLinear(nn.Module):
             if len(handles) >= LAYER_HANDLES:
                 handles.pop(next(iter(handles)))
             handles[key] = lp
-        bias = self.bias
-        lead = x.shape[:-1]
+        bias = params.get("bias") if "bias" in params else self.bias
         if torch.is_grad_enabled() and (values.requires_grad or x.requires_grad):
-            y = matmul_function(values, x2.mT, lp.handle).mT.reshape(*lead, self.out_features)
+            y = matmul_function(values, x2.mT, lp.handle).mT.reshape(*x.shape[:-1], self.out_features)
             return y if bias is None else y + bias
         state = lp.state
+        plan = state.plan
         with state.lock:
-            state._load(values)
-            Y = state.plan.apply(x2.mT)
-        y = Y.mT.reshape(*lead, self.out_features)
+            if plan is None:                  # built lazily by the first load
+                state._load(values)
+                plan = state.plan
+            try:  # a product plan reloads its values on every call (in-place writes are seen)
+                plan.set_values(values)
+                Y = plan.apply(x2.mT)
+            except SparseTorchError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - re-raised with the plugin named, as MatmulHandle.run does
+                raise BackendError(f"{state.label} failed in the layer's product: {type(exc).__name__}: {exc}",
+                                   label=state.label, phase="apply") from exc
+        y = Y.view(*x.shape[:-1], self.out_features) if k == 1 else Y.mT.reshape(*x.shape[:-1], self.out_features)
         return y if bias is None else y + bias
 
     def _plan_for_batch(self, x2: torch.Tensor) -> "_LayerPlan":
