@@ -60,6 +60,14 @@ _REFINE_STEPS = 2
 _DIRECT_PRODUCT = 1 << 20
 #: an iterative attempt bounded by the direct method after it still gets this many iterations
 _MIN_BUDGET = 20
+#: a direct answer judged inaccurate is factored again equilibrated only when the row or the
+#: column scaling spreads over more than this factor (a matrix in mixed units, say); below it
+#: the equilibrated matrix is the same problem (its condition changes by at most the square)
+_EQUILIBRATE_SPREAD = 16.0
+#: an LU is factored equilibrated from the start when the row or the column scaling spreads over
+#: more than this factor (LAPACK's drivers equilibrate when min/max of the row scales is < 0.1;
+#: here the bar is higher, since an unscaled LU is usually fine up to there)
+_EQUILIBRATE_FIRST = 2.0 ** 10
 
 
 class Route(RangeSearch):
@@ -139,6 +147,16 @@ class Route(RangeSearch):
                 self._note(state, offer, IterationResult(0, math.inf, False, Status.BREAKDOWN, _one_line(exc)),
                            time.perf_counter() - t0, rtol, None)
                 failures.append((kind, exc))
+                if kind == "singular" and not self.pinned and self._singular_lu < 2:
+                    certain = self._empty_line(vs, Bs, handle.adjoint)
+                    if certain is not None:
+                        # an empty row or column: singular whatever the values, no second LU needed
+                        # (an empty row whose b entry is not zero leaves no solution at all)
+                        self._singular_lu = 2
+                        if isinstance(certain, SingularMatrixError):
+                            self._range_tried = True
+                            failures[-1] = ("singular", certain)
+                            return self._give_up(certain, failures, vs, Bs, handle.adjoint, rtol, atol_s, sa / sb)
                 if (kind == "singular" and offer is not None and offer.method == "lu" and not self.pinned
                         and not self._range_tried):
                     # the first LU with partial pivoting that meets an exactly zero pivot: if b lies
@@ -193,6 +211,34 @@ class Route(RangeSearch):
             raise final from exc
         raise final
 
+    def _empty_line(self, values: torch.Tensor, B: torch.Tensor, adjoint: bool) -> str | SingularMatrixError | None:
+        """After a zero pivot: a row or column of A with no nonzero entry proves A singular. A
+        description of it, or (for a row of the system whose right-hand side is not zero: no
+        solution exists) the error to raise; None when every row and column holds an entry."""
+        if values.dim() != 1:
+            return None
+        coords, slot = self.A.entries()
+        live = values.index_select(-1, slot) != 0
+        m, n = self.A.format_shape
+        rows = torch.zeros(m, dtype=torch.bool, device=values.device).index_fill_(0, coords[0][live], True)
+        cols = torch.zeros(n, dtype=torch.bool, device=values.device).index_fill_(0, coords[1][live], True)
+        eq, unk = (cols, rows) if adjoint else (rows, cols)  # equations (rows of the system), unknowns
+        empty = (~eq).nonzero().flatten()
+        if empty.numel():
+            bad = (B.index_select(-2, empty) != 0).flatten(1).any(-1) if B.dim() > 1 else B[empty] != 0
+            what = "column" if adjoint else "row"
+            i = int(empty[0])
+            if bool(bad.any()):
+                k = int(empty[bad.nonzero()[0, 0]])
+                return SingularMatrixError(
+                    f"{what} {k} of A has no nonzero entry (of {int(empty.numel())} empty {what}s), while the right-hand "
+                    f"side's entry {k} is not zero: the system has no solution. Check the assembly (a missing boundary "
+                    f"condition or equation), or use least squares (lstsq) for a best fit", row=k)
+            return f"{what} {i} of A has no nonzero entry"
+        if not bool(unk.all()):
+            return f"{'row' if adjoint else 'column'} {int((~unk).nonzero()[0, 0])} of A has no nonzero entry"
+        return None
+
     def _options_for(self, offer: Offer | None, base: dict, rtol: float, atol: float) -> CallOptions:
         """The call's options for this attempt: the resolved ``rtol``, ``atol`` in the scaled
         system's units, and for an iterative offer ranked before a direct one, ``maxiter``
@@ -212,8 +258,28 @@ class Route(RangeSearch):
     def _attempt(self, state: PlanState, values: torch.Tensor, B: torch.Tensor, opts: CallOptions, adjoint: bool,
                  rtol: float, atol: float, offer: Offer | None) -> tuple[torch.Tensor, IterationResult]:
         with state.lock:
+            plan = state.build()
+            first = None
+            if offer is not None and offer.method == "lu" and values.dim() == 1:
+                # An LU of a matrix whose rows or columns lie in other units (spread over many
+                # binades) is factored equilibrated first, as LAPACK's and SuperLU's drivers do:
+                # one factorization instead of an unscaled one judged inaccurate, then another
+                r, c, ve = _equilibrated(self.A, values)
+                if _spread(r) > _EQUILIBRATE_FIRST or _spread(c) > _EQUILIBRATE_FIRST:
+                    first = self._equilibrated_solve(state, plan, values, B, opts, adjoint, rtol, atol, (r, c, ve))
+                    if first is not None and first[1].converged:
+                        X2, res2, rel = first
+                        if rel <= rtol:
+                            return X2, replace(res2, residual=rel,
+                                               reason=f"{res2.reason}; rows and columns equilibrated (badly scaled)")
+                        eta = self._backward_error(values, B, X2, adjoint)
+                        if eta is not None:
+                            # backward stable in the caller's norm too: the residual is what the
+                            # conditioning allows (an unscaled LU would not do better)
+                            return X2, replace(res2, residual=rel, reason=f"{res2.reason}; rows and columns equilibrated "
+                                                                          f"(badly scaled); ill-conditioned: backward "
+                                                                          f"error {eta:.2g}")
             state._load(values)
-            plan = state.plan
             X, res = _checked(state, guarded(lambda: plan.solve(B, adjoint=adjoint, options=opts), state.label, "solve"), B)
             if not res.converged:
                 if res.status is Status.BREAKDOWN and bool(torch.isfinite(X).all()):
@@ -230,35 +296,18 @@ class Route(RangeSearch):
             # Equilibrate (rows, then columns, by powers of two) and factor once more before
             # calling the matrix singular: a badly scaled matrix (rows in other units) is singular
             # to working precision only in the unscaled norm
-            r, c, ve = _equilibrated(self.A, values)
-            dl, dr = (c, r) if adjoint else (r, c)  # A^H x = b  <=>  (Dr A Dc)^H (Dr^-1 x) = Dc b
-            Be = B * dl.unsqueeze(-1)
-            try:
-                state._load(ve)
-                Y, res2 = _checked(state, guarded(lambda: plan.solve(Be, adjoint=adjoint, options=opts), state.label,
-                                                  "solve"), B)
-            except (SingularMatrixError, IndefiniteMatrixError):
-                return X, res
-            Y, res2 = self._verify(state, ve, Be, Y, res2, opts, adjoint, rtol, atol * float(dl.max()))
+            if first is None:
+                r, c, ve = _equilibrated(self.A, values)
+                if _spread(r) <= _EQUILIBRATE_SPREAD and _spread(c) <= _EQUILIBRATE_SPREAD:
+                    # rows and columns already within a small factor of each other: the equilibrated
+                    # matrix is the same problem, and a second factorization would give the same verdict
+                    return X, res
+                first = self._equilibrated_solve(state, plan, values, B, opts, adjoint, rtol, atol, (r, c, ve))
+                if first is None:
+                    return X, res
+            X2, res2, rel = first
             if not res2.converged:
                 return X, replace(res, reason=f"{res.reason}; equilibrated: {res2.reason}")
-            # refine in the caller's norm with the equilibrated factors: d = Dc E^-1 Dr r
-            X2 = Y * dr.unsqueeze(-1)
-            bn = torch.linalg.vector_norm(B, dim=-2)
-            bn = torch.where(bn > 0, bn, torch.ones_like(bn))
-            R = B - self._apply(values, X2, adjoint)
-            rel = float((torch.linalg.vector_norm(R, dim=-2) / bn).max())
-            for _ in range(_REFINE_STEPS):
-                if rel <= rtol:
-                    break
-                D, _r = _checked(state, guarded(lambda: plan.solve(R * dl.unsqueeze(-1), adjoint=adjoint, options=opts),
-                                                state.label, "solve"), B)
-                X3 = X2 + D * dr.unsqueeze(-1)
-                R3 = B - self._apply(values, X3, adjoint)
-                rel3 = float((torch.linalg.vector_norm(R3, dim=-2) / bn).max())
-                if not rel3 < rel:
-                    break
-                X2, R, rel = X3, R3, rel3
             # the equilibrated system is solved backward-stably: the matrix is not singular to working
             # precision, only badly scaled. Of the two answers, the one with the smaller residual in
             # the caller's norm is returned (neither may reach rtol there: the rows' scales differ)
@@ -267,6 +316,58 @@ class Route(RangeSearch):
                                   reason=f"badly scaled: the equilibrated system is backward stable ({res2.reason}); "
                                          f"residual {res.residual:.2g} in the unscaled norm")
             return X2, replace(res2, residual=rel, reason=f"{res2.reason}; rows and columns equilibrated")
+
+    def _backward_error(self, values: torch.Tensor, B: torch.Tensor, X: torch.Tensor, adjoint: bool) -> float | None:
+        """The normwise backward error ``||b - A x|| / (||A||_F ||x|| + ||b||)`` (worst column)
+        when it is at the level of a backward-stable solve and ``||A|| ||x|| / ||b||`` stays
+        below ``1 / (n u)`` (A not singular to working precision); else None."""
+        bn = torch.linalg.vector_norm(B, dim=-2)
+        rn = torch.linalg.vector_norm(B - self._apply(values, X, adjoint), dim=-2)
+        ax = torch.linalg.vector_norm(values, dim=-1) * torch.linalg.vector_norm(X, dim=-2)
+        n = self.A.format_shape[0]
+        growth = float((ax / torch.where(bn > 0, bn, torch.ones_like(bn))).max())
+        eta = float((rn / (ax + bn)).max())
+        if growth * n * unit_roundoff(B.dtype) >= 1 or not eta <= backward_error_bound(B.dtype, n):
+            return None
+        return eta
+
+    def _equilibrated_solve(self, state: PlanState, plan: Any, values: torch.Tensor, B: torch.Tensor, opts: CallOptions,
+                            adjoint: bool, rtol: float, atol: float,
+                            eq: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, IterationResult, float] | None:
+        """``X`` from the factorization of ``diag(r) A diag(c)`` (``eq``: r, c and those values),
+        refined in the caller's norm: ``(X, the equilibrated system's result, the relative
+        residual of A X = B)``; None when that factorization fails (singular, indefinite). Runs
+        under the plan's lock (the caller holds it)."""
+        r, c, ve = eq
+        dl, dr = (c, r) if adjoint else (r, c)  # A^H x = b  <=>  (Dr A Dc)^H (Dr^-1 x) = Dc b
+        Be = B * dl.unsqueeze(-1)
+        try:
+            state._load(ve)
+            Y, res2 = _checked(state, guarded(lambda: plan.solve(Be, adjoint=adjoint, options=opts), state.label,
+                                              "solve"), B)
+        except (SingularMatrixError, IndefiniteMatrixError):
+            return None
+        Y, res2 = self._verify(state, ve, Be, Y, res2, opts, adjoint, rtol, atol * float(dl.max()))
+        X2 = Y * dr.unsqueeze(-1)
+        bn = torch.linalg.vector_norm(B, dim=-2)
+        bn = torch.where(bn > 0, bn, torch.ones_like(bn))
+        R = B - self._apply(values, X2, adjoint)
+        rel = float((torch.linalg.vector_norm(R, dim=-2) / bn).max())
+        if not res2.converged:
+            return X2, res2, rel
+        # refine in the caller's norm with the equilibrated factors: d = Dc E^-1 Dr r
+        for _ in range(_REFINE_STEPS):
+            if rel <= rtol:
+                break
+            D, _r = _checked(state, guarded(lambda: plan.solve(R * dl.unsqueeze(-1), adjoint=adjoint, options=opts),
+                                            state.label, "solve"), B)
+            X3 = X2 + D * dr.unsqueeze(-1)
+            R3 = B - self._apply(values, X3, adjoint)
+            rel3 = float((torch.linalg.vector_norm(R3, dim=-2) / bn).max())
+            if not rel3 < rel:
+                break
+            X2, R, rel = X3, R3, rel3
+        return X2, res2, rel
 
     def _verify(self, state: PlanState, values: torch.Tensor, B: torch.Tensor, X: torch.Tensor, res: IterationResult,
                 opts: CallOptions, adjoint: bool, rtol: float, atol: float) -> tuple[torch.Tensor, IterationResult]:
@@ -409,6 +510,12 @@ class Route(RangeSearch):
             if hasattr(exc, name):
                 setattr(out, name, getattr(exc, name))
         return out
+
+
+def _spread(scale: torch.Tensor) -> float:
+    """``max / min`` of a positive scaling (powers of two), over every batch member."""
+    a = scale.abs()
+    return float((a.amax(dim=-1) / a.amin(dim=-1)).max())
 
 
 def _direct(offer: Offer | None) -> bool:

@@ -8,6 +8,9 @@
   ``properties="spd"``.
 - ``zero_diagonal``: a symmetric matrix with a zero (or unstored) diagonal entry: not definite, and
   factorizations without pivoting (LDL^T) meet zero pivots on it.
+- ``zero_minor``: a symmetric matrix, not detected SPD, with an exactly singular 2x2 principal
+  minor ``a_ii a_jj = |a_ij|^2`` (unit-valued graph and mesh matrices): an elimination without
+  pivoting (LDL^T) meets an exact zero pivot on it.
 - ``nonsymmetric`` otherwise, with ``diagonally_dominant`` when every row's diagonal entry
   outweighs the rest of the row (weakly; the iteration model uses it).
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from ..dispatch.lru import LRU
 from ..errors import InputError
 from ..format import CSR
 from ..tensor import SparseTensor
@@ -27,7 +31,7 @@ from ..tensor.sparse_tensor import is_plain
 __all__ = ["detect", "normalize_tags", "KNOWN_TAGS"]
 
 KNOWN_TAGS = frozenset({"spd", "symmetric", "hermitian", "nonsymmetric", "general", "diagonally_dominant",
-                        "zero_diagonal"})
+                        "zero_diagonal", "zero_minor"})
 
 
 def normalize_tags(properties) -> frozenset[str] | None:
@@ -82,11 +86,43 @@ class _SymmetryMap:
             self._pending = None
 
 
+#: Pattern-only data of small CPU patterns shared by content (the pattern's BLAKE2 fingerprint):
+#: a matrix rebuilt with fresh index buffers of the same pattern (re-read, re-assembled each
+#: step) skips the sorts. Bounded in count and size; device patterns (whose fingerprint is a weak
+#: checksum) are never shared.
+_SHARED: "LRU[tuple, tuple]" = LRU("pattern data by content", 32)
+_SHARE_MAX_NNZ = 1 << 17
+
+
+def _shared_key(A: SparseTensor) -> tuple | None:
+    if A.device.type != "cpu" or (A.nse or 0) > _SHARE_MAX_NNZ:
+        return None
+    return A.pattern_fingerprint
+
+
 def _symmetry_map(A: SparseTensor) -> "_SymmetryMap | None":
     cache = A._cache
     key = ("properties", "symmetry_map")
     if key in cache:
         return cache[key]
+    fp = _shared_key(A)
+    if fp is not None:
+        got = _SHARED.get(fp)
+        if got is not None:
+            # the same numbers in other buffers: their entries and map are this pattern's too
+            cache.setdefault("entries", got[1])
+            cache[key] = got[0]
+            return got[0]  # type: ignore[no-any-return]
+    out = _build_symmetry_map(A)
+    entries = A.entries()
+    if is_plain(entries[1]):
+        cache[key] = out
+        if fp is not None and out is not None:
+            _SHARED.put(fp, (out, entries))
+    return out
+
+
+def _build_symmetry_map(A: SparseTensor) -> "_SymmetryMap | None":
     coords, slot = A.entries()
     rows, cols = coords[0], coords[1]
     n = A.format_shape[0]
@@ -136,8 +172,6 @@ def _symmetry_map(A: SparseTensor) -> "_SymmetryMap | None":
         nslots = A.values.shape[-1]
         in_order = nnz == nslots and (nnz == 0 or bool((slot == torch.arange(nslots, device=slot.device)).all()))
         out = _SymmetryMap(slot, tslot, in_order, rows, rows == cols, found)
-    if is_plain(slot):
-        cache[key] = out
     return out
 
 
@@ -178,7 +212,24 @@ def _spd_tags(A: SparseTensor, vals: torch.Tensor, rows: torch.Tensor, on: torch
     if bool((dre > 0).all()) and bool((dre >= offsum * (1 - 1e-12)).all()):
         if not diag.is_complex() or bool((diag.imag.abs() <= 1e-12 * dre.abs()).all()):
             tags.add("spd")
+    if "spd" not in tags and "zero_diagonal" not in tags and _zero_minor(A, vals, on, diag):
+        tags.add("zero_minor")
     return frozenset(tags)
+
+
+def _zero_minor(A: SparseTensor, vals: torch.Tensor, on: torch.Tensor, diag: torch.Tensor) -> bool:
+    """Whether a stored ``a_ij`` has ``|a_ij|^2 == |a_ii a_jj|`` exactly: a singular 2x2 principal
+    minor. Eliminating ``i`` without pivoting then leaves exactly zero at ``j``'s pivot unless
+    other updates reach it (graph, mesh and network matrices stored with unit values: every
+    edge is such a minor), so LDL^T without pivoting is not offered first."""
+    coords, _ = A.entries()  # the order of ``vals``
+    off = ~on
+    if not bool(off.any()):
+        return False
+    a = vals[..., off]
+    sq = (a * a.conj()).real if a.is_complex() else a * a
+    prod = (diag.index_select(-1, coords[0][off]) * diag.index_select(-1, coords[1][off])).abs()
+    return bool((sq == prod).any())
 
 
 def _dominance(vals: torch.Tensor, rows: torch.Tensor, on: torch.Tensor, diag_rows: torch.Tensor, n: int) -> frozenset[str]:

@@ -124,6 +124,13 @@ def _requirement(request: Request, method: str) -> str | None:
         # SparseLU's 32 ms, ~10x the estimated factor entries)
         return ("LDL^T without pivoting is not offered for a matrix with zeros on its diagonal (detected); use 'lu', or "
                 "pin method='ldlt' to try it anyway")
+    if method == "ldlt" and "zero_minor" in request.properties and request.option("method") != "ldlt":
+        # every edge of a unit-valued graph matrix is a singular 2x2 minor: without pivoting the
+        # elimination meets an exact zero pivot (bcspwr03/06, dwt_878, jagmesh7: LDL^T failed, then
+        # LU, at twice the cost)
+        return ("LDL^T without pivoting is not offered for a matrix with an exactly singular 2x2 principal minor "
+                "(a_ii a_jj = a_ij^2, detected: an elimination without pivoting meets a zero pivot); use 'lu', or pin "
+                "method='ldlt' to try it anyway")
     return None
 
 
