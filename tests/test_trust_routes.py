@@ -133,3 +133,31 @@ def test_equilibrated_answer_gradients_match_dense():
     torch.testing.assert_close(x.detach(), xr, rtol=1e-8, atol=0)
     # adjoint: db = A^-T gx
     torch.testing.assert_close(b.grad, torch.linalg.solve(D.T, gx), rtol=1e-7, atol=0)
+
+
+def test_one_unknown_constrained_twice_inconsistently_is_named():
+    g = families.singular(120, kind="structural", seed=3)
+    M = g.matrix
+    b = np.random.default_rng(0).standard_normal(M.shape[0])
+    with pytest.raises(st.SingularMatrixError, match=r"each hold a single entry, both in unknown \d+.*no solution"):
+        st.solve(st.SparseTensor.from_package(M), torch.from_numpy(b))
+
+
+def test_one_unknown_constrained_twice_consistently_gets_a_solution():
+    g = families.singular(120, kind="structural", seed=3)
+    M = g.matrix
+    b = M @ np.random.default_rng(1).standard_normal(M.shape[0])
+    x = st.solve(st.SparseTensor.from_package(M), torch.from_numpy(b))
+    assert _relres(M, x, b) <= 1e-10
+
+
+@pytest.mark.parametrize("kind", ["zero_row", "structural", "duplicate_row"])
+def test_singular_families_raise_or_solve_like_scipy(kind):
+    """Random b: a named error; b = A x: a solution (SciPy's spsolve warns "exactly singular")."""
+    g = families.singular(150, kind=kind, seed=5)
+    M = g.matrix
+    with pytest.raises(st.SingularMatrixError):
+        st.solve(st.SparseTensor.from_package(M), torch.from_numpy(np.random.default_rng(2).standard_normal(150)))
+    b = M @ np.linspace(-1.0, 1.0, 150)
+    x = st.solve(st.SparseTensor.from_package(M), torch.from_numpy(b))
+    assert _relres(M, x, b) <= 1e-10

@@ -80,13 +80,14 @@ class RangeSearch:
         n = self.A.format_shape[0]
         if n > _DENSE_RANGE_MAX or values.device.type != "cpu":
             return None
-        D = self.A.with_values(values).to_dense()
+        D = self.A.with_values(values).to_dense()  # a new tensor: shifted in place
         delta = math.sqrt(unit_roundoff(values.dtype)) * float(values.abs().amax())
-        eye = torch.eye(n, dtype=D.dtype)
-        LU, piv, info = torch.linalg.lu_factor_ex(D + delta * eye)
+        D.diagonal(dim1=-2, dim2=-1).add_(delta)
+        LU, piv, info = torch.linalg.lu_factor_ex(D)
         if bool((info != 0).any()):
             return None
-        got = _refine(lambda R: torch.linalg.lu_solve(LU, piv, R), lambda X: D @ X, B, rtol, atol)
+        got = _refine(lambda R: torch.linalg.lu_solve(LU, piv, R), lambda X: self._apply(values, X, False), B, rtol,
+                      atol)
         if got is None:
             return None
         X, rel, steps = got

@@ -91,6 +91,8 @@ class Route(RangeSearch):
         self._lu_offers = [o for o in [offer, *rest] if o is not None and o.method == "lu"]
         #: the shifted factorization for b in a singular A's range was tried in this call
         self._range_tried = False
+        #: the structural singularity checks (empty lines, an unknown constrained twice) ran
+        self._certain_checked = False
 
     @classmethod
     def single(cls, state: PlanState, A: SparseTensor) -> "Route":
@@ -113,6 +115,7 @@ class Route(RangeSearch):
 
     def _solve(self, handle: Any, values: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, IterationResult]:
         self._range_tried = False
+        self._certain_checked = False
         base = handle.call_options or {}  # read only
         dtype = B.dtype
         rtol = base.get("rtol")
@@ -147,7 +150,8 @@ class Route(RangeSearch):
                 self._note(state, offer, IterationResult(0, math.inf, False, Status.BREAKDOWN, _one_line(exc)),
                            time.perf_counter() - t0, rtol, None)
                 failures.append((kind, exc))
-                if kind == "singular" and not self.pinned and self._singular_lu < 2:
+                if kind == "singular" and not self.pinned and self._singular_lu < 2 and not self._certain_checked:
+                    self._certain_checked = True
                     certain = self._empty_line(vs, Bs, handle.adjoint)
                     if certain is not None:
                         # an empty row or column: singular whatever the values, no second LU needed
@@ -204,6 +208,12 @@ class Route(RangeSearch):
         """No offer is left: a solution in a singular A's range if there is one, else the error
         that names every attempt."""
         final = self._final_error(exc, failures)
+        if not self.pinned and not self._certain_checked and isinstance(final, SingularMatrixError):
+            # a structure that proves A singular and b outside its range: that is the error to name
+            self._certain_checked = True
+            certain = self._empty_line(values, B, adjoint)
+            if isinstance(certain, SingularMatrixError):
+                raise certain from (exc or final)
         found = None if self._range_tried else self._in_range(final, values, B, adjoint, rtol, atol)
         if found is not None:
             return self._unscaled(found[0], factor), found[1]
@@ -237,7 +247,37 @@ class Route(RangeSearch):
             return f"{what} {i} of A has no nonzero entry"
         if not bool(unk.all()):
             return f"{'row' if adjoint else 'column'} {int((~unk).nonzero()[0, 0])} of A has no nonzero entry"
-        return None
+        # two equations that each hold a single entry, in the same unknown (a condition imposed
+        # twice on one degree of freedom): singular whatever the values; no solution unless they agree
+        e_idx, u_idx = (coords[1], coords[0]) if adjoint else (coords[0], coords[1])
+        e_live, u_live = e_idx[live], u_idx[live]
+        counts = torch.bincount(e_live, minlength=eq.numel())
+        single = counts[e_live] == 1
+        if int(single.sum()) < 2:
+            return None
+        su, se = u_live[single], e_live[single]
+        order = torch.argsort(su, stable=True)
+        su, se = su[order], se[order]
+        same = su[1:] == su[:-1]
+        if not bool(same.any()):
+            return None
+        k = int(same.nonzero()[0, 0])
+        i, j, u = int(se[k]), int(se[k + 1]), int(su[k])
+        a = values.index_select(-1, slot[live][single][order][k:k + 2])
+        if adjoint:
+            a = a.conj()
+        bi, bj = (B[i], B[j]) if B.dim() > 1 else (B[i:i + 1], B[j:j + 1])
+        # x_u = b_i / a_i = b_j / a_j for every column, to rounding
+        lhs, rhs = bi * a[1], bj * a[0]
+        tol = 8 * unit_roundoff(B.dtype) * torch.maximum(lhs.abs(), rhs.abs())
+        what = "column" if adjoint else "row"
+        if bool(((lhs - rhs).abs() > tol).any()):
+            return SingularMatrixError(
+                f"{what}s {i} and {j} of A each hold a single entry, both in unknown {u}, and the right-hand side "
+                f"makes them disagree (x[{u}] = {complex(bi.flatten()[0] / a[0]).real:.6g} from {what} {i}, "
+                f"{complex(bj.flatten()[0] / a[1]).real:.6g} from {what} {j}): the system has no solution. Check "
+                f"for a condition imposed twice on one unknown, or use least squares (lstsq)", row=j)
+        return f"{what}s {i} and {j} of A each hold a single entry, both in unknown {u}"
 
     def _options_for(self, offer: Offer | None, base: dict, rtol: float, atol: float) -> CallOptions:
         """The call's options for this attempt: the resolved ``rtol``, ``atol`` in the scaled
