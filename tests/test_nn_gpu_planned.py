@@ -36,7 +36,7 @@ def test_no_grad_forward_matches_dense_and_records_its_plan(rule, dtype, batch):
         y = layer(x)
         y2 = layer(x)                            # the planned call
     torch.testing.assert_close(y, _ref(layer, x), rtol=tol, atol=tol)
-    torch.testing.assert_close(y2, y, rtol=0, atol=0)
+    torch.testing.assert_close(y2, y, rtol=tol, atol=tol)  # some kernels sum in a varying order (atomics)
     plans = layer.plans()
     assert [p["batch"] for p in plans] == [batch]
     if rule != "2:4":                            # CSR: planned on an int32 copy of the index buffers
