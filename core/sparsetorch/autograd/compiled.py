@@ -5,9 +5,9 @@ that dynamo cannot trace. Under ``torch.compile`` the ops route here instead: a 
 taken apart into what a graph can carry (its format as its DSL string, its format shape, its
 level buffers and values), and the work is one ``torch.library`` custom op, opaque to dynamo:
 
-    sparsetorch::spmm(fmt, shape, pos, crd, values, X, adjoint, backend)      A X  or  A^H X
-    sparsetorch::sampled(fmt, shape, pos, crd, values, P, Q)                  sum_c P[i, c] conj(Q[j, c]) on A's pattern
-    sparsetorch::spsolve(fmt, shape, pos, crd, values, B, adjoint, options)   A^-1 B  or  A^-H B
+    sparsetorch::spmm(fmt, shape, present, index, values, X, adjoint, backend)      A X  or  A^H X
+    sparsetorch::sampled(fmt, shape, present, index, values, P, Q)                  sum_c P[i, c] conj(Q[j, c]) on A's pattern
+    sparsetorch::spsolve(fmt, shape, present, index, values, B, adjoint, options)   A^-1 B  or  A^-H B
 
 Each has a fake kernel (the output's shape, dtype and device, nothing computed), so dynamo and
 AOTAutograd trace through it with no graph break and no host synchronization. Their eager
@@ -80,13 +80,12 @@ def _format(spec: str) -> TensorFormat:
     return fmt
 
 
-def _pattern(spec: str, shape: Sequence[int], pos: Sequence[Tensor | None], crd: Sequence[Tensor | None],
+def _pattern(spec: str, shape: Sequence[int], present: Sequence[bool], index: Sequence[Tensor],
              values: Tensor) -> SparseTensor:
     """The SparseTensor of these buffers with ``values``: the pattern rebuilt once (validated in
     full) and reused while the same buffers live unmodified (address, extent and version)."""
-    bufs = [b for b in (*pos, *crd) if b is not None]
-    key = (spec, tuple(int(s) for s in shape), tuple(p is None for p in pos), tuple(c is None for c in crd),
-           tuple(buffer_id(b) for b in bufs), values.dtype, values.device)
+    key = (spec, tuple(int(s) for s in shape), tuple(bool(p) for p in present),
+           tuple(buffer_id(b) for b in index), values.dtype, values.device)
     with _PATTERNS_LOCK:
         hit = _PATTERNS.get(key)
         if hit is not None:
@@ -95,9 +94,12 @@ def _pattern(spec: str, shape: Sequence[int], pos: Sequence[Tensor | None], crd:
                 _PATTERNS.move_to_end(key)
                 return A.with_values(values)
             del _PATTERNS[key]
-    A = SparseTensor(_format(spec), tuple(shape), list(pos), list(crd), values.detach(), check=True)
+    it = iter(index)
+    bufs = [next(it) if p else None for p in present]
+    half = len(bufs) // 2
+    A = SparseTensor(_format(spec), tuple(shape), bufs[:half], bufs[half:], values.detach(), check=True)
     with _PATTERNS_LOCK:
-        _PATTERNS[key] = (tuple(weakref.ref(b) for b in bufs), A.detach())
+        _PATTERNS[key] = (tuple(weakref.ref(b) for b in index), A.detach())
         while len(_PATTERNS) > _PATTERNS_MAX:
             _PATTERNS.popitem(last=False)
     return A.with_values(values)
@@ -110,12 +112,14 @@ def _spec(fmt: TensorFormat) -> str:
     return str(fmt)
 
 
-def parts(A: SparseTensor) -> tuple[str, list[int], list[Tensor | None], list[Tensor | None]]:
+def parts(A: SparseTensor) -> tuple[str, list[int], list[bool], list[Tensor]]:
     """What the custom ops take of ``A`` besides its values: the format's DSL string, the format
-    shape, the position and coordinate buffers (None where a level has none)."""
+    shape, which of the level buffers ``pos(0), ..., pos(L-1), crd(0), ..., crd(L-1)`` exist, and
+    those that do, in that order."""
     fmt = A.format
     n = len(fmt.levels)
-    return _spec(fmt), list(A.format_shape), [A.pos(k) for k in range(n)], [A.crd(k) for k in range(n)]
+    bufs = [A.pos(k) for k in range(n)] + [A.crd(k) for k in range(n)]
+    return _spec(fmt), list(A.format_shape), [b is not None for b in bufs], [b for b in bufs if b is not None]
 
 
 def _fresh(out: Tensor, *inputs: Tensor) -> Tensor:
@@ -136,49 +140,36 @@ def _product(A: SparseTensor, X: Tensor, adjoint: bool, backend: str | None) -> 
 
 
 @torch.library.custom_op("sparsetorch::spmm", mutates_args=())
-def spmm(fmt: str, shape: Sequence[int], pos: Sequence[Optional[Tensor]], crd: Sequence[Optional[Tensor]],
+def spmm(fmt: str, shape: Sequence[int], present: Sequence[bool], index: Sequence[Tensor],
          values: Tensor, X: Tensor, adjoint: bool, backend: Optional[str]) -> Tensor:
     """``A X`` (``A^H X`` when ``adjoint``) for ``A`` given by its parts (:func:`parts`) and
     ``values`` (``(*batch, slots)``), ``X`` of shape ``(*batch, n, k)`` (``(*batch, m, k)``)."""
-    A = _pattern(fmt, shape, pos, crd, values.detach())
-    return _fresh(_product(A, X.detach(), adjoint, backend), X)
+    A = _pattern(fmt, shape, present, index, values.detach())
+    return _fresh(_product(A, X.detach(), adjoint, backend).contiguous(), X)
 
 
 @spmm.register_fake
-def _(fmt, shape, pos, crd, values, X, adjoint, backend):
+def _(fmt, shape, present, index, values, X, adjoint, backend):
     rows = shape[-1] if adjoint else shape[-2]
     return X.new_empty((*X.shape[:-2], rows, X.shape[-1]))
 
 
-def _save_parts(ctx, pos, crd) -> list[Tensor]:
-    ctx.pos_none = [p is None for p in pos]
-    ctx.crd_none = [c is None for c in crd]
-    return [b for b in (*pos, *crd) if b is not None]
-
-
-def _load_parts(ctx, saved: Sequence[Tensor]) -> tuple[list[Tensor | None], list[Tensor | None]]:
-    it = iter(saved)
-    pos = [None if none else next(it) for none in ctx.pos_none]
-    crd = [None if none else next(it) for none in ctx.crd_none]
-    return pos, crd
-
-
 def _spmm_setup(ctx, inputs, output) -> None:
-    fmt, shape, pos, crd, values, X, adjoint, backend = inputs
+    fmt, shape, present, index, values, X, adjoint, backend = inputs
     ctx.fmt, ctx.shape, ctx.adjoint, ctx.backend = fmt, list(shape), adjoint, backend
-    ctx.save_for_backward(values, X, *_save_parts(ctx, pos, crd))
+    ctx.present = list(present)
+    ctx.save_for_backward(values, X, *index)
 
 
 def _spmm_backward(ctx, dY: Tensor):
-    values, X, *bufs = ctx.saved_tensors
-    pos, crd = _load_parts(ctx, bufs)
+    values, X, *index = ctx.saved_tensors
     dX = dV = None
     if ctx.needs_input_grad[5]:
-        dX = spmm(ctx.fmt, ctx.shape, pos, crd, values, dY, not ctx.adjoint, ctx.backend)
+        dX = spmm(ctx.fmt, ctx.shape, ctx.present, index, values, dY, not ctx.adjoint, ctx.backend)
     if ctx.needs_input_grad[4]:
         P, Q = (X, dY) if ctx.adjoint else (dY, X)
-        dV = sampled(ctx.fmt, ctx.shape, pos, crd, values, P, Q)
-    return None, None, None, None, dV, dX, None, None
+        dV = sampled(ctx.fmt, ctx.shape, ctx.present, index, values, P, Q)
+    return None, None, None, [None] * len(index), dV, dX, None, None
 
 
 spmm.register_autograd(_spmm_backward, setup_context=_spmm_setup)
@@ -186,12 +177,12 @@ spmm.register_autograd(_spmm_backward, setup_context=_spmm_setup)
 
 # sparsetorch::sampled -----------------------------------------------------------------------------
 @torch.library.custom_op("sparsetorch::sampled", mutates_args=())
-def sampled(fmt: str, shape: Sequence[int], pos: Sequence[Optional[Tensor]], crd: Sequence[Optional[Tensor]],
+def sampled(fmt: str, shape: Sequence[int], present: Sequence[bool], index: Sequence[Tensor],
             values: Tensor, P: Tensor, Q: Tensor) -> Tensor:
     """``sum_c P[..., i, c] conj(Q[..., j, c])`` at every stored entry ``(i, j)`` of ``A``, in A's
     value slots (``values``' shape and dtype; padding slots get zero). ``values`` only carries
     the slots' shape and dtype; half-precision factors are summed in float32."""
-    A = _pattern(fmt, shape, pos, crd, values.detach())
+    A = _pattern(fmt, shape, present, index, values.detach())
     P, Q = P.detach(), Q.detach()
     if P.dtype in _HALF or Q.dtype in _HALF:
         out = sddmm(A, P.float(), Q.float()).to(values.dtype)
@@ -203,25 +194,25 @@ def sampled(fmt: str, shape: Sequence[int], pos: Sequence[Optional[Tensor]], crd
 
 
 @sampled.register_fake
-def _(fmt, shape, pos, crd, values, P, Q):
+def _(fmt, shape, present, index, values, P, Q):
     return values.new_empty(values.shape)
 
 
 def _sampled_setup(ctx, inputs, output) -> None:
-    fmt, shape, pos, crd, values, P, Q = inputs
+    fmt, shape, present, index, values, P, Q = inputs
     ctx.fmt, ctx.shape = fmt, list(shape)
-    ctx.save_for_backward(values, P, Q, *_save_parts(ctx, pos, crd))
+    ctx.present = list(present)
+    ctx.save_for_backward(values, P, Q, *index)
 
 
 def _sampled_backward(ctx, dV: Tensor):
-    values, P, Q, *bufs = ctx.saved_tensors
-    pos, crd = _load_parts(ctx, bufs)
+    values, P, Q, *index = ctx.saved_tensors
     dP = dQ = None
     if ctx.needs_input_grad[5]:
-        dP = spmm(ctx.fmt, ctx.shape, pos, crd, dV, Q, False, None)
+        dP = spmm(ctx.fmt, ctx.shape, ctx.present, index, dV, Q, False, None)
     if ctx.needs_input_grad[6]:
-        dQ = spmm(ctx.fmt, ctx.shape, pos, crd, dV, P, True, None)
-    return None, None, None, None, None, dP, dQ
+        dQ = spmm(ctx.fmt, ctx.shape, ctx.present, index, dV, P, True, None)
+    return None, None, None, [None] * len(index), None, dP, dQ
 
 
 sampled.register_autograd(_sampled_backward, setup_context=_sampled_setup)
@@ -229,7 +220,7 @@ sampled.register_autograd(_sampled_backward, setup_context=_sampled_setup)
 
 # sparsetorch::spsolve -----------------------------------------------------------------------------
 @torch.library.custom_op("sparsetorch::spsolve", mutates_args=())
-def spsolve(fmt: str, shape: Sequence[int], pos: Sequence[Optional[Tensor]], crd: Sequence[Optional[Tensor]],
+def spsolve(fmt: str, shape: Sequence[int], present: Sequence[bool], index: Sequence[Tensor],
             values: Tensor, B: Tensor, adjoint: bool, backend: Optional[str], method: Optional[str],
             preconditioner: Optional[str], rtol: Optional[float], atol: float, maxiter: Optional[int],
             properties: Optional[str], check_finite: bool, on_nonconvergence: str, restart: Optional[int],
@@ -240,7 +231,7 @@ def spsolve(fmt: str, shape: Sequence[int], pos: Sequence[Optional[Tensor]], crd
     if _solver is None:
         raise RuntimeError("sparsetorch::spsolve has no solver registered: import sparsetorch (its ops register "
                            "sparsetorch.solve with sparsetorch.autograd.compiled.register_solver)")
-    A = _pattern(fmt, shape, pos, crd, values.detach())
+    A = _pattern(fmt, shape, present, index, values.detach())
     if adjoint:
         A = A.T.with_values(A.values.conj() if A.values.is_complex() else A.values)
     props = None if properties is None else [p.strip() for p in properties.split(",") if p.strip()]
@@ -249,11 +240,11 @@ def spsolve(fmt: str, shape: Sequence[int], pos: Sequence[Optional[Tensor]], crd
                     atol=atol, maxiter=maxiter, properties=props, check_finite=check_finite,
                     on_nonconvergence=on_nonconvergence, restart=restart, block_size=block_size, dense_max=dense_max,
                     max_bytes=max_bytes, check_every=check_every, cache=cache, repeat=repeat)
-    return _fresh(X, B, values)
+    return _fresh(X.contiguous(), B, values)
 
 
 @spsolve.register_fake
-def _(fmt, shape, pos, crd, values, B, adjoint, backend, method, preconditioner, rtol, atol, maxiter, properties,
+def _(fmt, shape, present, index, values, B, adjoint, backend, method, preconditioner, rtol, atol, maxiter, properties,
       check_finite, on_nonconvergence, restart, block_size, dense_max, max_bytes, check_every, repeat, cache):
     return B.new_empty(B.shape)
 
@@ -264,23 +255,23 @@ _SOLVE_OPTIONS = ("backend", "method", "preconditioner", "rtol", "atol", "maxite
 
 
 def _spsolve_setup(ctx, inputs, output) -> None:
-    fmt, shape, pos, crd, values, B, adjoint, *options = inputs
+    fmt, shape, present, index, values, B, adjoint, *options = inputs
     ctx.fmt, ctx.shape, ctx.adjoint, ctx.options = fmt, list(shape), adjoint, options
-    ctx.save_for_backward(values, output, *_save_parts(ctx, pos, crd))
+    ctx.present = list(present)
+    ctx.save_for_backward(values, output, *index)
 
 
 def _spsolve_backward(ctx, dX: Tensor):
-    values, X, *bufs = ctx.saved_tensors
-    pos, crd = _load_parts(ctx, bufs)
+    values, X, *index = ctx.saved_tensors
     need_v, need_b = ctx.needs_input_grad[4], ctx.needs_input_grad[5]
     dV = dB = None
     if need_v or need_b:
-        M = spsolve(ctx.fmt, ctx.shape, pos, crd, values, dX, not ctx.adjoint, *ctx.options)
+        M = spsolve(ctx.fmt, ctx.shape, ctx.present, index, values, dX, not ctx.adjoint, *ctx.options)
         dB = M if need_b else None
         if need_v:
-            dV = -(sampled(ctx.fmt, ctx.shape, pos, crd, values, X, M) if ctx.adjoint
-                   else sampled(ctx.fmt, ctx.shape, pos, crd, values, M, X))
-    return (None,) * 4 + (dV, dB) + (None,) * (1 + len(_SOLVE_OPTIONS))
+            dV = -(sampled(ctx.fmt, ctx.shape, ctx.present, index, values, X, M) if ctx.adjoint
+                   else sampled(ctx.fmt, ctx.shape, ctx.present, index, values, M, X))
+    return (None, None, None, [None] * len(index), dV, dB) + (None,) * (1 + len(_SOLVE_OPTIONS))
 
 
 spsolve.register_autograd(_spsolve_backward, setup_context=_spsolve_setup)
@@ -366,11 +357,11 @@ def _product_of(A: SparseTensor, X: Tensor, transposed: bool, backend: str | Non
         shape = tuple(A.shape) if not transposed else vb + (m, n)
         raise InputError(f"matmul: the other operand has shape {tuple(X.shape)}; for a sparse operand of shape {shape} "
                          f"it must be {vb + (n,)} or {vb + (n, 'k')}")
-    fmt, shape, pos, crd = parts(A)
+    fmt, shape, present, index = parts(A)
     values = A.values
     if transposed and values.is_complex():  # A^T Z = conj(A^H conj(Z))
-        return finish(spmm(fmt, shape, pos, crd, values, Xn.conj(), True, backend).conj())
-    return finish(spmm(fmt, shape, pos, crd, values, Xn, transposed, backend))
+        return finish(spmm(fmt, shape, present, index, values, Xn.conj(), True, backend).conj())
+    return finish(spmm(fmt, shape, present, index, values, Xn, transposed, backend))
 
 
 def traced_solve(A: object, B: object, *, backend: str | None = None, method: str | None = None,
@@ -410,8 +401,8 @@ def traced_solve(A: object, B: object, *, backend: str | None = None, method: st
                          f"must be {vb + (n,)} or {vb + (n, 'k')}")
     if properties is not None and not isinstance(properties, str):
         properties = ",".join(properties)  # type: ignore[call-overload]
-    fmt, shape, pos, crd = parts(A)
-    X = spsolve(fmt, shape, pos, crd, A.values, Bn, False, backend, method, preconditioner,  # type: ignore[arg-type]
+    fmt, shape, present, index = parts(A)
+    X = spsolve(fmt, shape, present, index, A.values, Bn, False, backend, method, preconditioner,  # type: ignore[arg-type]
                 None if rtol is None else float(rtol), float(atol), maxiter, properties,  # type: ignore[arg-type]
                 bool(check_finite), on_nonconvergence, restart, block_size, dense_max, max_bytes, check_every, repeat,
                 bool(cache))

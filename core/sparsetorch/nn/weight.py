@@ -89,6 +89,21 @@ class SparseWeight(torch.Tensor):
         memo[id(self)] = out
         return out
 
+    # Product methods in Python (the same handlers as __torch_function__'s): under torch.compile
+    # dynamo sees a SparseWeight as a plain object, and traces a Python method where it cannot
+    # trace torch's C method.
+    def mv(self, vec):  # noqa: D102 - torch's name
+        return _left(self, vec, "mv")
+
+    def mm(self, mat2):  # noqa: D102
+        return _matmul(self, mat2)
+
+    def matmul(self, other):  # noqa: D102
+        return _matmul(self, other)
+
+    def dim(self) -> int:  # noqa: D102
+        return len(self._A.shape)
+
     def __repr__(self, *, tensor_contents=None) -> str:  # noqa: D105
         A = self._A
         return f"SparseWeight(shape={tuple(A.shape)}, format={A.format.name or A.format}, nse={A.nse}, dtype={A.dtype})"
