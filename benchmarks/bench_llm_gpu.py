@@ -6,8 +6,9 @@ and 64, float16 and bfloat16, forward and forward+backward, side by side in one 
 pruned weight:
 
 - ``dense``: ``nn.functional.linear`` with the pruned weight as a dense matrix (cuBLAS);
-- ``sparsetorch``: ``SparseLinear`` (dispatch picks the backend, recorded: the native CUDA
-  kernels plugin where it is installed);
+- ``sparsetorch``: ``SparseLinear`` (its planned product per batch size: on a CUDA device the
+  capable backends timed once and the fastest kept, recorded with the candidates' times from
+  ``SparseLinear.plans()``, beside what one-shot dispatch would pick);
 - ``torch CSR``: ``torch.sparse.mm`` with the weight as a torch CSR tensor (forward only);
 - ``torch 2:4``: ``torch.sparse.to_sparse_semi_structured`` (cuSPARSELt/CUTLASS), 2:4 rows only,
   where this torch build runs it (forward only).

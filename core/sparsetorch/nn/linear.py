@@ -1,5 +1,14 @@
 """`SparseLinear`: ``y = x @ W^T + b`` with a sparse weight whose stored values are the parameter.
 
+A layer keeps one planned product per batch size (:meth:`SparseLinear.plans` lists them). A call
+that records no gradient runs that plan's ``set_values`` and ``apply`` directly (no dispatch, no
+autograd Function); a call that does goes through the product's autograd Function on the same
+plan. On a CUDA device the plan for a batch size is chosen by timing every capable backend's
+product once (GPU time, :data:`LAYER_TUNE_CUDA`), since the cost models' per-call host estimates
+differ by backend (measured on the H200: dispatch with the layer's 1000-call amortization picked
+the torch backend for a 2:4 weight at 64 us per call where the cuda kernels plugin takes 8 us),
+and a CSR pattern with int64 indices is planned on an int32 copy of them.
+
 Under ``torch.autocast`` the layer runs as ``nn.Linear`` does: the input, the stored values and
 the bias cast to the autocast dtype (bfloat16 on CPU by default), the product in that dtype with
 float32 accumulation, the output in that dtype; float64 layers are left alone, as autocast does.
