@@ -12,7 +12,7 @@ import torch
 import torch._dynamo as dynamo
 
 import sparsetorch as st
-from sparsetorch.autograd import compiled
+from sparsetorch.autograd import _compile_hooks, compiled
 from sparsetorch.errors import InputError, ValidationError
 from sparsetorch.format import BSR, COO, CSC, CSR, DIA, ELL
 from sparsetorch.tensor.pattern import buffer_id
@@ -30,11 +30,11 @@ def _fresh_dynamo():
 @pytest.fixture
 def solver():
     """The eager solve behind sparsetorch::spsolve (the ops layer registers it once wired)."""
-    before = compiled._solver
+    before = _compile_hooks.solver()
     if before is None:
         compiled.register_solver(st.solve)
     yield
-    compiled._solver = before
+    _compile_hooks._solver = before
 
 
 def _dense(m, n, seed=0, density=0.4, dtype=F64, square_boost=0.0):
@@ -350,6 +350,31 @@ def test_sparse_weight_in_a_module_trains_under_compile():
     torch.tanh(xr @ Dr.mT).sum().backward()
     torch.testing.assert_close(x.grad, xr.grad)
     torch.testing.assert_close(vals.grad, _on_pattern(A, Dr.grad))
+
+
+def test_sparse_weight_under_autocast_compiles_as_eager_runs():
+    D = _dense(16, 12, seed=23).float()
+    A = st.SparseTensor.from_dense(D)
+    vals = A.values.clone().requires_grad_(True)
+    W = st.nn.SparseWeight(A.with_values(vals))
+    x, z = torch.randn(5, 12), torch.randn(5, 16)
+
+    def f(W, x, z):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return torch.nn.functional.linear(x, W), z @ W, W @ x.mT
+
+    assert _breaks(f, W, x, z) == 0
+    got = _compiled(f)(W, x, z)
+    sum(g.float().sum() for g in got).backward()
+    grad, vals.grad = vals.grad, None
+    ref = f(W, x, z)  # eager: the same casts, the same bfloat16 products
+    sum(r.float().sum() for r in ref).backward()
+    dense = (x @ D.mT, z @ D, D @ x.mT)
+    for g, r, d in zip(got, ref, dense):
+        assert g.dtype == torch.bfloat16
+        torch.testing.assert_close(g, r)
+        torch.testing.assert_close(g.float(), d, rtol=2e-2, atol=5e-2)
+    torch.testing.assert_close(grad, vals.grad)
 
 
 # solve ------------------------------------------------------------------------------------------

@@ -49,6 +49,7 @@ from ..errors import InputError
 from ..format import TensorFormat
 from ..tensor import SparseTensor
 from ..tensor.pattern import buffer_id
+from . import _compile_hooks
 from .matmul import MatmulHandle
 from .sddmm import sddmm
 
@@ -62,15 +63,10 @@ _PATTERNS_MAX = 64
 _PATTERNS_LOCK = threading.Lock()
 _FORMATS: dict[str, TensorFormat] = {}
 
-#: ``sparsetorch.solve``, registered by the ops layer (this layer sits below it)
-_solver: Callable | None = None
-
-
 def register_solver(fn: Callable) -> None:
-    """Set the function the eager kernel of ``spsolve`` calls: ``fn(A, B, **options) -> X``
-    (``sparsetorch.solve``; the ops layer registers it, since this layer cannot import it)."""
-    global _solver
-    _solver = fn
+    """Set the function the eager kernel of ``spsolve`` calls (``sparsetorch.solve``; see
+    :mod:`._compile_hooks`, where the ops layer registers it without importing this module)."""
+    _compile_hooks.register_solver(fn)
 
 
 def _format(spec: str) -> TensorFormat:
@@ -228,15 +224,16 @@ def spsolve(fmt: str, shape: Sequence[int], present: Sequence[bool], index: Sequ
             check_every: Optional[int], repeat: Optional[int], cache: bool) -> Tensor:
     """``X`` with ``A X = B`` (``A^H X = B`` when ``adjoint``), ``B`` of shape ``(*batch, n, k)``,
     through ``sparsetorch.solve`` with these options (``properties`` comma-separated)."""
-    if _solver is None:
-        raise RuntimeError("sparsetorch::spsolve has no solver registered: import sparsetorch (its ops register "
-                           "sparsetorch.solve with sparsetorch.autograd.compiled.register_solver)")
+    solve = _compile_hooks.solver()
+    if solve is None:
+        raise RuntimeError("sparsetorch::spsolve has no solver registered: the ops layer registers sparsetorch.solve "
+                           "with sparsetorch.autograd._compile_hooks.register_solver (docs/compile.md)")
     A = _pattern(fmt, shape, present, index, values.detach())
     if adjoint:
         A = A.T.with_values(A.values.conj() if A.values.is_complex() else A.values)
     props = None if properties is None else [p.strip() for p in properties.split(",") if p.strip()]
     with torch.no_grad():
-        X = _solver(A, B.detach(), backend=backend, method=method, preconditioner=preconditioner, rtol=rtol,
+        X = solve(A, B.detach(), backend=backend, method=method, preconditioner=preconditioner, rtol=rtol,
                     atol=atol, maxiter=maxiter, properties=props, check_finite=check_finite,
                     on_nonconvergence=on_nonconvergence, restart=restart, block_size=block_size, dense_max=dense_max,
                     max_bytes=max_bytes, check_every=check_every, cache=cache, repeat=repeat)

@@ -158,8 +158,13 @@ def _right(X: torch.Tensor, W: SparseWeight, what: str) -> torch.Tensor:
     if len(W._A.format_shape) != 2 or W._A.batch_shape or X.shape[-1] != W.shape[0]:
         raise InputError(f"SparseWeight.{what}: shapes {tuple(X.shape)} @ {tuple(W.shape)} do not match (a 2-D "
                          f"sparse weight on the right of a (..., {W.shape[0]}) operand)")
-    if torch.compiler.is_compiling() and autocast_dtype(X.device.type, X.dtype, W._A.dtype) is None:
-        return X @ W._A  # the SparseTensor's own operator: no transposed view built in the graph
+    if torch.compiler.is_compiling():  # the SparseTensor's own operator: no transposed view in the graph
+        A = W._A
+        dt = autocast_dtype(X.device.type, X.dtype, A.dtype)
+        if dt is None:
+            return X @ A
+        with torch.autocast(X.device.type, enabled=False):  # as amp_matmul: both operands in autocast's dtype
+            return X.to(dt) @ (A if A.dtype == dt else A.with_values(A.values.to(dt)))
     return rows_times_transpose(X, W._A.T)
 
 
