@@ -43,7 +43,8 @@ import torch
 from torch import Tensor
 
 from ..dispatch.options import MatmulOptions
-from ..dispatch.plan import obtain_plan
+from ..dispatch.plan import PlanState, guarded, obtain_plan
+from ..dispatch.plans import SampledProduct, supports
 from ..dispatch.records import OperandInfo, make_request
 from ..errors import InputError
 from ..format import TensorFormat
@@ -127,12 +128,17 @@ def _fresh(out: Tensor, *inputs: Tensor) -> Tensor:
 
 
 # sparsetorch::spmm --------------------------------------------------------------------------------
-def _product(A: SparseTensor, X: Tensor, adjoint: bool, backend: str | None) -> Tensor:
-    """``A X`` (``A^H X``) through the product plan dispatch chooses (the plan cache)."""
+def _state(A: SparseTensor, X: Tensor, backend: str | None) -> PlanState:
+    """The product plan dispatch chooses for ``A X`` (from the plan cache)."""
     operands = (OperandInfo("sparse", tuple(A.shape), A.dtype, A.device, A.format, A.nse, tuple(A.batch_shape), False),
                 OperandInfo("dense", tuple(X.shape), X.dtype, X.device, None, None, (), False))
     state, _, _ = obtain_plan("matmul", A, make_request("matmul", operands, frozenset(), MatmulOptions(backend=backend)))
-    return MatmulHandle(state, A, adjoint).run(A.values, X)
+    return state
+
+
+def _product(A: SparseTensor, X: Tensor, adjoint: bool, backend: str | None) -> Tensor:
+    """``A X`` (``A^H X``) through the product plan dispatch chooses (the plan cache)."""
+    return MatmulHandle(_state(A, X, backend), A, adjoint).run(A.values, X)
 
 
 @torch.library.custom_op("sparsetorch::spmm", mutates_args=())
@@ -180,6 +186,15 @@ def sampled(fmt: str, shape: Sequence[int], present: Sequence[bool], index: Sequ
     the slots' shape and dtype; half-precision factors are summed in float32."""
     A = _pattern(fmt, shape, present, index, values.detach())
     P, Q = P.detach(), Q.detach()
+    if not (P.is_complex() or Q.is_complex()):
+        # the product plan's own sampled kernel where its backend has one (as the eager backward)
+        state = _state(A, Q, None)
+        plan = state.build()
+        if supports(plan, SampledProduct):
+            with state.lock:
+                out = guarded(lambda: plan.sddmm(P, Q), state.label, "sddmm")
+            if isinstance(out, torch.Tensor) and tuple(out.shape) == tuple(values.shape) and out.dtype == values.dtype:
+                return _fresh(out.contiguous(), P, Q)
     if P.dtype in _HALF or Q.dtype in _HALF:
         out = sddmm(A, P.float(), Q.float()).to(values.dtype)
     else:
