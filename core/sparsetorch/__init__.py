@@ -9,7 +9,7 @@ from ._markers import hookimpl
 from ._version import __version__
 from .dispatch import BackendInfo, Decline, Offer, OperandInfo, Request, plan_cache
 from .dispatch.lru import cache_info, clear_caches
-from .dispatch.manager import get_backends as registry
+from .dispatch.select import get_backends as registry
 from .errors import (
     BackendError, ConversionError, DegenerateEigenvalueError, FallbackWarning, FormatError, FormatParseError, IndefiniteMatrixError, InputError,
     InteropError, NoBackendError, NotConvergedError, NotConvergedWarning, NotSymmetricError, SingularMatrixError,

@@ -61,7 +61,7 @@ from .dispatch.kit import (
     Run, batch_size, conversion_note, cpu_matrix_decline, dtype_name, from_real, hermitian, index_size, itemsize,
     maxiter_reason, realified_matvec, spd_ok, to_real, trivial_system, true_residual_solve,
 )
-from .dispatch.manager import get_backends, reset_backends
+from .dispatch.select import get_backends, reset_backends
 from .dispatch.options import (DEFAULT_CHECK_EVERY, DEFAULT_RESTART, CallOptions, LogdetOptions, LstsqOptions,
                                MatmulOptions, SolveOptions, SpectralOptions, defaults)
 from .dispatch.plans import (

@@ -54,7 +54,7 @@ def _backend_lines() -> list[str]:
     import os
 
     try:
-        from sparsetorch.dispatch.manager import get_backends
+        from sparsetorch.dispatch.select import get_backends
 
         backends = get_backends()
         infos = backends.info()

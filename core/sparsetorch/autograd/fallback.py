@@ -221,64 +221,6 @@ class Route(RangeSearch):
             raise final from exc
         raise final
 
-    def _empty_line(self, values: torch.Tensor, B: torch.Tensor, adjoint: bool) -> str | SingularMatrixError | None:
-        """After a zero pivot: a row or column of A with no nonzero entry proves A singular. A
-        description of it, or (for a row of the system whose right-hand side is not zero: no
-        solution exists) the error to raise; None when every row and column holds an entry."""
-        if values.dim() != 1:
-            return None
-        coords, slot = self.A.entries()
-        live = values.index_select(-1, slot) != 0
-        m, n = self.A.format_shape
-        rows = torch.zeros(m, dtype=torch.bool, device=values.device).index_fill_(0, coords[0][live], True)
-        cols = torch.zeros(n, dtype=torch.bool, device=values.device).index_fill_(0, coords[1][live], True)
-        eq, unk = (cols, rows) if adjoint else (rows, cols)  # equations (rows of the system), unknowns
-        empty = (~eq).nonzero().flatten()
-        if empty.numel():
-            bad = (B.index_select(-2, empty) != 0).flatten(1).any(-1) if B.dim() > 1 else B[empty] != 0
-            what = "column" if adjoint else "row"
-            i = int(empty[0])
-            if bool(bad.any()):
-                k = int(empty[bad.nonzero()[0, 0]])
-                return SingularMatrixError(
-                    f"{what} {k} of A has no nonzero entry (of {int(empty.numel())} empty {what}s), while the right-hand "
-                    f"side's entry {k} is not zero: the system has no solution. Check the assembly (a missing boundary "
-                    f"condition or equation), or use least squares (lstsq) for a best fit", row=k)
-            return f"{what} {i} of A has no nonzero entry"
-        if not bool(unk.all()):
-            return f"{'row' if adjoint else 'column'} {int((~unk).nonzero()[0, 0])} of A has no nonzero entry"
-        # two equations that each hold a single entry, in the same unknown (a condition imposed
-        # twice on one degree of freedom): singular whatever the values; no solution unless they agree
-        e_idx, u_idx = (coords[1], coords[0]) if adjoint else (coords[0], coords[1])
-        e_live, u_live = e_idx[live], u_idx[live]
-        counts = torch.bincount(e_live, minlength=eq.numel())
-        single = counts[e_live] == 1
-        if int(single.sum()) < 2:
-            return None
-        su, se = u_live[single], e_live[single]
-        order = torch.argsort(su, stable=True)
-        su, se = su[order], se[order]
-        same = su[1:] == su[:-1]
-        if not bool(same.any()):
-            return None
-        k = int(same.nonzero()[0, 0])
-        i, j, u = int(se[k]), int(se[k + 1]), int(su[k])
-        a = values.index_select(-1, slot[live][single][order][k:k + 2])
-        if adjoint:
-            a = a.conj()
-        bi, bj = (B[i], B[j]) if B.dim() > 1 else (B[i:i + 1], B[j:j + 1])
-        # x_u = b_i / a_i = b_j / a_j for every column, to rounding
-        lhs, rhs = bi * a[1], bj * a[0]
-        tol = 8 * unit_roundoff(B.dtype) * torch.maximum(lhs.abs(), rhs.abs())
-        what = "column" if adjoint else "row"
-        if bool(((lhs - rhs).abs() > tol).any()):
-            return SingularMatrixError(
-                f"{what}s {i} and {j} of A each hold a single entry, both in unknown {u}, and the right-hand side "
-                f"makes them disagree (x[{u}] = {complex(bi.flatten()[0] / a[0]).real:.6g} from {what} {i}, "
-                f"{complex(bj.flatten()[0] / a[1]).real:.6g} from {what} {j}): the system has no solution. Check "
-                f"for a condition imposed twice on one unknown, or use least squares (lstsq)", row=j)
-        return f"{what}s {i} and {j} of A each hold a single entry, both in unknown {u}"
-
     def _options_for(self, offer: Offer | None, base: dict, rtol: float, atol: float) -> CallOptions:
         """The call's options for this attempt: the resolved ``rtol``, ``atol`` in the scaled
         system's units, and for an iterative offer ranked before a direct one, ``maxiter``

@@ -34,7 +34,7 @@ import torch
 from ..dispatch.plan import PlanState, call_options, plan_for
 from ..dispatch.records import Offer, Request
 from ..dispatch.results import IterationResult, Status
-from ..dispatch.select import ExplainTable
+from ..dispatch.records import ExplainTable
 from ..errors import IndefiniteMatrixError, NotConvergedError, NotConvergedWarning
 from ..tensor import SparseTensor
 from ..tensor.validate import check_finite

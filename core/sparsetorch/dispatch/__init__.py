@@ -2,7 +2,7 @@
 
 from .calibrate import Rates, calibrate, rates
 from .hookspecs import hookspec
-from .manager import Backends, BrokenBackend, get_backends, reset_backends
+from .select import Backends, BrokenBackend, get_backends, reset_backends
 from .plan import PlanCache, plan_cache
 from .records import BackendInfo, Decline, Offer, OperandInfo, Request
 from .select import ExplainTable, Row, choose, clear_decisions, rank

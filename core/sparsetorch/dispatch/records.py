@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -221,3 +221,72 @@ def preconditioner_name(pre: Any) -> str | None:
         return "user"
     raise InputError(f"preconditioner must be a name (e.g. 'jacobi'), None, or a callable applying M^-1; got "
                      f"{type(pre).__name__} {pre!r}")
+
+
+# --- the ranking of one request (what explain prints) -------------------------------------------
+@dataclass(frozen=True)
+class Row:
+    """One line of an explain table: an offer (with its rank) or a decline (with its reason)."""
+
+    backend: str
+    method: str | None
+    seconds: float | None
+    bytes: int | None
+    chosen: bool
+    reason: str
+    offer: Offer | None = None
+
+
+class ExplainTable(Sequence[Row]):
+    """The ranked candidates for one request; ``str()`` prints it as a table."""
+
+    def __init__(self, request: Request, rows: list[Row]) -> None:
+        self.request = request
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self.rows[i]
+
+    @property
+    def chosen(self) -> Row | None:
+        return next((r for r in self.rows if r.chosen), None)
+
+    @property
+    def offers(self) -> list[Row]:
+        return [r for r in self.rows if r.offer is not None]
+
+    @property
+    def declines(self) -> list[Row]:
+        return [r for r in self.rows if r.offer is None]
+
+    def __str__(self) -> str:
+        A = self.request.A
+        head = (f"{self.request.op}: A {tuple(A.shape)} {A.format.name or A.format if A.format else A.kind}, "
+                f"nse={A.nse}, {str(A.dtype).replace('torch.', '')} on {A.device}"
+                + (f", properties: {', '.join(sorted(self.request.properties))}" if self.request.properties else ""))
+        lines = [head, f"  {'':2}{'backend':<12}{'method':<10}{'est. time':>12}{'peak bytes':>14}  notes / reason"]
+        for r in self.rows:
+            mark = "->" if r.chosen else "  "
+            t = _fmt_seconds(r.seconds) if r.seconds is not None else "-"
+            b = _fmt_bytes(r.bytes) if r.bytes is not None else "-"
+            lines.append(f"  {mark}{r.backend:<12}{(r.method or '-'):<10}{t:>12}{b:>14}  {r.reason}")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def _fmt_seconds(s: float) -> str:
+    for unit, f in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if s >= f:
+            return f"{s / f:.3g} {unit}"
+    return f"{s * 1e9:.3g} ns"
+
+
+def _fmt_bytes(b: int) -> str:
+    for unit, f in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if b >= f:
+            return f"{b / f:.3g} {unit}"
+    return f"{b} B"

@@ -1,4 +1,23 @@
-"""Choosing a backend: user constraints, then the lowest estimated cost, then a fixed tie-break.
+"""Loading the backends and choosing among them: the dispatcher.
+
+## Loading
+
+Loading backends (lazily, on first dispatch) and a typed facade over the hook relay.
+
+Built-in backends are registered exactly like third-party ones; plugins come from the
+``sparsetorch.backends`` entry-point group. Environment variables:
+
+``SPARSETORCH_DISABLE_PLUGINS``  ``1``/``all`` disables every external plugin; otherwise a
+                                 comma-separated list of plugin names to skip.
+``SPARSETORCH_PLUGINS``          comma-separated allow-list of external plugin names.
+
+Built-ins stay loaded either way (use ``backend=`` to pin one). A plugin that fails to import
+or to describe itself is kept as a *broken* entry whose error shows in ``sparsetorch info`` and
+in every ``explain`` table.
+
+## Choosing
+
+Choosing a backend: user constraints, then the lowest estimated cost, then a fixed tie-break.
 
 The rule, in order:
 
@@ -26,20 +45,223 @@ afresh; ``SPARSETORCH_DISPATCH_CACHE=0`` turns this off; :func:`clear_decisions`
 
 from __future__ import annotations
 
+import importlib
+import itertools
 import logging
 import os
 import sys
+import threading
+import traceback
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from importlib import metadata
+from typing import Any
+
+import pluggy
 
 from ..errors import NoBackendError
+from . import hookspecs
 from .experience import weigh
 from .lru import LRU
-from .manager import get_backends
-from .records import Decline, Offer, Request, preconditioner_name
+from .records import BackendInfo, Decline, ExplainTable, Offer, Request, Row, _fmt_seconds, _fmt_bytes, preconditioner_name
 
-__all__ = ["Row", "ExplainTable", "rank", "choose", "clear_decisions"]
+__all__ = ["Backends", "BrokenBackend", "get_backends", "reset_backends", "ENTRY_POINT_GROUP", "BUILTINS",
+           "Row", "ExplainTable", "rank", "choose", "clear_decisions"]
 
+ENTRY_POINT_GROUP = "sparsetorch.backends"
+#: Built-in backends: (name, module).
+BUILTINS: tuple[tuple[str, str], ...] = (("torch", "sparsetorch.backends.torch_native.plugin"),)
+
+
+@dataclass(frozen=True)
+class BrokenBackend:
+    """A plugin that could not be loaded or described, and the error text."""
+
+    name: str
+    distribution: str | None
+    error: str
+
+
+def _env_names(var: str) -> set[str] | None:
+    raw = os.environ.get(var, "").strip()
+    if not raw:
+        return None
+    return {x.strip() for x in raw.split(",") if x.strip()}
+
+
+_GENERATIONS = itertools.count(1)
+
+
+class Backends:
+    """The loaded backends and typed calls into them (the core never calls ``pm.hook`` directly)."""
+
+    def __init__(self, *, entry_points: bool = True) -> None:
+        #: changes whenever the set of backends may have changed (a new object, register,
+        #: unregister): cached dispatch decisions (select.choose) are keyed on it
+        self.generation = next(_GENERATIONS)
+        self._pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self._pm.add_hookspecs(hookspecs)
+        self._info: dict[str, BackendInfo] = {}
+        self._plugins: dict[str, Any] = {}
+        self.broken: list[BrokenBackend] = []
+        for name, module in BUILTINS:
+            self._load(name, None, lambda module=module: importlib.import_module(module), builtin=True)
+        if entry_points:
+            self._load_entry_points()
+        self._pm.check_pending()
+
+    # Loading ----------------------------------------------------------------------------------
+    def _load_entry_points(self) -> None:
+        disable = _env_names("SPARSETORCH_DISABLE_PLUGINS")
+        if disable and disable & {"1", "all", "true", "yes"}:
+            return
+        allow = _env_names("SPARSETORCH_PLUGINS")
+        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+            if disable and ep.name in disable:
+                continue
+            if allow is not None and ep.name not in allow:
+                continue
+            dist = getattr(ep, "dist", None)
+            self._load(ep.name, dist.name if dist is not None else None, ep.load, builtin=False)
+
+    def _load(self, name: str, distribution: str | None, loader, *, builtin: bool) -> None:
+        if name in self._plugins:
+            self.broken.append(BrokenBackend(name, distribution, f"a backend named {name!r} is already loaded"))
+            return
+        try:
+            plugin = loader()
+            self._pm.register(plugin, name=name)
+        except Exception as exc:  # noqa: BLE001 - a broken plugin must not break the library
+            self.broken.append(BrokenBackend(name, distribution, _one_line(exc)))
+            return
+        self._plugins[name] = plugin
+        try:
+            info = self._describe(plugin)
+        except Exception as exc:  # noqa: BLE001
+            self._pm.unregister(plugin)
+            del self._plugins[name]
+            self.broken.append(BrokenBackend(name, distribution, f"backend_info failed: {_one_line(exc)}"))
+            return
+        if info.name != name:
+            info = BackendInfo(**{**info.__dict__, "name": name})
+        if distribution and not info.distribution:
+            info = BackendInfo(**{**info.__dict__, "distribution": distribution})
+        self._info[name] = info
+
+    def _describe(self, plugin: Any) -> BackendInfo:
+        impls = [i for i in self._pm.hook.sparsetorch_backend_info.get_hookimpls() if i.plugin is plugin]
+        if not impls:
+            raise TypeError("the plugin has no @sparsetorch.hookimpl sparsetorch_backend_info")
+        info = impls[0].function()
+        if not isinstance(info, BackendInfo):
+            raise TypeError(f"sparsetorch_backend_info returned {type(info).__name__}, expected BackendInfo")
+        return info
+
+    def register(self, plugin: Any, name: str) -> None:
+        """Register a backend object at run time (tests, notebooks, in-tree experiments)."""
+        self._load(name, None, lambda: plugin, builtin=False)
+        self._pm.check_pending()
+        self.generation = next(_GENERATIONS)
+
+    def unregister(self, name: str) -> None:
+        plugin = self._plugins.pop(name, None)
+        if plugin is not None:
+            self._pm.unregister(plugin)
+        self._info.pop(name, None)
+        self.broken = [b for b in self.broken if b.name != name]
+        self.generation = next(_GENERATIONS)
+
+    # Typed facade -----------------------------------------------------------------------------
+    @property
+    def names(self) -> list[str]:
+        return list(self._info)
+
+    def info(self, name: str | None = None) -> BackendInfo | list[BackendInfo]:
+        if name is None:
+            return list(self._info.values())
+        return self._info[name]
+
+    def offers(self, request: Request) -> list[Offer | Decline]:
+        """Every backend's answer to ``request``; a raising backend becomes a decline."""
+        out: list[Offer | Decline] = []
+        impls = {self._pm.get_name(impl.plugin): impl for impl in self._pm.hook.sparsetorch_offers.get_hookimpls()}
+        for name in self._plugins:
+            info = self._info[name]
+            if request.op not in info.ops:
+                out.append(Decline(name, f"does not implement {request.op!r} (it has: {', '.join(info.ops) or 'nothing'})"))
+                continue
+            if request.device.type not in info.devices and not _allows_transfer(request):
+                out.append(Decline(name, f"runs on {', '.join(info.devices)} only; the operands are on {request.device}"))
+                continue
+            if request.dtype not in info.dtypes:
+                have = ", ".join(str(d).replace("torch.", "") for d in info.dtypes)
+                out.append(Decline(name, f"does not support dtype {str(request.dtype).replace('torch.', '')} (it has: {have})"))
+                continue
+            impl = impls.get(name)
+            if impl is None:
+                out.append(Decline(name, "has no @sparsetorch.hookimpl sparsetorch_offers (plugin bug)"))
+                continue
+            try:
+                answers = impl.function(request=request)
+                answers = list(answers or [])
+            except Exception as exc:  # noqa: BLE001 - reported as a decline, with the text
+                out.append(Decline(name, f"raised {_one_line(exc)}"))
+                continue
+            if not answers:
+                out.append(Decline(name, "returned no offer for this request"))
+            for a in answers:
+                if isinstance(a, (Offer, Decline)) and a.backend == name:
+                    out.append(a)
+                elif isinstance(a, (Offer, Decline)):
+                    out.append(type(a)(**{**a.__dict__, "backend": name}))
+                else:
+                    out.append(Decline(name, f"returned {type(a).__name__}, not an Offer or Decline (plugin bug)"))
+        for b in self.broken:
+            out.append(Decline(b.name, f"failed to load: {b.error}"))
+        return out
+
+
+def _one_line(exc: BaseException) -> str:
+    """The whole exception text on one line, with the innermost frame outside pluggy."""
+    text = " / ".join(line.strip() for line in f"{type(exc).__name__}: {exc}".splitlines() if line.strip())
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/pluggy/" not in f.filename]
+    where = f" (at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno})" if frames else ""
+    return text[:1000] + where
+
+
+_lock = threading.Lock()
+_backends: Backends | None = None
+
+
+def get_backends() -> Backends:
+    """The process-wide backends, loaded on first use."""
+    global _backends
+    if _backends is None:
+        with _lock:
+            if _backends is None:
+                _backends = Backends()
+    return _backends
+
+
+def reset_backends(*, entry_points: bool = True) -> Backends:
+    """Reload backends (after changing the environment variables, or in tests)."""
+    global _backends
+    with _lock:
+        _backends = Backends(entry_points=entry_points)
+    from .plan import plan_cache  # noqa: PLC0415 - plan imports select, which imports this module
+
+    plan_cache().clear()
+    return _backends
+
+
+def _allows_transfer(request: Request) -> bool:
+    """The user allows host/device copies (``backend_options={"allow_transfer": True}``): a backend
+    whose declared devices lack the operands' device is then asked anyway, and offers with the
+    copies costed (or declines)."""
+    bo = request.option("backend_options") or {}
+    return bool(request.option("allow_transfer") or (isinstance(bo, dict) and bo.get("allow_transfer")))
+
+
+# --- choosing ------------------------------------------------------------------------------------
 log = logging.getLogger("sparsetorch.dispatch")
 
 
@@ -54,74 +276,6 @@ def _ensure_trace_handler() -> None:
         h._sparsetorch = True  # type: ignore[attr-defined]
         log.addHandler(h)
         log.setLevel(logging.INFO)
-
-
-@dataclass(frozen=True)
-class Row:
-    """One line of an explain table: an offer (with its rank) or a decline (with its reason)."""
-
-    backend: str
-    method: str | None
-    seconds: float | None
-    bytes: int | None
-    chosen: bool
-    reason: str
-    offer: Offer | None = None
-
-
-class ExplainTable(Sequence[Row]):
-    """The ranked candidates for one request; ``str()`` prints it as a table."""
-
-    def __init__(self, request: Request, rows: list[Row]) -> None:
-        self.request = request
-        self.rows = rows
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __getitem__(self, i):  # type: ignore[override]
-        return self.rows[i]
-
-    @property
-    def chosen(self) -> Row | None:
-        return next((r for r in self.rows if r.chosen), None)
-
-    @property
-    def offers(self) -> list[Row]:
-        return [r for r in self.rows if r.offer is not None]
-
-    @property
-    def declines(self) -> list[Row]:
-        return [r for r in self.rows if r.offer is None]
-
-    def __str__(self) -> str:
-        A = self.request.A
-        head = (f"{self.request.op}: A {tuple(A.shape)} {A.format.name or A.format if A.format else A.kind}, "
-                f"nse={A.nse}, {str(A.dtype).replace('torch.', '')} on {A.device}"
-                + (f", properties: {', '.join(sorted(self.request.properties))}" if self.request.properties else ""))
-        lines = [head, f"  {'':2}{'backend':<12}{'method':<10}{'est. time':>12}{'peak bytes':>14}  notes / reason"]
-        for r in self.rows:
-            mark = "->" if r.chosen else "  "
-            t = _fmt_seconds(r.seconds) if r.seconds is not None else "-"
-            b = _fmt_bytes(r.bytes) if r.bytes is not None else "-"
-            lines.append(f"  {mark}{r.backend:<12}{(r.method or '-'):<10}{t:>12}{b:>14}  {r.reason}")
-        return "\n".join(lines)
-
-    __repr__ = __str__
-
-
-def _fmt_seconds(s: float) -> str:
-    for unit, f in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if s >= f:
-            return f"{s / f:.3g} {unit}"
-    return f"{s * 1e9:.3g} ns"
-
-
-def _fmt_bytes(b: int) -> str:
-    for unit, f in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if b >= f:
-            return f"{b / f:.3g} {unit}"
-    return f"{b} B"
 
 
 def _ordered(offers: list[Offer], priorities: dict[str, int]) -> list[Offer]:

@@ -13,7 +13,7 @@ from ..dispatch.plan import PlanState, call_options, obtain_plan
 from ..dispatch.records import make_request
 from ..dispatch import experience
 from ..dispatch.options import SolveOptions, defaults
-from ..dispatch.select import ExplainTable
+from ..dispatch.records import ExplainTable
 from ..errors import BackendError, IndefiniteMatrixError, InputError, SingularMatrixError
 from ..tensor import SparseTensor, SparseTensorList
 from .accuracy import default_rtol
