@@ -5,13 +5,20 @@ One product costs ``bytes / (bandwidth * efficiency[family]) + host`` seconds:
 - ``bytes`` is what the kernel must move (:func:`traffic`): the stored matrix once per column
   of X it streams (the vector kernels re-read it per column; ``csr_cols`` once), X read once, Y
   written once. DELTA(b) counts b bits per stored gap instead of an index word.
-- ``bandwidth`` is the device's measured copy bandwidth (``sparsetorch.backend.rates``).
+- ``bandwidth`` is the device's measured copy bandwidth (``sparsetorch.backend.rates``), times
+  :func:`bandwidth_scale`: the efficiencies are fractions of a 1 GiB copy's bandwidth, and the
+  core's calibration (a 128 MiB copy, best of 5) reads lower on the same GPU (H200: 3.49 against
+  4.25 TB/s in one run), so measured rates are scaled by the ratio of the two in the fitting run.
 - ``efficiency[family]`` (csr_vector, csr_balanced, csr_cols, dia, ell, delta) is the fraction of
   that bandwidth the kernel family reached on the H200, the median over the rows of
   ``cost_h200.json`` (written by ``benchmarks/bench_cuda_kernels.py --fit``), with
   :data:`DEFAULT_EFFICIENCY` until a measurement exists.
 - ``host`` is the per-call host time of ``plan.apply`` measured there (allocation of Y, the
-  stream query, the launch), plus one value gather for formats that go through the generic CSR.
+  stream query, the launch; CPU time per call of many calls back to back, the way the core's
+  calibration measures its launch unit), stored as ``host_launches``, a multiple of the launch
+  unit measured in the same run, and priced at ``rates.launch`` of the machine at hand, so it is
+  on the scale of the torch and cupy backends' ``launches * rates.launch``; plus one value
+  gather for formats that go through the generic CSR.
 
 Formats without a kernel of their own pay the pattern's CSR construction (a sort of the
 entries) once, as ``setup``.
@@ -29,7 +36,8 @@ import torch
 
 from sparsetorch.backend import Rates, Request
 
-__all__ = ["traffic", "spmm_cost", "csr_variant", "family", "efficiency", "measurements", "DEFAULT_EFFICIENCY",
+__all__ = ["traffic", "spmm_cost", "csr_variant", "family", "efficiency", "measurements", "DEFAULT_EFFICIENCY", "bandwidth_scale",
+           "host_seconds",
            "HOST_SECONDS", "predict"]
 
 MEASUREMENTS = Path(__file__).resolve().parent / "cost_h200.json"
@@ -38,6 +46,8 @@ DEFAULT_EFFICIENCY = {"csr_vector": 0.6, "csr_balanced": 0.45, "csr_cols": 0.3, 
                       "delta": 0.5, "nm": 0.6, "bsr": 0.5}
 #: host time of one plan.apply (seconds) until measured
 HOST_SECONDS = 12e-6
+#: the 32-bit kernels run below this many entries, rows and columns (plan.INT_LIMIT)
+INT_LIMIT = 2**31 - 1024
 #: a row longer than this many times the mean (and than SKEW_MIN_ROW) sends CSR to the balanced kernel
 SKEW_FACTOR = 32
 SKEW_MIN_ROW = 4096
@@ -57,19 +67,37 @@ def efficiency(fam: str) -> float:
     return float(fitted.get(fam, DEFAULT_EFFICIENCY[fam]))
 
 
-def host_seconds() -> float:
-    return float(measurements().get("host_s", HOST_SECONDS))
+def bandwidth_scale(rates: Rates | None = None) -> float:
+    """Copy bandwidth of the fitting run over the core's calibrated bandwidth in that run (1 for
+    built-in, unmeasured rates or when the file lacks either)."""
+    data = measurements()
+    fit_bw = data.get("copy_bandwidth_bytes_per_s")
+    run_bw = (data.get("rates") or {}).get("bandwidth")
+    if rates is None or not rates.measured or not fit_bw or not run_bw:
+        return 1.0
+    return float(fit_bw) / float(run_bw)
+
+
+def host_seconds(rates: Rates | None = None) -> float:
+    """Host seconds of one ``plan.apply``: the fitted launch units at ``rates.launch`` when both
+    are known, else the measured seconds (else :data:`HOST_SECONDS`)."""
+    data = measurements()
+    units = data.get("host_launches")
+    if units is not None and rates is not None:
+        return float(units) * rates.launch
+    return float(data.get("host_s", HOST_SECONDS))
 
 
 def csr_variant(m: int, nnz: int, max_row: int) -> str:
-    """"balanced" for skewed rows (one row far longer than the mean), "stream" for short rows
-    (mean <= STREAM_MEAN, longest <= STREAM_MAX_ROW), else "vector"."""
-    from .plan import STREAM_MAX_ROW, STREAM_MEAN  # noqa: PLC0415
+    """"balanced" for skewed rows (one row far longer than the mean), the stream kernel for short
+    rows (mean <= STREAM_MEAN, longest <= STREAM_MAX_ROW: plan.STREAM_DEFAULT, "streamcs"), else
+    "vector"."""
+    from .plan import STREAM_DEFAULT, STREAM_MAX_ROW, STREAM_MEAN  # noqa: PLC0415
 
     mean = nnz / max(m, 1)
     if max_row > max(SKEW_MIN_ROW, SKEW_FACTOR * mean):
         return "balanced"
-    return "stream" if mean <= STREAM_MEAN and max_row <= STREAM_MAX_ROW else "vector"
+    return STREAM_DEFAULT if mean <= STREAM_MEAN and max_row <= STREAM_MAX_ROW else "vector"
 
 
 def family(kind: str, k: int, variant: str = "vector") -> str:
@@ -78,7 +106,7 @@ def family(kind: str, k: int, variant: str = "vector") -> str:
             return "csr_balanced"
         if k >= 16:
             return "csr_cols"
-        return "csr_stream" if variant == "stream" else "csr_vector"
+        return "csr_stream" if variant.startswith("stream") else "csr_vector"
     return kind
 
 
@@ -136,13 +164,17 @@ def spmm_cost(rates: Rates, request: Request) -> tuple[float, int, float, str]:
     k = max(1, request.rhs_columns // batch)
     nse = int(A.nse or 0)
     kind, bits, block = _kind_of(request)
+    narrowed = kind == "csr" and isz == 8 and max(nse, m, n) < INT_LIMIT  # the plan keeps int32 copies
     if kind == "generic":
         isz = 4 if max(nse, m, n) < 2**31 - 1 else 8
+    elif narrowed:
+        isz = 4
     nbytes = traffic(kind, m=m, n=n, nnz=nse, k=k, vs=vs, isz=isz, slots=nse, bits=bits, block=block)
     from .plan import STREAM_MEAN  # noqa: PLC0415
 
     variant = "stream" if kind in ("csr", "generic") and nse / max(m, 1) <= STREAM_MEAN else "vector"
-    seconds = batch * predict(family(kind, k, variant), nbytes, rates.bandwidth)
+    bw = rates.bandwidth * bandwidth_scale(rates)
+    seconds = batch * predict(family(kind, k, variant), nbytes, bw, host_seconds(rates))
     peak = m * k * vs * batch
     setup = 0.0
     if kind == "generic":
@@ -154,6 +186,8 @@ def spmm_cost(rates: Rates, request: Request) -> tuple[float, int, float, str]:
         peak += int(nse * (bits or 8) / 8) + 16
     elif kind == "ell":
         peak += 4 * m
+    if narrowed:
+        peak += 4 * (nse + m + 1)
     return seconds + setup, int(peak), setup, kind
 
 

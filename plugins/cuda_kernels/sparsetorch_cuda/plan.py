@@ -32,7 +32,7 @@ from sparsetorch import InputError, SparseTensor
 from sparsetorch.format import BSR, CSR, DELTA, DIA, ELL, NM, LevelFormat
 from sparsetorch.format.expr import FloorDiv
 
-from .launch import kernel
+from .launch import Prepared, kernel, recording
 
 __all__ = ["CudaSpmmPlan", "DTYPES", "delta_bits", "nm_params", "bsr_params", "native_kind", "sell_layout", "BLOCK"]
 
@@ -52,6 +52,10 @@ INT_LIMIT = 2**31 - 1024
 #: CSR "stream" kernel (32 rows per warp) for mean row length <= this and longest row <= STREAM_MAX_ROW
 STREAM_MEAN = 16
 STREAM_MAX_ROW = 256
+#: the stream kernel chosen by default: "streamcs" (columns and values with the evict-first hint;
+#: cuda_kernels_h200_s4.json, 114^3 stencil, CSR int32: float64 42.8 us, float32 26.5 us, against
+#: "stream"'s 45.3 and 31.5 in the same run)
+STREAM_DEFAULT = "streamcs"
 #: threads per block of the DELTA kernels (fast.cu) and of nm24 (structured.cu's NM_BLOCK)
 ROW_KERNEL_BLOCK = 512
 NM_BLOCK = 384
@@ -60,8 +64,14 @@ NM_BLOCK = 384
 #: for "p1".."p4", "packed2", "s1".."s4", cuda_kernels_h200_variants.json: NM(2,4) 8192^2 "s2"
 #: 21.9 us fp16 / 22.1 us bf16 against "warp"'s 24.9 / 23.8; "p1" 31.0 us against rows2's 30.9;
 #: "packed2" 47.9 us against packed's 38.4).
-DIA_VARIANTS = ("rows2", "rows1", "p1", "p2", "p4", "classic")
+DIA_VARIANTS = ("rows2", "rows1", "p1", "p1cs", "p2", "p4", "classic")
+#: DIA default: "p1" for at most 8 diagonals (114^3 stencil, cuda_kernels_h200_s4.json: float32
+#: 15.1 us against rows2's 19.7, float64 30.9 against 31.2; "p1cs" 35.0 / 26.4), else DIA_DEFAULT
+DIA_DEFAULT_FEW = "p1"
+#: threads per block of the "p" DIA kernels (same run: 128 gave 30.3 / 15.2 us, 512 34.7 / 15.4)
+DIA_BLOCK = 256
 DIA_DEFAULT = "rows2"
+CSR_VARIANTS = ("stream", "streamcs", "stream4", "stream16", "vector", "balanced", "sell")
 DELTA_VARIANTS = ("packed", "packed2", "groups", "lanes")
 DELTA_DEFAULT = "packed"
 NM_VARIANTS = ("warp", "s1", "s2", "s3", "s4")
@@ -209,7 +219,8 @@ def _index_dtype(*sizes: int) -> torch.dtype:
 class CudaSpmmPlan:
     """Sparse @ dense on a fixed pattern with this backend's kernels; values by :meth:`set_values`.
 
-    ``variant`` picks the CSR kernel: ``"stream"`` (32 rows per warp, the warp's nonzeros read
+    ``variant`` picks the CSR kernel: ``"streamcs"`` / ``"stream"`` (with / without the
+    evict-first hint on the entries; ``"stream4"``, ``"stream16"``: chunks of 128 / 512) (32 rows per warp, the warp's nonzeros read
     in coalesced chunks; for short rows), ``"vector"`` (VEC lanes per row, VEC from the mean row
     length), ``"balanced"`` (equal nonzeros per warp, for skewed rows) or ``"sell"`` (a
     SELL-C-sigma copy of the pattern made once, see :func:`sell_layout`; its values are one
@@ -259,8 +270,8 @@ class CudaSpmmPlan:
             lengths = (self.rowptr[1:] - self.rowptr[:-1]) if m else self.rowptr[:0]
             self.max_row = int(lengths.max()) if m else 0
             self.variant = variant or csr_variant(m, self.nnz, self.max_row)
-            if self.variant not in ("vector", "balanced", "stream", "stream4", "sell"):
-                raise InputError(f"{backend}: variant must be 'stream', 'vector', 'balanced' or 'sell', got {variant!r}")
+            if self.variant not in CSR_VARIANTS:
+                raise InputError(f"{backend}: CSR variant must be one of {CSR_VARIANTS}, got {variant!r}")
             self.sell = None
             if self.variant == "sell":
                 if not (self.small and n < INT_LIMIT):
@@ -275,7 +286,7 @@ class CudaSpmmPlan:
             if self.variant not in DELTA_VARIANTS:
                 raise InputError(f"{backend}: DELTA variant must be one of {DELTA_VARIANTS}, got {variant!r}")
         if self.kind == "dia":
-            self.variant = variant or (DIA_DEFAULT if self.small else "classic")
+            self.variant = variant or ((DIA_DEFAULT_FEW if self.ndiag <= 8 else DIA_DEFAULT) if self.small else "classic")
             if self.variant not in DIA_VARIANTS:
                 raise InputError(f"{backend}: DIA variant must be one of {DIA_VARIANTS}, got {variant!r}")
         if self.kind == "nm":
@@ -283,6 +294,9 @@ class CudaSpmmPlan:
             if self.variant not in NM_VARIANTS:
                 raise InputError(f"{backend}: N:M variant must be one of {NM_VARIANTS}, got {variant!r}")
         self.reload_cheap = True
+        #: the one launch of the common call (no adjoint, one matrix, X (n, k) contiguous), recorded on
+        #: its first run, per (k, X's address mod 16): replayed with the new X and Y pointers
+        self._prepared: dict[tuple[int, int], Prepared | None] = {}
 
     # Pattern builders ---------------------------------------------------------------------------
     def _build_csr(self, A: SparseTensor) -> None:
@@ -293,6 +307,10 @@ class CudaSpmmPlan:
         self.nnz = int(col.numel())
         _check_rowptr(rowptr, m, self.nnz, f"{self.backend} CSR")
         _check_cols(col, n, f"{self.backend} CSR")
+        if rowptr.dtype == torch.int64 and max(self.nnz, m, n) < INT_LIMIT:
+            # int32 copies of the indices, made once (as the torch backend narrows them): the 32-bit
+            # kernels read 4 bytes less per entry (114^3 stencil, float64: 44 against 53 us)
+            rowptr, col = rowptr.to(torch.int32), col.to(torch.int32)
         self.rowptr, self.col, self.idx = rowptr.contiguous(), col.contiguous(), rowptr.dtype
 
     def _build_generic(self, A: SparseTensor) -> None:
@@ -430,17 +448,41 @@ class CudaSpmmPlan:
         v = v.contiguous()
         if self.kind in ("delta", "nm") and v.data_ptr() % 16:
             v = v.clone()  # the DELTA / N:M kernels' 16-byte loads need an aligned base
+        old = self._values
         self._values = v
         if getattr(self, "sell", None) is not None:  # SELL-C-sigma slots: one gather per value set
             ext = torch.cat([v, v.new_zeros(*v.shape[:-1], 1)], -1)
             self._values_sell = ext.index_select(-1, self.sell["src"]).contiguous()
+            self._prepared = {}
+        elif old is None or old.data_ptr() != v.data_ptr() or old.shape != v.shape:
+            self._prepared = {}  # the recorded launches hold the old values' address
 
     # Products -----------------------------------------------------------------------------------
     def apply(self, X: torch.Tensor, *, adjoint: bool = False) -> torch.Tensor:
         """``A @ X`` (``A^H @ X`` when ``adjoint``) for ``X`` of shape ``(*batch, n, k)``."""
+        m, n = self.shape
+        if not adjoint and X.dim() == 2 and X.shape[0] == n and X.dtype == self.dtype and X.is_contiguous() \
+                and X.device == self.device and self._values is not None:
+            k = X.shape[1]
+            xp = X.data_ptr()
+            key = (k, xp & 15)
+            prep = self._prepared.get(key)
+            if prep is not None:
+                Y = torch.empty((m, k), dtype=self.dtype, device=self.device)
+                yp = Y.data_ptr()
+                if yp & 15:  # never seen from torch's allocator; the recorded kernel may store 16 bytes at once
+                    self._launch(self._values, X, Y, k, False, 0)
+                else:
+                    prep(xp, yp)
+                return Y
+            if self._values.dim() == 1 and key not in self._prepared:
+                Y = torch.empty((m, k), dtype=self.dtype, device=self.device)
+                with recording() as calls:
+                    self._launch(self._values, X, Y, k, False, 0)
+                self._prepared[key] = self._prepare(calls, xp, Y.data_ptr())
+                return Y
         if self._values is None:
             raise RuntimeError(f"{self.backend}/spmm: apply() before set_values()")
-        m, n = self.shape
         rows_in = m if adjoint else n
         if X.dtype != self.dtype or X.device != self.device or X.dim() < 2 or X.shape[-2] != rows_in:
             raise InputError(f"{self.backend}: X of shape {tuple(X.shape)}, {X.dtype} on {X.device}; expected (*batch, {rows_in}, k) "
@@ -462,6 +504,16 @@ class CudaSpmmPlan:
             bi = b if vb.shape[0] > 1 else 0
             self._launch(vb[bi], xb[b], yb[b], k, adjoint, bi)
         return Y
+
+    def _prepare(self, calls: list, xp: int, yp: int) -> Prepared | None:
+        """A :class:`Prepared` launch from one recorded call, or None (several launches, no launch,
+        or X / Y pointers that cannot be told from the other arguments)."""
+        if len(calls) != 1 or xp == yp or yp % 16:
+            return None
+        kern, grid, block, args, shared = calls[0]
+        if args.count(xp) != 1 or args.count(yp) != 1:
+            return None
+        return Prepared(kern, grid, block, args, shared, args.index(xp), args.index(yp), self.dev_index)
 
     def _launch(self, v: torch.Tensor, x: torch.Tensor, y: torch.Tensor, k: int, adjoint: bool, bi: int = 0) -> None:
         m, n = self.shape
@@ -494,8 +546,9 @@ class CudaSpmmPlan:
             if self.variant.startswith("p") and self.ndiag <= 8:  # offsets as kernel parameters
                 rows = int(self.variant[1])
                 offs = [int(o) for o in self.offs_host] + [0] * (8 - self.ndiag)
-                kern = kernel("fast", f"dia_p8_{rows}", self.dtype, torch.int64, dev, 15)
-                kern((-(-m // (BLOCK * rows)), gy), BLOCK, (m, n, k, self.ndiag, *(o & 0xFFFFFFFFFFFFFFFF for o in offs),
+                name = "dia_p8cs_1" if self.variant == "p1cs" else f"dia_p8_{rows}"
+                kern = kernel("fast", name, self.dtype, torch.int64, dev, 15)
+                kern((-(-m // (DIA_BLOCK * rows)), gy), DIA_BLOCK, (m, n, k, self.ndiag, *(o & 0xFFFFFFFFFFFFFFFF for o in offs),
                                                             v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.dev_index)
                 return
             rows = 2 if self.variant in ("rows2", "p2", "p4") else 1
@@ -572,8 +625,9 @@ class CudaSpmmPlan:
             kern((-(-rows * 32 // BLOCK), min(-(-k // 32), _GRID_Y)), BLOCK,
                  (rows, k, rowptr.data_ptr(), col.data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.dev_index)
             return
-        if fits and variant in ("stream", "stream4"):  # stream4: chunks of 128 nonzeros instead of 256
-            kern = kernel("fast", "csr_stream4" if variant == "stream4" else "csr_stream8", self.dtype, idx, dev, 7)
+        if fits and variant in ("stream", "stream4", "stream16", "streamcs"):  # stream4 / 16: chunks of 128 / 512 nonzeros
+            name = {"stream": "csr_stream8", "stream4": "csr_stream4", "stream16": "csr_stream16", "streamcs": "csr_stream8cs"}[variant]
+            kern = kernel("fast", name, self.dtype, idx, dev, 7)
             kern((-(-rows // BLOCK), min(k, _GRID_Y)), BLOCK,
                  (rows, k, rowptr.data_ptr(), col.data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.dev_index)
             return

@@ -114,7 +114,7 @@ def test_delta_long_rows_and_packing(bits, variant):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
-@pytest.mark.parametrize("variant", ("stream", "stream4", "vector", "balanced", "sell", "sell-sorted"))
+@pytest.mark.parametrize("variant", ("stream", "streamcs", "stream4", "stream16", "vector", "balanced", "sell", "sell-sorted"))
 @pytest.mark.parametrize("shape", ((1000, 700, 0.006), (77, 5000, 0.02), (300, 300, 0.9)), ids=("short", "medium", "long"))
 def test_csr_variants(shape, variant, dtype, monkeypatch):
     # every CSR kernel on short, medium (100 per row) and long (270 per row, several chunks of
@@ -136,12 +136,13 @@ def test_csr_variants(shape, variant, dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
-@pytest.mark.parametrize("variant", ("p1", "p2", "p4", "rows1", "rows2", "classic"))
+@pytest.mark.parametrize("variant", ("p1", "p1cs", "p2", "p4", "rows1", "rows2", "classic"))
 def test_dia_variants(variant, dtype):
     # 11 diagonals (a batch of 8 and a partial one; the "p" variants fall back to shared memory)
-    # and 5 (offsets as kernel parameters), off-matrix slots, m > n and m < n
+    # and 5 or 7 (offsets as kernel parameters), off-matrix slots, m > n and m < n
     cases = [((-40, -17, -3, -1, 0, 1, 2, 5, 9, 33, 120), m, n) for m, n in ((700, 530), (530, 700), (1, 300))]
-    cases += [((-3, 0, 1, 7, 40), m, n) for m, n in ((1500, 1400), (1400, 1500), (3, 2))]
+    cases += [((-3, 0, 1, 7, 40), m, n) for m, n in ((1500, 1400), (1400, 1500), (3, 2), (1504, 1400), (1504, 1507))]
+    cases += [((-64, -8, -1, 0, 1, 8, 64), 1504, 1504)]
     for offs, m, n in cases:
         D = banded_dense(m, n, offs, dtype, seed=m)
         A = to_format(D, DIA, dtype, torch.int64)
@@ -194,6 +195,51 @@ def test_sddmm_matches_dense(fmt, dtype):
     ref = torch.zeros(A.values.shape[-1], dtype=torch.float64)
     ref[slot.cpu()] = G[coords[0].cpu(), coords[1].cpu()]
     assert rel_err(out, ref) < TOL[dtype] * 2, (fmt, dtype)
+
+
+@pytest.mark.parametrize("fmt", ["CSR", "DIA", "ELL", "DELTA(4)", "COO", "NM(2,4)", "BSR(2,2)"])
+def test_repeated_calls_replay_the_recorded_launch(fmt):
+    """The common call (X (n, k) contiguous, no adjoint) records its one launch on the first run
+    and replays it with the next X and Y pointers: fresh X every call, a misaligned X (its own
+    recording), new values (recorded again), other k, a CUDA graph of replays; all against dense."""
+    dtype = torch.float16 if fmt.startswith("NM") else torch.float32
+    m, n = 304, 256
+    if fmt == "DIA":
+        D = banded_dense(m, n, (-9, -1, 0, 1, 8), dtype, seed=21)
+    elif fmt == "NM(2,4)":
+        D = nm_dense(m, n, 2, 4, dtype, seed=21)
+    else:
+        D = random_dense(m, n, 0.06, dtype, seed=21, empty_rows=4)
+    A = to_format(D, FORMATS[fmt], dtype, torch.int32)
+    plan = _plan(A)
+    for i in range(4):
+        X = _x(n, 1, dtype, 30 + i).cuda()
+        assert rel_err(plan.apply(X), D @ X.double().cpu()) < TOL[dtype], (fmt, i)
+    assert plan._prepared.get((1, 0)) is not None, plan._prepared  # one launch, recorded
+    for i in range(3):
+        Xo = _x(n + 1, 1, dtype, 40 + i).cuda()[1:]  # storage offset: X's address is not 16-byte aligned
+        assert rel_err(plan.apply(Xo), D @ Xo.double().cpu()) < TOL[dtype], (fmt, "offset", i)
+    for k in (3, 3, 17, 17):
+        X = _x(n, k, dtype, k).cuda()
+        assert rel_err(plan.apply(X), D @ X.double().cpu()) < TOL[dtype], (fmt, k)
+    plan.set_values(A.values * -2)
+    assert not plan._prepared
+    for i in range(2):
+        X = _x(n, 1, dtype, 50 + i).cuda()
+        assert rel_err(plan.apply(X), (-2 * D) @ X.double().cpu()) < 2 * TOL[dtype], (fmt, "new values", i)
+    x = _x(n, 1, dtype, 60).cuda()
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        plan.apply(x)
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(g):
+        y = plan.apply(x)
+    x.copy_(_x(n, 1, dtype, 61).cuda())
+    g.replay()
+    torch.cuda.synchronize()
+    assert rel_err(y, (-2 * D) @ _x(n, 1, dtype, 61).double()) < 2 * TOL[dtype], (fmt, "graph")
 
 
 def test_value_batch_and_new_values():

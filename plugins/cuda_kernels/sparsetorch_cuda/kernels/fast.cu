@@ -14,7 +14,7 @@
 // For short rows (a stencil's 7) this keeps U loads per lane in flight, where a VEC-lane group
 // per row has one or two. Blocks of CSR_STREAM_BLOCK threads.
 #define CSR_STREAM_BLOCK 256
-template <int U>
+template <int U, bool CS>
 __device__ __forceinline__ void csr_stream_body(int m, int k, const idx_t* __restrict__ rowptr, const idx_t* __restrict__ col,
                                                 const val_t* __restrict__ val, const val_t* __restrict__ x,
                                                 val_t* __restrict__ y) {
@@ -35,8 +35,8 @@ __device__ __forceinline__ void csr_stream_body(int m, int k, const idx_t* __res
       for (int u = 0; u < U; ++u) {
         int e = cs + u * 32 + lane;
         bool in = e < end;
-        int j = in ? (int)RO(col + e) : 0;
-        acc_t v = in ? ld(RO(val + e)) : (acc_t)0;
+        int j = in ? (int)(CS ? __ldcs(col + e) : RO(col + e)) : 0;
+        acc_t v = in ? ld(CS ? __ldcs(val + e) : RO(val + e)) : (acc_t)0;
         pr[u] = v * ld(RO(x + j * k + c));
       }
 #pragma unroll
@@ -50,14 +50,18 @@ __device__ __forceinline__ void csr_stream_body(int m, int k, const idx_t* __res
   }
 }
 
-#define CSR_STREAM(U)                                                                                                \
-  extern "C" __global__ void __launch_bounds__(CSR_STREAM_BLOCK) csr_stream##U(i64 m, i64 k, const idx_t* rowptr,    \
-                                                                             const idx_t* col, const val_t* val,    \
-                                                                             const val_t* x, val_t* y) {             \
-    csr_stream_body<U>((int)m, (int)k, rowptr, col, val, x, y);                                                      \
+// CS: columns and values (read once) loaded with the evict-first hint, leaving L2 to X
+// (csr_stream8cs, "streamcs").
+#define CSR_STREAM(NAME, U, CS)                                                                                      \
+  extern "C" __global__ void __launch_bounds__(CSR_STREAM_BLOCK) NAME(i64 m, i64 k, const idx_t* rowptr,             \
+                                                                    const idx_t* col, const val_t* val,             \
+                                                                    const val_t* x, val_t* y) {                      \
+    csr_stream_body<U, CS>((int)m, (int)k, rowptr, col, val, x, y);                                                  \
   }
-CSR_STREAM(4)
-CSR_STREAM(8)
+CSR_STREAM(csr_stream4, 4, false)
+CSR_STREAM(csr_stream8, 8, false)
+CSR_STREAM(csr_stream8cs, 8, true)
+CSR_STREAM(csr_stream16, 16, false)
 
 // ---- CSR, VEC lanes per row, 32-bit offsets, all of a lane's loads issued before its FMAs ------
 template <int VEC, int UN>
@@ -155,8 +159,9 @@ DIA_FAST(2)
 
 // ---- DIA with at most 8 diagonals, offsets as kernel parameters ------------------------------------
 // Same arithmetic as dia_fast, but the offsets arrive in the parameter bank (no global load and no
-// barrier before a block's first value load); ROWS rows per thread.
-template <int ROWS>
+// barrier before a block's first value load); ROWS rows per thread. CS: the values (read once)
+// are loaded and Y stored with the evict-first hint, leaving L2 to X (dia_p8cs_1, "p1cs").
+template <int ROWS, bool CS>
 __device__ __forceinline__ void dia_p8_body(int m, int n, int k, int nd, const int* o, const val_t* __restrict__ val,
                                             const val_t* __restrict__ x, val_t* __restrict__ y) {
   int i0 = blockIdx.x * blockDim.x * ROWS + threadIdx.x;
@@ -171,7 +176,7 @@ __device__ __forceinline__ void dia_p8_body(int m, int n, int k, int nd, const i
         int i = i0 + r * blockDim.x;
         int j = i + o[t];
         bool in = t < nd && i < m && (unsigned)j < (unsigned)n;
-        v[r][t] = in ? ld(RO(vp + i)) : (acc_t)0;
+        v[r][t] = in ? ld(CS ? __ldcs(vp + i) : RO(vp + i)) : (acc_t)0;
         xv[r][t] = in ? ld(RO(x + j * k + c)) : (acc_t)0;
       }
     }
@@ -181,20 +186,24 @@ __device__ __forceinline__ void dia_p8_body(int m, int n, int k, int nd, const i
 #pragma unroll
       for (int t = 0; t < 8; ++t) s += v[r][t] * xv[r][t];
       int i = i0 + r * blockDim.x;
-      if (i < m) y[i * k + c] = st(s);
+      if (i < m) {
+        if (CS) __stcs(y + i * k + c, st(s));
+        else y[i * k + c] = st(s);
+      }
     }
   }
 }
 
-#define DIA_P8(R)                                                                                                    \
-  extern "C" __global__ void dia_p8_##R(i64 m, i64 n, i64 k, i64 nd, i64 o0, i64 o1, i64 o2, i64 o3, i64 o4, i64 o5, \
-                                        i64 o6, i64 o7, const val_t* val, const val_t* x, val_t* y) {                \
-    const int o[8] = {(int)o0, (int)o1, (int)o2, (int)o3, (int)o4, (int)o5, (int)o6, (int)o7};                      \
-    dia_p8_body<R>((int)m, (int)n, (int)k, (int)nd, o, val, x, y);                                                   \
+#define DIA_P8(NAME, R, CS)                                                                                      \
+  extern "C" __global__ void NAME(i64 m, i64 n, i64 k, i64 nd, i64 o0, i64 o1, i64 o2, i64 o3, i64 o4, i64 o5,     \
+                                  i64 o6, i64 o7, const val_t* val, const val_t* x, val_t* y) {                    \
+    const int o[8] = {(int)o0, (int)o1, (int)o2, (int)o3, (int)o4, (int)o5, (int)o6, (int)o7};                    \
+    dia_p8_body<R, CS>((int)m, (int)n, (int)k, (int)nd, o, val, x, y);                                             \
   }
-DIA_P8(1)
-DIA_P8(2)
-DIA_P8(4)
+DIA_P8(dia_p8_1, 1, false)
+DIA_P8(dia_p8_2, 2, false)
+DIA_P8(dia_p8_4, 4, false)
+DIA_P8(dia_p8cs_1, 1, true)
 
 // ---- DELTA(b), bit-packed, b a compile-time constant -----------------------------------------------
 // Entry e's gap is the b-bit field at bit e * b of the packed words; column = previous column +
@@ -252,13 +261,25 @@ __device__ __forceinline__ void unpack8(const Raw& r, acc_t* v) {
   for (int t = 0; t < 8; ++t) v[t] = ld(r.v.e[t]);
 }
 
+// Gap t (0..7) of a group's raw words.
+template <int BITS>
+__device__ __forceinline__ unsigned gap_field(const Raw& r, int t) {
+  return (r.w[(t * BITS) >> 5] >> ((t * BITS) & 31)) & (BITS >= 32 ? FULL : ((1u << BITS) - 1u));
+}
+
+// Entries [s0, s1) of group g belong to the row [p0, p1) (groups g0 .. g1 - 1); the others are
+// the neighbouring rows' (only in a row's first and last group).
+__device__ __forceinline__ void group_span(int g, int g0, int g1, int p0, int p1, int& s0, int& s1) {
+  s0 = g == g0 ? (p0 & 7) : 0;
+  s1 = g == g1 - 1 ? p1 - 8 * g : 8;
+}
+
 // The measured default ("packed"): one group per lane per step, the next step's group prefetched.
 template <int BITS, bool SMEM>
 __device__ __forceinline__ void delta_fast_body(int m, int n, int k, int nnz, const idx_t* __restrict__ rowptr,
                                                 const unsigned char* __restrict__ gw, const val_t* __restrict__ val,
                                                 const val_t* __restrict__ x, val_t* __restrict__ y) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  const unsigned MASK = BITS >= 32 ? FULL : ((1u << BITS) - 1u);
   const val_t* xs = x;
   if (SMEM) {
     val_t* sx = reinterpret_cast<val_t*>(smem_raw);
@@ -290,10 +311,10 @@ __device__ __forceinline__ void delta_fast_body(int m, int n, int k, int nnz, co
         int tot = 0;
         if (act) {
 #pragma unroll
-          for (int t = 0; t < 8; ++t) f[t] = (cur.w[(t * BITS) >> 5] >> ((t * BITS) & 31)) & MASK;
+          for (int t = 0; t < 8; ++t) f[t] = gap_field<BITS>(cur, t);
           unpack8(cur, v);
-          int s0 = g == g0 ? (p0 & 7) : 0;
-          int s1 = g == g1 - 1 ? p1 - 8 * g : 8;
+          int s0, s1;
+          group_span(g, g0, g1, p0, p1, s0, s1);
           if (s0 != 0 || s1 != 8) {
 #pragma unroll
             for (int t = 0; t < 8; ++t)
@@ -336,7 +357,6 @@ __device__ __forceinline__ void delta_unr_body(int m, int n, int k, int nnz, con
                                                 const unsigned char* __restrict__ gw, const val_t* __restrict__ val,
                                                 const val_t* __restrict__ x, val_t* __restrict__ y) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  const unsigned MASK = BITS >= 32 ? FULL : ((1u << BITS) - 1u);
   const val_t* xs = x;
   if (SMEM) {  // X (n * k values) between two pads of DELTA_PAD * k zeros; 16-byte copies when aligned
     val_t* sx = reinterpret_cast<val_t*>(smem_raw);
@@ -386,15 +406,11 @@ __device__ __forceinline__ void delta_unr_body(int m, int n, int k, int nnz, con
         for (int u = 0; u < UNR; ++u) {
           int g = gb + u * 32 + lane;
           tot[u] = 0;
-          s0[u] = g == g0 ? (p0 & 7) : 0;
-          s1[u] = g == g1 - 1 ? p1 - 8 * g : 8;
+          group_span(g, g0, g1, p0, p1, s0[u], s1[u]);
           if (g < g1) {
             tot[u] = 8;
 #pragma unroll
-            for (int t = 0; t < 8; ++t) {
-              unsigned f = (cur[u].w[(t * BITS) >> 5] >> ((t * BITS) & 31)) & MASK;
-              tot[u] += (t >= s0[u] && t < s1[u]) ? (int)f : 0;
-            }
+            for (int t = 0; t < 8; ++t) tot[u] += (t >= s0[u] && t < s1[u]) ? (int)gap_field<BITS>(cur[u], t) : 0;
           }
           inc[u] = tot[u];
         }
@@ -417,7 +433,7 @@ __device__ __forceinline__ void delta_unr_body(int m, int n, int k, int nnz, con
             bool part = s0[u] != 0 || s1[u] != 8;
 #pragma unroll
             for (int t = 0; t < 8; ++t) {
-              unsigned f = (cur[u].w[(t * BITS) >> 5] >> ((t * BITS) & 31)) & MASK;
+              unsigned f = gap_field<BITS>(cur[u], t);
               acc_t vt = v[t];
               if (part && (t < s0[u] || t >= s1[u])) {
                 f = 0;

@@ -13,7 +13,61 @@
 // that 8192 rows make enough equal pieces for the SMs (blocks of NM_BLOCK threads, NM_BLOCK / 32
 // / SPLIT rows each). The host launches it for n % 16 == 0 and a 16-byte-aligned X;
 // float32/float64 gather X per slot.
-// nm24: the measured default ("warp"), one warp per row, blocks of 512 threads.
+// The chunks [qa, qe) of one row (vr: its values, pr: its packed positions), two per lane per
+// step: the lane's part of the row's sum.
+__device__ __forceinline__ acc_t nm24_range(const val_t* __restrict__ vr, const unsigned short* __restrict__ pr,
+                                            const val_t* __restrict__ x, int qa, int qe, int lane) {
+  acc_t s = 0;
+  for (int qb = qa; qb < qe; qb += 64) {
+    union {
+      uint4 q[sizeof(val_t) / 2];
+      val_t e[8];
+    } vv[2];
+    unsigned pw[2];
+#if VAL_KIND <= 1
+    uint4 xa[2], xb[2];
+#endif
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      int q = qb + u * 32 + lane;
+      if (q < qe) {
+        const uint4* vq = reinterpret_cast<const uint4*>(vr + 8 * q);
+#pragma unroll
+        for (int t = 0; t < (int)(sizeof(val_t) / 2); ++t) vv[u].q[t] = RO(vq + t);
+        pw[u] = RO(pr + q);
+#if VAL_KIND <= 1
+        const uint4* xq = reinterpret_cast<const uint4*>(x) + 2 * q;
+        xa[u] = RO(xq);
+        xb[u] = RO(xq + 1);
+#endif
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      int q = qb + u * 32 + lane;
+      if (q < qe) {
+#if VAL_KIND <= 1
+        unsigned r[8] = {xa[u].x, xa[u].y, xa[u].z, xa[u].w, xb[u].x, xb[u].y, xb[u].z, xb[u].w};
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+          unsigned p = (pw[u] >> (2 * t)) & 3u;
+          unsigned hv = __byte_perm(r[2 * (t >> 1)], r[2 * (t >> 1) + 1], p * 0x22u + 0x10u) & 0xffffu;
+          s += ld(vv[u].e[t]) * ld((val_t)hv);
+        }
+#else
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+          int p = (int)((pw[u] >> (2 * t)) & 3u);
+          s += ld(vv[u].e[t]) * ld(RO(x + 16 * q + 4 * (t >> 1) + p));
+        }
+#endif
+      }
+    }
+  }
+  return s;
+}
+
+// nm24 ("warp"): one warp per row, blocks of 512 threads, rows grid-strided.
 extern "C" __global__ void __launch_bounds__(512) nm24(i64 m_, i64 S_, const unsigned short* __restrict__ pos,
                                                        const val_t* __restrict__ val, const val_t* __restrict__ x,
                                                        val_t* __restrict__ y) {
@@ -22,61 +76,13 @@ extern "C" __global__ void __launch_bounds__(512) nm24(i64 m_, i64 S_, const uns
   int lane = threadIdx.x & 31;
   int wpb = blockDim.x >> 5;
   for (int row = blockIdx.x * wpb + (threadIdx.x >> 5); row < m; row += gridDim.x * wpb) {
-    acc_t s = 0;
-    const val_t* vr = val + (i64)row * S;
-    const unsigned short* pr = pos + (i64)row * Q;
-    for (int qb = 0; qb < Q; qb += 64) {
-      union {
-        uint4 q[sizeof(val_t) / 2];
-        val_t e[8];
-      } vv[2];
-      unsigned pw[2];
-#if VAL_KIND <= 1
-      uint4 xa[2], xb[2];
-#endif
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        int q = qb + h * 32 + lane;
-        if (q < Q) {
-          const uint4* vq = reinterpret_cast<const uint4*>(vr + 8 * q);
-#pragma unroll
-          for (int t = 0; t < (int)(sizeof(val_t) / 2); ++t) vv[h].q[t] = RO(vq + t);
-          pw[h] = RO(pr + q);
-#if VAL_KIND <= 1
-          const uint4* xq = reinterpret_cast<const uint4*>(x) + 2 * q;
-          xa[h] = RO(xq);
-          xb[h] = RO(xq + 1);
-#endif
-        }
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        int q = qb + h * 32 + lane;
-        if (q < Q) {
-#if VAL_KIND <= 1
-          unsigned r[8] = {xa[h].x, xa[h].y, xa[h].z, xa[h].w, xb[h].x, xb[h].y, xb[h].z, xb[h].w};
-#pragma unroll
-          for (int t = 0; t < 8; ++t) {
-            unsigned p = (pw[h] >> (2 * t)) & 3u;
-            unsigned hv = __byte_perm(r[2 * (t >> 1)], r[2 * (t >> 1) + 1], p * 0x22u + 0x10u) & 0xffffu;
-            s += ld(vv[h].e[t]) * ld((val_t)hv);
-          }
-#else
-#pragma unroll
-          for (int t = 0; t < 8; ++t) {
-            int p = (int)((pw[h] >> (2 * t)) & 3u);
-            s += ld(vv[h].e[t]) * ld(RO(x + 16 * q + 4 * (t >> 1) + p));
-          }
-#endif
-        }
-      }
-    }
-    s = warp_sum(s);
+    acc_t s = warp_sum(nm24_range(val + (i64)row * S, pos + (i64)row * Q, x, 0, Q, lane));
     if (lane == 0) y[row] = st(s);
   }
 }
 
-// nm24_s<SPLIT> ("s1" .. "s4", not yet measured): blocks of NM_BLOCK threads.
+// nm24_s<SPLIT> ("s1" .. "s4"; "s2" the measured default): blocks of NM_BLOCK threads, SPLIT
+// warps per row, each over an equal range of the row's chunks.
 #define NM_BLOCK 384
 template <int SPLIT>
 __device__ __forceinline__ void nm24_body(int m, int S, const unsigned short* __restrict__ pos, const val_t* __restrict__ val,
@@ -89,54 +95,7 @@ __device__ __forceinline__ void nm24_body(int m, int S, const unsigned short* __
   acc_t s = 0;
   if (row < m) {
     int qa = (int)((long long)Q * h / SPLIT), qe = (int)((long long)Q * (h + 1) / SPLIT);
-    const val_t* vr = val + (i64)row * S;
-    const unsigned short* pr = pos + (i64)row * Q;
-    for (int qb = qa; qb < qe; qb += 64) {
-      union {
-        uint4 q[sizeof(val_t) / 2];
-        val_t e[8];
-      } vv[2];
-      unsigned pw[2];
-#if VAL_KIND <= 1
-      uint4 xa[2], xb[2];
-#endif
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        int q = qb + u * 32 + lane;
-        if (q < qe) {
-          const uint4* vq = reinterpret_cast<const uint4*>(vr + 8 * q);
-#pragma unroll
-          for (int t = 0; t < (int)(sizeof(val_t) / 2); ++t) vv[u].q[t] = RO(vq + t);
-          pw[u] = RO(pr + q);
-#if VAL_KIND <= 1
-          const uint4* xq = reinterpret_cast<const uint4*>(x) + 2 * q;
-          xa[u] = RO(xq);
-          xb[u] = RO(xq + 1);
-#endif
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        int q = qb + u * 32 + lane;
-        if (q < qe) {
-#if VAL_KIND <= 1
-          unsigned r[8] = {xa[u].x, xa[u].y, xa[u].z, xa[u].w, xb[u].x, xb[u].y, xb[u].z, xb[u].w};
-#pragma unroll
-          for (int t = 0; t < 8; ++t) {
-            unsigned p = (pw[u] >> (2 * t)) & 3u;
-            unsigned hv = __byte_perm(r[2 * (t >> 1)], r[2 * (t >> 1) + 1], p * 0x22u + 0x10u) & 0xffffu;
-            s += ld(vv[u].e[t]) * ld((val_t)hv);
-          }
-#else
-#pragma unroll
-          for (int t = 0; t < 8; ++t) {
-            int p = (int)((pw[u] >> (2 * t)) & 3u);
-            s += ld(vv[u].e[t]) * ld(RO(x + 16 * q + 4 * (t >> 1) + p));
-          }
-#endif
-        }
-      }
-    }
+    s = nm24_range(val + (i64)row * S, pos + (i64)row * Q, x, qa, qe, lane);
   }
   s = warp_sum(s);
   if (SPLIT == 1) {
