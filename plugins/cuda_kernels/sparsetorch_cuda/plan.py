@@ -476,6 +476,8 @@ class CudaSpmmPlan:
                     prep(xp, yp)
                 return Y
             if self._values.dim() == 1 and key not in self._prepared:
+                if len(self._prepared) >= 64:  # many different k: keep the dictionary small
+                    self._prepared.clear()
                 Y = torch.empty((m, k), dtype=self.dtype, device=self.device)
                 with recording() as calls:
                     self._launch(self._values, X, Y, k, False, 0)
