@@ -181,3 +181,30 @@ def test_b_outside_the_range_is_singular_after_two_lus():
     with pytest.raises(st.SingularMatrixError, match="every direct method tried agrees") as e:
         st.solve(A, b)
     assert str(e.value).count("/lu: failed") >= 2 or str(e.value).count("lu: failed") >= 2
+
+
+# --- one method's failure weighs the others ----------------------------------------------------
+def test_a_krylov_failure_on_a_pattern_weighs_every_krylov_offer():
+    """After one iterative method ran out of iterations on a pattern, the next call does not try
+    the next iterative method in line: their estimates are scaled by how far the failed one's was
+    off (the spectrum is the same for all), so a direct method is chosen."""
+    from sparsetorch.testing import families
+
+    g = families.graph_laplacian(1000, graph="geometric", seed=0)
+    M = g.matrix
+    b = torch.from_numpy(M @ torch.ones(M.shape[0], dtype=DT).numpy())
+    first = None
+    for k in range(3):
+        A = st.SparseTensor.from_package(M.copy())
+        x, info = st.solve(A, b, return_info=True)
+        D = torch.from_numpy(M.toarray())
+        assert float(torch.linalg.vector_norm(b - D @ x) / torch.linalg.vector_norm(b)) <= 1e-10
+        if k == 0:
+            first = info
+            continue
+        iterative_failures = [a for a in info.attempts if not a.succeeded and a.method not in ("lu", "cholesky", "ldlt")]
+        assert not iterative_failures, (k, [str(a) for a in info.attempts])
+    assert first is not None
+    if any(not a.succeeded for a in first.attempts):
+        table = str(st.explain("solve", st.SparseTensor.from_package(M.copy()), b))
+        assert "other iterative methods needed over" in table or "did not converge on this pattern" in table

@@ -45,7 +45,7 @@ from ..dispatch.accuracy import backward_error_bound, default_rtol, unit_roundof
 from ..dispatch.results import Attempt, IterationResult, Status
 from ..tensor import SparseTensor
 from ..dispatch.options import CallOptions
-from ..dispatch.plan import PlanState, guarded
+from ..dispatch.plan import PlanState, _token, guarded
 from ._range import RangeSearch
 from .lstsq import apply_entries
 from .matmul import MatmulHandle
@@ -93,6 +93,8 @@ class Route(RangeSearch):
         self._range_tried = False
         #: the structural singularity checks (empty lines, an unknown constrained twice) ran
         self._certain_checked = False
+        #: the token (identity, version) of the last values whose scaling needed no equilibration
+        self._well_scaled: tuple | None = None
 
     @classmethod
     def single(cls, state: PlanState, A: SparseTensor) -> "Route":
@@ -242,12 +244,17 @@ class Route(RangeSearch):
         with state.lock:
             plan = state.build()
             first = None
-            if offer is not None and offer.method == "lu" and values.dim() == 1:
+            tok = _token(values) if offer is not None and offer.method == "lu" and values.dim() == 1 else None
+            if tok is not None and tok != self._well_scaled:
                 # An LU of a matrix whose rows or columns lie in other units (spread over many
                 # binades) is factored equilibrated first, as LAPACK's and SuperLU's drivers do:
-                # one factorization instead of an unscaled one judged inaccurate, then another
+                # one factorization instead of an unscaled one judged inaccurate, then another.
+                # (Values found well scaled are remembered by identity and version: a Solver's
+                # repeated solves pay the O(nnz) scan once.)
                 r, c, ve = _equilibrated(self.A, values)
-                if _spread(r) > _EQUILIBRATE_FIRST or _spread(c) > _EQUILIBRATE_FIRST:
+                if _spread(r) <= _EQUILIBRATE_FIRST and _spread(c) <= _EQUILIBRATE_FIRST:
+                    self._well_scaled = tok
+                else:
                     first = self._equilibrated_solve(state, plan, values, B, opts, adjoint, rtol, atol, (r, c, ve))
                     if first is not None and first[1].converged:
                         X2, res2, rel = first

@@ -122,6 +122,27 @@ def _scaled(its: float, from_rtol: float, to_rtol: float) -> float:
     return its * b / a if a > 0 else its
 
 
+def _difficulty(offers: list[Offer], measured: dict, factor: float, rtol: float) -> float:
+    """How many times its (class-weighed) estimate an iterative method measured on this pattern
+    needed, the largest over the methods measured (at least 1): for one that did not converge at
+    this tolerance, a lower bound (it ran that many iterations and needed more). The matrix's
+    spectrum is what the estimates misjudged, and it is the same for every Krylov method: the
+    methods not yet measured are weighed by it, so that a failure of one does not make the next
+    one the choice of the next call."""
+    if not measured or not math.isfinite(factor):
+        return 1.0
+    worst = 1.0
+    for o in offers:
+        if o.iterations is None:
+            continue
+        m = measured.get((o.backend, o.method, o.preconditioner))
+        if m is None or (not m.converged and m.rtol > rtol * (1 + 1e-12)):
+            continue
+        its = float(m.iterations) if not m.converged else _scaled(float(m.iterations), m.rtol, rtol)
+        worst = max(worst, its / (o.iterations * factor))
+    return worst
+
+
 def weigh(request: Request, offers: list[Offer]) -> tuple[list[Offer], list[Decline]]:
     """The iterative offers re-priced by the matrix class and by measurements on the pattern; a
     method that failed on this pattern at this tolerance (or a looser one) is declined unless the
@@ -136,6 +157,7 @@ def weigh(request: Request, offers: list[Offer]) -> tuple[list[Offer], list[Decl
     out: list[Offer] = []
     declines: list[Decline] = []
     zero_diagonal = "zero_diagonal" in request.properties and request.option("preconditioner") != "jacobi"
+    difficulty = _difficulty(offers, measured, factor, rtol)
     for o in offers:
         if zero_diagonal and o.preconditioner == "jacobi":
             # Jacobi divides by the diagonal: the build raises on this matrix (never offer what
@@ -165,13 +187,16 @@ def weigh(request: Request, offers: list[Offer]) -> tuple[list[Offer], list[Decl
             its = max(1.0, _scaled(float(m.iterations), m.rtol, rtol))
             note = (f"measured {m.iterations} iterations on this pattern at rtol {m.rtol:.0e}: ~{int(math.ceil(its))} "
                     f"expected (backend estimated {o.iterations})")
-        elif factor != 1.0:
-            its = o.iterations * factor if math.isfinite(factor) else float(n)
+        elif factor != 1.0 or difficulty > 1.0:
+            its = o.iterations * factor * difficulty if math.isfinite(factor) else float(n)
             if math.isfinite(factor):
                 its = min(its, 10.0 * n)
             else:
                 its = max(its, float(o.iterations))
-            note = f"{class_note}: ~{int(math.ceil(its))} expected (backend estimated {o.iterations})"
+            why = [class_note] if class_note else []
+            if difficulty > 1.0:
+                why.append(f"other iterative methods needed over {difficulty:.3g}x their estimate on this pattern")
+            note = f"{'; '.join(why)}: ~{int(math.ceil(its))} expected (backend estimated {o.iterations})"
         else:
             if class_note:
                 o = replace(o, notes=f"{o.notes}; {class_note}" if o.notes else class_note)
