@@ -67,6 +67,16 @@ def _on_pattern(A: st.SparseTensor, G: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def test_format_string_matches_str_on_every_named_format():
+    import sparsetorch.format as F
+
+    named = [F.CSR, F.CSC, F.COO, F.DCSR, F.DCSC, F.BSR(2, 3), F.BSC(2, 2), F.DIA, F.DIA_J, F.ELL, F.DELTA(2),
+             F.NM(2, 4), F.DENSE, F.DENSE_COL, F.BATCHED_CSR, F.BATCHED_CSC, F.COO_ND(3), F.DENSE_ND(3)]
+    for fmt in named:
+        assert compiled._spec(fmt) == str(fmt)
+        assert F.TensorFormat.parse(compiled._spec(fmt)) == fmt
+
+
 # opcheck ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("fmt", [CSR, COO, BSR(2, 2)], ids=["csr", "coo", "bsr"])
 def test_opcheck_spmm_and_sampled(fmt):
@@ -239,6 +249,22 @@ def test_plan_and_pattern_shared_with_eager_calls():
     assert cache.misses == misses  # the compiled calls ran on the eager call's plan
     ids = tuple(buffer_id(b) for b in (A.pos(1), A.crd(1)))
     assert sum(1 for key in compiled._PATTERNS if key[3] == ids) == 1  # A rebuilt once, reused
+
+
+def test_new_matrices_do_not_recompile_per_matrix():
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    f = _compiled(lambda A, X: A @ X)
+    X = torch.randn(6, 2, dtype=F64)
+    for seed in range(5):  # each from_dense makes a format object of its own; nnz differs too
+        D = _dense(6, 6, seed=30 + seed, density=0.3 + 0.1 * seed)
+        torch.testing.assert_close(f(st.SparseTensor.from_dense(D), X), D @ X)
+    # one graph, and one more once dynamo marks the stored count dynamic: not one per matrix
+    assert counters["stats"]["unique_graphs"] <= 2
+    D = _dense(6, 6, seed=40)
+    for fmt in (CSC, COO, BSR(2, 2), CSR):  # another format is another graph, with its own layout
+        torch.testing.assert_close(f(st.SparseTensor.from_dense(D, format=fmt), X), D @ X)
 
 
 def test_index_buffer_written_in_place_is_revalidated():

@@ -47,7 +47,7 @@ from ..dispatch.plan import PlanState, guarded, obtain_plan
 from ..dispatch.plans import SampledProduct, supports
 from ..dispatch.records import OperandInfo, make_request
 from ..errors import InputError
-from ..format import TensorFormat
+from ..format import Add, Dimension, FloorDiv, LevelType, Mod, Sub, TensorFormat
 from ..tensor import SparseTensor
 from ..tensor.pattern import buffer_id
 from . import _compile_hooks
@@ -102,11 +102,38 @@ def _pattern(spec: str, shape: Sequence[int], present: Sequence[bool], index: Se
     return A.with_values(values)
 
 
-@torch.compiler.assume_constant_result
 def _spec(fmt: TensorFormat) -> str:
-    """The format's DSL string. Dynamo runs this at trace time and keeps the string as a constant
-    of the graph, guarded on the format object's identity (formats are immutable)."""
-    return str(fmt)
+    """The format's DSL string (``str(fmt)``), built from constants only (dimension names, the
+    expressions' integers, the level types' fields), so that dynamo folds it to a constant of the
+    graph guarded on those values, not on the format object: every SparseTensor holds a format
+    object of its own (its index dtype), and a guard on the object's identity would recompile for
+    each new matrix. (``tests/test_compile_ops.py`` checks it against ``str`` on every named format.)"""
+    dims = [d.name for d in fmt.dims]
+    levels = [f"{_expr_string(lv.expr)} : {_type_string(lv.type)}" for lv in fmt.levels]
+    return f"({', '.join(dims)}) -> ({', '.join(levels)})"
+
+
+def _expr_string(e: object) -> str:
+    if isinstance(e, Dimension):
+        return e.name
+    if isinstance(e, FloorDiv):
+        return f"{e.dim.name} // {e.c}"
+    if isinstance(e, Mod):
+        return f"{e.dim.name} % {e.c}"
+    if isinstance(e, Add):
+        return f"{e.a.name} + {e.b.name}"
+    if isinstance(e, Sub):
+        return f"{e.a.name} - {e.b.name}"
+    return str(e)
+
+
+def _type_string(t: LevelType) -> str:
+    args = [] if t.parameter is None else [str(t.parameter)]
+    if not t.unique:
+        args.append("nonunique")
+    if not t.ordered:
+        args.append("unordered")
+    return t.format.value + (f"({', '.join(args)})" if args else "")
 
 
 def parts(A: SparseTensor) -> tuple[str, list[int], list[bool], list[Tensor]]:
