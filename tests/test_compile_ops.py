@@ -403,6 +403,34 @@ def test_sparse_weight_under_autocast_compiles_as_eager_runs():
     torch.testing.assert_close(grad, vals.grad)
 
 
+def test_reformat_model_with_sparse_weight_rule_compiles_and_trains():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 12), torch.nn.GELU(), torch.nn.Linear(12, 4)).double()
+    twin = torch.nn.Sequential(torch.nn.Linear(8, 12), torch.nn.GELU(), torch.nn.Linear(12, 4)).double()
+    masks = {}
+    for i in (0, 2):
+        m = model[i].weight.detach().abs() > 0.15
+        masks[i] = m
+        twin[i].weight.data = model[i].weight.detach() * m
+        twin[i].bias.data = model[i].bias.detach().clone()
+
+    def rule(w):  # UST's spelling: a SparseWeight of the kept entries
+        return st.nn.SparseWeight(st.SparseTensor.from_dense(w * (w.abs() > 0.15)))
+
+    st.nn.reformat_model(model, func=rule)
+    x = torch.randn(5, 8, dtype=F64)
+    assert _breaks(model, x) == 0
+    out = _compiled(model)(x)
+    ref = twin(x)
+    torch.testing.assert_close(out, ref)
+    out.square().sum().backward()
+    ref.square().sum().backward()
+    for i in (0, 2):
+        layer = model[i]
+        torch.testing.assert_close(layer.values.grad, _on_pattern(layer.weight.detach(), twin[i].weight.grad * masks[i]))
+        torch.testing.assert_close(layer.bias.grad, twin[i].bias.grad)
+
+
 # solve ------------------------------------------------------------------------------------------
 def _spd(n, seed):
     D = _dense(n, n, seed=seed, density=0.3)
