@@ -92,6 +92,21 @@ def test_opcheck_spmm_and_sampled(fmt):
     torch.library.opcheck(compiled.sampled, (spec, shape, present, index, A.values, P, Q))
 
 
+def test_opcheck_value_batch_and_complex():
+    A = st.SparseTensor.from_dense(_dense(5, 4, seed=2))
+    spec, shape, present, index = compiled.parts(A)
+    vb = torch.stack([A.values, -2 * A.values]).requires_grad_(True)
+    Xb = torch.randn(2, 4, 3, dtype=F64, requires_grad=True)
+    torch.library.opcheck(compiled.spmm, (spec, shape, present, index, vb, Xb, False, None))
+    torch.library.opcheck(compiled.sampled, (spec, shape, present, index, vb.detach(), torch.randn(2, 5, 3, dtype=F64),
+                                             torch.randn(2, 4, 3, dtype=F64)))
+    C = st.SparseTensor.from_dense(_dense(5, 4, seed=3, dtype=torch.complex128))
+    spec, shape, present, index = compiled.parts(C)
+    Xc = torch.randn(4, 2, dtype=torch.complex128, requires_grad=True)
+    torch.library.opcheck(compiled.spmm, (spec, shape, present, index, C.values.clone().requires_grad_(True), Xc,
+                                          False, None))
+
+
 def test_opcheck_spsolve(solver):
     A = st.SparseTensor.from_dense(_dense(6, 6, square_boost=4.0))
     spec, shape, present, index = compiled.parts(A)

@@ -2,8 +2,9 @@
 
 The eager kernel of ``sparsetorch::spsolve`` runs ``sparsetorch.solve`` (property detection,
 dispatch, the finiteness check, the checked fallback route), which the ops layer owns; this layer
-may not import it, so the ops register it here. A module of its own: importing
-:mod:`.compiled` loads ``torch._dynamo`` (seconds), which ``import sparsetorch`` must not.
+may not import it, so the ops register it here. A module of its own, so that ``import
+sparsetorch`` does not define the custom ops of :mod:`.compiled` (they are defined, with their
+``torch.library`` registrations, the first time a compiled region uses them).
 """
 
 from __future__ import annotations

@@ -50,6 +50,7 @@ from ..errors import InputError
 from ..format import Add, Dimension, FloorDiv, LevelType, Mod, Sub, TensorFormat
 from ..tensor import SparseTensor
 from ..tensor.pattern import buffer_id
+from ..tensor.sparse_tensor import _install_reverse_matmul
 from . import _compile_hooks
 from .matmul import MatmulHandle
 from .sddmm import sddmm
@@ -146,12 +147,23 @@ def parts(A: SparseTensor) -> tuple[str, list[int], list[bool], list[Tensor]]:
     return _spec(fmt), list(A.format_shape), [b is not None for b in bufs], [b for b in bufs if b is not None]
 
 
+def _plain(t: Tensor) -> Tensor:
+    """``t`` detached, with lazy conjugation or negation applied (views the traced code makes:
+    the kernels below hand their operands to backends that expect plain tensors)."""
+    return t.detach().resolve_conj().resolve_neg()
+
+
 def _fresh(out: Tensor, *inputs: Tensor) -> Tensor:
     """``out``, copied if it shares memory with an input (a custom op's output may not alias)."""
     if out.numel() and any(t.numel() and out.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
                            for t in inputs):
         return out.clone()
     return out
+
+
+# dynamo's table entry that makes ``A @ x`` mean A @ x (see sparse_tensor.py); installed at import
+# already, done again here in case the import hook could not run (a loader without exec_module)
+_install_reverse_matmul()
 
 
 # sparsetorch::spmm --------------------------------------------------------------------------------
@@ -174,7 +186,7 @@ def spmm(fmt: str, shape: Sequence[int], present: Sequence[bool], index: Sequenc
     """``A X`` (``A^H X`` when ``adjoint``) for ``A`` given by its parts (:func:`parts`) and
     ``values`` (``(*batch, slots)``), ``X`` of shape ``(*batch, n, k)`` (``(*batch, m, k)``)."""
     A = _pattern(fmt, shape, present, index, values.detach())
-    return _fresh(_product(A, X.detach(), adjoint, backend).contiguous(), X)
+    return _fresh(_product(A, _plain(X), adjoint, backend).contiguous(), X)
 
 
 @spmm.register_fake
@@ -212,7 +224,7 @@ def sampled(fmt: str, shape: Sequence[int], present: Sequence[bool], index: Sequ
     value slots (``values``' shape and dtype; padding slots get zero). ``values`` only carries
     the slots' shape and dtype; half-precision factors are summed in float32."""
     A = _pattern(fmt, shape, present, index, values.detach())
-    P, Q = P.detach(), Q.detach()
+    P, Q = _plain(P), _plain(Q)
     if not (P.is_complex() or Q.is_complex()):
         # the product plan's own sampled kernel where its backend has one (as the eager backward)
         state = _state(A, Q, None)
@@ -275,7 +287,7 @@ def spsolve(fmt: str, shape: Sequence[int], present: Sequence[bool], index: Sequ
         A = A.T.with_values(A.values.conj() if A.values.is_complex() else A.values)
     props = None if properties is None else [p.strip() for p in properties.split(",") if p.strip()]
     with torch.no_grad():
-        X = solve(A, B.detach(), backend=backend, method=method, preconditioner=preconditioner, rtol=rtol,
+        X = solve(A, _plain(B), backend=backend, method=method, preconditioner=preconditioner, rtol=rtol,
                     atol=atol, maxiter=maxiter, properties=props, check_finite=check_finite,
                     on_nonconvergence=on_nonconvergence, restart=restart, block_size=block_size, dense_max=dense_max,
                     max_bytes=max_bytes, check_every=check_every, cache=cache, repeat=repeat)
