@@ -93,8 +93,6 @@ class Route(RangeSearch):
         self._range_tried = False
         #: the structural singularity checks (empty lines, an unknown constrained twice) ran
         self._certain_checked = False
-        #: the token (identity, version) of the last values whose scaling needed no equilibration
-        self._well_scaled: tuple | None = None
 
     @classmethod
     def single(cls, state: PlanState, A: SparseTensor) -> "Route":
@@ -245,7 +243,7 @@ class Route(RangeSearch):
             plan = state.build()
             first = None
             tok = _token(values) if offer is not None and offer.method == "lu" and values.dim() == 1 else None
-            if tok is not None and tok != self._well_scaled:
+            if tok is not None and tok != state.well_scaled:
                 # An LU of a matrix whose rows or columns lie in other units (spread over many
                 # binades) is factored equilibrated first, as LAPACK's and SuperLU's drivers do:
                 # one factorization instead of an unscaled one judged inaccurate, then another.
@@ -253,7 +251,7 @@ class Route(RangeSearch):
                 # repeated solves pay the O(nnz) scan once.)
                 r, c, ve = _equilibrated(self.A, values)
                 if _spread(r) <= _EQUILIBRATE_FIRST and _spread(c) <= _EQUILIBRATE_FIRST:
-                    self._well_scaled = tok
+                    state.well_scaled = tok
                 else:
                     first = self._equilibrated_solve(state, plan, values, B, opts, adjoint, rtol, atol, (r, c, ve))
                     if first is not None and first[1].converged:

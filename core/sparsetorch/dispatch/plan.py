@@ -70,6 +70,9 @@ class PlanState:
     reload_always: bool = False
     #: "backend/method", for error messages
     label: str = "plan"
+    #: the token (``_token``) of the last values a solve route found well scaled (no
+    #: equilibration needed): a Solver's or a cached plan's repeated calls scan the values once
+    well_scaled: tuple[Any, ...] | None = None
     lock: Any = field(default_factory=threading.RLock, repr=False, compare=False)
     _cheap_reload: bool = field(default=False, repr=False, compare=False)
 
