@@ -204,6 +204,10 @@ def test_alpha_beta_c_under_compile():
     torch.testing.assert_close(out, 2.0 * D @ X + 0.5 * c)
     out = _compiled(lambda A, X: st.matmul(A, X, alpha=-1.0))(A, X)
     torch.testing.assert_close(out, -(D @ X))
+    out = _compiled(lambda A, X: st.matmul(A, X, backend="torch"))(A, X)  # a pinned backend crosses the graph
+    torch.testing.assert_close(out, D @ X)
+    with pytest.raises(Exception, match="nosuchbackend"):
+        _compiled(lambda A, X: st.matmul(A, X, backend="nosuchbackend"))(A, X)
 
 
 @pytest.mark.parametrize("fmt", [CSR, COO, BSR(2, 2), DIA], ids=["csr", "coo", "bsr", "dia"])
