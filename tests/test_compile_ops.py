@@ -511,6 +511,29 @@ def test_solve_op_plan_built_outside_and_inside(solver):
     torch.testing.assert_close(f(A2, b), torch.linalg.solve(A2.to_dense(), b))
 
 
+def test_solve_backward_of_a_declared_spd_matrix_reuses_the_forward_plan(solver):
+    n = 10
+    cache = st.plan_cache()
+    backward_misses = {}
+    for props, seed in (("spd", 24), ("general", 25)):
+        A = st.SparseTensor.from_dense(_spd(n, seed=seed))
+        v = A.values.clone().requires_grad_(True)
+        b = torch.randn(n, dtype=F64, requires_grad=True)
+        f = _compiled(lambda v, b: compiled.traced_solve(A.with_values(v), b, method="lu", properties=props).sum())
+        out = f(v, b)
+        before = cache.misses
+        out.backward()
+        backward_misses[props] = cache.misses - before
+        Dr = A.to_dense().clone().requires_grad_(True)
+        br = b.detach().clone().requires_grad_(True)
+        torch.linalg.solve(Dr, br).sum().backward()
+        torch.testing.assert_close(b.grad, br.grad)
+        torch.testing.assert_close(v.grad, _on_pattern(A, Dr.grad))
+    # spd: the adjoint solve is A's own (the forward's plan and factorization); general: one more,
+    # A^T's (both may plan the product that the sampled gradient runs on)
+    assert backward_misses["general"] == backward_misses["spd"] + 1, backward_misses
+
+
 def test_solve_op_checks_run_at_run_time(solver):
     n = 5
     D = _spd(n, seed=20)

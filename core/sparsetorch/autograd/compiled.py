@@ -283,9 +283,13 @@ def spsolve(fmt: str, shape: Sequence[int], present: Sequence[bool], index: Sequ
         raise RuntimeError("sparsetorch::spsolve has no solver registered: the ops layer registers sparsetorch.solve "
                            "with sparsetorch.autograd._compile_hooks.register_solver (docs/compile.md)")
     A = _pattern(fmt, shape, present, index, values.detach())
-    if adjoint:
-        A = A.T.with_values(A.values.conj() if A.values.is_complex() else A.values)
     props = None if properties is None else [p.strip() for p in properties.split(",") if p.strip()]
+    declared = set(props or ())
+    if adjoint and not ("spd" in declared or "hermitian" in declared
+                        or ("symmetric" in declared and not A.values.is_complex())):
+        # A^H as a view (the transposed pattern: a plan of its own). A declared self-adjoint
+        # matrix is solved as it is, on the forward's plan and factorization (the same values).
+        A = A.T.with_values(A.values.conj() if A.values.is_complex() else A.values)
     with torch.no_grad():
         X = solve(A, _plain(B), backend=backend, method=method, preconditioner=preconditioner, rtol=rtol,
                     atol=atol, maxiter=maxiter, properties=props, check_finite=check_finite,
