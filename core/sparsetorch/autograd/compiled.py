@@ -409,8 +409,8 @@ def _product_of(A: SparseTensor, X: Tensor, transposed: bool, backend: str | Non
         Xn = X.movedim(-2, 0).reshape(n, -1)
         finish = (lambda Y: Y.reshape(m, *lead, k).movedim(0, -2))  # noqa: E731
     else:
-        shape = tuple(A.shape) if not transposed else vb + (m, n)
-        raise InputError(f"matmul: the other operand has shape {tuple(X.shape)}; for a sparse operand of shape {shape} "
+        seen = tuple(A.shape) if not transposed else vb + (m, n)
+        raise InputError(f"matmul: the other operand has shape {tuple(X.shape)}; for a sparse operand of shape {seen} "
                          f"it must be {vb + (n,)} or {vb + (n, 'k')}")
     fmt, shape, present, index = parts(A)
     values = A.values
@@ -455,10 +455,10 @@ def traced_solve(A: object, B: object, *, backend: str | None = None, method: st
         raise InputError(f"solve: the right-hand side has shape {tuple(B.shape)}; for A of shape {tuple(A.shape)} it "
                          f"must be {vb + (n,)} or {vb + (n, 'k')}")
     if properties is not None and not isinstance(properties, str):
-        properties = ",".join(properties)  # type: ignore[call-overload]
+        properties = ",".join(properties)  # type: ignore[arg-type]
     fmt, shape, present, index = parts(A)
-    X = spsolve(fmt, shape, present, index, A.values, Bn, False, backend, method, preconditioner,  # type: ignore[arg-type]
-                None if rtol is None else float(rtol), float(atol), maxiter, properties,  # type: ignore[arg-type]
+    X = spsolve(fmt, shape, present, index, A.values, Bn, False, backend, method, preconditioner,
+                None if rtol is None else float(rtol), float(atol), maxiter, properties,
                 bool(check_finite), on_nonconvergence, restart, block_size, dense_max, max_bytes, check_every, repeat,
                 bool(cache))
     return X.squeeze(-1) if vector else X
