@@ -178,14 +178,16 @@ class SparseLinear(nn.Module):
                 plan = state.plan
             try:  # a product plan reloads its values on every call (in-place writes are seen)
                 plan.set_values(values)
-                Y = plan.apply(x2.mT)
+                # a plan that takes the bias (the cuda plugin's) adds it in its own kernel
+                fuse = bias is not None and getattr(plan, "accepts_bias", False) and bias.dtype == values.dtype
+                Y = plan.apply(x2.mT, bias=bias) if fuse else plan.apply(x2.mT)
             except SparseTorchError:
                 raise
             except Exception as exc:  # noqa: BLE001 - re-raised with the plugin named, as MatmulHandle.run does
                 raise BackendError(f"{state.label} failed in the layer's product: {type(exc).__name__}: {exc}",
                                    label=state.label, phase="apply") from exc
         y = Y.view(*x.shape[:-1], self.out_features) if k == 1 else Y.mT.reshape(*x.shape[:-1], self.out_features)
-        return y if bias is None else y + bias
+        return y if bias is None or fuse else y + bias
 
     def _plan_for_batch(self, x2: torch.Tensor) -> "_LayerPlan":
         """The planned product for inputs like ``x2`` (``(k, in_features)``): dispatch's choice,

@@ -45,6 +45,13 @@ DELTA_SMEM_BYTES = 48 * 1024
 DELTA_SMEM_BLOCK = 512
 #: columns of X from which the lanes of a warp run over columns (csr_cols) instead of entries
 COLS_KERNEL_FROM = 16
+#: columns of a half-precision X from which the tensor-core SpMM (kernels/mma.cu) runs
+MMA_MIN_K = 8
+#: half-precision CSR with one right-hand side and at least this mean row length runs csr16_warp
+#: (uint16 columns, a warp per row, bias fused) where the tensor-core kernel's layout exists
+CSR16_MIN_MEAN = 32
+#: column tiles (of 64) one block of the tensor-core kernel takes at most (kernels/mma.cu MMA_MAX_TILES)
+MMA_MAX_TILES = 64
 _GRID_Y = 65535
 _PACKABLE_BITS = (1, 2, 4, 8, 16)
 #: the 32-bit kernels (fast.cu, nm24) run while every entry / row / X and Y offset stays below this
@@ -238,6 +245,8 @@ class CudaSpmmPlan:
 
     method = "spmm"
     preconditioner = None
+    #: apply(X, bias=) adds a bias per output row (fused where the kernel can; SparseLinear passes it)
+    accepts_bias = True
 
     def __init__(self, A: SparseTensor, *, backend: str = "cuda", variant: str | None = None) -> None:
         from .cost import csr_variant  # noqa: PLC0415
@@ -294,6 +303,15 @@ class CudaSpmmPlan:
             if self.variant not in NM_VARIANTS:
                 raise InputError(f"{backend}: N:M variant must be one of {NM_VARIANTS}, got {variant!r}")
         self.reload_cheap = True
+        #: the tensor-core SpMM for half-precision X of MMA_MIN_K or more columns (False: the other kernels)
+        self.use_mma = True
+        #: a cluster size for the tensor-core kernel (1, 2, 4, 8) instead of :meth:`mma_split`'s choice
+        self.mma_split_override: int | None = None
+        #: csr16_warp for half-precision CSR, one right-hand side, long rows (False: the other kernels)
+        self.use_csr16 = variant is None
+        self._mma: dict[str, Any] | None = None
+        #: benchmarking only (wrong results): 1 skips the products, 2 the zeroing of the A tile, 4 the loads
+        self.mma_flags = 0
         #: the one launch of the common call (no adjoint, one matrix, X (n, k) contiguous), recorded on
         #: its first run, per (k, X's address mod 16): replayed with the new X and Y pointers
         self._prepared: dict[tuple[int, int], Prepared | None] = {}
@@ -458,20 +476,39 @@ class CudaSpmmPlan:
             self._prepared = {}  # the recorded launches hold the old values' address
 
     # Products -----------------------------------------------------------------------------------
-    def apply(self, X: torch.Tensor, *, adjoint: bool = False) -> torch.Tensor:
-        """``A @ X`` (``A^H @ X`` when ``adjoint``) for ``X`` of shape ``(*batch, n, k)``."""
+    def apply(self, X: torch.Tensor, *, adjoint: bool = False, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """``A @ X`` (``A^H @ X`` when ``adjoint``) for ``X`` of shape ``(*batch, n, k)``, plus
+        ``bias[row]`` on every row when ``bias`` (a vector of the output's rows, A's dtype and
+        device) is given: fused into the tensor-core SpMM kernel, a separate add otherwise.
+
+        Half-precision X of 8 or more columns (CSR, formats through the generic CSR, N:M 2:4)
+        runs the tensor-core kernel (kernels/mma.cu), which reads X^T and writes Y^T: an X given
+        as the transpose of a contiguous ``(k, n)`` tensor (a linear layer's input, ``x.mT``) is
+        read where it lies and Y comes back the same way (``Yt.mT``, Yt contiguous ``(k, m)``);
+        a contiguous X is transposed first and Y returned contiguous."""
         m, n = self.shape
+        if bias is not None:
+            rows_b = n if adjoint else m
+            if bias.shape != (rows_b,) or bias.dtype != self.dtype or bias.device != self.device:
+                raise InputError(f"{self.backend}: bias must be ({rows_b},) {self.dtype} on {self.device}; got "
+                                 f"{tuple(bias.shape)} {bias.dtype} on {bias.device}")
+            bias = bias.contiguous()
+        if not adjoint and X.dim() == 2 and X.shape[0] == n and X.dtype == self.dtype and X.device == self.device \
+                and self._values is not None and self._values.dim() == 1:
+            k = X.shape[1]
+            if self._mma_ok(k):
+                return self._apply_mma(X, k, bias)
         if not adjoint and X.dim() == 2 and X.shape[0] == n and X.dtype == self.dtype and X.is_contiguous() \
                 and X.device == self.device and self._values is not None:
             k = X.shape[1]
             xp = X.data_ptr()
-            key = (k, xp & 15)
+            key = (k, xp & 15) if bias is None else (k, xp & 15, bias.data_ptr())
             prep = self._prepared.get(key)
             if prep is not None:
                 Y = torch.empty((m, k), dtype=self.dtype, device=self.device)
                 yp = Y.data_ptr()
                 if yp & 15:  # never seen from torch's allocator; the recorded kernel may store 16 bytes at once
-                    self._launch(self._values, X, Y, k, False, 0)
+                    self._launch(self._values, X, Y, k, False, 0, bias)
                 else:
                     prep(xp, yp)
                 return Y
@@ -480,7 +517,7 @@ class CudaSpmmPlan:
                     self._prepared.clear()
                 Y = torch.empty((m, k), dtype=self.dtype, device=self.device)
                 with recording() as calls:
-                    self._launch(self._values, X, Y, k, False, 0)
+                    self._launch(self._values, X, Y, k, False, 0, bias)
                 self._prepared[key] = self._prepare(calls, xp, Y.data_ptr())
                 return Y
         if self._values is None:
@@ -495,7 +532,7 @@ class CudaSpmmPlan:
         Y = torch.empty(*X.shape[:-2], rows_out, k, dtype=self.dtype, device=self.dev_index)
         vals = self._adjoint_values() if adjoint else self._values
         if vals.dim() == 1 and X.dim() == 2:  # one matrix, one right-hand-side block: no reshapes
-            self._launch(vals, X, Y, k, adjoint, 0)
+            self._launch(vals, X, Y, k, adjoint, 0, bias)
             return Y
         vb = vals.reshape(-1, vals.shape[-1])
         xb = X.reshape(-1, rows_in, k)
@@ -505,7 +542,113 @@ class CudaSpmmPlan:
         for b in range(xb.shape[0]):
             bi = b if vb.shape[0] > 1 else 0
             self._launch(vb[bi], xb[b], yb[b], k, adjoint, bi)
+        if bias is not None:
+            Y += bias.unsqueeze(-1)
         return Y
+
+    # Tensor-core SpMM (kernels/mma.cu) ---------------------------------------------------------
+    def _mma_ok(self, k: int) -> bool:
+        """Whether ``k`` columns run the tensor-core kernel (see :meth:`apply`)."""
+        if not self.use_mma or k < MMA_MIN_K or self.dtype not in (torch.float16, torch.bfloat16):
+            return False
+        m, n = self.shape
+        if not (self.small and m * k < INT_LIMIT and n * k < INT_LIMIT and k <= _GRID_Y * 64):
+            return False
+        return self._mma_layout() is not None
+
+    def _mma_layout(self) -> dict[str, Any] | None:
+        """Pattern work of the tensor-core kernel, once (None where it does not apply): CSR: the
+        columns as uint16 and per (column tile of 64, row) the offset of the row's first entry in
+        the tile from the row's start (uint16, ``(T + 1) x m``, tile-major); N:M 2:4: nothing
+        beyond the packed positions."""
+        if self._mma is not None:
+            return self._mma or None
+        m, n = self.shape
+        self._mma = {}
+        major, _ = torch.cuda.get_device_capability(self.dev_index)
+        if major < 8 or n % 8 or n >= 65535 or not m or not n:
+            return None
+        T = -(-n // 64)
+        if self.kind == "nm":
+            if (self.nm_n, self.nm_m) != (2, 4) or self.pos_bits != 2:
+                return None
+            self._mma = {"T": T, "nm": True, "cluster": major >= 9}
+            return self._mma
+        if self.kind not in ("csr", "generic") or self.nnz >= INT_LIMIT or T > MMA_MAX_TILES * (8 if major >= 9 else 1):
+            return None  # a block stages the offsets of at most MMA_MAX_TILES column tiles
+        r64 = self.rowptr.to(torch.int64)
+        lengths = r64[1:] - r64[:-1]
+        if int(lengths.max()) >= 65535:
+            return None
+        c64 = self.col.to(torch.int64)
+        tile = c64 // 64
+        rows = torch.repeat_interleave(torch.arange(m, device=self.device, dtype=torch.int64), lengths)
+        if self.nnz > 1:  # the kernel needs a row's entries grouped by column tile (true of sorted columns)
+            same = rows[1:] == rows[:-1]
+            if bool((same & (tile[1:] < tile[:-1])).any()):
+                return None
+        counts = torch.bincount(rows * T + tile, minlength=m * T).reshape(m, T)
+        toff = torch.zeros(T + 1, m, dtype=torch.int64, device=self.device)
+        toff[1:] = torch.cumsum(counts, 1).T
+        as16 = lambda t: torch.where(t >= 32768, t - 65536, t).to(torch.int16).contiguous()  # noqa: E731 - uint16 bits
+        self._mma = {"T": T, "nm": False, "cluster": major >= 9, "rowptr": self.rowptr.to(torch.int32).contiguous(),
+                     "toff": as16(toff), "col": as16(torch.cat([c64, c64.new_zeros(-(-self.nnz // 8) * 8 + 8 - self.nnz)]))}
+        return self._mma
+
+    def mma_split(self, k: int) -> int:
+        """Cluster size S of the tensor-core kernel (the column tiles split over S blocks whose
+        partial sums meet in distributed shared memory): the smallest of 1, 2, 4, 8 that makes
+        at least two blocks per SM, with at least two column tiles per block; 1 without clusters."""
+        lay = self._mma_layout()
+        if lay is None or not lay["cluster"]:
+            return 1
+        least = 1
+        while -(-lay["T"] // least) > MMA_MAX_TILES:
+            least *= 2
+        if self.mma_split_override:
+            return max(int(self.mma_split_override), least)
+        m, n = self.shape
+        blocks = -(-m // 128) * -(-k // 64)
+        s = 1
+        while s < 8 and blocks * s < 2 * _sm_count(self.dev_index) and lay["T"] >= 4 * s:
+            s *= 2
+        return max(s, least)
+
+    def _apply_mma(self, X: torch.Tensor, k: int, bias: torch.Tensor | None) -> torch.Tensor:
+        m, n = self.shape
+        transposed = X.mT.is_contiguous()
+        Xt = X.mT
+        if not transposed or Xt.data_ptr() % 16:
+            Xt = Xt.clone(memory_format=torch.contiguous_format)
+        xp = Xt.data_ptr()
+        bp = bias.data_ptr() if bias is not None else 0
+        key = ("mma", k, xp & 15, bp)
+        prep = self._prepared.get(key)
+        Yt = torch.empty((k, m), dtype=self.dtype, device=self.device)
+        if prep is not None and Yt.data_ptr() % 16 == 0:
+            prep(xp, Yt.data_ptr())
+        else:
+            with recording() as calls:
+                self._launch_mma(Xt, Yt, k, bp)
+            if len(self._prepared) >= 64:
+                self._prepared.clear()
+            self._prepared[key] = self._prepare(calls, xp, Yt.data_ptr())
+        return Yt.mT if transposed else Yt.mT.contiguous()
+
+    def _launch_mma(self, Xt: torch.Tensor, Yt: torch.Tensor, k: int, bp: int) -> None:
+        m, n = self.shape
+        lay = self._mma_layout()
+        s = self.mma_split(k)
+        grid = (-(-m // 128) * s, -(-k // 64))
+        v = self._values
+        if lay["nm"]:
+            kern = kernel("mma", f"spmm_mma24_s{s}", self.dtype, torch.int32, self.dev_index, 12)
+            args = (m, n, k, lay["T"], 0, 0, self.words.data_ptr(), v.data_ptr(), Xt.data_ptr(), bp, Yt.data_ptr(), self.mma_flags)
+        else:
+            kern = kernel("mma", f"spmm_mma_s{s}", self.dtype, torch.int32, self.dev_index, 12)
+            args = (m, n, k, lay["T"], lay["rowptr"].data_ptr(), lay["toff"].data_ptr(), lay["col"].data_ptr(), v.data_ptr(),
+                    Xt.data_ptr(), bp, Yt.data_ptr(), self.mma_flags)
+        kern(grid, 256, args, device=self.dev_index)
 
     def _prepare(self, calls: list, xp: int, yp: int) -> Prepared | None:
         """A :class:`Prepared` launch from one recorded call, or None (several launches, no launch,
@@ -517,10 +660,31 @@ class CudaSpmmPlan:
             return None
         return Prepared(kern, grid, block, args, shared, args.index(xp), args.index(yp), self.dev_index)
 
-    def _launch(self, v: torch.Tensor, x: torch.Tensor, y: torch.Tensor, k: int, adjoint: bool, bi: int = 0) -> None:
+    def _launch(self, v: torch.Tensor, x: torch.Tensor, y: torch.Tensor, k: int, adjoint: bool, bi: int = 0,
+                bias: torch.Tensor | None = None) -> None:
+        fused = self._launch_product(v, x, y, k, adjoint, bi, bias)
+        if bias is not None and not fused:  # the kernel did not add it: one more launch, in place
+            rows, cols = y.shape[-2], y.shape[-1]
+            kern = kernel("mma", "add_bias", self.dtype, torch.int32, self.dev_index, 6)
+            kern((-(-rows * cols // BLOCK), 1), BLOCK, (rows, cols, y.stride(-2), y.stride(-1), bias.data_ptr(), y.data_ptr()),
+                 device=self.dev_index)
+
+    def _launch_product(self, v: torch.Tensor, x: torch.Tensor, y: torch.Tensor, k: int, adjoint: bool, bi: int = 0,
+                        bias: torch.Tensor | None = None) -> bool:
+        """Launch the product; True when the kernel also added ``bias``."""
         m, n = self.shape
         dev = self.dev_index
         gy = min(k, _GRID_Y)
+        bp = bias.data_ptr() if bias is not None else 0
+        if (not adjoint and k == 1 and self.kind in ("csr", "generic") and self.sell is None and self.use_csr16
+                and self.dtype in (torch.float16, torch.bfloat16) and self.nnz >= CSR16_MIN_MEAN * max(m, 1)
+                and v.data_ptr() % 16 == 0 and self._mma_ok(MMA_MIN_K)):
+            lay = self._mma_layout()
+            kern = kernel("mma", "csr16_warp", self.dtype, torch.int32, dev, 7)
+            kern((-(-m // (ROW_KERNEL_BLOCK // 32)), 1), ROW_KERNEL_BLOCK,
+                 (m, lay["rowptr"].data_ptr(), lay["col"].data_ptr(), v.data_ptr(), x.data_ptr(), bp, y.data_ptr()),
+                 device=self.dev_index)
+            return True
         if adjoint:
             t = self._transposed()
             fits_t = max(int(t["col"].numel()), m, n) < INT_LIMIT and m * k < INT_LIMIT and n * k < INT_LIMIT
@@ -573,9 +737,9 @@ class CudaSpmmPlan:
                     kern((min(-(-m // wpb), 4 * _sm_count(dev)), 1), ROW_KERNEL_BLOCK, args, device=self.dev_index)
                     return
                 split = int(self.variant[1])
-                kern = kernel("structured", f"nm24_s{split}", self.dtype, torch.int32, dev, 6)
-                kern((-(-m // (NM_BLOCK // 32 // split)), 1), NM_BLOCK, args, device=self.dev_index)
-                return
+                kern = kernel("structured", f"nm24_s{split}", self.dtype, torch.int32, dev, 7)
+                kern((-(-m // (NM_BLOCK // 32 // split)), 1), NM_BLOCK, (*args[:5], bp, args[5]), device=self.dev_index)
+                return True
             kern = kernel("structured", "nm_any", self.dtype, torch.int32, dev, 11)
             kern((-(-m * 32 // BLOCK), gy), BLOCK, (m, n, k, S, self.nm_n, self.nm_m, self.pos_bits, self.words.data_ptr(),
                                                     v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.dev_index)

@@ -21,7 +21,11 @@ EXPECTED = {
             + [f"{d}_b{b}{s}" for d in ("delta", "delta2") for b in (1, 2, 4, 8, 16) for s in ("", "_smem")],
     "structured": ["nm24"] + [f"nm24_s{s}" for s in (1, 2, 3, 4)] + ["nm_any", "sell32", "sell32_perm"]
                   + [f"bsr_vec{v}" for v in (1, 2, 4, 8, 16, 32)],
+    "mma": ["add_bias"],
 }
+#: kernels of the half types only; the cluster sizes 2..8 for sm_90 and later
+EXPECTED_HALF = {"mma": ["spmm_mma_s1", "spmm_mma24_s1"]}
+EXPECTED_SM90 = {"mma": [f"spmm_mma{f}_s{s}" for f in ("", "24") for s in (2, 4, 8)]}
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
@@ -31,7 +35,10 @@ EXPECTED = {
 def test_every_source_compiles(source, value, index, arch):
     cubin = c.compile_cubin(source, value, index, arch)
     assert cubin[:4] == b"\x7fELF", "NVRTC returned something that is not a cubin (ELF)"
-    for name in EXPECTED[source]:
+    names = list(EXPECTED[source])
+    if value in ("float16", "bfloat16"):
+        names += EXPECTED_HALF.get(source, []) + (EXPECTED_SM90.get(source, []) if arch == "sm_90" else [])
+    for name in names:
         assert name.encode() + b"\x00" in cubin, f"{source}.cu does not export {name} for {value}/{index}/{arch}"
 
 

@@ -82,11 +82,11 @@ extern "C" __global__ void __launch_bounds__(512) nm24(i64 m_, i64 S_, const uns
 }
 
 // nm24_s<SPLIT> ("s1" .. "s4"; "s2" the measured default): blocks of NM_BLOCK threads, SPLIT
-// warps per row, each over an equal range of the row's chunks.
+// warps per row, each over an equal range of the row's chunks; bias[row] added when bias is not null.
 #define NM_BLOCK 384
 template <int SPLIT>
 __device__ __forceinline__ void nm24_body(int m, int S, const unsigned short* __restrict__ pos, const val_t* __restrict__ val,
-                                          const val_t* __restrict__ x, val_t* __restrict__ y) {
+                                          const val_t* __restrict__ x, const val_t* __restrict__ bias, val_t* __restrict__ y) {
   __shared__ acc_t part[NM_BLOCK / 32];
   int Q = S >> 3;
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -99,7 +99,7 @@ __device__ __forceinline__ void nm24_body(int m, int S, const unsigned short* __
   }
   s = warp_sum(s);
   if (SPLIT == 1) {
-    if (lane == 0 && row < m) y[row] = st(s);
+    if (lane == 0 && row < m) y[row] = st(s + (bias ? ld(RO(bias + row)) : (acc_t)0));
     return;
   }
   if (lane == 0) part[warp] = s;
@@ -108,14 +108,15 @@ __device__ __forceinline__ void nm24_body(int m, int S, const unsigned short* __
     acc_t tot = 0;
 #pragma unroll
     for (int w = 0; w < SPLIT; ++w) tot += part[warp + w];
-    y[row] = st(tot);
+    y[row] = st(tot + (bias ? ld(RO(bias + row)) : (acc_t)0));
   }
 }
 
 #define NM24(SP)                                                                                                       \
   extern "C" __global__ void __launch_bounds__(NM_BLOCK) nm24_s##SP(i64 m, i64 S, const unsigned short* pos,          \
-                                                                   const val_t* val, const val_t* x, val_t* y) {       \
-    nm24_body<SP>((int)m, (int)S, pos, val, x, y);                                                                     \
+                                                                   const val_t* val, const val_t* x,                  \
+                                                                   const val_t* bias, val_t* y) {                     \
+    nm24_body<SP>((int)m, (int)S, pos, val, x, bias, y);                                                               \
   }
 NM24(1)
 NM24(2)

@@ -1,0 +1,174 @@
+"""Session 5: the tensor-core SpMM (kernels/mma.cu) and the batch-1 uint16-column CSR kernel on
+LLM-sized layers, kernel time, against dense cuBLAS, in one run.
+
+    python plugins/cuda_kernels/benchmarks/bench_s5.py --out DIR [--ks 1,8,16,32,64,128] [--quick]
+
+For W (out x in) pruned as benchmarks/bench_llm.py prunes (magnitude 50 / 90 / 99 %: CSR; 2:4:
+NM(2, 4)), float16 (and bfloat16 for the 90 % / 2:4 rows), X^T of k columns given as a linear
+layer holds it (``(k, in)`` contiguous): per-call time of 20 calls captured in one CUDA graph
+(median of 10 replays) for ``F.linear(x, W, b)`` (dense), ``plan.apply(x.mT, bias=b)`` with the
+tensor-core kernel at every cluster size S (k >= 8; ``S=auto`` is the plan's own choice), the
+earlier CUDA-core path (``use_mma = False``, bias added by a second kernel) and, at k = 1,
+csr16_warp against the earlier CSR kernel. Also the bytes each moves (values, indices, X, Y) and
+the fraction of the copy bandwidth measured in the same run, for the cost model's fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from sparsetorch_cuda.plan import CudaSpmmPlan  # noqa: E402
+
+from bench_llm import RULES  # noqa: E402
+
+CALLS = 20
+
+
+def graph_time(fn, repeats: int = 10) -> float | str:
+    try:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(CALLS):
+                fn()
+        torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001
+        torch.cuda.synchronize()
+        return f"not capturable: {type(exc).__name__}: {str(exc)[:120]}"
+    ts = []
+    for _ in range(repeats + 2):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b) * 1e-3 / CALLS)
+    return statistics.median(ts[2:])
+
+
+def copy_bw() -> float:
+    x = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")
+    y = torch.empty_like(x)
+    t = graph_time(lambda: y.copy_(x))
+    return 2 * x.numel() / t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--shapes", default="4096x4096,4096x11008")
+    ap.add_argument("--ks", default="1,8,16,32,64,128")
+    ap.add_argument("--sparsities", default="90 %,2:4,50 %,99 %")
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    bw = copy_bw()
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
+    rows = []
+    ks = [int(v) for v in args.ks.split(",")]
+    for shape in args.shapes.split(","):
+        n_in, n_out = (int(v) for v in shape.split("x"))
+        torch.manual_seed(0)
+        base = torch.nn.Linear(n_in, n_out)
+        for rule in [s.strip() for s in args.sparsities.split(",")]:
+            dtypes = ("float16", "bfloat16") if rule in ("90 %", "2:4") and not args.quick else ("float16",)
+            for dname in dtypes:
+                dtype = getattr(torch, dname)
+                dense = torch.nn.Linear(n_in, n_out).to(dev, dtype)
+                with torch.no_grad():
+                    dense.weight.copy_(base.weight)
+                    dense.bias.copy_(base.bias)
+                A = RULES[rule]()("layer", dense)
+                W = A.to_dense().to(dtype)
+                b = dense.bias.detach()
+                plan = CudaSpmmPlan(A)
+                plan.set_values(A.values)
+                nnz = plan.nnz
+                for k in ks:
+                    x = torch.randn(k, n_in, device=dev, dtype=dtype)
+                    ref = x.float() @ W.float().T + b.float()
+                    row = {"in": n_in, "out": n_out, "sparsity": rule, "dtype": dname, "k": k, "nnz": nnz,
+                           "format": A.format.name, "times_us": {}, "errors": {}}
+                    t = row["times_us"]
+
+                    def rec(name, fn, out_t):
+                        y = fn()
+                        yy = y if y.shape == ref.shape else y.mT
+                        row["errors"][name] = float((yy.float() - ref).abs().max() / ref.abs().max())
+                        tt = graph_time(fn)
+                        t[name] = tt * 1e6 if isinstance(tt, float) else tt
+
+                    rec("dense", lambda: torch.nn.functional.linear(x, W, b), None)
+                    if k >= 8:
+                        plan.use_mma = True
+                        for s in (None, 1, 2, 4, 8):
+                            plan.mma_split_override = s
+                            plan._prepared = {}
+                            rec(f"mma_S{s or 'auto'}", lambda: plan.apply(x.mT, bias=b), None)
+                        plan.mma_split_override = None
+                        row["auto_split"] = plan.mma_split(k)
+                        if k in (8, 64) and (rule != "2:4" or k == 8) and rule != "50 %":
+                            plan.use_mma = False
+                            plan._prepared = {}
+                            rec("cuda_core", lambda: plan.apply(x.mT, bias=b), None)
+                            plan.use_mma = True
+                        plan._prepared = {}
+                    else:
+                        plan._prepared = {}
+                        rec("ours_bias", lambda: plan.apply(x.mT, bias=b), None)
+                        plan._prepared = {}
+                        rec("ours_nobias", lambda: plan.apply(x.mT), None)
+                        if plan.kind == "csr":
+                            plan.use_csr16 = False
+                            plan._prepared = {}
+                            rec("csr_old_bias", lambda: plan.apply(x.mT, bias=b), None)
+                            plan.use_csr16 = True
+                            plan._prepared = {}
+                    vs = 2
+                    if plan.kind == "nm":
+                        mat = nnz * vs + nnz * 2 / 8
+                    else:
+                        mat = nnz * (vs + 2) + (n_out + 1) * 4 + (-(-n_in // 64) + 1) * n_out * 2 * (1 if k >= 8 else 0)
+                    row["bytes"] = {"matrix": mat, "x": k * n_in * vs, "y": k * n_out * vs, "dense_weight": n_in * n_out * vs}
+                    best = min((v for kk, v in t.items() if kk.startswith(("mma_S", "ours", "csr16")) and isinstance(v, float)),
+                               default=None)
+                    if best:
+                        row["best_us"] = best
+                        row["speedup_vs_dense"] = t["dense"] / best
+                        row["fraction_of_copy_bw"] = (mat + row["bytes"]["x"] + row["bytes"]["y"]) / (best * 1e-6) / bw
+                    rows.append(row)
+                    print(f"{n_in}x{n_out} {rule:>5s} {dname:8s} k={k:<4d} " + " ".join(
+                        f"{kk}={v:.1f}" if isinstance(v, float) else f"{kk}=n/c" for kk, v in t.items())
+                          + f" | x{row.get('speedup_vs_dense', float('nan')):.2f} err={max(row['errors'].values()):.1e}", flush=True)
+                plan = A = W = dense = None  # noqa: F841 - freed before the next pattern
+                torch.cuda.empty_cache()
+    doc = {"benchmark": "cuda plugin session 5: tensor-core SpMM and csr16 on LLM layers (kernel time, CUDA graph of 20 calls)",
+           "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+           "command": "python plugins/cuda_kernels/benchmarks/bench_s5.py " + " ".join(sys.argv[1:]),
+           "machine": {"gpu": torch.cuda.get_device_name(0), "platform": platform.platform(), "torch": torch.__version__},
+           "copy_bandwidth_bytes_per_s": bw, "rows": rows}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "cuda_kernels_h200_s5.json").write_text(json.dumps(doc, indent=1))
+    print("wrote", out / "cuda_kernels_h200_s5.json")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,431 @@
+// Tensor-core SpMM for half types (float16 / bfloat16 values, float32 accumulation): Y^T = X^T A^T
+// for a sparse A (m x n) and a right-hand side of k columns given as X^T (k x n, row-major: the
+// layout of a linear layer's input), Y^T (k x m, row-major) written, bias fused.
+//
+// "Load as sparse, compute as dense": a block owns MMA_BM = 128 rows of A and MMA_BB = 64 columns
+// of X; it walks the columns of A in tiles of MMA_BK = 64. Per tile the rows' entries are read from
+// global memory (prefetched into registers while the previous tile multiplies), scattered into a
+// dense 128 x 64 tile in shared memory (each row zeroed first by the lanes that fill it), and the tile is multiplied with the X^T tile by
+// mma.sync m16n8k16 (f16/bf16 in, f32 accumulate). 8 warps, each a 32 (X columns) x 32 (A rows)
+// piece of the block's output: 2 x 4 mma per 16-wide step.
+//
+// The column tiles of A are split S ways (S = 1, 2, 4, 8: spmm_mma*_s<S>) across the S blocks of a
+// thread-block cluster (sm_90): each block's float32 partial sums go to its shared memory, and after
+// a cluster barrier every block sums its share of the output over the S blocks' shared memories
+// (distributed shared memory, mapa + ld.shared::cluster), adds the bias and stores. S spreads a
+// short, wide A (4096 rows: 32 row blocks) over the SMs without a global workspace.
+//
+// CSR (spmm_mma_s<S>): entries in CSR order, columns as uint16 (n < 65535), and per (tile, row)
+// the offset of the row's first entry at or after the tile's first column, relative to the row's
+// start: toff[t * m + r] (uint16, t = 0 .. T), so the row's entries of tile t are
+// [rowptr[r] + toff[t*m + r], rowptr[r] + toff[(t+1)*m + r]). Eight lanes per row, a warp's 16 rows
+// in four passes; two entries per lane prefetched, the rest of a long row read at scatter time.
+// N:M 2:4 (spmm_mma24_s<S>): the values in slot order (S2 = n / 2 slots per row) and 2-bit
+// in-group positions packed 16 per uint32; tile t of a row is its slots [32 t, 32 t + 32): eight
+// lanes take four slots each (one 8-byte value load, one byte of positions). The host launches
+// these for n % 8 == 0, k <= 65535 * 64, X^T 16-byte aligned (n % 64 == 0 for 2:4).
+#if VAL_KIND <= 1
+
+#define MMA_BM 128
+#define MMA_BB 64
+#define MMA_BK 64
+#define MMA_LD 72    // shared row stride of the X and A tiles (halves): conflict-free fragment loads
+#define MMA_PLD 136  // shared row stride of the float32 partial sums
+#define MMA_THREADS 256
+#define MMA_TILES_BYTES ((MMA_BB + MMA_BM) * MMA_LD * 2)
+#define MMA_MAX_TILES 64  // column tiles per block (CSR: their offsets are staged in shared memory)
+// the X and A tiles, then the CSR tile offsets; the float32 partial sums overlay them after the loop
+#define MMA_SMEM (MMA_TILES_BYTES + (MMA_MAX_TILES + 1) * MMA_BM * 2)
+
+__device__ __forceinline__ void mma16816(float* d, const unsigned* a, const unsigned* b) {
+#if VAL_KIND == 0
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  unsigned a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+
+#if __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void cluster_sync_all() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ float4 ld_cluster(unsigned addr, unsigned rank) {
+  unsigned ra;
+  float4 v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(addr), "r"(rank));
+  asm volatile("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(ra) : "memory");
+  return v;
+}
+#endif
+
+// Loads of the tile loop as volatile asm: issued where they are written (two tiles before their
+// use), never moved next to it by the compiler; the registers are waited on at first use only.
+__device__ __forceinline__ uint4 ldp_v4(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint2 ldp_v2(const void* p) {
+  uint2 v;
+  asm volatile("ld.global.nc.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ unsigned ldp_u32(const void* p) {
+  unsigned v;
+  asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ unsigned ldp_u16(const void* p) {
+  unsigned short v;
+  asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(v) : "l"(p));
+  return v;
+}
+
+template <int S, bool NM>
+__device__ __forceinline__ void spmm_mma_body(int m, int n, int k, int T, const int* __restrict__ rowptr,
+                                              const unsigned short* __restrict__ toff, const void* __restrict__ idx,
+                                              const val_t* __restrict__ val, const val_t* __restrict__ xt,
+                                              const val_t* __restrict__ bias, val_t* __restrict__ yt, int flags) {
+  __shared__ __align__(16) unsigned char smem[MMA_SMEM];
+  val_t* Xs = reinterpret_cast<val_t*>(smem);   // [MMA_BB][MMA_LD]
+  val_t* Ws = Xs + MMA_BB * MMA_LD;             // [MMA_BM][MMA_LD]
+  float* P = reinterpret_cast<float*>(smem);    // [MMA_BB][MMA_PLD], after the tiles
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int gl = lane & 7, grp = lane >> 3;
+  int rank = 0;
+#if __CUDA_ARCH__ >= 900
+  if (S > 1) rank = (int)cluster_rank();
+#endif
+  const int row0 = (int)(blockIdx.x / S) * MMA_BM;
+  const int b0 = (int)blockIdx.y * MMA_BB;
+  const int ta = (int)((long long)T * rank / S), te = (int)((long long)T * (rank + 1) / S);
+  const int wm = warp & 1, wn = warp >> 1;
+  float acc[2][4][4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.f;
+
+  const int rbase = warp * 16 + grp;  // the thread's rows (scatter): rbase + 4 p, p = 0..3
+  int base[4];
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    int r = row0 + rbase + p * 4;
+    base[p] = (!NM && r < m) ? RO(rowptr + r) : 0;
+  }
+  // CSR: the tile offsets of the block's rows for tiles ta .. te, in shared memory, loaded once
+  // (so that no load of the tile loop waits for another load)
+  unsigned short* Ts = reinterpret_cast<unsigned short*>(smem + MMA_TILES_BYTES);  // [te - ta + 1][MMA_BM]
+  if (!NM) {
+    const int nq = (te - ta + 1) * MMA_BM;
+    for (int q0 = 0; q0 < nq; q0 += 8 * MMA_THREADS) {  // eight loads in flight per thread
+      unsigned short tv[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        int q = q0 + u * MMA_THREADS + tid;
+        int tt = q / MMA_BM, r = row0 + (q - tt * MMA_BM);
+        tv[u] = (q < nq && r < m) ? RO(toff + (i64)(ta + tt) * m + r) : (unsigned short)0;
+      }
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        int q = q0 + u * MMA_THREADS + tid;
+        if (q < nq) Ts[q] = tv[u];
+      }
+    }
+    __syncthreads();
+  }
+  const unsigned short* col = reinterpret_cast<const unsigned short*>(idx);
+  const unsigned* posw = reinterpret_cast<const unsigned*>(idx);
+
+  // what one tile needs from global memory, loaded two tiles ahead: the X^T tile (two 16-byte
+  // pieces per thread) and the entries of the thread's four rows (CSR: the first two of each
+  // row's range, the rest read at scatter time; N:M: four slots per row)
+  struct Pref {
+    uint4 xr[2];
+    unsigned pc[4][2];
+    unsigned pv[4][2];
+    unsigned pp[4];
+  };
+  auto load = [&](int t, Pref& f) {
+    if (flags & 4) {
+#pragma unroll
+      for (int p = 0; p < 4; ++p) f.pc[p][0] = f.pc[p][1] = NM ? 0u : 0xffffffffu;
+      f.xr[0] = f.xr[1] = make_uint4(0u, 0u, 0u, 0u);
+      return;
+    }
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      int q = tid + s * MMA_THREADS;
+      int r = q >> 3, c8 = q & 7;
+      int gc = t * MMA_BK + c8 * 8, b = b0 + r;
+      if (b < k && gc < n) f.xr[s] = ldp_v4(xt + (i64)b * n + gc);
+      else f.xr[s] = make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      int rl = rbase + p * 4, r = row0 + rl;
+      if (NM) {
+        int S2 = n >> 1;
+        int sl = t * 32 + gl * 4;  // first of the lane's four slots in the row
+        if (r < m && sl < S2) {
+          i64 slot = (i64)r * S2 + sl;
+          uint2 v = ldp_v2(val + slot);
+          f.pv[p][0] = v.x;
+          f.pv[p][1] = v.y;
+          f.pp[p] = (ldp_u32(posw + (slot >> 4)) >> (unsigned)((slot & 15) * 2)) & 0xffu;
+          f.pc[p][0] = 1;
+        } else {
+          f.pc[p][0] = 0;
+        }
+      } else {
+        int es = base[p] + (int)Ts[(t - ta) * MMA_BM + rl], ee = base[p] + (int)Ts[(t - ta + 1) * MMA_BM + rl];
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          int e = es + gl + 8 * u;
+          if (r < m && e < ee) {
+            f.pc[p][u] = ldp_u16(col + e);
+            f.pv[p][u] = ldp_u16(val + e);
+          } else {
+            f.pc[p][u] = 0xffffffffu;
+          }
+        }
+      }
+    }
+  };
+  // the X^T tile and the zeroed, then filled, A tile in shared memory
+  auto stage = [&](int t, const Pref& f) {
+    __syncthreads();  // the previous tile's products are done with Xs / Ws
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      int q = tid + s * MMA_THREADS;
+      *reinterpret_cast<uint4*>(Xs + (q >> 3) * MMA_LD + (q & 7) * 8) = f.xr[s];
+    }
+    // each row of the A tile is zeroed, then filled, by the 8 lanes that own it (no block barrier)
+    if (!(flags & 2)) {
+#pragma unroll
+      for (int p = 0; p < 4; ++p)
+        *reinterpret_cast<uint4*>(Ws + (rbase + p * 4) * MMA_LD + gl * 8) = make_uint4(0u, 0u, 0u, 0u);
+    }
+    __syncwarp();
+    const unsigned c0 = (unsigned)(t * MMA_BK);
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      int rl = rbase + p * 4;
+      val_t* wr = Ws + rl * MMA_LD;
+      if (NM) {
+        if (f.pc[p][0]) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            unsigned lc = (unsigned)((gl * 4 + i) >> 1) * 4u + ((f.pp[p] >> (2 * i)) & 3u);
+            unsigned w = i < 2 ? f.pv[p][0] : f.pv[p][1];
+            wr[lc] = (val_t)((i & 1) ? (w >> 16) : (w & 0xffffu));
+          }
+        }
+      } else {
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          unsigned c = f.pc[p][u];
+          unsigned lc = c - c0;
+          if (lc < MMA_BK && c < (unsigned)n) wr[lc] = (val_t)f.pv[p][u];
+        }
+        if (row0 + rl < m) {
+          int es = base[p] + (int)Ts[(t - ta) * MMA_BM + rl], ee = base[p] + (int)Ts[(t - ta + 1) * MMA_BM + rl];
+          for (int e = es + gl + 16; e < ee; e += 8) {
+            unsigned c = RO(col + e);
+            unsigned lc = c - c0;
+            if (lc < MMA_BK && c < (unsigned)n) wr[lc] = RO(val + e);
+          }
+        }
+      }
+    }
+    __syncthreads();
+  };
+  auto multiply = [&]() {
+    if (flags & 1) return;
+#pragma unroll
+    for (int kk = 0; kk < MMA_BK / 16; ++kk) {
+      unsigned a[2][4], b[4][2];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        const val_t* xa = Xs + (wm * 32 + mt * 16 + g) * MMA_LD + kk * 16 + 2 * t4;
+        a[mt][0] = *reinterpret_cast<const unsigned*>(xa);
+        a[mt][1] = *reinterpret_cast<const unsigned*>(xa + 8 * MMA_LD);
+        a[mt][2] = *reinterpret_cast<const unsigned*>(xa + 8);
+        a[mt][3] = *reinterpret_cast<const unsigned*>(xa + 8 * MMA_LD + 8);
+      }
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const val_t* wb = Ws + (wn * 32 + nt * 8 + g) * MMA_LD + kk * 16 + 2 * t4;
+        b[nt][0] = *reinterpret_cast<const unsigned*>(wb);
+        b[nt][1] = *reinterpret_cast<const unsigned*>(wb + 8);
+      }
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) mma16816(acc[mt][nt], a[mt], b[nt]);
+    }
+  };
+
+  Pref fa, fb;
+  if (ta < te) load(ta, fa);
+  if (ta + 1 < te) load(ta + 1, fb);
+  for (int t = ta; t < te; t += 2) {
+    stage(t, fa);
+    if (t + 2 < te) load(t + 2, fa);  // two tiles ahead: overlaps this tile's and the next one's products
+    multiply();
+    if (t + 1 < te) {
+      stage(t + 1, fb);
+      if (t + 3 < te) load(t + 3, fb);
+      multiply();
+    }
+  }
+  __syncthreads();  // the tiles' memory becomes the partial sums
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      float* pr = P + (wm * 32 + mt * 16 + g) * MMA_PLD + wn * 32 + nt * 8 + 2 * t4;
+      *reinterpret_cast<float2*>(pr) = make_float2(acc[mt][nt][0], acc[mt][nt][1]);
+      *reinterpret_cast<float2*>(pr + 8 * MMA_PLD) = make_float2(acc[mt][nt][2], acc[mt][nt][3]);
+    }
+#if __CUDA_ARCH__ >= 900
+  if (S > 1) cluster_sync_all();
+  else __syncthreads();
+#else
+  __syncthreads();
+#endif
+  // this block's share of the output tile: X columns [bb0, bb1) of the 64, all 128 rows
+  const int bb0 = MMA_BB * rank / S, bb1 = MMA_BB * (rank + 1) / S;
+  const unsigned pbase = smem_addr(P);
+  for (int q = bb0 * 32 + tid; q < bb1 * 32; q += MMA_THREADS) {
+    int bb = q >> 5, c4 = (q & 31) * 4;
+    float4 s = *reinterpret_cast<const float4*>(P + bb * MMA_PLD + c4);
+#if __CUDA_ARCH__ >= 900
+    if (S > 1) {
+      s = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+      for (int j = 0; j < S; ++j) {
+        float4 o = ld_cluster(pbase + (unsigned)((bb * MMA_PLD + c4) * 4), (unsigned)j);
+        s.x += o.x;
+        s.y += o.y;
+        s.z += o.z;
+        s.w += o.w;
+      }
+    }
+#endif
+    int b = b0 + bb, r = row0 + c4;
+    if (b < k) {
+      float sv[4] = {s.x, s.y, s.z, s.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (r + i < m) yt[(i64)b * m + r + i] = st(sv[i] + (bias ? ld(RO(bias + r + i)) : 0.f));
+    }
+  }
+  (void)pbase;
+#if __CUDA_ARCH__ >= 900
+  if (S > 1) cluster_sync_all();  // no block leaves while another still reads its shared memory
+#endif
+}
+
+#define SPMM_MMA(SP, ATTR)                                                                                              \
+  extern "C" __global__ void ATTR __launch_bounds__(MMA_THREADS, 2) spmm_mma_s##SP(                                       \
+      i64 m, i64 n, i64 k, i64 T, const int* rowptr, const unsigned short* toff, const unsigned short* col,            \
+      const val_t* val, const val_t* xt, const val_t* bias, val_t* yt, i64 flags) {                                    \
+    spmm_mma_body<SP, false>((int)m, (int)n, (int)k, (int)T, rowptr, toff, col, val, xt, bias, yt, (int)flags);        \
+  }                                                                                                                    \
+  extern "C" __global__ void ATTR __launch_bounds__(MMA_THREADS, 2) spmm_mma24_s##SP(                                     \
+      i64 m, i64 n, i64 k, i64 T, const int* rowptr, const unsigned short* toff, const unsigned* pos,                  \
+      const val_t* val, const val_t* xt, const val_t* bias, val_t* yt, i64 flags) {                                    \
+    spmm_mma_body<SP, true>((int)m, (int)n, (int)k, (int)T, rowptr, toff, pos, val, xt, bias, yt, (int)flags);         \
+  }
+
+SPMM_MMA(1, )
+#if __CUDA_ARCH__ >= 900
+SPMM_MMA(2, __cluster_dims__(2, 1, 1))
+SPMM_MMA(4, __cluster_dims__(4, 1, 1))
+SPMM_MMA(8, __cluster_dims__(8, 1, 1))
+#endif
+
+// ---- CSR with uint16 columns, one right-hand side, half types: a warp per row, bias fused ------------
+// The plan's uint16 copy of the columns (the tensor-core kernel's) halves the index bytes. A lane
+// takes aligned chunks of 8 entries (entry 8q .. 8q + 7 of the whole CSR): one 16-byte load of
+// values, one 16-byte load of columns, the entries outside the row's [s, e) masked; two chunks per
+// lane per step, all loads before the FMAs; X gathered through the read-only path (it stays in L1).
+// Values and columns need 16-byte aligned bases (the host checks).
+extern "C" __global__ void __launch_bounds__(512) csr16_warp(i64 m_, const int* __restrict__ rowptr,
+                                                             const unsigned short* __restrict__ col,
+                                                             const val_t* __restrict__ val, const val_t* __restrict__ x,
+                                                             const val_t* __restrict__ bias, val_t* __restrict__ y) {
+  const int m = (int)m_;
+  const int lane = threadIdx.x & 31;
+  const int row = (int)((blockIdx.x * (blockDim.x >> 5)) + (threadIdx.x >> 5));
+  if (row >= m) return;
+  const int s = RO(rowptr + row), e = RO(rowptr + row + 1);
+  const int qa = s >> 3, qe = (e + 7) >> 3;
+  float acc = 0.f;
+  for (int qb = qa; qb < qe; qb += 64) {
+    uint4 vv[2], cc[2];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      int q = qb + u * 32 + lane;
+      if (q < qe) {
+        vv[u] = RO(reinterpret_cast<const uint4*>(val) + q);
+        cc[u] = RO(reinterpret_cast<const uint4*>(col) + q);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      int q = qb + u * 32 + lane;
+      if (q < qe) {
+        unsigned vw[4] = {vv[u].x, vv[u].y, vv[u].z, vv[u].w};
+        unsigned cw[4] = {cc[u].x, cc[u].y, cc[u].z, cc[u].w};
+        int e0 = q * 8;
+        bool whole = e0 >= s && e0 + 8 <= e;
+        float xs[8];
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+          unsigned c = (t & 1) ? (cw[t >> 1] >> 16) : (cw[t >> 1] & 0xffffu);
+          bool in = whole || (e0 + t >= s && e0 + t < e);
+          xs[t] = in ? ld(RO(x + c)) : 0.f;
+        }
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+          unsigned hv = (t & 1) ? (vw[t >> 1] >> 16) : (vw[t >> 1] & 0xffffu);
+          acc += ld((val_t)hv) * xs[t];
+        }
+      }
+    }
+  }
+  acc = warp_sum(acc);
+  if (lane == 0) y[row] = st(acc + (bias ? ld(RO(bias + row)) : 0.f));
+}
+
+#endif  // VAL_KIND <= 1
+
+// bias added in place to Y (m x k, row-major, or its transpose): y[r * rs + c * cs] += bias[r],
+// for the kernels that do not fuse it
+extern "C" __global__ void add_bias(i64 m, i64 k, i64 rs, i64 cs, const val_t* __restrict__ bias, val_t* __restrict__ y) {
+  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= m * k) return;
+  i64 r = i / k, c = i - r * k;
+  val_t* p = y + r * rs + c * cs;
+  *p = st(ld(*p) + ld(RO(bias + r)));
+}

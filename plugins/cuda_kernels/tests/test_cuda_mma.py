@@ -1,0 +1,162 @@
+"""The tensor-core SpMM (kernels/mma.cu) and the fused / unfused bias, on a GPU, against dense
+float64 references: CSR (short and long rows per 64-column tile, empty rows, n not a multiple of
+64), the generic path (COO through a CSR) and N:M 2:4, float16 and bfloat16, every cluster size,
+X given as a linear layer's transposed input and as a contiguous (n, k) tensor, columns of X that
+fill no whole 64-column block, CUDA-graph capture, the recorded-launch replay. Skips without a GPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sparsetorch.format import COO, CSR, NM
+
+from _cuda_helpers import TOL, gpu, nm_dense, random_dense, rel_err, to_format
+
+pytestmark = gpu
+
+HALF = (torch.float16, torch.bfloat16)
+
+
+def _plan(A, variant=None):
+    from sparsetorch_cuda.plan import CudaSpmmPlan
+
+    p = CudaSpmmPlan(A, variant=variant)
+    p.set_values(A.values)
+    return p
+
+
+def _xt(k, n, dtype, seed):
+    """X^T as a linear layer holds it: (k, n) contiguous, values representable in dtype."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(k, n, generator=g, dtype=torch.float64).to(dtype)
+
+
+def _bias(m, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(m, generator=g, dtype=torch.float64).to(dtype)
+
+
+def _ref(D, xt, b=None):
+    y = D @ xt.double().T
+    return y if b is None else y + b.double()[:, None]
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("split", (1, 2, 4, 8))
+@pytest.mark.parametrize("shape", ((300, 512, 0.1), (130, 264, 0.5), (1000, 1024, 0.02), (257, 2048, 0.9), (64, 520, 0.3),
+                                   (40, 8200, 0.05)),
+                         ids=("sparse", "n%64", "verysparse", "dense-rows", "n520", "wide"))
+def test_csr_mma_matches_dense(shape, split, dtype):
+    m, n, dens = shape
+    D = random_dense(m, n, dens, dtype, seed=m + n, empty_rows=5)
+    A = to_format(D, CSR, dtype, torch.int32)
+    plan = _plan(A)
+    plan.mma_split_override = split
+    assert plan._mma_layout() is not None
+    for k, seed in ((8, 1), (17, 2), (64, 3), (100, 4), (130, 5)):
+        xt = _xt(k, n, dtype, seed).cuda()
+        b = _bias(m, dtype, seed).cuda()
+        Y = plan.apply(xt.mT, bias=b)  # a linear layer's call: X = x.mT, Y comes back as Yt.mT
+        assert Y.shape == (m, k) and Y.dtype == dtype and Y.mT.is_contiguous()
+        err = rel_err(Y, _ref(D, xt.cpu(), b.cpu()))
+        assert err < TOL[dtype], (shape, split, k, err)
+        Yc = plan.apply(xt.mT.contiguous())  # contiguous X: transposed inside, Y contiguous
+        assert Yc.is_contiguous()
+        err_c = rel_err(Yc, _ref(D, xt.cpu()))
+        assert err_c < TOL[dtype], (shape, split, k, "contiguous", err_c)
+        again = plan.apply(xt.mT, bias=b)  # the recorded launch, replayed
+        assert torch.equal(again, Y)
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=lambda d: str(d).replace("torch.", ""))
+def test_default_split_and_generic_path(dtype):
+    D = random_dense(4096 // 8, 1024, 0.1, dtype, seed=3)
+    A = to_format(D, COO, dtype, torch.int64)
+    plan = _plan(A)
+    assert plan.kind == "generic" and plan.mma_split(64) in (1, 2, 4, 8)
+    xt = _xt(64, 1024, dtype, 7).cuda()
+    assert rel_err(plan.apply(xt.mT), _ref(D, xt.cpu())) < TOL[dtype]
+    plan.use_mma = False  # the CUDA-core kernels on the same call agree
+    assert rel_err(plan.apply(xt.mT), _ref(D, xt.cpu())) < TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("split", (1, 2, 4, 8))
+@pytest.mark.parametrize("shape", ((256, 512), (130, 264), (33, 2048)))
+def test_nm24_mma_matches_dense(shape, split, dtype):
+    m, n = shape
+    D = nm_dense(m, n, 2, 4, dtype, seed=n)
+    A = to_format(D, NM(2, 4), dtype, torch.int32)
+    plan = _plan(A)
+    plan.mma_split_override = split
+    assert plan.kind == "nm" and plan._mma_layout() is not None
+    for k in (8, 64, 70):
+        xt = _xt(k, n, dtype, k).cuda()
+        b = _bias(m, dtype, k).cuda()
+        err = rel_err(plan.apply(xt.mT, bias=b), _ref(D, xt.cpu(), b.cpu()))
+        assert err < TOL[dtype], (shape, split, k, err)
+
+
+def test_mma_not_taken_where_it_does_not_apply():
+    D = random_dense(100, 245, 0.1, torch.float16, seed=1)  # n % 8 != 0
+    plan = _plan(to_format(D, CSR, torch.float16, torch.int32))
+    assert not plan._mma_ok(64)
+    xt = _xt(64, 245, torch.float16, 2).cuda()
+    assert rel_err(plan.apply(xt.mT), _ref(D, xt.cpu())) < TOL[torch.float16]
+    D32 = random_dense(100, 256, 0.1, torch.float32, seed=1)
+    assert not _plan(to_format(D32, CSR, torch.float32, torch.int32))._mma_ok(64)  # float32: CUDA-core kernels
+
+
+@pytest.mark.parametrize("fmt", ("CSR", "NM(2,4)"))
+@pytest.mark.parametrize("dtype", (torch.float16, torch.float32), ids=("float16", "float32"))
+@pytest.mark.parametrize("k", (1, 3, 64))
+def test_bias_on_every_path(fmt, dtype, k):
+    m, n = 200, 256
+    D = nm_dense(m, n, 2, 4, dtype, seed=2) if fmt != "CSR" else random_dense(m, n, 0.1, dtype, seed=2)
+    plan = _plan(to_format(D, CSR if fmt == "CSR" else NM(2, 4), dtype, torch.int32))
+    b = _bias(m, dtype, 3).cuda()
+    X = _xt(k, n, dtype, 4).T.contiguous().cuda()
+    for _ in range(2):  # the second call replays what the first recorded
+        err = rel_err(plan.apply(X, bias=b), _ref(D, X.T.cpu(), b.cpu()))
+        assert err < TOL[dtype], (fmt, dtype, k, err)
+    with pytest.raises(Exception, match="bias"):
+        plan.apply(X, bias=b[:-1])
+
+
+def test_mma_cuda_graph_capture():
+    dtype = torch.float16
+    D = random_dense(512, 1024, 0.1, dtype, seed=4)
+    plan = _plan(to_format(D, CSR, dtype, torch.int32))
+    xt = _xt(64, 1024, dtype, 5).cuda()
+    b = _bias(512, dtype, 6).cuda()
+    plan.apply(xt.mT, bias=b)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        plan.apply(xt.mT, bias=b)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = plan.apply(xt.mT, bias=b)
+    new = _xt(64, 1024, dtype, 8)
+    xt.copy_(new.cuda())
+    g.replay()
+    torch.cuda.synchronize()
+    assert rel_err(y, _ref(D, new, b.cpu())) < TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("shape", ((300, 512, 0.1), (129, 4096, 0.5), (1000, 1024, 0.04), (64, 520, 0.3)))
+def test_csr16_one_column(shape, dtype):
+    # long rows, one right-hand side: the uint16-column warp-per-row kernel, bias fused
+    m, n, dens = shape
+    D = random_dense(m, n, dens, dtype, seed=n, empty_rows=3)
+    plan = _plan(to_format(D, CSR, dtype, torch.int32))
+    assert plan.use_csr16
+    x = _xt(1, n, dtype, 1).T.contiguous().cuda()
+    b = _bias(m, dtype, 2).cuda()
+    for _ in range(2):
+        assert rel_err(plan.apply(x, bias=b), _ref(D, x.T.cpu(), b.cpu())) < TOL[dtype]
+        assert rel_err(plan.apply(x), _ref(D, x.T.cpu())) < TOL[dtype]
+    assert plan._prepared.get((1, 0, b.data_ptr())) is not None  # one launch with the bias: recorded
