@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -177,6 +179,23 @@ def test_square_matrix_operand_order():
     torch.testing.assert_close(_compiled(lambda A, X: A @ X)(A, X), D @ X)
     torch.testing.assert_close(_compiled(lambda A, X: X @ A)(A, X), X @ D)
     torch.testing.assert_close(_compiled(lambda A, X: (A @ X) @ A - X @ (A @ X))(A, X), D @ X @ D - X @ D @ X)
+
+
+@pytest.mark.parametrize("dynamo_first", [False, True], ids=["sparsetorch-first", "dynamo-first"])
+def test_operand_order_whatever_the_import_order(dynamo_first):
+    # dynamo's reverse-matmul entry is added by an import hook (dynamo loaded later) or at once
+    first = "import torch._dynamo\n" if dynamo_first else ""
+    code = first + (
+        "import sys, torch, sparsetorch as st\n"
+        "assert ('torch._dynamo' in sys.modules) == %r\n"
+        "D = torch.randn(5, 5, dtype=torch.float64)\n"
+        "A = st.SparseTensor.from_dense(D); X = torch.randn(5, 5, dtype=torch.float64)\n"
+        "f = torch.compile(lambda A, X: (A @ X, X @ A), fullgraph=True, backend='eager')\n"
+        "ax, xa = f(A, X)\n"
+        "torch.testing.assert_close(ax, D @ X); torch.testing.assert_close(xa, X @ D)\n"
+        "print('ok')\n" % dynamo_first)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]
 
 
 def test_closure_matrix_and_batched_operands():
