@@ -259,8 +259,9 @@ class Route(RangeSearch):
                         if rel <= rtol:
                             return X2, replace(res2, residual=rel,
                                                reason=f"{res2.reason}; rows and columns equilibrated (badly scaled)")
-                        eta = self._backward_error(values, B, X2, adjoint)
-                        if eta is not None:
+                        rn = torch.linalg.vector_norm(B - self._apply(values, X2, adjoint), dim=-2)
+                        eta, _, stable = self._backward_error(values, B, X2, rn, torch.linalg.vector_norm(B, dim=-2))
+                        if stable:
                             # backward stable in the caller's norm too: the residual is what the
                             # conditioning allows (an unscaled LU would not do better)
                             return X2, replace(res2, residual=rel, reason=f"{res2.reason}; rows and columns equilibrated "
@@ -304,19 +305,22 @@ class Route(RangeSearch):
                                          f"residual {res.residual:.2g} in the unscaled norm")
             return X2, replace(res2, residual=rel, reason=f"{res2.reason}; rows and columns equilibrated")
 
-    def _backward_error(self, values: torch.Tensor, B: torch.Tensor, X: torch.Tensor, adjoint: bool) -> float | None:
-        """The normwise backward error ``||b - A x|| / (||A||_F ||x|| + ||b||)`` (worst column)
-        when it is at the level of a backward-stable solve and ``||A|| ||x|| / ||b||`` stays
-        below ``1 / (n u)`` (A not singular to working precision); else None."""
-        bn = torch.linalg.vector_norm(B, dim=-2)
-        rn = torch.linalg.vector_norm(B - self._apply(values, X, adjoint), dim=-2)
-        ax = torch.linalg.vector_norm(values, dim=-1) * torch.linalg.vector_norm(X, dim=-2)
+    def _backward_error(self, values: torch.Tensor, B: torch.Tensor, X: torch.Tensor, rn: torch.Tensor,
+                        bn: torch.Tensor) -> tuple[float, float, bool]:
+        """``(eta, growth, stable)``: the normwise backward error ``||r|| / (||A||_F ||x|| + ||b||)``
+        and ``||A|| ||x|| / ||b||`` (worst columns; ``rn``, ``bn``: the residual's and ``B``'s
+        column norms), and whether the answer is that of a backward-stable solve: ``eta`` within
+        the dtype's bound and the growth below ``1 / (n u)`` (past it A is singular to working
+        precision, and a small backward error means nothing)."""
+        anorm = torch.linalg.vector_norm(values, dim=-1)
+        while anorm.dim() < rn.dim():
+            anorm = anorm.unsqueeze(-1)
+        ax = anorm * torch.linalg.vector_norm(X, dim=-2)
         n = self.A.format_shape[0]
-        growth = float((ax / torch.where(bn > 0, bn, torch.ones_like(bn))).max())
         eta = float((rn / (ax + bn)).max())
-        if growth * n * unit_roundoff(B.dtype) >= 1 or not eta <= backward_error_bound(B.dtype, n):
-            return None
-        return eta
+        growth = float((ax / torch.where(bn > 0, bn, torch.ones_like(bn))).max())
+        stable = eta <= backward_error_bound(B.dtype, n) and growth * n * unit_roundoff(B.dtype) < 1
+        return eta, growth, stable
 
     def _equilibrated_solve(self, state: PlanState, plan: Any, values: torch.Tensor, B: torch.Tensor, opts: CallOptions,
                             adjoint: bool, rtol: float, atol: float,
@@ -388,22 +392,15 @@ class Route(RangeSearch):
             X, R, rn = X2, R2, rn2
         rel = float((rn / torch.where(bn > 0, bn, torch.ones_like(bn))).max())
         if res.status is Status.DIRECT:
-            anorm = torch.linalg.vector_norm(values, dim=-1)
-            while anorm.dim() < rn.dim():
-                anorm = anorm.unsqueeze(-1)
-            ax = anorm * torch.linalg.vector_norm(X, dim=-2)
-            eta = rn / (ax + bn)
+            eta, growth, stable = self._backward_error(values, B, X, rn, bn)
             n = self.A.format_shape[0]
-            bound = backward_error_bound(B.dtype, n)
-            # ||A|| ||x|| / ||b|| bounds the condition number from below: past 1 / (n u) the matrix is
-            # singular to working precision, and a small backward error means nothing
-            growth = float((ax / torch.where(bn > 0, bn, torch.ones_like(bn))).max())
             self._growth_singular = growth * n * unit_roundoff(B.dtype) >= 1
-            if bool((eta <= bound).all()) and not self._growth_singular:
+            if stable:
                 return X, replace(res, residual=rel, iterations=res.iterations + extra,
-                                  reason=f"{res.reason}; ill-conditioned: backward error {float(eta.max()):.2g}")
+                                  reason=f"{res.reason}; ill-conditioned: backward error {eta:.2g}")
+            bound = backward_error_bound(B.dtype, n)
             return X, replace(res, residual=rel, converged=False, status=Status.INACCURATE,
-                              reason=f"relative residual {rel:.2g}, backward error {float(eta.max()):.2g} (bound {bound:.1g}), "
+                              reason=f"relative residual {rel:.2g}, backward error {eta:.2g} (bound {bound:.1g}), "
                                      f"||A|| ||x|| / ||b|| = {growth:.2g} after {extra} refinement steps (an unstable "
                                      f"factorization or a matrix singular to working precision)")
         return X, replace(res, residual=rel, converged=False, status=Status.INACCURATE,
