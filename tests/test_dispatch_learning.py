@@ -208,3 +208,23 @@ def test_a_krylov_failure_on_a_pattern_weighs_every_krylov_offer():
     if any(not a.succeeded for a in first.attempts):
         table = str(st.explain("solve", st.SparseTensor.from_package(M.copy()), b))
         assert "other iterative methods needed over" in table or "did not converge on this pattern" in table
+
+
+def test_symmetry_map_is_shared_by_pattern_content_and_gives_the_same_properties():
+    from sparsetorch.ops import properties as P
+
+    A = poisson2d(7, 7)
+    B = _copy(A)
+    tags_a = P.detect(A)
+    assert P.detect(B) == tags_a == {"spd", "symmetric"} | ({"hermitian"} if A.dtype.is_complex else set())
+    key = ("properties", "symmetry_map")
+    assert B._cache[key] is A._cache[key]  # fresh buffers, same numbers: one map
+    # new values on the shared pattern are judged by their own values
+    vals = B.values.clone()
+    vals[1] += 1.0  # breaks the symmetry
+    assert "nonsymmetric" in P.detect(B.with_values(vals))
+    # another pattern of the same size does not hit it
+    C = poisson2d(7, 7).T.to_dense()
+    C[0, 5] = 1.0
+    Cs = st.SparseTensor.from_dense(C)
+    assert "nonsymmetric" in P.detect(Cs)
