@@ -305,6 +305,25 @@ def test_new_matrices_do_not_recompile_per_matrix():
         torch.testing.assert_close(f(st.SparseTensor.from_dense(D, format=fmt), X), D @ X)
 
 
+def test_pattern_record_keeps_no_buffer_alive():
+    import gc
+    import weakref
+
+    D = _dense(30, 30, seed=41)
+    X = torch.randn(30, 2, dtype=F64)
+    f = _compiled(lambda A, X: A @ X)
+    A = st.SparseTensor.from_dense(D)
+    torch.testing.assert_close(f(A, X), D @ X)
+    buf = weakref.ref(A.crd(1))
+    ids = tuple(buffer_id(b) for b in (A.pos(1), A.crd(1)))
+    assert any(key[3] == ids for key in compiled._PATTERNS)
+    del A
+    st.plan_cache().clear()  # the plan cache holds its plans' patterns until evicted (as for eager calls)
+    gc.collect()
+    assert buf() is None
+    assert not any(key[3] == ids for key in compiled._PATTERNS)  # the record went with the buffers
+
+
 def test_index_buffer_written_in_place_is_revalidated():
     D = _dense(6, 6, seed=10)
     A = st.SparseTensor.from_dense(D)

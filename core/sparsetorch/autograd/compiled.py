@@ -80,27 +80,43 @@ def _format(spec: str) -> TensorFormat:
 
 def _pattern(spec: str, shape: Sequence[int], present: Sequence[bool], index: Sequence[Tensor],
              values: Tensor) -> SparseTensor:
-    """The SparseTensor of these buffers with ``values``: the pattern rebuilt once (validated in
-    full) and reused while the same buffers live unmodified (address, extent and version)."""
+    """The SparseTensor of these buffers with ``values``. A pattern seen for the first time is
+    validated in full (the traced code could not); while the same buffers live unmodified
+    (address, extent and version; the first ones still alive, so their memory is not another's)
+    the tensor is put together again from what was recorded then: the validated token and the
+    pattern-derived data (entry lists, conversion maps), as ``with_values`` shares them. The
+    record holds the buffers weakly and goes when they do: the cache keeps no pattern alive."""
     key = (spec, tuple(int(s) for s in shape), tuple(bool(p) for p in present),
            tuple(buffer_id(b) for b in index), values.dtype, values.device)
-    with _PATTERNS_LOCK:
-        hit = _PATTERNS.get(key)
-        if hit is not None:
-            refs, A = hit
-            if all(r() is not None for r in refs):
-                _PATTERNS.move_to_end(key)
-                return A.with_values(values)
-            del _PATTERNS[key]
     it = iter(index)
     bufs = [next(it) if p else None for p in present]
     half = len(bufs) // 2
-    A = SparseTensor(_format(spec), tuple(shape), bufs[:half], bufs[half:], values.detach(), check=True)
     with _PATTERNS_LOCK:
-        _PATTERNS[key] = (tuple(weakref.ref(b) for b in index), A.detach())
+        hit = _PATTERNS.get(key)
+        if hit is not None:
+            refs, fmt, checked, derived = hit
+            if all(r() is not None for r in refs):
+                _PATTERNS.move_to_end(key)
+                A = SparseTensor.__new__(SparseTensor)
+                A._format, A._pos, A._crd, A._linear = fmt, tuple(bufs[:half]), tuple(bufs[half:]), None
+                A._index, A._checked, A._derived = tuple(index), checked, derived
+                A._shape = tuple(values.shape[:-1]) + tuple(int(s) for s in shape)
+                A._values = values
+                return A
+            del _PATTERNS[key]
+    A = SparseTensor(_format(spec), tuple(shape), bufs[:half], bufs[half:], values, check=True)
+    with _PATTERNS_LOCK:
+        _PATTERNS[key] = (tuple(weakref.ref(b) for b in index), A._format, A._checked, A._derived)
+        if index:
+            weakref.finalize(index[0], _forget, key)
         while len(_PATTERNS) > _PATTERNS_MAX:
             _PATTERNS.popitem(last=False)
-    return A.with_values(values)
+    return A
+
+
+def _forget(key: tuple) -> None:
+    with _PATTERNS_LOCK:
+        _PATTERNS.pop(key, None)
 
 
 def _spec(fmt: TensorFormat) -> str:
