@@ -2,6 +2,7 @@
 LLM-sized layers, kernel time, against dense cuBLAS, in one run.
 
     python plugins/cuda_kernels/benchmarks/bench_s5.py --out DIR [--ks 1,8,16,32,64,128] [--quick]
+    python plugins/cuda_kernels/benchmarks/bench_s5.py --refit RESULTS.json sparsetorch_cuda/cost_h200.json
 
 For W (out x in) pruned as benchmarks/bench_llm.py prunes (magnitude 50 / 90 / 99 %: CSR; 2:4:
 NM(2, 4)), float16 (and bfloat16 for the 90 % / 2:4 rows), X^T of k columns given as a linear
@@ -70,14 +71,52 @@ def copy_bw() -> float:
     return 2 * x.numel() / t
 
 
+def refit(doc: dict, cost_path: Path) -> dict:
+    """Fit the cost model's tensor-core and csr16 parts to a run of this script and write them into
+    the cost JSON at ``cost_path`` (the other families and fields are kept): ``mma.rows`` (one per
+    case with k >= 8: the plan's own cluster size, kernel time), ``mma.coefficients``
+    (:func:`sparsetorch_cuda.cost.fit_mma` of those rows), and ``rows`` of family ``csr16`` (k = 1,
+    CSR: bytes, kernel time) with ``efficiency["csr16"]`` their median."""
+    from sparsetorch_cuda import cost  # noqa: PLC0415
+
+    data = json.loads(cost_path.read_text())
+    bw = data["copy_bandwidth_bytes_per_s"]
+    mrows, crows = [], []
+    for r in doc["rows"]:
+        kind = "nm" if r["format"].startswith("NM") else "csr"
+        m, n, t = r["out"], r["in"], r["times_us"]
+        if r["k"] >= 8 and isinstance(t.get("mma_Sauto"), float):
+            mrows.append({"kind": kind, "m": m, "n": n, "nnz": r["nnz"], "k": r["k"], "dtype": r["dtype"], "sparsity": r["sparsity"],
+                          "split": r.get("auto_split"), "kernel_s": t["mma_Sauto"] * 1e-6})
+        if r["k"] == 1 and kind == "csr" and isinstance(t.get("ours_bias"), float):
+            nbytes = cost.traffic("csr", m=m, n=n, nnz=r["nnz"], k=1, vs=2, isz=4, variant="csr16")
+            crows.append({"family": "csr16", "case": f"{n}x{m} {r['sparsity']} {r['dtype']} k=1 (bias fused)", "bytes": nbytes,
+                          "kernel_s": t["ours_bias"] * 1e-6})
+    data["mma"] = {"coefficients": cost.fit_mma(mrows), "rows": mrows,
+                   "source": "benchmarks/results/cuda_kernels_h200_s5.json (" + doc["command"] + ", " + doc["date"] + ")"}
+    data["rows"] = [r for r in data["rows"] if r.get("family") != "csr16"] + crows
+    data["efficiency"]["csr16"] = statistics.median(r["bytes"] / (r["kernel_s"] * bw) for r in crows)
+    data.setdefault("notes", []).append("mma and csr16 (session 5): refit offline by bench_s5.py --refit from "
+                                        "benchmarks/results/cuda_kernels_h200_s5.json; csr16 efficiencies against this file's copy bandwidth")
+    cost_path.write_text(json.dumps(data, indent=1) + "\n")
+    return data
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--refit", nargs=2, metavar=("RESULTS_JSON", "COST_JSON"),
+                    help="fit the cost model's mma / csr16 parts to a results file of this script and exit")
+    ap.add_argument("--out")
     ap.add_argument("--shapes", default="4096x4096,4096x11008")
     ap.add_argument("--ks", default="1,8,16,32,64,128")
     ap.add_argument("--sparsities", default="90 %,2:4,50 %,99 %")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
+    if args.refit:
+        refit(json.loads(Path(args.refit[0]).read_text()), Path(args.refit[1]))
+        return
+    if not args.out:
+        ap.error("--out is required")
     dev = torch.device("cuda")
     bw = copy_bw()
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)

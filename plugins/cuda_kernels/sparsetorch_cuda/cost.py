@@ -9,7 +9,7 @@ One product costs ``bytes / (bandwidth * efficiency[family]) + host`` seconds:
   :func:`bandwidth_scale`: the efficiencies are fractions of a 1 GiB copy's bandwidth, and the
   core's calibration (a 128 MiB copy, best of 5) reads lower on the same GPU (H200: 3.49 against
   4.25 TB/s in one run), so measured rates are scaled by the ratio of the two in the fitting run.
-- ``efficiency[family]`` (csr_vector, csr_balanced, csr_cols, dia, ell, delta) is the fraction of
+- ``efficiency[family]`` (csr_vector, csr_balanced, csr_cols, csr16, dia, ell, delta, nm) is the fraction of
   that bandwidth the kernel family reached on the H200, the median over the rows of
   ``cost_h200.json`` (written by ``benchmarks/bench_cuda_kernels.py --fit``), with
   :data:`DEFAULT_EFFICIENCY` until a measurement exists.
@@ -19,6 +19,10 @@ One product costs ``bytes / (bandwidth * efficiency[family]) + host`` seconds:
   unit measured in the same run, and priced at ``rates.launch`` of the machine at hand, so it is
   on the scale of the torch and cupy backends' ``launches * rates.launch``; plus one value
   gather for formats that go through the generic CSR.
+
+The tensor-core SpMM (half-precision X of 8 or more columns, CSR and N:M 2:4) is priced by
+:func:`mma_seconds` instead: a least-squares model in the dense area, the entries and the slots,
+fitted to the rows of ``cost_h200.json["mma"]`` (its time follows the per-tile work, not bytes).
 
 Formats without a kernel of their own pay the pattern's CSR construction (a sort of the
 entries) once, as ``setup``.
@@ -37,13 +41,13 @@ import torch
 from sparsetorch.backend import Rates, Request
 
 __all__ = ["traffic", "spmm_cost", "csr_variant", "family", "efficiency", "measurements", "DEFAULT_EFFICIENCY", "bandwidth_scale",
-           "host_seconds",
+           "host_seconds", "mma_applies", "mma_seconds", "fit_mma",
            "HOST_SECONDS", "predict"]
 
 MEASUREMENTS = Path(__file__).resolve().parent / "cost_h200.json"
 #: used for a family until cost_h200.json has rows of it
 DEFAULT_EFFICIENCY = {"csr_vector": 0.6, "csr_balanced": 0.45, "csr_cols": 0.3, "csr_stream": 0.7, "dia": 0.75, "ell": 0.55,
-                      "delta": 0.5, "nm": 0.6, "bsr": 0.5}
+                      "delta": 0.5, "nm": 0.6, "bsr": 0.5, "csr16": 0.4}
 #: host time of one plan.apply (seconds) until measured
 HOST_SECONDS = 12e-6
 #: the 32-bit kernels run below this many entries, rows and columns (plan.INT_LIMIT)
@@ -104,6 +108,8 @@ def family(kind: str, k: int, variant: str = "vector") -> str:
     if kind in ("csr", "generic"):
         if variant == "balanced":
             return "csr_balanced"
+        if variant == "csr16":
+            return "csr16"
         if k >= 16:
             return "csr_cols"
         return "csr_stream" if variant.startswith("stream") else "csr_vector"
@@ -117,7 +123,9 @@ def traffic(kind: str, *, m: int, n: int, nnz: int, k: int, vs: int, isz: int, s
     slots = nnz if slots is None else slots
     fam = family(kind, k, variant)
     passes = 1 if fam == "csr_cols" else k
-    if kind in ("csr", "generic"):
+    if kind in ("csr", "generic") and variant == "csr16":  # uint16 columns, int32 row pointers
+        mat = nnz * (vs + 2) + (m + 1) * 4
+    elif kind in ("csr", "generic"):
         mat = nnz * (vs + isz) + (m + 1) * isz
     elif kind == "dia":
         mat = slots * vs
@@ -132,6 +140,74 @@ def traffic(kind: str, *, m: int, n: int, nnz: int, k: int, vs: int, isz: int, s
     else:
         raise ValueError(kind)
     return passes * mat + vectors
+
+
+#: tensor-core SpMM (kernels/mma.cu) until cost_h200.json has its fit: seconds per element of the
+#: dense (m x n) area per 64 columns of X, per stored CSR entry, per N:M 2:4 slot, and per launch
+MMA_DEFAULT = {"area_s": 1.5e-12, "entry_s": 8e-12, "slot_s": 1e-12, "fixed_s": 5e-6}
+#: the plan's rules (plan.MMA_MIN_K, CSR16_MIN_MEAN, MMA_MAX_TILES x 8)
+MMA_MIN_K = 8
+CSR16_MIN_MEAN = 32
+MMA_MAX_COLUMN_TILES = 512
+
+
+def mma_applies(kind: str, dtype: torch.dtype, m: int, n: int, nnz: int, k: int, nm: tuple[int, int] | None = None) -> bool:
+    """Whether the plan runs the tensor-core SpMM for this product (plan.CudaSpmmPlan._mma_ok,
+    without the device checks: a half-precision X of MMA_MIN_K or more columns, n % 8 == 0 and
+    n < 65535; CSR (or a CSR made from the pattern) with at most MMA_MAX_COLUMN_TILES column
+    tiles, or N:M 2:4)."""
+    if dtype not in (torch.float16, torch.bfloat16) or k < MMA_MIN_K or n % 8 or n >= 65535 or not m:
+        return False
+    if max(nnz, m, n, m * k, n * k) >= INT_LIMIT:
+        return False
+    if kind == "nm":
+        return nm == (2, 4)
+    return kind in ("csr", "generic") and -(-n // 64) <= MMA_MAX_COLUMN_TILES
+
+
+def mma_terms(kind: str, m: int, n: int, nnz: int, k: int) -> tuple[float, float, float, float]:
+    """The regressors of the tensor-core kernel's time: (dense area x 64-column blocks of X,
+    CSR entries, N:M slots, 1)."""
+    blocks = -(-k // 64)
+    return (float(m) * n * blocks, float(nnz) * blocks if kind != "nm" else 0.0, float(nnz) * blocks if kind == "nm" else 0.0, 1.0)
+
+
+def mma_coefficients() -> dict:
+    return {**MMA_DEFAULT, **measurements().get("mma", {}).get("coefficients", {})}
+
+
+def mma_seconds(kind: str, m: int, n: int, nnz: int, k: int) -> float:
+    """Kernel seconds of the tensor-core SpMM: a linear model in :func:`mma_terms` fitted to the
+    H200 rows of cost_h200.json["mma"] (least squares; :func:`fit_mma`). The kernel is bound by
+    its per-tile work (stage, barriers, products; benchmarks/results/cuda_kernels_h200_s5_ablation.json),
+    not by bytes, hence a model in the dense area and the entries rather than in bytes."""
+    c = mma_coefficients()
+    a, e, s_, one = mma_terms(kind, m, n, nnz, k)
+    return max(c["area_s"] * a + c["entry_s"] * e + c["slot_s"] * s_ + c["fixed_s"] * one, 1e-6)
+
+
+def fit_mma(rows: list[dict]) -> dict:
+    """Least-squares coefficients of :func:`mma_seconds` from rows with kind, m, n, nnz, k and
+    kernel_s (normal equations, relative error weighting: each row divided by its time)."""
+    names = ("area_s", "entry_s", "slot_s", "fixed_s")
+    X = [[v / r["kernel_s"] for v in mma_terms(r["kind"], r["m"], r["n"], r["nnz"], r["k"])] for r in rows]
+    y = [1.0 for _ in rows]
+    p = len(names)
+    used = [j for j in range(p) if any(x[j] for x in X)]
+    A = [[sum(x[i] * x[j] for x in X) for j in used] for i in used]
+    b = [sum(x[i] * yy for x, yy in zip(X, y)) for i in used]
+    # solve A c = b (Gaussian elimination, partial pivoting; a handful of unknowns)
+    q = len(used)
+    M = [A[i][:] + [b[i]] for i in range(q)]
+    for c_ in range(q):
+        piv = max(range(c_, q), key=lambda r_: abs(M[r_][c_]))
+        M[c_], M[piv] = M[piv], M[c_]
+        for r_ in range(q):
+            if r_ != c_ and M[c_][c_]:
+                f = M[r_][c_] / M[c_][c_]
+                M[r_] = [a_ - f * b_ for a_, b_ in zip(M[r_], M[c_])]
+    sol = {names[used[i]]: M[i][q] / M[i][i] for i in range(q)}
+    return {n_: float(sol.get(n_, 0.0)) for n_ in names}
 
 
 def predict(fam: str, nbytes: float, bandwidth: float, host: float | None = None) -> float:
@@ -169,12 +245,18 @@ def spmm_cost(rates: Rates, request: Request) -> tuple[float, int, float, str]:
         isz = 4 if max(nse, m, n) < 2**31 - 1 else 8
     elif narrowed:
         isz = 4
-    nbytes = traffic(kind, m=m, n=n, nnz=nse, k=k, vs=vs, isz=isz, slots=nse, bits=bits, block=block)
-    from .plan import STREAM_MEAN  # noqa: PLC0415
+    from .plan import STREAM_MEAN, nm_params  # noqa: PLC0415
 
     variant = "stream" if kind in ("csr", "generic") and nse / max(m, 1) <= STREAM_MEAN else "vector"
+    if (kind in ("csr", "generic") and k == 1 and A.dtype in (torch.float16, torch.bfloat16) and nse >= CSR16_MIN_MEAN * max(m, 1)
+            and mma_applies(kind, A.dtype, m, n, nse, MMA_MIN_K)):
+        variant = "csr16"  # the plan's batch-1 kernel for long half-precision rows
+    nbytes = traffic(kind, m=m, n=n, nnz=nse, k=k, vs=vs, isz=isz, slots=nse, bits=bits, block=block, variant=variant)
     bw = rates.bandwidth * bandwidth_scale(rates)
-    seconds = batch * predict(family(kind, k, variant), nbytes, bw, host_seconds(rates))
+    if batch == 1 and mma_applies(kind, A.dtype, m, n, nse, k, nm_params(A.format) if kind == "nm" else None):
+        seconds = mma_seconds(kind, m, n, nse, k) + host_seconds(rates)
+    else:
+        seconds = batch * predict(family(kind, k, variant), nbytes, bw, host_seconds(rates))
     peak = m * k * vs * batch
     setup = 0.0
     if kind == "generic":

@@ -207,3 +207,37 @@ def test_sell_layout_reproduces_the_product(sigma):
         for w0 in range(0, m, sigma):
             seg = lengths[w0:w0 + sigma]
             assert bool((seg[:-1] >= seg[1:]).all())
+
+
+def test_mma_cost_model_against_the_committed_h200_measurements():
+    """The tensor-core SpMM's model: the committed coefficients are the least-squares fit of the
+    committed rows (cuda_kernels_h200_s5.json, the plan's own cluster size), every row predicted
+    within 1.5x, and the rule of when it applies follows the plan's."""
+    data = cost.measurements()["mma"]
+    rows = data["rows"]
+    assert len(rows) >= 8 and {r["kind"] for r in rows} == {"csr", "nm"}
+    fit = cost.fit_mma(rows)
+    for name, value in data["coefficients"].items():
+        assert fit[name] == pytest.approx(value, rel=1e-6, abs=1e-18), name
+    for r in rows:
+        pred = cost.mma_seconds(r["kind"], r["m"], r["n"], r["nnz"], r["k"])
+        assert 1 / 1.5 < pred / r["kernel_s"] < 1.5, (r, pred)
+    h = torch.float16
+    assert cost.mma_applies("csr", h, 4096, 4096, 1 << 20, 64) and cost.mma_applies("nm", torch.bfloat16, 4096, 4096, 1 << 23, 8, (2, 4))
+    assert not cost.mma_applies("csr", h, 4096, 4096, 1 << 20, 4)          # fewer than 8 columns
+    assert not cost.mma_applies("csr", torch.float32, 4096, 4096, 1 << 20, 64)
+    assert not cost.mma_applies("csr", h, 4096, 4100, 1 << 20, 64)         # n % 8
+    assert not cost.mma_applies("nm", h, 4096, 4096, 1 << 20, 64, (1, 4))
+    assert "csr16" in cost.measurements()["efficiency"]
+
+
+def test_half_precision_layer_offers_price_the_new_kernels(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    A = OperandInfo("sparse", (4096, 4096), torch.float16, torch.device("cuda"), format=CSR, nse=4096 * 410)
+    for k in (1, 64):
+        X = OperandInfo("dense", (4096, k), torch.float16, torch.device("cuda"))
+        offer = _only(plugin.sparsetorch_offers(Request("matmul", (A, X), frozenset(), {})))
+        if k == 64:  # the tensor-core model, not 64 passes of bytes
+            assert offer.seconds == pytest.approx(cost.mma_seconds("csr", 4096, 4096, 4096 * 410, 64)
+                                                  + cost.host_seconds(), rel=0.5)
+        assert offer.seconds < 1e-4

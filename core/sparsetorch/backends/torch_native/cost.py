@@ -14,9 +14,10 @@ import math
 
 from ...dispatch.calibrate import Rates
 from ...dispatch.records import Request
+from ...format import CSR
 from .spmm import TorchSpmmPlan
 
-__all__ = ["spmm_seconds", "iterations", "krylov_cost", "dense_cost", "conversion_cost", "cuda_graph"]
+__all__ = ["spmm_seconds", "per_call_seconds", "iterations", "krylov_cost", "dense_cost", "conversion_cost", "cuda_graph"]
 
 # Vector operations per iteration (axpy, dot, norm) and products per iteration, per method.
 _VECTOR_OPS = {"cg": 6, "minres": 9, "bicgstab": 10, "gmres": 0}
@@ -61,11 +62,44 @@ def conversion_cost(rates: Rates, nse: int) -> float:
     return rates.seconds(bytes=20 * 8 * nse, launches=40)
 
 
+#: host work of building the torch CSR tensor object the plan makes per new value buffer
+#: (spmm.py: "construction costs tens of us"), in launch units
+_CSR_OBJECT_LAUNCHES = 3
+
+
 def spmm_seconds(rates: Rates, request: Request, k: int) -> float:
+    """One product. A ``matmul`` request (one product per value set: ``Matmul.execute``,
+    ``SparseLinear``) also pays what the plan redoes per call (:func:`per_call_seconds`); the
+    iterative solvers and eigensolvers set the values once and repeat the product alone."""
     m, n, nse, vsize, isize = _sizes(request)
     batch = max(1, math.prod(request.A.batch_shape))
-    traffic = TorchSpmmPlan.traffic(nse, m, n, k, vsize, isize) * batch
-    return rates.seconds(bytes=traffic, flops=2 * nse * k * batch, launches=batch)
+    if _itemsize(request.A.dtype) == 2:  # half types run in float32 (spmm.py): the kernel moves float32
+        vsize_k = 4
+    else:
+        vsize_k = vsize
+    traffic = TorchSpmmPlan.traffic(nse, m, n, k, vsize_k, isize) * batch
+    secs = rates.seconds(bytes=traffic, flops=2 * nse * k * batch, launches=batch)
+    if request.op == "matmul":
+        secs += per_call_seconds(rates, request, k)
+    return secs
+
+
+def per_call_seconds(rates: Rates, request: Request, k: int) -> float:
+    """What TorchSpmmPlan does per call beyond the kernel: for float16 / bfloat16 the float32 copy
+    of the values (a fresh buffer per value set, so the CSR tensor object is rebuilt too), X
+    upcast and Y cast back; for formats converted to CSR, the gather of the values into CSR order."""
+    m, n, nse, vsize, isize = _sizes(request)
+    batch = max(1, math.prod(request.A.batch_shape))
+    nbytes = 0.0
+    launches = 0.0
+    fmt = request.A.format
+    if fmt is not None and fmt != CSR and fmt.num_batch_levels == 0:
+        nbytes += nse * (2 * vsize + 8) * batch  # values gathered through an int64 map
+        launches += 1
+    if vsize == 2 and not request.dtype.is_complex:
+        nbytes += (nse * (2 + 4) + n * k * (2 + 4) + m * k * (4 + 2)) * batch
+        launches += 3 + _CSR_OBJECT_LAUNCHES
+    return rates.seconds(bytes=nbytes, launches=launches) if launches else 0.0
 
 
 def iterations(method: str, n: int, rtol: float, maxiter: int | None, restart: int = 30) -> int:
