@@ -111,6 +111,7 @@ def main() -> None:
     ap.add_argument("--ks", default="1,8,16,32,64,128")
     ap.add_argument("--sparsities", default="90 %,2:4,50 %,99 %")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--rows", default="128,64", help="rows of A per block of the tensor-core kernel to time (plan.mma_rows)")
     args = ap.parse_args()
     if args.refit:
         refit(json.loads(Path(args.refit[0]).read_text()), Path(args.refit[1]))
@@ -163,6 +164,13 @@ def main() -> None:
                             rec(f"mma_S{s or 'auto'}", lambda: plan.apply(x.mT, bias=b), None)
                         plan.mma_split_override = None
                         row["auto_split"] = plan.mma_split(k)
+                        for rows_ in [int(v) for v in args.rows.split(",") if int(v) != 128]:  # other block heights
+                            plan.mma_rows = rows_
+                            for s in (None, 4, 8):
+                                plan.mma_split_override = s
+                                plan._prepared = {}
+                                rec(f"mma_r{rows_}_S{s or 'auto'}", lambda: plan.apply(x.mT, bias=b), None)
+                            plan.mma_rows, plan.mma_split_override = 128, None
                         if k in (8, 64) and (rule != "2:4" or k == 8) and rule != "50 %":
                             plan.use_mma = False
                             plan._prepared = {}

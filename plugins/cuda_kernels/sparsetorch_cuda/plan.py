@@ -52,6 +52,8 @@ MMA_MIN_K = 8
 CSR16_MIN_MEAN = 32
 #: column tiles (of 64) one block of the tensor-core kernel takes at most (kernels/mma.cu MMA_MAX_TILES)
 MMA_MAX_TILES = 64
+#: rows of A per block of the tensor-core kernel (CudaSpmmPlan.mma_rows)
+MMA_ROWS = 128
 _GRID_Y = 65535
 _PACKABLE_BITS = (1, 2, 4, 8, 16)
 #: the 32-bit kernels (fast.cu, nm24) run while every entry / row / X and Y offset stays below this
@@ -310,6 +312,9 @@ class CudaSpmmPlan:
         #: csr16_warp for half-precision CSR, one right-hand side, long rows (False: the other kernels)
         self.use_csr16 = variant is None
         self._mma: dict[str, Any] | None = None
+        #: rows of A per block of the tensor-core kernel: 128 (256 threads, 2 blocks per SM) or 64
+        #: (128 threads, 4 blocks per SM)
+        self.mma_rows = MMA_ROWS
         #: benchmarking only (wrong results): 1 skips the products, 2 the zeroing of the A tile, 4 the loads
         self.mma_flags = 0
         #: the one launch of the common call (no adjoint, one matrix, X (n, k) contiguous), recorded on
@@ -608,9 +613,10 @@ class CudaSpmmPlan:
         if self.mma_split_override:
             return max(int(self.mma_split_override), least)
         m, n = self.shape
-        blocks = -(-m // 128) * -(-k // 64)
+        rows = self.mma_rows
+        blocks = -(-m // rows) * -(-k // 64)
         s = 1
-        while s < 8 and blocks * s < 2 * _sm_count(self.dev_index) and lay["T"] >= 4 * s:
+        while s < 8 and blocks * s < (256 // rows) * _sm_count(self.dev_index) and lay["T"] >= 4 * s:
             s *= 2
         return max(s, least)
 
@@ -639,16 +645,18 @@ class CudaSpmmPlan:
         m, n = self.shape
         lay = self._mma_layout()
         s = self.mma_split(k)
-        grid = (-(-m // 128) * s, -(-k // 64))
+        rows = self.mma_rows
+        grid = (-(-m // rows) * s, -(-k // 64))
         v = self._values
+        r64 = "_r64" if rows == 64 else ""
         if lay["nm"]:
-            kern = kernel("mma", f"spmm_mma24_s{s}", self.dtype, torch.int32, self.dev_index, 12)
+            kern = kernel("mma", f"spmm_mma24{r64}_s{s}", self.dtype, torch.int32, self.dev_index, 12)
             args = (m, n, k, lay["T"], 0, 0, self.words.data_ptr(), v.data_ptr(), Xt.data_ptr(), bp, Yt.data_ptr(), self.mma_flags)
         else:
-            kern = kernel("mma", f"spmm_mma_s{s}", self.dtype, torch.int32, self.dev_index, 12)
+            kern = kernel("mma", f"spmm_mma{r64}_s{s}", self.dtype, torch.int32, self.dev_index, 12)
             args = (m, n, k, lay["T"], lay["rowptr"].data_ptr(), lay["toff"].data_ptr(), lay["col"].data_ptr(), v.data_ptr(),
                     Xt.data_ptr(), bp, Yt.data_ptr(), self.mma_flags)
-        kern(grid, 256, args, device=self.dev_index)
+        kern(grid, 2 * rows, args, device=self.dev_index)
 
     def _prepare(self, calls: list, xp: int, yp: int) -> Prepared | None:
         """A :class:`Prepared` launch from one recorded call, or None (several launches, no launch,

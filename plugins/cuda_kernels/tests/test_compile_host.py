@@ -24,8 +24,8 @@ EXPECTED = {
     "mma": ["add_bias"],
 }
 #: kernels of the half types only; the cluster sizes 2..8 for sm_90 and later
-EXPECTED_HALF = {"mma": ["spmm_mma_s1", "spmm_mma24_s1"]}
-EXPECTED_SM90 = {"mma": [f"spmm_mma{f}_s{s}" for f in ("", "24") for s in (2, 4, 8)]}
+EXPECTED_HALF = {"mma": [f"spmm_mma{f}{r}_s1" for f in ("", "24") for r in ("", "_r64")]}
+EXPECTED_SM90 = {"mma": [f"spmm_mma{f}{r}_s{s}" for f in ("", "24") for r in ("", "_r64") for s in (2, 4, 8)]}
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])

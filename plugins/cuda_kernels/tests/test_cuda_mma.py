@@ -42,17 +42,19 @@ def _ref(D, xt, b=None):
     return y if b is None else y + b.double()[:, None]
 
 
+@pytest.mark.parametrize("rows", (128, 64))
 @pytest.mark.parametrize("dtype", HALF, ids=lambda d: str(d).replace("torch.", ""))
 @pytest.mark.parametrize("split", (1, 2, 4, 8))
 @pytest.mark.parametrize("shape", ((300, 512, 0.1), (130, 264, 0.5), (1000, 1024, 0.02), (257, 2048, 0.9), (64, 520, 0.3),
                                    (40, 8200, 0.05)),
                          ids=("sparse", "n%64", "verysparse", "dense-rows", "n520", "wide"))
-def test_csr_mma_matches_dense(shape, split, dtype):
+def test_csr_mma_matches_dense(shape, split, dtype, rows):
     m, n, dens = shape
     D = random_dense(m, n, dens, dtype, seed=m + n, empty_rows=5)
     A = to_format(D, CSR, dtype, torch.int32)
     plan = _plan(A)
     plan.mma_split_override = split
+    plan.mma_rows = rows
     assert plan._mma_layout() is not None
     for k, seed in ((8, 1), (17, 2), (64, 3), (100, 4), (130, 5)):
         xt = _xt(k, n, dtype, seed).cuda()
@@ -81,15 +83,17 @@ def test_default_split_and_generic_path(dtype):
     assert rel_err(plan.apply(xt.mT), _ref(D, xt.cpu())) < TOL[dtype]
 
 
+@pytest.mark.parametrize("rows", (128, 64))
 @pytest.mark.parametrize("dtype", HALF, ids=lambda d: str(d).replace("torch.", ""))
 @pytest.mark.parametrize("split", (1, 2, 4, 8))
 @pytest.mark.parametrize("shape", ((256, 512), (130, 264), (33, 2048)))
-def test_nm24_mma_matches_dense(shape, split, dtype):
+def test_nm24_mma_matches_dense(shape, split, dtype, rows):
     m, n = shape
     D = nm_dense(m, n, 2, 4, dtype, seed=n)
     A = to_format(D, NM(2, 4), dtype, torch.int32)
     plan = _plan(A)
     plan.mma_split_override = split
+    plan.mma_rows = rows
     assert plan.kind == "nm" and plan._mma_layout() is not None
     for k in (8, 64, 70):
         xt = _xt(k, n, dtype, k).cuda()

@@ -2,12 +2,12 @@
 // for a sparse A (m x n) and a right-hand side of k columns given as X^T (k x n, row-major: the
 // layout of a linear layer's input), Y^T (k x m, row-major) written, bias fused.
 //
-// "Load as sparse, compute as dense": a block owns MMA_BM = 128 rows of A and MMA_BB = 64 columns
+// "Load as sparse, compute as dense": a block owns BM = 128 (or 64) rows of A and MMA_BB = 64 columns
 // of X; it walks the columns of A in tiles of MMA_BK = 64. Per tile the rows' entries are read from
-// global memory (prefetched into registers while the previous tile multiplies), scattered into a
-// dense 128 x 64 tile in shared memory (each row zeroed first by the lanes that fill it), and the tile is multiplied with the X^T tile by
-// mma.sync m16n8k16 (f16/bf16 in, f32 accumulate). 8 warps, each a 32 (X columns) x 32 (A rows)
-// piece of the block's output: 2 x 4 mma per 16-wide step.
+// global memory (loaded two tiles ahead), scattered into a dense BM x 64 tile in shared memory
+// (each row zeroed first by the 8 lanes that fill it), and the tile is multiplied with the X^T
+// tile by mma.sync m16n8k16 (f16/bf16 in, f32 accumulate). BM / 16 warps, each a 32 (X columns)
+// x 32 (A rows) piece of the block's output: 2 x 4 mma per 16-wide step.
 //
 // The column tiles of A are split S ways (S = 1, 2, 4, 8: spmm_mma*_s<S>) across the S blocks of a
 // thread-block cluster (sm_90): each block's float32 partial sums go to its shared memory, and after
@@ -26,16 +26,12 @@
 // these for n % 8 == 0, k <= 65535 * 64, X^T 16-byte aligned (n % 64 == 0 for 2:4).
 #if VAL_KIND <= 1
 
-#define MMA_BM 128
 #define MMA_BB 64
 #define MMA_BK 64
 #define MMA_LD 72    // shared row stride of the X and A tiles (halves): conflict-free fragment loads
-#define MMA_PLD 136  // shared row stride of the float32 partial sums
-#define MMA_THREADS 256
-#define MMA_TILES_BYTES ((MMA_BB + MMA_BM) * MMA_LD * 2)
 #define MMA_MAX_TILES 64  // column tiles per block (CSR: their offsets are staged in shared memory)
-// the X and A tiles, then the CSR tile offsets; the float32 partial sums overlay them after the loop
-#define MMA_SMEM (MMA_TILES_BYTES + (MMA_MAX_TILES + 1) * MMA_BM * 2)
+// shared memory: the X and A tiles, then the CSR tile offsets; the float32 partial sums (row
+// stride BM + 8) overlay them after the loop
 
 __device__ __forceinline__ void mma16816(float* d, const unsigned* a, const unsigned* b) {
 #if VAL_KIND == 0
@@ -96,15 +92,21 @@ __device__ __forceinline__ unsigned ldp_u16(const void* p) {
   return v;
 }
 
-template <int S, bool NM>
+template <int S, bool NM, int BM>
 __device__ __forceinline__ void spmm_mma_body(int m, int n, int k, int T, const int* __restrict__ rowptr,
                                               const unsigned short* __restrict__ toff, const void* __restrict__ idx,
                                               const val_t* __restrict__ val, const val_t* __restrict__ xt,
                                               const val_t* __restrict__ bias, val_t* __restrict__ yt, int flags) {
-  __shared__ __align__(16) unsigned char smem[MMA_SMEM];
+  constexpr int THREADS = 2 * BM;  // BM / 16 warps: 2 (X columns) x BM / 32 (rows of A)
+  constexpr int PLD = BM + 8;
+  constexpr int TILES_BYTES = (MMA_BB + BM) * MMA_LD * 2;
+  constexpr int LOOP_BYTES = TILES_BYTES + (MMA_MAX_TILES + 1) * BM * 2;
+  constexpr int SMEM = LOOP_BYTES > MMA_BB * PLD * 4 ? LOOP_BYTES : MMA_BB * PLD * 4;
+  constexpr int XR = MMA_BB * 8 / THREADS;  // 16-byte pieces of the X^T tile per thread
+  __shared__ __align__(16) unsigned char smem[SMEM];
   val_t* Xs = reinterpret_cast<val_t*>(smem);   // [MMA_BB][MMA_LD]
-  val_t* Ws = Xs + MMA_BB * MMA_LD;             // [MMA_BM][MMA_LD]
-  float* P = reinterpret_cast<float*>(smem);    // [MMA_BB][MMA_PLD], after the tiles
+  val_t* Ws = Xs + MMA_BB * MMA_LD;             // [BM][MMA_LD]
+  float* P = reinterpret_cast<float*>(smem);    // [MMA_BB][PLD], after the tiles
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;
   const int gl = lane & 7, grp = lane >> 3;
@@ -112,7 +114,7 @@ __device__ __forceinline__ void spmm_mma_body(int m, int n, int k, int T, const 
 #if __CUDA_ARCH__ >= 900
   if (S > 1) rank = (int)cluster_rank();
 #endif
-  const int row0 = (int)(blockIdx.x / S) * MMA_BM;
+  const int row0 = (int)(blockIdx.x / S) * BM;
   const int b0 = (int)blockIdx.y * MMA_BB;
   const int ta = (int)((long long)T * rank / S), te = (int)((long long)T * (rank + 1) / S);
   const int wm = warp & 1, wn = warp >> 1;
@@ -133,20 +135,20 @@ __device__ __forceinline__ void spmm_mma_body(int m, int n, int k, int T, const 
   }
   // CSR: the tile offsets of the block's rows for tiles ta .. te, in shared memory, loaded once
   // (so that no load of the tile loop waits for another load)
-  unsigned short* Ts = reinterpret_cast<unsigned short*>(smem + MMA_TILES_BYTES);  // [te - ta + 1][MMA_BM]
+  unsigned short* Ts = reinterpret_cast<unsigned short*>(smem + TILES_BYTES);  // [te - ta + 1][BM]
   if (!NM) {
-    const int nq = (te - ta + 1) * MMA_BM;
-    for (int q0 = 0; q0 < nq; q0 += 8 * MMA_THREADS) {  // eight loads in flight per thread
+    const int nq = (te - ta + 1) * BM;
+    for (int q0 = 0; q0 < nq; q0 += 8 * THREADS) {  // eight loads in flight per thread
       unsigned short tv[8];
 #pragma unroll
       for (int u = 0; u < 8; ++u) {
-        int q = q0 + u * MMA_THREADS + tid;
-        int tt = q / MMA_BM, r = row0 + (q - tt * MMA_BM);
+        int q = q0 + u * THREADS + tid;
+        int tt = q / BM, r = row0 + (q - tt * BM);
         tv[u] = (q < nq && r < m) ? RO(toff + (i64)(ta + tt) * m + r) : (unsigned short)0;
       }
 #pragma unroll
       for (int u = 0; u < 8; ++u) {
-        int q = q0 + u * MMA_THREADS + tid;
+        int q = q0 + u * THREADS + tid;
         if (q < nq) Ts[q] = tv[u];
       }
     }
@@ -159,7 +161,7 @@ __device__ __forceinline__ void spmm_mma_body(int m, int n, int k, int T, const 
   // pieces per thread) and the entries of the thread's four rows (CSR: the first two of each
   // row's range, the rest read at scatter time; N:M: four slots per row)
   struct Pref {
-    uint4 xr[2];
+    uint4 xr[XR];
     unsigned pc[4][2];
     unsigned pv[4][2];
     unsigned pp[4];
@@ -172,8 +174,8 @@ __device__ __forceinline__ void spmm_mma_body(int m, int n, int k, int T, const 
       return;
     }
 #pragma unroll
-    for (int s = 0; s < 2; ++s) {
-      int q = tid + s * MMA_THREADS;
+    for (int s = 0; s < XR; ++s) {
+      int q = tid + s * THREADS;
       int r = q >> 3, c8 = q & 7;
       int gc = t * MMA_BK + c8 * 8, b = b0 + r;
       if (b < k && gc < n) f.xr[s] = ldp_v4(xt + (i64)b * n + gc);
@@ -196,7 +198,7 @@ __device__ __forceinline__ void spmm_mma_body(int m, int n, int k, int T, const 
           f.pc[p][0] = 0;
         }
       } else {
-        int es = base[p] + (int)Ts[(t - ta) * MMA_BM + rl], ee = base[p] + (int)Ts[(t - ta + 1) * MMA_BM + rl];
+        int es = base[p] + (int)Ts[(t - ta) * BM + rl], ee = base[p] + (int)Ts[(t - ta + 1) * BM + rl];
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
           int e = es + gl + 8 * u;
@@ -214,8 +216,8 @@ __device__ __forceinline__ void spmm_mma_body(int m, int n, int k, int T, const 
   auto stage = [&](int t, const Pref& f) {
     __syncthreads();  // the previous tile's products are done with Xs / Ws
 #pragma unroll
-    for (int s = 0; s < 2; ++s) {
-      int q = tid + s * MMA_THREADS;
+    for (int s = 0; s < XR; ++s) {
+      int q = tid + s * THREADS;
       *reinterpret_cast<uint4*>(Xs + (q >> 3) * MMA_LD + (q & 7) * 8) = f.xr[s];
     }
     // each row of the A tile is zeroed, then filled, by the 8 lanes that own it (no block barrier)
@@ -247,7 +249,7 @@ __device__ __forceinline__ void spmm_mma_body(int m, int n, int k, int T, const 
           if (lc < MMA_BK && c < (unsigned)n) wr[lc] = (val_t)f.pv[p][u];
         }
         if (row0 + rl < m) {
-          int es = base[p] + (int)Ts[(t - ta) * MMA_BM + rl], ee = base[p] + (int)Ts[(t - ta + 1) * MMA_BM + rl];
+          int es = base[p] + (int)Ts[(t - ta) * BM + rl], ee = base[p] + (int)Ts[(t - ta + 1) * BM + rl];
           for (int e = es + gl + 16; e < ee; e += 8) {
             unsigned c = RO(col + e);
             unsigned lc = c - c0;
@@ -302,9 +304,9 @@ __device__ __forceinline__ void spmm_mma_body(int m, int n, int k, int T, const 
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
-      float* pr = P + (wm * 32 + mt * 16 + g) * MMA_PLD + wn * 32 + nt * 8 + 2 * t4;
+      float* pr = P + (wm * 32 + mt * 16 + g) * PLD + wn * 32 + nt * 8 + 2 * t4;
       *reinterpret_cast<float2*>(pr) = make_float2(acc[mt][nt][0], acc[mt][nt][1]);
-      *reinterpret_cast<float2*>(pr + 8 * MMA_PLD) = make_float2(acc[mt][nt][2], acc[mt][nt][3]);
+      *reinterpret_cast<float2*>(pr + 8 * PLD) = make_float2(acc[mt][nt][2], acc[mt][nt][3]);
     }
 #if __CUDA_ARCH__ >= 900
   if (S > 1) cluster_sync_all();
@@ -315,15 +317,16 @@ __device__ __forceinline__ void spmm_mma_body(int m, int n, int k, int T, const 
   // this block's share of the output tile: X columns [bb0, bb1) of the 64, all 128 rows
   const int bb0 = MMA_BB * rank / S, bb1 = MMA_BB * (rank + 1) / S;
   const unsigned pbase = smem_addr(P);
-  for (int q = bb0 * 32 + tid; q < bb1 * 32; q += MMA_THREADS) {
-    int bb = q >> 5, c4 = (q & 31) * 4;
-    float4 s = *reinterpret_cast<const float4*>(P + bb * MMA_PLD + c4);
+  constexpr int RQ = BM / 4;  // float4 pieces per row of the partial sums
+  for (int q = bb0 * RQ + tid; q < bb1 * RQ; q += THREADS) {
+    int bb = q / RQ, c4 = (q % RQ) * 4;
+    float4 s = *reinterpret_cast<const float4*>(P + bb * PLD + c4);
 #if __CUDA_ARCH__ >= 900
     if (S > 1) {
       s = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
       for (int j = 0; j < S; ++j) {
-        float4 o = ld_cluster(pbase + (unsigned)((bb * MMA_PLD + c4) * 4), (unsigned)j);
+        float4 o = ld_cluster(pbase + (unsigned)((bb * PLD + c4) * 4), (unsigned)j);
         s.x += o.x;
         s.y += o.y;
         s.z += o.z;
@@ -345,17 +348,22 @@ __device__ __forceinline__ void spmm_mma_body(int m, int n, int k, int T, const 
 #endif
 }
 
-#define SPMM_MMA(SP, ATTR)                                                                                              \
-  extern "C" __global__ void ATTR __launch_bounds__(MMA_THREADS, 2) spmm_mma_s##SP(                                       \
+#define SPMM_MMA_BM(SP, ATTR, BMV, NAME, NAME24)                                                                        \
+  extern "C" __global__ void ATTR __launch_bounds__(2 * BMV, 256 / BMV) NAME(                                          \
       i64 m, i64 n, i64 k, i64 T, const int* rowptr, const unsigned short* toff, const unsigned short* col,            \
       const val_t* val, const val_t* xt, const val_t* bias, val_t* yt, i64 flags) {                                    \
-    spmm_mma_body<SP, false>((int)m, (int)n, (int)k, (int)T, rowptr, toff, col, val, xt, bias, yt, (int)flags);        \
+    spmm_mma_body<SP, false, BMV>((int)m, (int)n, (int)k, (int)T, rowptr, toff, col, val, xt, bias, yt, (int)flags);   \
   }                                                                                                                    \
-  extern "C" __global__ void ATTR __launch_bounds__(MMA_THREADS, 2) spmm_mma24_s##SP(                                     \
+  extern "C" __global__ void ATTR __launch_bounds__(2 * BMV, 256 / BMV) NAME24(                                        \
       i64 m, i64 n, i64 k, i64 T, const int* rowptr, const unsigned short* toff, const unsigned* pos,                  \
       const val_t* val, const val_t* xt, const val_t* bias, val_t* yt, i64 flags) {                                    \
-    spmm_mma_body<SP, true>((int)m, (int)n, (int)k, (int)T, rowptr, toff, pos, val, xt, bias, yt, (int)flags);         \
+    spmm_mma_body<SP, true, BMV>((int)m, (int)n, (int)k, (int)T, rowptr, toff, pos, val, xt, bias, yt, (int)flags);    \
   }
+// spmm_mma_s<S> / spmm_mma24_s<S>: 128 rows of A per block (256 threads, 2 blocks per SM);
+// spmm_mma_r64_s<S> / spmm_mma24_r64_s<S>: 64 rows (128 threads, 4 blocks per SM)
+#define SPMM_MMA(SP, ATTR)                                                     \
+  SPMM_MMA_BM(SP, ATTR, 128, spmm_mma_s##SP, spmm_mma24_s##SP)                 \
+  SPMM_MMA_BM(SP, ATTR, 64, spmm_mma_r64_s##SP, spmm_mma24_r64_s##SP)
 
 SPMM_MMA(1, )
 #if __CUDA_ARCH__ >= 900
