@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import warnings
 
-from .spectral import EIGS_WHICH, EIGSH_WHICH, LOBPCG_MAXITER, EigshPlan, EigsPlan
+from .eigs import EigsPlan
+from .spectral import EIGS_WHICH, EIGSH_WHICH, LOBPCG_MAXITER, EigshPlan
 
 __all__ = ["EigshPlan", "EigsPlan", "EIGSH_WHICH", "EIGS_WHICH", "LOBPCG_MAXITER"]
 

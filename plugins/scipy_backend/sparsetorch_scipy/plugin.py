@@ -363,7 +363,7 @@ def _eigsh_factory(method: str) -> Callable[..., Any]:
 
 
 def _eigs_factory(A: sparsetorch.SparseTensor, request: Request) -> Any:
-    from .spectral import EigsPlan
+    from .eigs import EigsPlan
 
     return EigsPlan(A, request.options, backend=NAME)
 

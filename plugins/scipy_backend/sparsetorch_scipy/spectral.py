@@ -50,7 +50,7 @@ from sparsetorch import IndefiniteMatrixError, InputError, IterationResult, Sing
 
 from ._convert import Handoff
 
-__all__ = ["EigshPlan", "EigsPlan", "EIGSH_WHICH", "EIGS_WHICH"]
+__all__ = ["EigshPlan", "EigsPlan", "EIGSH_WHICH", "EIGS_WHICH"]  # noqa: F822 - EigsPlan: module __getattr__
 
 EIGSH_WHICH = ("LA", "SA", "LM", "SM")
 EIGS_WHICH = ("LM", "SM", "LR", "SR", "LI", "SI")
@@ -380,147 +380,14 @@ class EigshPlan:
         return f"EigshPlan({self.method}, n={self.n})"
 
 
-class EigsPlan:
-    """A few eigenpairs of a general square sparse matrix with ARPACK, left vectors on request."""
-
-    method = "arpack"
-    preconditioner = None
-
-    def __init__(self, A: SparseTensor, options: Mapping[str, Any], *, backend: str = "scipy") -> None:
-        m, n = A.format_shape
-        if m != n:
-            raise InputError(f"{backend}/arpack needs a square matrix, got {m}x{n}")
-        self.backend, self.n = backend, int(n)
-        self._h = Handoff(A)
-        self._mats: list[Any] | None = None
-
-    def set_values(self, values: torch.Tensor) -> None:
-        self._mats = None
-        self._mats = _member_matrices(self._h, values)
-
-    def eigs(self, k: int, *, which: str = "LM", sigma: complex | None = None, tol: float = 0.0,
-             maxiter: int | None = None, v0: torch.Tensor | None = None, left: bool = False,
-             budget: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, IterationResult]:
-        from scipy.sparse.linalg import ArpackNoConvergence, eigs
-
-        if self._mats is None:
-            raise RuntimeError(f"{self.backend}/arpack: eigs() before set_values()")
-        if which not in EIGS_WHICH:
-            raise InputError(f"{self.backend}/arpack: which={which!r}; use one of {EIGS_WHICH}")
-        ws, Vs, Us, its, worst, failed = [], [], [], 0, 0.0, []
-        cdtype = np.result_type(self._mats[0].dtype, np.complex64)
-        deadline = _deadline(budget)
-        for i, A in enumerate(self._mats):
-            count = [0]
-            x0 = _v0(v0, i, self.n, A.dtype)
-            # ARPACK's real mode reads LI/SI as |Im|: run those on the complex matrix (signed imaginary parts)
-            Aw = A.astype(cdtype) if (which in ("LI", "SI") and not np.iscomplexobj(A.data)) else A
-            if x0 is not None:
-                x0 = x0.astype(Aw.dtype)
-            try:
-                if sigma is not None or which == "SM":
-                    # shift-invert (SciPy factors A - sigma I; complex sigma on real A included); SM without
-                    # sigma: at 0, where regular-mode ARPACK converges slowly or not at all
-                    shift = 0.0 if sigma is None else sigma
-                    try:
-                        w, V = eigs(Aw.tocsc(), k=k, sigma=shift, which="LM" if sigma is None else which, tol=tol,
-                                    maxiter=maxiter, v0=x0)
-                    except RuntimeError as exc:
-                        if sigma is not None or "singular" not in str(exc).lower():
-                            raise
-                        w, V = eigs(_counting(Aw, count, deadline), k=k, which=which, tol=tol, maxiter=maxiter, v0=x0)
-                else:
-                    w, V = eigs(_counting(Aw, count, deadline), k=k, which=which, tol=tol, maxiter=maxiter, v0=x0)
-            except OutOfBudget:
-                w = np.full(k, np.nan, dtype=cdtype)
-                V = np.full((self.n, k), np.nan, dtype=cdtype)
-                failed.append(f"ARPACK stopped{_where(i)} when its budget of {budget:.3g} s (the estimate of the direct "
-                              f"method it delays) was spent")
-            except ArpackNoConvergence as exc:
-                got = exc.eigenvalues.shape[0]
-                w = np.concatenate([exc.eigenvalues, np.full(k - got, np.nan)]).astype(cdtype)
-                V = np.concatenate([exc.eigenvectors, np.full((self.n, k - got), np.nan)], axis=1).astype(cdtype)
-                failed.append(f"ARPACK did not converge{_where(i)}: {got} of {k} eigenvalues after maxiter="
-                              f"{maxiter if maxiter is not None else '10 n'}; raise maxiter or tol, or pass sigma")
-            except RuntimeError as exc:
-                if "singular" not in str(exc).lower():
-                    raise
-                raise SingularMatrixError(f"{self.backend}/arpack: A - sigma I is exactly singular for sigma={sigma!r}; "
-                                          f"move sigma slightly") from exc
-            w, V = np.asarray(w, dtype=cdtype), np.asarray(V, dtype=cdtype)
-            key = w if sigma is None else 1.0 / (w - sigma)
-            order = _order(key, which)
-            w, V = w[order], V[:, order]
-            with np.errstate(invalid="ignore"):  # columns of NaN (not converged) stay NaN
-                V = V / np.where(np.linalg.norm(V, axis=0) == 0, 1.0, np.linalg.norm(V, axis=0))
-                worst = max(worst, _residual(A, None, w, V))
-            its = max(its, count[0])
-            ws.append(w)
-            Vs.append(V)
-            if left:
-                Us.append(self._left(A, w, i))
-        batch = tuple(self._h.batch_shape)
-        w_t = torch.from_numpy(np.stack(ws)).reshape(*batch, k)
-        V_t = torch.from_numpy(np.stack(Vs)).reshape(*batch, self.n, k)
-        U_t = torch.from_numpy(np.stack(Us)).reshape(*batch, self.n, k) if left else None
-        if failed:
-            res = IterationResult(its, worst, False, Status.MAX_ITERATIONS, failed[0])
-        else:
-            res = IterationResult(its, worst, True, Status.CONVERGED, f"scipy arpack: {k} eigenpairs, {its} operator applications")
-        return w_t, V_t, U_t, res
-
-    def _left(self, A: Any, w: np.ndarray, member: int) -> np.ndarray:
-        """Left eigenvectors: A^H u = conj(w) u, by inverse iteration with a shifted LU per eigenvalue."""
-        import scipy.sparse as sp
-        from scipy.sparse.linalg import splu
-
-        n = self.n
-        cdtype = w.dtype
-        AH = A.conj().T.astype(cdtype).tocsc()
-        eye = sp.eye_array(n, dtype=cdtype, format="csc")
-        rng = np.random.default_rng(1234 + member)
-        U = np.empty((n, w.shape[0]), dtype=cdtype)
-        for j, wj in enumerate(w):
-            if not np.isfinite(wj):
-                U[:, j] = np.nan
-                continue
-            shift = np.conj(wj)
-            lu = None
-            for nudge in (0.0, 1e-10, 1e-8, 1e-6):
-                s = shift + nudge * max(abs(shift), 1.0)
-                try:
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore")
-                        lu = splu((AH - s * eye).tocsc())
-                    break
-                except RuntimeError:
-                    continue
-            if lu is None:
-                raise SingularMatrixError(f"{self.backend}/arpack: A^H - conj(w) I stayed exactly singular for w={wj!r} "
-                                          f"after nudging the shift; no left eigenvector")
-            u = rng.standard_normal(n) + 1j * rng.standard_normal(n)
-            for _ in range(2):
-                with np.errstate(all="ignore"):
-                    u = lu.solve(u.astype(cdtype))
-                nrm = np.linalg.norm(u)
-                if not np.isfinite(nrm) or nrm == 0:
-                    break
-                u = u / nrm
-            U[:, j] = u
-        return U
-
-    def __repr__(self) -> str:
-        return f"EigsPlan(arpack, n={self.n})"
-
-
-def _order(key: np.ndarray, which: str) -> np.ndarray:
-    """The torch backend's order: by ``which``'s key, stable."""
-    keys = {"LM": -np.abs(key), "SM": np.abs(key), "LR": -key.real, "SR": key.real, "LI": -key.imag, "SI": key.imag}
-    k = keys[which]
-    k = np.where(np.isnan(k), np.inf, k)
-    return np.argsort(k, kind="stable")
-
-
 def _where(member: int) -> str:
     return f" (value-batch member {member})" if member else ""
 
+
+def __getattr__(name: str) -> Any:
+    # EigsPlan lives in .eigs (which imports this module's helpers): re-exported on first use
+    if name == "EigsPlan":
+        from .eigs import EigsPlan
+
+        return EigsPlan
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

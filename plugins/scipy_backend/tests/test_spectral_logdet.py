@@ -13,7 +13,8 @@ from sparsetorch.format import COO, CSC, CSR
 from sparsetorch.testing.problems import hermitian_pd, poisson2d, symmetric_indefinite
 
 from sparsetorch_scipy import plugin
-from sparsetorch_scipy.spectral import EigshPlan, EigsPlan
+from sparsetorch_scipy.eigs import EigsPlan
+from sparsetorch_scipy.spectral import EigshPlan
 from sparsetorch_scipy.logdet import LogdetPlan, permutation_sign
 
 from _helpers import poisson_scipy
