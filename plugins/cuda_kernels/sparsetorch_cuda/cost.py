@@ -96,7 +96,7 @@ def csr_variant(m: int, nnz: int, max_row: int) -> str:
     """"balanced" for skewed rows (one row far longer than the mean), the stream kernel for short
     rows (mean <= STREAM_MEAN, longest <= STREAM_MAX_ROW: plan.STREAM_DEFAULT, "streamcs"), else
     "vector"."""
-    from .plan import STREAM_DEFAULT, STREAM_MAX_ROW, STREAM_MEAN  # noqa: PLC0415
+    from .layout import STREAM_DEFAULT, STREAM_MAX_ROW, STREAM_MEAN  # noqa: PLC0415
 
     mean = nnz / max(m, 1)
     if max_row > max(SKEW_MIN_ROW, SKEW_FACTOR * mean):
@@ -217,7 +217,7 @@ def predict(fam: str, nbytes: float, bandwidth: float, host: float | None = None
 
 def _kind_of(request: Request) -> tuple[str, int | None, int]:
     """(kind, bits per stored index: DELTA gap or N:M position, BSR block size)."""
-    from .plan import _nm_pos_bits, bsr_params, delta_bits, native_kind, nm_params  # noqa: PLC0415 - plan imports torch only
+    from .layout import _nm_pos_bits, bsr_params, delta_bits, native_kind, nm_params  # noqa: PLC0415 - layout imports torch only
 
     fmt = request.A.format
     kind = native_kind(fmt)
@@ -245,7 +245,7 @@ def spmm_cost(rates: Rates, request: Request) -> tuple[float, int, float, str]:
         isz = 4 if max(nse, m, n) < 2**31 - 1 else 8
     elif narrowed:
         isz = 4
-    from .plan import STREAM_MEAN, nm_params  # noqa: PLC0415
+    from .layout import STREAM_MEAN, nm_params  # noqa: PLC0415
 
     variant = "stream" if kind in ("csr", "generic") and nse / max(m, 1) <= STREAM_MEAN else "vector"
     if (kind in ("csr", "generic") and k == 1 and A.dtype in (torch.float16, torch.bfloat16) and nse >= CSR16_MIN_MEAN * max(m, 1)

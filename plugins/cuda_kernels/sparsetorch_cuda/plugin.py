@@ -78,7 +78,7 @@ def sparsetorch_offers(request: Request) -> list[Offer | Decline]:
     seconds, peak, setup, kind = cost.spmm_cost(rates(request.device), request)
     bits = None
     if kind == "delta":
-        from .plan import delta_bits  # noqa: PLC0415
+        from .layout import delta_bits  # noqa: PLC0415
 
         bits = delta_bits(request.A.format)
     return [Offer(NAME, "spmm", seconds, peak, _build, cost.describe(kind, bits), setup=setup)]

@@ -1,0 +1,121 @@
+"""The tensor-core SpMM path of :class:`~.plan.CudaSpmmPlan` (kernels/mma.cu; a mixin): when it
+runs, the dense tile layout it reads (made once per pattern), and its launch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .launch import kernel, recording
+from .layout import (INT_LIMIT, MMA_MAX_TILES, MMA_MIN_K, _GRID_Y, _sm_count)
+
+
+class MmaMixin:
+    """Tensor-core SpMM for half-precision X with several columns."""
+
+    def _mma_ok(self, k: int) -> bool:
+        """Whether ``k`` columns run the tensor-core kernel (see :meth:`apply`)."""
+        if not self.use_mma or k < MMA_MIN_K or self.dtype not in (torch.float16, torch.bfloat16):
+            return False
+        m, n = self.shape
+        if not (self.small and m * k < INT_LIMIT and n * k < INT_LIMIT and k <= _GRID_Y * 64):
+            return False
+        return self._mma_layout() is not None
+
+    def _mma_layout(self) -> dict[str, Any] | None:
+        """Pattern work of the tensor-core kernel, once (None where it does not apply): CSR: the
+        columns as uint16 and per (column tile of 64, row) the offset of the row's first entry in
+        the tile from the row's start (uint16, ``(T + 1) x m``, tile-major); N:M 2:4: nothing
+        beyond the packed positions."""
+        if self._mma is not None:
+            return self._mma or None
+        m, n = self.shape
+        self._mma = {}
+        major, _ = torch.cuda.get_device_capability(self.dev_index)
+        if major < 8 or n % 8 or n >= 65535 or not m or not n:
+            return None
+        T = -(-n // 64)
+        if self.kind == "nm":
+            if (self.nm_n, self.nm_m) != (2, 4) or self.pos_bits != 2:
+                return None
+            self._mma = {"T": T, "nm": True, "cluster": major >= 9}
+            return self._mma
+        if self.kind not in ("csr", "generic") or self.nnz >= INT_LIMIT or T > MMA_MAX_TILES * (8 if major >= 9 else 1):
+            return None  # a block stages the offsets of at most MMA_MAX_TILES column tiles
+        r64 = self.rowptr.to(torch.int64)
+        lengths = r64[1:] - r64[:-1]
+        if int(lengths.max()) >= 65535:
+            return None
+        c64 = self.col.to(torch.int64)
+        tile = c64 // 64
+        rows = torch.repeat_interleave(torch.arange(m, device=self.device, dtype=torch.int64), lengths)
+        if self.nnz > 1:  # the kernel needs a row's entries grouped by column tile (true of sorted columns)
+            same = rows[1:] == rows[:-1]
+            if bool((same & (tile[1:] < tile[:-1])).any()):
+                return None
+        counts = torch.bincount(rows * T + tile, minlength=m * T).reshape(m, T)
+        toff = torch.zeros(T + 1, m, dtype=torch.int64, device=self.device)
+        toff[1:] = torch.cumsum(counts, 1).T
+        as16 = lambda t: torch.where(t >= 32768, t - 65536, t).to(torch.int16).contiguous()  # noqa: E731 - uint16 bits
+        self._mma = {"T": T, "nm": False, "cluster": major >= 9, "rowptr": self.rowptr.to(torch.int32).contiguous(),
+                     "toff": as16(toff), "col": as16(torch.cat([c64, c64.new_zeros(-(-self.nnz // 8) * 8 + 8 - self.nnz)]))}
+        return self._mma
+
+    def mma_split(self, k: int) -> int:
+        """Cluster size S of the tensor-core kernel (the column tiles split over S blocks whose
+        partial sums meet in distributed shared memory): the smallest of 1, 2, 4, 8 that makes
+        at least two blocks per SM, with at least two column tiles per block; 1 without clusters."""
+        lay = self._mma_layout()
+        if lay is None or not lay["cluster"]:
+            return 1
+        least = 1
+        while -(-lay["T"] // least) > MMA_MAX_TILES:
+            least *= 2
+        if self.mma_split_override:
+            return max(int(self.mma_split_override), least)
+        m, n = self.shape
+        rows = self.mma_rows
+        blocks = -(-m // rows) * -(-k // 64)
+        s = 1
+        while s < 8 and blocks * s < (256 // rows) * _sm_count(self.dev_index) and lay["T"] >= 4 * s:
+            s *= 2
+        return max(s, least)
+
+    def _apply_mma(self, X: torch.Tensor, k: int, bias: torch.Tensor | None) -> torch.Tensor:
+        m, n = self.shape
+        transposed = X.mT.is_contiguous()
+        Xt = X.mT
+        if not transposed or Xt.data_ptr() % 16:
+            Xt = Xt.clone(memory_format=torch.contiguous_format)
+        xp = Xt.data_ptr()
+        bp = bias.data_ptr() if bias is not None else 0
+        key = ("mma", k, xp & 15, bp)
+        prep = self._prepared.get(key)
+        Yt = torch.empty((k, m), dtype=self.dtype, device=self.device)
+        if prep is not None and Yt.data_ptr() % 16 == 0:
+            prep(xp, Yt.data_ptr())
+        else:
+            with recording() as calls:
+                self._launch_mma(Xt, Yt, k, bp)
+            if len(self._prepared) >= 64:
+                self._prepared.clear()
+            self._prepared[key] = self._prepare(calls, xp, Yt.data_ptr())
+        return Yt.mT if transposed else Yt.mT.contiguous()
+
+    def _launch_mma(self, Xt: torch.Tensor, Yt: torch.Tensor, k: int, bp: int) -> None:
+        m, n = self.shape
+        lay = self._mma_layout()
+        s = self.mma_split(k)
+        rows = self.mma_rows
+        grid = (-(-m // rows) * s, -(-k // 64))
+        v = self._values
+        r64 = "_r64" if rows == 64 else ""
+        if lay["nm"]:
+            kern = kernel("mma", f"spmm_mma24{r64}_s{s}", self.dtype, torch.int32, self.dev_index, 12)
+            args = (m, n, k, lay["T"], 0, 0, self.words.data_ptr(), v.data_ptr(), Xt.data_ptr(), bp, Yt.data_ptr(), self.mma_flags)
+        else:
+            kern = kernel("mma", f"spmm_mma{r64}_s{s}", self.dtype, torch.int32, self.dev_index, 12)
+            args = (m, n, k, lay["T"], lay["rowptr"].data_ptr(), lay["toff"].data_ptr(), lay["col"].data_ptr(), v.data_ptr(),
+                    Xt.data_ptr(), bp, Yt.data_ptr(), self.mma_flags)
+        kern(grid, 2 * rows, args, device=self.dev_index)
