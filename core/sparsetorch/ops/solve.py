@@ -137,6 +137,17 @@ def solve(
     the calls it has seen on the pattern and expects as many again (so a loop of one-shot
     solves moves to a direct solver once its analysis pays off; ``explain`` shows the spread).
     """
+    if torch.compiler.is_compiling():
+        # under torch.compile: one opaque custom op (sparsetorch::spsolve) whose kernel runs this
+        # function at run time, outside the trace (locks, checks and fallback included)
+        from ..autograd.compiled import traced_solve  # noqa: PLC0415 - the compiled path only
+
+        return traced_solve(A, B, backend=backend, method=method, preconditioner=preconditioner, rtol=rtol,
+                            atol=atol, maxiter=maxiter, return_info=return_info, properties=properties,
+                            check_finite=check_finite, on_nonconvergence=on_nonconvergence, callback=callback,
+                            progress=progress, restart=restart, block_size=block_size, dense_max=dense_max,
+                            max_bytes=max_bytes, check_every=check_every, backend_options=backend_options,
+                            cache=cache, repeat=repeat)
     if on_nonconvergence not in _POLICIES:
         raise InputError(f"on_nonconvergence must be one of {_POLICIES}, got {on_nonconvergence!r}")
     if isinstance(A, SparseTensorList):
@@ -353,3 +364,9 @@ class Solver:
     def __exit__(self, *exc) -> None:
         self.free()
 
+
+# the eager kernel of the compiled path's custom op calls this module's solve (the autograd layer
+# may not import the ops layer)
+from ..autograd._compile_hooks import register_solver  # noqa: E402
+
+register_solver(solve)
