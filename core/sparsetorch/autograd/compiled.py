@@ -54,6 +54,7 @@ from ..tensor.sparse_tensor import _install_reverse_matmul
 from . import _compile_hooks
 from .matmul import MatmulHandle
 from .sddmm import sddmm
+from .products import combine
 
 __all__ = ["spmm", "sampled", "spsolve", "traced_matmul", "traced_rmatmul", "traced_solve", "register_solver", "parts"]
 
@@ -379,20 +380,9 @@ def traced_matmul(A: object, X: object, c: Tensor | None = None, alpha=None, bet
     Y = _product_of(A, _operand(A, X, "matmul"), False, backend)
     if c is None and beta is not None and beta != 0:
         raise InputError(f"matmul: beta={beta} needs an output operand c (pass c=, or leave beta out)")
-    alpha = 1.0 if alpha is None else alpha
-    if alpha != 1:
-        Y = alpha * Y
-    if c is None:
-        return Y
-    if not isinstance(c, torch.Tensor) or tuple(c.shape) != tuple(Y.shape) or c.dtype != Y.dtype:
+    if c is not None and (not isinstance(c, torch.Tensor) or tuple(c.shape) != tuple(Y.shape) or c.dtype != Y.dtype):
         raise InputError(f"matmul: c must be a dense tensor of the result's shape {tuple(Y.shape)} and dtype {Y.dtype}")
-    beta = 1.0 if beta is None else beta
-    out = Y + beta * c if beta != 0 else Y
-    if torch.is_grad_enabled() and (out.requires_grad or c.requires_grad):
-        return out
-    with torch.no_grad():
-        c.copy_(out)
-    return c
+    return combine(Y, c, 1.0 if alpha is None else alpha, 1.0 if beta is None else beta)
 
 
 def traced_rmatmul(A: object, X: object) -> Tensor:

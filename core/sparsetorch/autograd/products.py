@@ -15,7 +15,7 @@ import torch
 from ..dispatch.plan import PlanState
 from ..tensor import SparseTensor
 
-__all__ = ["register", "product_state"]
+__all__ = ["register", "product_state", "combine"]
 
 _provider: Callable[[SparseTensor, torch.Tensor], PlanState] | None = None
 
@@ -31,3 +31,18 @@ def product_state(A: SparseTensor, X: torch.Tensor) -> PlanState:
     if _provider is None:  # pragma: no cover - sparsetorch.ops registers on import
         raise RuntimeError("no product provider registered: import sparsetorch (the ops register one)")
     return _provider(A, X)
+
+
+def combine(y: torch.Tensor, c: torch.Tensor | None, alpha, beta) -> torch.Tensor:
+    """``alpha * y + beta * c`` (nvmath's matmul epilogue), into ``c`` unless a gradient is being
+    recorded; the eager ``matmul`` and its compiled twin both end with it."""
+    if alpha != 1:
+        y = alpha * y
+    if c is None:
+        return y
+    out = y + beta * c if beta != 0 else y
+    if torch.is_grad_enabled() and (out.requires_grad or c.requires_grad):
+        return out
+    with torch.no_grad():
+        c.copy_(out)
+    return c

@@ -8,6 +8,7 @@ from typing import Any, Mapping
 import torch
 
 from ..autograd import products
+from ..autograd.products import combine
 from ..autograd.matmul import MatmulHandle, matmul_function
 from ..dispatch.options import MatmulOptions
 from ..dispatch.plan import PlanState, make_request, obtain_plan
@@ -75,7 +76,7 @@ def matmul(A: SparseTensor, X: torch.Tensor, c: torch.Tensor | None = None, *, a
         members, rhs = _pattern_batch(A, X, "matmul")
         alpha, beta = _scalars(A, rhs.shape, c, alpha, beta, "matmul")
         ys = [matmul(Ab, Xb, backend=backend, cache=cache) for Ab, Xb in zip(members, rhs.parts)]
-        return _combine(rhs.finish(ys), c, alpha, beta)
+        return combine(rhs.finish(ys), c, alpha, beta)
     A = check_matrix(A, "matmul", square=False)
     if c is None and alpha is None and beta is None and not A.batch_shape and isinstance(X, torch.Tensor) \
             and X.dim() in (1, 2):
@@ -88,7 +89,7 @@ def matmul(A: SparseTensor, X: torch.Tensor, c: torch.Tensor | None = None, *, a
     alpha, beta = _scalars(A, rhs.shape, c, alpha, beta, "matmul")
     request = matmul_request(A, rhs.Xn, matmul_options(backend))
     state, _, _ = obtain_plan("matmul", A, request, cache=cache)
-    return _combine(rhs.finish(_run(A, rhs.Xn, state)), c, alpha, beta)
+    return combine(rhs.finish(_run(A, rhs.Xn, state)), c, alpha, beta)
 
 
 class _Rhs:
@@ -174,20 +175,6 @@ def _scalars(a: SparseTensor, shape: tuple, c: torch.Tensor | None, alpha, beta,
     return alpha, beta
 
 
-def _combine(y: torch.Tensor, c: torch.Tensor | None, alpha, beta) -> torch.Tensor:
-    """``alpha * y + beta * c``, into ``c`` unless a gradient is being recorded."""
-    if alpha != 1:
-        y = alpha * y
-    if c is None:
-        return y
-    out = y + beta * c if beta != 0 else y
-    if torch.is_grad_enabled() and (out.requires_grad or c.requires_grad):
-        return out
-    with torch.no_grad():
-        c.copy_(out)
-    return c
-
-
 def transpose(A: SparseTensor) -> SparseTensor:
     """``A.T``: a view with the same buffers (CSR becomes CSC)."""
     return A.T
@@ -268,14 +255,14 @@ class Matmul:
             self.plan()
         if self._members is not None:
             ys = [matmul(Ab, Xb, backend=self._backend) for Ab, Xb in zip(self._members, self._rhs.parts)]
-            return _combine(self._rhs.finish(ys), self.c, self.alpha, self.beta)
+            return combine(self._rhs.finish(ys), self.c, self.alpha, self.beta)
         handle = self._handle
         if handle is None or handle.state is not self._state:
             handle = self._handle = MatmulHandle(self._state, self.a.detach(), False)
         y = self._rhs.finish(matmul_function(self.a.values, self._rhs.Xn, handle))
         if self.c is None and self.alpha == 1:
             return y
-        return _combine(y, self.c, self.alpha, self.beta)
+        return combine(y, self.c, self.alpha, self.beta)
 
     def reset_operands(self, a: SparseTensor | None = None, b: torch.Tensor | None = None, c: torch.Tensor | None = None,
                        *, alpha: float | complex | None = None, beta: float | complex | None = None) -> None:
