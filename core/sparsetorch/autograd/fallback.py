@@ -60,6 +60,10 @@ _REFINE_STEPS = 2
 _DIRECT_PRODUCT = 1 << 20
 #: an iterative attempt bounded by the direct method after it still gets this many iterations
 _MIN_BUDGET = 20
+#: the iterative probe before a direct method (a matrix class with guessed iteration counts):
+#: its share of the direct method's estimated cost, and the least such cost worth probing
+_PROBE_SHARE = 0.25
+_PROBE_MIN_DIRECT = 4e-3
 #: a direct answer judged inaccurate is factored again equilibrated only when the row or the
 #: column scaling spreads over more than this factor (a matrix in mixed units, say); below it
 #: the equilibrated matrix is the same problem (its condition changes by at most the square)
@@ -74,7 +78,8 @@ class Route(RangeSearch):
     """The offers a solve call may use, in dispatch order, and the one answering now."""
 
     def __init__(self, A: SparseTensor, state: PlanState, offer: Offer | None, rest: Sequence[Offer] = (),
-                 make_state: Callable[[Offer], PlanState] | None = None, *, pinned: bool = True) -> None:
+                 make_state: Callable[[Offer], PlanState] | None = None, *, pinned: bool = True,
+                 probe: bool = False) -> None:
         self.A = A
         self.state = state
         self.offer = offer
@@ -93,6 +98,9 @@ class Route(RangeSearch):
         self._range_tried = False
         #: the structural singularity checks (empty lines, an unknown constrained twice) ran
         self._certain_checked = False
+        #: an iterative probe may run before the direct method (matrix class with guessed
+        #: iteration counts, nothing measured on the pattern): at most once per route
+        self._probe = probe and not pinned
 
     @classmethod
     def single(cls, state: PlanState, A: SparseTensor) -> "Route":
@@ -135,6 +143,11 @@ class Route(RangeSearch):
         atol_s = atol * sb
         failures: list[tuple[str, BaseException | None]] = []
         best: tuple[torch.Tensor, IterationResult] | None = None
+        if self._probe:
+            self._probe = False
+            probed = self._probe_first(vs, Bs, handle, base, rtol, atol_s)
+            if probed is not None:
+                return self._unscaled(probed[0], sa / sb), probed[1]
         while True:
             state, offer = self.state, self.offer
             opts = self._options_for(offer, base, rtol, atol_s)
@@ -196,6 +209,86 @@ class Route(RangeSearch):
                 if len(self.attempts) > 1:
                     res = replace(res, reason=f"{res.reason}; tried: " + "; ".join(str(a) for a in self.attempts))
                 return self._unscaled(X, sa / sb), res
+
+    def _probe_first(self, values: torch.Tensor, B: torch.Tensor, handle: Any, base: dict, rtol: float,
+                     atol: float) -> tuple[torch.Tensor, IterationResult] | None:
+        """Rent before buying, a little: for a matrix class whose iteration estimates are guesses
+        (non-symmetric or indefinite, nothing measured on the pattern), the cheapest iterative
+        offer runs first for a fraction (:data:`_PROBE_SHARE`) of the direct method's estimated
+        cost. Converged: that answer (checked like any). Not converged but contracting fast enough
+        to finish within the direct method's cost (the rate seen so far, extrapolated): one
+        correction solve ``A d = b - A x`` in what is left of that budget. Otherwise None, and the
+        direct method runs as ranked: a failed probe costs at most the share, and what it measured
+        is remembered on the pattern (the next call does not probe again). Gradients use whichever
+        method answered."""
+        offer = self.offer
+        if (offer is None or not offer.direct or base.get("maxiter") is not None or base.get("callback") is not None
+                or handle.adjoint or self._make is None or offer.seconds < _PROBE_MIN_DIRECT):
+            return None
+        budget = _PROBE_SHARE * offer.seconds
+        cand = [o for o in self._rest if o.iterations is not None and o.setup <= 0.5 * budget]
+        if not cand:
+            return None
+        probe = min(cand, key=lambda o: (o.seconds - o.setup) / o.iterations)
+        per_iteration = max((probe.seconds - probe.setup) / probe.iterations, 1e-12)
+        try:
+            state = self._make(probe)
+        except BackendError:
+            return None
+        direct_state, direct_offer = self.state, self.offer
+        t0 = time.perf_counter()
+        maxiter = max(_MIN_BUDGET, int((budget - probe.setup) / per_iteration))
+        opts = CallOptions.trusted(float(rtol), float(atol), maxiter, base.get("check_every"), None)
+        self.state, self.offer = state, probe
+        answered = False
+        try:
+            try:
+                X, res = self._attempt(state, values, B, opts, False, rtol, atol, probe)
+            except (SingularMatrixError, IndefiniteMatrixError, BackendError) as exc:
+                self.attempts.append(Attempt(probe.backend, probe.method, probe.preconditioner, 0, Status.BREAKDOWN,
+                                             math.inf, f"probe: {_one_line(exc)}", False, time.perf_counter() - t0))
+                experience.record(self.A.pattern_fingerprint, self.A.dtype, probe.backend, probe.method,
+                                  probe.preconditioner, Measured(0, rtol, False, f"probe: {_one_line(exc)}"[:200]))
+                return None
+            spent = time.perf_counter() - t0
+            if not res.converged and 0 < res.residual < 1 and res.iterations > 0 and bool(torch.isfinite(X).all()):
+                X, res = self._continue_probe(state, probe, values, B, X, res, opts, rtol, atol,
+                                              direct_offer.seconds - spent, spent / res.iterations)
+            self._note(state, probe, replace(res, reason=f"probe: {res.reason}"), time.perf_counter() - t0, rtol, None)
+            if res.converged:
+                answered = True  # the route stays on the probe's plan (an adjoint solve uses it too)
+                return X, res
+            return None
+        finally:
+            if not answered:
+                self.state, self.offer = direct_state, direct_offer
+
+    def _continue_probe(self, state: PlanState, probe: Offer, values: torch.Tensor, B: torch.Tensor, X: torch.Tensor,
+                        res: IterationResult, opts: CallOptions, rtol: float, atol: float, left: float,
+                        per_iteration: float) -> tuple[torch.Tensor, IterationResult]:
+        """A probe that stopped short: when the residual's geometric rate so far would reach
+        ``rtol`` within ``left`` seconds, one correction solve ``A d = b - A x`` (its tolerance
+        relative to that residual) in that time, and ``x + d`` checked; else the probe's result."""
+        rate = res.residual ** (1.0 / res.iterations)
+        need = math.log(rtol / res.residual) / math.log(rate) if rate < 1 else math.inf
+        if not (math.isfinite(need) and need * per_iteration <= left):
+            return X, res
+        R = B - self._apply(values, X, False)
+        bn = float(torch.linalg.vector_norm(B, dim=-2).max())
+        rn = float(torch.linalg.vector_norm(R, dim=-2).max())
+        if not (rn > 0 and bn > 0):
+            return X, res
+        sub_rtol = min(0.5, rtol * bn / rn)
+        sub = CallOptions.trusted(sub_rtol, float(atol), max(_MIN_BUDGET, int(left / per_iteration)),
+                                  opts.check_every, None)
+        D, res2 = self._attempt(state, values, R, sub, False, sub_rtol, atol, probe)
+        if not (res2.converged or res2.status is Status.INACCURATE) or not bool(torch.isfinite(D).all()):
+            return X, replace(res, iterations=res.iterations + res2.iterations, reason=f"{res.reason}; continued: "
+                                                                                    f"{res2.reason}")
+        X2, res3 = self._verify(state, values, B, X + D, replace(res2, converged=True), opts, False, rtol, atol)
+        return X2, replace(res3, iterations=res.iterations + res2.iterations,
+                           reason=f"{res3.reason}; continued from the probe's iterate (relative residual "
+                                  f"{res.residual:.2g} after {res.iterations} iterations)")
 
     @staticmethod
     def _unscaled(X: torch.Tensor, factor: float) -> torch.Tensor:

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from ..dispatch import experience
 from ..dispatch.plan import PlanState, call_options, plan_for
 from ..dispatch.records import Offer, Request
 from ..dispatch.results import IterationResult, Status
@@ -60,7 +61,11 @@ def route_for(op: str, A: SparseTensor, request: Request, table: ExplainTable, o
         offers = [r.offer for r in table.offers if r.offer is not None]
         k = offers.index(offer) if offer in offers else -1
         rest = offers[k + 1:] + offers[:max(k, 0)]
-    return Route(A, state, offer, rest, lambda o: plan_for(op, A, request, o, cache=cache), pinned=pinned)
+    # a matrix class whose iteration estimates are guesses (not SPD, not diagonally dominant):
+    # the route may try a short, bounded iterative probe before a direct method (fallback.py)
+    uncertain = op == "solve" and experience.class_factor(request)[0] > 1.0 and not request.measured
+    return Route(A, state, offer, rest, lambda o: plan_for(op, A, request, o, cache=cache), pinned=pinned,
+                 probe=uncertain)
 
 
 @dataclass

@@ -222,11 +222,14 @@ def plan_for(op: str, A: SparseTensor, request: Request, offer: Offer, *, cache:
     # Plans capture the pattern only: they get A with zero values; values arrive through
     # set_values. The factory runs lazily, at the first load, which happens inside the autograd
     # Function, where torch.func transforms hand over plain tensors that a plan may keep.
+    content = _content_key(A) if cache else None
+
     def factory() -> Any:
         # one zero broadcast to the values' shape: no nnz-sized buffer for the plan to keep
         # (2.6 GB at 320M entries, measured in the GPU suite's 64M case)
         zeros = torch.zeros((), dtype=A.dtype, device=A.device).expand(A.values.shape)
-        source = A.detach().with_values(zeros)
+        # a plan shared by content owns its index buffers: the caller's may be written later
+        source = (A.detach().clone() if content is not None else A.detach()).with_values(zeros)
         return offer.build(source, request)
 
     label = f"{offer.backend}/{offer.method}"
@@ -240,11 +243,30 @@ def plan_for(op: str, A: SparseTensor, request: Request, offer: Offer, *, cache:
     # plans run adjoint solves with A itself when A = A^H), so values on the same pattern that
     # lose their symmetry get a plan of their own.
     sym = tuple(sorted(request.properties & {"spd", "hermitian", "symmetric"}))
-    key = (op, offer.backend, offer.method, A.pattern_key, A.dtype, tuple(A.batch_shape), sym,
+    # Small CPU patterns are keyed by content (a matrix rebuilt from the same indices, as an
+    # assembly loop or a file re-read does, finds the plan and its analysis); the rest by the
+    # identity of their index buffers (dropped with them).
+    pattern = A.pattern_key if content is None else content
+    key = (op, offer.backend, offer.method, pattern, A.dtype, tuple(A.batch_shape), sym,
            options_key(offer, request.options))
-    state, hit = plan_cache().get_or_build(key, A.pattern_key, build, (op, offer.backend, offer.method, tuple(A.shape)))
+    state, hit = plan_cache().get_or_build(key, None if content is not None else A.pattern_key, build,
+                                           (op, offer.backend, offer.method, tuple(A.shape)))
     state.reused = hit
     return state  # type: ignore[no-any-return]
+
+
+#: patterns of at most this many stored entries on the CPU share plans by content
+CONTENT_KEYED_NSE = 1 << 17
+
+
+def _content_key(A: "SparseTensor") -> tuple[Any, ...] | None:
+    """``("content", fingerprint)`` for a small CPU pattern whose buffers can be read (their
+    128-bit BLAKE2 digest: ``SparseTensor.pattern_fingerprint``), else None. Such plans outlive
+    the matrix they were built for (an LRU entry like any other): their factors are small."""
+    if A.device.type != "cpu" or (A.nse or 0) > CONTENT_KEYED_NSE:
+        return None
+    fp = A.pattern_fingerprint
+    return None if fp is None else ("content", fp)
 
 
 def call_options(request: Request) -> dict[str, Any]:
