@@ -6,8 +6,12 @@ DELTA(b) (b in 1, 2, 4, 8, 16; bit-packed), NM(n, m) (positions bit-packed) and 
 they are stored, every other 2-D format through a CSR made once from its pattern. Backward: the adjoint product runs on the transposed pattern;
 the plan's ``sddmm`` gives the value gradient on the pattern.
 
+Also offers ``solve`` method ``cg`` (fused CG / Jacobi PCG, krylov.py) for SPD matrices in float32
+and float64.
+
 Declines, with the reason: no CUDA device or CPU tensors, complex dtypes, formats with BATCH
-levels, cuda.bindings / NVRTC not importable (with the install command), other ops.
+levels, cuda.bindings / NVRTC not importable (with the install command), other ops; for solve:
+a matrix not known to be SPD, half dtypes, value batches, other methods and preconditioners.
 
 This module imports only torch and sparsetorch: NVRTC and the driver bindings are looked up
 here (find_spec), imported when a plan is built.
@@ -53,7 +57,7 @@ def sparsetorch_backend_info() -> BackendInfo:
                     "float32, float64",
         devices=("cuda",),
         dtypes=DTYPES,
-        ops={"matmul": ("spmm",)},
+        ops={"matmul": ("spmm",), "solve": ("cg",)},
         formats=(),  # CSR, DIA, ELL, DELTA(b), NM(n, m), BSR as they are; the rest through a CSR made once per pattern
         missing=missing,
         priority=0,
@@ -63,6 +67,8 @@ def sparsetorch_backend_info() -> BackendInfo:
 @sparsetorch.hookimpl
 def sparsetorch_offers(request: Request) -> list[Offer | Decline]:
     """One offer (method "spmm") or the decline that says why not."""
+    if request.op == "solve":
+        return _solve_offers(request)
     if request.op != "matmul":
         return []
     why = cuda_matrix_decline(request, DTYPES, "sparsetorch-cuda",
@@ -88,3 +94,46 @@ def _build(A: sparsetorch.SparseTensor, request: Request):
     from .plan import CudaSpmmPlan  # noqa: PLC0415 - imports the driver bindings only when a plan is built
 
     return CudaSpmmPlan(A, backend=NAME)
+
+
+_SOLVE_PRECONDITIONERS = ("jacobi", "none", "identity")
+
+
+def _solve_offers(request: Request) -> list[Offer | Decline]:
+    """The fused CG (krylov.py) for an SPD matrix, or the declines that say why not."""
+    method = request.option("method")
+    if method not in (None, "cg"):
+        return [Decline(NAME, f"solve has only method 'cg' here (fused CG for SPD matrices), not {method!r}", method)]
+    why = cuda_matrix_decline(request, (torch.float32, torch.float64), "sparsetorch-cuda",
+                              "one pattern per plan here; use the torch backend")
+    if why is None and request.A.batch_shape:
+        why = f"one matrix per solve here; A has value batches {tuple(request.A.batch_shape)} (use the torch backend)"
+    if why is None and request.A.shape[-1] != request.A.shape[-2]:
+        why = f"CG needs a square matrix, A is {tuple(request.A.shape)}"
+    if why is None and "spd" not in request.properties:
+        why = "CG needs a symmetric positive definite matrix (not detected; pass properties='spd' if it is)"
+    if why is None:
+        why = _bindings_missing()
+    pre = request.option("preconditioner")
+    pre_name = pre if isinstance(pre, str) or pre is None else "user"
+    if pre_name is None and method is None:
+        pre_name = "jacobi"  # the torch backend's default, so that both price the same iteration
+    if why is None and pre_name not in (None, *_SOLVE_PRECONDITIONERS):
+        why = f"preconditioner {pre_name!r} is not available in the fused CG (jacobi or None)"
+    if why is not None:
+        return [Decline(NAME, why, "cg")]
+    from . import krylov  # noqa: PLC0415 - imports only torch and sparsetorch at module level
+
+    jacobi = pre_name == "jacobi"
+    seconds, peak, its, kind, setup = krylov.cg_cost(rates(request.device), request, jacobi)
+    every = request.option("check_every")
+    note = (f"fused CG{' + Jacobi' if jacobi else ''}: 3 kernels per iteration, scalars on the device, "
+            f"~{its} iterations estimated; " + ("DIA, no index arrays" if kind == "dia" else
+                                                "CSR" if kind == "csr" else "a CSR made once from the pattern"))
+
+    def build(A: sparsetorch.SparseTensor, req: Request, jacobi: bool = jacobi):
+        return krylov.CudaCGPlan(A, preconditioner="jacobi" if jacobi else None,
+                                 check_every=int(every) if every else None)
+
+    return [Offer(NAME, "cg", seconds, peak, build, note, "jacobi" if jacobi else None, setup=setup,
+                  iterations=max(1, int(its)))]

@@ -75,3 +75,16 @@ def test_source_edit_changes_the_key(monkeypatch, tmp_path):
     (tmp_path / "sddmm.cu").write_text((tmp_path / "sddmm.cu").read_text() + "\n// edited\n")
     monkeypatch.setattr(c, "KERNEL_DIR", tmp_path)
     assert c.module_key("sddmm", "float32", "int64", "sm_90").source_hash != before.source_hash
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("index", list(c.IDX_KINDS))
+@pytest.mark.parametrize("value", ["float32", "float64"])
+def test_fused_cg_source_compiles(value, index, arch):
+    """kernels/krylov.cu (the fused CG, compiled by krylov.py for float32 / float64) exports every kernel."""
+    from sparsetorch_cuda import krylov
+
+    cubin = krylov.compile_cubin(value, index, arch)
+    assert cubin[:4] == b"\x7fELF"
+    for name in krylov.KERNELS:
+        assert name.encode() + b"\x00" in cubin, f"krylov.cu does not export {name} for {value}/{index}/{arch}"
