@@ -6,12 +6,15 @@ import math
 import os
 from typing import Sequence
 
+import numpy as np
 import torch
 
 from ..errors import ConversionError, FormatError, ValidationError
-from ..format import COO_ND, CSR, LevelFormat, TensorFormat
+from ..format import COO_ND, CSR, Dimension, LevelFormat, TensorFormat
 from . import _levels
-from .sparse_tensor import SparseTensor, is_plain
+from .pattern import is_plain
+from .sparse_tensor import SparseTensor
+from .validate import TRUSTED
 
 __all__ = ["from_coo", "from_dense", "convert", "build", "Conversion", "conversion", "DEFAULT_MAX_FILL", "FILL_SLACK"]
 
@@ -117,6 +120,16 @@ def _check_int32(fmt: TensorFormat, shape: Sequence[int], n: int, index_dtype: t
         )
 
 
+def _trusted(fmt: TensorFormat, shape: Sequence[int], pos, crd, values: torch.Tensor) -> SparseTensor:
+    """Wrap buffers this module built (correct by construction): no content checks, and no
+    read-back of ``pos[-1]`` (a device-to-host copy per compressed level on a GPU)."""
+    token = TRUSTED.set(True)
+    try:
+        return SparseTensor(fmt, shape, pos, crd, values, check=False)
+    finally:
+        TRUSTED.reset(token)
+
+
 def build(
     fmt: TensorFormat, shape: Sequence[int], coords: torch.Tensor, values: torch.Tensor, index_dtype: torch.dtype,
     *, max_fill: float | None = None, what: str = "building a tensor",
@@ -129,7 +142,7 @@ def build(
     pmap, cmap, nslots, dst = _levels.compose_map(fmt, shape, coords, index_dtype, guard)
     pos, crd, vals = pmap, cmap, _levels.scatter_values(values, dst, nslots)
     pos, crd, vals = _levels.delinearize_batch(fmt, shape, pos, crd, vals)
-    return SparseTensor(fmt.replace(index_dtype=index_dtype), shape, pos, crd, vals, check=False)
+    return _trusted(fmt.replace(index_dtype=index_dtype), shape, pos, crd, vals)
 
 
 def from_coo(
@@ -264,7 +277,7 @@ def convert(
             coords, vals = coords[:, keep], vals[..., keep]
         return build(fmt, t.format_shape, coords, vals, idt, max_fill=max_fill, what="converting")
     try:
-        conv = conversion(t, fmt, idt, max_fill=max_fill, dtype=dtype)
+        conv = conversion(t, fmt, idt, max_fill=max_fill, dtype=dtype, values_too=True)
     except FormatError:
         if not any(lv.format is LevelFormat.STRUCTURED for lv in fmt.levels):
             raise
@@ -284,11 +297,24 @@ class Conversion:
     the map from source value slots to target slots. ``apply`` converts any values on the
     source pattern (a training loop converts values only, never re-sorting indices)."""
 
-    __slots__ = ("format", "shape", "pos", "crd", "src", "dst", "nslots", "nentries", "_derived")
+    __slots__ = ("format", "shape", "pos", "crd", "_src", "dst", "nslots", "nentries", "_derived", "_first")
 
-    def __init__(self, t: SparseTensor, fmt: TensorFormat, index_dtype: torch.dtype, guard=None) -> None:
+    def __init__(self, t: SparseTensor, fmt: TensorFormat, index_dtype: torch.dtype, guard=None, *,
+                 values_too: bool = False) -> None:
         shape = t.format_shape
         _check_int32(fmt, shape, t.nse, index_dtype)
+        self._first = None
+        direct = _direct(t, fmt, index_dtype, values_too)
+        if direct is not None:  # CSR/CSC/COO to one another: compiled or one-pass routines
+            self.pos, self.crd, self._src, first = direct
+            if first is not None:  # t's values already converted: for the apply that follows
+                self._first = (t._linear_buffers()[2], _version(t._linear_buffers()[2]), first)
+            self.format = fmt.replace(index_dtype=index_dtype)
+            self.shape = shape
+            self.dst = None
+            self.nslots = self.nentries = t.nse
+            self._derived = {}
+            return
         coords, src = t.entries()
         nlin = t._linear_buffers()[2].shape[-1]
         identity_src = src.numel() == nlin and (nlin == 0 or bool((src == torch.arange(nlin, device=src.device)).all()))
@@ -313,7 +339,7 @@ class Conversion:
             nentries = seen[0] if seen else coords.shape[1]
         self.format = fmt.replace(index_dtype=index_dtype)
         self.shape = shape
-        self.src = None if identity_src else src
+        self._src = None if identity_src else src
         self.dst = dst
         self.nslots = nslots
         self.nentries = nentries  # distinct entries of the source (what the fill is measured against)
@@ -322,10 +348,22 @@ class Conversion:
         self.pos, self.crd, _ = _levels.delinearize_batch(fmt, shape, pos, crd, probe.new_zeros(nslots))
         self._derived: dict = {}
 
+    @property
+    def src(self) -> torch.Tensor | None:
+        """Source value slot of every target slot (before ``dst``), None for the identity."""
+        if callable(self._src):  # computed on first use (a direct conversion moved the values)
+            self._src = self._src()
+        return self._src
+
     def values(self, vals: torch.Tensor) -> torch.Tensor:
         """The target's linearized values for the source's linearized values ``vals``: what
         :meth:`apply` computes, without building tensors around it (a gather and, for padded
         targets, a scatter; per call of a product plan on a non-CSR format)."""
+        if self._first is not None:
+            first, version, out = self._first
+            self._first = None  # held for one call only
+            if vals is first and _version(vals) == version:
+                return out
         if self.src is not None:
             # index_select, not vals[..., src]: the advanced-indexing kernel was 3.5x slower on
             # 8M entries (CPU), and this runs per call of a product plan on a non-CSR format
@@ -341,20 +379,23 @@ class Conversion:
             bsizes = self.format.level_sizes(self.shape)[:nb]
             bt = math.prod(bsizes)
             vals = vals.reshape(*vals.shape[:-1], *bsizes, self.nslots // bt if bt else 0)
-        out = SparseTensor(self.format, self.shape, self.pos, self.crd, vals, check=False)
+        out = _trusted(self.format, self.shape, self.pos, self.crd, vals)
         out._derived = self._derived
         return out
 
 
 def conversion(
     t: SparseTensor, fmt: TensorFormat, index_dtype: torch.dtype, *, max_fill: float | None = None,
-    dtype: torch.dtype | None = None,
+    dtype: torch.dtype | None = None, values_too: bool = False,
 ) -> Conversion:
     """The (cached, per pattern) :class:`Conversion` of ``t``'s pattern to ``fmt``.
 
     A target that stores more than ``max_fill`` slots per nonzero (default 8, or
     ``$SPARSETORCH_MAX_FILL``; plus :data:`FILL_SLACK` slots) raises :class:`ConversionError`
     before its buffers are allocated; a cached conversion is held to the bound of each call.
+    ``values_too``: a new conversion may convert ``t``'s current values on the way (when that is
+    cheaper than the value map, which it then computes on first use); the next :meth:`apply`
+    or :meth:`values` with those very values returns them.
     """
     key = ("conversion", fmt, index_dtype)
     cache = t._cache
@@ -362,9 +403,166 @@ def conversion(
     guard = fill_guard(fmt, t.format_shape, max_fill,
                        _value_bytes((*t.batch_shape, 0), dtype or t.dtype), "converting")
     if conv is None:
-        conv = Conversion(t, fmt, index_dtype, guard)
+        conv = Conversion(t, fmt, index_dtype, guard, values_too=values_too)
         if conv.dst is None or is_plain(conv.dst):
             cache[key] = conv
     elif guard is not None and conv.nslots != conv.nentries:
         guard(conv.nslots, conv.nentries)
     return conv
+
+
+# Direct conversions among CSR, CSC and COO ---------------------------------------------------
+#
+# The source is a valid tensor (its buffers were checked, or trusted with check=False), so its
+# entries are distinct and in its level order: the target follows by one pass over the index
+# buffers (expand or compress the major pointers), or, between the two majors, one stable
+# counting sort (SciPy's compiled ``csr_tocsc`` on the CPU when SciPy is importable, a stable
+# torch sort otherwise and on GPUs). No coordinates in int64, no re-sort, no re-check.
+
+#: Use SciPy's compiled routines on the CPU when SciPy is importable (tests turn it off to
+#: exercise the pure-torch path).
+USE_SCIPY = True
+_TOOLS: list = []
+
+
+def _sparsetools():
+    """SciPy's compiled sparse kernels (``scipy.sparse._sparsetools``), or None without SciPy."""
+    if not USE_SCIPY:
+        return None
+    if not _TOOLS:
+        try:
+            from scipy.sparse import _sparsetools as tools  # noqa: PLC0415 - optional, on first use
+        except Exception:  # noqa: BLE001 - no SciPy (or a broken one): the torch path
+            tools = None
+        _TOOLS.append(tools if tools is not None and hasattr(tools, "csr_tocsc") else None)
+    return _TOOLS[0]
+
+
+def _pair_layout(fmt: TensorFormat) -> tuple[str, int] | None:
+    """``("csr", major)`` for ``(a : dense, b : compressed)``, ``("coo", major)`` for
+    ``(a : compressed(nonunique), b : singleton)``, both ordered and unique at the last level,
+    over plain dimensions; ``major`` is the format dimension the first level indexes."""
+    if fmt.ndim != 2 or fmt.num_levels != 2:
+        return None
+    l0, l1 = fmt.levels
+    if not (isinstance(l0.expr, Dimension) and isinstance(l1.expr, Dimension)):
+        return None
+    if not (l0.type.ordered and l1.type.ordered and l1.type.unique):
+        return None
+    names = [d.name for d in fmt.dims]
+    major, minor = names.index(l0.expr.name), names.index(l1.expr.name)
+    if major == minor:
+        return None
+    if l0.format is LevelFormat.DENSE and l1.format is LevelFormat.COMPRESSED:
+        return "csr", major
+    if l0.format is LevelFormat.COMPRESSED and not l0.type.unique and l1.format is LevelFormat.SINGLETON:
+        return "coo", major
+    return None
+
+
+def _on_host(*bufs: torch.Tensor) -> bool:
+    return all(b.device.type == "cpu" and is_plain(b) for b in bufs)
+
+
+def _expand(ptr: torch.Tensor, n: int, nnz: int) -> torch.Tensor:
+    """The major index of every entry from the pointers ``ptr`` (n + 1), in ``ptr``'s dtype."""
+    if _on_host(ptr):
+        p = ptr.contiguous().numpy()
+        return torch.from_numpy(np.repeat(np.arange(n, dtype=p.dtype), np.diff(p)))
+    counts = ptr[1:] - ptr[:-1]
+    return torch.repeat_interleave(torch.arange(n, dtype=ptr.dtype, device=ptr.device), counts, output_size=nnz)
+
+
+def _compress(major: torch.Tensor, n: int, index_dtype: torch.dtype) -> torch.Tensor:
+    """Pointers (n + 1) of the sorted major indices ``major``: where each major index starts."""
+    if _on_host(major):
+        counts = np.bincount(major.contiguous().numpy(), minlength=n)
+        out = np.empty(n + 1, dtype=np.int64 if index_dtype == torch.int64 else np.int32)
+        out[0] = 0
+        np.cumsum(counts, out=out[1:])
+        return torch.from_numpy(out)
+    q = torch.arange(n + 1, dtype=major.dtype, device=major.device)
+    return torch.searchsorted(major, q, out_int32=index_dtype == torch.int32).to(index_dtype)
+
+
+#: Value dtypes SciPy's kernels move directly (others go through the value map).
+_SCIPY_VALUE_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
+
+
+def _version(t: torch.Tensor) -> int:
+    try:
+        return t._version
+    except RuntimeError:  # inference tensors keep no version counter
+        return -1
+
+
+def _transpose(ptr: torch.Tensor, minor: torch.Tensor, nmaj: int, nmin: int, vals: torch.Tensor | None = None):
+    """The other major: ``(ptr', crd', perm, vals')`` in the source's index dtype, entry ``s`` of
+    the result being entry ``perm[s]`` of the source (a stable counting sort by the minor index).
+
+    With ``vals`` (1-D values SciPy can move) and SciPy's kernel, the values are moved in the
+    same pass and ``perm`` is a function computing the map on first use; else ``vals'`` is None."""
+    nnz = minor.numel()
+    tools = _sparsetools() if _on_host(ptr, minor) else None
+    if tools is not None:
+        p, c = ptr.contiguous().numpy(), minor.contiguous().numpy()
+
+        def run(data: np.ndarray):
+            bp = np.empty(nmin + 1, dtype=p.dtype)
+            bi = np.empty(nnz, dtype=p.dtype)
+            bx = np.empty(nnz, dtype=data.dtype)
+            tools.csr_tocsc(nmaj, nmin, p, c, data, bp, bi, bx)
+            return torch.from_numpy(bp), torch.from_numpy(bi), torch.from_numpy(bx)
+
+        def perm() -> torch.Tensor:
+            return run(np.arange(nnz, dtype=np.int64))[2]
+
+        try:
+            if vals is not None:
+                bp_t, bi_t, bx_t = run(vals.contiguous().numpy())
+                return bp_t, bi_t, perm, bx_t
+            bp_t, bi_t, perm_t = run(np.arange(nnz, dtype=np.int64))
+            return bp_t, bi_t, perm_t, None
+        except (TypeError, ValueError):  # a SciPy whose kernels take other types: the torch path
+            pass
+    # A radix sort (on GPUs) of 32-bit keys makes half the passes of one of 64-bit keys.
+    key32 = minor.to(torch.int32) if nmin <= _INT32_MAX else minor
+    key, perm = torch.sort(key32, stable=True)
+    q = torch.arange(nmin + 1, dtype=key.dtype, device=minor.device)
+    bp_t = torch.searchsorted(key, q, out_int32=minor.dtype == torch.int32)
+    rows = _expand(ptr, nmaj, nnz)
+    return bp_t.to(minor.dtype), rows.index_select(0, perm), perm, None
+
+
+def _direct(t: SparseTensor, fmt: TensorFormat, index_dtype: torch.dtype, values_too: bool = False):
+    """``(pos, crd, src, vals)`` of ``t`` in ``fmt`` when both are CSR/CSC/COO-like (any
+    dimension order), else None. ``src`` is None when the value slots keep their order, or a
+    function computing it when ``vals`` (with ``values_too``) holds t's values converted."""
+    s, d = _pair_layout(t.format), _pair_layout(fmt)
+    if s is None or d is None or t.format.num_batch_levels:
+        return None
+    (skind, smaj), (dkind, dmaj) = s, d
+    if skind == dkind and smaj == dmaj:
+        return None  # the same layout: convert() casts the buffers
+    pos, crd, tvals = t._linear_buffers()
+    shape = t.format_shape
+    nmaj, nmin = shape[smaj], shape[1 - smaj]
+    minor = crd[1]
+    nnz = minor.numel()
+    idt = index_dtype
+    src = first = None
+    if skind == "csr":
+        ptr = pos[1]
+    else:
+        ptr = _compress(crd[0], nmaj, minor.dtype) if smaj != dmaj or dkind == "csr" else None
+    if smaj != dmaj:
+        movable = (values_too and tvals.dim() == 1 and tvals.dtype in _SCIPY_VALUE_DTYPES
+                   and not tvals.requires_grad and _on_host(tvals))
+        ptr, minor, src, first = _transpose(ptr, minor, nmaj, nmin, tvals if movable else None)
+        nmaj, nmin = nmin, nmaj
+    if dkind == "csr":
+        return [None, ptr.to(idt)], [None, minor.to(idt)], src, first
+    major = crd[0] if skind == "coo" and smaj == dmaj else _expand(ptr, nmaj, nnz)
+    top = torch.full((2,), nnz, dtype=idt, device=minor.device)  # [0, nnz], no host-to-device copy
+    top[0] = 0
+    return [top, None], [major.to(idt), minor.to(idt)], src, first
