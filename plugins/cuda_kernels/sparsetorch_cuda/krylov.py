@@ -13,10 +13,11 @@ One iteration is three kernels, every scalar stays on the device:
 The stopping test runs on the device every iteration; the host polls the scalars once per block of
 ``check_every`` iterations (default 32), replayed as one CUDA graph, with the next block already
 queued (kernels after the stop return at once, so the overrun costs a few microseconds). Work
-memory: ``x, r, p, q`` (and ``D^-1`` with Jacobi): 4 (5) vectors, 32 (40) bytes per unknown in
-float64, plus a copy of ``x`` handed back when the plan keeps its buffers for the next call
-(systems up to :data:`KEEP_BYTES` of work vectors); larger systems allocate them per call, hand
-back ``x`` itself and free the rest.
+memory: ``x, r, p, q`` (and ``D^-1`` with Jacobi, unless the diagonal is constant): 4 (5) vectors,
+32 (40) bytes per unknown in float64. ``x`` is the solution handed back (never copied): the graph
+finds it through a device word holding its address. ``r, p, q`` (and the captured graph) stay with
+the plan between calls for systems up to :data:`KEEP_BYTES` of them; larger systems allocate them
+per call and free them at the end.
 
 Compiled with NVRTC like the other sources (cached in memory and on disk under the same directory,
 keyed by the sha256 of the text, the options and NVRTC's version), for float32 and float64.
@@ -155,7 +156,7 @@ def _library(value: str, index: str, arch: str) -> Any:
     return lib
 
 
-_NARGS = {"cg_init": 9, "cg_csr_spmv_dot": 9, "cg_dia_spmv_dot": 15, "cg_update_r": 7, "cg_update_xp": 6,
+_NARGS = {"cg_init": 9, "cg_csr_spmv_dot": 9, "cg_dia_spmv_dot": 16, "cg_update_r": 7, "cg_update_xp": 6,
           "cg_csr_diag_inv": 5}
 
 
@@ -320,8 +321,8 @@ class CudaCGPlan:
         self._graph_key: tuple | None = None
         self._host = torch.empty((2, _S), dtype=torch.float64, pin_memory=True)
         self._events = [torch.cuda.Event(), torch.cuda.Event()]
-        #: kept work vectors between calls (n * itemsize * 4 <= KEEP_BYTES)
-        self.keep = 4 * n * torch.empty((), dtype=self.dtype).element_size() <= KEEP_BYTES
+        #: kept work vectors between calls (r, p, q: n * itemsize * 3 <= KEEP_BYTES)
+        self.keep = 3 * n * torch.empty((), dtype=self.dtype).element_size() <= KEEP_BYTES
 
     # Values ------------------------------------------------------------------------------------
     def set_values(self, values: torch.Tensor) -> None:
@@ -403,7 +404,8 @@ class CudaCGPlan:
         if self._work is not None:
             return self._work
         n, dt, dev = self.n, self.dtype, self.device
-        w = {name: torch.empty(n, dtype=dt, device=dev) for name in ("x", "r", "p", "q")}
+        w = {name: torch.empty(n, dtype=dt, device=dev) for name in ("r", "p", "q")}
+        w["xptr"] = torch.zeros(1, dtype=torch.int64, device=dev)  # the address of this call's x (K3 reads it)
         w["S"] = torch.zeros(_S, dtype=torch.float64, device=dev)
         w["partial"] = torch.zeros(2 * self.grid, dtype=torch.float64, device=dev)
         w["ticket"] = torch.zeros(4, dtype=torch.int32, device=dev)
@@ -415,7 +417,7 @@ class CudaCGPlan:
         """One CG iteration: three launches on torch's current stream (capturable)."""
         n, dev, gr = self.n, self.dev, self.grids
         S, part, tk = w["S"].data_ptr(), w["partial"].data_ptr(), w["ticket"].data_ptr()
-        p, q, r, x = w["p"].data_ptr(), w["q"].data_ptr(), w["r"].data_ptr(), w["x"].data_ptr()
+        p, q, r, xp = w["p"].data_ptr(), w["q"].data_ptr(), w["r"].data_ptr(), w["xptr"].data_ptr()
         dinv = self._dinv.data_ptr() if self._dinv is not None else 0
         vals = self._values.data_ptr()
         if self.kind == "dia":
@@ -425,7 +427,7 @@ class CudaCGPlan:
             self._k["cg_csr_spmv_dot"]((gr["cg_csr_spmv_dot"], 1), BLOCK, (n, self.rowptr.data_ptr(), self.col.data_ptr(), vals, p, q, S, part, tk),
                                        device=dev)
         self._k["cg_update_r"]((gr["cg_update_r"], 1), BLOCK, (n, q, r, dinv, S, part, tk), device=dev)
-        self._k["cg_update_xp"]((gr["cg_update_xp"], 1), BLOCK, (n, x, p, r, dinv, S), device=dev)
+        self._k["cg_update_xp"]((gr["cg_update_xp"], 1), BLOCK, (n, xp, p, r, dinv, S), device=dev)
 
     def _block_runner(self, w: dict[str, torch.Tensor], every: int, graph: bool):
         """A callable running ``every`` iterations: a CUDA graph replay where possible."""
@@ -435,9 +437,9 @@ class CudaCGPlan:
             for _ in range(every):
                 self._iteration(w)
 
-        if not graph or not usable(w["x"]):
+        if not graph or not usable(w["r"]):
             return block
-        key = (every, w["x"].data_ptr(), self._values.data_ptr(), self._dinv.data_ptr() if self._dinv is not None else 0)
+        key = (every, w["r"].data_ptr(), self._values.data_ptr(), self._dinv.data_ptr() if self._dinv is not None else 0)
         if self._work is not None and self._graph is not None and self._graph_key == key:
             return self._graph
         g = BlockGraph(block, self.device, f"{every} fused CG iterations")
@@ -448,12 +450,14 @@ class CudaCGPlan:
     def _solve_one(self, b: torch.Tensor, rtol: float, atol: float, maxiter: int, every: int, callback: Any, *,
                    graph: bool) -> tuple[torch.Tensor, IterationResult]:
         w = self._buffers()
+        x = torch.empty(self.n, dtype=self.dtype, device=self.device)  # the solution: handed back as it is
+        w["xptr"].fill_(x.data_ptr())
         S = w["S"]
         init = torch.zeros(_S, dtype=torch.float64)
         init[_MAXIT], init[_RTOL], init[_ATOL] = float(maxiter), rtol, atol
         S.copy_(init, non_blocking=False)
         dinv = self._dinv.data_ptr() if self._dinv is not None else 0
-        self._k["cg_init"]((self.grids["cg_init"], 1), BLOCK, (self.n, b.data_ptr(), w["x"].data_ptr(), w["r"].data_ptr(),
+        self._k["cg_init"]((self.grids["cg_init"], 1), BLOCK, (self.n, b.data_ptr(), x.data_ptr(), w["r"].data_ptr(),
                                                    w["p"].data_ptr(), dinv, S.data_ptr(), w["partial"].data_ptr(),
                                                    w["ticket"].data_ptr()), device=self.dev)
         run = self._block_runner(w, every, graph)
@@ -491,7 +495,6 @@ class CudaCGPlan:
                 queued += 1
                 slot = 1 - slot
             torch.cuda.current_stream(self.device).synchronize()  # a block queued after the stop has run (no-ops)
-        x = w["x"].clone() if self._work is not None else w["x"]
         if self._work is None:
             w.clear()
         return x, self._result(s, rr0, history)

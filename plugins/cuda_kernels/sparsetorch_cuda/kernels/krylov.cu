@@ -11,7 +11,7 @@
 //
 // Bytes per iteration (n unknowns, w = value size): K1 the matrix + 2 n w (+ neighbours of p
 // from cache), K2 3 n w (+ n w Jacobi), K3 5 n w (+ n w Jacobi): 10 n w + matrix, 12 n w + matrix.
-// Work vectors: x, r, p, q (+ D^-1): 4 (5) per unknown, nothing else of size n.
+// Work vectors: x (the solution handed back), r, p, q (+ D^-1): 4 (5) per unknown, nothing else of size n.
 //
 // Stopping: S[S_DONE] becomes nonzero (1 converged, 2 p.Ap <= 0, 3 NaN/Inf, 4 maxiter, 5 r.D^-1.r
 // <= 0); from then on every kernel returns at once (K3 still applies the last x update in the
@@ -256,10 +256,13 @@ extern "C" __global__ void __launch_bounds__(KB) cg_update_r(i64 n, const val_t*
 }
 
 // ---- K3: x += alpha p; p = z + beta p (skipped once the iteration has stopped) -----------------------
-extern "C" __global__ void __launch_bounds__(KB) cg_update_xp(i64 n, val_t* __restrict__ x, val_t* __restrict__ p,
+// x is found through xp (a device word holding its address), so that a graph captured once serves
+// every solve with a fresh x (the solution handed to the caller, never copied).
+extern "C" __global__ void __launch_bounds__(KB) cg_update_xp(i64 n, val_t* const* xp, val_t* __restrict__ p,
                                                               const val_t* __restrict__ r, const val_t* __restrict__ dinv,
                                                               const sc_t* S) {
   if (S[S_XDONE] != 0.0) return;
+  val_t* __restrict__ x = *xp;
   const acc_t alpha = (acc_t)S[S_ALPHA], beta = (acc_t)S[S_BETA];
   const bool more = S[S_DONE] == 0.0;
   for (i64 i = (i64)blockIdx.x * KB + threadIdx.x; i < n; i += (i64)gridDim.x * KB) {
