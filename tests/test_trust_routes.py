@@ -161,3 +161,39 @@ def test_singular_families_raise_or_solve_like_scipy(kind):
     b = M @ np.linspace(-1.0, 1.0, 150)
     x = st.solve(st.SparseTensor.from_package(M), torch.from_numpy(b))
     assert _relres(M, x, b) <= 1e-10
+
+
+# --- an unused unknown in a large matrix (no stored diagonal entry to shift) ---------------------------
+def test_unused_unknown_without_diagonal_entry_is_solved_in_the_range_past_the_dense_size():
+    n = 700  # above the dense in-range search's size: the LU of A + delta I on A's pattern plus the diagonal
+    M = _random_system(n, seed=4).tolil()
+    M.rows[333], M.data[333] = [], []
+    M = sp.csr_matrix(M)
+    M = sp.csr_matrix(M.multiply(np.arange(n) != 333)).tolil()  # and column 333
+    M = sp.csr_matrix(M)
+    M.eliminate_zeros()
+    assert M[333].nnz == 0 and M[:, 333].nnz == 0 and M.diagonal()[333] == 0
+    xt = np.random.default_rng(5).standard_normal(n)
+    xt[333] = 0.0
+    b = M @ xt  # b[333] = 0: consistent
+    x, info = st.solve(st.SparseTensor.from_package(M), torch.from_numpy(b), return_info=True)
+    assert _relres(M, x, b) <= 1e-10
+    assert "diagonal added" in info.reason
+    keep = np.arange(n) != 333  # the solution is unique off the unused unknown
+    np.testing.assert_allclose(x.numpy()[keep], xt[keep], rtol=1e-8, atol=1e-10)
+    b2 = b.copy()
+    b2[333] = 1.0
+    with pytest.raises(st.SingularMatrixError, match="row 333 of A has no nonzero entry"):
+        st.solve(st.SparseTensor.from_package(M), torch.from_numpy(b2))
+
+
+def test_empty_row_found_before_any_factorization():
+    M = _random_system(200, seed=6).tolil()
+    M.rows[50], M.data[50] = [], []
+    M = sp.csr_matrix(M)
+    xt = np.random.default_rng(7).standard_normal(200)
+    b = M @ xt  # b[50] = 0: the empty equation reads 0 = 0
+    x, info = st.solve(st.SparseTensor.from_package(M), torch.from_numpy(b), return_info=True)
+    assert _relres(M, x, b) <= 1e-10
+    assert not any(not a.succeeded for a in info.attempts), info.attempts  # no factorization failed first
+    assert "row 50 of A has no nonzero entry" in info.reason

@@ -47,16 +47,19 @@ class RangeSearch:
         a singular matrix is not defined), or when A does not store its whole diagonal."""
         if self.pinned or adjoint or not isinstance(final, SingularMatrixError):
             return None
-        state, offer = self._lu_state()
-        if state is None:
-            return None
         coords, slot = self.A.entries()
         on = coords[0] == coords[1]
         n = self.A.format_shape[0]
         dslots = slot[on]
         t0 = time.perf_counter()
         if dslots.numel() != n or bool((coords[0][on].unique().numel() != n)):
-            return self._dense_in_range(values, B, rtol, atol, t0)
+            if n <= _DENSE_RANGE_MAX and values.device.type == "cpu":
+                return self._dense_in_range(values, B, rtol, atol, t0)
+            lu = self._lu_offer()
+            return None if lu is None else self._union_in_range(lu, values, B, rtol, atol, t0)
+        state, offer = self._lu_state()
+        if state is None or offer is None:
+            return None
         real = values.real if values.is_complex() else values
         delta = math.sqrt(unit_roundoff(values.dtype)) * float(real.abs().amax() if not values.is_complex()
                                                                else values.abs().amax())
@@ -73,20 +76,54 @@ class RangeSearch:
         if got is None:
             return None
         X, rel, steps = got
-        reason = (f"an LU met an exactly zero pivot (A is singular, or nearly) and b lies in A's range: a solution "
+        reason = (f"{self._cause()} and b lies in A's range: a solution "
                   f"by {steps} refinement steps with the factorization of A + {delta:.2g} I")
         self.attempts.append(Attempt(offer.backend, offer.method, None, steps, Status.CONVERGED, rel, reason, True,
                                      time.perf_counter() - t0))
         self.state, self.offer = state, offer
         return X, IterationResult(steps, rel, True, Status.CONVERGED, reason)
 
+    def _union_in_range(self, offer: Offer, values: torch.Tensor, B: torch.Tensor, rtol: float, atol: float,
+                        t0: float) -> tuple[torch.Tensor, IterationResult] | None:
+        """A matrix that does not store its whole diagonal (an unused unknown: an empty row and
+        column): the same refinement with the LU of ``A + delta I`` on A's pattern plus the
+        diagonal (a new plan of the same LU offer, not cached)."""
+        if values.dim() != 1 or self._make is None:
+            return None
+        from ..format import CSR  # noqa: PLC0415
+        from ..tensor import SparseTensor  # noqa: PLC0415 - the route's matrix type, imported late (layering)
+
+        coords, slot = self.A.entries()
+        n = self.A.format_shape[0]
+        eye = torch.arange(n, dtype=coords.dtype, device=coords.device)
+        delta = math.sqrt(unit_roundoff(values.dtype)) * float(values.abs().amax())
+        vals = torch.cat([values.index_select(-1, slot), torch.full((n,), delta, dtype=values.dtype,
+                                                                    device=values.device)])
+        M = SparseTensor.from_coo(vals, torch.cat([coords[0], eye]), torch.cat([coords[1], eye]), shape=(n, n),
+                                  format=CSR, check=False)
+        try:
+            state = self._make(offer, M)
+            with state.lock, torch.no_grad():
+                state._load(M.values)
+                got = _refine(lambda R: _checked(state, guarded(lambda: state.plan.solve(R, adjoint=False, options={}),
+                                                                state.label, "solve"), B)[0],
+                              lambda X: self._apply(values, X, False), B, rtol, atol)
+        except (SingularMatrixError, IndefiniteMatrixError, BackendError, TypeError):
+            return None
+        if got is None:
+            return None
+        X, rel, steps = got
+        reason = (f"{self._cause()} and b lies in A's range: a solution "
+                  f"by {steps} refinement steps with the factorization of A + {delta:.2g} I (the diagonal added to "
+                  f"A's pattern)")
+        self.attempts.append(Attempt(offer.backend, offer.method, None, steps, Status.CONVERGED, rel, reason, True,
+                                     time.perf_counter() - t0))
+        return X, IterationResult(steps, rel, True, Status.CONVERGED, reason)
+
     def _dense_in_range(self, values: torch.Tensor, B: torch.Tensor, rtol: float, atol: float,
                         t0: float) -> tuple[torch.Tensor, IterationResult] | None:
         """A small matrix without a stored diagonal to shift (CPU, n <= 512): the same refinement
         with a dense LU of ``A + delta I`` (LAPACK getrf, a third of an SVD's cost)."""
-        n = self.A.format_shape[0]
-        if n > _DENSE_RANGE_MAX or values.device.type != "cpu":
-            return None
         D = self.A.with_values(values).to_dense()  # a new tensor: shifted in place
         delta = math.sqrt(unit_roundoff(values.dtype)) * float(values.abs().amax())
         D.diagonal(dim1=-2, dim2=-1).add_(delta)
@@ -98,7 +135,7 @@ class RangeSearch:
         if got is None:
             return None
         X, rel, steps = got
-        reason = (f"an LU met an exactly zero pivot (A is singular, or nearly) and b lies in A's range: a solution "
+        reason = (f"{self._cause()} and b lies in A's range: a solution "
                   f"by {steps} refinement steps with a dense LU of A + {delta:.2g} I")
         self.attempts.append(Attempt("torch", "dense", None, steps, Status.CONVERGED, rel, reason, True,
                                      time.perf_counter() - t0))
@@ -161,6 +198,15 @@ class RangeSearch:
                 f"{complex(bj.flatten()[0] / a[1]).real:.6g} from {what} {j}): the system has no solution. Check "
                 f"for a condition imposed twice on one unknown, or use least squares (lstsq)", row=j)
         return f"{what}s {i} and {j} of A each hold a single entry, both in unknown {u}"
+
+    def _cause(self) -> str:
+        """Why A was found singular, for the in-range answer's reason."""
+        line = getattr(self, "_empty_found", None)  # set by the route (fallback.py)
+        return f"{line} (A is singular)" if line else "an LU met an exactly zero pivot (A is singular, or nearly)"
+
+    def _lu_offer(self) -> Offer | None:
+        """The cheapest LU offer of this route (None when it has none)."""
+        return min(self._lu_offers, key=lambda o: o.seconds, default=None)
 
     def _lu_state(self) -> tuple[PlanState | None, Offer | None]:
         """An LU plan of this route for the shifted factorization: the cheapest LU offer's (the

@@ -78,7 +78,7 @@ class Route(RangeSearch):
     """The offers a solve call may use, in dispatch order, and the one answering now."""
 
     def __init__(self, A: SparseTensor, state: PlanState, offer: Offer | None, rest: Sequence[Offer] = (),
-                 make_state: Callable[[Offer], PlanState] | None = None, *, pinned: bool = True,
+                 make_state: Callable[..., PlanState] | None = None, *, pinned: bool = True,
                  probe: bool = False) -> None:
         self.A = A
         self.state = state
@@ -98,6 +98,8 @@ class Route(RangeSearch):
         self._range_tried = False
         #: the structural singularity checks (empty lines, an unknown constrained twice) ran
         self._certain_checked = False
+        #: the empty row or column found before any factorization (for the answer's reason)
+        self._empty_found: str | None = None
         #: an iterative probe may run before the direct method (matrix class with guessed
         #: iteration counts, nothing measured on the pattern): at most once per route
         self._probe = probe and not pinned
@@ -143,6 +145,10 @@ class Route(RangeSearch):
         atol_s = atol * sb
         failures: list[tuple[str, BaseException | None]] = []
         best: tuple[torch.Tensor, IterationResult] | None = None
+        if not self.pinned and values.dim() == 1 and _has_empty_line(self.A):
+            found = self._structural_first(vs, Bs, handle.adjoint, rtol, atol_s)
+            if found is not None:
+                return self._unscaled(found[0], sa / sb), found[1]
         if self._probe:
             self._probe = False
             probed = self._probe_first(vs, Bs, handle, base, rtol, atol_s)
@@ -209,6 +215,31 @@ class Route(RangeSearch):
                 if len(self.attempts) > 1:
                     res = replace(res, reason=f"{res.reason}; tried: " + "; ".join(str(a) for a in self.attempts))
                 return self._unscaled(X, sa / sb), res
+
+    def _structural_first(self, values: torch.Tensor, B: torch.Tensor, adjoint: bool, rtol: float,
+                          atol: float) -> tuple[torch.Tensor, IterationResult] | None:
+        """Before any factorization: a pattern with an empty row or column. With its values that
+        is a singular verdict (an unused unknown, an equation without terms) whatever a
+        factorization would say, so none is tried: b outside the range raises the error that
+        names the line; b possibly inside it gets the refinement with ``A + delta I``; None
+        when every line holds a nonzero value after all (explicit zeros only in the pattern's
+        count: the route goes on as usual)."""
+        certain = self._empty_line(values, B, adjoint)
+        if certain is None:
+            return None
+        self._certain_checked = True
+        self._singular_lu = 2
+        self._range_tried = True
+        if isinstance(certain, SingularMatrixError):
+            raise certain
+        verdict = SingularMatrixError(f"{certain}: the matrix is singular")
+        self._empty_found = certain
+        found = self._in_range(verdict, values, B, adjoint, rtol, atol)
+        if found is None:
+            raise SingularMatrixError(
+                f"{certain}: the matrix is singular, and b does not lie in its range to working precision (refinement "
+                f"with A + delta I did not converge); use lstsq for a least-squares solution")
+        return found
 
     def _probe_first(self, values: torch.Tensor, B: torch.Tensor, handle: Any, base: dict, rtol: float,
                      atol: float) -> tuple[torch.Tensor, IterationResult] | None:
@@ -587,6 +618,21 @@ class Route(RangeSearch):
             if hasattr(exc, name):
                 setattr(out, name, getattr(exc, name))
         return out
+
+
+def _has_empty_line(A: SparseTensor) -> bool:
+    """Whether A's pattern leaves a row or a column without a stored entry (O(nnz) once per
+    pattern, kept on the tensor)."""
+    cache = A._cache
+    got = cache.get("empty_line")
+    if got is None:
+        coords, _ = A.entries()
+        m, n = A.format_shape[-2], A.format_shape[-1]
+        rows = torch.bincount(coords[0], minlength=m)
+        cols = torch.bincount(coords[1], minlength=n)
+        got = bool((rows == 0).any()) or bool((cols == 0).any())
+        cache["empty_line"] = got
+    return bool(got)
 
 
 def _spread(scale: torch.Tensor) -> float:

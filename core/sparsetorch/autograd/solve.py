@@ -64,8 +64,12 @@ def route_for(op: str, A: SparseTensor, request: Request, table: ExplainTable, o
     # a matrix class whose iteration estimates are guesses (not SPD, not diagonally dominant):
     # the route may try a short, bounded iterative probe before a direct method (fallback.py)
     uncertain = op == "solve" and experience.class_factor(request)[0] > 1.0 and not request.measured
-    return Route(A, state, offer, rest, lambda o: plan_for(op, A, request, o, cache=cache), pinned=pinned,
-                 probe=uncertain)
+    def make(o: Offer, M: SparseTensor | None = None) -> PlanState:
+        # M: another matrix of the same shape and class (the route's shifted A + delta I on a
+        # pattern with the whole diagonal), planned uncached
+        return plan_for(op, A, request, o, cache=cache) if M is None else plan_for(op, M, request, o, cache=False)
+
+    return Route(A, state, offer, rest, make, pinned=pinned, probe=uncertain)
 
 
 @dataclass
