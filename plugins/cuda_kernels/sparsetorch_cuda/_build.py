@@ -148,4 +148,11 @@ class BuildMixin:
         self.nnz = self.slots
         self.vec = _vec_for(nblocks * bw / max(brows, 1))
 
+    def _build_generated(self, A: SparseTensor) -> None:
+        from .codegen import GeneratedSpmm  # noqa: PLC0415
+
+        opts = getattr(self, "_gen_options", {})
+        self.gen = GeneratedSpmm(A, variant=opts.get("variant"), autotune=bool(opts.get("autotune")))
+        self.nnz, self.idx = self.slots, self.gen.idx
+
     # Values -------------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ from sparsetorch.backend import Rates, Request
 
 __all__ = ["traffic", "spmm_cost", "csr_variant", "family", "efficiency", "measurements", "DEFAULT_EFFICIENCY", "bandwidth_scale",
            "host_seconds", "mma_applies", "mma_seconds", "fit_mma",
-           "HOST_SECONDS", "predict"]
+           "HOST_SECONDS", "predict", "generated_seconds", "generated_traffic", "prefer_generated", "GENERATED_EFFICIENCY"]
 
 MEASUREMENTS = Path(__file__).resolve().parent / "cost_h200.json"
 #: used for a family until cost_h200.json has rows of it
@@ -240,6 +240,9 @@ def spmm_cost(rates: Rates, request: Request) -> tuple[float, int, float, str]:
     k = max(1, request.rhs_columns // batch)
     nse = int(A.nse or 0)
     kind, bits, block = _kind_of(request)
+    if kind == "generic" and A.format is not None and batch == 1 and prefer_generated(A.format, (m, n), nse, k, A.dtype, rates):
+        seconds, _ = generated_seconds(rates, A.format, (m, n), nse, k, A.dtype)
+        return seconds, int(m * k * 4 + 2 * m * k * vs), 0.0, "generated"
     narrowed = kind == "csr" and isz == 8 and max(nse, m, n) < INT_LIMIT  # the plan keeps int32 copies
     if kind == "generic":
         isz = 4 if max(nse, m, n) < 2**31 - 1 else 8
@@ -273,8 +276,67 @@ def spmm_cost(rates: Rates, request: Request) -> tuple[float, int, float, str]:
     return seconds + setup, int(peak), setup, kind
 
 
+#: kernels generated from the format (codegen.py): fraction of the copy bandwidth per strategy,
+#: used for pricing only once measured on the H200 (None: not measured, the CSR path is kept);
+#: DEFAULT_GENERATED prices them in :func:`generated_seconds` meanwhile
+GENERATED_EFFICIENCY: dict[str, float | None] = {"rows": None, "cols": None, "scatter": None}
+DEFAULT_GENERATED = {"rows": 0.45, "cols": 0.15, "scatter": 0.1}
+
+
+def generated_traffic(fmt: Any, m: int, n: int, slots: int, k: int, vs: int, isz: int) -> float:
+    """Bytes of one generated product: every value slot and one index word per slot once per
+    column of X (the kernels walk the levels per column), X read and Y written once; the
+    atomic strategies also initialise and finalise an accumulator (2 passes over Y)."""
+    from .codegen import analyse  # noqa: PLC0415 - codegen imports torch and sparsetorch only
+
+    an = analyse(fmt)
+    extra = 2 * m * k * max(vs, 4) if an.atomics else 0
+    return k * slots * (vs + isz) + (m + n) * k * vs + extra
+
+
+def generated_seconds(rates: Rates, fmt: Any, shape: tuple[int, int], slots: int, k: int, dtype: torch.dtype,
+                      isz: int = 4) -> tuple[float, bool]:
+    """(seconds, measured) of one product through the generated kernel."""
+    from .codegen import analyse  # noqa: PLC0415
+
+    an = analyse(fmt)
+    eff = GENERATED_EFFICIENCY.get(an.strategy)
+    measured = eff is not None
+    vs = torch.empty((), dtype=dtype).element_size()
+    nbytes = generated_traffic(fmt, shape[0], shape[1], slots, k, vs, isz)
+    launches = 1 if an.strategy == "rows" else 3
+    bw = rates.bandwidth * bandwidth_scale(rates)
+    return nbytes / (bw * (eff if measured else DEFAULT_GENERATED[an.strategy])) + launches * host_seconds(rates), measured
+
+
+def prefer_generated(fmt: Any, shape: tuple[int, int], slots: int, k: int = 1, dtype: torch.dtype = torch.float32,
+                     rates: Rates | None = None) -> bool:
+    """Whether a format without a kernel of its own runs the generated kernel rather than the CSR
+    made from its pattern: only where the generated strategy's efficiency is measured and its
+    product (no value gather) is cheaper than the CSR kernel's plus the gather."""
+    try:
+        from .codegen import analyse  # noqa: PLC0415
+
+        an = analyse(fmt)
+    except Exception:  # noqa: BLE001 - a format codegen does not take: the CSR path
+        return False
+    if GENERATED_EFFICIENCY.get(an.strategy) is None:
+        return False
+    if rates is None:
+        from sparsetorch.backend import rates as _rates  # noqa: PLC0415
+
+        rates = _rates(torch.device("cuda"))
+    m, n = shape
+    vs = torch.empty((), dtype=dtype).element_size()
+    gen, _ = generated_seconds(rates, fmt, shape, slots, k, dtype)
+    csr = predict(family("generic", k), traffic("generic", m=m, n=n, nnz=slots, k=k, vs=vs, isz=4), rates.bandwidth *
+                  bandwidth_scale(rates), host_seconds(rates)) + rates.seconds(bytes=slots * (2 * vs + 8), launches=1)
+    return gen < csr
+
+
 def describe(kind: str, bits: Any = None) -> str:
     return {"csr": "CSR kernels (vector / load balanced)", "dia": "DIA kernel (no index traffic)",
             "ell": "ELL kernel", "delta": f"DELTA({bits}) bit-packed kernel (gaps packed once per pattern)",
             "nm": "N:M kernel (in-group positions packed once per pattern)", "bsr": "BSR kernel (a lane group per row)",
-            "generic": "CSR kernels on a CSR made from the pattern once (one value gather per new value set)"}[kind]
+            "generic": "CSR kernels on a CSR made from the pattern once (one value gather per new value set)",
+            "generated": "a kernel generated from the format's levels (codegen.py; storage read as it is)"}[kind]

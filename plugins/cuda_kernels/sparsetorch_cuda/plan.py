@@ -60,15 +60,23 @@ class CudaSpmmPlan(BuildMixin, MmaMixin):
     ``"groups"`` or ``"lanes"`` (spmv.cu's earlier kernels); all copy X into shared memory when
     it fits in 48 KB. For N:M 2:4 with one right-hand side: ``"warp"`` (a warp per row) or
     ``"s1"`` .. ``"s4"`` (blocks of 384 threads, that many warps share a row). Defaults:
-    :data:`DIA_DEFAULT`, :data:`DELTA_DEFAULT`, :data:`NM_DEFAULT` (the measured ones)."""
+    :data:`DIA_DEFAULT`, :data:`DELTA_DEFAULT`, :data:`NM_DEFAULT` (the measured ones).
+
+    ``kernel="generated"`` runs a kernel generated from A's format (:mod:`.codegen`; kind
+    "generated": the storage read as it is, no CSR copy, no value gather) instead of the CSR made
+    from the pattern; ``variant`` is then "thread" / "warp" and ``autotune=True`` times them on
+    the first call. ``kernel=None`` lets :func:`sparsetorch_cuda.cost.prefer_generated` decide for
+    formats without a kernel of their own (the CSR path unless measured slower); "native" keeps
+    the CSR path."""
 
     method = "spmm"
     preconditioner = None
     #: apply(X, bias=) adds a bias per output row (fused where the kernel can; SparseLinear passes it)
     accepts_bias = True
 
-    def __init__(self, A: SparseTensor, *, backend: str = "cuda", variant: str | None = None) -> None:
-        from .cost import csr_variant  # noqa: PLC0415
+    def __init__(self, A: SparseTensor, *, backend: str = "cuda", variant: str | None = None, kernel: str | None = None,
+                 autotune: bool = False) -> None:
+        from .cost import csr_variant, prefer_generated  # noqa: PLC0415
 
         self.backend = backend
         fs = A.format_shape
@@ -85,6 +93,13 @@ class CudaSpmmPlan(BuildMixin, MmaMixin):
         self.batch_shape = tuple(A.batch_shape)
         self.slots = int(A.values.shape[-1])
         self.kind = native_kind(A.format)
+        if kernel not in (None, "native", "generated"):
+            raise InputError(f"{backend}: kernel must be None (by the cost model), 'native' or 'generated', got {kernel!r}")
+        if kernel == "generated" or (kernel is None and self.kind == "generic"
+                                     and prefer_generated(A.format, self.shape, int(A.values.shape[-1]))):
+            # a kernel generated from the format (codegen.py) instead of a CSR made from the pattern
+            self.kind = "generated"
+            self._gen_options = {"variant": variant, "autotune": autotune}
         self._source = A.detach()
         self._values: torch.Tensor | None = None
         self._values_t: torch.Tensor | None = None
@@ -121,9 +136,11 @@ class CudaSpmmPlan(BuildMixin, MmaMixin):
             self.variant = variant or NM_DEFAULT
             if self.variant not in NM_VARIANTS:
                 raise InputError(f"{backend}: N:M variant must be one of {NM_VARIANTS}, got {variant!r}")
+        if self.kind == "generated":
+            self.variant = self.gen.variant
         self.reload_cheap = True
         #: the tensor-core SpMM for half-precision X of MMA_MIN_K or more columns (False: the other kernels)
-        self.use_mma = True
+        self.use_mma = self.kind != "generated"
         #: a cluster size for the tensor-core kernel (1, 2, 4, 8) instead of :meth:`mma_split`'s choice
         self.mma_split_override: int | None = None
         #: csr16_warp for half-precision CSR, one right-hand side, long rows (False: the other kernels)
@@ -276,6 +293,9 @@ class CudaSpmmPlan(BuildMixin, MmaMixin):
             self._csr(t["rowptr"], t["col"], v, x, y, n, k, t["vec"], "vector", None, t["idx"], fits_t)
             return
         kind = self.kind
+        if kind == "generated":
+            self.gen.product(v, x, y, k)
+            return False
         fits = self.small and m * k < INT_LIMIT and n * k < INT_LIMIT  # the 32-bit kernels apply
         if kind in ("csr", "generic") and self.sell is not None and fits:
             sl = self.sell
@@ -449,7 +469,7 @@ class CudaSpmmPlan(BuildMixin, MmaMixin):
                 kern = kernel("sddmm", "dia_sddmm", self.dtype, torch.int64, dev, 8)
                 kern((-(-self.slots // BLOCK), 1), BLOCK, (m, n, k, self.ndiag, self.offs.data_ptr(), p.data_ptr(), q.data_ptr(),
                                                           o.data_ptr()), device=self.dev_index)
-            elif self.kind in ("nm", "bsr"):  # torch gathers over the stored entries (no kernel of its own yet)
+            elif self.kind in ("nm", "bsr", "generated"):  # torch gathers over the stored entries (no kernel of its own yet)
                 rows, cols, slot = self._entry_coords()
                 o.zero_()
                 o.index_copy_(0, slot, (p.index_select(0, rows) * q.index_select(0, cols)).sum(-1))
@@ -474,5 +494,5 @@ class CudaSpmmPlan(BuildMixin, MmaMixin):
         return self._coords
 
     def __repr__(self) -> str:
-        extra = f", variant={self.variant}" if self.kind in ("csr", "generic", "delta", "dia", "nm") else ""
+        extra = f", variant={self.variant}" if self.kind in ("csr", "generic", "delta", "dia", "nm", "generated") else ""
         return f"CudaSpmmPlan({self.kind}, shape={self.shape}, nnz={self.nnz}, {self.dtype}{extra})"
