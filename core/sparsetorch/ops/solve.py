@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 
 from typing import Any, Callable, Sequence
@@ -174,6 +176,12 @@ def solve(
             return [o[0] for o in outs], [o[1] for o in outs]
         return outs
     A = check_matrix(A, "solve", square=True)
+    if A.dtype in _HALF and isinstance(B, torch.Tensor) and B.dtype == A.dtype:
+        return _half_solve(A, B, return_info, dict(
+            backend=backend, method=method, preconditioner=preconditioner, rtol=rtol, atol=atol, maxiter=maxiter,
+            properties=properties, check_finite=check_finite, on_nonconvergence=on_nonconvergence, callback=callback,
+            progress=progress, restart=restart, block_size=block_size, dense_max=dense_max, max_bytes=max_bytes,
+            check_every=check_every, backend_options=backend_options, cache=cache, repeat=repeat))
     Bn, vector = as_rhs(A, B, "solve", rows=A.format_shape[0])
     # NaN/Inf in A or B: checked once, here, before property detection reads the values. Only
     # under torch.func transforms (no storage to read here) is it left to the handle, which runs
@@ -200,6 +208,24 @@ def solve(
         return X
     return X, _info(A, Bn, restore_rhs(X, False) if not vector else X.unsqueeze(-1), handle)
 
+
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _half_solve(A: SparseTensor, B: torch.Tensor, return_info: bool, kw: dict[str, Any]):
+    """A float16/bfloat16 system, solved in float32 (mixed precision: no backend factors or
+    iterates in half, whose 11 or 8 significant bits would leave a Krylov method or a pivot
+    without accuracy) and rounded back to A's dtype: the answer is as accurate as that dtype can
+    hold (float32's contract, 1e-5, unless ``rtol`` says otherwise). Differentiable through the
+    casts; the backward solve runs in float32 too."""
+    half = A.dtype
+    X, info = solve(A.with_values(A.values.to(torch.float32)), B.to(torch.float32), return_info=True, **kw)
+    X = X.to(half)
+    if not return_info:
+        return X
+    note = f"solved in float32 (the inputs are {str(half).removeprefix('torch.')}), the answer rounded back"
+    return X, dataclasses.replace(info, reason=f"{info.reason}; {note}" if info.reason else note)
 
 
 def _info(A: SparseTensor, Bn: torch.Tensor, Xn: torch.Tensor, handle: SolveHandle) -> SolveInfo:
