@@ -421,7 +421,7 @@ class CudaCGPlan:
         dinv = self._dinv.data_ptr() if self._dinv is not None else 0
         vals = self._values.data_ptr()
         if self.kind == "dia":
-            offs = (self.offs + [0] * DIA_MAX)[:DIA_MAX]
+            offs = [o & 0xFFFFFFFFFFFFFFFF for o in (self.offs + [0] * DIA_MAX)[:DIA_MAX]]  # two's complement words
             self._k["cg_dia_spmv_dot"]((gr["cg_dia_spmv_dot"], 1), BLOCK, (n, self.ndiag, *offs, vals, p, q, S, part, tk), device=dev)
         else:
             self._k["cg_csr_spmv_dot"]((gr["cg_csr_spmv_dot"], 1), BLOCK, (n, self.rowptr.data_ptr(), self.col.data_ptr(), vals, p, q, S, part, tk),
