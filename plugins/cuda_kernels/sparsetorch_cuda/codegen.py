@@ -651,10 +651,15 @@ class GeneratedSpmm:
         self._values = values.detach()
 
     def default_variant(self) -> str:
-        if self.analysis.strategy != "rows":
+        """"warp" for rows of WARP_FROM or more slots on average whose first walked level is the
+        last one (the values of a row contiguous: CSR-like, DELTA); else "thread" (DIA_J, BSR and
+        the stencil's short rows measured faster so: benchmarks/results/cuda_codegen_h200_s6*.json)."""
+        an = self.analysis
+        if an.strategy != "rows":
             return "thread"
+        first = next((q for q in range(an.fmt.num_levels) if q not in an.located), None)
         m = max(self.shape[0], 1)
-        return "warp" if self.nnz / m >= WARP_FROM else "thread"
+        return "warp" if first == an.fmt.num_levels - 1 and self.nnz / m >= WARP_FROM else "thread"
 
     def run(self, v: torch.Tensor, x: torch.Tensor, y: torch.Tensor, k: int, variant: str | None = None) -> None:
         """One product into ``y`` (m, k) from values ``v`` (slots,) and ``x`` (n, k), contiguous."""

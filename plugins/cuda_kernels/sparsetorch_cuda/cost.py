@@ -240,7 +240,8 @@ def spmm_cost(rates: Rates, request: Request) -> tuple[float, int, float, str]:
     k = max(1, request.rhs_columns // batch)
     nse = int(A.nse or 0)
     kind, bits, block = _kind_of(request)
-    if kind == "generic" and A.format is not None and batch == 1 and prefer_generated(A.format, (m, n), nse, k, A.dtype, rates):
+    if kind == "generic" and A.format is not None and batch == 1 and prefer_generated(A.format, (m, n), nse, k, A.dtype, rates,
+                                                                                        gather=True):
         seconds, _ = generated_seconds(rates, A.format, (m, n), nse, k, A.dtype)
         return seconds, int(m * k * 4 + 2 * m * k * vs), 0.0, "generated"
     narrowed = kind == "csr" and isz == 8 and max(nse, m, n) < INT_LIMIT  # the plan keeps int32 copies
@@ -276,25 +277,29 @@ def spmm_cost(rates: Rates, request: Request) -> tuple[float, int, float, str]:
     return seconds + setup, int(peak), setup, kind
 
 
-#: kernels generated from the format (codegen.py): fraction of the copy bandwidth per strategy,
-#: used for pricing only once measured on the H200 (None: not measured, the CSR path is kept);
-#: DEFAULT_GENERATED prices them in :func:`generated_seconds` meanwhile
-GENERATED_EFFICIENCY: dict[str, float | None] = {"rows": None, "cols": None, "scatter": None}
+#: kernels generated from the format (codegen.py): fraction of the copy bandwidth per strategy, from
+#: benchmarks/results/cuda_codegen_h200_s6.json (114^3 stencil, k = 1; bytes as generated_traffic
+#: counts them): rows 0.66 (CSR 0.66, DIA_J 0.69 in float64), cols 0.5 (CSC), scatter 0.4 (COO).
+#: A strategy set to None is never chosen by the cost model (kernel="generated" still runs it).
+GENERATED_EFFICIENCY: dict[str, float | None] = {"rows": 0.66, "cols": 0.5, "scatter": 0.4}
 DEFAULT_GENERATED = {"rows": 0.45, "cols": 0.15, "scatter": 0.1}
+#: copy bandwidth used where no calibrated rates are given (H200, bytes/s)
+_NOMINAL_BANDWIDTH = 4.2e12
 
 
 def generated_traffic(fmt: Any, m: int, n: int, slots: int, k: int, vs: int, isz: int) -> float:
-    """Bytes of one generated product: every value slot and one index word per slot once per
-    column of X (the kernels walk the levels per column), X read and Y written once; the
-    atomic strategies also initialise and finalise an accumulator (2 passes over Y)."""
+    """Bytes of one generated product: every value slot (and an index word per slot when the last
+    level stores coordinates) once per column of X (the kernels walk the levels per column), X
+    read and Y written once; the atomic strategies also initialise and finalise an accumulator."""
     from .codegen import analyse  # noqa: PLC0415 - codegen imports torch and sparsetorch only
 
     an = analyse(fmt)
     extra = 2 * m * k * max(vs, 4) if an.atomics else 0
-    return k * slots * (vs + isz) + (m + n) * k * vs + extra
+    per_slot = vs + (isz if fmt.levels[-1].format.has_crd else 0)
+    return k * slots * per_slot + (m + n) * k * vs + extra
 
 
-def generated_seconds(rates: Rates, fmt: Any, shape: tuple[int, int], slots: int, k: int, dtype: torch.dtype,
+def generated_seconds(rates: Rates | None, fmt: Any, shape: tuple[int, int], slots: int, k: int, dtype: torch.dtype,
                       isz: int = 4) -> tuple[float, bool]:
     """(seconds, measured) of one product through the generated kernel."""
     from .codegen import analyse  # noqa: PLC0415
@@ -305,15 +310,18 @@ def generated_seconds(rates: Rates, fmt: Any, shape: tuple[int, int], slots: int
     vs = torch.empty((), dtype=dtype).element_size()
     nbytes = generated_traffic(fmt, shape[0], shape[1], slots, k, vs, isz)
     launches = 1 if an.strategy == "rows" else 3
-    bw = rates.bandwidth * bandwidth_scale(rates)
+    bw = rates.bandwidth * bandwidth_scale(rates) if rates is not None else _NOMINAL_BANDWIDTH
     return nbytes / (bw * (eff if measured else DEFAULT_GENERATED[an.strategy])) + launches * host_seconds(rates), measured
 
 
 def prefer_generated(fmt: Any, shape: tuple[int, int], slots: int, k: int = 1, dtype: torch.dtype = torch.float32,
-                     rates: Rates | None = None) -> bool:
+                     rates: Rates | None = None, gather: bool = False) -> bool:
     """Whether a format without a kernel of its own runs the generated kernel rather than the CSR
-    made from its pattern: only where the generated strategy's efficiency is measured and its
-    product (no value gather) is cheaper than the CSR kernel's plus the gather."""
+    made from its pattern: float32 / float64 only (half types keep the tensor-core path), where the
+    generated strategy's efficiency is measured and its product is cheaper than the CSR kernel's
+    (plus the value gather, ``gather=True``, when every product brings new values)."""
+    if dtype not in (torch.float32, torch.float64):
+        return False
     try:
         from .codegen import analyse  # noqa: PLC0415
 
@@ -322,15 +330,15 @@ def prefer_generated(fmt: Any, shape: tuple[int, int], slots: int, k: int = 1, d
         return False
     if GENERATED_EFFICIENCY.get(an.strategy) is None:
         return False
-    if rates is None:
-        from sparsetorch.backend import rates as _rates  # noqa: PLC0415
-
-        rates = _rates(torch.device("cuda"))
     m, n = shape
     vs = torch.empty((), dtype=dtype).element_size()
     gen, _ = generated_seconds(rates, fmt, shape, slots, k, dtype)
-    csr = predict(family("generic", k), traffic("generic", m=m, n=n, nnz=slots, k=k, vs=vs, isz=4), rates.bandwidth *
-                  bandwidth_scale(rates), host_seconds(rates)) + rates.seconds(bytes=slots * (2 * vs + 8), launches=1)
+    bw = rates.bandwidth * bandwidth_scale(rates) if rates is not None else _NOMINAL_BANDWIDTH
+    variant = "stream" if slots / max(m, 1) <= 16 else "vector"
+    csr = predict(family("generic", k, variant), traffic("generic", m=m, n=n, nnz=slots, k=k, vs=vs, isz=4, variant=variant),
+                  bw, host_seconds(rates))
+    if gather:
+        csr += slots * (2 * vs + 8) / bw + host_seconds(rates)
     return gen < csr
 
 

@@ -96,7 +96,7 @@ class CudaSpmmPlan(BuildMixin, MmaMixin):
         if kernel not in (None, "native", "generated"):
             raise InputError(f"{backend}: kernel must be None (by the cost model), 'native' or 'generated', got {kernel!r}")
         if kernel == "generated" or (kernel is None and self.kind == "generic"
-                                     and prefer_generated(A.format, self.shape, int(A.values.shape[-1]))):
+                                     and prefer_generated(A.format, self.shape, int(A.values.shape[-1]), dtype=A.dtype)):
             # a kernel generated from the format (codegen.py) instead of a CSR made from the pattern
             self.kind = "generated"
             self._gen_options = {"variant": variant, "autotune": autotune}
@@ -221,8 +221,11 @@ class CudaSpmmPlan(BuildMixin, MmaMixin):
                 if len(self._prepared) >= 64:  # many different k: keep the dictionary small
                     self._prepared.clear()
                 Y = torch.empty((m, k), dtype=self.dtype, device=self.device)
+                tuned = len(self.gen.choice) if self.kind == "generated" else 0
                 with recording() as calls:
                     self._launch(self._values, X, Y, k, False, 0, bias)
+                if self.kind == "generated" and len(self.gen.choice) != tuned:
+                    return Y  # this call timed the variants (many launches): record the chosen one next time
                 self._prepared[key] = self._prepare(calls, xp, Y.data_ptr())
                 return Y
         if self._values is None:

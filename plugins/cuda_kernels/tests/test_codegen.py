@@ -64,6 +64,23 @@ def random_formats(count: int, seed: int = 0) -> list[TensorFormat]:
 
 
 RANDOM = random_formats(40)
+_D, _C, _L, _S, _R = (LevelFormat.DENSE, LevelFormat.COMPRESSED, LevelFormat.LOOSE_COMPRESSED, LevelFormat.SINGLETON,
+                      LevelFormat.RANGE)
+#: hand-picked compositions the random ones rarely reach: mixed blocks, N:M along columns, blocks of
+#: DCSR, COO of blocks, ELL on columns, DIA with loose diagonals, DELTA on columns
+EXTRA = [
+    TensorFormat([_i, _j], {_i // 2: _D, _j: _C, _i % 2: _D}),
+    TensorFormat([_i, _j], {_j // 2: _D, _i: _C, _j % 2: _D}),
+    TensorFormat([_i, _j], {_i // 2: _C, _j // 3: _C, _i % 2: _D, _j % 3: _D}),
+    TensorFormat([_i, _j], {_i // 2: _D, _j // 3: _C, _j % 3: _D, _i % 2: _D}),
+    TensorFormat([_i, _j], {_j: _D, _i // 4: _D, _i % 4: (LevelFormat.STRUCTURED, 2)}),
+    TensorFormat([_i, _j], {_i // 2: (_C, LevelProperty.NONUNIQUE), _j // 2: _S, _i % 2: _D, _j % 2: _D}),
+    TensorFormat([_i, _j], {_j: _D, _i: _L}),
+    TensorFormat([_i, _j], {_j - _i: _L, _i: _R}),
+    TensorFormat([_i, _j], {_i + _j: _C, _j: _R}),
+    TensorFormat([_i, _j], {_j: _D, _i: (LevelFormat.DELTA, 2)}),
+    TensorFormat([_i, _j], {_i: _C, _j: (LevelFormat.DELTA, 1)}),
+]
 
 
 def test_random_formats_cover_every_strategy_and_level():
@@ -91,9 +108,9 @@ def test_every_named_format_emits_source(name):
     assert ("atomic_combine(acc + " in src) == an.atomics
 
 
-@pytest.mark.parametrize("k", range(len(RANDOM)))
+@pytest.mark.parametrize("k", range(len(RANDOM) + len(EXTRA)))
 def test_random_formats_emit_source(k):
-    fmt = RANDOM[k]
+    fmt = [*RANDOM, *EXTRA][k]
     src = codegen.emit(fmt, semiring="min_plus", prolog="x * 2", epilog="x + 1")
     an = codegen.analyse(fmt)
     assert f"void gen_{an.strategy}(" in src and "gen_finalize" in src
@@ -197,14 +214,14 @@ def matrix_for(fmt: TensorFormat, m: int, n: int, dtype: torch.dtype, index_dtyp
 
 
 def test_test_matrices_build_in_every_format():
-    for fmt in [*NAMED.values(), *RANDOM]:
+    for fmt in [*NAMED.values(), *RANDOM, *EXTRA]:
         A, D = matrix_for(fmt, 7, 9, torch.float32, torch.int32)
         assert torch.equal(A.to_dense().to(torch.float64), D)
 
 
 def stored(A: st.SparseTensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rows, columns and values of the entries A stores (explicit zeros included, padding not)."""
-    coords, slot = A.coordinates()
+    coords, slot = A.entries()
     vals = A.values.detach().reshape(-1)[slot.long()].to(torch.float64).cpu().numpy()
     return coords[0].long().cpu().numpy(), coords[1].long().cpu().numpy(), vals
 
@@ -270,6 +287,17 @@ def test_random_formats_match_dense(k):
     A, D = matrix_for(fmt, 41, 38, torch.float64, torch.int32 if k % 2 else torch.int64, seed=k, device="cuda")
     for variant in codegen.variants(codegen.analyse(fmt)):
         _check(A, D, torch.float64, 1 + k % 3, variant=variant)
+
+
+@gpu
+@pytest.mark.parametrize("k", range(len(EXTRA)))
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=_ID)
+def test_extra_formats_match_dense(k, dtype):
+    fmt = EXTRA[k]
+    A, D = matrix_for(fmt, 46, 39, dtype, torch.int32, seed=k, device="cuda")
+    for variant in codegen.variants(codegen.analyse(fmt)):
+        for cols in (1, 4):
+            _check(A, D, dtype, cols, variant=variant)
 
 
 @gpu
@@ -351,9 +379,25 @@ def test_plan_kernel_generated(name):
     g = plan.sddmm(P, Q)
     dense_g = (P.double().cpu() @ Q.double().cpu().T)
     rows, cols, _ = stored(A)
-    coords, slot = A.coordinates()
+    _, slot = A.entries()
     want = torch.zeros(A.values.shape[-1], dtype=torch.float64)
     want[slot.long().cpu()] = dense_g[rows, cols]
     assert rel_err(g, want) < 1e-5
     default = CudaSpmmPlan(A)
-    assert default.kind == "generic"
+    assert default.kind == ("generated" if name == "DIA_J" else "generic")  # the cost model's choice (cost.py)
+    assert CudaSpmmPlan(A, kernel="native").kind == "generic"
+
+
+@gpu
+def test_default_plan_picks_generated_only_where_measured_better():
+    from sparsetorch_cuda.plan import CudaSpmmPlan
+
+    for dtype, want in ((torch.float64, "generated"), (torch.float16, "generic")):
+        A, D = matrix_for(NAMED["DIA_J"], 60, 60, dtype, torch.int32, seed=4, device="cuda")
+        plan = CudaSpmmPlan(A)
+        assert plan.kind == want
+        plan.set_values(A.values)
+        X = _x(60, 2, dtype)
+        assert rel_err(plan.apply(X), D @ X.double().cpu()) < TOL[dtype] * 4
+    A, _ = matrix_for(NAMED["COO"], 60, 60, torch.float64, torch.int32, device="cuda")
+    assert CudaSpmmPlan(A).kind == "generic"
