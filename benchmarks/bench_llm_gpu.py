@@ -153,6 +153,25 @@ def _case(dense: nn.Linear, layer: st.nn.SparseLinear, batch: int, dtype, repeat
     return out
 
 
+def _write(args, results: list) -> None:
+    doc = {
+        "benchmark": "LLM-sized sparse linear layers, GPU, half precision (issue 17 item 5, GPU part)",
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": "python " + " ".join([Path(os.path.relpath(sys.argv[0], HERE.parent)).as_posix()] + sys.argv[1:]),
+        "machine": {"platform": platform.platform(), "gpu": torch.cuda.get_device_name(0)},
+        "versions": {"python": platform.python_version(), "torch": torch.__version__, "sparsetorch": st.__version__,
+                     "backends": sorted(i.name for i in st.registry().info())},
+        "notes": ("speed-ups are dense time / implementation time; 'eager' includes host overhead (one Python call), "
+                  "'graph' is the call captured in a CUDA graph and replayed (GPU time + the replay's launch latency), "
+                  f"'graph{GRAPH_CALLS}' is {GRAPH_CALLS} calls captured in one graph, per call (GPU time, kernels and gaps); "
+                  "medians of CUDA events; sparsetorch's 'plan' is the layer's own (SparseLinear.plans()), "
+                  "'one_shot_dispatch' what st.matmul's dispatch would pick"),
+        "results": results,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(doc, indent=1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="4096x4096,4096x11008")
@@ -174,7 +193,8 @@ def main() -> None:
     for n_in, n_out in shapes:
         torch.manual_seed(0)
         base = nn.Linear(n_in, n_out)
-        for rule in [s.strip() for s in args.sparsities.split(",")]:
+        by_name = {r.replace(" ", ""): r for r in RULES}  # "90%" or "90 %"
+        for rule in [by_name[s.strip().replace(" ", "")] for s in args.sparsities.split(",")]:
             for dname in args.dtypes.split(","):
                 dtype = getattr(torch, dname)
                 dense = nn.Linear(n_in, n_out).to(dev, dtype)
@@ -187,6 +207,7 @@ def main() -> None:
                     row = {"in_features": n_in, "out_features": n_out, "sparsity": rule, "dtype": dname, "batch": batch,
                            "format": layer.weight.format.name, "density": round(layer.density, 6), **case}
                     results.append(row)
+                    _write(args, results)  # after every case: a run cut short keeps what it measured
                     d = case["dense"]
                     parts = []
                     for name in ("sparsetorch", "torch CSR", "torch 2:4"):
@@ -206,22 +227,7 @@ def main() -> None:
                           f"graph{GRAPH_CALLS} {_us(d[f'graph{GRAPH_CALLS}_s']):7.1f} us | "
                           + " | ".join(parts) + f" [{case['sparsetorch'].get('backend', '?')}]", flush=True)
                 del layer, dense
-    doc = {
-        "benchmark": "LLM-sized sparse linear layers, GPU, half precision (issue 17 item 5, GPU part)",
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": "python " + " ".join([Path(os.path.relpath(sys.argv[0], HERE.parent)).as_posix()] + sys.argv[1:]),
-        "machine": {"platform": platform.platform(), "gpu": torch.cuda.get_device_name(0)},
-        "versions": {"python": platform.python_version(), "torch": torch.__version__, "sparsetorch": st.__version__,
-                     "backends": sorted(i.name for i in st.registry().info())},
-        "notes": ("speed-ups are dense time / implementation time; 'eager' includes host overhead (one Python call), "
-                  "'graph' is the call captured in a CUDA graph and replayed (GPU time + the replay's launch latency), "
-                  f"'graph{GRAPH_CALLS}' is {GRAPH_CALLS} calls captured in one graph, per call (GPU time, kernels and gaps); "
-                  "medians of CUDA events; sparsetorch's 'plan' is the layer's own (SparseLinear.plans()), "
-                  "'one_shot_dispatch' what st.matmul's dispatch would pick"),
-        "results": results,
-    }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(doc, indent=1))
+    _write(args, results)
     print(f"wrote {args.out}")
 
 

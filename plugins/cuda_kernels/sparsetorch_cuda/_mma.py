@@ -8,20 +8,73 @@ from typing import Any
 import torch
 
 from .launch import kernel, recording
-from .layout import (INT_LIMIT, MMA_MAX_TILES, MMA_MIN_K, _GRID_Y, _sm_count)
+from .layout import (CSR16_MIN_MEAN, INT_LIMIT, MMA_MAX_TILES, MMA_MIN_K, _GRID_Y, _sm_count)
+
+#: the kernel of k >= MMA_MIN_K columns for CSR (``plan.mma_kernel``): "bm" (spmm_bm<MT>_s<S>: a
+#: mask bit per dense position, B fragments built in registers, no shared-memory tile of A) or
+#: "tile" (spmm_mma_s<S>: the rows' entries scattered into a dense tile in shared memory)
+MMA_KERNEL_DEFAULT = "tile"
+#: the batch-1 kernel of long half-precision CSR rows (``plan.csr16_kernel``): "xs1" / "xs2" /
+#: "xs4" (csr16_xs<R>: X copied into shared memory, R rows per warp) or "warp" (the plan's
+#: csr16_warp, X gathered through the read-only cache)
+CSR16_KERNEL_DEFAULT = "xs1"
+#: X of at most this many bytes goes to shared memory in csr16_xs (no opt-in needed)
+CSR16_XS_BYTES = 48 * 1024
 
 
 class MmaMixin:
     """Tensor-core SpMM for half-precision X with several columns."""
 
     def _mma_ok(self, k: int) -> bool:
-        """Whether ``k`` columns run the tensor-core kernel (see :meth:`apply`)."""
-        if not self.use_mma or k < MMA_MIN_K or self.dtype not in (torch.float16, torch.bfloat16):
+        """Whether ``k`` columns run this mixin's kernels (see :meth:`apply`): the tensor-core SpMM
+        for ``k >= MMA_MIN_K``; for ``k == 1``, long half-precision CSR rows, csr16_xs (X in shared
+        memory) where :attr:`csr16_kernel` names it."""
+        if self.dtype not in (torch.float16, torch.bfloat16):
+            return False
+        if k == 1:
+            return self._xs_ok()
+        if not self.use_mma or k < MMA_MIN_K:
             return False
         m, n = self.shape
         if not (self.small and m * k < INT_LIMIT and n * k < INT_LIMIT and k <= _GRID_Y * 64):
             return False
         return self._mma_layout() is not None
+
+    def _xs_ok(self) -> bool:
+        m, n = self.shape
+        kern = getattr(self, "csr16_kernel", CSR16_KERNEL_DEFAULT)
+        if kern not in ("xs1", "xs2", "xs4") or not (self.use_mma and self.use_csr16) or self.kind not in ("csr", "generic"):
+            return False
+        if self.sell is not None or not self.small or self.nnz < CSR16_MIN_MEAN * max(m, 1) or 2 * n > CSR16_XS_BYTES:
+            return False
+        v = self._values
+        if v is None or v.dim() != 1 or v.data_ptr() % 16:
+            return False
+        return self._mma_layout() is not None
+
+    def _bm_layout(self) -> dict[str, Any] | None:
+        """The mask bytes of spmm_bm (one bit per dense position, ``(m, 8 T)`` uint8, a row's 64
+        columns of tile t one 64-bit word) beside :meth:`_mma_layout`'s row and tile offsets; None
+        for N:M or where a row's columns are not strictly increasing (the values must follow the
+        bits in order)."""
+        lay = self._mma_layout()
+        if lay is None or lay["nm"]:
+            return None
+        if "masks" in lay:
+            return lay if lay["masks"] is not None else None
+        m, n = self.shape
+        T = lay["T"]
+        r64 = self.rowptr.to(torch.int64)
+        lengths = r64[1:] - r64[:-1]
+        c64 = self.col.to(torch.int64)
+        rows = torch.repeat_interleave(torch.arange(m, device=self.device, dtype=torch.int64), lengths)
+        if self.nnz > 1 and bool(((rows[1:] == rows[:-1]) & (c64[1:] <= c64[:-1])).any()):
+            lay["masks"] = None
+            return None
+        masks = torch.zeros(m * T * 8, dtype=torch.int32, device=self.device)
+        masks.index_add_(0, rows * (T * 8) + c64 // 8, torch.bitwise_left_shift(torch.ones_like(c64), c64 % 8).to(torch.int32))
+        lay["masks"] = masks.to(torch.uint8)
+        return lay
 
     def _mma_layout(self) -> dict[str, Any] | None:
         """Pattern work of the tensor-core kernel, once (None where it does not apply): CSR: the
@@ -82,6 +135,21 @@ class MmaMixin:
             s *= 2
         return max(s, least)
 
+    def bm_split(self, k: int) -> int:
+        """Cluster size S of spmm_bm: the smallest of 1, 2, 4, 8 that makes at least two blocks per SM
+        with at least two column tiles per block (``mma_split_override`` where set)."""
+        lay = self._mma_layout()
+        if lay is None or not lay["cluster"]:
+            return 1
+        if self.mma_split_override:
+            return int(self.mma_split_override)
+        m, _ = self.shape
+        blocks = -(-m // 128) * -(-k // (16 * (int(getattr(self, "bm_mt", 0)) or _bm_mt(k))))
+        s = 1
+        while s < 8 and blocks * s < 2 * _sm_count(self.dev_index) and lay["T"] >= 4 * s:
+            s *= 2
+        return s
+
     def _apply_mma(self, X: torch.Tensor, k: int, bias: torch.Tensor | None) -> torch.Tensor:
         m, n = self.shape
         transposed = X.mT.is_contiguous()
@@ -106,10 +174,26 @@ class MmaMixin:
     def _launch_mma(self, Xt: torch.Tensor, Yt: torch.Tensor, k: int, bp: int) -> None:
         m, n = self.shape
         lay = self._mma_layout()
+        v = self._values
+        if k == 1:  # csr16_xs: X in shared memory, 16 R rows per block of 512 threads
+            rows = int(getattr(self, "csr16_kernel", CSR16_KERNEL_DEFAULT)[2:])
+            kern = kernel("mma", f"csr16_xs{rows}", self.dtype, torch.int32, self.dev_index, 8)
+            kern((-(-m // (16 * rows)), 1), 512, (m, n, lay["rowptr"].data_ptr(), lay["col"].data_ptr(), v.data_ptr(),
+                                                  Xt.data_ptr(), bp, Yt.data_ptr()),
+                 shared=-(-2 * n // 16) * 16, device=self.dev_index)
+            return
+        if (not lay["nm"] and getattr(self, "mma_kernel", MMA_KERNEL_DEFAULT) == "bm" and v.data_ptr() % 4 == 0
+                and self._bm_layout() is not None):
+            s = self.bm_split(k)
+            mt = int(getattr(self, "bm_mt", 0)) or _bm_mt(k)
+            kern = kernel("mma", f"spmm_bm{mt}_s{s}", self.dtype, torch.int32, self.dev_index, 13)
+            kern((-(-m // 128) * s, -(-k // (16 * mt))), 256,
+                 (m, n, k, lay["T"], self.nnz, lay["rowptr"].data_ptr(), lay["toff"].data_ptr(), lay["masks"].data_ptr(),
+                  v.data_ptr(), Xt.data_ptr(), bp, Yt.data_ptr(), self.mma_flags), device=self.dev_index)
+            return
         s = self.mma_split(k)
         rows = self.mma_rows
         grid = (-(-m // rows) * s, -(-k // 64))
-        v = self._values
         r64 = "_r64" if rows == 64 else ""
         if lay["nm"]:
             kern = kernel("mma", f"spmm_mma24{r64}_s{s}", self.dtype, torch.int32, self.dev_index, 12)
@@ -119,3 +203,8 @@ class MmaMixin:
             args = (m, n, k, lay["T"], lay["rowptr"].data_ptr(), lay["toff"].data_ptr(), lay["col"].data_ptr(), v.data_ptr(),
                     Xt.data_ptr(), bp, Yt.data_ptr(), self.mma_flags)
         kern(grid, 2 * rows, args, device=self.dev_index)
+
+
+def _bm_mt(k: int) -> int:
+    """m-tiles of 16 columns of X per block of spmm_bm: 1, 2 or 4."""
+    return 1 if k <= 16 else 2 if k <= 32 else 4

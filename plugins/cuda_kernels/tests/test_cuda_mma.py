@@ -42,21 +42,27 @@ def _ref(D, xt, b=None):
     return y if b is None else y + b.double()[:, None]
 
 
-@pytest.mark.parametrize("rows", (128, 64))
+@pytest.mark.parametrize("kern", ("tile128", "tile64", "bm"))
 @pytest.mark.parametrize("dtype", HALF, ids=lambda d: str(d).replace("torch.", ""))
 @pytest.mark.parametrize("split", (1, 2, 4, 8))
 @pytest.mark.parametrize("shape", ((300, 512, 0.1), (130, 264, 0.5), (1000, 1024, 0.02), (257, 2048, 0.9), (64, 520, 0.3),
                                    (40, 8200, 0.05)),
                          ids=("sparse", "n%64", "verysparse", "dense-rows", "n520", "wide"))
-def test_csr_mma_matches_dense(shape, split, dtype, rows):
+def test_csr_mma_matches_dense(shape, split, dtype, kern):
+    # "tile128" / "tile64": spmm_mma (rows scattered into a shared-memory tile, 128 / 64 rows per
+    # block); "bm": spmm_bm (mask bits, B fragments built in registers; "dense-rows" and "n%64"
+    # take its path of more than four entries per 8-column group)
     m, n, dens = shape
     D = random_dense(m, n, dens, dtype, seed=m + n, empty_rows=5)
     A = to_format(D, CSR, dtype, torch.int32)
     plan = _plan(A)
     plan.mma_split_override = split
-    plan.mma_rows = rows
+    plan.mma_kernel = "bm" if kern == "bm" else "tile"
+    plan.mma_rows = 64 if kern == "tile64" else 128
     assert plan._mma_layout() is not None
-    for k, seed in ((8, 1), (17, 2), (64, 3), (100, 4), (130, 5)):
+    if kern == "bm":
+        assert plan._bm_layout() is not None and plan.bm_split(64) == split
+    for k, seed in ((8, 1), (17, 2), (33, 6), (64, 3), (100, 4), (130, 5)):
         xt = _xt(k, n, dtype, seed).cuda()
         b = _bias(m, dtype, seed).cuda()
         Y = plan.apply(xt.mT, bias=b)  # a linear layer's call: X = x.mT, Y comes back as Yt.mT
@@ -150,17 +156,56 @@ def test_mma_cuda_graph_capture():
     assert rel_err(y, _ref(D, new, b.cpu())) < TOL[dtype]
 
 
+@pytest.mark.parametrize("kern", ("warp", "xs1", "xs2", "xs4"))
 @pytest.mark.parametrize("dtype", HALF, ids=lambda d: str(d).replace("torch.", ""))
-@pytest.mark.parametrize("shape", ((300, 512, 0.1), (129, 4096, 0.5), (1000, 1024, 0.04), (64, 520, 0.3)))
-def test_csr16_one_column(shape, dtype):
-    # long rows, one right-hand side: the uint16-column warp-per-row kernel, bias fused
+@pytest.mark.parametrize("shape", ((300, 512, 0.1), (129, 4096, 0.5), (1000, 1024, 0.04), (64, 520, 0.3), (70, 12000, 0.01)))
+def test_csr16_one_column(shape, dtype, kern):
+    # long rows, one right-hand side: the uint16-column kernels, bias fused: csr16_warp (X gathered
+    # through the read-only cache) and csr16_xs<R> (X in shared memory, R rows per warp)
     m, n, dens = shape
     D = random_dense(m, n, dens, dtype, seed=n, empty_rows=3)
     plan = _plan(to_format(D, CSR, dtype, torch.int32))
+    plan.csr16_kernel = kern
     assert plan.use_csr16
+    assert plan._mma_ok(1) == (kern != "warp")
     x = _xt(1, n, dtype, 1).T.contiguous().cuda()
     b = _bias(m, dtype, 2).cuda()
     for _ in range(2):
         assert rel_err(plan.apply(x, bias=b), _ref(D, x.T.cpu(), b.cpu())) < TOL[dtype]
         assert rel_err(plan.apply(x), _ref(D, x.T.cpu())) < TOL[dtype]
-    assert plan._prepared.get((1, 0, b.data_ptr())) is not None  # one launch with the bias: recorded
+    key = (1, 0, b.data_ptr()) if kern == "warp" else ("mma", 1, 0, b.data_ptr())
+    assert plan._prepared.get(key) is not None  # one launch with the bias: recorded
+    xo = _xt(1, n + 8, dtype, 3).cuda()[0, 1:n + 1]  # X at an odd address: copied to an aligned one first
+    assert rel_err(plan.apply(xo[:, None], bias=b), _ref(D, xo[None].cpu(), b.cpu())) < TOL[dtype]
+
+
+@pytest.mark.parametrize("mt", (1, 2, 4))
+@pytest.mark.parametrize("dtype", HALF, ids=lambda d: str(d).replace("torch.", ""))
+def test_bm_batch_tile(dtype, mt):
+    # spmm_bm with 16, 32 or 64 columns of X per block whatever k is (plan.bm_mt)
+    m, n = 300, 1024
+    D = random_dense(m, n, 0.1, dtype, seed=11, empty_rows=4)
+    plan = _plan(to_format(D, CSR, dtype, torch.int32))
+    plan.mma_kernel, plan.bm_mt = "bm", mt
+    for k in (8, 40, 70):
+        xt = _xt(k, n, dtype, k + mt).cuda()
+        b = _bias(m, dtype, k).cuda()
+        assert rel_err(plan.apply(xt.mT, bias=b), _ref(D, xt.cpu(), b.cpu())) < TOL[dtype], (k, mt)
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=lambda d: str(d).replace("torch.", ""))
+def test_bm_more_than_four_entries_per_group(dtype):
+    # fully dense 8-column groups next to empty ones: the mask bytes 0xff and 0x00, every row offset
+    m, n = 200, 640
+    D = random_dense(m, n, 0.05, dtype, seed=9)
+    g = torch.Generator().manual_seed(1)
+    full = torch.rand(m, n // 8, generator=g) < 0.2
+    dense_part = random_dense(m, n, 1.0, dtype, seed=10)
+    keep = full.repeat_interleave(8, 1)
+    D = torch.where(keep, dense_part, D)
+    plan = _plan(to_format(D, CSR, dtype, torch.int32))
+    plan.mma_kernel = "bm"
+    for k in (8, 64):
+        xt = _xt(k, n, dtype, k).cuda()
+        b = _bias(m, dtype, k).cuda()
+        assert rel_err(plan.apply(xt.mT, bias=b), _ref(D, xt.cpu(), b.cpu())) < TOL[dtype]

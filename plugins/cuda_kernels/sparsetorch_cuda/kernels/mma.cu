@@ -372,6 +372,422 @@ SPMM_MMA(4, __cluster_dims__(4, 1, 1))
 SPMM_MMA(8, __cluster_dims__(8, 1, 1))
 #endif
 
+// ---- Bitmask tensor-core SpMM (spmm_bm<MT>_s<S>): no shared-memory tile of A, no barrier in the loop ----
+// A in CSR order (the plan's values) plus one bit per dense position: a byte per (row, 8-column
+// group), masks[r * 8T + j] (T = column tiles of 64, a row's bytes padded to 8T), so a row's 64
+// columns of tile t are one 64-bit word. A block owns 128 rows (8 warps x 16 rows = two n-tiles of
+// 8 per warp) and 16 MT columns of X (MT m-tiles of 16); every warp walks the block's column tiles
+// (a share of them per cluster rank, as in spmm_mma_s<S>). The K order inside 32 columns is
+// permuted so that lane (g, t4) of an m16n8k16 holds W[row g][8 t4 .. 8 t4 + 7] (its B fragments
+// of two k-steps) and X^T[b][8 t4 .. 8 t4 + 7] (its A fragments, one 16-byte load per row): the
+// lane's eight W positions are one mask byte, their values the next popc(byte) entries of the row,
+// read as a 6-half window (three 32-bit words) and placed in registers. Masks are loaded two tiles
+// ahead, the value windows one tile ahead; the X^T tiles go to shared memory by cp.async, BM_STAGES
+// deep (one barrier per tile), read as one 16-byte piece per row and lane. Partial sums of the S
+// blocks of a cluster meet in distributed shared memory.
+__device__ __forceinline__ uint4 lds_v4(unsigned addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ unsigned long long ldp_u64(const void* p) {
+  unsigned long long v;
+  asm volatile("ld.global.nc.u64 %0, [%1];" : "=l"(v) : "l"(p));
+  return v;
+}
+
+// the lane's eight W positions as four 32-bit B-fragment words, from its mask byte B and the window
+// (w0, w1, w2) = halves [base & ~1, base & ~1 + 6) of the values: the four halves from base are
+// spread by two byte permutes per word, their selectors looked up in the block's table
+// (bm_table: 32 bytes per mask byte); more than four set bits (rare below ~30 % density) read the
+// values one by one
+__device__ __forceinline__ unsigned prmt(unsigned a, unsigned b, unsigned sel) {
+  unsigned r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
+// the table entry of mask byte B: per output word w (halves 2w, 2w + 1), the selector gathering
+// halves rank(2w), rank(2w + 1) of the window, then the one keeping the set halves (zero bytes
+// from a zero operand)
+__device__ __forceinline__ void bm_table_entry(unsigned B, unsigned sel[8]) {
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    unsigned s1 = 0, s2 = 0;
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      int i = 2 * w + hh;
+      unsigned r = (unsigned)__popc(B & ((1u << i) - 1u)) & 3u;
+      bool on = (B >> i) & 1u;
+      s1 |= ((2u * r) | ((2u * r + 1u) << 4)) << (8 * hh);
+      s2 |= (on ? ((unsigned)(2 * hh) | ((unsigned)(2 * hh + 1) << 4)) : 0x44u) << (8 * hh);
+    }
+    sel[w] = s1;
+    sel[4 + w] = s2;
+  }
+}
+__device__ __forceinline__ void bm_decode(unsigned B, unsigned w0, unsigned w1, unsigned w2, int base,
+                                          const val_t* __restrict__ val, unsigned tab, unsigned out[4]) {
+  if (__popc(B) <= 4) {
+    unsigned lo = w0, hi = w1;
+    if (base & 1) {
+      lo = __funnelshift_r(w0, w1, 16);
+      hi = __funnelshift_r(w1, w2, 16);
+    }
+    uint4 s1 = lds_v4(tab + B * 32u), s2 = lds_v4(tab + B * 32u + 16u);
+    out[0] = prmt(prmt(lo, hi, s1.x), 0u, s2.x);
+    out[1] = prmt(prmt(lo, hi, s1.y), 0u, s2.y);
+    out[2] = prmt(prmt(lo, hi, s1.z), 0u, s2.z);
+    out[3] = prmt(prmt(lo, hi, s1.w), 0u, s2.w);
+  } else {
+    unsigned long long lo = 0ull, hi = 0ull;
+    unsigned bits = B;
+    int q = base;
+    while (bits) {
+      int i = __ffs(bits) - 1;
+      bits &= bits - 1u;
+      unsigned long long v = (unsigned long long)RO(val + q++);
+      if (i < 4) lo |= v << (16 * i);
+      else hi |= v << (16 * (i - 4));
+    }
+    out[0] = (unsigned)lo;
+    out[1] = (unsigned)(lo >> 32);
+    out[2] = (unsigned)hi;
+    out[3] = (unsigned)(hi >> 32);
+  }
+}
+
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, bool ok) {
+  // 16 bytes global -> shared, bypassing L1 and registers; zeros where !ok
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+#define BM_STAGES 4
+template <int S, int MT>
+__device__ __forceinline__ void spmm_bm_body(int m, int n, int k, int T, int nnz, const int* __restrict__ rowptr,
+                                             const unsigned short* __restrict__ toff,
+                                             const unsigned char* __restrict__ masks, const val_t* __restrict__ val,
+                                             const val_t* __restrict__ xt, const val_t* __restrict__ bias,
+                                             val_t* __restrict__ yt, int flags) {
+  // flags (benchmarking only, wrong results): 1 skips the products, 2 the value windows and their
+  // decoding, 4 the mask loads, 8 the X^T copies
+  constexpr int BM = 128, NJ = 2, BB = 16 * MT, PLD = BM + 8;
+  // X^T tiles (BB rows x 64 columns, 128-byte rows, 16-byte pieces swizzled by the row's parity),
+  // BM_STAGES deep; the float32 partial sums P[batch][row] overlay them after the loop
+  constexpr int STAGE = BB * 64;  // halves
+  constexpr int SMEM = (BM_STAGES * STAGE * 2 > BB * PLD * 4) ? BM_STAGES * STAGE * 2 : BB * PLD * 4;
+  __shared__ __align__(16) unsigned char smem[SMEM];
+  __shared__ __align__(16) unsigned bm_table[256 * 8];
+  float* P = reinterpret_cast<float*>(smem);
+  const unsigned xs0 = smem_addr(smem), tab = smem_addr(bm_table);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
+  {  // thread tid writes the entry of mask byte tid (published by the loop's first barrier)
+    unsigned sel[8];
+    bm_table_entry((unsigned)tid, sel);
+    *reinterpret_cast<uint4*>(bm_table + tid * 8) = make_uint4(sel[0], sel[1], sel[2], sel[3]);
+    *reinterpret_cast<uint4*>(bm_table + tid * 8 + 4) = make_uint4(sel[4], sel[5], sel[6], sel[7]);
+  }
+  int rank = 0;
+#if __CUDA_ARCH__ >= 900
+  if (S > 1) rank = (int)cluster_rank();
+#endif
+  const int row0 = (int)(blockIdx.x / S) * BM;
+  const int b0 = (int)blockIdx.y * BB;
+  const int ta = (int)((long long)T * rank / S), te = (int)((long long)T * (rank + 1) / S);
+  const int nw = (nnz + 1) >> 1;  // 32-bit words of the values (the last one may hold one half)
+  const unsigned* val32 = reinterpret_cast<const unsigned*>(val);
+  // the thread's pieces of a stage: BB * 8 pieces of 16 bytes over 256 threads
+  auto stage_x = [&](int t) {
+    const unsigned dst = xs0 + (unsigned)((t % BM_STAGES) * STAGE * 2);
+#pragma unroll
+    for (int u = 0; u < (BB * 8 + 255) / 256; ++u) {
+      int q = tid + u * 256;
+      if (q < BB * 8) {
+        int r = q >> 3, p = q & 7, b = b0 + r, c = t * 64 + p * 8;
+        bool ok = t < te && b < k && c < n && !(flags & 8);
+        cp_async16(dst + (unsigned)(r * 128 + ((p ^ ((r & 1) << 2)) * 16)), ok ? (const void*)(xt + (i64)b * n + c) : (const void*)xt, ok);
+      }
+    }
+    cp_async_commit();
+  };
+  float acc[MT][NJ][4];
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.f;
+  int rr[NJ], off[NJ];
+  const unsigned long long* mrow[NJ];
+#pragma unroll
+  for (int j = 0; j < NJ; ++j) {
+    rr[j] = row0 + warp * 16 + j * 8 + g;
+    bool ok = rr[j] < m && ta < te;
+    off[j] = ok ? RO(rowptr + rr[j]) + (int)RO(toff + (i64)ta * m + rr[j]) : 0;
+    mrow[j] = reinterpret_cast<const unsigned long long*>(masks) + (i64)(rr[j] < m ? rr[j] : 0) * T;
+  }
+  auto ldmask = [&](int j, int t) -> unsigned long long {
+    return (rr[j] < m && t < te && !(flags & 4)) ? ldp_u64(mrow[j] + t) : 0ull;
+  };
+  // the value window of (n-tile j, half h) of a tile with mask M and row offset o
+  auto ldwin = [&](unsigned long long M, int o, int h, unsigned w[3], int& base) {
+    int sh = 8 * (4 * h + t4);
+    unsigned B = (unsigned)(M >> sh) & 0xffu;
+    base = o + __popcll(M & ((1ull << sh) - 1ull));
+    int q = base >> 1;
+    if (B && !(flags & 2)) {
+      w[0] = ldp_u32(val32 + q);
+      w[1] = q + 1 < nw ? ldp_u32(val32 + q + 1) : 0u;
+      w[2] = q + 2 < nw ? ldp_u32(val32 + q + 2) : 0u;
+    } else {
+      w[0] = w[1] = w[2] = 0u;
+    }
+  };
+#pragma unroll
+  for (int st0 = 0; st0 < BM_STAGES - 1; ++st0) stage_x(ta + st0);
+  unsigned long long Mc[NJ], Mn[NJ];
+  unsigned Wc[NJ][2][3];
+  int Bc[NJ][2];
+#pragma unroll
+  for (int j = 0; j < NJ; ++j) {
+    Mc[j] = ldmask(j, ta);
+    Mn[j] = ldmask(j, ta + 1);
+  }
+#pragma unroll
+  for (int j = 0; j < NJ; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) ldwin(Mc[j], off[j], h, Wc[j][h], Bc[j][h]);
+  for (int t = ta; t < te; ++t) {
+    // the next tile's windows (its masks arrived a tile ago) and the masks two tiles ahead
+    unsigned Wn[NJ][2][3];
+    int Bn[NJ][2];
+    unsigned long long Mnn[NJ];
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+      int on = off[j] + __popcll(Mc[j]);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (t + 1 < te) ldwin(Mn[j], on, h, Wn[j][h], Bn[j][h]);
+        else { Wn[j][h][0] = Wn[j][h][1] = Wn[j][h][2] = 0u; Bn[j][h] = 0; }
+      }
+      off[j] = on;
+      Mnn[j] = ldmask(j, t + 2);
+    }
+    cp_async_wait<BM_STAGES - 2>();  // this thread's pieces of tile t have landed
+    __syncthreads();                 // everyone's have, and tile t - 1's stage is free
+    stage_x(t + BM_STAGES - 1);
+    const unsigned xs = xs0 + (unsigned)((t % BM_STAGES) * STAGE * 2);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      unsigned bw[NJ][4];
+#pragma unroll
+      for (int j = 0; j < NJ; ++j)
+        if (flags & 2) bw[j][0] = bw[j][1] = bw[j][2] = bw[j][3] = Wc[j][h][0];
+        else bm_decode((unsigned)(Mc[j] >> (8 * (4 * h + t4))) & 0xffu, Wc[j][h][0], Wc[j][h][1], Wc[j][h][2], Bc[j][h], val,
+                  tab, bw[j]);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        uint4 xa[2];
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          int r = mt * 16 + g + u * 8;
+          xa[u] = lds_v4(xs + (unsigned)(r * 128 + (((4 * h + t4) ^ ((r & 1) << 2)) * 16)));
+        }
+#pragma unroll
+        for (int s2 = 0; s2 < 2; ++s2) {
+          unsigned a[4];
+          a[0] = s2 ? xa[0].z : xa[0].x;
+          a[1] = s2 ? xa[1].z : xa[1].x;
+          a[2] = s2 ? xa[0].w : xa[0].y;
+          a[3] = s2 ? xa[1].w : xa[1].y;
+#pragma unroll
+          for (int j = 0; j < NJ; ++j) {
+            unsigned bb[2] = {bw[j][2 * s2], bw[j][2 * s2 + 1]};
+            if (!(flags & 1)) mma16816(acc[mt][j], a, bb);
+            else acc[mt][j][0] += __uint_as_float(a[0] ^ bb[0]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+      Mc[j] = Mn[j];
+      Mn[j] = Mnn[j];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        Wc[j][h][0] = Wn[j][h][0];
+        Wc[j][h][1] = Wn[j][h][1];
+        Wc[j][h][2] = Wn[j][h][2];
+        Bc[j][h] = Bn[j][h];
+      }
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the stages become the partial sums
+  // partial sums: P[batch][row]
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+      int rl = warp * 16 + j * 8 + 2 * t4, bl = mt * 16 + g;
+      *reinterpret_cast<float2*>(P + bl * PLD + rl) = make_float2(acc[mt][j][0], acc[mt][j][1]);
+      *reinterpret_cast<float2*>(P + (bl + 8) * PLD + rl) = make_float2(acc[mt][j][2], acc[mt][j][3]);
+    }
+#if __CUDA_ARCH__ >= 900
+  if (S > 1) cluster_sync_all();
+  else __syncthreads();
+#else
+  __syncthreads();
+#endif
+  const int bb0 = BB * rank / S, bb1 = BB * (rank + 1) / S;
+  const unsigned pbase = smem_addr(P);
+  constexpr int RQ = BM / 4;
+  for (int q = bb0 * RQ + tid; q < bb1 * RQ; q += 256) {
+    int bb = q / RQ, c4 = (q % RQ) * 4;
+    float4 s = *reinterpret_cast<const float4*>(P + bb * PLD + c4);
+#if __CUDA_ARCH__ >= 900
+    if (S > 1) {
+      s = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+      for (int j = 0; j < S; ++j) {
+        float4 o = ld_cluster(pbase + (unsigned)((bb * PLD + c4) * 4), (unsigned)j);
+        s.x += o.x;
+        s.y += o.y;
+        s.z += o.z;
+        s.w += o.w;
+      }
+    }
+#endif
+    int b = b0 + bb, r = row0 + c4;
+    if (b < k) {
+      float sv[4] = {s.x, s.y, s.z, s.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (r + i < m) yt[(i64)b * m + r + i] = st(sv[i] + (bias ? ld(RO(bias + r + i)) : 0.f));
+    }
+  }
+  (void)pbase;
+#if __CUDA_ARCH__ >= 900
+  if (S > 1) cluster_sync_all();
+#endif
+}
+
+#define SPMM_BM_MT(SP, ATTR, MTV)                                                                                      \
+  extern "C" __global__ void ATTR __launch_bounds__(256, 2) spmm_bm##MTV##_s##SP(                                      \
+      i64 m, i64 n, i64 k, i64 T, i64 nnz, const int* rowptr, const unsigned short* toff, const unsigned char* masks,  \
+      const val_t* val, const val_t* xt, const val_t* bias, val_t* yt, i64 flags) {                                    \
+    spmm_bm_body<SP, MTV>((int)m, (int)n, (int)k, (int)T, (int)nnz, rowptr, toff, masks, val, xt, bias, yt, (int)flags); \
+  }
+#define SPMM_BM(SP, ATTR) SPMM_BM_MT(SP, ATTR, 1) SPMM_BM_MT(SP, ATTR, 2) SPMM_BM_MT(SP, ATTR, 4)
+SPMM_BM(1, )
+#if __CUDA_ARCH__ >= 900
+SPMM_BM(2, __cluster_dims__(2, 1, 1))
+SPMM_BM(4, __cluster_dims__(4, 1, 1))
+SPMM_BM(8, __cluster_dims__(8, 1, 1))
+#endif
+
+// ---- csr16 with X in shared memory (csr16_xs<R>): one right-hand side, half types, bias fused ----
+// csr16_warp's loads (aligned 8-entry chunks of uint16 columns and values, two per lane per step),
+// but X (n halves, n * 2 bytes of dynamic shared memory) is first copied into shared memory by the
+// block, so the gathers are shared-memory reads rather than scattered read-only-cache requests.
+// Each of the block's 16 warps (512 threads) takes R rows (rows warp, warp + 16, ...: a block covers
+// 16 R rows); the first row's first loads are issued before the copy's barrier. (Measured and left
+// out, cuda_kernels_h200_s6.json: blocks of 1024 threads, 4.6 against 4.4 us; the block's first
+// piece of X requested before the row pointers: 44 registers, 2 blocks per SM instead of 3, 9.9
+// against 8.3 us on the 4096 -> 11008 layer.)
+template <int R>
+__device__ __forceinline__ void csr16_xs_body(int m, int n, const int* __restrict__ rowptr,
+                                              const unsigned short* __restrict__ col, const val_t* __restrict__ val,
+                                              const val_t* __restrict__ x, const val_t* __restrict__ bias,
+                                              val_t* __restrict__ y) {
+  extern __shared__ __align__(16) unsigned char xs_raw[];
+  val_t* xs = reinterpret_cast<val_t*>(xs_raw);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wpb = (int)(blockDim.x >> 5);
+  const int rbase = (int)blockIdx.x * wpb * R + warp;
+  int s0 = 0, e0 = 0;
+  if (rbase < m) {
+    s0 = RO(rowptr + rbase);
+    e0 = RO(rowptr + rbase + 1);
+  }
+  uint4 vv[2], cc[2];
+  {
+    int qa = s0 >> 3, qe = (e0 + 7) >> 3;
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      int q = qa + u * 32 + lane;
+      if (rbase < m && q < qe) {
+        vv[u] = RO(reinterpret_cast<const uint4*>(val) + q);
+        cc[u] = RO(reinterpret_cast<const uint4*>(col) + q);
+      }
+    }
+  }
+  if ((n & 7) == 0 && (reinterpret_cast<unsigned long long>(x) & 15) == 0) {
+    for (int i = threadIdx.x; i < (n >> 3); i += blockDim.x)
+      reinterpret_cast<uint4*>(xs)[i] = RO(reinterpret_cast<const uint4*>(x) + i);
+  } else {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) xs[i] = RO(x + i);
+  }
+  __syncthreads();
+#pragma unroll 1
+  for (int p = 0; p < R; ++p) {
+    const int row = rbase + p * wpb;
+    if (row >= m) break;
+    int s = s0, e = e0;
+    if (p > 0) {
+      s = RO(rowptr + row);
+      e = RO(rowptr + row + 1);
+    }
+    const int qa = s >> 3, qe = (e + 7) >> 3;
+    float acc = 0.f;
+    for (int qb = qa; qb < qe; qb += 64) {
+      if (p > 0 || qb > qa) {
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          int q = qb + u * 32 + lane;
+          if (q < qe) {
+            vv[u] = RO(reinterpret_cast<const uint4*>(val) + q);
+            cc[u] = RO(reinterpret_cast<const uint4*>(col) + q);
+          }
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        int q = qb + u * 32 + lane;
+        if (q < qe) {
+          unsigned vw[4] = {vv[u].x, vv[u].y, vv[u].z, vv[u].w};
+          unsigned cw[4] = {cc[u].x, cc[u].y, cc[u].z, cc[u].w};
+          int ee0 = q * 8;
+          bool whole = ee0 >= s && ee0 + 8 <= e;
+#pragma unroll
+          for (int t = 0; t < 8; ++t) {
+            unsigned c = (t & 1) ? (cw[t >> 1] >> 16) : (cw[t >> 1] & 0xffffu);
+            unsigned hv = (t & 1) ? (vw[t >> 1] >> 16) : (vw[t >> 1] & 0xffffu);
+            bool in = whole || (ee0 + t >= s && ee0 + t < e);
+            if (in) acc += ld((val_t)hv) * ld(xs[c]);
+          }
+        }
+      }
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) y[row] = st(acc + (bias ? ld(RO(bias + row)) : 0.f));
+  }
+}
+extern "C" __global__ void __launch_bounds__(512) csr16_xs1(i64 m, i64 n, const int* rowptr, const unsigned short* col,
+                                                            const val_t* val, const val_t* x, const val_t* bias, val_t* y) {
+  csr16_xs_body<1>((int)m, (int)n, rowptr, col, val, x, bias, y);
+}
+extern "C" __global__ void __launch_bounds__(512) csr16_xs2(i64 m, i64 n, const int* rowptr, const unsigned short* col,
+                                                            const val_t* val, const val_t* x, const val_t* bias, val_t* y) {
+  csr16_xs_body<2>((int)m, (int)n, rowptr, col, val, x, bias, y);
+}
+extern "C" __global__ void __launch_bounds__(512) csr16_xs4(i64 m, i64 n, const int* rowptr, const unsigned short* col,
+                                                            const val_t* val, const val_t* x, const val_t* bias, val_t* y) {
+  csr16_xs_body<4>((int)m, (int)n, rowptr, col, val, x, bias, y);
+}
+
 // ---- CSR with uint16 columns, one right-hand side, half types: a warp per row, bias fused ------------
 // The plan's uint16 copy of the columns (the tensor-core kernel's) halves the index bytes. A lane
 // takes aligned chunks of 8 entries (entry 8q .. 8q + 7 of the whole CSR): one 16-byte load of

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# One device call (session 6): install, compile the kernel modules in parallel (NVRTC, into the
+# disk cache), GPU tests (TESTS), bench_s6.py (BENCH_ARGS), optionally benchmarks/bench_llm_gpu.py
+# (LLM=1, LLM_ARGS). Results under $OUT.
+set -o pipefail
+export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1
+python3 -m pip install -q --no-deps --no-build-isolation -e . -e plugins/scipy_backend -e plugins/cuda_kernels 2>&1 | tail -2
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+python3 - <<'PY'
+import concurrent.futures as cf, os, time
+import torch
+from sparsetorch_cuda import compile as c
+from sparsetorch_cuda.launch import arch_of
+arch = arch_of(0)
+jobs = [(s, v, i) for s in (os.environ.get("PREWARM") or ",".join(c.SOURCES)).split(",") for v in ("float16", "bfloat16") for i in ("int32", "int64")]
+t0 = time.time()
+with cf.ProcessPoolExecutor(16) as ex:
+    list(ex.map(c.cubin, *zip(*[(s, v, i, arch) for s, v, i in jobs])))
+print(f"compiled {len(jobs)} modules in {time.time() - t0:.1f} s")
+PY
+if [ "${TEST:-1}" = 1 ]; then
+  TESTS=${TESTS:-plugins/cuda_kernels/tests/test_cuda_mma.py}
+  timeout ${TEST_TIMEOUT:-200} python3 -m pytest $TESTS -q -p no:cacheprovider --tb=short -x ${PYTEST_ARGS:-} 2>&1 \
+    | tee $OUT/pytest_h200_cuda_kernels_s6.txt | grep -v "^  \|^$\|Warning\|warnings" | tail -${TEST_TAIL:-30}
+fi
+if [ "${BENCH:-1}" = 1 ]; then
+  timeout ${BENCH_TIMEOUT:-240} python3 plugins/cuda_kernels/benchmarks/bench_s6.py --out $OUT ${BENCH_ARGS:-} \
+    2>&1 | tee $OUT/bench_s6_log.txt | cut -c1-260
+fi
+if [ "${ABLATE:-0}" = 1 ]; then
+  timeout ${ABLATE_TIMEOUT:-120} python3 plugins/cuda_kernels/benchmarks/bench_s6.py --ablate --out $OUT 2>&1 | cut -c1-400
+fi
+if [ "${NCU:-0}" = 1 ]; then
+  if command -v ncu >/dev/null; then
+    timeout ${NCU_TIMEOUT:-120} ncu --profile-from-start off --section SpeedOfLight --section WarpStateStats --section Occupancy \
+      --section LaunchStats --section MemoryWorkloadAnalysis python3 plugins/cuda_kernels/benchmarks/bench_s6.py --profile \
+      > $OUT/ncu_s6.txt 2>&1; tail -c 300 $OUT/ncu_s6.txt
+  else
+    echo "no ncu on this machine"; ls /usr/local/cuda*/bin 2>/dev/null | head -30
+  fi
+fi
+if [ "${LLM:-0}" = 1 ]; then
+  timeout ${LLM_TIMEOUT:-240} python3 benchmarks/bench_llm_gpu.py --out $OUT/llm_h200_s6.json ${LLM_ARGS:-} 2>&1 \
+    | tee $OUT/llm_log.txt | cut -c1-260
+fi
