@@ -7,11 +7,17 @@ values-only re-conversion is reported as "ours_cached". CuPy's own conversions a
 CuPy has them (tocsc, tocoo, tocsr; todia does not exist in CuPy). Times are medians of CUDA-
 synchronised wall time. Results are checked against CuPy/SciPy on the host once.
 
+torch's own conversions (``torch.sparse_csr_tensor(...).to_sparse_csc()`` / ``to_sparse_coo()``)
+are timed beside them ("torch_builtin_s"), and the CuPy cases are repeated on int32 indices (what
+CuPy uses) as "ours_int32_s".
+
     python benchmarks/bench_convert_gpu.py          # writes benchmarks/results/convert_cuda.json
+    python benchmarks/bench_convert_gpu.py --out benchmarks/results/convert_cuda_s6.json
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import platform
 import statistics
@@ -41,7 +47,12 @@ def timed(fn, reps=7):
     return statistics.median(ts)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=str(ROOT / "results" / "convert_cuda.json"))
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--profile", action="store_true", help="print torch.profiler tables of the CuPy cases")
+    args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("needs a CUDA device")
         return 1
@@ -70,6 +81,13 @@ def main() -> int:
         return csp.csr_matrix((cupy.from_dlpack(t.values), cupy.from_dlpack(t.crd(1).int()),
                                cupy.from_dlpack(t.pos(1).int())), shape=t.shape)
 
+    reps = args.reps
+    A32 = A.convert(CSR, index_dtype=torch.int32)
+
+    def torch_csr(t):
+        return torch.sparse_csr_tensor(t.pos(1), t.crd(1), t.values, size=t.shape)
+
+    builtin = {"CSR->CSC": lambda t: torch_csr(t).to_sparse_csc(), "CSR->COO": lambda t: torch_csr(t).to_sparse_coo()}
     cases = []
     for name, src, fmt, peer in [
         ("CSR->CSC", A, CSC, lambda m: m.tocsc()),
@@ -79,23 +97,50 @@ def main() -> int:
         ("CSR->DELTA(8)", A, DELTA(8), None),
         ("banded CSR->DIA", B, DIA, None),
     ]:
-        ours = timed(lambda: fresh(src).convert(fmt))
+        ours = timed(lambda: fresh(src).convert(fmt), reps)
         out = src.convert(fmt)
-        back = timed(lambda: fresh(out).convert(CSR))
-        cached = timed(lambda: src.convert(fmt))
+        back = timed(lambda: fresh(out).convert(CSR), reps)
+        cached = timed(lambda: src.convert(fmt), reps)
         assert torch.equal(out.convert(CSR, drop_zeros=True).to_dense(), src.to_dense()), name
         row = {"case": name, "ours_s": ours, "ours_back_to_csr_s": back, "ours_cached_s": cached, "nse_out": out.nse}
         if peer is not None:
             m = cupy_csr(src)
-            row["cupy_s"] = timed(lambda: peer(m))
+            row["cupy_s"] = timed(lambda: peer(m), reps)
             row["ratio_ours_over_cupy"] = ours / row["cupy_s"]
+            out32 = A32.convert(fmt)
+            assert torch.equal(out32.to_dense(), src.to_dense()), name
+            row["ours_int32_s"] = timed(lambda: fresh(A32).convert(fmt), reps)
+            row["ratio_ours_int32_over_cupy"] = row["ours_int32_s"] / row["cupy_s"]
+            row["ours_int32_back_to_csr_s"] = timed(lambda: fresh(out32).convert(CSR), reps)
+            # without the wrapper (its structural checks read pos[-1] back: a sync): the tensor
+            # exists already, as CuPy's matrix does; its plan cache is emptied before each call
+            pre = fresh(src)
+            row["ours_prewrapped_s"] = timed(lambda: (pre.clear_cache(), pre.convert(fmt)), reps)
+            row["ratio_ours_prewrapped_over_cupy"] = row["ours_prewrapped_s"] / row["cupy_s"]
+            pre32 = fresh(A32)
+            row["ours_int32_prewrapped_s"] = timed(lambda: (pre32.clear_cache(), pre32.convert(fmt)), reps)
+            if args.profile:
+                from torch.profiler import ProfilerActivity, profile
+
+                with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                    for _ in range(5):
+                        pre32.clear_cache()
+                        pre32.convert(fmt)
+                    torch.cuda.synchronize()
+                print(name, "int32, 5 calls")
+                print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=14, max_name_column_width=40))
+        if name in builtin:
+            row["torch_builtin_s"] = timed(lambda: builtin[name](src), reps)
         cases.append(row)
         print({k: (f"{v:.5f}" if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
     m = cupy_csr(A).tocoo()
-    coo = A.convert(COO)
-    cases.append({"case": "COO->CSR", "ours_s": timed(lambda: fresh(coo).convert(CSR)), "cupy_s": timed(lambda: m.tocsr())})
-    cases[-1]["ratio_ours_over_cupy"] = cases[-1]["ours_s"] / cases[-1]["cupy_s"]
-    print(cases[-1])
+    for label, base in (("COO->CSR", A), ("COO->CSR int32", A32)):
+        coo = base.convert(COO)
+        assert torch.equal(fresh(coo).convert(CSR).to_dense(), A.to_dense())
+        cases.append({"case": label, "ours_s": timed(lambda: fresh(coo).convert(CSR), reps),
+                      "cupy_s": timed(lambda: m.tocsr(), reps)})
+        cases[-1]["ratio_ours_over_cupy"] = cases[-1]["ours_s"] / cases[-1]["cupy_s"]
+        print(cases[-1], flush=True)
     out = {
         "benchmark": "convert_gpu",
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
@@ -103,10 +148,14 @@ def main() -> int:
         "machine": {"platform": platform.platform(), "gpu": torch.cuda.get_device_name()},
         "versions": {"torch": torch.__version__, "cupy": cupy.__version__, "sparsetorch": st.__version__},
         "matrix": {"n": n, "nnz_requested": nnz, "nse": A.nse, "banded_nse": B.nse},
-        "note": "median of 7 CUDA-synchronised runs after a warm-up; 'ours' = first conversion of a pattern",
+        "note": (f"median of {reps} CUDA-synchronised runs after a warm-up; 'ours' = first conversion of a pattern "
+                 "(int64 indices, as from_coo makes them; 'ours_int32' on int32 indices as CuPy's); CuPy's "
+                 "matrices have int32 indices; 'torch_builtin' = torch.sparse_csr_tensor(...).to_sparse_csc()/"
+                 "to_sparse_coo() on the int64 buffers"),
         "cases": cases,
     }
-    path = ROOT / "results" / "convert_cuda.json"
+    path = Path(args.out)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=1))
     print("wrote", path)
     return 0

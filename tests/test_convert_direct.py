@@ -190,3 +190,124 @@ def test_direct_conversions_on_cuda_equal_scipy(src, dst, idt):
     out = tc.convert(FORMATS[dst]).cpu()
     assert_buffers(out, a, dst, idt, torch.float64)
     out.validate()
+
+
+# BSR and DIA through the kernel paths -------------------------------------------------------
+
+from sparsetorch.format import BSR, DIA, DIA_J  # noqa: E402
+
+
+def csr_tensor(a: sp.csr_array, idt: torch.dtype = torch.int64) -> SparseTensor:
+    return wrap(a, "CSR", idt, torch.float64)
+
+
+def dense_ref(a: sp.csr_array) -> torch.Tensor:
+    return torch.from_numpy(a.toarray())
+
+
+@pytest.mark.parametrize("shape,blk", [((40, 60), (2, 2)), ((40, 60), (4, 3)), ((41, 61), (2, 2)), ((0, 8), (2, 2))])
+@pytest.mark.parametrize("idt", [torch.int32, torch.int64])
+def test_bsr_both_ways_match_scipy(path, shape, blk, idt):
+    a = random_csr(*shape, 0.1, 21)
+    t = csr_tensor(a, idt)
+    out = t.convert(BSR(*blk), max_fill=float("inf"))
+    if shape[0] % blk[0] == 0 and shape[1] % blk[1] == 0 and a.nnz:
+        ref = a.tobsr(blocksize=blk)
+        ref.sort_indices()
+        assert np.array_equal(out.pos(1).numpy(), ref.indptr)
+        assert np.array_equal(out.crd(1).numpy(), ref.indices)
+        assert torch.equal(out.values, torch.from_numpy(ref.data.reshape(-1)))
+    assert out.pos(1).dtype == idt
+    assert torch.equal(out.to_dense(), dense_ref(a))
+    out.validate()
+    back = out.convert(CSR)  # keeps the blocks' explicit zeros, as SciPy's bsr.tocsr does
+    assert torch.equal(back.to_dense(), dense_ref(a))
+    back.validate()
+    if shape[0] % blk[0] == 0 and shape[1] % blk[1] == 0 and a.nnz:
+        sb = a.tobsr(blocksize=blk)
+        sb.sort_indices()
+        ref_back = sb.tocsr()
+        assert np.array_equal(back.pos(1).numpy(), ref_back.indptr)
+        assert np.array_equal(back.crd(1).numpy(), ref_back.indices)
+        assert torch.equal(back.values, torch.from_numpy(ref_back.data))
+    # the value maps (computed on first use) agree with the values moved in the first pass
+    new = torch.randn(t.nse, dtype=torch.float64)
+    assert torch.equal(t.with_values(new).convert(BSR(*blk), max_fill=float("inf")).to_dense(),
+                       t.with_values(new).to_dense())
+    newb = torch.randn(out.nse, dtype=torch.float64)
+    assert torch.equal(out.with_values(newb).convert(CSR).to_dense(), out.with_values(newb).to_dense())
+
+
+def banded(m: int, n: int, offsets, seed: int, zeros: bool = False) -> sp.csr_array:
+    rng = np.random.default_rng(seed)
+    data = rng.standard_normal((len(offsets), n))
+    if zeros:
+        data[:, ::3] = 0.0
+    a = sp.dia_array((data, offsets), shape=(m, n)).tocsr()
+    a.sort_indices()
+    return a
+
+
+@pytest.mark.parametrize("kind", ["DIA", "DIA_J"])
+@pytest.mark.parametrize("shape,offsets", [((30, 30), [-3, 0, 2]), ((20, 35), [-19, -1, 0, 5, 34]),
+                                          ((35, 20), [-30, 0, 1, 19]), ((10, 10), [0])])
+def test_dia_both_ways(path, kind, shape, offsets):
+    fmt = DIA if kind == "DIA" else DIA_J
+    a = banded(*shape, offsets, 4)
+    t = csr_tensor(a)
+    out = t.convert(fmt, max_fill=float("inf"))
+    assert out.crd(0).tolist() == sorted(set(np.sort(a.todia().offsets).tolist()))
+    width = shape[0] if kind == "DIA" else shape[1]
+    assert out.nse == len(out.crd(0)) * width
+    assert torch.equal(out.to_dense(), dense_ref(a))
+    out.validate()
+    back = out.convert(CSR)
+    assert torch.equal(back.to_dense(), dense_ref(a))
+    back.validate()
+    # every slot of a diagonal inside the shape is an entry (SciPy's tocsr drops zeros; we keep them)
+    inside = sum(max(0, min(shape[1], shape[0] + o) - max(0, o)) for o in out.crd(0).tolist())
+    assert back.nse == inside
+    new = torch.randn(out.nse, dtype=torch.float64)
+    assert torch.equal(out.with_values(new).convert(CSR).to_dense(), out.with_values(new).to_dense())
+    newc = torch.randn(t.nse, dtype=torch.float64)
+    assert torch.equal(t.with_values(newc).convert(fmt, max_fill=float("inf")).to_dense(), t.with_values(newc).to_dense())
+
+
+@pytest.mark.parametrize("kind", ["DIA", "DIA_J"])
+def test_dia_explicit_zeros_stay_entries(path, kind):
+    """SciPy's dia_tocsr drops zeros: the kernel path must fall back to the value map."""
+    fmt = DIA if kind == "DIA" else DIA_J
+    a = banded(25, 25, [-2, 0, 3], 8, zeros=True)
+    d = csr_tensor(a).convert(fmt)
+    vals = d.values.clone()
+    vals[::2] = 0.0
+    z = d.with_values(vals)
+    back = SparseTensor(z.format, z.shape, z.pos_buffers, z.crd_buffers, z.values, check=True).convert(CSR)
+    inside = sum(max(0, min(25, 25 + o) - max(0, o)) for o in d.crd(0).tolist())
+    assert back.nse == inside
+    assert torch.equal(back.to_dense(), z.to_dense())
+
+
+def test_fill_guard_still_refuses_through_the_kernel_paths(path):
+    from sparsetorch import ConversionError
+
+    a = random_csr(2000, 2000, 0.0005, 3)  # 2000 nonzeros: the bound is 8 x 2000 + 65536 slots
+    with pytest.raises(ConversionError):
+        csr_tensor(a).convert(BSR(8, 8))  # ~2000 blocks of 64 slots
+    with pytest.raises(ConversionError):
+        csr_tensor(a).convert(DIA)
+
+
+@pytest.mark.parametrize("fmt", [BSR(2, 2), DIA, DIA_J])
+def test_kernel_paths_keep_gradients(path, fmt):
+    a = banded(12, 12, [-1, 0, 2], 5)
+    t = csr_tensor(a)
+    v = t.values.clone().requires_grad_(True)
+    out = t.with_values(v).convert(fmt)
+    w = torch.randn(out.nse, dtype=torch.float64)
+    (out.values * w).sum().backward()
+    # each source value went to one slot: its gradient is that slot's weight
+    back = out.with_values(w).convert(CSR)
+    ref = back.to_dense()
+    assert torch.equal(v.grad, ref[torch.from_numpy(np.repeat(np.arange(12), np.diff(a.indptr))),
+                                   torch.from_numpy(a.indices.astype(np.int64))])

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+import numpy as np
 import torch
 
 from ..errors import FormatError
-from ..format import FloorDiv, LevelFormat, Mod, TensorFormat
+from ..format import Dimension, FloorDiv, LevelFormat, Mod, TensorFormat
 
 Buffers = list  # list[torch.Tensor | None], one entry per level
 
@@ -100,9 +101,12 @@ def decompose(
     shape (padding of DIA diagonals, of edge blocks, of N:M strips) are dropped unless
     ``keep_padding``; explicit zeros inside the shape are kept.
     """
-    extents = fmt.level_extents(shape)
     if device is None:
         device = next((b.device for b in (*pos, *crd) if b is not None), torch.device("cpu"))
+    fast = _decompose_compressed(fmt, pos, crd, device)
+    if fast is not None:
+        return fast
+    extents = fmt.level_extents(shape)
     parent = torch.zeros(1, dtype=torch.int64, device=device)
     # `full`: the current entries are exactly positions 0..count-1 in order, so a compressed
     # level's children are all of its positions and no gather is needed.
@@ -153,6 +157,34 @@ def decompose(
         if not bool(ok.all()):
             coords, parent = coords[:, ok], parent[ok]
     return coords, parent
+
+
+def _decompose_compressed(fmt: TensorFormat, pos: Buffers, crd: Buffers, device: torch.device):
+    """Fast path of :func:`decompose` for ``(a : dense, b : compressed)`` over plain dimensions
+    (CSR, CSC): the major index of every entry from the pointers in one pass (NumPy's repeat on
+    the CPU, one fused kernel on GPUs), the minor index as stored; value slot ``e`` is entry ``e``."""
+    if fmt.num_levels != 2 or fmt.ndim != 2:
+        return None
+    l0, l1 = fmt.levels
+    if (l0.format is not LevelFormat.DENSE or l1.format is not LevelFormat.COMPRESSED
+            or not isinstance(l0.expr, Dimension) or not isinstance(l1.expr, Dimension)):
+        return None
+    p, c = pos[1], crd[1]
+    nnz, nmaj = c.numel(), p.numel() - 1
+    if p.device.type == "cpu" and _plain(p):
+        pn = p.contiguous().numpy()
+        major = torch.from_numpy(np.repeat(np.arange(nmaj, dtype=np.int64), np.diff(pn)))
+    else:
+        major = torch.repeat_interleave(torch.arange(nmaj, device=device), (p[1:] - p[:-1]).long(), output_size=nnz)
+    return recover_dims(fmt, [major, c.long()]), torch.arange(nnz, device=device)
+
+
+def _plain(t: torch.Tensor) -> bool:
+    try:
+        t.data_ptr()
+    except RuntimeError:  # inside a torch.func transform
+        return False
+    return True
 
 
 def _may_pad(fmt: TensorFormat, shape: Sequence[int]) -> bool:

@@ -9,12 +9,12 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..errors import ConversionError, FormatError, ValidationError
+from ..errors import ConversionError, FormatError, SparseTorchError, ValidationError
 from ..format import COO_ND, CSR, Dimension, LevelFormat, TensorFormat
 from . import _levels
 from .pattern import is_plain
 from .sparse_tensor import SparseTensor
-from .validate import TRUSTED
+from .validate import TRUSTED, _versions
 
 __all__ = ["from_coo", "from_dense", "convert", "build", "Conversion", "conversion", "DEFAULT_MAX_FILL", "FILL_SLACK"]
 
@@ -122,12 +122,41 @@ def _check_int32(fmt: TensorFormat, shape: Sequence[int], n: int, index_dtype: t
 
 def _trusted(fmt: TensorFormat, shape: Sequence[int], pos, crd, values: torch.Tensor) -> SparseTensor:
     """Wrap buffers this module built (correct by construction): no content checks, and no
-    read-back of ``pos[-1]`` (a device-to-host copy per compressed level on a GPU)."""
+    read-back of ``pos[-1]`` (a device-to-host copy per compressed level on a GPU).
+
+    Without BATCH levels the tensor's slots are set directly (as ``with_values`` does): the
+    structural checks of the constructor (presence, dtypes, devices, lengths of the buffers
+    this module just made) would only re-derive what the builder guarantees."""
+    if not fmt.num_batch_levels and values.dim() >= 1 and len(shape) == fmt.ndim:
+        out = SparseTensor.__new__(SparseTensor)
+        pos, crd = tuple(pos), tuple(crd)
+        index = tuple(b for b in (*pos, *crd) if b is not None)
+        out._format = fmt if fmt.index_dtype is not None or not index else fmt.replace(index_dtype=index[0].dtype)
+        out._shape = tuple(values.shape[:-1]) + tuple(int(x) for x in shape)
+        out._pos, out._crd, out._values, out._linear = pos, crd, values, None
+        out._index, out._checked = index, _versions(index)
+        out._derived = {}
+        return out
     token = TRUSTED.set(True)
     try:
         return SparseTensor(fmt, shape, pos, crd, values, check=False)
     finally:
         TRUSTED.reset(token)
+
+
+_WITH_INDEX_DTYPE: dict = {}
+
+
+def _with_index_dtype(fmt: TensorFormat, index_dtype: torch.dtype) -> TensorFormat:
+    """``fmt.replace(index_dtype=...)``, remembered (building a format validates it: tens of
+    microseconds per conversion otherwise)."""
+    key = (fmt, index_dtype)
+    got = _WITH_INDEX_DTYPE.get(key)
+    if got is None:
+        got = fmt if fmt.index_dtype == index_dtype else fmt.replace(index_dtype=index_dtype)
+        if len(_WITH_INDEX_DTYPE) < 4096:
+            _WITH_INDEX_DTYPE[key] = got
+    return got
 
 
 def build(
@@ -297,7 +326,7 @@ class Conversion:
     the map from source value slots to target slots. ``apply`` converts any values on the
     source pattern (a training loop converts values only, never re-sorting indices)."""
 
-    __slots__ = ("format", "shape", "pos", "crd", "_src", "dst", "nslots", "nentries", "_derived", "_first")
+    __slots__ = ("format", "shape", "pos", "crd", "_src", "_dst", "nslots", "nentries", "_derived", "_first")
 
     def __init__(self, t: SparseTensor, fmt: TensorFormat, index_dtype: torch.dtype, guard=None, *,
                  values_too: bool = False) -> None:
@@ -305,14 +334,17 @@ class Conversion:
         _check_int32(fmt, shape, t.nse, index_dtype)
         self._first = None
         direct = _direct(t, fmt, index_dtype, values_too)
-        if direct is not None:  # CSR/CSC/COO to one another: compiled or one-pass routines
-            self.pos, self.crd, self._src, first = direct
+        if direct is None:
+            direct = _kernel_path(t, fmt, index_dtype, values_too, guard)
+        if direct is not None:  # compiled or one-pass routines for the common pairs
+            self.pos, self.crd, self._src, self._dst, self.nslots, first = direct
             if first is not None:  # t's values already converted: for the apply that follows
-                self._first = (t._linear_buffers()[2], _version(t._linear_buffers()[2]), first)
-            self.format = fmt.replace(index_dtype=index_dtype)
+                tvals = t._linear_buffers()[2]
+                self._first = (tvals, _version(tvals), first)
+            self.format = _with_index_dtype(fmt, index_dtype)
             self.shape = shape
-            self.dst = None
-            self.nslots = self.nentries = t.nse
+            # distinct entries: the target's slots, or the source's (a CSR source has no padding)
+            self.nentries = self.nslots if self._dst is None else t.nse
             self._derived = {}
             return
         coords, src = t.entries()
@@ -337,10 +369,10 @@ class Conversion:
 
             pos, crd, nslots, dst = _levels.compose_map(fmt, shape, coords, index_dtype, counting)
             nentries = seen[0] if seen else coords.shape[1]
-        self.format = fmt.replace(index_dtype=index_dtype)
+        self.format = _with_index_dtype(fmt, index_dtype)
         self.shape = shape
         self._src = None if identity_src else src
-        self.dst = dst
+        self._dst = dst
         self.nslots = nslots
         self.nentries = nentries  # distinct entries of the source (what the fill is measured against)
         # Store the target buffers in the target's own layout (per-batch buffers for BATCH levels).
@@ -354,6 +386,13 @@ class Conversion:
         if callable(self._src):  # computed on first use (a direct conversion moved the values)
             self._src = self._src()
         return self._src
+
+    @property
+    def dst(self) -> torch.Tensor | None:
+        """Target slot of every (gathered) source entry, None when slots map one to one."""
+        if callable(self._dst):
+            self._dst = self._dst()
+        return self._dst
 
     def values(self, vals: torch.Tensor) -> torch.Tensor:
         """The target's linearized values for the source's linearized values ``vals``: what
@@ -404,7 +443,7 @@ def conversion(
                        _value_bytes((*t.batch_shape, 0), dtype or t.dtype), "converting")
     if conv is None:
         conv = Conversion(t, fmt, index_dtype, guard, values_too=values_too)
-        if conv.dst is None or is_plain(conv.dst):
+        if conv._dst is None or callable(conv._dst) or is_plain(conv._dst):
             cache[key] = conv
     elif guard is not None and conv.nslots != conv.nentries:
         guard(conv.nslots, conv.nentries)
@@ -438,7 +477,20 @@ def _sparsetools():
     return _TOOLS[0]
 
 
+_LAYOUTS: dict = {}
+
+
 def _pair_layout(fmt: TensorFormat) -> tuple[str, int] | None:
+    """:func:`_layout_of`, remembered per format."""
+    got = _LAYOUTS.get(fmt, _LAYOUTS)
+    if got is _LAYOUTS:  # not seen yet
+        got = _layout_of(fmt)
+        if len(_LAYOUTS) < 4096:
+            _LAYOUTS[fmt] = got
+    return got
+
+
+def _layout_of(fmt: TensorFormat) -> tuple[str, int] | None:
     """``("csr", major)`` for ``(a : dense, b : compressed)``, ``("coo", major)`` for
     ``(a : compressed(nonunique), b : singleton)``, both ordered and unique at the last level,
     over plain dimensions; ``major`` is the format dimension the first level indexes."""
@@ -469,6 +521,13 @@ def _expand(ptr: torch.Tensor, n: int, nnz: int) -> torch.Tensor:
     if _on_host(ptr):
         p = ptr.contiguous().numpy()
         return torch.from_numpy(np.repeat(np.arange(n, dtype=p.dtype), np.diff(p)))
+    fused = getattr(torch, "_convert_indices_from_csr_to_coo", None)  # one kernel (torch's CSR->COO)
+    if fused is not None and nnz:
+        try:
+            return fused(ptr, torch.empty(nnz, dtype=ptr.dtype, device=ptr.device),
+                         out_int32=ptr.dtype == torch.int32)[0]
+        except (RuntimeError, TypeError):  # a torch without it for this dtype: the general way
+            pass
     counts = ptr[1:] - ptr[:-1]
     return torch.repeat_interleave(torch.arange(n, dtype=ptr.dtype, device=ptr.device), counts, output_size=nnz)
 
@@ -535,7 +594,7 @@ def _transpose(ptr: torch.Tensor, minor: torch.Tensor, nmaj: int, nmin: int, val
 
 
 def _direct(t: SparseTensor, fmt: TensorFormat, index_dtype: torch.dtype, values_too: bool = False):
-    """``(pos, crd, src, vals)`` of ``t`` in ``fmt`` when both are CSR/CSC/COO-like (any
+    """``(pos, crd, src, dst, nslots, vals)`` of ``t`` in ``fmt`` when both are CSR/CSC/COO-like (any
     dimension order), else None. ``src`` is None when the value slots keep their order, or a
     function computing it when ``vals`` (with ``values_too``) holds t's values converted."""
     s, d = _pair_layout(t.format), _pair_layout(fmt)
@@ -561,8 +620,266 @@ def _direct(t: SparseTensor, fmt: TensorFormat, index_dtype: torch.dtype, values
         ptr, minor, src, first = _transpose(ptr, minor, nmaj, nmin, tvals if movable else None)
         nmaj, nmin = nmin, nmaj
     if dkind == "csr":
-        return [None, ptr.to(idt)], [None, minor.to(idt)], src, first
+        return [None, ptr.to(idt)], [None, minor.to(idt)], src, None, nnz, first
     major = crd[0] if skind == "coo" and smaj == dmaj else _expand(ptr, nmaj, nnz)
     top = torch.full((2,), nnz, dtype=idt, device=minor.device)  # [0, nnz], no host-to-device copy
     top[0] = 0
-    return [top, None], [major.to(idt), minor.to(idt)], src, first
+    return [top, None], [major.to(idt), minor.to(idt)], src, None, nnz, first
+
+
+# BSR and DIA through SciPy's compiled kernels (CPU, SciPy importable) -----------------------
+#
+# Each kernel runs once on t's values when they are plain CPU values SciPy can move (the
+# converted values of the first apply), and the value map (source slot of each target slot, or
+# target slot of each source entry) is computed on first use by the same kernel run on slot
+# numbers. Shapes that are not multiples of the blocks, and other formats, take the general path.
+
+
+def _block_of(fmt: TensorFormat) -> tuple[int, int] | None:
+    """``(bh, bw)`` when ``fmt`` is BSR(bh, bw) (whatever its name), else None."""
+    from ..format import BSR, FloorDiv  # noqa: PLC0415
+
+    if fmt.ndim != 2 or fmt.num_levels != 4 or fmt.num_batch_levels:
+        return None
+    e0, e1 = fmt.levels[0].expr, fmt.levels[1].expr
+    if not (isinstance(e0, FloorDiv) and isinstance(e1, FloorDiv)):
+        return None
+    ref = BSR(e0.c, e1.c)
+    return (e0.c, e1.c) if fmt.levels == ref.levels and fmt.dims == ref.dims else None
+
+
+def _dia_kind(fmt: TensorFormat) -> str | None:
+    from ..format import DIA, DIA_J  # noqa: PLC0415
+
+    for name, ref in (("DIA", DIA), ("DIA_J", DIA_J)):
+        if fmt.levels == ref.levels and fmt.dims == ref.dims:
+            return name
+    return None
+
+
+def _np(b: torch.Tensor) -> np.ndarray:
+    return b.contiguous().numpy()
+
+
+def _kernel_path(t: SparseTensor, fmt: TensorFormat, index_dtype: torch.dtype, values_too: bool, guard):
+    """``(pos, crd, src, dst, nslots, vals)`` through SciPy's kernels, or None."""
+    if t.format.ndim != 2 or fmt.ndim != 2:
+        return None
+    if _pair_layout(t.format) == ("csr", 0) and _dia_kind(fmt) is not None:
+        return _csr_to_dia(t, _dia_kind(fmt), index_dtype, guard, values_too)
+    if (_dia_kind(t.format) == "DIA" and _pair_layout(fmt) == ("csr", 0) and not t.format.num_batch_levels
+            and _on_host(t.crd(0), t.values)):
+        return _dia_rows_to_csr(t, index_dtype, values_too)
+    tools = _sparsetools()
+    if tools is None or t.format.num_batch_levels or fmt.num_batch_levels:
+        return None
+    pos, crd, tvals = t._linear_buffers()
+    if not _on_host(*(b for b in (*pos, *crd) if b is not None)):
+        return None
+    movable = (values_too and tvals.dim() == 1 and tvals.dtype in _SCIPY_VALUE_DTYPES
+               and not tvals.requires_grad and _on_host(tvals))
+    vals = _np(tvals) if movable else None
+    m, n = t.format_shape
+    to_csr = _pair_layout(fmt) == ("csr", 0)
+    try:
+        if to_csr and (blk := _block_of(t.format)) is not None and m % blk[0] == 0 and n % blk[1] == 0:
+            got = _bsr_to_csr(tools, blk, m, n, _np(pos[1]), _np(crd[1]), vals)
+        elif to_csr and _dia_kind(t.format) is not None and hasattr(tools, "dia_tocsr"):
+            got = _dia_to_csr(tools, _dia_kind(t.format), m, n, _np(crd[0]), vals)
+        elif (_pair_layout(t.format) == ("csr", 0) and (blk := _block_of(fmt)) is not None
+              and m % blk[0] == 0 and n % blk[1] == 0):
+            return _csr_to_bsr(tools, blk, m, n, _np(pos[1]), _np(crd[1]), vals, index_dtype, guard)
+        else:
+            return None
+    except SparseTorchError:
+        raise  # the fill guard's refusal
+    except (TypeError, ValueError):  # a SciPy whose kernels take other types: the general path
+        return None
+    if got is None:
+        return None
+    bp, bj, src, first = got
+    return [None, bp.to(index_dtype)], [None, bj.to(index_dtype)], src, None, int(bj.numel()), first
+
+
+def _bsr_to_csr(tools, blk, m, n, ptr, bcol, vals):
+    bh, bw = blk
+    nslots = bcol.size * bh * bw
+
+    def run(data: np.ndarray):
+        bp = np.empty(m + 1, dtype=ptr.dtype)
+        bj = np.empty(nslots, dtype=ptr.dtype)
+        bx = np.empty(nslots, dtype=data.dtype)
+        tools.bsr_tocsr(m // bh, n // bw, bh, bw, ptr, bcol, data, bp, bj, bx)
+        return torch.from_numpy(bp), torch.from_numpy(bj), torch.from_numpy(bx)
+
+    def perm() -> torch.Tensor:
+        return run(np.arange(nslots, dtype=np.int64))[2]
+
+    if vals is not None:
+        bp, bj, bx = run(vals)
+        return bp, bj, perm, bx
+    bp, bj, bx = run(np.arange(nslots, dtype=np.int64))
+    return bp, bj, bx, None
+
+
+def _dia_to_csr(tools, kind, m, n, offsets, vals):
+    """DIA_J is SciPy's layout (ncols slots per diagonal); DIA (nrows slots per diagonal) is
+    SciPy's layout of the transpose, whose CSR is this matrix's CSC: one more counting sort."""
+    nd = offsets.size
+    it = offsets.dtype
+    if vals is not None and vals.size != nd * (n if kind == "DIA_J" else m):
+        return None
+    if kind == "DIA_J":
+        rows, cols, offs, order = m, n, offsets, np.arange(nd, dtype=it)
+    else:
+        rows, cols, offs, order = n, m, -offsets, np.arange(nd - 1, -1, -1, dtype=it)
+    width = cols  # slots per diagonal
+    lo = np.maximum(offs, 0)
+    hi = np.minimum(np.minimum(width, cols), rows + offs.astype(np.int64))
+    expect = int(np.maximum(hi - lo, 0).sum())  # slots inside the shape: the entries
+
+    def run(data: np.ndarray):
+        bx = np.empty(expect, dtype=data.dtype)
+        bj = np.empty(expect, dtype=it)
+        bp = np.empty(rows + 1, dtype=it)
+        got = tools.dia_tocsr(rows, cols, nd, width, offs, data.reshape(nd, width), order, bx, bj, bp)
+        if got != expect:  # explicit zeros were dropped by the kernel: not a pattern map
+            return None
+        if kind == "DIA_J":
+            return bp, bj, bx
+        cp = np.empty(m + 1, dtype=it)
+        ci = np.empty(expect, dtype=it)
+        cx = np.empty(expect, dtype=bx.dtype)
+        tools.csr_tocsc(rows, cols, bp, bj, bx, cp, ci, cx)
+        return cp, ci, cx
+
+    def perm() -> torch.Tensor:
+        got = run(np.arange(1, nd * width + 1, dtype=np.int64))
+        assert got is not None  # slot numbers from 1: never zero
+        return torch.from_numpy(got[2] - 1)
+
+    if vals is not None:
+        got = run(vals)
+        if got is not None:
+            return torch.from_numpy(got[0]), torch.from_numpy(got[1]), perm, torch.from_numpy(got[2])
+    got = run(np.arange(1, nd * width + 1, dtype=np.int64))
+    if got is None:
+        return None
+    return torch.from_numpy(got[0]), torch.from_numpy(got[1]), torch.from_numpy(got[2] - 1), None
+
+
+def _csr_to_bsr(tools, blk, m, n, ptr, col, vals, index_dtype, guard):
+    bh, bw = blk
+    nnz = col.size
+    nblocks = int(tools.csr_count_blocks(m, n, bh, bw, ptr, col))
+    nslots = nblocks * bh * bw
+    if guard is not None:
+        guard(nslots, nnz)
+
+    def run(data: np.ndarray):
+        bp = np.empty(m // bh + 1, dtype=ptr.dtype)
+        bj = np.empty(nblocks, dtype=ptr.dtype)
+        bx = np.zeros(nslots, dtype=data.dtype)
+        tools.csr_tobsr(m, n, bh, bw, ptr, col, data, bp, bj, bx)
+        tools.bsr_sort_indices(m // bh, n // bw, bh, bw, bp, bj, bx)  # blocks come in first-seen order
+        return bp, bj, bx
+
+    def dst_of(slot_of: np.ndarray) -> torch.Tensor:  # slot_of: entry + 1 in each slot, 0: padding
+        used = np.flatnonzero(slot_of)
+        out = np.empty(nnz, dtype=np.int64)
+        out[slot_of[used] - 1] = used
+        return torch.from_numpy(out)
+
+    first = None
+    if vals is not None:
+        bp, bj, bx = run(vals)
+        first = torch.from_numpy(bx)
+        dst = lambda: dst_of(run(np.arange(1, nnz + 1, dtype=np.int64))[2])  # noqa: E731
+    else:
+        bp, bj, slot_of = run(np.arange(1, nnz + 1, dtype=np.int64))
+        dst = dst_of(slot_of)
+    pos = [None, torch.from_numpy(bp).to(index_dtype), None, None]
+    crd = [None, torch.from_numpy(bj).to(index_dtype), None, None]
+    return pos, crd, None, dst, nslots, first
+
+
+def _csr_to_dia(t: SparseTensor, kind: str, index_dtype: torch.dtype, guard, values_too: bool):
+    """CSR -> DIA / DIA_J without a sort: the diagonals present come from a count over the
+    ``m + n - 1`` possible offsets (ascending by construction), each entry's slot from its
+    diagonal's rank and its row (DIA) or column (DIA_J). NumPy on the CPU (one thread: torch's
+    parallel elementwise kernels lose to it on small shared machines), torch elsewhere."""
+    pos, crd, tvals = t._linear_buffers()
+    m, n = t.format_shape
+    ptr, col = pos[1], crd[1]
+    nnz = col.numel()
+    width = m if kind == "DIA" else n
+    first = None
+    if _on_host(ptr, col):
+        c = _np(col).astype(np.int64, copy=False)
+        r = _expand(ptr, m, nnz).numpy().astype(np.int64, copy=False)
+        diag = c - r
+        diag += m - 1  # in [0, m + n - 1)
+        present = np.bincount(diag, minlength=max(m + n - 1, 0)) > 0
+        offsets_np = np.flatnonzero(present) - (m - 1)
+        nslots = offsets_np.size * width
+        if guard is not None:
+            guard(nslots, nnz)
+        rank = np.cumsum(present) - 1
+        dst_np = rank[diag]
+        dst_np *= width
+        dst_np += r if kind == "DIA" else c
+        dst = torch.from_numpy(dst_np)
+        offsets = torch.from_numpy(offsets_np)
+        if (values_too and tvals.dim() == 1 and tvals.dtype in _SCIPY_VALUE_DTYPES and not tvals.requires_grad
+                and _on_host(tvals)):
+            out = np.zeros(nslots, dtype=_np(tvals).dtype)
+            out[dst_np] = _np(tvals)
+            first = torch.from_numpy(out)
+    else:
+        dev = col.device
+        row = _expand(ptr, m, nnz).long()
+        diag_t = col.long() - row + (m - 1)
+        present_t = (torch.bincount(diag_t, minlength=max(m + n - 1, 0)) > 0 if nnz
+                     else torch.zeros(max(m + n - 1, 0), dtype=torch.bool, device=dev))
+        offsets = torch.nonzero(present_t).reshape(-1) - (m - 1)
+        nslots = int(offsets.numel()) * width
+        if guard is not None:
+            guard(nslots, nnz)
+        rank_t = torch.cumsum(present_t, 0) - 1
+        dst = rank_t.index_select(0, diag_t) * width + (row if kind == "DIA" else col.long())
+    top = torch.full((2,), int(offsets.numel()), dtype=index_dtype, device=col.device)
+    top[0] = 0
+    return [top, None], [offsets.to(device=col.device, dtype=index_dtype), None], None, dst, nslots, first
+
+
+def _dia_rows_to_csr(t: SparseTensor, index_dtype: torch.dtype, values_too: bool):
+    """DIA (``nrows`` slots per diagonal) -> CSR on the CPU: row ``i`` holds the diagonals ``k``
+    with ``0 <= i + offset[k] < ncols``, in offset order, so the CSR values are the rows of the
+    transposed ``(diagonals, nrows)`` value array under that mask (NumPy, one pass each)."""
+    _, crd, tvals = t._linear_buffers()
+    m, n = t.format_shape
+    off = _np(crd[0])
+    nd = off.size
+    it = np.int32 if max(m, n) + 1 < _INT32_MAX and nd * m < _INT32_MAX else np.int64
+    rows = np.arange(m, dtype=it)
+    cols = rows[:, None] + off.astype(it)[None, :]  # (m, nd): the column of every slot
+    mask = (cols >= 0) & (cols < n)
+    counts = mask.sum(1)
+    ptr = np.empty(m + 1, dtype=np.int64)
+    ptr[0] = 0
+    np.cumsum(counts, out=ptr[1:])
+    col = cols[mask]
+    nnz = int(col.size)
+
+    def src() -> torch.Tensor:
+        slots = np.arange(nd, dtype=np.int64)[None, :] * m + np.arange(m, dtype=np.int64)[:, None]
+        return torch.from_numpy(slots[mask])
+
+    first = None
+    if values_too and tvals.dim() == 1 and tvals.dtype in _SCIPY_VALUE_DTYPES and not tvals.requires_grad:
+        first = torch.from_numpy(np.ascontiguousarray(_np(tvals).reshape(nd, m).T)[mask])
+        perm = src
+    else:
+        perm = src()  # type: ignore[assignment]
+    return ([None, torch.from_numpy(ptr).to(index_dtype)], [None, torch.from_numpy(col).to(index_dtype)],
+            perm, None, nnz, first)
