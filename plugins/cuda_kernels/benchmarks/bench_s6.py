@@ -1,6 +1,7 @@
-"""Session 6: the bitmask tensor-core SpMM (spmm_bm, kernels/mma.cu) against the shared-memory-tile
-one (spmm_mma) at k >= 8, and csr16_xs (X in shared memory) against csr16_warp at k = 1, on
-LLM-sized layers, side by side with dense cuBLAS (F.linear) in one run.
+"""Session 6: csr16_xs (X in shared memory, kernels/mma.cu) against csr16_warp at k = 1, and the
+tensor-core SpMM (spmm_mma) per cluster size at k >= 8, on LLM-sized layers, side by side with
+dense cuBLAS (F.linear) in one run. (A bitmask tensor-core SpMM, spmm_bm, was measured with this
+script at commit 6b27252 and left out: cuda_kernels_h200_s6.json, _s6_ablation.json.)
 
     python plugins/cuda_kernels/benchmarks/bench_s6.py --out DIR [--ks 1,8,64] [--dtypes float16,bfloat16]
 
@@ -39,7 +40,7 @@ def kernel_info(names: list[str], dtype: torch.dtype) -> dict:
     out = {}
     for name in names:
         try:
-            k = kernel("mma", name, dtype, torch.int32, 0, 13 if name.startswith("spmm_bm") else 12 if name.startswith("spmm") else 8)
+            k = kernel("mma", name, dtype, torch.int32, 0, 12 if name.startswith("spmm") else 7 if name == "csr16_warp" else 8)
             h, d = cu.CUkernel(int(k._fn)), cu.CUdevice(0)
             _, regs = cu.cuKernelGetAttribute(cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NUM_REGS, h, d)
             _, local = cu.cuKernelGetAttribute(cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, h, d)
@@ -62,56 +63,25 @@ def _layer(n_in: int, n_out: int, rule: str, dtype: torch.dtype):
     return A, plan, dense.bias.detach()
 
 
-def ablate(out: Path) -> None:
-    """spmm_bm with parts switched off (plan.mma_flags; wrong results, timing only), 4096 x 4096 at
-    90 %, float16, beside the full kernel and spmm_mma in the same run."""
-    A, plan, b = _layer(4096, 4096, "90 %", torch.float16)
-    rows = []
-    names = {0: "full", 1: "no mma", 2: "no value windows / decode", 6: "no masks, no windows", 8: "no X copies",
-             3: "no mma, no windows", 9: "no mma, no X", 11: "no mma, windows, X", 15: "skeleton (loop, barriers, epilogue)"}
-    for k in (8, 64):
-        x = torch.randn(k, 4096, device="cuda", dtype=torch.float16)
-        for s in (4, 8):
-            t = {}
-            plan.mma_split_override = s
-            plan.mma_kernel = "tile"
-            plan.mma_flags = 0
-            plan._prepared = {}
-            t["tile (spmm_mma) full"] = graph_time(lambda: plan.apply(x.mT, bias=b)) * 1e6
-            plan.mma_kernel = "bm"
-            for f, name in names.items():
-                plan.mma_flags = f
-                plan._prepared = {}
-                t[f"bm f{f}: {name}"] = graph_time(lambda: plan.apply(x.mT, bias=b)) * 1e6
-            plan.mma_flags = 0
-            rows.append({"k": k, "cluster_S": s, "times_us": t})
-            print(f"ablation k={k} S={s} " + " ".join(f"[{kk}]={v:.1f}" for kk, v in t.items()), flush=True)
-    doc = {"benchmark": "spmm_bm (kernels/mma.cu) ablation, H200, float16, 4096x4096 layer at 90 %, 20 calls in one CUDA graph, per call (us)",
-           "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "command": "python plugins/cuda_kernels/benchmarks/bench_s6.py --ablate --out DIR",
-           "machine": {"gpu": torch.cuda.get_device_name(0), "platform": platform.platform()},
-           "versions": {"torch": torch.__version__, "cuda": torch.version.cuda}, "rows": rows}
-    (out / "cuda_kernels_h200_s6_ablation.json").write_text(json.dumps(doc, indent=1))
-
-
 def profile() -> None:
     """One call of each kernel of interest between cudaProfilerStart / Stop (for ncu
-    --profile-from-start off): csr16_xs1 and csr16_warp (k = 1), spmm_bm and spmm_mma (k = 64)."""
+    --profile-from-start off): csr16_xs1 and csr16_warp (k = 1), spmm_mma (k = 64)."""
     A, plan, b = _layer(4096, 4096, "90 %", torch.float16)
     x1 = torch.randn(1, 4096, device="cuda", dtype=torch.float16)
     x64 = torch.randn(64, 4096, device="cuda", dtype=torch.float16)
     calls = []
     for kern in ("xs1", "warp"):
-        calls.append((("csr16_kernel", kern), x1))
-    for kern in ("bm", "tile"):
-        calls.append((("mma_kernel", kern), x64))
-    for (attr, v), x in calls:  # warm: compile, layouts, recorded launches
-        setattr(plan, attr, v)
+        calls.append((kern, x1))
+    calls.append(("xs1", x64))
+    for kern, x in calls:  # warm: compile, layouts (the recorded launches are dropped per call)
+        plan.csr16_kernel = kern
+        plan._prepared = {}
         plan.apply(x.mT, bias=b)
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStart()
-    for (attr, v), x in calls:
-        setattr(plan, attr, v)
+    for kern, x in calls:
+        plan.csr16_kernel = kern
+        plan._prepared = {}
         plan.apply(x.mT, bias=b)
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStop()
@@ -119,24 +89,19 @@ def profile() -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--ablate", action="store_true", help="spmm_bm with parts switched off (see ablate())")
     ap.add_argument("--profile", action="store_true", help="one call per kernel inside cudaProfilerStart/Stop")
     ap.add_argument("--out")
     ap.add_argument("--shapes", default="4096x4096,4096x11008")
     ap.add_argument("--ks", default="1,8,64")
     ap.add_argument("--sparsities", default="90 %,2:4,50 %")
     ap.add_argument("--dtypes", default="float16,bfloat16")
-    ap.add_argument("--splits", default="auto,2,4,8")
+    ap.add_argument("--splits", default="auto,4,8")
     args = ap.parse_args()
     if args.profile:
         profile()
         return
     if not args.out:
         ap.error("--out is required")
-    if args.ablate:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        ablate(Path(args.out))
-        return
     dev = torch.device("cuda")
     bw = copy_bw()
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
@@ -188,18 +153,10 @@ def main() -> None:
                     elif plan.kind == "nm":
                         rec("tile_Sauto", call)
                     else:
-                        plan.mma_kernel = "tile"
+                        for s in args.splits.split(","):
+                            plan.mma_split_override = None if s == "auto" else int(s)
+                            rec(f"tile_S{s}", call)
                         plan.mma_split_override = None
-                        rec("tile_Sauto", call)
-                        plan.mma_kernel = "bm"
-                        for mt in (0, 2) if k > 32 else (0,):
-                            plan.bm_mt = mt
-                            for s in args.splits.split(","):
-                                plan.mma_split_override = None if s == "auto" else int(s)
-                                rec(f"bm{'_mt2' if mt else ''}_S{s}", call)
-                        plan.mma_split_override = None
-                        plan.bm_mt = 0
-                        row["bm_auto_split"] = plan.bm_split(k)
                     ours = {kk: v for kk, v in t.items() if kk != "dense" and isinstance(v, float)}
                     if ours:
                         best = min(ours, key=ours.get)
@@ -213,7 +170,7 @@ def main() -> None:
                         f"err={max(row['errors'].values()):.1e}", flush=True)
                 plan = A = W = dense = None  # noqa: F841
                 torch.cuda.empty_cache()
-    names = [f"spmm_bm{mt}_s{s}" for mt in (1, 2, 4) for s in (1, 2, 4, 8)] + ["spmm_mma_s8", "csr16_xs1", "csr16_xs2"]
+    names = ["spmm_mma_s4", "spmm_mma_s8", "csr16_warp", "csr16_xs1", "csr16_xs2"]
     doc = {"benchmark": "cuda plugin session 6: bitmask tensor-core SpMM and csr16_xs on LLM layers "
                         "(kernel time, CUDA graph of 20 calls, dense cuBLAS in the same run)",
            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -27,13 +27,10 @@ if [ "${BENCH:-1}" = 1 ]; then
   timeout ${BENCH_TIMEOUT:-240} python3 plugins/cuda_kernels/benchmarks/bench_s6.py --out $OUT ${BENCH_ARGS:-} \
     2>&1 | tee $OUT/bench_s6_log.txt | cut -c1-260
 fi
-if [ "${ABLATE:-0}" = 1 ]; then
-  timeout ${ABLATE_TIMEOUT:-120} python3 plugins/cuda_kernels/benchmarks/bench_s6.py --ablate --out $OUT 2>&1 | cut -c1-400
-fi
 if [ "${NCU:-0}" = 1 ]; then
   if command -v ncu >/dev/null; then
     timeout ${NCU_TIMEOUT:-120} ncu --profile-from-start off --section SpeedOfLight --section WarpStateStats --section Occupancy \
-      --section LaunchStats --section MemoryWorkloadAnalysis python3 plugins/cuda_kernels/benchmarks/bench_s6.py --profile \
+      --section LaunchStats python3 plugins/cuda_kernels/benchmarks/bench_s6.py --profile \
       > $OUT/ncu_s6.txt 2>&1; tail -c 300 $OUT/ncu_s6.txt
   else
     echo "no ncu on this machine"; ls /usr/local/cuda*/bin 2>/dev/null | head -30

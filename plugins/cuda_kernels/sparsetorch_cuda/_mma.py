@@ -1,5 +1,6 @@
-"""The tensor-core SpMM path of :class:`~.plan.CudaSpmmPlan` (kernels/mma.cu; a mixin): when it
-runs, the dense tile layout it reads (made once per pattern), and its launch."""
+"""The kernels/mma.cu paths of :class:`~.plan.CudaSpmmPlan` (a mixin): the tensor-core SpMM (when
+it runs, the dense tile layout it reads, made once per pattern, and its launch) and, for one
+right-hand side, csr16_xs (half-precision CSR with uint16 columns and X in shared memory)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,6 @@ import torch
 from .launch import kernel, recording
 from .layout import (CSR16_MIN_MEAN, INT_LIMIT, MMA_MAX_TILES, MMA_MIN_K, _GRID_Y, _sm_count)
 
-#: the kernel of k >= MMA_MIN_K columns for CSR (``plan.mma_kernel``): "bm" (spmm_bm<MT>_s<S>: a
-#: mask bit per dense position, B fragments built in registers, no shared-memory tile of A) or
-#: "tile" (spmm_mma_s<S>: the rows' entries scattered into a dense tile in shared memory)
-MMA_KERNEL_DEFAULT = "tile"
 #: the batch-1 kernel of long half-precision CSR rows (``plan.csr16_kernel``): "xs1" / "xs2" /
 #: "xs4" (csr16_xs<R>: X copied into shared memory, R rows per warp) or "warp" (the plan's
 #: csr16_warp, X gathered through the read-only cache)
@@ -51,30 +48,6 @@ class MmaMixin:
         if v is None or v.dim() != 1 or v.data_ptr() % 16:
             return False
         return self._mma_layout() is not None
-
-    def _bm_layout(self) -> dict[str, Any] | None:
-        """The mask bytes of spmm_bm (one bit per dense position, ``(m, 8 T)`` uint8, a row's 64
-        columns of tile t one 64-bit word) beside :meth:`_mma_layout`'s row and tile offsets; None
-        for N:M or where a row's columns are not strictly increasing (the values must follow the
-        bits in order)."""
-        lay = self._mma_layout()
-        if lay is None or lay["nm"]:
-            return None
-        if "masks" in lay:
-            return lay if lay["masks"] is not None else None
-        m, n = self.shape
-        T = lay["T"]
-        r64 = self.rowptr.to(torch.int64)
-        lengths = r64[1:] - r64[:-1]
-        c64 = self.col.to(torch.int64)
-        rows = torch.repeat_interleave(torch.arange(m, device=self.device, dtype=torch.int64), lengths)
-        if self.nnz > 1 and bool(((rows[1:] == rows[:-1]) & (c64[1:] <= c64[:-1])).any()):
-            lay["masks"] = None
-            return None
-        masks = torch.zeros(m * T * 8, dtype=torch.int32, device=self.device)
-        masks.index_add_(0, rows * (T * 8) + c64 // 8, torch.bitwise_left_shift(torch.ones_like(c64), c64 % 8).to(torch.int32))
-        lay["masks"] = masks.to(torch.uint8)
-        return lay
 
     def _mma_layout(self) -> dict[str, Any] | None:
         """Pattern work of the tensor-core kernel, once (None where it does not apply): CSR: the
@@ -135,21 +108,6 @@ class MmaMixin:
             s *= 2
         return max(s, least)
 
-    def bm_split(self, k: int) -> int:
-        """Cluster size S of spmm_bm: the smallest of 1, 2, 4, 8 that makes at least two blocks per SM
-        with at least two column tiles per block (``mma_split_override`` where set)."""
-        lay = self._mma_layout()
-        if lay is None or not lay["cluster"]:
-            return 1
-        if self.mma_split_override:
-            return int(self.mma_split_override)
-        m, _ = self.shape
-        blocks = -(-m // 128) * -(-k // (16 * (int(getattr(self, "bm_mt", 0)) or _bm_mt(k))))
-        s = 1
-        while s < 8 and blocks * s < 2 * _sm_count(self.dev_index) and lay["T"] >= 4 * s:
-            s *= 2
-        return s
-
     def _apply_mma(self, X: torch.Tensor, k: int, bias: torch.Tensor | None) -> torch.Tensor:
         m, n = self.shape
         transposed = X.mT.is_contiguous()
@@ -182,15 +140,6 @@ class MmaMixin:
                                                   Xt.data_ptr(), bp, Yt.data_ptr()),
                  shared=-(-2 * n // 16) * 16, device=self.dev_index)
             return
-        if (not lay["nm"] and getattr(self, "mma_kernel", MMA_KERNEL_DEFAULT) == "bm" and v.data_ptr() % 4 == 0
-                and self._bm_layout() is not None):
-            s = self.bm_split(k)
-            mt = int(getattr(self, "bm_mt", 0)) or _bm_mt(k)
-            kern = kernel("mma", f"spmm_bm{mt}_s{s}", self.dtype, torch.int32, self.dev_index, 13)
-            kern((-(-m // 128) * s, -(-k // (16 * mt))), 256,
-                 (m, n, k, lay["T"], self.nnz, lay["rowptr"].data_ptr(), lay["toff"].data_ptr(), lay["masks"].data_ptr(),
-                  v.data_ptr(), Xt.data_ptr(), bp, Yt.data_ptr(), self.mma_flags), device=self.dev_index)
-            return
         s = self.mma_split(k)
         rows = self.mma_rows
         grid = (-(-m // rows) * s, -(-k // 64))
@@ -204,7 +153,3 @@ class MmaMixin:
                     Xt.data_ptr(), bp, Yt.data_ptr(), self.mma_flags)
         kern(grid, 2 * rows, args, device=self.dev_index)
 
-
-def _bm_mt(k: int) -> int:
-    """m-tiles of 16 columns of X per block of spmm_bm: 1, 2 or 4."""
-    return 1 if k <= 16 else 2 if k <= 32 else 4

@@ -42,26 +42,20 @@ def _ref(D, xt, b=None):
     return y if b is None else y + b.double()[:, None]
 
 
-@pytest.mark.parametrize("kern", ("tile128", "tile64", "bm"))
+@pytest.mark.parametrize("rows", (128, 64))
 @pytest.mark.parametrize("dtype", HALF, ids=lambda d: str(d).replace("torch.", ""))
 @pytest.mark.parametrize("split", (1, 2, 4, 8))
 @pytest.mark.parametrize("shape", ((300, 512, 0.1), (130, 264, 0.5), (1000, 1024, 0.02), (257, 2048, 0.9), (64, 520, 0.3),
                                    (40, 8200, 0.05)),
                          ids=("sparse", "n%64", "verysparse", "dense-rows", "n520", "wide"))
-def test_csr_mma_matches_dense(shape, split, dtype, kern):
-    # "tile128" / "tile64": spmm_mma (rows scattered into a shared-memory tile, 128 / 64 rows per
-    # block); "bm": spmm_bm (mask bits, B fragments built in registers; "dense-rows" and "n%64"
-    # take its path of more than four entries per 8-column group)
+def test_csr_mma_matches_dense(shape, split, dtype, rows):
     m, n, dens = shape
     D = random_dense(m, n, dens, dtype, seed=m + n, empty_rows=5)
     A = to_format(D, CSR, dtype, torch.int32)
     plan = _plan(A)
     plan.mma_split_override = split
-    plan.mma_kernel = "bm" if kern == "bm" else "tile"
-    plan.mma_rows = 64 if kern == "tile64" else 128
+    plan.mma_rows = rows
     assert plan._mma_layout() is not None
-    if kern == "bm":
-        assert plan._bm_layout() is not None and plan.bm_split(64) == split
     for k, seed in ((8, 1), (17, 2), (33, 6), (64, 3), (100, 4), (130, 5)):
         xt = _xt(k, n, dtype, seed).cuda()
         b = _bias(m, dtype, seed).cuda()
@@ -177,35 +171,3 @@ def test_csr16_one_column(shape, dtype, kern):
     assert plan._prepared.get(key) is not None  # one launch with the bias: recorded
     xo = _xt(1, n + 8, dtype, 3).cuda()[0, 1:n + 1]  # X at an odd address: copied to an aligned one first
     assert rel_err(plan.apply(xo[:, None], bias=b), _ref(D, xo[None].cpu(), b.cpu())) < TOL[dtype]
-
-
-@pytest.mark.parametrize("mt", (1, 2, 4))
-@pytest.mark.parametrize("dtype", HALF, ids=lambda d: str(d).replace("torch.", ""))
-def test_bm_batch_tile(dtype, mt):
-    # spmm_bm with 16, 32 or 64 columns of X per block whatever k is (plan.bm_mt)
-    m, n = 300, 1024
-    D = random_dense(m, n, 0.1, dtype, seed=11, empty_rows=4)
-    plan = _plan(to_format(D, CSR, dtype, torch.int32))
-    plan.mma_kernel, plan.bm_mt = "bm", mt
-    for k in (8, 40, 70):
-        xt = _xt(k, n, dtype, k + mt).cuda()
-        b = _bias(m, dtype, k).cuda()
-        assert rel_err(plan.apply(xt.mT, bias=b), _ref(D, xt.cpu(), b.cpu())) < TOL[dtype], (k, mt)
-
-
-@pytest.mark.parametrize("dtype", HALF, ids=lambda d: str(d).replace("torch.", ""))
-def test_bm_more_than_four_entries_per_group(dtype):
-    # fully dense 8-column groups next to empty ones: the mask bytes 0xff and 0x00, every row offset
-    m, n = 200, 640
-    D = random_dense(m, n, 0.05, dtype, seed=9)
-    g = torch.Generator().manual_seed(1)
-    full = torch.rand(m, n // 8, generator=g) < 0.2
-    dense_part = random_dense(m, n, 1.0, dtype, seed=10)
-    keep = full.repeat_interleave(8, 1)
-    D = torch.where(keep, dense_part, D)
-    plan = _plan(to_format(D, CSR, dtype, torch.int32))
-    plan.mma_kernel = "bm"
-    for k in (8, 64):
-        xt = _xt(k, n, dtype, k).cuda()
-        b = _bias(m, dtype, k).cuda()
-        assert rel_err(plan.apply(xt.mT, bias=b), _ref(D, xt.cpu(), b.cpu())) < TOL[dtype]
