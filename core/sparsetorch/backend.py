@@ -75,6 +75,8 @@ from .dispatch.results import IterationResult, Status
 from .errors import BackendError, IndefiniteMatrixError, InputError, NotConvergedError, SingularMatrixError
 from .ops.spectral import MASS_FIX
 from .tensor.construct import Conversion, conversion
+from .backends.torch_native.cost import iterations as cg_iterations
+from .backends.torch_native.krylov._graph import BlockGraph, usable as graph_usable
 
 __all__ = [
     "hookimpl", "BackendInfo", "OPS", "METHODS", "DIRECT_METHODS",
@@ -91,4 +93,5 @@ __all__ = [
     "Conversion", "conversion",
     "BackendError", "IndefiniteMatrixError", "InputError", "NotConvergedError", "SingularMatrixError", "MASS_FIX",
     "get_backends", "reset_backends", "plan_cache",
+    "cg_iterations", "BlockGraph", "graph_usable",
 ]

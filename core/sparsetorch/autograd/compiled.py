@@ -49,10 +49,12 @@ from ..dispatch.records import OperandInfo, make_request
 from ..errors import InputError
 from ..format import Add, Dimension, FloorDiv, LevelType, Mod, Sub, TensorFormat
 from ..tensor import SparseTensor
+from ..tensor._views import TracedTranspose
 from ..tensor.pattern import buffer_id
 from ..tensor.sparse_tensor import _install_reverse_matmul
 from . import _compile_hooks
 from .matmul import MatmulHandle
+from .solve import solver_object
 from .sddmm import sddmm
 from .products import combine
 
@@ -202,7 +204,7 @@ def spmm(fmt: str, shape: Sequence[int], present: Sequence[bool], index: Sequenc
          values: Tensor, X: Tensor, adjoint: bool, backend: Optional[str]) -> Tensor:
     """``A X`` (``A^H X`` when ``adjoint``) for ``A`` given by its parts (:func:`parts`) and
     ``values`` (``(*batch, slots)``), ``X`` of shape ``(*batch, n, k)`` (``(*batch, m, k)``)."""
-    A = _pattern(fmt, shape, present, index, values.detach())
+    A = _pattern(fmt, shape, present, index, _plain(values))
     return _fresh(_product(A, _plain(X), adjoint, backend).contiguous(), X)
 
 
@@ -240,7 +242,7 @@ def sampled(fmt: str, shape: Sequence[int], present: Sequence[bool], index: Sequ
     """``sum_c P[..., i, c] conj(Q[..., j, c])`` at every stored entry ``(i, j)`` of ``A``, in A's
     value slots (``values``' shape and dtype; padding slots get zero). ``values`` only carries
     the slots' shape and dtype; half-precision factors are summed in float32."""
-    A = _pattern(fmt, shape, present, index, values.detach())
+    A = _pattern(fmt, shape, present, index, _plain(values))
     P, Q = _plain(P), _plain(Q)
     if not (P.is_complex() or Q.is_complex()):
         # the product plan's own sampled kernel where its backend has one (as the eager backward)
@@ -299,14 +301,14 @@ def spsolve(fmt: str, shape: Sequence[int], present: Sequence[bool], index: Sequ
     if solve is None:
         raise RuntimeError("sparsetorch::spsolve has no solver registered: the ops layer registers sparsetorch.solve "
                            "with sparsetorch.autograd._compile_hooks.register_solver (docs/compile.md)")
-    A = _pattern(fmt, shape, present, index, values.detach())
+    A = _pattern(fmt, shape, present, index, _plain(values))
     props = None if properties is None else [p.strip() for p in properties.split(",") if p.strip()]
     declared = set(props or ())
     if adjoint and not ("spd" in declared or "hermitian" in declared
                         or ("symmetric" in declared and not A.values.is_complex())):
         # A^H as a view (the transposed pattern: a plan of its own). A declared self-adjoint
         # matrix is solved as it is, on the forward's plan and factorization (the same values).
-        A = A.T.with_values(A.values.conj() if A.values.is_complex() else A.values)
+        A = A.T.with_values(torch.conj_physical(A.values) if A.values.is_complex() else A.values)
     with torch.no_grad():
         X = solve(A, _plain(B), backend=backend, method=method, preconditioner=preconditioner, rtol=rtol,
                     atol=atol, maxiter=maxiter, properties=props, check_finite=check_finite,
@@ -371,13 +373,23 @@ def _operand(A: SparseTensor, X: object, op: str) -> Tensor:
     return X
 
 
+def _unwrap(A: object) -> tuple[object, bool]:
+    """``(matrix, transposed)``: a :class:`~sparsetorch.tensor._views.TracedTranspose` (``A.T``
+    taken in the compiled region) is its matrix, used in the transposed direction."""
+    if isinstance(A, TracedTranspose):
+        return A.base, True
+    return A, False
+
+
 def traced_matmul(A: object, X: object, c: Tensor | None = None, alpha=None, beta=None,
                   backend: str | None = None) -> Tensor:
     """``sparsetorch.matmul`` as ``torch.compile`` traces it: the same shapes and broadcasting
     (a value batch on ``X`` or ``X`` shared by it; an unbatched ``A`` against a batched ``X``),
-    ``alpha``/``beta``/``c`` as nvmath defines them, the product one ``sparsetorch::spmm``."""
+    ``alpha``/``beta``/``c`` as nvmath defines them, the product one ``sparsetorch::spmm``
+    (``A.T`` taken in the region: the adjoint direction of A's product)."""
+    A, transposed = _unwrap(A)
     A = _matrix(A, "matmul")
-    Y = _product_of(A, _operand(A, X, "matmul"), False, backend)
+    Y = _product_of(A, _operand(A, X, "matmul"), transposed, backend)
     if c is None and beta is not None and beta != 0:
         raise InputError(f"matmul: beta={beta} needs an output operand c (pass c=, or leave beta out)")
     if c is not None and (not isinstance(c, torch.Tensor) or tuple(c.shape) != tuple(Y.shape) or c.dtype != Y.dtype):
@@ -388,11 +400,13 @@ def traced_matmul(A: object, X: object, c: Tensor | None = None, alpha=None, bet
 def traced_rmatmul(A: object, X: object) -> Tensor:
     """``X @ A`` as ``torch.compile`` traces it: ``(A^T X^T)^T``, ``A^T`` being the adjoint
     direction of A's product (conjugated around it for complex values), no transposed view built."""
+    A, transposed = _unwrap(A)
     A = _matrix(A, "matmul")
     X = _operand(A, X, "matmul")
+    # X @ A = (A^T X^T)^T; X @ A^T = (A X^T)^T
     if X.dim() == 1:
-        return _product_of(A, X, True)
-    return _product_of(A, X.transpose(-2, -1), True).transpose(-2, -1)
+        return _product_of(A, X, not transposed)
+    return _product_of(A, X.transpose(-2, -1), not transposed).transpose(-2, -1)
 
 
 def _product_of(A: SparseTensor, X: Tensor, transposed: bool, backend: str | None = None) -> Tensor:
@@ -420,8 +434,9 @@ def _product_of(A: SparseTensor, X: Tensor, transposed: bool, backend: str | Non
                          f"it must be {vb + (n,)} or {vb + (n, 'k')}")
     fmt, shape, present, index = parts(A)
     values = A.values
-    if transposed and values.is_complex():  # A^T Z = conj(A^H conj(Z))
-        return finish(spmm(fmt, shape, present, index, values, Xn.conj(), True, backend).conj())
+    if transposed and values.is_complex():
+        # A^T Z = (conj A)^H Z
+        return finish(spmm(fmt, shape, present, index, torch.conj_physical(values), Xn, True, backend))
     return finish(spmm(fmt, shape, present, index, values, Xn, transposed, backend))
 
 
@@ -436,6 +451,7 @@ def traced_solve(A: object, B: object, *, backend: str | None = None, method: st
     eager solve runs inside it: dispatch, the finiteness check, the checked fallback route) and
     its adjoint rule. What cannot cross a graph is refused with a message: ``return_info``,
     ``callback``, ``progress``, a callable preconditioner, ``backend_options``, a SparseTensorList."""
+    A, transposed = _unwrap(A)
     if not isinstance(A, SparseTensor):
         raise InputError(f"solve under torch.compile takes one SparseTensor A (a SparseTensorList solves eagerly "
                          f"only), got {type(A).__name__}")
@@ -463,8 +479,72 @@ def traced_solve(A: object, B: object, *, backend: str | None = None, method: st
     if properties is not None and not isinstance(properties, str):
         properties = ",".join(properties)  # type: ignore[arg-type]
     fmt, shape, present, index = parts(A)
-    X = spsolve(fmt, shape, present, index, A.values, Bn, False, backend, method, preconditioner,
-                None if rtol is None else float(rtol), float(atol), maxiter, properties,
+    # A^T x = b is the adjoint solve of conj(A): (conj A)^H x = b (no conjugation for real A)
+    values = torch.conj_physical(A.values) if transposed and A.values.is_complex() else A.values
+    X = spsolve(fmt, shape, present, index, values, Bn, transposed, backend, method,
+                preconditioner, None if rtol is None else float(rtol), float(atol), maxiter, properties,
                 bool(check_finite), on_nonconvergence, restart, block_size, dense_max, max_bytes, check_every, repeat,
                 bool(cache))
     return X.squeeze(-1) if vector else X
+
+
+# sparsetorch::solver_solve: a Solver's solve under torch.compile -----------------------------------
+@torch.library.custom_op("sparsetorch::solver_solve", mutates_args=())
+def solver_solve(handle: int, values: Tensor, B: Tensor, adjoint: bool) -> Tensor:
+    """``X`` with ``A(values) X = B`` (``A^H`` when ``adjoint``), ``B`` ``(*batch, n, k)``, through
+    the plan (and factorization) of the Solver registered under ``handle``: a plan built outside
+    the compiled region serves the graph."""
+    X = solver_object(handle)._run(_plain(values), _plain(B), adjoint)
+    return _fresh(X.contiguous(), values, B)
+
+
+@solver_solve.register_fake
+def _(handle, values, B, adjoint):
+    return B.new_empty(B.shape)
+
+
+@torch.library.custom_op("sparsetorch::solver_values_grad", mutates_args=())
+def solver_values_grad(handle: int, values: Tensor, X: Tensor, M: Tensor, adjoint: bool) -> Tensor:
+    """The gradient of a Solver's solve in A's values, ``-sddmm(M, X)`` on the pattern
+    (``-sddmm(X, M)`` for the adjoint direction), ``M`` the adjoint solve of the output gradient."""
+    A = solver_object(handle)._pattern
+    X, M = _plain(X), _plain(M)
+    dV = -(sddmm(A, X, M) if adjoint else sddmm(A, M, X))
+    return _fresh(dV.contiguous(), values, X, M)
+
+
+@solver_values_grad.register_fake
+def _(handle, values, X, M, adjoint):
+    return values.new_empty(values.shape)
+
+
+def _solver_setup(ctx, inputs, output) -> None:
+    handle, values, B, adjoint = inputs
+    ctx.handle, ctx.adjoint = handle, adjoint
+    ctx.save_for_backward(values, output)
+
+
+def _solver_backward(ctx, dX: Tensor):
+    values, X = ctx.saved_tensors
+    M = solver_solve(ctx.handle, values, dX, not ctx.adjoint)
+    dV = solver_values_grad(ctx.handle, values, X, M, ctx.adjoint) if ctx.needs_input_grad[1] else None
+    return None, dV, (M if ctx.needs_input_grad[2] else None), None
+
+
+solver_solve.register_autograd(_solver_backward, setup_context=_solver_setup)
+
+
+def traced_solver_solve(solver: object, handle: int, values: Tensor, B: object) -> Tensor:
+    """``Solver.solve(B)`` as ``torch.compile`` traces it: one ``sparsetorch::solver_solve`` on the
+    Solver's own plan (its factorization, made outside the region or at the first run)."""
+    A = _matrix(solver._pattern, "Solver.solve")  # type: ignore[attr-defined]
+    n = A.format_shape[0]
+    B = _operand(A, B, "Solver.solve")
+    vb = tuple(A.batch_shape)
+    nb = len(vb)
+    if B.dim() == nb + 1 and tuple(B.shape[:nb]) == vb and B.shape[-1] == n:
+        return solver_solve(handle, values, B.unsqueeze(-1), False).squeeze(-1)
+    if B.dim() == nb + 2 and tuple(B.shape[:nb]) == vb and B.shape[-2] == n:
+        return solver_solve(handle, values, B, False)
+    raise InputError(f"Solver.solve: the right-hand side has shape {tuple(B.shape)}; for A of shape {tuple(A.shape)} "
+                     f"it must be {vb + (n,)} or {vb + (n, 'k')}")

@@ -64,6 +64,7 @@ _MIN_BUDGET = 20
 #: its share of the direct method's estimated cost, and the least such cost worth probing
 _PROBE_SHARE = 0.25
 _PROBE_MIN_DIRECT = 4e-3
+_PROBE_PRECONDITIONERS = (None, "jacobi")
 #: a direct answer judged inaccurate is factored again equilibrated only when the row or the
 #: column scaling spreads over more than this factor (a matrix in mixed units, say); below it
 #: the equilibrated matrix is the same problem (its condition changes by at most the square)
@@ -257,7 +258,10 @@ class Route(RangeSearch):
                 or handle.adjoint or self._make is None or offer.seconds < _PROBE_MIN_DIRECT):
             return None
         budget = _PROBE_SHARE * offer.seconds
-        cand = [o for o in self._rest if o.iterations is not None and o.setup <= 0.5 * budget]
+        # only preconditioners whose setup is O(n) (none, Jacobi): an incomplete factorization's
+        # setup is what a fill estimate misjudges, and the probe must stay within its share
+        cand = [o for o in self._rest if o.iterations is not None and o.preconditioner in _PROBE_PRECONDITIONERS
+                and o.setup <= 0.5 * budget]
         if not cand:
             return None
         probe = min(cand, key=lambda o: (o.seconds - o.setup) / o.iterations)

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
+import itertools
+import weakref
 from typing import Any
 
 import torch
@@ -36,7 +38,7 @@ from ..dispatch.plan import PlanState, call_options, plan_for
 from ..dispatch.records import Offer, Request
 from ..dispatch.results import IterationResult, Status
 from ..dispatch.records import ExplainTable
-from ..errors import IndefiniteMatrixError, NotConvergedError, NotConvergedWarning
+from ..errors import IndefiniteMatrixError, InputError, NotConvergedError, NotConvergedWarning
 from ..tensor import SparseTensor
 from ..tensor.validate import check_finite
 from ._fast_apply import FastFunction, vmap_columns
@@ -45,7 +47,29 @@ from .fallback import Route
 from .matmul import MatmulHandle, matmul_function
 from .sddmm import sddmm
 
-__all__ = ["SolveHandle", "route_for", "solve_call", "solve_function"]
+__all__ = ["SolveHandle", "route_for", "solve_call", "solve_function", "register_solver_object", "solver_object"]
+
+#: Solver objects by handle, for the compiled op ``sparsetorch::solver_solve`` (a graph carries
+#: the integer; the Solver itself stays a Python object outside it). Weak: a dropped Solver goes.
+_SOLVER_OBJECTS: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
+_SOLVER_HANDLES = itertools.count(1)
+
+
+def register_solver_object(obj: Any) -> int:
+    """A handle for ``obj`` (a :class:`~sparsetorch.Solver`: anything with ``_run(values, B,
+    adjoint)`` and ``_pattern``) that compiled graphs may carry."""
+    h = next(_SOLVER_HANDLES)
+    _SOLVER_OBJECTS[h] = obj
+    return h
+
+
+def solver_object(handle: int) -> Any:
+    """The Solver of ``handle``, or an error naming what happened to it."""
+    obj = _SOLVER_OBJECTS.get(handle)
+    if obj is None:
+        raise InputError(f"the Solver (handle {handle}) this compiled graph was traced with no longer exists; keep "
+                         f"it alive while the compiled function runs, or compile again")
+    return obj
 
 
 def route_for(op: str, A: SparseTensor, request: Request, table: ExplainTable, offer: Offer, state: PlanState, *,

@@ -29,7 +29,7 @@ from .lru import LRU
 from .options import _Record
 from .plans import CheapReload, supports
 from .records import Offer, Request, make_request
-from .select import ExplainTable, choose
+from .select import ExplainTable, choose, get_backends
 
 if TYPE_CHECKING:
     from ..tensor import SparseTensor
@@ -247,8 +247,10 @@ def plan_for(op: str, A: SparseTensor, request: Request, offer: Offer, *, cache:
     # assembly loop or a file re-read does, finds the plan and its analysis); the rest by the
     # identity of their index buffers (dropped with them).
     pattern = A.pattern_key if content is None else content
+    # the backends' generation: a backend registered again under the same name (a user kernel,
+    # a reloaded plugin) never meets the plans of the one it replaced
     key = (op, offer.backend, offer.method, pattern, A.dtype, tuple(A.batch_shape), sym,
-           options_key(offer, request.options))
+           options_key(offer, request.options), get_backends().generation)
     state, hit = plan_cache().get_or_build(key, None if content is not None else A.pattern_key, build,
                                            (op, offer.backend, offer.method, tuple(A.shape)))
     state.reused = hit

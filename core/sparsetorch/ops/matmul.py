@@ -16,6 +16,7 @@ from ..dispatch.select import ExplainTable
 from ..errors import InputError
 from ..format import TensorFormat
 from ..tensor import SparseTensor
+from ..tensor._views import TracedTranspose
 from ._inputs import as_rhs, check_matrix, describe_dense, describe_sparse, restore_rhs
 
 __all__ = ["matmul", "Matmul", "norm", "transpose", "matmul_request"]
@@ -342,6 +343,24 @@ def _rmatmul_operator(self: SparseTensor, other: torch.Tensor) -> torch.Tensor:
 # The tensor layer sits below dispatch: its operators are bound here, where matmul lives.
 SparseTensor.__matmul__ = _matmul_operator  # type: ignore[method-assign]
 SparseTensor.__rmatmul__ = _rmatmul_operator  # type: ignore[method-assign]
+
+
+def _traced_transpose_matmul(self: TracedTranspose, other: torch.Tensor) -> torch.Tensor:
+    """``A.T @ X`` inside a compiled region (where ``A.T`` is a :class:`TracedTranspose`)."""
+    return matmul(self, other)  # type: ignore[arg-type]
+
+
+def _traced_transpose_rmatmul(self: TracedTranspose, other: torch.Tensor) -> torch.Tensor:
+    """``X @ A.T`` inside a compiled region."""
+    if not isinstance(other, torch.Tensor):
+        return NotImplemented
+    from ..autograd.compiled import traced_rmatmul  # noqa: PLC0415 - the compiled path only
+
+    return traced_rmatmul(self, other)
+
+
+TracedTranspose.__matmul__ = _traced_transpose_matmul  # type: ignore[attr-defined]
+TracedTranspose.__rmatmul__ = _traced_transpose_rmatmul  # type: ignore[attr-defined]
 
 
 def _product_state(A: SparseTensor, X: torch.Tensor) -> PlanState:

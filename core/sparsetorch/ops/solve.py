@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..autograd.solve import SolveHandle, solve_call
+from ..autograd.solve import SolveHandle, register_solver_object, route_for, solve_call
 from ..dispatch.plan import PlanState, call_options, obtain_plan
 from ..dispatch.records import make_request
 from ..dispatch import experience
@@ -289,6 +289,8 @@ class Solver:
             # a Solver is made to be reused: one-time setup is priced over SOLVER_REPEAT solves
             self._options = self._options.replace(repeat=SOLVER_REPEAT)
         self._cache = cache
+        #: this Solver's handle in compiled graphs (sparsetorch::solver_solve)
+        self._handle = register_solver_object(self)
         self._state: PlanState | None = None
         self._offer = None
         self._table: ExplainTable | None = None
@@ -351,6 +353,13 @@ class Solver:
         Safe to call from several threads at once: calls on one plan are serialized by its lock,
         each with its own values and options. ``update_values`` from one thread while another
         solves gives the solving thread either the old or the new values, never a mix."""
+        if torch.compiler.is_compiling():
+            if return_info:
+                raise InputError("Solver.solve under torch.compile does not take return_info=True (a Python object a "
+                                 "graph cannot carry); call it outside the compiled region for the info")
+            from ..autograd.compiled import traced_solver_solve  # noqa: PLC0415 - the compiled path only
+
+            return traced_solver_solve(self, self._handle, self._values, B)
         self._pattern.ensure_valid()  # index buffers written in place since construction are re-checked
         if self._state is None:
             self.factorize()
@@ -367,6 +376,24 @@ class Solver:
         info = _info(self._pattern.with_values(values), Bn, X, handle) if return_info else None
         self._state.reused = True  # later solves reuse this plan
         return (out, info) if return_info else out
+
+    def _run(self, values: torch.Tensor, Bn: torch.Tensor, adjoint: bool) -> torch.Tensor:
+        """The compiled op's kernel: ``X`` with ``A(values) X = Bn`` (``A^H`` when ``adjoint``),
+        ``Bn`` ``(*batch, n, k)``, on this Solver's plan and fallback route, no gradient recorded
+        (the op's autograd formula is the adjoint rule)."""
+        self._pattern.ensure_valid()
+        if self._state is None:
+            self.factorize()
+        assert self._state is not None and self._table is not None
+        route = route_for("solve", self._pattern, self._request, self._table, self._offer, self._state,
+                          cache=self._cache)
+        handle = SolveHandle(self._state, self._pattern, adjoint, self._policy, [], call_options=self._call, route=route)
+        with torch.no_grad():
+            X = handle.run(values, Bn)
+        if route.offer is not None and route.offer is not self._offer:
+            self._state, self._offer = route.state, route.offer
+        self._state.reused = True
+        return X
 
     def explain(self) -> ExplainTable:
         if self._table is None:

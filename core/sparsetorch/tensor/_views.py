@@ -145,10 +145,14 @@ class ViewMethods:
     # Transposition ------------------------------------------------------------------------------
     def permute(self, *order: int) -> "SparseTensor":
         """Reorder the format's dimensions. Always a view: the levels are kept and only which
-        dimension each level indexes changes (CSR.T is CSC over the same buffers)."""
+        dimension each level indexes changes (CSR.T is CSC over the same buffers). Under
+        ``torch.compile`` the transpose of a matrix is a :class:`TracedTranspose` (no tensor
+        is built in the trace; products and solves with it run A's adjoint direction)."""
         if len(order) == 1 and isinstance(order[0], (tuple, list)):
             order = tuple(order[0])
         nd = self._format.ndim
+        if nd == 2 and tuple(order) == (1, 0) and torch.compiler.is_compiling():
+            return TracedTranspose(self)  # type: ignore[return-value]
         if sorted(order) != list(range(nd)):
             raise ValidationError(f"permute needs a permutation of 0..{nd - 1} (the format's dims), got {order}")
         dims = self._format.dims
@@ -179,3 +183,76 @@ class ViewMethods:
     @property
     def mT(self) -> "SparseTensor":
         return self.T
+
+
+class TracedTranspose:
+    """``A.T`` (``mT``, ``t()``, ``transpose(-2, -1)``) of a matrix taken inside a
+    ``torch.compile`` region: the matrix and a flag, nothing built or validated in the trace.
+    ``@`` on either side, ``sparsetorch.matmul`` and ``sparsetorch.solve`` take it and run A's
+    transposed direction (the operators are bound by the ops layer, ``ops/matmul.py``);
+    transposing it again gives A back."""
+
+    __slots__ = ("base",)
+
+    def __init__(self, base: "SparseTensor") -> None:
+        self.base = base
+
+    @property
+    def shape(self) -> torch.Size:
+        s = tuple(self.base.shape)
+        return torch.Size(s[:-2] + (s[-1], s[-2]))
+
+    @property
+    def format_shape(self) -> tuple[int, int]:
+        m, n = self.base.format_shape
+        return (n, m)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.base.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.base.device
+
+    @property
+    def ndim(self) -> int:
+        return self.base.ndim
+
+    def dim(self) -> int:
+        return self.base.ndim
+
+    @property
+    def T(self) -> "SparseTensor":
+        return self.base
+
+    mT = T
+
+    def t(self) -> "SparseTensor":
+        return self.base
+
+    def transpose(self, dim0: int = -2, dim1: int = -1) -> "SparseTensor":
+        nd = self.base.ndim
+        if sorted(d + nd if d < 0 else d for d in (dim0, dim1)) != [nd - 2, nd - 1]:
+            raise ValidationError(f"a transposed matrix under torch.compile transposes its last two dims only, got "
+                                  f"{dim0}, {dim1}")
+        return self.base
+
+    def __repr__(self) -> str:
+        return f"TracedTranspose({self.base!r})"
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        """torch's matmul entry points with this operand, as the operators (what dynamo hands
+        ``A.T @ x`` to: ``Tensor.__rmatmul__(x, A.T)``; see ``SparseTensor.__torch_function__``)."""
+        if kwargs or len(args) != 2:
+            return NotImplemented
+        a, b = args
+        if func in (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__):
+            if isinstance(a, TracedTranspose) and isinstance(b, torch.Tensor):
+                return a.__matmul__(b)  # type: ignore[operator]
+            if isinstance(b, TracedTranspose) and isinstance(a, torch.Tensor):
+                return b.__rmatmul__(a)  # type: ignore[operator]
+        elif func is torch.Tensor.__rmatmul__ and isinstance(b, TracedTranspose) and isinstance(a, torch.Tensor):
+            return b.__matmul__(a)  # type: ignore[operator]
+        return NotImplemented

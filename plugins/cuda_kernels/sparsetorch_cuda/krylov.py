@@ -196,7 +196,7 @@ def _matrix_bytes(request: Request, kind: str) -> int:
 
 def cg_cost(rates_: Rates, request: Request, jacobi: bool) -> tuple[float, int, int, str, float]:
     """(seconds, peak bytes, estimated iterations, kind, setup seconds) of the fused CG on ``request``."""
-    from sparsetorch.backends.torch_native.cost import iterations  # noqa: PLC0415 - the core's CG iteration model
+    from sparsetorch.backend import cg_iterations as iterations  # noqa: PLC0415 - the core's CG iteration model
 
     from .cost import bandwidth_scale  # noqa: PLC0415
 
@@ -431,7 +431,7 @@ class CudaCGPlan:
 
     def _block_runner(self, w: dict[str, torch.Tensor], every: int, graph: bool):
         """A callable running ``every`` iterations: a CUDA graph replay where possible."""
-        from sparsetorch.backends.torch_native.krylov._graph import BlockGraph, usable  # noqa: PLC0415
+        from sparsetorch.backend import BlockGraph, graph_usable as usable  # noqa: PLC0415
 
         def block() -> None:
             for _ in range(every):

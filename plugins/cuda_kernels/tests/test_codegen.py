@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import sparsetorch as st
-from sparsetorch.errors import FormatError
+from sparsetorch import FormatError
 from sparsetorch.format import Dimension, LevelFormat, LevelProperty, TensorFormat
 from sparsetorch.format.named import named_formats
 

@@ -30,7 +30,7 @@ def test_backend_info_declares_half_types_and_matmul(cuda_backend):
     info = cuda_backend
     assert info.name == "cuda" and info.devices == ("cuda",)
     assert set(info.dtypes) == {torch.float16, torch.bfloat16, torch.float32, torch.float64}
-    assert dict(info.ops) == {"matmul": ("spmm",)}
+    assert dict(info.ops) == {"matmul": ("spmm",), "solve": ("cg",)}
 
 
 def test_cpu_tensors_are_declined_in_explain(cuda_backend):
@@ -72,7 +72,7 @@ def test_missing_bindings_decline_carries_the_install_command(monkeypatch):
 
 def test_other_ops_are_not_answered():
     req = _request()
-    assert plugin.sparsetorch_offers(Request("solve", req.operands, frozenset(), {})) == []
+    assert plugin.sparsetorch_offers(Request("eigsh", req.operands, frozenset(), {})) == []
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
