@@ -24,7 +24,7 @@ EXPECTED = {
     "mma": ["add_bias"],
 }
 #: kernels of the half types only; the cluster sizes 2..8 for sm_90 and later
-EXPECTED_HALF = {"mma": [f"spmm_mma{f}{r}_s1" for f in ("", "24") for r in ("", "_r64")]}
+EXPECTED_HALF = {"mma": [f"spmm_mma{f}{r}_s1" for f in ("", "24") for r in ("", "_r64")] + ["csr16_xs1", "csr16_xs2", "csr16_xs4"]}
 EXPECTED_SM90 = {"mma": [f"spmm_mma{f}{r}_s{s}" for f in ("", "24") for r in ("", "_r64") for s in (2, 4, 8)]}
 
 
