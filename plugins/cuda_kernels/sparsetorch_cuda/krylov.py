@@ -247,6 +247,10 @@ class CudaCGPlan:
     backend = "cuda"
     method = "cg"
     reload_cheap = True
+    #: the kernels this plan loads, its kept work vectors besides x, its name in messages and graphs
+    _names: tuple[str, ...] = KERNELS
+    _nwork = 3
+    _title = "CG"
 
     def __init__(self, A: SparseTensor, *, preconditioner: str | None = None, check_every: int | None = None) -> None:
         fs = A.format_shape
@@ -306,7 +310,7 @@ class CudaCGPlan:
             self.kind = "csr"
         self.idx = self.rowptr.dtype if self.kind == "csr" else torch.int32
         sms = int(torch.cuda.get_device_properties(self.dev).multi_processor_count)
-        self._k = {name: _kernel(name, self.dtype, self.idx, self.dev) for name in KERNELS}  # loaded before any capture
+        self._k = {name: _kernel(name, self.dtype, self.idx, self.dev) for name in self._names}  # loaded before any capture
         #: blocks of each kernel: as many as are resident at once (grid-stride loops), a fixed grid,
         #: so that the partial sums are added in a fixed order
         need = max(1, -(-n // BLOCK))
@@ -321,8 +325,8 @@ class CudaCGPlan:
         self._graph_key: tuple | None = None
         self._host = torch.empty((2, _S), dtype=torch.float64, pin_memory=True)
         self._events = [torch.cuda.Event(), torch.cuda.Event()]
-        #: kept work vectors between calls (r, p, q: n * itemsize * 3 <= KEEP_BYTES)
-        self.keep = 3 * n * torch.empty((), dtype=self.dtype).element_size() <= KEEP_BYTES
+        #: kept work vectors between calls (CG: r, p, q: n * itemsize * 3 <= KEEP_BYTES)
+        self.keep = self._nwork * n * torch.empty((), dtype=self.dtype).element_size() <= KEEP_BYTES
 
     # Values ------------------------------------------------------------------------------------
     def set_values(self, values: torch.Tensor) -> None:
@@ -442,7 +446,7 @@ class CudaCGPlan:
         key = (every, w["r"].data_ptr(), self._values.data_ptr(), self._dinv.data_ptr() if self._dinv is not None else 0)
         if self._work is not None and self._graph is not None and self._graph_key == key:
             return self._graph
-        g = BlockGraph(block, self.device, f"{every} fused CG iterations")
+        g = BlockGraph(block, self.device, f"{every} fused {self._title} iterations")
         if self._work is not None:
             self._graph, self._graph_key = g, key
         return g
@@ -523,3 +527,263 @@ class CudaCGPlan:
         return IterationResult(it, rel, False, Status.MAX_ITERATIONS,
                                f"cuda/cg reached maxiter ({it}) with relative residual {rel:.2e} above the tolerance: "
                                f"raise maxiter, or use a preconditioner", tuple(history))
+
+
+# BiCGStab ------------------------------------------------------------------------------------------------
+#: the kernels of the fused BiCGStab (krylov.cu's second part); cg_csr_diag_inv gives its Jacobi diagonal
+BICGSTAB_KERNELS = ("bicg_init", "bicg_csr_spmv_v", "bicg_dia_spmv_v", "bicg_csr_spmv_t", "bicg_dia_spmv_t",
+                    "bicg_update_xr", "bicg_update_p", "cg_csr_diag_inv")
+#: launch units per BiCGStab iteration: 4 kernels in a graph and the poll once per block
+BICGSTAB_LAUNCHES_PER_ITERATION = 0.55
+_NARGS.update({"bicg_init": 8, "bicg_csr_spmv_v": 11, "bicg_dia_spmv_v": 18, "bicg_csr_spmv_t": 11,
+               "bicg_dia_spmv_t": 18, "bicg_update_xr": 10, "bicg_update_p": 5})
+_SB = 24  # device scalars of BiCGStab (B_* in krylov.cu)
+_B_RHO, _B_RR, _B_RHV, _B_VAL, _B_DONE, _B_ITERS, _B_MAXIT, _B_RTOL, _B_ATOL, _B_RR0, _B_EPS = 0, 4, 5, 6, 8, 9, 10, 12, 13, 14, 15
+__all__ += ["CudaBiCGStabPlan", "bicgstab_cost", "bicgstab_bytes_per_iteration", "BICGSTAB_KERNELS"]
+
+
+def bicgstab_bytes_per_iteration(n: int, matrix_bytes: int, vsize: int, jacobi: bool) -> int:
+    """What the four kernels move per iteration: the matrix twice, 18 vector passes (21 with Jacobi)."""
+    return int(2 * matrix_bytes + (21 if jacobi else 18) * n * vsize)
+
+
+def bicgstab_cost(rates_: Rates, request: Request, jacobi: bool) -> tuple[float, int, int, str, float]:
+    """(seconds, peak bytes, estimated iterations, kind, setup seconds) of the fused BiCGStab on ``request``."""
+    from sparsetorch.backend import cg_iterations as iterations  # noqa: PLC0415 - the core's iteration model
+
+    from .cost import bandwidth_scale  # noqa: PLC0415
+
+    A = request.A
+    n = int(A.shape[-1])
+    vsize = torch.empty((), dtype=A.dtype).element_size()
+    kind = _kind_of(A.format, _dia_count(request))
+    its = iterations("bicgstab", n, float(request.option("rtol", 1e-6) or 1e-6), request.option("maxiter"))
+    k = max(1, int(request.rhs_columns))
+    per = rates_.seconds(bytes=bicgstab_bytes_per_iteration(n, _matrix_bytes(request, kind), vsize, jacobi)
+                         / (bandwidth_scale() * EFFICIENCY), launches=BICGSTAB_LAUNCHES_PER_ITERATION)
+    setup = 0.0
+    if kind == "generic":
+        setup = rates_.seconds(bytes=int(A.nse or 0) * 48, launches=20)
+    peak = (5 + (1 if jacobi else 0)) * n * vsize  # x, r, p, v, t (+ D^-1); the shadow residual is b itself
+    return per * its * k + setup, int(peak), its, kind, setup
+
+
+class CudaBiCGStabPlan(CudaCGPlan):
+    """Right-preconditioned BiCGStab (``preconditioner=None`` or ``"jacobi"``) on one square
+    matrix's pattern, any (non-symmetric) real matrix; values by :meth:`set_values`; :meth:`solve`
+    per right-hand side. Four kernels per iteration (krylov.cu): ``v = A p`` with ``rh.v``;
+    ``t = A s`` with ``s.s, t.s, t.t`` (``s = r - alpha v`` formed inside the product, never
+    stored); ``x, r`` with ``r.r, rh.r``; ``p``. The shadow residual ``rh`` is ``r0 = b`` itself
+    (read in place). Work memory: ``x, r, p, v, t`` (and ``D^-1``): 40 (48) bytes per unknown in
+    float64. Adjoint solves (``A^T x = b``, the backward pass) run a second plan on the
+    transposed pattern, built on first use."""
+
+    method = "bicgstab"
+    _names = BICGSTAB_KERNELS
+    _nwork = 4
+    _title = "BiCGStab"
+
+    def __init__(self, A: SparseTensor, *, preconditioner: str | None = None, check_every: int | None = None) -> None:
+        super().__init__(A, preconditioner=preconditioner, check_every=check_every)
+        self._raw: torch.Tensor | None = None  # the values as A stores them (for the adjoint plan)
+        self._adj: CudaBiCGStabPlan | None = None
+        self._adj_gather: torch.Tensor | None = None
+        self._host = torch.empty((2, _SB), dtype=torch.float64, pin_memory=True)
+
+    # Values ------------------------------------------------------------------------------------
+    def set_values(self, values: torch.Tensor) -> None:
+        super().set_values(values)
+        self._raw = values.detach()
+        if self._adj is not None and self._adj_gather is not None:
+            self._adj.set_values(self._raw.index_select(0, self._adj_gather))
+
+    def _set_jacobi(self, v: torch.Tensor) -> None:
+        from sparsetorch import SingularMatrixError  # noqa: PLC0415
+
+        n = self.n
+        dinv = self._dinv_buf if self._dinv_buf is not None else torch.empty(n, dtype=self.dtype, device=self.device)
+        if self.kind == "dia":
+            if 0 not in self.offs:
+                raise SingularMatrixError("cuda/bicgstab: Jacobi needs a nonzero diagonal; this DIA matrix stores no main "
+                                          "diagonal: use preconditioner=None")
+            d = v[self.offs.index(0) * n:(self.offs.index(0) + 1) * n]
+            torch.reciprocal(d, out=dinv)
+            bad = ~torch.isfinite(dinv)
+        else:
+            self._k["cg_csr_diag_inv"]((self.grids["cg_csr_diag_inv"], 1), BLOCK,
+                                       (n, self.rowptr.data_ptr(), self.col.data_ptr(), v.data_ptr(), dinv.data_ptr()),
+                                       device=self.dev)
+            bad = (dinv == 0) | ~torch.isfinite(dinv)
+        if bool(bad.any()):
+            row = int(bad.nonzero()[0, 0])
+            raise SingularMatrixError(f"cuda/bicgstab: diagonal entry {row} is zero (or missing), so the Jacobi "
+                                      f"preconditioner would divide by zero: use preconditioner=None", row=row)
+        #: a constant diagonal c makes right Jacobi a scaling of p and s by 1/c under which BiCGStab's
+        #: iterates x, r are those of plain BiCGStab: the kernels then run without D^-1
+        self.jacobi_constant = bool(n == 0 or bool((dinv == dinv[0]).all()))
+        self._dinv_buf = None if self.jacobi_constant else dinv
+        new = None if self.jacobi_constant else dinv
+        if (self._dinv is None) != (new is None) or (new is not None and self._dinv.data_ptr() != new.data_ptr()):
+            self._graph = None
+        self._dinv = new
+
+    # Adjoint ------------------------------------------------------------------------------------
+    def _pattern_entries(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(rows, cols, slots into A.values) of every entry this plan's product reads."""
+        n, dev = self.n, self.device
+        if self.kind == "dia":
+            rows, cols, slots = [], [], []
+            for d, o in enumerate(self.offs):
+                i = torch.arange(max(0, -o), min(n, n - o), device=dev)
+                rows.append(i)
+                cols.append(i + o)
+                slots.append(i + d * n)
+            return torch.cat(rows), torch.cat(cols), torch.cat(slots)
+        counts = (self.rowptr[1:] - self.rowptr[:-1]).to(torch.int64)
+        rows = torch.repeat_interleave(torch.arange(n, device=dev), counts)
+        slots = self.gather if self.gather is not None else torch.arange(int(self.col.numel()), device=dev)
+        return rows, self.col.to(torch.int64), slots
+
+    def _adjoint_plan(self) -> "CudaBiCGStabPlan":
+        if self._adj is None:
+            from sparsetorch.format import CSR  # noqa: PLC0415
+
+            n = self.n
+            rows, cols, slots = self._pattern_entries()
+            order = torch.argsort(cols * max(n, 1) + rows, stable=True)
+            idx = torch.int32 if max(int(rows.numel()), n) < 2**31 - 1024 else torch.int64
+            rowptr = torch.zeros(n + 1, dtype=torch.int64, device=self.device)
+            rowptr[1:] = torch.cumsum(torch.bincount(cols, minlength=n), 0)
+            gather = slots[order].contiguous()
+            assert self._raw is not None
+            AT = SparseTensor(CSR, (n, n), [None, rowptr.to(idx)], [None, rows[order].to(idx).contiguous()],
+                              self._raw.index_select(0, gather), check=False)
+            adj = CudaBiCGStabPlan(AT, preconditioner=self.preconditioner, check_every=self.check_every)
+            adj.set_values(AT.values)
+            self._adj, self._adj_gather = adj, gather
+        return self._adj
+
+    def solve(self, B: torch.Tensor, *, adjoint: bool = False, options: Mapping[str, Any] | None = None
+              ) -> tuple[torch.Tensor, IterationResult]:
+        """``X`` with ``A X = B`` (``A^T X = B`` with ``adjoint``; ``B`` of shape ``(*batch, n, k)``);
+        every column is its own BiCGStab."""
+        if self._values is None:
+            raise RuntimeError("cuda/bicgstab: solve() before set_values()")
+        if adjoint:
+            return self._adjoint_plan().solve(B, options=options)
+        return super().solve(B, options=options)
+
+    # Iteration ----------------------------------------------------------------------------------
+    def _buffers(self) -> dict[str, torch.Tensor]:
+        if self._work is not None:
+            return self._work
+        n, dt, dev = self.n, self.dtype, self.device
+        w = {name: torch.empty(n, dtype=dt, device=dev) for name in ("r", "p", "v", "t")}
+        w["ptrs"] = torch.zeros(2, dtype=torch.int64, device=dev)  # this call's x and b (the shadow residual)
+        w["S"] = torch.zeros(_SB, dtype=torch.float64, device=dev)
+        w["partial"] = torch.zeros(3 * self.grid, dtype=torch.float64, device=dev)
+        w["ticket"] = torch.zeros(4, dtype=torch.int32, device=dev)
+        if self.keep:
+            self._work = w
+        return w
+
+    def _iteration(self, w: dict[str, torch.Tensor]) -> None:
+        """One BiCGStab iteration: four launches on torch's current stream (capturable)."""
+        n, dev, gr, k = self.n, self.dev, self.grids, self._k
+        S, part, tk = w["S"].data_ptr(), w["partial"].data_ptr(), w["ticket"].data_ptr()
+        r, p, v, t, ptrs = (w[name].data_ptr() for name in ("r", "p", "v", "t", "ptrs"))
+        dinv = self._dinv.data_ptr() if self._dinv is not None else 0
+        vals = self._values.data_ptr()
+        if self.kind == "dia":
+            offs = [o & 0xFFFFFFFFFFFFFFFF for o in (self.offs + [0] * DIA_MAX)[:DIA_MAX]]
+            head = (n, self.ndiag, *offs, vals)
+            k["bicg_dia_spmv_v"]((gr["bicg_dia_spmv_v"], 1), BLOCK, (*head, p, dinv, v, ptrs, S, part, tk), device=dev)
+            k["bicg_dia_spmv_t"]((gr["bicg_dia_spmv_t"], 1), BLOCK, (*head, r, v, dinv, t, S, part, tk), device=dev)
+        else:
+            head = (n, self.rowptr.data_ptr(), self.col.data_ptr(), vals)
+            k["bicg_csr_spmv_v"]((gr["bicg_csr_spmv_v"], 1), BLOCK, (*head, p, dinv, v, ptrs, S, part, tk), device=dev)
+            k["bicg_csr_spmv_t"]((gr["bicg_csr_spmv_t"], 1), BLOCK, (*head, r, v, dinv, t, S, part, tk), device=dev)
+        k["bicg_update_xr"]((gr["bicg_update_xr"], 1), BLOCK, (n, ptrs, p, v, t, r, dinv, S, part, tk), device=dev)
+        k["bicg_update_p"]((gr["bicg_update_p"], 1), BLOCK, (n, p, r, v, S), device=dev)
+
+    def _solve_one(self, b: torch.Tensor, rtol: float, atol: float, maxiter: int, every: int, callback: Any, *,
+                   graph: bool) -> tuple[torch.Tensor, IterationResult]:
+        w = self._buffers()
+        x = torch.empty(self.n, dtype=self.dtype, device=self.device)  # the solution: handed back as it is
+        w["ptrs"][0].fill_(x.data_ptr())
+        w["ptrs"][1].fill_(b.data_ptr())  # b stays alive and unchanged for the whole call (the caller's column)
+        S = w["S"]
+        init = torch.zeros(_SB, dtype=torch.float64)
+        init[_B_MAXIT], init[_B_RTOL], init[_B_ATOL] = float(maxiter), rtol, atol
+        init[_B_EPS] = float(torch.finfo(self.dtype).eps)
+        S.copy_(init, non_blocking=False)
+        self._k["bicg_init"]((self.grids["bicg_init"], 1), BLOCK, (self.n, b.data_ptr(), x.data_ptr(), w["r"].data_ptr(),
+                                                         w["p"].data_ptr(), S.data_ptr(), w["partial"].data_ptr(),
+                                                         w["ticket"].data_ptr()), device=self.dev)
+        run = self._block_runner(w, every, graph)
+        host, events = self._host, self._events
+        history: list[float] = []
+        stream = torch.cuda.current_stream(self.device)
+
+        def queue(slot: int) -> None:
+            run()
+            host[slot].copy_(S, non_blocking=True)
+            events[slot].record(stream)
+
+        host[0].copy_(S, non_blocking=True)
+        events[0].record(stream)
+        events[0].synchronize()
+        s = host[0].tolist()
+        rr0 = s[_B_RR0]
+        blocks = -(-maxiter // every) + 1
+        if s[_B_DONE] == 0.0:
+            queue(0)
+            if blocks > 1:
+                queue(1)
+            slot, queued = 0, min(2, blocks)
+            while True:
+                events[slot].synchronize()
+                s = host[slot].tolist()
+                rel = math.sqrt(max(s[_B_RR], 0.0) / rr0) if rr0 > 0 else 0.0
+                history.append(rel)
+                if callback is not None:
+                    callback(int(s[_B_ITERS]), rel)
+                if s[_B_DONE] != 0.0 or queued >= blocks:
+                    break
+                queue(slot)
+                queued += 1
+                slot = 1 - slot
+            stream.synchronize()  # a block queued after the stop has run (no-ops)
+        if self._work is None:
+            w.clear()
+        return x, self._result_b(s, rr0, history)
+
+    def _result_b(self, s: list[float], rr0: float, history: list[float]) -> IterationResult:
+        it = int(s[_B_ITERS])
+        rel = math.sqrt(max(s[_B_RR], 0.0) / rr0) if rr0 > 0 else 0.0
+        done = int(s[_B_DONE])
+        h = tuple(history)
+        if rr0 == 0.0:
+            return IterationResult(0, 0.0, True, Status.CONVERGED, "", h)
+        if done == 1:
+            return IterationResult(it, rel, True, Status.CONVERGED, "", h)
+        if done == 3:
+            return IterationResult(it, rel, False, Status.NOT_FINITE,
+                                   f"cuda/bicgstab: NaN or Inf appeared by iteration {it + 1} (in A, b, or from overflow)", h)
+        if done == 6:
+            return IterationResult(it, rel, False, Status.BREAKDOWN,
+                                   f"BiCGStab broke down at iteration {it}: |rho| = |rh^T r| = {s[_B_VAL]:.1e} is zero "
+                                   f"relative to the norms (the residual became orthogonal to the shadow residual rh = b); "
+                                   f"use gmres", h)
+        if done == 7:
+            return IterationResult(it, rel, False, Status.BREAKDOWN,
+                                   f"BiCGStab broke down at iteration {it + 1}: |rh^T A M^-1 p| = {s[_B_VAL]:.1e} is zero "
+                                   f"relative to the norms, so alpha is undefined; use gmres", h)
+        if done == 8:
+            return IterationResult(it, rel, False, Status.BREAKDOWN,
+                                   f"BiCGStab broke down at iteration {it}: omega = t^T s / t^T t = {s[_B_VAL]:.1e} (the "
+                                   f"stabilising step made no progress, typical of a matrix with a strongly imaginary "
+                                   f"spectrum); use gmres", h)
+        return IterationResult(it, rel, False, Status.MAX_ITERATIONS,
+                               f"cuda/bicgstab reached maxiter ({it}) with relative residual {rel:.2e} above the "
+                               f"tolerance: raise maxiter, or use a preconditioner", h)

@@ -6,12 +6,13 @@ DELTA(b) (b in 1, 2, 4, 8, 16; bit-packed), NM(n, m) (positions bit-packed) and 
 they are stored, every other 2-D format through a CSR made once from its pattern. Backward: the adjoint product runs on the transposed pattern;
 the plan's ``sddmm`` gives the value gradient on the pattern.
 
-Also offers ``solve`` method ``cg`` (fused CG / Jacobi PCG, krylov.py) for SPD matrices in float32
+Also offers ``solve`` method ``cg`` (fused CG / Jacobi PCG, krylov.py) for SPD matrices and method
+``bicgstab`` (fused BiCGStab, optionally right-Jacobi, krylov.py) for any square matrix, in float32
 and float64.
 
 Declines, with the reason: no CUDA device or CPU tensors, complex dtypes, formats with BATCH
 levels, cuda.bindings / NVRTC not importable (with the install command), other ops; for solve:
-a matrix not known to be SPD, half dtypes, value batches, other methods and preconditioners.
+a matrix not known to be SPD (CG), a non-square one, half dtypes, value batches, other methods and preconditioners.
 
 This module imports only torch and sparsetorch: NVRTC and the driver bindings are looked up
 here (find_spec), imported when a plan is built.
@@ -57,7 +58,7 @@ def sparsetorch_backend_info() -> BackendInfo:
                     "float32, float64",
         devices=("cuda",),
         dtypes=DTYPES,
-        ops={"matmul": ("spmm",), "solve": ("cg",)},
+        ops={"matmul": ("spmm",), "solve": ("cg", "bicgstab")},
         formats=(),  # CSR, DIA, ELL, DELTA(b), NM(n, m), BSR as they are; the rest through a CSR made once per pattern
         missing=missing,
         priority=0,
@@ -100,40 +101,53 @@ _SOLVE_PRECONDITIONERS = ("jacobi", "none", "identity")
 
 
 def _solve_offers(request: Request) -> list[Offer | Decline]:
-    """The fused CG (krylov.py) for an SPD matrix, or the declines that say why not."""
+    """The fused CG (SPD) and the fused BiCGStab (any square matrix; krylov.py), or the declines
+    that say why not. No method given: both (CG declined without SPD); else the one asked for."""
     method = request.option("method")
-    if method not in (None, "cg"):
-        return [Decline(NAME, f"solve has only method 'cg' here (fused CG for SPD matrices), not {method!r}", method)]
+    if method not in (None, "cg", "bicgstab"):
+        return [Decline(NAME, f"solve has only methods 'cg' (fused CG for SPD matrices) and 'bicgstab' (fused "
+                              f"BiCGStab for any square matrix) here, not {method!r}", method)]
     why = cuda_matrix_decline(request, (torch.float32, torch.float64), "sparsetorch-cuda",
                               "one pattern per plan here; use the torch backend")
     if why is None and request.A.batch_shape:
         why = f"one matrix per solve here; A has value batches {tuple(request.A.batch_shape)} (use the torch backend)"
+    square = None
     if why is None and request.A.shape[-1] != request.A.shape[-2]:
-        why = f"CG needs a square matrix, A is {tuple(request.A.shape)}"
-    if why is None and "spd" not in request.properties:
-        why = "CG needs a symmetric positive definite matrix (not detected; pass properties='spd' if it is)"
+        square = f"needs a square matrix, A is {tuple(request.A.shape)}"
     if why is None:
         why = _bindings_missing()
     pre = request.option("preconditioner")
     pre_name = pre if isinstance(pre, str) or pre is None else "user"
     if pre_name is None and method is None:
         pre_name = "jacobi"  # the torch backend's default, so that both price the same iteration
-    if why is None and pre_name not in (None, *_SOLVE_PRECONDITIONERS):
-        why = f"preconditioner {pre_name!r} is not available in the fused CG (jacobi or None)"
-    if why is not None:
-        return [Decline(NAME, why, "cg")]
+    out: list[Offer | Decline] = []
+    for m in (("cg", "bicgstab") if method is None else (method,)):
+        title = "CG" if m == "cg" else "BiCGStab"
+        reason = why or (f"{title} {square}" if square else None)
+        if reason is None and m == "cg" and "spd" not in request.properties:
+            reason = "CG needs a symmetric positive definite matrix (not detected; pass properties='spd' if it is)"
+        if reason is None and pre_name not in (None, *_SOLVE_PRECONDITIONERS):
+            reason = f"preconditioner {pre_name!r} is not available in the fused {title} (jacobi or None)"
+        out.append(Decline(NAME, reason, m) if reason is not None else _krylov_offer(request, m, pre_name == "jacobi"))
+    return out
+
+
+def _krylov_offer(request: Request, method: str, jacobi: bool) -> Offer:
     from . import krylov  # noqa: PLC0415 - imports only torch and sparsetorch at module level
 
-    jacobi = pre_name == "jacobi"
-    seconds, peak, its, kind, setup = krylov.cg_cost(rates(request.device), request, jacobi)
     every = request.option("check_every")
-    note = (f"fused CG{' + Jacobi' if jacobi else ''}: 3 kernels per iteration, scalars on the device, "
-            f"~{its} iterations estimated; " + ("DIA, no index arrays" if kind == "dia" else
-                                                "CSR" if kind == "csr" else "a CSR made once from the pattern"))
+    if method == "cg":
+        seconds, peak, its, kind, setup = krylov.cg_cost(rates(request.device), request, jacobi)
+        head = f"fused CG{' + Jacobi' if jacobi else ''}: 3 kernels per iteration"
+    else:
+        seconds, peak, its, kind, setup = krylov.bicgstab_cost(rates(request.device), request, jacobi)
+        head = f"fused BiCGStab{' + Jacobi' if jacobi else ''}: 4 kernels per iteration (2 products)"
+    note = (f"{head}, scalars on the device, ~{its} iterations estimated; "
+            + ("DIA, no index arrays" if kind == "dia" else "CSR" if kind == "csr" else "a CSR made once from the pattern"))
+    plan_type = krylov.CudaCGPlan if method == "cg" else krylov.CudaBiCGStabPlan
 
     def build(A: sparsetorch.SparseTensor, req: Request, jacobi: bool = jacobi):
-        return krylov.CudaCGPlan(A, preconditioner="jacobi" if jacobi else None,
-                                 check_every=int(every) if every else None)
+        return plan_type(A, preconditioner="jacobi" if jacobi else None, check_every=int(every) if every else None)
 
-    return [Offer(NAME, "cg", seconds, peak, build, note, "jacobi" if jacobi else None, setup=setup,
-                  iterations=max(1, int(its)))]
+    return Offer(NAME, method, seconds, peak, build, note, "jacobi" if jacobi else None, setup=setup,
+                 iterations=max(1, int(its)))

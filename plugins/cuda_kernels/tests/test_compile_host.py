@@ -81,10 +81,10 @@ def test_source_edit_changes_the_key(monkeypatch, tmp_path):
 @pytest.mark.parametrize("index", list(c.IDX_KINDS))
 @pytest.mark.parametrize("value", ["float32", "float64"])
 def test_fused_cg_source_compiles(value, index, arch):
-    """kernels/krylov.cu (the fused CG, compiled by krylov.py for float32 / float64) exports every kernel."""
+    """kernels/krylov.cu (the fused CG and BiCGStab, compiled by krylov.py for float32 / float64) exports every kernel."""
     from sparsetorch_cuda import krylov
 
     cubin = krylov.compile_cubin(value, index, arch)
     assert cubin[:4] == b"\x7fELF"
-    for name in krylov.KERNELS:
+    for name in (*krylov.KERNELS, *krylov.BICGSTAB_KERNELS):
         assert name.encode() + b"\x00" in cubin, f"krylov.cu does not export {name} for {value}/{index}/{arch}"

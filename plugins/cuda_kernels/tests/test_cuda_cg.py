@@ -29,6 +29,9 @@ def _request(n=10_000, nse=50_000, *, dtype=torch.float64, device="cuda", fmt=CS
 
 
 def _only(answers):
+    """The plugin's answer for method "cg" (with no method asked it also answers for "bicgstab")."""
+    if len(answers) > 1:
+        answers = [a for a in answers if getattr(a, "method", None) in (None, "cg")]
     assert len(answers) == 1, answers
     return answers[0]
 
@@ -55,7 +58,7 @@ def test_spd_request_gets_the_fused_cg_offer(on_gpu):
     ({"dtype": torch.float16}, "float16"),
     ({"dtype": torch.complex128}, "complex128"),
     ({"fmt": batched(CSR), "batch": (2,)}, "BATCH levels"),
-    ({"method": "bicgstab"}, "only method 'cg'"),
+    ({"method": "gmres"}, "only methods 'cg'"),
     ({"preconditioner": "ilu"}, "'ilu'"),
     ({"preconditioner": "block_jacobi"}, "'block_jacobi'"),
 ])

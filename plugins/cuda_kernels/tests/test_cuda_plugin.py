@@ -30,7 +30,7 @@ def test_backend_info_declares_half_types_and_matmul(cuda_backend):
     info = cuda_backend
     assert info.name == "cuda" and info.devices == ("cuda",)
     assert set(info.dtypes) == {torch.float16, torch.bfloat16, torch.float32, torch.float64}
-    assert dict(info.ops) == {"matmul": ("spmm",), "solve": ("cg",)}
+    assert dict(info.ops) == {"matmul": ("spmm",), "solve": ("cg", "bicgstab")}
 
 
 def test_cpu_tensors_are_declined_in_explain(cuda_backend):
