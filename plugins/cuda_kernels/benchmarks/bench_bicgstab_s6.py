@@ -16,6 +16,8 @@ Cases (``--cases``, comma separated):
 - ``per_iteration``: time per iteration over a fixed count (``rtol = 0``) for CSR int32, DIA, and
   Jacobi with a varying diagonal, each with its bytes floor (krylov.bicgstab_bytes_per_iteration
   over the copy bandwidth measured in this run), and the torch backend's BiCGStab.
+- ``kernels``: device time of each of the four kernels (torch.profiler / CUPTI over eager launches,
+  ``--iters`` iterations), CSR int32 and DIA, against each kernel's own bytes.
 - ``memory``: peak memory above the inputs (the int32 CSR matrix and b) per unknown during one
   solve of 100 iterations: the plan, ``st.solve`` cuda/bicgstab, ``st.solve`` torch/bicgstab.
 
@@ -190,7 +192,7 @@ def case_solve(out: dict, P: dict, reps: int, rtol: float, maxiter: int) -> None
 
 
 # per_iteration ------------------------------------------------------------------------------------------
-def case_per_iteration(out: dict, P: dict, iters: int, bw: float) -> None:
+def case_per_iteration(out: dict, P: dict, iters: int, bw: float, torch_iters: int) -> None:
     n, nnz, A32, Ad = P["n"], P["nnz"], P["A32"], P["Ad"]
     g = torch.Generator(device="cuda").manual_seed(7)
     crow32, col32 = P["crow32"], P["col32"]
@@ -234,7 +236,7 @@ def case_per_iteration(out: dict, P: dict, iters: int, bw: float) -> None:
     def torch_case() -> dict:
         def fn():
             return st.solve(A32, b[:, 0], backend="torch", method="bicgstab", preconditioner=None, rtol=1e-30,
-                            maxiter=iters, on_nonconvergence="ignore", return_info=True)
+                            maxiter=torch_iters, on_nonconvergence="ignore", return_info=True)
 
         best, (_, info) = best_of(fn)
         st.plan_cache().clear()
@@ -257,6 +259,42 @@ def case_per_iteration(out: dict, P: dict, iters: int, bw: float) -> None:
             f"  floor {row['floor_us']:5.1f} us ({row['fraction_of_floor']:.2f} of it)" if "floor_us" in row else "")
             if "us_per_iteration" in row else row["error"]), flush=True)
     out["per_iteration"] = res
+
+
+# kernels ------------------------------------------------------------------------------------------------
+#: vector passes of each kernel (no Jacobi), besides the matrix (K1, K2 read it once each)
+_KERNEL_PASSES = {"spmv_v": 3, "spmv_t": 3, "update_xr": 8, "update_p": 4}
+
+
+def case_kernels(out: dict, P: dict, iters: int, bw: float) -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    n, nnz = P["n"], P["nnz"]
+    b = torch.ones(n, 1, dtype=torch.float64, device="cuda")
+    res: dict[str, Any] = {"how": f"torch.profiler (CUPTI) device time per launch over {iters} eager iterations "
+                                  "(backend_options cuda_graph False), rtol = 0", "rows": []}
+    for label, A, mbytes in (("CSR int32", P["A32"], nnz * 12 + (n + 1) * 4), ("DIA", P["Ad"], 5 * n * 8)):
+        plan = krylov.CudaBiCGStabPlan(A, preconditioner=None)
+        plan.set_values(A.values)
+        opts = {"rtol": 0.0, "maxiter": iters, "backend_options": {"cuda_graph": False}}
+        plan.solve(b, options=opts)
+        _sync()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            _, info = plan.solve(b, options=opts)
+            _sync()
+        for ev in prof.key_averages():
+            name = ev.key
+            if not name.startswith("bicg_"):
+                continue
+            short = name.replace("bicg_csr_", "").replace("bicg_dia_", "").replace("bicg_", "")
+            dev_us = getattr(ev, "device_time", None) or getattr(ev, "cuda_time", 0.0)
+            nbytes = _KERNEL_PASSES.get(short, 0) * n * 8 + (mbytes if short.startswith("spmv") else 0)
+            row = {"format": label, "kernel": name, "calls": ev.count, "us_per_call": dev_us,
+                   "bytes": nbytes, "floor_us": nbytes / bw * 1e6, "iterations": info.iterations}
+            res["rows"].append(row)
+            print(f"kernel {label:9s} {name:18s} calls {ev.count:5d} {dev_us:7.2f} us  floor {row['floor_us']:6.2f} us",
+                  flush=True)
+    out["kernels"] = res
 
 
 # memory -------------------------------------------------------------------------------------------------
@@ -309,13 +347,14 @@ def case_memory(out: dict, P: dict, iters: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
-    ap.add_argument("--cases", default="solve,per_iteration,memory")
+    ap.add_argument("--cases", default="solve,per_iteration,kernels,memory")
     ap.add_argument("--m", type=int, default=1000)
     ap.add_argument("--cx", type=float, default=100.0)
     ap.add_argument("--cy", type=float, default=50.0)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--rtol", type=float, default=1e-6)
     ap.add_argument("--iters", type=int, default=1000)
+    ap.add_argument("--torch-iters", type=int, default=200)
     ap.add_argument("--mem-iters", type=int, default=100)
     ap.add_argument("--commit", default="")
     a = ap.parse_args()
@@ -354,7 +393,10 @@ def main() -> None:
         case_solve(out, P, a.reps, a.rtol, 20 * a.m + 1000)
         save()
     if "per_iteration" in cases:
-        case_per_iteration(out, P, a.iters, bw["bytes_per_s"])
+        case_per_iteration(out, P, a.iters, bw["bytes_per_s"], a.torch_iters)
+        save()
+    if "kernels" in cases:
+        case_kernels(out, P, 200, bw["bytes_per_s"])
         save()
     if "memory" in cases:
         case_memory(out, P, a.mem_iters)
