@@ -180,9 +180,12 @@ def _decompose_compressed(fmt: TensorFormat, pos: Buffers, crd: Buffers, device:
 
 
 def _plain(t: torch.Tensor) -> bool:
+    """Whether NumPy can share ``t``'s memory (not inside a torch.func transform, where a
+    tensor may have no storage of its own)."""
     try:
         t.data_ptr()
-    except RuntimeError:  # inside a torch.func transform
+        t.detach().numpy()
+    except (RuntimeError, TypeError):
         return False
     return True
 
@@ -278,8 +281,24 @@ def scatter_values(values: torch.Tensor, dst: torch.Tensor | None, nslots: int) 
     """Values of the entries placed in their slots (``dst=None``: already in place, one each)."""
     if dst is None:
         return values
-    out = values.new_zeros(*values.shape[:-1], nslots)
+    shape = (*values.shape[:-1], nslots)
+    np_dtype = _NUMPY_DTYPES.get(values.dtype)
+    if values.device.type == "cpu" and np_dtype is not None and _plain(values) and not _compiling():
+        # calloc'ed zeros (NumPy's): the pages are zeroed as the scatter touches them, where
+        # torch's new_zeros writes them all first (3x the time of the scatter for 16M slots)
+        out = torch.from_numpy(np.zeros(shape, dtype=np_dtype))
+        return out.index_add_(-1, dst, values) if dst.numel() else out
+    out = values.new_zeros(shape)
     return out.index_add(-1, dst, values) if dst.numel() else out
+
+
+_NUMPY_DTYPES = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64,
+                 torch.complex64: np.complex64, torch.complex128: np.complex128}
+
+
+def _compiling() -> bool:
+    is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    return bool(is_compiling()) if is_compiling is not None else False
 
 
 def compose_map(

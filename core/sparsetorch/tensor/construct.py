@@ -513,7 +513,16 @@ def _layout_of(fmt: TensorFormat) -> tuple[str, int] | None:
 
 
 def _on_host(*bufs: torch.Tensor) -> bool:
-    return all(b.device.type == "cpu" and is_plain(b) for b in bufs)
+    """Whether NumPy can read every buffer in place: plain CPU tensors (not inside a torch.func
+    transform, nothing that requires grad; NumPy's own check, which raises otherwise)."""
+    for b in bufs:
+        if b.device.type != "cpu" or not is_plain(b):
+            return False
+        try:
+            b.numpy()
+        except (RuntimeError, TypeError):
+            return False
+    return True
 
 
 def _expand(ptr: torch.Tensor, n: int, nnz: int) -> torch.Tensor:
