@@ -27,6 +27,7 @@ PAIRS = [(a, b) for a in FORMATS for b in FORMATS if a != b]
 def path(request, monkeypatch):
     """Run each test with SciPy's compiled kernel and with the pure-torch path."""
     monkeypatch.setattr(construct, "USE_SCIPY", request.param == "scipy")
+    monkeypatch.setattr(construct, "SCIPY_MIN_ENTRIES", 0)  # the small test matrices take SciPy's path too
     return request.param
 
 
@@ -88,12 +89,12 @@ def assert_buffers(out: SparseTensor, a: sp.csr_array, name: str, idt: torch.dty
 def test_direct_conversions_match_scipy(m, n, density, seed, src, dst, idt_in, idt_out, scipy_path):
     a = random_csr(m, n, density, seed)
     t = wrap(a, src, idt_in, torch.float64)
-    old = construct.USE_SCIPY
-    construct.USE_SCIPY = scipy_path
+    old = construct.USE_SCIPY, construct.SCIPY_MIN_ENTRIES
+    construct.USE_SCIPY, construct.SCIPY_MIN_ENTRIES = scipy_path, 0
     try:
         out = t.convert(FORMATS[dst], index_dtype=idt_out)
     finally:
-        construct.USE_SCIPY = old
+        construct.USE_SCIPY, construct.SCIPY_MIN_ENTRIES = old
     assert_buffers(out, a, dst, idt_out, torch.float64)
     assert torch.equal(out.to_dense(), torch.from_numpy(a.toarray()))
     out.validate()  # the trusted output passes the full checks

@@ -459,14 +459,18 @@ def conversion(
 # torch sort otherwise and on GPUs). No coordinates in int64, no re-sort, no re-check.
 
 #: Use SciPy's compiled routines on the CPU when SciPy is importable (tests turn it off to
-#: exercise the pure-torch path).
+#: exercise the pure-torch path) ...
 USE_SCIPY = True
+#: ... for conversions of at least this many entries: below it the torch path is as fast, and a
+#: small conversion does not import SciPy (~0.2 s the first time; tests/test_import_light.py)
+SCIPY_MIN_ENTRIES = 1 << 12
 _TOOLS: list = []
 
 
-def _sparsetools():
-    """SciPy's compiled sparse kernels (``scipy.sparse._sparsetools``), or None without SciPy."""
-    if not USE_SCIPY:
+def _sparsetools(entries: int):
+    """SciPy's compiled sparse kernels (``scipy.sparse._sparsetools``) for a conversion of
+    ``entries`` entries, or None (no SciPy, turned off, or a small conversion)."""
+    if not USE_SCIPY or entries < SCIPY_MIN_ENTRIES:
         return None
     if not _TOOLS:
         try:
@@ -567,7 +571,7 @@ def _transpose(ptr: torch.Tensor, minor: torch.Tensor, nmaj: int, nmin: int, val
     With ``vals`` (1-D values SciPy can move) and SciPy's kernel, the values are moved in the
     same pass and ``perm`` is a function computing the map on first use; else ``vals'`` is None."""
     nnz = minor.numel()
-    tools = _sparsetools() if _on_host(ptr, minor) else None
+    tools = _sparsetools(nnz) if _on_host(ptr, minor) else None
     if tools is not None:
         p, c = ptr.contiguous().numpy(), minor.contiguous().numpy()
 
@@ -675,7 +679,7 @@ def _kernel_path(t: SparseTensor, fmt: TensorFormat, index_dtype: torch.dtype, v
     if (_dia_kind(t.format) == "DIA" and _pair_layout(fmt) == ("csr", 0) and not t.format.num_batch_levels
             and _on_host(t.crd(0), t.values)):
         return _dia_rows_to_csr(t, index_dtype, values_too)
-    tools = _sparsetools()
+    tools = _sparsetools(t.nse or 0)
     if tools is None or t.format.num_batch_levels or fmt.num_batch_levels:
         return None
     pos, crd, tvals = t._linear_buffers()
