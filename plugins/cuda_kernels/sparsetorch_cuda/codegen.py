@@ -457,27 +457,7 @@ def module_key(text: str, value: str, index: str, arch: str) -> _compile.ModuleK
 
 def compile_source(text: str, value: str, index: str, arch: str) -> bytes:
     """Compile a full generated source with NVRTC (no cache) and return the cubin."""
-    from cuda.bindings import nvrtc  # noqa: PLC0415
-
-    err, prog = nvrtc.nvrtcCreateProgram(text.encode(), b"generated.cu", 0, [], [])
-    _compile._check(err, "nvrtcCreateProgram")
-    try:
-        opts = [o.encode() for o in _compile._options(value, index, arch)]
-        (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
-        if int(err) != 0:
-            _, size = nvrtc.nvrtcGetProgramLogSize(prog)
-            log = b" " * size
-            nvrtc.nvrtcGetProgramLog(prog, log)
-            raise _compile.CompileError(f"NVRTC could not compile a generated kernel for {value}/{index}/{arch}: {err}\n"
-                                        f"{log.decode(errors='replace').rstrip(chr(0))}")
-        err, size = nvrtc.nvrtcGetCUBINSize(prog)
-        _compile._check(err, "nvrtcGetCUBINSize")
-        buf = b" " * size
-        (err,) = nvrtc.nvrtcGetCUBIN(prog, buf)
-        _compile._check(err, "nvrtcGetCUBIN")
-        return bytes(buf)
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
+    return _compile.compile_text(text, "generated.cu", value, index, arch, what="a generated kernel")
 
 
 def cubin(text: str, value: str, index: str, arch: str) -> bytes:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["SOURCES", "VAL_KINDS", "IDX_KINDS", "CompileError", "ModuleKey", "source_text", "module_key", "cubin",
-           "compile_cubin", "cache_dir", "nvrtc_version", "nvrtc_missing"]
+           "compile_cubin", "compile_text", "cache_dir", "nvrtc_version", "nvrtc_missing"]
 
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
 #: the kernel sources (file stems under kernels/), each compiled as one module
@@ -117,12 +117,13 @@ def _check(err, what: str) -> None:
         raise CompileError(f"{what} failed: {err}")
 
 
-def compile_cubin(name: str, value: str, index: str, arch: str) -> bytes:
-    """Compile source ``name`` with NVRTC (no cache) and return the cubin."""
+def compile_text(text: str, filename: str, value: str, index: str, arch: str, what: str | None = None) -> bytes:
+    """Compile CUDA C++ ``text`` (named ``filename`` in NVRTC's messages) with NVRTC for this
+    value type, index type and architecture (no cache) and return the cubin. Needs NVRTC only
+    (no driver, no GPU). ``what`` names the source in the error (default ``filename``)."""
     from cuda.bindings import nvrtc  # noqa: PLC0415
 
-    src = source_text(name)
-    err, prog = nvrtc.nvrtcCreateProgram(src.encode(), f"{name}.cu".encode(), 0, [], [])
+    err, prog = nvrtc.nvrtcCreateProgram(text.encode(), filename.encode(), 0, [], [])
     _check(err, "nvrtcCreateProgram")
     try:
         opts = [o.encode() for o in _options(value, index, arch)]
@@ -131,7 +132,7 @@ def compile_cubin(name: str, value: str, index: str, arch: str) -> bytes:
             _, size = nvrtc.nvrtcGetProgramLogSize(prog)
             log = b" " * size
             nvrtc.nvrtcGetProgramLog(prog, log)
-            raise CompileError(f"NVRTC could not compile {name}.cu for {value}/{index}/{arch}: {err}\n"
+            raise CompileError(f"NVRTC could not compile {what or filename} for {value}/{index}/{arch}: {err}\n"
                                f"{log.decode(errors='replace').rstrip(chr(0))}")
         err, size = nvrtc.nvrtcGetCUBINSize(prog)
         _check(err, "nvrtcGetCUBINSize")
@@ -141,6 +142,11 @@ def compile_cubin(name: str, value: str, index: str, arch: str) -> bytes:
         return bytes(buf)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
+
+
+def compile_cubin(name: str, value: str, index: str, arch: str) -> bytes:
+    """Compile source ``name`` with NVRTC (no cache) and return the cubin."""
+    return compile_text(source_text(name), f"{name}.cu", value, index, arch)
 
 
 def cubin(name: str, value: str, index: str, arch: str) -> bytes:

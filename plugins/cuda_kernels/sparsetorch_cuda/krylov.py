@@ -81,27 +81,7 @@ def _options(value: str, index: str, arch: str) -> list[str]:
 
 def compile_cubin(value: str, index: str, arch: str) -> bytes:
     """krylov.cu compiled by NVRTC (no cache): the cubin. Needs NVRTC only (no driver, no GPU)."""
-    from cuda.bindings import nvrtc  # noqa: PLC0415
-
-    err, prog = nvrtc.nvrtcCreateProgram(source_text().encode(), b"krylov.cu", 0, [], [])
-    _compile._check(err, "nvrtcCreateProgram")
-    try:
-        opts = [o.encode() for o in _options(value, index, arch)]
-        (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
-        if int(err) != 0:
-            _, size = nvrtc.nvrtcGetProgramLogSize(prog)
-            log = b" " * size
-            nvrtc.nvrtcGetProgramLog(prog, log)
-            raise _compile.CompileError(f"NVRTC could not compile krylov.cu for {value}/{index}/{arch}: {err}\n"
-                                        f"{log.decode(errors='replace').rstrip(chr(0))}")
-        err, size = nvrtc.nvrtcGetCUBINSize(prog)
-        _compile._check(err, "nvrtcGetCUBINSize")
-        buf = b" " * size
-        (err,) = nvrtc.nvrtcGetCUBIN(prog, buf)
-        _compile._check(err, "nvrtcGetCUBIN")
-        return bytes(buf)
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
+    return _compile.compile_text(source_text(), "krylov.cu", value, index, arch)
 
 
 _MEMORY: dict[str, bytes] = {}
