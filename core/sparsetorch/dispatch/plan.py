@@ -222,7 +222,8 @@ def plan_for(op: str, A: SparseTensor, request: Request, offer: Offer, *, cache:
     # Plans capture the pattern only: they get A with zero values; values arrive through
     # set_values. The factory runs lazily, at the first load, which happens inside the autograd
     # Function, where torch.func transforms hand over plain tensors that a plan may keep.
-    content = _content_key(A) if cache else None
+    # (products: a plan is a pointer swap, nothing worth a fingerprint of the pattern)
+    content = _content_key(A) if cache and op != "matmul" else None
 
     def factory() -> Any:
         # one zero broadcast to the values' shape: no nnz-sized buffer for the plan to keep
@@ -243,9 +244,9 @@ def plan_for(op: str, A: SparseTensor, request: Request, offer: Offer, *, cache:
     # plans run adjoint solves with A itself when A = A^H), so values on the same pattern that
     # lose their symmetry get a plan of their own.
     sym = tuple(sorted(request.properties & {"spd", "hermitian", "symmetric"}))
-    # Small CPU patterns are keyed by content (a matrix rebuilt from the same indices, as an
-    # assembly loop or a file re-read does, finds the plan and its analysis); the rest by the
-    # identity of their index buffers (dropped with them).
+    # Small CPU patterns of solves and the other factoring ops are keyed by content (a matrix
+    # rebuilt from the same indices, as an assembly loop or a file re-read does, finds the plan
+    # and its analysis); the rest by the identity of their index buffers (dropped with them).
     pattern = A.pattern_key if content is None else content
     # the backends' generation: a backend registered again under the same name (a user kernel,
     # a reloaded plugin) never meets the plans of the one it replaced
