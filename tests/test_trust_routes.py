@@ -197,3 +197,14 @@ def test_empty_row_found_before_any_factorization():
     assert _relres(M, x, b) <= 1e-10
     assert not any(not a.succeeded for a in info.attempts), info.attempts  # no factorization failed first
     assert "row 50 of A has no nonzero entry" in info.reason
+
+
+def test_gradient_of_a_solve_with_an_empty_row_is_refused_by_name():
+    M = _random_system(60, seed=8).tolil()
+    M.rows[5], M.data[5] = [], []
+    M = sp.csr_matrix(M)
+    b = torch.from_numpy(M @ np.random.default_rng(9).standard_normal(60)).requires_grad_(True)
+    x = st.solve(st.SparseTensor.from_package(M), b)  # b in the range: a solution
+    assert _relres(M, x.detach(), b.detach().numpy()) <= 1e-10
+    with pytest.raises(st.SingularMatrixError, match="gradient of a solve with it is not defined"):
+        x.sum().backward()

@@ -234,6 +234,10 @@ class Route(RangeSearch):
         if isinstance(certain, SingularMatrixError):
             raise certain
         verdict = SingularMatrixError(f"{certain}: the matrix is singular")
+        if adjoint:
+            raise SingularMatrixError(f"{certain}: the matrix is singular, so the gradient of a solve with it is not "
+                                      f"defined (the adjoint system A^H y = g has no unique solution); use lstsq for "
+                                      f"a differentiable least-squares solution")
         self._empty_found = certain
         found = self._in_range(verdict, values, B, adjoint, rtol, atol)
         if found is None:
