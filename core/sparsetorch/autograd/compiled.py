@@ -100,12 +100,8 @@ def _pattern(spec: str, shape: Sequence[int], present: Sequence[bool], index: Se
             refs, fmt, checked, derived = hit
             if all(r() is not None for r in refs):
                 _PATTERNS.move_to_end(key)
-                A = SparseTensor.__new__(SparseTensor)
-                A._format, A._pos, A._crd, A._linear = fmt, tuple(bufs[:half]), tuple(bufs[half:]), None
-                A._index, A._checked, A._derived = tuple(index), checked, derived
-                A._shape = tuple(values.shape[:-1]) + tuple(int(s) for s in shape)
-                A._values = values
-                return A
+                return SparseTensor._assembled(fmt, shape, bufs[:half], bufs[half:], values, tuple(index), checked,
+                                               derived)
             del _PATTERNS[key]
     A = SparseTensor(_format(spec), tuple(shape), bufs[:half], bufs[half:], values, check=True)
     with _PATTERNS_LOCK:

@@ -91,14 +91,9 @@ class ViewMethods:
             # Same pattern, no BATCH levels: nothing about the index buffers to recompute or
             # re-read (constructing anew reads pos[-1], a device-to-host copy on a GPU).
             check_values(values, self._values.shape[-1])
-            out = type(self).__new__(type(self))
-            out._format, out._pos, out._crd, out._linear = self._format, self._pos, self._crd, None
             # The same index buffers: what was validated for them holds for both tensors.
-            out._index, out._checked = self._index, self._checked
-            out._shape = tuple(values.shape[:-1]) + tuple(self.format_shape)
-            out._values = values
-            out._derived = self._derived
-            return out
+            return type(self)._assembled(self._format, self.format_shape, self._pos, self._crd, values, self._index,
+                                         self._checked, self._derived)
         self.ensure_valid()  # the new tensor trusts the shared buffers (check=False)
         out = type(self)(self._format, self.format_shape, self._pos, self._crd, values, check=False)
         out._derived = self._derived

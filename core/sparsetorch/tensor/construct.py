@@ -124,19 +124,13 @@ def _trusted(fmt: TensorFormat, shape: Sequence[int], pos, crd, values: torch.Te
     """Wrap buffers this module built (correct by construction): no content checks, and no
     read-back of ``pos[-1]`` (a device-to-host copy per compressed level on a GPU).
 
-    Without BATCH levels the tensor's slots are set directly (as ``with_values`` does): the
-    structural checks of the constructor (presence, dtypes, devices, lengths of the buffers
+    Without BATCH levels the tensor is assembled from its parts (``SparseTensor._assembled``, as
+    ``with_values`` does): the structural checks of the constructor (presence, dtypes, devices, lengths of the buffers
     this module just made) would only re-derive what the builder guarantees."""
     if not fmt.num_batch_levels and values.dim() >= 1 and len(shape) == fmt.ndim:
-        out = SparseTensor.__new__(SparseTensor)
-        pos, crd = tuple(pos), tuple(crd)
         index = tuple(b for b in (*pos, *crd) if b is not None)
-        out._format = fmt if fmt.index_dtype is not None or not index else fmt.replace(index_dtype=index[0].dtype)
-        out._shape = tuple(values.shape[:-1]) + tuple(int(x) for x in shape)
-        out._pos, out._crd, out._values, out._linear = pos, crd, values, None
-        out._index, out._checked = index, _versions(index)
-        out._derived = {}
-        return out
+        fmt = fmt if fmt.index_dtype is not None or not index else fmt.replace(index_dtype=index[0].dtype)
+        return SparseTensor._assembled(fmt, shape, pos, crd, values, index, _versions(index))
     token = TRUSTED.set(True)
     try:
         return SparseTensor(fmt, shape, pos, crd, values, check=False)

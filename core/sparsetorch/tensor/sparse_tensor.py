@@ -119,6 +119,21 @@ class SparseTensor(ViewMethods, AccessMethods):
         # Pattern-derived data (entry coordinates, conversion maps), shared by with_values().
         self._derived: dict = {}
 
+    @classmethod
+    def _assembled(cls, format: TensorFormat, format_shape: Sequence[int], pos: Sequence[torch.Tensor | None],
+                   crd: Sequence[torch.Tensor | None], values: torch.Tensor, index: tuple,
+                   checked: Any, derived: dict | None = None) -> "SparseTensor":
+        """A tensor from parts known valid (no BATCH levels): index buffers validated before
+        (``checked``: the versions they were validated at) or built correct by this package. No
+        check runs and nothing is read back; every slot is set here (the one place besides
+        ``__init__`` that knows them). ``derived``: pattern-derived data to share."""
+        out = cls.__new__(cls)
+        out._format, out._pos, out._crd, out._values, out._linear = format, tuple(pos), tuple(crd), values, None
+        out._shape = tuple(values.shape[:-1]) + tuple(int(x) for x in format_shape)
+        out._index, out._checked = index, checked
+        out._derived = {} if derived is None else derived
+        return out
+
     # Validity of the index buffers ---------------------------------------------------------------
     def ensure_valid(self) -> "SparseTensor":
         """Make sure the index buffers are still valid before compiled code reads them.
