@@ -120,3 +120,21 @@ def test_solver_under_compile_refuses_return_info():
     s = st.Solver(st.SparseTensor.from_dense(_dense(6, seed=4)))
     with pytest.raises(Exception, match="return_info"):
         torch.compile(lambda b: s.solve(b, return_info=True), fullgraph=True)(torch.ones(6, dtype=F64))
+
+
+def test_t_of_a_matrix_eager_and_compiled():
+    D = _dense(6, 4, seed=5)
+    A = st.SparseTensor.from_dense(D)
+    torch.testing.assert_close(A.t().to_dense(), D.t())
+    assert A.t().t().format == A.format
+    x = torch.randn(6, dtype=F64)
+
+    def f(x):
+        return A.t() @ x
+
+    _no_breaks(f, x)
+    torch.testing.assert_close(torch.compile(f, fullgraph=True)(x), D.t() @ x)
+    B = st.SparseTensor.from_dense(torch.stack([D, 2 * D]))  # 3 dims
+    assert B.ndim == 3
+    with pytest.raises(st.SparseTorchError, match="t\\(\\) expects a matrix"):
+        B.t()

@@ -179,6 +179,13 @@ class ViewMethods:
     def mT(self) -> "SparseTensor":
         return self.T
 
+    def t(self) -> "SparseTensor":
+        """Transpose of a matrix (2 dims, as torch's ``Tensor.t``; a view)."""
+        if self.ndim != 2:
+            raise ValidationError(f"t() expects a matrix (2 dimensions), this tensor has {self.ndim}: use "
+                                  f"transpose(-2, -1) or .mT for the last two")
+        return self.transpose(-2, -1)
+
 
 class TracedTranspose:
     """``A.T`` (``mT``, ``t()``, ``transpose(-2, -1)``) of a matrix taken inside a
