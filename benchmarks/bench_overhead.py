@@ -1,5 +1,6 @@
 """Per-call host overhead of the core on small matrices: ``Matmul.execute``, one-shot ``matmul``,
-one-shot ``solve`` (plan cache hit and a new pattern), ``Solver.solve``.
+one-shot ``solve`` (plan cache hit, and fresh index buffers holding the same indices: a
+plan found by content since session 5), ``Solver.solve``.
 
 The matrices are tiny (2-D Poisson 16x16, 256 unknowns) so the time is the core's own work:
 validation, dispatch, the plan cache, locks, checks. Plugins are disabled and the torch
@@ -67,7 +68,7 @@ def measure(reps: int) -> dict:
         "matmul one-shot (same pattern)": median_us(lambda: st.matmul(A, x, backend="torch")),
         "solve one-shot, lu (plan cache hit)": median_us(lambda: st.solve(A, b, backend="torch", method="lu")),
         "Solver.solve, lu": median_us(lambda: solver.solve(b)),
-        "solve one-shot, lu (new pattern each call)": median_us(
+        "solve one-shot, lu (fresh buffers, same indices)": median_us(
             lambda: st.solve(_fresh(A), b, backend="torch", method="lu")),
     }
     return {"microseconds": out, "torch": torch.__version__, "sparsetorch": getattr(st, "__version__", "?")}
