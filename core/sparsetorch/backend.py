@@ -27,6 +27,9 @@ What is here, by use:
   :class:`SampledProduct`, :class:`CheapReload`;
 - cost models: :func:`rates` / :class:`Rates` (this machine's measured bandwidth, flop and launch
   rates), :func:`calibrate` (measure them again, e.g. in a benchmark), :func:`sparsity_dimension`,
+  :func:`fill_dimension` (the dimension a direct solver's fill tables are read at, up to
+  :data:`FILL_DIMENSION_MAX` for graphs that grow like expanders), :func:`lu_fill_flops` (a sparse
+  LU's factor entries and work from the shared tables :data:`LU_FILL` / :data:`LU_FLOPS`),
   :func:`loglog_interp`, and the byte counts :func:`itemsize`, :func:`index_size`,
   :func:`batch_size`;
 - declines every backend makes the same way, with the reasons users already know:
@@ -56,7 +59,10 @@ from ._markers import hookimpl
 from .dispatch.accuracy import default_rtol, unit_roundoff
 from .dispatch.plan import plan_cache
 from .dispatch.calibrate import Rates, calibrate, rates
-from .dispatch.helpers import Outcome, combine, cuda_matrix_decline, loglog_interp, sparsity_dimension
+from .dispatch.helpers import (
+    COLAMD_FILL, COLAMD_FLOPS, FILL_DIMENSION_MAX, LU_FILL, LU_FLOPS, Outcome, combine, cuda_matrix_decline, fill_dimension, loglog_interp,
+    lu_fill_flops, sparsity_dimension,
+)
 from .dispatch.kit import (
     Run, batch_size, conversion_note, cpu_matrix_decline, dtype_name, from_real, hermitian, index_size, itemsize,
     maxiter_reason, realified_matvec, spd_ok, to_real, trivial_system, true_residual_solve,
@@ -85,7 +91,8 @@ __all__ = [
     "DEFAULT_RESTART", "DEFAULT_CHECK_EVERY",
     "Plan", "SolvePlan", "MatmulPlan", "LstsqPlan", "EigshPlan", "EigsPlan", "LogdetPlan", "SolveListPlan",
     "InverseEntries", "SampledProduct", "CheapReload", "supports", "preconditioner_name",
-    "Rates", "rates", "calibrate", "sparsity_dimension", "loglog_interp", "itemsize", "index_size", "batch_size",
+    "Rates", "rates", "calibrate", "sparsity_dimension", "fill_dimension", "FILL_DIMENSION_MAX", "lu_fill_flops", "LU_FILL",
+    "LU_FLOPS", "COLAMD_FILL", "COLAMD_FLOPS", "loglog_interp", "itemsize", "index_size", "batch_size",
     "cuda_matrix_decline", "cpu_matrix_decline", "dtype_name", "conversion_note", "hermitian", "spd_ok",
     "IterationResult", "Status", "Outcome", "combine", "trivial_system", "maxiter_reason", "Run",
     "true_residual_solve", "to_real", "from_real", "realified_matvec",

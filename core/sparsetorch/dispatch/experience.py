@@ -6,7 +6,8 @@ things correct them here, in the core, for every backend alike:
 - **The matrix class.** A model fitted on SPD matrices says nothing of a non-symmetric or an
   indefinite one. :func:`class_factor` scales an estimate by what the detected properties say:
   SPD: as estimated; diagonally dominant: as estimated (Jacobi-preconditioned methods contract
-  by the dominance ratio); symmetric indefinite: ``sqrt(n)`` times more (MINRES on an indefinite
+  by the dominance ratio); symmetric, not known definite: ``sqrt(n) / 4`` times more, and
+  ``sqrt(n)`` when a zero diagonal entry proves it indefinite (MINRES on an indefinite
   spectrum converges like CG on the condition number, not its square root); non-symmetric and
   not dominant: ``n`` iterations (what GMRES needs in exact arithmetic; restarted methods may
   need more or never converge). Such matrices then go to a direct method unless they are too
@@ -106,6 +107,9 @@ def class_factor(request: Request) -> tuple[float, str]:
         return 1.0, ""
     if "diagonally_dominant" in props:
         return 1.0, "diagonally dominant"
+    if "zero_diagonal" in props:
+        # a symmetric matrix with a zero diagonal entry is indefinite for certain
+        return max(1.0, math.sqrt(n)), "symmetric with a zero diagonal entry (indefinite): ~sqrt(n) times the SPD estimate"
     if {"symmetric", "hermitian"} & props:
         return max(1.0, math.sqrt(n) / 4), "symmetric, not known definite: ~sqrt(n) times the SPD estimate"
     return float("inf"), "non-symmetric, not diagonally dominant: ~n iterations"

@@ -4,6 +4,9 @@
   row (``(nse / n - 1) / 2``: a 5-point stencil gives 2, a 7-point one 2.9) or from
   ``backend_options["dimension"]``; fill-in models of direct solvers interpolate between the
   2-D and 3-D fits with it.
+- :func:`fill_dimension`: the same, raised above 3 (up to 4, "dense-like") for patterns whose
+  graph grows like an expander's (measured by the core), for direct solvers' fill tables;
+  :func:`lu_fill_flops`: those tables (``LU_FILL``, ``LU_FLOPS``), one copy for every backend.
 - :func:`loglog_interp`: ``c n^a`` fits per dimension, interpolated in log space.
 - :class:`Outcome` / :func:`combine`: per-system results of solvers that take one right-hand side
   at a time, reported as one :class:`IterationResult` (the worst case).
@@ -20,7 +23,8 @@ from typing import Mapping, Sequence
 from .results import IterationResult, Status
 from .records import Request
 
-__all__ = ["sparsity_dimension", "loglog_interp", "Outcome", "combine", "cuda_matrix_decline"]
+__all__ = ["sparsity_dimension", "fill_dimension", "FILL_DIMENSION_MAX", "lu_fill_flops", "LU_FILL", "LU_FLOPS", "COLAMD_FILL",
+           "COLAMD_FLOPS", "loglog_interp", "Outcome", "combine", "cuda_matrix_decline"]
 
 
 def sparsity_dimension(request: Request) -> float:
@@ -32,6 +36,65 @@ def sparsity_dimension(request: Request) -> float:
     n = max(1, request.A.shape[-1])
     per_row = (request.A.nse or n) / n
     return min(3.0, max(1.0, (per_row - 1.0) / 2.0))
+
+
+#: the dimension a direct solver's fill tables reach for graphs without small separators:
+#: the tables' entry 4 is "dense-like" (a large fraction of n^2 factor entries)
+FILL_DIMENSION_MAX = 4.0
+#: growth dimensions from which a graph is priced as an expander, and the span over which its
+#: fill dimension rises from 3 to 4 (measured g: meshes 1.6-2.3, circuits and power networks
+#: <= 3, an LP basis 3.45 with cheap factors; G51 3.85, random sparse 4.3-5.0 with 0.5-0.65 n^2)
+EXPANDER_FROM, EXPANDER_RAMP = 3.55, 0.3
+
+
+def fill_dimension(request: Request) -> float:
+    """The dimension (1..4) that direct solvers' fill-in and flop tables should be read at:
+    :func:`sparsity_dimension` for a mesh-like pattern; for a graph whose growth dimension g
+    (``OperandInfo.graph_dimension``, measured by the core) exceeds :data:`EXPANDER_FROM`,
+    raised from 3 to 4, the tables' dense-like entry, over :data:`EXPANDER_RAMP` of g (G51, a
+    random graph: g = 3.85 -> 4; random sparse patterns: g >= 4.3 -> 4). Below, the nonzeros
+    per row decide as for meshes: graphs of small diameter that factor cheaply sit there
+    (an LP basis with hub rows, bp_1200: g = 3.45, 0.03 n^2 factor entries; circuits and
+    power networks: g <= 3). ``backend_options["dimension"]`` still overrides."""
+    d = sparsity_dimension(request)
+    bo = request.option("backend_options") or {}
+    if bo.get("dimension") is not None:
+        return d
+    g = getattr(request.A, "graph_dimension", None)
+    if g is None or g <= EXPANDER_FROM:
+        return d
+    return max(d, 3.0 + min(1.0, (float(g) - EXPANDER_FROM) / EXPANDER_RAMP))
+
+
+#: nnz(L + U) - n ~ c * n^alpha per fill dimension, minimum degree on A^T + A (symmetric
+#: orderings). 1-3: measured on Poisson with SuperLU (2-D 64²..512²: fill/n 30..63; 3-D
+#: 16³..40³: fill/n 148..682); Eigen's SparseLU with AMD measured the same within 3 %.
+#: 4 ("dense-like", graphs without small separators): SuperLU on G51 (0.65 n²), random
+#: symmetric patterns of 12-25 entries per row at n = 500..3000 (0.53-0.64 n²).
+LU_FILL = {1: (2.0, 1.0), 2: (6.7, 1.18), 3: (1.46, 1.555), 4: (0.6, 2.0)}
+#: Multiply-adds of the factorization, sum over pivots of 2 |L col| |U row|, ~ c * n^beta
+#: (2-D: counted; 3-D: n^2.28 counted on 16³..40³, raised to n^2.4 to follow the measured time to
+#: 48³, where SuperLU's speed drops as supernodes outgrow the caches). 4 is not a count but the
+#: work at the tables' rate that matches SuperLU's time on the dense-like patterns above (G51:
+#: 110 ms, 3x a dense LU of the same n; random symmetric n = 3000: 1.7 s, 1.6x dense): a
+#: sparse LU of a matrix without small separators runs far below its supernodal rate.
+LU_FLOPS = {1: (3.0, 1.0), 2: (7.3, 1.6), 3: (0.26, 2.4), 4: (1.2, 3.0)}
+#: COLAMD on unsymmetric patterns: measured 1.85x the fill and 2.5x the flops (2-D and 3-D).
+COLAMD_FILL, COLAMD_FLOPS = 1.85, 2.5
+
+
+def lu_fill_flops(request: Request, *, symmetric_ordering: bool) -> tuple[float, float]:
+    """``(stored entries of L + U, multiply-adds)`` of a sparse LU of ``request.A`` (one matrix,
+    the smaller side ``n``): the tables above read at :func:`fill_dimension`, times the COLAMD
+    factors without a symmetric ordering; the fill at most a dense LU's ``n^2``."""
+    A = request.A
+    n = max(1, min(A.shape[-2], A.shape[-1]))
+    d = fill_dimension(request)
+    fill = loglog_interp(LU_FILL, d, n) + n
+    flops = loglog_interp(LU_FLOPS, d, n)
+    if not symmetric_ordering:
+        fill, flops = fill * COLAMD_FILL, flops * COLAMD_FLOPS
+    return min(fill, float(n) * n), flops
 
 
 def loglog_interp(table: Mapping[int, tuple[float, float]], d: float, n: int) -> float:

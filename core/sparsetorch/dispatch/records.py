@@ -76,6 +76,10 @@ class OperandInfo:
     nse: int | None = None
     batch_shape: tuple[int, ...] = ()
     requires_grad: bool = False
+    #: the growth dimension of a square sparse operand's graph, measured by the core where it
+    #: prices factorizations (``ops/_graph.py``: about d for a d-dimensional mesh, more for an
+    #: expander); None when not measured or mesh-like. Read it through :func:`fill_dimension`.
+    graph_dimension: float | None = None
 
     @property
     def n(self) -> int:

@@ -9,11 +9,21 @@ from ..errors import InputError
 from ..tensor import SparseTensor
 from ..tensor.validate import check_finite
 
-__all__ = ["describe_sparse", "describe_dense", "as_rhs", "check_matrix", "check_finite", "restore_rhs"]
+__all__ = ["describe_sparse", "describe_factored", "describe_dense", "as_rhs", "check_matrix", "check_finite", "restore_rhs"]
 
 
 def describe_sparse(A: SparseTensor) -> OperandInfo:
     return OperandInfo("sparse", tuple(A.shape), A.dtype, A.device, A.format, A.nse, tuple(A.batch_shape), A.requires_grad)
+
+
+def describe_factored(A: SparseTensor) -> OperandInfo:
+    """:func:`describe_sparse` for ops that price factorizations (solve, logdet): with the growth
+    dimension of A's graph (``ops/_graph.py``, measured once per pattern), which the direct
+    solvers' fill models read through ``fill_dimension``."""
+    from ._graph import graph_dimension  # noqa: PLC0415
+
+    return OperandInfo("sparse", tuple(A.shape), A.dtype, A.device, A.format, A.nse, tuple(A.batch_shape), A.requires_grad,
+                       graph_dimension(A))
 
 
 def describe_dense(X: torch.Tensor) -> OperandInfo:

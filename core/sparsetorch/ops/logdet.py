@@ -38,7 +38,7 @@ from ..tensor import SparseTensor
 from ..tensor.sparse_tensor import is_plain
 from ..dispatch.options import LogdetOptions
 from ..dispatch.plan import make_request, obtain_plan, with_options
-from ._inputs import check_finite as check_finite_values, check_matrix, describe_sparse
+from ._inputs import check_finite as check_finite_values, check_matrix, describe_factored
 from .info import SolveInfo
 from ..dispatch.plans import InverseEntries, supports
 from .properties import detect, normalize_tags
@@ -144,7 +144,7 @@ def logdet_request(A, backend=None, method=None, properties=None):
     diagonal dominance), so an SPD matrix is offered Cholesky-based methods."""
     tags = normalize_tags(properties)
     props = tags if tags is not None else detect(A)
-    return make_request("logdet", (describe_sparse(A),), props, LogdetOptions(backend=backend, method=method))
+    return make_request("logdet", (describe_factored(A),), props, LogdetOptions(backend=backend, method=method))
 
 
 #: Errors after which another method would not do better (the operands are wrong).

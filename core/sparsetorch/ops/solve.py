@@ -20,7 +20,7 @@ from ..errors import BackendError, IndefiniteMatrixError, InputError, SingularMa
 from ..tensor import SparseTensor, SparseTensorList
 from .accuracy import default_rtol
 from ..tensor.sparse_tensor import is_plain
-from ._inputs import as_rhs, check_finite as check_finite_values, check_matrix, describe_dense, describe_sparse, restore_rhs
+from ._inputs import as_rhs, check_finite as check_finite_values, check_matrix, describe_dense, describe_factored, restore_rhs
 from .info import SolveInfo
 from .properties import detect, normalize_tags
 
@@ -79,7 +79,7 @@ def solve_request(A: SparseTensor, B: torch.Tensor | None, properties, options: 
     and what iterative solves measured on A's pattern before."""
     tags = normalize_tags(properties)
     props = tags if tags is not None else detect(A)
-    operands = (describe_sparse(A),) + ((describe_dense(B),) if B is not None else ())
+    operands = (describe_factored(A),) + ((describe_dense(B),) if B is not None else ())
     if options.get("rtol") is None:
         rtol = default_rtol(A.dtype)
         options = options.trusted_replace(rtol=rtol) if isinstance(options, SolveOptions) else {**options, "rtol": rtol}

@@ -6,9 +6,11 @@ it ranks against the other backends' estimates. Estimates count the **numeric ph
 solves** of one call: the pattern analysis (ordering, symbolic factorization) runs once per
 pattern and is reused by every later call with new values, which is this backend's point.
 
-**Fill and flops.** As in the scipy backend (its constants, ``sparsetorch_scipy/cost.py``): the
-sparsity "dimension" ``d = (nse / n - 1) / 2`` clamped to [1, 3] (5-point: 2, 7-point: 2.9;
-``backend_options={"dimension": ...}`` overrides), and for an LU with a symmetric ordering
+**Fill and flops.** The core's shared tables (:func:`sparsetorch.backend.lu_fill_flops`, as the
+scipy backend): read at the fill dimension, from nonzeros per row ``d = (nse / n - 1) / 2`` clamped
+to [1, 3] (5-point: 2, 7-point: 2.9; ``backend_options={"dimension": ...}`` overrides), raised
+towards 4 ("dense-like": ~0.6 n^2 factor entries) for graphs the core measured to grow like
+expanders (random graphs, Gset's G51); for an LU with a symmetric ordering
 ``nnz(L+U) ~ c n^alpha`` (2-D: 6.7 n^1.18, 3-D: 1.46 n^1.555) and flops ``~ c' n^beta`` (2-D: 7.3
 n^1.6, 3-D: 0.26 n^2.4). Eigen's SparseLU with AMD on ``A^T + A`` (what a structurally symmetric
 pattern gets here) measured the same fill within 3 % (2-D 64²: 148k, 3-D 16³: 595k, 24³: 3.77M);
@@ -40,13 +42,10 @@ from dataclasses import dataclass
 
 from sparsetorch import Request
 from sparsetorch.backend import Rates, batch_size, index_size, itemsize
-from sparsetorch.backend import loglog_interp as _interp, sparsity_dimension as dimension
+from sparsetorch.backend import lu_fill_flops, sparsity_dimension as dimension
 
 __all__ = ["Estimate", "direct_estimate", "krylov_cost", "lscg_cost", "dimension", "fill_flops"]
 
-_FILL = {1: (2.0, 1.0), 2: (6.7, 1.18), 3: (1.46, 1.555)}
-_FLOPS = {1: (3.0, 1.0), 2: (7.3, 1.6), 3: (0.26, 2.4)}
-_COLAMD_FILL, _COLAMD_FLOPS = 1.85, 2.5
 #: flop efficiency (of the calibrated GEMM rate) and traffic per factor entry (bytes, float64)
 _SPEED = {"lu": (0.7, 200.0), "cholesky": (0.25, 100.0), "ldlt": (0.25, 100.0), "qr": (0.3, 200.0)}
 #: factor size and work relative to an LU with the same ordering
@@ -71,14 +70,10 @@ def fill_flops(request: Request, method: str) -> tuple[float, float]:
     """(stored factor entries, flops) of one factorization with ``method``."""
     A = request.A
     n = min(A.shape[-2], A.shape[-1])
-    d = dimension(request)
-    fill = _interp(_FILL, d, n) + n
-    flops = _interp(_FLOPS, d, n)
+    # The plan picks AMD for structurally symmetric patterns, which the request does not show:
+    # COLAMD (the shared tables' factors) is the worst case.
     symmetric_ordering = bool({"symmetric", "hermitian", "spd"} & request.properties) or method in ("cholesky", "ldlt")
-    if not symmetric_ordering:
-        # The plan picks AMD for structurally symmetric patterns, which the request does not show:
-        # COLAMD is the worst case.
-        fill, flops = fill * _COLAMD_FILL, flops * _COLAMD_FLOPS
+    fill, flops = lu_fill_flops(request, symmetric_ordering=symmetric_ordering)
     sf, sw = _SIZE[method]
     fill, flops = fill * sf, flops * sw
     if A.dtype.is_complex:

@@ -24,23 +24,16 @@ from dataclasses import dataclass
 
 from sparsetorch import Request
 from sparsetorch.backend import Rates, batch_size, index_size, itemsize
-from sparsetorch.backend import loglog_interp as _interp, sparsity_dimension as dimension
+from sparsetorch.backend import fill_dimension, lu_fill_flops, sparsity_dimension as dimension
 
 __all__ = [
-    "dimension", "lu_estimate", "LUEstimate", "krylov_cost", "amg_solver_cost", "spmm_cost", "spmv_seconds",
+    "dimension", "fill_dimension", "lu_estimate", "LUEstimate", "krylov_cost", "amg_solver_cost", "spmm_cost", "spmv_seconds",
     "conversion_seconds", "krylov_iterations", "amg_iterations", "amg_levels", "lstsq_cost", "arpack_cost", "lobpcg_cost",
 ]
 
 # --- SuperLU -------------------------------------------------------------------------------------
-#: nnz(L + U) - n ~ c * n^alpha per dimension, minimum degree on A^T + A (symmetric patterns).
-#: Measured on Poisson: 2-D 64²..512² (fill/n 30..63), 3-D 16³..40³ (fill/n 148..682).
-_FILL = {1: (2.0, 1.0), 2: (6.7, 1.18), 3: (1.46, 1.555)}
-#: Multiply-adds of the factorization, sum over pivots of 2 |L col| |U row|, ~ c * n^beta
-#: (2-D: counted; 3-D: n^2.28 counted on 16³..40³, raised to n^2.4 to follow the measured time to
-#: 48³, where SuperLU's speed drops as supernodes outgrow the caches).
-_FLOPS = {1: (3.0, 1.0), 2: (7.3, 1.6), 3: (0.26, 2.4)}
-#: COLAMD on unsymmetric patterns: measured 1.85x the fill and 2.5x the flops (2-D and 3-D).
-_COLAMD_FILL, _COLAMD_FLOPS = 1.85, 2.5
+#: The fill and flop tables (nnz(L + U) and multiply-adds by fill dimension, COLAMD factors) are the
+#: core's, shared with every backend: :func:`sparsetorch.backend.lu_fill_flops`.
 #: SuperLU's (single-threaded, supernodal) speed relative to the calibrated dense GEMM rate.
 LU_FLOP_EFFICIENCY = 0.7
 #: Memory traffic per stored factor entry (allocation, ordering, supernode bookkeeping), bytes.
@@ -95,11 +88,8 @@ def lu_estimate(r: Rates, request: Request) -> LUEstimate:
     """SuperLU: ordering + factorization per value-batch member, then the triangular solves."""
     A = request.A
     n = A.shape[-1]
-    d = dimension(request)
-    fill = _interp(_FILL, d, n) + n
-    flops = _interp(_FLOPS, d, n)
-    if not ({"symmetric", "hermitian", "spd"} & request.properties):
-        fill, flops = fill * _COLAMD_FILL, flops * _COLAMD_FLOPS  # the plan uses COLAMD unless the pattern is symmetric
+    # the plan uses COLAMD unless the pattern is symmetric
+    fill, flops = lu_fill_flops(request, symmetric_ordering=bool({"symmetric", "hermitian", "spd"} & request.properties))
     vsize = itemsize(A.dtype)
     if A.dtype.is_complex:
         flops *= 4.0

@@ -185,7 +185,7 @@ def _lu_answer(request: Request, r: Any, pre_name: str | None) -> Offer | Declin
     est = cost.lu_estimate(r, request)
     mode = "symmetric mode, min. degree on A^T+A" if hermitian(request) else "COLAMD, partial pivoting"
     note = (f"SuperLU ({mode}): ~{est.fill / 1e6:.3g}M factor entries, ~{est.flops / 1e9:.3g} Gflop estimated "
-            f"for {cost.dimension(request):.1f}-D sparsity" + conversion_note(request))
+            f"for {cost.fill_dimension(request):.1f}-D sparsity" + conversion_note(request))
     return Offer(NAME, "lu", est.seconds, est.bytes, _lu_factory, note)
 
 
