@@ -1,9 +1,15 @@
 """The kernels/mma.cu paths of :class:`~.plan.CudaSpmmPlan` (a mixin): the tensor-core SpMM (when
 it runs, the dense tile layout it reads, made once per pattern, and its launch) and, for one
-right-hand side, csr16_xs (half-precision CSR with uint16 columns and X in shared memory)."""
+right-hand side, csr16_xs (half-precision CSR with uint16 columns and X in shared memory).
+
+CSR runs ``spmm_fl<BM>_s<S>`` (session 7: cp.async X^T stages, entries loaded a tile ahead, double-
+buffered A tiles, ldmatrix fragments, one barrier per tile) where :attr:`mma_kernel` says "fl" and
+its inputs allow it (16-byte aligned values, the block's tile offsets in shared memory); N:M 2:4
+and the rest run ``spmm_mma*_s<S>``."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -17,6 +23,63 @@ from .layout import (CSR16_MIN_MEAN, INT_LIMIT, MMA_MAX_TILES, MMA_MIN_K, _GRID_
 CSR16_KERNEL_DEFAULT = "xs1"
 #: X of at most this many bytes goes to shared memory in csr16_xs (no opt-in needed)
 CSR16_XS_BYTES = 48 * 1024
+#: the tensor-core kernel of CSR patterns (``plan.mma_kernel``): "fl" (spmm_fl<BM>_s<S>) or "tile"
+#: (spmm_mma_s<S>, the earlier kernel; N:M 2:4 always runs it)
+MMA_KERNEL_DEFAULT = "fl"
+#: cluster sizes spmm_fl is compiled for (1 without clusters, below sm_90)
+FL_SPLITS = (1, 2, 3, 4, 8)
+#: shared memory spmm_fl may take per block (the H200 allows 227 KB with the opt-in)
+FL_MAX_SMEM = 200 * 1024
+
+
+def fl_smem_bytes(rows: int, tiles: int) -> int:
+    """Dynamic shared memory of spmm_fl with ``rows`` rows per block and at most ``tiles`` column
+    tiles per block: two A tiles, three X^T stages (row stride 72 halves) and the tile offsets."""
+    return 2 * rows * 72 * 2 + 3 * 64 * 72 * 2 + (tiles + 1) * rows * 2
+
+
+@functools.lru_cache(maxsize=None)
+def _fl_capacity(name: str, dtype: torch.dtype, dev: int, split: int, rows: int, smem: int) -> int:
+    """Blocks of spmm_fl that are resident on the whole GPU at once (clusters that fit x S), by the
+    driver's occupancy calculator; 2 blocks per SM where it cannot say."""
+    from .launch import _driver  # noqa: PLC0415
+
+    cu = _driver()
+    kern = kernel("mma", name, dtype, torch.int32, dev, 12)
+    _allow_smem(kern, dev, smem)
+    sms = _sm_count(dev)
+    try:
+        if split == 1:
+            err, per_sm = cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(cu.CUfunction(int(kern._fn)), rows, smem)
+            return int(per_sm) * sms if int(err) == 0 and int(per_sm) > 0 else 2 * sms
+        cfg = cu.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = split * sms, 1, 1
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = rows, 1, 1
+        cfg.sharedMemBytes = smem
+        cfg.numAttrs = 0
+        err, clusters = cu.cuOccupancyMaxActiveClusters(cu.CUfunction(int(kern._fn)), cfg)
+        return int(clusters) * split if int(err) == 0 and int(clusters) > 0 else 2 * sms
+    except Exception:  # noqa: BLE001 - an estimate only; the launch itself reports real errors
+        return 2 * sms
+
+
+_SMEM_ALLOWED: dict[tuple[str, int], int] = {}
+
+
+def _allow_smem(kern: Any, dev: int, nbytes: int) -> None:
+    """Opt ``kern`` in to ``nbytes`` of dynamic shared memory (above the default 48 KB), once."""
+    key = (f"{kern.name}/{id(kern)}", dev)
+    if nbytes <= max(_SMEM_ALLOWED.get(key, 0), 48 * 1024):
+        return
+    from .launch import LaunchError, _driver  # noqa: PLC0415
+
+    cu = _driver()
+    want = nbytes
+    (err,) = cu.cuKernelSetAttribute(cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, want,
+                                     cu.CUkernel(int(kern._fn)), cu.CUdevice(dev))
+    if int(err) != 0:
+        raise LaunchError(f"cuKernelSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={want}) for {kern.name} failed ({int(err)})")
+    _SMEM_ALLOWED[key] = want
 
 
 class MmaMixin:
@@ -88,6 +151,37 @@ class MmaMixin:
                      "toff": as16(toff), "col": as16(torch.cat([c64, c64.new_zeros(-(-self.nnz // 8) * 8 + 8 - self.nnz)]))}
         return self._mma
 
+    def _fl_ok(self) -> bool:
+        """Whether the CSR product runs spmm_fl (see the module docstring)."""
+        if getattr(self, "mma_kernel", MMA_KERNEL_DEFAULT) != "fl" or self.mma_flags:
+            return False
+        lay = self._mma_layout()
+        v = self._values
+        if lay is None or lay["nm"] or v is None or v.data_ptr() % 16:
+            return False
+        return fl_smem_bytes(self.mma_rows, -(-lay["T"] // (8 if lay["cluster"] else 1))) <= FL_MAX_SMEM
+
+    def fl_split(self, k: int) -> int:
+        """Cluster size S of spmm_fl: over the sizes it is compiled for, the one with the fewest
+        column tiles per block times waves of blocks (blocks resident at once from the driver's
+        occupancy calculator), the smaller S on a tie; ``mma_split_override`` where set."""
+        lay = self._mma_layout()
+        m, n = self.shape
+        rows = self.mma_rows
+        splits = FL_SPLITS if lay["cluster"] else (1,)
+        fits = [s for s in splits if fl_smem_bytes(rows, -(-lay["T"] // s)) <= FL_MAX_SMEM]
+        if self.mma_split_override:
+            want = int(self.mma_split_override)
+            return min((s for s in fits if s >= want), default=fits[-1])
+        blocks = -(-m // rows) * -(-k // 64)
+        best, best_cost = fits[-1], None
+        for s in fits:
+            cap = _fl_capacity(f"spmm_fl{rows}_s{s}", self.dtype, self.dev_index, s, rows, fl_smem_bytes(rows, -(-lay["T"] // s)))
+            cost = -(-blocks * s // max(cap, 1)) * -(-lay["T"] // s)
+            if best_cost is None or cost < best_cost:
+                best, best_cost = s, cost
+        return best
+
     def mma_split(self, k: int) -> int:
         """Cluster size S of the tensor-core kernel (the column tiles split over S blocks whose
         partial sums meet in distributed shared memory): the smallest of 1, 2, 4, 8 that makes
@@ -140,8 +234,18 @@ class MmaMixin:
                                                   Xt.data_ptr(), bp, Yt.data_ptr()),
                  shared=-(-2 * n // 16) * 16, device=self.dev_index)
             return
-        s = self.mma_split(k)
         rows = self.mma_rows
+        if self._fl_ok():
+            s = self.fl_split(k)
+            name = f"spmm_fl{rows}_s{s}"
+            kern = kernel("mma", name, self.dtype, torch.int32, self.dev_index, 12)
+            smem = fl_smem_bytes(rows, -(-lay["T"] // s))
+            _allow_smem(kern, self.dev_index, smem)
+            args = (m, n, k, lay["T"], lay["rowptr"].data_ptr(), lay["toff"].data_ptr(), lay["col"].data_ptr(), v.data_ptr(),
+                    Xt.data_ptr(), bp, Yt.data_ptr(), 0)
+            kern((-(-m // rows) * s, -(-k // 64)), rows, args, shared=smem, device=self.dev_index)
+            return
+        s = self.mma_split(k)
         grid = (-(-m // rows) * s, -(-k // 64))
         r64 = "_r64" if rows == 64 else ""
         if lay["nm"]:

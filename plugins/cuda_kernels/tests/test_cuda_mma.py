@@ -1,8 +1,10 @@
 """The tensor-core SpMM (kernels/mma.cu) and the fused / unfused bias, on a GPU, against dense
 float64 references: CSR (short and long rows per 64-column tile, empty rows, n not a multiple of
 64), the generic path (COO through a CSR) and N:M 2:4, float16 and bfloat16, every cluster size,
-X given as a linear layer's transposed input and as a contiguous (n, k) tensor, columns of X that
-fill no whole 64-column block, CUDA-graph capture, the recorded-launch replay. Skips without a GPU."""
+both CSR kernels (spmm_fl, the default, and spmm_mma: ``plan.mma_kernel``), X given as a linear
+layer's transposed input and as a contiguous (n, k) tensor, columns of X that fill no whole
+64-column block, CUDA-graph capture, the recorded-launch replay, values written in place. Skips
+without a GPU."""
 
 from __future__ import annotations
 
@@ -42,20 +44,27 @@ def _ref(D, xt, b=None):
     return y if b is None else y + b.double()[:, None]
 
 
+@pytest.mark.parametrize("kern", ("fl", "tile"))
 @pytest.mark.parametrize("rows", (128, 64))
 @pytest.mark.parametrize("dtype", HALF, ids=lambda d: str(d).replace("torch.", ""))
-@pytest.mark.parametrize("split", (1, 2, 4, 8))
+@pytest.mark.parametrize("split", (1, 2, 3, 4, 8))
 @pytest.mark.parametrize("shape", ((300, 512, 0.1), (130, 264, 0.5), (1000, 1024, 0.02), (257, 2048, 0.9), (64, 520, 0.3),
                                    (40, 8200, 0.05)),
                          ids=("sparse", "n%64", "verysparse", "dense-rows", "n520", "wide"))
-def test_csr_mma_matches_dense(shape, split, dtype, rows):
+def test_csr_mma_matches_dense(shape, split, dtype, rows, kern):
     m, n, dens = shape
-    D = random_dense(m, n, dens, dtype, seed=m + n, empty_rows=5)
+    if kern == "tile" and split == 3:
+        pytest.skip("spmm_mma has cluster sizes 1, 2, 4, 8")
+    D = random_dense(m, n, dens, dtype, seed=m + n, empty_rows=5, long_rows=1)
     A = to_format(D, CSR, dtype, torch.int32)
     plan = _plan(A)
+    plan.mma_kernel = kern
     plan.mma_split_override = split
     plan.mma_rows = rows
     assert plan._mma_layout() is not None
+    assert plan._fl_ok() == (kern == "fl")
+    if kern == "fl":
+        assert plan.fl_split(64) == split
     for k, seed in ((8, 1), (17, 2), (33, 6), (64, 3), (100, 4), (130, 5)):
         xt = _xt(k, n, dtype, seed).cuda()
         b = _bias(m, dtype, seed).cuda()
@@ -69,6 +78,47 @@ def test_csr_mma_matches_dense(shape, split, dtype, rows):
         assert err_c < TOL[dtype], (shape, split, k, "contiguous", err_c)
         again = plan.apply(xt.mT, bias=b)  # the recorded launch, replayed
         assert torch.equal(again, Y)
+
+
+@pytest.mark.parametrize("bias", (True, False), ids=("bias", "nobias"))
+@pytest.mark.parametrize("dtype", HALF, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("shape", ((4096, 4096), (333, 1024), (129, 72), (1, 64), (200, 4104)),
+                         ids=("llm", "ragged-m", "n72", "one-row", "n4104"))
+def test_fl_default_plan(shape, dtype, bias):
+    # the default plan (spmm_fl, its own cluster size) on every k: 1 and 7 run the other kernels
+    m, n = shape
+    D = random_dense(m, n, 0.1, dtype, seed=m * 7 + n, empty_rows=min(3, m - 1), long_rows=1)
+    plan = _plan(to_format(D, CSR, dtype, torch.int32))
+    assert plan._fl_ok()
+    b = _bias(m, dtype, 9).cuda() if bias else None
+    for k in (1, 7, 8, 64, 65, 130):
+        xt = _xt(k, n, dtype, k).cuda()
+        for _ in range(2):  # the second call replays the recorded launch
+            Y = plan.apply(xt.mT, bias=b)
+            err = rel_err(Y, _ref(D, xt.cpu(), None if b is None else b.cpu()))
+            assert err < TOL[dtype], (shape, k, err)
+        if k >= 8:
+            assert plan.fl_split(k) in (1, 2, 3, 4, 8)
+
+
+@pytest.mark.parametrize("kern", ("fl", "tile"))
+def test_values_written_in_place_are_seen(kern):
+    # the kernels read the values where they lie: an in-place update with the same storage (what an
+    # optimizer step does) is seen by the recorded launch
+    dtype = torch.float16
+    D = random_dense(256, 512, 0.1, dtype, seed=5)
+    A = to_format(D, CSR, dtype, torch.int32)
+    plan = _plan(A)
+    plan.mma_kernel = kern
+    v = A.values.clone()
+    plan.set_values(v)
+    xt = _xt(64, 512, dtype, 1).cuda()
+    y1 = plan.apply(xt.mT)
+    v.mul_(2)
+    plan.set_values(v)
+    y2 = plan.apply(xt.mT)
+    assert rel_err(y2, 2 * _ref(D, xt.cpu())) < TOL[dtype]
+    assert rel_err(y1, _ref(D, xt.cpu())) < TOL[dtype]
 
 
 @pytest.mark.parametrize("dtype", HALF, ids=lambda d: str(d).replace("torch.", ""))

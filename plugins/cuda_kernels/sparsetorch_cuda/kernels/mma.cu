@@ -372,6 +372,286 @@ SPMM_MMA(4, __cluster_dims__(4, 1, 1))
 SPMM_MMA(8, __cluster_dims__(8, 1, 1))
 #endif
 
+// ---- spmm_fl<BM>_s<S>: the CSR tensor-core SpMM, pipelined (session 7) ----------------------------
+// Same product and layout inputs as spmm_mma_s<S> (rowptr, the per (tile, row) uint16 offsets toff,
+// the uint16 columns, the values where they lie), another schedule:
+// - roles: the A tile is the MMA's A operand (rows of A = M) and the X^T tile its B operand (the
+//   batch = N), both loaded by ldmatrix.x4; BM / 32 warps, each 32 rows of A x the 64 columns of X
+//   (2 x 8 m16n8k16 per 16-wide step), so the A tile is read from shared memory once;
+// - X^T tiles by cp.async (16 bytes, zero-filled outside X) in three stages, two tiles ahead;
+// - a row's entries of a tile, read by 4 lanes as aligned 16-byte chunks of columns and values
+//   (8 entries each; a run of up to 25 entries in one step, longer runs loop), loaded into
+//   registers one tile ahead; the A tiles double-buffered, so tile t + 1 is zeroed and filled
+//   while tile t is multiplied: one block barrier per tile;
+// - dynamic shared memory (the A tiles, the X stages, the block's tile offsets); the float32
+//   partial sums meet over the cluster of S blocks (S column ranges) as in spmm_mma_s<S>.
+// The host launches it for n % 8 == 0, 16-byte aligned values, X^T and uint16 columns (padded by
+// 8 entries), grid (m / BM * S, k / 64), BM / 32 * 32 threads, fl_smem_bytes() of shared memory.
+#define FL_LD 72  // shared row stride (halves) of the A and X^T tiles: conflict-free ldmatrix
+#define FL_NST 3  // X^T stages
+
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, unsigned bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void ldsm_x4(unsigned* r, unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+// the product alone (no memory): the compiler may schedule it between the fragment loads
+__device__ __forceinline__ void mma16816_free(float* d, const unsigned* a, unsigned b0, unsigned b1) {
+#if VAL_KIND == 0
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+template <int S, int BM>
+__device__ __forceinline__ void spmm_fl_body(int m, int n, int k, int T, const int* __restrict__ rowptr,
+                                             const unsigned short* __restrict__ toff,
+                                             const unsigned short* __restrict__ col, const val_t* __restrict__ val,
+                                             const val_t* __restrict__ xt, const val_t* __restrict__ bias,
+                                             val_t* __restrict__ yt) {
+  constexpr int THREADS = BM;            // BM / 32 warps
+  constexpr int RP = BM / 4;             // rows per pass of the entry loads (4 lanes per row)
+  constexpr int A_HALVES = BM * FL_LD;   // one A tile
+  constexpr int X_HALVES = 64 * FL_LD;   // one X^T tile
+  constexpr int PLD = BM + 4;            // row stride (floats) of the partial sums: conflict-free stores
+  extern __shared__ __align__(16) unsigned char fl_smem[];
+  val_t* As = reinterpret_cast<val_t*>(fl_smem);       // [2][BM][FL_LD]
+  val_t* Xs = As + 2 * A_HALVES;                       // [FL_NST][64][FL_LD]
+  unsigned short* Ts = reinterpret_cast<unsigned short*>(Xs + FL_NST * X_HALVES);  // [te - ta + 1][BM]
+  float* P = reinterpret_cast<float*>(fl_smem);        // [64][PLD], after the loop
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int h = tid & 3, rp = tid >> 2;  // entry loads: lane h of the 4 that own rows rp + RP p
+  int rank = 0;
+#if __CUDA_ARCH__ >= 900
+  if (S > 1) rank = (int)cluster_rank();
+#endif
+  const int row0 = (int)(blockIdx.x / S) * BM;
+  const int b0 = (int)blockIdx.y * 64;
+  const int ta = (int)((long long)T * rank / S), te = (int)((long long)T * (rank + 1) / S);
+  const int ntact = min(8, (k - b0 + 7) >> 3);  // 8-column groups of X that hold a column < k
+
+  int base[4];
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    int r = row0 + rp + RP * p;
+    base[p] = r < m ? RO(rowptr + r) : 0;
+  }
+  {  // the block's tile offsets, once
+    const int nq = (te - ta + 1) * BM;
+    for (int q0 = 0; q0 < nq; q0 += 8 * THREADS) {
+      unsigned short tv[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        int q = q0 + u * THREADS + tid;
+        int tt = q / BM, r = row0 + (q - tt * BM);
+        tv[u] = (q < nq && r < m) ? RO(toff + (i64)(ta + tt) * m + r) : (unsigned short)0;
+      }
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        int q = q0 + u * THREADS + tid;
+        if (q < nq) Ts[q] = tv[u];
+      }
+    }
+  }
+  float acc[2][8][4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.f;
+
+  auto load_x = [&](int t) {  // X^T tile t -> stage t % FL_NST
+    const unsigned xs = smem_addr(Xs + (t % FL_NST) * X_HALVES);
+#pragma unroll
+    for (int s = 0; s < 512 / THREADS; ++s) {
+      int q = tid + s * THREADS;
+      int r = q >> 3, c8 = q & 7;
+      int gc = t * 64 + c8 * 8, b = b0 + r;
+      bool ok = b < k && gc < n;
+      cp_async16(xs + (unsigned)(r * FL_LD + c8 * 8) * 2u, ok ? (const void*)(xt + (i64)b * n + gc) : (const void*)xt,
+                 ok ? 16u : 0u);
+    }
+  };
+  const uint4* col4 = reinterpret_cast<const uint4*>(col);
+  const uint4* val4 = reinterpret_cast<const uint4*>(val);
+  uint4 pc[4], pv[4];
+  auto load_e = [&](int t) {  // the first chunk of each of the thread's rows' runs in tile t
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      int rl = rp + RP * p;
+      int es = base[p] + (int)Ts[(t - ta) * BM + rl], ee = base[p] + (int)Ts[(t - ta + 1) * BM + rl];
+      int q = (es >> 3) + h;
+      if (row0 + rl < m && q * 8 < ee) {
+        pc[p] = ldp_v4(col4 + q);
+        pv[p] = ldp_v4(val4 + q);
+      } else {
+        pc[p] = pv[p] = make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+  };
+  auto put8 = [&](val_t* wr, uint4 cc, uint4 vv, int q, int es, int ee, unsigned c0) {
+    unsigned cw[4] = {cc.x, cc.y, cc.z, cc.w}, vw[4] = {vv.x, vv.y, vv.z, vv.w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      int e = q * 8 + i;
+      unsigned lc = ((i & 1) ? (cw[i >> 1] >> 16) : (cw[i >> 1] & 0xffffu)) - c0;
+      if (e >= es && e < ee && lc < 64u) wr[lc] = (val_t)((i & 1) ? (vw[i >> 1] >> 16) : (vw[i >> 1] & 0xffffu));
+    }
+  };
+  auto scatter = [&](int t) {  // A tile t -> buffer t & 1: each row zeroed, then filled, by its 4 lanes
+    val_t* as = As + (t & 1) * A_HALVES;
+    const unsigned c0 = (unsigned)(t * 64);
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      uint4* w = reinterpret_cast<uint4*>(as + (rp + RP * p) * FL_LD + h * 16);
+      w[0] = make_uint4(0u, 0u, 0u, 0u);
+      w[1] = make_uint4(0u, 0u, 0u, 0u);
+    }
+    __syncwarp();
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      int rl = rp + RP * p;
+      if (row0 + rl >= m) continue;
+      int es = base[p] + (int)Ts[(t - ta) * BM + rl], ee = base[p] + (int)Ts[(t - ta + 1) * BM + rl];
+      int q = (es >> 3) + h;
+      if (q * 8 >= ee) continue;
+      val_t* wr = as + rl * FL_LD;
+      put8(wr, pc[p], pv[p], q, es, ee, c0);
+      for (q += 4; q * 8 < ee; q += 4) put8(wr, RO(col4 + q), RO(val4 + q), q, es, ee, c0);  // runs over 25 entries
+    }
+  };
+  auto multiply = [&](int t) {
+    const unsigned as = smem_addr(As + (t & 1) * A_HALVES);
+    const unsigned xs = smem_addr(Xs + (t % FL_NST) * X_HALVES);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      unsigned a[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+        ldsm_x4(a[mt], as + (unsigned)((warp * 32 + mt * 16 + (lane & 15)) * FL_LD + kk * 16 + (lane >> 4) * 8) * 2u);
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        if (2 * np < ntact) {
+          unsigned b[4];
+          ldsm_x4(b, xs + (unsigned)((np * 16 + ((lane >> 4) << 3) + (lane & 7)) * FL_LD + kk * 16 + ((lane >> 3) & 1) * 8) * 2u);
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+            mma16816_free(acc[mt][2 * np], a[mt], b[0], b[1]);
+            mma16816_free(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+          }
+        }
+      }
+    }
+  };
+
+  if (ta < te) load_x(ta);
+  cp_async_commit();
+  if (ta + 1 < te) load_x(ta + 1);
+  cp_async_commit();
+  __syncthreads();  // the tile offsets
+  if (ta < te) {
+    load_e(ta);
+    scatter(ta);
+    if (ta + 1 < te) load_e(ta + 1);
+  }
+  for (int t = ta; t < te; ++t) {
+    cp_async_wait<1>();  // this thread's copies of X^T tile t
+    __syncthreads();     // tile t's X^T and A visible; every warp done with tile t - 1's buffers
+    if (t + 2 < te) load_x(t + 2);  // into stage (t - 1) % FL_NST
+    cp_async_commit();
+    multiply(t);
+    if (t + 1 < te) {
+      scatter(t + 1);  // into buffer (t - 1) & 1
+      if (t + 2 < te) load_e(t + 2);
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the tiles' memory becomes the partial sums
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      int r = warp * 32 + mt * 16 + g, bc = nt * 8 + 2 * t4;
+      P[bc * PLD + r] = acc[mt][nt][0];
+      P[(bc + 1) * PLD + r] = acc[mt][nt][1];
+      P[bc * PLD + r + 8] = acc[mt][nt][2];
+      P[(bc + 1) * PLD + r + 8] = acc[mt][nt][3];
+    }
+#if __CUDA_ARCH__ >= 900
+  if (S > 1) cluster_sync_all();
+  else __syncthreads();
+#else
+  __syncthreads();
+#endif
+  // this block's share of the output tile: X columns [bb0, bb1) of the 64, all BM rows
+  const int bb0 = 64 * rank / S, bb1 = 64 * (rank + 1) / S;
+  const unsigned pbase = smem_addr(P);
+  constexpr int RQ = BM / 4;
+  for (int q = bb0 * RQ + tid; q < bb1 * RQ; q += THREADS) {
+    int bb = q / RQ, c4 = (q % RQ) * 4;
+    float4 s = *reinterpret_cast<const float4*>(P + bb * PLD + c4);
+#if __CUDA_ARCH__ >= 900
+    if (S > 1) {
+      s = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+      for (int j = 0; j < S; ++j) {
+        float4 o = ld_cluster(pbase + (unsigned)((bb * PLD + c4) * 4), (unsigned)j);
+        s.x += o.x;
+        s.y += o.y;
+        s.z += o.z;
+        s.w += o.w;
+      }
+    }
+#endif
+    int b = b0 + bb, r = row0 + c4;
+    if (b < k) {
+      float sv[4] = {s.x, s.y, s.z, s.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (r + i < m) yt[(i64)b * m + r + i] = st(sv[i] + (bias ? ld(RO(bias + r + i)) : 0.f));
+    }
+  }
+  (void)pbase;
+#if __CUDA_ARCH__ >= 900
+  if (S > 1) cluster_sync_all();  // no block leaves while another still reads its shared memory
+#endif
+}
+
+#define SPMM_FL_BM(SP, ATTR, BMV)                                                                                    \
+  extern "C" __global__ void ATTR __launch_bounds__(BMV, 256 / BMV) spmm_fl##BMV##_s##SP(                           \
+      i64 m, i64 n, i64 k, i64 T, const int* rowptr, const unsigned short* toff, const unsigned short* col,         \
+      const val_t* val, const val_t* xt, const val_t* bias, val_t* yt, i64 flags) {                                 \
+    spmm_fl_body<SP, BMV>((int)m, (int)n, (int)k, (int)T, rowptr, toff, col, val, xt, bias, yt);                    \
+  }
+// spmm_fl128_s<S>: 128 rows per block (4 warps), spmm_fl64_s<S>: 64 rows (2 warps)
+#define SPMM_FL(SP, ATTR) \
+  SPMM_FL_BM(SP, ATTR, 128) \
+  SPMM_FL_BM(SP, ATTR, 64)
+
+SPMM_FL(1, )
+#if __CUDA_ARCH__ >= 900
+SPMM_FL(2, __cluster_dims__(2, 1, 1))
+SPMM_FL(3, __cluster_dims__(3, 1, 1))
+SPMM_FL(4, __cluster_dims__(4, 1, 1))
+SPMM_FL(8, __cluster_dims__(8, 1, 1))
+#endif
+
 // ---- csr16 with X in shared memory (csr16_xs<R>): one right-hand side, half types, bias fused ----
 // csr16_warp's loads (aligned 8-entry chunks of uint16 columns and values, two per lane per step),
 // but X (n halves, n * 2 bytes of dynamic shared memory) is first copied into shared memory by the

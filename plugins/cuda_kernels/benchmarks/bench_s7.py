@@ -1,0 +1,155 @@
+"""Session 7: the pipelined CSR tensor-core SpMM (spmm_fl<BM>_s<S>, kernels/mma.cu) against the
+earlier spmm_mma_s<S> and dense cuBLAS (F.linear) on pruned LLM layers, side by side in one run.
+
+    python plugins/cuda_kernels/benchmarks/bench_s7.py --out DIR [--ks 64,8] [--dtypes float16,bfloat16]
+
+W (out x in) pruned by magnitude to 90 % (benchmarks/bench_llm.py's rule, CSR int32), X^T of k
+columns as a linear layer holds it (``(k, in)`` contiguous), bias fused: per-call time of 20 calls
+captured in one CUDA graph, median of the replays' CUDA-event times (bench_llm_gpu.py's graph20).
+For each spmm_fl configuration the driver's count of blocks resident at once is recorded (the
+plan's cluster-size rule uses it). Errors are against a float32 product of the same operands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[2] / "benchmarks"))
+sys.path.insert(0, str(HERE))
+
+from sparsetorch_cuda import _mma  # noqa: E402
+from sparsetorch_cuda.plan import CudaSpmmPlan  # noqa: E402
+
+from bench_llm import RULES  # noqa: E402
+from bench_s5 import copy_bw, graph_time  # noqa: E402
+
+
+def kernel_regs(names: list[str], dtype: torch.dtype) -> dict:
+    from cuda.bindings import driver as cu  # noqa: PLC0415
+
+    from sparsetorch_cuda.launch import kernel  # noqa: PLC0415
+
+    out = {}
+    for name in names:
+        try:
+            k = kernel("mma", name, dtype, torch.int32, 0, 12 if name.startswith("spmm") else 8)
+            h, d = cu.CUkernel(int(k._fn)), cu.CUdevice(0)
+            _, regs = cu.cuKernelGetAttribute(cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NUM_REGS, h, d)
+            _, local = cu.cuKernelGetAttribute(cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, h, d)
+            out[name] = {"registers": int(regs), "local_bytes": int(local)}
+        except Exception as exc:  # noqa: BLE001 - recorded
+            out[name] = {"error": f"{type(exc).__name__}: {str(exc)[:100]}"}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--shapes", default="4096x4096,4096x11008")
+    ap.add_argument("--ks", default="64")
+    ap.add_argument("--dtypes", default="float16,bfloat16")
+    ap.add_argument("--fl", default="128:auto,128:2,128:3,128:4,128:8,64:auto,64:4,64:8",
+                    help="spmm_fl configurations rows:S to time")
+    ap.add_argument("--tile", default="auto", help="spmm_mma cluster sizes to time (the earlier kernel)")
+    ap.add_argument("--commit", default="")
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    bw = copy_bw()
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
+    rows_out = []
+    for shape in args.shapes.split(","):
+        n_in, n_out = (int(v) for v in shape.split("x"))
+        torch.manual_seed(0)
+        base = torch.nn.Linear(n_in, n_out)
+        for dname in args.dtypes.split(","):
+            dtype = getattr(torch, dname)
+            dense = torch.nn.Linear(n_in, n_out).to(dev, dtype)
+            with torch.no_grad():
+                dense.weight.copy_(base.weight)
+                dense.bias.copy_(base.bias)
+            A = RULES["90 %"]()("layer", dense)
+            W = A.to_dense().to(dtype)
+            b = dense.bias.detach()
+            plan = CudaSpmmPlan(A)
+            plan.set_values(A.values)
+            for k in [int(v) for v in args.ks.split(",")]:
+                x = torch.randn(k, n_in, device=dev, dtype=dtype)
+                ref = x.float() @ W.float().T + b.float()
+                row = {"in": n_in, "out": n_out, "sparsity": "90 %", "dtype": dname, "k": k, "nnz": plan.nnz,
+                       "times_us": {}, "errors": {}, "split": {}, "resident_blocks": {}}
+                t = row["times_us"]
+
+                def rec(name, fn):
+                    plan._prepared = {}
+                    y = fn()
+                    yy = y if y.shape == ref.shape else y.mT
+                    row["errors"][name] = float((yy.float() - ref).abs().max() / ref.abs().max())
+                    tt = graph_time(fn, 15)
+                    t[name] = tt * 1e6 if isinstance(tt, float) else tt
+
+                rec("dense", lambda: torch.nn.functional.linear(x, W, b))
+                call = lambda: plan.apply(x.mT, bias=b)  # noqa: E731
+                if k == 1:
+                    rec("csr16_xs1", call)
+                else:
+                    plan.mma_kernel = "tile"
+                    for s in args.tile.split(","):
+                        plan.mma_split_override = None if s == "auto" else int(s)
+                        rec(f"tile_S{s}", call)
+                        row["split"][f"tile_S{s}"] = plan.mma_split(k)
+                    plan.mma_kernel = "fl"
+                    for cfg in args.fl.split(","):
+                        r_, s = cfg.split(":")
+                        plan.mma_rows = int(r_)
+                        plan.mma_split_override = None if s == "auto" else int(s)
+                        name = f"fl{r_}_S{s}"
+                        try:
+                            rec(name, call)
+                            ss = plan.fl_split(k)
+                            row["split"][name] = ss
+                            lay = plan._mma_layout()
+                            smem = _mma.fl_smem_bytes(int(r_), -(-lay["T"] // ss))
+                            row["resident_blocks"][name] = _mma._fl_capacity(f"spmm_fl{r_}_s{ss}", dtype, 0, ss, int(r_), smem)
+                        except Exception as exc:  # noqa: BLE001 - recorded
+                            t[name] = f"error: {type(exc).__name__}: {str(exc)[:160]}"
+                    plan.mma_rows, plan.mma_split_override = 128, None
+                ours = {kk: v for kk, v in t.items() if kk != "dense" and isinstance(v, float)}
+                if ours:
+                    best = min(ours, key=ours.get)
+                    row["best"] = best
+                    row["speedup_vs_dense"] = t["dense"] / ours[best]
+                    row["speedups_vs_dense"] = {kk: round(t["dense"] / v, 3) for kk, v in ours.items()}
+                rows_out.append(row)
+                print(f"{n_in}x{n_out} {dname:8s} k={k:<3d} " + " ".join(
+                    f"{kk}={v:.2f}" if isinstance(v, float) else f"{kk}={v}" for kk, v in t.items())
+                    + f" | best {row.get('best')} x{row.get('speedup_vs_dense', float('nan')):.2f} "
+                    f"err={max(row['errors'].values()):.1e} splits={row['split']} resident={row['resident_blocks']}", flush=True)
+            plan = A = W = dense = None  # noqa: F841
+            torch.cuda.empty_cache()
+    names = [f"spmm_fl{r}_s{s}" for r in (128, 64) for s in (1, 2, 3, 4, 8)] + ["spmm_mma_s8"]
+    doc = {"benchmark": "cuda plugin session 7: pipelined CSR tensor-core SpMM (spmm_fl) against spmm_mma and dense "
+                        "cuBLAS on 90 % pruned LLM layers (kernel time, CUDA graph of 20 calls)",
+           "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+           "command": "python plugins/cuda_kernels/benchmarks/bench_s7.py " + " ".join(sys.argv[1:]),
+           "commit": args.commit,
+           "machine": {"platform": platform.platform(), "gpu": torch.cuda.get_device_name(0)},
+           "versions": {"torch": torch.__version__},
+           "copy_bandwidth_bytes_per_s": bw,
+           "kernels_float16": kernel_regs(names, torch.float16),
+           "rows": rows_out}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "cuda_kernels_h200_s7.json").write_text(json.dumps(doc, indent=1))
+    print(f"wrote {out / 'cuda_kernels_h200_s7.json'}")
+
+
+if __name__ == "__main__":
+    main()
