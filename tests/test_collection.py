@@ -78,6 +78,7 @@ def _family_members() -> list[fam.Generated]:
         fam.poisson(8, dim=3, seed=1),
         fam.singular(200, kind="zero_row", seed=1),
         fam.singular(200, kind="structural", seed=1),
+        fam.expander(400, degree=12, seed=1),
         fam.singular(200, kind="duplicate_row", seed=1),
     ]
 

@@ -24,6 +24,8 @@ generator                              matrix
                                        Laplacian eigenvalues (known in closed form)
 :func:`graph_laplacian`                weighted Laplacian of a random geometric or power-law
                                        (preferential attachment) graph plus a small shift
+:func:`expander`                       signed adjacency of a random graph (Gset-like): no small
+                                       separators, a dense-like LU
 :func:`badly_scaled`                   ``D1 A D2`` for a well-conditioned ``A`` and random
                                        diagonal ``D`` spread log-uniformly over 1e-8..1e8
 :func:`near_singular`                  smallest singular value ``sigma_min`` (1e-10 by default,
@@ -55,7 +57,7 @@ import scipy.sparse as sp
 
 __all__ = [
     "Generated", "convection_diffusion", "random_conditioned", "helmholtz", "graph_laplacian", "badly_scaled",
-    "near_singular", "complex_symmetric", "complex_hermitian", "poisson", "singular", "collection", "FAMILIES",
+    "near_singular", "complex_symmetric", "complex_hermitian", "poisson", "singular", "expander", "collection", "FAMILIES",
 ]
 
 
@@ -291,6 +293,34 @@ def graph_laplacian(n: int = 1000, *, graph: str = "geometric", shift: float = 1
                      f"degree, n={n}", A, "graph_laplacian", {"n": n, "graph": graph, "shift": shift, "seed": seed})
 
 
+def expander(n: int = 1000, *, degree: int = 12, seed: int = 0) -> Generated:
+    """A random ``degree``-regular-like graph's signed adjacency matrix: symmetric, zero
+    diagonal (indefinite), edge weights +-1 at random, the kind of Gset's G51 (a random graph
+    in a max-cut benchmark). Its graph has no small separators: a minimum-degree LU stores
+    about half of ``n^2`` entries (0.65 n^2 for G51), whatever the few entries per row, and a
+    mesh-fitted fill model misjudges it by an order of magnitude. Built as the union of
+    ``degree / 2`` random perfect matchings and their transposes (loops and repeated edges
+    dropped), so the degrees sit at or just below ``degree``."""
+    rng = _rng(seed)
+    rows, cols = [], []
+    for _ in range(max(1, degree // 2)):
+        p = rng.permutation(n)
+        rows.append(np.arange(n))
+        cols.append(p)
+    i, j = np.concatenate(rows), np.concatenate(cols)
+    keep = i != j
+    i, j = i[keep], j[keep]
+    lo, hi = np.minimum(i, j), np.maximum(i, j)
+    key = np.unique(lo.astype(np.int64) * n + hi)
+    lo, hi = key // n, key % n
+    w = rng.choice(np.array([-1.0, 1.0]), size=lo.size)
+    A = sp.csr_matrix((np.concatenate([w, w]), (np.concatenate([lo, hi]), np.concatenate([hi, lo]))), shape=(n, n))
+    return Generated(f"expander_d{degree}_n{n}",
+                     f"signed adjacency of a random graph ({lo.size} edges, degree <= {degree}): symmetric indefinite, "
+                     f"zero diagonal, no small separators, n={n}", _canonical(A), "expander",
+                     {"n": n, "degree": degree, "seed": seed})
+
+
 def badly_scaled(m: int = 25, *, decades: float = 8.0, columns: bool = True, seed: int = 0) -> Generated:
     """``D1 A D2``: ``A`` a well-conditioned non-symmetric matrix (mild convection-diffusion on
     an ``m x m`` grid, condition ~ a few hundred), ``D1`` (and ``D2`` when ``columns``) random
@@ -439,6 +469,7 @@ FAMILIES: dict[str, Callable[..., Generated]] = {
     "complex_hermitian": complex_hermitian,
     "poisson": poisson,
     "singular": singular,
+    "expander": expander,
 }
 
 
@@ -475,4 +506,5 @@ def collection(scale: float = 1.0, seed: int = 0) -> list[Generated]:
     out.append(poisson(side(12, 3), dim=3, seed=seed))
     for kind in ("zero_row", "structural", "duplicate_row"):
         out.append(singular(size(300), kind=kind, seed=seed))
+    out.append(expander(size(1000), degree=12, seed=seed))
     return out
