@@ -50,18 +50,49 @@ def kernel_regs(names: list[str], dtype: torch.dtype) -> dict:
     return out
 
 
+def profile(configs: str) -> None:
+    """One call of each configuration on the 4096 x 4096 90 % float16 layer, k = 64, between
+    cudaProfilerStart / Stop (warmed up first: compilation and layouts stay outside)."""
+    torch.manual_seed(0)
+    dense = torch.nn.Linear(4096, 4096).to("cuda", torch.float16)
+    A = RULES["90 %"]()("layer", dense)
+    plan = CudaSpmmPlan(A)
+    plan.set_values(A.values)
+    x = torch.randn(64, 4096, device="cuda", dtype=torch.float16)
+    cfgs = [c.split(":") for c in configs.split(",")]
+    for phase in ("warm", "profile"):
+        if phase == "profile":
+            torch.cuda.synchronize()
+            torch.cuda.cudart().cudaProfilerStart()
+        for kn, r_, s in cfgs:
+            plan.mma_kernel, plan.mma_rows = kn, int(r_)
+            plan.mma_split_override = None if s == "auto" else int(s)
+            plan._prepared = {}
+            plan.apply(x.mT, bias=dense.bias.detach())
+        torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--shapes", default="4096x4096,4096x11008")
     ap.add_argument("--ks", default="64")
     ap.add_argument("--dtypes", default="float16,bfloat16")
-    ap.add_argument("--fl", default="128:auto,128:2,128:3,128:4,128:8,64:auto,64:4,64:8",
-                    help="spmm_fl configurations rows:S to time")
+    ap.add_argument("--fl", default="fl:128:auto,fl:128:8,fl2:128:auto,fl2:128:2,fl2:128:3,fl2:128:4,fl2:128:8,"
+                                    "fl2:64:auto,fl2:64:4,fl2:64:8,fl:64:auto",
+                    help="spmm_fl configurations kernel:rows:S to time (kernel: plan.mma_kernel, fl or fl2)")
+    ap.add_argument("--ablate", default="fl:128:8,fl2:128:auto",
+                    help="configurations timed with parts switched off (plan.mma_flags), 4096x4096 float16 k=64 only")
+    ap.add_argument("--profile", action="store_true", help="one call per --ablate configuration inside "
+                    "cudaProfilerStart / Stop (for ncu --profile-from-start off), then exit")
     ap.add_argument("--tile", default="auto", help="spmm_mma cluster sizes to time (the earlier kernel)")
     ap.add_argument("--commit", default="")
     args = ap.parse_args()
     dev = torch.device("cuda")
+    if args.profile:
+        profile(args.ablate)
+        return
     bw = copy_bw()
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
     rows_out = []
@@ -105,22 +136,37 @@ def main() -> None:
                         plan.mma_split_override = None if s == "auto" else int(s)
                         rec(f"tile_S{s}", call)
                         row["split"][f"tile_S{s}"] = plan.mma_split(k)
-                    plan.mma_kernel = "fl"
                     for cfg in args.fl.split(","):
-                        r_, s = cfg.split(":")
+                        kn, r_, s = cfg.split(":")
+                        plan.mma_kernel = kn
                         plan.mma_rows = int(r_)
                         plan.mma_split_override = None if s == "auto" else int(s)
-                        name = f"fl{r_}_S{s}"
+                        name = f"{kn}_{r_}_S{s}"
                         try:
                             rec(name, call)
                             ss = plan.fl_split(k)
                             row["split"][name] = ss
                             lay = plan._mma_layout()
                             smem = _mma.fl_smem_bytes(int(r_), -(-lay["T"] // ss))
-                            row["resident_blocks"][name] = _mma._fl_capacity(f"spmm_fl{r_}_s{ss}", dtype, 0, ss, int(r_), smem)
+                            kname, threads = plan._fl_kernel(ss)
+                            row["resident_blocks"][name] = _mma._fl_capacity(kname, dtype, 0, ss, threads, smem)
                         except Exception as exc:  # noqa: BLE001 - recorded
                             t[name] = f"error: {type(exc).__name__}: {str(exc)[:160]}"
-                    plan.mma_rows, plan.mma_split_override = 128, None
+                    if args.ablate and (n_in, n_out, dname, k) == (4096, 4096, "float16", 64):
+                        row["ablation_us"] = {}
+                        for cfg in args.ablate.split(","):
+                            kn, r_, s = cfg.split(":")
+                            plan.mma_kernel, plan.mma_rows = kn, int(r_)
+                            plan.mma_split_override = None if s == "auto" else int(s)
+                            for fl in (0, 1, 2, 4, 8, 2 | 4, 1 | 8, 1 | 2 | 4 | 8):
+                                plan.mma_flags = fl
+                                plan._prepared = {}
+                                tt = graph_time(call, 15)
+                                row["ablation_us"][f"{cfg} flags={fl}"] = tt * 1e6 if isinstance(tt, float) else tt
+                            plan.mma_flags = 0
+                        print("ablation (flags: 1 no products, 2 no A tiles, 4 no entry loads, 8 no X^T copies): "
+                              + " ".join(f"{kk}={v:.2f}" for kk, v in row["ablation_us"].items()), flush=True)
+                    plan.mma_kernel, plan.mma_rows, plan.mma_split_override = _mma.MMA_KERNEL_DEFAULT, 128, None
                 ours = {kk: v for kk, v in t.items() if kk != "dense" and isinstance(v, float)}
                 if ours:
                     best = min(ours, key=ours.get)
@@ -134,7 +180,7 @@ def main() -> None:
                     f"err={max(row['errors'].values()):.1e} splits={row['split']} resident={row['resident_blocks']}", flush=True)
             plan = A = W = dense = None  # noqa: F841
             torch.cuda.empty_cache()
-    names = [f"spmm_fl{r}_s{s}" for r in (128, 64) for s in (1, 2, 3, 4, 8)] + ["spmm_mma_s8"]
+    names = [f"spmm_fl{r}{w}_s{s}" for r in (128, 64) for w in ("", "w2") for s in (1, 2, 3, 4, 8)] + ["spmm_mma_s8"]
     doc = {"benchmark": "cuda plugin session 7: pipelined CSR tensor-core SpMM (spmm_fl) against spmm_mma and dense "
                         "cuBLAS on 90 % pruned LLM layers (kernel time, CUDA graph of 20 calls)",
            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),

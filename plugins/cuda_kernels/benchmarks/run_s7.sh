@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call (session 7): install, compile the kernel modules in parallel (NVRTC, into the
-# disk cache), bench_s7.py (BENCH_ARGS), the GPU tests (TESTS), optionally
-# benchmarks/bench_llm_gpu.py (LLM=1, LLM_ARGS). Results under $OUT.
+# disk cache), bench_s7.py (BENCH_ARGS), optionally ncu (NCU=1, NCU_ARGS) and
+# benchmarks/bench_llm_gpu.py (LLM=1, LLM_ARGS), the GPU tests (TESTS). Results under $OUT.
 set -o pipefail
 export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1
 python3 -m pip install -q --no-deps --no-build-isolation -e . -e plugins/cuda_kernels 2>&1 | tail -2
@@ -21,6 +21,16 @@ PY
 if [ "${BENCH:-1}" = 1 ]; then
   timeout ${BENCH_TIMEOUT:-200} python3 plugins/cuda_kernels/benchmarks/bench_s7.py --out $OUT ${BENCH_ARGS:-} \
     2>&1 | tee $OUT/bench_s7_log.txt | cut -c1-400
+fi
+if [ "${NCU:-0}" = 1 ]; then
+  if command -v ncu >/dev/null; then
+    timeout ${NCU_TIMEOUT:-120} ncu --profile-from-start off --section SpeedOfLight --section WarpStateStats \
+      --section SchedulerStats --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
+      python3 plugins/cuda_kernels/benchmarks/bench_s7.py --out $OUT --profile ${NCU_ARGS:-} > $OUT/ncu_s7.txt 2>&1
+    tail -c 200 $OUT/ncu_s7.txt
+  else
+    echo "no ncu on this machine"
+  fi
 fi
 if [ "${LLM:-0}" = 1 ]; then
   timeout ${LLM_TIMEOUT:-200} python3 benchmarks/bench_llm_gpu.py --out $OUT/llm_h200_s7.json ${LLM_ARGS:-} 2>&1 \

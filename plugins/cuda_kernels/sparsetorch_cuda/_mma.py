@@ -23,9 +23,11 @@ from .layout import (CSR16_MIN_MEAN, INT_LIMIT, MMA_MAX_TILES, MMA_MIN_K, _GRID_
 CSR16_KERNEL_DEFAULT = "xs1"
 #: X of at most this many bytes goes to shared memory in csr16_xs (no opt-in needed)
 CSR16_XS_BYTES = 48 * 1024
-#: the tensor-core kernel of CSR patterns (``plan.mma_kernel``): "fl" (spmm_fl<BM>_s<S>) or "tile"
+#: the tensor-core kernel of CSR patterns (``plan.mma_kernel``): "fl" (spmm_fl<BM>_s<S>: a warp per
+#: 32 rows x 64 columns of X), "fl2" (spmm_fl<BM>w2_s<S>: twice the warps, 32 x 32 each) or "tile"
 #: (spmm_mma_s<S>, the earlier kernel; N:M 2:4 always runs it)
 MMA_KERNEL_DEFAULT = "fl"
+FL_KERNELS = {"fl": 1, "fl2": 2}
 #: cluster sizes spmm_fl is compiled for (1 without clusters, below sm_90)
 FL_SPLITS = (1, 2, 3, 4, 8)
 #: shared memory spmm_fl may take per block (the H200 allows 227 KB with the opt-in)
@@ -39,7 +41,7 @@ def fl_smem_bytes(rows: int, tiles: int) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def _fl_capacity(name: str, dtype: torch.dtype, dev: int, split: int, rows: int, smem: int) -> int:
+def _fl_capacity(name: str, dtype: torch.dtype, dev: int, split: int, threads: int, smem: int) -> int:
     """Blocks of spmm_fl that are resident on the whole GPU at once (clusters that fit x S), by the
     driver's occupancy calculator; 2 blocks per SM where it cannot say."""
     from .launch import _driver  # noqa: PLC0415
@@ -50,11 +52,11 @@ def _fl_capacity(name: str, dtype: torch.dtype, dev: int, split: int, rows: int,
     sms = _sm_count(dev)
     try:
         if split == 1:
-            err, per_sm = cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(cu.CUfunction(int(kern._fn)), rows, smem)
+            err, per_sm = cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(cu.CUfunction(int(kern._fn)), threads, smem)
             return int(per_sm) * sms if int(err) == 0 and int(per_sm) > 0 else 2 * sms
         cfg = cu.CUlaunchConfig()
         cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = split * sms, 1, 1
-        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = rows, 1, 1
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = threads, 1, 1
         cfg.sharedMemBytes = smem
         cfg.numAttrs = 0
         err, clusters = cu.cuOccupancyMaxActiveClusters(cu.CUfunction(int(kern._fn)), cfg)
@@ -153,7 +155,7 @@ class MmaMixin:
 
     def _fl_ok(self) -> bool:
         """Whether the CSR product runs spmm_fl (see the module docstring)."""
-        if getattr(self, "mma_kernel", MMA_KERNEL_DEFAULT) != "fl" or self.mma_flags:
+        if getattr(self, "mma_kernel", MMA_KERNEL_DEFAULT) not in FL_KERNELS:
             return False
         lay = self._mma_layout()
         v = self._values
@@ -176,11 +178,17 @@ class MmaMixin:
         blocks = -(-m // rows) * -(-k // 64)
         best, best_cost = fits[-1], None
         for s in fits:
-            cap = _fl_capacity(f"spmm_fl{rows}_s{s}", self.dtype, self.dev_index, s, rows, fl_smem_bytes(rows, -(-lay["T"] // s)))
+            name, threads = self._fl_kernel(s)
+            cap = _fl_capacity(name, self.dtype, self.dev_index, s, threads, fl_smem_bytes(rows, -(-lay["T"] // s)))
             cost = -(-blocks * s // max(cap, 1)) * -(-lay["T"] // s)
             if best_cost is None or cost < best_cost:
                 best, best_cost = s, cost
         return best
+
+    def _fl_kernel(self, s: int) -> tuple[str, int]:
+        """spmm_fl's kernel name for cluster size ``s`` and its threads per block."""
+        wn = FL_KERNELS[getattr(self, "mma_kernel", MMA_KERNEL_DEFAULT)]
+        return f"spmm_fl{self.mma_rows}{'w2' if wn == 2 else ''}_s{s}", self.mma_rows * wn
 
     def mma_split(self, k: int) -> int:
         """Cluster size S of the tensor-core kernel (the column tiles split over S blocks whose
@@ -237,13 +245,13 @@ class MmaMixin:
         rows = self.mma_rows
         if self._fl_ok():
             s = self.fl_split(k)
-            name = f"spmm_fl{rows}_s{s}"
+            name, threads = self._fl_kernel(s)
             kern = kernel("mma", name, self.dtype, torch.int32, self.dev_index, 12)
             smem = fl_smem_bytes(rows, -(-lay["T"] // s))
             _allow_smem(kern, self.dev_index, smem)
             args = (m, n, k, lay["T"], lay["rowptr"].data_ptr(), lay["toff"].data_ptr(), lay["col"].data_ptr(), v.data_ptr(),
-                    Xt.data_ptr(), bp, Yt.data_ptr(), 0)
-            kern((-(-m // rows) * s, -(-k // 64)), rows, args, shared=smem, device=self.dev_index)
+                    Xt.data_ptr(), bp, Yt.data_ptr(), self.mma_flags)
+            kern((-(-m // rows) * s, -(-k // 64)), threads, args, shared=smem, device=self.dev_index)
             return
         s = self.mma_split(k)
         grid = (-(-m // rows) * s, -(-k // 64))

@@ -376,8 +376,8 @@ SPMM_MMA(8, __cluster_dims__(8, 1, 1))
 // Same product and layout inputs as spmm_mma_s<S> (rowptr, the per (tile, row) uint16 offsets toff,
 // the uint16 columns, the values where they lie), another schedule:
 // - roles: the A tile is the MMA's A operand (rows of A = M) and the X^T tile its B operand (the
-//   batch = N), both loaded by ldmatrix.x4; BM / 32 warps, each 32 rows of A x the 64 columns of X
-//   (2 x 8 m16n8k16 per 16-wide step), so the A tile is read from shared memory once;
+//   batch = N), both loaded by ldmatrix.x4; BM / 32 x WN warps, each 32 rows of A x 64 / WN
+//   columns of X (2 x 8 / WN m16n8k16 per 16-wide step);
 // - X^T tiles by cp.async (16 bytes, zero-filled outside X) in three stages, two tiles ahead;
 // - a row's entries of a tile, read by 4 lanes as aligned 16-byte chunks of columns and values
 //   (8 entries each; a run of up to 25 entries in one step, longer runs loop), loaded into
@@ -386,7 +386,9 @@ SPMM_MMA(8, __cluster_dims__(8, 1, 1))
 // - dynamic shared memory (the A tiles, the X stages, the block's tile offsets); the float32
 //   partial sums meet over the cluster of S blocks (S column ranges) as in spmm_mma_s<S>.
 // The host launches it for n % 8 == 0, 16-byte aligned values, X^T and uint16 columns (padded by
-// 8 entries), grid (m / BM * S, k / 64), BM / 32 * 32 threads, fl_smem_bytes() of shared memory.
+// 8 entries), grid (m / BM * S, k / 64), BM x WN threads, fl_smem_bytes() of shared memory. flags
+// (benchmarking only, wrong results): 1 skips the products, 2 the A tiles, 4 the entry loads, 8 the
+// X^T copies.
 #define FL_LD 72  // shared row stride (halves) of the A and X^T tiles: conflict-free ldmatrix
 #define FL_NST 3  // X^T stages
 
@@ -417,14 +419,16 @@ __device__ __forceinline__ void mma16816_free(float* d, const unsigned* a, unsig
 #endif
 }
 
-template <int S, int BM>
+template <int S, int BM, int WN>
 __device__ __forceinline__ void spmm_fl_body(int m, int n, int k, int T, const int* __restrict__ rowptr,
                                              const unsigned short* __restrict__ toff,
                                              const unsigned short* __restrict__ col, const val_t* __restrict__ val,
                                              const val_t* __restrict__ xt, const val_t* __restrict__ bias,
-                                             val_t* __restrict__ yt) {
-  constexpr int THREADS = BM;            // BM / 32 warps
-  constexpr int RP = BM / 4;             // rows per pass of the entry loads (4 lanes per row)
+                                             val_t* __restrict__ yt, int flags) {
+  constexpr int THREADS = BM * WN;       // BM / 32 x WN warps: 32 rows of A x 64 / WN columns of X each
+  constexpr int NT = 8 / WN;             // 8-column groups of X per warp
+  constexpr int RP = THREADS / 4;        // rows per pass of the entry loads (4 lanes per row)
+  constexpr int PASSES = BM / RP;
   constexpr int A_HALVES = BM * FL_LD;   // one A tile
   constexpr int X_HALVES = 64 * FL_LD;   // one X^T tile
   constexpr int PLD = BM + 4;            // row stride (floats) of the partial sums: conflict-free stores
@@ -434,6 +438,7 @@ __device__ __forceinline__ void spmm_fl_body(int m, int n, int k, int T, const i
   unsigned short* Ts = reinterpret_cast<unsigned short*>(Xs + FL_NST * X_HALVES);  // [te - ta + 1][BM]
   float* P = reinterpret_cast<float*>(fl_smem);        // [64][PLD], after the loop
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp / WN, wn = warp % WN;
   const int g = lane >> 2, t4 = lane & 3;
   const int h = tid & 3, rp = tid >> 2;  // entry loads: lane h of the 4 that own rows rp + RP p
   int rank = 0;
@@ -445,9 +450,9 @@ __device__ __forceinline__ void spmm_fl_body(int m, int n, int k, int T, const i
   const int ta = (int)((long long)T * rank / S), te = (int)((long long)T * (rank + 1) / S);
   const int ntact = min(8, (k - b0 + 7) >> 3);  // 8-column groups of X that hold a column < k
 
-  int base[4];
+  int base[PASSES];
 #pragma unroll
-  for (int p = 0; p < 4; ++p) {
+  for (int p = 0; p < PASSES; ++p) {
     int r = row0 + rp + RP * p;
     base[p] = r < m ? RO(rowptr + r) : 0;
   }
@@ -468,15 +473,16 @@ __device__ __forceinline__ void spmm_fl_body(int m, int n, int k, int T, const i
       }
     }
   }
-  float acc[2][8][4];
+  float acc[2][NT][4];
 #pragma unroll
   for (int i = 0; i < 2; ++i)
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
+    for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.f;
 
   auto load_x = [&](int t) {  // X^T tile t -> stage t % FL_NST
+    if (flags & 8) return;
     const unsigned xs = smem_addr(Xs + (t % FL_NST) * X_HALVES);
 #pragma unroll
     for (int s = 0; s < 512 / THREADS; ++s) {
@@ -490,14 +496,14 @@ __device__ __forceinline__ void spmm_fl_body(int m, int n, int k, int T, const i
   };
   const uint4* col4 = reinterpret_cast<const uint4*>(col);
   const uint4* val4 = reinterpret_cast<const uint4*>(val);
-  uint4 pc[4], pv[4];
+  uint4 pc[PASSES], pv[PASSES];
   auto load_e = [&](int t) {  // the first chunk of each of the thread's rows' runs in tile t
 #pragma unroll
-    for (int p = 0; p < 4; ++p) {
+    for (int p = 0; p < PASSES; ++p) {
       int rl = rp + RP * p;
       int es = base[p] + (int)Ts[(t - ta) * BM + rl], ee = base[p] + (int)Ts[(t - ta + 1) * BM + rl];
       int q = (es >> 3) + h;
-      if (row0 + rl < m && q * 8 < ee) {
+      if (row0 + rl < m && q * 8 < ee && !(flags & 4)) {
         pc[p] = ldp_v4(col4 + q);
         pv[p] = ldp_v4(val4 + q);
       } else {
@@ -517,15 +523,16 @@ __device__ __forceinline__ void spmm_fl_body(int m, int n, int k, int T, const i
   auto scatter = [&](int t) {  // A tile t -> buffer t & 1: each row zeroed, then filled, by its 4 lanes
     val_t* as = As + (t & 1) * A_HALVES;
     const unsigned c0 = (unsigned)(t * 64);
+    if (flags & 2) return;
 #pragma unroll
-    for (int p = 0; p < 4; ++p) {
+    for (int p = 0; p < PASSES; ++p) {
       uint4* w = reinterpret_cast<uint4*>(as + (rp + RP * p) * FL_LD + h * 16);
       w[0] = make_uint4(0u, 0u, 0u, 0u);
       w[1] = make_uint4(0u, 0u, 0u, 0u);
     }
     __syncwarp();
 #pragma unroll
-    for (int p = 0; p < 4; ++p) {
+    for (int p = 0; p < PASSES; ++p) {
       int rl = rp + RP * p;
       if (row0 + rl >= m) continue;
       int es = base[p] + (int)Ts[(t - ta) * BM + rl], ee = base[p] + (int)Ts[(t - ta + 1) * BM + rl];
@@ -537,6 +544,7 @@ __device__ __forceinline__ void spmm_fl_body(int m, int n, int k, int T, const i
     }
   };
   auto multiply = [&](int t) {
+    if (flags & 1) return;
     const unsigned as = smem_addr(As + (t & 1) * A_HALVES);
     const unsigned xs = smem_addr(Xs + (t % FL_NST) * X_HALVES);
 #pragma unroll
@@ -544,12 +552,12 @@ __device__ __forceinline__ void spmm_fl_body(int m, int n, int k, int T, const i
       unsigned a[2][4];
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
-        ldsm_x4(a[mt], as + (unsigned)((warp * 32 + mt * 16 + (lane & 15)) * FL_LD + kk * 16 + (lane >> 4) * 8) * 2u);
+        ldsm_x4(a[mt], as + (unsigned)((wm * 32 + mt * 16 + (lane & 15)) * FL_LD + kk * 16 + (lane >> 4) * 8) * 2u);
 #pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        if (2 * np < ntact) {
+      for (int np = 0; np < NT / 2; ++np) {
+        if (wn * NT + 2 * np < ntact) {
           unsigned b[4];
-          ldsm_x4(b, xs + (unsigned)((np * 16 + ((lane >> 4) << 3) + (lane & 7)) * FL_LD + kk * 16 + ((lane >> 3) & 1) * 8) * 2u);
+          ldsm_x4(b, xs + (unsigned)((wn * NT * 8 + np * 16 + ((lane >> 4) << 3) + (lane & 7)) * FL_LD + kk * 16 + ((lane >> 3) & 1) * 8) * 2u);
 #pragma unroll
           for (int mt = 0; mt < 2; ++mt) {
             mma16816_free(acc[mt][2 * np], a[mt], b[0], b[1]);
@@ -586,8 +594,8 @@ __device__ __forceinline__ void spmm_fl_body(int m, int n, int k, int T, const i
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      int r = warp * 32 + mt * 16 + g, bc = nt * 8 + 2 * t4;
+    for (int nt = 0; nt < NT; ++nt) {
+      int r = wm * 32 + mt * 16 + g, bc = (wn * NT + nt) * 8 + 2 * t4;
       P[bc * PLD + r] = acc[mt][nt][0];
       P[(bc + 1) * PLD + r] = acc[mt][nt][1];
       P[bc * PLD + r + 8] = acc[mt][nt][2];
@@ -633,16 +641,19 @@ __device__ __forceinline__ void spmm_fl_body(int m, int n, int k, int T, const i
 #endif
 }
 
-#define SPMM_FL_BM(SP, ATTR, BMV)                                                                                    \
-  extern "C" __global__ void ATTR __launch_bounds__(BMV, 256 / BMV) spmm_fl##BMV##_s##SP(                           \
+#define SPMM_FL_BM(SP, ATTR, BMV, WNV, NAME, MINB)                                                                   \
+  extern "C" __global__ void ATTR __launch_bounds__(BMV * WNV, MINB) NAME(                                          \
       i64 m, i64 n, i64 k, i64 T, const int* rowptr, const unsigned short* toff, const unsigned short* col,         \
       const val_t* val, const val_t* xt, const val_t* bias, val_t* yt, i64 flags) {                                 \
-    spmm_fl_body<SP, BMV>((int)m, (int)n, (int)k, (int)T, rowptr, toff, col, val, xt, bias, yt);                    \
+    spmm_fl_body<SP, BMV, WNV>((int)m, (int)n, (int)k, (int)T, rowptr, toff, col, val, xt, bias, yt, (int)flags);   \
   }
-// spmm_fl128_s<S>: 128 rows per block (4 warps), spmm_fl64_s<S>: 64 rows (2 warps)
-#define SPMM_FL(SP, ATTR) \
-  SPMM_FL_BM(SP, ATTR, 128) \
-  SPMM_FL_BM(SP, ATTR, 64)
+// spmm_fl128_s<S> / spmm_fl64_s<S>: 128 / 64 rows per block, a warp per 32 rows x 64 columns of X;
+// spmm_fl128w2_s<S> / spmm_fl64w2_s<S>: twice the warps, each 32 rows x 32 columns of X
+#define SPMM_FL(SP, ATTR)                                    \
+  SPMM_FL_BM(SP, ATTR, 128, 1, spmm_fl128_s##SP, 2)          \
+  SPMM_FL_BM(SP, ATTR, 64, 1, spmm_fl64_s##SP, 4)            \
+  SPMM_FL_BM(SP, ATTR, 128, 2, spmm_fl128w2_s##SP, 2)        \
+  SPMM_FL_BM(SP, ATTR, 64, 2, spmm_fl64w2_s##SP, 4)
 
 SPMM_FL(1, )
 #if __CUDA_ARCH__ >= 900
