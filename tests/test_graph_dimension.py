@@ -123,3 +123,28 @@ def test_default_solve_of_an_expander_takes_a_dense_lu():
     assert res <= 1e-10
     assert np.linalg.norm(x.numpy() - ref) <= 1e-6 * np.linalg.norm(ref)
     assert info.backend == "torch" and info.method == "lu", info.attempts
+
+
+def test_storage_order_and_symmetry_hint_do_not_change_the_measure():
+    """Entries in any order (a shuffled COO) and the symmetric-pattern shortcut give the CSR
+    answer; a nonsymmetric pattern is searched as its symmetrization."""
+    M = fam.expander(700, degree=12, seed=5).matrix
+    csr = graph_dimension(_tensor(M))
+    C = sp.coo_matrix(M)
+    perm = np.random.default_rng(1).permutation(C.nnz)
+    coo = st.SparseTensor.from_package(sp.coo_matrix((C.data[perm], (C.row[perm], C.col[perm])), shape=C.shape))
+    assert graph_dimension(coo) == pytest.approx(csr)
+    hinted = _tensor(M)
+    assert graph_dimension(hinted, symmetric=True) == pytest.approx(csr)
+    upper = _tensor(sp.triu(M, 1).tocsr() + sp.eye(700) * 5)  # one triangle: the same graph undirected
+    assert graph_dimension(upper) == pytest.approx(csr, rel=0.05)
+
+
+def test_hub_rows_are_left_out():
+    """An arrow (dense first row and column) on a mesh: the hub would make the diameter 2 and
+    every mesh an expander; left out, the mesh is seen."""
+    P = sp.lil_matrix(fam.poisson(30).matrix)
+    P[0, :] = 1.0
+    P[:, 0] = 1.0
+    g = graph_dimension(_tensor(sp.csr_matrix(P)))
+    assert g is None or g < 2.6

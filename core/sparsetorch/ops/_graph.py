@@ -46,14 +46,16 @@ _SHARE_MAX_NNZ = 1 << 20
 _KEY = ("graph", "dimension")
 
 
-def graph_dimension(A: Any) -> float | None:
+def graph_dimension(A: Any, *, symmetric: bool = False) -> float | None:
     """The growth dimension of square ``A``'s symmetrized pattern (module docstring), or None
     where it is not measured or the graph looks like a mesh (its breadth-first search from a
-    low-degree node does not cover it within ``size^(1/3) + 1`` levels). Cached per pattern."""
+    low-degree node does not cover it within ``size^(1/3) + 1`` levels). ``symmetric``: A's
+    pattern is known symmetric (its detected properties), so the search need not symmetrize
+    it. Cached per pattern."""
     cache = A._cache
     if _KEY in cache:
         return cache[_KEY]  # type: ignore[no-any-return]
-    got = _measure_cached(A)
+    got = _measure_cached(A, symmetric)
     cache[_KEY] = got
     return got
 
@@ -68,7 +70,7 @@ def _eligible(A: Any) -> bool:
     return nse >= MIN_PER_ROW * n
 
 
-def _measure_cached(A: Any) -> float | None:
+def _measure_cached(A: Any, symmetric: bool) -> float | None:
     if not _eligible(A):
         return None
     key = A.pattern_fingerprint if (A.nse or 0) <= _SHARE_MAX_NNZ else None
@@ -77,7 +79,7 @@ def _measure_cached(A: Any) -> float | None:
         if hit is not None:
             return hit[0]  # type: ignore[no-any-return]
     try:
-        got = _measure(A)
+        got = _measure(A, symmetric)
     except ImportError:  # SciPy is optional for the core
         return None
     if key is not None:
@@ -85,7 +87,7 @@ def _measure_cached(A: Any) -> float | None:
     return got
 
 
-def _measure(A: Any) -> float | None:
+def _measure(A: Any, symmetric: bool = False) -> float | None:
     import numpy as np  # noqa: PLC0415
     import scipy.sparse as sp  # noqa: PLC0415
     from scipy.sparse import csgraph  # noqa: PLC0415
@@ -93,21 +95,33 @@ def _measure(A: Any) -> float | None:
     n = int(A.shape[-1])
     idx = A.entries()[0]  # (2, nnz) coordinates, pattern only (cached on the tensor)
     rows, cols = idx[-2].numpy(), idx[-1].numpy()
-    P = sp.csr_matrix((np.ones(rows.shape[0], dtype=np.int8), (rows, cols)), shape=(n, n))
-    P = P + P.T  # the symmetrized pattern (a sum of duplicates is still an edge)
-    deg = np.diff(P.indptr)
+    # degree in the symmetrized graph, up to a factor 2 for symmetric pairs (only ratios to the
+    # median are used)
+    deg = np.bincount(rows, minlength=n) + np.bincount(cols, minlength=n)
     hub = deg > HUB_FACTOR * max(1.0, float(np.median(deg))) + 2
-    if hub.any():
-        keep = ~hub
-        P = P[keep][:, keep]
-        deg = np.diff(P.indptr)
-    size = P.shape[0]
+    if hub.any():  # a hub's edges are left out: it stays as an isolated node no search reaches
+        keep = ~(hub[rows] | hub[cols])
+        rows, cols = rows[keep], cols[keep]
+        deg = np.bincount(rows, minlength=n) + np.bincount(cols, minlength=n)
+    if rows.shape[0] > 1 and bool(np.all(rows[1:] >= rows[:-1])):  # row order (CSR and kin): no sort
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+        P = sp.csr_matrix((np.ones(cols.shape[0], dtype=np.int8), cols, indptr), shape=(n, n))
+    else:
+        P = sp.csr_matrix((np.ones(rows.shape[0], dtype=np.int8), (rows, cols)), shape=(n, n))
+    directed = bool(symmetric)  # a symmetric pattern is its own symmetrization
+    live = np.flatnonzero(deg > 0)
+    size = int(live.shape[0])
     if size < 2:
         return None
     depth = int(math.ceil(size ** (1.0 / 3.0))) + 1
-    start = int(np.argmin(deg))
-    # first sweep, depth-limited: a mesh shows nodes at the limit and more beyond it
-    d = csgraph.dijkstra(P, directed=False, indices=start, unweighted=True, limit=depth + 0.5)
+    start = int(live[np.argmin(deg[live])])
+
+    def search(source: int, limit: float) -> Any:
+        return csgraph.dijkstra(P, directed=directed, indices=source, unweighted=True, limit=limit)
+
+    # first sweep, depth-limited: a mesh shows nodes at the limit (and more beyond it)
+    d = search(start, depth + 0.5)
     reached = np.isfinite(d)
     if float(d[reached].max()) >= depth:
         return None
@@ -116,7 +130,7 @@ def _measure(A: Any) -> float | None:
     for _ in range(2):  # pseudo-peripheral node: sweep from the farthest, lowest-degree node
         far = np.flatnonzero(d == ecc)
         start = int(far[np.argmin(deg[far])])
-        d = csgraph.dijkstra(P, directed=False, indices=start, unweighted=True)
+        d = search(start, np.inf)
         reached = np.isfinite(d)
         e = int(d[reached].max())
         if e <= ecc:

@@ -16,14 +16,16 @@ def describe_sparse(A: SparseTensor) -> OperandInfo:
     return OperandInfo("sparse", tuple(A.shape), A.dtype, A.device, A.format, A.nse, tuple(A.batch_shape), A.requires_grad)
 
 
-def describe_factored(A: SparseTensor) -> OperandInfo:
+def describe_factored(A: SparseTensor, properties: frozenset[str] = frozenset()) -> OperandInfo:
     """:func:`describe_sparse` for ops that price factorizations (solve, logdet): with the growth
     dimension of A's graph (``ops/_graph.py``, measured once per pattern), which the direct
-    solvers' fill models read through ``fill_dimension``."""
+    solvers' fill models read through ``fill_dimension``. ``properties``: A's known tags (a
+    symmetric pattern is searched as it is)."""
     from ._graph import graph_dimension  # noqa: PLC0415
 
+    symmetric = bool({"symmetric", "hermitian", "spd"} & properties)
     return OperandInfo("sparse", tuple(A.shape), A.dtype, A.device, A.format, A.nse, tuple(A.batch_shape), A.requires_grad,
-                       graph_dimension(A))
+                       graph_dimension(A, symmetric=symmetric))
 
 
 def describe_dense(X: torch.Tensor) -> OperandInfo:

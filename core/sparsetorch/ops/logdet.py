@@ -144,7 +144,7 @@ def logdet_request(A, backend=None, method=None, properties=None):
     diagonal dominance), so an SPD matrix is offered Cholesky-based methods."""
     tags = normalize_tags(properties)
     props = tags if tags is not None else detect(A)
-    return make_request("logdet", (describe_factored(A),), props, LogdetOptions(backend=backend, method=method))
+    return make_request("logdet", (describe_factored(A, props),), props, LogdetOptions(backend=backend, method=method))
 
 
 #: Errors after which another method would not do better (the operands are wrong).

@@ -79,7 +79,7 @@ def solve_request(A: SparseTensor, B: torch.Tensor | None, properties, options: 
     and what iterative solves measured on A's pattern before."""
     tags = normalize_tags(properties)
     props = tags if tags is not None else detect(A)
-    operands = (describe_factored(A),) + ((describe_dense(B),) if B is not None else ())
+    operands = (describe_factored(A, props),) + ((describe_dense(B),) if B is not None else ())
     if options.get("rtol") is None:
         rtol = default_rtol(A.dtype)
         options = options.trusted_replace(rtol=rtol) if isinstance(options, SolveOptions) else {**options, "rtol": rtol}
