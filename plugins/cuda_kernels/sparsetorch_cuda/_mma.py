@@ -24,20 +24,22 @@ CSR16_KERNEL_DEFAULT = "xs1"
 #: X of at most this many bytes goes to shared memory in csr16_xs (no opt-in needed)
 CSR16_XS_BYTES = 48 * 1024
 #: the tensor-core kernel of CSR patterns (``plan.mma_kernel``): "fl" (spmm_fl<BM>_s<S>: a warp per
-#: 32 rows x 64 columns of X), "fl2" (spmm_fl<BM>w2_s<S>: twice the warps, 32 x 32 each) or "tile"
-#: (spmm_mma_s<S>, the earlier kernel; N:M 2:4 always runs it)
+#: 32 rows x 64 columns of X), "fl2" (spmm_fl<BM>w2_s<S>: twice the warps, 32 x 32 each), "ws"
+#: (spmm_ws_s<S>: 8 producer and 8 consumer warps, 128 rows) or "tile" (spmm_mma_s<S>, the earlier
+#: kernel; N:M 2:4 always runs it)
 MMA_KERNEL_DEFAULT = "fl"
-FL_KERNELS = {"fl": 1, "fl2": 2}
+FL_KERNELS = ("fl", "fl2", "ws")
 #: cluster sizes spmm_fl is compiled for (1 without clusters, below sm_90)
 FL_SPLITS = (1, 2, 3, 4, 8)
 #: shared memory spmm_fl may take per block (the H200 allows 227 KB with the opt-in)
 FL_MAX_SMEM = 200 * 1024
 
 
-def fl_smem_bytes(rows: int, tiles: int) -> int:
-    """Dynamic shared memory of spmm_fl with ``rows`` rows per block and at most ``tiles`` column
-    tiles per block: two A tiles, three X^T stages (row stride 72 halves) and the tile offsets."""
-    return 2 * rows * 72 * 2 + 3 * 64 * 72 * 2 + (tiles + 1) * rows * 2
+def fl_smem_bytes(rows: int, tiles: int, a_tiles: int = 2) -> int:
+    """Dynamic shared memory of spmm_fl (``a_tiles`` = 2) / spmm_ws (3) with ``rows`` rows per block
+    and at most ``tiles`` column tiles per block: the A tiles, three X^T stages (row stride 72
+    halves) and the tile offsets."""
+    return a_tiles * rows * 72 * 2 + 3 * 64 * 72 * 2 + (tiles + 1) * rows * 2
 
 
 @functools.lru_cache(maxsize=None)
@@ -161,7 +163,7 @@ class MmaMixin:
         v = self._values
         if lay is None or lay["nm"] or v is None or v.data_ptr() % 16:
             return False
-        return fl_smem_bytes(self.mma_rows, -(-lay["T"] // (8 if lay["cluster"] else 1))) <= FL_MAX_SMEM
+        return self._fl_smem(-(-lay["T"] // (8 if lay["cluster"] else 1))) <= FL_MAX_SMEM
 
     def fl_split(self, k: int) -> int:
         """Cluster size S of spmm_fl: over the sizes it is compiled for, the one with the fewest
@@ -169,26 +171,33 @@ class MmaMixin:
         occupancy calculator), the smaller S on a tie; ``mma_split_override`` where set."""
         lay = self._mma_layout()
         m, n = self.shape
-        rows = self.mma_rows
+        rows = self._fl_kernel(1)[2]
         splits = FL_SPLITS if lay["cluster"] else (1,)
-        fits = [s for s in splits if fl_smem_bytes(rows, -(-lay["T"] // s)) <= FL_MAX_SMEM]
+        fits = [s for s in splits if self._fl_smem(-(-lay["T"] // s)) <= FL_MAX_SMEM]
         if self.mma_split_override:
             want = int(self.mma_split_override)
             return min((s for s in fits if s >= want), default=fits[-1])
         blocks = -(-m // rows) * -(-k // 64)
         best, best_cost = fits[-1], None
         for s in fits:
-            name, threads = self._fl_kernel(s)
-            cap = _fl_capacity(name, self.dtype, self.dev_index, s, threads, fl_smem_bytes(rows, -(-lay["T"] // s)))
+            name, threads, _ = self._fl_kernel(s)
+            cap = _fl_capacity(name, self.dtype, self.dev_index, s, threads, self._fl_smem(-(-lay["T"] // s)))
             cost = -(-blocks * s // max(cap, 1)) * -(-lay["T"] // s)
             if best_cost is None or cost < best_cost:
                 best, best_cost = s, cost
         return best
 
-    def _fl_kernel(self, s: int) -> tuple[str, int]:
-        """spmm_fl's kernel name for cluster size ``s`` and its threads per block."""
-        wn = FL_KERNELS[getattr(self, "mma_kernel", MMA_KERNEL_DEFAULT)]
-        return f"spmm_fl{self.mma_rows}{'w2' if wn == 2 else ''}_s{s}", self.mma_rows * wn
+    def _fl_kernel(self, s: int) -> tuple[str, int, int]:
+        """The spmm_fl / spmm_ws kernel for cluster size ``s``: name, threads and rows per block."""
+        kind = getattr(self, "mma_kernel", MMA_KERNEL_DEFAULT)
+        if kind == "ws":
+            return f"spmm_ws_s{s}", 512, 128
+        wn = 2 if kind == "fl2" else 1
+        return f"spmm_fl{self.mma_rows}{'w2' if wn == 2 else ''}_s{s}", self.mma_rows * wn, self.mma_rows
+
+    def _fl_smem(self, tiles: int) -> int:
+        ws = getattr(self, "mma_kernel", MMA_KERNEL_DEFAULT) == "ws"
+        return fl_smem_bytes(self._fl_kernel(1)[2], tiles, 3 if ws else 2)
 
     def mma_split(self, k: int) -> int:
         """Cluster size S of the tensor-core kernel (the column tiles split over S blocks whose
@@ -245,9 +254,9 @@ class MmaMixin:
         rows = self.mma_rows
         if self._fl_ok():
             s = self.fl_split(k)
-            name, threads = self._fl_kernel(s)
+            name, threads, rows = self._fl_kernel(s)
             kern = kernel("mma", name, self.dtype, torch.int32, self.dev_index, 12)
-            smem = fl_smem_bytes(rows, -(-lay["T"] // s))
+            smem = self._fl_smem(-(-lay["T"] // s))
             _allow_smem(kern, self.dev_index, smem)
             args = (m, n, k, lay["T"], lay["rowptr"].data_ptr(), lay["toff"].data_ptr(), lay["col"].data_ptr(), v.data_ptr(),
                     Xt.data_ptr(), bp, Yt.data_ptr(), self.mma_flags)

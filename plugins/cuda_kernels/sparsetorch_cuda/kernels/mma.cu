@@ -663,6 +663,261 @@ SPMM_FL(4, __cluster_dims__(4, 1, 1))
 SPMM_FL(8, __cluster_dims__(8, 1, 1))
 #endif
 
+// ---- spmm_ws_s<S>: spmm_fl with warp specialization (session 7) ------------------------------------
+// The inputs, tiles and epilogue of spmm_fl (BM = 128, 32 x 32 per consumer warp), but a block of 16
+// warps in two roles, so that loading and multiplying overlap inside the block instead of taking
+// turns between barriers: 8 producer warps copy the X^T tile (cp.async) and zero + fill the A tile
+// of tile t into slot t % 3 of a ring of three, entries loaded two tiles ahead (4 lanes per row,
+// rows rp and rp + 64); 8 consumer warps multiply slot after slot. Named barriers: FULL[i] (1 + i:
+// producers arrive, consumers wait) and EMPTY[i] (4 + i: consumers arrive, producers wait before
+// refilling slot i). One block per SM (512 threads, up to 128 registers). flags as spmm_fl's, and
+// (benchmarking only) 16: no cluster reduction, 32: no tile offsets staged.
+__device__ __forceinline__ void bar_sync_n(int id, int count) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void bar_arrive_n(int id, int count) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
+template <int S>
+__device__ __forceinline__ void spmm_ws_body(int m, int n, int k, int T, const int* __restrict__ rowptr,
+                                             const unsigned short* __restrict__ toff,
+                                             const unsigned short* __restrict__ col, const val_t* __restrict__ val,
+                                             const val_t* __restrict__ xt, const val_t* __restrict__ bias,
+                                             val_t* __restrict__ yt, int flags) {
+  constexpr int BM = 128, THREADS = 512, PT = 256;  // PT producer threads (warps 8 .. 15)
+  constexpr int RP = PT / 4, PASSES = BM / RP;     // 4 lanes per row, 2 rows per producer thread
+  constexpr int A_HALVES = BM * FL_LD, X_HALVES = 64 * FL_LD;
+  constexpr int PLD = BM + 4;
+  constexpr int NT = 4;  // 8-column groups of X per consumer warp
+  extern __shared__ __align__(16) unsigned char ws_smem[];
+  val_t* As = reinterpret_cast<val_t*>(ws_smem);                                   // [3][BM][FL_LD]
+  val_t* Xs = As + 3 * A_HALVES;                                                    // [3][64][FL_LD]
+  unsigned short* Ts = reinterpret_cast<unsigned short*>(Xs + 3 * X_HALVES);       // [te - ta + 1][BM]
+  float* P = reinterpret_cast<float*>(ws_smem);                                     // [64][PLD], after the loop
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const bool producer = warp >= 8;
+  int rank = 0;
+#if __CUDA_ARCH__ >= 900
+  if (S > 1) rank = (int)cluster_rank();
+#endif
+  const int row0 = (int)(blockIdx.x / S) * BM;
+  const int b0 = (int)blockIdx.y * 64;
+  const int ta = (int)((long long)T * rank / S), te = (int)((long long)T * (rank + 1) / S);
+  const int ntact = min(8, (k - b0 + 7) >> 3);
+  if (!(flags & 32)) {  // the block's tile offsets, once
+    const int nq = (te - ta + 1) * BM;
+    for (int q0 = 0; q0 < nq; q0 += 4 * THREADS) {
+      unsigned short tv[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        int q = q0 + u * THREADS + tid;
+        int tt = q / BM, r = row0 + (q - tt * BM);
+        tv[u] = (q < nq && r < m) ? RO(toff + (i64)(ta + tt) * m + r) : (unsigned short)0;
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        int q = q0 + u * THREADS + tid;
+        if (q < nq) Ts[q] = tv[u];
+      }
+    }
+  }
+  __syncthreads();
+  float acc[2][NT][4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.f;
+  const int wm = (warp & 7) >> 1, wn = warp & 1;  // consumers: rows 32 wm, X columns 32 wn
+
+  if (producer) {
+    const int ptid = tid - (THREADS - PT), h = ptid & 3, rp = ptid >> 2;
+    int base[PASSES];
+#pragma unroll
+    for (int p = 0; p < PASSES; ++p) {
+      int r = row0 + rp + RP * p;
+      base[p] = r < m ? RO(rowptr + r) : 0;
+    }
+    const uint4* col4 = reinterpret_cast<const uint4*>(col);
+    const uint4* val4 = reinterpret_cast<const uint4*>(val);
+    auto load_e = [&](int t, uint4* pc, uint4* pv) {
+#pragma unroll
+      for (int p = 0; p < PASSES; ++p) {
+        int rl = rp + RP * p;
+        int es = base[p] + (int)Ts[(t - ta) * BM + rl], ee = base[p] + (int)Ts[(t - ta + 1) * BM + rl];
+        int q = (es >> 3) + h;
+        if (row0 + rl < m && q * 8 < ee && !(flags & 4)) {
+          pc[p] = ldp_v4(col4 + q);
+          pv[p] = ldp_v4(val4 + q);
+        } else {
+          pc[p] = pv[p] = make_uint4(0u, 0u, 0u, 0u);
+        }
+      }
+    };
+    auto put8 = [&](val_t* wr, uint4 cc, uint4 vv, int q, int es, int ee, unsigned c0) {
+      unsigned cw[4] = {cc.x, cc.y, cc.z, cc.w}, vw[4] = {vv.x, vv.y, vv.z, vv.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        int e = q * 8 + i;
+        unsigned lc = ((i & 1) ? (cw[i >> 1] >> 16) : (cw[i >> 1] & 0xffffu)) - c0;
+        if (e >= es && e < ee && lc < 64u) wr[lc] = (val_t)((i & 1) ? (vw[i >> 1] >> 16) : (vw[i >> 1] & 0xffffu));
+      }
+    };
+    auto produce = [&](int t, int slot, const uint4* pc, const uint4* pv) {
+      if (t - ta >= 3) bar_sync_n(4 + slot, THREADS);  // the consumers are done with slot's previous tile
+      if (!(flags & 8)) {
+        const unsigned xs = smem_addr(Xs + slot * X_HALVES);
+#pragma unroll
+        for (int s = 0; s < 512 / PT; ++s) {
+          int q = ptid + s * PT;
+          int r = q >> 3, c8 = q & 7;
+          int gc = t * 64 + c8 * 8, b = b0 + r;
+          bool ok = b < k && gc < n;
+          cp_async16(xs + (unsigned)(r * FL_LD + c8 * 8) * 2u, ok ? (const void*)(xt + (i64)b * n + gc) : (const void*)xt,
+                     ok ? 16u : 0u);
+        }
+      }
+      cp_async_commit();
+      if (!(flags & 2)) {
+        val_t* as = As + slot * A_HALVES;
+        const unsigned c0 = (unsigned)(t * 64);
+#pragma unroll
+        for (int p = 0; p < PASSES; ++p) {
+          uint4* w = reinterpret_cast<uint4*>(as + (rp + RP * p) * FL_LD + h * 16);
+          w[0] = make_uint4(0u, 0u, 0u, 0u);
+          w[1] = make_uint4(0u, 0u, 0u, 0u);
+        }
+        __syncwarp();
+#pragma unroll
+        for (int p = 0; p < PASSES; ++p) {
+          int rl = rp + RP * p;
+          if (row0 + rl >= m) continue;
+          int es = base[p] + (int)Ts[(t - ta) * BM + rl], ee = base[p] + (int)Ts[(t - ta + 1) * BM + rl];
+          int q = (es >> 3) + h;
+          if (q * 8 >= ee) continue;
+          val_t* wr = as + rl * FL_LD;
+          put8(wr, pc[p], pv[p], q, es, ee, c0);
+          for (q += 4; q * 8 < ee; q += 4) put8(wr, RO(col4 + q), RO(val4 + q), q, es, ee, c0);
+        }
+      }
+      cp_async_wait<0>();
+      bar_arrive_n(1 + slot, THREADS);  // slot holds tile t
+    };
+    uint4 pa[PASSES], va[PASSES], pb[PASSES], vb[PASSES];
+    if (ta < te) load_e(ta, pa, va);
+    if (ta + 1 < te) load_e(ta + 1, pb, vb);
+    int slot = 0;
+    for (int t = ta; t < te; t += 2) {
+      produce(t, slot, pa, va);
+      slot = slot == 2 ? 0 : slot + 1;
+      if (t + 2 < te) load_e(t + 2, pa, va);
+      if (t + 1 < te) {
+        produce(t + 1, slot, pb, vb);
+        slot = slot == 2 ? 0 : slot + 1;
+        if (t + 3 < te) load_e(t + 3, pb, vb);
+      }
+    }
+  } else {
+    int slot = 0;
+    for (int t = ta; t < te; ++t) {
+      bar_sync_n(1 + slot, THREADS);  // slot holds tile t
+      if (!(flags & 1)) {
+        const unsigned as = smem_addr(As + slot * A_HALVES);
+        const unsigned xs = smem_addr(Xs + slot * X_HALVES);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          unsigned a[2][4];
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt)
+            ldsm_x4(a[mt], as + (unsigned)((wm * 32 + mt * 16 + (lane & 15)) * FL_LD + kk * 16 + (lane >> 4) * 8) * 2u);
+#pragma unroll
+          for (int np = 0; np < NT / 2; ++np) {
+            if (wn * NT + 2 * np < ntact) {
+              unsigned b[4];
+              ldsm_x4(b, xs + (unsigned)((wn * NT * 8 + np * 16 + ((lane >> 4) << 3) + (lane & 7)) * FL_LD + kk * 16 +
+                                         ((lane >> 3) & 1) * 8) * 2u);
+#pragma unroll
+              for (int mt = 0; mt < 2; ++mt) {
+                mma16816_free(acc[mt][2 * np], a[mt], b[0], b[1]);
+                mma16816_free(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+              }
+            }
+          }
+        }
+      }
+      if (t + 3 < te) bar_arrive_n(4 + slot, THREADS);  // the producers may refill slot
+      slot = slot == 2 ? 0 : slot + 1;
+    }
+  }
+  __syncthreads();  // the ring's memory becomes the partial sums
+  if (!producer) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        int r = wm * 32 + mt * 16 + (lane >> 2), bc = (wn * NT + nt) * 8 + 2 * (lane & 3);
+        P[bc * PLD + r] = acc[mt][nt][0];
+        P[(bc + 1) * PLD + r] = acc[mt][nt][1];
+        P[bc * PLD + r + 8] = acc[mt][nt][2];
+        P[(bc + 1) * PLD + r + 8] = acc[mt][nt][3];
+      }
+  }
+  const bool reduce = S > 1 && !(flags & 16);
+#if __CUDA_ARCH__ >= 900
+  if (reduce) cluster_sync_all();
+  else __syncthreads();
+#else
+  __syncthreads();
+#endif
+  const int bb0 = 64 * rank / S, bb1 = 64 * (rank + 1) / S;
+  const unsigned pbase = smem_addr(P);
+  constexpr int RQ = BM / 4;
+  for (int q = bb0 * RQ + tid; q < bb1 * RQ; q += THREADS) {
+    int bb = q / RQ, c4 = (q % RQ) * 4;
+    float4 s = *reinterpret_cast<const float4*>(P + bb * PLD + c4);
+#if __CUDA_ARCH__ >= 900
+    if (reduce) {
+      s = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+      for (int j = 0; j < S; ++j) {
+        float4 o = ld_cluster(pbase + (unsigned)((bb * PLD + c4) * 4), (unsigned)j);
+        s.x += o.x;
+        s.y += o.y;
+        s.z += o.z;
+        s.w += o.w;
+      }
+    }
+#endif
+    int b = b0 + bb, r = row0 + c4;
+    if (b < k) {
+      float sv[4] = {s.x, s.y, s.z, s.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (r + i < m) yt[(i64)b * m + r + i] = st(sv[i] + (bias ? ld(RO(bias + r + i)) : 0.f));
+    }
+  }
+  (void)pbase;
+#if __CUDA_ARCH__ >= 900
+  if (reduce) cluster_sync_all();
+#endif
+}
+
+#define SPMM_WS(SP, ATTR)                                                                                            \
+  extern "C" __global__ void ATTR __launch_bounds__(512, 1) spmm_ws_s##SP(                                          \
+      i64 m, i64 n, i64 k, i64 T, const int* rowptr, const unsigned short* toff, const unsigned short* col,         \
+      const val_t* val, const val_t* xt, const val_t* bias, val_t* yt, i64 flags) {                                 \
+    spmm_ws_body<SP>((int)m, (int)n, (int)k, (int)T, rowptr, toff, col, val, xt, bias, yt, (int)flags);             \
+  }
+SPMM_WS(1, )
+#if __CUDA_ARCH__ >= 900
+SPMM_WS(2, __cluster_dims__(2, 1, 1))
+SPMM_WS(3, __cluster_dims__(3, 1, 1))
+SPMM_WS(4, __cluster_dims__(4, 1, 1))
+SPMM_WS(8, __cluster_dims__(8, 1, 1))
+#endif
+
 // ---- csr16 with X in shared memory (csr16_xs<R>): one right-hand side, half types, bias fused ----
 // csr16_warp's loads (aligned 8-entry chunks of uint16 columns and values, two per lane per step),
 // but X (n halves, n * 2 bytes of dynamic shared memory) is first copied into shared memory by the
