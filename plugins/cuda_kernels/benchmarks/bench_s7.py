@@ -79,9 +79,9 @@ def main() -> None:
     ap.add_argument("--shapes", default="4096x4096,4096x11008")
     ap.add_argument("--ks", default="64")
     ap.add_argument("--dtypes", default="float16,bfloat16")
-    ap.add_argument("--fl", default="fl:128:auto,fl2:64:auto,ws:128:auto,ws:128:2,ws:128:3,ws:128:4,ws:128:8",
+    ap.add_argument("--fl", default="auto:128:auto,fl:128:auto,ws:128:auto,wsb:128:auto,wsb:128:3,wsb:128:4",
                     help="spmm_fl configurations kernel:rows:S to time (kernel: plan.mma_kernel, fl or fl2)")
-    ap.add_argument("--ablate", default="fl:128:8,ws:128:4,ws:128:8",
+    ap.add_argument("--ablate", default="fl:128:8,ws:128:3,wsb:128:3",
                     help="configurations timed with parts switched off (plan.mma_flags), 4096x4096 float16 k=64 only")
     ap.add_argument("--profile", action="store_true", help="one call per --ablate configuration inside "
                     "cudaProfilerStart / Stop (for ncu --profile-from-start off), then exit")
@@ -146,8 +146,10 @@ def main() -> None:
                             ss = plan.fl_split(k)
                             row["split"][name] = ss
                             lay = plan._mma_layout()
-                            smem = plan._fl_smem(-(-lay["T"] // ss))
-                            kname, threads, _ = plan._fl_kernel(ss)
+                            kind = plan.fl_kind(k)
+                            row.setdefault("kind", {})[name] = kind
+                            smem = plan._fl_smem(-(-lay["T"] // ss), kind)
+                            kname, threads, _ = plan._fl_kernel(ss, kind)
                             row["resident_blocks"][name] = _mma._fl_capacity(kname, dtype, 0, ss, threads, smem)
                         except Exception as exc:  # noqa: BLE001 - recorded
                             t[name] = f"error: {type(exc).__name__}: {str(exc)[:160]}"
@@ -157,14 +159,15 @@ def main() -> None:
                             kn, r_, s = cfg.split(":")
                             plan.mma_kernel, plan.mma_rows = kn, int(r_)
                             plan.mma_split_override = None if s == "auto" else int(s)
-                            extra = (15 | 16, 15 | 16 | 32) if kn == "ws" else ()
+                            extra = (15 | 16, 15 | 16 | 32) if kn in ("ws", "wsb") else ()
                             for fl in (0, 1, 2, 4, 8, 2 | 4, 1 | 8, 1 | 2 | 4 | 8, *extra):
                                 plan.mma_flags = fl
                                 plan._prepared = {}
                                 tt = graph_time(call, 15)
                                 row["ablation_us"][f"{cfg} flags={fl}"] = tt * 1e6 if isinstance(tt, float) else tt
                             plan.mma_flags = 0
-                        print("ablation (flags: 1 no products, 2 no A tiles, 4 no entry loads, 8 no X^T copies, 16 no cluster reduction, 32 no offsets): "
+                        print("ablation (flags: 1 no products, 2 no A tiles, 4 no entry loads, 8 no X^T copies, "
+                              "16 no cluster reduction, 32 no offsets): "
                               + " ".join(f"{kk}={v:.2f}" for kk, v in row["ablation_us"].items()), flush=True)
                     plan.mma_kernel, plan.mma_rows, plan.mma_split_override = _mma.MMA_KERNEL_DEFAULT, 128, None
                 ours = {kk: v for kk, v in t.items() if kk != "dense" and isinstance(v, float)}

@@ -23,12 +23,15 @@ from .layout import (CSR16_MIN_MEAN, INT_LIMIT, MMA_MAX_TILES, MMA_MIN_K, _GRID_
 CSR16_KERNEL_DEFAULT = "xs1"
 #: X of at most this many bytes goes to shared memory in csr16_xs (no opt-in needed)
 CSR16_XS_BYTES = 48 * 1024
-#: the tensor-core kernel of CSR patterns (``plan.mma_kernel``): "fl" (spmm_fl<BM>_s<S>: a warp per
-#: 32 rows x 64 columns of X), "fl2" (spmm_fl<BM>w2_s<S>: twice the warps, 32 x 32 each), "ws"
-#: (spmm_ws_s<S>: 8 producer and 8 consumer warps, 128 rows) or "tile" (spmm_mma_s<S>, the earlier
+#: the tensor-core kernel of CSR patterns (``plan.mma_kernel``): "auto" (:meth:`MmaMixin.fl_kind`),
+#: "fl" (spmm_fl<BM>_s<S>: a warp per 32 rows x 64 columns of X), "fl2" (spmm_fl<BM>w2_s<S>: twice the warps, 32 x 32 each), "ws"
+#: (spmm_ws_s<S>: 8 producer and 8 consumer warps, 128 rows), "wsb" (spmm_wsb_s<S>: 4 consumer warps of
+#: 64 x 32) or "tile" (spmm_mma_s<S>, the earlier
 #: kernel; N:M 2:4 always runs it)
-MMA_KERNEL_DEFAULT = "fl"
-FL_KERNELS = ("fl", "fl2", "ws")
+MMA_KERNEL_DEFAULT = "auto"
+FL_KERNELS = ("fl", "fl2", "ws", "wsb")
+#: the warp-specialized kernel "auto" takes where its blocks fit in one wave (:meth:`MmaMixin.fl_kind`)
+WS_KERNEL = "ws"
 #: cluster sizes spmm_fl is compiled for (1 without clusters, below sm_90)
 FL_SPLITS = (1, 2, 3, 4, 8)
 #: shared memory spmm_fl may take per block (the H200 allows 227 KB with the opt-in)
@@ -156,48 +159,68 @@ class MmaMixin:
         return self._mma
 
     def _fl_ok(self) -> bool:
-        """Whether the CSR product runs spmm_fl (see the module docstring)."""
-        if getattr(self, "mma_kernel", MMA_KERNEL_DEFAULT) not in FL_KERNELS:
+        """Whether the CSR product runs spmm_fl / spmm_ws (see the module docstring)."""
+        if getattr(self, "mma_kernel", MMA_KERNEL_DEFAULT) not in (*FL_KERNELS, "auto"):
             return False
         lay = self._mma_layout()
         v = self._values
         if lay is None or lay["nm"] or v is None or v.data_ptr() % 16:
             return False
-        return self._fl_smem(-(-lay["T"] // (8 if lay["cluster"] else 1))) <= FL_MAX_SMEM
+        tiles = -(-lay["T"] // (8 if lay["cluster"] else 1))
+        return self._fl_smem(tiles, "fl") <= FL_MAX_SMEM
 
-    def fl_split(self, k: int) -> int:
-        """Cluster size S of spmm_fl: over the sizes it is compiled for, the one with the fewest
-        column tiles per block times waves of blocks (blocks resident at once from the driver's
-        occupancy calculator), the smaller S on a tie; ``mma_split_override`` where set."""
+    def fl_kind(self, k: int) -> str:
+        """The kernel of :attr:`mma_kernel` for ``k`` columns of X; "auto": WS_KERNEL where its blocks
+        fit in one wave with the column tiles split at least two ways (few row blocks: each block's
+        producers and consumers overlap, and one block per SM loses nothing to a second wave),
+        else "fl" (several blocks per SM)."""
+        kind = getattr(self, "mma_kernel", MMA_KERNEL_DEFAULT)
+        if kind != "auto":
+            return kind
+        lay = self._mma_layout()
+        if not lay["cluster"]:
+            return "fl"
+        m, _ = self.shape
+        blocks = -(-m // 128) * -(-k // 64)
+        for s in FL_SPLITS[1:]:
+            smem = self._fl_smem(-(-lay["T"] // s), WS_KERNEL)
+            name, threads, _ = self._fl_kernel(s, WS_KERNEL)
+            if smem <= FL_MAX_SMEM and blocks * s <= _fl_capacity(name, self.dtype, self.dev_index, s, threads, smem):
+                return WS_KERNEL
+        return "fl"
+
+    def fl_split(self, k: int, kind: str | None = None) -> int:
+        """Cluster size S of spmm_fl / spmm_ws: over the sizes they are compiled for, the one with
+        the fewest column tiles per block times waves of blocks (blocks resident at once from the
+        driver's occupancy calculator), the smaller S on a tie; ``mma_split_override`` where set."""
+        kind = kind or self.fl_kind(k)
         lay = self._mma_layout()
         m, n = self.shape
-        rows = self._fl_kernel(1)[2]
+        rows = self._fl_kernel(1, kind)[2]
         splits = FL_SPLITS if lay["cluster"] else (1,)
-        fits = [s for s in splits if self._fl_smem(-(-lay["T"] // s)) <= FL_MAX_SMEM]
+        fits = [s for s in splits if self._fl_smem(-(-lay["T"] // s), kind) <= FL_MAX_SMEM]
         if self.mma_split_override:
             want = int(self.mma_split_override)
             return min((s for s in fits if s >= want), default=fits[-1])
         blocks = -(-m // rows) * -(-k // 64)
         best, best_cost = fits[-1], None
         for s in fits:
-            name, threads, _ = self._fl_kernel(s)
-            cap = _fl_capacity(name, self.dtype, self.dev_index, s, threads, self._fl_smem(-(-lay["T"] // s)))
+            name, threads, _ = self._fl_kernel(s, kind)
+            cap = _fl_capacity(name, self.dtype, self.dev_index, s, threads, self._fl_smem(-(-lay["T"] // s), kind))
             cost = -(-blocks * s // max(cap, 1)) * -(-lay["T"] // s)
             if best_cost is None or cost < best_cost:
                 best, best_cost = s, cost
         return best
 
-    def _fl_kernel(self, s: int) -> tuple[str, int, int]:
-        """The spmm_fl / spmm_ws kernel for cluster size ``s``: name, threads and rows per block."""
-        kind = getattr(self, "mma_kernel", MMA_KERNEL_DEFAULT)
-        if kind == "ws":
-            return f"spmm_ws_s{s}", 512, 128
+    def _fl_kernel(self, s: int, kind: str) -> tuple[str, int, int]:
+        """The spmm_fl / spmm_ws kernel ``kind`` for cluster size ``s``: name, threads and rows per block."""
+        if kind in ("ws", "wsb"):
+            return f"spmm_{kind}_s{s}", 512 if kind == "ws" else 384, 128
         wn = 2 if kind == "fl2" else 1
         return f"spmm_fl{self.mma_rows}{'w2' if wn == 2 else ''}_s{s}", self.mma_rows * wn, self.mma_rows
 
-    def _fl_smem(self, tiles: int) -> int:
-        ws = getattr(self, "mma_kernel", MMA_KERNEL_DEFAULT) == "ws"
-        return fl_smem_bytes(self._fl_kernel(1)[2], tiles, 3 if ws else 2)
+    def _fl_smem(self, tiles: int, kind: str) -> int:
+        return fl_smem_bytes(self._fl_kernel(1, kind)[2], tiles, 3 if kind in ("ws", "wsb") else 2)
 
     def mma_split(self, k: int) -> int:
         """Cluster size S of the tensor-core kernel (the column tiles split over S blocks whose
@@ -253,10 +276,11 @@ class MmaMixin:
             return
         rows = self.mma_rows
         if self._fl_ok():
-            s = self.fl_split(k)
-            name, threads, rows = self._fl_kernel(s)
+            kind = self.fl_kind(k)
+            s = self.fl_split(k, kind)
+            name, threads, rows = self._fl_kernel(s, kind)
             kern = kernel("mma", name, self.dtype, torch.int32, self.dev_index, 12)
-            smem = self._fl_smem(-(-lay["T"] // s))
+            smem = self._fl_smem(-(-lay["T"] // s), kind)
             _allow_smem(kern, self.dev_index, smem)
             args = (m, n, k, lay["T"], lay["rowptr"].data_ptr(), lay["toff"].data_ptr(), lay["col"].data_ptr(), v.data_ptr(),
                     Xt.data_ptr(), bp, Yt.data_ptr(), self.mma_flags)

@@ -44,7 +44,7 @@ def _ref(D, xt, b=None):
     return y if b is None else y + b.double()[:, None]
 
 
-@pytest.mark.parametrize("kern", ("fl", "fl2", "ws", "tile"))
+@pytest.mark.parametrize("kern", ("fl", "fl2", "ws", "wsb", "tile"))
 @pytest.mark.parametrize("rows", (128, 64))
 @pytest.mark.parametrize("dtype", HALF, ids=lambda d: str(d).replace("torch.", ""))
 @pytest.mark.parametrize("split", (1, 2, 3, 4, 8))
@@ -55,7 +55,7 @@ def test_csr_mma_matches_dense(shape, split, dtype, rows, kern):
     m, n, dens = shape
     if kern == "tile" and split == 3:
         pytest.skip("spmm_mma has cluster sizes 1, 2, 4, 8")
-    if kern == "ws" and rows == 64:
+    if kern in ("ws", "wsb") and rows == 64:
         pytest.skip("spmm_ws has 128 rows per block")
     D = random_dense(m, n, dens, dtype, seed=m + n, empty_rows=5, long_rows=1)
     A = to_format(D, CSR, dtype, torch.int32)
@@ -66,7 +66,7 @@ def test_csr_mma_matches_dense(shape, split, dtype, rows, kern):
     assert plan._mma_layout() is not None
     assert plan._fl_ok() == (kern != "tile")
     if kern != "tile":
-        assert plan.fl_split(64) == split
+        assert plan.fl_kind(64) == kern and plan.fl_split(64) == split
     for k, seed in ((8, 1), (17, 2), (33, 6), (64, 3), (100, 4), (130, 5)):
         xt = _xt(k, n, dtype, seed).cuda()
         b = _bias(m, dtype, seed).cuda()
@@ -100,10 +100,10 @@ def test_fl_default_plan(shape, dtype, bias):
             err = rel_err(Y, _ref(D, xt.cpu(), None if b is None else b.cpu()))
             assert err < TOL[dtype], (shape, k, err)
         if k >= 8:
-            assert plan.fl_split(k) in (1, 2, 3, 4, 8)
+            assert plan.fl_kind(k) in ("fl", "ws") and plan.fl_split(k) in (1, 2, 3, 4, 8)
 
 
-@pytest.mark.parametrize("kern", ("fl", "fl2", "ws", "tile"))
+@pytest.mark.parametrize("kern", ("fl", "fl2", "ws", "wsb", "tile"))
 def test_values_written_in_place_are_seen(kern):
     # the kernels read the values where they lie: an in-place update with the same storage (what an
     # optimizer step does) is seen by the recorded launch

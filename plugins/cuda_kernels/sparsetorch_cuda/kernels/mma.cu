@@ -670,7 +670,7 @@ SPMM_FL(8, __cluster_dims__(8, 1, 1))
 // of tile t into slot t % 3 of a ring of three, entries loaded two tiles ahead (4 lanes per row,
 // rows rp and rp + 64); 8 consumer warps multiply slot after slot. Named barriers: FULL[i] (1 + i:
 // producers arrive, consumers wait) and EMPTY[i] (4 + i: consumers arrive, producers wait before
-// refilling slot i). One block per SM (512 threads, up to 128 registers). flags as spmm_fl's, and
+// refilling slot i). One block per SM (up to 128 registers). flags as spmm_fl's, and
 // (benchmarking only) 16: no cluster reduction, 32: no tile offsets staged.
 __device__ __forceinline__ void bar_sync_n(int id, int count) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
@@ -679,13 +679,14 @@ __device__ __forceinline__ void bar_arrive_n(int id, int count) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
 
-template <int S>
+template <int S, int MT>
 __device__ __forceinline__ void spmm_ws_body(int m, int n, int k, int T, const int* __restrict__ rowptr,
                                              const unsigned short* __restrict__ toff,
                                              const unsigned short* __restrict__ col, const val_t* __restrict__ val,
                                              const val_t* __restrict__ xt, const val_t* __restrict__ bias,
                                              val_t* __restrict__ yt, int flags) {
-  constexpr int BM = 128, THREADS = 512, PT = 256;  // PT producer threads (warps 8 .. 15)
+  constexpr int CW = 2 * 128 / (16 * MT);            // consumer warps: 32 MT / 2 rows x 32 columns of X each
+  constexpr int BM = 128, PT = 256, THREADS = 32 * CW + PT;  // PT producer threads (the last 8 warps)
   constexpr int RP = PT / 4, PASSES = BM / RP;     // 4 lanes per row, 2 rows per producer thread
   constexpr int A_HALVES = BM * FL_LD, X_HALVES = 64 * FL_LD;
   constexpr int PLD = BM + 4;
@@ -696,7 +697,7 @@ __device__ __forceinline__ void spmm_ws_body(int m, int n, int k, int T, const i
   unsigned short* Ts = reinterpret_cast<unsigned short*>(Xs + 3 * X_HALVES);       // [te - ta + 1][BM]
   float* P = reinterpret_cast<float*>(ws_smem);                                     // [64][PLD], after the loop
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const bool producer = warp >= 8;
+  const bool producer = warp >= CW;
   int rank = 0;
 #if __CUDA_ARCH__ >= 900
   if (S > 1) rank = (int)cluster_rank();
@@ -723,14 +724,14 @@ __device__ __forceinline__ void spmm_ws_body(int m, int n, int k, int T, const i
     }
   }
   __syncthreads();
-  float acc[2][NT][4];
+  float acc[MT][NT][4];
 #pragma unroll
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < MT; ++i)
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.f;
-  const int wm = (warp & 7) >> 1, wn = warp & 1;  // consumers: rows 32 wm, X columns 32 wn
+  const int wm = warp >> 1, wn = warp & 1;  // consumers: rows 16 MT wm, X columns 32 wn
 
   if (producer) {
     const int ptid = tid - (THREADS - PT), h = ptid & 3, rp = ptid >> 2;
@@ -828,10 +829,10 @@ __device__ __forceinline__ void spmm_ws_body(int m, int n, int k, int T, const i
         const unsigned xs = smem_addr(Xs + slot * X_HALVES);
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-          unsigned a[2][4];
+          unsigned a[MT][4];
 #pragma unroll
-          for (int mt = 0; mt < 2; ++mt)
-            ldsm_x4(a[mt], as + (unsigned)((wm * 32 + mt * 16 + (lane & 15)) * FL_LD + kk * 16 + (lane >> 4) * 8) * 2u);
+          for (int mt = 0; mt < MT; ++mt)
+            ldsm_x4(a[mt], as + (unsigned)((wm * 16 * MT + mt * 16 + (lane & 15)) * FL_LD + kk * 16 + (lane >> 4) * 8) * 2u);
 #pragma unroll
           for (int np = 0; np < NT / 2; ++np) {
             if (wn * NT + 2 * np < ntact) {
@@ -839,7 +840,7 @@ __device__ __forceinline__ void spmm_ws_body(int m, int n, int k, int T, const i
               ldsm_x4(b, xs + (unsigned)((wn * NT * 8 + np * 16 + ((lane >> 4) << 3) + (lane & 7)) * FL_LD + kk * 16 +
                                          ((lane >> 3) & 1) * 8) * 2u);
 #pragma unroll
-              for (int mt = 0; mt < 2; ++mt) {
+              for (int mt = 0; mt < MT; ++mt) {
                 mma16816_free(acc[mt][2 * np], a[mt], b[0], b[1]);
                 mma16816_free(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
               }
@@ -854,10 +855,10 @@ __device__ __forceinline__ void spmm_ws_body(int m, int n, int k, int T, const i
   __syncthreads();  // the ring's memory becomes the partial sums
   if (!producer) {
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        int r = wm * 32 + mt * 16 + (lane >> 2), bc = (wn * NT + nt) * 8 + 2 * (lane & 3);
+        int r = wm * 16 * MT + mt * 16 + (lane >> 2), bc = (wn * NT + nt) * 8 + 2 * (lane & 3);
         P[bc * PLD + r] = acc[mt][nt][0];
         P[(bc + 1) * PLD + r] = acc[mt][nt][1];
         P[bc * PLD + r + 8] = acc[mt][nt][2];
@@ -904,12 +905,17 @@ __device__ __forceinline__ void spmm_ws_body(int m, int n, int k, int T, const i
 #endif
 }
 
-#define SPMM_WS(SP, ATTR)                                                                                            \
-  extern "C" __global__ void ATTR __launch_bounds__(512, 1) spmm_ws_s##SP(                                          \
+#define SPMM_WS_MT(SP, ATTR, MTV, NAME, THR)                                                                         \
+  extern "C" __global__ void ATTR __launch_bounds__(THR, 1) NAME(                                                   \
       i64 m, i64 n, i64 k, i64 T, const int* rowptr, const unsigned short* toff, const unsigned short* col,         \
       const val_t* val, const val_t* xt, const val_t* bias, val_t* yt, i64 flags) {                                 \
-    spmm_ws_body<SP>((int)m, (int)n, (int)k, (int)T, rowptr, toff, col, val, xt, bias, yt, (int)flags);             \
+    spmm_ws_body<SP, MTV>((int)m, (int)n, (int)k, (int)T, rowptr, toff, col, val, xt, bias, yt, (int)flags);        \
   }
+// spmm_ws_s<S>: 8 consumer warps of 32 x 32 (512 threads); spmm_wsb_s<S>: 4 consumer warps of 64 x 32
+// (384 threads: each X^T and A fragment read by fewer warps)
+#define SPMM_WS(SP, ATTR)                            \
+  SPMM_WS_MT(SP, ATTR, 2, spmm_ws_s##SP, 512)        \
+  SPMM_WS_MT(SP, ATTR, 4, spmm_wsb_s##SP, 384)
 SPMM_WS(1, )
 #if __CUDA_ARCH__ >= 900
 SPMM_WS(2, __cluster_dims__(2, 1, 1))
