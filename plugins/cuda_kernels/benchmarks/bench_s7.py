@@ -50,6 +50,100 @@ def kernel_regs(names: list[str], dtype: torch.dtype) -> dict:
     return out
 
 
+#: the tensor-core rate with nothing else in the way: each warp issues independent m16n8k16 (dense) or
+#: m16n8k32 2:4 (mma.sp: the sparse tensor cores, twice the k per instruction) products on registers
+PEAK_SRC = r"""
+extern "C" __global__ void mma_dense(long long iters, float* out) {
+  unsigned a0 = threadIdx.x * 0x00010001u, a1 = a0 ^ 0x3c003c00u, a2 = a0 + 7u, a3 = a1 + 9u, b0 = a0 ^ 0x11u, b1 = a1 ^ 0x22u;
+  float acc[8][4];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+  for (long long i = 0; i < iters; ++i) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                   : "+f"(acc[j][0]), "+f"(acc[j][1]), "+f"(acc[j][2]), "+f"(acc[j][3])
+                   : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+  float s = 0.f;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) s += acc[j][0] + acc[j][1] + acc[j][2] + acc[j][3];
+  if (s == 1234.5f) out[0] = s;
+}
+extern "C" __global__ void mma_sparse(long long iters, float* out) {
+  unsigned a0 = threadIdx.x * 0x00010001u, a1 = a0 ^ 0x3c003c00u, a2 = a0 + 7u, a3 = a1 + 9u;
+  unsigned b0 = a0 ^ 0x11u, b1 = a1 ^ 0x22u, b2 = a2 ^ 0x33u, b3 = a3 ^ 0x44u, meta = 0x44444444u;
+  float acc[8][4];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+  for (long long i = 0; i < iters; ++i) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      asm volatile("mma.sp.sync.aligned.m16n8k32.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9,%10,%11}, "
+                   "{%0,%1,%2,%3}, %12, 0x0;"
+                   : "+f"(acc[j][0]), "+f"(acc[j][1]), "+f"(acc[j][2]), "+f"(acc[j][3])
+                   : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(b2), "r"(b3), "r"(meta));
+  }
+  float s = 0.f;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) s += acc[j][0] + acc[j][1] + acc[j][2] + acc[j][3];
+  if (s == 1234.5f) out[0] = s;
+}
+"""
+
+
+def mma_peak() -> dict:
+    """Tensor-core rates on this GPU: mma.sync m16n8k16 and mma.sp m16n8k32 (2:4) per SM and clock,
+    8 warps per block, 1 to 4 blocks per SM (dense-equivalent TFLOPS: the sparse product counts its k
+    of 32, half of it zeros)."""
+    import ctypes  # noqa: PLC0415
+
+    from sparsetorch_cuda import compile as c  # noqa: PLC0415
+    from sparsetorch_cuda.launch import _driver, arch_of  # noqa: PLC0415
+
+    cu = _driver()
+    out: dict = {}
+    try:
+        data = c.compile_text(PEAK_SRC, "mma_peak.cu", "float16", "int32", arch_of(0))
+    except Exception as exc:  # noqa: BLE001 - recorded
+        return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    err, lib = cu.cuLibraryLoadData(data, [], [], 0, [], [], 0)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    buf = torch.zeros(1, device="cuda")
+    for name, flop in (("mma_dense", 2 * 16 * 8 * 16), ("mma_sparse", 2 * 16 * 8 * 32)):
+        err, kern = cu.cuLibraryGetKernel(lib, name.encode())
+        if int(err) != 0:
+            out[name] = f"cuLibraryGetKernel: {err}"
+            continue
+        fn = cu.CUfunction(int(kern))
+        for per_sm in (1, 2, 4):
+            iters = 4096
+            args = (ctypes.c_longlong(iters), ctypes.c_void_p(buf.data_ptr()))
+            ptrs = (ctypes.c_void_p * 2)(*[ctypes.addressof(a) for a in args])
+            stream = torch.cuda.current_stream().cuda_stream
+
+            def launch():
+                (e,) = cu.cuLaunchKernel(fn, sms * per_sm, 1, 1, 256, 1, 1, 0, stream, ctypes.addressof(ptrs), 0)
+                if int(e) != 0:
+                    raise RuntimeError(f"cuLaunchKernel {name}: {e}")
+
+            launch()
+            torch.cuda.synchronize()
+            ts = []
+            for _ in range(5):
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                launch()
+                b.record()
+                b.synchronize()
+                ts.append(a.elapsed_time(b) * 1e-3)
+            t = sorted(ts)[len(ts) // 2]
+            n_mma = sms * per_sm * 8 * iters * 8
+            out[f"{name}_{per_sm}_blocks_per_sm"] = {"seconds": t, "mma_per_sm_per_us": n_mma / sms / (t * 1e6),
+                                                      "tflops_dense_equivalent": n_mma * flop / t / 1e12}
+    return out
+
+
 def profile(configs: str) -> None:
     """One call of each configuration on the 4096 x 4096 90 % float16 layer, k = 64, between
     cudaProfilerStart / Stop (warmed up first: compilation and layouts stay outside)."""
@@ -185,6 +279,8 @@ def main() -> None:
             torch.cuda.empty_cache()
     names = ([f"spmm_fl{r}{w}_s{s}" for r in (128, 64) for w in ("", "w2") for s in (1, 2, 3, 4, 8)]
              + [f"spmm_ws_s{s}" for s in (1, 2, 3, 4, 8)] + ["spmm_mma_s8"])
+    peak = mma_peak()
+    print("tensor-core rates:", json.dumps(peak)[:600], flush=True)
     doc = {"benchmark": "cuda plugin session 7: pipelined CSR tensor-core SpMM (spmm_fl) against spmm_mma and dense "
                         "cuBLAS on 90 % pruned LLM layers (kernel time, CUDA graph of 20 calls)",
            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -194,6 +290,7 @@ def main() -> None:
            "versions": {"torch": torch.__version__},
            "copy_bandwidth_bytes_per_s": bw,
            "kernels_float16": kernel_regs(names, torch.float16),
+           "tensor_core_rates": peak,
            "rows": rows_out}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -38,6 +38,7 @@ if [ "${LLM:-0}" = 1 ]; then
 fi
 if [ "${TEST:-1}" = 1 ]; then
   TESTS=${TESTS:-plugins/cuda_kernels/tests/test_cuda_mma.py}
-  timeout ${TEST_TIMEOUT:-200} python3 -m pytest $TESTS -q -p no:cacheprovider --tb=short ${PYTEST_ARGS:-} 2>&1 \
+  KARGS=(); [ -n "${PYTEST_K:-}" ] && KARGS=(-k "$PYTEST_K")
+  timeout ${TEST_TIMEOUT:-200} python3 -m pytest $TESTS -q -p no:cacheprovider --tb=short "${KARGS[@]}" ${PYTEST_ARGS:-} 2>&1 \
     | tee $OUT/pytest_h200_s7.txt | grep -v "^  \|^$\|Warning\|warnings" | tail -${TEST_TAIL:-30}
 fi
