@@ -173,9 +173,9 @@ def main() -> None:
     ap.add_argument("--shapes", default="4096x4096,4096x11008")
     ap.add_argument("--ks", default="64")
     ap.add_argument("--dtypes", default="float16,bfloat16")
-    ap.add_argument("--fl", default="auto:128:auto,fl:128:auto,ws:128:auto,wsb:128:auto,wsb:128:3,wsb:128:4",
-                    help="spmm_fl configurations kernel:rows:S to time (kernel: plan.mma_kernel, fl or fl2)")
-    ap.add_argument("--ablate", default="fl:128:8,ws:128:3,wsb:128:3",
+    ap.add_argument("--fl", default="auto:128:auto,fl:128:auto,fl:128:8,ws:128:auto,ws:128:3,ws:128:4",
+                    help="configurations kernel:rows:S to time (kernel: plan.mma_kernel, auto / fl / ws; rows: 128)")
+    ap.add_argument("--ablate", default="fl:128:8,ws:128:3",
                     help="configurations timed with parts switched off (plan.mma_flags), 4096x4096 float16 k=64 only")
     ap.add_argument("--profile", action="store_true", help="one call per --ablate configuration inside "
                     "cudaProfilerStart / Stop (for ncu --profile-from-start off), then exit")
@@ -253,7 +253,7 @@ def main() -> None:
                             kn, r_, s = cfg.split(":")
                             plan.mma_kernel, plan.mma_rows = kn, int(r_)
                             plan.mma_split_override = None if s == "auto" else int(s)
-                            extra = (15 | 16, 15 | 16 | 32) if kn in ("ws", "wsb") else ()
+                            extra = (15 | 16, 15 | 16 | 32) if kn == "ws" else ()
                             for fl in (0, 1, 2, 4, 8, 2 | 4, 1 | 8, 1 | 2 | 4 | 8, *extra):
                                 plan.mma_flags = fl
                                 plan._prepared = {}
@@ -277,8 +277,7 @@ def main() -> None:
                     f"err={max(row['errors'].values()):.1e} splits={row['split']} resident={row['resident_blocks']}", flush=True)
             plan = A = W = dense = None  # noqa: F841
             torch.cuda.empty_cache()
-    names = ([f"spmm_fl{r}{w}_s{s}" for r in (128, 64) for w in ("", "w2") for s in (1, 2, 3, 4, 8)]
-             + [f"spmm_ws_s{s}" for s in (1, 2, 3, 4, 8)] + ["spmm_mma_s8"])
+    names = [f"spmm_{f}_s{s}" for f in ("fl", "ws") for s in (1, 2, 3, 4, 8)] + ["spmm_mma_s8"]
     peak = mma_peak()
     print("tensor-core rates:", json.dumps(peak)[:600], flush=True)
     doc = {"benchmark": "cuda plugin session 7: pipelined CSR tensor-core SpMM (spmm_fl) against spmm_mma and dense "

@@ -2,10 +2,11 @@
 it runs, the dense tile layout it reads, made once per pattern, and its launch) and, for one
 right-hand side, csr16_xs (half-precision CSR with uint16 columns and X in shared memory).
 
-CSR runs ``spmm_fl<BM>_s<S>`` (session 7: cp.async X^T stages, entries loaded a tile ahead, double-
-buffered A tiles, ldmatrix fragments, one barrier per tile) where :attr:`mma_kernel` says "fl" and
-its inputs allow it (16-byte aligned values, the block's tile offsets in shared memory); N:M 2:4
-and the rest run ``spmm_mma*_s<S>``."""
+CSR runs ``spmm_fl_s<S>`` (session 7: cp.async X^T stages, entries loaded a tile ahead, double-
+buffered A tiles, ldmatrix fragments, one barrier per tile) or ``spmm_ws_s<S>`` (the same work split
+between producer and consumer warps) as :meth:`MmaMixin.fl_kind` decides, where their inputs allow
+(16-byte aligned values, the block's tile offsets in shared memory); N:M 2:4 and the rest run
+``spmm_mma*_s<S>``."""
 
 from __future__ import annotations
 
@@ -24,14 +25,11 @@ CSR16_KERNEL_DEFAULT = "xs1"
 #: X of at most this many bytes goes to shared memory in csr16_xs (no opt-in needed)
 CSR16_XS_BYTES = 48 * 1024
 #: the tensor-core kernel of CSR patterns (``plan.mma_kernel``): "auto" (:meth:`MmaMixin.fl_kind`),
-#: "fl" (spmm_fl<BM>_s<S>: a warp per 32 rows x 64 columns of X), "fl2" (spmm_fl<BM>w2_s<S>: twice the warps, 32 x 32 each), "ws"
-#: (spmm_ws_s<S>: 8 producer and 8 consumer warps, 128 rows), "wsb" (spmm_wsb_s<S>: 4 consumer warps of
-#: 64 x 32) or "tile" (spmm_mma_s<S>, the earlier
-#: kernel; N:M 2:4 always runs it)
+#: "fl" (spmm_fl_s<S>: 128 rows per block, 4 warps of 32 rows x 64 columns of X), "ws" (spmm_ws_s<S>:
+#: 128 rows, 8 producer and 8 consumer warps) or "tile" (spmm_mma_s<S>, the earlier kernel; N:M 2:4
+#: always runs it)
 MMA_KERNEL_DEFAULT = "auto"
-FL_KERNELS = ("fl", "fl2", "ws", "wsb")
-#: the warp-specialized kernel "auto" takes where its blocks fit in one wave (:meth:`MmaMixin.fl_kind`)
-WS_KERNEL = "ws"
+FL_KERNELS = ("fl", "ws")
 #: cluster sizes spmm_fl is compiled for (1 without clusters, below sm_90)
 FL_SPLITS = (1, 2, 3, 4, 8)
 #: shared memory spmm_fl may take per block (the H200 allows 227 KB with the opt-in)
@@ -170,7 +168,7 @@ class MmaMixin:
         return self._fl_smem(tiles, "fl") <= FL_MAX_SMEM
 
     def fl_kind(self, k: int) -> str:
-        """The kernel of :attr:`mma_kernel` for ``k`` columns of X; "auto": WS_KERNEL where its blocks
+        """The kernel of :attr:`mma_kernel` for ``k`` columns of X; "auto": "ws" where its blocks
         fit in one wave with the column tiles split at least two ways (few row blocks: each block's
         producers and consumers overlap, and one block per SM loses nothing to a second wave),
         else "fl" (several blocks per SM)."""
@@ -183,10 +181,10 @@ class MmaMixin:
         m, _ = self.shape
         blocks = -(-m // 128) * -(-k // 64)
         for s in FL_SPLITS[1:]:
-            smem = self._fl_smem(-(-lay["T"] // s), WS_KERNEL)
-            name, threads, _ = self._fl_kernel(s, WS_KERNEL)
+            smem = self._fl_smem(-(-lay["T"] // s), "ws")
+            name, threads, _ = self._fl_kernel(s, "ws")
             if smem <= FL_MAX_SMEM and blocks * s <= _fl_capacity(name, self.dtype, self.dev_index, s, threads, smem):
-                return WS_KERNEL
+                return "ws"
         return "fl"
 
     def fl_split(self, k: int, kind: str | None = None) -> int:
@@ -214,13 +212,10 @@ class MmaMixin:
 
     def _fl_kernel(self, s: int, kind: str) -> tuple[str, int, int]:
         """The spmm_fl / spmm_ws kernel ``kind`` for cluster size ``s``: name, threads and rows per block."""
-        if kind in ("ws", "wsb"):
-            return f"spmm_{kind}_s{s}", 512 if kind == "ws" else 384, 128
-        wn = 2 if kind == "fl2" else 1
-        return f"spmm_fl{self.mma_rows}{'w2' if wn == 2 else ''}_s{s}", self.mma_rows * wn, self.mma_rows
+        return (f"spmm_ws_s{s}", 512, 128) if kind == "ws" else (f"spmm_fl_s{s}", 128, 128)
 
     def _fl_smem(self, tiles: int, kind: str) -> int:
-        return fl_smem_bytes(self._fl_kernel(1, kind)[2], tiles, 3 if kind in ("ws", "wsb") else 2)
+        return fl_smem_bytes(128, tiles, 3 if kind == "ws" else 2)
 
     def mma_split(self, k: int) -> int:
         """Cluster size S of the tensor-core kernel (the column tiles split over S blocks whose

@@ -372,12 +372,12 @@ SPMM_MMA(4, __cluster_dims__(4, 1, 1))
 SPMM_MMA(8, __cluster_dims__(8, 1, 1))
 #endif
 
-// ---- spmm_fl<BM>_s<S>: the CSR tensor-core SpMM, pipelined (session 7) ----------------------------
+// ---- spmm_fl_s<S>: the CSR tensor-core SpMM, pipelined (session 7) --------------------------------
 // Same product and layout inputs as spmm_mma_s<S> (rowptr, the per (tile, row) uint16 offsets toff,
 // the uint16 columns, the values where they lie), another schedule:
 // - roles: the A tile is the MMA's A operand (rows of A = M) and the X^T tile its B operand (the
-//   batch = N), both loaded by ldmatrix.x4; BM / 32 x WN warps, each 32 rows of A x 64 / WN
-//   columns of X (2 x 8 / WN m16n8k16 per 16-wide step);
+//   batch = N), both loaded by ldmatrix.x4; BM = 128 rows per block, 4 warps, each 32 rows of A x
+//   the 64 columns of X (2 x 8 m16n8k16 per 16-wide step), so the A tile is read once;
 // - X^T tiles by cp.async (16 bytes, zero-filled outside X) in three stages, two tiles ahead;
 // - a row's entries of a tile, read by 4 lanes as aligned 16-byte chunks of columns and values
 //   (8 entries each; a run of up to 25 entries in one step, longer runs loop), loaded into
@@ -386,7 +386,7 @@ SPMM_MMA(8, __cluster_dims__(8, 1, 1))
 // - dynamic shared memory (the A tiles, the X stages, the block's tile offsets); the float32
 //   partial sums meet over the cluster of S blocks (S column ranges) as in spmm_mma_s<S>.
 // The host launches it for n % 8 == 0, 16-byte aligned values, X^T and uint16 columns (padded by
-// 8 entries), grid (m / BM * S, k / 64), BM x WN threads, fl_smem_bytes() of shared memory. flags
+// 8 entries), grid (m / 128 * S, k / 64), 128 threads, fl_smem_bytes() of shared memory. flags
 // (benchmarking only, wrong results): 1 skips the products, 2 the A tiles, 4 the entry loads, 8 the
 // X^T copies.
 #define FL_LD 72  // shared row stride (halves) of the A and X^T tiles: conflict-free ldmatrix
@@ -419,14 +419,14 @@ __device__ __forceinline__ void mma16816_free(float* d, const unsigned* a, unsig
 #endif
 }
 
-template <int S, int BM, int WN>
+template <int S>
 __device__ __forceinline__ void spmm_fl_body(int m, int n, int k, int T, const int* __restrict__ rowptr,
                                              const unsigned short* __restrict__ toff,
                                              const unsigned short* __restrict__ col, const val_t* __restrict__ val,
                                              const val_t* __restrict__ xt, const val_t* __restrict__ bias,
                                              val_t* __restrict__ yt, int flags) {
-  constexpr int THREADS = BM * WN;       // BM / 32 x WN warps: 32 rows of A x 64 / WN columns of X each
-  constexpr int NT = 8 / WN;             // 8-column groups of X per warp
+  constexpr int BM = 128, THREADS = 128; // 4 warps: 32 rows of A x the 64 columns of X each
+  constexpr int NT = 8;                  // 8-column groups of X per warp
   constexpr int RP = THREADS / 4;        // rows per pass of the entry loads (4 lanes per row)
   constexpr int PASSES = BM / RP;
   constexpr int A_HALVES = BM * FL_LD;   // one A tile
@@ -438,7 +438,6 @@ __device__ __forceinline__ void spmm_fl_body(int m, int n, int k, int T, const i
   unsigned short* Ts = reinterpret_cast<unsigned short*>(Xs + FL_NST * X_HALVES);  // [te - ta + 1][BM]
   float* P = reinterpret_cast<float*>(fl_smem);        // [64][PLD], after the loop
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wm = warp / WN, wn = warp % WN;
   const int g = lane >> 2, t4 = lane & 3;
   const int h = tid & 3, rp = tid >> 2;  // entry loads: lane h of the 4 that own rows rp + RP p
   int rank = 0;
@@ -552,12 +551,12 @@ __device__ __forceinline__ void spmm_fl_body(int m, int n, int k, int T, const i
       unsigned a[2][4];
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
-        ldsm_x4(a[mt], as + (unsigned)((wm * 32 + mt * 16 + (lane & 15)) * FL_LD + kk * 16 + (lane >> 4) * 8) * 2u);
+        ldsm_x4(a[mt], as + (unsigned)((warp * 32 + mt * 16 + (lane & 15)) * FL_LD + kk * 16 + (lane >> 4) * 8) * 2u);
 #pragma unroll
       for (int np = 0; np < NT / 2; ++np) {
-        if (wn * NT + 2 * np < ntact) {
+        if (2 * np < ntact) {
           unsigned b[4];
-          ldsm_x4(b, xs + (unsigned)((wn * NT * 8 + np * 16 + ((lane >> 4) << 3) + (lane & 7)) * FL_LD + kk * 16 + ((lane >> 3) & 1) * 8) * 2u);
+          ldsm_x4(b, xs + (unsigned)((np * 16 + ((lane >> 4) << 3) + (lane & 7)) * FL_LD + kk * 16 + ((lane >> 3) & 1) * 8) * 2u);
 #pragma unroll
           for (int mt = 0; mt < 2; ++mt) {
             mma16816_free(acc[mt][2 * np], a[mt], b[0], b[1]);
@@ -595,7 +594,7 @@ __device__ __forceinline__ void spmm_fl_body(int m, int n, int k, int T, const i
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-      int r = wm * 32 + mt * 16 + g, bc = (wn * NT + nt) * 8 + 2 * t4;
+      int r = warp * 32 + mt * 16 + g, bc = nt * 8 + 2 * t4;
       P[bc * PLD + r] = acc[mt][nt][0];
       P[(bc + 1) * PLD + r] = acc[mt][nt][1];
       P[bc * PLD + r + 8] = acc[mt][nt][2];
@@ -641,19 +640,12 @@ __device__ __forceinline__ void spmm_fl_body(int m, int n, int k, int T, const i
 #endif
 }
 
-#define SPMM_FL_BM(SP, ATTR, BMV, WNV, NAME, MINB)                                                                   \
-  extern "C" __global__ void ATTR __launch_bounds__(BMV * WNV, MINB) NAME(                                          \
+#define SPMM_FL(SP, ATTR)                                                                                            \
+  extern "C" __global__ void ATTR __launch_bounds__(128, 2) spmm_fl_s##SP(                                          \
       i64 m, i64 n, i64 k, i64 T, const int* rowptr, const unsigned short* toff, const unsigned short* col,         \
       const val_t* val, const val_t* xt, const val_t* bias, val_t* yt, i64 flags) {                                 \
-    spmm_fl_body<SP, BMV, WNV>((int)m, (int)n, (int)k, (int)T, rowptr, toff, col, val, xt, bias, yt, (int)flags);   \
+    spmm_fl_body<SP>((int)m, (int)n, (int)k, (int)T, rowptr, toff, col, val, xt, bias, yt, (int)flags);             \
   }
-// spmm_fl128_s<S> / spmm_fl64_s<S>: 128 / 64 rows per block, a warp per 32 rows x 64 columns of X;
-// spmm_fl128w2_s<S> / spmm_fl64w2_s<S>: twice the warps, each 32 rows x 32 columns of X
-#define SPMM_FL(SP, ATTR)                                    \
-  SPMM_FL_BM(SP, ATTR, 128, 1, spmm_fl128_s##SP, 2)          \
-  SPMM_FL_BM(SP, ATTR, 64, 1, spmm_fl64_s##SP, 4)            \
-  SPMM_FL_BM(SP, ATTR, 128, 2, spmm_fl128w2_s##SP, 2)        \
-  SPMM_FL_BM(SP, ATTR, 64, 2, spmm_fl64w2_s##SP, 4)
 
 SPMM_FL(1, )
 #if __CUDA_ARCH__ >= 900
@@ -679,13 +671,13 @@ __device__ __forceinline__ void bar_arrive_n(int id, int count) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
 
-template <int S, int MT>
+template <int S>
 __device__ __forceinline__ void spmm_ws_body(int m, int n, int k, int T, const int* __restrict__ rowptr,
                                              const unsigned short* __restrict__ toff,
                                              const unsigned short* __restrict__ col, const val_t* __restrict__ val,
                                              const val_t* __restrict__ xt, const val_t* __restrict__ bias,
                                              val_t* __restrict__ yt, int flags) {
-  constexpr int CW = 2 * 128 / (16 * MT);            // consumer warps: 32 MT / 2 rows x 32 columns of X each
+  constexpr int MT = 2, CW = 8;                      // consumer warps (the first 8): 32 rows x 32 columns of X
   constexpr int BM = 128, PT = 256, THREADS = 32 * CW + PT;  // PT producer threads (the last 8 warps)
   constexpr int RP = PT / 4, PASSES = BM / RP;     // 4 lanes per row, 2 rows per producer thread
   constexpr int A_HALVES = BM * FL_LD, X_HALVES = 64 * FL_LD;
@@ -905,17 +897,12 @@ __device__ __forceinline__ void spmm_ws_body(int m, int n, int k, int T, const i
 #endif
 }
 
-#define SPMM_WS_MT(SP, ATTR, MTV, NAME, THR)                                                                         \
-  extern "C" __global__ void ATTR __launch_bounds__(THR, 1) NAME(                                                   \
+#define SPMM_WS(SP, ATTR)                                                                                            \
+  extern "C" __global__ void ATTR __launch_bounds__(512, 1) spmm_ws_s##SP(                                          \
       i64 m, i64 n, i64 k, i64 T, const int* rowptr, const unsigned short* toff, const unsigned short* col,         \
       const val_t* val, const val_t* xt, const val_t* bias, val_t* yt, i64 flags) {                                 \
-    spmm_ws_body<SP, MTV>((int)m, (int)n, (int)k, (int)T, rowptr, toff, col, val, xt, bias, yt, (int)flags);        \
+    spmm_ws_body<SP>((int)m, (int)n, (int)k, (int)T, rowptr, toff, col, val, xt, bias, yt, (int)flags);             \
   }
-// spmm_ws_s<S>: 8 consumer warps of 32 x 32 (512 threads); spmm_wsb_s<S>: 4 consumer warps of 64 x 32
-// (384 threads: each X^T and A fragment read by fewer warps)
-#define SPMM_WS(SP, ATTR)                            \
-  SPMM_WS_MT(SP, ATTR, 2, spmm_ws_s##SP, 512)        \
-  SPMM_WS_MT(SP, ATTR, 4, spmm_wsb_s##SP, 384)
 SPMM_WS(1, )
 #if __CUDA_ARCH__ >= 900
 SPMM_WS(2, __cluster_dims__(2, 1, 1))
