@@ -158,6 +158,7 @@ def _write(args, results: list) -> None:
         "benchmark": "LLM-sized sparse linear layers, GPU, half precision (issue 17 item 5, GPU part)",
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "command": "python " + " ".join([Path(os.path.relpath(sys.argv[0], HERE.parent)).as_posix()] + sys.argv[1:]),
+        "commit": args.commit,
         "machine": {"platform": platform.platform(), "gpu": torch.cuda.get_device_name(0)},
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "sparsetorch": st.__version__,
                      "backends": sorted(i.name for i in st.registry().info())},
@@ -182,6 +183,7 @@ def main() -> None:
     ap.add_argument("--no-backward", action="store_true", help="forward only (no forward+backward column)")
     ap.add_argument("--quick", action="store_true", help="1024-wide layers, 10 repeats")
     ap.add_argument("--out", default=str(HERE / "results" / "llm_h200.json"))
+    ap.add_argument("--commit", default="", help="the commit measured (recorded in the results)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bench_llm_gpu needs a CUDA device (the CPU part is bench_llm.py)")
