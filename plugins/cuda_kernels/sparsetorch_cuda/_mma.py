@@ -30,9 +30,9 @@ CSR16_XS_BYTES = 48 * 1024
 #: always runs it)
 MMA_KERNEL_DEFAULT = "auto"
 FL_KERNELS = ("fl", "ws")
-#: cluster sizes spmm_fl is compiled for (1 without clusters, below sm_90)
+#: cluster sizes spmm_fl / spmm_ws are compiled for (1 without clusters, below sm_90)
 FL_SPLITS = (1, 2, 3, 4, 8)
-#: shared memory spmm_fl may take per block (the H200 allows 227 KB with the opt-in)
+#: shared memory spmm_fl / spmm_ws may take per block (the H200 allows 227 KB with the opt-in)
 FL_MAX_SMEM = 200 * 1024
 
 
@@ -45,8 +45,10 @@ def fl_smem_bytes(rows: int, tiles: int, a_tiles: int = 2) -> int:
 
 @functools.lru_cache(maxsize=None)
 def _fl_capacity(name: str, dtype: torch.dtype, dev: int, split: int, threads: int, smem: int) -> int:
-    """Blocks of spmm_fl that are resident on the whole GPU at once (clusters that fit x S), by the
-    driver's occupancy calculator; 2 blocks per SM where it cannot say."""
+    """Blocks of kernel ``name`` (spmm_fl_s<S> / spmm_ws_s<S>) resident on the whole GPU at once
+    (clusters that fit x S), by the driver's occupancy calculator; 2 blocks per SM where the
+    calculator fails (an estimate for :meth:`MmaMixin.fl_split` only: a real launch error still
+    surfaces at the launch)."""
     from .launch import _driver  # noqa: PLC0415
 
     cu = _driver()
