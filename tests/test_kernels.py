@@ -8,6 +8,8 @@ declined with a reason, and remove() must hand DIA products back to the built-in
 
 from __future__ import annotations
 
+import re
+
 import importlib.util
 import sys
 from pathlib import Path
@@ -169,7 +171,11 @@ def test_bad_registrations_raise() -> None:
 def test_the_example_runs(example, capsys) -> None:
     example.main()
     out = capsys.readouterr().out
-    assert "->kernel-DIA" in out and "max |A @ x - dense| = 0.00e+00" in out
+    assert "->kernel-DIA" in out
+    # the kernel sums a row's diagonals in its own order, a dense BLAS product in another: equal
+    # to rounding, not bit for bit
+    err = float(re.search(r"max \|A @ x - dense\| = (\S+)", out).group(1))
+    assert err <= 1e-13
     assert "after remove(): torch" in out or "after remove(): scipy" in out
 
 
