@@ -30,6 +30,7 @@ import torch
 
 import sparsetorch as st
 from sparsetorch.format import BSR, COO, CSC, CSR, DELTA, DIA, ELL
+from sparsetorch.tensor import construct
 
 ROOT = Path(__file__).resolve().parent
 
@@ -47,11 +48,41 @@ def timed(fn, reps=7):
     return statistics.median(ts)
 
 
+def alternate(fns, reps):
+    """Median seconds of each of ``fns``, timed one call each per round (synchronised), in turn."""
+    for fn in fns:
+        fn()
+    times = [[] for _ in fns]
+    for _ in range(reps):
+        for i, fn in enumerate(fns):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            times[i].append(time.perf_counter() - t0)
+    return [statistics.median(t) for t in times]
+
+
+def thr(fn, calls=200, reps=5):
+    """Seconds per call of ``calls`` calls back to back, one synchronize at the end, best of ``reps``."""
+    fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - t0) / calls)
+    return best
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(ROOT / "results" / "convert_cuda.json"))
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--profile", action="store_true", help="print torch.profiler tables of the CuPy cases")
+    ap.add_argument("--only-peers", action="store_true", help="only the cases CuPy has (CSR->CSC, CSR->COO, COO->CSR)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("needs a CUDA device")
@@ -97,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         ("CSR->DELTA(8)", A, DELTA(8), None),
         ("banded CSR->DIA", B, DIA, None),
     ]:
+        if args.only_peers and peer is None:
+            continue
         ours = timed(lambda: fresh(src).convert(fmt), reps)
         out = src.convert(fmt)
         back = timed(lambda: fresh(out).convert(CSR), reps)
@@ -119,16 +152,48 @@ def main(argv: list[str] | None = None) -> int:
             row["ratio_ours_prewrapped_over_cupy"] = row["ours_prewrapped_s"] / row["cupy_s"]
             pre32 = fresh(A32)
             row["ours_int32_prewrapped_s"] = timed(lambda: (pre32.clear_cache(), pre32.convert(fmt)), reps)
+            # the alternatives of the GPU path in the same run (construct.EXPAND, construct.SORT16_MAX)
+            for key, attr, alt in (("repeat", "EXPAND", "repeat"), ("key32", "SORT16_MAX", -1)):
+                keep = getattr(construct, attr)
+                setattr(construct, attr, alt)
+                try:
+                    got = fresh(src).convert(fmt)
+                    assert torch.equal(got.to_dense(), src.to_dense()), (name, key)
+                    row[f"ours_prewrapped_{key}_s"] = timed(lambda: (pre.clear_cache(), pre.convert(fmt)), reps)
+                    row[f"ours_int32_prewrapped_{key}_s"] = timed(lambda: (pre32.clear_cache(), pre32.convert(fmt)), reps)
+                finally:
+                    setattr(construct, attr, keep)
+            # host time alone: calls back to back, one synchronize (the GPU work queued behind)
+            row["ours_prewrapped_thr_s"] = thr(lambda: (pre.clear_cache(), pre.convert(fmt)))
+            row["cupy_thr_s"] = thr(lambda: peer(m))
+            # ours and CuPy alternately (one call each per round): drift of the machine hits both
+            ab = alternate([lambda: (pre.clear_cache(), pre.convert(fmt)), lambda: peer(m),
+                            lambda: (pre32.clear_cache(), pre32.convert(fmt))], max(reps, 41))
+            row["ours_prewrapped_ab_s"], row["cupy_ab_s"], row["ours_int32_prewrapped_ab_s"] = ab
+            row["ratio_ours_prewrapped_ab_over_cupy"] = ab[0] / ab[1]
+            if name == "CSR->COO":  # where the host time of a CSR -> COO goes (calls back to back)
+                ptr = pre.pos(1)
+                nn = int(pre.nse)
+                row["host_pieces_thr_s"] = {
+                    "arange": thr(lambda: torch.arange(nn, dtype=ptr.dtype, device=ptr.device)),
+                    "searchsorted": thr(lambda: torch.searchsorted(ptr[1:], ptr, right=True)),
+                    "clone_ends": thr(lambda: ptr[::n].clone(memory_format=torch.contiguous_format)),
+                    "_direct": thr(lambda: construct._direct(pre, fmt, torch.int64, True)),
+                    "Conversion": thr(lambda: construct.Conversion(pre, fmt, torch.int64, None, values_too=True)),
+                    "convert": row["ours_prewrapped_thr_s"],
+                    "launch_unit": thr(lambda: ptr.add_(0)),
+                }
             if args.profile:
                 from torch.profiler import ProfilerActivity, profile
 
-                with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-                    for _ in range(5):
-                        pre32.clear_cache()
-                        pre32.convert(fmt)
-                    torch.cuda.synchronize()
-                print(name, "int32, 5 calls")
-                print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=14, max_name_column_width=40))
+                for label, p in (("int64", pre), ("int32", pre32)):
+                    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                        for _ in range(5):
+                            p.clear_cache()
+                            p.convert(fmt)
+                        torch.cuda.synchronize()
+                    print(name, label, "5 calls")
+                    print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=16, max_name_column_width=40))
         if name in builtin:
             row["torch_builtin_s"] = timed(lambda: builtin[name](src), reps)
         cases.append(row)
@@ -151,7 +216,9 @@ def main(argv: list[str] | None = None) -> int:
         "note": (f"median of {reps} CUDA-synchronised runs after a warm-up; 'ours' = first conversion of a pattern "
                  "(int64 indices, as from_coo makes them; 'ours_int32' on int32 indices as CuPy's); CuPy's "
                  "matrices have int32 indices; 'torch_builtin' = torch.sparse_csr_tensor(...).to_sparse_csc()/"
-                 "to_sparse_coo() on the int64 buffers"),
+                 "to_sparse_coo() on the int64 buffers; '_repeat' / '_key32': the same code with construct.EXPAND = 'repeat' / "
+                 "construct.SORT16_MAX = -1 (32-bit sort keys); '_thr_s': calls back to back, one synchronize (host-bound rate); "
+                 "'_ab_s': ours (prewrapped, int64 and int32) and CuPy timed alternately, one call each per round, median"),
         "cases": cases,
     }
     path = Path(args.out)

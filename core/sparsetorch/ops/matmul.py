@@ -6,6 +6,7 @@ import math
 from typing import Any, Mapping
 
 import torch
+from torch.autograd import forward_ad as _forward_ad
 
 from ..autograd import products
 from ..autograd.products import combine
@@ -199,6 +200,51 @@ def norm(A: SparseTensor, ord: str | int | float = "fro") -> torch.Tensor:
     raise InputError(f"norm ord must be 'fro', 1, inf or 'max', got {ord!r}")
 
 
+#: whether a torch.func transform (vmap, grad, jacrev, ...) is active; such calls take the Function
+_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", None)
+
+
+class _Direct:
+    """``Matmul.execute``'s per-call path when the plan can bind its product to the operands
+    (``plan.bind(values, X)``, a backend's one recorded launch, e.g. the cuda plugin's): the
+    output allocated (or ``c`` itself, with ``beta == 0``), one launch, nothing else. Declines a
+    call (returns None; ``execute`` then takes the general path through the autograd Function)
+    when a gradient is being recorded, under forward-mode AD, a torch.func transform or
+    torch.compile, or when the bound launch cannot take the call (X re-laid out, values moved).
+    A write into A's index buffers since the bind (their torch version counters moved)
+    re-validates them and re-plans: the plan read the old pattern."""
+
+    __slots__ = ("bound", "values", "index", "versions", "template", "into_c")
+
+    def __init__(self, bound: Any, values: torch.Tensor, index: list, versions: list, like: torch.Tensor, shape: tuple,
+                 into_c: bool) -> None:
+        self.bound, self.values, self.index, self.versions = bound, values, index, versions
+        # the output's shape, dtype and device on one element: empty_like of it is the cheapest
+        # allocation from Python (a stride-0 view is not dense, so the result is contiguous)
+        self.template = like.new_empty((1,)).expand(shape)
+        self.into_c = into_c
+
+    def __call__(self, mm: "Matmul") -> torch.Tensor | None:
+        X, c = mm._rhs.Xn, mm.c
+        if torch.is_grad_enabled() and (self.values.requires_grad or X.requires_grad
+                                        or (c is not None and c.requires_grad)):
+            return None
+        if _forward_ad._current_level >= 0 or (_transforms_active is not None and _transforms_active()) \
+                or torch.compiler.is_compiling():
+            return None
+        if [b._version for b in self.index] != self.versions:
+            mm.a.ensure_valid()  # raises if the new index buffers are invalid
+            mm._state = None  # the plan holds (or copied) the old pattern: plan again
+            mm._direct = None
+            return None
+        Y = c if self.into_c else torch.empty_like(self.template)
+        if not self.bound(X, Y):
+            mm._direct = None  # X or the values were laid out anew: bind again on the next call
+            mm._direct_tried = False
+            return None
+        return Y
+
+
 class Matmul:
     """Stateful ``c := alpha * a @ b + beta * c`` (the UST form), planned once, executed many times.
 
@@ -227,6 +273,10 @@ class Matmul:
         self._table: ExplainTable | None = None
         #: the plan with A's pattern, kept from one execute to the next (None: made at the next)
         self._handle: MatmulHandle | None = None
+        self._planned_key: Any = None
+        #: the bound launch of the common call (see _Direct), tried once per operand set
+        self._direct: _Direct | None = None
+        self._direct_tried = False
         self._set(a, b, c, alpha, beta)
 
     def _set(self, a, b, c, alpha, beta) -> None:
@@ -239,6 +289,7 @@ class Matmul:
         self.a, self.b, self.c, self.alpha, self.beta = a, b, c, alpha, beta
         self._rhs, self._members = rhs, members
         self._handle = None
+        self._direct, self._direct_tried = None, False
 
     def plan(self) -> ExplainTable:
         if self._members is not None:  # one plan per member pattern, through the plan cache
@@ -247,11 +298,21 @@ class Matmul:
             self._state = True  # type: ignore[assignment]
             return self._table
         request = matmul_request(self.a, self._rhs.Xn, matmul_options(self._backend))
+        self._direct, self._direct_tried = None, False  # a bound launch belongs to the plan it came from
         self._state, _, self._table = obtain_plan("matmul", self.a, request, cache=False)
+        self._planned_key = self.a.pattern_key  # the pattern (buffers and their versions) planned for
         self._state.build()
         return self._table
 
     def execute(self) -> torch.Tensor:
+        direct = self._direct
+        if direct is not None or not self._direct_tried:
+            if direct is None:
+                direct = self._bind()
+            if direct is not None:
+                y = direct(self)
+                if y is not None:
+                    return y
         if self._state is None:
             self.plan()
         if self._members is not None:
@@ -264,6 +325,46 @@ class Matmul:
         if self.c is None and self.alpha == 1:
             return y
         return combine(y, self.c, self.alpha, self.beta)
+
+    def _bind(self) -> _Direct | None:
+        """The :class:`_Direct` path for these operands, or None (tried once per operand set): one
+        matrix (no value batch, no pattern batch), ``alpha == 1``, no ``c`` or ``c`` overwritten
+        (``beta == 0``, contiguous, not sharing memory with ``b``), a plan with ``bind``."""
+        if self._members is not None or self.alpha != 1:
+            self._direct_tried = True
+            return None
+        a = self.a
+        if self._state is None or a.pattern_key != self._planned_key:
+            # not planned yet, or A's index buffers were written (or swapped) since: a plan built
+            # on them as they are now (ensure_valid raises if they are no longer valid)
+            a.ensure_valid()
+            self.plan()
+        self._direct_tried = True
+        plan = self._state.plan if self._state is not None else None
+        bind = getattr(plan, "bind", None)
+        c, rhs = self.c, self._rhs
+        X = rhs.Xn
+        if bind is None or not callable(bind) or a.batch_shape or X is None or X.dim() != 2 or type(X) is not torch.Tensor \
+                or type(a.values) is not torch.Tensor:
+            return None
+        m = a.format_shape[0]
+        shape = (m,) if rhs.vector else (m, X.shape[1])
+        into_c = c is not None
+        if into_c and not (self.beta == 0 and type(c) is torch.Tensor and c.is_contiguous() and tuple(c.shape) == shape
+                           and c.dtype == X.dtype and c.device == X.device and not _shares_memory(c, X)
+                           and not _shares_memory(c, a.values)):
+            return None
+        try:
+            index = [b for b in (*a.pos_buffers, *a.crd_buffers) if b is not None]
+            versions = [b._version for b in index]
+        except RuntimeError:  # inference tensors keep no version counter
+            return None
+        with self._state.lock:
+            bound = bind(a.values, X)
+        if bound is None:
+            return None
+        self._direct = _Direct(bound, a.values, index, versions, X, shape, into_c)
+        return self._direct
 
     def reset_operands(self, a: SparseTensor | None = None, b: torch.Tensor | None = None, c: torch.Tensor | None = None,
                        *, alpha: float | complex | None = None, beta: float | complex | None = None) -> None:
@@ -291,6 +392,9 @@ class Matmul:
         if self._members is not None and (a is not None or b is not None):
             self._set(a if a is not None else self.a, b if b is not None else self.b, self.c, self.alpha, self.beta)
             a = b = None  # a pattern batch re-splits its members (cheap views); the plans are cached
+        if a is not None or c is not None or alpha is not None or beta is not None \
+                or (b is not None and self._direct is not None and self._direct.into_c):
+            self._direct, self._direct_tried = None, False  # bound to the old operands: bind again
         if a is not None:
             if a.pattern_key != self.a.pattern_key:
                 self._state = None
@@ -301,8 +405,11 @@ class Matmul:
             rhs = self._rhs
             if rhs.Xn is not None and tuple(b.shape) == tuple(rhs.Xn.shape[:-1] if rhs.vector else rhs.Xn.shape):
                 # the plain layouts: b is what the plan takes (a vector gets its column back)
+                if b.dtype != rhs.Xn.dtype or b.device != rhs.Xn.device:
+                    self._direct, self._direct_tried = None, False  # the bound launch reads b as the old dtype
                 self._rhs = _Rhs(b.unsqueeze(-1) if rhs.vector else b, rhs.shape, rhs.finish, vector=rhs.vector)
             else:  # broadcast or folded layouts: redo the (shape-only) mapping
+                self._direct, self._direct_tried = None, False
                 self._rhs = _rhs(self.a, b, "Matmul")
         if c is not None:
             self.c = c
@@ -314,12 +421,21 @@ class Matmul:
     def free(self) -> None:
         self._state = None
         self._handle = None
+        self._direct, self._direct_tried = None, False
 
     def __enter__(self) -> "Matmul":
         return self
 
     def __exit__(self, *exc) -> None:
         self.free()
+
+
+def _shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two strided tensors' storages are one (then writing one may change the other)."""
+    try:
+        return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return True
 
 
 def _matmul_operator(self: SparseTensor, other: torch.Tensor) -> torch.Tensor:

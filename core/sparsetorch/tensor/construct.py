@@ -277,14 +277,15 @@ def convert(
         raise ConversionError(f"index_dtype must be torch.int32 or torch.int64, got {idt}")
     if dtype is not None and not (dtype.is_floating_point or dtype.is_complex):
         raise ConversionError(f"dtype must be floating point or complex, got {dtype}")
-    same = fmt == t.format and idt == t.index_dtype and (dtype is None or dtype == t.dtype)
+    same_format = fmt is t.format or fmt == t.format
+    same = same_format and idt == t.index_dtype and (dtype is None or dtype == t.dtype)
     if same and not drop_zeros:
         if copy is False or copy is None:
             return t
         return t.clone()
     if same and copy is False:
         raise ConversionError("drop_zeros=True needs new buffers, but copy=False was given")
-    if fmt == t.format and not drop_zeros:
+    if same_format and not drop_zeros:
         # Same layout: cast the buffers only.
         cast = lambda b: None if b is None else b.to(idt)  # noqa: E731
         _check_int32(fmt, t.format_shape, t.nse, idt)
@@ -433,8 +434,12 @@ def conversion(
     key = ("conversion", fmt, index_dtype)
     cache = t._cache
     conv = cache.get(key)
-    guard = fill_guard(fmt, t.format_shape, max_fill,
-                       _value_bytes((*t.batch_shape, 0), dtype or t.dtype), "converting")
+    if conv is None and _pair_layout(fmt) is not None and _pair_layout(t.format) is not None \
+            and not t.format.num_batch_levels:
+        guard = None  # CSR / CSC / COO-like to CSR / CSC / COO-like: one slot per entry, no padding to bound
+    else:
+        guard = fill_guard(fmt, t.format_shape, max_fill,
+                           _value_bytes((*t.batch_shape, 0), dtype or t.dtype), "converting")
     if conv is None:
         conv = Conversion(t, fmt, index_dtype, guard, values_too=values_too)
         if conv._dst is None or callable(conv._dst) or is_plain(conv._dst):
@@ -523,11 +528,25 @@ def _on_host(*bufs: torch.Tensor) -> bool:
     return True
 
 
+#: how a GPU (or any non-NumPy) conversion expands pointers into major indices: "search" (arange
+#: and one searchsorted of every slot in the row ends: two launches) or "repeat" (counts,
+#: repeat_interleave: a difference, a scan and a fill)
+EXPAND = "search"
+#: sort keys of a major swap (CSR <-> CSC) in int16 when the new major has at most this many
+#: indices: a radix sort of 16-bit keys makes half the passes of one of 32-bit keys
+SORT16_MAX = 32767
+
+
 def _expand(ptr: torch.Tensor, n: int, nnz: int) -> torch.Tensor:
     """The major index of every entry from the pointers ``ptr`` (n + 1), in ``ptr``'s dtype."""
     if _on_host(ptr):
         p = ptr.contiguous().numpy()
         return torch.from_numpy(np.repeat(np.arange(n, dtype=p.dtype), np.diff(p)))
+    if EXPAND == "search":
+        # entry e lies in row r where r = #{rows whose end ptr[r + 1] <= e} (empty rows included):
+        # two kernels (arange, searchsorted), no host sync
+        slots = torch.arange(nnz, dtype=ptr.dtype, device=ptr.device)
+        return torch.searchsorted(ptr[1:], slots, right=True, out_int32=ptr.dtype == torch.int32)
     # repeat_interleave(counts) is the major index itself (0 repeated counts[0] times, ...): a scan
     # and one kernel, no host sync with output_size (torch's fused CSR->COO index kernel, one
     # thread per row, was 5x slower on an H200 at 50 entries per row)
@@ -587,14 +606,21 @@ def _transpose(ptr: torch.Tensor, minor: torch.Tensor, nmaj: int, nmin: int, val
             return bp_t, bi_t, perm_t, None
         except (TypeError, ValueError):  # a SciPy whose kernels take other types: the torch path
             pass
-    # A radix sort (on GPUs) of 32-bit keys makes half the passes of one of 64-bit keys.
-    key32 = minor.to(torch.int32) if nmin <= _INT32_MAX else minor
-    key, perm = torch.sort(key32, stable=True)
+    # A radix sort (on GPUs) of 16-bit keys makes half the passes of one of 32-bit keys, and a
+    # quarter of one of 64-bit keys; the keys are the minor indices, below nmin.
+    if nmin <= SORT16_MAX:
+        skey = minor.to(torch.int16)
+    elif nmin <= _INT32_MAX:
+        skey = minor if minor.dtype == torch.int32 else minor.to(torch.int32)
+    else:
+        skey = minor
+    key, perm = torch.sort(skey, stable=True)
+    int32 = minor.dtype == torch.int32
     q = torch.arange(nmin + 1, dtype=key.dtype, device=minor.device)
-    bp_t = torch.searchsorted(key, q, out_int32=minor.dtype == torch.int32)
-    # the major index of each moved entry: the segment of ptr holding its source slot
-    rows = torch.searchsorted(ptr.long(), perm, right=True, out_int32=minor.dtype == torch.int32) - 1
-    return bp_t.to(minor.dtype), rows.to(minor.dtype), perm, None
+    bp_t = torch.searchsorted(key, q, out_int32=int32)
+    # the major index of each moved entry: the number of rows ending at or before its source slot
+    rows = torch.searchsorted(ptr[1:], perm, right=True, out_int32=int32)
+    return _as_dtype(bp_t, minor.dtype), _as_dtype(rows, minor.dtype), perm, None
 
 
 def _direct(t: SparseTensor, fmt: TensorFormat, index_dtype: torch.dtype, values_too: bool = False):
@@ -624,10 +650,20 @@ def _direct(t: SparseTensor, fmt: TensorFormat, index_dtype: torch.dtype, values
         ptr, minor, src, first = _transpose(ptr, minor, nmaj, nmin, tvals if movable else None)
         nmaj, nmin = nmin, nmaj
     if dkind == "csr":
-        return [None, ptr.to(idt)], [None, minor.to(idt)], src, None, nnz, first
+        return [None, _as_dtype(ptr, idt)], [None, _as_dtype(minor, idt)], src, None, nnz, first
     major = crd[0] if skind == "coo" and smaj == dmaj else _expand(ptr, nmaj, nnz)
-    top = torch.stack([ptr[0], ptr[-1]]).to(idt)  # [0, nnz]: one kernel, no host-to-device copy
-    return [top, None], [major.to(idt), minor.to(idt)], src, None, nnz, first
+    # [0, nnz] = [ptr[0], ptr[nmaj]]: one copy kernel from a strided view, no host-to-device copy
+    if nmaj:
+        ends = ptr[::nmaj]
+        top = ends.clone(memory_format=torch.contiguous_format) if ends.dtype == idt else ends.to(idt)
+    else:
+        top = torch.stack([ptr[0], ptr[-1]]).to(idt)
+    return [top, None], [_as_dtype(major, idt), _as_dtype(minor, idt)], src, None, nnz, first
+
+
+def _as_dtype(b: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``b.to(dtype)`` without the call when it has that dtype already (a conversion's host path)."""
+    return b if b.dtype == dtype else b.to(dtype)
 
 
 # BSR and DIA through SciPy's compiled kernels (CPU, SciPy importable) -----------------------

@@ -22,7 +22,7 @@ import torch
 
 from . import compile as _compile
 
-__all__ = ["Kernel", "kernel", "arch_of", "LaunchError", "dtype_name", "Prepared", "recording", "raw_stream"]
+__all__ = ["Kernel", "kernel", "arch_of", "LaunchError", "dtype_name", "Prepared", "Bound", "recording", "raw_stream"]
 
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32", torch.float64: "float64"}
 _INDEX = {torch.int32: "int32", torch.int64: "int64"}
@@ -88,6 +88,8 @@ def raw_stream(device: int | None) -> int:
 
 class _Recorder(threading.local):
     calls: list | None = None
+    #: record without launching (``recording(dry=True)``)
+    dry: bool = False
 
 
 _REC = _Recorder()
@@ -96,16 +98,20 @@ _REC = _Recorder()
 class recording:
     """``with recording() as calls:`` collects every launch made inside (the launches still run) as
     ``(kernel, grid, block, args, shared)``: how a plan learns the one launch a call makes, to
-    replay it with new X and Y pointers (:class:`Prepared`)."""
+    replay it with new X and Y pointers (:class:`Prepared`). ``dry=True``: the launches are only
+    recorded, not made (how :meth:`~.plan.CudaSpmmPlan.bind` learns a launch without running it)."""
+
+    def __init__(self, dry: bool = False) -> None:
+        self.dry = dry
 
     def __enter__(self) -> list:
         self.calls: list = []
-        self._outer = _REC.calls
-        _REC.calls = self.calls
+        self._outer = (_REC.calls, _REC.dry)
+        _REC.calls, _REC.dry = self.calls, self.dry
         return self.calls
 
     def __exit__(self, *exc: Any) -> None:
-        _REC.calls = self._outer
+        _REC.calls, _REC.dry = self._outer
 
 
 class Kernel:
@@ -137,6 +143,8 @@ class Kernel:
         stream = _stream(raw_stream(device))
         if _REC.calls is not None:
             _REC.calls.append((self, (gx, gy), block, tuple(int(v) for v in args), shared))
+            if _REC.dry:
+                return
         with self._lock:
             a = self._args
             for i, v in enumerate(args):
@@ -175,6 +183,60 @@ class Prepared:
                                              self._addr, 0)
         if int(err) != 0:
             _ok(self._cu, err, f"cuLaunchKernel({self._kern.name})")
+
+
+class Bound:
+    """One recorded launch bound to a values tensor: ``bound(X, Y)`` writes the X and Y pointers
+    into its own argument block and launches on torch's current stream, reading the values where
+    they lie. The per-call work is a few attribute reads and integer compares, two stores and
+    ``cuLaunchKernel``: no dictionary lookup, no allocation, no torch op. It returns False, and
+    launches nothing, when a call cannot reuse the recording: X not contiguous or aligned
+    otherwise than when it was recorded (a kernel may pick 16-byte loads by X's alignment), Y
+    not 16-byte aligned, or the values tensor moved to another address (``.data`` swapped).
+    The caller checks shapes, dtypes and devices once, when it binds (``CudaSpmmPlan.bind``);
+    ``owner`` (the plan, whose index buffers the recorded arguments point to) is kept alive."""
+
+    __slots__ = ("name", "values", "owner", "_vp", "_xalign", "_fn", "_cu", "_gx", "_gy", "_block", "_shared", "_args", "_ptrs",
+                 "_addr", "_xi", "_yi", "_xp", "_yp", "_device", "_lock", "_rawfn", "_stream", "_success")
+
+    def __init__(self, kern: Kernel, grid: tuple[int, int], block: int, args: tuple[int, ...], shared: int, xi: int,
+                 yi: int, device: int, values: torch.Tensor, xalign: int, owner: Any = None) -> None:
+        self.name = kern.name
+        self.owner = owner  # what holds the other buffers the arguments point to (the plan): kept alive
+        self.values, self._vp, self._xalign = values, values.data_ptr(), xalign
+        self._fn, self._cu = kern._fn, kern._cu
+        self._gx, self._gy = int(grid[0]), int(grid[1])
+        self._block, self._shared = int(block), int(shared)
+        self._args = np.array([v & 0xFFFFFFFFFFFFFFFF for v in args], dtype=np.uint64)
+        self._ptrs = np.array([self._args.ctypes.data + 8 * i for i in range(len(args))], dtype=np.uint64)
+        self._addr = int(self._ptrs.ctypes.data)
+        self._xi, self._yi, self._device = xi, yi, device
+        self._xp, self._yp = int(self._args[xi]), int(self._args[yi])  # what the block holds now
+        self._lock = threading.Lock()
+        self._rawfn = _raw if _raw is not None else (lambda d: torch.cuda.current_stream(d).cuda_stream)
+        self._stream: tuple[int, Any] = (0, None)  # (raw handle, its CUstream) of the last call
+        self._success = getattr(getattr(self._cu, "CUresult", None), "CUDA_SUCCESS", None)
+
+    def __call__(self, X: torch.Tensor, Y: torch.Tensor) -> bool:
+        xp, yp = X.data_ptr(), Y.data_ptr()
+        if (xp & 15) != self._xalign or yp & 15 or not X.is_contiguous() or self.values.data_ptr() != self._vp:
+            return False
+        raw = self._rawfn(self._device)
+        st = self._stream
+        if st[0] != raw or st[1] is None:
+            st = self._stream = (raw, _stream(int(raw)))
+        with self._lock:
+            if xp != self._xp:  # the same b call after call: nothing to write
+                self._args[self._xi] = xp
+                self._xp = xp
+            if yp != self._yp:
+                self._args[self._yi] = yp
+                self._yp = yp
+            (err,) = self._cu.cuLaunchKernel(self._fn, self._gx, self._gy, 1, self._block, 1, 1, self._shared, st[1],
+                                             self._addr, 0)
+        if err is not self._success and int(err) != 0:
+            _ok(self._cu, err, f"cuLaunchKernel({self.name})")
+        return True
 
 
 @functools.lru_cache(maxsize=None)

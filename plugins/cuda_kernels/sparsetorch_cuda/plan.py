@@ -31,13 +31,21 @@ from sparsetorch import InputError, SparseTensor
 
 from ._build import BuildMixin
 from ._mma import MmaMixin
-from .launch import Prepared, kernel, recording
+from .launch import Bound, Prepared, kernel, recording
 from .layout import _check_rowptr  # noqa: F401 - re-exported (tests import it from here)
 from .layout import (BLOCK, CHUNK, COLS_KERNEL_FROM, CSR16_MIN_MEAN, CSR_VARIANTS, DELTA_DEFAULT, DELTA_SMEM_BLOCK,
                      DELTA_SMEM_BYTES, DELTA_VARIANTS, DIA_BLOCK, DIA_DEFAULT, DIA_DEFAULT_FEW, DIA_VARIANTS, DTYPES,
                      INT_LIMIT, MMA_MIN_K, MMA_ROWS, NM_BLOCK, NM_DEFAULT, NM_VARIANTS, ROW_KERNEL_BLOCK, SELL_C,
                      SELL_SIGMA, _GRID_Y, _index_dtype, _sm_count, _vec_for, bsr_params, delta_bits,
                      native_kind, nm_params, sell_layout)
+
+#: DIA variants of the "p" kernels besides layout.DIA_VARIANTS: values loaded with a 256-byte L2
+#: prefetch hint ("p1pf"), and also without allocating in L1 ("p1na") (kernels/fast.cu)
+DIA_EXTRA = ("p1pf", "p1na")
+_DIA_P8_NAMES = {"p1cs": "dia_p8cs_1", "p1pf": "dia_p8pf_1", "p1na": "dia_p8na_1"}
+#: the float64 default for at most 8 diagonals (114^3 stencil on the H200, cuda_kernels_h200_s7b_run1.json:
+#: "p1na" 30.0 us against "p1"'s 31.0 and "p1pf"'s 33.4; float32 keeps layout.DIA_DEFAULT_FEW)
+DIA_DEFAULT_FEW_F64 = "p1na"
 
 __all__ = ["CudaSpmmPlan", "DTYPES", "delta_bits", "nm_params", "bsr_params", "native_kind", "sell_layout", "BLOCK"]
 
@@ -129,8 +137,9 @@ class CudaSpmmPlan(BuildMixin, MmaMixin):
             if self.variant not in DELTA_VARIANTS:
                 raise InputError(f"{backend}: DELTA variant must be one of {DELTA_VARIANTS}, got {variant!r}")
         if self.kind == "dia":
-            self.variant = variant or ((DIA_DEFAULT_FEW if self.ndiag <= 8 else DIA_DEFAULT) if self.small else "classic")
-            if self.variant not in DIA_VARIANTS:
+            few = DIA_DEFAULT_FEW_F64 if self.dtype == torch.float64 else DIA_DEFAULT_FEW
+            self.variant = variant or ((few if self.ndiag <= 8 else DIA_DEFAULT) if self.small else "classic")
+            if self.variant not in DIA_VARIANTS + DIA_EXTRA:
                 raise InputError(f"{backend}: DIA variant must be one of {DIA_VARIANTS}, got {variant!r}")
         if self.kind == "nm":
             self.variant = variant or NM_DEFAULT
@@ -254,6 +263,47 @@ class CudaSpmmPlan(BuildMixin, MmaMixin):
             Y += bias.unsqueeze(-1)
         return Y
 
+    def bind(self, values: torch.Tensor, X: torch.Tensor) -> Bound | None:
+        """``Y = A X`` as one launch bound to ``values`` (this pattern's value slots, 1-D, read where
+        they lie) for right-hand sides laid out as ``X`` ((n, k), contiguous): a
+        :class:`~.launch.Bound`, called as ``bound(X, Y)`` with ``Y`` a contiguous ``(m, k)``
+        output, or None where a product needs more than one launch or per-call work on the values
+        (the generic formats' gather, SELL-C-sigma slots, the load-balanced CSR's zeroing, DELTA /
+        N:M alignment copies, half precision's tensor-core and csr16 paths, generated kernels with
+        several launches or variants still to time). Shapes, dtypes and devices are checked here,
+        once; the index buffers are the plan's own, validated when it was built; the launch is
+        recorded without running (``recording(dry=True)``). This is what ``Matmul.execute`` calls
+        per product: the plan's own state (:meth:`set_values`) is neither read nor changed."""
+        m, n = self.shape
+        if self.dtype not in (torch.float32, torch.float64) or self.gather is not None \
+                or getattr(self, "sell", None) is not None:
+            return None
+        if self.kind in ("csr", "generic") and self.variant == "balanced":
+            return None
+        if not (isinstance(values, torch.Tensor) and isinstance(X, torch.Tensor) and values.dim() == 1
+                and values.shape[0] == self.slots and values.dtype == self.dtype and values.device == self.device
+                and values.is_contiguous() and X.dim() == 2 and X.shape[0] == n and X.dtype == self.dtype
+                and X.device == self.device and X.is_contiguous()):
+            return None
+        if self.kind in ("delta", "nm") and values.data_ptr() % 16:
+            return None
+        k = int(X.shape[1])
+        if not (m and k):
+            return None
+        if self.kind == "generated" and self.gen.autotune and self.gen.variant is None and k not in self.gen.choice:
+            return None  # the first product times the variants (real launches)
+        Y = torch.empty((m, k), dtype=self.dtype, device=self.device)
+        with recording(dry=True) as calls:
+            self._launch(values, X, Y, k, False)
+        if len(calls) != 1:
+            return None
+        kern, grid, block, args, shared = calls[0]
+        xp, yp = X.data_ptr(), Y.data_ptr()
+        if xp == yp or args.count(xp) != 1 or args.count(yp) != 1:
+            return None
+        return Bound(kern, grid, block, args, shared, args.index(xp), args.index(yp), self.dev_index, values, xp & 15,
+                     owner=self)
+
     # Tensor-core SpMM (kernels/mma.cu) ---------------------------------------------------------
     def _prepare(self, calls: list, xp: int, yp: int) -> Prepared | None:
         """A :class:`Prepared` launch from one recorded call, or None (several launches, no launch,
@@ -320,7 +370,7 @@ class CudaSpmmPlan(BuildMixin, MmaMixin):
             if self.variant.startswith("p") and self.ndiag <= 8:  # offsets as kernel parameters
                 rows = int(self.variant[1])
                 offs = [int(o) for o in self.offs_host] + [0] * (8 - self.ndiag)
-                name = "dia_p8cs_1" if self.variant == "p1cs" else f"dia_p8_{rows}"
+                name = _DIA_P8_NAMES.get(self.variant) or f"dia_p8_{rows}"
                 kern = kernel("fast", name, self.dtype, torch.int64, dev, 15)
                 kern((-(-m // (DIA_BLOCK * rows)), gy), DIA_BLOCK, (m, n, k, self.ndiag, *(o & 0xFFFFFFFFFFFFFFFF for o in offs),
                                                             v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.dev_index)

@@ -17,7 +17,8 @@ EXPECTED = {
              "dia_rows", "ell_rows", "delta_rows", "delta_rows_smem", "delta_lanes", "delta_lanes_smem", "cast_out"],
     "sddmm": ["csr_sddmm1", "csr_sddmm4", "csr_sddmm32", "dia_sddmm", "ell_sddmm", "delta_sddmm"],
     "fast": ["csr_stream4", "csr_stream8", "csr_v32_2", "csr_v32_4", "csr_v32_8", "csr_v32_16", "csr_v32_32", "dia_fast1",
-             "dia_fast2", "dia_p8_1", "dia_p8_2", "dia_p8_4", "dia_p8cs_1", "csr_stream8cs", "csr_stream16"]
+             "dia_fast2", "dia_p8_1", "dia_p8_2", "dia_p8_4", "dia_p8cs_1", "dia_p8pf_1", "dia_p8na_1", "csr_stream8cs",
+             "csr_stream16"]
             + [f"{d}_b{b}{s}" for d in ("delta", "delta2") for b in (1, 2, 4, 8, 16) for s in ("", "_smem")],
     "structured": ["nm24"] + [f"nm24_s{s}" for s in (1, 2, 3, 4)] + ["nm_any", "sell32", "sell32_perm"]
                   + [f"bsr_vec{v}" for v in (1, 2, 4, 8, 16, 32)],

@@ -136,7 +136,7 @@ def test_csr_variants(shape, variant, dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
-@pytest.mark.parametrize("variant", ("p1", "p1cs", "p2", "p4", "rows1", "rows2", "classic"))
+@pytest.mark.parametrize("variant", ("p1", "p1cs", "p1pf", "p1na", "p2", "p4", "rows1", "rows2", "classic"))
 def test_dia_variants(variant, dtype):
     # 11 diagonals (a batch of 8 and a partial one; the "p" variants fall back to shared memory)
     # and 5 or 7 (offsets as kernel parameters), off-matrix slots, m > n and m < n
@@ -371,3 +371,106 @@ def test_second_process_compiles_nothing(tmp_path):
     first, second = (json.loads(r.stdout.strip().splitlines()[-1]) for r in runs)
     assert first["compiled"] >= 1 and second["compiled"] == 0 and second["disk"] >= 1, (first, second)
     assert any(p.suffix == ".cubin" for p in tmp_path.iterdir())
+
+
+# Matmul.execute's direct path (plan.bind: one recorded launch per call, no autograd Function) ----
+@pytest.mark.parametrize("fmt", ["CSR", "DIA", "ELL", "DELTA(4)", "COO", "BSR(2,2)"])
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float64), ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("k", (None, 1, 5), ids=["vector", "k1", "k5"])
+def test_matmul_execute_direct_path(fmt, dtype, k):
+    """Formats read where they lie take the bound launch (COO goes through a CSR with a value
+    gather: no bind, the Function path); results equal dense on repeated calls, after in-place
+    writes to b and to A's values (seen: the kernel reads them where they lie), after
+    reset_operands_unchecked(b=) with a fresh b, and inside a CUDA graph."""
+    m, n = 200, 170
+    if fmt == "DIA":
+        D = banded_dense(m, n, (-7, -1, 0, 1, 5), dtype, seed=31)
+    else:
+        D = random_dense(m, n, 0.07, dtype, seed=31, empty_rows=3)
+    A = to_format(D, FORMATS[fmt], dtype, torch.int32)
+    b = (_x(n, 1, dtype, 70)[:, 0] if k is None else _x(n, k, dtype, 70)).cuda()
+    mm = st.Matmul(A, b, backend="cuda")
+    mm.plan()
+    y0 = mm.execute()
+    bound = mm._direct is not None
+    assert bound == (fmt != "COO"), (fmt, mm._direct)
+    ref = lambda bb, DD=D: DD.double() @ bb.double().cpu()  # noqa: E731
+    tol = TOL[dtype]
+    assert y0.shape == ((m,) if k is None else (m, k)) and y0.dtype == dtype
+    assert rel_err(y0, ref(b)) < tol
+    y1 = mm.execute()
+    assert y1.data_ptr() != y0.data_ptr() and torch.equal(y0, y1)  # a new output per call
+    b.mul_(-3)  # in place: the same address
+    assert rel_err(mm.execute(), ref(b)) < tol
+    with torch.no_grad():
+        A.values.mul_(0.5)  # A's values in place: read where they lie (or re-gathered: COO)
+    assert rel_err(mm.execute(), ref(b, 0.5 * D)) < tol
+    b2 = (_x(n, 1, dtype, 71)[:, 0] if k is None else _x(n, k, dtype, 71)).cuda()
+    mm.reset_operands_unchecked(b=b2)
+    assert rel_err(mm.execute(), ref(b2, 0.5 * D)) < tol
+    assert (mm._direct is not None) == bound  # a b of the same layout keeps the bound launch
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        mm.execute()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        yg = mm.execute()
+    b2.copy_(b)
+    g.replay()
+    torch.cuda.synchronize()
+    assert rel_err(yg, ref(b, 0.5 * D)) < tol
+
+
+def test_matmul_execute_direct_path_declines():
+    """The bound launch is skipped (the Function path runs, with its autograd) when a gradient
+    is recorded, for a misaligned or non-contiguous b, and re-bound after A's index buffers are
+    written in place (re-validated: an invalid write raises instead of being read)."""
+    dtype = torch.float64
+    D = random_dense(120, 90, 0.1, dtype, seed=41)
+    D[0] = 0
+    D[0, 3], D[0, 7] = 1.0, 2.0  # row 0: columns 3 and 7 (entry 1 of the CSR is column 7)
+    A = to_format(D, CSR, dtype, torch.int32)
+    b = _x(90, 1, dtype, 42)[:, 0].cuda()
+    mm = st.Matmul(A, b, backend="cuda")
+    y = mm.execute()
+    assert mm._direct is not None
+    assert rel_err(y, D @ b.double().cpu()) < TOL[dtype]
+    # a gradient being recorded: the Function path
+    v = A.values.detach().clone().requires_grad_(True)
+    Ag = A.with_values(v)
+    mg = st.Matmul(Ag, b, backend="cuda")
+    yg = mg.execute()
+    assert yg.requires_grad
+    yg.sum().backward()
+    assert v.grad is not None and rel_err(v.grad, v.grad) == 0
+    with torch.no_grad():  # no gradient recorded: the bound launch
+        yn = mg.execute()
+    assert not yn.requires_grad and mg._direct is not None and torch.allclose(yn, yg.detach())
+    # b laid out anew (misaligned view): declined per call, results still right
+    bo = _x(91, 1, dtype, 43)[:, 0].cuda()[1:]
+    mm.reset_operands_unchecked(b=bo)
+    assert rel_err(mm.execute(), D @ bo.double().cpu()) < TOL[dtype]
+    # c overwritten with beta = 0: the output is c itself
+    c = torch.full((120,), float("nan"), dtype=dtype, device="cuda")
+    mc = st.Matmul(A, b, c, beta=0, backend="cuda")
+    out = mc.execute()
+    assert out is c and mc._direct is not None and mc._direct.into_c
+    assert rel_err(c, D @ b.double().cpu()) < TOL[dtype]
+    # c accumulated (beta = 1): the general path
+    c2 = torch.ones(120, dtype=dtype, device="cuda")
+    m2 = st.Matmul(A, b, c2, backend="cuda")
+    assert rel_err(m2.execute(), D @ b.double().cpu() + 1) < TOL[dtype] and m2._direct is None
+    # A's columns written in place: re-validated and re-planned
+    col = A.crd(1)
+    assert col[:2].tolist() == [3, 7]
+    with torch.no_grad():
+        col[1] = 50  # still sorted and in range: a valid new pattern
+    D2 = D.clone()
+    D2[0, 7], D2[0, 50] = 0.0, 2.0
+    assert rel_err(mm.execute(), D2 @ bo.double().cpu()) < TOL[dtype]
+    with torch.no_grad():
+        col[1] = 10_000  # out of range: raises, never read by a kernel
+    with pytest.raises(st.ValidationError):
+        mm.execute()

@@ -241,3 +241,96 @@ def test_half_precision_layer_offers_price_the_new_kernels(monkeypatch):
             assert offer.seconds == pytest.approx(cost.mma_seconds("csr", 4096, 4096, 4096 * 410, 64)
                                                   + cost.host_seconds(), rel=0.5)
         assert offer.seconds < 1e-4
+
+
+class _StandInBound:
+    """What ``CudaSpmmPlan.bind`` returns, on the CPU: ``bound(X, Y)`` writes ``A X`` into Y
+    (from the values it was bound to, read at call time), or declines (False) a non-contiguous X."""
+
+    def __init__(self, A, values):
+        self.A, self.values, self.calls = A, values, 0
+
+    def __call__(self, X, Y):
+        if not X.is_contiguous():
+            return False
+        self.calls += 1
+        Y.copy_((self.A.with_values(self.values).to_dense() @ X).reshape(Y.shape))
+        return True
+
+
+class _StandInPlan:
+    """A product plan with ``bind`` around the torch backend's plan (how Matmul's direct path is
+    exercised without a GPU)."""
+
+    def __init__(self, inner, A):
+        self.inner, self.A, self.bound = inner, A, None
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def bind(self, values, X):
+        self.bound = _StandInBound(self.A, values)
+        return self.bound
+
+
+def _with_stand_in(mm):
+    mm.plan()
+    plan = _StandInPlan(mm._state.plan, mm.a)
+    mm._state.plan = plan
+    return plan
+
+
+def test_matmul_direct_path_core_side():
+    """Matmul.execute takes a plan's bound launch for the common call (no Function, output made
+    per call, or c itself with beta = 0) and the Function path otherwise: a gradient recorded,
+    alpha != 1, c accumulated; A's index buffers written in place re-plan (and re-bind)."""
+    torch.manual_seed(0)
+    D = torch.randn(30, 20, dtype=torch.float64) * (torch.rand(30, 20) < 0.3)
+    A = st.SparseTensor.from_dense(D).convert(CSR, index_dtype=torch.int32)
+    b = torch.randn(20, dtype=torch.float64)
+    mm = st.Matmul(A, b, backend="torch")
+    plan = _with_stand_in(mm)
+    y = mm.execute()
+    assert plan.bound is not None and plan.bound.calls == 1 and mm._direct is not None
+    assert y.shape == (30,) and torch.allclose(y, D @ b)
+    y2 = mm.execute()
+    assert plan.bound.calls == 2 and y2.data_ptr() != y.data_ptr()
+    b.mul_(2)
+    assert torch.allclose(mm.execute(), D @ b)
+    b2 = torch.randn(20, dtype=torch.float64)
+    mm.reset_operands_unchecked(b=b2)
+    assert torch.allclose(mm.execute(), D @ b2) and plan.bound.calls == 4
+    # a gradient recorded: the Function path (the bound launch is not called)
+    v = A.values.clone().requires_grad_(True)
+    mg = st.Matmul(A.with_values(v), b, backend="torch")
+    pg = _with_stand_in(mg)
+    yg = mg.execute()
+    assert yg.requires_grad and (pg.bound is None or pg.bound.calls == 0)
+    with torch.no_grad():
+        assert not mg.execute().requires_grad and pg.bound.calls == 1
+    # c with beta = 0: written in place and returned; beta = 1 or alpha != 1: no bind
+    c = torch.full((30,), float("nan"), dtype=torch.float64)
+    mc = st.Matmul(A, b, c, beta=0, backend="torch")
+    pc = _with_stand_in(mc)
+    assert mc.execute() is c and torch.allclose(c, D @ b) and pc.bound.calls == 1
+    for kw in ({"alpha": 2.0}, {"c": torch.ones(30, dtype=torch.float64)}):
+        mo = st.Matmul(A, b, backend="torch", **kw)
+        po = _with_stand_in(mo)
+        ref = 2 * D @ b if "alpha" in kw else D @ b + 1
+        assert torch.allclose(mo.execute(), ref) and po.bound is None and mo._direct is None
+    # c sharing memory with b: no bind
+    bb = torch.randn(30, dtype=torch.float64)
+    Dsq = torch.randn(30, 30, dtype=torch.float64) * (torch.rand(30, 30) < 0.3)
+    As = st.SparseTensor.from_dense(Dsq).convert(CSR)
+    ref = Dsq @ bb
+    ms = st.Matmul(As, bb, bb, beta=0, backend="torch")
+    ps = _with_stand_in(ms)
+    assert torch.allclose(ms.execute(), ref) and ps.bound is None
+    # A's index buffers written in place (still valid): plan again, then bind again
+    col = A.crd(1)
+    old = mm._state
+    with torch.no_grad():
+        col.add_(0)  # a write (the version counter moves), same numbers
+    assert torch.allclose(mm.execute(), D @ b2)
+    assert mm._state is not old  # planned again (the torch plan: no bind, the Function path)
+    assert torch.allclose(mm.execute(), D @ b2)

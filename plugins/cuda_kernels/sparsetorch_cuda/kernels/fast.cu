@@ -161,7 +161,26 @@ DIA_FAST(2)
 // Same arithmetic as dia_fast, but the offsets arrive in the parameter bank (no global load and no
 // barrier before a block's first value load); ROWS rows per thread. CS: the values (read once)
 // are loaded and Y stored with the evict-first hint, leaving L2 to X (dia_p8cs_1, "p1cs").
-template <int ROWS, bool CS>
+// PF (dia_p8pf_1 "p1pf", dia_p8na_1 "p1na"): the values loaded with a 256-byte L2 prefetch hint
+// (a warp's 32 consecutive values of one diagonal are 128 / 256 bytes: the next warp's come with
+// them), and for "p1na" without allocating in L1 (read once; L1 keeps X).
+template <int PF>
+__device__ __forceinline__ val_t ld_val(const val_t* p) {
+  val_t v;
+#if VAL_KIND == 3
+  if (PF == 1) asm("ld.global.nc.L2::256B.f64 %0, [%1];" : "=d"(v) : "l"(p));
+  else asm("ld.global.nc.L1::no_allocate.L2::256B.f64 %0, [%1];" : "=d"(v) : "l"(p));
+#elif VAL_KIND == 2
+  if (PF == 1) asm("ld.global.nc.L2::256B.f32 %0, [%1];" : "=f"(v) : "l"(p));
+  else asm("ld.global.nc.L1::no_allocate.L2::256B.f32 %0, [%1];" : "=f"(v) : "l"(p));
+#else
+  if (PF == 1) asm("ld.global.nc.L2::256B.u16 %0, [%1];" : "=h"(v) : "l"(p));
+  else asm("ld.global.nc.L1::no_allocate.L2::256B.u16 %0, [%1];" : "=h"(v) : "l"(p));
+#endif
+  return v;
+}
+
+template <int ROWS, bool CS, int PF = 0>
 __device__ __forceinline__ void dia_p8_body(int m, int n, int k, int nd, const int* o, const val_t* __restrict__ val,
                                             const val_t* __restrict__ x, val_t* __restrict__ y) {
   int i0 = blockIdx.x * blockDim.x * ROWS + threadIdx.x;
@@ -176,7 +195,13 @@ __device__ __forceinline__ void dia_p8_body(int m, int n, int k, int nd, const i
         int i = i0 + r * blockDim.x;
         int j = i + o[t];
         bool in = t < nd && i < m && (unsigned)j < (unsigned)n;
-        v[r][t] = in ? ld(CS ? __ldcs(vp + i) : RO(vp + i)) : (acc_t)0;
+        if (PF) {  // an asm load may be issued whatever `in` says: it always reads a valid address
+          const val_t* q = in ? vp + i : val;
+          acc_t lv = ld(ld_val<PF>(q));
+          v[r][t] = in ? lv : (acc_t)0;
+        } else {
+          v[r][t] = in ? ld(CS ? __ldcs(vp + i) : RO(vp + i)) : (acc_t)0;
+        }
         xv[r][t] = in ? ld(RO(x + j * k + c)) : (acc_t)0;
       }
     }
@@ -194,16 +219,18 @@ __device__ __forceinline__ void dia_p8_body(int m, int n, int k, int nd, const i
   }
 }
 
-#define DIA_P8(NAME, R, CS)                                                                                      \
+#define DIA_P8(NAME, R, CS, PF)                                                                                  \
   extern "C" __global__ void NAME(i64 m, i64 n, i64 k, i64 nd, i64 o0, i64 o1, i64 o2, i64 o3, i64 o4, i64 o5,     \
                                   i64 o6, i64 o7, const val_t* val, const val_t* x, val_t* y) {                    \
     const int o[8] = {(int)o0, (int)o1, (int)o2, (int)o3, (int)o4, (int)o5, (int)o6, (int)o7};                    \
-    dia_p8_body<R, CS>((int)m, (int)n, (int)k, (int)nd, o, val, x, y);                                             \
+    dia_p8_body<R, CS, PF>((int)m, (int)n, (int)k, (int)nd, o, val, x, y);                                         \
   }
-DIA_P8(dia_p8_1, 1, false)
-DIA_P8(dia_p8_2, 2, false)
-DIA_P8(dia_p8_4, 4, false)
-DIA_P8(dia_p8cs_1, 1, true)
+DIA_P8(dia_p8_1, 1, false, 0)
+DIA_P8(dia_p8_2, 2, false, 0)
+DIA_P8(dia_p8_4, 4, false, 0)
+DIA_P8(dia_p8cs_1, 1, true, 0)
+DIA_P8(dia_p8pf_1, 1, false, 1)
+DIA_P8(dia_p8na_1, 1, false, 2)
 
 // ---- DELTA(b), bit-packed, b a compile-time constant -----------------------------------------------
 // Entry e's gap is the b-bit field at bit e * b of the packed words; column = previous column +
