@@ -153,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
             pre32 = fresh(A32)
             row["ours_int32_prewrapped_s"] = timed(lambda: (pre32.clear_cache(), pre32.convert(fmt)), reps)
             # the alternatives of the GPU path in the same run (construct.EXPAND, construct.SORT16_MAX)
-            for key, attr, alt in (("repeat", "EXPAND", "repeat"), ("key32", "SORT16_MAX", -1)):
+            alternatives = {"CSR->COO": (("repeat", "EXPAND", "repeat"), ("fused", "EXPAND", "fused")),
+                            "CSR->CSC": (("key32", "SORT16_MAX", -1),)}
+            for key, attr, alt in alternatives.get(name, ()):
                 keep = getattr(construct, attr)
                 setattr(construct, attr, alt)
                 try:
@@ -216,9 +218,10 @@ def main(argv: list[str] | None = None) -> int:
         "note": (f"median of {reps} CUDA-synchronised runs after a warm-up; 'ours' = first conversion of a pattern "
                  "(int64 indices, as from_coo makes them; 'ours_int32' on int32 indices as CuPy's); CuPy's "
                  "matrices have int32 indices; 'torch_builtin' = torch.sparse_csr_tensor(...).to_sparse_csc()/"
-                 "to_sparse_coo() on the int64 buffers; '_repeat' / '_key32': the same code with construct.EXPAND = 'repeat' / "
-                 "construct.SORT16_MAX = -1 (32-bit sort keys); '_thr_s': calls back to back, one synchronize (host-bound rate); "
-                 "'_ab_s': ours (prewrapped, int64 and int32) and CuPy timed alternately, one call each per round, median"),
+                 "to_sparse_coo() on the int64 buffers; '_repeat' / '_fused' / '_key32': the same code with "
+                 "construct.EXPAND = 'repeat' / 'fused' / construct.SORT16_MAX = -1 (32-bit sort keys); '_thr_s': "
+                 "calls back to back, one synchronize (host-bound rate); '_ab_s': ours (prewrapped, int64 and int32) "
+                 "and CuPy timed alternately, one call each per round, median"),
         "cases": cases,
     }
     path = Path(args.out)

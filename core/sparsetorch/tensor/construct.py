@@ -110,10 +110,19 @@ def _as_format(fmt: TensorFormat | str | None, ndim: int, default: TensorFormat 
     return fmt
 
 
+_EXTENTS: dict = {}
+
+
 def _check_int32(fmt: TensorFormat, shape: Sequence[int], n: int, index_dtype: torch.dtype) -> None:
     if index_dtype != torch.int32:
         return
-    biggest = max([n, *(hi for _, hi in fmt.level_extents(shape))])
+    key = (fmt, tuple(shape))
+    top = _EXTENTS.get(key)
+    if top is None:  # the largest level extent, remembered per (format, shape): a conversion's host path
+        top = max([0, *(hi for _, hi in fmt.level_extents(shape))])
+        if len(_EXTENTS) < 4096:
+            _EXTENTS[key] = top
+    biggest = max(n, top)
     if biggest > _INT32_MAX:
         raise ConversionError(
             f"int32 indices cannot address {biggest} (> 2**31 - 1) for shape {tuple(shape)}; use index_dtype=torch.int64"
@@ -529,8 +538,8 @@ def _on_host(*bufs: torch.Tensor) -> bool:
 
 
 #: how a GPU (or any non-NumPy) conversion expands pointers into major indices: "search" (arange
-#: and one searchsorted of every slot in the row ends: two launches) or "repeat" (counts,
-#: repeat_interleave: a difference, a scan and a fill)
+#: and one searchsorted of every slot in the row ends: two launches), "repeat" (counts,
+#: repeat_interleave: a difference, a scan and a fill) or "fused" (torch's CSR -> COO index kernel)
 EXPAND = "search"
 #: sort keys of a major swap (CSR <-> CSC) in int16 when the new major has at most this many
 #: indices: a radix sort of 16-bit keys makes half the passes of one of 32-bit keys
@@ -542,6 +551,11 @@ def _expand(ptr: torch.Tensor, n: int, nnz: int) -> torch.Tensor:
     if _on_host(ptr):
         p = ptr.contiguous().numpy()
         return torch.from_numpy(np.repeat(np.arange(n, dtype=p.dtype), np.diff(p)))
+    if EXPAND == "fused" and hasattr(torch, "_convert_indices_from_csr_to_coo"):
+        # torch's CSR -> COO index kernel (one launch; a thread per row; writes a copy of the
+        # columns too, which is dropped: the rows are a view of a (2, nnz) buffer)
+        cols = ptr.new_empty(nnz)  # its (unset) contents land in the dropped half
+        return torch._convert_indices_from_csr_to_coo(ptr, cols, out_int32=ptr.dtype == torch.int32)[0]
     if EXPAND == "search":
         # entry e lies in row r where r = #{rows whose end ptr[r + 1] <= e} (empty rows included):
         # two kernels (arange, searchsorted), no host sync

@@ -104,6 +104,13 @@ def case_host() -> dict:
             cargs = (int(bound._fn), bound._gx, bound._gy, 1, bound._block, 1, 1, bound._shared, int(s), bound._addr, None)
             assert f(*cargs) == 0
             out["cuLaunchKernel_ctypes"] = thr(lambda: f(*cargs))
+            f2 = ctypes.CDLL("libcuda.so.1").cuLaunchKernel  # no argtypes: arguments made as ctypes objects once
+            f2.restype = ctypes.c_int
+            u = ctypes.c_uint
+            pre = (ctypes.c_void_p(int(bound._fn)), u(bound._gx), u(bound._gy), u(1), u(bound._block), u(1), u(1),
+                   u(bound._shared), ctypes.c_void_p(int(s)), ctypes.c_void_p(bound._addr), None)
+            assert f2(*pre) == 0
+            out["cuLaunchKernel_ctypes_prebuilt"] = thr(lambda: f2(*pre))
         except Exception as exc:  # noqa: BLE001 - a measurement only
             out["cuLaunchKernel_ctypes_error"] = repr(exc)
     for backend in ("cuda", "torch", "cupy"):
@@ -126,6 +133,21 @@ def case_host() -> dict:
     assert mc.execute() is c and torch.allclose(c, ref)
     out["matmul_execute_cuda_direct_into_c"] = thr(mc.execute)
     out["matmul_execute_cuda_general_into_c"] = thr(_general(mc).execute)
+    import sparsetorch_cuda.launch as launch_mod
+
+    launch_mod.BOUND_LAUNCH = "ctypes"  # the bound launch through ctypes (arguments made once per stream)
+    try:
+        m2 = st.Matmul(A, x, backend="cuda")
+        assert torch.allclose(m2.execute(), ref) and m2._direct is not None
+        out["matmul_execute_cuda_direct_ctypes"] = thr(m2.execute)
+        c2 = torch.empty(n, device="cuda")
+        mc2 = st.Matmul(A, x, c2, beta=0, backend="cuda")
+        assert mc2.execute() is c2 and torch.allclose(c2, ref)
+        out["matmul_execute_cuda_direct_into_c_ctypes"] = thr(mc2.execute)
+        b2 = plan.bind(A.values, x2)
+        out["bound_launch_only_ctypes"] = thr(lambda: b2(x2, Y))
+    finally:
+        launch_mod.BOUND_LAUNCH = "bindings"
     out["st_matmul_one_shot_cuda"] = thr(lambda: st.matmul(A, x, backend="cuda"))
     out["kernel_graph"] = B.graph_time(lambda: plan.apply(x2))
     out["tiny_kernel_graph"] = B.graph_time(lambda: t.add_(1))

@@ -20,7 +20,7 @@ print(f"compiled {len(jobs)} modules in {time.time() - t0:.1f} s")
 PY
 if [ "${TESTS:-1}" = 1 ]; then
   timeout ${TEST_TIMEOUT:-150} python3 -m pytest plugins/cuda_kernels/tests/test_cuda_gpu.py -q -p no:cacheprovider --tb=short \
-    -k "${PYTEST_K:-direct or replay or dia_variants or (matches_dense and (DIA or CSR or COO))}" 2>&1 | tee $OUT/pytest_h200_s7b.txt \
+    -k "${PYTEST_K:-direct or ctypes or replay or dia_variants or (matches_dense and (DIA or CSR or COO))}" 2>&1 | tee $OUT/pytest_h200_s7b.txt \
     | grep -v "^  \|^$\|Warning\|warnings" | tail -${TEST_TAIL:-25}
   timeout 90 python3 -m pytest tests/test_convert_direct.py tests/test_tensor_convert.py -q -p no:cacheprovider --tb=short \
     -k "cuda" 2>&1 | tee $OUT/pytest_h200_s7b_convert.txt | grep -v "^  \|^$\|Warning\|warnings" | tail -15

@@ -197,7 +197,7 @@ class Bound:
     ``owner`` (the plan, whose index buffers the recorded arguments point to) is kept alive."""
 
     __slots__ = ("name", "values", "owner", "_vp", "_xalign", "_fn", "_cu", "_gx", "_gy", "_block", "_shared", "_args", "_ptrs",
-                 "_addr", "_xi", "_yi", "_xp", "_yp", "_device", "_lock", "_rawfn", "_stream", "_success")
+                 "_addr", "_xi", "_yi", "_xp", "_yp", "_device", "_lock", "_rawfn", "_stream", "_success", "_ct")
 
     def __init__(self, kern: Kernel, grid: tuple[int, int], block: int, args: tuple[int, ...], shared: int, xi: int,
                  yi: int, device: int, values: torch.Tensor, xalign: int, owner: Any = None) -> None:
@@ -214,8 +214,19 @@ class Bound:
         self._xp, self._yp = int(self._args[xi]), int(self._args[yi])  # what the block holds now
         self._lock = threading.Lock()
         self._rawfn = _raw if _raw is not None else (lambda d: torch.cuda.current_stream(d).cuda_stream)
-        self._stream: tuple[int, Any] = (0, None)  # (raw handle, its CUstream) of the last call
+        # (raw handle, what the launch takes for it: a CUstream, or the ctypes argument tuple) of the last call
+        self._stream: tuple[int, Any] = (0, None)
         self._success = getattr(getattr(self._cu, "CUresult", None), "CUDA_SUCCESS", None)
+        self._ct = _ctypes_launch() if BOUND_LAUNCH == "ctypes" else None
+
+    def _for_stream(self, raw: int) -> Any:
+        if self._ct is None:
+            return _stream(int(raw))
+        import ctypes  # noqa: PLC0415 - with the ctypes launch only
+
+        u, p = ctypes.c_uint, ctypes.c_void_p
+        return (p(int(self._fn)), u(self._gx), u(self._gy), u(1), u(self._block), u(1), u(1), u(self._shared), p(int(raw)),
+                p(self._addr), None)
 
     def __call__(self, X: torch.Tensor, Y: torch.Tensor) -> bool:
         xp, yp = X.data_ptr(), Y.data_ptr()
@@ -224,7 +235,7 @@ class Bound:
         raw = self._rawfn(self._device)
         st = self._stream
         if st[0] != raw or st[1] is None:
-            st = self._stream = (raw, _stream(int(raw)))
+            st = self._stream = (raw, self._for_stream(raw))
         with self._lock:
             if xp != self._xp:  # the same b call after call: nothing to write
                 self._args[self._xi] = xp
@@ -232,11 +243,30 @@ class Bound:
             if yp != self._yp:
                 self._args[self._yi] = yp
                 self._yp = yp
-            (err,) = self._cu.cuLaunchKernel(self._fn, self._gx, self._gy, 1, self._block, 1, 1, self._shared, st[1],
-                                             self._addr, 0)
+            if self._ct is not None:
+                err = self._ct(*st[1])
+            else:
+                (err,) = self._cu.cuLaunchKernel(self._fn, self._gx, self._gy, 1, self._block, 1, 1, self._shared, st[1],
+                                                 self._addr, 0)
         if err is not self._success and int(err) != 0:
-            _ok(self._cu, err, f"cuLaunchKernel({self.name})")
+            _ok(self._cu, self._cu.CUresult(int(err)), f"cuLaunchKernel({self.name})")
         return True
+
+
+#: how a :class:`Bound` launches: "bindings" (cuda.bindings' cuLaunchKernel) or "ctypes" (the
+#: driver's cuLaunchKernel called through ctypes, its arguments made as ctypes objects once per
+#: stream); read when a Bound is made
+BOUND_LAUNCH = "bindings"
+
+
+@functools.lru_cache(maxsize=1)
+def _ctypes_launch() -> Any:
+    import ctypes  # noqa: PLC0415
+
+    _driver()  # cuInit
+    f = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
+    f.restype = ctypes.c_int
+    return f
 
 
 @functools.lru_cache(maxsize=None)

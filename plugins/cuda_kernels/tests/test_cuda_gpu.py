@@ -474,3 +474,38 @@ def test_matmul_execute_direct_path_declines():
         col[1] = 10_000  # out of range: raises, never read by a kernel
     with pytest.raises(st.ValidationError):
         mm.execute()
+
+
+@pytest.mark.parametrize("fmt", ["CSR", "DIA"])
+def test_matmul_execute_direct_path_ctypes_launch(fmt, monkeypatch):
+    """The bound launch through ctypes (launch.BOUND_LAUNCH = "ctypes"): same results, on a side
+    stream too (the arguments are remade for each stream) and inside a CUDA graph."""
+    import sparsetorch_cuda.launch as launch_mod
+
+    monkeypatch.setattr(launch_mod, "BOUND_LAUNCH", "ctypes")
+    dtype = torch.float64
+    m, n = 150, 150
+    D = banded_dense(m, n, (-4, 0, 1, 9), dtype, seed=51) if fmt == "DIA" else random_dense(m, n, 0.08, dtype, seed=51)
+    A = to_format(D, FORMATS[fmt], dtype, torch.int32)
+    b = _x(n, 1, dtype, 52)[:, 0].cuda()
+    mm = st.Matmul(A, b, backend="cuda")
+    for _ in range(3):
+        assert rel_err(mm.execute(), D @ b.double().cpu()) < TOL[dtype]
+    assert mm._direct is not None and mm._direct.bound._ct is not None
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        ys = mm.execute()
+        ys2 = mm.execute()
+    torch.cuda.current_stream().wait_stream(s)
+    assert rel_err(ys, D @ b.double().cpu()) < TOL[dtype] and torch.equal(ys, ys2)
+    with torch.cuda.stream(s):
+        mm.execute()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        yg = mm.execute()
+    b.mul_(2)
+    g.replay()
+    torch.cuda.synchronize()
+    assert rel_err(yg, D @ b.double().cpu()) < TOL[dtype]
