@@ -114,3 +114,16 @@ def structurally_symmetric(h: Handoff) -> bool:
     key = major * n + minor  # ordered formats: already sorted
     tkey, _ = torch.sort(minor * n + major)
     return bool(torch.equal(key, tkey))
+
+
+def full_diagonal(h: Handoff) -> bool:
+    """Whether every diagonal position of the square pattern is stored (pattern work)."""
+    m, n = h.shape
+    if m != n:
+        return False
+    outer = h.indptr.to(torch.int64)
+    major = torch.repeat_interleave(torch.arange(n, dtype=torch.int64), outer[1:] - outer[:-1])
+    on = h.indices.to(torch.int64) == major
+    hits = torch.zeros(n, dtype=torch.bool)
+    hits[major[on]] = True
+    return bool(hits.all())

@@ -70,9 +70,11 @@ def fill_flops(request: Request, method: str) -> tuple[float, float]:
     """(stored factor entries, flops) of one factorization with ``method``."""
     A = request.A
     n = min(A.shape[-2], A.shape[-1])
-    # The plan picks AMD for structurally symmetric patterns, which the request does not show:
-    # COLAMD (the shared tables' factors) is the worst case.
-    symmetric_ordering = bool({"symmetric", "hermitian", "spd"} & request.properties) or method in ("cholesky", "ldlt")
+    # The plan picks AMD for structurally symmetric patterns with a stored diagonal, which the
+    # request does not show: COLAMD (the shared tables' factors) is the worst case, and what a
+    # zero diagonal gets.
+    symmetric_ordering = ((bool({"symmetric", "hermitian", "spd"} & request.properties)
+                           and "zero_diagonal" not in request.properties) or method in ("cholesky", "ldlt"))
     fill, flops = lu_fill_flops(request, symmetric_ordering=symmetric_ordering)
     sf, sw = _SIZE[method]
     fill, flops = fill * sf, flops * sw

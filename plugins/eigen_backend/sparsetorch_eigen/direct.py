@@ -31,7 +31,7 @@ import torch
 from sparsetorch import BackendError, IndefiniteMatrixError, InputError, IterationResult, SingularMatrixError, SparseTensor, Status
 
 from . import _lib
-from ._handoff import Handoff, plain, structurally_symmetric
+from ._handoff import Handoff, full_diagonal, plain, structurally_symmetric
 
 __all__ = ["DirectPlan", "DIRECT_METHODS", "lu_settings"]
 
@@ -43,7 +43,8 @@ _ORDERINGS = ("colamd", "amd", "natural")  # amd: on A^T + A
 def lu_settings(symmetric_pattern: bool, bo: Mapping[str, Any]) -> tuple[str, float, bool]:
     """(ordering, diagonal pivot threshold, symmetric mode) of SparseLU.
 
-    A structurally symmetric pattern gets AMD on ``A^T + A`` with SparseLU's symmetric mode and a
+    A structurally symmetric pattern with its whole diagonal stored gets AMD on ``A^T + A`` with
+    SparseLU's symmetric mode and a
     diagonal pivot threshold of 0.1 (as SuperLU's symmetric mode); others COLAMD with partial
     pivoting (threshold 1). ``backend_options`` ``ordering``, ``pivot_threshold`` and
     ``symmetric_mode`` override."""
@@ -87,7 +88,12 @@ class DirectPlan:
         self._h = Handoff(A, int32=True, backend=backend)
         bo = dict(options.get("backend_options") or {})
         self.symmetric_pattern = structurally_symmetric(self._h) if method == "lu" else None
-        ordering, thr, sym = lu_settings(bool(self.symmetric_pattern), bo) if method == "lu" else ("colamd", -1.0, False)
+        # the symmetric ordering and mode pivot on the diagonal: with structural zeros there
+        # (saddle-point / KKT systems, graphs without self-loops) the pivots leave it and the fill
+        # explodes (hangGlider_2: 39 ms against 15 ms for SuperLU with COLAMD): such patterns get
+        # COLAMD and partial pivoting, as the scipy backend does
+        sym_settings = bool(self.symmetric_pattern) and full_diagonal(self._h)
+        ordering, thr, sym = lu_settings(sym_settings, bo) if method == "lu" else ("colamd", -1.0, False)
         qr_thr = bo.get("qr_threshold")
         self.settings = {"ordering": ordering, "pivot_threshold": thr, "symmetric_mode": sym,
                          "qr_threshold": None if qr_thr is None else float(qr_thr)}

@@ -249,3 +249,23 @@ def test_extension_argument_errors_become_input_errors():
     plan = DirectPlan(A, "lu", {})
     with pytest.raises(st.InputError, match="before factorize"):
         _lib.call(plan._factor.solve, 0, 0, 0, 1, False)
+
+
+def test_lu_ordering_follows_the_stored_diagonal():
+    """A structurally symmetric pattern gets AMD and the symmetric mode only with its whole
+    diagonal stored; with structural zeros there (a graph without self-loops, a saddle point)
+    the pivots would leave the diagonal and the fill explode, so it gets COLAMD with partial
+    pivoting, and the solve is right either way (dense NumPy reference)."""
+    from sparsetorch.testing import families as fam
+
+    plan = DirectPlan(poisson2d(12), "lu", {})
+    assert plan.settings["ordering"] == "amd" and plan.settings["symmetric_mode"]
+    M = fam.expander(300, degree=6, seed=2).matrix  # zero diagonal, symmetric pattern
+    A = st.SparseTensor.from_package(M.copy())
+    plan = DirectPlan(A, "lu", {})
+    assert plan.settings["ordering"] == "colamd" and not plan.settings["symmetric_mode"]
+    plan.set_values(A.values)
+    b = torch.from_numpy(np.random.default_rng(0).standard_normal(300))
+    x, _ = plan.solve(b.reshape(-1, 1))
+    ref = np.linalg.solve(M.toarray(), b.numpy())
+    assert np.allclose(x.reshape(-1).numpy(), ref, rtol=1e-8, atol=1e-10 * np.abs(ref).max())

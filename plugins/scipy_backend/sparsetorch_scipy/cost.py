@@ -88,8 +88,9 @@ def lu_estimate(r: Rates, request: Request) -> LUEstimate:
     """SuperLU: ordering + factorization per value-batch member, then the triangular solves."""
     A = request.A
     n = A.shape[-1]
-    # the plan uses COLAMD unless the pattern is symmetric
-    fill, flops = lu_fill_flops(request, symmetric_ordering=bool({"symmetric", "hermitian", "spd"} & request.properties))
+    # the plan uses COLAMD unless the pattern is symmetric with its diagonal stored
+    symmetric_ordering = bool({"symmetric", "hermitian", "spd"} & request.properties) and "zero_diagonal" not in request.properties
+    fill, flops = lu_fill_flops(request, symmetric_ordering=symmetric_ordering)
     vsize = itemsize(A.dtype)
     if A.dtype.is_complex:
         flops *= 4.0

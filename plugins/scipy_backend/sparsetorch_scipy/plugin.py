@@ -183,7 +183,8 @@ def _lu_answer(request: Request, r: Any, pre_name: str | None) -> Offer | Declin
     if pre_name not in (None, "none"):
         return Decline(NAME, "a preconditioner was requested, but LU is a direct method; drop preconditioner= to use it", "lu")
     est = cost.lu_estimate(r, request)
-    mode = "symmetric mode, min. degree on A^T+A" if hermitian(request) else "COLAMD, partial pivoting"
+    mode = ("symmetric mode, min. degree on A^T+A" if hermitian(request) and "zero_diagonal" not in request.properties
+            else "COLAMD, partial pivoting")
     note = (f"SuperLU ({mode}): ~{est.fill / 1e6:.3g}M factor entries, ~{est.flops / 1e9:.3g} Gflop estimated "
             f"for {cost.fill_dimension(request):.1f}-D sparsity" + conversion_note(request))
     return Offer(NAME, "lu", est.seconds, est.bytes, _lu_factory, note)
