@@ -175,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
             row["ratio_ours_prewrapped_ab_over_cupy"] = ab[0] / ab[1]
             if name == "CSR->COO":  # where the host time of a CSR -> COO goes (calls back to back)
                 ptr = pre.pos(1)
+                unit = ptr.clone()  # not ptr itself: an in-place op moves its version counter (re-validation)
                 nn = int(pre.nse)
                 row["host_pieces_thr_s"] = {
                     "arange": thr(lambda: torch.arange(nn, dtype=ptr.dtype, device=ptr.device)),
@@ -183,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
                     "_direct": thr(lambda: construct._direct(pre, fmt, torch.int64, True)),
                     "Conversion": thr(lambda: construct.Conversion(pre, fmt, torch.int64, None, values_too=True)),
                     "convert": row["ours_prewrapped_thr_s"],
-                    "launch_unit": thr(lambda: ptr.add_(0)),
+                    "launch_unit": thr(lambda: unit.add_(0)),
                 }
             if args.profile:
                 from torch.profiler import ProfilerActivity, profile

@@ -167,7 +167,7 @@ def case_stencil(m: int, bw: float, variants: dict[str, tuple[str, ...]]) -> lis
     (crow, col, v64), _ = stencil3d_csr(m)
     g = torch.Generator(device="cuda").manual_seed(0)
     rows: list[dict] = []
-    base_block = plan_mod.DIA_BLOCK
+    base_block, base_na = plan_mod.DIA_BLOCK, plan_mod.DIA_BLOCK_NA
 
     def row(**kw: Any) -> None:
         rows.append(kw)
@@ -199,6 +199,7 @@ def case_stencil(m: int, bw: float, variants: dict[str, tuple[str, ...]]) -> lis
             for spec in variants[kind]:
                 variant, _, threads = spec.partition("/")
                 plan_mod.DIA_BLOCK = int(threads) if threads else base_block
+                plan_mod.DIA_BLOCK_NA = int(threads) if threads else base_block
                 try:
                     p = B._plan(A, variant)
                     e = err(p.apply(x2))
@@ -210,7 +211,7 @@ def case_stencil(m: int, bw: float, variants: dict[str, tuple[str, ...]]) -> lis
                                  "error": repr(exc)})
                     print("stencil", name, label, spec, repr(exc), flush=True)
                 finally:
-                    plan_mod.DIA_BLOCK = base_block
+                    plan_mod.DIA_BLOCK, plan_mod.DIA_BLOCK_NA = base_block, base_na
             mm = st.Matmul(A, x, backend="cuda")
             mm.plan()
             e = err(mm.execute())
@@ -236,7 +237,7 @@ def main() -> int:
     ap.add_argument("--cases", default="host,stencil")
     ap.add_argument("--m", type=int, default=114)
     ap.add_argument("--csr", default="streamcs,stream", help="CSR variants of the stencil case")
-    ap.add_argument("--dia", default="p1,p1/128,p1pf,p1na,p1na/128", help="DIA variants[/threads]")
+    ap.add_argument("--dia", default="p1,p1/128,p1pf,p1na/256,p1na/128", help="DIA variants[/threads]")
     ap.add_argument("--commit", default="")
     args = ap.parse_args()
     if not torch.cuda.is_available():

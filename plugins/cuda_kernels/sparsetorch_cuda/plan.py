@@ -43,9 +43,13 @@ from .layout import (BLOCK, CHUNK, COLS_KERNEL_FROM, CSR16_MIN_MEAN, CSR_VARIANT
 #: prefetch hint ("p1pf"), and also without allocating in L1 ("p1na") (kernels/fast.cu)
 DIA_EXTRA = ("p1pf", "p1na")
 _DIA_P8_NAMES = {"p1cs": "dia_p8cs_1", "p1pf": "dia_p8pf_1", "p1na": "dia_p8na_1"}
-#: the float64 default for at most 8 diagonals (114^3 stencil on the H200, cuda_kernels_h200_s7b_run1.json:
-#: "p1na" 30.0 us against "p1"'s 31.0 and "p1pf"'s 33.4; float32 keeps layout.DIA_DEFAULT_FEW)
+#: the float64 default for at most 8 diagonals (114^3 stencil on the H200, cuda_kernels_h200_s7b_run1.json and
+#: cuda_kernels_h200_s7b.json: "p1na" 30.0 / 30.4 us against "p1"'s 31.0 / 31.1 and "p1pf"'s 33.4 / 34.0; in
+#: float32 "p1na" is slower, 20.2 against 15.0: float32 keeps layout.DIA_DEFAULT_FEW)
 DIA_DEFAULT_FEW_F64 = "p1na"
+#: threads per block of "p1na" (same stencil, two runs: 128 threads 29.99 / 30.09 us, 256 threads 30.01 / 30.41;
+#: cuda_kernels_h200_s7b_run1.json, cuda_kernels_h200_s7b.json); the other "p" kernels take layout.DIA_BLOCK
+DIA_BLOCK_NA = 128
 
 __all__ = ["CudaSpmmPlan", "DTYPES", "delta_bits", "nm_params", "bsr_params", "native_kind", "sell_layout", "BLOCK"]
 
@@ -372,7 +376,8 @@ class CudaSpmmPlan(BuildMixin, MmaMixin):
                 offs = [int(o) for o in self.offs_host] + [0] * (8 - self.ndiag)
                 name = _DIA_P8_NAMES.get(self.variant) or f"dia_p8_{rows}"
                 kern = kernel("fast", name, self.dtype, torch.int64, dev, 15)
-                kern((-(-m // (DIA_BLOCK * rows)), gy), DIA_BLOCK, (m, n, k, self.ndiag, *(o & 0xFFFFFFFFFFFFFFFF for o in offs),
+                threads = DIA_BLOCK_NA if self.variant == "p1na" else DIA_BLOCK
+                kern((-(-m // (threads * rows)), gy), threads, (m, n, k, self.ndiag, *(o & 0xFFFFFFFFFFFFFFFF for o in offs),
                                                             v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.dev_index)
                 return
             rows = 2 if self.variant in ("rows2", "p2", "p4") else 1
