@@ -61,6 +61,59 @@ def test_out_of_range_column_written_in_place_raises_in_matmul() -> None:
     torch.testing.assert_close(A @ x, d @ x)
 
 
+def test_planned_matmul_sees_an_in_place_index_write() -> None:
+    """``Matmul.execute`` on a plan made before the write: an invalid write raises before any
+    backend reads the buffer; a valid one (another column, still ordered) is planned again and
+    the product is the new matrix's (the old plan may hold a copy of the old pattern)."""
+    d = _dense()
+    A = st.SparseTensor.from_dense(d, CSR)
+    x = torch.arange(8, dtype=torch.float64)
+    mm = st.Matmul(A, x)
+    mm.plan()
+    torch.testing.assert_close(mm.execute(), d @ x)
+    before = A.crd(1).clone()
+    A.crd(1)[3] = 50
+    with pytest.raises(ValidationError, match="out of range"):
+        mm.execute()
+    A.crd(1).copy_(before)
+    torch.testing.assert_close(mm.execute(), d @ x)
+    # move one stored entry to a free column of its row, keeping the row's columns increasing
+    pos, crd = A.pos(1), A.crd(1)
+    row = next(r for r in range(8) if int(pos[r + 1] - pos[r]) < 8)
+    cols = crd[int(pos[row]):int(pos[row + 1])].tolist()
+    free = [c for c in range(8) if c not in cols]
+    slot, new_col = None, None
+    for k, c in enumerate(cols):  # an entry whose next-free neighbour keeps the order
+        lo = cols[k - 1] if k else -1
+        hi = cols[k + 1] if k + 1 < len(cols) else 8
+        cand = [f for f in free if lo < f < hi]
+        if cand:
+            slot, new_col = int(pos[row]) + k, cand[0]
+            break
+    assert slot is not None
+    old_col = int(crd[slot])
+    crd[slot] = new_col
+    moved = d.clone()
+    moved[row, new_col], moved[row, old_col] = d[row, old_col], 0.0
+    torch.testing.assert_close(mm.execute(), moved @ x)
+
+
+def test_bindable_capability_is_asked_by_member() -> None:
+    """A plan with a callable ``bind`` has the Bindable capability, one without (or with a
+    non-callable attribute) has not."""
+    from sparsetorch.backend import Bindable, supports
+
+    class WithBind:
+        def bind(self, values, X):
+            return None
+
+    class Without:
+        bind = None
+
+    assert supports(WithBind(), Bindable)
+    assert not supports(Without(), Bindable) and not supports(object(), Bindable)
+
+
 def test_out_of_range_column_written_in_place_raises_in_to_package_scipy() -> None:
     pytest.importorskip("scipy")
     A, d, before = _corrupted_csr()

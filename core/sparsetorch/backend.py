@@ -24,7 +24,7 @@ What is here, by use:
 - what a plan is: the typed protocols :class:`Plan`, :class:`SolvePlan`, :class:`MatmulPlan`,
   :class:`LstsqPlan`, :class:`EigshPlan`, :class:`EigsPlan`, :class:`LogdetPlan`,
   :class:`SolveListPlan` and the optional capabilities :class:`InverseEntries`,
-  :class:`SampledProduct`, :class:`CheapReload`;
+  :class:`SampledProduct`, :class:`CheapReload`, :class:`Bindable`;
 - cost models: :func:`rates` / :class:`Rates` (this machine's measured bandwidth, flop and launch
   rates), :func:`calibrate` (measure them again, e.g. in a benchmark), :func:`sparsity_dimension`,
   :func:`fill_dimension` (the dimension a direct solver's fill tables are read at, up to
@@ -71,7 +71,7 @@ from .dispatch.select import get_backends, reset_backends
 from .dispatch.options import (DEFAULT_CHECK_EVERY, DEFAULT_RESTART, CallOptions, LogdetOptions, LstsqOptions,
                                MatmulOptions, SolveOptions, SpectralOptions, defaults)
 from .dispatch.plans import (
-    CheapReload, EigsPlan, EigshPlan, InverseEntries, LogdetPlan, LstsqPlan, MatmulPlan, Plan, SampledProduct, SolveListPlan,
+    Bindable, CheapReload, EigsPlan, EigshPlan, InverseEntries, LogdetPlan, LstsqPlan, MatmulPlan, Plan, SampledProduct, SolveListPlan,
     SolvePlan, supports,
 )
 from .dispatch.records import (
@@ -90,7 +90,8 @@ __all__ = [
     "SolveOptions", "CallOptions", "MatmulOptions", "SpectralOptions", "LstsqOptions", "LogdetOptions", "defaults",
     "DEFAULT_RESTART", "DEFAULT_CHECK_EVERY",
     "Plan", "SolvePlan", "MatmulPlan", "LstsqPlan", "EigshPlan", "EigsPlan", "LogdetPlan", "SolveListPlan",
-    "InverseEntries", "SampledProduct", "CheapReload", "supports", "preconditioner_name",
+    "InverseEntries", "SampledProduct", "CheapReload", "Bindable", "supports",
+    "preconditioner_name",
     "Rates", "rates", "calibrate", "sparsity_dimension", "fill_dimension", "FILL_DIMENSION_MAX", "lu_fill_flops", "LU_FILL",
     "LU_FLOPS", "COLAMD_FILL", "COLAMD_FLOPS", "loglog_interp", "itemsize", "index_size", "batch_size",
     "cuda_matrix_decline", "cpu_matrix_decline", "dtype_name", "conversion_note", "hermitian", "spd_ok",

@@ -27,7 +27,7 @@ from .results import IterationResult
 
 __all__ = [
     "Plan", "SolvePlan", "MatmulPlan", "LstsqPlan", "EigshPlan", "EigsPlan", "LogdetPlan", "SolveListPlan",
-    "InverseEntries", "SampledProduct", "CheapReload", "supports",
+    "InverseEntries", "SampledProduct", "CheapReload", "Bindable", "supports",
 ]
 
 
@@ -142,11 +142,28 @@ class CheapReload(Protocol):
     reload_cheap: bool
 
 
+@runtime_checkable
+class Bindable(Protocol):
+    """A product plan that can record ``Y = A X`` as one launch bound to fixed operands, for
+    ``Matmul.execute``'s per-call path (no dispatch, no autograd node, no value reload per call).
+    ``bind(values, X)`` gets A's value slots (1-D, read where they lie at each call) and a
+    right-hand side laid out as ``X`` ((n, k), contiguous); it returns None where it cannot (the
+    core then takes the general path), else a callable ``bound(X, Y) -> bool`` that writes ``A X``
+    into the contiguous ``(m, k)`` output ``Y`` and returns False, without launching, when ``X``
+    or the values no longer lie where they were bound (the core binds again). The plan's index
+    buffers are its own, validated when it was built; the core re-checks A's index buffers'
+    version counters before every bound call."""
+
+    def bind(self, values: torch.Tensor, X: torch.Tensor) -> Any:
+        """A bound product ``bound(X, Y) -> bool``, or None."""
+
+
 #: the members each capability needs (what :func:`supports` looks for)
 _MEMBERS: dict[type, tuple[str, ...]] = {
     InverseEntries: ("inverse_entries",),
     SampledProduct: ("sddmm",),
     CheapReload: ("reload_cheap",),
+    Bindable: ("bind",),
 }
 
 

@@ -13,6 +13,7 @@ from ..autograd.products import combine
 from ..autograd.matmul import MatmulHandle, matmul_function
 from ..dispatch.options import MatmulOptions
 from ..dispatch.plan import PlanState, make_request, obtain_plan
+from ..dispatch.plans import Bindable, supports
 from ..dispatch.select import ExplainTable
 from ..errors import InputError
 from ..format import TensorFormat
@@ -313,7 +314,11 @@ class Matmul:
                 y = direct(self)
                 if y is not None:
                     return y
-        if self._state is None:
+        if self._state is None or (self._members is None and self.a.pattern_key != self._planned_key):
+            # not planned yet, or A's index buffers were written in place (or swapped) since: a
+            # plan on them as they are now (ensure_valid raises if they are no longer valid, before
+            # any backend reads them; the old plan may hold a copy of the old pattern)
+            self.a.ensure_valid()
             self.plan()
         if self._members is not None:
             ys = [matmul(Ab, Xb, backend=self._backend) for Ab, Xb in zip(self._members, self._rhs.parts)]
@@ -341,10 +346,10 @@ class Matmul:
             self.plan()
         self._direct_tried = True
         plan = self._state.plan if self._state is not None else None
-        bind = getattr(plan, "bind", None)
+        bind = plan.bind if plan is not None and supports(plan, Bindable) else None
         c, rhs = self.c, self._rhs
         X = rhs.Xn
-        if bind is None or not callable(bind) or a.batch_shape or X is None or X.dim() != 2 or type(X) is not torch.Tensor \
+        if bind is None or a.batch_shape or X is None or X.dim() != 2 or type(X) is not torch.Tensor \
                 or type(a.values) is not torch.Tensor:
             return None
         m = a.format_shape[0]
