@@ -83,7 +83,7 @@ def test_planned_matmul_sees_an_in_place_index_write() -> None:
     cols = crd[int(pos[row]):int(pos[row + 1])].tolist()
     free = [c for c in range(8) if c not in cols]
     slot, new_col = None, None
-    for k, c in enumerate(cols):  # an entry whose next-free neighbour keeps the order
+    for k in range(len(cols)):  # an entry whose next-free neighbour keeps the order
         lo = cols[k - 1] if k else -1
         hi = cols[k + 1] if k + 1 < len(cols) else 8
         cand = [f for f in free if lo < f < hi]
