@@ -63,7 +63,7 @@ def fill_dimension(request: Request) -> float:
     g = getattr(request.A, "graph_dimension", None)
     if g is None or g <= EXPANDER_FROM:
         return d
-    return max(d, 3.0 + min(1.0, (float(g) - EXPANDER_FROM) / EXPANDER_RAMP))
+    return max(d, 3.0 + (FILL_DIMENSION_MAX - 3.0) * min(1.0, (float(g) - EXPANDER_FROM) / EXPANDER_RAMP))
 
 
 #: nnz(L + U) - n ~ c * n^alpha per fill dimension, minimum degree on A^T + A (symmetric

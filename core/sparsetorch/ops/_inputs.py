@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from ..dispatch.records import OperandInfo
@@ -24,8 +26,7 @@ def describe_factored(A: SparseTensor, properties: frozenset[str] = frozenset())
     from ._graph import graph_dimension  # noqa: PLC0415
 
     symmetric = bool({"symmetric", "hermitian", "spd"} & properties)
-    return OperandInfo("sparse", tuple(A.shape), A.dtype, A.device, A.format, A.nse, tuple(A.batch_shape), A.requires_grad,
-                       graph_dimension(A, symmetric=symmetric))
+    return replace(describe_sparse(A), graph_dimension=graph_dimension(A, symmetric=symmetric))
 
 
 def describe_dense(X: torch.Tensor) -> OperandInfo:
