@@ -30,11 +30,11 @@ import torch
 from sparsetorch import InputError, SparseTensor
 
 from ._build import BuildMixin
+from ._delta import DeltaMixin
 from ._mma import MmaMixin
 from .launch import Bound, Prepared, kernel, recording
 from .layout import _check_rowptr  # noqa: F401 - re-exported (tests import it from here)
-from .layout import (BLOCK, CHUNK, COLS_KERNEL_FROM, CSR16_MIN_MEAN, CSR_VARIANTS, DELTA_DEFAULT, DELTA_SMEM_BLOCK,
-                     DELTA_SMEM_BYTES, DELTA_VARIANTS, DIA_BLOCK, DIA_DEFAULT, DIA_DEFAULT_FEW, DIA_VARIANTS, DTYPES,
+from .layout import (BLOCK, CHUNK, COLS_KERNEL_FROM, CSR16_MIN_MEAN, CSR_VARIANTS, DIA_BLOCK, DIA_DEFAULT, DIA_DEFAULT_FEW, DIA_VARIANTS, DTYPES,
                      INT_LIMIT, MMA_MIN_K, MMA_ROWS, NM_BLOCK, NM_DEFAULT, NM_VARIANTS, ROW_KERNEL_BLOCK, SELL_C,
                      SELL_SIGMA, _GRID_Y, _index_dtype, _sm_count, _vec_for, bsr_params, delta_bits,
                      native_kind, nm_params, sell_layout)
@@ -54,7 +54,7 @@ DIA_BLOCK_NA = 128
 __all__ = ["CudaSpmmPlan", "DTYPES", "delta_bits", "nm_params", "bsr_params", "native_kind", "sell_layout", "BLOCK"]
 
 
-class CudaSpmmPlan(BuildMixin, MmaMixin):
+class CudaSpmmPlan(BuildMixin, MmaMixin, DeltaMixin):
     """Sparse @ dense on a fixed pattern with this backend's kernels; values by :meth:`set_values`.
 
     ``variant`` picks the CSR kernel: ``"streamcs"`` / ``"stream"`` (with / without the
@@ -137,9 +137,7 @@ class CudaSpmmPlan(BuildMixin, MmaMixin):
             starts = torch.arange(warps, device=self.device, dtype=torch.int64) * CHUNK
             self.first_row = (torch.searchsorted(self.rowptr.to(torch.int64), starts, right=True) - 1).clamp_(0, max(m - 1, 0)).to(self.idx)
         if self.kind == "delta":
-            self.variant = variant or (DELTA_DEFAULT if self.small else "groups")
-            if self.variant not in DELTA_VARIANTS:
-                raise InputError(f"{backend}: DELTA variant must be one of {DELTA_VARIANTS}, got {variant!r}")
+            self._init_delta(variant)
         if self.kind == "dia":
             few = DIA_DEFAULT_FEW_F64 if self.dtype == torch.float64 else DIA_DEFAULT_FEW
             self.variant = variant or ((few if self.ndiag <= 8 else DIA_DEFAULT) if self.small else "classic")
@@ -410,27 +408,8 @@ class CudaSpmmPlan(BuildMixin, MmaMixin):
             kern = kernel("structured", f"bsr_vec{self.vec}", self.dtype, self.idx, dev, 10)
             kern((-(-m * self.vec // BLOCK), gy), BLOCK, (m, n, k, self.bh, self.bw, self.rowptr.data_ptr(), self.col.data_ptr(),
                                                           v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.dev_index)
-        elif self.variant in ("packed", "packed2") and fits:
-            # bit-packed DELTA, b a compile-time constant; X in shared memory (8-entry pads) when it fits
-            smem = (n + 16) * k * x.element_size()
-            name = ("delta2_b" if self.variant == "packed2" else "delta_b") + str(self.bits)
-            if smem <= DELTA_SMEM_BYTES:
-                name += "_smem"
-            kern = kernel("fast", name, self.dtype, self.idx, dev, 9)
-            wpb = ROW_KERNEL_BLOCK // 32
-            grid = -(-m // wpb) if self.variant == "packed2" else min(-(-m // wpb), 4 * _sm_count(dev))  # packed: row loop
-            kern((grid, 1), ROW_KERNEL_BLOCK,
-                 (m, n, k, self.nnz, self.rowptr.data_ptr(), self.words.data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr()),
-                 shared=smem if smem <= DELTA_SMEM_BYTES else 0, device=self.dev_index)
-        else:  # delta, spmv.cu's kernels: X in shared memory when it fits (the gathers then stay on the SM)
-            xbytes = n * k * x.element_size()
-            smem = xbytes <= DELTA_SMEM_BYTES
-            name = ("delta_lanes" if self.variant == "lanes" else "delta_rows") + ("_smem" if smem else "")
-            block = DELTA_SMEM_BLOCK if smem else BLOCK
-            kern = kernel("spmv", name, self.dtype, self.idx, dev, 10)
-            kern((-(-m * 32 // block), 1), block, (m, n, k, self.nnz, self.bits, self.rowptr.data_ptr(), self.words.data_ptr(),
-                                                   v.data_ptr(), x.data_ptr(), y.data_ptr()),
-                 shared=xbytes if smem else 0, device=self.dev_index)
+        else:  # delta
+            self._launch_delta(v, x, y, k, fits)
 
     def _csr(self, rowptr, col, v, x, y, rows: int, k: int, vec: int, variant: str, first_row, idx, fits: bool = False) -> None:
         dev = self.dev_index

@@ -1,0 +1,53 @@
+"""The DELTA(b) paths of :class:`~.plan.CudaSpmmPlan` (a mixin): the variant chosen per plan and
+the product's launch. The gaps are bit-packed into uint32 words once per pattern by
+``_build.BuildMixin._build_delta``; the kernels are in ``kernels/fast.cu`` (``delta_b<b>``,
+``delta2_b<b>``: b a compile-time constant) and ``kernels/spmv.cu`` (``delta_rows`` /
+``delta_lanes``: b a run-time argument, 64-bit offsets)."""
+
+from __future__ import annotations
+
+import torch
+
+from sparsetorch import InputError
+
+from .launch import kernel
+from .layout import BLOCK, DELTA_DEFAULT, DELTA_SMEM_BLOCK, DELTA_SMEM_BYTES, DELTA_VARIANTS, ROW_KERNEL_BLOCK, _sm_count
+
+__all__ = ["DeltaMixin"]
+
+
+class DeltaMixin:
+    """DELTA(b) variant choice and launch (mixed into CudaSpmmPlan, which provides the pattern:
+    ``rowptr``, ``words``, ``bits``, ``nnz``, ``idx``, ``shape``, ``dtype``, ``dev_index``)."""
+
+    def _init_delta(self, variant: str | None) -> None:
+        self.variant = variant or (DELTA_DEFAULT if self.small else "groups")
+        if self.variant not in DELTA_VARIANTS:
+            raise InputError(f"{self.backend}: DELTA variant must be one of {DELTA_VARIANTS}, got {variant!r}")
+
+    def _launch_delta(self, v: torch.Tensor, x: torch.Tensor, y: torch.Tensor, k: int, fits: bool) -> None:
+        """``y = A x`` for DELTA(b); ``fits``: the 32-bit kernels apply (nnz, m * k, n * k < 2^31 - 1024)."""
+        m, n = self.shape
+        dev = self.dev_index
+        if self.variant in ("packed", "packed2") and fits:
+            # bit-packed DELTA, b a compile-time constant; X in shared memory (8-entry pads) when it fits
+            smem = (n + 16) * k * x.element_size()
+            name = ("delta2_b" if self.variant == "packed2" else "delta_b") + str(self.bits)
+            if smem <= DELTA_SMEM_BYTES:
+                name += "_smem"
+            kern = kernel("fast", name, self.dtype, self.idx, dev, 9)
+            wpb = ROW_KERNEL_BLOCK // 32
+            grid = -(-m // wpb) if self.variant == "packed2" else min(-(-m // wpb), 4 * _sm_count(dev))  # packed: row loop
+            kern((grid, 1), ROW_KERNEL_BLOCK,
+                 (m, n, k, self.nnz, self.rowptr.data_ptr(), self.words.data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr()),
+                 shared=smem if smem <= DELTA_SMEM_BYTES else 0, device=dev)
+            return
+        # spmv.cu's kernels: X in shared memory when it fits (the gathers then stay on the SM)
+        xbytes = n * k * x.element_size()
+        smem = xbytes <= DELTA_SMEM_BYTES
+        name = ("delta_lanes" if self.variant == "lanes" else "delta_rows") + ("_smem" if smem else "")
+        block = DELTA_SMEM_BLOCK if smem else BLOCK
+        kern = kernel("spmv", name, self.dtype, self.idx, dev, 10)
+        kern((-(-m * 32 // block), 1), block, (m, n, k, self.nnz, self.bits, self.rowptr.data_ptr(), self.words.data_ptr(),
+                                               v.data_ptr(), x.data_ptr(), y.data_ptr()),
+             shared=xbytes if smem else 0, device=dev)
