@@ -203,6 +203,8 @@ def norm(A: SparseTensor, ord: str | int | float = "fro") -> torch.Tensor:
 
 #: whether a torch.func transform (vmap, grad, jacrev, ...) is active; such calls take the Function
 _transforms_active = getattr(torch._C, "_are_functorch_transforms_active", None)
+_grad_enabled = torch.is_grad_enabled
+_is_compiling = torch.compiler.is_compiling
 
 
 class _Direct:
@@ -219,26 +221,29 @@ class _Direct:
 
     def __init__(self, bound: Any, values: torch.Tensor, index: list, versions: list, like: torch.Tensor, shape: tuple,
                  into_c: bool) -> None:
-        self.bound, self.values, self.index, self.versions = bound, values, index, versions
+        self.bound, self.values = bound, values
+        # (buffer, version at bind) pairs, checked one by one per call (cheaper than building a list)
+        self.index, self.versions = tuple(zip(index, versions)), tuple(versions)
         # the output's shape, dtype and device on one element: empty_like of it is the cheapest
         # allocation from Python (a stride-0 view is not dense, so the result is contiguous)
         self.template = like.new_empty((1,)).expand(shape)
         self.into_c = into_c
 
     def __call__(self, mm: "Matmul") -> torch.Tensor | None:
-        X, c = mm._rhs.Xn, mm.c
-        if torch.is_grad_enabled() and (self.values.requires_grad or X.requires_grad
-                                        or (c is not None and c.requires_grad)):
+        X = mm._rhs.Xn
+        if _grad_enabled() and (self.values.requires_grad or X.requires_grad
+                                or (mm.c is not None and mm.c.requires_grad)):
             return None
         if _forward_ad._current_level >= 0 or (_transforms_active is not None and _transforms_active()) \
-                or torch.compiler.is_compiling():
+                or _is_compiling():
             return None
-        if [b._version for b in self.index] != self.versions:
-            mm.a.ensure_valid()  # raises if the new index buffers are invalid
-            mm._state = None  # the plan holds (or copied) the old pattern: plan again
-            mm._direct = None
-            return None
-        Y = c if self.into_c else torch.empty_like(self.template)
+        for buf, version in self.index:
+            if buf._version != version:
+                mm.a.ensure_valid()  # raises if the new index buffers are invalid
+                mm._state = None  # the plan holds (or copied) the old pattern: plan again
+                mm._direct = None
+                return None
+        Y = mm.c if self.into_c else torch.empty_like(self.template)
         if not self.bound(X, Y):
             mm._direct = None  # X or the values were laid out anew: bind again on the next call
             mm._direct_tried = False
@@ -307,13 +312,12 @@ class Matmul:
 
     def execute(self) -> torch.Tensor:
         direct = self._direct
-        if direct is not None or not self._direct_tried:
-            if direct is None:
-                direct = self._bind()
-            if direct is not None:
-                y = direct(self)
-                if y is not None:
-                    return y
+        if direct is None and not self._direct_tried:
+            direct = self._bind()
+        if direct is not None:
+            y = direct(self)
+            if y is not None:
+                return y
         if self._state is None or (self._members is None and self.a.pattern_key != self._planned_key):
             # not planned yet, or A's index buffers were written in place (or swapped) since: a
             # plan on them as they are now (ensure_valid raises if they are no longer valid, before
