@@ -110,6 +110,8 @@ def run_1m(ctx: dict, *, m: int = 1000, rtol: float = 1e-6, reps: int = 3) -> di
                 "torch", backend="torch", method="cg", backend_options={"cuda_graph": False}),
             "sparsetorch torch/cg+jacobi": lambda: sparsetorch_row("torch", backend="torch", method="cg",
                                                                    preconditioner="jacobi"),
+            "sparsetorch cuda/cg": lambda: sparsetorch_row("cuda", backend="cuda", method="cg"),
+            "sparsetorch cuda/cg+jacobi": lambda: sparsetorch_row("cuda", backend="cuda", method="cg", preconditioner="jacobi"),
             "sparsetorch cupy/cg": lambda: sparsetorch_row("cupy", backend="cupy", method="cg"),
             "sparsetorch cupy/cg+jacobi": lambda: sparsetorch_row("cupy", backend="cupy", method="cg", preconditioner="jacobi"),
         }
@@ -195,7 +197,7 @@ def _run_64m(m: int, iters: int) -> dict:
     out["problem"]["nnz"] = int(col.numel())
     b = torch.ones(n, dtype=torch.float64, device="cuda")
     held = {"A": st.SparseTensor(CSR, (n, n), [None, crow], [None, col], vals, check=False)}
-    for backend, graph in (("torch", True), ("torch", False), ("cupy", True)):
+    for backend, graph in (("cuda", True), ("torch", True), ("torch", False), ("cupy", True)):
         def solve(k, backend=backend, graph=graph):
             return st.solve(held["A"], b, backend=backend, method="cg", preconditioner="none", rtol=1e-30, maxiter=k,
                             on_nonconvergence="ignore", properties="spd",
@@ -284,7 +286,7 @@ def _run_backward(m: int, iters: int) -> dict:
                 "backward_over_forward": bwd / fwd if fwd else None, "forward_s": t_fwd, "backward_s": t_bwd,
                 "gradients_finite": ok}
 
-    for backend in ("torch", "cupy"):
+    for backend in ("cuda", "torch", "cupy"):
         def fwd(v, b, backend=backend):
             return st.solve(A.with_values(v), b, backend=backend, method="cg", preconditioner="none", rtol=1e-30,
                             maxiter=iters, on_nonconvergence="ignore", properties="spd")

@@ -145,6 +145,44 @@ def markdown(doc: dict) -> str:
                 else:
                     lines.append(f"| {r['impl']} | - | - | - | - | - | {_status(r)} |")
             lines.append("")
+    if "cuda_kernels" in cases:
+        c = cases["cuda_kernels"]
+        lines += ["## Native kernels (cuda backend) beside torch, CuPy and dense cuBLAS", ""]
+        if "error" in c:
+            lines += [f"error: {c['error']}", ""]
+        else:
+            lines += ["Kernel time: 20 calls captured in a CUDA graph, replayed (median); call time: per-call CUDA events.", "",
+                      "| case | implementation | kernel us | call us | floor us | fraction of floor | rel. error |",
+                      "|---|---|---:|---:|---:|---:|---:|"]
+            for r in c["rows"]:
+                if "call_s" in r:
+                    err = r.get("rel_err")
+                    lines.append(f"| {r['case']} | {r['impl']} | {_us(r['kernel_s']) if r.get('kernel_s') else '-'} | "
+                                 f"{_us(r['call_s'])} | {_us(r['floor_s'])} | {r['fraction_of_floor']:.2f} | "
+                                 f"{f'{err:.1e}' if err is not None else '-'} |")
+                else:
+                    lines.append(f"| {r.get('case', '-')} | {r['impl']} | - | - | - | - | {_status(r)} |")
+            lines.append("")
+    if "cg_1g" in cases:
+        c = cases["cg_1g"]
+        lines += ["## CG at 1.2e9 unknowns (cuda backend, DIA without index arrays)", ""]
+        if "error" in c:
+            lines += [f"error: {c['error']}", ""]
+        else:
+            p = c["problem"]
+            lines += [f"{p['unknowns']:,} unknowns ({p['grid']}), {p['format']}, {p['dtype']}, {p['iterations']} iterations.", "",
+                      "| implementation | ms / iteration | floor ms | time / floor | peak GB | extra bytes / unknown | residual |",
+                      "|---|---:|---:|---:|---:|---:|---:|"]
+            for r in c["rows"]:
+                if "ms_per_iteration" in r:
+                    res = r.get("true_residual", r.get("residual"))
+                    floor = f"{r['floor_ms']:.1f}" if "floor_ms" in r else "-"
+                    ratio = f"{r['time_over_floor']:.2f}" if "time_over_floor" in r else "-"
+                    lines.append(f"| {r['impl']} | {r['ms_per_iteration']:.1f} | {floor} | {ratio} | {r['peak_bytes'] / 1e9:.1f} | "
+                                 f"{r['extra_bytes_per_unknown']:.0f} | {res:.6g} |")
+                else:
+                    lines.append(f"| {r['impl']} | - | - | - | - | - | {_status(r)} |")
+            lines.append("")
     lines.append(f"Suite wall time: {doc.get('wall_seconds', 0):.0f} s.")
     return "\n".join(lines) + "\n"
 

@@ -9,6 +9,8 @@ mkdir -p "$OUT/results"
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>&1 | tail -2
 fi
+# the plugins are found through their entry points: install them (editable) from the carried tree
+python3 -m pip install -q --no-deps --no-build-isolation -e . -e plugins/cupy_backend -e plugins/cuda_kernels 2>&1 | tail -2
 export PYTHONPATH="$PWD/core:$PWD/plugins/cupy_backend:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 python3 - <<'PY' 2>&1 | tee "$OUT/probe.txt"
 import importlib, inspect

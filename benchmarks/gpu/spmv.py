@@ -3,7 +3,8 @@
 Implementations, each timed by per-call CUDA events (median), checked against a float64
 reference product, and compared with its format's bytes floor (bytes moved / measured copy
 bandwidth): sparsetorch ``Matmul`` (plan once, ``execute`` per call) in CSR int32/int64, COO,
-DIA and ELL with the auto choice and each backend pinned, plus the one-shot ``st.matmul``;
+DIA and ELL with the auto choice and each backend pinned (torch, cupy, and the native kernels
+plugin ``cuda`` when installed), plus the one-shot ``st.matmul``;
 torch CSR (int32 and int64) and COO ``mv``; CuPy CSR/COO/DIA ``A @ x``; nvmath-python UST
 ``Matmul`` on CSR/COO/DIA with and without codegen; dense cuBLAS where the matrix fits.
 """
@@ -91,7 +92,7 @@ def run(ctx: dict, *, m: int = 114, dtypes=(torch.float64, torch.float32), reps:
             else:
                 rows.append({"impl": f"sparsetorch {label}", "family": "sparsetorch", "format": label, **got})
         for label, (A, nb) in mats.items():
-            for backend in (None, "torch", "cupy"):
+            for backend in (None, "torch", "cupy", "cuda"):
                 def plan(A=A, backend=backend):
                     mm = st.Matmul(A, x, backend=backend)
                     table = mm.plan()

@@ -63,6 +63,22 @@ def run_cuda_kernels(ctx: dict, *, m: int = 114, size: int = 8192, reps: int = 3
 CASES["cuda_kernels"] = (run_cuda_kernels, {}, {"m": 40, "size": 1024, "reps": 10})
 
 
+def run_cg_1g(ctx: dict, *, m: int = 34700, iters: int = 100) -> dict:
+    """CG at 1.2e9 unknowns (2-D Poisson 34700^2 in DIA: values only, no index arrays), float64, a
+    fixed number of iterations: the cuda backend's fused CG through its plan and through
+    ``st.solve``, with peak memory, bytes per unknown and time per iteration over its bytes floor
+    (``plugins/cuda_kernels/benchmarks/bench_cg_s6.py``'s ``case_big``)."""
+    sys.path.insert(0, str(HERE.parent.parent / "plugins" / "cuda_kernels" / "benchmarks"))
+    import bench_cg_s6 as big
+
+    out: dict = {}
+    big.case_big(out, m, iters, ctx["bandwidth"]["bytes_per_s"], True)
+    return out["big"]
+
+
+CASES["cg_1g"] = (run_cg_1g, {}, {"m": 1000, "iters": 20})
+
+
 def register_cupy_backend() -> str:
     """Load the cupy backend: through its entry point when installed, else registered in-process
     from the source tree (``plugins/cupy_backend`` on PYTHONPATH)."""
