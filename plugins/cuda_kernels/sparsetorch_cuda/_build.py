@@ -43,7 +43,11 @@ class BuildMixin:
         rowptr = torch.zeros(m + 1, dtype=torch.int64, device=self.dev_index)
         rowptr[1:] = torch.cumsum(counts, 0)
         self.rowptr, self.col, self.idx = rowptr.to(idx), cols[order].to(idx).contiguous(), idx
-        self.gather = slot.to(torch.int64)[order].contiguous()
+        gather = slot.to(torch.int64)[order].contiguous()
+        # entries stored in row-major order with one value slot each (a sorted COO): the CSR's
+        # values are A's values as they lie, so no gather per value set (and the bound launch applies)
+        ident = self.nnz == self.slots and bool((gather == torch.arange(self.nnz, device=gather.device)).all())
+        self.gather = None if ident else gather
 
     def _build_dia(self, A: SparseTensor) -> None:
         m, n = self.shape
@@ -77,6 +81,21 @@ class BuildMixin:
         idx = col.dtype
         self.col, self.cnt, self.width, self.idx = col.contiguous(), cnt.to(torch.int32).contiguous(), width, idx
         self.nnz = int(cnt.sum())
+        # the 32-bit kernels' columns: an int32 copy made once, -1 in the unused slots (so they read
+        # no counts and 4 bytes less per slot than int64; 114^3 stencil float64, see notes/s8_spmv.md)
+        self.col32: torch.Tensor | None = None
+        if max(self.slots, m, n) < INT_LIMIT:
+            if col.dtype == torch.int32 and self.nnz == self.slots:
+                self.col32 = self.col  # every slot used: the columns as they are
+            elif m and width:
+                pad = torch.full((), -1, dtype=col.dtype, device=col.device)
+                self.col32 = torch.where(used, col.reshape(m, width), pad).to(torch.int32).reshape(-1).contiguous()
+            else:
+                self.col32 = torch.zeros(0, dtype=torch.int32, device=self.dev_index)
+        #: ell_rows ("rows") reads the columns as stored; everything else (and the SDDMM) the int32 copy
+        self.col_stored, self.idx_stored = self.col, idx
+        if self.col32 is not None:
+            self.col, self.idx = self.col32, torch.int32
 
     def _build_delta(self, A: SparseTensor) -> None:
         m, n = self.shape

@@ -244,7 +244,8 @@ def spmm_cost(rates: Rates, request: Request) -> tuple[float, int, float, str]:
                                                                                         gather=True):
         seconds, _ = generated_seconds(rates, A.format, (m, n), nse, k, A.dtype)
         return seconds, int(m * k * 4 + 2 * m * k * vs), 0.0, "generated"
-    narrowed = kind == "csr" and isz == 8 and max(nse, m, n) < INT_LIMIT  # the plan keeps int32 copies
+    # the plan keeps int32 copies of int64 CSR indices and ELL columns that fit
+    narrowed = kind in ("csr", "ell") and isz == 8 and max(nse, m, n) < INT_LIMIT
     if kind == "generic":
         isz = 4 if max(nse, m, n) < 2**31 - 1 else 8
     elif narrowed:
@@ -273,7 +274,7 @@ def spmm_cost(rates: Rates, request: Request) -> tuple[float, int, float, str]:
     elif kind == "ell":
         peak += 4 * m
     if narrowed:
-        peak += 4 * (nse + m + 1)
+        peak += 4 * (nse + m + 1) if kind == "csr" else 4 * nse
     return seconds + setup, int(peak), setup, kind
 
 

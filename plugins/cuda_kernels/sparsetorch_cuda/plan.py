@@ -41,7 +41,7 @@ from .layout import (BLOCK, CHUNK, COLS_KERNEL_FROM, CSR16_MIN_MEAN, CSR_VARIANT
 
 #: DIA variants of the "p" kernels besides layout.DIA_VARIANTS: values loaded with a 256-byte L2
 #: prefetch hint ("p1pf"), and also without allocating in L1 ("p1na") (kernels/fast.cu)
-DIA_EXTRA = ("p1pf", "p1na")
+DIA_EXTRA = ("p1pf", "p1na", "v2", "v2na")
 _DIA_P8_NAMES = {"p1cs": "dia_p8cs_1", "p1pf": "dia_p8pf_1", "p1na": "dia_p8na_1"}
 #: the float64 default for at most 8 diagonals (114^3 stencil on the H200, cuda_kernels_h200_s7b_run1.json and
 #: cuda_kernels_h200_s7b.json: "p1na" 30.0 / 30.4 us against "p1"'s 31.0 / 31.1 and "p1pf"'s 33.4 / 34.0; in
@@ -50,6 +50,19 @@ DIA_DEFAULT_FEW_F64 = "p1na"
 #: threads per block of "p1na" (same stencil, two runs: 128 threads 29.99 / 30.09 us, 256 threads 30.01 / 30.41;
 #: cuda_kernels_h200_s7b_run1.json, cuda_kernels_h200_s7b.json); the other "p" kernels take layout.DIA_BLOCK
 DIA_BLOCK_NA = 128
+#: threads per block of fast.cu's csr_stream / ell_stream kernels (CSR_STREAM_BLOCK there)
+CSR_STREAM_BLOCK = 256
+#: DIA "v2" / "v2na" (kernels/fast.cu dia_v2_1, dia_v2na_1): two consecutive rows per thread, each diagonal's two
+#: values one 8- / 16-byte load ("v2na": with p1na's L1::no_allocate + L2::256B hints); they need m even and the
+#: values and Y 16-byte aligned, and run as "p1na" (float64) / "p1" otherwise. Threads per block:
+DIA_BLOCK_V2 = 128
+#: ELL kernels (kernels/fast.cu, on the plan's int32 column copy with -1 in unused slots, when every slot, row
+#: and column fits in 32 bits; "rows" is spmv.cu's ell_rows on the columns as stored, with the per-row counts):
+#: "p" / "pcs" a thread per row, the width (<= 8) a compile-time constant, all loads before the FMAs ("pcs":
+#: evict-first loads); "stream" / "streamcs" 32 rows per warp, the warp's slots in coalesced chunks, products
+#: summed in shared memory ("streamcs": evict-first loads). A "p" variant on a width above 8 runs as "stream".
+ELL_VARIANTS = ("rows", "p", "pcs", "stream", "streamcs")
+ELL_DEFAULT = "streamcs"
 
 __all__ = ["CudaSpmmPlan", "DTYPES", "delta_bits", "nm_params", "bsr_params", "native_kind", "sell_layout", "BLOCK"]
 
@@ -72,7 +85,9 @@ class CudaSpmmPlan(BuildMixin, MmaMixin, DeltaMixin):
     ``"groups"`` or ``"lanes"`` (spmv.cu's earlier kernels); all copy X into shared memory when
     it fits in 48 KB. For N:M 2:4 with one right-hand side: ``"warp"`` (a warp per row) or
     ``"s1"`` .. ``"s4"`` (blocks of 384 threads, that many warps share a row). Defaults:
-    :data:`DIA_DEFAULT`, :data:`DELTA_DEFAULT`, :data:`NM_DEFAULT` (the measured ones).
+    :data:`DIA_DEFAULT`, :data:`DELTA_DEFAULT`, :data:`NM_DEFAULT` (the measured ones). DIA also takes
+    ``"p1pf"``, ``"p1na"``, ``"v2"``, ``"v2na"`` (:data:`DIA_EXTRA`); ELL one of :data:`ELL_VARIANTS`
+    (default :data:`ELL_DEFAULT` on the int32 column copy, ``"rows"`` where it does not fit).
 
     ``kernel="generated"`` runs a kernel generated from A's format (:mod:`.codegen`; kind
     "generated": the storage read as it is, no CSR copy, no value gather) instead of the CSR made
@@ -143,6 +158,10 @@ class CudaSpmmPlan(BuildMixin, MmaMixin, DeltaMixin):
             self.variant = variant or ((few if self.ndiag <= 8 else DIA_DEFAULT) if self.small else "classic")
             if self.variant not in DIA_VARIANTS + DIA_EXTRA:
                 raise InputError(f"{backend}: DIA variant must be one of {DIA_VARIANTS}, got {variant!r}")
+        if self.kind == "ell":
+            self.variant = variant or (ELL_DEFAULT if self.col32 is not None else "rows")
+            if self.variant not in ELL_VARIANTS:
+                raise InputError(f"{backend}: ELL variant must be one of {ELL_VARIANTS}, got {variant!r}")
         if self.kind == "nm":
             self.variant = variant or NM_DEFAULT
             if self.variant not in NM_VARIANTS:
@@ -369,23 +388,43 @@ class CudaSpmmPlan(BuildMixin, MmaMixin, DeltaMixin):
                 kern((-(-m // BLOCK), gy), BLOCK, (m, n, k, self.ndiag, self.offs.data_ptr(), v.data_ptr(), x.data_ptr(),
                                                    y.data_ptr()), shared=8 * self.ndiag, device=self.dev_index)
                 return
-            if self.variant.startswith("p") and self.ndiag <= 8:  # offsets as kernel parameters
-                rows = int(self.variant[1])
+            variant = self.variant
+            if variant in ("v2", "v2na") and self.ndiag <= 8:
+                if m % 2 == 0 and v.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0:
+                    offs = [int(o) for o in self.offs_host] + [0] * (8 - self.ndiag)
+                    kern = kernel("fast", "dia_v2na_1" if variant == "v2na" else "dia_v2_1", self.dtype, torch.int64, dev, 15)
+                    kern((-(-m // (2 * DIA_BLOCK_V2)), gy), DIA_BLOCK_V2,
+                         (m, n, k, self.ndiag, *(o & 0xFFFFFFFFFFFFFFFF for o in offs), v.data_ptr(), x.data_ptr(), y.data_ptr()),
+                         device=self.dev_index)
+                    return
+                variant = "p1na" if self.dtype == torch.float64 else "p1"  # odd m or unaligned values / Y
+            if variant.startswith("p") and self.ndiag <= 8:  # offsets as kernel parameters
+                rows = int(variant[1])
                 offs = [int(o) for o in self.offs_host] + [0] * (8 - self.ndiag)
-                name = _DIA_P8_NAMES.get(self.variant) or f"dia_p8_{rows}"
+                name = _DIA_P8_NAMES.get(variant) or f"dia_p8_{rows}"
                 kern = kernel("fast", name, self.dtype, torch.int64, dev, 15)
-                threads = DIA_BLOCK_NA if self.variant == "p1na" else DIA_BLOCK
+                threads = DIA_BLOCK_NA if variant == "p1na" else DIA_BLOCK
                 kern((-(-m // (threads * rows)), gy), threads, (m, n, k, self.ndiag, *(o & 0xFFFFFFFFFFFFFFFF for o in offs),
                                                             v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.dev_index)
                 return
-            rows = 2 if self.variant in ("rows2", "p2", "p4") else 1
+            rows = 2 if variant in ("rows2", "p2", "p4", "v2", "v2na") else 1
             kern = kernel("fast", f"dia_fast{rows}", self.dtype, torch.int64, dev, 8)
             kern((-(-m // (BLOCK * rows)), gy), BLOCK, (m, n, k, self.ndiag, self.offs32.data_ptr(), v.data_ptr(), x.data_ptr(),
                                                         y.data_ptr()), shared=4 * (-(-max(self.ndiag, 1) // 8) * 8),
                  device=self.dev_index)
+        elif kind == "ell" and self.col32 is not None and fits and self.variant != "rows":
+            if self.variant in ("p", "pcs") and 1 <= self.width <= 8:
+                kern = kernel("fast", f"ell_{self.variant}{self.width}", self.dtype, torch.int32, dev, 6)
+                kern((-(-m // BLOCK), gy), BLOCK, (m, k, self.col32.data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr()),
+                     device=self.dev_index)
+            else:
+                name = "ell_stream8cs" if self.variant in ("streamcs", "pcs") else "ell_stream8"
+                kern = kernel("fast", name, self.dtype, torch.int32, dev, 7)
+                kern((-(-m // CSR_STREAM_BLOCK), gy), CSR_STREAM_BLOCK,
+                     (m, k, self.width, self.col32.data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.dev_index)
         elif kind == "ell":
-            kern = kernel("spmv", "ell_rows", self.dtype, self.idx, dev, 8)
-            kern((-(-m // BLOCK), gy), BLOCK, (m, k, self.width, self.cnt.data_ptr(), self.col.data_ptr(), v.data_ptr(),
+            kern = kernel("spmv", "ell_rows", self.dtype, self.idx_stored, dev, 8)
+            kern((-(-m // BLOCK), gy), BLOCK, (m, k, self.width, self.cnt.data_ptr(), self.col_stored.data_ptr(), v.data_ptr(),
                                                x.data_ptr(), y.data_ptr()), device=self.dev_index)
         elif kind == "nm":
             S = self.row_slots
@@ -531,5 +570,5 @@ class CudaSpmmPlan(BuildMixin, MmaMixin, DeltaMixin):
         return self._coords
 
     def __repr__(self) -> str:
-        extra = f", variant={self.variant}" if self.kind in ("csr", "generic", "delta", "dia", "nm", "generated") else ""
+        extra = f", variant={self.variant}" if self.kind in ("csr", "generic", "delta", "dia", "ell", "nm", "generated") else ""
         return f"CudaSpmmPlan({self.kind}, shape={self.shape}, nnz={self.nnz}, {self.dtype}{extra})"

@@ -232,6 +232,179 @@ DIA_P8(dia_p8cs_1, 1, true, 0)
 DIA_P8(dia_p8pf_1, 1, false, 1)
 DIA_P8(dia_p8na_1, 1, false, 2)
 
+// ---- DIA with at most 8 diagonals, 2 consecutive rows per thread ("v2", "v2na") -----------------
+// Rows i, i + 1 (i even) of each diagonal are one 8-byte (float32) / 16-byte (float64) value load;
+// the host runs these only when m is even and the values and Y are 16-byte aligned, so
+// val + t * m + i is aligned for every diagonal t. X is read per row (the offsets are runtime).
+// NA: values loaded with L1::no_allocate and the 256-byte L2 prefetch hint (as "p1na"). Entries
+// whose column falls outside [0, n) are not part of the matrix: their value slots are loaded (the
+// pair is one load) but never used.
+#if VAL_KIND == 3
+typedef double2 vpair_t;
+#elif VAL_KIND == 2
+typedef float2 vpair_t;
+#else
+typedef ushort2 vpair_t;
+#endif
+
+template <int NA>
+__device__ __forceinline__ vpair_t ld_pair(const val_t* p) {
+  vpair_t v;
+  if (NA) {
+#if VAL_KIND == 3
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v2.f64 {%0, %1}, [%2];" : "=d"(v.x), "=d"(v.y) : "l"(p));
+#elif VAL_KIND == 2
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "l"(p));
+#else
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v2.u16 {%0, %1}, [%2];" : "=h"(v.x), "=h"(v.y) : "l"(p));
+#endif
+  } else {
+    v = __ldg(reinterpret_cast<const vpair_t*>(p));
+  }
+  return v;
+}
+
+template <int NA>
+__device__ __forceinline__ void dia_v2_body(int m, int n, int k, int nd, const int* o, const val_t* __restrict__ val,
+                                            const val_t* __restrict__ x, val_t* __restrict__ y) {
+  int i = 2 * (blockIdx.x * blockDim.x + threadIdx.x);
+  if (i >= m) return;  // m is even: row i + 1 exists too
+  for (int c = blockIdx.y; c < k; c += gridDim.y) {
+    acc_t a0[8], a1[8], x0[8], x1[8];
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+      bool on = t < nd;
+      const val_t* q = on ? val + (i64)t * m + i : val;  // always a valid, aligned address
+      vpair_t pv = ld_pair<NA>(q);
+      int j = i + o[t];
+      bool in0 = on && (unsigned)j < (unsigned)n, in1 = on && (unsigned)(j + 1) < (unsigned)n;
+      a0[t] = in0 ? ld(pv.x) : (acc_t)0;
+      a1[t] = in1 ? ld(pv.y) : (acc_t)0;
+      x0[t] = in0 ? ld(RO(x + j * k + c)) : (acc_t)0;
+      x1[t] = in1 ? ld(RO(x + (j + 1) * k + c)) : (acc_t)0;
+    }
+    acc_t s0 = 0, s1 = 0;
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+      s0 += a0[t] * x0[t];
+      s1 += a1[t] * x1[t];
+    }
+    if (k == 1) {
+      vpair_t out;
+      out.x = st(s0);
+      out.y = st(s1);
+      *reinterpret_cast<vpair_t*>(y + i) = out;
+    } else {
+      y[i * k + c] = st(s0);
+      y[(i + 1) * k + c] = st(s1);
+    }
+  }
+}
+
+#define DIA_V2(NAME, NA)                                                                                         \
+  extern "C" __global__ void NAME(i64 m, i64 n, i64 k, i64 nd, i64 o0, i64 o1, i64 o2, i64 o3, i64 o4, i64 o5,     \
+                                  i64 o6, i64 o7, const val_t* val, const val_t* x, val_t* y) {                    \
+    const int o[8] = {(int)o0, (int)o1, (int)o2, (int)o3, (int)o4, (int)o5, (int)o6, (int)o7};                    \
+    dia_v2_body<NA>((int)m, (int)n, (int)k, (int)nd, o, val, x, y);                                                \
+  }
+DIA_V2(dia_v2_1, 0)
+DIA_V2(dia_v2na_1, 1)
+
+// ---- ELL on the plan's int32 column copy (-1 in padding slots) -----------------------------------
+// The plan copies ELL columns once per pattern as int32 (when every slot, row and column fits),
+// with -1 in each row's unused slots, so the kernels read no per-row counts: a slot with a
+// negative column adds nothing (its value is loaded, since it lies in the row's span, but not
+// used: padding values may hold anything).
+// "p" / "pcs": a thread per row, W (<= 8, compile time) slots, all loads issued before the FMAs;
+// CS: columns and values (read once) with the evict-first hint.
+template <int W, bool CS>
+__device__ __forceinline__ void ell_p_body(int m, int k, const int* __restrict__ col, const val_t* __restrict__ val,
+                                           const val_t* __restrict__ x, val_t* __restrict__ y) {
+  int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= m) return;
+  const int* cr = col + r * W;
+  const val_t* vr = val + r * W;
+  for (int c = blockIdx.y; c < k; c += gridDim.y) {
+    int j[W];
+    acc_t v[W], xv[W];
+#pragma unroll
+    for (int t = 0; t < W; ++t) j[t] = CS ? __ldcs(cr + t) : RO(cr + t);
+#pragma unroll
+    for (int t = 0; t < W; ++t) v[t] = ld(CS ? __ldcs(vr + t) : RO(vr + t));
+#pragma unroll
+    for (int t = 0; t < W; ++t) xv[t] = j[t] >= 0 ? ld(RO(x + j[t] * k + c)) : (acc_t)0;
+    acc_t s = 0;
+#pragma unroll
+    for (int t = 0; t < W; ++t) s += j[t] >= 0 ? v[t] * xv[t] : (acc_t)0;
+    y[r * k + c] = st(s);
+  }
+}
+
+#define ELL_P(W)                                                                                                   \
+  extern "C" __global__ void ell_p##W(i64 m, i64 k, const int* col, const val_t* val, const val_t* x, val_t* y) {  \
+    ell_p_body<W, false>((int)m, (int)k, col, val, x, y);                                                          \
+  }                                                                                                                \
+  extern "C" __global__ void ell_pcs##W(i64 m, i64 k, const int* col, const val_t* val, const val_t* x, val_t* y) { \
+    ell_p_body<W, true>((int)m, (int)k, col, val, x, y);                                                           \
+  }
+ELL_P(1)
+ELL_P(2)
+ELL_P(3)
+ELL_P(4)
+ELL_P(5)
+ELL_P(6)
+ELL_P(7)
+ELL_P(8)
+
+// "stream" / "streamcs": 32 consecutive rows per warp, any width: the warp's 32 * width slots
+// (contiguous, row-major) read in coalesced chunks of 32 * 8 with 8 independent loads per lane,
+// products parked in shared memory and summed per row (csr_stream8 with rows of equal length).
+#define ELL_STREAM_U 8
+template <bool CS>
+__device__ __forceinline__ void ell_stream_body(int m, int k, int width, const int* __restrict__ col,
+                                                const val_t* __restrict__ val, const val_t* __restrict__ x,
+                                                val_t* __restrict__ y) {
+  __shared__ acc_t sp_all[CSR_STREAM_BLOCK / 32][32 * ELL_STREAM_U];
+  acc_t* sp = sp_all[threadIdx.x >> 5];
+  int lane = threadIdx.x & 31;
+  int r0 = (blockIdx.x * CSR_STREAM_BLOCK + threadIdx.x) & ~31;
+  if (r0 >= m) return;  // whole warps leave together
+  int r = r0 + lane;
+  int a = min(r, m) * width, b = min(r + 1, m) * width;
+  int start = r0 * width, end = min(r0 + 32, m) * width;
+  for (int c = blockIdx.y; c < k; c += gridDim.y) {
+    acc_t s = 0;
+    for (int cs = start; cs < end; cs += 32 * ELL_STREAM_U) {
+      acc_t pr[ELL_STREAM_U];
+#pragma unroll
+      for (int u = 0; u < ELL_STREAM_U; ++u) {
+        int e = cs + u * 32 + lane;
+        bool in = e < end;
+        int j = in ? (CS ? __ldcs(col + e) : RO(col + e)) : -1;
+        acc_t v = in ? ld(CS ? __ldcs(val + e) : RO(val + e)) : (acc_t)0;
+        acc_t xv = j >= 0 ? ld(RO(x + j * k + c)) : (acc_t)0;
+        pr[u] = j >= 0 ? v * xv : (acc_t)0;
+      }
+#pragma unroll
+      for (int u = 0; u < ELL_STREAM_U; ++u) sp[u * 32 + lane] = pr[u];
+      __syncwarp();
+      int lo = max(a, cs) - cs, hi = min(b, cs + 32 * ELL_STREAM_U) - cs;
+      for (int t = lo; t < hi; ++t) s += sp[t];
+      __syncwarp();
+    }
+    if (r < m) y[r * k + c] = st(s);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(CSR_STREAM_BLOCK) ell_stream8(i64 m, i64 k, i64 width, const int* col,
+                                                                         const val_t* val, const val_t* x, val_t* y) {
+  ell_stream_body<false>((int)m, (int)k, (int)width, col, val, x, y);
+}
+extern "C" __global__ void __launch_bounds__(CSR_STREAM_BLOCK) ell_stream8cs(i64 m, i64 k, i64 width, const int* col,
+                                                                           const val_t* val, const val_t* x, val_t* y) {
+  ell_stream_body<true>((int)m, (int)k, (int)width, col, val, x, y);
+}
+
 // ---- DELTA(b), bit-packed, b a compile-time constant -----------------------------------------------
 // Entry e's gap is the b-bit field at bit e * b of the packed words; column = previous column +
 // gap + 1 (previous = -1 before a row's first entry). Group g = entries [8g, 8g + 8): its 8
