@@ -1,0 +1,138 @@
+"""The DELTA(b) "chunk" kernels (kernels/delta.cu, one right-hand side): NVRTC compiles them on the
+host (no GPU needed), and on a GPU they match dense float64 references for every b, value type,
+unit size, X in shared and in global memory, ragged sizes, empty rows, rows longer than a warp
+step, gaps wider than b bits (the format's padding entries), a misaligned X, several right-hand
+sides (the "packed" fallback), the plan's replayed launch and the bound ``Matmul.execute``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import sparsetorch as st
+from sparsetorch.format import DELTA
+
+from _cuda_helpers import TOL, gpu, random_dense, rel_err, to_format
+from sparsetorch_cuda import compile as c
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+BITS = (1, 2, 4, 8, 16)
+CHUNK_NAMES = [f"delta_c{u}_b{b}{s}" for u in (8, 16) for b in BITS for s in ("", "_smem")]
+_MISSING = c.nvrtc_missing()
+
+
+@pytest.mark.skipif(_MISSING is not None, reason=_MISSING or "")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("index", list(c.IDX_KINDS))
+@pytest.mark.parametrize("value", list(c.VAL_KINDS))
+def test_delta_source_compiles_on_the_host(value, index, arch):
+    assert "delta" in c.SOURCES
+    cubin = c.compile_cubin("delta", value, index, arch)
+    assert cubin[:4] == b"\x7fELF"
+    for name in CHUNK_NAMES:
+        assert name.encode() + b"\x00" in cubin, f"delta.cu does not export {name} for {value}/{index}/{arch}"
+
+
+def _plan(A, variant=None):
+    from sparsetorch_cuda.plan import CudaSpmmPlan
+
+    p = CudaSpmmPlan(A, variant=variant)
+    p.set_values(A.values)
+    return p
+
+
+def _x(rows, k, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(rows, k, generator=g, dtype=torch.float64).to(dtype)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("bits", BITS)
+@pytest.mark.parametrize("variant", ("chunk8", "chunk16"))
+def test_chunk_matches_dense(variant, bits, dtype):
+    # ragged sizes; empty rows; dense rows of 1501 entries (several warp steps of 32 units);
+    # a sparse part whose gaps overflow b bits (explicit padding entries); X in shared memory
+    from sparsetorch_cuda.plan import CudaSpmmPlan
+
+    D = random_dense(203, 1501, 0.05, dtype, seed=bits, long_rows=4, empty_rows=9)
+    D[:, 700:720] = 0  # a run of empty columns: padding gaps for every b < 5
+    for idx in (torch.int32, torch.int64):
+        A = to_format(D, DELTA(bits), dtype, idx)
+        plan = _plan(A, variant)
+        assert isinstance(plan, CudaSpmmPlan) and plan.kind == "delta" and plan.variant == variant
+        for k in (1, 2):  # k = 2: the "packed" fallback
+            X = _x(1501, k, dtype, 3 + k).cuda()
+            err = rel_err(plan.apply(X), D @ X.double().cpu())
+            assert err < TOL[dtype], (idx, k, err)
+        X = _x(1501, 1, dtype, 9).cuda()
+        assert rel_err(plan.apply(X), D @ X.double().cpu()) < TOL[dtype]  # the replayed launch
+
+
+@gpu
+@pytest.mark.parametrize("dtype", (torch.float16, torch.float64), ids=("float16", "float64"))
+@pytest.mark.parametrize("bits", (4, 16))
+def test_chunk_x_in_global_memory(bits, dtype):
+    # n = 13000: (n + 32) * sizeof(acc) > 48 KB, so X is read from global memory (columns clamped)
+    D = random_dense(40, 13000, 0.2, dtype, seed=11, empty_rows=2)
+    A = to_format(D, DELTA(bits), dtype, torch.int32)
+    plan = _plan(A)
+    assert plan.variant == "chunk"
+    X = _x(13000, 1, dtype, 12).cuda()
+    assert rel_err(plan.apply(X), D @ X.double().cpu()) < TOL[dtype]
+
+
+@gpu
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("float16", "bfloat16"))
+def test_chunk_low_sparsity_rows_and_misaligned_x(dtype):
+    # 50 % and 10 % dense rows (the benchmark's shape, smaller), rows starting at every offset of a
+    # unit; an X at an odd address (the fill's scalar path) and a 1-D X through st.matmul
+    for dens in (0.5, 0.1):
+        D = random_dense(97, 2048 + 5, dens, dtype, seed=int(dens * 10), empty_rows=3)
+        A = to_format(D, DELTA(4), dtype, torch.int32)
+        plan = _plan(A)
+        assert plan.variant == "chunk"
+        buf = _x(2054, 1, dtype, 21).cuda()
+        X = buf[1:]  # 2 bytes past a 16-byte boundary
+        assert X.data_ptr() % 16 != 0
+        assert rel_err(plan.apply(X), D @ X.double().cpu()) < TOL[dtype]
+        b = X[:, 0].contiguous()
+        assert rel_err(st.matmul(A, b, backend="cuda"), D @ b.double().cpu()) < TOL[dtype]
+
+
+@gpu
+@pytest.mark.parametrize("dtype", (torch.float16, torch.float32), ids=("float16", "float32"))
+def test_chunk_bound_execute(dtype):
+    # Matmul.execute's bound launch (one launch recorded from _launch_delta), values written in place
+    m, n = 300, 2500
+    D = random_dense(m, n, 0.3, dtype, seed=51, empty_rows=4, long_rows=2)
+    A = to_format(D, DELTA(4), dtype, torch.int32)
+    b = _x(n, 1, dtype, 52)[:, 0].cuda()
+    mm = st.Matmul(A, b, backend="cuda")
+    mm.plan()
+    y0 = mm.execute()
+    assert mm._direct is not None
+    assert rel_err(y0, D @ b.double().cpu()) < TOL[dtype]
+    with torch.no_grad():
+        A.values.mul_(-0.5)
+    assert rel_err(mm.execute(), -0.5 * D @ b.double().cpu()) < TOL[dtype]
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        yg = mm.execute()
+    b.mul_(2)
+    g.replay()
+    torch.cuda.synchronize()
+    assert rel_err(yg, -D @ b.double().cpu() * 0.5) < TOL[dtype]
+
+
+@gpu
+def test_chunk_single_row_and_tiny():
+    # m = 1 (one warp, grid of one block), a 1 x 1 matrix, an all-zero matrix, rows shorter than a unit
+    for m, n, dens in ((1, 5000, 0.5), (1, 1, 1.0), (5, 7, 0.0), (64, 9, 0.6)):
+        D = random_dense(m, n, dens, torch.float32, seed=m + n)
+        A = to_format(D, DELTA(4), torch.float32, torch.int32)
+        plan = _plan(A)
+        X = _x(n, 1, torch.float32, 3).cuda()
+        assert rel_err(plan.apply(X), D @ X.double().cpu()) < TOL[torch.float32] or not D.any()
+        if not D.any():
+            assert torch.count_nonzero(plan.apply(X)) == 0
