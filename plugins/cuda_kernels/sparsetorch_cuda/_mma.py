@@ -24,6 +24,13 @@ from .layout import (CSR16_MIN_MEAN, INT_LIMIT, MMA_MAX_TILES, MMA_MIN_K, _GRID_
 CSR16_KERNEL_DEFAULT = "xs1"
 #: X of at most this many bytes goes to shared memory in csr16_xs (no opt-in needed)
 CSR16_XS_BYTES = 48 * 1024
+#: the session-8 batch-1 kernels (csr16_xv*: a lane per aligned pair of 8-entry chunks; "f": X in
+#: shared memory as float32; "x12": the columns packed 12 bits each, n <= 4096) and their names
+CSR16_XV_KERNELS = {"xv": "csr16_xv", "xvf": "csr16_xvf", "x12": "csr16_x12", "x12f": "csr16_x12f"}
+#: threads per block of csr16_xv* (a warp per row)
+CSR16_XV_THREADS = 512
+#: csr16_xv* with 12-bit columns take n up to this
+CSR16_X12_MAX_N = 4096
 #: the tensor-core kernel of CSR patterns (``plan.mma_kernel``): "auto" (:meth:`MmaMixin.fl_kind`),
 #: "fl" (spmm_fl_s<S>: 128 rows per block, 4 warps of 32 rows x 64 columns of X), "ws" (spmm_ws_s<S>:
 #: 128 rows, 8 producer and 8 consumer warps) or "tile" (spmm_mma_s<S>, the earlier kernel; N:M 2:4
@@ -34,6 +41,11 @@ FL_KERNELS = ("fl", "ws")
 FL_SPLITS = (1, 2, 3, 4, 8)
 #: shared memory spmm_fl / spmm_ws may take per block (the H200 allows 227 KB with the opt-in)
 FL_MAX_SMEM = 200 * 1024
+
+
+def _xs_bytes(kern: str, n: int) -> int:
+    """Shared memory the batch-1 kernel ``kern`` takes for X of ``n`` entries (float32 for the "f" kernels)."""
+    return (4 if kern.endswith("f") else 2) * n
 
 
 def fl_smem_bytes(rows: int, tiles: int, a_tiles: int = 2) -> int:
@@ -110,9 +122,12 @@ class MmaMixin:
     def _xs_ok(self) -> bool:
         m, n = self.shape
         kern = getattr(self, "csr16_kernel", CSR16_KERNEL_DEFAULT)
-        if kern not in ("xs1", "xs2", "xs4") or not (self.use_mma and self.use_csr16) or self.kind not in ("csr", "generic"):
+        if kern not in ("xs1", "xs2", "xs4", *CSR16_XV_KERNELS) or not (self.use_mma and self.use_csr16) \
+                or self.kind not in ("csr", "generic"):
             return False
-        if self.sell is not None or not self.small or self.nnz < CSR16_MIN_MEAN * max(m, 1) or 2 * n > CSR16_XS_BYTES:
+        if self.sell is not None or not self.small or self.nnz < CSR16_MIN_MEAN * max(m, 1) or _xs_bytes(kern, n) > CSR16_XS_BYTES:
+            return False
+        if kern.startswith("x12") and n > CSR16_X12_MAX_N:
             return False
         v = self._values
         if v is None or v.dim() != 1 or v.data_ptr() % 16:
@@ -157,6 +172,21 @@ class MmaMixin:
         self._mma = {"T": T, "nm": False, "cluster": major >= 9, "rowptr": self.rowptr.to(torch.int32).contiguous(),
                      "toff": as16(toff), "col": as16(torch.cat([c64, c64.new_zeros(-(-self.nnz // 8) * 8 + 8 - self.nnz)]))}
         return self._mma
+
+    def _col12(self) -> torch.Tensor:
+        """The columns packed 12 bits each (n <= 4096), for csr16_x12*: entry i's column in bits
+        [12 i, 12 i + 12) of a little-endian byte string, padded with zeros to whole pairs of 8-entry
+        chunks (24 bytes per 16 entries) plus one; made once per pattern."""
+        lay = self._mma_layout()
+        got = lay.get("col12")
+        if got is None:
+            pairs = -(-self.nnz // 16) + 1
+            c = torch.zeros(pairs * 16, dtype=torch.int32, device=self.device)
+            c[:self.nnz] = self.col.to(torch.int32)
+            a, b = c.view(pairs, 8, 2).unbind(-1)
+            got = torch.stack([a & 0xFF, (a >> 8) | ((b & 0xF) << 4), b >> 4], -1).to(torch.uint8).reshape(-1).contiguous()
+            lay["col12"] = got
+        return got
 
     def _fl_ok(self) -> bool:
         """Whether the CSR product runs spmm_fl / spmm_ws (see the module docstring)."""
@@ -264,6 +294,17 @@ class MmaMixin:
         m, n = self.shape
         lay = self._mma_layout()
         v = self._values
+        if k == 1 and getattr(self, "csr16_kernel", CSR16_KERNEL_DEFAULT) in CSR16_XV_KERNELS:
+            # csr16_xv*: X in shared memory, a warp per row, a lane per pair of 8-entry chunks
+            name = self.csr16_kernel
+            threads = int(getattr(self, "csr16_threads", CSR16_XV_THREADS))
+            kern = kernel("mma", CSR16_XV_KERNELS[name], self.dtype, torch.int32, self.dev_index, 9)
+            col = self._col12() if name.startswith("x12") else lay["col"]
+            kern((-(-m // (threads // 32)), 1), threads,
+                 (m, n, lay["rowptr"].data_ptr(), col.data_ptr(), v.data_ptr(), Xt.data_ptr(), bp, Yt.data_ptr(),
+                  int(getattr(self, "csr16_flags", 0))),
+                 shared=-(-_xs_bytes(name, n) // 16) * 16, device=self.dev_index)
+            return
         if k == 1:  # csr16_xs: X in shared memory, 16 R rows per block of 512 threads
             rows = int(getattr(self, "csr16_kernel", CSR16_KERNEL_DEFAULT)[2:])
             kern = kernel("mma", f"csr16_xs{rows}", self.dtype, torch.int32, self.dev_index, 8)

@@ -15,7 +15,6 @@ from sparsetorch.format import COO, CSR, NM
 
 from _cuda_helpers import TOL, gpu, nm_dense, random_dense, rel_err, to_format
 
-pytestmark = gpu
 
 HALF = (torch.float16, torch.bfloat16)
 
@@ -44,6 +43,7 @@ def _ref(D, xt, b=None):
     return y if b is None else y + b.double()[:, None]
 
 
+@gpu
 @pytest.mark.parametrize("kern", ("fl", "ws", "tile"))
 @pytest.mark.parametrize("rows", (128, 64))
 @pytest.mark.parametrize("dtype", HALF, ids=lambda d: str(d).replace("torch.", ""))
@@ -82,6 +82,7 @@ def test_csr_mma_matches_dense(shape, split, dtype, rows, kern):
         assert torch.equal(again, Y)
 
 
+@gpu
 @pytest.mark.parametrize("bias", (True, False), ids=("bias", "nobias"))
 @pytest.mark.parametrize("dtype", HALF, ids=lambda d: str(d).replace("torch.", ""))
 @pytest.mark.parametrize("shape", ((4096, 4096), (333, 1024), (129, 72), (1, 64), (200, 4104)),
@@ -103,6 +104,7 @@ def test_fl_default_plan(shape, dtype, bias):
             assert plan.fl_kind(k) in ("fl", "ws") and plan.fl_split(k) in (1, 2, 3, 4, 8)
 
 
+@gpu
 @pytest.mark.parametrize("kern", ("fl", "ws", "tile"))
 def test_values_written_in_place_are_seen(kern):
     # the kernels read the values where they lie: an in-place update with the same storage (what an
@@ -123,6 +125,7 @@ def test_values_written_in_place_are_seen(kern):
     assert rel_err(y1, _ref(D, xt.cpu())) < TOL[dtype]
 
 
+@gpu
 @pytest.mark.parametrize("dtype", HALF, ids=lambda d: str(d).replace("torch.", ""))
 def test_default_split_and_generic_path(dtype):
     D = random_dense(4096 // 8, 1024, 0.1, dtype, seed=3)
@@ -135,6 +138,7 @@ def test_default_split_and_generic_path(dtype):
     assert rel_err(plan.apply(xt.mT), _ref(D, xt.cpu())) < TOL[dtype]
 
 
+@gpu
 @pytest.mark.parametrize("rows", (128, 64))
 @pytest.mark.parametrize("dtype", HALF, ids=lambda d: str(d).replace("torch.", ""))
 @pytest.mark.parametrize("split", (1, 2, 4, 8))
@@ -154,6 +158,7 @@ def test_nm24_mma_matches_dense(shape, split, dtype, rows):
         assert err < TOL[dtype], (shape, split, k, err)
 
 
+@gpu
 def test_mma_not_taken_where_it_does_not_apply():
     D = random_dense(100, 245, 0.1, torch.float16, seed=1)  # n % 8 != 0
     plan = _plan(to_format(D, CSR, torch.float16, torch.int32))
@@ -164,6 +169,7 @@ def test_mma_not_taken_where_it_does_not_apply():
     assert not _plan(to_format(D32, CSR, torch.float32, torch.int32))._mma_ok(64)  # float32: CUDA-core kernels
 
 
+@gpu
 @pytest.mark.parametrize("fmt", ("CSR", "NM(2,4)"))
 @pytest.mark.parametrize("dtype", (torch.float16, torch.float32), ids=("float16", "float32"))
 @pytest.mark.parametrize("k", (1, 3, 64))
@@ -180,6 +186,7 @@ def test_bias_on_every_path(fmt, dtype, k):
         plan.apply(X, bias=b[:-1])
 
 
+@gpu
 def test_mma_cuda_graph_capture():
     dtype = torch.float16
     D = random_dense(512, 1024, 0.1, dtype, seed=4)
@@ -202,18 +209,27 @@ def test_mma_cuda_graph_capture():
     assert rel_err(y, _ref(D, new, b.cpu())) < TOL[dtype]
 
 
-@pytest.mark.parametrize("kern", ("warp", "xs1", "xs2", "xs4"))
+CSR16_KERNELS = ("warp", "xs1", "xs2", "xs4", "xv", "xvf", "x12", "x12f", "xv/256", "x12/1024", "x12f/128")
+
+
+@gpu
+@pytest.mark.parametrize("kern", CSR16_KERNELS)
 @pytest.mark.parametrize("dtype", HALF, ids=lambda d: str(d).replace("torch.", ""))
-@pytest.mark.parametrize("shape", ((300, 512, 0.1), (129, 4096, 0.5), (1000, 1024, 0.04), (64, 520, 0.3), (70, 12000, 0.01)))
+@pytest.mark.parametrize("shape", ((300, 512, 0.1), (129, 4096, 0.5), (1000, 1024, 0.04), (64, 520, 0.3), (70, 12000, 0.01),
+                                   (517, 4096, 0.1), (40, 136, 0.9)))
 def test_csr16_one_column(shape, dtype, kern):
     # long rows, one right-hand side: the uint16-column kernels, bias fused: csr16_warp (X gathered
-    # through the read-only cache) and csr16_xs<R> (X in shared memory, R rows per warp)
+    # through the read-only cache), csr16_xs<R> (X in shared memory, R rows per warp) and the
+    # session-8 csr16_xv* / csr16_x12* (a lane per pair of 8-entry chunks; "/T": T threads per block)
     m, n, dens = shape
     D = random_dense(m, n, dens, dtype, seed=n, empty_rows=3)
     plan = _plan(to_format(D, CSR, dtype, torch.int32))
+    kern, _, threads = kern.partition("/")
     plan.csr16_kernel = kern
+    if threads:
+        plan.csr16_threads = int(threads)
     assert plan.use_csr16
-    assert plan._mma_ok(1) == (kern != "warp")
+    assert plan._mma_ok(1) == (kern != "warp" and not (kern.startswith("x12") and n > 4096))
     x = _xt(1, n, dtype, 1).T.contiguous().cuda()
     b = _bias(m, dtype, 2).cuda()
     for _ in range(2):
@@ -223,3 +239,49 @@ def test_csr16_one_column(shape, dtype, kern):
     assert plan._prepared.get(key) is not None  # one launch with the bias: recorded
     xo = _xt(1, n + 8, dtype, 3).cuda()[0, 1:n + 1]  # X at an odd address: copied to an aligned one first
     assert rel_err(plan.apply(xo[:, None], bias=b), _ref(D, xo[None].cpu(), b.cpu())) < TOL[dtype]
+
+
+@gpu
+@pytest.mark.parametrize("kern", ("xv", "x12", "x12f"))
+def test_csr16_xv_values_in_place_and_graph(kern):
+    # the values are read where they lie (an in-place update is seen by the recorded launch), and the
+    # launch is captured by a CUDA graph
+    dtype = torch.float16
+    D = random_dense(300, 1024, 0.2, dtype, seed=9, empty_rows=2)
+    A = to_format(D, CSR, dtype, torch.int32)
+    plan = _plan(A)
+    plan.csr16_kernel = kern
+    v = A.values.clone()
+    plan.set_values(v)
+    x = _xt(1, 1024, dtype, 4).T.contiguous().cuda()
+    b = _bias(300, dtype, 5).cuda()
+    y1 = plan.apply(x, bias=b)
+    assert rel_err(y1, _ref(D, x.T.cpu(), b.cpu())) < TOL[dtype]
+    v.mul_(2)
+    plan.set_values(v)
+    y2 = plan.apply(x)
+    assert rel_err(y2, 2 * _ref(D, x.T.cpu())) < TOL[dtype]
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y3 = plan.apply(x, bias=b)
+    new = _xt(1, 1024, dtype, 6).T.contiguous()
+    x.copy_(new.cuda())
+    g.replay()
+    torch.cuda.synchronize()
+    assert rel_err(y3, _ref(D * 2, new.T, b.cpu())) < TOL[dtype]
+
+
+def test_csr16_xv_kernels_compile_on_the_host():
+    # NVRTC alone (no GPU, no driver): the session-8 batch-1 kernels and their diagnostic builds are
+    # exported for both half types, for sm_80 and sm_90
+    from sparsetorch_cuda import compile as c
+
+    if c.nvrtc_missing() is not None:
+        pytest.skip(c.nvrtc_missing() or "")
+    names = ["csr16_xv", "csr16_xvf", "csr16_x12", "csr16_x12f"] + [f"csr16_xv_d{f}" for f in (1, 2, 4, 8)] \
+        + [f"csr16_x12_d{f}" for f in (1, 2, 4)]
+    for value in ("float16", "bfloat16"):
+        for arch in ("sm_80", "sm_90"):
+            cubin = c.compile_cubin("mma", value, "int32", arch)
+            for name in names:
+                assert name.encode() + b"\x00" in cubin, (name, value, arch)

@@ -1065,6 +1065,165 @@ extern "C" __global__ void __launch_bounds__(512) csr16_warp(i64 m_, const int* 
   if (lane == 0) y[row] = st(acc + (bias ? ld(RO(bias + row)) : 0.f));
 }
 
+
+// ---- csr16_xv / csr16_x12 (session 8): one right-hand side, half types, X in shared memory ----------
+// A warp per row, as csr16_xs1, but a lane takes one aligned pair of 8-entry chunks (entries 16p ..
+// 16p + 15 of the whole CSR, the entries outside the row's [s, e) masked): two 16-byte value loads
+// side by side, and the columns either as uint16 (csr16_xv*: two 16-byte loads) or packed 12 bits
+// each (csr16_x12*: the plan's copy, 24 bytes per pair as three 8-byte loads, n <= 4096: 3.5 bytes
+// per entry read instead of 4). "f" kernels keep X in shared memory as float32 (no conversion per
+// gathered entry; 4 n bytes). The pattern's own buffers (row pointers, columns: the plan's copies)
+// are read first; then griddepcontrol.wait (sm_90: a no-op unless the launch allows a programmatic
+// dependency on the kernel before it), then the values, X and the bias, and Y is written. flags & 1:
+// griddepcontrol.launch_dependents at the start (lets a next kernel launched with a programmatic
+// dependency start early; it still waits for this grid's completion before reading what it wrote).
+// Diagnostic builds (csr16_xv_d<F>, csr16_x12_d<F>, timing only, results not meaningful): F = 1
+// gathers X[lane] instead of X[column] (no bank conflicts), 2 no copy of X (and no barrier), 4 no
+// value / column loads (column 0), 8 returns at once (the launch of this grid shape).
+#define XV_NOGATHER 1
+#define XV_NOXCOPY 2
+#define XV_NOLOAD 4
+#define XV_EMPTY 8
+
+__device__ __forceinline__ void xv_wait() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void xv_trigger() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+template <bool C12>
+__device__ __forceinline__ void xv_load_cols(int p, const void* colp, unsigned* cw) {
+  if (C12) {
+    const uint2* c = reinterpret_cast<const uint2*>(colp) + 3 * p;
+    uint2 a = RO(c), b = RO(c + 1), d = RO(c + 2);
+    cw[0] = a.x; cw[1] = a.y; cw[2] = b.x; cw[3] = b.y; cw[4] = d.x; cw[5] = d.y;
+  } else {
+    const uint4* c = reinterpret_cast<const uint4*>(colp) + 2 * p;
+    uint4 a = RO(c), b = RO(c + 1);
+    cw[0] = a.x; cw[1] = a.y; cw[2] = a.z; cw[3] = a.w; cw[4] = b.x; cw[5] = b.y; cw[6] = b.z; cw[7] = b.w;
+  }
+}
+__device__ __forceinline__ void xv_load_vals(int p, int e, const val_t* val, unsigned* vw) {
+  // the second chunk only where it holds entries of the row (never a 16-byte piece wholly past the values)
+  const uint4* v = reinterpret_cast<const uint4*>(val) + 2 * p;
+  uint4 a = RO(v), b = make_uint4(0u, 0u, 0u, 0u);
+  if (16 * p + 8 < e) b = RO(v + 1);
+  vw[0] = a.x; vw[1] = a.y; vw[2] = a.z; vw[3] = a.w; vw[4] = b.x; vw[5] = b.y; vw[6] = b.z; vw[7] = b.w;
+}
+template <bool C12, int T>
+__device__ __forceinline__ unsigned xv_col(const unsigned* cw) {
+  if (C12) {
+    constexpr int bit = 12 * T, w = bit >> 5, off = bit & 31;
+    if (off + 12 <= 32) return (cw[w] >> off) & 0xfffu;
+    return __funnelshift_r(cw[w], cw[w + 1], off) & 0xfffu;
+  }
+  return (T & 1) ? (cw[T >> 1] >> 16) : (cw[T >> 1] & 0xffffu);
+}
+
+template <bool C12, bool XF, int F>
+__device__ __forceinline__ void csr16_xv_body(int m, int n, const int* __restrict__ rowptr, const void* __restrict__ colp,
+                                              const val_t* __restrict__ val, const val_t* __restrict__ x,
+                                              const val_t* __restrict__ bias, val_t* __restrict__ y, int flags) {
+  if (flags & 1) xv_trigger();
+  if (F & XV_EMPTY) {
+    xv_wait();
+    return;
+  }
+  extern __shared__ __align__(16) unsigned char xs_raw[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int row = (int)blockIdx.x * (int)(blockDim.x >> 5) + warp;
+  int s = 0, e = 0;
+  if (row < m) {
+    s = RO(rowptr + row);
+    e = RO(rowptr + row + 1);
+  }
+  const int pa = s >> 4, pe = (e + 15) >> 4;
+  unsigned vw[8], cw[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) vw[i] = cw[i] = 0u;
+  const bool first = row < m && pa + lane < pe;
+  if (!(F & XV_NOLOAD) && first) xv_load_cols<C12>(pa + lane, colp, cw);
+  xv_wait();
+  if (!(F & XV_NOLOAD) && first) xv_load_vals(pa + lane, e, val, vw);
+  if (!(F & XV_NOXCOPY)) {
+    if (XF) {
+      float* xf = reinterpret_cast<float*>(xs_raw);
+      if ((n & 7) == 0 && (reinterpret_cast<unsigned long long>(x) & 15) == 0) {
+        for (int i = threadIdx.x; i < (n >> 3); i += blockDim.x) {
+          uint4 q = RO(reinterpret_cast<const uint4*>(x) + i);
+          unsigned qw[4] = {q.x, q.y, q.z, q.w};
+          float4 lo, hi;
+          lo.x = ld((val_t)(qw[0] & 0xffffu)); lo.y = ld((val_t)(qw[0] >> 16));
+          lo.z = ld((val_t)(qw[1] & 0xffffu)); lo.w = ld((val_t)(qw[1] >> 16));
+          hi.x = ld((val_t)(qw[2] & 0xffffu)); hi.y = ld((val_t)(qw[2] >> 16));
+          hi.z = ld((val_t)(qw[3] & 0xffffu)); hi.w = ld((val_t)(qw[3] >> 16));
+          reinterpret_cast<float4*>(xf)[2 * i] = lo;
+          reinterpret_cast<float4*>(xf)[2 * i + 1] = hi;
+        }
+      } else {
+        for (int i = threadIdx.x; i < n; i += blockDim.x) xf[i] = ld(RO(x + i));
+      }
+    } else {
+      val_t* xs = reinterpret_cast<val_t*>(xs_raw);
+      if ((n & 7) == 0 && (reinterpret_cast<unsigned long long>(x) & 15) == 0) {
+        for (int i = threadIdx.x; i < (n >> 3); i += blockDim.x)
+          reinterpret_cast<uint4*>(xs)[i] = RO(reinterpret_cast<const uint4*>(x) + i);
+      } else {
+        for (int i = threadIdx.x; i < n; i += blockDim.x) xs[i] = RO(x + i);
+      }
+    }
+    __syncthreads();
+  }
+  float acc = 0.f;
+  for (int pb = pa; pb < pe; pb += 32) {
+    const int p = pb + lane;
+    if (pb > pa && p < pe && !(F & XV_NOLOAD)) {
+      xv_load_cols<C12>(p, colp, cw);
+      xv_load_vals(p, e, val, vw);
+    }
+    if (p < pe) {
+      const int e0 = p * 16;
+      const bool whole = e0 >= s && e0 + 16 <= e;
+#define XV_STEP(T)                                                                                   \
+      {                                                                                              \
+        unsigned c = (F & XV_NOGATHER) ? (unsigned)lane : xv_col<C12, T>(cw);                        \
+        unsigned hv = (T & 1) ? (vw[T >> 1] >> 16) : (vw[T >> 1] & 0xffffu);                         \
+        float xv = XF ? reinterpret_cast<const float*>(xs_raw)[c] : ld(reinterpret_cast<const val_t*>(xs_raw)[c]); \
+        if (whole || (e0 + T >= s && e0 + T < e)) acc += ld((val_t)hv) * xv;                          \
+      }
+      XV_STEP(0) XV_STEP(1) XV_STEP(2) XV_STEP(3) XV_STEP(4) XV_STEP(5) XV_STEP(6) XV_STEP(7)
+      XV_STEP(8) XV_STEP(9) XV_STEP(10) XV_STEP(11) XV_STEP(12) XV_STEP(13) XV_STEP(14) XV_STEP(15)
+#undef XV_STEP
+    }
+  }
+  acc = warp_sum(acc);
+  if (row < m && lane == 0) y[row] = st(acc + (bias ? ld(RO(bias + row)) : 0.f));
+}
+
+#define CSR16_XV(NAME, C12, XF, F)                                                                                  \
+  extern "C" __global__ void __launch_bounds__(1024) NAME(i64 m, i64 n, const int* rowptr, const void* col,         \
+                                                          const val_t* val, const val_t* x, const val_t* bias,      \
+                                                          val_t* y, i64 flags) {                                    \
+    csr16_xv_body<C12, XF, F>((int)m, (int)n, rowptr, col, val, x, bias, y, (int)flags);                           \
+  }
+CSR16_XV(csr16_xv, false, false, 0)
+CSR16_XV(csr16_xvf, false, true, 0)
+CSR16_XV(csr16_x12, true, false, 0)
+CSR16_XV(csr16_x12f, true, true, 0)
+CSR16_XV(csr16_xv_d1, false, false, 1)
+CSR16_XV(csr16_xv_d2, false, false, 2)
+CSR16_XV(csr16_xv_d4, false, false, 4)
+CSR16_XV(csr16_xv_d8, false, false, 8)
+CSR16_XV(csr16_x12_d1, true, false, 1)
+CSR16_XV(csr16_x12_d2, true, false, 2)
+CSR16_XV(csr16_x12_d4, true, false, 4)
+#undef CSR16_XV
+
 #endif  // VAL_KIND <= 1
 
 // bias added in place to Y (m x k, row-major, or its transpose): y[r * rs + c * cs] += bias[r],
