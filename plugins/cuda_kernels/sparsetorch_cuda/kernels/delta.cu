@@ -82,7 +82,9 @@ __device__ __forceinline__ acc_t chunk_x(const acc_t* xs, const val_t* __restric
   return ld(RO(x + min(max(c, 0), n - 1)));
 }
 
-template <int U, int B, bool SMEM>
+// NC (benchmarking only, wrong results): B = 4 with X in shared memory, the gathers read
+// xs[lane + 64 j + (column >> 7)] instead (conflict-free, same decode): the cost of bank conflicts.
+template <int U, int B, bool SMEM, bool NC = false>
 __device__ __forceinline__ void delta_chunk_body(int m, int n, int nnz, const idx_t* __restrict__ rowptr,
                                                  const unsigned char* __restrict__ gw, const val_t* __restrict__ val,
                                                  const val_t* __restrict__ x, val_t* __restrict__ y) {
@@ -172,8 +174,14 @@ __device__ __forceinline__ void delta_chunk_body(int m, int n, int nnz, const id
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
               int ce = (int)__byte_perm(E[i], 0, 0x4440 + j), co = (int)__byte_perm(P[i], 0, 0x4440 + j);
-              acc_t xe = SMEM ? xb[ce] : chunk_x<false>(xs, x, cs + ce, n);
-              acc_t xo = SMEM ? xb[co] : chunk_x<false>(xs, x, cs + co, n);
+              acc_t xe, xo;
+              if (NC) {
+                xe = xs[lane + 64 * j + (ce >> 7)];
+                xo = xs[lane + 64 * j + 32 + (co >> 7)];
+              } else {
+                xe = SMEM ? xb[ce] : chunk_x<false>(xs, x, cs + ce, n);
+                xo = SMEM ? xb[co] : chunk_x<false>(xs, x, cs + co, n);
+              }
               s += ld(cur.v.e[8 * i + 2 * j]) * xe;
               s += ld(cur.v.e[8 * i + 2 * j + 1]) * xo;
             }
@@ -202,11 +210,11 @@ __device__ __forceinline__ void delta_chunk_body(int m, int n, int nnz, const id
 #else
 #define DELTA_CHUNK_MIN_BLOCKS 2
 #endif
-#define DELTA_CHUNK1(NAME, U, B, SMEM)                                                                                 \
+#define DELTA_CHUNK1(NAME, U, B, SMEM, ...)                                                                            \
   extern "C" __global__ void __launch_bounds__(DELTA_CHUNK_BLOCK, DELTA_CHUNK_MIN_BLOCKS)                              \
       NAME(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned char* gw, const val_t* val, const val_t* x,      \
            val_t* y) {                                                                                                 \
-    delta_chunk_body<U, B, SMEM>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y);                                     \
+    delta_chunk_body<U, B, SMEM __VA_ARGS__>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y);                         \
   }
 #define DELTA_CHUNK(U, B)                          \
   DELTA_CHUNK1(delta_c##U##_b##B, U, B, false)     \
@@ -221,3 +229,6 @@ DELTA_CHUNK(16, 2)
 DELTA_CHUNK(16, 4)
 DELTA_CHUNK(16, 8)
 DELTA_CHUNK(16, 16)
+// benchmarking only (wrong results): conflict-free gathers, see NC above
+DELTA_CHUNK1(delta_c16_b4_smem_nc, 16, 4, true, , true)
+DELTA_CHUNK1(delta_c8_b4_smem_nc, 8, 4, true, , true)
