@@ -43,10 +43,10 @@ from common import copy_bandwidth, guard, stencil3d_csr, time_cuda  # noqa: E402
 
 #: kernel variants per format (DIA "variant/threads": threads per block of the "p1na" / "v2" kernels)
 VARIANTS = {"CSR int32": ("streamcs",), "CSR int64": ("streamcs",), "COO": (None,),
-            "DIA": ("p1", "p1na/128", "p1na/256", "v2/128", "v2na/128", "v2na/256", "v2na/64", "v2/256"),
+            "DIA": ("p1", "p1na/128", "p1na/256", "v2/128", "v2na/128", "v2na/256", "v2na/64", "v2/256", "v4na/128", "v4na/64"),
             "ELL int64": ("rows", "p", "pcs", "stream", "streamcs"), "ELL int32": ("rows", "p", "pcs", "stream", "streamcs")}
 #: candidate defaults measured through Matmul.execute (monkeypatched module defaults)
-EXEC_CANDIDATES = {"DIA": ("p1na", "v2na", "v2"), "ELL int64": ("p", "pcs", "stream", "streamcs"),
+EXEC_CANDIDATES = {"DIA": ("p1na", "v2na", "v2", "v4na"), "ELL int64": ("p", "pcs", "stream", "streamcs"),
                    "ELL int32": ("p", "streamcs")}
 
 

@@ -41,7 +41,7 @@ from .layout import (BLOCK, CHUNK, COLS_KERNEL_FROM, CSR16_MIN_MEAN, CSR_VARIANT
 
 #: DIA variants of the "p" kernels besides layout.DIA_VARIANTS: values loaded with a 256-byte L2
 #: prefetch hint ("p1pf"), and also without allocating in L1 ("p1na") (kernels/fast.cu)
-DIA_EXTRA = ("p1pf", "p1na", "v2", "v2na")
+DIA_EXTRA = ("p1pf", "p1na", "v2", "v2na", "v4na")
 _DIA_P8_NAMES = {"p1cs": "dia_p8cs_1", "p1pf": "dia_p8pf_1", "p1na": "dia_p8na_1"}
 #: the float64 default for at most 8 diagonals (114^3 stencil on the H200, cuda_kernels_h200_s7b_run1.json and
 #: cuda_kernels_h200_s7b.json: "p1na" 30.0 / 30.4 us against "p1"'s 31.0 / 31.1 and "p1pf"'s 33.4 / 34.0; in
@@ -53,7 +53,8 @@ DIA_BLOCK_NA = 128
 #: threads per block of fast.cu's csr_stream / ell_stream kernels (CSR_STREAM_BLOCK there)
 CSR_STREAM_BLOCK = 256
 #: DIA "v2" / "v2na" (kernels/fast.cu dia_v2_1, dia_v2na_1): two consecutive rows per thread, each diagonal's two
-#: values one 8- / 16-byte load ("v2na": with p1na's L1::no_allocate + L2::256B hints); they need m even and the
+#: values one 8- / 16-byte load ("v2na": with p1na's L1::no_allocate + L2::256B hints; "v4na": four rows, two
+#: such loads per diagonal); they need m even and the
 #: values and Y 16-byte aligned, and run as "p1na" (float64) / "p1" otherwise. Threads per block:
 DIA_BLOCK_V2 = 128
 #: ELL kernels (kernels/fast.cu, on the plan's int32 column copy with -1 in unused slots, when every slot, row
@@ -389,11 +390,11 @@ class CudaSpmmPlan(BuildMixin, MmaMixin, DeltaMixin):
                                                    y.data_ptr()), shared=8 * self.ndiag, device=self.dev_index)
                 return
             variant = self.variant
-            if variant in ("v2", "v2na") and self.ndiag <= 8:
+            if variant in ("v2", "v2na", "v4na") and self.ndiag <= 8:
                 if m % 2 == 0 and v.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0:
                     offs = [int(o) for o in self.offs_host] + [0] * (8 - self.ndiag)
-                    kern = kernel("fast", "dia_v2na_1" if variant == "v2na" else "dia_v2_1", self.dtype, torch.int64, dev, 15)
-                    kern((-(-m // (2 * DIA_BLOCK_V2)), gy), DIA_BLOCK_V2,
+                    kern = kernel("fast", f"dia_{variant}_1", self.dtype, torch.int64, dev, 15)
+                    kern((-(-m // (int(variant[1]) * DIA_BLOCK_V2)), gy), DIA_BLOCK_V2,
                          (m, n, k, self.ndiag, *(o & 0xFFFFFFFFFFFFFFFF for o in offs), v.data_ptr(), x.data_ptr(), y.data_ptr()),
                          device=self.dev_index)
                     return
@@ -407,7 +408,7 @@ class CudaSpmmPlan(BuildMixin, MmaMixin, DeltaMixin):
                 kern((-(-m // (threads * rows)), gy), threads, (m, n, k, self.ndiag, *(o & 0xFFFFFFFFFFFFFFFF for o in offs),
                                                             v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.dev_index)
                 return
-            rows = 2 if variant in ("rows2", "p2", "p4", "v2", "v2na") else 1
+            rows = 2 if variant in ("rows2", "p2", "p4", "v2", "v2na", "v4na") else 1
             kern = kernel("fast", f"dia_fast{rows}", self.dtype, torch.int64, dev, 8)
             kern((-(-m // (BLOCK * rows)), gy), BLOCK, (m, n, k, self.ndiag, self.offs32.data_ptr(), v.data_ptr(), x.data_ptr(),
                                                         y.data_ptr()), shared=4 * (-(-max(self.ndiag, 1) // 8) * 8),

@@ -22,7 +22,7 @@ from _cuda_helpers import GPU_MISSING, TOL, banded_dense, random_dense, rel_err,
 
 gpu = pytest.mark.skipif(GPU_MISSING is not None, reason=GPU_MISSING or "")
 
-NEW_FAST = ["dia_v2_1", "dia_v2na_1", "ell_stream8", "ell_stream8cs"] + [f"ell_{p}{w}" for p in ("p", "pcs") for w in range(1, 9)]
+NEW_FAST = ["dia_v2_1", "dia_v2na_1", "dia_v4na_1", "ell_stream8", "ell_stream8cs"] + [f"ell_{p}{w}" for p in ("p", "pcs") for w in range(1, 9)]
 
 
 @pytest.mark.parametrize("value,index", [("float64", "int32"), ("float32", "int64"), ("float16", "int32")])
@@ -138,7 +138,7 @@ def test_generic_with_a_real_gather_is_not_bound():
 
 
 @gpu
-@pytest.mark.parametrize("variant", ["v2", "v2na"])
+@pytest.mark.parametrize("variant", ["v2", "v2na", "v4na"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64], ids=lambda d: str(d)[6:])
 @pytest.mark.parametrize("m", [300, 301])
 def test_dia_v2_matches_dense(variant, dtype, m):

@@ -264,51 +264,64 @@ __device__ __forceinline__ vpair_t ld_pair(const val_t* p) {
   return v;
 }
 
-template <int NA>
+// R (2 or 4) consecutive rows per thread: R / 2 pairs per diagonal (a pair past row m - 1 is skipped;
+// m is even, so a pair is whole or absent).
+template <int R, int NA>
 __device__ __forceinline__ void dia_v2_body(int m, int n, int k, int nd, const int* o, const val_t* __restrict__ val,
                                             const val_t* __restrict__ x, val_t* __restrict__ y) {
-  int i = 2 * (blockIdx.x * blockDim.x + threadIdx.x);
-  if (i >= m) return;  // m is even: row i + 1 exists too
+  int i0 = R * (blockIdx.x * blockDim.x + threadIdx.x);
+  if (i0 >= m) return;
   for (int c = blockIdx.y; c < k; c += gridDim.y) {
-    acc_t a0[8], a1[8], x0[8], x1[8];
+    acc_t a[R][8], xv[R][8];
 #pragma unroll
     for (int t = 0; t < 8; ++t) {
-      bool on = t < nd;
-      const val_t* q = on ? val + (i64)t * m + i : val;  // always a valid, aligned address
-      vpair_t pv = ld_pair<NA>(q);
-      int j = i + o[t];
-      bool in0 = on && (unsigned)j < (unsigned)n, in1 = on && (unsigned)(j + 1) < (unsigned)n;
-      a0[t] = in0 ? ld(pv.x) : (acc_t)0;
-      a1[t] = in1 ? ld(pv.y) : (acc_t)0;
-      x0[t] = in0 ? ld(RO(x + j * k + c)) : (acc_t)0;
-      x1[t] = in1 ? ld(RO(x + (j + 1) * k + c)) : (acc_t)0;
-    }
-    acc_t s0 = 0, s1 = 0;
 #pragma unroll
-    for (int t = 0; t < 8; ++t) {
-      s0 += a0[t] * x0[t];
-      s1 += a1[t] * x1[t];
+      for (int h = 0; h < R / 2; ++h) {
+        int i = i0 + 2 * h;
+        bool on = t < nd && i < m;
+        const val_t* q = on ? val + (i64)t * m + i : val;  // always a valid, aligned address
+        vpair_t pv = ld_pair<NA>(q);
+        int j = i + o[t];
+        bool in0 = on && (unsigned)j < (unsigned)n, in1 = on && (unsigned)(j + 1) < (unsigned)n;
+        a[2 * h][t] = in0 ? ld(pv.x) : (acc_t)0;
+        a[2 * h + 1][t] = in1 ? ld(pv.y) : (acc_t)0;
+        xv[2 * h][t] = in0 ? ld(RO(x + j * k + c)) : (acc_t)0;
+        xv[2 * h + 1][t] = in1 ? ld(RO(x + (j + 1) * k + c)) : (acc_t)0;
+      }
     }
-    if (k == 1) {
-      vpair_t out;
-      out.x = st(s0);
-      out.y = st(s1);
-      *reinterpret_cast<vpair_t*>(y + i) = out;
-    } else {
-      y[i * k + c] = st(s0);
-      y[(i + 1) * k + c] = st(s1);
+#pragma unroll
+    for (int h = 0; h < R / 2; ++h) {
+      int i = i0 + 2 * h;
+      acc_t s0 = 0, s1 = 0;
+#pragma unroll
+      for (int t = 0; t < 8; ++t) {
+        s0 += a[2 * h][t] * xv[2 * h][t];
+        s1 += a[2 * h + 1][t] * xv[2 * h + 1][t];
+      }
+      if (i < m) {
+        if (k == 1) {
+          vpair_t out;
+          out.x = st(s0);
+          out.y = st(s1);
+          *reinterpret_cast<vpair_t*>(y + i) = out;
+        } else {
+          y[i * k + c] = st(s0);
+          y[(i + 1) * k + c] = st(s1);
+        }
+      }
     }
   }
 }
 
-#define DIA_V2(NAME, NA)                                                                                         \
+#define DIA_V2(NAME, R, NA)                                                                                      \
   extern "C" __global__ void NAME(i64 m, i64 n, i64 k, i64 nd, i64 o0, i64 o1, i64 o2, i64 o3, i64 o4, i64 o5,     \
                                   i64 o6, i64 o7, const val_t* val, const val_t* x, val_t* y) {                    \
     const int o[8] = {(int)o0, (int)o1, (int)o2, (int)o3, (int)o4, (int)o5, (int)o6, (int)o7};                    \
-    dia_v2_body<NA>((int)m, (int)n, (int)k, (int)nd, o, val, x, y);                                                \
+    dia_v2_body<R, NA>((int)m, (int)n, (int)k, (int)nd, o, val, x, y);                                             \
   }
-DIA_V2(dia_v2_1, 0)
-DIA_V2(dia_v2na_1, 1)
+DIA_V2(dia_v2_1, 2, 0)
+DIA_V2(dia_v2na_1, 2, 1)
+DIA_V2(dia_v4na_1, 4, 1)
 
 // ---- ELL on the plan's int32 column copy (-1 in padding slots) -----------------------------------
 // The plan copies ELL columns once per pattern as int32 (when every slot, row and column fits),
