@@ -92,6 +92,18 @@ __device__ __forceinline__ void delta_chunk_body(int m, int n, int nnz, const id
   constexpr int NP = (B == 4) ? U / 8 : 1;  // B = 4: gap words (8 entries each) per unit
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const acc_t* xs = nullptr;
+  // the warp's first row and its first step's units, loaded before X is copied (their latency overlaps the copy)
+  int lane = threadIdx.x & 31;
+  int stride = gridDim.x * (blockDim.x >> 5);
+  int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  int p0 = 0, p1 = 0;
+  if (row < m) {
+    p0 = (int)RO(rowptr + row);
+    p1 = (int)RO(rowptr + row + 1);
+  }
+  int u0 = p0 / U, u1 = (p1 + U - 1) / U;
+  CU nx;
+  if (u0 + lane < u1) chunk_load<U, B>(gw, val, u0 + lane, nnz, nx);
   if (SMEM) {  // X as acc_t between two pads of DPAD zeros
     acc_t* sx = reinterpret_cast<acc_t*>(smem_raw);
     acc_t* dst = sx + DPAD;
@@ -119,20 +131,27 @@ __device__ __forceinline__ void delta_chunk_body(int m, int n, int nnz, const id
     __syncthreads();
     xs = dst;
   }
-  int lane = threadIdx.x & 31;
-  int wpb = blockDim.x >> 5;
-  for (int row = blockIdx.x * wpb + (threadIdx.x >> 5); row < m; row += gridDim.x * wpb) {
-    int p0 = (int)RO(rowptr + row), p1 = (int)RO(rowptr + row + 1);
-    int u0 = p0 / U, u1 = (p1 + U - 1) / U;
+  while (row < m) {
+    // the next row's bounds; its first step's units are loaded during this row's last step
+    int nrow = row + stride;
+    int q0 = 0, q1 = 0;
+    if (nrow < m) {
+      q0 = (int)RO(rowptr + nrow);
+      q1 = (int)RO(rowptr + nrow + 1);
+    }
+    int v0 = q0 / U, v1 = (q1 + U - 1) / U;
     int base = u0 * U - p0;  // the column "before" the row's first unit: its entries before p0 step by 1
     acc_t s = 0;
-    CU nx;
-    if (u0 + lane < u1) chunk_load<U, B>(gw, val, u0 + lane, nnz, nx);
+    if (u0 >= u1 && v0 + lane < v1) chunk_load<U, B>(gw, val, v0 + lane, nnz, nx);  // an empty row
     for (int ub = u0; ub < u1; ub += 32) {
       int u = ub + lane;
       bool act = u < u1;
       CU cur = nx;
-      if (u + 32 < u1) chunk_load<U, B>(gw, val, u + 32, nnz, nx);
+      if (ub + 32 < u1) {
+        if (u + 32 < u1) chunk_load<U, B>(gw, val, u + 32, nnz, nx);
+      } else if (v0 + lane < v1) {
+        chunk_load<U, B>(gw, val, v0 + lane, nnz, nx);
+      }
       int tot = 0;
       unsigned P[NP], E[NP];
       if (act) {
@@ -200,6 +219,11 @@ __device__ __forceinline__ void delta_chunk_body(int m, int n, int nnz, const id
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(FULL, s, o);
     if (lane == 0) y[row] = st(s);
+    row = nrow;
+    p0 = q0;
+    p1 = q1;
+    u0 = v0;
+    u1 = v1;
   }
 }
 
