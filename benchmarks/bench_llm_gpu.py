@@ -169,6 +169,13 @@ def _write(args, results: list) -> None:
                   "'one_shot_dispatch' what st.matmul's dispatch would pick"),
         "results": results,
     }
+    try:
+        from sparsetorch_cuda import _mma  # noqa: PLC0415
+
+        doc["cuda_csr16_kernel"] = {"kernel": _mma.CSR16_KERNEL_DEFAULT, "auto": list(_mma.CSR16_AUTO),
+                                    "threads": _mma.CSR16_XV_THREADS}
+    except ImportError:
+        pass
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(doc, indent=1))
 
@@ -184,7 +191,13 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="1024-wide layers, 10 repeats")
     ap.add_argument("--out", default=str(HERE / "results" / "llm_h200.json"))
     ap.add_argument("--commit", default="", help="the commit measured (recorded in the results)")
+    ap.add_argument("--csr16", default="", help="the cuda plugin's batch-1 half-precision CSR kernel for this run "
+                    "(sparsetorch_cuda._mma.CSR16_KERNEL_DEFAULT, e.g. auto, x12, x12a, xs1; default: the plugin's)")
     args = ap.parse_args()
+    if args.csr16:
+        from sparsetorch_cuda import _mma  # noqa: PLC0415 - only where the cuda plugin is installed
+
+        _mma.CSR16_KERNEL_DEFAULT = args.csr16
     if not torch.cuda.is_available():
         raise SystemExit("bench_llm_gpu needs a CUDA device (the CPU part is bench_llm.py)")
     if args.quick:

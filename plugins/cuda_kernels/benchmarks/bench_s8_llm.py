@@ -10,9 +10,9 @@ bias fused: per-call time of 20 calls captured in one CUDA graph, median of 15 r
 times (bench_llm_gpu.py's graph20). Rows:
 
 - ``dense``: F.linear(x, W, b); ``tiny``: a 1-block kernel (the graph's per-launch floor);
-- ``xs1``, ``xv_<T>``, ``xvf_<T>``, ``x12_<T>``, ``x12f_<T>``: the plan's launch (``plan.apply``) with
-  ``plan.csr16_kernel`` set, T threads per block;
-- ``diag_<kernel>_d<F>``: the diagnostic builds (timing only): F = 1 no bank conflicts (X[lane]),
+- ``xs1``, ``xv_<T>``, ``xvf_<T>``, ``x12_<T>``, ``x12f_<T>``, ``xva_<T>``, ``x12a_<T>``, ``auto_<T>``: the
+  plan's launch (``plan.apply``) with ``plan.csr16_kernel`` set, T threads per block;
+- ``diag_<kernel>_<T>_d<F>``: the diagnostic builds (timing only): F = 1 no bank conflicts (X[lane]),
   2 no copy of X, 4 no value / column loads, 8 the empty grid of the same shape;
 - ``pdl_<kernel>[_trig]``: the same kernel launched by cuLaunchKernelEx with the programmatic-stream-
   serialization attribute (each call may start while the one before it finishes; ``griddepcontrol.wait``
@@ -98,9 +98,10 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--shapes", default="4096x4096,4096x11008")
     ap.add_argument("--dtypes", default="float16,bfloat16")
-    ap.add_argument("--variants", default="xv:512,xv:256,xv:1024,xvf:512,x12:512,x12:256,x12:1024,x12f:512,x12f:256")
-    ap.add_argument("--diag", default="xv,x12", help="kernels whose diagnostic builds are timed (4096x4096 float16)")
-    ap.add_argument("--pdl", default="xv:512,x12:512,x12f:512", help="kernel:threads timed with PDL launches")
+    ap.add_argument("--variants", default="xv:1024,x12:1024,x12:512,xva:1024,x12a:1024,x12a:512,auto:1024")
+    ap.add_argument("--diag", default="x12:1024:1.2.4,x12a:1024:1.4,xv:1024:8",
+                    help="kernel:threads:F.F.. diagnostic builds csr16_<kernel>_d<F> timed (4096x4096 float16)")
+    ap.add_argument("--pdl", default="x12:1024,x12a:1024", help="kernel:threads timed with PDL launches")
     ap.add_argument("--name", default="llm_s8_bench.json")
     ap.add_argument("--commit", default="")
     args = ap.parse_args()
@@ -163,13 +164,15 @@ def main() -> None:
                         y.data_ptr(), flags)
 
             if (n_in, n_out, dname) == (4096, 4096, "float16"):
-                for kn in [s for s in args.diag.split(",") if s]:
-                    for f in (1, 2, 4, 8) if kn == "xv" else (1, 2, 4):
+                for cfg in [s for s in args.diag.split(",") if s]:
+                    kn, th, fl = cfg.split(":")
+                    for f in fl.split("."):
                         kern = kernel("mma", f"csr16_{kn}_d{f}", dtype, torch.int32, 0, 9)
                         smem = _mma._xs_bytes(kn, n_in)
-                        fn = lambda kern=kern, kn=kn, smem=smem: kern((-(-n_out // 16), 1), 512, kargs(kn), shared=smem)  # noqa: E731
+                        fn = lambda kern=kern, kn=kn, smem=smem, th=int(th): kern((-(-n_out // (th // 32)), 1), th, kargs(kn),  # noqa: E731
+                                                                                  shared=smem)
                         tt = graph_time(fn, 15)
-                        t[f"diag_{kn}_d{f}"] = tt * 1e6 if isinstance(tt, float) else tt
+                        t[f"diag_{kn}_{th}_d{f}"] = tt * 1e6 if isinstance(tt, float) else tt
             for cfg in [s for s in args.pdl.split(",") if s]:
                 kn, th = cfg.split(":")
                 th_i = int(th)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call (session 8, batch-1 LLM layers): install, compile the mma module (NVRTC, float16 and
 # bfloat16, in parallel, into the disk cache), bench_s8_llm.py (BENCH_ARGS), optionally
-# benchmarks/bench_llm_gpu.py (LLM=1, LLM_ARGS), optionally ncu (NCU=1, NCU_ARGS), the GPU tests
+# benchmarks/bench_llm_gpu.py (LLM=1, LLM_ARGS; a second run with LLM2_ARGS), optionally ncu (NCU=1, NCU_ARGS), the GPU tests
 # (TESTS, PYTEST_K). Results under $OUT.
 set -o pipefail
 export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1
@@ -25,6 +25,10 @@ fi
 if [ "${LLM:-0}" = 1 ]; then
   timeout ${LLM_TIMEOUT:-200} python3 benchmarks/bench_llm_gpu.py --out $OUT/llm_h200_s8.json ${LLM_ARGS:-} 2>&1 \
     | tee $OUT/llm_log_s8.txt | cut -c1-300
+fi
+if [ -n "${LLM2_ARGS:-}" ]; then
+  timeout ${LLM2_TIMEOUT:-60} python3 benchmarks/bench_llm_gpu.py --out $OUT/llm_h200_s8_b.json ${LLM2_ARGS} 2>&1 \
+    | tee $OUT/llm_log_s8_b.txt | cut -c1-300
 fi
 if [ "${NCU:-0}" = 1 ]; then
   if command -v ncu >/dev/null; then

@@ -18,17 +18,22 @@ import torch
 from .launch import kernel, recording
 from .layout import (CSR16_MIN_MEAN, INT_LIMIT, MMA_MAX_TILES, MMA_MIN_K, _GRID_Y, _sm_count)
 
-#: the batch-1 kernel of long half-precision CSR rows (``plan.csr16_kernel``): "xs1" / "xs2" /
-#: "xs4" (csr16_xs<R>: X copied into shared memory, R rows per warp) or "warp" (the plan's
-#: csr16_warp, X gathered through the read-only cache)
-CSR16_KERNEL_DEFAULT = "xs1"
+#: the batch-1 kernel of long half-precision CSR rows (``plan.csr16_kernel``): "auto" (session 8:
+#: "x12" for n <= CSR16_X12_MAX_N, else "xv"), one of CSR16_XV_KERNELS, "xs1" / "xs2" / "xs4"
+#: (csr16_xs<R>: X copied into shared memory, R rows per warp) or "warp" (the plan's csr16_warp, X
+#: gathered through the read-only cache)
+CSR16_KERNEL_DEFAULT = "auto"
+#: what "auto" runs for n <= CSR16_X12_MAX_N and above it
+CSR16_AUTO = ("x12", "xv")
 #: X of at most this many bytes goes to shared memory in csr16_xs (no opt-in needed)
 CSR16_XS_BYTES = 48 * 1024
 #: the session-8 batch-1 kernels (csr16_xv*: a lane per aligned pair of 8-entry chunks; "f": X in
 #: shared memory as float32; "x12": the columns packed 12 bits each, n <= 4096) and their names
-CSR16_XV_KERNELS = {"xv": "csr16_xv", "xvf": "csr16_xvf", "x12": "csr16_x12", "x12f": "csr16_x12f"}
-#: threads per block of csr16_xv* (a warp per row)
-CSR16_XV_THREADS = 512
+CSR16_XV_KERNELS = {"xv": "csr16_xv", "xvf": "csr16_xvf", "x12": "csr16_x12", "x12f": "csr16_x12f", "xva": "csr16_xva",
+                    "x12a": "csr16_x12a"}
+#: threads per block of csr16_xv* (a warp per row; 1024 measured faster than 512 and 256 on both
+#: LLM layers, llm_s8_bench_call1.json)
+CSR16_XV_THREADS = 1024
 #: csr16_xv* with 12-bit columns take n up to this
 CSR16_X12_MAX_N = 4096
 #: the tensor-core kernel of CSR patterns (``plan.mma_kernel``): "auto" (:meth:`MmaMixin.fl_kind`),
@@ -121,7 +126,7 @@ class MmaMixin:
 
     def _xs_ok(self) -> bool:
         m, n = self.shape
-        kern = getattr(self, "csr16_kernel", CSR16_KERNEL_DEFAULT)
+        kern = self._csr16_name()
         if kern not in ("xs1", "xs2", "xs4", *CSR16_XV_KERNELS) or not (self.use_mma and self.use_csr16) \
                 or self.kind not in ("csr", "generic"):
             return False
@@ -133,6 +138,13 @@ class MmaMixin:
         if v is None or v.dim() != 1 or v.data_ptr() % 16:
             return False
         return self._mma_layout() is not None
+
+    def _csr16_name(self) -> str:
+        """:attr:`csr16_kernel` (default CSR16_KERNEL_DEFAULT) with "auto" resolved by n."""
+        kern = getattr(self, "csr16_kernel", CSR16_KERNEL_DEFAULT)
+        if kern == "auto":
+            kern = CSR16_AUTO[0] if self.shape[1] <= CSR16_X12_MAX_N else CSR16_AUTO[1]
+        return kern
 
     def _mma_layout(self) -> dict[str, Any] | None:
         """Pattern work of the tensor-core kernel, once (None where it does not apply): CSR: the
@@ -294,9 +306,9 @@ class MmaMixin:
         m, n = self.shape
         lay = self._mma_layout()
         v = self._values
-        if k == 1 and getattr(self, "csr16_kernel", CSR16_KERNEL_DEFAULT) in CSR16_XV_KERNELS:
+        if k == 1 and self._csr16_name() in CSR16_XV_KERNELS:
             # csr16_xv*: X in shared memory, a warp per row, a lane per pair of 8-entry chunks
-            name = self.csr16_kernel
+            name = self._csr16_name()
             threads = int(getattr(self, "csr16_threads", CSR16_XV_THREADS))
             kern = kernel("mma", CSR16_XV_KERNELS[name], self.dtype, torch.int32, self.dev_index, 9)
             col = self._col12() if name.startswith("x12") else lay["col"]
@@ -306,7 +318,7 @@ class MmaMixin:
                  shared=-(-_xs_bytes(name, n) // 16) * 16, device=self.dev_index)
             return
         if k == 1:  # csr16_xs: X in shared memory, 16 R rows per block of 512 threads
-            rows = int(getattr(self, "csr16_kernel", CSR16_KERNEL_DEFAULT)[2:])
+            rows = int(self._csr16_name()[2:])
             kern = kernel("mma", f"csr16_xs{rows}", self.dtype, torch.int32, self.dev_index, 8)
             kern((-(-m // (16 * rows)), 1), 512, (m, n, lay["rowptr"].data_ptr(), lay["col"].data_ptr(), v.data_ptr(),
                                                   Xt.data_ptr(), bp, Yt.data_ptr()),

@@ -209,7 +209,8 @@ def test_mma_cuda_graph_capture():
     assert rel_err(y, _ref(D, new, b.cpu())) < TOL[dtype]
 
 
-CSR16_KERNELS = ("warp", "xs1", "xs2", "xs4", "xv", "xvf", "x12", "x12f", "xv/256", "x12/1024", "x12f/128")
+CSR16_KERNELS = ("warp", "xs1", "xs2", "xs4", "auto", "xv", "xvf", "x12", "x12f", "xva", "x12a", "xv/256", "x12/512",
+                 "x12f/128", "x12a/256")
 
 
 @gpu
@@ -229,20 +230,21 @@ def test_csr16_one_column(shape, dtype, kern):
     if threads:
         plan.csr16_threads = int(threads)
     assert plan.use_csr16
-    assert plan._mma_ok(1) == (kern != "warp" and not (kern.startswith("x12") and n > 4096))
+    runs = kern != "warp" and not (kern.startswith("x12") and n > 4096)
+    assert plan._mma_ok(1) == runs
     x = _xt(1, n, dtype, 1).T.contiguous().cuda()
     b = _bias(m, dtype, 2).cuda()
     for _ in range(2):
         assert rel_err(plan.apply(x, bias=b), _ref(D, x.T.cpu(), b.cpu())) < TOL[dtype]
         assert rel_err(plan.apply(x), _ref(D, x.T.cpu())) < TOL[dtype]
-    key = (1, 0, b.data_ptr()) if kern == "warp" else ("mma", 1, 0, b.data_ptr())
+    key = ("mma", 1, 0, b.data_ptr()) if runs else (1, 0, b.data_ptr())
     assert plan._prepared.get(key) is not None  # one launch with the bias: recorded
     xo = _xt(1, n + 8, dtype, 3).cuda()[0, 1:n + 1]  # X at an odd address: copied to an aligned one first
     assert rel_err(plan.apply(xo[:, None], bias=b), _ref(D, xo[None].cpu(), b.cpu())) < TOL[dtype]
 
 
 @gpu
-@pytest.mark.parametrize("kern", ("xv", "x12", "x12f"))
+@pytest.mark.parametrize("kern", ("auto", "xv", "x12", "x12f", "xva", "x12a"))
 def test_csr16_xv_values_in_place_and_graph(kern):
     # the values are read where they lie (an in-place update is seen by the recorded launch), and the
     # launch is captured by a CUDA graph
@@ -278,8 +280,8 @@ def test_csr16_xv_kernels_compile_on_the_host():
 
     if c.nvrtc_missing() is not None:
         pytest.skip(c.nvrtc_missing() or "")
-    names = ["csr16_xv", "csr16_xvf", "csr16_x12", "csr16_x12f"] + [f"csr16_xv_d{f}" for f in (1, 2, 4, 8)] \
-        + [f"csr16_x12_d{f}" for f in (1, 2, 4)]
+    names = ["csr16_xv", "csr16_xvf", "csr16_x12", "csr16_x12f", "csr16_xva", "csr16_x12a"] \
+        + [f"csr16_xv_d{f}" for f in (1, 2, 4, 8)] + [f"csr16_x12_d{f}" for f in (1, 2, 4)] + ["csr16_x12a_d1", "csr16_x12a_d4"]
     for value in ("float16", "bfloat16"):
         for arch in ("sm_80", "sm_90"):
             cubin = c.compile_cubin("mma", value, "int32", arch)

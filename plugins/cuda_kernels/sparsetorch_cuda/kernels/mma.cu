@@ -1080,6 +1080,9 @@ extern "C" __global__ void __launch_bounds__(512) csr16_warp(i64 m_, const int* 
 // Diagnostic builds (csr16_xv_d<F>, csr16_x12_d<F>, timing only, results not meaningful): F = 1
 // gathers X[lane] instead of X[column] (no bank conflicts), 2 no copy of X (and no barrier), 4 no
 // value / column loads (column 0), 8 returns at once (the launch of this grid shape).
+// "a" kernels (csr16_xva, csr16_x12a): griddepcontrol.wait first, then X's copy issued before the row
+// pointers as cp.async (16 bytes each, no registers; X 16-byte aligned, n % 8 == 0, else the plain copy),
+// so that X is in shared memory before the entries arrive and no warp waits at the barrier for it.
 #define XV_NOGATHER 1
 #define XV_NOXCOPY 2
 #define XV_NOLOAD 4
@@ -1125,7 +1128,7 @@ __device__ __forceinline__ unsigned xv_col(const unsigned* cw) {
   return (T & 1) ? (cw[T >> 1] >> 16) : (cw[T >> 1] & 0xffffu);
 }
 
-template <bool C12, bool XF, int F>
+template <bool C12, bool XF, int F, bool XA = false>
 __device__ __forceinline__ void csr16_xv_body(int m, int n, const int* __restrict__ rowptr, const void* __restrict__ colp,
                                               const val_t* __restrict__ val, const val_t* __restrict__ x,
                                               const val_t* __restrict__ bias, val_t* __restrict__ y, int flags) {
@@ -1137,6 +1140,15 @@ __device__ __forceinline__ void csr16_xv_body(int m, int n, const int* __restric
   extern __shared__ __align__(16) unsigned char xs_raw[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int row = (int)blockIdx.x * (int)(blockDim.x >> 5) + warp;
+  const bool xvec = (n & 7) == 0 && (reinterpret_cast<unsigned long long>(x) & 15) == 0;
+  if (XA) {  // X's copy first (cp.async, no registers), so that it is in before the entries
+    xv_wait();
+    if (xvec && !(F & XV_NOXCOPY)) {
+      const unsigned base = smem_addr(xs_raw);
+      for (int i = threadIdx.x; i < (n >> 3); i += blockDim.x) cp_async16(base + 16u * (unsigned)i, x + 8 * i, 16u);
+      cp_async_commit();
+    }
+  }
   int s = 0, e = 0;
   if (row < m) {
     s = RO(rowptr + row);
@@ -1148,10 +1160,12 @@ __device__ __forceinline__ void csr16_xv_body(int m, int n, const int* __restric
   for (int i = 0; i < 8; ++i) vw[i] = cw[i] = 0u;
   const bool first = row < m && pa + lane < pe;
   if (!(F & XV_NOLOAD) && first) xv_load_cols<C12>(pa + lane, colp, cw);
-  xv_wait();
+  if (!XA) xv_wait();
   if (!(F & XV_NOLOAD) && first) xv_load_vals(pa + lane, e, val, vw);
   if (!(F & XV_NOXCOPY)) {
-    if (XF) {
+    if (XA && xvec) {
+      cp_async_wait<0>();
+    } else if (XF) {
       float* xf = reinterpret_cast<float*>(xs_raw);
       if ((n & 7) == 0 && (reinterpret_cast<unsigned long long>(x) & 15) == 0) {
         for (int i = threadIdx.x; i < (n >> 3); i += blockDim.x) {
@@ -1205,23 +1219,27 @@ __device__ __forceinline__ void csr16_xv_body(int m, int n, const int* __restric
   if (row < m && lane == 0) y[row] = st(acc + (bias ? ld(RO(bias + row)) : 0.f));
 }
 
-#define CSR16_XV(NAME, C12, XF, F)                                                                                  \
+#define CSR16_XV(NAME, C12, XF, F, XA)                                                                              \
   extern "C" __global__ void __launch_bounds__(1024) NAME(i64 m, i64 n, const int* rowptr, const void* col,         \
                                                           const val_t* val, const val_t* x, const val_t* bias,      \
                                                           val_t* y, i64 flags) {                                    \
-    csr16_xv_body<C12, XF, F>((int)m, (int)n, rowptr, col, val, x, bias, y, (int)flags);                           \
+    csr16_xv_body<C12, XF, F, XA>((int)m, (int)n, rowptr, col, val, x, bias, y, (int)flags);                       \
   }
-CSR16_XV(csr16_xv, false, false, 0)
-CSR16_XV(csr16_xvf, false, true, 0)
-CSR16_XV(csr16_x12, true, false, 0)
-CSR16_XV(csr16_x12f, true, true, 0)
-CSR16_XV(csr16_xv_d1, false, false, 1)
-CSR16_XV(csr16_xv_d2, false, false, 2)
-CSR16_XV(csr16_xv_d4, false, false, 4)
-CSR16_XV(csr16_xv_d8, false, false, 8)
-CSR16_XV(csr16_x12_d1, true, false, 1)
-CSR16_XV(csr16_x12_d2, true, false, 2)
-CSR16_XV(csr16_x12_d4, true, false, 4)
+CSR16_XV(csr16_xv, false, false, 0, false)
+CSR16_XV(csr16_xvf, false, true, 0, false)
+CSR16_XV(csr16_x12, true, false, 0, false)
+CSR16_XV(csr16_x12f, true, true, 0, false)
+CSR16_XV(csr16_xva, false, false, 0, true)
+CSR16_XV(csr16_x12a, true, false, 0, true)
+CSR16_XV(csr16_xv_d1, false, false, 1, false)
+CSR16_XV(csr16_xv_d2, false, false, 2, false)
+CSR16_XV(csr16_xv_d4, false, false, 4, false)
+CSR16_XV(csr16_xv_d8, false, false, 8, false)
+CSR16_XV(csr16_x12_d1, true, false, 1, false)
+CSR16_XV(csr16_x12_d2, true, false, 2, false)
+CSR16_XV(csr16_x12_d4, true, false, 4, false)
+CSR16_XV(csr16_x12a_d1, true, false, 1, true)
+CSR16_XV(csr16_x12a_d4, true, false, 4, true)
 #undef CSR16_XV
 
 #endif  // VAL_KIND <= 1
