@@ -41,13 +41,12 @@ from sparsetorch.format import COO, CSR, DIA, ELL  # noqa: E402
 import bench_cuda_kernels as B  # noqa: E402
 from common import copy_bandwidth, guard, stencil3d_csr, time_cuda  # noqa: E402
 
-#: kernel variants per format (DIA "variant/threads": threads per block of the "p1na" / "v2" kernels)
+#: kernel variants per format (DIA "variant/threads": threads per block of the "p1na" / "v2" kernels; "p1pd@rows": prefetch distance)
 VARIANTS = {"CSR int32": ("streamcs",), "CSR int64": ("streamcs",), "COO": (None,),
-            "DIA": ("p1", "p1na/128", "p1na/256", "v2/128", "v2na/128", "v2na/256", "v2na/64", "v2/256", "v4na/128", "v4na/64"),
-            "ELL int64": ("rows", "p", "pcs", "stream", "streamcs"), "ELL int32": ("rows", "p", "pcs", "stream", "streamcs")}
+            "DIA": ("p1", "p1na/128", "p1nb", "p1nc", "p1pd@2048", "p1pd@8192", "p1pd@32768", "v2na/128"),
+            "ELL int64": ("rows", "p", "pcs", "streamcs"), "ELL int32": ("rows", "p", "pcs", "streamcs")}
 #: candidate defaults measured through Matmul.execute (monkeypatched module defaults)
-EXEC_CANDIDATES = {"DIA": ("p1na", "v2na", "v2", "v4na"), "ELL int64": ("p", "pcs", "stream", "streamcs"),
-                   "ELL int32": ("p", "streamcs")}
+EXEC_CANDIDATES: dict[str, tuple[str, ...]] = {"DIA": ("p1nb", "p1nc", "p1pd")}
 
 
 def thr(fn: Callable[[], Any], calls: int = 200, reps: int = 5) -> float:
@@ -81,7 +80,8 @@ def case_stencil(m: int, bw: float, dtypes: list[torch.dtype]) -> list[dict]:
     (crow, col, v64), _ = stencil3d_csr(m)
     g = torch.Generator(device="cuda").manual_seed(0)
     rows: list[dict] = []
-    saved = {k: getattr(plan_mod, k) for k in ("DIA_BLOCK_NA", "DIA_BLOCK_V2", "ELL_DEFAULT", "DIA_DEFAULT_FEW_F64")}
+    saved = {k: getattr(plan_mod, k) for k in ("DIA_BLOCK_NA", "DIA_BLOCK_V2", "ELL_DEFAULT", "DIA_DEFAULT_FEW_F64",
+                                               "DIA_PREFETCH_ROWS")}
 
     def row(**kw: Any) -> None:
         rows.append(kw)
@@ -113,9 +113,12 @@ def case_stencil(m: int, bw: float, dtypes: list[torch.dtype]) -> list[dict]:
             A = build()
             floor = _kind_bytes(label, A, n, vs) / bw
             for spec in VARIANTS[label]:
-                variant, _, threads = (spec or "").partition("/")
+                spec_v, _, ahead = (spec or "").partition("@")
+                variant, _, threads = spec_v.partition("/")
                 if threads:
                     plan_mod.DIA_BLOCK_NA = plan_mod.DIA_BLOCK_V2 = int(threads)
+                if ahead:
+                    plan_mod.DIA_PREFETCH_ROWS = int(ahead)
                 try:
                     p = B._plan(A, variant or None)
                     e = err(p.apply(x2))
@@ -128,6 +131,7 @@ def case_stencil(m: int, bw: float, dtypes: list[torch.dtype]) -> list[dict]:
                     print("stencil", name, label, spec, repr(exc), flush=True)
                 finally:
                     plan_mod.DIA_BLOCK_NA, plan_mod.DIA_BLOCK_V2 = saved["DIA_BLOCK_NA"], saved["DIA_BLOCK_V2"]
+                    plan_mod.DIA_PREFETCH_ROWS = saved["DIA_PREFETCH_ROWS"]
             # Matmul.execute, cuda, with the defaults as committed
             mm = st.Matmul(A, x, backend="cuda")
             mm.plan()

@@ -41,8 +41,9 @@ from .layout import (BLOCK, CHUNK, COLS_KERNEL_FROM, CSR16_MIN_MEAN, CSR_VARIANT
 
 #: DIA variants of the "p" kernels besides layout.DIA_VARIANTS: values loaded with a 256-byte L2
 #: prefetch hint ("p1pf"), and also without allocating in L1 ("p1na") (kernels/fast.cu)
-DIA_EXTRA = ("p1pf", "p1na", "v2", "v2na", "v4na")
-_DIA_P8_NAMES = {"p1cs": "dia_p8cs_1", "p1pf": "dia_p8pf_1", "p1na": "dia_p8na_1"}
+DIA_EXTRA = ("p1pf", "p1na", "p1nb", "p1nc", "p1pd", "v2", "v2na", "v4na")
+_DIA_P8_NAMES = {"p1cs": "dia_p8cs_1", "p1pf": "dia_p8pf_1", "p1na": "dia_p8na_1", "p1nb": "dia_p8nb_1", "p1nc": "dia_p8nc_1",
+                 "p1pd": "dia_p8pd_1"}
 #: the float64 default for at most 8 diagonals (114^3 stencil on the H200, cuda_kernels_h200_s7b_run1.json and
 #: cuda_kernels_h200_s7b.json: "p1na" 30.0 / 30.4 us against "p1"'s 31.0 / 31.1 and "p1pf"'s 33.4 / 34.0; in
 #: float32 "p1na" is slower, 20.2 against 15.0: float32 keeps layout.DIA_DEFAULT_FEW)
@@ -57,13 +58,18 @@ CSR_STREAM_BLOCK = 256
 #: such loads per diagonal); they need m even and the
 #: values and Y 16-byte aligned, and run as "p1na" (float64) / "p1" otherwise. Threads per block:
 DIA_BLOCK_V2 = 128
+#: "p1nb" / "p1nc": "p1na" compiled for at most 40 / 32 registers (12 / 16 blocks of 128 threads per SM); "p1pd":
+#: "p1na" plus an L2 prefetch of the values DIA_PREFETCH_ROWS rows ahead (kernels/fast.cu); all at 128 threads
+DIA_PREFETCH_ROWS = 8192
 #: ELL kernels (kernels/fast.cu, on the plan's int32 column copy with -1 in unused slots, when every slot, row
 #: and column fits in 32 bits; "rows" is spmv.cu's ell_rows on the columns as stored, with the per-row counts):
 #: "p" / "pcs" a thread per row, the width (<= 8) a compile-time constant, all loads before the FMAs ("pcs":
 #: evict-first loads); "stream" / "streamcs" 32 rows per warp, the warp's slots in coalesced chunks, products
 #: summed in shared memory ("streamcs": evict-first loads). A "p" variant on a width above 8 runs as "stream".
 ELL_VARIANTS = ("rows", "p", "pcs", "stream", "streamcs")
-ELL_DEFAULT = "streamcs"
+ELL_DEFAULT = "p"
+#: float32's default (same stencil: "pcs" 21.5 us against "p"'s 24.2; in float64 "pcs" is slower, 52.1 against 37.5)
+ELL_DEFAULT_F32 = "pcs"
 
 __all__ = ["CudaSpmmPlan", "DTYPES", "delta_bits", "nm_params", "bsr_params", "native_kind", "sell_layout", "BLOCK"]
 
@@ -160,7 +166,8 @@ class CudaSpmmPlan(BuildMixin, MmaMixin, DeltaMixin):
             if self.variant not in DIA_VARIANTS + DIA_EXTRA:
                 raise InputError(f"{backend}: DIA variant must be one of {DIA_VARIANTS}, got {variant!r}")
         if self.kind == "ell":
-            self.variant = variant or (ELL_DEFAULT if self.col32 is not None else "rows")
+            ell_default = ELL_DEFAULT_F32 if self.dtype == torch.float32 else ELL_DEFAULT
+            self.variant = variant or (ell_default if self.col32 is not None else "rows")
             if self.variant not in ELL_VARIANTS:
                 raise InputError(f"{backend}: ELL variant must be one of {ELL_VARIANTS}, got {variant!r}")
         if self.kind == "nm":
@@ -403,10 +410,11 @@ class CudaSpmmPlan(BuildMixin, MmaMixin, DeltaMixin):
                 rows = int(variant[1])
                 offs = [int(o) for o in self.offs_host] + [0] * (8 - self.ndiag)
                 name = _DIA_P8_NAMES.get(variant) or f"dia_p8_{rows}"
-                kern = kernel("fast", name, self.dtype, torch.int64, dev, 15)
-                threads = DIA_BLOCK_NA if variant == "p1na" else DIA_BLOCK
+                pd = (DIA_PREFETCH_ROWS,) if variant == "p1pd" else ()
+                kern = kernel("fast", name, self.dtype, torch.int64, dev, 15 + len(pd))
+                threads = DIA_BLOCK_NA if variant == "p1na" else (128 if variant in ("p1nb", "p1nc", "p1pd") else DIA_BLOCK)
                 kern((-(-m // (threads * rows)), gy), threads, (m, n, k, self.ndiag, *(o & 0xFFFFFFFFFFFFFFFF for o in offs),
-                                                            v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.dev_index)
+                                                            *pd, v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.dev_index)
                 return
             rows = 2 if variant in ("rows2", "p2", "p4", "v2", "v2na", "v4na") else 1
             kern = kernel("fast", f"dia_fast{rows}", self.dtype, torch.int64, dev, 8)

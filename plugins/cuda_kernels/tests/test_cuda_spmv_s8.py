@@ -22,7 +22,8 @@ from _cuda_helpers import GPU_MISSING, TOL, banded_dense, random_dense, rel_err,
 
 gpu = pytest.mark.skipif(GPU_MISSING is not None, reason=GPU_MISSING or "")
 
-NEW_FAST = ["dia_v2_1", "dia_v2na_1", "dia_v4na_1", "ell_stream8", "ell_stream8cs"] + [f"ell_{p}{w}" for p in ("p", "pcs") for w in range(1, 9)]
+NEW_FAST = (["dia_v2_1", "dia_v2na_1", "dia_v4na_1", "dia_p8nb_1", "dia_p8nc_1", "dia_p8pd_1", "ell_stream8", "ell_stream8cs"]
+            + [f"ell_{p}{w}" for p in ("p", "pcs") for w in range(1, 9)])
 
 
 @pytest.mark.parametrize("value,index", [("float64", "int32"), ("float32", "int64"), ("float16", "int32")])
@@ -74,9 +75,10 @@ def test_ell_variants_match_dense(variant, index_dtype, dtype, density):
     D = random_dense(m, n, density, dtype, seed=int(density * 100), empty_rows=5)
     A = _ell_with_garbage(D, dtype, index_dtype)
     plan = _plan(A, variant)
-    from sparsetorch_cuda.plan import ELL_DEFAULT
+    from sparsetorch_cuda.plan import ELL_DEFAULT, ELL_DEFAULT_F32
 
-    assert plan.kind == "ell" and plan.col32 is not None and plan.variant == (variant or ELL_DEFAULT)
+    default = ELL_DEFAULT_F32 if dtype == torch.float32 else ELL_DEFAULT
+    assert plan.kind == "ell" and plan.col32 is not None and plan.variant == (variant or default)
     assert int((plan.col32 < 0).sum()) == plan.slots - plan.nnz  # the unused slots, marked
     for k, seed in ((1, 1), (3, 2)):
         X = _x(n, k, dtype, seed)
@@ -138,12 +140,13 @@ def test_generic_with_a_real_gather_is_not_bound():
 
 
 @gpu
-@pytest.mark.parametrize("variant", ["v2", "v2na", "v4na"])
+@pytest.mark.parametrize("variant", ["v2", "v2na", "v4na", "p1nb", "p1nc", "p1pd"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64], ids=lambda d: str(d)[6:])
 @pytest.mark.parametrize("m", [300, 301])
 def test_dia_v2_matches_dense(variant, dtype, m):
-    """Two rows per thread with paired value loads; odd m and unaligned values run the "p"
-    kernels instead; NaN in the value slots outside the matrix is never used."""
+    """Two / four rows per thread with paired value loads (odd m and unaligned values run the
+    "p" kernels instead), and the "p1na" builds with fewer registers or an L2 prefetch ahead;
+    NaN in the value slots outside the matrix is never used."""
     n = 280
     D = banded_dense(m, n, (-17, -1, 0, 1, 3, 60, 270), dtype, seed=m)
     A = to_format(D, DIA, dtype, torch.int64)

@@ -231,6 +231,33 @@ DIA_P8(dia_p8_4, 4, false, 0)
 DIA_P8(dia_p8cs_1, 1, true, 0)
 DIA_P8(dia_p8pf_1, 1, false, 1)
 DIA_P8(dia_p8na_1, 1, false, 2)
+// "p1na" with fewer registers: at most 40 (12 blocks of 128 threads per SM, "p1nb") or 32 (16 blocks, all
+// 2048 threads, "p1nc") instead of the 43 the compiler takes (10 blocks)
+#define DIA_P8_LB(NAME, MINB)                                                                                     \
+  extern "C" __global__ void __launch_bounds__(128, MINB) NAME(i64 m, i64 n, i64 k, i64 nd, i64 o0, i64 o1, i64 o2,  \
+                                                               i64 o3, i64 o4, i64 o5, i64 o6, i64 o7,             \
+                                                               const val_t* val, const val_t* x, val_t* y) {       \
+    const int o[8] = {(int)o0, (int)o1, (int)o2, (int)o3, (int)o4, (int)o5, (int)o6, (int)o7};                    \
+    dia_p8_body<1, false, 2>((int)m, (int)n, (int)k, (int)nd, o, val, x, y);                                       \
+  }
+DIA_P8_LB(dia_p8nb_1, 12)
+DIA_P8_LB(dia_p8nc_1, 16)
+
+// "p1pd": "p1na" plus an L2 prefetch of the values `ahead` rows further on: lane l < nd * L of each warp
+// (L = 128-byte lines per warp and diagonal) prefetches one line, so later blocks find their values in L2
+// (more bytes in flight than the registers of the resident threads hold).
+extern "C" __global__ void dia_p8pd_1(i64 m, i64 n, i64 k, i64 nd, i64 o0, i64 o1, i64 o2, i64 o3, i64 o4, i64 o5,
+                                      i64 o6, i64 o7, i64 ahead, const val_t* val, const val_t* x, val_t* y) {
+  const int o[8] = {(int)o0, (int)o1, (int)o2, (int)o3, (int)o4, (int)o5, (int)o6, (int)o7};
+  const int per = (32 * (int)sizeof(val_t) + 127) / 128;  // 128-byte lines per warp and diagonal
+  int lane = threadIdx.x & 31;
+  if (lane < (int)nd * per) {
+    int t = lane / per, part = lane - t * per;
+    i64 r = (i64)((blockIdx.x * blockDim.x + threadIdx.x) & ~31) + ahead + part * (128 / (int)sizeof(val_t));
+    if (r < m) asm volatile("prefetch.global.L2 [%0];" ::"l"(val + (i64)t * m + r));
+  }
+  dia_p8_body<1, false, 2>((int)m, (int)n, (int)k, (int)nd, o, val, x, y);
+}
 
 // ---- DIA with at most 8 diagonals, 2 consecutive rows per thread ("v2", "v2na") -----------------
 // Rows i, i + 1 (i even) of each diagonal are one 8-byte (float32) / 16-byte (float64) value load;
