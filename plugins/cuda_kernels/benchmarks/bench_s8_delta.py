@@ -70,17 +70,24 @@ def run(tab: B.Table, size: int, dtypes: list[torch.dtype]) -> None:
                            padding=nse - int(mask.sum()), **extra)
                 if bits == 4 and variant in ("chunk16", "chunk8"):
                     unit = 16 if variant == "chunk16" else 8
-                    kern = kernel("delta", f"delta_c{unit}_b4_smem_nc", dtype, torch.int32, 0, 8)
+                    sm = torch.cuda.get_device_properties(0).multi_processor_count
                     y = torch.empty(size, 1, device="cuda", dtype=dtype)
                     args = (size, size, p.nnz, p.rowptr.data_ptr(), p.words.data_ptr(), p._values.data_ptr(), x.data_ptr(),
                             y.data_ptr())
-                    sm = torch.cuda.get_device_properties(0).multi_processor_count
+                    # (label, kernel, grid, shared bytes, correct results)
+                    direct = [(f"{variant}, conflict-free gathers: wrong results, diagnosis", f"delta_c{unit}_b4_smem_nc",
+                               min(size // 16, 2 * sm), (size + 32) * 4, False),
+                              (f"{variant}, X from global memory, grid 2/SM", f"delta_c{unit}_b4", min(size // 16, 2 * sm), 0, True),
+                              (f"{variant}, X from global memory, a warp per row", f"delta_c{unit}_b4", size // 16, 0, True),
+                              (f"{variant}, a warp per row (grid m / 16)", f"delta_c{unit}_b4_smem", size // 16, (size + 32) * 4, True)]
+                    for what, kname, grid, shared, ok in direct:
+                        kern = kernel("delta", kname, dtype, torch.int32, 0, 8)
 
-                    def nc(kern=kern, args=args, sm=sm):
-                        kern((min(size // 16, 2 * sm), 1), 512, args, shared=(size + 32) * 4, device=0)
+                        def call(kern=kern, grid=grid, shared=shared, args=args, y=y):
+                            kern((grid, 1), 512, args, shared=shared, device=0)
+                            return y
 
-                    tab.record(case, f"DELTA(4) [{variant}, conflict-free gathers: wrong results, diagnosis]", nc, None, None,
-                               nb, **extra)
+                        tab.record(case, f"DELTA(4) [{what}]", call, call if ok else None, ref if ok else None, nb, **extra)
                 del A, p
             A = S.convert(CSR, index_dtype=torch.int32)
             p = CudaSpmmPlan(A)

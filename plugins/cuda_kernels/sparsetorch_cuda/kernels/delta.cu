@@ -31,6 +31,7 @@ struct ChunkUnit {
   static constexpr int VQ = (U * (int)sizeof(val_t) + 15) / 16;  // 16-byte value loads per unit
   union {
     uint4 q[VQ];
+    unsigned u[VQ * 4];
     val_t e[VQ * 16 / sizeof(val_t)];
   } v;
   unsigned w[NW];
@@ -69,6 +70,35 @@ __device__ __forceinline__ void chunk_load(const unsigned char* __restrict__ gw,
 #pragma unroll
     for (int t = 0; t < U; ++t) r.v.e[t] = e0 + t < nnz ? RO(val + e0 + t) : (val_t)0;
   }
+}
+
+// Entries t and t + 1 (t even) of a unit's values as acc_t: the half types from one 32-bit word
+// (HADD2.F32 on each half, or two bit moves for bfloat16).
+template <int U, int B>
+__device__ __forceinline__ void chunk_pair(const ChunkUnit<U, B>& c, int t, acc_t& a, acc_t& b) {
+#if VAL_KIND == 0
+  asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;\n\t}"
+      : "=f"(a), "=f"(b)
+      : "r"(c.v.u[t >> 1]));
+#elif VAL_KIND == 1
+  unsigned w = c.v.u[t >> 1];
+  a = __uint_as_float(w << 16);
+  b = __uint_as_float(w & 0xffff0000u);
+#else
+  a = ld(c.v.e[t]);
+  b = ld(c.v.e[t + 1]);
+#endif
+}
+
+// A shared-memory load of acc_t at a 32-bit shared address (the address add then folds into one LEA).
+__device__ __forceinline__ acc_t chunk_lds(unsigned a) {
+  acc_t r;
+#if VAL_KIND == 3
+  asm volatile("ld.shared.f64 %0, [%1];" : "=d"(r) : "r"(a));
+#else
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(r) : "r"(a));
+#endif
+  return r;
 }
 
 template <int B>
@@ -131,6 +161,7 @@ __device__ __forceinline__ void delta_chunk_body(int m, int n, int nnz, const id
     __syncthreads();
     xs = dst;
   }
+  const unsigned xs_u32 = SMEM ? (unsigned)__cvta_generic_to_shared(xs) : 0u;
   while (row < m) {
     // the next row's bounds; its first step's units are loaded during this row's last step
     int nrow = row + stride;
@@ -141,7 +172,7 @@ __device__ __forceinline__ void delta_chunk_body(int m, int n, int nnz, const id
     }
     int v0 = q0 / U, v1 = (q1 + U - 1) / U;
     int base = u0 * U - p0;  // the column "before" the row's first unit: its entries before p0 step by 1
-    acc_t s = 0;
+    acc_t s = 0, s2 = 0;  // two sums: shorter FMA chains
     if (u0 >= u1 && v0 + lane < v1) chunk_load<U, B>(gw, val, v0 + lane, nnz, nx);  // an empty row
     for (int ub = u0; ub < u1; ub += 32) {
       int u = ub + lane;
@@ -189,20 +220,25 @@ __device__ __forceinline__ void delta_chunk_body(int m, int n, int nnz, const id
         if constexpr (B == 4) {
 #pragma unroll
           for (int i = 0; i < NP; ++i) {
-            const acc_t* xb = SMEM ? xs + cs : xs;
+            const unsigned xb = xs_u32 + (unsigned)cs * (unsigned)sizeof(acc_t);
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-              int ce = (int)__byte_perm(E[i], 0, 0x4440 + j), co = (int)__byte_perm(P[i], 0, 0x4440 + j);
+              unsigned ce = __byte_perm(E[i], 0, 0x4440 + j), co = __byte_perm(P[i], 0, 0x4440 + j);
               acc_t xe, xo;
               if (NC) {
                 xe = xs[lane + 64 * j + (ce >> 7)];
                 xo = xs[lane + 64 * j + 32 + (co >> 7)];
+              } else if (SMEM) {
+                xe = chunk_lds(xb + ce * (unsigned)sizeof(acc_t));
+                xo = chunk_lds(xb + co * (unsigned)sizeof(acc_t));
               } else {
-                xe = SMEM ? xb[ce] : chunk_x<false>(xs, x, cs + ce, n);
-                xo = SMEM ? xb[co] : chunk_x<false>(xs, x, cs + co, n);
+                xe = chunk_x<false>(xs, x, cs + (int)ce, n);
+                xo = chunk_x<false>(xs, x, cs + (int)co, n);
               }
-              s += ld(cur.v.e[8 * i + 2 * j]) * xe;
-              s += ld(cur.v.e[8 * i + 2 * j + 1]) * xo;
+              acc_t ve, vo;
+              chunk_pair<U, B>(cur, 8 * i + 2 * j, ve, vo);
+              s += ve * xe;
+              s2 += vo * xo;
             }
             cs += (int)(P[i] >> 24);
           }
@@ -216,6 +252,7 @@ __device__ __forceinline__ void delta_chunk_body(int m, int n, int nnz, const id
       }
       base += __shfl_sync(FULL, inc, 31);
     }
+    s += s2;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(FULL, s, o);
     if (lane == 0) y[row] = st(s);
