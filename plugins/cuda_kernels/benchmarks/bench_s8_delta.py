@@ -77,6 +77,8 @@ def run(tab: B.Table, size: int, dtypes: list[torch.dtype]) -> None:
                     # (label, kernel, grid, shared bytes, correct results)
                     direct = [(f"{variant}, conflict-free gathers: wrong results, diagnosis", f"delta_c{unit}_b4_smem_nc",
                                min(size // 16, 2 * sm), (size + 32) * 4, False),
+                              (f"{variant}, L2 prefetch of the step after next", f"delta_c{unit}_b4_smem_pf", min(size // 16, 2 * sm),
+                               (size + 32) * 4, True),
                               (f"{variant}, X from global memory, grid 2/SM", f"delta_c{unit}_b4", min(size // 16, 2 * sm), 0, True),
                               (f"{variant}, X from global memory, a warp per row", f"delta_c{unit}_b4", size // 16, 0, True),
                               (f"{variant}, a warp per row (grid m / 16)", f"delta_c{unit}_b4_smem", size // 16, (size + 32) * 4, True)]

@@ -114,7 +114,9 @@ __device__ __forceinline__ acc_t chunk_x(const acc_t* xs, const val_t* __restric
 
 // NC (benchmarking only, wrong results): B = 4 with X in shared memory, the gathers read
 // xs[lane + 64 j + (column >> 7)] instead (conflict-free, same decode): the cost of bank conflicts.
-template <int U, int B, bool SMEM, bool NC = false>
+// PF (a variant): each lane also asks L2 to prefetch its unit of the step after next
+// (prefetch.global.L2: no register holds it), so a step's loads mostly find their lines in L2.
+template <int U, int B, bool SMEM, bool NC = false, bool PF = false>
 __device__ __forceinline__ void delta_chunk_body(int m, int n, int nnz, const idx_t* __restrict__ rowptr,
                                                  const unsigned char* __restrict__ gw, const val_t* __restrict__ val,
                                                  const val_t* __restrict__ x, val_t* __restrict__ y) {
@@ -180,6 +182,11 @@ __device__ __forceinline__ void delta_chunk_body(int m, int n, int nnz, const id
       CU cur = nx;
       if (ub + 32 < u1) {
         if (u + 32 < u1) chunk_load<U, B>(gw, val, u + 32, nnz, nx);
+        if (PF && u + 64 < u1) {
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(val + (size_t)(u + 64) * U));
+          if constexpr (U * sizeof(val_t) > 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(val + (size_t)(u + 64) * U + 128 / sizeof(val_t)));
+          if ((lane & 7) == 0) asm volatile("prefetch.global.L2 [%0];" ::"l"(gw + (size_t)(u + 64) * ChunkUnit<U, B>::NB));
+        }
       } else if (v0 + lane < v1) {
         chunk_load<U, B>(gw, val, v0 + lane, nnz, nx);
       }
@@ -293,3 +300,6 @@ DELTA_CHUNK(16, 16)
 // benchmarking only (wrong results): conflict-free gathers, see NC above
 DELTA_CHUNK1(delta_c16_b4_smem_nc, 16, 4, true, , true)
 DELTA_CHUNK1(delta_c8_b4_smem_nc, 8, 4, true, , true)
+// a variant: L2 prefetch of the step after next (PF above)
+DELTA_CHUNK1(delta_c16_b4_smem_pf, 16, 4, true, , false, true)
+DELTA_CHUNK1(delta_c8_b4_smem_pf, 8, 4, true, , false, true)
