@@ -44,10 +44,12 @@ from .layout import (BLOCK, CHUNK, COLS_KERNEL_FROM, CSR16_MIN_MEAN, CSR_VARIANT
 DIA_EXTRA = ("p1pf", "p1na", "p1nb", "p1nc", "p1pd", "v2", "v2na", "v4na")
 _DIA_P8_NAMES = {"p1cs": "dia_p8cs_1", "p1pf": "dia_p8pf_1", "p1na": "dia_p8na_1", "p1nb": "dia_p8nb_1", "p1nc": "dia_p8nc_1",
                  "p1pd": "dia_p8pd_1"}
-#: the float64 default for at most 8 diagonals (114^3 stencil on the H200, cuda_kernels_h200_s7b_run1.json and
-#: cuda_kernels_h200_s7b.json: "p1na" 30.0 / 30.4 us against "p1"'s 31.0 / 31.1 and "p1pf"'s 33.4 / 34.0; in
-#: float32 "p1na" is slower, 20.2 against 15.0: float32 keeps layout.DIA_DEFAULT_FEW)
-DIA_DEFAULT_FEW_F64 = "p1na"
+#: the float64 default for at most 8 diagonals: "p1nb", p1na's loads compiled for at most 40 registers (12 blocks
+#: of 128 threads per SM instead of 10). 114^3 stencil on the H200, cuda_kernels_h200_run2_s8_spmv.json and
+#: cuda_kernels_h200_s8_spmv.json: "p1nb" 27.99 / 27.95 us against "p1na"'s 30.73 / 30.63, "p1nc" (32 registers)
+#: 28.55 / 28.68, "p1" 30.97 / 30.79 (session 7b: "p1na" 30.0 / 30.4, "p1pf" 33.4 / 34.0). In float32 the "na"
+#: kernels are slower (20.3-20.7 against "p1"'s 14.6-15.0): float32 keeps layout.DIA_DEFAULT_FEW
+DIA_DEFAULT_FEW_F64 = "p1nb"
 #: threads per block of "p1na" (same stencil, two runs: 128 threads 29.99 / 30.09 us, 256 threads 30.01 / 30.41;
 #: cuda_kernels_h200_s7b_run1.json, cuda_kernels_h200_s7b.json); the other "p" kernels take layout.DIA_BLOCK
 DIA_BLOCK_NA = 128
@@ -55,11 +57,13 @@ DIA_BLOCK_NA = 128
 CSR_STREAM_BLOCK = 256
 #: DIA "v2" / "v2na" (kernels/fast.cu dia_v2_1, dia_v2na_1): two consecutive rows per thread, each diagonal's two
 #: values one 8- / 16-byte load ("v2na": with p1na's L1::no_allocate + L2::256B hints; "v4na": four rows, two
-#: such loads per diagonal); they need m even and the
-#: values and Y 16-byte aligned, and run as "p1na" (float64) / "p1" otherwise. Threads per block:
+#: such loads per diagonal); they need m even and the values and Y 16-byte aligned, and run as "p1na" (float64) /
+#: "p1" otherwise. Slower on the stencil (float64 v2na 33.9-34.3 us, v4na 39.0; cuda_kernels_h200_run1_s8_spmv.json):
+#: 72 / 178 registers, stride-2 X gathers. Threads per block:
 DIA_BLOCK_V2 = 128
 #: "p1nb" / "p1nc": "p1na" compiled for at most 40 / 32 registers (12 / 16 blocks of 128 threads per SM); "p1pd":
-#: "p1na" plus an L2 prefetch of the values DIA_PREFETCH_ROWS rows ahead (kernels/fast.cu); all at 128 threads
+#: "p1na" plus an L2 prefetch of the values DIA_PREFETCH_ROWS rows ahead (kernels/fast.cu; slower: 35.2-35.8 us
+#: at 2048, 8192 or 32768 rows ahead); all at 128 threads
 DIA_PREFETCH_ROWS = 8192
 #: ELL kernels (kernels/fast.cu, on the plan's int32 column copy with -1 in unused slots, when every slot, row
 #: and column fits in 32 bits; "rows" is spmv.cu's ell_rows on the columns as stored, with the per-row counts):
@@ -67,8 +71,11 @@ DIA_PREFETCH_ROWS = 8192
 #: evict-first loads); "stream" / "streamcs" 32 rows per warp, the warp's slots in coalesced chunks, products
 #: summed in shared memory ("streamcs": evict-first loads). A "p" variant on a width above 8 runs as "stream".
 ELL_VARIANTS = ("rows", "p", "pcs", "stream", "streamcs")
+#: float64 (and half) default: 114^3 stencil, three H200 runs (cuda_kernels_h200_run1_s8_spmv.json, ..._run2_...,
+#: cuda_kernels_h200_s8_spmv.json): "p" 37.5-37.8 us, "streamcs" 41.1-41.7, "pcs" 52.1-52.4, "rows" on int64 columns
+#: (what ran before) 67.7-68.8, on int32 47.5-48.3
 ELL_DEFAULT = "p"
-#: float32's default (same stencil: "pcs" 21.5 us against "p"'s 24.2; in float64 "pcs" is slower, 52.1 against 37.5)
+#: float32's default (same runs: "pcs" 21.5-21.7 us against "p"'s 24.2-24.5; in float64 "pcs" is the slower one)
 ELL_DEFAULT_F32 = "pcs"
 
 __all__ = ["CudaSpmmPlan", "DTYPES", "delta_bits", "nm_params", "bsr_params", "native_kind", "sell_layout", "BLOCK"]
