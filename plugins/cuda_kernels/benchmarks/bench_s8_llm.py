@@ -10,8 +10,9 @@ bias fused: per-call time of 20 calls captured in one CUDA graph, median of 15 r
 times (bench_llm_gpu.py's graph20). Rows:
 
 - ``dense``: F.linear(x, W, b); ``tiny``: a 1-block kernel (the graph's per-launch floor);
-- ``xs1``, ``xv_<T>``, ``xvf_<T>``, ``x12_<T>``, ``x12f_<T>``, ``xva_<T>``, ``x12a_<T>``, ``auto_<T>``: the
-  plan's launch (``plan.apply``) with ``plan.csr16_kernel`` set, T threads per block;
+- ``xs1``, ``xv_<T>``, ``xvf_<T>``, ``x12_<T>``, ``x12f_<T>``, ``xva_<T>``, ``x12a_<T>``, ``xr_<T>[_c<C>]``,
+  ``auto_<T>``: the plan's launch (``plan.apply``) with ``plan.csr16_kernel`` set, T threads per block
+  (C copies of X for xr; default 8); ``xr_bank_stats``: the plan's count of gather wavefronts per row;
 - ``diag_<kernel>_<T>_d<F>``: the diagnostic builds (timing only): F = 1 no bank conflicts (X[lane]),
   2 no copy of X, 4 no value / column loads, 8 the empty grid of the same shape;
 - ``pdl_<kernel>[_trig]``: the same kernel launched by cuLaunchKernelEx with the programmatic-stream-
@@ -98,10 +99,10 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--shapes", default="4096x4096,4096x11008")
     ap.add_argument("--dtypes", default="float16,bfloat16")
-    ap.add_argument("--variants", default="xv:1024,x12:1024,x12:512,xva:1024,x12a:1024,x12a:512,auto:1024")
-    ap.add_argument("--diag", default="x12:1024:1.2.4,x12a:1024:1.4,xv:1024:8",
+    ap.add_argument("--variants", default="x12:1024,x12a:1024,x12a:512,xr:1024,xr:512,xr:1024:4,xr:1024:2,auto:1024")
+    ap.add_argument("--diag", default="x12a:1024:1.4,xr:1024:1,xv:1024:8",
                     help="kernel:threads:F.F.. diagnostic builds csr16_<kernel>_d<F> timed (4096x4096 float16)")
-    ap.add_argument("--pdl", default="x12:1024,x12a:1024", help="kernel:threads timed with PDL launches")
+    ap.add_argument("--pdl", default="x12a:1024,xr:1024", help="kernel:threads timed with PDL launches")
     ap.add_argument("--name", default="llm_s8_bench.json")
     ap.add_argument("--commit", default="")
     args = ap.parse_args()
@@ -151,15 +152,24 @@ def main() -> None:
             plan.csr16_kernel = "xs1"
             rec("xs1", call)
             for cfg in args.variants.split(","):
-                kn, th = cfg.split(":")
+                kn, th, *cp = cfg.split(":")
                 plan.csr16_kernel, plan.csr16_threads = kn, int(th)
-                rec(f"{kn}_{th}", call)
+                plan.csr16_copies = int(cp[0]) if cp else _mma.CSR16_XR_COPIES
+                rec(f"{kn}_{th}" + (f"_c{cp[0]}" if cp else ""), call)
+                if kn == "xr":
+                    row.setdefault("xr_bank_stats", {})[f"copies={plan.csr16_copies}"] = plan._mma_layout().get("xr_stats")
+            plan.csr16_copies = _mma.CSR16_XR_COPIES
             lay = plan._mma_layout()
             v = plan._values
             y = torch.empty(n_out, dtype=dtype, device=dev)
 
             def kargs(name, flags=0):
-                col = plan._col12() if name.startswith("x12") else lay["col"]
+                if name == "xr":
+                    plan.csr16_copies = _mma.CSR16_XR_COPIES
+                    col = plan._xr_cols()
+                    flags |= (_mma.CSR16_XR_COPIES << 8) | (_mma._xr_stride(n_in) << 16)
+                else:
+                    col = plan._col12() if name.startswith("x12") else lay["col"]
                 return (n_out, n_in, lay["rowptr"].data_ptr(), col.data_ptr(), v.data_ptr(), x.data_ptr(), b.data_ptr(),
                         y.data_ptr(), flags)
 
@@ -169,6 +179,7 @@ def main() -> None:
                     for f in fl.split("."):
                         kern = kernel("mma", f"csr16_{kn}_d{f}", dtype, torch.int32, 0, 9)
                         smem = _mma._xs_bytes(kn, n_in)
+                        _mma._allow_smem(kern, 0, smem)
                         fn = lambda kern=kern, kn=kn, smem=smem, th=int(th): kern((-(-n_out // (th // 32)), 1), th, kargs(kn),  # noqa: E731
                                                                                   shared=smem)
                         tt = graph_time(fn, 15)
@@ -178,6 +189,7 @@ def main() -> None:
                 th_i = int(th)
                 kern = kernel("mma", _mma.CSR16_XV_KERNELS[kn], dtype, torch.int32, 0, 9)
                 smem = -(-_mma._xs_bytes(kn, n_in) // 16) * 16
+                _mma._allow_smem(kern, 0, smem)
                 grid = -(-n_out // (th_i // 32))
                 for suffix, flags, pdl in (("_nopdl", 0, False), ("", 0, True), ("_trig", 1, True)):
                     la = PdlLaunch(kern, grid, th_i, kargs(kn, flags), smem, pdl)

@@ -18,19 +18,21 @@ import torch
 from .launch import kernel, recording
 from .layout import (CSR16_MIN_MEAN, INT_LIMIT, MMA_MAX_TILES, MMA_MIN_K, _GRID_Y, _sm_count)
 
-#: the batch-1 kernel of long half-precision CSR rows (``plan.csr16_kernel``): "auto" (session 8:
-#: "x12" for n <= CSR16_X12_MAX_N, else "xv"), one of CSR16_XV_KERNELS, "xs1" / "xs2" / "xs4"
+#: the batch-1 kernel of long half-precision CSR rows (``plan.csr16_kernel``): "auto" (session 8: the
+#: first of CSR16_AUTO that takes n, else "xv"), one of CSR16_XV_KERNELS, "xs1" / "xs2" / "xs4"
 #: (csr16_xs<R>: X copied into shared memory, R rows per warp) or "warp" (the plan's csr16_warp, X
 #: gathered through the read-only cache)
 CSR16_KERNEL_DEFAULT = "auto"
-#: what "auto" runs for n <= CSR16_X12_MAX_N and above it
-CSR16_AUTO = ("x12", "xv")
+#: what "auto" runs: the first of these that takes n (:func:`_xv_fits`)
+CSR16_AUTO = ("xr", "x12a", "xva")
 #: X of at most this many bytes goes to shared memory in csr16_xs (no opt-in needed)
 CSR16_XS_BYTES = 48 * 1024
 #: the session-8 batch-1 kernels (csr16_xv*: a lane per aligned pair of 8-entry chunks; "f": X in
 #: shared memory as float32; "x12": the columns packed 12 bits each, n <= 4096) and their names
 CSR16_XV_KERNELS = {"xv": "csr16_xv", "xvf": "csr16_xvf", "x12": "csr16_x12", "x12f": "csr16_x12f", "xva": "csr16_xva",
-                    "x12a": "csr16_x12a"}
+                    "x12a": "csr16_x12a", "xr": "csr16_xr"}
+#: copies of X in shared memory for csr16_xr (``plan.csr16_copies`` overrides; 1..15)
+CSR16_XR_COPIES = 8
 #: threads per block of csr16_xv* (a warp per row; 1024 measured faster than 512 and 256 on both
 #: LLM layers, llm_s8_bench_call1.json)
 CSR16_XV_THREADS = 1024
@@ -48,9 +50,78 @@ FL_SPLITS = (1, 2, 3, 4, 8)
 FL_MAX_SMEM = 200 * 1024
 
 
-def _xs_bytes(kern: str, n: int) -> int:
-    """Shared memory the batch-1 kernel ``kern`` takes for X of ``n`` entries (float32 for the "f" kernels)."""
+def _xs_bytes(kern: str, n: int, copies: int = CSR16_XR_COPIES) -> int:
+    """Shared memory the batch-1 kernel ``kern`` takes for X of ``n`` entries (float32 for the "f" kernels,
+    ``copies`` copies of whole 32-word blocks for "xr")."""
+    if kern == "xr":
+        return 4 * copies * _xr_stride(n)
     return (4 if kern.endswith("f") else 2) * n
+
+
+def _xv_fits(kern: str, n: int, copies: int) -> bool:
+    """Whether csr16_xv* kernel ``kern`` takes n columns: x12 n <= CSR16_X12_MAX_N; xr 1..15 copies whose
+    shared-memory indices fit in uint16 and whose shared memory fits FL_MAX_SMEM; the rest X in 48 KB."""
+    if kern.startswith("x12") and n > CSR16_X12_MAX_N:
+        return False
+    if kern == "xr":
+        return 1 <= copies <= 15 and 2 * copies * _xr_stride(n) <= 65535 and _xs_bytes(kern, n, copies) <= FL_MAX_SMEM
+    return _xs_bytes(kern, n) <= CSR16_XS_BYTES
+
+
+def _xr_stride(n: int) -> int:
+    """Words between csr16_xr's copies of X: n / 2 rounded up to whole blocks of 32 words."""
+    return -(-(n // 2 + n % 2) // 32) * 32
+
+
+def xr_assign(rowptr: torch.Tensor, col: torch.Tensor, n: int, copies: int) -> tuple[torch.Tensor, dict]:
+    """csr16_xr's columns: for every entry the shared-memory index (in halves) of its column of X in the
+    copy chosen for it, and statistics. The kernel's gathers: a warp per row, lane L of pass b taking
+    the entries 16 (pa + 32 b + L) + t (pa = rowptr[r] // 16) at step t = 0 .. 15, the row's entries only;
+    the 32-bit word w = c // 2 of copy k lies in bank (w + k (2 (w // 32) + 1)) mod 32. Greedy, lane by
+    lane over all (row, pass, step) groups at once: each entry takes the copy whose bank its group has
+    used least so far (the first such). ``stats``: bank-conflict wavefronts per row (the most accesses
+    to one bank, summed over the row's gathers) with one copy and with the choice."""
+    dev = rowptr.device
+    r64 = rowptr.to(torch.int64)
+    m = r64.numel() - 1
+    nnz = int(r64[-1])
+    c64 = col[:nnz].to(torch.int64)
+    lengths = r64[1:] - r64[:-1]
+    rows = torch.repeat_interleave(torch.arange(m, device=dev), lengths)
+    i = torch.arange(nnz, device=dev, dtype=torch.int64)
+    pa, pe = r64[:-1] >> 4, (r64[1:] + 15) >> 4
+    lane_g = (i >> 4) - pa[rows]
+    passes = (pe - pa + 31) >> 5
+    base = torch.cumsum(passes, 0) - passes
+    gid = (base[rows] + (lane_g >> 5)) * 16 + (i & 15)
+    lane = lane_g & 31
+    groups = int(passes.sum()) * 16
+    word = c64 >> 1
+    odd = 2 * (word >> 5) + 1
+    ks = torch.arange(copies, device=dev, dtype=torch.int64)
+    load = torch.zeros(max(groups, 1), 32, dtype=torch.int32, device=dev)
+    before = torch.zeros_like(load)
+    choice = torch.zeros(nnz, dtype=torch.int64, device=dev)
+    order = torch.argsort(lane, stable=True)
+    counts = torch.bincount(lane, minlength=32).tolist()
+    start = 0
+    for cnt in counts:
+        idx = order[start:start + cnt]
+        start += cnt
+        if not cnt:
+            continue
+        g, w, o = gid[idx], word[idx], odd[idx]
+        banks = (w[:, None] + ks[None, :] * o[:, None]) & 31
+        k = load[g[:, None], banks].argmin(1)
+        load[g, banks.gather(1, k[:, None]).squeeze(1)] += 1
+        before[g, w & 31] += 1
+        choice[idx] = k
+    stride = _xr_stride(n)
+    pos = choice * stride + (word & ~31) + ((word + choice * odd) & 31)
+    out = 2 * pos + (c64 & 1)
+    stats = {"copies": copies, "wavefronts_per_row_one_copy": float(before.max(1).values.sum()) / max(m, 1),
+             "wavefronts_per_row": float(load.max(1).values.sum()) / max(m, 1), "gathers_per_row": groups / max(m, 1)}
+    return out, stats
 
 
 def fl_smem_bytes(rows: int, tiles: int, a_tiles: int = 2) -> int:
@@ -130,9 +201,10 @@ class MmaMixin:
         if kern not in ("xs1", "xs2", "xs4", *CSR16_XV_KERNELS) or not (self.use_mma and self.use_csr16) \
                 or self.kind not in ("csr", "generic"):
             return False
-        if self.sell is not None or not self.small or self.nnz < CSR16_MIN_MEAN * max(m, 1) or _xs_bytes(kern, n) > CSR16_XS_BYTES:
+        if self.sell is not None or not self.small or self.nnz < CSR16_MIN_MEAN * max(m, 1):
             return False
-        if kern.startswith("x12") and n > CSR16_X12_MAX_N:
+        if not (_xv_fits(kern, n, int(getattr(self, "csr16_copies", CSR16_XR_COPIES))) if kern in CSR16_XV_KERNELS
+                else 2 * n <= CSR16_XS_BYTES):
             return False
         v = self._values
         if v is None or v.dim() != 1 or v.data_ptr() % 16:
@@ -143,7 +215,11 @@ class MmaMixin:
         """:attr:`csr16_kernel` (default CSR16_KERNEL_DEFAULT) with "auto" resolved by n."""
         kern = getattr(self, "csr16_kernel", CSR16_KERNEL_DEFAULT)
         if kern == "auto":
-            kern = CSR16_AUTO[0] if self.shape[1] <= CSR16_X12_MAX_N else CSR16_AUTO[1]
+            n = self.shape[1]
+            for name in CSR16_AUTO:
+                if _xv_fits(name, n, int(getattr(self, "csr16_copies", CSR16_XR_COPIES))):
+                    return name
+            return "xv"
         return kern
 
     def _mma_layout(self) -> dict[str, Any] | None:
@@ -198,6 +274,21 @@ class MmaMixin:
             a, b = c.view(pairs, 8, 2).unbind(-1)
             got = torch.stack([a & 0xFF, (a >> 8) | ((b & 0xF) << 4), b >> 4], -1).to(torch.uint8).reshape(-1).contiguous()
             lay["col12"] = got
+        return got
+
+    def _xr_cols(self) -> torch.Tensor:
+        """csr16_xr's columns (:func:`xr_assign`) as uint16 bits, padded as the uint16 columns are; once per
+        pattern and number of copies."""
+        lay = self._mma_layout()
+        copies = int(getattr(self, "csr16_copies", CSR16_XR_COPIES))
+        got = lay.get(f"xr{copies}")
+        if got is None:
+            idx, stats = xr_assign(lay["rowptr"], self.col, self.shape[1], copies)
+            full = torch.zeros(lay["col"].numel(), dtype=torch.int64, device=self.device)
+            full[:self.nnz] = idx
+            got = torch.where(full >= 32768, full - 65536, full).to(torch.int16).contiguous()
+            lay[f"xr{copies}"] = got
+            lay["xr_stats"] = stats
         return got
 
     def _fl_ok(self) -> bool:
@@ -311,11 +402,18 @@ class MmaMixin:
             name = self._csr16_name()
             threads = int(getattr(self, "csr16_threads", CSR16_XV_THREADS))
             kern = kernel("mma", CSR16_XV_KERNELS[name], self.dtype, torch.int32, self.dev_index, 9)
-            col = self._col12() if name.startswith("x12") else lay["col"]
+            flags = int(getattr(self, "csr16_flags", 0))
+            copies = int(getattr(self, "csr16_copies", CSR16_XR_COPIES))
+            if name == "xr":
+                col = self._xr_cols()
+                flags |= (copies << 8) | (_xr_stride(n) << 16)
+            else:
+                col = self._col12() if name.startswith("x12") else lay["col"]
+            smem = -(-_xs_bytes(name, n, copies) // 16) * 16
+            _allow_smem(kern, self.dev_index, smem)
             kern((-(-m // (threads // 32)), 1), threads,
-                 (m, n, lay["rowptr"].data_ptr(), col.data_ptr(), v.data_ptr(), Xt.data_ptr(), bp, Yt.data_ptr(),
-                  int(getattr(self, "csr16_flags", 0))),
-                 shared=-(-_xs_bytes(name, n) // 16) * 16, device=self.dev_index)
+                 (m, n, lay["rowptr"].data_ptr(), col.data_ptr(), v.data_ptr(), Xt.data_ptr(), bp, Yt.data_ptr(), flags),
+                 shared=smem, device=self.dev_index)
             return
         if k == 1:  # csr16_xs: X in shared memory, 16 R rows per block of 512 threads
             rows = int(self._csr16_name()[2:])

@@ -209,8 +209,8 @@ def test_mma_cuda_graph_capture():
     assert rel_err(y, _ref(D, new, b.cpu())) < TOL[dtype]
 
 
-CSR16_KERNELS = ("warp", "xs1", "xs2", "xs4", "auto", "xv", "xvf", "x12", "x12f", "xva", "x12a", "xv/256", "x12/512",
-                 "x12f/128", "x12a/256")
+CSR16_KERNELS = ("warp", "xs1", "xs2", "xs4", "auto", "xv", "xvf", "x12", "x12f", "xva", "x12a", "xr", "xv/256", "x12/512",
+                 "x12f/128", "x12a/256", "xr/256", "xr:3", "xr:1")
 
 
 @gpu
@@ -226,11 +226,15 @@ def test_csr16_one_column(shape, dtype, kern):
     D = random_dense(m, n, dens, dtype, seed=n, empty_rows=3)
     plan = _plan(to_format(D, CSR, dtype, torch.int32))
     kern, _, threads = kern.partition("/")
+    kern, _, copies = kern.partition(":")
     plan.csr16_kernel = kern
     if threads:
         plan.csr16_threads = int(threads)
+    if copies:
+        plan.csr16_copies = int(copies)
     assert plan.use_csr16
-    runs = kern != "warp" and not (kern.startswith("x12") and n > 4096)
+    # the 12-bit columns take n <= 4096; 8 copies of X (xr's default) n <= 8128
+    runs = kern != "warp" and not (kern.startswith("x12") and n > 4096) and not (kern == "xr" and n > 8128 and copies in ("", "8"))
     assert plan._mma_ok(1) == runs
     x = _xt(1, n, dtype, 1).T.contiguous().cuda()
     b = _bias(m, dtype, 2).cuda()
@@ -244,7 +248,7 @@ def test_csr16_one_column(shape, dtype, kern):
 
 
 @gpu
-@pytest.mark.parametrize("kern", ("auto", "xv", "x12", "x12f", "xva", "x12a"))
+@pytest.mark.parametrize("kern", ("auto", "xv", "x12", "x12f", "xva", "x12a", "xr"))
 def test_csr16_xv_values_in_place_and_graph(kern):
     # the values are read where they lie (an in-place update is seen by the recorded launch), and the
     # launch is captured by a CUDA graph
@@ -281,7 +285,8 @@ def test_csr16_xv_kernels_compile_on_the_host():
     if c.nvrtc_missing() is not None:
         pytest.skip(c.nvrtc_missing() or "")
     names = ["csr16_xv", "csr16_xvf", "csr16_x12", "csr16_x12f", "csr16_xva", "csr16_x12a"] \
-        + [f"csr16_xv_d{f}" for f in (1, 2, 4, 8)] + [f"csr16_x12_d{f}" for f in (1, 2, 4)] + ["csr16_x12a_d1", "csr16_x12a_d4"]
+        + [f"csr16_xv_d{f}" for f in (1, 2, 4, 8)] + [f"csr16_x12_d{f}" for f in (1, 2, 4)] \
+        + ["csr16_x12a_d1", "csr16_x12a_d4", "csr16_xr", "csr16_xr_d1"]
     for value in ("float16", "bfloat16"):
         for arch in ("sm_80", "sm_90"):
             cubin = c.compile_cubin("mma", value, "int32", arch)

@@ -1080,6 +1080,12 @@ extern "C" __global__ void __launch_bounds__(512) csr16_warp(i64 m_, const int* 
 // Diagnostic builds (csr16_xv_d<F>, csr16_x12_d<F>, timing only, results not meaningful): F = 1
 // gathers X[lane] instead of X[column] (no bank conflicts), 2 no copy of X (and no barrier), 4 no
 // value / column loads (column 0), 8 returns at once (the launch of this grid shape).
+// csr16_xr: X in shared memory as R copies (flags bits 8..11: R; bits 16..: the copies' stride in 32-bit
+// words), copy c holding, in each block b of 32 words, word w at (w + c (2 b + 1)) mod 32: the same word
+// lies in R different banks. The columns are the plan's uint16 shared-memory indices (halves) into the
+// copy it chose per entry, so that the 32 lanes of one gather hit as few banks twice as it could find
+// (MmaMixin._xr_cols: greedy, once per pattern): the random-column bank conflicts of one 32-lane gather
+// (about 3 wavefronts for 26 random columns) drop to about 1.3. X's words are requested first.
 // "a" kernels (csr16_xva, csr16_x12a): griddepcontrol.wait first, then X's copy issued before the row
 // pointers as cp.async (16 bytes each, no registers; X 16-byte aligned, n % 8 == 0, else the plain copy),
 // so that X is in shared memory before the entries arrive and no warp waits at the barrier for it.
@@ -1128,7 +1134,7 @@ __device__ __forceinline__ unsigned xv_col(const unsigned* cw) {
   return (T & 1) ? (cw[T >> 1] >> 16) : (cw[T >> 1] & 0xffffu);
 }
 
-template <bool C12, bool XF, int F, bool XA = false>
+template <bool C12, bool XF, int F, bool XA = false, bool XR = false>
 __device__ __forceinline__ void csr16_xv_body(int m, int n, const int* __restrict__ rowptr, const void* __restrict__ colp,
                                               const val_t* __restrict__ val, const val_t* __restrict__ x,
                                               const val_t* __restrict__ bias, val_t* __restrict__ y, int flags) {
@@ -1149,6 +1155,18 @@ __device__ __forceinline__ void csr16_xv_body(int m, int n, const int* __restric
       cp_async_commit();
     }
   }
+  // XR: X's words requested first into registers (word 32 b + lane of X for the warp's blocks b of 32 words)
+  const int xr_copies = (flags >> 8) & 15, xr_stride = (int)((unsigned)flags >> 16);
+  const int nw = n >> 1, nblk = (nw + 31) >> 5, wpb = (int)(blockDim.x >> 5);
+  unsigned xw[2] = {0u, 0u};
+  if (XR) {
+    xv_wait();
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int w = 32 * (warp + u * wpb) + lane;
+      if (warp + u * wpb < nblk && w < nw) xw[u] = RO(reinterpret_cast<const unsigned*>(x) + w);
+    }
+  }
   int s = 0, e = 0;
   if (row < m) {
     s = RO(rowptr + row);
@@ -1160,10 +1178,24 @@ __device__ __forceinline__ void csr16_xv_body(int m, int n, const int* __restric
   for (int i = 0; i < 8; ++i) vw[i] = cw[i] = 0u;
   const bool first = row < m && pa + lane < pe;
   if (!(F & XV_NOLOAD) && first) xv_load_cols<C12>(pa + lane, colp, cw);
-  if (!XA) xv_wait();
+  if (!XA && !XR) xv_wait();
   if (!(F & XV_NOLOAD) && first) xv_load_vals(pa + lane, e, val, vw);
   if (!(F & XV_NOXCOPY)) {
-    if (XA && xvec) {
+    if (XR) {
+      // copy c of X: in each block b of 32 words, word w at (w + c (2 b + 1)) mod 32; a warp writes 32
+      // words of one block per store (32 banks); copies xr_stride words apart
+      unsigned* xs32 = reinterpret_cast<unsigned*>(xs_raw);
+      for (int b = warp; b < nblk; b += wpb) {
+        const int w = 32 * b + lane;
+        unsigned v;
+        if (b < 2 * wpb) {
+          v = b < wpb ? xw[0] : xw[1];
+        } else {
+          v = w < nw ? RO(reinterpret_cast<const unsigned*>(x) + w) : 0u;
+        }
+        for (int c = 0; c < xr_copies; ++c) xs32[c * xr_stride + 32 * b + ((lane + c * (2 * b + 1)) & 31)] = v;
+      }
+    } else if (XA && xvec) {
       cp_async_wait<0>();
     } else if (XF) {
       float* xf = reinterpret_cast<float*>(xs_raw);
@@ -1219,11 +1251,11 @@ __device__ __forceinline__ void csr16_xv_body(int m, int n, const int* __restric
   if (row < m && lane == 0) y[row] = st(acc + (bias ? ld(RO(bias + row)) : 0.f));
 }
 
-#define CSR16_XV(NAME, C12, XF, F, XA)                                                                              \
+#define CSR16_XV(NAME, C12, XF, F, XA, ...)                                                                         \
   extern "C" __global__ void __launch_bounds__(1024) NAME(i64 m, i64 n, const int* rowptr, const void* col,         \
                                                           const val_t* val, const val_t* x, const val_t* bias,      \
                                                           val_t* y, i64 flags) {                                    \
-    csr16_xv_body<C12, XF, F, XA>((int)m, (int)n, rowptr, col, val, x, bias, y, (int)flags);                       \
+    csr16_xv_body<C12, XF, F, XA, ##__VA_ARGS__>((int)m, (int)n, rowptr, col, val, x, bias, y, (int)flags);        \
   }
 CSR16_XV(csr16_xv, false, false, 0, false)
 CSR16_XV(csr16_xvf, false, true, 0, false)
@@ -1240,6 +1272,8 @@ CSR16_XV(csr16_x12_d2, true, false, 2, false)
 CSR16_XV(csr16_x12_d4, true, false, 4, false)
 CSR16_XV(csr16_x12a_d1, true, false, 1, true)
 CSR16_XV(csr16_x12a_d4, true, false, 4, true)
+CSR16_XV(csr16_xr, false, false, 0, false, true)
+CSR16_XV(csr16_xr_d1, false, false, 1, false, true)
 #undef CSR16_XV
 
 #endif  // VAL_KIND <= 1
