@@ -101,6 +101,18 @@ __device__ __forceinline__ acc_t chunk_lds(unsigned a) {
   return r;
 }
 
+// Ask L2 for unit u's values and gap bytes (no register holds them; the lines of 8 lanes' gaps are one request).
+template <int U, int B>
+__device__ __forceinline__ void chunk_prefetch(const unsigned char* gw, const val_t* val, int u) {
+  constexpr unsigned VB = U * sizeof(val_t), NB = ChunkUnit<U, B>::NB;  // bytes per unit
+  // one request per 128-byte line: the lane whose unit holds the line's first byte (or every lane, units of 128 or more)
+  if (VB >= 128 || ((unsigned)u * VB) % 128u < VB) {
+#pragma unroll
+    for (unsigned o = 0; o < (VB + 127) / 128; ++o) asm volatile("prefetch.global.L2 [%0];" ::"l"(val + (size_t)u * U + o * 128 / sizeof(val_t)));
+  }
+  if (NB >= 128 || ((unsigned)u * NB) % 128u < NB) asm volatile("prefetch.global.L2 [%0];" ::"l"(gw + (size_t)u * NB));
+}
+
 template <int B>
 __device__ __forceinline__ unsigned chunk_field(const unsigned* w, int t) {
   return (w[(t * B) >> 5] >> ((t * B) & 31)) & (B >= 32 ? FULL : ((1u << B) - 1u));
@@ -114,8 +126,9 @@ __device__ __forceinline__ acc_t chunk_x(const acc_t* xs, const val_t* __restric
 
 // NC (benchmarking only, wrong results): B = 4 with X in shared memory, the gathers read
 // xs[lane + 64 j + (column >> 7)] instead (conflict-free, same decode): the cost of bank conflicts.
-// PF (a variant): each lane also asks L2 to prefetch its unit of the step after next
-// (prefetch.global.L2: no register holds it), so a step's loads mostly find their lines in L2.
+// PF (a variant): each lane also asks L2 to prefetch its unit of the step after next, and at a
+// row's start the next row's second step (prefetch.global.L2: no register holds them), so a
+// step's loads mostly find their lines in L2.
 template <int U, int B, bool SMEM, bool NC = false, bool PF = false>
 __device__ __forceinline__ void delta_chunk_body(int m, int n, int nnz, const idx_t* __restrict__ rowptr,
                                                  const unsigned char* __restrict__ gw, const val_t* __restrict__ val,
@@ -173,6 +186,7 @@ __device__ __forceinline__ void delta_chunk_body(int m, int n, int nnz, const id
       q1 = (int)RO(rowptr + nrow + 1);
     }
     int v0 = q0 / U, v1 = (q1 + U - 1) / U;
+    if (PF && v0 + 32 + lane < v1) chunk_prefetch<U, B>(gw, val, v0 + 32 + lane);  // the next row's second step
     int base = u0 * U - p0;  // the column "before" the row's first unit: its entries before p0 step by 1
     acc_t s = 0, s2 = 0;  // two sums: shorter FMA chains
     if (u0 >= u1 && v0 + lane < v1) chunk_load<U, B>(gw, val, v0 + lane, nnz, nx);  // an empty row
@@ -182,11 +196,7 @@ __device__ __forceinline__ void delta_chunk_body(int m, int n, int nnz, const id
       CU cur = nx;
       if (ub + 32 < u1) {
         if (u + 32 < u1) chunk_load<U, B>(gw, val, u + 32, nnz, nx);
-        if (PF && u + 64 < u1) {
-          asm volatile("prefetch.global.L2 [%0];" ::"l"(val + (size_t)(u + 64) * U));
-          if constexpr (U * sizeof(val_t) > 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(val + (size_t)(u + 64) * U + 128 / sizeof(val_t)));
-          if ((lane & 7) == 0) asm volatile("prefetch.global.L2 [%0];" ::"l"(gw + (size_t)(u + 64) * ChunkUnit<U, B>::NB));
-        }
+        if (PF && u + 64 < u1) chunk_prefetch<U, B>(gw, val, u + 64);
       } else if (v0 + lane < v1) {
         chunk_load<U, B>(gw, val, v0 + lane, nnz, nx);
       }
