@@ -18,8 +18,9 @@ from .layout import BLOCK, DELTA_SMEM_BLOCK, DELTA_SMEM_BYTES, DELTA_VARIANTS, R
 __all__ = ["DeltaMixin", "CHUNK_VARIANTS", "DELTA_PLAN_DEFAULT"]
 
 #: the "chunk" kernels (kernels/delta.cu, k = 1 only; k > 1 runs "packed"): "chunk" picks the unit
-#: (16 entries per lane for the half types and float32, 8 for float64), "chunk8" / "chunk16" fix it
-CHUNK_VARIANTS = ("chunk", "chunk8", "chunk16")
+#: (16 entries per lane for the half types and float32, 8 for float64), "chunk8" / "chunk16" fix it;
+#: "_pf": with L2 prefetches of the step after next
+CHUNK_VARIANTS = ("chunk", "chunk8", "chunk16", "chunk_pf", "chunk8_pf", "chunk16_pf")
 #: the default DELTA variant of a plan whose offsets fit 32 bits
 DELTA_PLAN_DEFAULT = "chunk"
 #: threads per block of the chunk kernels (kernels/delta.cu DELTA_CHUNK_BLOCK) and the pads of X
@@ -38,9 +39,9 @@ class DeltaMixin:
 
     def _chunk_unit(self) -> int:
         """Entries per lane of the chunk kernel this plan runs."""
-        if self.variant == "chunk8":
+        if self.variant.startswith("chunk8"):
             return 8
-        if self.variant == "chunk16":
+        if self.variant.startswith("chunk16"):
             return 16
         return 8 if self.dtype == torch.float64 else 16
 
@@ -54,7 +55,7 @@ class DeltaMixin:
             unit = self._chunk_unit()
             acc = 8 if self.dtype == torch.float64 else 4
             smem = (n + 2 * CHUNK_PAD) * acc
-            name = f"delta_c{unit}_b{self.bits}" + ("_smem" if smem <= DELTA_SMEM_BYTES else "")
+            name = f"delta_c{unit}_b{self.bits}" + ("_smem" if smem <= DELTA_SMEM_BYTES else "") + ("_pf" if variant.endswith("_pf") else "")
             kern = kernel("delta", name, self.dtype, self.idx, dev, 8)
             per_sm = 1 if (self.dtype == torch.float64 and unit == 16) else 2
             grid = max(1, min(-(-m // (CHUNK_BLOCK // 32)), per_sm * _sm_count(dev)))

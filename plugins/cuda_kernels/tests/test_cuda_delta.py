@@ -17,7 +17,7 @@ from sparsetorch_cuda import compile as c
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 BITS = (1, 2, 4, 8, 16)
-CHUNK_NAMES = [f"delta_c{u}_b{b}{s}" for u in (8, 16) for b in BITS for s in ("", "_smem")]
+CHUNK_NAMES = [f"delta_c{u}_b{b}{s}{p}" for u in (8, 16) for b in BITS for s in ("", "_smem") for p in ("", "_pf")]
 _MISSING = c.nvrtc_missing()
 
 
@@ -49,7 +49,7 @@ def _x(rows, k, dtype, seed):
 @gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
 @pytest.mark.parametrize("bits", BITS)
-@pytest.mark.parametrize("variant", ("chunk8", "chunk16"))
+@pytest.mark.parametrize("variant", ("chunk8", "chunk16", "chunk8_pf", "chunk16_pf"))
 def test_chunk_matches_dense(variant, bits, dtype):
     # ragged sizes; empty rows; dense rows of 1501 entries (several warp steps of 32 units);
     # a sparse part whose gaps overflow b bits (explicit padding entries); X in shared memory
@@ -72,12 +72,13 @@ def test_chunk_matches_dense(variant, bits, dtype):
 @gpu
 @pytest.mark.parametrize("dtype", (torch.float16, torch.float64), ids=("float16", "float64"))
 @pytest.mark.parametrize("bits", (4, 16))
-def test_chunk_x_in_global_memory(bits, dtype):
+@pytest.mark.parametrize("variant", ("chunk", "chunk_pf"))
+def test_chunk_x_in_global_memory(variant, bits, dtype):
     # n = 13000: (n + 32) * sizeof(acc) > 48 KB, so X is read from global memory (columns clamped)
     D = random_dense(40, 13000, 0.2, dtype, seed=11, empty_rows=2)
     A = to_format(D, DELTA(bits), dtype, torch.int32)
-    plan = _plan(A)
-    assert plan.variant == "chunk"
+    plan = _plan(A, variant)
+    assert plan.variant == variant
     X = _x(13000, 1, dtype, 12).cuda()
     assert rel_err(plan.apply(X), D @ X.double().cpu()) < TOL[dtype]
 

@@ -281,8 +281,9 @@ __device__ __forceinline__ void delta_chunk_body(int m, int n, int nnz, const id
   }
 }
 
-// delta_c<U>_b<B>[_smem]: units of U entries per lane, b = B; "_smem": X in shared memory (the
-// host passes (n + 2 * DPAD) * sizeof(acc_t) bytes of dynamic shared memory).
+// delta_c<U>_b<B>[_smem][_pf]: units of U entries per lane, b = B; "_smem": X in shared memory (the
+// host passes (n + 2 * DPAD) * sizeof(acc_t) bytes of dynamic shared memory); "_pf": with the L2
+// prefetches (PF above).
 #if VAL_KIND == 3
 #define DELTA_CHUNK_MIN_BLOCKS 1
 #else
@@ -294,9 +295,11 @@ __device__ __forceinline__ void delta_chunk_body(int m, int n, int nnz, const id
            val_t* y) {                                                                                                 \
     delta_chunk_body<U, B, SMEM __VA_ARGS__>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y);                         \
   }
-#define DELTA_CHUNK(U, B)                          \
-  DELTA_CHUNK1(delta_c##U##_b##B, U, B, false)     \
-  DELTA_CHUNK1(delta_c##U##_b##B##_smem, U, B, true)
+#define DELTA_CHUNK(U, B)                                          \
+  DELTA_CHUNK1(delta_c##U##_b##B, U, B, false)                     \
+  DELTA_CHUNK1(delta_c##U##_b##B##_smem, U, B, true)               \
+  DELTA_CHUNK1(delta_c##U##_b##B##_pf, U, B, false, , false, true) \
+  DELTA_CHUNK1(delta_c##U##_b##B##_smem_pf, U, B, true, , false, true)
 DELTA_CHUNK(8, 1)
 DELTA_CHUNK(8, 2)
 DELTA_CHUNK(8, 4)
@@ -310,6 +313,3 @@ DELTA_CHUNK(16, 16)
 // benchmarking only (wrong results): conflict-free gathers, see NC above
 DELTA_CHUNK1(delta_c16_b4_smem_nc, 16, 4, true, , true)
 DELTA_CHUNK1(delta_c8_b4_smem_nc, 8, 4, true, , true)
-// a variant: L2 prefetch of the step after next (PF above)
-DELTA_CHUNK1(delta_c16_b4_smem_pf, 16, 4, true, , false, true)
-DELTA_CHUNK1(delta_c8_b4_smem_pf, 8, 4, true, , false, true)
