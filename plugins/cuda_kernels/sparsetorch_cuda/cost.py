@@ -229,6 +229,14 @@ def _kind_of(request: Request) -> tuple[str, int | None, int]:
     return kind, delta_bits(fmt), 1
 
 
+def _slots_in_row_order(fmt: Any) -> bool:
+    """Whether a format's value slots hold its entries in row-major order, one slot per entry
+    (a sorted COO: every level ordered, level k is dimension k): the CSR the plan makes from its
+    pattern then takes the values as they lie, no gather per value set (``_build_generic`` checks
+    the order once per pattern; this is the format-level promise the estimate relies on)."""
+    return fmt is not None and fmt.ndim == 2 and not fmt.num_batch_levels and fmt.is_identity and fmt.is_ordered
+
+
 def spmm_cost(rates: Rates, request: Request) -> tuple[float, int, float, str]:
     """(seconds, peak extra bytes, setup seconds, kind) of one product with the request's columns."""
     A = request.A
@@ -265,8 +273,9 @@ def spmm_cost(rates: Rates, request: Request) -> tuple[float, int, float, str]:
     peak = m * k * vs * batch
     setup = 0.0
     if kind == "generic":
-        gather = nse * (2 * vs + 8) * batch
-        seconds += rates.seconds(bytes=gather, launches=1)
+        if not _slots_in_row_order(A.format):  # else the CSR made from the pattern reads A's values as they lie
+            gather = nse * (2 * vs + 8) * batch
+            seconds += rates.seconds(bytes=gather, launches=1)
         setup = rates.seconds(bytes=20 * 8 * nse, launches=20)  # the sort of the entries, once per pattern
         peak += nse * (vs + isz + 8)
     elif kind in ("delta", "nm"):
