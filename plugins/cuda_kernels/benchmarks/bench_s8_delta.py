@@ -1,6 +1,6 @@
 """Session 8: the DELTA(b) chunk kernels (kernels/delta.cu) against dense cuBLAS GEMV, one run.
 
-    python plugins/cuda_kernels/benchmarks/bench_s8_delta.py --out DIR [--size 8192] [--dtypes float16,bfloat16]
+    python plugins/cuda_kernels/benchmarks/bench_s8_delta.py --out DIR [--size 8192] [--dtypes float16,bfloat16] [--diagnose]
 
 8192 x 8192 random patterns at 50 % and 10 % density, one right-hand side; kernel time = 20 calls
 captured in a CUDA graph, replayed, median of 10 replays (bench_cuda_kernels.graph_time), every
@@ -34,6 +34,10 @@ import bench_cuda_kernels as B  # noqa: E402
 from common import copy_bandwidth  # noqa: E402
 
 
+#: --diagnose: also the variants measured and dropped in runs 1-2 (conflict-free gathers, X from global memory, grids, L2 prefetch)
+DIAGNOSE = False
+
+
 def _delta_bytes(m: int, n: int, nse: int, vs: int, bits: int) -> float:
     return nse * vs + nse * bits / 8 + (m + 1) * 4 + (m + n) * vs
 
@@ -56,9 +60,11 @@ def run(tab: B.Table, size: int, dtypes: list[torch.dtype]) -> None:
             extra = {"dtype": name, "density": density, "k": 1}
             tab.record(case, "dense cuBLAS GEMV", lambda W=W: W @ x, lambda W=W: W @ x, ref, size * size * vs + 2 * size * vs, **extra)
             S = st.SparseTensor.from_dense(W, mask=mask)
-            fmts = [(4, None), (4, "chunk16"), (4, "chunk8"), (4, "chunk16_pf"), (4, "chunk8_pf"), (4, "packed")]
+            fmts = [(4, None), (4, "chunk16"), (4, "chunk8_o3"), (4, "packed")]
+            if DIAGNOSE:
+                fmts += [(4, "chunk8"), (4, "chunk16_pf"), (4, "chunk8_pf")]
             if density < 0.3:
-                fmts += [(8, None), (8, "chunk8"), (8, "chunk16_pf"), (8, "packed")]
+                fmts += [(8, None), (8, "chunk16"), (8, "packed")]
             conv: dict = {}
             for bits, variant in fmts:
                 A = conv.get(bits)
@@ -71,7 +77,7 @@ def run(tab: B.Table, size: int, dtypes: list[torch.dtype]) -> None:
                 nb = _delta_bytes(size, size, nse, vs, bits)
                 tab.record(case, label, lambda p=p: p.apply(x), lambda p=p: p.apply(x), ref, nb, stored=nse,
                            padding=nse - int(mask.sum()), **extra)
-                if bits == 4 and variant in ("chunk16", "chunk8"):
+                if DIAGNOSE and bits == 4 and variant in ("chunk16", "chunk8"):
                     unit = 16 if variant == "chunk16" else 8
                     sm = torch.cuda.get_device_properties(0).multi_processor_count
                     y = torch.empty(size, 1, device="cuda", dtype=dtype)
@@ -109,7 +115,10 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=8192)
     ap.add_argument("--dtypes", default="float16,bfloat16")
     ap.add_argument("--reps", type=int, default=21)
+    ap.add_argument("--diagnose", action="store_true")
     a = ap.parse_args()
+    global DIAGNOSE
+    DIAGNOSE = a.diagnose
     bw = copy_bandwidth()
     print(f"copy bandwidth {bw['bytes_per_s'] / 1e12:.2f} TB/s", flush=True)
     tab = B.Table(bw["bytes_per_s"], a.reps)

@@ -17,10 +17,11 @@ from .layout import BLOCK, DELTA_SMEM_BLOCK, DELTA_SMEM_BYTES, DELTA_VARIANTS, R
 
 __all__ = ["DeltaMixin", "CHUNK_VARIANTS", "DELTA_PLAN_DEFAULT"]
 
-#: the "chunk" kernels (kernels/delta.cu, k = 1 only; k > 1 runs "packed"): "chunk" picks the unit
-#: (16 entries per lane for the half types and float32, 8 for float64), "chunk8" / "chunk16" fix it;
-#: "_pf": with L2 prefetches of the step after next
-CHUNK_VARIANTS = ("chunk", "chunk8", "chunk16", "chunk_pf", "chunk8_pf", "chunk16_pf")
+#: the "chunk" kernels (kernels/delta.cu, k = 1 only; k > 1 runs "packed"): "chunk" takes units of
+#: 8 entries per lane, "chunk8" / "chunk16" fix the unit;
+#: "_pf": with L2 prefetches of the step after next; "chunk8_o3": units of 8 compiled for three blocks
+#: per SM (b = 4, X in shared memory, not float64; otherwise it runs as "chunk8")
+CHUNK_VARIANTS = ("chunk", "chunk8", "chunk16", "chunk_pf", "chunk8_pf", "chunk16_pf", "chunk8_o3")
 #: the default DELTA variant of a plan whose offsets fit 32 bits
 DELTA_PLAN_DEFAULT = "chunk"
 #: threads per block of the chunk kernels (kernels/delta.cu DELTA_CHUNK_BLOCK) and the pads of X
@@ -43,7 +44,7 @@ class DeltaMixin:
             return 8
         if self.variant.startswith("chunk16"):
             return 16
-        return 8 if self.dtype == torch.float64 else 16
+        return 8  # measured: 8 is faster than 16 for the half types at 50 % and 10 % (results/cuda_delta_h200_s8_delta.json)
 
     def _launch_delta(self, v: torch.Tensor, x: torch.Tensor, y: torch.Tensor, k: int, fits: bool) -> None:
         """``y = A x`` for DELTA(b); ``fits``: the 32-bit kernels apply (nnz, m * k, n * k < 2^31 - 1024)."""
@@ -56,8 +57,10 @@ class DeltaMixin:
             acc = 8 if self.dtype == torch.float64 else 4
             smem = (n + 2 * CHUNK_PAD) * acc
             name = f"delta_c{unit}_b{self.bits}" + ("_smem" if smem <= DELTA_SMEM_BYTES else "") + ("_pf" if variant.endswith("_pf") else "")
-            kern = kernel("delta", name, self.dtype, self.idx, dev, 8)
             per_sm = 1 if (self.dtype == torch.float64 and unit == 16) else 2
+            if variant == "chunk8_o3" and name == "delta_c8_b4_smem" and self.dtype != torch.float64:
+                name, per_sm = name + "_o3", 3
+            kern = kernel("delta", name, self.dtype, self.idx, dev, 8)
             grid = max(1, min(-(-m // (CHUNK_BLOCK // 32)), per_sm * _sm_count(dev)))
             kern((grid, 1), CHUNK_BLOCK,
                  (m, n, self.nnz, self.rowptr.data_ptr(), self.words.data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr()),

@@ -29,7 +29,7 @@ def test_delta_source_compiles_on_the_host(value, index, arch):
     assert "delta" in c.SOURCES
     cubin = c.compile_cubin("delta", value, index, arch)
     assert cubin[:4] == b"\x7fELF"
-    for name in CHUNK_NAMES:
+    for name in CHUNK_NAMES + (["delta_c8_b4_smem_o3"] if value != "float64" else []):
         assert name.encode() + b"\x00" in cubin, f"delta.cu does not export {name} for {value}/{index}/{arch}"
 
 
@@ -49,7 +49,7 @@ def _x(rows, k, dtype, seed):
 @gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
 @pytest.mark.parametrize("bits", BITS)
-@pytest.mark.parametrize("variant", ("chunk8", "chunk16", "chunk8_pf", "chunk16_pf"))
+@pytest.mark.parametrize("variant", ("chunk8", "chunk16", "chunk8_pf", "chunk16_pf", "chunk8_o3"))
 def test_chunk_matches_dense(variant, bits, dtype):
     # ragged sizes; empty rows; dense rows of 1501 entries (several warp steps of 32 units);
     # a sparse part whose gaps overflow b bits (explicit padding entries); X in shared memory
@@ -85,14 +85,15 @@ def test_chunk_x_in_global_memory(variant, bits, dtype):
 
 @gpu
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("float16", "bfloat16"))
-def test_chunk_low_sparsity_rows_and_misaligned_x(dtype):
+@pytest.mark.parametrize("variant", (None, "chunk16", "chunk8_o3"))
+def test_chunk_low_sparsity_rows_and_misaligned_x(variant, dtype):
     # 50 % and 10 % dense rows (the benchmark's shape, smaller), rows starting at every offset of a
     # unit; an X at an odd address (the fill's scalar path) and a 1-D X through st.matmul
     for dens in (0.5, 0.1):
         D = random_dense(97, 2048 + 5, dens, dtype, seed=int(dens * 10), empty_rows=3)
         A = to_format(D, DELTA(4), dtype, torch.int32)
-        plan = _plan(A)
-        assert plan.variant == "chunk"
+        plan = _plan(A, variant)
+        assert plan.variant == (variant or "chunk")
         buf = _x(2054, 1, dtype, 21).cuda()
         X = buf[1:]  # 2 bytes past a 16-byte boundary
         assert X.data_ptr() % 16 != 0

@@ -289,8 +289,9 @@ __device__ __forceinline__ void delta_chunk_body(int m, int n, int nnz, const id
 #else
 #define DELTA_CHUNK_MIN_BLOCKS 2
 #endif
-#define DELTA_CHUNK1(NAME, U, B, SMEM, ...)                                                                            \
-  extern "C" __global__ void __launch_bounds__(DELTA_CHUNK_BLOCK, DELTA_CHUNK_MIN_BLOCKS)                              \
+#define DELTA_CHUNK1(NAME, U, B, SMEM, ...) DELTA_CHUNK1M(NAME, DELTA_CHUNK_MIN_BLOCKS, U, B, SMEM, __VA_ARGS__)
+#define DELTA_CHUNK1M(NAME, MINB, U, B, SMEM, ...)                                                                     \
+  extern "C" __global__ void __launch_bounds__(DELTA_CHUNK_BLOCK, MINB)                                                \
       NAME(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned char* gw, const val_t* val, const val_t* x,      \
            val_t* y) {                                                                                                 \
     delta_chunk_body<U, B, SMEM __VA_ARGS__>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y);                         \
@@ -313,3 +314,7 @@ DELTA_CHUNK(16, 16)
 // benchmarking only (wrong results): conflict-free gathers, see NC above
 DELTA_CHUNK1(delta_c16_b4_smem_nc, 16, 4, true, , true)
 DELTA_CHUNK1(delta_c8_b4_smem_nc, 8, 4, true, , true)
+// a variant ("chunk8_o3"): three blocks of 512 threads per SM (at most 40 registers), units of 8
+#if VAL_KIND != 3
+DELTA_CHUNK1M(delta_c8_b4_smem_o3, 3, 8, 4, true)
+#endif
