@@ -5,10 +5,12 @@
 8192 x 8192 random patterns at 50 % and 10 % density, one right-hand side; kernel time = 20 calls
 captured in a CUDA graph, replayed, median of 10 replays (bench_cuda_kernels.graph_time), every
 row of the JSON from this one run: dense ``W @ x`` (cuBLAS GEMV), DELTA(4) with the plan's default
-("chunk"), the chunk kernels with units of 16 and 8 entries, the earlier "packed" kernel, DELTA(8)
-at 10 %, CSR int32; and, for diagnosis only (wrong results, no error column), the chunk kernels
-with conflict-free gathers (``_nc``: what the shared-memory bank conflicts cost). Floor = bytes /
-copy bandwidth of this run; relative errors against a float64 product of the same rounded inputs.
+("chunk"), "chunk16", "chunk8_o3", the earlier "packed" kernel, DELTA(8) at 10 %, CSR int32.
+``--diagnose`` adds what runs 1-2 measured and dropped: "chunk8", the L2-prefetch variants, and
+direct launches of the chunk kernels with conflict-free gathers (``_nc``: wrong results, no error
+column; what the shared-memory bank conflicts cost), X from global memory, other grids. Floor =
+bytes / copy bandwidth of this run; relative errors against a float64 product of the same
+rounded inputs.
 """
 
 from __future__ import annotations
