@@ -173,7 +173,8 @@ def _write(args, results: list) -> None:
         from sparsetorch_cuda import _mma  # noqa: PLC0415
 
         doc["cuda_csr16_kernel"] = {"kernel": _mma.CSR16_KERNEL_DEFAULT, "auto": list(_mma.CSR16_AUTO),
-                                    "threads": _mma.CSR16_XV_THREADS}
+                                    "threads": _mma.CSR16_XV_THREADS,
+                                    "threads_by_kernel": dict(_mma.CSR16_XV_THREADS_BY)}
     except ImportError:
         pass
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -23,8 +23,9 @@ from .layout import (CSR16_MIN_MEAN, INT_LIMIT, MMA_MAX_TILES, MMA_MIN_K, _GRID_
 #: (csr16_xs<R>: X copied into shared memory, R rows per warp) or "warp" (the plan's csr16_warp, X
 #: gathered through the read-only cache)
 CSR16_KERNEL_DEFAULT = "auto"
-#: what "auto" runs: the first of these that takes n (:func:`_xv_fits`)
-CSR16_AUTO = ("xr", "x12a", "xva")
+#: what "auto" runs: the first of these that takes n (:func:`_xv_fits`). "xr" measured slower
+#: (notes/s8_llm.md: 4.50 against 3.81 µs on 4096², 10.35 against 7.15 on 4096 -> 11008)
+CSR16_AUTO = ("x12a", "xva")
 #: X of at most this many bytes goes to shared memory in csr16_xs (no opt-in needed)
 CSR16_XS_BYTES = 48 * 1024
 #: the session-8 batch-1 kernels (csr16_xv*: a lane per aligned pair of 8-entry chunks; "f": X in
@@ -33,9 +34,10 @@ CSR16_XV_KERNELS = {"xv": "csr16_xv", "xvf": "csr16_xvf", "x12": "csr16_x12", "x
                     "x12a": "csr16_x12a", "xr": "csr16_xr"}
 #: copies of X in shared memory for csr16_xr (``plan.csr16_copies`` overrides; 1..15)
 CSR16_XR_COPIES = 8
-#: threads per block of csr16_xv* (a warp per row; 1024 measured faster than 512 and 256 on both
-#: LLM layers, llm_s8_bench_call1.json)
+#: threads per block of csr16_xv* (a warp per row; 1024 measured faster than 512 and 256 for xv / x12,
+#: cuda_kernels_h200_run1_s8_llm.json), per kernel where another measured faster (x12a: 512, runs 2-3)
 CSR16_XV_THREADS = 1024
+CSR16_XV_THREADS_BY = {"x12a": 512}
 #: csr16_xv* with 12-bit columns take n up to this
 CSR16_X12_MAX_N = 4096
 #: the tensor-core kernel of CSR patterns (``plan.mma_kernel``): "auto" (:meth:`MmaMixin.fl_kind`),
@@ -400,7 +402,7 @@ class MmaMixin:
         if k == 1 and self._csr16_name() in CSR16_XV_KERNELS:
             # csr16_xv*: X in shared memory, a warp per row, a lane per pair of 8-entry chunks
             name = self._csr16_name()
-            threads = int(getattr(self, "csr16_threads", CSR16_XV_THREADS))
+            threads = int(getattr(self, "csr16_threads", CSR16_XV_THREADS_BY.get(name, CSR16_XV_THREADS)))
             kern = kernel("mma", CSR16_XV_KERNELS[name], self.dtype, torch.int32, self.dev_index, 9)
             flags = int(getattr(self, "csr16_flags", 0))
             copies = int(getattr(self, "csr16_copies", CSR16_XR_COPIES))
