@@ -2,8 +2,8 @@
 # One device call (session 8, the lead's final run of the integrated tree): install the carried
 # peer wheels (.whl/: nvmath-python, torch-sla) and the plugins, compile every kernel module in
 # parallel (NVRTC, into the disk cache), run the GPU suite's cases that carry issue 16's goals
-# side by side (spmv with the cuda rows and UST, cuda_kernels, cg_1m, cg_1g), then the cuda
-# plugin's GPU tests and the core's GPU tests. Results under $OUT.
+# side by side (spmv with the cuda rows and UST, cuda_kernels, cg_1m, cg_1g) after the cuda
+# plugin's GPU tests and the core's GPU tests (TEST_FILES). Results under $OUT.
 #   SUITE_CASES=..., SUITE_TIMEOUT=..., TEST_TIMEOUT=..., TESTS=0 / SUITE=0 skip a part.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1
@@ -26,15 +26,15 @@ with cf.ProcessPoolExecutor(16) as ex:
     list(ex.map(c.cubin, *zip(*[(s, v, i, arch) for s, v, i in jobs])))
 print(f"compiled {len(jobs)} modules in {time.time() - t0:.1f} s", flush=True)
 PY
-if [ "${SUITE:-1}" = 1 ]; then
-  timeout "${SUITE_TIMEOUT:-330}" python3 benchmarks/gpu/suite.py --out "$OUT" --prefix gpu_suite_s8 \
-    --cases "${SUITE_CASES:-spmv,cuda_kernels,cg_1m,cg_1g}" 2>&1 | tee "$OUT/gpu_suite_s8_log.txt" | cut -c1-180 | tail -150
-fi
 if [ "${TESTS:-1}" = 1 ]; then
-  timeout "${TEST_TIMEOUT:-200}" python3 -m pytest -q -p no:cacheprovider -W ignore --tb=short plugins/cuda_kernels/tests \
-    tests/test_nn_gpu_planned.py tests/test_memory_safety.py tests/test_ust_semantics.py tests/test_convert_direct.py \
+  timeout "${TEST_TIMEOUT:-200}" python3 -m pytest -q -p no:cacheprovider -W ignore --tb=short ${TEST_FILES:-plugins/cuda_kernels/tests \
+    tests/test_nn_gpu_planned.py tests/test_memory_safety.py tests/test_ust_semantics.py tests/test_convert_direct.py} \
     > "$OUT/pytest_h200_s8_final.txt" 2>&1
   echo "pytest exit $?"
   grep -E "^(FAILED|ERROR)" "$OUT/pytest_h200_s8_final.txt" | head -40
   tail -3 "$OUT/pytest_h200_s8_final.txt"
+fi
+if [ "${SUITE:-1}" = 1 ]; then
+  timeout "${SUITE_TIMEOUT:-330}" python3 benchmarks/gpu/suite.py --out "$OUT" --prefix gpu_suite_s8 \
+    --cases "${SUITE_CASES:-spmv,cuda_kernels,cg_1m,cg_1g}" 2>&1 | tee "$OUT/gpu_suite_s8_log.txt" | cut -c1-180 | tail -150
 fi

@@ -24,7 +24,7 @@ EXPECTED = {
                   + [f"bsr_vec{v}" for v in (1, 2, 4, 8, 16, 32)],
     "mma": ["add_bias"],
     # the DELTA(b) chunk kernels (one right-hand side): U entries per lane and step, X in shared memory or not
-    "delta": [f"delta_c{u}_b{b}{s}" for u in (8, 16) for b in (1, 2, 4, 8, 16) for s in ("", "_smem")],
+    "delta": [f"delta_c{u}_b{b}{s}{p}" for u in (8, 16) for b in (1, 2, 4, 8, 16) for s in ("", "_smem") for p in ("", "_pf")],
 }
 #: kernels of the half types only; the cluster sizes 2..8 for sm_90 and later
 EXPECTED_HALF = {"mma": [f"spmm_mma{f}{r}_s1" for f in ("", "24") for r in ("", "_r64")] + ["csr16_xs1", "csr16_xs2", "csr16_xs4"]}

@@ -139,3 +139,35 @@ def test_chunk_single_row_and_tiny():
         assert rel_err(plan.apply(X), D @ X.double().cpu()) < TOL[torch.float32] or not D.any()
         if not D.any():
             assert torch.count_nonzero(plan.apply(X)) == 0
+
+
+@gpu
+@pytest.mark.parametrize("dtype", (torch.float16, torch.float32, torch.float64), ids=("float16", "float32", "float64"))
+@pytest.mark.parametrize("bits", (4, 8))
+@pytest.mark.parametrize("n", (2053, 13000), ids=("x_in_shared", "x_in_global"))
+@pytest.mark.parametrize("variant", ("chunk8", "chunk16"))
+def test_chunk_inf_and_nan_in_x_stay_out_of_rows_without_them(variant, n, bits, dtype):
+    # A unit holds entries of neighbouring rows (a row's first and last unit): those entries read X
+    # at columns that are not theirs. With inf / NaN in X at columns no row stores (every third
+    # column, and column 0, where X in global memory clamps), every row must stay finite and equal
+    # to the product over its own entries; a row that does store such a column must not.
+    D = random_dense(150, n, 0.3, dtype, seed=61 + bits, empty_rows=3, long_rows=2)
+    bad = torch.zeros(n, dtype=torch.bool)
+    bad[::3] = True
+    bad[0] = True
+    D[:, bad] = 0
+    touched = 7
+    D[touched, 3] = 1.0  # one row stores an entry at a bad column
+    A = to_format(D, DELTA(bits), dtype, torch.int32)
+    plan = _plan(A, variant)
+    assert plan.variant == variant
+    X = _x(n, 1, dtype, 62)
+    X[bad] = float("inf")
+    X[bad.nonzero()[1::2, 0]] = float("nan")
+    Y = plan.apply(X.cuda()).double().cpu()
+    Xf = torch.where(bad[:, None], torch.zeros_like(X), X).double()
+    ref = D @ Xf
+    keep = torch.ones(150, dtype=torch.bool)
+    keep[touched] = False
+    assert not torch.isfinite(Y[touched]).all()
+    assert rel_err(Y[keep], ref[keep]) < TOL[dtype]

@@ -202,8 +202,10 @@ __device__ __forceinline__ void delta_chunk_body(int m, int n, int nnz, const id
       }
       int tot = 0;
       unsigned P[NP], E[NP];
+      int s0 = 0, s1 = U;  // the unit's entries that belong to the row: [s0, s1)
       if (act) {
-        int s0 = max(p0 - u * U, 0), s1 = min(p1 - u * U, U);
+        s0 = max(p0 - u * U, 0);
+        s1 = min(p1 - u * U, U);
         if (s0 != 0 || s1 != U) {  // a row's first or last unit: the other rows' entries become gap 0, value 0
 #pragma unroll
           for (int t = 0; t < U; ++t)
@@ -252,8 +254,13 @@ __device__ __forceinline__ void delta_chunk_body(int m, int n, int nnz, const id
                 xe = chunk_x<false>(xs, x, cs + (int)ce, n);
                 xo = chunk_x<false>(xs, x, cs + (int)co, n);
               }
+              // entries outside the row read X at columns of no entry of theirs: their X is zeroed
+              // (not only their value), so an inf or NaN there cannot reach this row (0 * inf)
+              const int te = 8 * i + 2 * j;
+              if (te < s0 || te >= s1) xe = (acc_t)0;
+              if (te + 1 < s0 || te + 1 >= s1) xo = (acc_t)0;
               acc_t ve, vo;
-              chunk_pair<U, B>(cur, 8 * i + 2 * j, ve, vo);
+              chunk_pair<U, B>(cur, te, ve, vo);
               s += ve * xe;
               s2 += vo * xo;
             }
@@ -263,7 +270,9 @@ __device__ __forceinline__ void delta_chunk_body(int m, int n, int nnz, const id
 #pragma unroll
           for (int t = 0; t < U; ++t) {
             cs += (int)chunk_field<B>(cur.w, t) + 1;
-            s += ld(cur.v.e[t]) * chunk_x<SMEM>(xs, x, cs, n);
+            acc_t xv = chunk_x<SMEM>(xs, x, cs, n);
+            if (t < s0 || t >= s1) xv = (acc_t)0;  // an entry outside the row (see above)
+            s += ld(cur.v.e[t]) * xv;
           }
         }
       }
