@@ -94,12 +94,14 @@ class CudaSpmmPlan(BuildMixin, MmaMixin, DeltaMixin):
     ``"p2"``, ``"p4"`` (at most 8 diagonals, offsets as kernel parameters, 1/2/4 rows per
     thread), ``"rows1"``, ``"rows2"`` (offsets staged in shared memory, any count of diagonals,
     in batches of 8) or ``"classic"`` (64-bit kernel of spmv.cu); a "p" variant on more than 8
-    diagonals runs as rows1/rows2. For DELTA: ``"packed2"`` / ``"packed"`` (b a compile-time
-    constant, one gap load per 8 entries, two / one 8-entry groups per lane per step),
-    ``"groups"`` or ``"lanes"`` (spmv.cu's earlier kernels); all copy X into shared memory when
-    it fits in 48 KB. For N:M 2:4 with one right-hand side: ``"warp"`` (a warp per row) or
+    diagonals runs as rows1/rows2. For DELTA: ``"chunk"`` (the default for one right-hand side,
+    kernels/delta.cu; also ``"chunk8"``, ``"chunk16"``, the ``_pf`` prefetch and ``"chunk8_o3"``
+    variants: :data:`._delta.CHUNK_VARIANTS`), ``"packed2"`` / ``"packed"`` (b a compile-time
+    constant, one gap load per 8 entries, two / one 8-entry groups per lane per step; ``"packed"``
+    runs several right-hand sides), ``"groups"`` or ``"lanes"`` (spmv.cu's earlier kernels); all
+    copy X into shared memory when it fits in 48 KB. For N:M 2:4 with one right-hand side: ``"warp"`` (a warp per row) or
     ``"s1"`` .. ``"s4"`` (blocks of 384 threads, that many warps share a row). Defaults:
-    :data:`DIA_DEFAULT`, :data:`DELTA_DEFAULT`, :data:`NM_DEFAULT` (the measured ones). DIA also takes
+    :data:`DIA_DEFAULT`, :data:`._delta.DELTA_PLAN_DEFAULT`, :data:`NM_DEFAULT` (the measured ones). DIA also takes
     ``"p1pf"``, ``"p1na"``, ``"v2"``, ``"v2na"`` (:data:`DIA_EXTRA`); ELL one of :data:`ELL_VARIANTS`
     (default :data:`ELL_DEFAULT` on the int32 column copy, ``"rows"`` where it does not fit).
 
