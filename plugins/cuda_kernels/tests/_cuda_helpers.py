@@ -81,3 +81,18 @@ def nm_dense(m: int, n: int, nn: int, mm: int, dtype: torch.dtype, *, seed: int 
     mask = keep.reshape(m, groups * mm)[:, :n]
     vals = (torch.rand(m, n, generator=g, dtype=torch.float64) + 0.5) * torch.where(torch.rand(m, n, generator=g) < 0.5, -1.0, 1.0)
     return (vals * mask).to(dtype).to(torch.float64)
+
+
+def make_plan(A: st.SparseTensor, variant: str | None = None):
+    """The cuda backend's plan of ``A`` (``variant`` or the default), with ``A``'s values loaded."""
+    from sparsetorch_cuda.plan import CudaSpmmPlan  # noqa: PLC0415 - needs the plugin's GPU side
+
+    p = CudaSpmmPlan(A, variant=variant)
+    p.set_values(A.values)
+    return p
+
+
+def random_x(rows: int, k: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """A (rows, k) right-hand side, standard normal in float64 rounded to ``dtype`` (on the CPU)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(rows, k, generator=g, dtype=torch.float64).to(dtype)

@@ -12,7 +12,7 @@ import torch
 import sparsetorch as st
 from sparsetorch.format import DELTA
 
-from _cuda_helpers import TOL, gpu, random_dense, rel_err, to_format
+from _cuda_helpers import TOL, gpu, random_dense, rel_err, to_format, make_plan as _plan, random_x as _x
 from sparsetorch_cuda import compile as c
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -31,19 +31,6 @@ def test_delta_source_compiles_on_the_host(value, index, arch):
     assert cubin[:4] == b"\x7fELF"
     for name in CHUNK_NAMES + (["delta_c8_b4_smem_o3"] if value != "float64" else []):
         assert name.encode() + b"\x00" in cubin, f"delta.cu does not export {name} for {value}/{index}/{arch}"
-
-
-def _plan(A, variant=None):
-    from sparsetorch_cuda.plan import CudaSpmmPlan
-
-    p = CudaSpmmPlan(A, variant=variant)
-    p.set_values(A.values)
-    return p
-
-
-def _x(rows, k, dtype, seed):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(rows, k, generator=g, dtype=torch.float64).to(dtype)
 
 
 @gpu

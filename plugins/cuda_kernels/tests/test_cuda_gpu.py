@@ -20,7 +20,7 @@ import torch
 import sparsetorch as st
 from sparsetorch.format import BSR, COO, CSR, DELTA, DIA, ELL, NM
 
-from _cuda_helpers import TOL, banded_dense, gpu, nm_dense, random_dense, rel_err, to_format
+from _cuda_helpers import TOL, banded_dense, gpu, nm_dense, random_dense, rel_err, to_format, make_plan as _plan, random_x as _x
 
 pytestmark = gpu
 
@@ -39,19 +39,6 @@ def _poisoned_allocator():
     junk = torch.full((min(free // 8, 64 << 20) // 4,), float("nan"), dtype=torch.float32, device="cuda")
     del junk
     yield
-
-
-def _plan(A, variant=None):
-    from sparsetorch_cuda.plan import CudaSpmmPlan
-
-    p = CudaSpmmPlan(A, variant=variant)
-    p.set_values(A.values)
-    return p
-
-
-def _x(rows, k, dtype, seed):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(rows, k, generator=g, dtype=torch.float64).to(dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))

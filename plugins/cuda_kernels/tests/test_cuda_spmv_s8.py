@@ -18,7 +18,7 @@ import torch
 import sparsetorch as st
 from sparsetorch.format import COO, CSC, CSR, DIA, ELL
 
-from _cuda_helpers import GPU_MISSING, TOL, banded_dense, random_dense, rel_err, to_format
+from _cuda_helpers import GPU_MISSING, TOL, banded_dense, random_dense, rel_err, to_format, make_plan as _plan, random_x as _x
 
 gpu = pytest.mark.skipif(GPU_MISSING is not None, reason=GPU_MISSING or "")
 
@@ -36,19 +36,6 @@ def test_new_fast_kernels_compile_on_the_host(value, index):
     cubin = c.compile_cubin("fast", value, index, "sm_90")
     for name in NEW_FAST:
         assert name.encode() + b"\x00" in cubin, name
-
-
-def _plan(A, variant=None):
-    from sparsetorch_cuda.plan import CudaSpmmPlan
-
-    p = CudaSpmmPlan(A, variant=variant)
-    p.set_values(A.values)
-    return p
-
-
-def _x(rows, k, dtype, seed):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(rows, k, generator=g, dtype=torch.float64).to(dtype)
 
 
 def _ell_with_garbage(D: torch.Tensor, dtype, index_dtype) -> st.SparseTensor:
