@@ -3,21 +3,7 @@
 # bfloat16, in parallel, into the disk cache), bench_s8_llm.py (BENCH_ARGS), optionally
 # benchmarks/bench_llm_gpu.py (LLM=1, LLM_ARGS; a second run with LLM2_ARGS), optionally ncu (NCU=1, NCU_ARGS), the GPU tests
 # (TESTS, PYTEST_K). Results under $OUT.
-set -o pipefail
-export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1
-python3 -m pip install -q --no-deps --no-build-isolation -e . -e plugins/cuda_kernels -e plugins/cupy_backend 2>&1 | tail -2
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-python3 - <<'PY'
-import concurrent.futures as cf, os, time
-from sparsetorch_cuda import compile as c
-from sparsetorch_cuda.launch import arch_of
-arch = arch_of(0)
-jobs = [(s, v, "int32") for s in (os.environ.get("PREWARM") or "mma").split(",") for v in ("float16", "bfloat16")]
-t0 = time.time()
-with cf.ProcessPoolExecutor(8) as ex:
-    list(ex.map(c.cubin, *zip(*[(s, v, i, arch) for s, v, i in jobs])))
-print(f"compiled {len(jobs)} modules in {time.time() - t0:.1f} s")
-PY
+PREWARM=${PREWARM:-mma} PREWARM_VALUES=float16,bfloat16 PREWARM_INDICES=int32 source plugins/cuda_kernels/benchmarks/device_setup.sh
 if [ "${BENCH:-1}" = 1 ]; then
   timeout ${BENCH_TIMEOUT:-150} python3 plugins/cuda_kernels/benchmarks/bench_s8_llm.py --out $OUT ${BENCH_ARGS:-} \
     2>&1 | tee $OUT/bench_s8_log.txt | cut -c1-1500

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["SOURCES", "VAL_KINDS", "IDX_KINDS", "CompileError", "ModuleKey", "source_text", "module_key", "cubin",
-           "compile_cubin", "compile_text", "cache_dir", "nvrtc_version", "nvrtc_missing"]
+           "compile_cubin", "compile_text", "cache_dir", "nvrtc_version", "nvrtc_missing", "prewarm"]
 
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
 #: the kernel sources (file stems under kernels/), each compiled as one module
@@ -191,3 +191,54 @@ def clear_memory() -> None:
     """Forget the in-memory modules (tests of the disk cache)."""
     with _LOCK:
         _MEMORY.clear()
+
+
+def prewarm(arch: str, sources=None, values=None, indices=None, workers: int | None = None) -> int:
+    """Compile every (source, value type, index type) module for ``arch`` into the disk cache, in
+    parallel processes (NVRTC only: no GPU needed), so that later processes load them from disk.
+    Returns the number of modules. Used by the device scripts before their tests and benchmarks;
+    also what a deployment can run once after installing."""
+    import concurrent.futures as cf  # noqa: PLC0415
+
+    jobs = [(s, v, i) for s in (sources or SOURCES) for v in (values or VAL_KINDS) for i in (indices or IDX_KINDS)]
+    for s, v, i in jobs:
+        if s not in SOURCES or v not in VAL_KINDS or i not in IDX_KINDS:
+            raise ValueError(f"prewarm: unknown module ({s}, {v}, {i}); sources {SOURCES}, values {tuple(VAL_KINDS)}, "
+                             f"indices {tuple(IDX_KINDS)}")
+    if not jobs:
+        return 0
+    with cf.ProcessPoolExecutor(max(1, min(workers or (os.cpu_count() or 1), len(jobs)))) as ex:
+        list(ex.map(cubin, *zip(*[(s, v, i, arch) for s, v, i in jobs])))
+    return len(jobs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m sparsetorch_cuda.compile [--arch sm_90] [--sources fast,spmv] [--values ...] [--indices ...]``:
+    :func:`prewarm` (the architecture of GPU 0 when ``--arch`` is not given)."""
+    import argparse  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    ap = argparse.ArgumentParser(description="compile the cuda plugin's kernel modules into the disk cache")
+    ap.add_argument("--arch", default=None, help="e.g. sm_90 (default: GPU 0's)")
+    ap.add_argument("--sources", default="all", help=f"comma-separated subset of {','.join(SOURCES)}, or all")
+    ap.add_argument("--values", default="all", help=f"comma-separated subset of {','.join(VAL_KINDS)}, or all")
+    ap.add_argument("--indices", default="all", help=f"comma-separated subset of {','.join(IDX_KINDS)}, or all")
+    ap.add_argument("--workers", type=int, default=None)
+    args = ap.parse_args(argv)
+    arch = args.arch
+    if arch is None:
+        from .launch import arch_of  # noqa: PLC0415 - needs torch and a GPU
+
+        arch = arch_of(0)
+
+    def pick(text: str) -> list[str] | None:
+        return None if text == "all" else [t for t in text.split(",") if t]
+
+    t0 = time.time()
+    count = prewarm(arch, pick(args.sources), pick(args.values), pick(args.indices), args.workers)
+    print(f"compiled {count} modules for {arch} in {time.time() - t0:.1f} s (cache {cache_dir()})", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
