@@ -33,6 +33,9 @@ from sparsetorch.format import BSR, COO, CSC, CSR, DELTA, DIA, ELL
 from sparsetorch.tensor import construct
 
 ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT / "gpu"))
+
+from common import thr as _thr  # noqa: E402
 
 
 def timed(fn, reps=7):
@@ -63,18 +66,9 @@ def alternate(fns, reps):
     return [statistics.median(t) for t in times]
 
 
-def thr(fn, calls=200, reps=5):
-    """Seconds per call of ``calls`` calls back to back, one synchronize at the end, best of ``reps``."""
-    fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - t0) / calls)
-    return best
+def thr(fn, calls: int = 200, reps: int = 5) -> float:
+    """:func:`common.thr` with this benchmark's default number of calls."""
+    return _thr(fn, calls, reps)
 
 
 def main(argv: list[str] | None = None) -> int:

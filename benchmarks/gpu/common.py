@@ -6,13 +6,29 @@ from __future__ import annotations
 import contextlib
 import importlib
 import statistics
+import time
 import traceback
 from typing import Any, Callable, Iterator
 
 import torch
 
-__all__ = ["time_cuda", "copy_bandwidth", "stencil3d_csr", "poisson2d_csr", "peer", "cupy_on_torch_allocator",
+__all__ = ["time_cuda", "thr", "copy_bandwidth", "stencil3d_csr", "poisson2d_csr", "peer", "cupy_on_torch_allocator",
            "guard", "mib"]
+
+
+def thr(fn: Callable[[], Any], calls: int = 200, reps: int = 5) -> float:
+    """Seconds per call of ``calls`` calls back to back (one synchronize at the end), best of
+    ``reps``: host-bound throughput, the way the core calibrates its launch unit."""
+    fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - t0) / calls)
+    return best
 
 
 def time_cuda(fn: Callable[[], Any], *, reps: int = 30, warmup: int = 3) -> dict:

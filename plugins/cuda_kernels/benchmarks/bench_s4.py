@@ -41,7 +41,7 @@ from sparsetorch.backend import rates as device_rates  # noqa: E402
 from sparsetorch.format import CSR, DIA, ELL  # noqa: E402
 
 import bench_cuda_kernels as B  # noqa: E402
-from common import copy_bandwidth, guard, stencil3d_csr  # noqa: E402
+from common import copy_bandwidth, guard, stencil3d_csr, thr as _thr  # noqa: E402
 
 CSR_VARIANTS = ("stream", "streamcs", "stream16", "vector")
 #: DIA variants, with the "p" kernels' block size (plan.DIA_BLOCK) where given as "variant/threads"
@@ -49,17 +49,8 @@ DIA_VARIANTS = ("p1", "p1cs", "p1/128", "p1/512", "p1cs/512", "rows2")
 
 
 def thr(fn: Callable[[], Any], calls: int = 500, reps: int = 5) -> float:
-    """Seconds per call of ``calls`` calls back to back (one synchronize at the end), best of ``reps``."""
-    fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - t0) / calls)
-    return best
+    """:func:`common.thr` with this benchmark's default number of calls."""
+    return _thr(fn, calls, reps)
 
 
 def case_host(tab: B.Table) -> dict:

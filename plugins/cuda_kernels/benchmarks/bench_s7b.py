@@ -39,21 +39,12 @@ import sparsetorch as st  # noqa: E402
 from sparsetorch.format import CSR, DIA  # noqa: E402
 
 import bench_cuda_kernels as B  # noqa: E402
-from common import copy_bandwidth, guard, stencil3d_csr, time_cuda  # noqa: E402
+from common import copy_bandwidth, guard, stencil3d_csr, time_cuda, thr as _thr  # noqa: E402
 
 
 def thr(fn: Callable[[], Any], calls: int = 1000, reps: int = 5) -> float:
-    """Seconds per call of ``calls`` calls back to back (one synchronize at the end), best of ``reps``."""
-    fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - t0) / calls)
-    return best
+    """:func:`common.thr` with this benchmark's default number of calls."""
+    return _thr(fn, calls, reps)
 
 
 def _general(mm: st.Matmul) -> st.Matmul:

@@ -39,7 +39,7 @@ import sparsetorch as st  # noqa: E402
 from sparsetorch.format import COO, CSR, DIA, ELL  # noqa: E402
 
 import bench_cuda_kernels as B  # noqa: E402
-from common import copy_bandwidth, guard, stencil3d_csr, time_cuda  # noqa: E402
+from common import copy_bandwidth, guard, stencil3d_csr, time_cuda, thr as _thr  # noqa: E402
 
 #: kernel variants per format (DIA "variant/threads": threads per block of the "p1na" / "v2" kernels; "p1pd@rows": prefetch distance)
 VARIANTS = {"CSR int32": ("streamcs",), "CSR int64": ("streamcs",), "COO": (None,),
@@ -50,17 +50,8 @@ EXEC_CANDIDATES: dict[str, tuple[str, ...]] = {"DIA": ("p1nb", "p1nc", "p1pd")}
 
 
 def thr(fn: Callable[[], Any], calls: int = 200, reps: int = 5) -> float:
-    """Seconds per call of ``calls`` calls back to back (one synchronize at the end), best of ``reps``."""
-    fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - t0) / calls)
-    return best
+    """:func:`common.thr` with this benchmark's default number of calls."""
+    return _thr(fn, calls, reps)
 
 
 def _kind_bytes(label: str, A: st.SparseTensor, n: int, vs: int) -> float:
