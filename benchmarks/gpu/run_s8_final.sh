@@ -14,7 +14,10 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 source plugins/cuda_kernels/benchmarks/device_setup.sh
 if [ "${TESTS:-1}" = 1 ]; then
-  timeout "${TEST_TIMEOUT:-200}" python3 -m pytest -q -p no:cacheprovider -W ignore --tb=short ${TEST_FILES:-plugins/cuda_kernels/tests \
+  # the NVRTC host-compile tests (CI runs them; uncached, ~9 s a module) are left out here by default: in
+  # session 8's final call they took the whole test budget before any GPU test ran
+  timeout "${TEST_TIMEOUT:-200}" python3 -m pytest -q -p no:cacheprovider -W ignore --tb=short \
+    -k "${PYTEST_K:-not on_the_host and not every_source_compiles and not compile_host}" ${TEST_FILES:-plugins/cuda_kernels/tests \
     tests/test_nn_gpu_planned.py tests/test_memory_safety.py tests/test_ust_semantics.py tests/test_convert_direct.py} \
     > "$OUT/pytest_h200_s8_final.txt" 2>&1
   echo "pytest exit $?"
