@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 __all__ = ["markdown", "plots"]
 
@@ -23,6 +23,69 @@ def _status(row: dict) -> str:
     if "skipped" in row:
         return row["skipped"][:120]
     return ""
+
+
+def _rows_table(c: dict, title: str, intro: Callable[[dict], list], header: list, has: str,
+                lead: Callable[[dict], list], cells: Callable[[dict], list]) -> list:
+    """A case's section: its title, the case's error or ``intro(c)`` and one table row per result
+    (``lead`` cells, then ``cells`` where the row has ``has``, else dashes and its status)."""
+    out = [f"## {title}", ""]
+    if "error" in c:
+        return out + [f"error: {c['error']}", ""]
+    nlead = len(lead({"impl": "", "rhs": "", "case": ""}))
+    out += intro(c) + ["| " + " | ".join(header) + " |",
+                       "|" + "|".join("---" if i < nlead or h in _TEXT_COLUMNS else "---:" for i, h in enumerate(header)) + "|"]
+    for r in c["rows"]:
+        data = cells(r) if has in r else ["-"] * (len(header) - nlead - 1) + [_status(r)]
+        out.append("| " + " | ".join(str(x) for x in [*lead(r), *data]) + " |")
+    return out + [""]
+
+
+#: data columns of text (left-aligned; the others are numbers)
+_TEXT_COLUMNS = {"choice / note"}
+
+
+def _opt(v: Any, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def _pf(r: dict) -> str:
+    return ("+" + r["preconditioner"]) if r.get("preconditioner") else ""
+
+
+#: (case, title, intro, header, key of a measured row, leading cells, data cells) of the cases rendered row by row
+_ROW_TABLES: list = [
+    ("cg_1m", "CG, 2-D Poisson 1000² (1M unknowns, float64, ||r|| <= 1e-6 ||b||)", lambda c: [],
+     ["rhs", "implementation", "seconds", "iterations", "true rel. residual", "choice / note"], "seconds",
+     lambda r: [r.get("rhs", "-"), r["impl"]],
+     lambda r: [f"{r['seconds']:.3f}", _opt(r["iterations"], ""), f"{r['residual']:.1e}", f"{r.get('choice', '')} {_pf(r)}"]),
+    ("cg_64m", "CG at 64M unknowns (2-D Poisson 8000²): memory and time per iteration",
+     lambda c: [f"{c['problem']['unknowns']:,} unknowns, {c['problem'].get('nnz', 0):,} nonzeros, "
+                f"{c['problem']['iterations']} iterations.", ""],
+     ["implementation", "peak GB", "inputs GB", "extra GB", "bytes/unknown (peak)", "extra bytes/unknown", "ms / iteration"],
+     "peak_bytes", lambda r: [r["impl"]],
+     lambda r: [f"{r['peak_bytes'] / 1e9:.2f}", f"{r['inputs_bytes'] / 1e9:.2f}", f"{r['extra_bytes'] / 1e9:.2f}",
+                f"{r['bytes_per_unknown']:.0f}", f"{r['extra_bytes_per_unknown']:.0f}", f"{r['seconds_per_iteration'] * 1e3:.2f}"]),
+    ("backward_1m", "Backward vs forward peak memory, 1000 CG iterations, 1M unknowns", lambda c: [],
+     ["implementation", "forward peak MB", "graph held MB", "backward peak MB", "backward / forward", "forward s", "backward s"],
+     "forward_peak_bytes", lambda r: [r["impl"]],
+     lambda r: [f"{r['forward_peak_bytes'] / 1e6:.0f}", f"{r['graph_held_bytes'] / 1e6:.0f}", f"{r['backward_peak_bytes'] / 1e6:.0f}",
+                f"{r['backward_over_forward']:.2f}", f"{r['forward_s']:.2f}", f"{r['backward_s']:.2f}"]),
+    ("cuda_kernels", "Native kernels (cuda backend) beside torch, CuPy and dense cuBLAS",
+     lambda c: ["Kernel time: 20 calls captured in a CUDA graph, replayed (median); call time: per-call CUDA events.", ""],
+     ["case", "implementation", "kernel us", "call us", "floor us", "fraction of floor", "rel. error"], "call_s",
+     lambda r: [r.get("case", "-"), r["impl"]],
+     lambda r: [_us(r["kernel_s"]) if r.get("kernel_s") else "-", _us(r["call_s"]), _us(r["floor_s"]),
+                f"{r['fraction_of_floor']:.2f}", _opt(r.get("rel_err"), ".1e")]),
+    ("cg_1g", "CG at 1.2e9 unknowns (cuda backend, DIA without index arrays)",
+     lambda c: [f"{c['problem']['unknowns']:,} unknowns ({c['problem']['grid']}), {c['problem']['format']}, "
+                f"{c['problem']['dtype']}, {c['problem']['iterations']} iterations.", ""],
+     ["implementation", "ms / iteration", "floor ms", "time / floor", "peak GB", "extra bytes / unknown", "residual"],
+     "ms_per_iteration", lambda r: [r["impl"]],
+     lambda r: [f"{r['ms_per_iteration']:.1f}", _opt(r.get("floor_ms"), ".1f"), _opt(r.get("time_over_floor"), ".2f"),
+                f"{r['peak_bytes'] / 1e9:.1f}", f"{r['extra_bytes_per_unknown']:.0f}",
+                f"{r.get('true_residual', r.get('residual')):.6g}"]),
+]
 
 
 def markdown(doc: dict) -> str:
@@ -98,91 +161,9 @@ def markdown(doc: dict) -> str:
                 else:
                     lines.append(f"| {r['impl']} | - | - | - | - | {_status(r)} |")
             lines.append("")
-    if "cg_1m" in cases:
-        c = cases["cg_1m"]
-        lines += ["## CG, 2-D Poisson 1000² (1M unknowns, float64, ||r|| <= 1e-6 ||b||)", ""]
-        if "error" in c:
-            lines += [f"error: {c['error']}", ""]
-        else:
-            lines += ["| rhs | implementation | seconds | iterations | true rel. residual | choice / note |", "|---|---|---:|---:|---:|---|"]
-            for r in c["rows"]:
-                if "seconds" in r:
-                    lines.append(f"| {r['rhs']} | {r['impl']} | {r['seconds']:.3f} | {r['iterations'] if r['iterations'] is not None else '-'} | "
-                                 f"{r['residual']:.1e} | {r.get('choice', '')} {('+' + r['preconditioner']) if r.get('preconditioner') else ''} |")
-                else:
-                    lines.append(f"| {r['rhs']} | {r['impl']} | - | - | - | {_status(r)} |")
-            lines.append("")
-    if "cg_64m" in cases:
-        c = cases["cg_64m"]
-        lines += ["## CG at 64M unknowns (2-D Poisson 8000²): memory and time per iteration", ""]
-        if "error" in c:
-            lines += [f"error: {c['error']}", ""]
-        else:
-            p = c["problem"]
-            lines += [f"{p['unknowns']:,} unknowns, {p.get('nnz', 0):,} nonzeros, {p['iterations']} iterations.", "",
-                      "| implementation | peak GB | inputs GB | extra GB | bytes/unknown (peak) | extra bytes/unknown | ms / iteration |",
-                      "|---|---:|---:|---:|---:|---:|---:|"]
-            for r in c["rows"]:
-                if "peak_bytes" in r:
-                    lines.append(f"| {r['impl']} | {r['peak_bytes'] / 1e9:.2f} | {r['inputs_bytes'] / 1e9:.2f} | {r['extra_bytes'] / 1e9:.2f} | "
-                                 f"{r['bytes_per_unknown']:.0f} | {r['extra_bytes_per_unknown']:.0f} | {r['seconds_per_iteration'] * 1e3:.2f} |")
-                else:
-                    lines.append(f"| {r['impl']} | - | - | - | - | - | {_status(r)} |")
-            lines.append("")
-    if "backward_1m" in cases:
-        c = cases["backward_1m"]
-        lines += ["## Backward vs forward peak memory, 1000 CG iterations, 1M unknowns", ""]
-        if "error" in c:
-            lines += [f"error: {c['error']}", ""]
-        else:
-            lines += ["| implementation | forward peak MB | graph held MB | backward peak MB | backward / forward | forward s | backward s |",
-                      "|---|---:|---:|---:|---:|---:|---:|"]
-            for r in c["rows"]:
-                if "forward_peak_bytes" in r:
-                    lines.append(f"| {r['impl']} | {r['forward_peak_bytes'] / 1e6:.0f} | {r['graph_held_bytes'] / 1e6:.0f} | "
-                                 f"{r['backward_peak_bytes'] / 1e6:.0f} | {r['backward_over_forward']:.2f} | "
-                                 f"{r['forward_s']:.2f} | {r['backward_s']:.2f} |")
-                else:
-                    lines.append(f"| {r['impl']} | - | - | - | - | - | {_status(r)} |")
-            lines.append("")
-    if "cuda_kernels" in cases:
-        c = cases["cuda_kernels"]
-        lines += ["## Native kernels (cuda backend) beside torch, CuPy and dense cuBLAS", ""]
-        if "error" in c:
-            lines += [f"error: {c['error']}", ""]
-        else:
-            lines += ["Kernel time: 20 calls captured in a CUDA graph, replayed (median); call time: per-call CUDA events.", "",
-                      "| case | implementation | kernel us | call us | floor us | fraction of floor | rel. error |",
-                      "|---|---|---:|---:|---:|---:|---:|"]
-            for r in c["rows"]:
-                if "call_s" in r:
-                    err = r.get("rel_err")
-                    lines.append(f"| {r['case']} | {r['impl']} | {_us(r['kernel_s']) if r.get('kernel_s') else '-'} | "
-                                 f"{_us(r['call_s'])} | {_us(r['floor_s'])} | {r['fraction_of_floor']:.2f} | "
-                                 f"{f'{err:.1e}' if err is not None else '-'} |")
-                else:
-                    lines.append(f"| {r.get('case', '-')} | {r['impl']} | - | - | - | - | {_status(r)} |")
-            lines.append("")
-    if "cg_1g" in cases:
-        c = cases["cg_1g"]
-        lines += ["## CG at 1.2e9 unknowns (cuda backend, DIA without index arrays)", ""]
-        if "error" in c:
-            lines += [f"error: {c['error']}", ""]
-        else:
-            p = c["problem"]
-            lines += [f"{p['unknowns']:,} unknowns ({p['grid']}), {p['format']}, {p['dtype']}, {p['iterations']} iterations.", "",
-                      "| implementation | ms / iteration | floor ms | time / floor | peak GB | extra bytes / unknown | residual |",
-                      "|---|---:|---:|---:|---:|---:|---:|"]
-            for r in c["rows"]:
-                if "ms_per_iteration" in r:
-                    res = r.get("true_residual", r.get("residual"))
-                    floor = f"{r['floor_ms']:.1f}" if "floor_ms" in r else "-"
-                    ratio = f"{r['time_over_floor']:.2f}" if "time_over_floor" in r else "-"
-                    lines.append(f"| {r['impl']} | {r['ms_per_iteration']:.1f} | {floor} | {ratio} | {r['peak_bytes'] / 1e9:.1f} | "
-                                 f"{r['extra_bytes_per_unknown']:.0f} | {res:.6g} |")
-                else:
-                    lines.append(f"| {r['impl']} | - | - | - | - | - | {_status(r)} |")
-            lines.append("")
+    for name, title, intro, header, has, lead, cells in _ROW_TABLES:
+        if name in cases:
+            lines += _rows_table(cases[name], title, intro, header, has, lead, cells)
     lines.append(f"Suite wall time: {doc.get('wall_seconds', 0):.0f} s.")
     return "\n".join(lines) + "\n"
 
