@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-__all__ = ["time_cuda", "thr", "copy_bandwidth", "stencil3d_csr", "poisson2d_csr", "peer", "cupy_on_torch_allocator",
+__all__ = ["time_cuda", "thr", "bench_doc", "copy_bandwidth", "stencil3d_csr", "poisson2d_csr", "peer", "cupy_on_torch_allocator",
            "guard", "mib"]
 
 
@@ -29,6 +29,19 @@ def thr(fn: Callable[[], Any], calls: int = 200, reps: int = 5) -> float:
         torch.cuda.synchronize()
         best = min(best, (time.perf_counter() - t0) / calls)
     return best
+
+
+def bench_doc(bench: str, script: str, argv: list, commit: str, bandwidth: float, notes: list) -> dict:
+    """The header of a benchmark's JSON: what ran (``bench``, the command line of ``script`` with
+    ``argv``, the commit), when, on what machine and versions, the copy bandwidth of the run."""
+    import platform  # noqa: PLC0415
+    from datetime import datetime, timezone  # noqa: PLC0415
+
+    return {"bench": bench, "command": " ".join(["python", script, *argv]), "commit": commit,
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "machine": {"gpu": torch.cuda.get_device_name(0), "platform": platform.platform()},
+            "versions": {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda},
+            "copy_bandwidth_bytes_per_s": bandwidth, "notes": notes}
 
 
 def time_cuda(fn: Callable[[], Any], *, reps: int = 30, warmup: int = 3) -> dict:

@@ -20,11 +20,9 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
-import platform
 import sys
 import time
 import warnings
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
@@ -39,7 +37,7 @@ import sparsetorch as st  # noqa: E402
 from sparsetorch.format import CSR, DIA  # noqa: E402
 
 import bench_cuda_kernels as B  # noqa: E402
-from common import copy_bandwidth, guard, stencil3d_csr, time_cuda, thr as _thr  # noqa: E402
+from common import bench_doc, copy_bandwidth, guard, stencil3d_csr, time_cuda, thr as _thr  # noqa: E402
 
 
 def thr(fn: Callable[[], Any], calls: int = 1000, reps: int = 5) -> float:
@@ -237,16 +235,12 @@ def main() -> int:
     t0 = time.perf_counter()
     bw = copy_bandwidth()["bytes_per_s"]
     print(f"copy bandwidth {bw / 1e12:.3f} TB/s", flush=True)
-    doc: dict[str, Any] = {
-        "bench": "cuda plugin session 7b: Matmul.execute host time (direct path vs general), stencil SpMV variants",
-        "command": " ".join(["python", "plugins/cuda_kernels/benchmarks/bench_s7b.py", *sys.argv[1:]]),
-        "commit": args.commit, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"gpu": torch.cuda.get_device_name(0), "platform": platform.platform()},
-        "versions": {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda},
-        "copy_bandwidth_bytes_per_s": bw,
-        "notes": ["host: thr = N calls back to back, one synchronize, wall / N, best of 5 (seconds)",
-                  "stencil: kernel_s = 20 calls in one CUDA graph, replayed, median of 10, / 20; thr_s as host; "
-                  "call_s = median per-call CUDA events"]}
+    doc: dict[str, Any] = bench_doc(
+        "cuda plugin session 7b: Matmul.execute host time (direct path vs general), stencil SpMV variants",
+        "plugins/cuda_kernels/benchmarks/bench_s7b.py", sys.argv[1:], args.commit, bw,
+        ["host: thr = N calls back to back, one synchronize, wall / N, best of 5 (seconds)",
+        "stencil: kernel_s = 20 calls in one CUDA graph, replayed, median of 10, / 20; thr_s as host; "
+        "call_s = median per-call CUDA events"])
     path = Path(args.out) / f"{args.prefix}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     for case in args.cases.split(","):
