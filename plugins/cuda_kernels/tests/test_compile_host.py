@@ -26,8 +26,17 @@ EXPECTED = {
     # the DELTA(b) chunk kernels (one right-hand side): U entries per lane and step, X in shared memory or not
     "delta": [f"delta_c{u}_b{b}{s}{p}" for u in (8, 16) for b in (1, 2, 4, 8, 16) for s in ("", "_smem") for p in ("", "_pf")],
 }
+# session 8: the ELL kernels on the int32 column copy and the DIA variants (plan.ELL_VARIANTS, plan.DIA_EXTRA)
+EXPECTED["fast"] += (["dia_v2_1", "dia_v2na_1", "dia_v4na_1", "dia_p8nb_1", "dia_p8nc_1", "dia_p8pd_1", "ell_stream8",
+                      "ell_stream8cs"] + [f"ell_{p}{w}" for p in ("p", "pcs") for w in range(1, 9)])
 #: kernels of the half types only; the cluster sizes 2..8 for sm_90 and later
-EXPECTED_HALF = {"mma": [f"spmm_mma{f}{r}_s1" for f in ("", "24") for r in ("", "_r64")] + ["csr16_xs1", "csr16_xs2", "csr16_xs4"]}
+EXPECTED_HALF = {"mma": [f"spmm_mma{f}{r}_s1" for f in ("", "24") for r in ("", "_r64")] + ["csr16_xs1", "csr16_xs2", "csr16_xs4"]
+                 # session 8's batch-1 kernels (plan.csr16_kernel) and their diagnostic builds
+                 + ["csr16_xv", "csr16_xvf", "csr16_x12", "csr16_x12f", "csr16_xva", "csr16_x12a", "csr16_xr", "csr16_xr_d1",
+                    "csr16_x12a_d1", "csr16_x12a_d4"]
+                 + [f"csr16_xv_d{f}" for f in (1, 2, 4, 8)] + [f"csr16_x12_d{f}" for f in (1, 2, 4)]}
+#: kernels of every value type but float64 (the DELTA chunk kernel at three blocks per SM)
+EXPECTED_NOT_F64 = {"delta": ["delta_c8_b4_smem_o3"]}
 EXPECTED_SM90 = {"mma": [f"spmm_mma{f}{r}_s{s}" for f in ("", "24") for r in ("", "_r64") for s in (2, 4, 8)]}
 
 
@@ -41,6 +50,8 @@ def test_every_source_compiles(source, value, index, arch):
     names = list(EXPECTED[source])
     if value in ("float16", "bfloat16"):
         names += EXPECTED_HALF.get(source, []) + (EXPECTED_SM90.get(source, []) if arch == "sm_90" else [])
+    if value != "float64":
+        names += EXPECTED_NOT_F64.get(source, [])
     for name in names:
         assert name.encode() + b"\x00" in cubin, f"{source}.cu does not export {name} for {value}/{index}/{arch}"
 
