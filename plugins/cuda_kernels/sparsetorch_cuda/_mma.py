@@ -24,7 +24,7 @@ from .layout import (CSR16_MIN_MEAN, INT_LIMIT, MMA_MAX_TILES, MMA_MIN_K, _GRID_
 #: gathered through the read-only cache)
 CSR16_KERNEL_DEFAULT = "auto"
 #: what "auto" runs: the first of these that takes n (:func:`_xv_fits`). "xr" measured slower
-#: (notes/s8_llm.md: 4.50 against 3.81 µs on 4096², 10.35 against 7.15 on 4096 -> 11008)
+#: (README "Session 8: batch-1 SpMV of pruned LLM layers": 4.50 against 3.81 µs on 4096², 10.35 against 7.15 on 4096 -> 11008)
 CSR16_AUTO = ("x12a", "xva")
 #: X of at most this many bytes goes to shared memory in csr16_xs (no opt-in needed)
 CSR16_XS_BYTES = 48 * 1024
