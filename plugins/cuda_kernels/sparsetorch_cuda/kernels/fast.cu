@@ -452,8 +452,9 @@ extern "C" __global__ void __launch_bounds__(CSR_STREAM_BLOCK) ell_stream8cs(i64
 // load (8 * b bits). A warp per row, one group per lane per step (256 entries), the next step's
 // group prefetched. Per group: the 8 fields by constant shifts, their advance summed, one warp
 // scan of the advances, then 8 gathers of X. Only a row's first and last groups reach outside
-// it: there the outside entries get gap 0 and value 0, which keeps their columns inside the
-// 8-entry pads either side of X (shared memory; clamped when X is read from global memory).
+// it: there the outside entries get gap 0, value 0 and X read as 0 (their columns land in the
+// 8-entry pads either side of X before the row, but on the row's right they are real columns of
+// X, whose inf or NaN must not reach the row; shared memory, or X clamped when read from global).
 // The host pads the packed words to whole groups plus 4 spare words.
 #define DELTA_PAD 8
 #define VW (sizeof(val_t) / 2)  // 16-byte words per 8 values: 1 (half types), 2 (float32), 4 (float64)
@@ -549,11 +550,11 @@ __device__ __forceinline__ void delta_fast_body(int m, int n, int k, int nnz, co
         unsigned f[8];
         acc_t v[8];
         int tot = 0;
+        int s0 = 0, s1 = 8;  // the group's entries that belong to the row: [s0, s1)
         if (act) {
 #pragma unroll
           for (int t = 0; t < 8; ++t) f[t] = gap_field<BITS>(cur, t);
           unpack8(cur, v);
-          int s0, s1;
           group_span(g, g0, g1, p0, p1, s0, s1);
           if (s0 != 0 || s1 != 8) {
 #pragma unroll
@@ -579,7 +580,9 @@ __device__ __forceinline__ void delta_fast_body(int m, int n, int k, int nnz, co
           for (int t = 0; t < 8; ++t) {
             cc += (int)f[t] + 1;
             int ci = SMEM ? cc : min(max(cc, 0), n - 1);
-            s += v[t] * ld(xs[ci * k + c]);
+            acc_t xv = ld(xs[ci * k + c]);
+            if (t < s0 || t >= s1) xv = (acc_t)0;  // another row's entry: its column is not this row's (0 * inf)
+            s += v[t] * xv;
           }
         }
         base += __shfl_sync(FULL, inc, 31);
@@ -675,13 +678,16 @@ __device__ __forceinline__ void delta_unr_body(int m, int n, int k, int nnz, con
             for (int t = 0; t < 8; ++t) {
               unsigned f = gap_field<BITS>(cur[u], t);
               acc_t vt = v[t];
-              if (part && (t < s0[u] || t >= s1[u])) {
+              bool out = part && (t < s0[u] || t >= s1[u]);  // another row's entry
+              if (out) {
                 f = 0;
                 vt = 0;
               }
               cc += (int)f + 1;
               int ci = SMEM ? cc : min(max(cc, 0), n - 1);
-              s += vt * ld(xs[ci * k + c]);
+              acc_t xv = ld(xs[ci * k + c]);
+              if (out) xv = (acc_t)0;  // its column is not this row's: an inf or NaN there must not reach it
+              s += vt * xv;
             }
           }
           base += __shfl_sync(FULL, inc[u], 31);
