@@ -23,6 +23,7 @@ import statistics
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -35,6 +36,27 @@ from sparsetorch_cuda.plan import CudaSpmmPlan  # noqa: E402
 from bench_llm import RULES  # noqa: E402
 
 CALLS = 20
+
+
+def kernel_regs(names: list[str], dtype: torch.dtype, nargs: Callable[[str], int]) -> dict:
+    """Registers and local (spill) bytes per thread of each kernel of the mma module, from the
+    driver (``nargs(name)``: the kernel's argument count, as the launcher takes it); an error is
+    recorded in place of a kernel that does not load."""
+    from cuda.bindings import driver as cu  # noqa: PLC0415
+
+    from sparsetorch_cuda.launch import kernel  # noqa: PLC0415
+
+    out = {}
+    for name in names:
+        try:
+            k = kernel("mma", name, dtype, torch.int32, 0, nargs(name))
+            h, d = cu.CUkernel(int(k._fn)), cu.CUdevice(0)
+            _, regs = cu.cuKernelGetAttribute(cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NUM_REGS, h, d)
+            _, local = cu.cuKernelGetAttribute(cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, h, d)
+            out[name] = {"registers": int(regs), "local_bytes": int(local)}
+        except Exception as exc:  # noqa: BLE001 - recorded
+            out[name] = {"error": f"{type(exc).__name__}: {str(exc)[:100]}"}
+    return out
 
 
 def graph_time(fn, repeats: int = 10) -> float | str:

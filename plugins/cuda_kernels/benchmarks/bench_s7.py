@@ -29,25 +29,11 @@ from sparsetorch_cuda import _mma  # noqa: E402
 from sparsetorch_cuda.plan import CudaSpmmPlan  # noqa: E402
 
 from bench_llm import RULES  # noqa: E402
-from bench_s5 import copy_bw, graph_time  # noqa: E402
+from bench_s5 import copy_bw, graph_time, kernel_regs as _kernel_regs  # noqa: E402
 
 
 def kernel_regs(names: list[str], dtype: torch.dtype) -> dict:
-    from cuda.bindings import driver as cu  # noqa: PLC0415
-
-    from sparsetorch_cuda.launch import kernel  # noqa: PLC0415
-
-    out = {}
-    for name in names:
-        try:
-            k = kernel("mma", name, dtype, torch.int32, 0, 12 if name.startswith("spmm") else 8)
-            h, d = cu.CUkernel(int(k._fn)), cu.CUdevice(0)
-            _, regs = cu.cuKernelGetAttribute(cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NUM_REGS, h, d)
-            _, local = cu.cuKernelGetAttribute(cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, h, d)
-            out[name] = {"registers": int(regs), "local_bytes": int(local)}
-        except Exception as exc:  # noqa: BLE001 - recorded
-            out[name] = {"error": f"{type(exc).__name__}: {str(exc)[:100]}"}
-    return out
+    return _kernel_regs(names, dtype, lambda name: 12 if name.startswith("spmm") else 8)
 
 
 #: the tensor-core rate with nothing else in the way: each warp issues independent m16n8k16 (dense) or
