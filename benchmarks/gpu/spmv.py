@@ -110,6 +110,8 @@ def run(ctx: dict, *, m: int = 114, dtypes=(torch.float64, torch.float32), reps:
                 if backend is not None and "median_s" in rows[-1]:
                     # The backend's plan alone (what the core calls after its per-call checks).
                     plan, x2 = mm._state.plan, x[:, None]
+                    # the core's execute path may bind values without storing them in the plan (cuda)
+                    plan.set_values(A.values)
                     record(f"sparsetorch {backend} plan.apply {label}", "sparsetorch", label, nb,
                            lambda plan=plan: plan.apply(x2), lambda plan=plan: plan.apply(x2)[:, 0],
                            note="the plan's apply() without the core's per-call work (autograd Function, values check)")
