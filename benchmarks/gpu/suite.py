@@ -49,7 +49,8 @@ CASES = {
 
 def run_cuda_kernels(ctx: dict, *, m: int = 114, size: int = 8192, reps: int = 30) -> dict:
     """The cuda backend's kernels (plugins/cuda_kernels) beside torch, CuPy and dense cuBLAS:
-    the stencil SpMV and the low-sparsity fp16/bf16/fp32 SpMV of benchmarks/bench_cuda_kernels.py."""
+    the stencil SpMV, the low-sparsity fp16/bf16/fp32 SpMV and the 2:4 fp16/bf16 SpMV of
+    benchmarks/bench_cuda_kernels.py."""
     sys.path.insert(0, str(HERE.parent))
     import bench_cuda_kernels as bench
 
@@ -57,6 +58,7 @@ def run_cuda_kernels(ctx: dict, *, m: int = 114, size: int = 8192, reps: int = 3
     host = bench.case_host(tab)
     bench.case_stencil(tab, m)
     bench.case_lowsparsity(tab, size, (torch.float16, torch.bfloat16, torch.float32))
+    bench.case_nm(tab, size, (torch.float16, torch.bfloat16))
     return {"host": host, "rows": tab.rows}
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sourced by the device scripts (run_s8_*.sh, benchmarks/gpu/run_s8_final.sh) at the start of a call on
+# Sourced by the device scripts (run_s8_*.sh, benchmarks/gpu/run_final.sh) at the start of a call on
 # the lent GPU: install the tree's packages (editable, no dependencies: the image's torch runs), print the
 # GPU, and compile the kernel modules the call needs into the disk cache in parallel
 # (python -m sparsetorch_cuda.compile; PREWARM: comma-separated sources or "all", PREWARM_VALUES,
