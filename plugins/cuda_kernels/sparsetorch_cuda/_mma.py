@@ -424,6 +424,9 @@ class MmaMixin:
                                                   Xt.data_ptr(), bp, Yt.data_ptr()),
                  shared=-(-2 * n // 16) * 16, device=self.dev_index)
             return
+        if self._sp_ok(k):  # the 2:4 sparse tensor cores (kernels/spmm_sp.cu, _spmm_sp.py)
+            self._launch_sp(Xt, Yt, k, bp)
+            return
         rows = self.mma_rows
         if self._fl_ok():
             kind = self.fl_kind(k)

@@ -25,6 +25,7 @@ EXPECTED = {
     "mma": ["add_bias"],
     # the DELTA(b) chunk kernels (one right-hand side): U entries per lane and step, X in shared memory or not
     "delta": [f"delta_c{u}_b{b}{s}{p}" for u in (8, 16) for b in (1, 2, 4, 8, 16) for s in ("", "_smem") for p in ("", "_pf")],
+    "spmm_sp": [],  # half precision only (EXPECTED_HALF)
 }
 # session 8: the ELL kernels on the int32 column copy and the DIA variants (plan.ELL_VARIANTS, plan.DIA_EXTRA)
 EXPECTED["fast"] += (["dia_v2_1", "dia_v2na_1", "dia_v4na_1", "dia_p8nb_1", "dia_p8nc_1", "dia_p8pd_1", "ell_stream8",
@@ -38,6 +39,10 @@ EXPECTED_HALF = {"mma": [f"spmm_mma{f}{r}_s1" for f in ("", "24") for r in ("", 
 #: kernels of every value type but float64 (the DELTA chunk kernel at three blocks per SM)
 EXPECTED_NOT_F64 = {"delta": ["delta_c8_b4_smem_o3"]}
 EXPECTED_SM90 = {"mma": [f"spmm_mma{f}{r}_s{s}" for f in ("", "24") for r in ("", "_r64") for s in (2, 4, 8)]}
+# session 9: the 2:4 sparse-tensor-core SpMM (_spmm_sp.SP_CONFIGS x cluster sizes)
+_SP = [f"spmm_sp_r{r}w{w}k{k}" for r, w, k in ((4, 2, 4), (4, 4, 2), (2, 4, 2), (2, 2, 4))]
+EXPECTED_HALF["spmm_sp"] = [f"{c}_s1" for c in _SP]
+EXPECTED_SM90["spmm_sp"] = [f"{c}_s{s}" for c in _SP for s in (2, 4, 8)]
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
