@@ -4,7 +4,9 @@ the product's launch. The gaps are bit-packed into uint32 words once per pattern
 ``delta2_b<b>``: b a compile-time constant) and ``kernels/spmv.cu`` (``delta_rows`` /
 ``delta_lanes``: b a run-time argument, 64-bit offsets); for one right-hand side, the "chunk"
 kernels of ``kernels/delta.cu`` (``delta_c<U>_b<b>``: units of U entries per lane, X in shared
-memory as float, eight 4-bit gaps summed with one multiply)."""
+memory as float, eight 4-bit gaps summed with one multiply); for DELTA(4) in the half types, the
+"tile" kernels (``delta_t_b4*``: consecutive lanes take consecutive entries of a row's tiles of 256,
+the gaps re-packed per tile by :meth:`DeltaMixin._tile_layout`)."""
 
 from __future__ import annotations
 
@@ -15,13 +17,19 @@ from sparsetorch import InputError
 from .launch import kernel
 from .layout import BLOCK, DELTA_SMEM_BLOCK, DELTA_SMEM_BYTES, DELTA_VARIANTS, ROW_KERNEL_BLOCK, _sm_count
 
-__all__ = ["DeltaMixin", "CHUNK_VARIANTS", "DELTA_PLAN_DEFAULT"]
+__all__ = ["DeltaMixin", "CHUNK_VARIANTS", "TILE_VARIANTS", "DELTA_PLAN_DEFAULT", "tile_layout"]
 
 #: the "chunk" kernels (kernels/delta.cu, k = 1 only; k > 1 runs "packed"): "chunk" takes units of
 #: 8 entries per lane, "chunk8" / "chunk16" fix the unit;
 #: "_pf": with L2 prefetches of the step after next; "chunk8_o3": units of 8 compiled for three blocks
 #: per SM (b = 4, X in shared memory, not float64; otherwise it runs as "chunk8")
 CHUNK_VARIANTS = ("chunk", "chunk8", "chunk16", "chunk_pf", "chunk8_pf", "chunk16_pf", "chunk8_o3")
+#: the "tile" kernels (kernels/delta.cu, session 9; DELTA(4), float16 / bfloat16, k = 1, X in shared
+#: memory, n * 2 (tile, tile_p1) or n * 4 (tile_f) bytes <= 48 KB; otherwise the plan runs "chunk"):
+#: "tile" X as 16-bit values, two tiles' loads in flight; "tile_f" X as float; "tile_p1" one tile in flight
+TILE_VARIANTS = ("tile", "tile_f", "tile_p1")
+#: entries per tile (kernels/delta.cu: 8 steps of 32 lanes)
+TILE = 256
 #: the default DELTA variant of a plan whose offsets fit 32 bits
 DELTA_PLAN_DEFAULT = "chunk"
 #: threads per block of the chunk kernels (kernels/delta.cu DELTA_CHUNK_BLOCK) and the pads of X
@@ -35,8 +43,25 @@ class DeltaMixin:
 
     def _init_delta(self, variant: str | None) -> None:
         self.variant = variant or (DELTA_PLAN_DEFAULT if self.small else "groups")
-        if self.variant not in DELTA_VARIANTS + CHUNK_VARIANTS:
-            raise InputError(f"{self.backend}: DELTA variant must be one of {DELTA_VARIANTS + CHUNK_VARIANTS}, got {variant!r}")
+        every = DELTA_VARIANTS + CHUNK_VARIANTS + TILE_VARIANTS
+        if self.variant not in every:
+            raise InputError(f"{self.backend}: DELTA variant must be one of {every}, got {variant!r}")
+        self.tiles: dict[str, torch.Tensor | int] | None = None
+        if self.variant in TILE_VARIANTS and self._tile_ok():
+            self.tiles = tile_layout(self.rowptr, self.words, self.nnz, self.shape[0], self._tile_warps())
+
+    def _tile_ok(self) -> bool:
+        """Whether the tile kernels apply to this plan (the host checks n's bytes again per launch)."""
+        m, n = self.shape
+        xb = 4 if self.variant == "tile_f" else 2
+        return (self.bits == 4 and self.dtype in (torch.float16, torch.bfloat16) and self.small
+                and -(-n * xb // 16) * 16 <= DELTA_SMEM_BYTES and (n + TILE) * xb + 4096 < 2**16)
+
+    def _tile_grid(self) -> int:
+        return max(1, min(-(-self.shape[0] // (CHUNK_BLOCK // 32)), 2 * _sm_count(self.dev_index)))
+
+    def _tile_warps(self) -> int:
+        return self._tile_grid() * (CHUNK_BLOCK // 32)
 
     def _chunk_unit(self) -> int:
         """Entries per lane of the chunk kernel this plan runs."""
@@ -51,6 +76,21 @@ class DeltaMixin:
         m, n = self.shape
         dev = self.dev_index
         variant = self.variant
+        if self.tiles is not None and fits and k == 1:
+            # DELTA(4), half types: consecutive lanes on consecutive entries of a row's tiles
+            t = self.tiles
+            xb = 4 if variant == "tile_f" else 2
+            name = {"tile": "delta_t_b4", "tile_f": "delta_t_b4_f", "tile_p1": "delta_t_b4_p1"}[variant]
+            kern = kernel("delta", name, self.dtype, self.idx, dev, 10)
+            assert isinstance(t["tileptr"], torch.Tensor) and isinstance(t["toff"], torch.Tensor)
+            assert isinstance(t["wrow"], torch.Tensor) and isinstance(t["words"], torch.Tensor)
+            kern((self._tile_grid(), 1), CHUNK_BLOCK,
+                 (m, n, int(t["warps"]), t["tileptr"].data_ptr(), t["toff"].data_ptr(), t["wrow"].data_ptr(),
+                  t["words"].data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr()),
+                 shared=-(-n * xb // 16) * 16, device=dev)
+            return
+        if variant in TILE_VARIANTS:
+            variant = "chunk"  # no tile layout (other b, dtypes, sizes) or k > 1 ("packed" below)
         if variant in CHUNK_VARIANTS and fits and k == 1:
             # one right-hand side: units of U entries per lane, X in shared memory as acc_t when it fits
             unit = self._chunk_unit()
@@ -90,3 +130,44 @@ class DeltaMixin:
         kern((-(-m * 32 // block), 1), block, (m, n, k, self.nnz, self.bits, self.rowptr.data_ptr(), self.words.data_ptr(),
                                                v.data_ptr(), x.data_ptr(), y.data_ptr()),
              shared=xbytes if smem else 0, device=dev)
+
+
+def tile_layout(rowptr: torch.Tensor, words: torch.Tensor, nnz: int, m: int, warps: int) -> dict[str, torch.Tensor | int]:
+    """The tile kernels' index buffers (kernels/delta.cu, "tile"), built from a DELTA(4) plan's
+    validated ``rowptr`` and bit-packed ``words`` (entry e's gap: bits 4 (e % 8) of word e // 8):
+    each row's entries cut into tiles of :data:`TILE` (the last one of a row partial), rows in
+    order. ``tileptr`` (m + 1): row r's tiles; ``toff`` (tiles + 1): each tile's first entry, then
+    nnz; ``words``: 32 per tile, word 32 t + L holding the gaps of the tile's entries 32 j + L
+    (j < 4 at bits 8 j, j >= 4 at bits 8 (j - 4) + 4; zero past the tile's end), four spare words;
+    ``wrow`` (warps + 1): contiguous row ranges per warp, balanced by tiles. All int32."""
+    dev = rowptr.device
+    i64 = torch.int64
+    r64 = rowptr.to(i64)
+    cnt = r64[1:] - r64[:-1]
+    per_row = (cnt + TILE - 1) // TILE
+    tileptr = torch.zeros(m + 1, dtype=i64, device=dev)
+    tileptr[1:] = torch.cumsum(per_row, 0)
+    ntiles = int(tileptr[-1]) if m else 0
+    trow = torch.repeat_interleave(torch.arange(m, device=dev), per_row)
+    toff = torch.empty(ntiles + 1, dtype=i64, device=dev)
+    toff[:ntiles] = r64[trow] + TILE * (torch.arange(ntiles, device=dev) - tileptr[trow])
+    toff[ntiles] = nnz
+    tw = torch.zeros(32 * ntiles + 4, dtype=i64, device=dev)
+    if nnz:
+        nw = -(-nnz // 8)
+        w = words[:nw].to(i64) & 0xFFFFFFFF
+        gaps = ((w.unsqueeze(1) >> (4 * torch.arange(8, device=dev))) & 15).reshape(-1)[:nnz]
+        erow = torch.repeat_interleave(torch.arange(m, device=dev), cnt)
+        q = torch.arange(nnz, device=dev) - r64[erow]
+        t = tileptr[erow] + q // TILE
+        qq = q % TILE
+        j, lane = qq // 32, qq % 32
+        shift = torch.where(j < 4, 8 * j, 8 * (j - 4) + 4)
+        tw.index_add_(0, 32 * t + lane, gaps << shift)  # distinct nibbles of a word: the sum is their OR
+        del w, gaps, erow, q, t, qq, j, lane, shift
+    tw = torch.where(tw >= 2**31, tw - 2**32, tw).to(torch.int32)
+    targets = torch.div(torch.arange(warps + 1, device=dev, dtype=i64) * ntiles, warps, rounding_mode="floor")
+    wrow = torch.searchsorted(tileptr, targets, side="left").clamp_(0, m)
+    wrow[0], wrow[-1] = 0, m
+    return {"tileptr": tileptr.to(torch.int32).contiguous(), "toff": toff.to(torch.int32).contiguous(),
+            "words": tw.contiguous(), "wrow": wrow.to(torch.int32).contiguous(), "warps": warps, "tiles": ntiles}

@@ -34,8 +34,10 @@ EXPECTED["fast"] += (["dia_v2_1", "dia_v2na_1", "dia_v4na_1", "dia_p8nb_1", "dia
 EXPECTED_HALF = {"mma": [f"spmm_mma{f}{r}_s1" for f in ("", "24") for r in ("", "_r64")] + ["csr16_xs1", "csr16_xs2", "csr16_xs4"]
                  # session 8's batch-1 kernels (plan.csr16_kernel) and their diagnostic builds
                  + ["csr16_xv", "csr16_xvf", "csr16_x12", "csr16_x12f", "csr16_xva", "csr16_x12a", "csr16_xr", "csr16_xr_d1",
-                    "csr16_x12a_d1", "csr16_x12a_d4"]
-                 + [f"csr16_xv_d{f}" for f in (1, 2, 4, 8)] + [f"csr16_x12_d{f}" for f in (1, 2, 4)]}
+                    "csr16_x12a_d1", "csr16_x12a_d4", "csr16_x12b", "csr16_x12a_d16"]
+                 + [f"csr16_xv_d{f}" for f in (1, 2, 4, 8)] + [f"csr16_x12_d{f}" for f in (1, 2, 4)],
+                 # session 9: the DELTA(4) tile kernels (consecutive lanes on consecutive entries)
+                 "delta": ["delta_t_b4", "delta_t_b4_f", "delta_t_b4_p1"]}
 #: kernels of every value type but float64 (the DELTA chunk kernel at three blocks per SM)
 EXPECTED_NOT_F64 = {"delta": ["delta_c8_b4_smem_o3"]}
 EXPECTED_SM90 = {"mma": [f"spmm_mma{f}{r}_s{s}" for f in ("", "24") for r in ("", "_r64") for s in (2, 4, 8)]}

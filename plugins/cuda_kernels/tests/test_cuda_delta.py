@@ -2,7 +2,8 @@
 compiles them with NVRTC on the host): on a GPU they match dense float64 references for every b, value type,
 unit size, X in shared and in global memory, ragged sizes, empty rows, rows longer than a warp
 step, gaps wider than b bits (the format's padding entries), a misaligned X, several right-hand
-sides (the "packed" fallback), the plan's replayed launch and the bound ``Matmul.execute``."""
+sides (the "packed" fallback), the plan's replayed launch and the bound ``Matmul.execute``; the
+DELTA(4) "tile" kernels (half types) likewise, and their layout (plan-built, checked on the CPU)."""
 
 from __future__ import annotations
 
@@ -117,7 +118,7 @@ def test_chunk_single_row_and_tiny():
 @pytest.mark.parametrize("dtype", (torch.float16, torch.float32, torch.float64), ids=("float16", "float32", "float64"))
 @pytest.mark.parametrize("bits", (4, 8))
 @pytest.mark.parametrize("n", (2053, 13000), ids=("x_in_shared", "x_in_global"))
-@pytest.mark.parametrize("variant", ("chunk8", "chunk16"))
+@pytest.mark.parametrize("variant", ("chunk8", "chunk16", "tile", "tile_f"))
 def test_chunk_inf_and_nan_in_x_stay_out_of_rows_without_them(variant, n, bits, dtype):
     # A unit holds entries of neighbouring rows (a row's first and last unit): those entries read X
     # at columns that are not theirs. With inf / NaN in X at columns no row stores (every third
@@ -153,3 +154,80 @@ def test_chunk_inf_and_nan_in_x_stay_out_of_rows_without_them(variant, n, bits, 
         ref = D @ torch.where(bad[:, None], torch.zeros_like(Xk), Xk).double()
         assert not torch.isfinite(Y[hits]).all(dim=1).any()
         assert rel_err(Y[keep], ref[keep]) < TOL[dtype], cols
+
+
+def test_tile_layout_decodes_to_the_pattern():
+    # CPU: every entry's gap sits in word 32 t + L of its tile t at its step j's nibble; tiles of a row
+    # contiguous, toff / tileptr consistent, rows split over warps in order (empty rows, long rows,
+    # partial tiles, more warps than rows)
+    from sparsetorch_cuda._delta import TILE, tile_layout
+
+    for m, n, dens, warps in ((60, 3000, 0.5, 7), (33, 900, 0.1, 64), (4, 5, 0.0, 3)):
+        D = random_dense(m, n, dens, torch.float32, seed=m, empty_rows=3 if m > 4 else 0, long_rows=2 if m > 4 else 0)
+        A = to_format(D, DELTA(4), torch.float32, torch.int32, device="cpu")
+        rowptr, gaps = A.pos(1).long(), A.crd(1).long()
+        nnz = gaps.numel()
+        nw = -(-nnz // 8)
+        padded = torch.zeros(nw * 8, dtype=torch.int64)
+        padded[:nnz] = gaps
+        words = (padded.reshape(nw, 8) << (torch.arange(8) * 4)).sum(1)
+        words = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+        T = tile_layout(rowptr.int(), words, nnz, m, warps)
+        tileptr, toff, tw, wrow = (T[k].long() for k in ("tileptr", "toff", "words", "wrow"))
+        tw = tw & 0xFFFFFFFF
+        assert int(tileptr[0]) == 0 and int(tileptr[-1]) == T["tiles"] and int(toff[-1]) == nnz
+        assert wrow.numel() == warps + 1 and int(wrow[0]) == 0 and int(wrow[-1]) == m and bool((wrow[1:] >= wrow[:-1]).all())
+        seen = torch.zeros(nnz, dtype=torch.bool)
+        for r in range(m):
+            t0, t1 = int(tileptr[r]), int(tileptr[r + 1])
+            assert t1 - t0 == -(-int(rowptr[r + 1] - rowptr[r]) // TILE)
+            for t in range(t0, t1):
+                assert int(toff[t]) == int(rowptr[r]) + TILE * (t - t0) and int(toff[t + 1]) - int(toff[t]) <= TILE
+                e = torch.arange(int(toff[t]), int(toff[t + 1]))
+                q = e - int(toff[t])
+                j, lane = q // 32, q % 32
+                shift = torch.where(j < 4, 8 * j, 8 * (j - 4) + 4)
+                assert torch.equal((tw[32 * t + lane] >> shift) & 15, gaps[e])
+                seen[e] = True
+                full = torch.zeros(32, dtype=torch.int64).index_add_(0, lane, 15 << shift)  # nibbles past the end: zero
+                assert bool(((tw[32 * t: 32 * t + 32] & ~full) == 0).all())
+        assert bool(seen.all())
+
+
+@gpu
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("float16", "bfloat16"))
+@pytest.mark.parametrize("variant", ("tile", "tile_f", "tile_p1"))
+def test_tile_matches_dense(variant, dtype):
+    # rows of 0 .. several tiles (long rows: 1501 entries; 50 % / 10 % rows; partial tiles), empty
+    # rows first and last, more warps than rows, gaps over 15 (padding entries), int32 / int64 row
+    # pointers, an X at an odd address, k = 2 (the "packed" fallback), the replayed launch
+    for m, n, dens in ((203, 1501, 0.05), (97, 2053, 0.5), (61, 4099, 0.1), (3, 300, 0.9), (1, 9, 1.0)):
+        D = random_dense(m, n, dens, dtype, seed=m + n, long_rows=4 if m > 50 else 0, empty_rows=9 if m > 50 else 0)
+        if m > 50:
+            D[0] = 0
+            D[-1] = 0
+            D[:, n // 3: n // 3 + 20] = 0  # a run of empty columns: padding entries
+        for idx in (torch.int32, torch.int64):
+            A = to_format(D, DELTA(4), dtype, idx)
+            plan = _plan(A, variant)
+            assert plan.variant == variant and plan.tiles is not None
+            for k in (1, 2):
+                X = _x(n, k, dtype, 3 + k).cuda()
+                assert rel_err(plan.apply(X), D @ X.double().cpu()) < TOL[dtype], (m, idx, k)
+            buf = _x(n + 1, 1, dtype, 9).cuda()
+            X = buf[1:]
+            assert X.data_ptr() % 16 != 0
+            for _ in range(2):  # the first call records the launch, the second replays it
+                assert rel_err(plan.apply(X), D @ X.double().cpu()) < TOL[dtype], (m, idx)
+
+
+@gpu
+def test_tile_falls_back_where_it_does_not_apply():
+    # float32 / DELTA(8) / X over 48 KB: the plan keeps the variant name and runs the chunk kernel
+    for dtype, bits, n in ((torch.float32, 4, 900), (torch.float16, 8, 900), (torch.float16, 4, 30000)):
+        D = random_dense(20, n, 0.3, dtype, seed=n + bits)
+        A = to_format(D, DELTA(bits), dtype, torch.int32)
+        plan = _plan(A, "tile")
+        assert plan.variant == "tile" and plan.tiles is None
+        X = _x(n, 1, dtype, 5).cuda()
+        assert rel_err(plan.apply(X), D @ X.double().cpu()) < TOL[dtype]

@@ -124,6 +124,54 @@ __device__ __forceinline__ acc_t chunk_x(const acc_t* xs, const val_t* __restric
   return ld(RO(x + min(max(c, 0), n - 1)));
 }
 
+// The products of one unit (lane): entry t's column is cs + (sum of gap + 1 over entries 0 .. t);
+// CHK: entries outside [s0, s1) read X as zero (a row's boundary steps only; see the caller).
+template <int U, int B, bool SMEM, bool NC, bool CHK>
+__device__ __forceinline__ void chunk_gather(const ChunkUnit<U, B>& cur, const unsigned* P, const unsigned* E, int cs, int s0,
+                                             int s1, int lane, const acc_t* xs, unsigned xs_u32, const val_t* __restrict__ x,
+                                             int n, acc_t& s, acc_t& s2) {
+  if constexpr (B == 4) {
+    constexpr int NP = U / 8;
+#pragma unroll
+    for (int i = 0; i < NP; ++i) {
+      const unsigned xb = xs_u32 + (unsigned)cs * (unsigned)sizeof(acc_t);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        unsigned ce = __byte_perm(E[i], 0, 0x4440 + j), co = __byte_perm(P[i], 0, 0x4440 + j);
+        acc_t xe, xo;
+        if (NC) {
+          xe = xs[lane + 64 * j + (ce >> 7)];
+          xo = xs[lane + 64 * j + 32 + (co >> 7)];
+        } else if (SMEM) {
+          xe = chunk_lds(xb + ce * (unsigned)sizeof(acc_t));
+          xo = chunk_lds(xb + co * (unsigned)sizeof(acc_t));
+        } else {
+          xe = chunk_x<false>(xs, x, cs + (int)ce, n);
+          xo = chunk_x<false>(xs, x, cs + (int)co, n);
+        }
+        const int te = 8 * i + 2 * j;
+        if (CHK) {
+          if (te < s0 || te >= s1) xe = (acc_t)0;
+          if (te + 1 < s0 || te + 1 >= s1) xo = (acc_t)0;
+        }
+        acc_t ve, vo;
+        chunk_pair<U, B>(cur, te, ve, vo);
+        s += ve * xe;
+        s2 += vo * xo;
+      }
+      cs += (int)(P[i] >> 24);
+    }
+  } else {
+#pragma unroll
+    for (int t = 0; t < U; ++t) {
+      cs += (int)chunk_field<B>(cur.w, t) + 1;
+      acc_t xv = chunk_x<SMEM>(xs, x, cs, n);
+      if (CHK && (t < s0 || t >= s1)) xv = (acc_t)0;
+      s += ld(cur.v.e[t]) * xv;
+    }
+  }
+}
+
 // NC (benchmarking only, wrong results): B = 4 with X in shared memory, the gathers read
 // xs[lane + 64 j + (column >> 7)] instead (conflict-free, same decode): the cost of bank conflicts.
 // PF (a variant): each lane also asks L2 to prefetch its unit of the step after next, and at a
@@ -234,47 +282,16 @@ __device__ __forceinline__ void delta_chunk_body(int m, int n, int nnz, const id
         int up = __shfl_up_sync(FULL, inc, o);
         if (lane >= o) inc += up;
       }
+      // entries outside the row read X at columns of no entry of theirs: their X is zeroed (not only
+      // their value), so an inf or NaN there cannot reach this row (0 * inf). With X in shared memory
+      // the entries before the row's first entry land in the left pad, so only a row's last step
+      // needs the per-entry check; with X in global memory (clamped columns) its first step too.
+      const bool chk = (ub + 32 >= u1) || (!SMEM && ub == u0);
       if (act) {
-        int cs = base + inc - tot - 1;  // entry t's column: cs + (sum of gap + 1 over entries 0 .. t)
-        if constexpr (B == 4) {
-#pragma unroll
-          for (int i = 0; i < NP; ++i) {
-            const unsigned xb = xs_u32 + (unsigned)cs * (unsigned)sizeof(acc_t);
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-              unsigned ce = __byte_perm(E[i], 0, 0x4440 + j), co = __byte_perm(P[i], 0, 0x4440 + j);
-              acc_t xe, xo;
-              if (NC) {
-                xe = xs[lane + 64 * j + (ce >> 7)];
-                xo = xs[lane + 64 * j + 32 + (co >> 7)];
-              } else if (SMEM) {
-                xe = chunk_lds(xb + ce * (unsigned)sizeof(acc_t));
-                xo = chunk_lds(xb + co * (unsigned)sizeof(acc_t));
-              } else {
-                xe = chunk_x<false>(xs, x, cs + (int)ce, n);
-                xo = chunk_x<false>(xs, x, cs + (int)co, n);
-              }
-              // entries outside the row read X at columns of no entry of theirs: their X is zeroed
-              // (not only their value), so an inf or NaN there cannot reach this row (0 * inf)
-              const int te = 8 * i + 2 * j;
-              if (te < s0 || te >= s1) xe = (acc_t)0;
-              if (te + 1 < s0 || te + 1 >= s1) xo = (acc_t)0;
-              acc_t ve, vo;
-              chunk_pair<U, B>(cur, te, ve, vo);
-              s += ve * xe;
-              s2 += vo * xo;
-            }
-            cs += (int)(P[i] >> 24);
-          }
-        } else {
-#pragma unroll
-          for (int t = 0; t < U; ++t) {
-            cs += (int)chunk_field<B>(cur.w, t) + 1;
-            acc_t xv = chunk_x<SMEM>(xs, x, cs, n);
-            if (t < s0 || t >= s1) xv = (acc_t)0;  // an entry outside the row (see above)
-            s += ld(cur.v.e[t]) * xv;
-          }
-        }
+        if (chk)
+          chunk_gather<U, B, SMEM, NC, true>(cur, P, E, base + inc - tot - 1, s0, s1, lane, xs, xs_u32, x, n, s, s2);
+        else
+          chunk_gather<U, B, SMEM, NC, false>(cur, P, E, base + inc - tot - 1, s0, s1, lane, xs, xs_u32, x, n, s, s2);
       }
       base += __shfl_sync(FULL, inc, 31);
     }
@@ -326,4 +343,229 @@ DELTA_CHUNK1(delta_c8_b4_smem_nc, 8, 4, true, , true)
 // a variant ("chunk8_o3"): three blocks of 512 threads per SM (at most 40 registers), units of 8
 #if VAL_KIND != 3
 DELTA_CHUNK1M(delta_c8_b4_smem_o3, 3, 8, 4, true)
+#endif
+
+// ------------------------------------------------------------------------------------------------
+// DELTA(4), half types, one right-hand side: the "tile" kernels (session 9). Consecutive lanes take
+// consecutive entries, so the 32 gathers of a step fall in a narrow window of X (bank conflicts:
+// ~1.4 wavefronts per gather at 50 % density with X in shared memory as 16-bit values, against
+// ~3.5 when each lane takes 8 consecutive entries).
+//
+// Layout (built by the plan from the validated pattern, _delta.DeltaMixin._tile_layout): each row's
+// entries are cut into tiles of up to 256 (the last one of a row partial), tiles of a row
+// contiguous, rows in order. tileptr[r] .. tileptr[r + 1]: row r's tiles; toff[t]: the entry
+// index of tile t's first entry (toff[T] = nnz), so tile t holds entries toff[t] .. toff[t + 1];
+// the values are read where they lie (no copy). Lane L takes entries 32 j + L (j = 0 .. 7) of a
+// tile; their 4-bit gaps are word 32 t + L of tw: entry j's nibble at bits 8 j (j < 4) or
+// 8 (j - 4) + 4 (j >= 4), zero for entries past the tile's end. wrow[w] .. wrow[w + 1]: the rows
+// of warp w (contiguous; balanced by tiles by the plan; nw = grid * 16 warps).
+//
+// Columns: column(entry) = column(entry before the tile) + sum of (gap + 1) over the tile's
+// entries up to it. Per step j the lanes' prefix sums come from warp scans: the 8 fields of a lane
+// (gap + 1 <= 16) are scanned as bytes (Kogge-Stone steps 1, 2, 4: a lane then holds the sum over 8
+// lanes, <= 128), then as 16-bit pairs (steps 8, 16: sums <= 512); the scanned fields plus the steps before and the tile's start give
+// each entry's byte offset in shared memory (16 bits each, two per register), so an entry costs a
+// PRMT (its offset), the LDS, the conversions and the FMA. Entries past a row's end (its last,
+// partial tile) are neither loaded nor gathered.
+//
+// X is copied once per block into shared memory (16-bit values as they are: XF = false; or as float:
+// XF = true); the host launches these only when n * sizeof <= 48 KB (so every byte offset fits 16
+// bits with room for the partial tile's zero gaps). PD = 2: two tiles' loads in flight.
+#if VAL_KIND <= 1
+#define TILE_BLOCK 512
+
+struct TileBuf {
+  unsigned g;     // the lane's gap word
+  unsigned v[8];  // the lane's 8 values (16-bit patterns)
+  int cnt;        // the tile's entries (1 .. 256)
+};
+
+__device__ __forceinline__ void tile_load(const unsigned* __restrict__ tw, const unsigned short* __restrict__ vb, int t, int off,
+                                          int cnt, int lane, TileBuf& b) {
+  b.g = RO(tw + (size_t)t * 32 + lane);
+  b.cnt = cnt;
+  const unsigned short* p = vb + off + lane;
+  if (cnt >= 256) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) b.v[j] = RO(p + 32 * j);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) b.v[j] = 32 * j + lane < cnt ? (unsigned)RO(p + 32 * j) : 0u;
+  }
+}
+
+__device__ __forceinline__ float tile_cvt(unsigned h) {
+#if VAL_KIND == 0
+  float f;
+  asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %1;\n\tcvt.f32.f16 %0, l;\n\t}" : "=f"(f) : "r"(h));
+  return f;
+#else
+  return __uint_as_float(h << 16);
+#endif
+}
+
+template <bool XF>
+__device__ __forceinline__ float tile_x(unsigned a) {
+  if (XF) {
+    float r;
+    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(r) : "r"(a));
+    return r;
+  } else {
+    unsigned short h;
+    asm volatile("ld.shared.u16 %0, [%1];" : "=h"(h) : "r"(a));
+    return tile_cvt((unsigned)h);
+  }
+}
+
+// v += v of the lane o below (in the same segment of 32 - (C >> 8) lanes; none for the first o lanes):
+// the shuffle's own predicate guards the add (one instruction fewer than a select).
+template <unsigned C>
+__device__ __forceinline__ void tile_scan_add(unsigned& v, int o) {
+  asm("{\n\t.reg .pred p;\n\t.reg .b32 t;\n\tshfl.sync.up.b32 t|p, %0, %1, %2, -1;\n\t@p add.u32 %0, %0, t;\n\t}"
+      : "+r"(v)
+      : "r"(o), "n"(C));
+}
+
+// One tile's products into s / s2; base: the column before the tile (updated to its last entry's).
+template <bool XF, bool PART>
+__device__ __forceinline__ void tile_body(const TileBuf& c, int lane, unsigned xs2, int& base, float& s, float& s2) {
+  constexpr unsigned SH = XF ? 2 : 1;  // log2 of X's bytes per entry in shared memory
+  unsigned ra = (c.g & 0x0F0F0F0Fu) + 0x01010101u, rb = ((c.g >> 4) & 0x0F0F0F0Fu) + 0x01010101u;
+#pragma unroll
+  for (int o = 1; o < 8; o <<= 1) {  // bytes: steps 0..3 (ra), 4..7 (rb); after o = 4 a lane holds the sum of 8 lanes
+    tile_scan_add<0>(ra, o);
+    tile_scan_add<0>(rb, o);
+  }
+  unsigned h[4] = {__byte_perm(ra, 0, 0x5150), __byte_perm(ra, 0, 0x5352), __byte_perm(rb, 0, 0x5150),
+                   __byte_perm(rb, 0, 0x5352)};  // steps (2k, 2k + 1) as 16-bit fields
+#pragma unroll
+  for (int o = 8; o < 32; o <<= 1) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) tile_scan_add<0>(h[k], o);
+  }
+  unsigned a = (unsigned)base;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    unsigned tk = __shfl_sync(FULL, h[k], 31);  // the steps' sums (2k, 2k + 1)
+    // byte offsets of steps 2k (low half) and 2k + 1 (high half): X's base + (a + prefix) << SH
+    unsigned r = (h[k] << SH) + a * (0x10001u << SH) + xs2 + (tk << (16 + SH));
+    a += (tk * 0x10001u) >> 16;
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const int j = 2 * k + q;
+      unsigned off = __byte_perm(r, 0, q ? 0x4432 : 0x4410);
+      if (!PART || 32 * j + lane < c.cnt) {
+        float xv = tile_x<XF>(off), vv = tile_cvt(c.v[j]);
+        if (q)
+          s2 += vv * xv;
+        else
+          s += vv * xv;
+      }
+    }
+  }
+  base = (int)a;
+}
+
+template <bool XF, int PD>
+__device__ __forceinline__ void delta_tile_body(int m, int n, int nw, const int* __restrict__ tileptr, const int* __restrict__ toff,
+                                                const int* __restrict__ wrow, const unsigned* __restrict__ tw,
+                                                const val_t* __restrict__ val, const val_t* __restrict__ x, val_t* __restrict__ y) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int lane = threadIdx.x & 31;
+  const int w = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const unsigned short* vb = reinterpret_cast<const unsigned short*>(val);
+  int r = 0, r1 = 0, t = 0, t1 = 0;
+  if (w < nw) {
+    r = RO(wrow + w);
+    r1 = RO(wrow + w + 1);
+    t = RO(tileptr + r);
+    t1 = RO(tileptr + r1);
+  }
+  const int T = RO(tileptr + m);  // tiles in all
+  // the first PD tiles' loads before X is copied (their latency overlaps the copy)
+  int o[PD + 2];
+#pragma unroll
+  for (int i = 0; i < PD + 2; ++i) o[i] = RO(toff + min(t + i, T));
+  TileBuf A, Bq;
+  if (t < t1) tile_load(tw, vb, t, o[0], o[1] - o[0], lane, A);
+  if (PD > 1 && t + 1 < t1) tile_load(tw, vb, t + 1, o[1], o[2] - o[1], lane, Bq);
+  int on = o[PD], on1 = o[PD + 1];  // toff of the next tile to load and of the one after
+  {
+    if (XF) {
+      float* dst = reinterpret_cast<float*>(smem_raw);
+      for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = ld(RO(x + i));
+    } else {
+      unsigned short* dst = reinterpret_cast<unsigned short*>(smem_raw);
+      int done = 0;
+      if ((reinterpret_cast<size_t>(x) & 15) == 0) {
+        const int nq = n >> 3;
+        for (int i = threadIdx.x; i < nq; i += blockDim.x) reinterpret_cast<uint4*>(dst)[i] = RO(reinterpret_cast<const uint4*>(x) + i);
+        done = nq << 3;
+      }
+      for (int i = done + threadIdx.x; i < n; i += blockDim.x) dst[i] = RO(x + i);
+    }
+    __syncthreads();
+  }
+  if (w >= nw) return;
+  const unsigned xs2 = (unsigned)__cvta_generic_to_shared(smem_raw) * 0x10001u;
+  // the current row r (its last tile te - 1); rows without tiles get 0
+  int te = r < r1 ? RO(tileptr + r + 1) : t1;
+  while (r < r1 && te == t) {
+    if (lane == 0) y[r] = st(0.f);
+    ++r;
+    te = r < r1 ? RO(tileptr + r + 1) : t1;
+  }
+  int ten = r + 1 < r1 ? RO(tileptr + r + 2) : t1;  // the next row's end
+  int base = -1;
+  float s = 0.f, s2 = 0.f;
+  auto step = [&](TileBuf& buf, int tt) {
+    TileBuf cur = buf;
+    if (tt + PD < t1) {
+      tile_load(tw, vb, tt + PD, on, on1 - on, lane, buf);
+      on = on1;
+      on1 = RO(toff + min(tt + PD + 2, T));
+    }
+    if (cur.cnt >= 256)
+      tile_body<XF, false>(cur, lane, xs2, base, s, s2);
+    else
+      tile_body<XF, true>(cur, lane, xs2, base, s, s2);
+    if (tt + 1 == te) {  // the row's last tile: its sum, then the next row with tiles
+      float v = s + s2;
+#pragma unroll
+      for (int q = 16; q > 0; q >>= 1) v += __shfl_xor_sync(FULL, v, q);
+      if (lane == 0) y[r] = st(v);
+      s = s2 = 0.f;
+      base = -1;
+      int prev = te;
+      ++r;
+      te = ten;
+      while (r < r1 && te == prev) {
+        if (lane == 0) y[r] = st(0.f);
+        ++r;
+        te = r < r1 ? RO(tileptr + r + 1) : t1;
+      }
+      ten = r + 1 < r1 ? RO(tileptr + r + 2) : t1;
+    }
+  };
+  if (PD > 1) {
+    for (; t < t1; t += 2) {
+      step(A, t);
+      if (t + 1 < t1) step(Bq, t + 1);
+    }
+  } else {
+    for (; t < t1; ++t) step(A, t);
+  }
+  for (; r < r1; ++r)  // rows after the last tile (none: every row left has no tiles)
+    if (lane == 0) y[r] = st(0.f);
+}
+
+#define DELTA_TILE(NAME, XF, PD)                                                                                        \
+  extern "C" __global__ void __launch_bounds__(TILE_BLOCK, 2)                                                          \
+      NAME(i64 m, i64 n, i64 nw, const int* tileptr, const int* toff, const int* wrow, const unsigned* tw, const val_t* val, \
+           const val_t* x, val_t* y) {                                                                                 \
+    delta_tile_body<XF, PD>((int)m, (int)n, (int)nw, tileptr, toff, wrow, tw, val, x, y);                                \
+  }
+DELTA_TILE(delta_t_b4, false, 2)
+DELTA_TILE(delta_t_b4_f, true, 2)
+DELTA_TILE(delta_t_b4_p1, false, 1)
 #endif
