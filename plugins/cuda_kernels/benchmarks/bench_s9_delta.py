@@ -45,7 +45,7 @@ def _delta_bytes(m: int, n: int, nse: int, vs: int, bits: int) -> float:
     return nse * vs + nse * bits / 8 + (m + 1) * 4 + (m + n) * vs
 
 
-def run(tab: B.Table, size: int, dtypes: list[torch.dtype], csr: bool) -> None:
+def run(tab: B.Table, size: int, dtypes: list[torch.dtype], csr: bool, save=lambda: None) -> None:
     from sparsetorch_cuda.plan import CudaSpmmPlan
 
     g = torch.Generator(device="cuda").manual_seed(1)
@@ -102,6 +102,7 @@ def run(tab: B.Table, size: int, dtypes: list[torch.dtype], csr: bool) -> None:
                     tab.rows.append({"case": case, "impl": "CSR int32", "error": repr(exc), **extra})
             del S, W
             torch.cuda.empty_cache()
+            save()  # after every case: a run cut short keeps what it measured
         del W64, mask
 
 
@@ -118,13 +119,18 @@ def main() -> int:
     print(f"copy bandwidth {bw['bytes_per_s'] / 1e12:.2f} TB/s", flush=True)
     tab = B.Table(bw["bytes_per_s"], a.reps)
     dtypes = [getattr(torch, d) for d in a.dtypes.split(",")]
-    run(tab, a.size, dtypes, not a.no_csr)
-    out = {"benchmark": "bench_s9_delta", "command": " ".join(["python", *sys.argv]),
-           "date": datetime.now(timezone.utc).isoformat(), "machine": platform.node(),
-           "gpu": torch.cuda.get_device_name(0), "copy_bandwidth": bw, "versions": B.versions(),
-           "kernel_time": "20 calls captured in a CUDA graph, replayed, median of 10 replays", "rows": tab.rows}
-    Path(a.out).mkdir(parents=True, exist_ok=True)
-    (Path(a.out) / a.name).write_text(json.dumps(out, indent=1, default=str))
+    vers = B.versions()
+
+    def save() -> None:
+        out = {"benchmark": "bench_s9_delta", "command": " ".join(["python", *sys.argv]),
+               "date": datetime.now(timezone.utc).isoformat(), "machine": platform.node(),
+               "gpu": torch.cuda.get_device_name(0), "copy_bandwidth": bw, "versions": vers,
+               "kernel_time": "20 calls captured in a CUDA graph, replayed, median of 10 replays", "rows": tab.rows}
+        Path(a.out).mkdir(parents=True, exist_ok=True)
+        (Path(a.out) / a.name).write_text(json.dumps(out, indent=1, default=str))
+
+    run(tab, a.size, dtypes, not a.no_csr, save)
+    save()
     for r in tab.rows:
         k = r.get("kernel_s")
         print(f"{r['case']:<22} {r['impl']:<34} kernel {k * 1e6 if k else float('nan'):7.1f} us  err {r.get('rel_err')}  "
