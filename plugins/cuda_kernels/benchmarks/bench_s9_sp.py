@@ -128,6 +128,27 @@ def case(out_f: int, in_f: int, dtype: torch.dtype, ks: list[int], args) -> dict
     return res
 
 
+def profile(args, k: int) -> None:
+    in_f, out_f = (int(v) for v in args.shapes.split(",")[0].split("x"))
+    dtype = getattr(torch, args.dtypes.split(",")[0])
+    torch.manual_seed(out_f + in_f)
+    dense = torch.nn.Linear(in_f, out_f, device="cuda", dtype=dtype)
+    W = st.nn.SparseLinear(RULES["90 %"]()("layer", dense), dense.bias.detach()).to_dense().detach()
+    A = st.SparseTensor.from_dense(W, mask=W != 0).convert(CSR, index_dtype=torch.int32)
+    plan = CudaSpmmPlan(A)
+    plan.set_values(A.values)
+    plan.mma_kernel = "sp"
+    x = torch.randn(k, in_f, device="cuda", dtype=dtype)
+    for name in args.profile.split(","):
+        r, rest = name[1:].split("w")
+        w, rest = rest.split("k")
+        kk, cs = rest.split("_s")
+        plan.sp_config_override = (int(r), int(w), int(kk), int(cs))
+        plan.apply(x.mT, bias=dense.bias.detach())
+        torch.cuda.synchronize()
+        print("profiled", name, plan.sp_choice(k), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -138,8 +159,13 @@ def main() -> None:
     ap.add_argument("--old", action="store_true", help="also the session-7 kernel (compiles the mma module)")
     ap.add_argument("--tag", default="")
     ap.add_argument("--commit", default="")
+    ap.add_argument("--profile", default="", help="only launch these configurations once each on the first shape and "
+                    "dtype (for ncu), e.g. r2w2k4_s8,r4w4k2_s8")
     args = ap.parse_args()
     ks = [int(v) for v in args.ks.split(",")]
+    if args.profile:
+        profile(args, ks[0])
+        return
     results = []
     for shape in args.shapes.split(","):
         in_f, out_f = (int(v) for v in shape.split("x"))

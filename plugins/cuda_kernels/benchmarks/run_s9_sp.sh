@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call (session 9, batch-64 SpMM on the 2:4 sparse tensor cores): install, compile the spmm_sp module
 # (NVRTC, float16 and bfloat16, in parallel, into the disk cache), a smoke product, the GPU tests
-# (test_cuda_spmm_sp.py), bench_s9_sp.py (BENCH_ARGS). Results under $OUT.
+# (test_cuda_spmm_sp.py), bench_s9_sp.py (BENCH_ARGS), optionally Nsight Compute on single launches (NCU=1,
+# PROFILE: configurations). Results under $OUT.
 PREWARM=${PREWARM:-spmm_sp} PREWARM_VALUES=float16,bfloat16 PREWARM_INDICES=int32 source plugins/cuda_kernels/benchmarks/device_setup.sh
 timeout ${SMOKE_TIMEOUT:-40} python3 - <<'PY' 2>&1 | tail -5
 import torch, sparsetorch as st
@@ -23,4 +24,15 @@ fi
 if [ "${BENCH:-1}" = 1 ]; then
   timeout ${BENCH_TIMEOUT:-150} python3 plugins/cuda_kernels/benchmarks/bench_s9_sp.py --out $OUT ${BENCH_ARGS:---layer} \
     2>&1 | tee $OUT/bench_s9_sp_log.txt | cut -c1-700
+fi
+if [ "${NCU:-0}" = 1 ]; then
+  if command -v ncu >/dev/null; then
+    timeout ${NCU_TIMEOUT:-60} ncu --kernel-name regex:spmm_sp --section SpeedOfLight --section WarpStateStats \
+      --section SchedulerStats --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
+      python3 plugins/cuda_kernels/benchmarks/bench_s9_sp.py --out $OUT --profile ${PROFILE:-r2w2k4_s8,r4w4k2_s8} \
+      > $OUT/ncu_s9_sp.txt 2>&1
+    grep -E "spmm_sp_|Duration|Throughput|Stall|Warp Cycles|Issued|Eligible|Active Warps|Registers|Achieved|No Eligible|Pipe|Mem Busy|L2 Hit|DRAM" $OUT/ncu_s9_sp.txt | cut -c1-110 | head -${NCU_TAIL:-70}
+  else
+    echo "no ncu on this machine"
+  fi
 fi

@@ -29,8 +29,9 @@ from .layout import _sm_count
 #: each for cluster sizes 1, 2, 4, 8 (2..8 on sm_90 and later)
 SP_CONFIGS = ((4, 2, 4), (4, 4, 2), (2, 4, 2), (2, 2, 4))
 SP_CLUSTERS = (1, 2, 4, 8)
-#: bytes per block record (kernels/spmm_sp.cu)
+#: bytes per block record, residual entries staged in shared memory per block (kernels/spmm_sp.cu)
 SP_REC = 160
+SP_RES = 512
 #: dynamic shared memory a block may take (the H200's opt-in limit is 227 KB)
 SP_MAX_SMEM = 227 * 1024
 #: layouts of more blocks than this are not made (memory of the plan's temporaries)
@@ -124,9 +125,9 @@ def sp_layout(rowptr: torch.Tensor, col: torch.Tensor, m: int, n: int) -> dict[s
 
 def sp_smem(cfg: tuple[int, int, int], kpw: int) -> int:
     """Dynamic shared memory of configuration ``cfg`` = (R, WR, WK) with ``kpw`` k-chunks per warp:
-    the X^T slice, the block records, the partial sums, the stage barriers."""
+    the X^T slice, the block records, the partial sums, the staged residual, the stage barriers."""
     R, WR, WK = cfg
-    return kpw * WK * 4096 + kpw * WK * R * WR * SP_REC + 64 * (16 * R * WR + 4) * 4 + 8 * kpw
+    return kpw * WK * 4096 + kpw * WK * R * WR * SP_REC + 64 * (16 * R * WR + 4) * 4 + 8 * SP_RES + 128 + 8 * kpw
 
 
 def sp_auto(plan: Any, k: int) -> bool:

@@ -162,6 +162,9 @@ def test_sp_matches_dense(shape, dtype):
         if torch.cuda.get_device_capability()[0] < 9 and cfg[3] > 1:
             continue
         plan.sp_config_override = cfg
+        if plan.sp_choice(64) is None:  # its X^T slice does not fit in shared memory
+            assert not plan._sp_ok(64)
+            continue
         assert plan._sp_ok(64), cfg
         for k, seed in ((8, 1), (17, 2), (64, 3), (130, 5)):
             xt = _xt(k, n, dtype, seed).cuda()

@@ -37,6 +37,7 @@
 
 #define SP_REC 160       // bytes per block record
 #define SP_BB 64         // columns of X per block
+#define SP_RES 512       // residual entries staged in shared memory per block
 
 __device__ __forceinline__ unsigned sp_smem(const void* p) {
   unsigned a;
@@ -53,11 +54,19 @@ __device__ __forceinline__ void sp_bar_init(unsigned bar, unsigned count) {
 __device__ __forceinline__ void sp_bar_arrive_cp(unsigned bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
+// wait until the barrier's first phase completed: try_wait (the thread sleeps in hardware) on sm_90,
+// test_wait with a back-off before
 __device__ __forceinline__ void sp_bar_wait(unsigned bar) {
   unsigned ok = 0;
   while (!ok) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(ok) : "r"(bar) : "memory");
+#else
     asm volatile("{ .reg .pred p; mbarrier.test_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
                  : "=r"(ok) : "r"(bar) : "memory");
+    if (!ok) __nanosleep(32);
+#endif
   }
 }
 __device__ __forceinline__ void sp_ldsm4(unsigned (&r)[4], unsigned addr) {
@@ -123,7 +132,7 @@ __device__ __forceinline__ void sp_load_vals(unsigned (&v)[R][4], const unsigned
   }
 }
 
-template <int R, int WR, int WK, int CS>
+template <int R, int WR, int WK, int CS, int PD>
 __device__ __forceinline__ void spmm_sp_body(i64 m_, i64 n_, i64 k_, i64 J_, i64 kpw_, const int* __restrict__ rowptr,
                                              const unsigned char* __restrict__ recs, const int* __restrict__ rptr,
                                              const int* __restrict__ res_pos, const int* __restrict__ res_rc,
@@ -138,7 +147,11 @@ __device__ __forceinline__ void spmm_sp_body(i64 m_, i64 n_, i64 k_, i64 J_, i64
   unsigned char* Xs = smem;                                   // [kpw][WK][64][4 units of 16 bytes]
   unsigned char* Rs = Xs + (size_t)kpw * WK * 4096;           // [kpw][WK][SPW][SP_REC]
   float* P = reinterpret_cast<float*>(Rs + (size_t)kpw * WK * SPW * SP_REC);  // [64][PLD]
-  unsigned long long* bars = reinterpret_cast<unsigned long long*>(P + SP_BB * PLD);  // [kpw]
+  int* res_c = reinterpret_cast<int*>(P + SP_BB * PLD);       // [SP_RES] staged residual: column << 4 | row
+  float* res_v = reinterpret_cast<float*>(res_c + SP_RES);    // [SP_RES] and value
+  int* res_a = reinterpret_cast<int*>(res_v + SP_RES);        // [16] the strips' first entries
+  int* res_p = res_a + 16;                                    // [16] their prefix in the staged list
+  unsigned long long* bars = reinterpret_cast<unsigned long long*>(res_p + 16);  // [kpw]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, tig = lane & 3;
   const int wr = warp % WR, wk = warp / WR;
@@ -150,29 +163,56 @@ __device__ __forceinline__ void spmm_sp_body(i64 m_, i64 n_, i64 k_, i64 J_, i64
   const int strip0 = (int)(blockIdx.x / CS) * SPW;
   const int row0 = strip0 * 16;
   const int b0 = (int)blockIdx.y * SP_BB;
-  const int jlo = rank * WK * kpw;                 // the block's k-chunks [jlo, jlo + WK kpw)
+  const int jlo = rank * WK * kpw;                 // the block's k-chunks [jlo, jhi)
+  const int jhi = min(J, jlo + WK * kpw);
+  // blocks start at different slots (k-chunks) so that they do not all read the same X^T lines at once
+  const int rot = (int)((blockIdx.x / CS) % (unsigned)kpw);
   const unsigned xs0 = sp_smem(Xs), rs0 = sp_smem(Rs), bar0 = sp_smem(bars);
 
   if (tid == 0)
     for (int i = 0; i < kpw; ++i) sp_bar_init(bar0 + 8u * i, NT);
+  if (tid < SPW) {  // the strips' residual ranges over the block's k-chunks
+    const int s = strip0 + tid;
+    const bool ok = s < S && jlo < jhi;
+    res_a[tid] = ok ? __ldg(rptr + (i64)s * J + jlo) : 0;
+    res_p[tid] = ok ? __ldg(rptr + (i64)s * J + jhi) : 0;  // the end, for now
+  }
   __syncthreads();
-  // every stage's copies, in stage order; each thread's copies of stage i arrive on bars[i]
-  for (int i = 0; i < kpw; ++i) {
+  // every slot's copies, slot rot first; each thread's copies of slot si arrive on bars[si]
+  for (int ii = 0; ii < kpw; ++ii) {
+    const int si = ii + rot < kpw ? ii + rot : ii + rot - kpw;
     for (int u = tid; u < WK * 256; u += NT) {
       const int w = u >> 8, b = (u >> 2) & 63, q = u & 3;
-      const int j = jlo + w * kpw + i, col = 32 * j + 8 * q;
+      const int j = jlo + w * kpw + si, col = 32 * j + 8 * q;
       const bool ok = j < J && col < n && b0 + b < k;
-      sp_cp16(xs0 + (unsigned)((((i * WK + w) * 64 + b) * 4 + (q ^ ((b >> 1) & 3))) * 16),
+      sp_cp16(xs0 + (unsigned)((((si * WK + w) * 64 + b) * 4 + (q ^ ((b >> 1) & 3))) * 16),
               ok ? (const void*)(xt + (i64)(b0 + b) * n + col) : (const void*)xt, ok ? 16u : 0u);
     }
     for (int u = tid; u < WK * SPW * 10; u += NT) {
       const int w = u / (SPW * 10), rem = u % (SPW * 10), sl = rem / 10, q = rem % 10;
-      const int j = jlo + w * kpw + i, s = strip0 + sl;
+      const int j = jlo + w * kpw + si, s = strip0 + sl;
       const bool ok = j < J && s < S;
-      sp_cp16(rs0 + (unsigned)(((i * WK + w) * SPW + sl) * SP_REC + 16 * q),
+      sp_cp16(rs0 + (unsigned)(((si * WK + w) * SPW + sl) * SP_REC + 16 * q),
               ok ? (const void*)(recs + ((i64)s * J + j) * SP_REC + 16 * q) : (const void*)recs, ok ? 16u : 0u);
     }
-    sp_bar_arrive_cp(bar0 + 8u * i);
+    sp_bar_arrive_cp(bar0 + 8u * si);
+  }
+  // the residual's first SP_RES entries (column, value) into shared memory while the copies fly
+  // staged entry f: the strips' ranges one after the other (prefix(sl) = where strip sl's begin)
+  auto prefix = [&](int sl) {
+    int p = 0;
+    for (int t = 0; t < sl; ++t) p += res_p[t] - res_a[t];
+    return p;
+  };
+  const int staged = min(prefix(SPW), SP_RES);
+  if (!(flags & 4)) {
+    for (int f = tid; f < staged; f += NT) {
+      int sl = 0, off = f;
+      while (sl < SPW - 1 && off >= res_p[sl] - res_a[sl]) off -= res_p[sl] - res_a[sl], ++sl;
+      const int e = res_a[sl] + off;
+      res_c[f] = __ldg(res_rc + e);
+      res_v[f] = ld(val[__ldg(res_pos + e)]);
+    }
   }
 
   float acc[R][8][4];
@@ -193,41 +233,59 @@ __device__ __forceinline__ void spmm_sp_body(i64 m_, i64 n_, i64 k_, i64 J_, i64
     rp[r][1] = rb < m ? __ldg(rowptr + rb) : 0;
   }
   const int jw = jlo + wk * kpw;
-  const int iters = min(kpw, J - jw);
+  const int iters = min(kpw, J - jw);  // this warp's k-chunks jw + slot, slot < iters (k-chunks past J: none)
   const int sh0 = 4 * tig;
   int tiles = (k - b0 + 7) >> 3;
   tiles = tiles > 8 ? 8 : tiles;
   // ldmatrix.x4 rows: matrix (lane >> 3) = k units, row (lane & 7) = column of X
   const int lr = lane & 7, lq = lane >> 3;
-  unsigned v[R][4];
-  if (iters > 0) {
-    sp_bar_wait(bar0);
-    if (!(flags & 2)) sp_load_vals<R>(v, Rs + (size_t)(wk * SPW + wr * R) * SP_REC, rp, val, g, sh0);
+  // this warp's slots (k-chunks jw + slot < J: slot < iters) in the block's order, slot rot % iters first
+  const int rotw = iters > 0 ? rot % iters : 0;
+  auto slot = [&](int i) { return i + rotw < iters ? i + rotw : i + rotw - iters; };
+  const unsigned char* rw = Rs + (size_t)(wk * SPW + wr * R) * SP_REC;  // slot 0's records of this warp
+  constexpr size_t SLOT = (size_t)WK * SPW * SP_REC;
+  unsigned v[PD][R][4];
+#pragma unroll
+  for (int p = 0; p < PD; ++p) {
+    if (p < iters) {
+      const int sp = slot(p);
+      sp_bar_wait(bar0 + 8u * sp);
+      if (!(flags & 2)) sp_load_vals<R>(v[p], rw + SLOT * sp, rp, val, g, sh0);
+    }
   }
   for (int i = 0; i < iters; ++i) {
-    const unsigned char* rec = Rs + (size_t)((i * WK + wk) * SPW + wr * R) * SP_REC;
+    const int si = slot(i);
+    const unsigned char* rec = rw + SLOT * si;
     unsigned a[R][4], e[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
 #pragma unroll
-      for (int q = 0; q < 4; ++q) a[r][q] = (flags & 2) ? 0x3c003c00u : v[r][q];
+      for (int q = 0; q < 4; ++q) a[r][q] = (flags & 2) ? 0x3c003c00u : v[0][r][q];
       e[r] = *reinterpret_cast<const unsigned*>(rec + r * SP_REC + 96 + 4 * (2 * g + (tig & 1)));
     }
-    if (i + 1 < iters) {
-      sp_bar_wait(bar0 + 8u * (i + 1));
-      if (!(flags & 2)) sp_load_vals<R>(v, rec + (size_t)WK * SPW * SP_REC, rp, val, g, sh0);
+#pragma unroll
+    for (int p = 0; p + 1 < PD; ++p)
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) v[p][r][q] = v[p + 1][r][q];
+    if (i + PD < iters) {
+      const int sn = slot(i + PD);
+      sp_bar_wait(bar0 + 8u * sn);
+      if (!(flags & 2)) sp_load_vals<R>(v[PD - 1], rw + SLOT * sn, rp, val, g, sh0);
     }
-    if (flags & 1) continue;
-    const unsigned xst = xs0 + (unsigned)((i * WK + wk) * 4096);
+    if (!(flags & 1)) {
+      const unsigned xst = xs0 + (unsigned)((si * WK + wk) * 4096);
 #pragma unroll
-    for (int t = 0; t < 8; ++t) {
-      if (t < tiles) {
-        const int b = 8 * t + lr;
-        unsigned bf[4];
-        sp_ldsm4(bf, xst + (unsigned)((b * 4 + (lq ^ ((b >> 1) & 3))) * 16));
+      for (int t = 0; t < 8; ++t) {
+        if (t < tiles) {
+          const int b = 8 * t + lr;
+          unsigned bf[4];
+          sp_ldsm4(bf, xst + (unsigned)((b * 4 + (lq ^ ((b >> 1) & 3))) * 16));
 #pragma unroll
-        for (int r = 0; r < R; ++r)
-          if (live[r]) sp_mma(acc[r][t], a[r], bf, e[r]);
+          for (int r = 0; r < R; ++r)
+            if (live[r]) sp_mma(acc[r][t], a[r], bf, e[r]);
+        }
       }
     }
   }
@@ -257,25 +315,31 @@ __device__ __forceinline__ void spmm_sp_body(i64 m_, i64 n_, i64 k_, i64 J_, i64
     }
   }
   // the residual (groups' third and fourth entries) on CUDA cores: a thread per (column of X,
-  // strip), its strips' entries in order (deterministic); X^T from shared memory
+  // strip), its strip's entries in order (deterministic); X^T from shared memory
   for (int i = 0; i < kpw; ++i) sp_bar_wait(bar0 + 8u * i);
   __syncthreads();
   if (!(flags & 4)) {
     const int bl = tid & 63;
-    const int jhi = min(J, jlo + WK * kpw);
-    if (b0 + bl < k && jlo < jhi) {
+    if (b0 + bl < k) {
       for (int sl = tid >> 6; sl < SPW; sl += NT / 64) {
-        const int s = strip0 + sl;
-        if (s >= S) break;
-        const int ea = __ldg(rptr + (i64)s * J + jlo), ee = __ldg(rptr + (i64)s * J + jhi);
-        for (int e = ea; e < ee; ++e) {
-          const int rc = __ldg(res_rc + e);
+        const int f0 = prefix(sl), f1 = f0 + res_p[sl] - res_a[sl];
+        for (int f = f0; f < f1; ++f) {
+          int rc;
+          float av;
+          if (f < staged) {
+            rc = res_c[f];
+            av = res_v[f];
+          } else {
+            const int e = res_a[sl] + f - f0;
+            rc = __ldg(res_rc + e);
+            av = ld(val[__ldg(res_pos + e)]);
+          }
           const int col = rc >> 4, rl = rc & 15;
           const int jl = (col >> 5) - jlo, kc = col & 31;
           const int w = jl / kpw, i = jl - w * kpw;
           const val_t xv = *reinterpret_cast<const val_t*>(
               Xs + (((i * WK + w) * 64 + bl) * 4 + ((kc >> 3) ^ ((bl >> 1) & 3))) * 16 + (kc & 7) * 2);
-          P[bl * PLD + 16 * sl + rl] += ld(val[__ldg(res_pos + e)]) * ld(xv);
+          P[bl * PLD + 16 * sl + rl] += av * ld(xv);
         }
       }
     }
@@ -323,7 +387,7 @@ __device__ __forceinline__ void spmm_sp_body(i64 m_, i64 n_, i64 k_, i64 J_, i64
       i64 m, i64 n, i64 k, i64 J, i64 kpw, const int* rowptr, const unsigned char* recs, const int* rptr,              \
       const int* res_pos, const int* res_rc, const val_t* val, const val_t* xt, const val_t* bias, val_t* yt,          \
       i64 flags) {                                                                                                     \
-    spmm_sp_body<R, WR, WK, CS>(m, n, k, J, kpw, rowptr, recs, rptr, res_pos, res_rc, val, xt, bias, yt, flags);      \
+    spmm_sp_body<R, WR, WK, CS, (R == 2 ? 2 : 1)>(m, n, k, J, kpw, rowptr, recs, rptr, res_pos, res_rc, val, xt, bias, yt, flags);      \
   }
 
 #define SPMM_SP_ALL(R, WR, WK)                     \
