@@ -7,7 +7,8 @@ LLM layers at batch 64, against dense cuBLAS (F.linear) in the same run.
 Per (layer, dtype): dense F.linear(x, W, b) with W the pruned weight as a dense tensor; the plan's
 product ``plan.apply(x.mT, bias=b)`` with ``mma_kernel = "sp"`` for every compiled configuration
 (R, WR, WK, CS) that fits and for the plan's own choice, the choice with parts switched off
-(``sp_flags``: 1 no products, 2 no value loads, 4 no residual; wrong results, for the bounds);
+(``sp_flags``: 1 no products, 2 no value loads, 4 no residual, 8 no copies into shared memory, 16 no
+cluster sum; wrong results, for the bounds);
 ``--layer``: SparseLinear's forward with "auto" set to run spmm_sp; ``--old``: the session-7 CSR kernel
 (spmm_fl / spmm_ws). Times: 20 calls captured in one CUDA graph, per call, median of 15 replays
 (bench_s5.graph_time). Errors: relative 2-norm against a float64 product of the same operands.
@@ -93,7 +94,7 @@ def case(out_f: int, in_f: int, dtype: torch.dtype, ks: list[int], args) -> dict
             row["speedup_chosen"] = row["dense_us"] / row["sp_us"]
             row["speedup_best"] = row["dense_us"] / best[1]["us"]
         abl = {}
-        for flags in (1, 2, 4, 7):
+        for flags in (1, 2, 4, 7, 15, 31):
             plan.sp_flags = flags
             abl[str(flags)] = _us(graph_time(lambda: plan.apply(x.mT, bias=b), 15))
         plan.sp_flags = 0

@@ -216,8 +216,8 @@ class SpMixin:
 
     @property
     def sp_flags(self) -> int:
-        """Benchmarking only (wrong results): 1 skips the products, 2 the value loads, 4 the residual;
-        setting it drops the recorded launches."""
+        """Benchmarking only (wrong results): 1 skips the products, 2 the value loads, 4 the residual, 8 the
+        copies into shared memory, 16 the cluster's sum; setting it drops the recorded launches."""
         return self._sp_flags
 
     @sp_flags.setter

@@ -31,7 +31,8 @@
 // meet over distributed shared memory, each block summing its share of the rows in rank order,
 // adding the bias and storing Y^T. No atomics: results are bitwise reproducible.
 //
-// flags (benchmarking only, wrong results): 1 skips the products, 2 the value loads, 4 the residual.
+// flags (benchmarking only, wrong results): 1 skips the products, 2 the value loads, 4 the residual,
+// 8 the copies into shared memory, 16 the cluster's sum (each block stores its own partial sums).
 
 #if VAL_KIND <= 1
 
@@ -181,14 +182,14 @@ __device__ __forceinline__ void spmm_sp_body(i64 m_, i64 n_, i64 k_, i64 J_, i64
   // every slot's copies, slot rot first; each thread's copies of slot si arrive on bars[si]
   for (int ii = 0; ii < kpw; ++ii) {
     const int si = ii + rot < kpw ? ii + rot : ii + rot - kpw;
-    for (int u = tid; u < WK * 256; u += NT) {
+    for (int u = (flags & 8) ? WK * 256 : tid; u < WK * 256; u += NT) {
       const int w = u >> 8, b = (u >> 2) & 63, q = u & 3;
       const int j = jlo + w * kpw + si, col = 32 * j + 8 * q;
       const bool ok = j < J && col < n && b0 + b < k;
       sp_cp16(xs0 + (unsigned)((((si * WK + w) * 64 + b) * 4 + (q ^ ((b >> 1) & 3))) * 16),
               ok ? (const void*)(xt + (i64)(b0 + b) * n + col) : (const void*)xt, ok ? 16u : 0u);
     }
-    for (int u = tid; u < WK * SPW * 10; u += NT) {
+    for (int u = (flags & 8) ? WK * SPW * 10 : tid; u < WK * SPW * 10; u += NT) {
       const int w = u / (SPW * 10), rem = u % (SPW * 10), sl = rem / 10, q = rem % 10;
       const int j = jlo + w * kpw + si, s = strip0 + sl;
       const bool ok = j < J && s < S;
@@ -356,7 +357,7 @@ __device__ __forceinline__ void spmm_sp_body(i64 m_, i64 n_, i64 k_, i64 J_, i64
     const int bb = q / (RR / 4), c4 = rank * RR + (q % (RR / 4)) * 4;
     float4 s4 = *reinterpret_cast<const float4*>(P + bb * PLD + c4);
 #if __CUDA_ARCH__ >= 900
-    if (CS > 1) {
+    if (CS > 1 && !(flags & 16)) {
       s4 = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
       for (int c = 0; c < CS; ++c) {
