@@ -39,7 +39,7 @@ EXPECTED_HALF = {"mma": [f"spmm_mma{f}{r}_s1" for f in ("", "24") for r in ("", 
                  # session 9: the DELTA(4) tile kernels (consecutive lanes on consecutive entries)
                  "delta": ["delta_t_b4", "delta_t_b4_f", "delta_t_b4_p1"]}
 #: kernels of every value type but float64 (the DELTA chunk kernel at three blocks per SM)
-EXPECTED_NOT_F64 = {"delta": ["delta_c8_b4_smem_o3"]}
+EXPECTED_NOT_F64 = {"delta": ["delta_c8_b4_smem_o3", "delta_c8_b4_smem_k1024"]}
 EXPECTED_SM90 = {"mma": [f"spmm_mma{f}{r}_s{s}" for f in ("", "24") for r in ("", "_r64") for s in (2, 4, 8)]}
 # session 9: the 2:4 sparse-tensor-core SpMM (_spmm_sp.SP_CONFIGS x cluster sizes)
 _SP = [f"spmm_sp_r{r}w{w}k{k}" for r, w, k in ((4, 2, 4), (4, 4, 2), (2, 4, 2), (2, 2, 4))]

@@ -343,6 +343,13 @@ DELTA_CHUNK1(delta_c8_b4_smem_nc, 8, 4, true, , true)
 // a variant ("chunk8_o3"): three blocks of 512 threads per SM (at most 40 registers), units of 8
 #if VAL_KIND != 3
 DELTA_CHUNK1M(delta_c8_b4_smem_o3, 3, 8, 4, true)
+// benchmarking only (session 9, launched directly by profile_s9_delta.py): one block of 1024 threads
+// per SM (one copy of X per SM instead of two; the body reads blockDim)
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    delta_c8_b4_smem_k1024(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned char* gw, const val_t* val, const val_t* x,
+                           val_t* y) {
+  delta_chunk_body<8, 4, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y);
+}
 #endif
 
 // ------------------------------------------------------------------------------------------------
