@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .launch import kernel, recording
+from .launch import allow_pdl, kernel, recording
 from .layout import (CSR16_MIN_MEAN, INT_LIMIT, MMA_MAX_TILES, MMA_MIN_K, _GRID_Y, _sm_count)
 
 #: the batch-1 kernel of long half-precision CSR rows (``plan.csr16_kernel``): "auto" (session 8: the
@@ -31,13 +31,24 @@ CSR16_XS_BYTES = 48 * 1024
 #: the session-8 batch-1 kernels (csr16_xv*: a lane per aligned pair of 8-entry chunks; "f": X in
 #: shared memory as float32; "x12": the columns packed 12 bits each, n <= 4096) and their names
 CSR16_XV_KERNELS = {"xv": "csr16_xv", "xvf": "csr16_xvf", "x12": "csr16_x12", "x12f": "csr16_x12f", "xva": "csr16_xva",
-                    "x12a": "csr16_x12a", "xr": "csr16_xr"}
+                    "x12a": "csr16_x12a", "xr": "csr16_xr", "x12b": "csr16_x12b"}
+#: the batch-1 kernels launched with programmatic dependent launch (launch.py) where ``plan.csr16_pdl``
+#: (default CSR16_PDL_DEFAULT): the "a" / "b" kernels, which run griddepcontrol.wait before every read of
+#: X, the values and the bias and before writing Y (before it only the plan's pattern copies, flags & 4)
+CSR16_PDL_KERNELS = ("xva", "x12a", "x12b")
+CSR16_PDL_DEFAULT = True
+#: flags of the batch-1 kernels where ``plan.csr16_flags`` is not set, per kernel (kernels/mma.cu: 1
+#: launch_dependents at the start, 2 after the barrier, 4 the row pointers and first columns before
+#: griddepcontrol.wait)
+CSR16_FLAGS_BY: dict[str, int] = {}
+#: greedy passes over the lanes of csr16_x12b's rotation choice (:func:`rot_assign`)
+CSR16_ROT_PASSES = 2
 #: copies of X in shared memory for csr16_xr (``plan.csr16_copies`` overrides; 1..15)
 CSR16_XR_COPIES = 8
 #: threads per block of csr16_xv* (a warp per row; 1024 measured faster than 512 and 256 for xv / x12,
 #: cuda_kernels_h200_run1_s8_llm.json), per kernel where another measured faster (x12a: 512, runs 2-3)
 CSR16_XV_THREADS = 1024
-CSR16_XV_THREADS_BY = {"x12a": 512}
+CSR16_XV_THREADS_BY = {"x12a": 512, "x12b": 512}
 #: csr16_xv* with 12-bit columns take n up to this
 CSR16_X12_MAX_N = 4096
 #: the tensor-core kernel of CSR patterns (``plan.mma_kernel``): "auto" (:meth:`MmaMixin.fl_kind`),
@@ -124,6 +135,87 @@ def xr_assign(rowptr: torch.Tensor, col: torch.Tensor, n: int, copies: int) -> t
     stats = {"copies": copies, "wavefronts_per_row_one_copy": float(before.max(1).values.sum()) / max(m, 1),
              "wavefronts_per_row": float(load.max(1).values.sum()) / max(m, 1), "gathers_per_row": groups / max(m, 1)}
     return out, stats
+
+
+def rot_assign(rowptr: torch.Tensor, col: torch.Tensor, passes: int = CSR16_ROT_PASSES) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """csr16_x12b's order of the entries: for every pair p of 8-entry chunks (entries 16 p .. 16 p + 15 of
+    the whole CSR) a rotation r_p in 0..15, the pair's column slot t then holding entry 16 p + (t + r_p) mod 16
+    (its value rotated to match in the kernel's registers). Only whole pairs (all 16 entries in one row)
+    rotate; the rest keep 0. The kernel's gathers: a warp per row, lane L of pass b taking pair
+    pa + 32 b + L (pa = rowptr[r] // 16) and gathering X at its column slot t at step t = 0 .. 15; the
+    half-precision column c lies in bank (c // 2) mod 32. Greedy, lane by lane over all (row, pass) groups at
+    once, ``passes`` times (a later pass re-chooses each lane against all the others): each whole pair takes
+    the rotation of least sum over its 16 steps of 8 ** (entries already on the bank it would hit), which
+    weighs a step's fullest bank (what its gather costs) far above the rest (measured on a random 90 %
+    4096^2 pattern: 50.8 conflict steps per row unrotated, 35.1 with a linear weight, 32.4 with this). Returns the columns (P x 16, int64, in slot
+    order; P = ceil(nnz / 16) + 1, zeros past nnz), the rotations (P, uint8) and statistics: the sum over a
+    row's gather steps of the most entries on one bank (same-word broadcasts counted as conflicts), with no
+    rotation and with the choice, per row."""
+    dev = rowptr.device
+    r64 = rowptr.to(torch.int64)
+    m = r64.numel() - 1
+    nnz = int(r64[-1])
+    P = -(-nnz // 16) + 1
+    cp = torch.zeros(P * 16, dtype=torch.int64, device=dev)
+    cp[:nnz] = col[:nnz].to(torch.int64)
+    cp = cp.view(P, 16)
+    bank = (cp >> 1) & 31
+    lengths = r64[1:] - r64[:-1]
+    whole = torch.zeros(P, dtype=torch.bool, device=dev)
+    full = nnz // 16
+    if full:
+        rows_e = torch.repeat_interleave(torch.arange(m, device=dev), lengths)
+        whole[:full] = rows_e[0:16 * full:16] == rows_e[15:16 * full:16]
+    pa, pe = r64[:-1] >> 4, (r64[1:] + 15) >> 4
+    cnt = pe - pa
+    total = int(cnt.sum())
+    inc_row = torch.repeat_interleave(torch.arange(m, device=dev), cnt)
+    start = torch.cumsum(cnt, 0) - cnt
+    local = torch.arange(total, device=dev) - start[inc_row]
+    inc_pair = pa[inc_row] + local
+    passes_row = (cnt + 31) >> 5
+    gbase = torch.cumsum(passes_row, 0) - passes_row
+    inc_group = gbase[inc_row] + (local >> 5)
+    inc_lane = local & 31
+    groups = max(int(passes_row.sum()), 1)
+    steps = torch.arange(16, device=dev)
+    load = torch.zeros(groups * 16 * 32, dtype=torch.int32, device=dev)
+
+    def slots(g: torch.Tensor, b: torch.Tensor) -> torch.Tensor:  # flat load index of (group, step, bank)
+        return (g[:, None] * 16 + steps[None, :]) * 32 + b
+
+    def add(g: torch.Tensor, b: torch.Tensor, sign: int) -> None:
+        load.index_add_(0, slots(g, b).reshape(-1), torch.full((b.numel(),), sign, dtype=torch.int32, device=dev))
+
+    def worst(rot_b: torch.Tensor) -> float:  # stats: sum over groups and steps of the fullest bank, per row
+        ld = torch.zeros_like(load)
+        ld.index_add_(0, slots(inc_group, rot_b).reshape(-1), torch.ones(rot_b.numel(), dtype=torch.int32, device=dev))
+        return float(ld.view(groups, 16, 32).max(-1).values.sum()) / max(m, 1)
+
+    before = worst(bank[inc_pair])
+    iw = whole[inc_pair]
+    add(inc_group[~iw], bank[inc_pair[~iw]], 1)  # the pairs that do not rotate
+    rot = torch.zeros(P, dtype=torch.int64, device=dev)
+    shift = (steps[None, :] + steps[:, None]) & 15  # [r, t]: the entry at slot t under rotation r
+    sel_by_lane = [torch.nonzero(iw & (inc_lane == L)).squeeze(1) for L in range(32)]
+    for it in range(max(passes, 1)):
+        for sel in sel_by_lane:
+            if not sel.numel():
+                continue
+            g, p = inc_group[sel], inc_pair[sel]
+            if it:
+                add(g, bank[p].gather(1, (steps[None, :] + rot[p][:, None]) & 15), -1)
+            cand = bank[p][:, shift]  # [i, r, t]
+            cost = torch.pow(8.0, load[(g[:, None, None] * 16 + steps[None, None, :]) * 32 + cand].float()).sum(-1)
+            r = cost.argmin(1)
+            rot[p] = r
+            add(g, bank[p].gather(1, (steps[None, :] + r[:, None]) & 15), 1)
+    idx = (steps[None, :] + rot[:, None]) & 15
+    cols = cp.gather(1, idx)
+    after = worst(bank[inc_pair].gather(1, idx[inc_pair]))
+    stats = {"passes": passes, "conflict_steps_per_row_no_rotation": before, "conflict_steps_per_row": after,
+             "whole_pairs": float(whole.float().mean()) if P else 0.0}
+    return cols, rot.to(torch.uint8), stats
 
 
 def fl_smem_bytes(rows: int, tiles: int, a_tiles: int = 2) -> int:
@@ -278,6 +370,20 @@ class MmaMixin:
             lay["col12"] = got
         return got
 
+    def _col12b(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """csr16_x12b's columns (:func:`rot_assign`'s slot order, packed 12 bits each as :meth:`_col12`) and
+        its rotation bytes; once per pattern."""
+        lay = self._mma_layout()
+        got = lay.get("col12b")
+        if got is None:
+            cols, rot, stats = rot_assign(lay["rowptr"], self.col, CSR16_ROT_PASSES)
+            c = cols.to(torch.int32).reshape(-1, 8, 2)
+            a, b = c.unbind(-1)
+            packed = torch.stack([a & 0xFF, (a >> 8) | ((b & 0xF) << 4), b >> 4], -1).to(torch.uint8).reshape(-1).contiguous()
+            got = lay["col12b"] = (packed, rot.contiguous())
+            lay["rot_stats"] = stats
+        return got
+
     def _xr_cols(self) -> torch.Tensor:
         """csr16_xr's columns (:func:`xr_assign`) as uint16 bits, padded as the uint16 columns are; once per
         pattern and number of copies."""
@@ -392,7 +498,9 @@ class MmaMixin:
                 self._launch_mma(Xt, Yt, k, bp)
             if len(self._prepared) >= 64:
                 self._prepared.clear()
-            self._prepared[key] = self._prepare(calls, xp, Yt.data_ptr())
+            prep = self._prepared[key] = self._prepare(calls, xp, Yt.data_ptr())
+            if prep is not None and prep.pdl and not (k == 1 and getattr(self, "csr16_pdl", CSR16_PDL_DEFAULT)):
+                prep.set_pdl(False)  # the kernel allows PDL (another plan opted it in), this plan does not
         return Yt.mT if transposed else Yt.mT.contiguous()
 
     def _launch_mma(self, Xt: torch.Tensor, Yt: torch.Tensor, k: int, bp: int) -> None:
@@ -403,18 +511,25 @@ class MmaMixin:
             # csr16_xv*: X in shared memory, a warp per row, a lane per pair of 8-entry chunks
             name = self._csr16_name()
             threads = int(getattr(self, "csr16_threads", CSR16_XV_THREADS_BY.get(name, CSR16_XV_THREADS)))
-            kern = kernel("mma", CSR16_XV_KERNELS[name], self.dtype, torch.int32, self.dev_index, 9)
-            flags = int(getattr(self, "csr16_flags", 0))
+            kern = kernel("mma", CSR16_XV_KERNELS[name], self.dtype, torch.int32, self.dev_index, 10 if name == "x12b" else 9)
+            if name in CSR16_PDL_KERNELS and getattr(self, "csr16_pdl", CSR16_PDL_DEFAULT):
+                allow_pdl(kern, self.dev_index)  # this call (the recording) launches without it; the replays with it
+            flags = getattr(self, "csr16_flags", None)
+            flags = int(CSR16_FLAGS_BY.get(name, 0) if flags is None else flags)
             copies = int(getattr(self, "csr16_copies", CSR16_XR_COPIES))
+            extra: tuple[int, ...] = ()
             if name == "xr":
                 col = self._xr_cols()
                 flags |= (copies << 8) | (_xr_stride(n) << 16)
+            elif name == "x12b":
+                col, rot = self._col12b()
+                extra = (rot.data_ptr(),)
             else:
                 col = self._col12() if name.startswith("x12") else lay["col"]
             smem = -(-_xs_bytes(name, n, copies) // 16) * 16
             _allow_smem(kern, self.dev_index, smem)
             kern((-(-m // (threads // 32)), 1), threads,
-                 (m, n, lay["rowptr"].data_ptr(), col.data_ptr(), v.data_ptr(), Xt.data_ptr(), bp, Yt.data_ptr(), flags),
+                 (m, n, lay["rowptr"].data_ptr(), col.data_ptr(), v.data_ptr(), Xt.data_ptr(), bp, Yt.data_ptr(), flags, *extra),
                  shared=smem, device=self.dev_index)
             return
         if k == 1:  # csr16_xs: X in shared memory, 16 R rows per block of 512 threads

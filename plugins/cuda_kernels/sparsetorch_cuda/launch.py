@@ -9,6 +9,20 @@ A :class:`Kernel` keeps its argument block: every kernel parameter is 8 bytes wi
 64-bit integers, see kernels/common.cuh), the values live in one ``uint64`` array and the
 ``void**`` the driver wants is a second array of their addresses, made once. A launch writes the
 values and calls ``cuLaunchKernel`` with the address: no per-call packing.
+
+Programmatic dependent launch (PDL, sm_90+): a kernel whose ``pdl`` is set (:func:`allow_pdl`, per
+kernel, by the module that knows it) is launched by :class:`Prepared` and :class:`Bound` (and by
+``Kernel.__call__`` when asked, ``pdl=True``) through ``cuLaunchKernelEx`` with the attribute
+``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION``: it may start before the kernel ahead of
+it in the stream has finished (once that kernel's blocks have all run
+``griddepcontrol.launch_dependents`` or exited), and ``griddepcontrol.wait`` in it waits for that
+kernel's completion and the visibility of its writes (PTX ISA, griddepcontrol). Only a kernel that
+runs ``griddepcontrol.wait`` before it reads anything an earlier kernel may write (X, the values,
+the bias) and before it writes anything may be opted in; before its wait it may read only buffers
+no kernel still in flight writes (a plan's own pattern copies, made before the plan's first launch,
+which is made without PDL). A launch without the attribute (every torch kernel) still waits for
+everything before it, so a kernel that triggers its dependents early can only let PDL kernels,
+which wait, start early. CUDA-graph capture records the programmatic edge.
 """
 
 from __future__ import annotations
@@ -22,7 +36,12 @@ import torch
 
 from . import compile as _compile
 
-__all__ = ["Kernel", "kernel", "arch_of", "LaunchError", "dtype_name", "Prepared", "Bound", "recording", "raw_stream"]
+__all__ = ["Kernel", "kernel", "arch_of", "LaunchError", "dtype_name", "Prepared", "Bound", "recording", "raw_stream",
+           "allow_pdl", "PDL"]
+
+#: whether kernels opted in to programmatic dependent launch (:func:`allow_pdl`) are launched with it
+#: (read when a Prepared / Bound is made and at each ``Kernel.__call__(pdl=True)``)
+PDL = True
 
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32", torch.float64: "float64"}
 _INDEX = {torch.int32: "int32", torch.int64: "int64"}
@@ -114,8 +133,37 @@ class recording:
         _REC.calls, _REC.dry = self._outer
 
 
+def allow_pdl(kern: "Kernel", device_index: int) -> "Kernel":
+    """Opt ``kern`` in to programmatic dependent launch on sm_90 and later (see the module docstring
+    for what the kernel must do); returns it."""
+    if int(arch_of(device_index)[3:]) >= 90:
+        kern.pdl = True
+    return kern
+
+
+def _launch_config(cu: Any, fn: Any, grid: tuple[int, int], block: int, shared: int, pdl: bool) -> Any:
+    """A ``CUlaunchConfig`` for ``cuLaunchKernelEx`` (the stream is set per call), with the
+    programmatic-stream-serialization attribute when ``pdl``."""
+    cfg = cu.CUlaunchConfig()
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = int(grid[0]), int(grid[1]), 1
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = int(block), 1, 1
+    cfg.sharedMemBytes = int(shared)
+    if pdl:
+        attr = cu.CUlaunchAttribute()
+        attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value.programmaticStreamSerializationAllowed = 1
+        cfg.attrs = [attr]
+        cfg.numAttrs = 1
+    else:
+        cfg.numAttrs = 0
+    return cfg
+
+
 class Kernel:
-    """One kernel of one module, with its argument block."""
+    """One kernel of one module, with its argument block. ``pdl``: whether launches of it may use
+    programmatic dependent launch (:func:`allow_pdl`)."""
+
+    pdl: bool = False
 
     def __init__(self, source: str, name: str, value: str, index: str, arch: str, nargs: int) -> None:
         cu = _driver()
@@ -133,8 +181,11 @@ class Kernel:
         self._lock = threading.Lock()
 
     def __call__(self, grid: tuple[int, int], block: int, args: tuple[int, ...], *, shared: int = 0,
-                 device: int | None = None) -> None:
-        """Launch on ``grid`` (x, y) blocks of ``block`` threads, on torch's current stream."""
+                 device: int | None = None, pdl: bool = False) -> None:
+        """Launch on ``grid`` (x, y) blocks of ``block`` threads, on torch's current stream; with
+        programmatic dependent launch when ``pdl`` and the kernel is opted in (:attr:`pdl`). A plan's
+        first launch of a pattern (this call, recorded) is made without it: what its pattern buffers
+        were written by has then finished before any later launch of them starts."""
         if len(args) != self._nargs:
             raise LaunchError(f"{self.name} takes {self._nargs} arguments, got {len(args)}")
         gx, gy = int(grid[0]), int(grid[1])
@@ -149,7 +200,12 @@ class Kernel:
             a = self._args
             for i, v in enumerate(args):
                 a[i] = v
-            (err,) = self._cu.cuLaunchKernel(self._fn, gx, gy, 1, block, 1, 1, shared, stream, self._addr, 0)
+            if pdl and self.pdl and PDL:
+                cfg = _launch_config(self._cu, self._fn, (gx, gy), block, shared, True)
+                cfg.hStream = stream
+                (err,) = self._cu.cuLaunchKernelEx(cfg, self._fn, self._addr, 0)
+            else:
+                (err,) = self._cu.cuLaunchKernel(self._fn, gx, gy, 1, block, 1, 1, shared, stream, self._addr, 0)
         if int(err) != 0:
             _ok(self._cu, err, f"cuLaunchKernel({self.name}, grid=({gx},{gy}), block={block})")
 
@@ -157,10 +213,12 @@ class Kernel:
 class Prepared:
     """One recorded launch of a kernel with its own argument block, of which two slots (the X and Y
     pointers) change per call: a call writes those two and launches, on torch's current stream.
-    Plans keep one per (columns of X, X's alignment) for their common call (plan.py)."""
+    Plans keep one per (columns of X, X's alignment) for their common call (plan.py). A kernel opted
+    in to programmatic dependent launch (``kern.pdl``, :data:`PDL`) is launched with it
+    (``cuLaunchKernelEx``; the config is made once, its stream set per call)."""
 
     __slots__ = ("_kern", "_fn", "_cu", "_gx", "_gy", "_block", "_shared", "_args", "_ptrs", "_addr", "_xi", "_yi",
-                 "_device", "_lock")
+                 "_device", "_lock", "_cfg", "pdl")
 
     def __init__(self, kern: Kernel, grid: tuple[int, int], block: int, args: tuple[int, ...], shared: int, xi: int, yi: int,
                  device: int) -> None:
@@ -172,6 +230,13 @@ class Prepared:
         self._addr = int(self._ptrs.ctypes.data)
         self._xi, self._yi, self._device = xi, yi, device
         self._lock = threading.Lock()
+        self.pdl = bool(kern.pdl and PDL)
+        self._cfg = _launch_config(self._cu, self._fn, grid, block, shared, True) if self.pdl else None
+
+    def set_pdl(self, on: bool) -> None:
+        """Launch with programmatic dependent launch (where the kernel allows it) or not."""
+        self.pdl = bool(on and self._kern.pdl)
+        self._cfg = _launch_config(self._cu, self._fn, (self._gx, self._gy), self._block, self._shared, True) if self.pdl else None
 
     def __call__(self, xptr: int, yptr: int) -> None:
         stream = _stream(raw_stream(self._device))
@@ -179,8 +244,13 @@ class Prepared:
             a = self._args
             a[self._xi] = xptr
             a[self._yi] = yptr
-            (err,) = self._cu.cuLaunchKernel(self._fn, self._gx, self._gy, 1, self._block, 1, 1, self._shared, stream,
-                                             self._addr, 0)
+            cfg = self._cfg
+            if cfg is not None:
+                cfg.hStream = stream
+                (err,) = self._cu.cuLaunchKernelEx(cfg, self._fn, self._addr, 0)
+            else:
+                (err,) = self._cu.cuLaunchKernel(self._fn, self._gx, self._gy, 1, self._block, 1, 1, self._shared, stream,
+                                                 self._addr, 0)
         if int(err) != 0:
             _ok(self._cu, err, f"cuLaunchKernel({self._kern.name})")
 
@@ -194,10 +264,14 @@ class Bound:
     otherwise than when it was recorded (a kernel may pick 16-byte loads by X's alignment), Y
     not 16-byte aligned, or the values tensor moved to another address (``.data`` swapped).
     The caller checks shapes, dtypes and devices once, when it binds (``CudaSpmmPlan.bind``);
-    ``owner`` (the plan, whose index buffers the recorded arguments point to) is kept alive."""
+    ``owner`` (the plan, whose index buffers the recorded arguments point to) is kept alive. A kernel
+    opted in to programmatic dependent launch (``kern.pdl``, :data:`PDL`) is launched with it from
+    the second call on (the recording was dry: the first call is the pattern's first launch), through
+    cuda.bindings' ``cuLaunchKernelEx`` whatever :data:`BOUND_LAUNCH` says."""
 
     __slots__ = ("name", "values", "owner", "_vp", "_xalign", "_fn", "_cu", "_gx", "_gy", "_block", "_shared", "_args", "_ptrs",
-                 "_addr", "_xi", "_yi", "_xp", "_yp", "_device", "_lock", "_rawfn", "_stream", "_success", "_ct")
+                 "_addr", "_xi", "_yi", "_xp", "_yp", "_device", "_lock", "_rawfn", "_stream", "_success", "_ct", "_cfg",
+                 "_calls", "pdl")
 
     def __init__(self, kern: Kernel, grid: tuple[int, int], block: int, args: tuple[int, ...], shared: int, xi: int,
                  yi: int, device: int, values: torch.Tensor, xalign: int, owner: Any = None) -> None:
@@ -217,7 +291,10 @@ class Bound:
         # (raw handle, what the launch takes for it: a CUstream, or the ctypes argument tuple) of the last call
         self._stream: tuple[int, Any] = (0, None)
         self._success = getattr(getattr(self._cu, "CUresult", None), "CUDA_SUCCESS", None)
-        self._ct = _ctypes_launch() if BOUND_LAUNCH == "ctypes" else None
+        self.pdl = bool(kern.pdl and PDL)
+        self._ct = _ctypes_launch() if BOUND_LAUNCH == "ctypes" and not self.pdl else None
+        self._cfg = _launch_config(self._cu, self._fn, grid, block, shared, True) if self.pdl else None
+        self._calls = 0
 
     def _for_stream(self, raw: int) -> Any:
         if self._ct is None:
@@ -245,7 +322,11 @@ class Bound:
                 self._yp = yp
             if self._ct is not None:
                 err = self._ct(*st[1])
+            elif self._cfg is not None and self._calls:
+                self._cfg.hStream = st[1]
+                (err,) = self._cu.cuLaunchKernelEx(self._cfg, self._fn, self._addr, 0)
             else:
+                self._calls = 1
                 (err,) = self._cu.cuLaunchKernel(self._fn, self._gx, self._gy, 1, self._block, 1, 1, self._shared, st[1],
                                                  self._addr, 0)
         if err is not self._success and int(err) != 0:

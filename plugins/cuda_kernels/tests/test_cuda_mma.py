@@ -210,7 +210,7 @@ def test_mma_cuda_graph_capture():
 
 
 CSR16_KERNELS = ("warp", "xs1", "xs2", "xs4", "auto", "xv", "xvf", "x12", "x12f", "xva", "x12a", "xr", "xv/256", "x12/512",
-                 "x12f/128", "x12a/256", "xr/256", "xr:3", "xr:1")
+                 "x12f/128", "x12a/256", "xr/256", "xr:3", "xr:1", "x12b", "x12b/1024", "x12a+6", "x12b+5", "xva+4")
 
 
 @gpu
@@ -225,9 +225,12 @@ def test_csr16_one_column(shape, dtype, kern):
     m, n, dens = shape
     D = random_dense(m, n, dens, dtype, seed=n, empty_rows=3)
     plan = _plan(to_format(D, CSR, dtype, torch.int32))
+    kern, _, flags = kern.partition("+")
     kern, _, threads = kern.partition("/")
     kern, _, copies = kern.partition(":")
     plan.csr16_kernel = kern
+    if flags:
+        plan.csr16_flags = int(flags)
     if threads:
         plan.csr16_threads = int(threads)
     if copies:
@@ -248,7 +251,7 @@ def test_csr16_one_column(shape, dtype, kern):
 
 
 @gpu
-@pytest.mark.parametrize("kern", ("auto", "xv", "x12", "x12f", "xva", "x12a", "xr"))
+@pytest.mark.parametrize("kern", ("auto", "xv", "x12", "x12f", "xva", "x12a", "xr", "x12b"))
 def test_csr16_xv_values_in_place_and_graph(kern):
     # the values are read where they lie (an in-place update is seen by the recorded launch), and the
     # launch is captured by a CUDA graph
@@ -277,3 +280,141 @@ def test_csr16_xv_values_in_place_and_graph(kern):
     assert rel_err(y3, _ref(D * 2, new.T, b.cpu())) < TOL[dtype]
 
 
+
+
+# ---- session 9: programmatic dependent launch (launch.py) of the batch-1 kernels, csr16_x12b ----------
+
+def _chain_plan(n, dtype, kern, flags, seed=11):
+    D = random_dense(n, n, 0.1, dtype, seed=seed, empty_rows=3, long_rows=1) / 16  # powers of two: still exact
+    plan = _plan(to_format(D, CSR, dtype, torch.int32))
+    plan.csr16_kernel = kern
+    plan.csr16_flags = flags
+    return D, plan
+
+
+def _check_chain(D, Ys, dtype, steps):
+    torch.cuda.synchronize()
+    for i in range(steps):
+        prev = Ys[i].cpu()
+        assert torch.isfinite(Ys[i + 1]).all(), f"step {i + 1} read X before the step before it wrote it (NaN)"
+        assert rel_err(Ys[i + 1], D @ prev.double()) < TOL[dtype], f"step {i + 1}"
+
+
+@gpu
+@pytest.mark.parametrize("flags", (0, 1, 2, 4, 5, 6))
+@pytest.mark.parametrize("kern", ("x12a", "xva", "x12b"))
+def test_csr16_pdl_back_to_back_chain(kern, flags):
+    # y_{i+1} = A y_i, launched back to back through the plan's recorded launch (programmatic dependent
+    # launch on sm_90: each launch may start before the one before it has finished; flags 1 lets it start
+    # at once). Every output buffer starts as NaN: a kernel that read X before its griddepcontrol.wait
+    # (or a wait that did not cover the copy) would gather NaN. Then the same chain captured in a CUDA graph.
+    dtype, n, steps = torch.float16, 2048, 8
+    D, plan = _chain_plan(n, dtype, kern, flags)
+    x0 = _xt(1, n, dtype, 12).T.contiguous().cuda()
+    assert rel_err(plan.apply(x0), _ref(D, x0.T.cpu())) < TOL[dtype]  # the recording (a plain launch)
+    prep = plan._prepared[("mma", 1, 0, 0)]
+    from sparsetorch_cuda.launch import arch_of
+
+    assert prep.pdl == (int(arch_of(torch.cuda.current_device())[3:]) >= 90)
+    Ys = torch.full((steps + 1, n), float("nan"), dtype=dtype, device="cuda")
+    Ys[0].copy_(x0[:, 0])  # a torch kernel just before the first PDL launch: it must see its write
+    for i in range(steps):
+        prep(Ys[i].data_ptr(), Ys[i + 1].data_ptr())
+    _check_chain(D, Ys, dtype, steps)
+    Ys[1:].fill_(float("nan"))
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(steps):
+            prep(Ys[i].data_ptr(), Ys[i + 1].data_ptr())
+    torch.cuda.synchronize()
+    for seed in (13, 14):
+        Ys[1:].fill_(float("nan"))
+        Ys[0].copy_(_xt(1, n, dtype, seed)[0].cuda())
+        g.replay()
+        _check_chain(D, Ys, dtype, steps)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", HALF, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("kern", ("auto", "x12a", "x12b"))
+def test_csr16_pdl_plan_chain_with_bias(kern, dtype):
+    # the same chain through plan.apply (a recording call first, then the PDL replays), the bias fused and
+    # written in place between calls, then captured in a graph with a torch op between two launches
+    D, plan = _chain_plan(4096, dtype, kern, 5, seed=21)
+    b = (_bias(4096, dtype, 22) / 16).cuda()
+    b0 = b.cpu()
+    x = _xt(1, 4096, dtype, 23).T.contiguous().cuda()
+    y1 = plan.apply(x, bias=b)  # the recording (a plain launch)
+    y2 = plan.apply(y1, bias=b)  # a PDL replay right behind it
+    b.mul_(-1)  # a torch kernel writing the bias, then a PDL launch reading it
+    y3 = plan.apply(y2, bias=b)
+    y4 = plan.apply(y3)  # no bias: a second recording, then its replay
+    y5 = plan.apply(y4)
+    torch.cuda.synchronize()
+    assert rel_err(y1, _ref(D, x.T.cpu(), b0)) < TOL[dtype]
+    assert rel_err(y2, _ref(D, y1.T.cpu(), b0)) < TOL[dtype]
+    assert rel_err(y3, _ref(D, y2.T.cpu(), -b0)) < TOL[dtype]
+    assert rel_err(y4, _ref(D, y3.T.cpu())) < TOL[dtype]
+    assert rel_err(y5, _ref(D, y4.T.cpu())) < TOL[dtype]
+    x = _xt(1, 4096, dtype, 24).T.contiguous().cuda()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y1 = plan.apply(x, bias=b)
+        y2 = plan.apply(y1)
+        y1h = y1 * 0.5  # a torch kernel between
+        y3 = plan.apply(y1h, bias=b)
+    for seed in (25, 26):
+        x.copy_(_xt(1, 4096, dtype, seed).T.contiguous().cuda())
+        g.replay()
+        torch.cuda.synchronize()
+        assert rel_err(y1, _ref(D, x.T.cpu(), b.cpu())) < TOL[dtype]
+        assert rel_err(y2, _ref(D, y1.T.cpu())) < TOL[dtype]
+        assert rel_err(y3, _ref(D, y1h.T.cpu(), b.cpu())) < TOL[dtype]
+
+
+@gpu
+def test_csr16_pdl_off():
+    # plan.csr16_pdl = False: the recorded launch is a plain one even where another plan opted the kernel in
+    dtype = torch.float16
+    D, plan = _chain_plan(1024, dtype, "x12a", 0)
+    D2, other = _chain_plan(1024, dtype, "x12a", 0, seed=12)
+    x = _xt(1, 1024, dtype, 3).T.contiguous().cuda()
+    other.apply(x)
+    plan.csr16_pdl = False
+    for _ in range(2):
+        assert rel_err(plan.apply(x), _ref(D, x.T.cpu())) < TOL[dtype]
+    assert not plan._prepared[("mma", 1, 0, 0)].pdl
+
+
+def test_rot_assign_is_a_per_pair_rotation():
+    # csr16_x12b's order (no GPU needed): emulating the kernel's gathers with the rotated columns and
+    # values rotated as xv_rotate does gives A x; pairs shared by two rows keep rotation 0; the choice
+    # does not add bank conflicts
+    from sparsetorch_cuda._mma import rot_assign
+
+    for m, n, dens in ((200, 1024, 0.1), (40, 300, 0.6), (30, 64, 0.05), (5, 4096, 0.3)):
+        D = random_dense(m, n, dens, torch.float64, seed=m, empty_rows=2, long_rows=1)
+        mask = D != 0
+        rp = torch.zeros(m + 1, dtype=torch.int64)
+        rp[1:] = torch.cumsum(mask.sum(1), 0)
+        col = mask.nonzero()[:, 1]
+        vals = D[mask]
+        cols, rot, st = rot_assign(rp.to(torch.int32), col.to(torch.int32))
+        nnz, P = col.numel(), cols.shape[0]
+        assert P == -(-nnz // 16) + 1 and rot.dtype == torch.uint8 and int(rot.max()) < 16
+        assert st["conflict_steps_per_row"] <= st["conflict_steps_per_row_no_rotation"]
+        vpad = torch.zeros(P * 16, dtype=torch.float64)
+        vpad[:nnz] = vals
+        x = torch.randn(n, dtype=torch.float64)
+        y = torch.zeros(m, dtype=torch.float64)
+        r64 = rot.to(torch.int64)
+        for r in range(m):
+            s, e = int(rp[r]), int(rp[r + 1])
+            for p in range(s >> 4, (e + 15) >> 4):
+                whole = 16 * p >= s and 16 * p + 16 <= e
+                assert whole or int(r64[p]) == 0
+                t = torch.arange(16)
+                j = 16 * p + ((t + int(r64[p])) & 15)
+                keep = torch.ones(16, dtype=torch.bool) if whole else (16 * p + t >= s) & (16 * p + t < e)
+                y[r] += (vpad[j] * x[cols[p]] * keep).sum()
+        assert torch.allclose(y, D @ x, atol=1e-10)

@@ -1089,10 +1089,28 @@ extern "C" __global__ void __launch_bounds__(512) csr16_warp(i64 m_, const int* 
 // "a" kernels (csr16_xva, csr16_x12a): griddepcontrol.wait first, then X's copy issued before the row
 // pointers as cp.async (16 bytes each, no registers; X 16-byte aligned, n % 8 == 0, else the plain copy),
 // so that X is in shared memory before the entries arrive and no warp waits at the barrier for it.
+// Session 9, flags of the "a" kernels (launched with programmatic dependent launch by the plan, launch.py):
+// bit 1 (XV_TRIG_LATE): griddepcontrol.launch_dependents after the barrier (X in shared memory), so that
+// the next kernel's blocks are scheduled while this one gathers; bit 2 (XV_PATTERN_FIRST): the row pointers
+// and the first pair's columns (the plan's own pattern copies, which no kernel in flight writes: launch.py)
+// are read before griddepcontrol.wait, X's copy and the values after it, so that under PDL the row-pointer
+// -> column chain runs while the kernel before it finishes. Whichever bits, every read of X, the values and
+// the bias and the write of Y come after griddepcontrol.wait; launch_dependents only lets a dependent that
+// itself waits start (a dependent's wait is for this grid's completion and the visibility of its writes).
+// csr16_x12b: csr16_x12a with each whole pair of chunks (its 16 entries in one row) stored in the plan's
+// rotated order: column slot t holds entry (t + r) mod 16 of the pair, r (0..15) one byte per pair from
+// the plan (MmaMixin._col12b: chosen per lane so that the 32 lanes of a gather step hit few banks twice);
+// the lane rotates its 16 values in registers to match (selects and funnel shifts). Pairs that are not
+// whole (shared by two rows, masked) keep r = 0. Its 10th argument is the rotation bytes.
+// Diagnostic build csr16_x12a_d16 (F = 16, XV_NOWAIT): no griddepcontrol.wait at all, for the benchmark's
+// check that a PDL chain without the wait reads stale X (never launched by the plan).
 #define XV_NOGATHER 1
 #define XV_NOXCOPY 2
 #define XV_NOLOAD 4
 #define XV_EMPTY 8
+#define XV_NOWAIT 16
+#define XV_TRIG_LATE 2
+#define XV_PATTERN_FIRST 4
 
 __device__ __forceinline__ void xv_wait() {
 #if __CUDA_ARCH__ >= 900
@@ -1124,6 +1142,26 @@ __device__ __forceinline__ void xv_load_vals(int p, int e, const val_t* val, uns
   if (16 * p + 8 < e) b = RO(v + 1);
   vw[0] = a.x; vw[1] = a.y; vw[2] = a.z; vw[3] = a.w; vw[4] = b.x; vw[5] = b.y; vw[6] = b.z; vw[7] = b.w;
 }
+// w holds 16 halves, h[2 i] the low half of w[i]; afterwards half t is h[(t + r) mod 16] (r in 0..15): the
+// words rotated by r / 2 (three stages of selects), then by one half where r is odd (funnel shifts)
+__device__ __forceinline__ void xv_rotate(unsigned* w, unsigned r) {
+  const unsigned q = (r >> 1) & 7u;
+#pragma unroll
+  for (int k = 4; k >= 1; k >>= 1) {
+    unsigned t[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) t[i] = w[(i + k) & 7];
+    const bool on = (q & (unsigned)k) != 0u;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) w[i] = on ? t[i] : w[i];
+  }
+  const bool odd = (r & 1u) != 0u;
+  unsigned t[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) t[i] = __funnelshift_r(w[i], w[(i + 1) & 7], 16);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) w[i] = odd ? t[i] : w[i];
+}
 template <bool C12, int T>
 __device__ __forceinline__ unsigned xv_col(const unsigned* cw) {
   if (C12) {
@@ -1134,10 +1172,11 @@ __device__ __forceinline__ unsigned xv_col(const unsigned* cw) {
   return (T & 1) ? (cw[T >> 1] >> 16) : (cw[T >> 1] & 0xffffu);
 }
 
-template <bool C12, bool XF, int F, bool XA = false, bool XR = false>
+template <bool C12, bool XF, int F, bool XA = false, bool XR = false, bool ROT = false>
 __device__ __forceinline__ void csr16_xv_body(int m, int n, const int* __restrict__ rowptr, const void* __restrict__ colp,
                                               const val_t* __restrict__ val, const val_t* __restrict__ x,
-                                              const val_t* __restrict__ bias, val_t* __restrict__ y, int flags) {
+                                              const val_t* __restrict__ bias, val_t* __restrict__ y, int flags,
+                                              const unsigned char* __restrict__ rot = nullptr) {
   if (flags & 1) xv_trigger();
   if (F & XV_EMPTY) {
     xv_wait();
@@ -1147,14 +1186,16 @@ __device__ __forceinline__ void csr16_xv_body(int m, int n, const int* __restric
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int row = (int)blockIdx.x * (int)(blockDim.x >> 5) + warp;
   const bool xvec = (n & 7) == 0 && (reinterpret_cast<unsigned long long>(x) & 15) == 0;
-  if (XA) {  // X's copy first (cp.async, no registers), so that it is in before the entries
-    xv_wait();
+  const bool pfirst = XA && (flags & XV_PATTERN_FIRST);
+  auto wait_then_copy = [&]() {  // griddepcontrol.wait, then X's copy issued (cp.async, no registers)
+    if (!(F & XV_NOWAIT)) xv_wait();
     if (xvec && !(F & XV_NOXCOPY)) {
       const unsigned base = smem_addr(xs_raw);
       for (int i = threadIdx.x; i < (n >> 3); i += blockDim.x) cp_async16(base + 16u * (unsigned)i, x + 8 * i, 16u);
       cp_async_commit();
     }
-  }
+  };
+  if (XA && !pfirst) wait_then_copy();  // X's copy first, so that it is in before the entries
   // XR: X's words requested first into registers (word 32 b + lane of X for the warp's blocks b of 32 words)
   const int xr_copies = (flags >> 8) & 15, xr_stride = (int)((unsigned)flags >> 16);
   const int nw = n >> 1, nblk = (nw + 31) >> 5, wpb = (int)(blockDim.x >> 5);
@@ -1177,9 +1218,17 @@ __device__ __forceinline__ void csr16_xv_body(int m, int n, const int* __restric
 #pragma unroll
   for (int i = 0; i < 8; ++i) vw[i] = cw[i] = 0u;
   const bool first = row < m && pa + lane < pe;
-  if (!(F & XV_NOLOAD) && first) xv_load_cols<C12>(pa + lane, colp, cw);
+  unsigned rr = 0u;
+  if (!(F & XV_NOLOAD) && first) {
+    xv_load_cols<C12>(pa + lane, colp, cw);
+    if (ROT) rr = RO(rot + pa + lane);
+  }
+  if (pfirst) wait_then_copy();  // the pattern's reads above, X and the values below
   if (!XA && !XR) xv_wait();
-  if (!(F & XV_NOLOAD) && first) xv_load_vals(pa + lane, e, val, vw);
+  if (!(F & XV_NOLOAD) && first) {
+    xv_load_vals(pa + lane, e, val, vw);
+    if (ROT) xv_rotate(vw, rr);
+  }
   if (!(F & XV_NOXCOPY)) {
     if (XR) {
       // copy c of X: in each block b of 32 words, word w at (w + c (2 b + 1)) mod 32; a warp writes 32
@@ -1225,12 +1274,14 @@ __device__ __forceinline__ void csr16_xv_body(int m, int n, const int* __restric
     }
     __syncthreads();
   }
+  if (XA && (flags & XV_TRIG_LATE)) xv_trigger();
   float acc = 0.f;
   for (int pb = pa; pb < pe; pb += 32) {
     const int p = pb + lane;
     if (pb > pa && p < pe && !(F & XV_NOLOAD)) {
       xv_load_cols<C12>(p, colp, cw);
       xv_load_vals(p, e, val, vw);
+      if (ROT) xv_rotate(vw, RO(rot + p));
     }
     if (p < pe) {
       const int e0 = p * 16;
@@ -1274,7 +1325,13 @@ CSR16_XV(csr16_x12a_d1, true, false, 1, true)
 CSR16_XV(csr16_x12a_d4, true, false, 4, true)
 CSR16_XV(csr16_xr, false, false, 0, false, true)
 CSR16_XV(csr16_xr_d1, false, false, 1, false, true)
+CSR16_XV(csr16_x12a_d16, true, false, 16, true)
 #undef CSR16_XV
+extern "C" __global__ void __launch_bounds__(1024) csr16_x12b(i64 m, i64 n, const int* rowptr, const void* col, const val_t* val,
+                                                              const val_t* x, const val_t* bias, val_t* y, i64 flags,
+                                                              const unsigned char* rot) {
+  csr16_xv_body<true, false, 0, true, false, true>((int)m, (int)n, rowptr, col, val, x, bias, y, (int)flags, rot);
+}
 
 #endif  // VAL_KIND <= 1
 
