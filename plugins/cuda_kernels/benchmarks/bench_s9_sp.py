@@ -80,7 +80,7 @@ def case(out_f: int, in_f: int, dtype: torch.dtype, ks: list[int], args) -> dict
             y = plan.apply(x.mT, bias=b).mT
             configs["r{}w{}k{}_s{}".format(*cfg)] = {"us": _us(graph_time(lambda: plan.apply(x.mT, bias=b), 15)),
                                                      "err": _err(y, ref), "kpw": plan.sp_choice(k)[4],
-                                                     "smem": plan.sp_choice(k)[5]}
+                                                     "smem": plan.sp_choice(k)[5], "vcap": plan.sp_choice(k)[6]}
         row["configs"] = configs
         plan.sp_config_override = None
         choice = plan.sp_choice(k)

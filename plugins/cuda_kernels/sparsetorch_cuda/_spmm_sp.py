@@ -6,9 +6,10 @@ An unstructured pattern (a magnitude-pruned layer) is almost 2:4 already: at 10 
 group of four columns holds three or more entries ~0.4 % of the time. The plan cuts A into blocks
 of 16 rows x 32 columns and stores, once per pattern, a 160-byte record per block (the rows'
 column bitmaps, their runs' offsets, the mma.sp metadata words in the order the lanes hand them
-over: :func:`sp_layout`); the kernel reads the values where they lie (the plan's CSR values), so
-new values (``set_values``, in-place writes) cost nothing and are always seen. A group's third and
-fourth entries form the residual, added on CUDA cores by the same block before its store.
+over: :func:`sp_layout`); the kernel reads the values where they lie (the plan's CSR values: each
+block copies its rows' runs into shared memory first), so new values (``set_values``, in-place
+writes) cost nothing and are always seen. A group's third and fourth entries form the residual,
+added on CUDA cores by the same block before its store.
 
 Where it runs: ``plan.mma_kernel = "sp"`` (half precision, CSR / generic formats, k >= MMA_MIN_K
 columns of X, n % 8 == 0, rows of fewer than 65536 entries, strictly increasing columns per row),
@@ -123,11 +124,24 @@ def sp_layout(rowptr: torch.Tensor, col: torch.Tensor, m: int, n: int) -> dict[s
             "res_rc": pad((c[res] << 4) | rl[res]), "rowptr": r64.to(torch.int32).contiguous(), "stats": stats}
 
 
-def sp_smem(cfg: tuple[int, int, int], kpw: int) -> int:
-    """Dynamic shared memory of configuration ``cfg`` = (R, WR, WK) with ``kpw`` k-chunks per warp:
-    the X^T slice, the block records, the partial sums, the staged residual, the stage barriers."""
+def _sp_tables(cfg: tuple[int, int, int], kpw: int) -> int:
+    """Bytes of shared memory after the values: residual entries, row tables, strip ranges."""
+    rows = 16 * cfg[0] * cfg[1]
+    return 8 * SP_RES + 4 * (3 * rows + 4 + 32)
+
+
+def sp_smem(cfg: tuple[int, int, int], kpw: int, vcap: int = 0) -> tuple[int, int]:
+    """(dynamic shared memory, value capacity) of configuration ``cfg`` = (R, WR, WK) with ``kpw``
+    k-chunks per warp and ``vcap`` bytes for the block's values (kernels/spmm_sp.cu): the X^T slots,
+    the records, the values, the tables, the barriers; the capacity grows where the float32 partial
+    sums (which reuse the memory from the start after the loop) would reach the barriers."""
     R, WR, WK = cfg
-    return kpw * WK * 4096 + kpw * WK * R * WR * SP_REC + 64 * (16 * R * WR + 4) * 4 + 8 * SP_RES + 128 + 8 * kpw
+    vcap = -(-vcap // 16) * 16
+    head = kpw * WK * 4096 + kpw * WK * R * WR * SP_REC
+    psum = 64 * (16 * R * WR + 4) * 4
+    vcap = max(vcap, psum - head - _sp_tables(cfg, kpw))
+    vcap = -(-vcap // 16) * 16
+    return head + vcap + _sp_tables(cfg, kpw) + 8 * (kpw + 1), vcap
 
 
 def sp_auto(plan: Any, k: int) -> bool:
@@ -152,7 +166,7 @@ def _capacity(cfg: tuple[int, int, int], cs: int, smem: int, dev: int) -> int:
     sms = _sm_count(dev)
     try:
         cu = _driver()
-        kern = kernel("spmm_sp", f"spmm_sp_r{R}w{WR}k{WK}_s{cs}", torch.float16, torch.int32, dev, 15)
+        kern = kernel("spmm_sp", f"spmm_sp_r{R}w{WR}k{WK}_s{cs}", torch.float16, torch.int32, dev, 16)
         _allow_smem(kern, dev, smem)
         threads = 32 * WR * WK
         if cs == 1:
@@ -170,30 +184,40 @@ def _capacity(cfg: tuple[int, int, int], cs: int, smem: int, dev: int) -> int:
 
 
 def sp_choose(m: int, n: int, k: int, dev: int, override: tuple[int, int, int, int] | None = None,
-              capacity: Any = None) -> tuple[int, int, int, int, int, int] | None:
-    """(R, WR, WK, CS, kpw, smem) for an (m, n) pattern and k columns of X: ``override`` = (R, WR, WK,
-    CS) where given (None if it does not fit), else over SP_CONFIGS x SP_CLUSTERS the one with the
+              capacity: Any = None, need: Any = None) -> tuple[int, int, int, int, int, int, int] | None:
+    """(R, WR, WK, CS, kpw, smem, vcap) for an (m, n) pattern and k columns of X: ``override`` = (R, WR,
+    WK, CS) where given (None if it does not fit), else over SP_CONFIGS x SP_CLUSTERS the one with the
     least estimated time: waves of blocks (blocks resident at once from ``capacity(cfg, cs, smem,
-    dev)``, default the driver's occupancy calculator) x (k-chunks per warp + 3 for the block's start
-    and end) x R, the larger row range on a tie (less X traffic)."""
+    dev)``, default the driver's occupancy calculator) x (k-chunks per warp x R x blocks sharing an SM
+    + 6 for the block's start and end), the larger row range on a tie (less X traffic). ``need(rows,
+    chunks)``: the most bytes of values one block of ``rows`` rows and ``chunks`` k-chunks copies into
+    shared memory (None: 0); a configuration where they do not fit runs with the values read from
+    global memory (vcap = 0), chosen only where nothing else fits."""
     J = -(-n // 32)
     capacity = capacity or _capacity
     clusters = SP_CLUSTERS if _cluster_ok(dev) else (1,)
     best, best_key = None, None
     cands = [override] if override is not None else [(*cfg, cs) for cfg in SP_CONFIGS for cs in clusters]
+    sms = _sm_count(dev) if override is None else 1
     for R, WR, WK, CS in cands:
         if (R, WR, WK) not in SP_CONFIGS or CS not in clusters:
             return None
         kpw = -(-J // (CS * WK))
-        smem = sp_smem((R, WR, WK), kpw)
-        if smem > SP_MAX_SMEM:
-            continue
         rows = 16 * R * WR
+        want = int(need(rows, WK * kpw)) if need is not None else 0
+        penalty = 1
+        smem, vcap = sp_smem((R, WR, WK), kpw, want)
+        if smem > SP_MAX_SMEM:
+            smem, vcap = sp_smem((R, WR, WK), kpw, 0)
+            penalty = 3
+            if smem > SP_MAX_SMEM:
+                continue
         blocks = -(-m // rows) * CS * -(-k // 64)
         cap = max(1, int(capacity((R, WR, WK), CS, smem, dev)))
-        key = (-(-blocks // cap) * (kpw + 3) * R, -rows)
+        per_sm = max(1, cap // max(sms, 1))
+        key = (-(-blocks // cap) * (kpw * R * per_sm + 6) * penalty, -rows)
         if best_key is None or key < best_key:
-            best, best_key = (R, WR, WK, CS, kpw, smem), key
+            best, best_key = (R, WR, WK, CS, kpw, smem, vcap), key
     return best
 
 
@@ -249,12 +273,31 @@ class SpMixin:
         v = self._values
         if v is None or v.dim() != 1 or self._sp_layout() is None:
             return False
-        return sp_choose(m, n, k, self.dev_index, self.sp_config_override) is not None
+        return self.sp_choice(k) is not None
 
     def sp_choice(self, k: int) -> tuple[int, ...] | None:
-        """(R, WR, WK, CS, kpw, smem) the product with ``k`` columns of X runs."""
+        """(R, WR, WK, CS, kpw, smem, vcap) the product with ``k`` columns of X runs."""
         m, n = self.shape
-        return sp_choose(m, n, k, self.dev_index, self.sp_config_override)
+        return sp_choose(m, n, k, self.dev_index, self.sp_config_override, need=self._sp_need)
+
+    def _sp_need(self, rows: int, chunks: int) -> int:
+        """The most bytes of values a block of ``rows`` rows and ``chunks`` k-chunks copies into shared
+        memory (per row its run in 16-byte units, at most two more than the run's own), once per pair."""
+        lay = self._sp_layout()
+        cache = lay.setdefault("need", {})
+        got = cache.get((rows, chunks))
+        if got is None:
+            m, n = self.shape
+            r64 = lay["rowptr"].to(torch.int64)
+            lengths = r64[1:] - r64[:-1]
+            nb = -(-lay["J"] // chunks)
+            rows_of = torch.repeat_interleave(torch.arange(m, device=r64.device), lengths)
+            seg = torch.bincount(rows_of * nb + (self.col[:int(r64[-1])].to(torch.int64) >> 5) // chunks, minlength=m * nb)
+            units = torch.where(seg > 0, (2 * seg + 15) // 16 + 1, torch.zeros_like(seg)).view(m, nb)
+            pad = -(-m // rows) * rows - m
+            units = torch.cat([units, units.new_zeros(pad, nb)]).view(-1, rows, nb).sum(1)
+            got = cache[(rows, chunks)] = 16 * int(units.max()) if units.numel() else 0
+        return got
 
     def _launch_sp(self, Xt: torch.Tensor, Yt: torch.Tensor, k: int, bp: int) -> None:
         """spmm_sp on X^T ``Xt`` ((k, n), 16-byte aligned) into Y^T ``Yt`` ((k, m)), bias pointer ``bp``."""
@@ -262,10 +305,10 @@ class SpMixin:
 
         m, n = self.shape
         lay = self._sp_layout()
-        R, WR, WK, CS, kpw, smem = self.sp_choice(k)
-        kern = kernel("spmm_sp", f"spmm_sp_r{R}w{WR}k{WK}_s{CS}", self.dtype, torch.int32, self.dev_index, 15)
+        R, WR, WK, CS, kpw, smem, vcap = self.sp_choice(k)
+        kern = kernel("spmm_sp", f"spmm_sp_r{R}w{WR}k{WK}_s{CS}", self.dtype, torch.int32, self.dev_index, 16)
         _allow_smem(kern, self.dev_index, smem)
-        args = (m, n, k, lay["J"], kpw, lay["rowptr"].data_ptr(), lay["rec"].data_ptr(), lay["rptr"].data_ptr(),
+        args = (m, n, k, lay["J"], kpw, vcap, lay["rowptr"].data_ptr(), lay["rec"].data_ptr(), lay["rptr"].data_ptr(),
                 lay["res_pos"].data_ptr(), lay["res_rc"].data_ptr(), self._values.data_ptr(), Xt.data_ptr(), bp,
                 Yt.data_ptr(), int(self.sp_flags))
         kern((-(-m // (16 * R * WR)) * CS, -(-k // 64)), 32 * WR * WK, args, shared=smem, device=self.dev_index)

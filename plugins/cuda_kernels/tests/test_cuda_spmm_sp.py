@@ -85,6 +85,68 @@ def test_layout_rebuilds_A(shape):
         assert lay["stats"]["residual"] > 0
 
 
+@pytest.mark.parametrize("vp", (0, 2, 14))
+@pytest.mark.parametrize("cfg", ((2, 2, 4, 2, 1), (4, 2, 4, 1, 3)))
+def test_value_staging_addresses(cfg, vp):
+    """The kernel's copy of a block's values into shared memory, replayed on the host: per row the
+    16-byte units around its run (from the records' run starts), the rows' prefix, the delta per row,
+    each unit's source found by binary search; every entry of the block's k-chunks read at
+    delta + 2 p is the CSR value (values based at byte ``vp`` mod 16)."""
+    from sparsetorch_cuda._spmm_sp import SP_REC, sp_layout
+
+    R, WR, WK, CS, kpw = cfg
+    m, n = 70, 200
+    D = random_dense(m, n, 0.3, torch.float64, seed=11, empty_rows=4)
+    rowptr, col, val = _csr(D)
+    lay = sp_layout(rowptr, col, m, n)
+    J, ROWS = lay["J"], 16 * R * WR
+    recs = lay["rec"].to(torch.int64) & 0xFFFFFFFF
+    vbytes = bytearray(vp) + b"".join(int(i).to_bytes(2, "little") for i in range(len(val))) + bytearray(32)
+    vs0 = 4096  # the values' shared-memory address
+    for blk in range(-(-m // ROWS)):
+        for rank in range(CS):
+            jlo = rank * WK * kpw
+            jhi = min(J, jlo + WK * kpw)
+            units, d0, start = [0] * ROWS, [0] * ROWS, [0] * ROWS
+            for t in range(ROWS):
+                r = blk * ROWS + t
+                if r >= m or jlo >= jhi:
+                    continue
+                s_, rl = r >> 4, r & 15
+                start[t] = int(rowptr[r])
+                tlo = (int(recs[s_ * J + jlo, 16 + (rl & 7)]) >> (16 * (rl >> 3))) & 0xFFFF
+                thi = ((int(recs[s_ * J + jhi, 16 + (rl & 7)]) >> (16 * (rl >> 3))) & 0xFFFF if jhi < J
+                       else int(rowptr[r + 1]) - start[t])
+                if thi > tlo:
+                    a0, a1 = vp + 2 * (start[t] + tlo), vp + 2 * (start[t] + thi)
+                    f0 = a0 & ~15
+                    units[t] = (((a1 + 15) & ~15) - f0) >> 4
+                    d0[t] = vp - f0
+            pre = [0]
+            for u in units:
+                pre.append(pre[-1] + u)
+            delta = [d0[t] + vs0 + 16 * pre[t] for t in range(ROWS)]
+            sm = bytearray(16 * pre[-1])
+            for f in range(pre[-1]):
+                lo, hi = 0, ROWS
+                while hi - lo > 1:
+                    mid = (lo + hi) >> 1
+                    lo, hi = (mid, hi) if pre[mid] <= f else (lo, mid)
+                dst = vs0 + 16 * f
+                src = vp + (dst - delta[lo])
+                sm[16 * f:16 * f + 16] = vbytes[src:src + 16]
+            for t in range(ROWS):
+                r = blk * ROWS + t
+                if r >= m:
+                    continue
+                for p in range(int(rowptr[r]), int(rowptr[r + 1])):
+                    if jlo <= int(col[p]) // 32 < jhi:
+                        a = delta[t] + 2 * p - vs0  # the kernel's ld.shared.u16 [delta + 2 p]
+                        got = int.from_bytes(sm[a:a + 2], "little") if a >= 0 else -1
+                        assert got == p, (blk, rank, t, p, got)
+    assert SP_REC == 160
+
+
 def test_layout_declines():
     from sparsetorch_cuda._spmm_sp import sp_layout
 
@@ -109,11 +171,12 @@ def test_choose_fits_shared_memory(monkeypatch):
     from sparsetorch_cuda import _spmm_sp as sp
 
     monkeypatch.setattr(sp, "_cluster_ok", lambda dev: True)
+    monkeypatch.setattr(sp, "_sm_count", lambda dev: 132)
     monkeypatch.setattr(sp, "_capacity", lambda cfg, cs, smem, dev: 132 // cs * cs)
     for m, n, k in ((4096, 4096, 64), (11008, 4096, 64), (4096, 8192, 8), (100, 64, 8)):
         got = sp.sp_choose(m, n, k, 0)
         assert got is not None, (m, n, k)
-        R, WR, WK, CS, kpw, smem = got
+        R, WR, WK, CS, kpw, smem, vcap = got
         assert smem <= sp.SP_MAX_SMEM and kpw * WK * CS >= -(-n // 32)
     assert sp.sp_choose(4096, 4096, 64, 0, (4, 2, 4, 3)) is None  # no cluster of 3
     assert sp.sp_choose(64, 65528, 64, 0) is None  # the X^T slice would not fit in shared memory
