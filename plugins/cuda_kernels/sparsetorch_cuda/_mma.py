@@ -24,7 +24,9 @@ from .layout import (CSR16_MIN_MEAN, INT_LIMIT, MMA_MAX_TILES, MMA_MIN_K, _GRID_
 #: gathered through the read-only cache)
 CSR16_KERNEL_DEFAULT = "auto"
 #: what "auto" runs: the first of these that takes n (:func:`_xv_fits`). "xr" measured slower
-#: (README "Session 8: batch-1 SpMV of pruned LLM layers": 4.50 against 3.81 µs on 4096², 10.35 against 7.15 on 4096 -> 11008)
+#: (README "Session 8: batch-1 SpMV of pruned LLM layers": 4.50 against 3.81 µs on 4096², 10.35 against 7.15 on 4096 -> 11008);
+#: "x12b" too (session 9, llm_h200_s9.json: its rotation cuts a row's fullest-bank gather steps from 50.8 to 32.3
+#: but costs more than it saves: 3.30 against 2.97 µs on 4096² fp16 at 1024 threads, flags 6; 7.00 against 6.40)
 CSR16_AUTO = ("x12a", "xva")
 #: X of at most this many bytes goes to shared memory in csr16_xs (no opt-in needed)
 CSR16_XS_BYTES = 48 * 1024
@@ -39,16 +41,20 @@ CSR16_PDL_KERNELS = ("xva", "x12a", "x12b")
 CSR16_PDL_DEFAULT = True
 #: flags of the batch-1 kernels where ``plan.csr16_flags`` is not set, per kernel (kernels/mma.cu: 1
 #: launch_dependents at the start, 2 after the barrier, 4 the row pointers and first columns before
-#: griddepcontrol.wait)
-CSR16_FLAGS_BY: dict[str, int] = {}
+#: griddepcontrol.wait). x12a: 6 (session 9, llm_h200_s9.json, with 1024 threads and PDL: 4096^2 2.97 /
+#: 3.07 us fp16 / bf16, 4096 -> 11008 6.40 / 6.65; flags 4 alone 3.73 / 7.14, flags 1 at 512 threads 4.32).
+#: The rest keep 0 (not measured with these flags at their default threads)
+CSR16_FLAGS_BY: dict[str, int] = {"x12a": 6}
 #: greedy passes over the lanes of csr16_x12b's rotation choice (:func:`rot_assign`)
 CSR16_ROT_PASSES = 2
 #: copies of X in shared memory for csr16_xr (``plan.csr16_copies`` overrides; 1..15)
 CSR16_XR_COPIES = 8
 #: threads per block of csr16_xv* (a warp per row; 1024 measured faster than 512 and 256 for xv / x12,
-#: cuda_kernels_h200_run1_s8_llm.json), per kernel where another measured faster (x12a: 512, runs 2-3)
+#: cuda_kernels_h200_run1_s8_llm.json), per kernel where another measured faster. x12a: 512 in session 8
+#: (plain launches, runs 2-3); 1024 with PDL and flags 6 in session 9 (benchmarks/results/llm_h200_s9.json,
+#: 4096^2 fp16: 2.97 us against 3.23 at 512 with flags 2, 3.62 at 512 with flags 0, 3.89 without PDL)
 CSR16_XV_THREADS = 1024
-CSR16_XV_THREADS_BY = {"x12a": 512, "x12b": 512}
+CSR16_XV_THREADS_BY = {"x12b": 512}
 #: csr16_xv* with 12-bit columns take n up to this
 CSR16_X12_MAX_N = 4096
 #: the tensor-core kernel of CSR patterns (``plan.mma_kernel``): "auto" (:meth:`MmaMixin.fl_kind`),
