@@ -4,9 +4,10 @@
 # into the disk cache), run the cuda plugin's GPU tests and the core's GPU tests (TEST_FILES), then
 # the GPU suite's cases that carry issue 16's goals side by side (spmv with the cuda rows and UST,
 # cuda_kernels, cg_1m, cg_1g), then the host-time measurement of Matmul.execute (HOST=1,
-# plugins/cuda_kernels/benchmarks/bench_s7b.py --cases host). Results under $OUT, named by TAG
-# (default s9).
-#   SUITE_CASES=..., SUITE_TIMEOUT=..., TEST_TIMEOUT=..., TESTS=0 / SUITE=0 / HOST=0 skip a part.
+# plugins/cuda_kernels/benchmarks/bench_s7b.py --cases host), then issue 17's LLM layers through
+# SparseLinear against dense (LLM=1, benchmarks/bench_llm_gpu.py, LLM_ARGS). Results under $OUT,
+# named by TAG (default s9).
+#   SUITE_CASES=..., SUITE_TIMEOUT=..., TEST_TIMEOUT=..., TESTS=0 / SUITE=0 / HOST=0 / LLM=0 skip a part.
 set -u -o pipefail
 TAG=${TAG:-s9}
 OUT=${OUT:-/tmp/out}
@@ -35,4 +36,8 @@ fi
 if [ "${HOST:-1}" = 1 ]; then
   timeout "${HOST_TIMEOUT:-90}" python3 plugins/cuda_kernels/benchmarks/bench_s7b.py --cases host --out "$OUT" \
     --prefix "host_h200_${TAG}" 2>&1 | tail -40
+fi
+if [ "${LLM:-1}" = 1 ]; then
+  timeout "${LLM_TIMEOUT:-150}" python3 benchmarks/bench_llm_gpu.py --out "$OUT/llm_h200_${TAG}_final.json" \
+    ${LLM_ARGS:---no-backward --sparsities 90%,2:4 --batches 1,64 --repeats 15} 2>&1 | tail -30
 fi
