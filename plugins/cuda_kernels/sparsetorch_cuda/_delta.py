@@ -26,7 +26,9 @@ __all__ = ["DeltaMixin", "CHUNK_VARIANTS", "TILE_VARIANTS", "DELTA_PLAN_DEFAULT"
 CHUNK_VARIANTS = ("chunk", "chunk8", "chunk16", "chunk_pf", "chunk8_pf", "chunk16_pf", "chunk8_o3")
 #: the "tile" kernels (kernels/delta.cu, session 9; DELTA(4), float16 / bfloat16, k = 1, X in shared
 #: memory, n * 2 (tile, tile_p1) or n * 4 (tile_f) bytes <= 48 KB; otherwise the plan runs "chunk"):
-#: "tile" X as 16-bit values, two tiles' loads in flight; "tile_f" X as float; "tile_p1" one tile in flight
+#: "tile" X as 16-bit values, two tiles' loads in flight; "tile_f" X as float; "tile_p1" one tile in flight.
+#: Measured slower than "chunk" on the H200 (8192^2 fp16, 50 %: 40.1-45.0 us against 31.4; 10 %: 13.5-16.8
+#: against 11.3; results/cuda_delta_h200_s9.json), so never a default
 TILE_VARIANTS = ("tile", "tile_f", "tile_p1")
 #: entries per tile (kernels/delta.cu: 8 steps of 32 lanes)
 TILE = 256

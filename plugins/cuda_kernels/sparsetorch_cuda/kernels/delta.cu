@@ -378,6 +378,13 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
 // X is copied once per block into shared memory (16-bit values as they are: XF = false; or as float:
 // XF = true); the host launches these only when n * sizeof <= 48 KB (so every byte offset fits 16
 // bits with room for the partial tile's zero gaps). PD = 2: two tiles' loads in flight.
+//
+// Measured (session 9, H200, 8192 x 8192, one right-hand side; results/cuda_delta_h200_s9*.json):
+// slower than the chunk kernel, so not a default. fp16 50 %: tile 41.7 us, tile_p1 40.1, tile_f
+// 45.0 against chunk 31.4; 10 %: 13.5-16.8 against 11.3. The gathers are conflict-free as modelled
+// (Nsight Compute: 1.43 shared wavefronts per gather against chunk's 3.6), but a tile issues ~187
+// warp instructions per 256 entries (chunk ~150: the 18 shuffles of the scans and their adds, 8
+// scalar value loads) at the same low IPC (0.64 per scheduler), with long-scoreboard stalls first.
 #if VAL_KIND <= 1
 #define TILE_BLOCK 512
 
