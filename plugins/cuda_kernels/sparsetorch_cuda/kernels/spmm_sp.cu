@@ -45,11 +45,6 @@
 #define SP_BB 64         // columns of X per block
 #define SP_RES 512       // residual entries staged in shared memory per block
 
-__device__ __forceinline__ unsigned sp_smem(const void* p) {
-  unsigned a;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-  return a;
-}
 __device__ __forceinline__ void sp_cp16(unsigned dst, const void* src, unsigned bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
 }
@@ -92,23 +87,6 @@ __device__ __forceinline__ void sp_mma(float (&d)[4], const unsigned (&a)[4], co
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(b[2]), "r"(b[3]), "r"(e));
 #endif
 }
-#if __CUDA_ARCH__ >= 900
-__device__ __forceinline__ void sp_cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-__device__ __forceinline__ unsigned sp_cluster_rank() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ float4 sp_ld_cluster(unsigned addr, unsigned rank) {
-  unsigned ra;
-  float4 v;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(addr), "r"(rank));
-  asm volatile("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(ra) : "memory");
-  return v;
-}
-#endif
 
 __device__ __forceinline__ unsigned sp_lds16(unsigned addr) {
   unsigned short v;
@@ -191,7 +169,7 @@ __device__ __forceinline__ void spmm_sp_body(i64 m_, i64 n_, i64 k_, i64 J_, i64
   const int wr = warp % WR, wk = warp / WR;
   int rank = 0;
 #if __CUDA_ARCH__ >= 900
-  if (CS > 1) rank = (int)sp_cluster_rank();
+  if (CS > 1) rank = (int)cluster_rank();
 #endif
   const int S = (m + 15) >> 4;
   const int strip0 = (int)(blockIdx.x / CS) * SPW;
@@ -201,7 +179,7 @@ __device__ __forceinline__ void spmm_sp_body(i64 m_, i64 n_, i64 k_, i64 J_, i64
   const int jhi = min(J, jlo + WK * kpw);
   // blocks start at different slots (k-chunks) so that they do not all read the same X^T lines at once
   const int rot = (int)((blockIdx.x / CS) % (unsigned)kpw);
-  const unsigned xs0 = sp_smem(Xs), rs0 = sp_smem(Rs), vs0 = sp_smem(Vs), bar0 = sp_smem(bars);
+  const unsigned xs0 = smem_addr(Xs), rs0 = smem_addr(Rs), vs0 = smem_addr(Vs), bar0 = smem_addr(bars);
   const unsigned vbar = bar0 + 8u * kpw;
   const unsigned long long vp = (unsigned long long)val;
 
@@ -315,8 +293,8 @@ __device__ __forceinline__ void spmm_sp_body(i64 m_, i64 n_, i64 k_, i64 J_, i64
       int sl = 0, off = f;
       while (sl < SPW - 1 && off >= res_n[sl]) off -= res_n[sl], ++sl;
       const int e = res_a[sl] + off;
-      sp_cp4(sp_smem(rs_c + f), res_rc + e);
-      sp_cp4(sp_smem(rs_p + f), res_pos + e);
+      sp_cp4(smem_addr(rs_c + f), res_rc + e);
+      sp_cp4(smem_addr(rs_p + f), res_pos + e);
     }
   }
   sp_bar_arrive_cp(vbar);
@@ -459,13 +437,13 @@ __device__ __forceinline__ void spmm_sp_body(i64 m_, i64 n_, i64 k_, i64 J_, i64
     }
   }
 #if __CUDA_ARCH__ >= 900
-  if (CS > 1) sp_cluster_sync();
+  if (CS > 1) cluster_sync_all();
   else __syncthreads();
 #else
   __syncthreads();
 #endif
   constexpr int RR = ROWS / CS;  // rows this block stores
-  const unsigned pbase = sp_smem(P);
+  const unsigned pbase = smem_addr(P);
   for (int q = tid; q < SP_BB * (RR / 4); q += NT) {
     const int bb = q / (RR / 4), c4 = rank * RR + (q % (RR / 4)) * 4;
     float4 s4 = *reinterpret_cast<const float4*>(P + bb * PLD + c4);
@@ -474,7 +452,7 @@ __device__ __forceinline__ void spmm_sp_body(i64 m_, i64 n_, i64 k_, i64 J_, i64
       s4 = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
       for (int c = 0; c < CS; ++c) {
-        const float4 o = sp_ld_cluster(pbase + (unsigned)((bb * PLD + c4) * 4), (unsigned)c);
+        const float4 o = ld_cluster(pbase + (unsigned)((bb * PLD + c4) * 4), (unsigned)c);
         s4.x += o.x;
         s4.y += o.y;
         s4.z += o.z;
@@ -492,7 +470,7 @@ __device__ __forceinline__ void spmm_sp_body(i64 m_, i64 n_, i64 k_, i64 J_, i64
   }
   (void)pbase;
 #if __CUDA_ARCH__ >= 900
-  if (CS > 1) sp_cluster_sync();  // no block leaves while another still reads its shared memory
+  if (CS > 1) cluster_sync_all();  // no block leaves while another still reads its shared memory
 #endif
 }
 
