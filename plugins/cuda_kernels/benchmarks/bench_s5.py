@@ -86,6 +86,20 @@ def graph_time(fn, repeats: int = 10) -> float | str:
     return statistics.median(ts[2:])
 
 
+def pruned_layer(base: torch.nn.Linear, dtype: torch.dtype, rule: str = "90 %", dev: torch.device | str = "cuda") -> tuple:
+    """The LLM benchmarks' layer: a dense ``nn.Linear`` with ``base``'s weights in ``dtype`` on
+    ``dev``, pruned by ``RULES[rule]`` (benchmarks/bench_llm.py). Returns ``(dense, A, W, b)``: the
+    dense layer, its pruned SparseTensor, A as a dense matrix in ``dtype``, the bias."""
+    from bench_llm import RULES  # noqa: PLC0415 - benchmarks/ is on sys.path (above)
+
+    dense = torch.nn.Linear(base.in_features, base.out_features).to(dev, dtype)
+    with torch.no_grad():
+        dense.weight.copy_(base.weight)
+        dense.bias.copy_(base.bias)
+    A = RULES[rule]()("layer", dense)
+    return dense, A, A.to_dense().to(dtype), dense.bias.detach()
+
+
 def copy_bw() -> float:
     x = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")
     y = torch.empty_like(x)

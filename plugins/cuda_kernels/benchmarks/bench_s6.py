@@ -30,7 +30,7 @@ from sparsetorch_cuda.launch import kernel  # noqa: E402
 from sparsetorch_cuda.plan import CudaSpmmPlan  # noqa: E402
 
 from bench_llm import RULES  # noqa: E402
-from bench_s5 import copy_bw, graph_time, kernel_regs  # noqa: E402
+from bench_s5 import copy_bw, graph_time, kernel_regs, pruned_layer  # noqa: E402
 
 
 def kernel_info(names: list[str], dtype: torch.dtype) -> dict:
@@ -107,13 +107,7 @@ def main() -> None:
         for rule in [by_name[s.strip().replace(" ", "")] for s in args.sparsities.split(",")]:
             for dname in args.dtypes.split(","):
                 dtype = getattr(torch, dname)
-                dense = torch.nn.Linear(n_in, n_out).to(dev, dtype)
-                with torch.no_grad():
-                    dense.weight.copy_(base.weight)
-                    dense.bias.copy_(base.bias)
-                A = RULES[rule]()("layer", dense)
-                W = A.to_dense().to(dtype)
-                b = dense.bias.detach()
+                dense, A, W, b = pruned_layer(base, dtype, rule, dev)
                 plan = CudaSpmmPlan(A)
                 plan.set_values(A.values)
                 for k in ks:

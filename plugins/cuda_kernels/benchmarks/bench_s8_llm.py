@@ -44,8 +44,7 @@ from sparsetorch_cuda import _mma  # noqa: E402
 from sparsetorch_cuda.launch import _driver, kernel, raw_stream  # noqa: E402
 from sparsetorch_cuda.plan import CudaSpmmPlan  # noqa: E402
 
-from bench_llm import RULES  # noqa: E402
-from bench_s5 import graph_time, kernel_regs as _kernel_regs  # noqa: E402
+from bench_s5 import graph_time, kernel_regs as _kernel_regs, pruned_layer  # noqa: E402
 
 
 class PdlLaunch:
@@ -107,13 +106,7 @@ def main() -> None:
         base = torch.nn.Linear(n_in, n_out)
         for dname in args.dtypes.split(","):
             dtype = getattr(torch, dname)
-            dense = torch.nn.Linear(n_in, n_out).to(dev, dtype)
-            with torch.no_grad():
-                dense.weight.copy_(base.weight)
-                dense.bias.copy_(base.bias)
-            A = RULES["90 %"]()("layer", dense)
-            W = A.to_dense().to(dtype)
-            b = dense.bias.detach()
+            dense, A, W, b = pruned_layer(base, dtype, "90 %", dev)
             plan = CudaSpmmPlan(A)
             plan.set_values(A.values)
             x = torch.randn(1, n_in, device=dev, dtype=dtype)

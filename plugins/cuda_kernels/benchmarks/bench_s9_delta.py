@@ -34,6 +34,7 @@ import sparsetorch as st  # noqa: E402
 from sparsetorch.format import CSR, DELTA  # noqa: E402
 
 import bench_cuda_kernels as B  # noqa: E402
+from bench_s8_delta import matrices  # noqa: E402
 from common import copy_bandwidth  # noqa: E402
 
 #: (bits, variant) rows of DELTA per density; None: the plan's default
@@ -48,62 +49,49 @@ def _delta_bytes(m: int, n: int, nse: int, vs: int, bits: int) -> float:
 def run(tab: B.Table, size: int, dtypes: list[torch.dtype], csr: bool, save=lambda: None) -> None:
     from sparsetorch_cuda.plan import CudaSpmmPlan
 
-    g = torch.Generator(device="cuda").manual_seed(1)
-    for density in (0.5, 0.1):
-        mask = torch.rand(size, size, device="cuda", generator=g) < density
-        W64 = torch.randn(size, size, device="cuda", dtype=torch.float64, generator=g) * mask
-        for dtype in dtypes:
-            name = str(dtype).replace("torch.", "")
-            vs = torch.empty((), dtype=dtype).element_size()
-            W = W64.to(dtype)
-            case = f"{size}^2 {int(density * 100)}% {name}"
-            x = torch.randn(size, 1, device="cuda", dtype=torch.float64, generator=g).to(dtype)
-            ref = W.double() @ x.double()
-            extra = {"dtype": name, "density": density, "k": 1}
-            tab.record(case, "dense cuBLAS GEMV", lambda W=W: W @ x, lambda W=W: W @ x, ref, size * size * vs + 2 * size * vs, **extra)
-            S = st.SparseTensor.from_dense(W, mask=mask)
-            conv: dict = {}
-            for bits, variant in ROWS + (ROWS_LOW if density < 0.3 else []):
-                try:
-                    A = conv.get(bits)
-                    if A is None:
-                        A = conv[bits] = S.convert(DELTA(bits), index_dtype=torch.int32)
-                    torch.cuda.synchronize()
-                    t0 = time.perf_counter()
-                    p = CudaSpmmPlan(A, variant=variant)
-                    torch.cuda.synchronize()
-                    plan_s = time.perf_counter() - t0
-                    p.set_values(A.values)
-                    nse = int(A.nse)
-                    label = f"DELTA({bits}) [{p.variant}{' default' if variant is None else ''}]"
-                    nb = _delta_bytes(size, size, nse, vs, bits)
-                    tiles = getattr(p, "tiles", None)
-                    if tiles is not None:  # the tile kernels read their own gap words and tile offsets
-                        nt = int(tiles["tiles"])
-                        nb = nse * vs + 32 * 4 * nt + 4 * (nt + 1) + 4 * (size + 1) + 2 * size * vs
-                    tab.record(case, label, lambda p=p: p.apply(x), lambda p=p: p.apply(x), ref, nb, stored=nse,
-                               padding=nse - int(mask.sum()), plan_s=plan_s, tiles=None if tiles is None else int(tiles["tiles"]),
-                               **extra)
-                    print(f"  {case} {label}: {tab.rows[-1].get('kernel_s')}", flush=True)
-                    del p
-                except Exception as exc:  # noqa: BLE001 - a failing row is recorded, the run goes on
-                    tab.rows.append({"case": case, "impl": f"DELTA({bits}) [{variant}]", "error": repr(exc), **extra})
-                    print(f"  {case} DELTA({bits}) [{variant}]: {exc!r}", flush=True)
-            conv.clear()
-            if csr:
-                try:
-                    A = S.convert(CSR, index_dtype=torch.int32)
-                    p = CudaSpmmPlan(A)
-                    p.set_values(A.values)
-                    tab.record(case, f"CSR int32 [{p.variant}]", lambda p=p: p.apply(x), lambda p=p: p.apply(x), ref,
-                               B._csr_bytes(size, size, int(A.nse), vs, 4), **extra)
-                    del A, p
-                except Exception as exc:  # noqa: BLE001
-                    tab.rows.append({"case": case, "impl": "CSR int32", "error": repr(exc), **extra})
-            del S, W
-            torch.cuda.empty_cache()
-            save()  # after every case: a run cut short keeps what it measured
-        del W64, mask
+    for case, density, _dtype, vs, W, mask, x, ref, extra in matrices(tab, size, dtypes):
+        S = st.SparseTensor.from_dense(W, mask=mask)
+        conv: dict = {}
+        for bits, variant in ROWS + (ROWS_LOW if density < 0.3 else []):
+            try:
+                A = conv.get(bits)
+                if A is None:
+                    A = conv[bits] = S.convert(DELTA(bits), index_dtype=torch.int32)
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                p = CudaSpmmPlan(A, variant=variant)
+                torch.cuda.synchronize()
+                plan_s = time.perf_counter() - t0
+                p.set_values(A.values)
+                nse = int(A.nse)
+                label = f"DELTA({bits}) [{p.variant}{' default' if variant is None else ''}]"
+                nb = _delta_bytes(size, size, nse, vs, bits)
+                tiles = getattr(p, "tiles", None)
+                if tiles is not None:  # the tile kernels read their own gap words and tile offsets
+                    nt = int(tiles["tiles"])
+                    nb = nse * vs + 32 * 4 * nt + 4 * (nt + 1) + 4 * (size + 1) + 2 * size * vs
+                tab.record(case, label, lambda p=p: p.apply(x), lambda p=p: p.apply(x), ref, nb, stored=nse,
+                           padding=nse - int(mask.sum()), plan_s=plan_s, tiles=None if tiles is None else int(tiles["tiles"]),
+                           **extra)
+                print(f"  {case} {label}: {tab.rows[-1].get('kernel_s')}", flush=True)
+                del p
+            except Exception as exc:  # noqa: BLE001 - a failing row is recorded, the run goes on
+                tab.rows.append({"case": case, "impl": f"DELTA({bits}) [{variant}]", "error": repr(exc), **extra})
+                print(f"  {case} DELTA({bits}) [{variant}]: {exc!r}", flush=True)
+        conv.clear()
+        if csr:
+            try:
+                A = S.convert(CSR, index_dtype=torch.int32)
+                p = CudaSpmmPlan(A)
+                p.set_values(A.values)
+                tab.record(case, f"CSR int32 [{p.variant}]", lambda p=p: p.apply(x), lambda p=p: p.apply(x), ref,
+                           B._csr_bytes(size, size, int(A.nse), vs, 4), **extra)
+                del A, p
+            except Exception as exc:  # noqa: BLE001
+                tab.rows.append({"case": case, "impl": "CSR int32", "error": repr(exc), **extra})
+        del S, W
+        torch.cuda.empty_cache()
+        save()  # after every case: a run cut short keeps what it measured
 
 
 def main() -> int:

@@ -43,7 +43,7 @@ from sparsetorch_cuda.launch import Prepared, allow_pdl, kernel  # noqa: E402
 from sparsetorch_cuda.plan import CudaSpmmPlan  # noqa: E402
 
 from bench_llm import RULES  # noqa: E402
-from bench_s5 import graph_time, kernel_regs as _kernel_regs  # noqa: E402
+from bench_s5 import graph_time, kernel_regs as _kernel_regs, pruned_layer  # noqa: E402
 
 VARIANTS = ("x12a/512+0!,x12a/512+0,x12a/512+1,x12a/512+2,x12a/512+4,x12a/512+5,x12a/512+6,"
             "x12b/512+0!,x12b/512+0,x12b/512+1,x12b/512+2,x12b/512+4,x12b/512+5,x12b/512+6,"
@@ -103,13 +103,7 @@ def main() -> None:
         base = torch.nn.Linear(n_in, n_out)
         for dname in args.dtypes.split(","):
             dtype = getattr(torch, dname)
-            dense = torch.nn.Linear(n_in, n_out).to(dev, dtype)
-            with torch.no_grad():
-                dense.weight.copy_(base.weight)
-                dense.bias.copy_(base.bias)
-            A = RULES["90 %"]()("layer", dense)
-            W = A.to_dense().to(dtype)
-            b = dense.bias.detach()
+            dense, A, W, b = pruned_layer(base, dtype, "90 %", dev)
             x = torch.randn(1, n_in, device=dev, dtype=dtype)
             ref = x.float() @ W.float().T + b.float()
             row = {"in": n_in, "out": n_out, "sparsity": "90 %", "dtype": dname, "k": 1, "times_us": {}, "errors": {}}
