@@ -41,7 +41,7 @@ sys.path.insert(0, str(HERE.parents[2] / "benchmarks"))
 sys.path.insert(0, str(HERE))
 
 from sparsetorch_cuda import _mma  # noqa: E402
-from sparsetorch_cuda.launch import _driver, kernel, raw_stream  # noqa: E402
+from sparsetorch_cuda.launch import _driver, _launch_config, kernel, raw_stream  # noqa: E402
 from sparsetorch_cuda.plan import CudaSpmmPlan  # noqa: E402
 
 from bench_s5 import graph_time, kernel_regs as _kernel_regs, pruned_layer  # noqa: E402
@@ -56,19 +56,7 @@ class PdlLaunch:
         self.cu, self.fn = cu, kern._fn
         self.args = np.array([int(a) & 0xFFFFFFFFFFFFFFFF for a in args], dtype=np.uint64)
         self.ptrs = np.array([self.args.ctypes.data + 8 * i for i in range(len(args))], dtype=np.uint64)
-        cfg = cu.CUlaunchConfig()
-        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid, 1, 1
-        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block, 1, 1
-        cfg.sharedMemBytes = shared
-        if pdl:
-            attr = cu.CUlaunchAttribute()
-            attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-            attr.value.programmaticStreamSerializationAllowed = 1
-            cfg.attrs = [attr]
-            cfg.numAttrs = 1
-        else:
-            cfg.numAttrs = 0
-        self.cfg = cfg
+        self.cfg = _launch_config(cu, self.fn, (grid, 1), block, shared, pdl)
 
     def __call__(self) -> None:
         self.cfg.hStream = self.cu.CUstream(raw_stream(torch.cuda.current_device()))
