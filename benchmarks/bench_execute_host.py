@@ -6,8 +6,10 @@ The planned product's bound launch (``plan.bind``, the cuda plugin's on a GPU) i
 no-op, so what is timed is the core's own per-call work: the gradient / forward-AD / transform /
 compile checks, the index-version check, the output allocation, the call. A tiny CSR (1000 rows,
 1 % dense, float32, a vector), best of 7 rounds of 20000 calls (seconds per call); also the pieces
-(``torch.empty_like`` of the template, a no-op lambda). On a shared CPU quote ratios; the H200's
-host adds the real launch (4.3 us through cuda.bindings in session 7).
+(``torch.empty_like`` of the template, a no-op lambda). Also the general path (``general_execute_s``:
+``Matmul.execute`` through the autograd Function and the torch backend's plan, 5000 calls a
+round). On a shared CPU quote ratios; the H200's host adds the real launch (4.3 us through
+cuda.bindings in session 7).
 """
 
 from __future__ import annotations
@@ -76,6 +78,10 @@ def main() -> int:
     row = {"label": args.label, "execute_s": best(mm.execute), "empty_like_s": best(lambda: torch.empty_like(tmpl)),
            "noop_lambda_s": best(lambda: None)}
     row["core_python_s"] = row["execute_s"] - row["empty_like_s"]
+    # the general path (autograd Function, the torch backend's plan): what a plan without bind runs
+    general = st.Matmul(A, b, backend="torch")
+    general.plan()
+    row["general_execute_s"] = best(general.execute, calls=5000)
     print(json.dumps(row))
     path = Path(args.out)
     doc = json.loads(path.read_text()) if path.exists() else {
