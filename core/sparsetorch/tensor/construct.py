@@ -1003,29 +1003,42 @@ def _csr_to_dia(t: SparseTensor, kind: str, index_dtype: torch.dtype, guard, val
 def _dia_rows_to_csr(t: SparseTensor, index_dtype: torch.dtype, values_too: bool):
     """DIA (``nrows`` slots per diagonal) -> CSR on the CPU: row ``i`` holds the diagonals ``k``
     with ``0 <= i + offset[k] < ncols``, in offset order, so the CSR values are the rows of the
-    transposed ``(diagonals, nrows)`` value array under that mask (NumPy, one pass each)."""
+    transposed ``(diagonals, nrows)`` value array under that mask (NumPy, one pass each). Rows
+    ``[lo, hi)`` hold every diagonal: their part is a plain ravel; only the rows above and below
+    (at most the offsets' span) are masked."""
     _, crd, tvals = t._linear_buffers()
     m, n = t.format_shape
     off = _np(crd[0])
     nd = off.size
     it = np.int32 if max(m, n) + 1 < _INT32_MAX and nd * m < _INT32_MAX else np.int64
+    lo = min(max(0, -int(off.min())) if nd else 0, m)
+    hi = max(min(m, n - int(off.max())) if nd else m, lo)  # rows [lo, hi) hold every diagonal
+
+    def pick(a: np.ndarray, edge: np.ndarray) -> np.ndarray:
+        """``a`` (m, nd) restricted to the stored slots, in row order: masked edges, raveled middle."""
+        return np.concatenate([a[:lo][edge[:lo]], a[lo:hi].ravel(), a[hi:][edge[lo:]]])
+
     rows = np.arange(m, dtype=it)
     cols = rows[:, None] + off.astype(it)[None, :]  # (m, nd): the column of every slot
-    mask = (cols >= 0) & (cols < n)
-    counts = mask.sum(1)
+    erows = np.concatenate([rows[:lo], rows[hi:]])
+    ecols = erows[:, None] + off.astype(it)[None, :]
+    edge = (ecols >= 0) & (ecols < n)  # the edge rows' mask (lo + m - hi rows)
+    counts = np.full(m, nd, dtype=np.int64)
+    counts[:lo] = edge[:lo].sum(1)
+    counts[hi:] = edge[lo:].sum(1)
     ptr = np.empty(m + 1, dtype=np.int64)
     ptr[0] = 0
     np.cumsum(counts, out=ptr[1:])
-    col = cols[mask]
+    col = pick(cols, edge)
     nnz = int(col.size)
 
     def src() -> torch.Tensor:
         slots = np.arange(nd, dtype=np.int64)[None, :] * m + np.arange(m, dtype=np.int64)[:, None]
-        return torch.from_numpy(slots[mask])
+        return torch.from_numpy(pick(slots, edge))
 
     first = None
     if values_too and tvals.dim() == 1 and tvals.dtype in _SCIPY_VALUE_DTYPES and not tvals.requires_grad:
-        first = torch.from_numpy(np.ascontiguousarray(_np(tvals).reshape(nd, m).T)[mask])
+        first = torch.from_numpy(pick(_np(tvals).reshape(nd, m).T, edge))
         perm = src
     else:
         perm = src()  # type: ignore[assignment]
