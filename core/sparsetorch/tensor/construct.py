@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 import sys
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -1003,25 +1003,19 @@ def _csr_to_dia(t: SparseTensor, kind: str, index_dtype: torch.dtype, guard, val
 def _dia_rows_to_csr(t: SparseTensor, index_dtype: torch.dtype, values_too: bool):
     """DIA (``nrows`` slots per diagonal) -> CSR on the CPU: row ``i`` holds the diagonals ``k``
     with ``0 <= i + offset[k] < ncols``, in offset order, so the CSR values are the rows of the
-    transposed ``(diagonals, nrows)`` value array under that mask (NumPy, one pass each). Rows
-    ``[lo, hi)`` hold every diagonal: their part is a plain ravel; only the rows above and below
-    (at most the offsets' span) are masked."""
+    transposed ``(diagonals, nrows)`` value array under that mask (NumPy). Rows ``[lo, hi)``
+    hold every diagonal: their part is written in one pass into the output; only the rows above
+    and below (at most the offsets' span) are masked."""
     _, crd, tvals = t._linear_buffers()
     m, n = t.format_shape
     off = _np(crd[0])
     nd = off.size
     it = np.int32 if max(m, n) + 1 < _INT32_MAX and nd * m < _INT32_MAX else np.int64
+    offs = off.astype(it)
     lo = min(max(0, -int(off.min())) if nd else 0, m)
     hi = max(min(m, n - int(off.max())) if nd else m, lo)  # rows [lo, hi) hold every diagonal
-
-    def pick(a: np.ndarray, edge: np.ndarray) -> np.ndarray:
-        """``a`` (m, nd) restricted to the stored slots, in row order: masked edges, raveled middle."""
-        return np.concatenate([a[:lo][edge[:lo]], a[lo:hi].ravel(), a[hi:][edge[lo:]]])
-
-    rows = np.arange(m, dtype=it)
-    cols = rows[:, None] + off.astype(it)[None, :]  # (m, nd): the column of every slot
-    erows = np.concatenate([rows[:lo], rows[hi:]])
-    ecols = erows[:, None] + off.astype(it)[None, :]
+    erows = np.concatenate([np.arange(lo, dtype=it), np.arange(hi, m, dtype=it)])
+    ecols = erows[:, None] + offs[None, :]
     edge = (ecols >= 0) & (ecols < n)  # the edge rows' mask (lo + m - hi rows)
     counts = np.full(m, nd, dtype=np.int64)
     counts[:lo] = edge[:lo].sum(1)
@@ -1029,16 +1023,29 @@ def _dia_rows_to_csr(t: SparseTensor, index_dtype: torch.dtype, values_too: bool
     ptr = np.empty(m + 1, dtype=np.int64)
     ptr[0] = 0
     np.cumsum(counts, out=ptr[1:])
-    col = pick(cols, edge)
-    nnz = int(col.size)
+    nnz = int(ptr[-1])
+    a, b = int(ptr[lo]), int(ptr[hi])
+
+    def pick(whole: Callable[[np.ndarray], None], edges: np.ndarray, dtype) -> np.ndarray:
+        """The stored slots in row order: ``whole(out)`` fills the middle rows' (hi - lo, nd)
+        block in place, ``edges`` (the edge rows' (lo + m - hi, nd) array) is masked."""
+        out = np.empty(nnz, dtype=dtype)
+        whole(out[a:b].reshape(hi - lo, nd))
+        out[:a] = edges[:lo][edge[:lo]]
+        out[b:] = edges[lo:][edge[lo:]]
+        return out
+
+    col = pick(lambda o: np.add(np.arange(lo, hi, dtype=it)[:, None], offs[None, :], out=o), ecols, it)
 
     def src() -> torch.Tensor:
-        slots = np.arange(nd, dtype=np.int64)[None, :] * m + np.arange(m, dtype=np.int64)[:, None]
-        return torch.from_numpy(pick(slots, edge))
+        k = np.arange(nd, dtype=np.int64)[None, :] * m
+        return torch.from_numpy(pick(lambda o: np.add(np.arange(lo, hi, dtype=np.int64)[:, None], k, out=o),
+                                     erows.astype(np.int64)[:, None] + k, np.int64))
 
     first = None
     if values_too and tvals.dim() == 1 and tvals.dtype in _SCIPY_VALUE_DTYPES and not tvals.requires_grad:
-        first = torch.from_numpy(pick(_np(tvals).reshape(nd, m).T, edge))
+        vT = _np(tvals).reshape(nd, m).T  # (m, nd) view
+        first = torch.from_numpy(pick(lambda o: np.copyto(o, vT[lo:hi]), vT[erows], vT.dtype))
         perm = src
     else:
         perm = src()  # type: ignore[assignment]
