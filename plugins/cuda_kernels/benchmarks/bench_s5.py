@@ -100,6 +100,26 @@ def pruned_layer(base: torch.nn.Linear, dtype: torch.dtype, rule: str = "90 %", 
     return dense, A, A.to_dense().to(dtype), dense.bias.detach()
 
 
+def record_variant(row: dict, name: str, fn, ref: torch.Tensor, *, plan=None, y: torch.Tensor | None = None) -> None:
+    """One row entry of the LLM-layer benches: run ``fn`` (into ``y`` when given; ``plan``'s
+    prepared launches dropped first, so a changed kernel choice takes effect), its max error
+    against ``ref`` into ``row["errors"][name]`` and its device time (graph of 20, µs) into
+    ``row["times_us"][name]``; an exception is recorded, not raised."""
+    t = row["times_us"]
+    try:
+        if plan is not None:
+            plan._prepared = {}
+        out = fn()
+        out = y if y is not None else out
+        torch.cuda.synchronize()
+        yy = out.reshape(ref.shape)
+        row["errors"][name] = float((yy.float() - ref).abs().max() / ref.abs().max())
+        tt = graph_time(fn, 15)
+        t[name] = tt * 1e6 if isinstance(tt, float) else tt
+    except Exception as exc:  # noqa: BLE001 - recorded
+        t[name] = f"error: {type(exc).__name__}: {str(exc)[:200]}"
+
+
 def copy_bw() -> float:
     x = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")
     y = torch.empty_like(x)

@@ -44,7 +44,7 @@ from sparsetorch_cuda import _mma  # noqa: E402
 from sparsetorch_cuda.launch import _driver, _launch_config, kernel, raw_stream  # noqa: E402
 from sparsetorch_cuda.plan import CudaSpmmPlan  # noqa: E402
 
-from bench_s5 import graph_time, kernel_regs as _kernel_regs, pruned_layer  # noqa: E402
+from bench_s5 import graph_time, kernel_regs as _kernel_regs, pruned_layer, record_variant  # noqa: E402
 
 
 class PdlLaunch:
@@ -103,18 +103,8 @@ def main() -> None:
                    "times_us": {}, "errors": {}}
             t = row["times_us"]
 
-            def rec(name, fn, y=None):
-                try:
-                    plan._prepared = {}
-                    out = fn()
-                    out = y if y is not None else out
-                    torch.cuda.synchronize()
-                    yy = out.reshape(ref.shape)
-                    row["errors"][name] = float((yy.float() - ref).abs().max() / ref.abs().max())
-                    tt = graph_time(fn, 15)
-                    t[name] = tt * 1e6 if isinstance(tt, float) else tt
-                except Exception as exc:  # noqa: BLE001 - recorded
-                    t[name] = f"error: {type(exc).__name__}: {str(exc)[:200]}"
+            def rec(name, fn, y=None, row=row, ref=ref, plan=plan):
+                record_variant(row, name, fn, ref, plan=plan, y=y)
 
             rec("dense", lambda: torch.nn.functional.linear(x, W, b))
             call = lambda: plan.apply(x.mT, bias=b)  # noqa: E731

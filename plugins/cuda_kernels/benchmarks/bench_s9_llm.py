@@ -43,7 +43,7 @@ from sparsetorch_cuda.launch import Prepared, allow_pdl, kernel  # noqa: E402
 from sparsetorch_cuda.plan import CudaSpmmPlan  # noqa: E402
 
 from bench_llm import RULES  # noqa: E402
-from bench_s5 import graph_time, kernel_regs as _kernel_regs, pruned_layer  # noqa: E402
+from bench_s5 import kernel_regs as _kernel_regs, pruned_layer, record_variant  # noqa: E402
 
 VARIANTS = ("x12a/512+0!,x12a/512+0,x12a/512+1,x12a/512+2,x12a/512+4,x12a/512+5,x12a/512+6,"
             "x12b/512+0!,x12b/512+0,x12b/512+1,x12b/512+2,x12b/512+4,x12b/512+5,x12b/512+6,"
@@ -109,18 +109,8 @@ def main() -> None:
             row = {"in": n_in, "out": n_out, "sparsity": "90 %", "dtype": dname, "k": 1, "times_us": {}, "errors": {}}
             t = row["times_us"]
 
-            def rec(name, fn, plan=None, ref=ref, t=t, row=row):
-                try:
-                    if plan is not None:
-                        plan._prepared = {}
-                    out = fn()
-                    torch.cuda.synchronize()
-                    yy = out.reshape(ref.shape)
-                    row["errors"][name] = float((yy.float() - ref).abs().max() / ref.abs().max())
-                    tt = graph_time(fn, 15)
-                    t[name] = tt * 1e6 if isinstance(tt, float) else tt
-                except Exception as exc:  # noqa: BLE001 - recorded
-                    t[name] = f"error: {type(exc).__name__}: {str(exc)[:200]}"
+            def rec(name, fn, plan=None, ref=ref, row=row):
+                record_variant(row, name, fn, ref, plan=plan)
 
             rec("dense", lambda: torch.nn.functional.linear(x, W, b))
             plan = CudaSpmmPlan(A)
