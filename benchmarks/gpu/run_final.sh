@@ -5,7 +5,9 @@
 # the GPU suite's cases that carry issue 16's goals side by side (spmv with the cuda rows and UST,
 # cuda_kernels, cg_1m, cg_1g), then the host-time measurement of Matmul.execute (HOST=1,
 # plugins/cuda_kernels/benchmarks/bench_s7b.py --cases host), then issue 17's LLM layers through
-# SparseLinear against dense (LLM=1, benchmarks/bench_llm_gpu.py, LLM_ARGS). Results under $OUT,
+# SparseLinear against dense (LLM=1, benchmarks/bench_llm_gpu.py, LLM_ARGS), and where FIT=1 the cost
+# model's fitting run (plugins/cuda_kernels/benchmarks/bench_s4.py --fit: $OUT/cost_h200_fit.json, to be
+# merged into sparsetorch_cuda/cost_h200.json by hand: it has no "mma" part). Results under $OUT,
 # named by TAG (default s9).
 #   SUITE_CASES=..., SUITE_TIMEOUT=..., TEST_TIMEOUT=..., TESTS=0 / SUITE=0 / HOST=0 / LLM=0 skip a part.
 set -u -o pipefail
@@ -40,4 +42,8 @@ fi
 if [ "${LLM:-1}" = 1 ]; then
   timeout "${LLM_TIMEOUT:-150}" python3 benchmarks/bench_llm_gpu.py --out "$OUT/llm_h200_${TAG}_final.json" \
     ${LLM_ARGS:---no-backward --sparsities 90%,2:4 --batches 1,64 --repeats 15} 2>&1 | tail -30
+fi
+if [ "${FIT:-0}" = 1 ]; then
+  timeout "${FIT_TIMEOUT:-150}" python3 plugins/cuda_kernels/benchmarks/bench_s4.py --out "$OUT" --prefix "cuda_kernels_h200_${TAG}_fit" \
+    --fit "$OUT/cost_h200_fit.json" 2>&1 | tail -20
 fi
