@@ -545,6 +545,9 @@ class MmaMixin:
                                                   Xt.data_ptr(), bp, Yt.data_ptr()),
                  shared=-(-2 * n // 16) * 16, device=self.dev_index)
             return
+        if self._bm_ok(k):  # per-row column bitmaps into register fragments (kernels/spmm_bm.cu, _spmm_bm.py)
+            self._launch_bm(Xt, Yt, k, bp)
+            return
         if self._sp_ok(k):  # the 2:4 sparse tensor cores (kernels/spmm_sp.cu, _spmm_sp.py)
             self._launch_sp(Xt, Yt, k, bp)
             return

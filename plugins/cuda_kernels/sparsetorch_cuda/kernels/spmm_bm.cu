@@ -1,0 +1,276 @@
+// Half-precision CSR SpMM (several right-hand sides) on the dense tensor cores without a scatter:
+// the A fragments of mma.sync m16n8k16 are built in registers from per-row column bitmaps and the
+// CSR values, read where they lie (in-place value updates are seen). Python side: _spmm_bm.py.
+//
+// Inputs per pattern (made once by the plan): the row pointers (int32), toff ((T + 1) x m uint16:
+// the offset of row r's first entry in column tile t of 64 from rowptr[r], the spmm_fl layout) and
+// bits (T x mp uint64, mp = m rounded up to 128: bit j of bits[t * mp + r] = row r holds column
+// 64 t + j; zero for padded rows). Columns strictly increase within a row, so the entry of column
+// 64 t + j sits at rowptr[r] + toff[t][r] + popc(bits & (2^j - 1)).
+//
+// A block owns BM = 128 rows of A and 64 columns of X (the batch); 4 warps, each 32 rows (two strips
+// of 16) x the 64 columns (2 x 8 accumulator tiles of m16n8). The block walks its column tiles
+// (T split over a cluster of S blocks) with a three-stage cp.async pipeline; a stage holds the X^T
+// tile (64 x 64, row stride BM_LD halves, zero-filled outside X), the 128 rows' bitmaps and each
+// row's run of values in the tile (the 16-byte units around it, one slot of `slot` halves per row;
+// the run's first value at slot offset es & 7). Per 16-column step a lane reads the two bitmaps of its
+// rows g and g + 8, counts the bits below its columns 2 t4, 2 t4 + 1, 2 t4 + 8, 2 t4 + 9 and loads the
+// present values from shared memory (zero where a bit is clear): its four A registers. X^T fragments
+// by ldmatrix.x4. After the loop the float32 partial sums meet over the cluster in distributed shared
+// memory (each block sums its share of the 64 columns in rank order: deterministic), the bias is added
+// and Y^T (k x m) stored.
+//
+// The host launches it for n % 8 == 0 and 16-byte aligned values / X^T, grid (ceil(m / 128) * S,
+// ceil(k / 64)), 128 threads, bm_smem_bytes(slot) of dynamic shared memory.
+// flags (benchmarking only, wrong results): 1 skips the products, 2 the A fragments (zeros),
+// 4 the value copies, 8 the X^T copies.
+
+#define BM_ROWS 128
+#define BM_LD 72   // shared row stride (halves) of the X^T tile: conflict-free ldmatrix
+#define BM_NST 3   // stages
+#define BM_XH (64 * BM_LD)
+
+__device__ __forceinline__ void bm_cp16(unsigned dst, const void* src, unsigned bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bm_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void bm_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void bm_ldsm4(unsigned* r, unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+__device__ __forceinline__ void bm_mma(float* d, const unsigned* a, unsigned b0, unsigned b1) {
+#if VAL_KIND == 0
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+// Two A registers of one row for a 16-column step: columns c, c + 1 (lo) and c + 8, c + 9 (hi) of the
+// bitmap word w (32 columns), x = w >> c, masks below c and c + 8, base = entries before the word,
+// vs = the row's first value in shared memory.
+__device__ __forceinline__ void bm_pair(unsigned w, unsigned x, unsigned mlo, unsigned mhi, int base, const val_t* vs,
+                                        unsigned& lo, unsigned& hi) {
+  const int pa = base + __popc(w & mlo), pb = base + __popc(w & mhi);
+  unsigned h0 = (x & 1u) ? (unsigned)vs[pa] : 0u;
+  unsigned h1 = (x & 2u) ? (unsigned)vs[pa + (int)(x & 1u)] : 0u;
+  unsigned h8 = (x & 0x100u) ? (unsigned)vs[pb] : 0u;
+  unsigned h9 = (x & 0x200u) ? (unsigned)vs[pb + (int)((x >> 8) & 1u)] : 0u;
+  lo = h0 | (h1 << 16);
+  hi = h8 | (h9 << 16);
+}
+
+template <int S>
+__device__ __forceinline__ void spmm_bm_body(int m, int n, int k, int T, int mp, int slot, const int* __restrict__ rowptr,
+                                             const unsigned short* __restrict__ toff,
+                                             const unsigned long long* __restrict__ bits, const val_t* __restrict__ val,
+                                             const val_t* __restrict__ xt, const val_t* __restrict__ bias,
+                                             val_t* __restrict__ yt, int flags) {
+  constexpr int BM = BM_ROWS, THREADS = 128, NT = 8;
+  constexpr int PLD = BM + 4;  // row stride (floats) of the partial sums
+  extern __shared__ __align__(16) unsigned char bm_smem[];
+  const int stage_bytes = BM_XH * 2 + BM * 8 + BM * slot * 2;
+  int* Es = reinterpret_cast<int*>(bm_smem + BM_NST * stage_bytes);  // [BM_NST][BM]: es & 7 per row
+  float* P = reinterpret_cast<float*>(bm_smem);                      // [64][PLD], after the loop
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
+  int rank = 0;
+#if __CUDA_ARCH__ >= 900
+  if (S > 1) rank = (int)cluster_rank();
+#endif
+  const int row0 = (int)(blockIdx.x / S) * BM;
+  const int b0 = (int)blockIdx.y * 64;
+  const int ta = (int)((long long)T * rank / S), te = (int)((long long)T * (rank + 1) / S);
+  const int ntact = min(8, (k - b0 + 7) >> 3);
+  // this thread's row for the value copies
+  const int myr = row0 + tid;
+  const bool myok = myr < m;
+  const int rp = myok ? RO(rowptr + myr) : 0;
+  int o0 = 0, o1 = 0;  // toff of the next tile to issue and of the one after
+  if (myok && ta < te) {
+    o0 = (int)RO(toff + (i64)ta * m + myr);
+    o1 = (int)RO(toff + (i64)(ta + 1) * m + myr);
+  }
+
+  auto sbase = [&](int t) { return bm_smem + (t % BM_NST) * stage_bytes; };
+  auto issue = [&](int t) {  // the copies of tile t into stage t % BM_NST
+    unsigned char* sb = sbase(t);
+    const unsigned xs = smem_addr(sb), bs = xs + BM_XH * 2, vsa = bs + BM * 8;
+    if (!(flags & 8)) {
+#pragma unroll
+      for (int s = 0; s < 512 / THREADS; ++s) {
+        int q = tid + s * THREADS;
+        int r = q >> 3, c8 = q & 7;
+        int gc = t * 64 + c8 * 8, b = b0 + r;
+        bool ok = b < k && gc < n;
+        bm_cp16(xs + (unsigned)(r * BM_LD + c8 * 8) * 2u, ok ? (const void*)(xt + (i64)b * n + gc) : (const void*)xt,
+                ok ? 16u : 0u);
+      }
+    }
+    if (tid < BM / 2) bm_cp16(bs + tid * 16u, bits + (i64)t * mp + row0 + 2 * tid, 16u);
+    int es = rp + o0, ee = rp + o1;
+    Es[(t % BM_NST) * BM + tid] = es & 7;
+    if (myok && !(flags & 4)) {
+      const unsigned dst = vsa + (unsigned)(tid * slot) * 2u;
+      const int ua = es >> 3, ub = (ee + 7) >> 3;
+      for (int u = ua; u < ub; ++u) bm_cp16(dst + (unsigned)(u - ua) * 16u, val + (i64)u * 8, 16u);
+    }
+    o0 = o1;
+    o1 = (myok && t + 2 <= T) ? (int)RO(toff + (i64)(t + 2) * m + myr) : 0;
+  };
+
+  float acc[2][NT][4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.f;
+
+  // lane masks: bits below column 2 t4 + 8 q of a 32-bit word, q = 0..3
+  const unsigned m0 = (1u << (2 * t4)) - 1u;
+  const unsigned msk[4] = {m0, (m0 << 8) | 0xffu, (m0 << 16) | 0xffffu, (m0 << 24) | 0xffffffu};
+
+  auto compute = [&](int t) {
+    unsigned char* sb = sbase(t);
+    const unsigned xs = smem_addr(sb);
+    const unsigned long long* Bs = reinterpret_cast<const unsigned long long*>(sb + BM_XH * 2);
+    const val_t* Vs = reinterpret_cast<const val_t*>(sb + BM_XH * 2 + BM * 8);
+    const int* E = Es + (t % BM_NST) * BM;
+    unsigned wl[4], wh[4], xl[4], xh[4];
+    int pl[4], vo[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // rows g, g + 8 of strips 0, 1
+      const int rl = warp * 32 + (i >> 1) * 16 + (i & 1) * 8 + g;
+      unsigned long long b = Bs[rl];
+      wl[i] = (unsigned)b;
+      wh[i] = (unsigned)(b >> 32);
+      xl[i] = wl[i] >> (2 * t4);
+      xh[i] = wh[i] >> (2 * t4);
+      pl[i] = __popc(wl[i]);
+      vo[i] = rl * slot + E[rl];
+    }
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      unsigned a[2][4];
+#pragma unroll
+      for (int sj = 0; sj < 2; ++sj) {
+        if (flags & 2) {
+          a[sj][0] = a[sj][1] = a[sj][2] = a[sj][3] = 0u;
+          continue;
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int i = sj * 2 + h;
+          const unsigned w = kk < 2 ? wl[i] : wh[i];
+          const unsigned x = (kk < 2 ? xl[i] : xh[i]) >> ((kk & 1) * 16);
+          const int base = vo[i] + (kk < 2 ? 0 : pl[i]);
+          bm_pair(w, x, msk[(kk & 1) * 2], msk[(kk & 1) * 2 + 1], base, Vs, a[sj][h], a[sj][2 + h]);
+        }
+      }
+      if (flags & 1) continue;
+#pragma unroll
+      for (int np = 0; np < NT / 2; ++np) {
+        if (2 * np < ntact) {
+          unsigned b[4];
+          bm_ldsm4(b, xs + (unsigned)((np * 16 + ((lane >> 4) << 3) + (lane & 7)) * BM_LD + kk * 16 + ((lane >> 3) & 1) * 8) * 2u);
+#pragma unroll
+          for (int sj = 0; sj < 2; ++sj) {
+            bm_mma(acc[sj][2 * np], a[sj], b[0], b[1]);
+            bm_mma(acc[sj][2 * np + 1], a[sj], b[2], b[3]);
+          }
+        }
+      }
+    }
+  };
+
+  if (ta < te) issue(ta);
+  bm_commit();
+  if (ta + 1 < te) issue(ta + 1);
+  bm_commit();
+  for (int t = ta; t < te; ++t) {
+    bm_wait<1>();     // this thread's copies of tile t
+    __syncthreads();  // everyone's copies of tile t visible; every warp done with tile t - 1's stage
+    if (t + 2 < te) issue(t + 2);
+    bm_commit();
+    compute(t);
+  }
+  bm_wait<0>();
+  __syncthreads();  // the stages' memory becomes the partial sums
+#pragma unroll
+  for (int sj = 0; sj < 2; ++sj)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      int r = warp * 32 + sj * 16 + g, bc = nt * 8 + 2 * t4;
+      P[bc * PLD + r] = acc[sj][nt][0];
+      P[(bc + 1) * PLD + r] = acc[sj][nt][1];
+      P[bc * PLD + r + 8] = acc[sj][nt][2];
+      P[(bc + 1) * PLD + r + 8] = acc[sj][nt][3];
+    }
+#if __CUDA_ARCH__ >= 900
+  if (S > 1) cluster_sync_all();
+  else __syncthreads();
+#else
+  __syncthreads();
+#endif
+  const int bb0 = 64 * rank / S, bb1 = 64 * (rank + 1) / S;
+  const unsigned pbase = smem_addr(P);
+  constexpr int RQ = BM / 4;
+  for (int q = bb0 * RQ + tid; q < bb1 * RQ; q += THREADS) {
+    int bb = q / RQ, c4 = (q % RQ) * 4;
+    float4 s = *reinterpret_cast<const float4*>(P + bb * PLD + c4);
+#if __CUDA_ARCH__ >= 900
+    if (S > 1) {
+      s = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+      for (int j = 0; j < S; ++j) {
+        float4 o = ld_cluster(pbase + (unsigned)((bb * PLD + c4) * 4), (unsigned)j);
+        s.x += o.x;
+        s.y += o.y;
+        s.z += o.z;
+        s.w += o.w;
+      }
+    }
+#endif
+    int b = b0 + bb, r = row0 + c4;
+    if (b < k) {
+      float sv[4] = {s.x, s.y, s.z, s.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (r + i < m) yt[(i64)b * m + r + i] = st(sv[i] + (bias ? ld(RO(bias + r + i)) : 0.f));
+    }
+  }
+  (void)pbase;
+#if __CUDA_ARCH__ >= 900
+  if (S > 1) cluster_sync_all();  // no block leaves while another still reads its shared memory
+#endif
+}
+
+#if VAL_KIND <= 1
+#define SPMM_BM(SP, ATTR)                                                                                             \
+  extern "C" __global__ void ATTR __launch_bounds__(128, 4) spmm_bm_s##SP(                                           \
+      i64 m, i64 n, i64 k, i64 T, i64 mp, i64 slot, const int* rowptr, const unsigned short* toff,                  \
+      const unsigned long long* bits, const val_t* val, const val_t* xt, const val_t* bias, val_t* yt, i64 flags) {  \
+    spmm_bm_body<SP>((int)m, (int)n, (int)k, (int)T, (int)mp, (int)slot, rowptr, toff, bits, val, xt, bias, yt,     \
+                     (int)flags);                                                                                    \
+  }
+
+SPMM_BM(1, )
+#if __CUDA_ARCH__ >= 900
+SPMM_BM(2, __cluster_dims__(2, 1, 1))
+SPMM_BM(3, __cluster_dims__(3, 1, 1))
+SPMM_BM(4, __cluster_dims__(4, 1, 1))
+SPMM_BM(6, __cluster_dims__(6, 1, 1))
+SPMM_BM(8, __cluster_dims__(8, 1, 1))
+#endif
+#endif
