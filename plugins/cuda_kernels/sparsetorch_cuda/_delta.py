@@ -6,7 +6,9 @@ the product's launch. The gaps are bit-packed into uint32 words once per pattern
 kernels of ``kernels/delta.cu`` (``delta_c<U>_b<b>``: units of U entries per lane, X in shared
 memory as float, eight 4-bit gaps summed with one multiply); for DELTA(4) in the half types, the
 "tile" kernels (``delta_t_b4*``: consecutive lanes take consecutive entries of a row's tiles of 256,
-the gaps re-packed per tile by :meth:`DeltaMixin._tile_layout`)."""
+the gaps re-packed per tile by :meth:`DeltaMixin._tile_layout`); for DELTA(4) in the half types with
+X in shared memory, the "tc" kernels (``delta_tc<U>_b4``, session 10: the chunk layout with X as 16-bit
+values and the products on the tensor cores), the default there."""
 
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ from sparsetorch import InputError
 from .launch import kernel
 from .layout import BLOCK, DELTA_SMEM_BLOCK, DELTA_SMEM_BYTES, DELTA_VARIANTS, ROW_KERNEL_BLOCK, _sm_count
 
-__all__ = ["DeltaMixin", "CHUNK_VARIANTS", "TILE_VARIANTS", "DELTA_PLAN_DEFAULT", "tile_layout"]
+__all__ = ["DeltaMixin", "CHUNK_VARIANTS", "TILE_VARIANTS", "TC_VARIANTS", "DELTA_PLAN_DEFAULT", "DELTA_HALF_DEFAULT",
+           "tile_layout"]
 
 #: the "chunk" kernels (kernels/delta.cu, k = 1 only; k > 1 runs "packed"): "chunk" takes units of
 #: 8 entries per lane, "chunk8" / "chunk16" fix the unit;
@@ -30,10 +33,21 @@ CHUNK_VARIANTS = ("chunk", "chunk8", "chunk16", "chunk_pf", "chunk8_pf", "chunk1
 #: Measured slower than "chunk" on the H200 (8192^2 fp16, 50 %: 40.1-45.0 us against 31.4; 10 %: 13.5-16.8
 #: against 11.3; results/cuda_delta_h200_s9.json), so never a default
 TILE_VARIANTS = ("tile", "tile_f", "tile_p1")
+#: the "tc" kernels (kernels/delta.cu, session 10; DELTA(4), float16 / bfloat16, k = 1, X as 16-bit values in
+#: shared memory, (n + 2 * TC_PAD) * 2 bytes <= 48 KB; otherwise the plan runs "chunk"): the chunk kernel's
+#: layout (units of U entries per lane, no plan-side buffer), the products on the tensor cores; "tc" takes
+#: units of :data:`TC_UNIT`, "tc8" / "tc16" fix the unit, "tc8_o3" is compiled for three blocks per SM
+TC_VARIANTS = ("tc", "tc8", "tc16", "tc8_o3")
+#: zero entries either side of X in shared memory (kernels/delta.cu TC_PAD: at least twice the unit)
+TC_PAD = 32
+#: the unit of the "tc" variant
+TC_UNIT = 8
 #: entries per tile (kernels/delta.cu: 8 steps of 32 lanes)
 TILE = 256
 #: the default DELTA variant of a plan whose offsets fit 32 bits
 DELTA_PLAN_DEFAULT = "chunk"
+#: the default of such a plan for DELTA(4) in float16 / bfloat16 when X fits shared memory as 16-bit values
+DELTA_HALF_DEFAULT = "tc"
 #: threads per block of the chunk kernels (kernels/delta.cu DELTA_CHUNK_BLOCK) and the pads of X
 CHUNK_BLOCK = 512
 CHUNK_PAD = 16
@@ -45,7 +59,9 @@ class DeltaMixin:
 
     def _init_delta(self, variant: str | None) -> None:
         self.variant = variant or (DELTA_PLAN_DEFAULT if self.small else "groups")
-        every = DELTA_VARIANTS + CHUNK_VARIANTS + TILE_VARIANTS
+        if variant is None and self._tc_ok():
+            self.variant = DELTA_HALF_DEFAULT
+        every = DELTA_VARIANTS + CHUNK_VARIANTS + TILE_VARIANTS + TC_VARIANTS
         if self.variant not in every:
             raise InputError(f"{self.backend}: DELTA variant must be one of {every}, got {variant!r}")
         self.tiles: dict[str, torch.Tensor | int] | None = None
@@ -58,6 +74,12 @@ class DeltaMixin:
         xb = 4 if self.variant == "tile_f" else 2
         return (self.bits == 4 and self.dtype in (torch.float16, torch.bfloat16) and self.small
                 and -(-n * xb // 16) * 16 <= DELTA_SMEM_BYTES and (n + TILE) * xb + 4096 < 2**16)
+
+    def _tc_ok(self) -> bool:
+        """Whether the tc kernels apply to this plan (DELTA(4), half types, 32-bit offsets, X fits shared memory)."""
+        n = self.shape[1]
+        return (self.bits == 4 and self.dtype in (torch.float16, torch.bfloat16) and self.small
+                and -(-(n + 2 * TC_PAD) * 2 // 16) * 16 <= DELTA_SMEM_BYTES)
 
     def _tile_grid(self) -> int:
         return max(1, min(-(-self.shape[0] // (CHUNK_BLOCK // 32)), 2 * _sm_count(self.dev_index)))
@@ -78,6 +100,19 @@ class DeltaMixin:
         m, n = self.shape
         dev = self.dev_index
         variant = self.variant
+        if variant in TC_VARIANTS:
+            if fits and k == 1 and self._tc_ok():
+                # DELTA(4), half types: X as 16-bit values in shared memory, products on the tensor cores
+                unit = 16 if variant == "tc16" else (8 if variant in ("tc8", "tc8_o3") else TC_UNIT)
+                per_sm = 3 if variant == "tc8_o3" else 2
+                name = f"delta_tc{unit}_b4" + ("_o3" if variant == "tc8_o3" else "")
+                kern = kernel("delta", name, self.dtype, self.idx, dev, 8)
+                grid = max(1, min(-(-m // (CHUNK_BLOCK // 32)), per_sm * _sm_count(dev)))
+                kern((grid, 1), CHUNK_BLOCK,
+                     (m, n, self.nnz, self.rowptr.data_ptr(), self.words.data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr()),
+                     shared=-(-(n + 2 * TC_PAD) * 2 // 16) * 16, device=dev)
+                return
+            variant = "chunk"  # other b, dtypes, sizes, or k > 1 ("packed" below)
         if self.tiles is not None and fits and k == 1:
             # DELTA(4), half types: consecutive lanes on consecutive entries of a row's tiles
             t = self.tiles

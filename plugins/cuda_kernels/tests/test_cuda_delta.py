@@ -3,7 +3,9 @@ compiles them with NVRTC on the host): on a GPU they match dense float64 referen
 unit size, X in shared and in global memory, ragged sizes, empty rows, rows longer than a warp
 step, gaps wider than b bits (the format's padding entries), a misaligned X, several right-hand
 sides (the "packed" fallback), the plan's replayed launch and the bound ``Matmul.execute``; the
-DELTA(4) "tile" kernels (half types) likewise, and their layout (plan-built, checked on the CPU)."""
+DELTA(4) "tile" kernels (half types) likewise, and their layout (plan-built, checked on the CPU); the
+DELTA(4) "tc" kernels (half types, products on the tensor cores; the default there) likewise, also
+under CUDA-graph capture."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import torch
 
 import sparsetorch as st
 from sparsetorch.format import DELTA
+
+from sparsetorch_cuda._delta import DELTA_HALF_DEFAULT
 
 from _cuda_helpers import TOL, gpu, random_dense, rel_err, to_format, make_plan as _plan, random_x as _x
 
@@ -66,7 +70,7 @@ def test_chunk_low_sparsity_rows_and_misaligned_x(variant, dtype):
         D = random_dense(97, 2048 + 5, dens, dtype, seed=int(dens * 10), empty_rows=3)
         A = to_format(D, DELTA(4), dtype, torch.int32)
         plan = _plan(A, variant)
-        assert plan.variant == (variant or "chunk")
+        assert plan.variant == (variant or DELTA_HALF_DEFAULT)
         buf = _x(2054, 1, dtype, 21).cuda()
         X = buf[1:]  # 2 bytes past a 16-byte boundary
         assert X.data_ptr() % 16 != 0
@@ -118,7 +122,7 @@ def test_chunk_single_row_and_tiny():
 @pytest.mark.parametrize("dtype", (torch.float16, torch.float32, torch.float64), ids=("float16", "float32", "float64"))
 @pytest.mark.parametrize("bits", (4, 8))
 @pytest.mark.parametrize("n", (2053, 13000), ids=("x_in_shared", "x_in_global"))
-@pytest.mark.parametrize("variant", ("chunk8", "chunk16", "tile", "tile_f"))
+@pytest.mark.parametrize("variant", ("chunk8", "chunk16", "tile", "tile_f", "tc8", "tc16"))
 def test_chunk_inf_and_nan_in_x_stay_out_of_rows_without_them(variant, n, bits, dtype):
     # A unit holds entries of neighbouring rows (a row's first and last unit): those entries read X
     # at columns that are not theirs. With inf / NaN in X at columns no row stores (every third
@@ -231,3 +235,98 @@ def test_tile_falls_back_where_it_does_not_apply():
         assert plan.variant == "tile" and plan.tiles is None
         X = _x(n, 1, dtype, 5).cuda()
         assert rel_err(plan.apply(X), D @ X.double().cpu()) < TOL[dtype]
+
+
+@gpu
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("float16", "bfloat16"))
+@pytest.mark.parametrize("variant", (None, "tc", "tc8", "tc16", "tc8_o3"))
+def test_tc_matches_dense(variant, dtype):
+    # rows of 0 .. many warp steps (long rows of 1501 / 4099 entries; 50 % / 10 % rows; rows shorter than
+    # a unit and inside one unit), empty rows first and last, entries in the last columns, gaps over 15
+    # (padding entries), int32 / int64 row pointers, an X at an odd address (the copy's scalar path),
+    # odd n, k = 2 (the "packed" fallback), the replayed launch
+    for m, n, dens in ((203, 1501, 0.05), (97, 2053, 0.5), (61, 4099, 0.1), (300, 37, 0.2), (3, 300, 0.9), (1, 9, 1.0)):
+        D = random_dense(m, n, dens, dtype, seed=m + n, long_rows=4 if m > 50 else 0, empty_rows=9 if m > 50 else 0)
+        if m > 50:
+            D[0] = 0
+            D[-1] = 0
+            D[:, n // 3: n // 3 + 20] = 0  # a run of empty columns: padding entries
+            D[5, -3:] = 1.0  # entries in the last columns
+        for idx in (torch.int32, torch.int64):
+            A = to_format(D, DELTA(4), dtype, idx)
+            plan = _plan(A, variant)
+            assert plan.variant == (variant or "tc") and plan._tc_ok()
+            for k in (1, 2):
+                X = _x(n, k, dtype, 3 + k).cuda()
+                assert rel_err(plan.apply(X), D @ X.double().cpu()) < TOL[dtype], (m, idx, k)
+            buf = _x(n + 1, 1, dtype, 9).cuda()
+            X = buf[1:]
+            assert X.data_ptr() % 16 != 0
+            for _ in range(2):  # the first call records the launch, the second replays it
+                assert rel_err(plan.apply(X), D @ X.double().cpu()) < TOL[dtype], (m, idx)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("float16", "bfloat16"))
+def test_tc_every_row_offset_and_cuda_graph(dtype):
+    # rows of 0 .. 70 entries one after the other, so rows start and end at every offset of a unit of 8
+    # and 16 and rows share units with up to several neighbours; inf in X at columns no row stores;
+    # the product captured in a CUDA graph, X and the values changed in place, replayed
+    m, n = 71, 600
+    g = torch.Generator().manual_seed(5)
+    D = torch.zeros(m, n, dtype=torch.float64)
+    for r in range(m):
+        cols = torch.randperm(n // 2, generator=g)[:r] * 2  # even columns only
+        D[r, cols] = torch.randint(1, 9, (r,), generator=g).double() * torch.where(torch.rand(r, generator=g) < 0.5, -1.0, 1.0) / 4
+    for variant in ("tc8", "tc16"):
+        A = to_format(D, DELTA(4), dtype, torch.int32)
+        plan = _plan(A, variant)
+        X = _x(n, 1, dtype, 7)
+        X[1::2] = float("inf")  # odd columns: no row stores them (the padding entries of DELTA(4) are explicit zeros)
+        pos, gaps = A.pos(1).cpu().long(), A.crd(1).cpu().long()
+        rows = torch.repeat_interleave(torch.arange(m), pos[1:] - pos[:-1])
+        first = torch.cumsum(gaps + 1, 0) - 1
+        cols_stored = first - torch.where(pos[:-1] > 0, torch.cat([first.new_zeros(1), first])[pos[:-1]] + 1, 0)[rows]
+        hits = torch.zeros(m, dtype=torch.bool)
+        hits[rows[cols_stored % 2 == 1]] = True  # rows with a padding entry at an odd column: NaN there
+        Xc = X.cuda()
+        ref = D @ torch.where(torch.isinf(X), torch.zeros_like(X), X).double()
+        Y = plan.apply(Xc).double().cpu()
+        assert rel_err(Y[~hits], ref[~hits]) < TOL[dtype], variant
+        assert not torch.isfinite(Y[hits]).any()
+        Xf = _x(n, 1, dtype, 8).cuda()
+        plan.apply(Xf)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            Yg = plan.apply(Xf)
+        Xf.mul_(-2)
+        assert plan._values.data_ptr() == A.values.data_ptr()  # the plan reads the values where they lie
+        A.values.mul_(0.5)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert rel_err(Yg, D @ Xf.double().cpu() * 0.5) < TOL[dtype], variant
+
+
+@gpu
+def test_tc_falls_back_where_it_does_not_apply():
+    # float32 / DELTA(8) / X over 48 KB as 16-bit values: the default is "chunk", an explicit "tc" runs the chunk kernel
+    for dtype, bits, n in ((torch.float32, 4, 900), (torch.float16, 8, 900), (torch.bfloat16, 4, 30000)):
+        D = random_dense(20, n, 0.3, dtype, seed=n + bits)
+        A = to_format(D, DELTA(bits), dtype, torch.int32)
+        assert _plan(A).variant == "chunk"
+        plan = _plan(A, "tc")
+        assert plan.variant == "tc" and not plan._tc_ok()
+        X = _x(n, 1, dtype, 5).cuda()
+        assert rel_err(plan.apply(X), D @ X.double().cpu()) < TOL[dtype]
+
+
+def test_tc_kernels_compile_on_the_host():
+    # NVRTC alone (no GPU): the tc kernels for both half types, sm_80 and sm_90
+    from sparsetorch_cuda import compile as c
+
+    if c.nvrtc_missing() is not None:
+        pytest.skip(c.nvrtc_missing() or "")
+    for value in ("float16", "bfloat16"):
+        cubin = c.compile_cubin("delta", value, "int32", "sm_80")
+        for name in ("delta_tc8_b4", "delta_tc16_b4", "delta_tc8_b4_o3"):
+            assert name.encode() + b"\x00" in cubin, (value, name)

@@ -583,3 +583,238 @@ DELTA_TILE(delta_t_b4, false, 2)
 DELTA_TILE(delta_t_b4_f, true, 2)
 DELTA_TILE(delta_t_b4_p1, false, 1)
 #endif
+
+// ------------------------------------------------------------------------------------------------
+// DELTA(4), half types, one right-hand side: the "tc" kernels (session 10). The chunk kernel's
+// layout (a warp per row on a persistent grid, units of U = 8 or 16 entries aligned to U in the
+// global stream, lane L on unit u0 + 32 * step + L: U values as 16-byte loads, the unit's gaps as
+// one 4- or 8-byte load, the next step's unit in flight, the next row's first step loaded during
+// a row's last step), with fewer instructions per entry:
+//
+// - X in shared memory as the 16-bit values themselves (n * 2 bytes between two pads of TC_PAD
+//   zeros; the copy is a plain 16-byte copy, half the chunk kernel's 32 KB for n = 8192);
+// - the products on the tensor cores: one mma.m16n8k16 (f32 accumulate) per 4 entries of a lane,
+//   of which only the diagonal is used: lane l = 4 r + q puts its entries' values in A's row r
+//   (registers a0, a2; rows r + 8 zero) and their X in B's column r (b0, b1), so D[r][r] sums the
+//   16 products of lanes 4 r .. 4 r + 3; the other elements of D are discarded. Per pair of
+//   entries: one PRMT packing the two X halves, half an mma, no conversions (the products are
+//   exact, the sum in float32);
+// - the column offsets inside a unit from the gaps alone (not gap + 1): byte j of
+//   (lo + hi) * 0x02020202 is twice the gap sum over entries 0 .. 2 j + 1 (at most 240), so an
+//   entry's shared-memory address is a PRMT and an add, its "+ 1" per entry an immediate of the load;
+// - a row's first and last steps (warp-uniform) take a second path that zeroes the values and the
+//   X of entries outside the row (other rows' entries in a boundary unit, lanes past the row's last
+//   unit), so an inf / NaN in X at a column no entry of the row stores cannot reach the row; entries
+//   before the row's start land in the left pad, those after it at most 2 U - 1 columns past the
+//   row's last column (TC_PAD >= 2 U keeps every address inside the copy).
+//
+// Needs (n + 2 * TC_PAD) * 2 bytes <= 48 KB (the host checks; otherwise the plan runs "chunk").
+#if VAL_KIND <= 1
+#define TC_PAD 32
+
+template <int U>
+struct TcUnit {
+  union {
+    uint4 q[U / 8];
+    unsigned u[U / 2];
+    unsigned short h[U];
+  } v;
+  unsigned w[U / 8];
+};
+
+template <int U>
+__device__ __forceinline__ void tc_load(const unsigned* __restrict__ gw, const val_t* __restrict__ val, int u, int nnz, TcUnit<U>& r) {
+  if constexpr (U == 8) {
+    r.w[0] = RO(gw + u);
+  } else {
+    uint2 a = RO(reinterpret_cast<const uint2*>(gw) + u);
+    r.w[0] = a.x;
+    r.w[1] = a.y;
+  }
+  const int e0 = u * U;
+  if (e0 + U <= nnz) {
+#pragma unroll
+    for (int i = 0; i < U / 8; ++i) r.v.q[i] = RO(reinterpret_cast<const uint4*>(val) + (size_t)u * (U / 8) + i);
+  } else {  // the matrix's last, partial unit: element loads (never past nnz)
+#pragma unroll
+    for (int t = 0; t < U; ++t) r.v.h[t] = e0 + t < nnz ? RO(reinterpret_cast<const unsigned short*>(val) + e0 + t) : (unsigned short)0;
+  }
+}
+
+// PRMT with the selector's sign-replicate bits (CUDA's __byte_perm uses 3 bits per selector nibble)
+__device__ __forceinline__ unsigned tc_prmt(unsigned a, unsigned b, unsigned sel) {
+  unsigned r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
+
+// D += A B on the tensor cores (m16n8k16, f32 accumulate), A's rows r + 8 zero: see above
+__device__ __forceinline__ void tc_mma(float (&c)[4], unsigned a0, unsigned a2, unsigned b0, unsigned b1) {
+#if VAL_KIND == 0
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%5}, {%7,%8}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(0u), "r"(a2), "r"(b0), "r"(b1));
+#else
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%5}, {%7,%8}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(0u), "r"(a2), "r"(b0), "r"(b1));
+#endif
+}
+
+// (the constant part of the address folds into the load's immediate offset)
+__device__ __forceinline__ unsigned tc_lds(unsigned a) {
+  unsigned short h;
+  asm volatile("ld.shared.u16 %0, [%1];" : "=h"(h) : "r"(a));
+  return (unsigned)h;
+}
+
+// v += v of the lane o below (none for the first o lanes): the shuffle's own predicate guards the add
+__device__ __forceinline__ void tc_scan_add(int& v, int o) {
+  asm("{\n\t.reg .pred p;\n\t.reg .b32 t;\n\tshfl.sync.up.b32 t|p, %0, %1, 0, -1;\n\t@p add.s32 %0, %0, t;\n\t}" : "+r"(v) : "r"(o));
+}
+
+// The products of one unit. xb: the shared address of X at the column before the unit; EDGE: mask[i]
+// keeps (all ones) or drops (zero) the halves of the value / X pairs (entries outside the row).
+template <int U, bool EDGE>
+__device__ __forceinline__ void tc_unit(const TcUnit<U>& c, const unsigned* P2, const unsigned* E2, unsigned xb, const unsigned* mask,
+                                        float (&acc)[4]) {
+#pragma unroll
+  for (int i = 0; i < U / 8; ++i) {
+    unsigned xh[8];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // entries 2 j, 2 j + 1 of the word: column offset 2 * (gap sum) + 2 * (index + 1) bytes
+      xh[2 * j] = tc_lds(xb + __byte_perm(E2[i], 0, 0x4440 + j) + 4 * j + 2);
+      xh[2 * j + 1] = tc_lds(xb + __byte_perm(P2[i], 0, 0x4440 + j) + 4 * j + 4);
+    }
+    unsigned b[4], a[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      b[j] = __byte_perm(xh[2 * j], xh[2 * j + 1], 0x5410);
+      a[j] = c.v.u[4 * i + j];
+      if (EDGE) {
+        b[j] &= mask[4 * i + j];
+        a[j] &= mask[4 * i + j];
+      }
+    }
+    tc_mma(acc, a[0], a[1], b[0], b[1]);
+    tc_mma(acc, a[2], a[3], b[2], b[3]);
+    xb += (P2[i] >> 24) + 16;  // 2 * (gap sum + 8): the next word's base
+  }
+}
+
+template <int U>
+__device__ __forceinline__ void delta_tc_body(int m, int n, int nnz, const idx_t* __restrict__ rowptr, const unsigned* __restrict__ gw,
+                                              const val_t* __restrict__ val, const val_t* __restrict__ x, val_t* __restrict__ y) {
+  typedef TcUnit<U> CU;
+  constexpr int NW = U / 8;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int lane = threadIdx.x & 31;
+  const int stride = gridDim.x * (blockDim.x >> 5);
+  int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  int p0 = 0, p1 = 0;
+  if (row < m) {
+    p0 = (int)RO(rowptr + row);
+    p1 = (int)RO(rowptr + row + 1);
+  }
+  int u0 = p0 / U, u1 = (p1 + U - 1) / U;
+  CU nx;
+  if (u0 + lane < u1) tc_load<U>(gw, val, u0 + lane, nnz, nx);
+  {  // X as 16-bit values between two pads of TC_PAD zeros
+    unsigned short* sx = reinterpret_cast<unsigned short*>(smem_raw);
+    unsigned short* dst = sx + TC_PAD;
+    const unsigned short* xh = reinterpret_cast<const unsigned short*>(x);
+    int done = 0;
+    if ((reinterpret_cast<size_t>(x) & 15) == 0) {
+      const int nq = n >> 3;
+      for (int t = threadIdx.x; t < nq; t += blockDim.x) reinterpret_cast<uint4*>(dst)[t] = RO(reinterpret_cast<const uint4*>(x) + t);
+      done = nq << 3;
+    }
+    for (int t = done + threadIdx.x; t < n; t += blockDim.x) dst[t] = RO(xh + t);
+    for (int t = threadIdx.x; t < TC_PAD; t += blockDim.x) {
+      sx[t] = 0;
+      dst[n + t] = 0;
+    }
+    __syncthreads();
+  }
+  if (row >= m) return;
+  const unsigned xs0 = (unsigned)__cvta_generic_to_shared(smem_raw) + 2u * TC_PAD;  // X[0]
+  while (row < m) {
+    const int nrow = row + stride;
+    int q0 = 0, q1 = 0;
+    if (nrow < m) {
+      q0 = (int)RO(rowptr + nrow);
+      q1 = (int)RO(rowptr + nrow + 1);
+    }
+    const int v0 = q0 / U, v1 = (q1 + U - 1) / U;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    int base = u0 * U - p0 - 1;  // the column before the row's first unit (its entries before p0 step by 1)
+    if (u0 >= u1 && v0 + lane < v1) tc_load<U>(gw, val, v0 + lane, nnz, nx);  // an empty row
+    for (int ub = u0; ub < u1; ub += 32) {
+      const int u = ub + lane;
+      CU cur = nx;
+      if (ub + 32 < u1) {
+        if (u + 32 < u1) tc_load<U>(gw, val, u + 32, nnz, nx);
+      } else if (v0 + lane < v1) {
+        tc_load<U>(gw, val, v0 + lane, nnz, nx);
+      }
+      const bool edge = ub == u0 || ub + 32 >= u1;  // warp-uniform: a row's first or last step
+      unsigned mask[U / 2];
+      if (edge) {  // entries outside [s0, s1) of the unit (all of a lane past the row's last unit): gap 0, value 0, X 0
+        const bool act = u < u1;
+        const int s0 = act ? max(p0 - u * U, 0) : 0, s1 = act ? min(p1 - u * U, U) : 0;
+        unsigned long long keep = (~0ull << (4 * s0)) & (s1 >= 16 ? ~0ull : ~(~0ull << (4 * s1)));
+        if (!act) keep = 0ull;
+#pragma unroll
+        for (int i = 0; i < NW; ++i) {
+          const unsigned k = (unsigned)(keep >> (32 * i));
+          cur.w[i] &= k;
+          mask[4 * i] = tc_prmt(k << 4, k, 0xCC88u);  // halves: entries 2 j (nibble 2 j), 2 j + 1 (nibble 2 j + 1)
+          mask[4 * i + 1] = tc_prmt(k << 4, k, 0xDD99u);
+          mask[4 * i + 2] = tc_prmt(k << 4, k, 0xEEAAu);
+          mask[4 * i + 3] = tc_prmt(k << 4, k, 0xFFBBu);
+        }
+      }
+      unsigned P2[NW], E2[NW];
+      int tot = 0;
+#pragma unroll
+      for (int i = 0; i < NW; ++i) {
+        const unsigned lo = cur.w[i] & 0x0F0F0F0Fu, hi = (cur.w[i] >> 4) & 0x0F0F0F0Fu;
+        P2[i] = (lo + hi) * 0x02020202u;  // byte j: 2 * (gap sum over entries 0 .. 2 j + 1)
+        E2[i] = P2[i] - (hi << 1);         // byte j: 2 * (gap sum over entries 0 .. 2 j)
+        tot += (int)(P2[i] >> 25) + 8;
+      }
+      if (edge && u >= u1) tot = 0;  // lanes past the row: no advance (their addresses stay near the row's end)
+      int inc = tot;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) tc_scan_add(inc, o);
+      const unsigned xb = xs0 + 2u * (unsigned)(base + inc - tot);
+      if (edge)
+        tc_unit<U, true>(cur, P2, E2, xb, mask, acc);
+      else
+        tc_unit<U, false>(cur, P2, E2, xb, mask, acc);
+      base += __shfl_sync(FULL, inc, 31);
+    }
+    // the diagonal D[r][r] (lane 4 r + r / 2, element r % 2), summed over the warp
+    const int r = lane >> 2;
+    float s = (lane & 3) == (r >> 1) ? ((r & 1) ? acc[1] : acc[0]) : 0.f;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(FULL, s, o);
+    if (lane == 0) y[row] = st(s);
+    row = nrow;
+    p0 = q0;
+    p1 = q1;
+    u0 = v0;
+    u1 = v1;
+  }
+}
+
+// delta_tc<U>_b4[_o<MINB>]: units of U entries per lane; the host passes (n + 2 TC_PAD) * 2 bytes (16-byte rounded)
+#define DELTA_TC(NAME, U, MINB)                                                                                       \
+  extern "C" __global__ void __launch_bounds__(DELTA_CHUNK_BLOCK, MINB)                                               \
+      NAME(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y) { \
+    delta_tc_body<U>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y);                                                \
+  }
+DELTA_TC(delta_tc8_b4, 8, 2)
+DELTA_TC(delta_tc16_b4, 16, 2)
+DELTA_TC(delta_tc8_b4_o3, 8, 3)
+#endif
