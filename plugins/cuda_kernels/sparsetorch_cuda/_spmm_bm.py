@@ -24,8 +24,11 @@ import torch
 from .launch import kernel
 from .layout import _sm_count
 
-#: rows of A per block (kernels/spmm_bm.cu BM_ROWS) and the cluster sizes compiled (2..8 on sm_90+)
+#: rows of A per block, threads per block and pipeline stages (kernels/spmm_bm.cu BM_ROWS, BM_THREADS, BM_NST)
+#: and the cluster sizes compiled (2..8 on sm_90+)
 BM_ROWS = 128
+BM_THREADS = 256
+BM_STAGES = 4
 BM_SPLITS = (1, 2, 3, 4, 6, 8)
 #: dynamic shared memory a block may take (the H200's opt-in limit is 227 KB)
 BM_MAX_SMEM = 227 * 1024
@@ -37,9 +40,9 @@ BM_FIXED_TILES = 2
 
 
 def bm_smem_bytes(slot: int) -> int:
-    """Dynamic shared memory of spmm_bm with ``slot`` halves of values per row: three stages of (X^T
+    """Dynamic shared memory of spmm_bm with ``slot`` halves of values per row: BM_STAGES stages of (X^T
     tile 64 x 72 halves, 128 bitmaps, 128 value slots) and the rows' run alignments."""
-    return 3 * (64 * 72 * 2 + BM_ROWS * 8 + BM_ROWS * slot * 2) + 3 * BM_ROWS * 4
+    return BM_STAGES * (64 * 72 * 2 + BM_ROWS * 8 + BM_ROWS * slot * 2) + BM_STAGES * BM_ROWS * 4
 
 
 def bm_layout(rowptr: torch.Tensor, col: torch.Tensor, toff: torch.Tensor, m: int, n: int) -> dict[str, Any] | None:
@@ -101,11 +104,11 @@ def _capacity(cs: int, smem: int, dtype: torch.dtype, dev: int) -> int:
         kern = kernel("spmm_bm", f"spmm_bm_s{cs}", dtype, torch.int32, dev, 14)
         _allow_smem(kern, dev, smem)
         if cs == 1:
-            err, per_sm = cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(cu.CUfunction(int(kern._fn)), 128, smem)
+            err, per_sm = cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(cu.CUfunction(int(kern._fn)), BM_THREADS, smem)
             return int(per_sm) * sms if int(err) == 0 and int(per_sm) > 0 else 2 * sms
         conf = cu.CUlaunchConfig()
         conf.gridDimX, conf.gridDimY, conf.gridDimZ = cs * sms, 1, 1
-        conf.blockDimX, conf.blockDimY, conf.blockDimZ = 128, 1, 1
+        conf.blockDimX, conf.blockDimY, conf.blockDimZ = BM_THREADS, 1, 1
         conf.sharedMemBytes = smem
         conf.numAttrs = 0
         err, clusters = cu.cuOccupancyMaxActiveClusters(cu.CUfunction(int(kern._fn)), conf)
@@ -205,4 +208,4 @@ class BmMixin:
         _allow_smem(kern, self.dev_index, smem)
         args = (m, n, k, lay["T"], bl["mp"], bl["slot"], lay["rowptr"].data_ptr(), lay["toff"].data_ptr(),
                 bl["bits"].data_ptr(), self._values.data_ptr(), Xt.data_ptr(), bp, Yt.data_ptr(), int(self.bm_flags))
-        kern((-(-m // BM_ROWS) * s, -(-k // 64)), 128, args, shared=smem, device=self.dev_index)
+        kern((-(-m // BM_ROWS) * s, -(-k // 64)), BM_THREADS, args, shared=smem, device=self.dev_index)

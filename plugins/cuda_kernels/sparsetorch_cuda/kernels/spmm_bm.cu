@@ -8,9 +8,10 @@
 // 64 t + j; zero for padded rows). Columns strictly increase within a row, so the entry of column
 // 64 t + j sits at rowptr[r] + toff[t][r] + popc(bits & (2^j - 1)).
 //
-// A block owns BM = 128 rows of A and 64 columns of X (the batch); 4 warps, each 32 rows (two strips
-// of 16) x the 64 columns (2 x 8 accumulator tiles of m16n8). The block walks its column tiles
-// (T split over a cluster of S blocks) with a three-stage cp.async pipeline; a stage holds the X^T
+// A block owns BM = 128 rows of A and 64 columns of X (the batch); 8 warps, each 32 rows (two strips
+// of 16) x the 64 columns (2 x 8 accumulator tiles of m16n8) x one half (32 columns) of every column tile
+// of A, the halves' sums added in shared memory at the end. The block walks its column tiles
+// (T split over a cluster of S blocks) with a four-stage cp.async pipeline (three tiles in flight); a stage holds the X^T
 // tile (64 x 64, row stride BM_LD halves, zero-filled outside X), the 128 rows' bitmaps and each
 // row's run of values in the tile (the 16-byte units around it, one slot of `slot` halves per row;
 // the run's first value at slot offset es & 7). Per 16-column step a lane reads the two bitmaps of its
@@ -21,13 +22,14 @@
 // and Y^T (k x m) stored.
 //
 // The host launches it for n % 8 == 0 and 16-byte aligned values / X^T, grid (ceil(m / 128) * S,
-// ceil(k / 64)), 128 threads, bm_smem_bytes(slot) of dynamic shared memory.
+// ceil(k / 64)), 256 threads, bm_smem_bytes(slot) of dynamic shared memory.
 // flags (benchmarking only, wrong results): 1 skips the products, 2 the A fragments (zeros),
 // 4 the value copies, 8 the X^T copies.
 
 #define BM_ROWS 128
 #define BM_LD 72   // shared row stride (halves) of the X^T tile: conflict-free ldmatrix
-#define BM_NST 3   // stages
+#define BM_NST 4   // stages
+#define BM_THREADS 256  // 8 warps: 4 along the rows x 2 along each tile's columns
 #define BM_XH (64 * BM_LD)
 
 __device__ __forceinline__ void bm_cp16(unsigned dst, const void* src, unsigned bytes) {
@@ -76,13 +78,14 @@ __device__ __forceinline__ void spmm_bm_body(int m, int n, int k, int T, int mp,
                                              const unsigned long long* __restrict__ bits, const val_t* __restrict__ val,
                                              const val_t* __restrict__ xt, const val_t* __restrict__ bias,
                                              val_t* __restrict__ yt, int flags) {
-  constexpr int BM = BM_ROWS, THREADS = 128, NT = 8;
+  constexpr int BM = BM_ROWS, THREADS = BM_THREADS, NT = 8;
   constexpr int PLD = BM + 4;  // row stride (floats) of the partial sums
   extern __shared__ __align__(16) unsigned char bm_smem[];
   const int stage_bytes = BM_XH * 2 + BM * 8 + BM * slot * 2;
   int* Es = reinterpret_cast<int*>(bm_smem + BM_NST * stage_bytes);  // [BM_NST][BM]: es & 7 per row
   float* P = reinterpret_cast<float*>(bm_smem);                      // [64][PLD], after the loop
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wr = warp & 3, kw = warp >> 2;  // 32 rows wr, columns 32 kw .. 32 kw + 31 of each tile
   const int g = lane >> 2, t4 = lane & 3;
   int rank = 0;
 #if __CUDA_ARCH__ >= 900
@@ -92,8 +95,9 @@ __device__ __forceinline__ void spmm_bm_body(int m, int n, int k, int T, int mp,
   const int b0 = (int)blockIdx.y * 64;
   const int ta = (int)((long long)T * rank / S), te = (int)((long long)T * (rank + 1) / S);
   const int ntact = min(8, (k - b0 + 7) >> 3);
-  // this thread's row for the value copies
-  const int myr = row0 + tid;
+  // the value copies: row vr, every second unit of its run from the (tid / BM)-th
+  const int vr = tid & (BM - 1), vh = tid / BM;
+  const int myr = row0 + vr;
   const bool myok = myr < m;
   const int rp = myok ? RO(rowptr + myr) : 0;
   int o0 = 0, o1 = 0;  // toff of the next tile to issue and of the one after
@@ -119,11 +123,11 @@ __device__ __forceinline__ void spmm_bm_body(int m, int n, int k, int T, int mp,
     }
     if (tid < BM / 2) bm_cp16(bs + tid * 16u, bits + (i64)t * mp + row0 + 2 * tid, 16u);
     int es = rp + o0, ee = rp + o1;
-    Es[(t % BM_NST) * BM + tid] = es & 7;
+    if (vh == 0) Es[(t % BM_NST) * BM + vr] = es & 7;
     if (myok && !(flags & 4)) {
-      const unsigned dst = vsa + (unsigned)(tid * slot) * 2u;
+      const unsigned dst = vsa + (unsigned)(vr * slot) * 2u;
       const int ua = es >> 3, ub = (ee + 7) >> 3;
-      for (int u = ua; u < ub; ++u) bm_cp16(dst + (unsigned)(u - ua) * 16u, val + (i64)u * 8, 16u);
+      for (int u = ua + vh; u < ub; u += THREADS / BM) bm_cp16(dst + (unsigned)(u - ua) * 16u, val + (i64)u * 8, 16u);
     }
     o0 = o1;
     o1 = (myok && t + 2 <= T) ? (int)RO(toff + (i64)(t + 2) * m + myr) : 0;
@@ -144,24 +148,21 @@ __device__ __forceinline__ void spmm_bm_body(int m, int n, int k, int T, int mp,
   auto compute = [&](int t) {
     unsigned char* sb = sbase(t);
     const unsigned xs = smem_addr(sb);
-    const unsigned long long* Bs = reinterpret_cast<const unsigned long long*>(sb + BM_XH * 2);
+    const unsigned* Bw = reinterpret_cast<const unsigned*>(sb + BM_XH * 2);
     const val_t* Vs = reinterpret_cast<const val_t*>(sb + BM_XH * 2 + BM * 8);
     const int* E = Es + (t % BM_NST) * BM;
-    unsigned wl[4], wh[4], xl[4], xh[4];
-    int pl[4], vo[4];
+    unsigned wd[4], xw[4];
+    int vo[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {  // rows g, g + 8 of strips 0, 1
-      const int rl = warp * 32 + (i >> 1) * 16 + (i & 1) * 8 + g;
-      unsigned long long b = Bs[rl];
-      wl[i] = (unsigned)b;
-      wh[i] = (unsigned)(b >> 32);
-      xl[i] = wl[i] >> (2 * t4);
-      xh[i] = wh[i] >> (2 * t4);
-      pl[i] = __popc(wl[i]);
-      vo[i] = rl * slot + E[rl];
+    for (int i = 0; i < 4; ++i) {  // rows g, g + 8 of strips 0, 1: this warp's 32 bits of each
+      const int rl = wr * 32 + (i >> 1) * 16 + (i & 1) * 8 + g;
+      wd[i] = Bw[2 * rl + kw];
+      xw[i] = wd[i] >> (2 * t4);
+      vo[i] = rl * slot + E[rl] + (kw ? __popc(Bw[2 * rl]) : 0);
     }
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
+    for (int j = 0; j < 2; ++j) {
+      const int kk = 2 * kw + j;
       unsigned a[2][4];
 #pragma unroll
       for (int sj = 0; sj < 2; ++sj) {
@@ -172,10 +173,7 @@ __device__ __forceinline__ void spmm_bm_body(int m, int n, int k, int T, int mp,
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int i = sj * 2 + h;
-          const unsigned w = kk < 2 ? wl[i] : wh[i];
-          const unsigned x = (kk < 2 ? xl[i] : xh[i]) >> ((kk & 1) * 16);
-          const int base = vo[i] + (kk < 2 ? 0 : pl[i]);
-          bm_pair(w, x, msk[(kk & 1) * 2], msk[(kk & 1) * 2 + 1], base, Vs, a[sj][h], a[sj][2 + h]);
+          bm_pair(wd[i], xw[i] >> (j * 16), msk[j * 2], msk[j * 2 + 1], vo[i], Vs, a[sj][h], a[sj][2 + h]);
         }
       }
       if (flags & 1) continue;
@@ -194,29 +192,46 @@ __device__ __forceinline__ void spmm_bm_body(int m, int n, int k, int T, int mp,
     }
   };
 
-  if (ta < te) issue(ta);
-  bm_commit();
-  if (ta + 1 < te) issue(ta + 1);
-  bm_commit();
+#pragma unroll
+  for (int i = 0; i < BM_NST - 1; ++i) {
+    if (ta + i < te) issue(ta + i);
+    bm_commit();
+  }
   for (int t = ta; t < te; ++t) {
-    bm_wait<1>();     // this thread's copies of tile t
-    __syncthreads();  // everyone's copies of tile t visible; every warp done with tile t - 1's stage
-    if (t + 2 < te) issue(t + 2);
+    bm_wait<BM_NST - 2>();  // this thread's copies of tile t
+    __syncthreads();        // everyone's copies of tile t visible; every warp done with tile t - 1's stage
+    if (t + BM_NST - 1 < te) issue(t + BM_NST - 1);
     bm_commit();
     compute(t);
   }
   bm_wait<0>();
   __syncthreads();  // the stages' memory becomes the partial sums
+  // the two column halves' partial sums: kw = 0 stores, kw = 1 adds (each element by one thread each)
 #pragma unroll
-  for (int sj = 0; sj < 2; ++sj)
+  for (int pass = 0; pass < 2; ++pass) {
+    if (kw == pass) {
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      int r = warp * 32 + sj * 16 + g, bc = nt * 8 + 2 * t4;
-      P[bc * PLD + r] = acc[sj][nt][0];
-      P[(bc + 1) * PLD + r] = acc[sj][nt][1];
-      P[bc * PLD + r + 8] = acc[sj][nt][2];
-      P[(bc + 1) * PLD + r + 8] = acc[sj][nt][3];
+      for (int sj = 0; sj < 2; ++sj)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          int r = wr * 32 + sj * 16 + g, bc = nt * 8 + 2 * t4;
+          float* p0 = P + bc * PLD + r;
+          float* p1 = P + (bc + 1) * PLD + r;
+          if (pass == 0) {
+            p0[0] = acc[sj][nt][0];
+            p1[0] = acc[sj][nt][1];
+            p0[8] = acc[sj][nt][2];
+            p1[8] = acc[sj][nt][3];
+          } else {
+            p0[0] += acc[sj][nt][0];
+            p1[0] += acc[sj][nt][1];
+            p0[8] += acc[sj][nt][2];
+            p1[8] += acc[sj][nt][3];
+          }
+        }
     }
+    if (pass == 0) __syncthreads();
+  }
 #if __CUDA_ARCH__ >= 900
   if (S > 1) cluster_sync_all();
   else __syncthreads();
@@ -258,7 +273,7 @@ __device__ __forceinline__ void spmm_bm_body(int m, int n, int k, int T, int mp,
 
 #if VAL_KIND <= 1
 #define SPMM_BM(SP, ATTR)                                                                                             \
-  extern "C" __global__ void ATTR __launch_bounds__(128, 4) spmm_bm_s##SP(                                           \
+  extern "C" __global__ void ATTR __launch_bounds__(BM_THREADS, 2) spmm_bm_s##SP(                                           \
       i64 m, i64 n, i64 k, i64 T, i64 mp, i64 slot, const int* rowptr, const unsigned short* toff,                  \
       const unsigned long long* bits, const val_t* val, const val_t* xt, const val_t* bias, val_t* yt, i64 flags) {  \
     spmm_bm_body<SP>((int)m, (int)n, (int)k, (int)T, (int)mp, (int)slot, rowptr, toff, bits, val, xt, bias, yt,     \
