@@ -25,7 +25,22 @@ if [ "${BENCH:-1}" = 1 ]; then
   timeout ${BENCH_TIMEOUT:-200} python3 plugins/cuda_kernels/benchmarks/bench_s10_bm.py --out $OUT ${BENCH_ARGS:---ablation} \
     2>&1 | tee $OUT/bench_s10_bm_log.txt | cut -c1-600
 fi
+if [ -n "${BENCH2_ARGS:-}" ]; then  # a second bench run (e.g. bfloat16), its own --tag
+  timeout ${BENCH_TIMEOUT:-200} python3 plugins/cuda_kernels/benchmarks/bench_s10_bm.py --out $OUT ${BENCH2_ARGS} \
+    2>&1 | tee $OUT/bench_s10_bm2_log.txt | cut -c1-600
+fi
 if [ "${LLM:-0}" = 1 ]; then
-  timeout ${LLM_TIMEOUT:-200} python3 benchmarks/bench_llm_gpu.py --no-backward --sparsities 90% --batches 64 --repeats 15 \
-    --out $OUT/llm_h200_s10_bm.json ${LLM_ARGS:-} 2>&1 | tail -${LLM_TAIL:-20}
+  # BM_AUTO_LLM="lo,hi,k_lo,k_hi": the _spmm_bm.BM_AUTO rule this run uses (default: the committed one)
+  timeout ${LLM_TIMEOUT:-200} python3 - ${LLM_ARGS:---no-backward --sparsities 90% --batches 64 --repeats 15} \
+    --out $OUT/llm_h200_s10_bm.json <<'PY' 2>&1 | tail -${LLM_TAIL:-20}
+import os, runpy, sys
+from sparsetorch_cuda import _spmm_bm
+rule = os.environ.get("BM_AUTO_LLM")
+if rule:
+    lo, hi, k_lo, k_hi = rule.split(",")
+    _spmm_bm.BM_AUTO = (float(lo), float(hi), int(k_lo), int(k_hi))
+print("BM_AUTO", _spmm_bm.BM_AUTO, flush=True)
+sys.argv = ["benchmarks/bench_llm_gpu.py", *sys.argv[1:]]
+runpy.run_path("benchmarks/bench_llm_gpu.py", run_name="__main__")
+PY
 fi

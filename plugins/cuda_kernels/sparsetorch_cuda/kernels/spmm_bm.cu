@@ -100,10 +100,11 @@ __device__ __forceinline__ void spmm_bm_body(int m, int n, int k, int T, int mp,
   const int myr = row0 + vr;
   const bool myok = myr < m;
   const int rp = myok ? RO(rowptr + myr) : 0;
-  int o0 = 0, o1 = 0;  // toff of the next tile to issue and of the one after
+  int o0 = 0, o1 = 0, o2 = 0;  // toff of the next tile to issue and of the two after it (loaded two issues ahead)
   if (myok && ta < te) {
     o0 = (int)RO(toff + (i64)ta * m + myr);
     o1 = (int)RO(toff + (i64)(ta + 1) * m + myr);
+    o2 = ta + 2 <= T ? (int)RO(toff + (i64)(ta + 2) * m + myr) : 0;
   }
 
   auto sbase = [&](int t) { return bm_smem + (t % BM_NST) * stage_bytes; };
@@ -130,7 +131,8 @@ __device__ __forceinline__ void spmm_bm_body(int m, int n, int k, int T, int mp,
       for (int u = ua + vh; u < ub; u += THREADS / BM) bm_cp16(dst + (unsigned)(u - ua) * 16u, val + (i64)u * 8, 16u);
     }
     o0 = o1;
-    o1 = (myok && t + 2 <= T) ? (int)RO(toff + (i64)(t + 2) * m + myr) : 0;
+    o1 = o2;
+    o2 = (myok && t + 3 <= T) ? (int)RO(toff + (i64)(t + 3) * m + myr) : 0;
   };
 
   float acc[2][NT][4];
