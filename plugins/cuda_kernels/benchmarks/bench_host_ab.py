@@ -119,7 +119,7 @@ def combine(rows: list[dict]) -> dict:
     table: dict[str, Any] = {}
     for label in labels:
         rs = [r for r in rows if r["label"] == label]
-        keys = [k for k, v in rs[0].items() if isinstance(v, float)]
+        keys = [k for k, v in rs[0].items() if isinstance(v, float) and k != "wall_s"]
         derived = []
         for r in rs:
             lu, cl = r["launch_unit"], r["cuLaunchKernel_bindings"]
