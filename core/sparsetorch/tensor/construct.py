@@ -310,6 +310,9 @@ def convert(
             keep = (vals.detach() != 0).reshape(math.prod(vals.shape[:-1]), vals.shape[-1]).any(0)
             coords, vals = coords[:, keep], vals[..., keep]
         return build(fmt, t.format_shape, coords, vals, idt, max_fill=max_fill, what="converting")
+    pair = _direct_pair(t.format, fmt) if dtype is None and not copy else None
+    if pair is not None:  # CSR / CSC / COO-like pairs: no padding, no fill bound, no dtype cast
+        return _convert_direct(t, fmt, idt, pair)
     try:
         conv = conversion(t, fmt, idt, max_fill=max_fill, dtype=dtype, values_too=True)
     except FormatError:
@@ -331,14 +334,15 @@ class Conversion:
     the map from source value slots to target slots. ``apply`` converts any values on the
     source pattern (a training loop converts values only, never re-sorting indices)."""
 
-    __slots__ = ("format", "shape", "pos", "crd", "_src", "_dst", "nslots", "nentries", "_derived", "_first")
+    __slots__ = ("format", "shape", "pos", "crd", "_src", "_dst", "nslots", "nentries", "_derived", "_first", "_index")
 
     def __init__(self, t: SparseTensor, fmt: TensorFormat, index_dtype: torch.dtype, guard=None, *,
-                 values_too: bool = False) -> None:
+                 values_too: bool = False, pair: tuple | None = None) -> None:
         shape = t.format_shape
         _check_int32(fmt, shape, t.nse, index_dtype)
         self._first = None
-        direct = _direct(t, fmt, index_dtype, values_too)
+        self._index = None
+        direct = _direct(t, fmt, index_dtype, values_too, pair)
         if direct is None:
             direct = _kernel_path(t, fmt, index_dtype, values_too, guard)
         if direct is not None:  # compiled or one-pass routines for the common pairs
@@ -414,6 +418,17 @@ class Conversion:
             vals = vals.index_select(-1, self.src)
         return _levels.scatter_values(vals, self.dst, self.nslots)
 
+    def _apply_flat(self, t: SparseTensor) -> SparseTensor:
+        """:meth:`apply` for a target without BATCH levels whose source has none either (the
+        direct pairs): the tensor assembled from the buffers built here and the values moved."""
+        index = self._index
+        if index is None:
+            self._index = index = tuple(b for b in (*self.pos, *self.crd) if b is not None)
+        vals = self.values(t._linear_buffers()[2])
+        out = SparseTensor._assembled(self.format, self.shape, self.pos, self.crd, vals, index, _versions(index),
+                                      self._derived)
+        return out
+
     def apply(self, t: SparseTensor) -> SparseTensor:
         """The converted tensor for ``t`` (same pattern as the one this was built for)."""
         _, _, vals = t._linear_buffers()
@@ -426,6 +441,35 @@ class Conversion:
         out = _trusted(self.format, self.shape, self.pos, self.crd, vals)
         out._derived = self._derived
         return out
+
+
+_PAIRS: dict = {}
+
+
+def _direct_pair(src: TensorFormat, dst: TensorFormat) -> tuple | None:
+    """``(source layout, target layout)`` when a conversion from ``src`` to ``dst`` is one of the
+    direct CSR / CSC / COO-like pairs (:func:`_direct`), else None; remembered per pair."""
+    key = (src, dst)
+    got = _PAIRS.get(key, _PAIRS)
+    if got is _PAIRS:
+        s, d = _pair_layout(src), _pair_layout(dst)
+        got = None if s is None or d is None or s == d or src.num_batch_levels else (s, d)
+        if len(_PAIRS) < 4096:
+            _PAIRS[key] = got
+    return got
+
+
+def _convert_direct(t: SparseTensor, fmt: TensorFormat, idt: torch.dtype, pair: tuple) -> SparseTensor:
+    """:func:`convert` between two direct layouts: the cached :class:`Conversion` (what
+    :func:`conversion` returns; these pairs store one slot per entry, so there is no fill bound to
+    check), built on a first call, applied to ``t``'s values."""
+    cache = t._cache  # validated (once per buffer version) before anything reads the buffers
+    key = ("conversion", fmt, idt)
+    conv = cache.get(key)
+    if conv is None:
+        conv = Conversion(t, fmt, idt, None, values_too=True, pair=pair)
+        cache[key] = conv
+    return conv._apply_flat(t)
 
 
 def conversion(
@@ -547,6 +591,37 @@ EXPAND = "search"
 SORT16_MAX = 32767
 
 
+#: ``arange`` on a GPU of up to this many entries is a view of one buffer kept per (device,
+#: dtype) (a conversion's expand and transpose launch one kernel fewer: the host time of a launch
+#: is a good part of a CSR -> COO of a million entries); longer ones are made each time. The
+#: buffers stay allocated (at most twice this many entries per device and dtype).
+ARANGE_CACHE_MAX = 1 << 21
+_ARANGES: dict = {}
+_ARANGES_KEPT: list = []  # outgrown buffers: never freed (a kernel on another stream may read one)
+
+
+def _arange(n: int, dtype: torch.dtype, like: torch.Tensor) -> torch.Tensor:
+    """``torch.arange(n, dtype=dtype, device=like.device)``, read-only: on a GPU (outside
+    torch.compile and graph capture, ``like`` a plain tensor) a view of the kept buffer."""
+    dev = like.device
+    limit = 1 << 15 if dtype == torch.int16 else ARANGE_CACHE_MAX
+    if dev.type != "cuda" or n > limit:
+        return torch.arange(n, dtype=dtype, device=dev)
+    key = (dev, dtype)
+    buf = _ARANGES.get(key)
+    if buf is not None and buf.shape[0] >= n:
+        return buf[:n]
+    if _levels._compiling() or not is_plain(like) or torch.cuda.is_current_stream_capturing():
+        return torch.arange(n, dtype=dtype, device=dev)
+    size = min(max(1 << 16, 1 << max(n - 1, 0).bit_length()), limit)
+    new = torch.arange(size, dtype=dtype, device=dev)
+    torch.cuda.synchronize(dev)  # written before a kernel on any stream reads it
+    if buf is not None:
+        _ARANGES_KEPT.append(buf)
+    _ARANGES[key] = new
+    return new[:n]
+
+
 def _expand(ptr: torch.Tensor, n: int, nnz: int) -> torch.Tensor:
     """The major index of every entry from the pointers ``ptr`` (n + 1), in ``ptr``'s dtype."""
     if _on_host(ptr):
@@ -560,7 +635,7 @@ def _expand(ptr: torch.Tensor, n: int, nnz: int) -> torch.Tensor:
     if EXPAND == "search":
         # entry e lies in row r where r = #{rows whose end ptr[r + 1] <= e} (empty rows included):
         # two kernels (arange, searchsorted), no host sync
-        slots = torch.arange(nnz, dtype=ptr.dtype, device=ptr.device)
+        slots = _arange(nnz, ptr.dtype, ptr)
         return torch.searchsorted(ptr[1:], slots, right=True, out_int32=ptr.dtype == torch.int32)
     # repeat_interleave(counts) is the major index itself (0 repeated counts[0] times, ...): a scan
     # and one kernel, no host sync with output_size (torch's fused CSR->COO index kernel, one
@@ -631,21 +706,25 @@ def _transpose(ptr: torch.Tensor, minor: torch.Tensor, nmaj: int, nmin: int, val
         skey = minor
     key, perm = torch.sort(skey, stable=True)
     int32 = minor.dtype == torch.int32
-    q = torch.arange(nmin + 1, dtype=key.dtype, device=minor.device)
+    q = _arange(nmin + 1, key.dtype, minor)
     bp_t = torch.searchsorted(key, q, out_int32=int32)
     # the major index of each moved entry: the number of rows ending at or before its source slot
-    rows = torch.searchsorted(ptr[1:], perm, right=True, out_int32=int32)
+    # (the pointers in the permutation's dtype: searchsorted would cast both to a common one)
+    rows = torch.searchsorted(_as_dtype(ptr[1:], perm.dtype), perm, right=True, out_int32=int32)
     return _as_dtype(bp_t, minor.dtype), _as_dtype(rows, minor.dtype), perm, None
 
 
-def _direct(t: SparseTensor, fmt: TensorFormat, index_dtype: torch.dtype, values_too: bool = False):
+def _direct(t: SparseTensor, fmt: TensorFormat, index_dtype: torch.dtype, values_too: bool = False,
+            pair: tuple | None = None):
     """``(pos, crd, src, dst, nslots, vals)`` of ``t`` in ``fmt`` when both are CSR/CSC/COO-like (any
     dimension order), else None. ``src`` is None when the value slots keep their order, or a
-    function computing it when ``vals`` (with ``values_too``) holds t's values converted."""
-    s, d = _pair_layout(t.format), _pair_layout(fmt)
-    if s is None or d is None or t.format.num_batch_levels:
-        return None
-    (skind, smaj), (dkind, dmaj) = s, d
+    function computing it when ``vals`` (with ``values_too``) holds t's values converted.
+    ``pair``: :func:`_direct_pair` of the two formats, when the caller has it."""
+    if pair is None:
+        pair = _direct_pair(t.format, fmt)
+        if pair is None:
+            return None
+    (skind, smaj), (dkind, dmaj) = pair
     if skind == dkind and smaj == dmaj:
         return None  # the same layout: convert() casts the buffers
     pos, crd, tvals = t._linear_buffers()

@@ -33,8 +33,61 @@ def _first(mask: torch.Tensor) -> int:
     return int(torch.nonzero(mask)[0, 0])
 
 
+#: Per format (structural identity): ``(has_pos, has_crd)`` of each level; and per (format,
+#: shape): the level extents. Remembered (bounded): wrapping buffers runs these checks on every
+#: construction, a conversion's and an op's host path among them.
+_NEEDS: dict = {}
+_EXTENTS: dict = {}
+_MEMO_MAX = 4096
+
+
+def _needs(fmt: TensorFormat) -> tuple[tuple[bool, bool], ...]:
+    got = _NEEDS.get(fmt)
+    if got is None:
+        got = tuple((lv.format.has_pos, lv.format.has_crd) for lv in fmt.levels)
+        if len(_NEEDS) < _MEMO_MAX:
+            _NEEDS[fmt] = got
+    return got
+
+
+def _extents(fmt: TensorFormat, shape: Sequence[int]) -> list[tuple[int, int]]:
+    """``fmt.level_extents(shape)``, remembered per (format, shape) (do not modify the list)."""
+    key = (fmt, tuple(shape))
+    got = _EXTENTS.get(key)
+    if got is None:
+        got = fmt.level_extents(shape)
+        if len(_EXTENTS) < _MEMO_MAX:
+            _EXTENTS[key] = got
+    return got
+
+
 def check_index_buffers(fmt: TensorFormat, shape: Sequence[int], pos, crd, device: torch.device) -> None:
     """Buffer presence, dtypes and devices (before linearization)."""
+    if not _common_case(_needs(fmt), pos, crd, device):  # the full check names what is off
+        _check_index_buffers_in_full(fmt, pos, crd, device)
+
+
+def _common_case(needs, pos, crd, device: torch.device) -> bool:
+    """Whether the buffers are as ``needs`` says, tensors on ``device`` of one index dtype."""
+    if len(pos) != len(needs) or len(crd) != len(needs):
+        return False
+    dtype = None
+    for (has_pos, has_crd), p, c in zip(needs, pos, crd):
+        if (p is not None) != has_pos or (c is not None) != has_crd:
+            return False
+        for buf in (p, c):
+            if buf is None:
+                continue
+            if not isinstance(buf, torch.Tensor) or buf.device != device:
+                return False
+            if dtype is None:
+                dtype = buf.dtype
+            elif buf.dtype != dtype:
+                return False
+    return dtype is None or dtype in INDEX_DTYPES
+
+
+def _check_index_buffers_in_full(fmt: TensorFormat, pos, crd, device: torch.device) -> None:
     if len(pos) != fmt.num_levels or len(crd) != fmt.num_levels:
         raise ValidationError(
             f"format {fmt} has {fmt.num_levels} levels; got {len(pos)} pos and {len(crd)} crd buffers "
@@ -114,15 +167,93 @@ def check_batched_buffers(fmt: TensorFormat, shape: Sequence[int], pos, crd) -> 
                 )
 
 
+class _Label:
+    """``level k (lv)``, formatted when an error message is (not on every construction)."""
+
+    __slots__ = ("k", "lv")
+
+    def __init__(self, k: int, lv) -> None:
+        self.k, self.lv = k, lv
+
+    def __str__(self) -> str:
+        return f"level {self.k} ({self.lv})"
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
+_DENSE, _COMPRESSED, _LOOSE, _SINGLETON, _STRUCTURED, _OTHER = range(6)
+_KINDS: dict = {}
+
+
+def _kinds(fmt: TensorFormat) -> tuple[tuple[int, int], ...]:
+    """Per level ``(kind, N of N:M)``, remembered per format (the structural checks' plan)."""
+    got = _KINDS.get(fmt)
+    if got is None:
+        out = []
+        for lv in fmt.levels:
+            f = lv.format
+            if f.is_dense_like:
+                out.append((_DENSE, 0))
+            elif f in (LevelFormat.COMPRESSED, LevelFormat.DELTA):
+                out.append((_COMPRESSED, 0))
+            elif f is LevelFormat.LOOSE_COMPRESSED:
+                out.append((_LOOSE, 0))
+            elif f is LevelFormat.SINGLETON:
+                out.append((_SINGLETON, 0))
+            elif f is LevelFormat.STRUCTURED:
+                out.append((_STRUCTURED, lv.type.parameter))
+            else:
+                out.append((_OTHER, 0))
+        got = tuple(out)
+        if len(_KINDS) < _MEMO_MAX:
+            _KINDS[fmt] = got
+    return got
+
+
+def _count_structural(fmt: TensorFormat, shape: Sequence[int], pos, crd) -> int | None:
+    """``count_positions(check=False)`` when every structural check passes, else None (the full
+    function then names what failed). ``pos[-1]`` of each compressed level is read back (one
+    scalar) unless :data:`TRUSTED`."""
+    extents = _extents(fmt, shape)
+    trusted = TRUSTED.get()
+    pcount = 1
+    for (kind, n), (lo, hi), p, c in zip(_kinds(fmt), extents, pos, crd):
+        if kind == _DENSE:
+            pcount *= hi - lo
+            continue
+        if c.dim() != 1:
+            return None
+        if kind == _COMPRESSED:
+            if p.dim() != 1 or p.shape[0] != pcount + 1 or (not trusted and int(p[-1]) != c.shape[0]):
+                return None
+        elif kind == _LOOSE:
+            if p.dim() != 1 or p.shape[0] != 2 * pcount:
+                return None
+        elif kind == _SINGLETON:
+            if c.shape[0] != pcount:
+                return None
+            continue
+        elif kind == _STRUCTURED:
+            if c.shape[0] != pcount * n:
+                return None
+        pcount = c.shape[0]
+    return pcount
+
+
 def count_positions(fmt: TensorFormat, shape: Sequence[int], pos, crd, *, check: bool) -> int:
     """Number of value slots; with ``check``, validate every linearized buffer's contents."""
-    extents = fmt.level_extents(shape)
+    if not check:
+        got = _count_structural(fmt, shape, pos, crd)
+        if got is not None:
+            return got
+    extents = _extents(fmt, shape)
     pcount = 1
     pending: list[tuple[int, torch.Tensor, torch.Tensor | None]] = []  # order checks, run last
     for k, lv in enumerate(fmt.levels):
         f = lv.format
         lo_ext, hi_ext = extents[k]
-        label = f"level {k} ({lv})"
+        label = _Label(k, lv)  # formatted only into an error message
         if f.is_dense_like:
             pcount *= hi_ext - lo_ext
             continue
