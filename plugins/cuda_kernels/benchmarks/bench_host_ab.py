@@ -101,6 +101,20 @@ def measure() -> dict:
     mg.plan()
     mg._direct, mg._direct_tried = None, True  # the general path (the autograd Function)
     out["execute_general"] = thr(mg.execute)
+    import sparsetorch_cuda.launch as launch_mod
+
+    launch_mod.BOUND_LAUNCH = "ctypes"  # the bound launch through ctypes: the same calls, interleaved with bindings'
+    try:
+        mk = st.Matmul(A, x, backend="cuda")
+        mkc = st.Matmul(A, x, torch.empty(n, device="cuda"), beta=0, backend="cuda")
+        assert torch.allclose(mk.execute(), ref) and mkc.execute() is mkc.c and mk._direct is not None
+    finally:
+        launch_mod.BOUND_LAUNCH = "bindings"
+    for i in range(2):
+        out[f"execute_direct_bindings_{i}"] = thr(mm.execute)
+        out[f"execute_direct_ctypes_{i}"] = thr(mk.execute)
+        out[f"execute_into_c_bindings_{i}"] = thr(mc.execute)
+        out[f"execute_into_c_ctypes_{i}"] = thr(mkc.execute)
     for _ in range(3):
         st.matmul(A, x, backend="cuda")  # a pattern seen before
     torch.cuda.synchronize()
@@ -133,12 +147,17 @@ def combine(rows: list[dict]) -> dict:
                 "one_shot_over_execute": r["one_shot"] / r["execute_direct"],
                 "alloc_in_context_s": r["bound_launch_alloc"] - r["bound_launch_only"],
             })
+            if "execute_direct_ctypes_0" in r:
+                best = {k: min(r[f"{k}_0"], r[f"{k}_1"]) for k in ("execute_direct_bindings", "execute_direct_ctypes",
+                                                                     "execute_into_c_bindings", "execute_into_c_ctypes")}
+                derived[-1]["direct_ctypes_minus_bindings_s"] = best["execute_direct_ctypes"] - best["execute_direct_bindings"]
+                derived[-1]["into_c_ctypes_minus_bindings_s"] = best["execute_into_c_ctypes"] - best["execute_into_c_bindings"]
         entry: dict[str, Any] = {"rounds": len(rs), "tree": rs[0].get("sparsetorch"), "median": {}, "min": {}, "max": {}}
         for k in keys:
             vals = [r[k] for r in rs]
             entry["median"][k], entry["min"][k], entry["max"][k] = statistics.median(vals), min(vals), max(vals)
         for k in derived[0]:
-            vals = [dd[k] for dd in derived]
+            vals = [dd[k] for dd in derived if k in dd]
             entry["median"][k], entry["min"][k], entry["max"][k] = statistics.median(vals), min(vals), max(vals)
         table[label] = entry
     return table

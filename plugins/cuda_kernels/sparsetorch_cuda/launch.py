@@ -271,7 +271,7 @@ class Bound:
 
     __slots__ = ("name", "values", "owner", "_vp", "_xalign", "_fn", "_cu", "_gx", "_gy", "_block", "_shared", "_args", "_ptrs",
                  "_addr", "_xi", "_yi", "_xp", "_yp", "_device", "_lock", "_rawfn", "_stream", "_success", "_ct", "_cfg",
-                 "_calls", "pdl")
+                 "_calls", "pdl", "_launch")
 
     def __init__(self, kern: Kernel, grid: tuple[int, int], block: int, args: tuple[int, ...], shared: int, xi: int,
                  yi: int, device: int, values: torch.Tensor, xalign: int, owner: Any = None) -> None:
@@ -288,22 +288,25 @@ class Bound:
         self._xp, self._yp = int(self._args[xi]), int(self._args[yi])  # what the block holds now
         self._lock = threading.Lock()
         self._rawfn = _raw if _raw is not None else (lambda d: torch.cuda.current_stream(d).cuda_stream)
-        # (raw handle, what the launch takes for it: a CUstream, or the ctypes argument tuple) of the last call
-        self._stream: tuple[int, Any] = (0, None)
+        # of the last call's stream: (raw handle, the launch's whole argument tuple for it (cuda.bindings' or
+        # ctypes'), the CUstream); made once per stream, so a call reads one attribute for all of them
+        self._stream: tuple[int, Any, Any] = (-1, None, None)  # -1: no stream yet (0 is the legacy default stream)
+        self._launch = self._cu.cuLaunchKernel
         self._success = getattr(getattr(self._cu, "CUresult", None), "CUDA_SUCCESS", None)
         self.pdl = bool(kern.pdl and PDL)
         self._ct = _ctypes_launch() if BOUND_LAUNCH == "ctypes" and not self.pdl else None
         self._cfg = _launch_config(self._cu, self._fn, grid, block, shared, True) if self.pdl else None
         self._calls = 0
 
-    def _for_stream(self, raw: int) -> Any:
+    def _for_stream(self, raw: int) -> tuple[int, Any, Any]:
+        stream = _stream(int(raw))
         if self._ct is None:
-            return _stream(int(raw))
+            return (raw, (self._fn, self._gx, self._gy, 1, self._block, 1, 1, self._shared, stream, self._addr, 0), stream)
         import ctypes  # noqa: PLC0415 - with the ctypes launch only
 
         u, p = ctypes.c_uint, ctypes.c_void_p
-        return (p(int(self._fn)), u(self._gx), u(self._gy), u(1), u(self._block), u(1), u(1), u(self._shared), p(int(raw)),
-                p(self._addr), None)
+        return (raw, (p(int(self._fn)), u(self._gx), u(self._gy), u(1), u(self._block), u(1), u(1), u(self._shared),
+                      p(int(raw)), p(self._addr), None), stream)
 
     def __call__(self, X: torch.Tensor, Y: torch.Tensor) -> bool:
         xp = X.data_ptr()
@@ -312,8 +315,8 @@ class Bound:
             return False
         raw = self._rawfn(self._device)
         st = self._stream
-        if st[0] != raw or st[1] is None:
-            st = self._stream = (raw, self._for_stream(raw))
+        if st[0] != raw:
+            st = self._stream = self._for_stream(raw)
         lock = self._lock
         lock.acquire()  # acquire / release: half the cost of ``with`` on CPython 3.11 (0.10 against 0.23 us)
         try:
@@ -325,13 +328,14 @@ class Bound:
                 self._yp = yp
             if self._ct is not None:
                 err = self._ct(*st[1])
-            elif self._cfg is not None and self._calls:
-                self._cfg.hStream = st[1]
+            elif self._cfg is None:
+                (err,) = self._launch(*st[1])
+            elif self._calls:
+                self._cfg.hStream = st[2]
                 (err,) = self._cu.cuLaunchKernelEx(self._cfg, self._fn, self._addr, 0)
-            else:
+            else:  # the recording was dry: the first call is the pattern's first launch, without PDL
                 self._calls = 1
-                (err,) = self._cu.cuLaunchKernel(self._fn, self._gx, self._gy, 1, self._block, 1, 1, self._shared, st[1],
-                                                 self._addr, 0)
+                (err,) = self._launch(*st[1])
         finally:
             lock.release()
         if err is not self._success and int(err) != 0:
