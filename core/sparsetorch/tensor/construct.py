@@ -652,8 +652,8 @@ def _compress(major: torch.Tensor, n: int, index_dtype: torch.dtype) -> torch.Te
         out[0] = 0
         np.cumsum(counts, out=out[1:])
         return torch.from_numpy(out)
-    q = torch.arange(n + 1, dtype=major.dtype, device=major.device)
-    return torch.searchsorted(major, q, out_int32=index_dtype == torch.int32).to(index_dtype)
+    q = _arange(n + 1, major.dtype, major)
+    return _as_dtype(torch.searchsorted(major, q, out_int32=index_dtype == torch.int32), index_dtype)
 
 
 #: Value dtypes SciPy's kernels move directly (others go through the value map).
@@ -746,13 +746,36 @@ def _direct(t: SparseTensor, fmt: TensorFormat, index_dtype: torch.dtype, values
     if dkind == "csr":
         return [None, _as_dtype(ptr, idt)], [None, _as_dtype(minor, idt)], src, None, nnz, first
     major = crd[0] if skind == "coo" and smaj == dmaj else _expand(ptr, nmaj, nnz)
-    # [0, nnz] = [ptr[0], ptr[nmaj]]: one copy kernel from a strided view, no host-to-device copy
+    return [_ends(ptr, nmaj, nnz, idt), None], [_as_dtype(major, idt), _as_dtype(minor, idt)], src, None, nnz, first
+
+
+#: ``[0, nnz]`` pointer buffers of COO targets on GPUs, kept per (device, dtype, nnz) and shared
+#: by the tensors converted since (at most this many kept; one written in place is replaced).
+ENDS_KEPT = 256
+_ENDS: dict = {}
+
+
+def _ends(ptr: torch.Tensor, nmaj: int, nnz: int, idt: torch.dtype) -> torch.Tensor:
+    """``[0, nnz]`` in ``idt`` on ``ptr``'s device: the top pointers of a COO target. On a GPU a
+    kept buffer (a conversion launches one kernel fewer; the host time of a launch is a good
+    part of a CSR -> COO of a million entries), else one copy kernel from a strided view of
+    ``ptr`` (``[ptr[0], ptr[nmaj]]``, no host-to-device copy)."""
+    if ptr.device.type == "cuda" and not _levels._compiling() and not torch.is_inference_mode_enabled():
+        key = (ptr.device, idt, nnz)
+        got = _ENDS.get(key)
+        if got is not None and _version(got[0]) == got[1]:
+            return got[0]
+        if is_plain(ptr) and not torch.cuda.is_current_stream_capturing():
+            # a synchronous host-to-device copy: written when it returns, for kernels on any stream
+            top = torch.tensor([0, nnz], dtype=idt).to(ptr.device)
+            if len(_ENDS) >= ENDS_KEPT:
+                _ENDS.clear()
+            _ENDS[key] = (top, _version(top))
+            return top
     if nmaj:
         ends = ptr[::nmaj]
-        top = ends.clone(memory_format=torch.contiguous_format) if ends.dtype == idt else ends.to(idt)
-    else:
-        top = torch.stack([ptr[0], ptr[-1]]).to(idt)
-    return [top, None], [_as_dtype(major, idt), _as_dtype(minor, idt)], src, None, nnz, first
+        return ends.clone(memory_format=torch.contiguous_format) if ends.dtype == idt else ends.to(idt)
+    return torch.stack([ptr[0], ptr[-1]]).to(idt)
 
 
 def _as_dtype(b: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
