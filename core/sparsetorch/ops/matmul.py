@@ -72,7 +72,11 @@ def matmul(A: SparseTensor, X: torch.Tensor, c: torch.Tensor | None = None, *, a
     1 by default (nvmath's defaults), written into ``c`` in place and returned, unless a gradient
     is being recorded (then a new tensor is returned and ``c`` is left alone; see :class:`Matmul`).
     ``c`` must have the result's shape, A's dtype and device. Unlike :class:`Matmul` it uses the
-    plan cache, so repeated one-shot calls on one pattern plan once.
+    plan cache, so repeated one-shot calls on one pattern plan once. Repeated on the same ``A``
+    (no ``c`` / ``alpha`` / ``beta``, no gradient recorded, ``X`` of the same shape, dtype and
+    device), a product whose plan binds (the cuda plugin's) takes a remembered launch, as
+    ``Matmul.execute`` does (:class:`_OneShot`: 11.9 against 157 us per call on the H200's host,
+    ``benchmarks/results/host_h200_s10b_ab.json``).
 
     Under ``torch.compile`` the product is the custom op ``sparsetorch::spmm``, traced with no
     graph break (:mod:`sparsetorch.autograd.compiled`)."""
