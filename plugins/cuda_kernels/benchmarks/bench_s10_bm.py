@@ -5,8 +5,8 @@ against the session-7 CSR kernels (spmm_fl / spmm_ws) and dense cuBLAS (F.linear
         [--dtypes float16] [--densities 0.5,0.1,0.01] [--ks 16,64,128] [--ablation]
 
 Per (layer, dtype, density, k): dense F.linear(x, W, b) with W the pruned weight as a dense tensor; the
-plan's product ``plan.apply(x.mT, bias=b)`` with ``mma_kernel`` "bm" for every cluster size and for the
-plan's own choice, the spmm_fl / spmm_ws kernel that "auto" ran before this session (``old``), and "auto"
+plan's product ``plan.apply(x.mT, bias=b)`` with ``mma_kernel`` "bm" for every block shape (BM_VARIANTS) and cluster
+size and for the plan's own choice, the spmm_fl / spmm_ws kernel that "auto" ran before this session (``old``), and "auto"
 as committed (``auto``: which kernel it ran); ``--ablation``: spmm_bm with parts switched off
 (``bm_flags``: 1 no products, 2 no A fragments, 4 no value copies, 8 no X^T copies; wrong results, for the
 bounds) at the plan's choice. Times: 20 calls captured in one CUDA graph, per call, median of 15 replays
@@ -46,7 +46,7 @@ def _err(y: torch.Tensor, ref: torch.Tensor) -> float:
 
 def _kind(plan: CudaSpmmPlan, k: int) -> str:
     if plan._bm_ok(k):
-        return f"bm_s{plan.bm_split(k)}"
+        return "{}_s{}".format(*plan.bm_split(k))
     if plan._fl_ok():
         kind = plan.fl_kind(k)
         return f"{kind}_s{plan.fl_split(k, kind)}"
@@ -76,9 +76,10 @@ def case(out_f: int, in_f: int, dtype: torch.dtype, density: float, ks: list[int
         row: dict = {}
         row["dense_us"] = _us(graph_time(lambda: torch.nn.functional.linear(x, W, b), 15))
 
-        def run(kind: str, split: int | None = None) -> tuple[float | str, float]:
+        def run(kind: str, split: int | None = None, variant: str | None = None) -> tuple[float | str, float]:
             plan.mma_kernel = kind
             plan.bm_split_override = split  # drops the recorded launches
+            plan.bm_variant_override = variant
             y = plan.apply(x.mT, bias=b).mT
             return _us(graph_time(lambda: plan.apply(x.mT, bias=b), 15)), _err(y, ref)
 
@@ -91,12 +92,14 @@ def case(out_f: int, in_f: int, dtype: torch.dtype, density: float, ks: list[int
             _spmm_bm.BM_AUTO = committed
         splits = {}
         if lay is not None:
-            for s in _spmm_bm.BM_SPLITS if _spmm_bm._cluster_ok(0) else (1,):
-                us, err = run("bm", s)
-                splits[str(s)] = {"us": us, "err": err}
+            for v in _spmm_bm.BM_VARIANTS:
+                for s in _spmm_bm.BM_SPLITS if _spmm_bm._cluster_ok(0) else (1,):
+                    us, err = run("bm", s, v)
+                    splits[f"{v}_s{s}"] = {"us": us, "err": err}
             plan.bm_split_override = None
+            plan.bm_variant_override = None
             plan.mma_kernel = "bm"
-            row["bm_choice"] = plan.bm_split(k)
+            row["bm_choice"] = "{}_s{}".format(*plan.bm_split(k))
             row["bm_us"], row["bm_err"] = run("bm")
             if args.ablation:
                 abl = {}
@@ -114,7 +117,7 @@ def case(out_f: int, in_f: int, dtype: torch.dtype, density: float, ks: list[int
                 row[key.replace("_us", "_x_dense")] = round(row["dense_us"] / row[key], 3)
         res["ks"][str(k)] = row
         print(f"{res['layer']} {res['dtype']} d={density} k={k}: dense {row['dense_us']} old {row['old_us']} "
-              f"({row['old_kernel']}) bm {row.get('bm_us')} (S={row.get('bm_choice')}, err {row.get('bm_err', 0):.1e}) "
+              f"({row['old_kernel']}) bm {row.get('bm_us')} ({row.get('bm_choice')}, err {row.get('bm_err', 0):.1e}) "
               f"auto {row['auto_us']} ({row['auto_kernel']}) splits "
               f"{ {s: v['us'] for s, v in splits.items()} } abl {row.get('ablation_us')}", flush=True)
     torch.cuda.empty_cache()

@@ -41,6 +41,7 @@ if rule:
     _spmm_bm.BM_AUTO = (float(lo), float(hi), int(k_lo), int(k_hi))
 print("BM_AUTO", _spmm_bm.BM_AUTO, flush=True)
 sys.argv = ["benchmarks/bench_llm_gpu.py", *sys.argv[1:]]
+sys.path.insert(0, "benchmarks")
 runpy.run_path("benchmarks/bench_llm_gpu.py", run_name="__main__")
 PY
 fi

@@ -24,25 +24,32 @@ import torch
 from .launch import kernel
 from .layout import _sm_count
 
-#: rows of A per block, threads per block and pipeline stages (kernels/spmm_bm.cu BM_ROWS, BM_THREADS, BM_NST)
-#: and the cluster sizes compiled (2..8 on sm_90+)
+#: rows of A per block (kernels/spmm_bm.cu BM_ROWS) and the cluster sizes compiled (2..8 on sm_90+)
 BM_ROWS = 128
-BM_THREADS = 256
-BM_STAGES = 4
 BM_SPLITS = (1, 2, 3, 4, 6, 8)
+#: the compiled block shapes: kernel name prefix -> (warps along each tile's columns WK (threads 128 WK),
+#: pipeline stages, relative time per column tile for :func:`bm_choose`). "bm": 8 warps, each half of a tile's
+#: columns; "bm1": 4 warps, up to four blocks per SM. The weights: fitted to cuda_kernels_h200_s10_bm_run1/2.json
+#: (4096^2 90 % k = 64: bm S = 6 30.9 us, bm1 S = 8 32.2; 4096 -> 11008: bm1 S = 4 58.0, bm S = 2 78.3)
+BM_VARIANTS: dict[str, tuple[int, int, float]] = {"bm": (2, 4, 0.75), "bm1": (1, 3, 1.0)}
 #: dynamic shared memory a block may take (the H200's opt-in limit is 227 KB)
 BM_MAX_SMEM = 227 * 1024
-#: "auto" runs spmm_bm for densities nnz / (m n) in [lo, hi] and k columns of X in [k_lo, k_hi]
-#: (None: never; mma_kernel = "bm" forces it)
-BM_AUTO: tuple[float, float, int, int] | None = None
+#: "auto" runs spmm_bm for densities nnz / (m n) in [lo, hi] and k columns of X in [k_lo, k_hi] (None: never;
+#: mma_kernel = "bm" forces it), where BM_AUTO_WHERE_FL only in place of spmm_fl (where spmm_ws's blocks do not
+#: fit in one wave, MmaMixin.fl_kind). Measured (H200, float16, cuda_kernels_h200_s10_bm_run*.json): at 50 %
+#: bm beats fl on 4096 -> 11008 (k = 16 / 64 / 128: 77.8 / 93.6 / 167.8 us against 106.8 / 119.5 / 195.6) but
+#: not ws on 4096^2 (k = 64 / 128: 35.2 / 63.1 against 34.9 / 51.5); at 90 % and 99 % it loses to both
+#: (4096^2 k = 64: 30.9 against ws 28.1; 4096 -> 11008: 58.0 against fl 56.6)
+BM_AUTO: tuple[float, float, int, int] | None = (0.3, 1.0, 16, 128)
+BM_AUTO_WHERE_FL = True
 #: cost of a block's start and end in column tiles (the split choice, :func:`bm_choose`)
 BM_FIXED_TILES = 2
 
 
-def bm_smem_bytes(slot: int) -> int:
-    """Dynamic shared memory of spmm_bm with ``slot`` halves of values per row: BM_STAGES stages of (X^T
+def bm_smem_bytes(slot: int, stages: int = 4) -> int:
+    """Dynamic shared memory of spmm_bm with ``slot`` halves of values per row: ``stages`` stages of (X^T
     tile 64 x 72 halves, 128 bitmaps, 128 value slots) and the rows' run alignments."""
-    return BM_STAGES * (64 * 72 * 2 + BM_ROWS * 8 + BM_ROWS * slot * 2) + BM_STAGES * BM_ROWS * 4
+    return stages * (64 * 72 * 2 + BM_ROWS * 8 + BM_ROWS * slot * 2) + stages * BM_ROWS * 4
 
 
 def bm_layout(rowptr: torch.Tensor, col: torch.Tensor, toff: torch.Tensor, m: int, n: int) -> dict[str, Any] | None:
@@ -77,13 +84,15 @@ def bm_layout(rowptr: torch.Tensor, col: torch.Tensor, toff: torch.Tensor, m: in
 
 def bm_auto(plan: Any, k: int) -> bool:
     """Whether "auto" runs spmm_bm for ``k`` columns of X: :data:`BM_AUTO` (densities and k measured faster
-    than spmm_fl / spmm_ws; None: never)."""
+    than spmm_fl; None: never) and, with BM_AUTO_WHERE_FL, only where "auto" would otherwise run spmm_fl."""
     if BM_AUTO is None:
         return False
     lo, hi, k_lo, k_hi = BM_AUTO
     m, n = plan.shape
     density = plan.nnz / max(m * n, 1)
-    return lo <= density <= hi and k_lo <= k <= k_hi
+    if not (lo <= density <= hi and k_lo <= k <= k_hi):
+        return False
+    return not BM_AUTO_WHERE_FL or (plan._fl_ok() and plan.fl_kind(k) == "fl")
 
 
 @functools.lru_cache(maxsize=None)
@@ -92,8 +101,8 @@ def _cluster_ok(dev: int) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _capacity(cs: int, smem: int, dtype: torch.dtype, dev: int) -> int:
-    """Blocks of spmm_bm_s<cs> resident on the whole GPU at once, by the driver's occupancy calculator
+def _capacity(variant: str, cs: int, smem: int, dtype: torch.dtype, dev: int) -> int:
+    """Blocks of <variant>_s<cs> resident on the whole GPU at once, by the driver's occupancy calculator
     (clusters that fit x cs); 2 per SM where it fails (an estimate for :func:`bm_choose` only)."""
     from ._mma import _allow_smem  # noqa: PLC0415
     from .launch import _driver  # noqa: PLC0415
@@ -101,14 +110,15 @@ def _capacity(cs: int, smem: int, dtype: torch.dtype, dev: int) -> int:
     sms = _sm_count(dev)
     try:
         cu = _driver()
-        kern = kernel("spmm_bm", f"spmm_bm_s{cs}", dtype, torch.int32, dev, 14)
+        kern = kernel("spmm_bm", f"spmm_{variant}_s{cs}", dtype, torch.int32, dev, 14)
         _allow_smem(kern, dev, smem)
+        threads = 128 * BM_VARIANTS[variant][0]
         if cs == 1:
-            err, per_sm = cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(cu.CUfunction(int(kern._fn)), BM_THREADS, smem)
+            err, per_sm = cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(cu.CUfunction(int(kern._fn)), threads, smem)
             return int(per_sm) * sms if int(err) == 0 and int(per_sm) > 0 else 2 * sms
         conf = cu.CUlaunchConfig()
         conf.gridDimX, conf.gridDimY, conf.gridDimZ = cs * sms, 1, 1
-        conf.blockDimX, conf.blockDimY, conf.blockDimZ = BM_THREADS, 1, 1
+        conf.blockDimX, conf.blockDimY, conf.blockDimZ = threads, 1, 1
         conf.sharedMemBytes = smem
         conf.numAttrs = 0
         err, clusters = cu.cuOccupancyMaxActiveClusters(cu.CUfunction(int(kern._fn)), conf)
@@ -117,17 +127,22 @@ def _capacity(cs: int, smem: int, dtype: torch.dtype, dev: int) -> int:
         return 2 * sms
 
 
-def bm_choose(m: int, n: int, k: int, smem: int, splits: tuple[int, ...], capacity: Any) -> int:
-    """Cluster size S of spmm_bm: over ``splits``, the least waves of blocks (``capacity(S)`` resident at
-    once) x (column tiles per block + BM_FIXED_TILES), the smaller S on a tie."""
+def bm_choose(m: int, n: int, k: int, variants: tuple[str, ...], splits: tuple[int, ...],
+              capacity: Any) -> tuple[str, int]:
+    """(variant, cluster size S) of spmm_bm: over ``variants`` x ``splits``, the least waves of blocks
+    (``capacity(variant, S)`` resident at once, 0 where it does not fit) x (column tiles per block +
+    BM_FIXED_TILES) x the variant's weight (BM_VARIANTS), the first on a tie (smaller S)."""
     T = -(-n // 64)
     blocks = -(-m // BM_ROWS) * -(-k // 64)
-    best, best_cost = splits[0], None
-    for s in splits:
-        cap = max(1, int(capacity(s)))
-        cost = -(-blocks * s // cap) * (-(-T // s) + BM_FIXED_TILES)
-        if best_cost is None or cost < best_cost:
-            best, best_cost = s, cost
+    best, best_cost = (variants[0], splits[0]), None
+    for v in variants:
+        for s in splits:
+            cap = int(capacity(v, s))
+            if cap <= 0:
+                continue
+            cost = -(-blocks * s // cap) * (-(-T // s) + BM_FIXED_TILES) * BM_VARIANTS[v][2]
+            if best_cost is None or cost < best_cost:
+                best, best_cost = (v, s), cost
     return best
 
 
@@ -136,6 +151,20 @@ class BmMixin:
 
     _bm_flags = 0
     _bm_split: int | None = None
+    _bm_variant: str | None = None
+
+    @property
+    def bm_variant_override(self) -> str | None:
+        """A block shape (a key of BM_VARIANTS) instead of :meth:`bm_split`'s choice; setting it drops the
+        recorded launches."""
+        return self._bm_variant
+
+    @bm_variant_override.setter
+    def bm_variant_override(self, v: str | None) -> None:
+        if v is not None and v not in BM_VARIANTS:
+            raise ValueError(f"bm_variant_override must be one of {tuple(BM_VARIANTS)} or None, got {v!r}")
+        self._bm_variant = v
+        self._prepared.clear()
 
     @property
     def bm_split_override(self) -> int | None:
@@ -182,18 +211,26 @@ class BmMixin:
         if v is None or v.dim() != 1 or v.data_ptr() % 16:
             return False
         lay = self._bm_layout()
-        return lay is not None and bm_smem_bytes(lay["slot"]) <= BM_MAX_SMEM
+        return lay is not None and any(bm_smem_bytes(lay["slot"], st) <= BM_MAX_SMEM for _, st, _ in BM_VARIANTS.values())
 
-    def bm_split(self, k: int) -> int:
-        """Cluster size S for ``k`` columns of X (:func:`bm_choose`, or :attr:`bm_split_override`)."""
+    def bm_split(self, k: int) -> tuple[str, int]:
+        """(variant, cluster size S) for ``k`` columns of X: :func:`bm_choose` over the variants whose shared
+        memory fits, or :attr:`bm_variant_override` / :attr:`bm_split_override` where set."""
         m, n = self.shape
         splits = BM_SPLITS if _cluster_ok(self.dev_index) else (1,)
         if self._bm_split is not None:
             if self._bm_split not in splits:
                 raise ValueError(f"bm_split_override must be one of {splits} on this device, got {self._bm_split}")
-            return self._bm_split
-        smem = bm_smem_bytes(self._bm_layout()["slot"])
-        return bm_choose(m, n, k, smem, splits, lambda s: _capacity(s, smem, self.dtype, self.dev_index))
+            splits = (self._bm_split,)
+        slot = self._bm_layout()["slot"]
+        variants = (self._bm_variant,) if self._bm_variant else tuple(BM_VARIANTS)
+        variants = tuple(v for v in variants if bm_smem_bytes(slot, BM_VARIANTS[v][1]) <= BM_MAX_SMEM) or variants
+
+        def cap(v: str, s: int) -> int:
+            smem = bm_smem_bytes(slot, BM_VARIANTS[v][1])
+            return _capacity(v, s, smem, self.dtype, self.dev_index) if smem <= BM_MAX_SMEM else 0
+
+        return bm_choose(m, n, k, variants, splits, cap)
 
     def _launch_bm(self, Xt: torch.Tensor, Yt: torch.Tensor, k: int, bp: int) -> None:
         """spmm_bm on X^T ``Xt`` ((k, n), 16-byte aligned) into Y^T ``Yt`` ((k, m)), bias pointer ``bp``."""
@@ -202,10 +239,11 @@ class BmMixin:
         m, n = self.shape
         lay = self._mma_layout()
         bl = self._bm_layout()
-        s = self.bm_split(k)
-        smem = bm_smem_bytes(bl["slot"])
-        kern = kernel("spmm_bm", f"spmm_bm_s{s}", self.dtype, torch.int32, self.dev_index, 14)
+        variant, s = self.bm_split(k)
+        wk, stages, _ = BM_VARIANTS[variant]
+        smem = bm_smem_bytes(bl["slot"], stages)
+        kern = kernel("spmm_bm", f"spmm_{variant}_s{s}", self.dtype, torch.int32, self.dev_index, 14)
         _allow_smem(kern, self.dev_index, smem)
         args = (m, n, k, lay["T"], bl["mp"], bl["slot"], lay["rowptr"].data_ptr(), lay["toff"].data_ptr(),
                 bl["bits"].data_ptr(), self._values.data_ptr(), Xt.data_ptr(), bp, Yt.data_ptr(), int(self.bm_flags))
-        kern((-(-m // BM_ROWS) * s, -(-k // 64)), BM_THREADS, args, shared=smem, device=self.dev_index)
+        kern((-(-m // BM_ROWS) * s, -(-k // 64)), 128 * wk, args, shared=smem, device=self.dev_index)

@@ -47,8 +47,8 @@ _SP = [f"spmm_sp_r{r}w{w}k{k}" for r, w, k in ((4, 2, 4), (4, 4, 2), (2, 4, 2), 
 EXPECTED_HALF["spmm_sp"] = [f"{c}_s1" for c in _SP]
 EXPECTED_SM90["spmm_sp"] = [f"{c}_s{s}" for c in _SP for s in (2, 4, 8)]
 # session 10: the bitmap tensor-core SpMM (_spmm_bm.BM_SPLITS)
-EXPECTED_HALF["spmm_bm"] = ["spmm_bm_s1"]
-EXPECTED_SM90["spmm_bm"] = [f"spmm_bm_s{s}" for s in (2, 3, 4, 6, 8)]
+EXPECTED_HALF["spmm_bm"] = ["spmm_bm_s1", "spmm_bm1_s1"]
+EXPECTED_SM90["spmm_bm"] = [f"spmm_{v}_s{s}" for v in ("bm", "bm1") for s in (2, 3, 4, 6, 8)]
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])

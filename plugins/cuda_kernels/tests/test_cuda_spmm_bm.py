@@ -84,13 +84,21 @@ def test_layout_declines_unsorted_columns():
 
 
 def test_choose_split():
-    from sparsetorch_cuda._spmm_bm import bm_choose
+    from sparsetorch_cuda._spmm_bm import BM_SPLITS, bm_choose
 
-    # 32 row blocks, 64 column tiles, 528 blocks resident: S = 8 (256 blocks, one wave, 8 tiles each)
-    assert bm_choose(4096, 4096, 64, 0, (1, 2, 3, 4, 6, 8), lambda s: 528) == 8
-    # 86 row blocks: S = 6 fits one wave (516 blocks), S = 8 needs two
-    assert bm_choose(11008, 4096, 64, 0, (1, 2, 3, 4, 6, 8), lambda s: 528) == 6
-    assert bm_choose(11008, 4096, 64, 0, (1,), lambda s: 528) == 1
+    def cap(per_sm: dict):
+        return lambda v, s: per_sm[v] * 132
+
+    both = ("bm", "bm1")
+    # 4096^2, k = 64: 32 row blocks x 64 column tiles; bm (2 blocks per SM): S = 6 fits one wave (192 blocks)
+    assert bm_choose(4096, 4096, 64, ("bm",), BM_SPLITS, cap({"bm": 2})) == ("bm", 8)
+    assert bm_choose(4096, 4096, 64, ("bm1",), BM_SPLITS, cap({"bm1": 3})) == ("bm1", 8)
+    # 4096 -> 11008: 86 row blocks; bm1 at 3 per SM holds S = 4 (344 blocks) in one wave, bm (240 resident,
+    # clusters placed per GPC) only S = 2 (32 tiles per block)
+    assert bm_choose(11008, 4096, 64, both, BM_SPLITS, lambda v, s: 396 if v == "bm1" else 240) == ("bm1", 4)
+    assert bm_choose(11008, 4096, 64, both, (1,), cap({"bm": 2, "bm1": 3})) == ("bm", 1)
+    # a variant that does not fit (capacity 0) is never chosen
+    assert bm_choose(4096, 4096, 64, both, BM_SPLITS, lambda v, s: 0 if v == "bm" else 396)[0] == "bm1"
 
 
 def _plan(D, dtype, index_dtype=torch.int32, kind="bm"):
@@ -127,8 +135,8 @@ def test_bm_matches_dense(case, dtype, index_dtype):
 
 @gpu
 @pytest.mark.parametrize("dtype", HALF)
-def test_bm_every_cluster_size(dtype):
-    from sparsetorch_cuda._spmm_bm import BM_SPLITS, _cluster_ok
+def test_bm_every_variant_and_cluster_size(dtype):
+    from sparsetorch_cuda._spmm_bm import BM_SPLITS, BM_VARIANTS, _cluster_ok
 
     m, n = 520, 1032
     D = random_dense(m, n, 0.1, dtype, seed=11, empty_rows=4, long_rows=1)
@@ -136,12 +144,15 @@ def test_bm_every_cluster_size(dtype):
     x = random_x(64, n, dtype, 5)
     ref = x.double() @ D.T
     splits = BM_SPLITS if _cluster_ok(p.dev_index) else (1,)
-    for s in splits:
-        p.bm_split_override = s
-        assert p.bm_split(64) == s
-        y = p.apply(x.cuda().mT).mT
-        assert rel_err(y, ref) < TOL[dtype], s
+    for v in BM_VARIANTS:
+        for s in splits:
+            p.bm_variant_override = v
+            p.bm_split_override = s
+            assert p.bm_split(64) == (v, s)
+            y = p.apply(x.cuda().mT).mT
+            assert rel_err(y, ref) < TOL[dtype], (v, s)
     p.bm_split_override = None
+    p.bm_variant_override = None
 
 
 @gpu
@@ -190,15 +201,23 @@ def test_auto_choice(monkeypatch):
     A, p = _plan(D, dtype, kind="auto")
     x = random_x(64, 1024, dtype, 2)
     ref = x.double() @ D.T
-    # the committed rule: auto runs bm exactly where BM_AUTO covers (density, k)
+    # the committed rule: auto runs bm exactly where BM_AUTO covers (density, k) and, with BM_AUTO_WHERE_FL,
+    # where auto would otherwise run spmm_fl
     rule = _spmm_bm.BM_AUTO
     density = p.nnz / (512 * 1024)
     want = rule is not None and rule[0] <= density <= rule[1] and rule[2] <= 64 <= rule[3]
+    if _spmm_bm.BM_AUTO_WHERE_FL:
+        want = want and p._fl_ok() and p.fl_kind(64) == "fl"
     assert p._bm_ok(64) == want
     assert rel_err(p.apply(x.cuda().mT).mT, ref) < TOL[dtype]
     monkeypatch.setattr(_spmm_bm, "BM_AUTO", (0.05, 0.2, 16, 128))
+    monkeypatch.setattr(_spmm_bm, "BM_AUTO_WHERE_FL", False)
     p._prepared.clear()
     assert p._bm_ok(64) and not p._bm_ok(8) and not p._bm_ok(256)
     assert rel_err(p.apply(x.cuda().mT).mT, ref) < TOL[dtype]
     monkeypatch.setattr(_spmm_bm, "BM_AUTO", (0.2, 1.0, 16, 128))
     assert not p._bm_ok(64)
+    # only in place of spmm_fl: 4 row blocks of 128 fit spmm_ws in one wave on any GPU with clusters
+    monkeypatch.setattr(_spmm_bm, "BM_AUTO", (0.05, 0.2, 16, 128))
+    monkeypatch.setattr(_spmm_bm, "BM_AUTO_WHERE_FL", True)
+    assert p._bm_ok(64) == (p.fl_kind(64) == "fl")

@@ -28,8 +28,6 @@
 
 #define BM_ROWS 128
 #define BM_LD 72   // shared row stride (halves) of the X^T tile: conflict-free ldmatrix
-#define BM_NST 4   // stages
-#define BM_THREADS 256  // 8 warps: 4 along the rows x 2 along each tile's columns
 #define BM_XH (64 * BM_LD)
 
 __device__ __forceinline__ void bm_cp16(unsigned dst, const void* src, unsigned bytes) {
@@ -72,20 +70,20 @@ __device__ __forceinline__ void bm_pair(unsigned w, unsigned x, unsigned mlo, un
   hi = h8 | (h9 << 16);
 }
 
-template <int S>
+template <int S, int WK, int NST>
 __device__ __forceinline__ void spmm_bm_body(int m, int n, int k, int T, int mp, int slot, const int* __restrict__ rowptr,
                                              const unsigned short* __restrict__ toff,
                                              const unsigned long long* __restrict__ bits, const val_t* __restrict__ val,
                                              const val_t* __restrict__ xt, const val_t* __restrict__ bias,
                                              val_t* __restrict__ yt, int flags) {
-  constexpr int BM = BM_ROWS, THREADS = BM_THREADS, NT = 8;
+  constexpr int BM = BM_ROWS, THREADS = 128 * WK, NT = 8;
   constexpr int PLD = BM + 4;  // row stride (floats) of the partial sums
   extern __shared__ __align__(16) unsigned char bm_smem[];
   const int stage_bytes = BM_XH * 2 + BM * 8 + BM * slot * 2;
-  int* Es = reinterpret_cast<int*>(bm_smem + BM_NST * stage_bytes);  // [BM_NST][BM]: es & 7 per row
+  int* Es = reinterpret_cast<int*>(bm_smem + NST * stage_bytes);  // [NST][BM]: es & 7 per row
   float* P = reinterpret_cast<float*>(bm_smem);                      // [64][PLD], after the loop
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wr = warp & 3, kw = warp >> 2;  // 32 rows wr, columns 32 kw .. 32 kw + 31 of each tile
+  const int wr = warp & 3, kw = warp >> 2;  // 32 rows wr; WK = 2: columns 32 kw .. 32 kw + 31 of each tile
   const int g = lane >> 2, t4 = lane & 3;
   int rank = 0;
 #if __CUDA_ARCH__ >= 900
@@ -107,8 +105,8 @@ __device__ __forceinline__ void spmm_bm_body(int m, int n, int k, int T, int mp,
     o2 = ta + 2 <= T ? (int)RO(toff + (i64)(ta + 2) * m + myr) : 0;
   }
 
-  auto sbase = [&](int t) { return bm_smem + (t % BM_NST) * stage_bytes; };
-  auto issue = [&](int t) {  // the copies of tile t into stage t % BM_NST
+  auto sbase = [&](int t) { return bm_smem + (t % NST) * stage_bytes; };
+  auto issue = [&](int t) {  // the copies of tile t into stage t % NST
     unsigned char* sb = sbase(t);
     const unsigned xs = smem_addr(sb), bs = xs + BM_XH * 2, vsa = bs + BM * 8;
     if (!(flags & 8)) {
@@ -124,7 +122,7 @@ __device__ __forceinline__ void spmm_bm_body(int m, int n, int k, int T, int mp,
     }
     if (tid < BM / 2) bm_cp16(bs + tid * 16u, bits + (i64)t * mp + row0 + 2 * tid, 16u);
     int es = rp + o0, ee = rp + o1;
-    if (vh == 0) Es[(t % BM_NST) * BM + vr] = es & 7;
+    if (vh == 0) Es[(t % NST) * BM + vr] = es & 7;
     if (myok && !(flags & 4)) {
       const unsigned dst = vsa + (unsigned)(vr * slot) * 2u;
       const int ua = es >> 3, ub = (ee + 7) >> 3;
@@ -152,42 +150,46 @@ __device__ __forceinline__ void spmm_bm_body(int m, int n, int k, int T, int mp,
     const unsigned xs = smem_addr(sb);
     const unsigned* Bw = reinterpret_cast<const unsigned*>(sb + BM_XH * 2);
     const val_t* Vs = reinterpret_cast<const val_t*>(sb + BM_XH * 2 + BM * 8);
-    const int* E = Es + (t % BM_NST) * BM;
-    unsigned wd[4], xw[4];
-    int vo[4];
+    const int* E = Es + (t % NST) * BM;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {  // rows g, g + 8 of strips 0, 1: this warp's 32 bits of each
-      const int rl = wr * 32 + (i >> 1) * 16 + (i & 1) * 8 + g;
-      wd[i] = Bw[2 * rl + kw];
-      xw[i] = wd[i] >> (2 * t4);
-      vo[i] = rl * slot + E[rl] + (kw ? __popc(Bw[2 * rl]) : 0);
-    }
+    for (int half = 0; half < 3 - WK; ++half) {  // WK = 1: both 32-column words; WK = 2: word kw
+      const int word = WK == 1 ? half : kw;
+      unsigned wd[4], xw[4];
+      int vo[4];
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int kk = 2 * kw + j;
-      unsigned a[2][4];
-#pragma unroll
-      for (int sj = 0; sj < 2; ++sj) {
-        if (flags & 2) {
-          a[sj][0] = a[sj][1] = a[sj][2] = a[sj][3] = 0u;
-          continue;
-        }
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int i = sj * 2 + h;
-          bm_pair(wd[i], xw[i] >> (j * 16), msk[j * 2], msk[j * 2 + 1], vo[i], Vs, a[sj][h], a[sj][2 + h]);
-        }
+      for (int i = 0; i < 4; ++i) {  // rows g, g + 8 of strips 0, 1: this word of each
+        const int rl = wr * 32 + (i >> 1) * 16 + (i & 1) * 8 + g;
+        wd[i] = Bw[2 * rl + word];
+        xw[i] = wd[i] >> (2 * t4);
+        vo[i] = rl * slot + E[rl] + (word ? __popc(Bw[2 * rl]) : 0);
       }
-      if (flags & 1) continue;
 #pragma unroll
-      for (int np = 0; np < NT / 2; ++np) {
-        if (2 * np < ntact) {
-          unsigned b[4];
-          bm_ldsm4(b, xs + (unsigned)((np * 16 + ((lane >> 4) << 3) + (lane & 7)) * BM_LD + kk * 16 + ((lane >> 3) & 1) * 8) * 2u);
+      for (int j = 0; j < 2; ++j) {
+        const int kk = 2 * word + j;
+        unsigned a[2][4];
 #pragma unroll
-          for (int sj = 0; sj < 2; ++sj) {
-            bm_mma(acc[sj][2 * np], a[sj], b[0], b[1]);
-            bm_mma(acc[sj][2 * np + 1], a[sj], b[2], b[3]);
+        for (int sj = 0; sj < 2; ++sj) {
+          if (flags & 2) {
+            a[sj][0] = a[sj][1] = a[sj][2] = a[sj][3] = 0u;
+            continue;
+          }
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int i = sj * 2 + h;
+            bm_pair(wd[i], xw[i] >> (j * 16), msk[j * 2], msk[j * 2 + 1], vo[i], Vs, a[sj][h], a[sj][2 + h]);
+          }
+        }
+        if (flags & 1) continue;
+#pragma unroll
+        for (int np = 0; np < NT / 2; ++np) {
+          if (2 * np < ntact) {
+            unsigned b[4];
+            bm_ldsm4(b, xs + (unsigned)((np * 16 + ((lane >> 4) << 3) + (lane & 7)) * BM_LD + kk * 16 + ((lane >> 3) & 1) * 8) * 2u);
+#pragma unroll
+            for (int sj = 0; sj < 2; ++sj) {
+              bm_mma(acc[sj][2 * np], a[sj], b[0], b[1]);
+              bm_mma(acc[sj][2 * np + 1], a[sj], b[2], b[3]);
+            }
           }
         }
       }
@@ -195,14 +197,14 @@ __device__ __forceinline__ void spmm_bm_body(int m, int n, int k, int T, int mp,
   };
 
 #pragma unroll
-  for (int i = 0; i < BM_NST - 1; ++i) {
+  for (int i = 0; i < NST - 1; ++i) {
     if (ta + i < te) issue(ta + i);
     bm_commit();
   }
   for (int t = ta; t < te; ++t) {
-    bm_wait<BM_NST - 2>();  // this thread's copies of tile t
+    bm_wait<NST - 2>();  // this thread's copies of tile t
     __syncthreads();        // everyone's copies of tile t visible; every warp done with tile t - 1's stage
-    if (t + BM_NST - 1 < te) issue(t + BM_NST - 1);
+    if (t + NST - 1 < te) issue(t + NST - 1);
     bm_commit();
     compute(t);
   }
@@ -210,7 +212,7 @@ __device__ __forceinline__ void spmm_bm_body(int m, int n, int k, int T, int mp,
   __syncthreads();  // the stages' memory becomes the partial sums
   // the two column halves' partial sums: kw = 0 stores, kw = 1 adds (each element by one thread each)
 #pragma unroll
-  for (int pass = 0; pass < 2; ++pass) {
+  for (int pass = 0; pass < WK; ++pass) {
     if (kw == pass) {
 #pragma unroll
       for (int sj = 0; sj < 2; ++sj)
@@ -232,7 +234,7 @@ __device__ __forceinline__ void spmm_bm_body(int m, int n, int k, int T, int mp,
           }
         }
     }
-    if (pass == 0) __syncthreads();
+    if (pass + 1 < WK) __syncthreads();
   }
 #if __CUDA_ARCH__ >= 900
   if (S > 1) cluster_sync_all();
@@ -274,20 +276,30 @@ __device__ __forceinline__ void spmm_bm_body(int m, int n, int k, int T, int mp,
 }
 
 #if VAL_KIND <= 1
-#define SPMM_BM(SP, ATTR)                                                                                             \
-  extern "C" __global__ void ATTR __launch_bounds__(BM_THREADS, 2) spmm_bm_s##SP(                                           \
+// spmm_bm_s<S>: 8 warps (WK = 2), four stages; spmm_bm1_s<S>: 4 warps (WK = 1, each warp both halves of a tile),
+// three stages, up to four blocks per SM
+#define SPMM_BM(NAME, WK, NST, MINB, SP, ATTR)                                                                       \
+  extern "C" __global__ void ATTR __launch_bounds__(128 * WK, MINB) NAME##_s##SP(                                    \
       i64 m, i64 n, i64 k, i64 T, i64 mp, i64 slot, const int* rowptr, const unsigned short* toff,                  \
       const unsigned long long* bits, const val_t* val, const val_t* xt, const val_t* bias, val_t* yt, i64 flags) {  \
-    spmm_bm_body<SP>((int)m, (int)n, (int)k, (int)T, (int)mp, (int)slot, rowptr, toff, bits, val, xt, bias, yt,     \
-                     (int)flags);                                                                                    \
+    spmm_bm_body<SP, WK, NST>((int)m, (int)n, (int)k, (int)T, (int)mp, (int)slot, rowptr, toff, bits, val, xt, bias, \
+                              yt, (int)flags);                                                                       \
   }
+#define SPMM_BM_ALL(NAME, WK, NST, MINB)            \
+  SPMM_BM(NAME, WK, NST, MINB, 1, )                 \
+  SPMM_BM_CL(NAME, WK, NST, MINB)
 
-SPMM_BM(1, )
 #if __CUDA_ARCH__ >= 900
-SPMM_BM(2, __cluster_dims__(2, 1, 1))
-SPMM_BM(3, __cluster_dims__(3, 1, 1))
-SPMM_BM(4, __cluster_dims__(4, 1, 1))
-SPMM_BM(6, __cluster_dims__(6, 1, 1))
-SPMM_BM(8, __cluster_dims__(8, 1, 1))
+#define SPMM_BM_CL(NAME, WK, NST, MINB)                          \
+  SPMM_BM(NAME, WK, NST, MINB, 2, __cluster_dims__(2, 1, 1))     \
+  SPMM_BM(NAME, WK, NST, MINB, 3, __cluster_dims__(3, 1, 1))     \
+  SPMM_BM(NAME, WK, NST, MINB, 4, __cluster_dims__(4, 1, 1))     \
+  SPMM_BM(NAME, WK, NST, MINB, 6, __cluster_dims__(6, 1, 1))     \
+  SPMM_BM(NAME, WK, NST, MINB, 8, __cluster_dims__(8, 1, 1))
+#else
+#define SPMM_BM_CL(NAME, WK, NST, MINB)
 #endif
+
+SPMM_BM_ALL(spmm_bm, 2, 4, 2)
+SPMM_BM_ALL(spmm_bm1, 1, 3, 4)
 #endif
