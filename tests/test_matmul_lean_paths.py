@@ -278,3 +278,20 @@ def test_execute_direct_path_into_c_and_overlaps():
     assert y is not cg and torch.allclose(y, D @ b) and float(cg.detach().abs().sum()) == 0 and _Bound.calls == calls
     with torch.no_grad():  # no gradient recorded: c itself, through the bound launch
         assert mg.execute() is cg and torch.allclose(cg.detach(), D @ b) and _Bound.calls == calls + 1
+
+
+def test_execute_direct_path_declines_x_whose_data_was_swapped():
+    """``b.data`` replaced by a tensor of another shape or dtype after the bind: the bound launch
+    (which would read the new buffer with the old extents / element type) is not called with it;
+    the call binds again or takes the general path, which checks X and raises a clear error."""
+    D, A = _matrix()
+    b = torch.randn(20, 3, dtype=torch.float64)
+    mm = _bindable_matmul(A, b)
+    assert torch.allclose(mm.execute(), D @ b) and mm._direct is not None
+    calls = _Bound.calls
+    b.data = torch.randn(7, 3, dtype=torch.float64)  # fewer rows than A has columns
+    with pytest.raises(st.BackendError, match="shapes"):
+        mm.execute()
+    assert _Bound.calls == calls
+    b.data = torch.randn(20, 3, dtype=torch.float64)  # the shape bound: served again, with the new data
+    assert torch.allclose(mm.execute(), D @ b)

@@ -271,17 +271,24 @@ class _Direct:
     ``requires_grad`` reads (``is_grad_enabled`` only when one is set), the forward-AD level, the
     compile and transform flags, one version read per index buffer, the allocation, the call."""
 
-    __slots__ = ("bound", "values", "X", "c", "index", "template", "into_c")
+    __slots__ = ("bound", "values", "X", "c", "index", "template", "into_c", "xshape", "xdtype", "xdev")
 
     def __init__(self, bound: Any, values: torch.Tensor, X: torch.Tensor, c: torch.Tensor | None, index: tuple,
                  shape: tuple) -> None:
         self.bound, self.values, self.X, self.c = bound, values, X, c
+        # X as bound: a ``.data`` swapped since for another shape, dtype or device must not reach
+        # the launch (its kernel would read past the new buffer or read it as another type)
+        self.xshape, self.xdtype, self.xdev = X.shape, X.dtype, X.get_device()
         self.index = index  # ((buffer, version at bind), ...): checked one by one per call
         self.template = _template(X, shape)
         self.into_c = c is not None
 
     def __call__(self, mm: "Matmul") -> torch.Tensor | None:
         X, c = self.X, self.c
+        if X.shape != self.xshape or X.dtype is not self.xdtype or X.get_device() != self.xdev:
+            mm._direct = None  # bind again (or take the general path, which checks X) on this call's X
+            mm._direct_tried = False
+            return None
         # the cheap reads first: is_grad_enabled only matters when something requires grad
         if (self.values.requires_grad or X.requires_grad or (c is not None and c.requires_grad)) and _grad_enabled():
             return None
