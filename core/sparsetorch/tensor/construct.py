@@ -424,7 +424,7 @@ class Conversion:
         index = self._index
         if index is None:
             self._index = index = tuple(b for b in (*self.pos, *self.crd) if b is not None)
-        vals = self.values(t._linear_buffers()[2])
+        vals = self.values(t.values)  # no BATCH levels: the values are linear already
         out = SparseTensor._assembled(self.format, self.shape, self.pos, self.crd, vals, index, _versions(index),
                                       self._derived)
         return out
@@ -604,13 +604,13 @@ def _arange(n: int, dtype: torch.dtype, like: torch.Tensor) -> torch.Tensor:
     """``torch.arange(n, dtype=dtype, device=like.device)``, read-only: on a GPU (outside
     torch.compile and graph capture, ``like`` a plain tensor) a view of the kept buffer."""
     dev = like.device
+    buf = _ARANGES.get((dev, dtype))
+    if buf is not None and buf.shape[0] >= n and is_plain(like):  # GPU buffers only; no fake tensors
+        return buf[:n]
     limit = 1 << 15 if dtype == torch.int16 else ARANGE_CACHE_MAX
     if dev.type != "cuda" or n > limit:
         return torch.arange(n, dtype=dtype, device=dev)
     key = (dev, dtype)
-    buf = _ARANGES.get(key)
-    if buf is not None and buf.shape[0] >= n:
-        return buf[:n]
     if _levels._compiling() or not is_plain(like) or torch.cuda.is_current_stream_capturing():
         return torch.arange(n, dtype=dtype, device=dev)
     size = min(max(1 << 16, 1 << max(n - 1, 0).bit_length()), limit)
@@ -760,11 +760,11 @@ def _ends(ptr: torch.Tensor, nmaj: int, nnz: int, idt: torch.dtype) -> torch.Ten
     kept buffer (a conversion launches one kernel fewer; the host time of a launch is a good
     part of a CSR -> COO of a million entries), else one copy kernel from a strided view of
     ``ptr`` (``[ptr[0], ptr[nmaj]]``, no host-to-device copy)."""
+    key = (ptr.device, idt, nnz)
+    got = _ENDS.get(key)  # GPU buffers only; no fake tensors
+    if got is not None and _version(got[0]) == got[1] and is_plain(ptr):
+        return got[0]
     if ptr.device.type == "cuda" and not _levels._compiling() and not torch.is_inference_mode_enabled():
-        key = (ptr.device, idt, nnz)
-        got = _ENDS.get(key)
-        if got is not None and _version(got[0]) == got[1]:
-            return got[0]
         if is_plain(ptr) and not torch.cuda.is_current_stream_capturing():
             # a synchronous host-to-device copy: written when it returns, for kernels on any stream
             top = torch.tensor([0, nnz], dtype=idt).to(ptr.device)
