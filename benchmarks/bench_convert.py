@@ -201,6 +201,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nnz", type=int, default=1_000_000, help="target nonzeros (default 1e6)")
     ap.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement (median)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="for the cases with a SciPy peer, repeat the alternating measurement this many times and "
+                         "report the range of the per-round ratios (ratio_rounds; the main figures are the first round's)")
+    ap.add_argument("--only", nargs="*", default=None, help="format names to run (e.g. 'BSR(2,2)' 'BSR(4,4)'); default all")
     ap.add_argument("--out", default=str(HERE / "results" / "convert_cpu.json"))
     args = ap.parse_args(argv)
 
@@ -214,7 +218,10 @@ def main(argv: list[str] | None = None) -> int:
           f"scipy {scipy.__version__}; {args.n}x{args.n}, medians of {args.repeats}")
     print(header)
     print("-" * len(header))
+    only = None if args.only is None else set(args.only)
     for name, fmt, which, sp_to, sp_back in CASES:
+        if only is not None and name not in only:
+            continue
         m, t = mats[which], tensors[which]
         # Correctness once: our conversion vs SciPy's buffers, and the way back is the original.
         # (Each conversion runs on a fresh wrapper: `t` itself never caches a plan, which would keep
@@ -240,6 +247,14 @@ def main(argv: list[str] | None = None) -> int:
                      lambda: keep.convert(CSR)], args.repeats)
                 label = f"{name}->CSR"
             ratio = ours_s / scipy_s if scipy_s else None
+            rounds = []  # per-round (ours / SciPy, ours / SciPy canonical), alternating as above
+            if scipy_s:
+                rounds.append([ratio, ours_s / canon_s if canon_s else None])
+                for _ in range(args.rounds - 1):
+                    fns = ([lambda: fresh(t).convert(fmt, max_fill=INF), lambda: sp_to(m), canon] if direction == "to"
+                           else [lambda: fresh(ours).convert(CSR), lambda: sp_back(ref), None])
+                    (o, _), (sc, _), (cn, _) = paired(fns, args.repeats)
+                    rounds.append([o / sc, o / cn if cn else None])
             results.append({
                 "case": label, "matrix": which, "shape": list(m.shape), "nnz": int(m.nnz),
                 "stored_slots_in_format": int(ours.nse),
@@ -247,7 +262,12 @@ def main(argv: list[str] | None = None) -> int:
                 "ours_min_s": ours_min, "scipy_min_s": scipy_min,
                 "scipy_canonical_median_s": canon_s,
                 "ratio_ours_over_scipy_canonical": ours_s / canon_s if canon_s else None,
-                "ours_cached_s": cached, "scipy_method": None if sp_to is None else (
+                "ours_cached_s": cached,
+                "ratio_rounds": rounds or None,
+                "ratio_range": [min(r[0] for r in rounds), max(r[0] for r in rounds)] if rounds else None,
+                "ratio_canonical_range": ([min(r[1] for r in rounds), max(r[1] for r in rounds)]
+                                          if rounds and rounds[0][1] is not None else None),
+                "scipy_method": None if sp_to is None else (
                     {"COO": "tocoo", "CSC": "tocsc", "DIA": "todia", "DIA_J": "todia"}.get(name, "tobsr")
                     if direction == "to" else "tocsr"),
                 "verified": bool(ok),
@@ -287,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
                        "dtype": "float64", "index_dtype": {k: str(m.indices.dtype) for k, m in mats.items()},
                        "statistic": ("median of repeats after one warm-up call; ours, SciPy's, SciPy's canonical and "
                                      "ours cached timed alternately, one call of each per round"),
-                       "max_fill": "inf"},
+                       "max_fill": "inf", "rounds": args.rounds, "only": args.only},
         "results": results,
     }
     out = Path(args.out)
