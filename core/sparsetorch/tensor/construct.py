@@ -280,6 +280,16 @@ def convert(
     copy: bool | None,
     max_fill: float | None = None,
 ) -> SparseTensor:
+    """``t`` in ``tensor_format`` (:meth:`SparseTensor.convert`).
+
+    Index dtype: ``index_dtype`` if given, else the target format's preference, else ``t``'s
+    (int32 in, int32 out). Buffers: without ``copy=True`` the result may share buffers with
+    ``t`` and with other conversions: between CSR / CSC / COO-like layouts of the same major
+    (CSR <-> COO) the minor indices and the values are ``t``'s own buffers, and on a GPU the
+    ``[0, nnz]`` pointers of a COO target are one kept buffer per (device, dtype, nnz);
+    ``copy=True`` gives buffers of its own. ``t``'s index buffers are validated first if they
+    were written in place since they were last checked (compiled code never reads them unchecked);
+    the result's buffers are built here and trusted."""
     t.ensure_valid()
     fmt = _as_format(tensor_format if tensor_format is not None else t.format, t.format.ndim)
     idt = index_dtype or (fmt.index_dtype if tensor_format is not None else None) or t.index_dtype
