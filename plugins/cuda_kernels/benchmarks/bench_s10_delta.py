@@ -7,8 +7,10 @@ shared memory, the products on the tensor cores) against the chunk kernel and de
 matrices are bench_s8_delta's / bench_s9_delta's: same generator, same order), one right-hand side;
 kernel time = 20 calls captured in a CUDA graph, replayed, median of 10 replays
 (bench_cuda_kernels.graph_time); every row of the JSON from this one run: dense ``W @ x`` (cuBLAS
-GEMV), DELTA(4) with the plan's default, "tc8", "warp2", "warp4", "chunk" (session 9's default),
-CSR int32 (the plan's default, csr16_warp for the half types). Floor = the bytes the kernel must
+GEMV), DELTA(4) with the plan's default ("tc"), "tc8", "tc16", "chunk" (session 9's default), CSR
+int32 (the plan's default, csr16_warp for the half types). (results/cuda_delta_h200_s10_run1.json: commit
+241fbf5 with "tc16" and "tc8_o3"; cuda_delta_h200_s10.json: 448ac0b with the since removed "warp2" /
+"warp4" kernels; --variants names the rows.) Floor = the bytes the kernel must
 read (bench_s9_delta._delta_bytes) / copy bandwidth of this run; relative errors against a float64
 product of the same rounded inputs.
 """
@@ -31,7 +33,7 @@ import bench_s9_delta as S9  # noqa: E402  (puts the repository's benchmarks on 
 from bench_s9_delta import B, copy_bandwidth  # noqa: E402
 
 #: DELTA(4) variants per density (None: the plan's default)
-VARIANTS = [None, "tc8", "warp2", "warp4", "chunk"]
+VARIANTS = [None, "tc8", "tc16", "chunk"]
 #: densities in generation order (50 % and 10 % first: the session 8 / 9 matrices)
 DENSITIES = (0.5, 0.1, 0.3)
 

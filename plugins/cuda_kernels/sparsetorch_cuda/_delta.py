@@ -19,7 +19,7 @@ from sparsetorch import InputError
 from .launch import kernel
 from .layout import BLOCK, DELTA_SMEM_BLOCK, DELTA_SMEM_BYTES, DELTA_VARIANTS, ROW_KERNEL_BLOCK, _sm_count
 
-__all__ = ["DeltaMixin", "CHUNK_VARIANTS", "TILE_VARIANTS", "TC_VARIANTS", "WARP_VARIANTS", "DELTA_PLAN_DEFAULT", "DELTA_HALF_DEFAULT",
+__all__ = ["DeltaMixin", "CHUNK_VARIANTS", "TILE_VARIANTS", "TC_VARIANTS", "DELTA_PLAN_DEFAULT", "DELTA_HALF_DEFAULT",
            "tile_layout"]
 
 #: the "chunk" kernels (kernels/delta.cu, k = 1 only; k > 1 runs "packed"): "chunk" takes units of
@@ -36,12 +36,10 @@ TILE_VARIANTS = ("tile", "tile_f", "tile_p1")
 #: the "tc" kernels (kernels/delta.cu, session 10; DELTA(4), float16 / bfloat16, k = 1, X as 16-bit values in
 #: shared memory, (n + 2 * TC_PAD) * 2 bytes <= 48 KB; otherwise the plan runs "chunk"): the chunk kernel's
 #: layout (units of U entries per lane, no plan-side buffer), the products on the tensor cores; "tc" takes
-#: units of :data:`TC_UNIT`, "tc8" / "tc16" fix the unit, "tc8_o3" is compiled for three blocks per SM
-TC_VARIANTS = ("tc", "tc8", "tc16", "tc8_o3")
-#: the "warp" kernels (kernels/delta.cu, session 10; DELTA(4), float16 / bfloat16, k = 1, any n): csr16_warp's
-#: shape (a warp per row, no persistent loop, X gathered through L1, no copy) with NU = 2 or 4 units of 8
-#: entries per lane and step, the products on the tensor cores; otherwise the plan runs "chunk"
-WARP_VARIANTS = ("warp2", "warp4")
+#: units of :data:`TC_UNIT`, "tc8" / "tc16" fix the unit. Measured on the H200 (results/cuda_delta_h200_s10*.json,
+#: 8192^2): as fast as "chunk" within noise (fp16 50 %: 31.2 us against 31.3-31.8; 10 %: 11.1-11.2 against 11.3),
+#: with half its shared memory; "tc16" 32.4 us at 50 %
+TC_VARIANTS = ("tc", "tc8", "tc16")
 #: zero entries either side of X in shared memory (kernels/delta.cu TC_PAD: at least twice the unit)
 TC_PAD = 32
 #: the unit of the "tc" variant
@@ -65,7 +63,7 @@ class DeltaMixin:
         self.variant = variant or (DELTA_PLAN_DEFAULT if self.small else "groups")
         if variant is None and self._tc_ok():
             self.variant = DELTA_HALF_DEFAULT
-        every = DELTA_VARIANTS + CHUNK_VARIANTS + TILE_VARIANTS + TC_VARIANTS + WARP_VARIANTS
+        every = DELTA_VARIANTS + CHUNK_VARIANTS + TILE_VARIANTS + TC_VARIANTS
         if self.variant not in every:
             raise InputError(f"{self.backend}: DELTA variant must be one of {every}, got {variant!r}")
         self.tiles: dict[str, torch.Tensor | int] | None = None
@@ -78,10 +76,6 @@ class DeltaMixin:
         xb = 4 if self.variant == "tile_f" else 2
         return (self.bits == 4 and self.dtype in (torch.float16, torch.bfloat16) and self.small
                 and -(-n * xb // 16) * 16 <= DELTA_SMEM_BYTES and (n + TILE) * xb + 4096 < 2**16)
-
-    def _warp_ok(self) -> bool:
-        """Whether the warp kernels apply to this plan (DELTA(4), half types, 32-bit offsets)."""
-        return self.bits == 4 and self.dtype in (torch.float16, torch.bfloat16) and self.small
 
     def _tc_ok(self) -> bool:
         """Whether the tc kernels apply to this plan (DELTA(4), half types, 32-bit offsets, X fits shared memory)."""
@@ -108,23 +102,12 @@ class DeltaMixin:
         m, n = self.shape
         dev = self.dev_index
         variant = self.variant
-        if variant in WARP_VARIANTS:
-            if fits and k == 1 and self._warp_ok():
-                # DELTA(4), half types: a warp per row, X through L1, products on the tensor cores
-                kern = kernel("delta", f"delta_w{variant[4:]}_b4", self.dtype, self.idx, dev, 8)
-                kern((-(-m // (CHUNK_BLOCK // 32)), 1), CHUNK_BLOCK,
-                     (m, n, self.nnz, self.rowptr.data_ptr(), self.words.data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr()),
-                     device=dev)
-                return
-            variant = "chunk"  # other b, dtypes, or k > 1 ("packed" below)
         if variant in TC_VARIANTS:
             if fits and k == 1 and self._tc_ok():
                 # DELTA(4), half types: X as 16-bit values in shared memory, products on the tensor cores
-                unit = 16 if variant == "tc16" else (8 if variant in ("tc8", "tc8_o3") else TC_UNIT)
-                per_sm = 3 if variant == "tc8_o3" else 2
-                name = f"delta_tc{unit}_b4" + ("_o3" if variant == "tc8_o3" else "")
-                kern = kernel("delta", name, self.dtype, self.idx, dev, 8)
-                grid = max(1, min(-(-m // (CHUNK_BLOCK // 32)), per_sm * _sm_count(dev)))
+                unit = 16 if variant == "tc16" else (8 if variant == "tc8" else TC_UNIT)
+                kern = kernel("delta", f"delta_tc{unit}_b4", self.dtype, self.idx, dev, 8)
+                grid = max(1, min(-(-m // (CHUNK_BLOCK // 32)), 2 * _sm_count(dev)))
                 kern((grid, 1), CHUNK_BLOCK,
                      (m, n, self.nnz, self.rowptr.data_ptr(), self.words.data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr()),
                      shared=-(-(n + 2 * TC_PAD) * 2 // 16) * 16, device=dev)

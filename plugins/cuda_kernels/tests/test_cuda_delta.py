@@ -122,7 +122,7 @@ def test_chunk_single_row_and_tiny():
 @pytest.mark.parametrize("dtype", (torch.float16, torch.float32, torch.float64), ids=("float16", "float32", "float64"))
 @pytest.mark.parametrize("bits", (4, 8))
 @pytest.mark.parametrize("n", (2053, 13000), ids=("x_in_shared", "x_in_global"))
-@pytest.mark.parametrize("variant", ("chunk8", "chunk16", "tile", "tile_f", "tc8", "tc16", "warp2", "warp4"))
+@pytest.mark.parametrize("variant", ("chunk8", "chunk16", "tile", "tile_f", "tc8", "tc16"))
 def test_chunk_inf_and_nan_in_x_stay_out_of_rows_without_them(variant, n, bits, dtype):
     # A unit holds entries of neighbouring rows (a row's first and last unit): those entries read X
     # at columns that are not theirs. With inf / NaN in X at columns no row stores (every third
@@ -239,7 +239,7 @@ def test_tile_falls_back_where_it_does_not_apply():
 
 @gpu
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("float16", "bfloat16"))
-@pytest.mark.parametrize("variant", (None, "tc", "tc8", "tc16", "tc8_o3", "warp2", "warp4"))
+@pytest.mark.parametrize("variant", (None, "tc", "tc8", "tc16"))
 def test_tc_matches_dense(variant, dtype):
     # rows of 0 .. many warp steps (long rows of 1501 / 4099 entries; 50 % / 10 % rows; rows shorter than
     # a unit and inside one unit), empty rows first and last, entries in the last columns, gaps over 15
@@ -255,7 +255,7 @@ def test_tc_matches_dense(variant, dtype):
         for idx in (torch.int32, torch.int64):
             A = to_format(D, DELTA(4), dtype, idx)
             plan = _plan(A, variant)
-            assert plan.variant == (variant or DELTA_HALF_DEFAULT) and plan._tc_ok() and plan._warp_ok()
+            assert plan.variant == (variant or DELTA_HALF_DEFAULT) and plan._tc_ok()
             for k in (1, 2):
                 X = _x(n, k, dtype, 3 + k).cuda()
                 assert rel_err(plan.apply(X), D @ X.double().cpu()) < TOL[dtype], (m, idx, k)
@@ -278,7 +278,7 @@ def test_tc_every_row_offset_and_cuda_graph(dtype):
     for r in range(m):
         cols = torch.randperm(n // 2, generator=g)[:r] * 2  # even columns only
         D[r, cols] = torch.randint(1, 9, (r,), generator=g).double() * torch.where(torch.rand(r, generator=g) < 0.5, -1.0, 1.0) / 4
-    for variant in ("tc8", "tc16", "warp2", "warp4"):
+    for variant in ("tc8", "tc16"):
         A = to_format(D, DELTA(4), dtype, torch.int32)
         plan = _plan(A, variant)
         X = _x(n, 1, dtype, 7)
@@ -328,22 +328,6 @@ def test_tc_kernels_compile_on_the_host():
         pytest.skip(c.nvrtc_missing() or "")
     for value in ("float16", "bfloat16"):
         cubin = c.compile_cubin("delta", value, "int32", "sm_80")
-        for name in ("delta_tc8_b4", "delta_tc16_b4", "delta_tc8_b4_o3", "delta_w2_b4", "delta_w4_b4"):
+        for name in ("delta_tc8_b4", "delta_tc16_b4"):
             assert name.encode() + b"\x00" in cubin, (value, name)
 
-
-@gpu
-@pytest.mark.parametrize("variant", ("warp2", "warp4"))
-def test_warp_x_over_shared_memory(variant):
-    # n = 30000 (X over 48 KB as 16-bit values: the tc kernels do not apply, the warp kernels do), long
-    # rows of 50 % and short ones, entries in the last columns; float32 falls back to the chunk kernel
-    for dtype in (torch.bfloat16, torch.float32):
-        D = random_dense(40, 30000, 0.5, dtype, seed=71, empty_rows=3)
-        D[7, -2:] = 1.0
-        D[8] = 0
-        D[8, :3] = 1.0
-        A = to_format(D, DELTA(4), dtype, torch.int32)
-        plan = _plan(A, variant)
-        assert plan.variant == variant and plan._warp_ok() == (dtype == torch.bfloat16)
-        X = _x(30000, 1, dtype, 72).cuda()
-        assert rel_err(plan.apply(X), D @ X.double().cpu()) < TOL[dtype]

@@ -609,6 +609,14 @@ DELTA_TILE(delta_t_b4_p1, false, 1)
 //   row's last column (TC_PAD >= 2 U keeps every address inside the copy).
 //
 // Needs (n + 2 * TC_PAD) * 2 bytes <= 48 KB (the host checks; otherwise the plan runs "chunk").
+//
+// Measured (session 10, H200, 8192 x 8192, one right-hand side; results/cuda_delta_h200_s10*.json): the
+// same time as the chunk kernel within noise although the inner loop issues ~85 warp instructions per
+// 256 entries against ~110 (fp16 50 %: tc8 31.2 us, chunk 31.3-31.8; 10 %: 11.1-11.2 against 11.3; 30 %:
+// 20.7-20.9 against 20.8-21.1), so the instruction count is not what limits either. Units of 16: 32.4 us at
+// 50 %. Tried and removed: three blocks per SM (40 registers: 40.0 us at 50 %, 13.9 at 10 %), and a warp
+// per row without the persistent loop or the copy of X (X through L1, 2 or 4 units per lane and step as
+// csr16_warp does: 34.5 / 39.7 us at 50 %, 15.6 / 18.0 at 10 %).
 #if VAL_KIND <= 1
 #define TC_PAD 32
 
@@ -808,132 +816,7 @@ __device__ __forceinline__ void delta_tc_body(int m, int n, int nnz, const idx_t
   }
 }
 
-// ------------------------------------------------------------------------------------------------
-// DELTA(4), half types, one right-hand side: the "warp" kernels (session 10), csr16_warp's shape
-// (mma.cu) with DELTA's gaps: a warp per row, no persistent loop and no copy of X (gathered through
-// the read-only path, where it stays in L1), NU units of 8 entries per lane and step (units ub + L,
-// ub + 32 + L, ...: coalesced 16-byte value and 4-byte gap loads), all of a step's loads before its
-// products. The units' column advances are scanned two at a time as 16-bit halves of one register
-// (one shuffle scan per 64 units), the products on the tensor cores as in the tc kernels. A row's
-// first and last steps (warp-uniform) mask the entries outside the row (values and X zero) and clamp
-// their addresses into X.
-// The products of one unit of a warp kernel; cs: the column before the unit; P / E: the gap sums
-// (bytes); EDGE: columns clamped into X, mask[j] keeps or drops the halves of pair j.
-template <bool EDGE>
-__device__ __forceinline__ void w_unit(const TcUnit<8>& c, unsigned P, unsigned E, const unsigned short* __restrict__ xh, int cs, int n,
-                                       const unsigned* mask, float (&acc)[4]) {
-  unsigned xv[8];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const unsigned ge = __byte_perm(E, 0, 0x4440 + j), go = __byte_perm(P, 0, 0x4440 + j);
-    if (EDGE) {  // entries outside the row: any column; clamped into X (their X is masked below)
-      xv[2 * j] = RO(xh + min(max(cs + 2 * j + 1 + (int)ge, 0), n - 1));
-      xv[2 * j + 1] = RO(xh + min(max(cs + 2 * j + 2 + (int)go, 0), n - 1));
-    } else {
-      xv[2 * j] = RO(xh + (unsigned)(cs + (int)ge) + (2 * j + 1));  // a 32-bit index: one wide multiply-add per address
-      xv[2 * j + 1] = RO(xh + (unsigned)(cs + (int)go) + (2 * j + 2));
-    }
-  }
-  unsigned bb[4], aa[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    bb[j] = __byte_perm(xv[2 * j], xv[2 * j + 1], 0x5410);
-    aa[j] = c.v.u[j];
-    if (EDGE) {
-      bb[j] &= mask[j];
-      aa[j] &= mask[j];
-    }
-  }
-  tc_mma(acc, aa[0], aa[1], bb[0], bb[1]);
-  tc_mma(acc, aa[2], aa[3], bb[2], bb[3]);
-}
-
-template <int NU>
-__device__ __forceinline__ void delta_w_body(int m, int n, int nnz, const idx_t* __restrict__ rowptr, const unsigned* __restrict__ gw,
-                                             const val_t* __restrict__ val, const val_t* __restrict__ x, val_t* __restrict__ y) {
-  const int lane = threadIdx.x & 31;
-  const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (row >= m) return;
-  const int p0 = (int)RO(rowptr + row), p1 = (int)RO(rowptr + row + 1);
-  const int u0 = p0 >> 3, u1 = (p1 + 7) >> 3;
-  const unsigned short* xh = reinterpret_cast<const unsigned short*>(x);
-  float acc[4] = {0.f, 0.f, 0.f, 0.f};
-  int base = u0 * 8 - p0 - 1;  // the column before the row's first unit
-  for (int ub = u0; ub < u1; ub += 32 * NU) {
-    TcUnit<8> c[NU];
-#pragma unroll
-    for (int i = 0; i < NU; ++i) {
-      const int u = ub + 32 * i + lane;
-      if (u < u1) {
-        tc_load<8>(gw, val, u, nnz, c[i]);  // element loads for the matrix's last, partial unit
-      } else {
-        c[i].w[0] = 0u;
-        c[i].v.q[0] = make_uint4(0u, 0u, 0u, 0u);
-      }
-    }
-    const bool edge = ub == u0 || ub + 32 * NU >= u1;  // warp-uniform: a row's first or last step
-    unsigned mask[NU][4];
-    if (edge) {  // entries outside [s0, s1) of a unit (all of a unit past the row): gap 0, value 0, X 0
-#pragma unroll
-      for (int i = 0; i < NU; ++i) {
-        const int u = ub + 32 * i + lane;
-        const int s0 = max(p0 - u * 8, 0), s1 = min(p1 - u * 8, 8);
-        const unsigned k = u < u1 ? ((~0u << (4 * s0)) & (s1 >= 8 ? ~0u : ~(~0u << (4 * max(s1, 0))))) : 0u;
-        c[i].w[0] &= k;
-        mask[i][0] = tc_prmt(k << 4, k, 0xCC88u);
-        mask[i][1] = tc_prmt(k << 4, k, 0xDD99u);
-        mask[i][2] = tc_prmt(k << 4, k, 0xEEAAu);
-        mask[i][3] = tc_prmt(k << 4, k, 0xFFBBu);
-      }
-    }
-    unsigned P[NU], E[NU];
-    int tot[NU];
-#pragma unroll
-    for (int i = 0; i < NU; ++i) {
-      const unsigned lo = c[i].w[0] & 0x0F0F0F0Fu, hi = (c[i].w[0] >> 4) & 0x0F0F0F0Fu;
-      P[i] = (lo + hi) * 0x01010101u;  // byte j: gap sum over entries 0 .. 2 j + 1
-      E[i] = P[i] - hi;                 // byte j: gap sum over entries 0 .. 2 j
-      tot[i] = ub + 32 * i + lane < u1 ? (int)(P[i] >> 24) + 8 : 0;
-    }
-    // the units' column advances, scanned two per register (16-bit halves: sums <= 32 * 128)
-    int cs[NU];
-    int run = base;
-#pragma unroll
-    for (int i = 0; i < NU; i += 2) {
-      const int t1 = i + 1 < NU ? tot[i + 1] : 0;
-      int inc = tot[i] | (t1 << 16);
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) tc_scan_add(inc, o);
-      const int all = __shfl_sync(FULL, inc, 31);
-      cs[i] = run + (inc & 0xFFFF) - tot[i];
-      if (i + 1 < NU) cs[i + 1] = run + (all & 0xFFFF) + (inc >> 16) - t1;
-      run += (all & 0xFFFF) + (all >> 16);
-    }
-    base = run;
-    if (edge) {
-#pragma unroll
-      for (int i = 0; i < NU; ++i) w_unit<true>(c[i], P[i], E[i], xh, cs[i], n, mask[i], acc);
-    } else {
-#pragma unroll
-      for (int i = 0; i < NU; ++i) w_unit<false>(c[i], P[i], E[i], xh, cs[i], n, mask[i], acc);
-    }
-  }
-  const int r = lane >> 2;
-  float s = (lane & 3) == (r >> 1) ? ((r & 1) ? acc[1] : acc[0]) : 0.f;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(FULL, s, o);
-  if (lane == 0) y[row] = st(s);
-}
-
-#define DELTA_W(NAME, NU, MINB)                                                                                    \
-  extern "C" __global__ void __launch_bounds__(DELTA_CHUNK_BLOCK, MINB)                                            \
-      NAME(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y) { \
-    delta_w_body<NU>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y);                                                      \
-  }
-DELTA_W(delta_w2_b4, 2, 2)
-DELTA_W(delta_w4_b4, 4, 2)
-
-// delta_tc<U>_b4[_o<MINB>]: units of U entries per lane; the host passes (n + 2 TC_PAD) * 2 bytes (16-byte rounded)
+// delta_tc<U>_b4: units of U entries per lane; the host passes (n + 2 TC_PAD) * 2 bytes (16-byte rounded)
 #define DELTA_TC(NAME, U, MINB)                                                                                       \
   extern "C" __global__ void __launch_bounds__(DELTA_CHUNK_BLOCK, MINB)                                               \
       NAME(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y) { \
@@ -941,5 +824,4 @@ DELTA_W(delta_w4_b4, 4, 2)
   }
 DELTA_TC(delta_tc8_b4, 8, 2)
 DELTA_TC(delta_tc16_b4, 16, 2)
-DELTA_TC(delta_tc8_b4_o3, 8, 3)
 #endif
