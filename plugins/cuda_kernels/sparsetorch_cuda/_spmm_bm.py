@@ -39,8 +39,11 @@ BM_MAX_SMEM = 227 * 1024
 #: fit in one wave, MmaMixin.fl_kind). Measured (H200, float16, cuda_kernels_h200_s10_bm_run*.json): at 50 %
 #: bm beats fl on 4096 -> 11008 (k = 16 / 64 / 128: 77.8 / 93.6 / 167.8 us against 106.8 / 119.5 / 195.6) but
 #: not ws on 4096^2 (k = 64 / 128: 35.2 / 63.1 against 34.9 / 51.5); at 90 % and 99 % it loses to both
-#: (4096^2 k = 64: 30.9 against ws 28.1; 4096 -> 11008: 58.0 against fl 56.6)
-BM_AUTO: tuple[float, float, int, int] | None = (0.3, 1.0, 16, 128)
+#: (4096^2 k = 64: 30.9 against ws 28.1; 4096 -> 11008: 58.0 against fl 56.6). BM_AUTO_MEASURED is that rule;
+#: the default stays None until the committed kernels (the two block shapes, run separately in runs 1 and 2, now
+#: compiled from one template) pass tests/test_cuda_spmm_bm.py on a GPU: then BM_AUTO = BM_AUTO_MEASURED
+BM_AUTO_MEASURED: tuple[float, float, int, int] = (0.3, 1.0, 16, 128)
+BM_AUTO: tuple[float, float, int, int] | None = None
 BM_AUTO_WHERE_FL = True
 #: cost of a block's start and end in column tiles (the split choice, :func:`bm_choose`)
 BM_FIXED_TILES = 2
