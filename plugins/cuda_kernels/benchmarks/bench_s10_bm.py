@@ -7,7 +7,7 @@ against the session-7 CSR kernels (spmm_fl / spmm_ws) and dense cuBLAS (F.linear
 Per (layer, dtype, density, k): dense F.linear(x, W, b) with W the pruned weight as a dense tensor; the
 plan's product ``plan.apply(x.mT, bias=b)`` with ``mma_kernel`` "bm" for every block shape (BM_VARIANTS) and cluster
 size and for the plan's own choice, the spmm_fl / spmm_ws kernel that "auto" ran before this session (``old``), and "auto"
-as committed (``auto``: which kernel it ran); ``--ablation``: spmm_bm with parts switched off
+as committed (``auto``: which kernel it ran; ``--measured-rule``: with BM_AUTO_MEASURED); ``--ablation``: spmm_bm with parts switched off
 (``bm_flags``: 1 no products, 2 no A fragments, 4 no value copies, 8 no X^T copies; wrong results, for the
 bounds) at the plan's choice. Times: 20 calls captured in one CUDA graph, per call, median of 15 replays
 (bench_s5.graph_time). Errors: relative 2-norm against a float64 product of the same operands.
@@ -132,10 +132,14 @@ def main() -> None:
     ap.add_argument("--densities", default="0.5,0.1,0.01")
     ap.add_argument("--ks", default="16,64,128")
     ap.add_argument("--ablation", action="store_true")
+    ap.add_argument("--measured-rule", action="store_true",
+                    help="run 'auto' with _spmm_bm.BM_AUTO_MEASURED instead of the committed BM_AUTO")
     ap.add_argument("--tag", default="")
     ap.add_argument("--commit", default="")
     args = ap.parse_args()
     ks = [int(v) for v in args.ks.split(",")]
+    if args.measured_rule:
+        _spmm_bm.BM_AUTO = _spmm_bm.BM_AUTO_MEASURED
     results = []
     for shape in args.shapes.split(","):
         in_f, out_f = (int(v) for v in shape.split("x"))
