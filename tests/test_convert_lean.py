@@ -161,6 +161,33 @@ def test_wrap_checks_still_refuse_bad_structure():
             SparseTensor(CSR, a.shape, pos, crd, v, check=False)
 
 
+def test_a_rewrapped_pointer_buffer_is_read_again_once_written():
+    """The structural check remembers pos[-1] per buffer and version: wrapping the same buffers
+    again does not read it back, a write in place (a new version) does, and the remembered value
+    is still held against the length of the crd buffer it comes with."""
+    a = random_csr(12, 9, 0.3, 12)
+    ptr = torch.from_numpy(a.indptr.astype(np.int64))
+    col = torch.from_numpy(a.indices.astype(np.int64))
+    vals = torch.from_numpy(a.data)
+    for _ in range(2):
+        t = SparseTensor(CSR, a.shape, [None, ptr], [None, col], vals, check=False)
+        assert torch.equal(t.to_dense(), torch.from_numpy(a.toarray()))
+    with pytest.raises(ValidationError, match="pos\\[1\\]\\[-1\\]"):
+        SparseTensor(CSR, a.shape, [None, ptr], [None, col[:-1]], vals[:-1], check=False)
+    ptr[-1] += 1  # written in place: read again
+    with pytest.raises(ValidationError, match="pos\\[1\\]\\[-1\\]"):
+        SparseTensor(CSR, a.shape, [None, ptr], [None, col], vals, check=False)
+    ptr[-1] -= 1
+    SparseTensor(CSR, a.shape, [None, ptr], [None, col], vals, check=False)
+    with torch.inference_mode():  # no version counter: read each time
+        p2 = ptr.clone()
+        c2 = col.clone()
+        SparseTensor(CSR, a.shape, [None, p2], [None, c2], vals, check=False)
+        p2[-1] += 1
+        with pytest.raises(ValidationError):
+            SparseTensor(CSR, a.shape, [None, p2], [None, c2], vals, check=False)
+
+
 # On a GPU ---------------------------------------------------------------------------------------
 
 

@@ -8,6 +8,7 @@ few scalars come back to the host to decide.
 from __future__ import annotations
 
 import contextvars
+import weakref
 from typing import TYPE_CHECKING, Sequence
 
 import torch
@@ -211,6 +212,36 @@ def _kinds(fmt: TensorFormat) -> tuple[tuple[int, int], ...]:
     return got
 
 
+#: ``id(buffer) -> (weak reference, version, data pointer, buffer[-1])``: the last pointer of each position buffer
+#: read back by a structural check, at the buffer's version then. Wrapping the same buffer again,
+#: not written in place since (its torch version counter unchanged: the rule ensure_valid keeps
+#: too), reuses the value instead of reading it back (a device-to-host copy and a synchronization
+#: on a GPU). Writes torch cannot see (through NumPy/CuPy memory) are not seen here either, as with
+#: ensure_valid: check=False trusts the contents. Bounded; an entry goes when its buffer does.
+_LAST: dict = {}
+
+
+def _last(p: torch.Tensor) -> int:
+    """``int(p[-1])``, remembered per buffer object and version."""
+    try:
+        version = p._version
+    except RuntimeError:  # inference tensors keep no version counter: read it each time
+        return int(p[-1])
+    try:
+        ptr = p.data_ptr()  # a plain tensor (not inside a torch.func transform, not a fake tensor)
+    except (RuntimeError, TypeError):
+        return int(p[-1])
+    key = id(p)
+    got = _LAST.get(key)
+    if got is not None and got[1] == version and got[2] == ptr and got[0]() is p:
+        return got[3]
+    value = int(p[-1])
+    if len(_LAST) >= _MEMO_MAX:
+        _LAST.clear()
+    _LAST[key] = (weakref.ref(p, lambda _, key=key: _LAST.pop(key, None)), version, ptr, value)
+    return value
+
+
 def _count_structural(fmt: TensorFormat, shape: Sequence[int], pos, crd) -> int | None:
     """``count_positions(check=False)`` when every structural check passes, else None (the full
     function then names what failed). ``pos[-1]`` of each compressed level is read back (one
@@ -225,7 +256,7 @@ def _count_structural(fmt: TensorFormat, shape: Sequence[int], pos, crd) -> int 
         if c.dim() != 1:
             return None
         if kind == _COMPRESSED:
-            if p.dim() != 1 or p.shape[0] != pcount + 1 or (not trusted and int(p[-1]) != c.shape[0]):
+            if p.dim() != 1 or p.shape[0] != pcount + 1 or (not trusted and _last(p) != c.shape[0]):
                 return None
         elif kind == _LOOSE:
             if p.dim() != 1 or p.shape[0] != 2 * pcount:
