@@ -9,7 +9,8 @@
 # model's fitting run (plugins/cuda_kernels/benchmarks/bench_s4.py --fit: $OUT/cost_h200_fit.json, to be
 # merged into sparsetorch_cuda/cost_h200.json by hand: it has no "mma" part). Results under $OUT,
 # named by TAG (default s9).
-#   SUITE_CASES=..., SUITE_TIMEOUT=..., TEST_TIMEOUT=..., TESTS=0 / SUITE=0 / HOST=0 / LLM=0 skip a part.
+#   SUITE_CASES=..., SUITE_TIMEOUT=..., TEST_TIMEOUT=..., TESTS=0 / SUITE=0 / HOST=0 / LLM=0 skip a part;
+#   EXTRA="a.sh b.sh": scripts run right after the setup (EXTRA_TIMEOUT each).
 set -u -o pipefail
 TAG=${TAG:-s9}
 OUT=${OUT:-/tmp/out}
@@ -19,6 +20,11 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH=/tmp/site
 fi
 source plugins/cuda_kernels/benchmarks/device_setup.sh
+# EXTRA: scripts run first, each under EXTRA_TIMEOUT (a helper's new kernel: its GPU tests and benchmark)
+for extra in ${EXTRA:-}; do
+  echo "== $extra"
+  timeout "${EXTRA_TIMEOUT:-70}" bash "$extra" 2>&1 | tail -25
+done
 if [ "${TESTS:-1}" = 1 ]; then
   # the NVRTC host-compile tests (CI runs them; uncached, ~9 s a module) are left out here by default: in
   # session 8's final call they took the whole test budget before any GPU test ran
