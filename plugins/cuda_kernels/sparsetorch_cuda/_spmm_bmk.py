@@ -34,6 +34,8 @@ BMK_FIXED_TILES = 2
 #: shared memory of the partial sums after the loop (64 x (128 + 4) floats), which reuse the stages
 _P_BYTES = 64 * (BM_ROWS + 4) * 4
 _NARGS = 17
+#: dynamic shared memory a block may take: spmm_bm's limit less the kernel's static word (the last-block flag)
+BMK_MAX_SMEM = BM_MAX_SMEM - 256
 
 
 def bmk_smem_bytes(slot: int, stages: int) -> int:
@@ -133,7 +135,7 @@ class BmkMixin:
         if v is None or v.dim() != 1 or v.data_ptr() % 16:
             return False
         lay = self._bm_layout()
-        return lay is not None and any(bmk_smem_bytes(lay["slot"], st) <= BM_MAX_SMEM for _, st, _ in BMK_VARIANTS.values())
+        return lay is not None and any(bmk_smem_bytes(lay["slot"], st) <= BMK_MAX_SMEM for _, st, _ in BMK_VARIANTS.values())
 
     def bmk_split(self, k: int) -> tuple[str, int]:
         """(variant, KS) for ``k`` columns of X: :func:`bmk_choose` over the variants whose shared memory
@@ -141,11 +143,11 @@ class BmkMixin:
         m, n = self.shape
         slot = self._bm_layout()["slot"]
         variants = (self._bmk_variant,) if self._bmk_variant else tuple(BMK_VARIANTS)
-        variants = tuple(v for v in variants if bmk_smem_bytes(slot, BMK_VARIANTS[v][1]) <= BM_MAX_SMEM) or variants
+        variants = tuple(v for v in variants if bmk_smem_bytes(slot, BMK_VARIANTS[v][1]) <= BMK_MAX_SMEM) or variants
 
         def cap(v: str) -> int:
             smem = bmk_smem_bytes(slot, BMK_VARIANTS[v][1])
-            return _capacity(v, smem, self.dtype, self.dev_index) if smem <= BM_MAX_SMEM else 0
+            return _capacity(v, smem, self.dtype, self.dev_index) if smem <= BMK_MAX_SMEM else 0
 
         return bmk_choose(m, n, k, variants, cap, self._bmk_split)
 
