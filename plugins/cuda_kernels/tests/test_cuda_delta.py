@@ -331,3 +331,218 @@ def test_tc_kernels_compile_on_the_host():
         for name in ("delta_tc8_b4", "delta_tc16_b4"):
             assert name.encode() + b"\x00" in cubin, (value, name)
 
+
+
+# --- the "range" kernels (session 11: work split by equal ranges of entries) ---------------------------------
+
+
+def _pack_words(gaps: torch.Tensor) -> torch.Tensor:
+    """DELTA(4) gaps bit-packed as the plan does (entry e: bits 4 (e % 8) of word e // 8; int32 words, four spare)."""
+    nnz = gaps.numel()
+    nw = -(-nnz // 8)
+    padded = torch.zeros(nw * 8, dtype=torch.int64)
+    padded[:nnz] = gaps
+    words = (padded.reshape(nw, 8) << (torch.arange(8) * 4)).sum(1)
+    words = torch.cat([words, words.new_zeros(4)])
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+
+
+def _range_rows(m: int, counts: list[int], n: int, seed: int) -> torch.Tensor:
+    """An (m, n) float64 matrix whose row r has counts[r] entries (random columns; values k / 4, k in +-1..8)."""
+    g = torch.Generator().manual_seed(seed)
+    D = torch.zeros(m, n, dtype=torch.float64)
+    for r, c in enumerate(counts):
+        cols = torch.randperm(n, generator=g)[:c]
+        D[r, cols] = torch.randint(1, 9, (c,), generator=g).double() * torch.where(torch.rand(c, generator=g) < 0.5, -1.0, 1.0) / 4
+    return D
+
+
+#: row lengths whose running sums hit multiples of 256 (the smallest range) often: rows ending exactly at a
+#: range's end, rows of exactly one / two ranges, empty rows between, a row of four ranges, short rows
+_BOUNDARY_COUNTS = [256, 0, 512, 100, 156, 300, 212, 0, 0, 1024, 7, 249, 256, 3, 1, 1, 251, 600, 1200, 0]
+
+
+def test_range_layout_reproduces_the_product():
+    # CPU: what the range kernel reads (rtab's first row and G before the range, off per row, the row
+    # pointers, the gap words), emulated entry by entry: every range starts at its first row, the column of
+    # entry e of row r is G(e) - off[r] in wrapping 32-bit arithmetic and lies in [0, n); every row cut by a
+    # range boundary gets exactly (b - 1) // E - a // E + 1 parts; the sums equal A @ x (dense float64)
+    from sparsetorch_cuda._delta import range_layout
+
+    cases = [(len(_BOUNDARY_COUNTS), 1500, None, 4224), (60, 3000, 0.5, 7), (33, 900, 0.1, 64), (4, 5, 0.0, 3),
+             (203, 1501, 0.05, 40), (1, 9, 1.0, 5), (80, 700, 0.3, 1)]
+    for m, n, dens, warps in cases:
+        if dens is None:
+            D = _range_rows(m, _BOUNDARY_COUNTS, n, 3)
+        else:
+            D = random_dense(m, n, dens, torch.float32, seed=m, empty_rows=3 if m > 4 else 0, long_rows=2 if m > 4 else 0)
+            D[:, n // 3: n // 3 + 20] = 0  # padding entries (gaps over 15)
+        A = to_format(D, DELTA(4), torch.float32, torch.int32, device="cpu")
+        rowptr, gaps = A.pos(1).long(), A.crd(1).long()
+        vals = A.values.double()
+        nnz = gaps.numel()
+        L = range_layout(rowptr.int(), _pack_words(gaps), nnz, m, warps)
+        E, R = int(L["E"]), int(L["ranges"])
+        assert E % 8 == 0 and E >= 256 and R == -(-nnz // E) and (R <= warps or E == 256)
+        rtab, off, empty = L["rtab"].long(), L["off"].long() & 0xFFFFFFFF, L["empty"].long()
+        assert rtab.shape == (R, 2) and off.shape == (m,) and L["ws"].numel() == 2 * max(m, 1) and not L["ws"].any()
+        assert torch.equal(empty, torch.nonzero(rowptr[1:] == rowptr[:-1]).flatten())
+        x = torch.randn(n, dtype=torch.float64, generator=torch.Generator().manual_seed(m))
+        y = torch.zeros(m, dtype=torch.float64)
+        parts = torch.zeros(m, dtype=torch.int64)
+        for g in range(R):
+            rb, re = g * E, min(g * E + E, nnz)
+            row = int(rtab[g, 0])
+            G = int(rtab[g, 1]) & 0xFFFFFFFF
+            assert int(rowptr[row]) <= rb < int(rowptr[row + 1])
+            touched = set()
+            for e in range(rb, re):
+                while int(rowptr[row + 1]) <= e:
+                    row += 1
+                G = (G + int(gaps[e]) + 1) & 0xFFFFFFFF
+                col = (G - int(off[row])) & 0xFFFFFFFF
+                assert col < n, (g, e, col)
+                y[row] += float(vals[e]) * float(x[col])
+                touched.add(row)
+            for r in touched:
+                parts[r] += 1
+        a, b = rowptr[:-1], rowptr[1:]
+        nonempty = b > a
+        want = torch.where(nonempty, (b - 1).clamp(min=0) // E - a // E + 1, torch.zeros_like(a))
+        assert torch.equal(parts, want)
+        assert rel_err(y, D @ x) < 1e-12, (m, n, dens)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("float16", "bfloat16"))
+@pytest.mark.parametrize("variant", ("range", "range1", "range3"))
+def test_range_matches_dense(variant, dtype):
+    # rows of 0 .. many ranges (the smallest range is 256 entries: long rows of 1501 / 4099 entries; 50 % / 10 %
+    # rows; rows shorter than a unit), rows ending exactly at a range boundary (_BOUNDARY_COUNTS), empty rows
+    # first, between and last, entries in the last columns, gaps over 15 (padding entries), int32 / int64 row
+    # pointers, an X at an odd address, k = 2 (the "packed" fallback), the replayed launch repeated (the
+    # workspace of the cut rows must be left zero by each launch)
+    cases = [(203, 1501, 0.05), (97, 2053, 0.5), (61, 4099, 0.1), (300, 37, 0.2), (3, 300, 0.9), (1, 9, 1.0),
+             (len(_BOUNDARY_COUNTS), 1500, None)]
+    for m, n, dens in cases:
+        if dens is None:
+            D = _range_rows(m, _BOUNDARY_COUNTS, n, 4)
+            D[-2, -1] = 0.5  # the last column
+        else:
+            D = random_dense(m, n, dens, dtype, seed=m + n, long_rows=4 if m > 50 else 0, empty_rows=9 if m > 50 else 0)
+        if m > 50:
+            D[0] = 0
+            D[-1] = 0
+            D[:, n // 3: n // 3 + 20] = 0  # a run of empty columns: padding entries
+            D[5, -3:] = 1.0  # entries in the last columns
+        for idx in (torch.int32, torch.int64):
+            A = to_format(D, DELTA(4), dtype, idx)
+            plan = _plan(A, variant)
+            assert plan.variant == variant and plan._tc_ok() and plan.ranges is not None
+            for k in (1, 2):
+                X = _x(n, k, dtype, 3 + k).cuda()
+                assert rel_err(plan.apply(X), D @ X.double().cpu()) < TOL[dtype], (m, idx, k)
+            buf = _x(n + 1, 1, dtype, 9).cuda()
+            X = buf[1:]
+            assert X.data_ptr() % 16 != 0
+            for _ in range(3):  # the first call records the launch, the others replay it
+                assert rel_err(plan.apply(X), D @ X.double().cpu()) < TOL[dtype], (m, idx)
+            assert not plan.ranges["ws"].any()  # the cut rows' sums and counters left zero
+
+
+@gpu
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("float16", "bfloat16"))
+def test_range_large_rows_and_many_ranges(dtype):
+    # E above its minimum (nnz over 256 entries per warp of the grid): 1200 x 4096 at 50 % (about 2.5 M
+    # entries, ranges of several hundred entries crossing rows anywhere), and rows of 0 .. 3 ranges
+    D = random_dense(1200, 4096, 0.5, dtype, seed=77, empty_rows=20, long_rows=30)
+    A = to_format(D, DELTA(4), dtype, torch.int32)
+    plan = _plan(A, "range")
+    assert int(plan.ranges["E"]) > 256
+    X = _x(4096, 1, dtype, 78).cuda()
+    ref = D @ X.double().cpu()
+    for _ in range(3):
+        assert rel_err(plan.apply(X), ref) < TOL[dtype]
+    assert not plan.ranges["ws"].any()
+
+
+@gpu
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("float16", "bfloat16"))
+def test_range_inf_nan_and_cuda_graph(dtype):
+    # rows of 0 .. 700 entries on even columns (rows start and end at every offset of a unit and of a range;
+    # rows span several ranges); inf / NaN in X at odd columns (no row stores them except through DELTA(4)'s
+    # explicit zero entries: those rows must come out NaN / inf, the others exact); then the product captured
+    # in a CUDA graph, X and the values changed in place, replayed several times
+    m, n = 71, 1400
+    g = torch.Generator().manual_seed(15)
+    D = torch.zeros(m, n, dtype=torch.float64)
+    for r in range(m):
+        c = (r * 97) % 701
+        cols = torch.randperm(n // 2, generator=g)[:c] * 2
+        D[r, cols] = torch.randint(1, 9, (c,), generator=g).double() * torch.where(torch.rand(c, generator=g) < 0.5, -1.0, 1.0) / 4
+    A = to_format(D, DELTA(4), dtype, torch.int32)
+    pos, gaps = A.pos(1).cpu().long(), A.crd(1).cpu().long()
+    rows = torch.repeat_interleave(torch.arange(m), pos[1:] - pos[:-1])
+    first = torch.cumsum(gaps + 1, 0) - 1
+    cols_stored = first - torch.where(pos[:-1] > 0, torch.cat([first.new_zeros(1), first])[pos[:-1]] + 1, 0)[rows]
+    hits = torch.zeros(m, dtype=torch.bool)
+    hits[rows[cols_stored % 2 == 1]] = True  # rows with a padding entry at an odd column
+    for variant in ("range", "range1"):
+        plan = _plan(A, variant)
+        X = _x(n, 1, dtype, 7)
+        X[1::2] = float("inf")
+        X[3::4] = float("nan")
+        ref = D @ torch.where(torch.isfinite(X), X, torch.zeros_like(X)).double()
+        Y = plan.apply(X.cuda()).double().cpu()
+        assert rel_err(Y[~hits], ref[~hits]) < TOL[dtype], variant
+        assert not torch.isfinite(Y[hits]).any()
+        assert not plan.ranges["ws"].any()  # a NaN part is taken out of the workspace too
+        Xf = _x(n, 1, dtype, 8).cuda()
+        plan.apply(Xf)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            Yg = plan.apply(Xf)
+        Xf.mul_(-2)
+        A.values.mul_(0.5)
+        for _ in range(3):
+            graph.replay()
+            torch.cuda.synchronize()
+            assert rel_err(Yg, D @ Xf.double().cpu() * 0.5) < TOL[dtype], variant
+        A.values.mul_(2)
+
+
+@gpu
+def test_range_falls_back_where_it_does_not_apply():
+    # float32 / DELTA(8) / X over 48 KB as 16-bit values: an explicit "range" keeps its name and runs the chunk kernel
+    for dtype, bits, n in ((torch.float32, 4, 900), (torch.float16, 8, 900), (torch.bfloat16, 4, 30000)):
+        D = random_dense(20, n, 0.3, dtype, seed=n + bits)
+        A = to_format(D, DELTA(bits), dtype, torch.int32)
+        plan = _plan(A, "range")
+        assert plan.variant == "range" and plan.ranges is None
+        X = _x(n, 1, dtype, 5).cuda()
+        assert rel_err(plan.apply(X), D @ X.double().cpu()) < TOL[dtype]
+
+
+@gpu
+def test_range_empty_matrix():
+    # no entries at all (no ranges): every row zero, in one launch of the range kernel
+    D = torch.zeros(33, 100, dtype=torch.float64)
+    A = to_format(D, DELTA(4), torch.float16, torch.int32)
+    plan = _plan(A, "range")
+    X = _x(100, 1, torch.float16, 2).cuda()
+    Y = torch.full((33, 1), 7.0, dtype=torch.float16, device="cuda")
+    plan._launch_delta(plan._values, X, Y, 1, True)
+    assert torch.count_nonzero(Y) == 0
+
+
+def test_range_kernels_compile_on_the_host():
+    # NVRTC alone (no GPU): the range kernels for both half types and both index types
+    from sparsetorch_cuda import compile as c
+
+    if c.nvrtc_missing() is not None:
+        pytest.skip(c.nvrtc_missing() or "")
+    for value in ("float16", "bfloat16"):
+        for index in ("int32", "int64"):
+            cubin = c.compile_cubin("delta", value, index, "sm_90")
+            for name in ("delta_range_b4", "delta_range1_b4", "delta_range3_b4"):
+                assert name.encode() + b"\x00" in cubin, (value, index, name)

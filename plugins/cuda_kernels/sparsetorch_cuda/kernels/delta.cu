@@ -824,4 +824,190 @@ __device__ __forceinline__ void delta_tc_body(int m, int n, int nnz, const idx_t
   }
 DELTA_TC(delta_tc8_b4, 8, 2)
 DELTA_TC(delta_tc16_b4, 16, 2)
+
+// ------------------------------------------------------------------------------------------------
+// DELTA(4), half types, one right-hand side: the "range" kernels (session 11, not a default). The work
+// is split by EQUAL RANGES OF ENTRIES, not by rows: warp w takes entries [w E, min(w E + E, nnz)) (E a
+// multiple of 8, so a range starts on a whole unit of 8 entries; the plan picks E so that the ranges
+// number at most the grid's warps: one range per warp, no loop), whatever rows they cross. Inside a
+// range the warp runs tc's steps (lane L on unit u0 + 32 * step + L: 16 bytes of values and one gap
+// word, PD steps' loads in flight; X as 16-bit values in shared memory; products on the tensor cores).
+//
+// Columns with no serial dependency on earlier ranges: let G(e) = sum over all entries e' <= e of
+// (gap + 1), modulo 2^32 (G(-1) = 0). The column of entry e of row r is G(e) - off[r], with
+// off[r] = G(rowptr[r] - 1) + 1 (the plan's per-row table; exact in wrapping 32-bit arithmetic, a
+// column being < 2^31), and the range's G(rb - 1) is the plan's rtab[w].y (rtab[w].x: the row of the
+// range's first entry). One unsegmented warp scan per step gives each lane G before its unit; a row
+// boundary inside a step changes only the offset subtracted. A step is run once per row it holds
+// (a warp-uniform loop): a step inside one row (the common case at issue 16's densities) once,
+// unmasked; the other passes masked as tc's edge steps are (values, X and gaps of the entries outside
+// the row zeroed; the lane holding the row's first entry starts at column -(its entries before it) - 1,
+// in the left pad), so an inf / NaN in X at a column the row does not store cannot reach the row.
+//
+// Row sums: a row whose entries all lie in one range is written directly; a row cut by range
+// boundaries touches parts = (b - 1) / E - a / E + 1 ranges ([a, b): its entries), each adding its
+// part (fp32) once into ws[row], then (after a fence) counting itself in cnt[row]; the part counted
+// last takes the sum (atomicExch to zero), resets the count and writes y[row]. The workspace (ws: m
+// floats, then cnt: m counters) is zeroed once by the plan and left zero by every complete launch,
+// so a product is ONE launch (no memset, no finishing kernel: CUDA-graph capturable, recorded and
+// replayed like tc's); two launches of one plan must not run concurrently (they share ws). Empty rows
+// (the plan's list) get zero from the grid's threads first. Needs, like tc, (n + 2 TC_PAD) * 2 bytes
+// of shared memory <= 48 KB (the host checks; otherwise the plan runs "chunk").
+
+// The warp's sum of a row's products (acc: tc's diagonal accumulators, reset here), written or combined.
+__device__ __forceinline__ void range_finish(float (&acc)[4], int lane, int row, int a, int b, int E, float* __restrict__ ws,
+                                             unsigned* __restrict__ cnt, val_t* __restrict__ y) {
+  const int r = lane >> 2;
+  float s = (lane & 3) == (r >> 1) ? ((r & 1) ? acc[1] : acc[0]) : 0.f;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(FULL, s, o);
+  acc[0] = acc[1] = acc[2] = acc[3] = 0.f;
+  if (lane != 0) return;
+  const unsigned parts = (unsigned)((b - 1) / E - a / E + 1);
+  if (parts == 1u) {  // the whole row lies in this range
+    y[row] = st(s);
+    return;
+  }
+  atomicAdd(ws + row, s);
+  __threadfence();
+  const unsigned t = atomicAdd(cnt + row, 1u);
+  if (t + 1u == parts) {  // the last part: every other part's add was made before its count
+    __threadfence();
+    const float tot = atomicExch(ws + row, 0.f);
+    atomicExch(cnt + row, 0u);
+    y[row] = st(tot);
+  }
+}
+
+template <int PD>
+__device__ __forceinline__ void delta_range_body(int m, int n, int nnz, int E, int R, int nempty, const idx_t* __restrict__ rowptr,
+                                                 const unsigned* __restrict__ gw, const val_t* __restrict__ val,
+                                                 const val_t* __restrict__ x, val_t* __restrict__ y, const int2* __restrict__ rtab,
+                                                 const unsigned* __restrict__ off, const int* __restrict__ empty,
+                                                 float* __restrict__ ws) {
+  typedef TcUnit<8> CU;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int lane = threadIdx.x & 31;
+  const int w = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < nempty; i += gridDim.x * blockDim.x) y[RO(empty + i)] = st(0.f);
+  const int rb = w < R ? (int)((long long)w * E) : 0;
+  const int re = w < R ? (int)min((long long)rb + E, (long long)nnz) : 0;
+  const int ub0 = rb >> 3, ub1 = (re + 7) >> 3;  // the range's units [ub0, ub1)
+  CU buf[PD];  // the next PD steps' units, loaded before X is copied (their latency overlaps the copy)
+#pragma unroll
+  for (int p = 0; p < PD; ++p) {
+    buf[p].v.q[0] = make_uint4(0u, 0u, 0u, 0u);  // lanes past the range: defined zeros (masked anyway)
+    buf[p].w[0] = 0u;
+    if (ub0 + 32 * p + lane < ub1) tc_load<8>(gw, val, ub0 + 32 * p + lane, nnz, buf[p]);
+  }
+  {  // X as 16-bit values between two pads of TC_PAD zeros (as tc)
+    unsigned short* sx = reinterpret_cast<unsigned short*>(smem_raw);
+    unsigned short* dst = sx + TC_PAD;
+    const unsigned short* xh = reinterpret_cast<const unsigned short*>(x);
+    int done = 0;
+    if ((reinterpret_cast<size_t>(x) & 15) == 0) {
+      const int nq = n >> 3;
+      for (int t = threadIdx.x; t < nq; t += blockDim.x) reinterpret_cast<uint4*>(dst)[t] = RO(reinterpret_cast<const uint4*>(x) + t);
+      done = nq << 3;
+    }
+    for (int t = done + threadIdx.x; t < n; t += blockDim.x) dst[t] = RO(xh + t);
+    for (int t = threadIdx.x; t < TC_PAD; t += blockDim.x) {
+      sx[t] = 0;
+      dst[n + t] = 0;
+    }
+    __syncthreads();
+  }
+  if (w >= R) return;
+  unsigned* cnt = reinterpret_cast<unsigned*>(ws + m);
+  const unsigned xs0 = (unsigned)__cvta_generic_to_shared(smem_raw) + 2u * TC_PAD;  // X[0]
+  const int2 rt = RO(rtab + w);
+  int row = rt.x;  // the current row (warp-uniform), its entries [a, b)
+  int a = (int)RO(rowptr + row), b = (int)RO(rowptr + row + 1);
+  unsigned offr = RO(off + row);
+  unsigned gstep = (unsigned)rt.y;  // G before the step's first entry
+  bool open = true;                 // row has entries in this range not yet summed
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int ub = ub0, sb = rb; ub < ub1; ub += 32, sb += 256) {
+    const int u = ub + lane;
+    const int e0 = u << 3;
+    const CU cur = buf[0];
+#pragma unroll
+    for (int p = 0; p + 1 < PD; ++p) buf[p] = buf[p + 1];
+    if (u + 32 * PD < ub1) tc_load<8>(gw, val, u + 32 * PD, nnz, buf[PD - 1]);
+    const int se = min(sb + 256, re);  // the step's entries [sb, se)
+    unsigned P2, E2;
+    {
+      const unsigned lo = cur.w[0] & 0x0F0F0F0Fu, hi = (cur.w[0] >> 4) & 0x0F0F0F0Fu;
+      P2 = (lo + hi) * 0x02020202u;  // byte j: 2 * (gap sum over entries 0 .. 2 j + 1)
+      E2 = P2 - (hi << 1);           // byte j: 2 * (gap sum over entries 0 .. 2 j)
+    }
+    const int tot = u < ub1 ? (int)(P2 >> 25) + 8 : 0;  // sum of gap + 1 over the unit
+    int inc = tot;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) tc_scan_add(inc, o);
+    const unsigned gl = gstep + (unsigned)(inc - tot);  // G before the lane's first entry
+    gstep += (unsigned)__shfl_sync(FULL, inc, 31);
+    if (a <= sb && b >= sb + 256 && sb + 256 <= re) {  // warp-uniform: the whole step in one row, no mask
+      unsigned none[4];
+      tc_unit<8, false>(cur, &P2, &E2, xs0 + 2u * (gl - offr), none, acc);
+      if (b > sb + 256) continue;  // the row goes on
+    } else {
+      for (;;) {  // the rows holding entries of [sb, se), one masked pass each
+        const int lo_ = max(a, sb), hi_ = min(b, se);
+        const int s0 = min(max(lo_ - e0, 0), 8), s1 = min(max(hi_ - e0, 0), 8);
+        const bool act = s0 < s1;  // the lane holds entries of this row
+        unsigned k = 0u;
+        if (act) k = (unsigned)((~0ull << (4 * s0)) & ~(~0ull << (4 * s1)));
+        CU mc = cur;
+        mc.w[0] &= k;
+        unsigned mask[4];
+        mask[0] = tc_prmt(k << 4, k, 0xCC88u);  // halves: entries 2 j (nibble 2 j), 2 j + 1 (nibble 2 j + 1)
+        mask[1] = tc_prmt(k << 4, k, 0xDD99u);
+        mask[2] = tc_prmt(k << 4, k, 0xEEAAu);
+        mask[3] = tc_prmt(k << 4, k, 0xFFBBu);
+        const unsigned lo = mc.w[0] & 0x0F0F0F0Fu, hi = (mc.w[0] >> 4) & 0x0F0F0F0Fu;
+        const unsigned P2m = (lo + hi) * 0x02020202u, E2m = P2m - (hi << 1);
+        // the column before the lane's first entry: from G inside the row; -(entries before the row) - 1 in its first unit
+        const int col = !act ? -1 : (e0 < lo_ ? -(lo_ - e0) - 1 : (int)(gl - offr));
+        tc_unit<8, true>(mc, &P2m, &E2m, xs0 + 2u * (unsigned)col, mask, acc);
+        if (b > se) break;  // the row goes on past this step
+        range_finish(acc, lane, row, a, b, E, ws, cnt, y);
+        open = false;
+        if (b >= re) break;  // the range's last row
+        do {                 // the next row with entries (one exists: b < nnz)
+          ++row;
+        } while ((int)RO(rowptr + row + 1) == b);
+        a = b;
+        b = (int)RO(rowptr + row + 1);
+        offr = RO(off + row);
+        open = true;
+        if (a >= se) break;  // it starts in the next step
+      }
+      continue;
+    }
+    // the fast step ended the row exactly at the step's end
+    range_finish(acc, lane, row, a, b, E, ws, cnt, y);
+    open = false;
+    if (b >= re) break;
+    do {
+      ++row;
+    } while ((int)RO(rowptr + row + 1) == b);
+    a = b;
+    b = (int)RO(rowptr + row + 1);
+    offr = RO(off + row);
+    open = true;
+  }
+  if (open) range_finish(acc, lane, row, a, b, E, ws, cnt, y);  // the row goes on in the next range
+}
+
+// delta_range_b4 (PD = 2 steps' loads in flight), delta_range1_b4 (PD = 1), delta_range3_b4 (PD = 3); the host passes (n + 2 TC_PAD) * 2 bytes
+#define DELTA_RANGE(NAME, PD)                                                                                        \
+  extern "C" __global__ void __launch_bounds__(DELTA_CHUNK_BLOCK, 2)                                                 \
+      NAME(i64 m, i64 n, i64 nnz, i64 E, i64 R, i64 nempty, const idx_t* rowptr, const unsigned* gw, const val_t* val, \
+           const val_t* x, val_t* y, const int2* rtab, const unsigned* off, const int* empty, float* ws) {             \
+    delta_range_body<PD>((int)m, (int)n, (int)nnz, (int)E, (int)R, (int)nempty, rowptr, gw, val, x, y, rtab, off, empty, ws); \
+  }
+DELTA_RANGE(delta_range_b4, 2)
+DELTA_RANGE(delta_range1_b4, 1)
+DELTA_RANGE(delta_range3_b4, 3)
 #endif
