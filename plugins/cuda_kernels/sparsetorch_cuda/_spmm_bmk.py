@@ -24,7 +24,8 @@ from .launch import kernel
 from .layout import _sm_count
 
 #: compiled block shapes: kernel name -> (WK (threads 128 WK), pipeline stages, relative time per column tile)
-BMK_VARIANTS: dict[str, tuple[int, int, float]] = {"bmk": (2, 4, 0.75), "bmk1": (1, 3, 1.0)}
+#: (weights not measured: bmk / bmk1 as spmm_bm's bm / bm1; bmk2, two stages, guessed 1.25)
+BMK_VARIANTS: dict[str, tuple[int, int, float]] = {"bmk": (2, 4, 0.75), "bmk1": (1, 3, 1.0), "bmk2": (1, 2, 1.25)}
 #: "auto" runs spmm_bmk where this is True (never until measured; the integrator's switch)
 BMK_AUTO = False
 #: fewest column tiles per block the split leaves (more splits than T / this are not made)

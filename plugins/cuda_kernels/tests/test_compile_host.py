@@ -50,7 +50,7 @@ EXPECTED_SM90["spmm_sp"] = [f"{c}_s{s}" for c in _SP for s in (2, 4, 8)]
 # session 10: the bitmap tensor-core SpMM (_spmm_bm.BM_SPLITS)
 EXPECTED_HALF["spmm_bm"] = ["spmm_bm_s1", "spmm_bm1_s1"]
 EXPECTED_SM90["spmm_bm"] = [f"spmm_{v}_s{s}" for v in ("bm", "bm1") for s in (2, 3, 4, 6, 8)]
-EXPECTED_HALF["spmm_bmk"] = ["spmm_bmk", "spmm_bmk1"]  # split-K without clusters (_spmm_bmk.BMK_VARIANTS)
+EXPECTED_HALF["spmm_bmk"] = ["spmm_bmk", "spmm_bmk1", "spmm_bmk2"]  # split-K without clusters (_spmm_bmk.BMK_VARIANTS)
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])

@@ -4,7 +4,7 @@
 // by the host so the blocks make one wave. Python side: _spmm_bmk.py.
 //
 // Each block accumulates its column-tile range [T rank / KS, T (rank + 1) / KS) in registers (the
-// four-stage (three-stage for bmk1) cp.async pipeline of spmm_bm: X^T tile, the 128 rows' bitmaps and
+// four-stage (three for bmk1, two for bmk2) cp.async pipeline of spmm_bm: X^T tile, the 128 rows' bitmaps and
 // the rows' runs of values, two tiles in flight ahead of the products), sums its warps' halves in shared
 // memory and then, for KS > 1, adds its 128 x 64 float32 partial into the float32 workspace ws
 // (k x mp, row stride mp) with red.global.add(.v4 on sm_90).f32; after a fence it takes a ticket on
@@ -305,7 +305,8 @@ __device__ __forceinline__ void spmm_bmk_body(int m, int n, int k, int T, int mp
 
 #if VAL_KIND <= 1
 // spmm_bmk: 8 warps (WK = 2: each warp one 32-column half of every tile), four stages, up to 2 blocks per SM;
-// spmm_bmk1: 4 warps (WK = 1), three stages, up to 4 blocks per SM
+// spmm_bmk1: 4 warps (WK = 1), three stages, up to 4 blocks per SM; spmm_bmk2: 4 warps, two stages (double
+// buffering: tile t + 1's copies during tile t's products), the smallest shared memory (more blocks per SM)
 #define SPMM_BMK(NAME, WK, NST, MINB)                                                                                  \
   extern "C" __global__ void __launch_bounds__(128 * WK, MINB)                                                        \
       NAME(i64 m, i64 n, i64 k, i64 T, i64 mp, i64 slot, const int* rowptr, const unsigned short* toff,               \
@@ -316,4 +317,5 @@ __device__ __forceinline__ void spmm_bmk_body(int m, int n, int k, int T, int mp
   }
 SPMM_BMK(spmm_bmk, 2, 4, 2)
 SPMM_BMK(spmm_bmk1, 1, 3, 4)
+SPMM_BMK(spmm_bmk2, 1, 2, 4)
 #endif
