@@ -126,7 +126,9 @@ class BmkMixin:
 
     def _bmk_ok(self, k: int) -> bool:
         """Whether the k >= MMA_MIN_K product runs spmm_bmk: :attr:`mma_kernel` "bmk" (or "auto" with
-        BMK_AUTO), half precision, CSR / generic, 16-byte aligned values, spmm_bm's layout applies and fits."""
+        BMK_AUTO), half precision, CSR / generic, 16-byte aligned values, spmm_bm's layout applies and fits, and
+        not a first call for this k inside a CUDA-graph capture (the workspace would live in the graph's pool;
+        such a call runs the next kernel in line, correct but slower)."""
         kind = getattr(self, "mma_kernel", "auto")
         if kind != "bmk" and not (kind == "auto" and BMK_AUTO):
             return False
@@ -135,6 +137,8 @@ class BmkMixin:
         v = self._values
         if v is None or v.dim() != 1 or v.data_ptr() % 16:
             return False
+        if k not in self.__dict__.get("_bmk_ws", {}) and torch.cuda.is_current_stream_capturing():
+            return False  # its workspace would be the graph's memory: first calls outside a capture make it
         lay = self._bm_layout()
         return lay is not None and any(bmk_smem_bytes(lay["slot"], st) <= BMK_MAX_SMEM for _, st, _ in BMK_VARIANTS.values())
 

@@ -244,3 +244,25 @@ def test_auto_never_runs_bmk():
     x = random_x(64, 1024, torch.float16, 2)
     assert rel_err(p.apply(x.cuda().mT).mT, x.double() @ D.T) < TOL[torch.float16]
     assert not p.__dict__.get("_bmk_ws")
+
+
+@gpu
+def test_bmk_first_call_inside_a_capture_is_still_right():
+    dtype = torch.float16
+    m, n = 600, 1024
+    D = random_dense(m, n, 0.1, dtype, seed=12)
+    A, p = _plan(D, dtype)
+    x = random_x(64, n, dtype, 3).cuda()
+    _ = p._mma_layout(), p._bm_layout()  # pattern data made outside the capture
+    p.mma_kernel = "tile"
+    p.apply(x.mT)  # the fallback kernel (the tile kernel, mma_kernel "bmk" after bm / sp / fl decline) loaded
+    p.mma_kernel = "bmk"
+    p._prepared.clear()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = p.apply(x.mT)  # no workspace yet: spmm_bmk declines inside the capture
+    g.replay()
+    torch.cuda.synchronize()
+    assert rel_err(y.mT, x.double().cpu() @ D.T) < TOL[dtype]
+    assert not p.__dict__.get("_bmk_ws")
