@@ -282,8 +282,7 @@ def range_layout(rowptr: torch.Tensor, words: torch.Tensor, nnz: int, m: int, wa
 
     starts = torch.arange(ranges, device=dev, dtype=i64) * E
     rfirst = (torch.searchsorted(r64, starts, right=True) - 1).clamp(0, max(m - 1, 0))
-    rtab = torch.stack([rfirst, before(starts)], 1)
-    rtab = torch.stack([rfirst.to(torch.int32), _wrap32(rtab[:, 1])], 1).contiguous()
+    rtab = torch.stack([rfirst.to(torch.int32), _wrap32(before(starts))], 1).contiguous()
     off = _wrap32(before(r64[:m]) + 1).contiguous()
     empty = torch.nonzero(r64[1:] == r64[:-1]).flatten().to(torch.int32).contiguous()
     ws = torch.zeros(2 * max(m, 1), dtype=torch.int32, device=dev)

@@ -546,3 +546,169 @@ def test_range_kernels_compile_on_the_host():
             cubin = c.compile_cubin("delta", value, index, "sm_90")
             for name in ("delta_range_b4", "delta_range1_b4", "delta_range3_b4"):
                 assert name.encode() + b"\x00" in cubin, (value, index, name)
+
+
+def _emulate_range_kernel(L: dict, rowptr: list[int], words: list[int], vals: list[float], x: list[float], m: int, n: int,
+                          nnz: int) -> list[float]:
+    """delta_range_body (kernels/delta.cu) lane by lane in Python: the same step loop, fast and masked passes,
+    byte-packed column offsets (P2 / E2) and shared-memory columns (asserted inside X's pads), the cut rows'
+    parts combined by count. Returns y."""
+    pad, M32 = 32, 0xFFFFFFFF
+    E, R = int(L["E"]), int(L["ranges"])
+    rtab = [(int(a), int(b) & M32) for a, b in L["rtab"].tolist()]
+    off = [int(v) & M32 for v in L["off"].tolist()]
+    y = [float("nan")] * m
+    for r in L["empty"].tolist():
+        y[r] = 0.0
+    ws, cnt = [0.0] * m, [0] * m
+
+    def gather(wd: int, e0: int, col: int, keep: list[bool]) -> float:  # tc_unit: one lane's unit
+        lo, hi = wd & 0x0F0F0F0F, (wd >> 4) & 0x0F0F0F0F
+        P2 = ((lo + hi) * 0x02020202) & M32
+        E2 = (P2 - (hi << 1)) & M32
+        s = 0.0
+        for j in range(4):
+            for t, byte in ((2 * j, (E2 >> (8 * j)) & 255), (2 * j + 1, (P2 >> (8 * j)) & 255)):
+                c = col + byte // 2 + t + 1
+                assert -pad <= c < n + pad, (e0, t, c)
+                if keep[t]:
+                    xv = x[c] if 0 <= c < n else 0.0
+                    s += (vals[e0 + t] if e0 + t < nnz else 0.0) * xv
+        return s
+
+    def finish(row: int, a: int, b: int, s: float) -> None:
+        parts = (b - 1) // E - a // E + 1
+        if parts == 1:
+            y[row] = s
+            return
+        ws[row] += s
+        cnt[row] += 1
+        if cnt[row] == parts:
+            y[row], ws[row], cnt[row] = ws[row], 0.0, 0
+
+    for w in range(R):
+        rb, re = w * E, min(w * E + E, nnz)
+        ub0, ub1 = rb >> 3, (re + 7) >> 3
+        row, gstep = rtab[w]
+        a, b = rowptr[row], rowptr[row + 1]
+        offr = off[row]
+        is_open, acc = True, 0.0
+        ub, sb = ub0, rb
+        while ub < ub1:
+            se = min(sb + 256, re)
+            lanes = []
+            for lane in range(32):
+                u = ub + lane
+                wd = words[u] & M32 if u < ub1 else 0
+                lo, hi = wd & 0x0F0F0F0F, (wd >> 4) & 0x0F0F0F0F
+                tot = ((((lo + hi) * 0x02020202) & M32) >> 25) + 8 if u < ub1 else 0
+                lanes.append((u, wd, tot))
+            incl, run = [], 0
+            for _, _, tot in lanes:
+                run += tot
+                incl.append(run)
+            gl = [(gstep + incl[i] - lanes[i][2]) & M32 for i in range(32)]
+            gstep = (gstep + incl[31]) & M32
+            done = False  # the step's row loop ended the range
+            if a <= sb and b >= sb + 256 and sb + 256 <= re:
+                for i, (u, wd, _) in enumerate(lanes):
+                    c = (gl[i] - offr) & M32
+                    c = c - 2**32 if c >= 2**31 else c
+                    acc += gather(wd, u * 8, c, [True] * 8)
+                if b > sb + 256:
+                    ub, sb = ub + 32, sb + 256
+                    continue
+                finish(row, a, b, acc)
+                acc, is_open = 0.0, False
+                if b >= re:
+                    break
+                row += 1
+                while rowptr[row + 1] == b:
+                    row += 1
+                a, b, offr, is_open = b, rowptr[row + 1], off[row], True
+            else:
+                while True:
+                    lo_, hi_ = max(a, sb), min(b, se)
+                    for i, (u, wd, _) in enumerate(lanes):
+                        e0 = u * 8
+                        s0, s1 = min(max(lo_ - e0, 0), 8), min(max(hi_ - e0, 0), 8)
+                        act = s0 < s1
+                        keep = [act and s0 <= t < s1 for t in range(8)]
+                        k = sum(15 << (4 * t) for t in range(8) if keep[t])
+                        if not act:
+                            c = -1
+                        elif e0 < lo_:
+                            c = -(lo_ - e0) - 1
+                        else:
+                            c = (gl[i] - offr) & M32
+                            c = c - 2**32 if c >= 2**31 else c
+                        acc += gather(wd & k, e0, c, keep)
+                    if b > se:
+                        break
+                    finish(row, a, b, acc)
+                    acc, is_open = 0.0, False
+                    if b >= re:
+                        done = True
+                        break
+                    row += 1
+                    while rowptr[row + 1] == b:
+                        row += 1
+                    a, b, offr, is_open = b, rowptr[row + 1], off[row], True
+                    if a >= se:
+                        break
+                if done:
+                    break
+            ub, sb = ub + 32, sb + 256
+        if is_open:
+            finish(row, a, b, acc)
+    assert not any(ws) and not any(cnt)
+    return y
+
+
+def test_range_kernel_emulated_on_the_cpu():
+    # CPU: the kernel's own control flow and arithmetic (above) on the plan's tables: every row written once,
+    # every shared-memory column inside X's pads, A @ x reproduced; inf / NaN at columns no row stores stay out
+    # of the rows (explicit zero entries at such columns give NaN there, as IEEE says)
+    from sparsetorch_cuda._delta import range_layout
+
+    cases = [(len(_BOUNDARY_COUNTS), 1500, None, 4224), (60, 3000, 0.5, 7), (33, 900, 0.1, 64), (4, 5, 0.0, 3),
+             (203, 1501, 0.05, 40), (1, 9, 1.0, 5), (300, 37, 0.2, 4224), ("even", 600, None, 4224)]
+    for m, n, dens, warps in cases:
+        bad = None
+        if m == "even":  # rows of 0 .. 299 entries on even columns; inf / NaN at the odd ones
+            m = 71
+            g = torch.Generator().manual_seed(5)
+            D = torch.zeros(m, n, dtype=torch.float64)
+            for r in range(m):
+                c = (r * 37) % 300
+                D[r, torch.randperm(n // 2, generator=g)[:c] * 2] = 1.0 + torch.rand(c, generator=g, dtype=torch.float64)
+            D = D.float().double()  # the stored float32 values
+            bad = torch.arange(n) % 2 == 1
+        elif dens is None:
+            D = _range_rows(m, _BOUNDARY_COUNTS, n, 3)
+        else:
+            D = random_dense(m, n, dens, torch.float32, seed=m + 1, empty_rows=3 if m > 4 else 0, long_rows=2 if m > 4 else 0)
+        A = to_format(D, DELTA(4), torch.float32, torch.int32, device="cpu")
+        rowptr, gaps = A.pos(1).long(), A.crd(1).long()
+        nnz = gaps.numel()
+        words = _pack_words(gaps)
+        L = range_layout(rowptr.int(), words, nnz, m, warps)
+        x = torch.randn(n, dtype=torch.float64, generator=torch.Generator().manual_seed(n))
+        xs = x.clone()
+        if bad is not None:
+            xs[bad] = float("inf")
+            xs[3::4] = float("nan")
+        y = torch.tensor(_emulate_range_kernel(L, rowptr.tolist(), words.tolist(), A.values.double().tolist(), xs.tolist(),
+                                               m, n, nnz), dtype=torch.float64)
+        ref = D @ x
+        if bad is None:
+            assert rel_err(y, ref) < 1e-12, (m, n, dens)
+            continue
+        first = torch.cumsum(gaps + 1, 0) - 1
+        rows = torch.repeat_interleave(torch.arange(m), rowptr[1:] - rowptr[:-1])
+        cols = first - torch.where(rowptr[:-1] > 0, torch.cat([first.new_zeros(1), first])[rowptr[:-1]] + 1, 0)[rows]
+        hits = torch.zeros(m, dtype=torch.bool)
+        hits[rows[bad[cols]]] = True
+        assert hits.any() and (~hits).sum() > 20
+        assert not torch.isfinite(y[hits]).any()
+        assert rel_err(y[~hits], ref[~hits]) < 1e-12
