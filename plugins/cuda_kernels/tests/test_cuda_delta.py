@@ -592,6 +592,18 @@ def _emulate_range_kernel(L: dict, rowptr: list[int], words: list[int], vals: li
         row, gstep = rtab[w]
         a, b = rowptr[row], rowptr[row + 1]
         offr = off[row]
+        nb = rowptr[row + 2] if row + 2 <= m else b  # the next row's end and offset, loaded a row ahead
+        noff = off[row + 1] if row + 1 < m else 0
+
+        def next_row(row: int, a: int, b: int, nb: int, noff: int, offr: int) -> tuple[int, int, int, int, int]:
+            if nb > b:
+                row, b, offr = row + 1, nb, noff
+            else:
+                row += 1
+                while rowptr[row + 1] == a:
+                    row += 1
+                b, offr = rowptr[row + 1], off[row]
+            return row, b, offr, rowptr[row + 2] if row + 2 <= m else b, off[row + 1] if row + 1 < m else 0
         is_open, acc = True, 0.0
         ub, sb = ub0, rb
         while ub < ub1:
@@ -622,10 +634,9 @@ def _emulate_range_kernel(L: dict, rowptr: list[int], words: list[int], vals: li
                 acc, is_open = 0.0, False
                 if b >= re:
                     break
-                row += 1
-                while rowptr[row + 1] == b:
-                    row += 1
-                a, b, offr, is_open = b, rowptr[row + 1], off[row], True
+                a = b
+                row, b, offr, nb, noff = next_row(row, a, b, nb, noff, offr)
+                is_open = True
             else:
                 while True:
                     lo_, hi_ = max(a, sb), min(b, se)
@@ -650,10 +661,9 @@ def _emulate_range_kernel(L: dict, rowptr: list[int], words: list[int], vals: li
                     if b >= re:
                         done = True
                         break
-                    row += 1
-                    while rowptr[row + 1] == b:
-                        row += 1
-                    a, b, offr, is_open = b, rowptr[row + 1], off[row], True
+                    a = b
+                    row, b, offr, nb, noff = next_row(row, a, b, nb, noff, offr)
+                    is_open = True
                     if a >= se:
                         break
                 if done:

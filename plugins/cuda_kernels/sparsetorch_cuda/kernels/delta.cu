@@ -924,6 +924,24 @@ __device__ __forceinline__ void delta_range_body(int m, int n, int nnz, int E, i
   int row = rt.x;  // the current row (warp-uniform), its entries [a, b)
   int a = (int)RO(rowptr + row), b = (int)RO(rowptr + row + 1);
   unsigned offr = RO(off + row);
+  // the next row's end and offset, loaded a row ahead (an empty next row: nb == b, the search below)
+  int nb = row + 2 <= m ? (int)RO(rowptr + row + 2) : b;
+  unsigned noff = row + 1 < m ? RO(off + row + 1) : 0u;
+  auto next_row = [&]() {  // the next row with entries (one exists: b < nnz); a = b, its start
+    if (nb > b) {
+      ++row;
+      b = nb;
+      offr = noff;
+    } else {
+      do {
+        ++row;
+      } while ((int)RO(rowptr + row + 1) == a);
+      b = (int)RO(rowptr + row + 1);
+      offr = RO(off + row);
+    }
+    nb = row + 2 <= m ? (int)RO(rowptr + row + 2) : b;
+    noff = row + 1 < m ? RO(off + row + 1) : 0u;
+  };
   unsigned gstep = (unsigned)rt.y;  // G before the step's first entry
   bool open = true;                 // row has entries in this range not yet summed
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
@@ -974,12 +992,8 @@ __device__ __forceinline__ void delta_range_body(int m, int n, int nnz, int E, i
         range_finish(acc, lane, row, a, b, E, ws, cnt, y);
         open = false;
         if (b >= re) break;  // the range's last row
-        do {                 // the next row with entries (one exists: b < nnz)
-          ++row;
-        } while ((int)RO(rowptr + row + 1) == b);
         a = b;
-        b = (int)RO(rowptr + row + 1);
-        offr = RO(off + row);
+        next_row();
         open = true;
         if (a >= se) break;  // it starts in the next step
       }
@@ -989,12 +1003,8 @@ __device__ __forceinline__ void delta_range_body(int m, int n, int nnz, int E, i
     range_finish(acc, lane, row, a, b, E, ws, cnt, y);
     open = false;
     if (b >= re) break;
-    do {
-      ++row;
-    } while ((int)RO(rowptr + row + 1) == b);
     a = b;
-    b = (int)RO(rowptr + row + 1);
-    offr = RO(off + row);
+    next_row();
     open = true;
   }
   if (open) range_finish(acc, lane, row, a, b, E, ws, cnt, y);  // the row goes on in the next range
