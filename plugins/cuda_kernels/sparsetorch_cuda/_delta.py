@@ -56,6 +56,8 @@ TILE = 256
 #: the default DELTA variant of a plan whose offsets fit 32 bits
 DELTA_PLAN_DEFAULT = "chunk"
 #: the default of such a plan for DELTA(4) in float16 / bfloat16 when X fits shared memory as 16-bit values
+#: (session 11: "range" is the candidate to replace it, once results/cuda_delta_h200_s10_range.json shows it
+#: faster than "tc" and the range tests of test_cuda_delta.py pass on a GPU)
 DELTA_HALF_DEFAULT = "tc"
 #: threads per block of the chunk kernels (kernels/delta.cu DELTA_CHUNK_BLOCK) and the pads of X
 CHUNK_BLOCK = 512

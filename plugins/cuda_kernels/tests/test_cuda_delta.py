@@ -5,7 +5,8 @@ step, gaps wider than b bits (the format's padding entries), a misaligned X, sev
 sides (the "packed" fallback), the plan's replayed launch and the bound ``Matmul.execute``; the
 DELTA(4) "tile" kernels (half types) likewise, and their layout (plan-built, checked on the CPU); the
 DELTA(4) "tc" kernels (half types, products on the tensor cores; the default there) likewise, also
-under CUDA-graph capture."""
+under CUDA-graph capture; the DELTA(4) "range" kernels (half types, the work split by equal ranges of
+entries) likewise, their tables (plan-built) and their control flow emulated lane by lane on the CPU."""
 
 from __future__ import annotations
 
