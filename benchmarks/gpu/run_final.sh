@@ -45,11 +45,11 @@ if [ "${HOST:-1}" = 1 ]; then
   timeout "${HOST_TIMEOUT:-90}" python3 plugins/cuda_kernels/benchmarks/bench_s7b.py --cases host --out "$OUT" \
     --prefix "host_h200_${TAG}" 2>&1 | tail -40
 fi
-if [ "${LLM:-1}" = 1 ]; then
-  timeout "${LLM_TIMEOUT:-150}" python3 benchmarks/bench_llm_gpu.py --out "$OUT/llm_h200_${TAG}_final.json" \
-    ${LLM_ARGS:---no-backward --sparsities 90%,2:4 --batches 1,64 --repeats 15} 2>&1 | tail -30
-fi
 if [ "${FIT:-0}" = 1 ]; then
   timeout "${FIT_TIMEOUT:-150}" python3 plugins/cuda_kernels/benchmarks/bench_s4.py --out "$OUT" --prefix "cuda_kernels_h200_${TAG}_fit" \
     --fit "$OUT/cost_h200_fit.json" 2>&1 | tail -20
+fi
+if [ "${LLM:-1}" = 1 ]; then
+  timeout "${LLM_TIMEOUT:-150}" python3 benchmarks/bench_llm_gpu.py --out "$OUT/llm_h200_${TAG}_final.json" \
+    ${LLM_ARGS:---no-backward --sparsities 90%,2:4 --batches 1,64 --repeats 15} 2>&1 | tail -30
 fi
