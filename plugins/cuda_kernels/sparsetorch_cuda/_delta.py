@@ -8,9 +8,7 @@ memory as float, eight 4-bit gaps summed with one multiply); for DELTA(4) in the
 "tile" kernels (``delta_t_b4*``: consecutive lanes take consecutive entries of a row's tiles of 256,
 the gaps re-packed per tile by :meth:`DeltaMixin._tile_layout`); for DELTA(4) in the half types with
 X in shared memory, the "tc" kernels (``delta_tc<U>_b4``, session 10: the chunk layout with X as 16-bit
-values and the products on the tensor cores), the default there; likewise the "range" kernels
-(``delta_range*_b4``, session 11: tc's steps with the work split by equal ranges of entries, not by rows,
-the per-range / per-row tables built by :func:`range_layout`; not a default)."""
+values and the products on the tensor cores), the default there."""
 
 from __future__ import annotations
 
@@ -21,8 +19,8 @@ from sparsetorch import InputError
 from .launch import kernel
 from .layout import BLOCK, DELTA_SMEM_BLOCK, DELTA_SMEM_BYTES, DELTA_VARIANTS, ROW_KERNEL_BLOCK, _sm_count
 
-__all__ = ["DeltaMixin", "CHUNK_VARIANTS", "TILE_VARIANTS", "TC_VARIANTS", "RANGE_VARIANTS", "DELTA_PLAN_DEFAULT",
-           "DELTA_HALF_DEFAULT", "tile_layout", "range_layout"]
+__all__ = ["DeltaMixin", "CHUNK_VARIANTS", "TILE_VARIANTS", "TC_VARIANTS", "DELTA_PLAN_DEFAULT", "DELTA_HALF_DEFAULT",
+           "tile_layout"]
 
 #: the "chunk" kernels (kernels/delta.cu, k = 1 only; k > 1 runs "packed"): "chunk" takes units of
 #: 8 entries per lane, "chunk8" / "chunk16" fix the unit;
@@ -42,11 +40,6 @@ TILE_VARIANTS = ("tile", "tile_f", "tile_p1")
 #: 8192^2): as fast as "chunk" within noise (fp16 50 %: 31.2 us against 31.3-31.8; 10 %: 11.1-11.2 against 11.3),
 #: with half its shared memory; "tc16" 32.4 us at 50 %
 TC_VARIANTS = ("tc", "tc8", "tc16")
-#: the "range" kernels (kernels/delta.cu, session 11; the same conditions as "tc", otherwise the plan runs
-#: "chunk"): a warp per range of equal entries (:func:`range_layout`), tc's steps inside it, rows cut by a range
-#: boundary combined in a float32 workspace of the plan (self-resetting: one launch per product).
-#: "range": two steps' loads in flight, "range1" one, "range3" three. Not yet measured on a GPU
-RANGE_VARIANTS = ("range", "range1", "range3")
 #: zero entries either side of X in shared memory (kernels/delta.cu TC_PAD: at least twice the unit)
 TC_PAD = 32
 #: the unit of the "tc" variant
@@ -56,8 +49,6 @@ TILE = 256
 #: the default DELTA variant of a plan whose offsets fit 32 bits
 DELTA_PLAN_DEFAULT = "chunk"
 #: the default of such a plan for DELTA(4) in float16 / bfloat16 when X fits shared memory as 16-bit values
-#: (session 11: "range" is the candidate to replace it, once results/cuda_delta_h200_s10_range.json shows it
-#: faster than "tc" and the range tests of test_cuda_delta.py pass on a GPU)
 DELTA_HALF_DEFAULT = "tc"
 #: threads per block of the chunk kernels (kernels/delta.cu DELTA_CHUNK_BLOCK) and the pads of X
 CHUNK_BLOCK = 512
@@ -72,16 +63,12 @@ class DeltaMixin:
         self.variant = variant or (DELTA_PLAN_DEFAULT if self.small else "groups")
         if variant is None and self._tc_ok():
             self.variant = DELTA_HALF_DEFAULT
-        every = DELTA_VARIANTS + CHUNK_VARIANTS + TILE_VARIANTS + TC_VARIANTS + RANGE_VARIANTS
+        every = DELTA_VARIANTS + CHUNK_VARIANTS + TILE_VARIANTS + TC_VARIANTS
         if self.variant not in every:
             raise InputError(f"{self.backend}: DELTA variant must be one of {every}, got {variant!r}")
         self.tiles: dict[str, torch.Tensor | int] | None = None
         if self.variant in TILE_VARIANTS and self._tile_ok():
             self.tiles = tile_layout(self.rowptr, self.words, self.nnz, self.shape[0], self._tile_warps())
-        self.ranges: dict[str, torch.Tensor | int] | None = None
-        if self.variant in RANGE_VARIANTS and self._tc_ok():
-            warps = 2 * _sm_count(self.dev_index) * (CHUNK_BLOCK // 32)
-            self.ranges = range_layout(self.rowptr, self.words, self.nnz, self.shape[0], warps)
 
     def _tile_ok(self) -> bool:
         """Whether the tile kernels apply to this plan (the host checks n's bytes again per launch)."""
@@ -115,23 +102,6 @@ class DeltaMixin:
         m, n = self.shape
         dev = self.dev_index
         variant = self.variant
-        if variant in RANGE_VARIANTS:
-            r = self.ranges
-            if r is not None and fits and k == 1 and m:
-                # DELTA(4), half types: a warp per range of equal entries, tc's steps, cut rows combined in r["ws"]
-                assert isinstance(r["rtab"], torch.Tensor) and isinstance(r["off"], torch.Tensor)
-                assert isinstance(r["empty"], torch.Tensor) and isinstance(r["ws"], torch.Tensor)
-                name = {"range": "delta_range_b4", "range1": "delta_range1_b4", "range3": "delta_range3_b4"}[variant]
-                kern = kernel("delta", name, self.dtype, self.idx, dev, 15)
-                ranges = int(r["ranges"])
-                grid = max(1, -(-ranges // (CHUNK_BLOCK // 32)))
-                kern((grid, 1), CHUNK_BLOCK,
-                     (m, n, self.nnz, int(r["E"]), ranges, int(r["empty"].numel()), self.rowptr.data_ptr(),
-                      self.words.data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr(), r["rtab"].data_ptr(),
-                      r["off"].data_ptr(), r["empty"].data_ptr(), r["ws"].data_ptr()),
-                     shared=-(-(n + 2 * TC_PAD) * 2 // 16) * 16, device=dev)
-                return
-            variant = "chunk"  # other b, dtypes, sizes, or k > 1 ("packed" below)
         if variant in TC_VARIANTS:
             if fits and k == 1 and self._tc_ok():
                 # DELTA(4), half types: X as 16-bit values in shared memory, products on the tensor cores
@@ -238,54 +208,3 @@ def tile_layout(rowptr: torch.Tensor, words: torch.Tensor, nnz: int, m: int, war
     wrow[0], wrow[-1] = 0, m
     return {"tileptr": tileptr.to(torch.int32).contiguous(), "toff": toff.to(torch.int32).contiguous(),
             "words": tw.contiguous(), "wrow": wrow.to(torch.int32).contiguous(), "warps": warps, "tiles": ntiles}
-
-
-def _gap_sums(w: torch.Tensor) -> torch.Tensor:
-    """The sum of the eight 4-bit fields of each uint32 word (``w`` int64, 0 <= w < 2^32)."""
-    s = (w & 0x0F0F0F0F) + ((w >> 4) & 0x0F0F0F0F)  # bytes <= 30
-    return ((s * 0x01010101) & 0xFFFFFFFF) >> 24  # the four bytes' sum (<= 120) in the top byte
-
-
-def _wrap32(v: torch.Tensor) -> torch.Tensor:
-    """int64 values modulo 2^32 as int32 (two's complement)."""
-    v = v & 0xFFFFFFFF
-    return torch.where(v >= 2**31, v - 2**32, v).to(torch.int32)
-
-
-def range_layout(rowptr: torch.Tensor, words: torch.Tensor, nnz: int, m: int, warps: int) -> dict[str, torch.Tensor | int]:
-    """The range kernels' tables (kernels/delta.cu, "range"), built from a DELTA(4) plan's validated
-    ``rowptr`` and bit-packed ``words`` (entry e's gap: bits 4 (e % 8) of word e // 8) for a grid of
-    ``warps`` warps. With G(e) = sum over entries e' <= e of (gap + 1) (G(-1) = 0), modulo 2^32:
-    ``E``: entries per range (a multiple of 8, at least 256, so that the ranges number at most ``warps``);
-    ``ranges``: ceil(nnz / E), range g holding entries [g E, min(g E + E, nnz)); ``rtab`` (ranges, 2):
-    the row of the range's first entry and G(g E - 1); ``off`` (m): G(rowptr[r] - 1) + 1 (entry e of row r
-    lies at column G(e) - off[r]); ``empty``: the rows without entries; ``ws``: 2 m zero words, the
-    kernel's float32 sums and counters of the rows cut by range boundaries (left zero by each launch).
-    int32 throughout (G's values wrapped)."""
-    dev = rowptr.device
-    i64 = torch.int64
-    r64 = rowptr.to(i64)
-    E = max(256, 8 * -(-nnz // (8 * max(1, warps))))
-    ranges = -(-nnz // E)
-    nw = -(-nnz // 8)
-    w = words[:nw].to(i64) & 0xFFFFFFFF
-    wcum = torch.zeros(nw + 1, dtype=i64, device=dev)
-    if nw:
-        wcum[1:] = torch.cumsum(_gap_sums(w), 0)
-
-    def before(p: torch.Tensor) -> torch.Tensor:  # G(p - 1) for positions 0 <= p <= nnz
-        q, k = p // 8, p % 8
-        part = torch.zeros_like(p)
-        if nw:
-            low = torch.bitwise_left_shift(torch.ones_like(k), 4 * k) - 1  # the fields of the entries before p in its word
-            word = w[q.clamp(max=nw - 1)] & low
-            part = torch.where(k > 0, _gap_sums(word), part)
-        return p + wcum[q] + part
-
-    starts = torch.arange(ranges, device=dev, dtype=i64) * E
-    rfirst = (torch.searchsorted(r64, starts, right=True) - 1).clamp(0, max(m - 1, 0))
-    rtab = torch.stack([rfirst.to(torch.int32), _wrap32(before(starts))], 1).contiguous()
-    off = _wrap32(before(r64[:m]) + 1).contiguous()
-    empty = torch.nonzero(r64[1:] == r64[:-1]).flatten().to(torch.int32).contiguous()
-    ws = torch.zeros(2 * max(m, 1), dtype=torch.int32, device=dev)
-    return {"E": E, "ranges": ranges, "rtab": rtab, "off": off, "empty": empty, "ws": ws}

@@ -545,9 +545,6 @@ class MmaMixin:
                                                   Xt.data_ptr(), bp, Yt.data_ptr()),
                  shared=-(-2 * n // 16) * 16, device=self.dev_index)
             return
-        if self._bmk_ok(k):  # spmm_bm's scheme split over the column tiles without clusters (kernels/spmm_bmk.cu, _spmm_bmk.py)
-            self._launch_bmk(Xt, Yt, k, bp)
-            return
         if self._bm_ok(k):  # per-row column bitmaps into register fragments (kernels/spmm_bm.cu, _spmm_bm.py)
             self._launch_bm(Xt, Yt, k, bp)
             return

@@ -33,7 +33,6 @@ from ._build import BuildMixin
 from ._delta import DeltaMixin
 from ._mma import MmaMixin
 from ._spmm_bm import BmMixin
-from ._spmm_bmk import BmkMixin
 from ._spmm_sp import SpMixin
 from .launch import Bound, Prepared, kernel, recording
 from .layout import _check_rowptr  # noqa: F401 - re-exported (tests import it from here)
@@ -84,7 +83,7 @@ ELL_DEFAULT_F32 = "pcs"
 __all__ = ["CudaSpmmPlan", "DTYPES", "delta_bits", "nm_params", "bsr_params", "native_kind", "sell_layout", "BLOCK"]
 
 
-class CudaSpmmPlan(BuildMixin, MmaMixin, DeltaMixin, SpMixin, BmMixin, BmkMixin):
+class CudaSpmmPlan(BuildMixin, MmaMixin, DeltaMixin, SpMixin, BmMixin):
     """Sparse @ dense on a fixed pattern with this backend's kernels; values by :meth:`set_values`.
 
     ``variant`` picks the CSR kernel: ``"streamcs"`` / ``"stream"`` (with / without the

@@ -27,7 +27,6 @@ EXPECTED = {
     "delta": [f"delta_c{u}_b{b}{s}{p}" for u in (8, 16) for b in (1, 2, 4, 8, 16) for s in ("", "_smem") for p in ("", "_pf")],
     "spmm_sp": [],  # half precision only (EXPECTED_HALF)
     "spmm_bm": [],  # half precision only (EXPECTED_HALF)
-    "spmm_bmk": [],  # half precision only (EXPECTED_HALF)
 }
 # session 8: the ELL kernels on the int32 column copy and the DIA variants (plan.ELL_VARIANTS, plan.DIA_EXTRA)
 EXPECTED["fast"] += (["dia_v2_1", "dia_v2na_1", "dia_v4na_1", "dia_p8nb_1", "dia_p8nc_1", "dia_p8pd_1", "ell_stream8",
@@ -50,7 +49,6 @@ EXPECTED_SM90["spmm_sp"] = [f"{c}_s{s}" for c in _SP for s in (2, 4, 8)]
 # session 10: the bitmap tensor-core SpMM (_spmm_bm.BM_SPLITS)
 EXPECTED_HALF["spmm_bm"] = ["spmm_bm_s1", "spmm_bm1_s1"]
 EXPECTED_SM90["spmm_bm"] = [f"spmm_{v}_s{s}" for v in ("bm", "bm1") for s in (2, 3, 4, 6, 8)]
-EXPECTED_HALF["spmm_bmk"] = ["spmm_bmk", "spmm_bmk1", "spmm_bmk2"]  # split-K without clusters (_spmm_bmk.BMK_VARIANTS)
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
