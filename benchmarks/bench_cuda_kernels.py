@@ -235,7 +235,7 @@ def case_nm(tab: Table, size: int, dtypes, ks=(1,)) -> None:
 
 
 def case_lowsparsity(tab: Table, size: int, dtypes, ks=(1, 8)) -> None:
-    from sparsetorch_cuda.cost import traffic
+    from sparsetorch_cuda.cost import csr16_applies, traffic
 
     g = torch.Generator(device="cuda").manual_seed(1)
     for density in (0.5, 0.1):
@@ -258,8 +258,12 @@ def case_lowsparsity(tab: Table, size: int, dtypes, ks=(1, 8)) -> None:
                     A = S.convert(fmt, index_dtype=torch.int32)
                     p = _plan(A, label.split("[")[1][:-1] if "[" in label else None)
                     kind = p.kind
-                    nb = traffic(kind, m=size, n=size, nnz=int(A.nse), k=k, vs=vs, isz=4, bits=getattr(p, "bits", None))
+                    # half-precision CSR of one right-hand side runs the plan's csr16 kernel (uint16 columns)
+                    c16 = csr16_applies(kind, dtype, size, size, int(A.nse), k)
+                    nb = traffic(kind, m=size, n=size, nnz=int(A.nse), k=k, vs=vs, isz=4, bits=getattr(p, "bits", None),
+                                 variant="csr16" if c16 else "vector")
                     fam = {"delta": "delta", "csr": "csr_vector"}[kind] if not (kind == "csr" and k >= 16) else "csr_cols"
+                    fam = "csr16" if c16 else fam
                     if "[" in label:
                         fam = None  # a variant for comparison, not what the plan runs by default
                     tab.record(case, f"cuda plan.apply {label} k={k}", lambda p=p, X=X: p.apply(X), lambda p=p, X=X: p.apply(X),

@@ -41,7 +41,7 @@ import torch
 from sparsetorch.backend import Rates, Request
 
 __all__ = ["traffic", "spmm_cost", "csr_variant", "family", "efficiency", "measurements", "DEFAULT_EFFICIENCY", "bandwidth_scale",
-           "host_seconds", "mma_applies", "mma_seconds", "fit_mma",
+           "host_seconds", "mma_applies", "csr16_applies", "mma_seconds", "fit_mma",
            "HOST_SECONDS", "predict", "generated_seconds", "generated_traffic", "prefer_generated", "GENERATED_EFFICIENCY"]
 
 MEASUREMENTS = Path(__file__).resolve().parent / "cost_h200.json"
@@ -149,6 +149,14 @@ MMA_DEFAULT = {"area_s": 1.5e-12, "entry_s": 8e-12, "slot_s": 1e-12, "fixed_s": 
 MMA_MIN_K = 8
 CSR16_MIN_MEAN = 32
 MMA_MAX_COLUMN_TILES = 512
+
+
+def csr16_applies(kind: str, dtype: torch.dtype, m: int, n: int, nnz: int, k: int) -> bool:
+    """Whether the plan runs a product of one right-hand side with its half-precision CSR kernel
+    (uint16 columns: ``traffic(..., variant="csr16")``, family "csr16"): long rows (a mean of at
+    least CSR16_MIN_MEAN) where the tensor-core layout applies."""
+    return (kind in ("csr", "generic") and k == 1 and dtype in (torch.float16, torch.bfloat16)
+            and nnz >= CSR16_MIN_MEAN * max(m, 1) and mma_applies(kind, dtype, m, n, nnz, MMA_MIN_K))
 
 
 def mma_applies(kind: str, dtype: torch.dtype, m: int, n: int, nnz: int, k: int, nm: tuple[int, int] | None = None) -> bool:
@@ -261,8 +269,7 @@ def spmm_cost(rates: Rates, request: Request) -> tuple[float, int, float, str]:
     from .layout import STREAM_MEAN, nm_params  # noqa: PLC0415
 
     variant = "stream" if kind in ("csr", "generic") and nse / max(m, 1) <= STREAM_MEAN else "vector"
-    if (kind in ("csr", "generic") and k == 1 and A.dtype in (torch.float16, torch.bfloat16) and nse >= CSR16_MIN_MEAN * max(m, 1)
-            and mma_applies(kind, A.dtype, m, n, nse, MMA_MIN_K)):
+    if csr16_applies(kind, A.dtype, m, n, nse, k):
         variant = "csr16"  # the plan's batch-1 kernel for long half-precision rows
     nbytes = traffic(kind, m=m, n=n, nnz=nse, k=k, vs=vs, isz=isz, slots=nse, bits=bits, block=block, variant=variant)
     bw = rates.bandwidth * bandwidth_scale(rates)

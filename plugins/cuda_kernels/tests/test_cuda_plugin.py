@@ -132,7 +132,9 @@ def test_cost_model_against_the_committed_h200_measurements():
     for fam, eff in data["efficiency"].items():
         effs = [r["bytes"] / (r["kernel_s"] * bw) for r in rows if r["family"] == fam]
         assert effs and eff == pytest.approx(statistics.median(effs), rel=1e-6), fam
-        assert 0.05 < eff <= 1.0
+        # the copy bandwidth is a read + write figure; a kernel that mostly reads (ELL, X reused
+        # through L2) can pass it a little, never by much
+        assert 0.05 < eff <= 1.2
     assert 1e-6 < data["host_s"] < 1e-4
     # host time in launch units of the same run, priced at the machine's launch unit
     assert data["host_launches"] == pytest.approx(data["host_s"] / data["launch_unit_s"], rel=1e-6)
