@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .launch import allow_pdl, kernel, recording
+from .launch import allow_pdl, kernel, recording, resident_blocks
 from .layout import (CSR16_MIN_MEAN, INT_LIMIT, MMA_MAX_TILES, MMA_MIN_K, _GRID_Y, _sm_count)
 
 #: the batch-1 kernel of long half-precision CSR rows (``plan.csr16_kernel``): "auto" (session 8: the
@@ -237,25 +237,10 @@ def _fl_capacity(name: str, dtype: torch.dtype, dev: int, split: int, threads: i
     (clusters that fit x S), by the driver's occupancy calculator; 2 blocks per SM where the
     calculator fails (an estimate for :meth:`MmaMixin.fl_split` only: a real launch error still
     surfaces at the launch)."""
-    from .launch import _driver  # noqa: PLC0415
-
-    cu = _driver()
     kern = kernel("mma", name, dtype, torch.int32, dev, 12)
     _allow_smem(kern, dev, smem)
     sms = _sm_count(dev)
-    try:
-        if split == 1:
-            err, per_sm = cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(cu.CUfunction(int(kern._fn)), threads, smem)
-            return int(per_sm) * sms if int(err) == 0 and int(per_sm) > 0 else 2 * sms
-        cfg = cu.CUlaunchConfig()
-        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = split * sms, 1, 1
-        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = threads, 1, 1
-        cfg.sharedMemBytes = smem
-        cfg.numAttrs = 0
-        err, clusters = cu.cuOccupancyMaxActiveClusters(cu.CUfunction(int(kern._fn)), cfg)
-        return int(clusters) * split if int(err) == 0 and int(clusters) > 0 else 2 * sms
-    except Exception:  # noqa: BLE001 - an estimate only; the launch itself reports real errors
-        return 2 * sms
+    return resident_blocks(kern, threads, smem, split, sms, 2 * sms)
 
 
 _SMEM_ALLOWED: dict[tuple[str, int], int] = {}

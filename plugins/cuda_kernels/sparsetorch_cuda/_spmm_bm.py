@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from .launch import kernel
+from .launch import kernel, resident_blocks
 from .layout import _sm_count
 
 #: rows of A per block (kernels/spmm_bm.cu BM_ROWS) and the cluster sizes compiled (2..8 on sm_90+)
@@ -108,26 +108,14 @@ def _capacity(variant: str, cs: int, smem: int, dtype: torch.dtype, dev: int) ->
     """Blocks of <variant>_s<cs> resident on the whole GPU at once, by the driver's occupancy calculator
     (clusters that fit x cs); 2 per SM where it fails (an estimate for :func:`bm_choose` only)."""
     from ._mma import _allow_smem  # noqa: PLC0415
-    from .launch import _driver  # noqa: PLC0415
 
     sms = _sm_count(dev)
     try:
-        cu = _driver()
         kern = kernel("spmm_bm", f"spmm_{variant}_s{cs}", dtype, torch.int32, dev, 14)
         _allow_smem(kern, dev, smem)
-        threads = 128 * BM_VARIANTS[variant][0]
-        if cs == 1:
-            err, per_sm = cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(cu.CUfunction(int(kern._fn)), threads, smem)
-            return int(per_sm) * sms if int(err) == 0 and int(per_sm) > 0 else 2 * sms
-        conf = cu.CUlaunchConfig()
-        conf.gridDimX, conf.gridDimY, conf.gridDimZ = cs * sms, 1, 1
-        conf.blockDimX, conf.blockDimY, conf.blockDimZ = threads, 1, 1
-        conf.sharedMemBytes = smem
-        conf.numAttrs = 0
-        err, clusters = cu.cuOccupancyMaxActiveClusters(cu.CUfunction(int(kern._fn)), conf)
-        return int(clusters) * cs if int(err) == 0 and int(clusters) > 0 else 2 * sms
     except Exception:  # noqa: BLE001 - an estimate only; the launch itself reports real errors
         return 2 * sms
+    return resident_blocks(kern, 128 * BM_VARIANTS[variant][0], smem, cs, sms, 2 * sms)
 
 
 def bm_choose(m: int, n: int, k: int, variants: tuple[str, ...], splits: tuple[int, ...],

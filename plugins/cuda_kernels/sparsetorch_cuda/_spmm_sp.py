@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from .launch import kernel
+from .launch import kernel, resident_blocks
 from .layout import _sm_count
 
 #: the compiled block configurations (R strips of 16 rows per warp, WR warps along rows, WK along K),
@@ -160,27 +160,15 @@ def _capacity(cfg: tuple[int, int, int], cs: int, smem: int, dev: int) -> int:
     driver's occupancy calculator (clusters that fit x cs); one block per SM where it fails (an
     estimate for :func:`sp_choose` only: a real launch error still surfaces at the launch)."""
     from ._mma import _allow_smem  # noqa: PLC0415
-    from .launch import _driver  # noqa: PLC0415
 
     R, WR, WK = cfg
     sms = _sm_count(dev)
     try:
-        cu = _driver()
         kern = kernel("spmm_sp", f"spmm_sp_r{R}w{WR}k{WK}_s{cs}", torch.float16, torch.int32, dev, 16)
         _allow_smem(kern, dev, smem)
-        threads = 32 * WR * WK
-        if cs == 1:
-            err, per_sm = cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(cu.CUfunction(int(kern._fn)), threads, smem)
-            return int(per_sm) * sms if int(err) == 0 and int(per_sm) > 0 else sms
-        conf = cu.CUlaunchConfig()
-        conf.gridDimX, conf.gridDimY, conf.gridDimZ = cs * sms, 1, 1
-        conf.blockDimX, conf.blockDimY, conf.blockDimZ = threads, 1, 1
-        conf.sharedMemBytes = smem
-        conf.numAttrs = 0
-        err, clusters = cu.cuOccupancyMaxActiveClusters(cu.CUfunction(int(kern._fn)), conf)
-        return int(clusters) * cs if int(err) == 0 and int(clusters) > 0 else sms
     except Exception:  # noqa: BLE001 - an estimate only
         return sms
+    return resident_blocks(kern, 32 * WR * WK, smem, cs, sms, sms)
 
 
 def sp_choose(m: int, n: int, k: int, dev: int, override: tuple[int, int, int, int] | None = None,

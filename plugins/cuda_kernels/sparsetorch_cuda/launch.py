@@ -36,7 +36,7 @@ import torch
 
 from . import compile as _compile
 
-__all__ = ["Kernel", "kernel", "arch_of", "LaunchError", "dtype_name", "Prepared", "Bound", "recording", "raw_stream",
+__all__ = ["Kernel", "kernel", "resident_blocks", "arch_of", "LaunchError", "dtype_name", "Prepared", "Bound", "recording", "raw_stream",
            "allow_pdl", "PDL"]
 
 #: whether kernels opted in to programmatic dependent launch (:func:`allow_pdl`) are launched with it
@@ -360,6 +360,29 @@ def _ctypes_launch() -> Any:
 
 
 @functools.lru_cache(maxsize=None)
+def resident_blocks(kern: "Kernel", threads: int, smem: int, cluster: int, sms: int, fallback: int) -> int:
+    """Blocks of ``kern`` (``threads`` per block, ``smem`` bytes of dynamic shared memory, clusters of
+    ``cluster`` blocks) resident on the whole GPU (``sms`` multiprocessors) at once, by the driver's
+    occupancy calculator: blocks per SM x SMs, or clusters that fit x ``cluster``; ``fallback`` where
+    the calculator fails (an estimate for choosing a launch shape: a real launch error still
+    surfaces at the launch)."""
+    try:
+        cu = _driver()
+        fn = cu.CUfunction(int(kern._fn))
+        if cluster == 1:
+            err, per_sm = cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(fn, threads, smem)
+            return int(per_sm) * sms if int(err) == 0 and int(per_sm) > 0 else fallback
+        conf = cu.CUlaunchConfig()
+        conf.gridDimX, conf.gridDimY, conf.gridDimZ = cluster * sms, 1, 1
+        conf.blockDimX, conf.blockDimY, conf.blockDimZ = threads, 1, 1
+        conf.sharedMemBytes = smem
+        conf.numAttrs = 0
+        err, clusters = cu.cuOccupancyMaxActiveClusters(fn, conf)
+        return int(clusters) * cluster if int(err) == 0 and int(clusters) > 0 else fallback
+    except Exception:  # noqa: BLE001 - an estimate only; the launch itself reports real errors
+        return fallback
+
+
 def kernel(source: str, name: str, dtype: torch.dtype, index_dtype: torch.dtype, device_index: int, nargs: int) -> Kernel:
     """The kernel ``name`` of ``source`` for these types on this device (loaded once per process)."""
     return Kernel(source, name, _DTYPES[dtype], _INDEX[index_dtype], arch_of(device_index), nargs)
