@@ -80,3 +80,54 @@ __device__ __forceinline__ float4 ld_cluster(unsigned addr, unsigned rank) {
   return v;
 }
 #endif
+
+// The epilogue of the tensor-core SpMMs (mma.cu, spmm_bm.cu, spmm_sp.cu): the block's float32
+// partial sums P[bb * PLD + r] (bb: the X column of the block's 64, r: the row among its rows) are
+// stored as Y^T (k x m, row-major) with the bias added. Where the blocks of a cluster hold partial
+// sums of one output tile (`cluster`: the column tiles of A split over the cluster), a cluster
+// barrier comes first, each block sums the pieces it stores over the cluster's shared memories in
+// rank order (`reduce`; deterministic), and a second barrier keeps every block's shared memory
+// alive until the others have read it; otherwise a block barrier. A block stores the X columns
+// [bb0, bb1) of its tile and, of each, the RR rows from c0 (RR a multiple of 4: float4 pieces).
+template <int S, int THREADS, int RR, int PLD>
+__device__ __forceinline__ void tile_epilogue(const float* P, bool cluster, bool reduce, int bb0, int bb1, int c0, int tid,
+                                              int b0, int row0, int m, int k, const val_t* __restrict__ bias,
+                                              val_t* __restrict__ yt) {
+#if __CUDA_ARCH__ >= 900
+  if (cluster) cluster_sync_all();
+  else __syncthreads();
+#else
+  __syncthreads();
+#endif
+  constexpr int RQ = RR / 4;  // float4 pieces per stored column
+  const unsigned pbase = smem_addr(P);
+  for (int q = bb0 * RQ + tid; q < bb1 * RQ; q += THREADS) {
+    const int bb = q / RQ, c4 = c0 + (q % RQ) * 4;
+    float4 s = *reinterpret_cast<const float4*>(P + bb * PLD + c4);
+#if __CUDA_ARCH__ >= 900
+    if (reduce) {
+      s = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+      for (int j = 0; j < S; ++j) {
+        const float4 o = ld_cluster(pbase + (unsigned)((bb * PLD + c4) * 4), (unsigned)j);
+        s.x += o.x;
+        s.y += o.y;
+        s.z += o.z;
+        s.w += o.w;
+      }
+    }
+#endif
+    const int b = b0 + bb, r = row0 + c4;
+    if (b < k) {
+      const float sv[4] = {s.x, s.y, s.z, s.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (r + i < m) yt[(i64)b * m + r + i] = st(sv[i] + (bias ? ld(RO(bias + r + i)) : 0.f));
+    }
+  }
+  (void)pbase;
+  (void)reduce;
+#if __CUDA_ARCH__ >= 900
+  if (cluster) cluster_sync_all();
+#endif
+}

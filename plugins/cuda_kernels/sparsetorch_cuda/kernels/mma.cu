@@ -285,44 +285,8 @@ __device__ __forceinline__ void spmm_mma_body(int m, int n, int k, int T, const 
       *reinterpret_cast<float2*>(pr) = make_float2(acc[mt][nt][0], acc[mt][nt][1]);
       *reinterpret_cast<float2*>(pr + 8 * PLD) = make_float2(acc[mt][nt][2], acc[mt][nt][3]);
     }
-#if __CUDA_ARCH__ >= 900
-  if (S > 1) cluster_sync_all();
-  else __syncthreads();
-#else
-  __syncthreads();
-#endif
-  // this block's share of the output tile: X columns [bb0, bb1) of the 64, all 128 rows
-  const int bb0 = MMA_BB * rank / S, bb1 = MMA_BB * (rank + 1) / S;
-  const unsigned pbase = smem_addr(P);
-  constexpr int RQ = BM / 4;  // float4 pieces per row of the partial sums
-  for (int q = bb0 * RQ + tid; q < bb1 * RQ; q += THREADS) {
-    int bb = q / RQ, c4 = (q % RQ) * 4;
-    float4 s = *reinterpret_cast<const float4*>(P + bb * PLD + c4);
-#if __CUDA_ARCH__ >= 900
-    if (S > 1) {
-      s = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-      for (int j = 0; j < S; ++j) {
-        float4 o = ld_cluster(pbase + (unsigned)((bb * PLD + c4) * 4), (unsigned)j);
-        s.x += o.x;
-        s.y += o.y;
-        s.z += o.z;
-        s.w += o.w;
-      }
-    }
-#endif
-    int b = b0 + bb, r = row0 + c4;
-    if (b < k) {
-      float sv[4] = {s.x, s.y, s.z, s.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        if (r + i < m) yt[(i64)b * m + r + i] = st(sv[i] + (bias ? ld(RO(bias + r + i)) : 0.f));
-    }
-  }
-  (void)pbase;
-#if __CUDA_ARCH__ >= 900
-  if (S > 1) cluster_sync_all();  // no block leaves while another still reads its shared memory
-#endif
+  tile_epilogue<S, THREADS, BM, PLD>(P, S > 1, S > 1, MMA_BB * rank / S, MMA_BB * (rank + 1) / S, 0, tid, b0, row0, m, k, bias,
+                                     yt);
 }
 
 #define SPMM_MMA_BM(SP, ATTR, BMV, NAME, NAME24)                                                                        \
@@ -577,44 +541,7 @@ __device__ __forceinline__ void spmm_fl_body(int m, int n, int k, int T, const i
       P[bc * PLD + r + 8] = acc[mt][nt][2];
       P[(bc + 1) * PLD + r + 8] = acc[mt][nt][3];
     }
-#if __CUDA_ARCH__ >= 900
-  if (S > 1) cluster_sync_all();
-  else __syncthreads();
-#else
-  __syncthreads();
-#endif
-  // this block's share of the output tile: X columns [bb0, bb1) of the 64, all BM rows
-  const int bb0 = 64 * rank / S, bb1 = 64 * (rank + 1) / S;
-  const unsigned pbase = smem_addr(P);
-  constexpr int RQ = BM / 4;
-  for (int q = bb0 * RQ + tid; q < bb1 * RQ; q += THREADS) {
-    int bb = q / RQ, c4 = (q % RQ) * 4;
-    float4 s = *reinterpret_cast<const float4*>(P + bb * PLD + c4);
-#if __CUDA_ARCH__ >= 900
-    if (S > 1) {
-      s = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-      for (int j = 0; j < S; ++j) {
-        float4 o = ld_cluster(pbase + (unsigned)((bb * PLD + c4) * 4), (unsigned)j);
-        s.x += o.x;
-        s.y += o.y;
-        s.z += o.z;
-        s.w += o.w;
-      }
-    }
-#endif
-    int b = b0 + bb, r = row0 + c4;
-    if (b < k) {
-      float sv[4] = {s.x, s.y, s.z, s.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        if (r + i < m) yt[(i64)b * m + r + i] = st(sv[i] + (bias ? ld(RO(bias + r + i)) : 0.f));
-    }
-  }
-  (void)pbase;
-#if __CUDA_ARCH__ >= 900
-  if (S > 1) cluster_sync_all();  // no block leaves while another still reads its shared memory
-#endif
+  tile_epilogue<S, THREADS, BM, PLD>(P, S > 1, S > 1, 64 * rank / S, 64 * (rank + 1) / S, 0, tid, b0, row0, m, k, bias, yt);
 }
 
 #define SPMM_FL(SP, ATTR)                                                                                            \
@@ -835,43 +762,7 @@ __device__ __forceinline__ void spmm_ws_body(int m, int n, int k, int T, const i
       }
   }
   const bool reduce = S > 1 && !(flags & 16);
-#if __CUDA_ARCH__ >= 900
-  if (reduce) cluster_sync_all();
-  else __syncthreads();
-#else
-  __syncthreads();
-#endif
-  const int bb0 = 64 * rank / S, bb1 = 64 * (rank + 1) / S;
-  const unsigned pbase = smem_addr(P);
-  constexpr int RQ = BM / 4;
-  for (int q = bb0 * RQ + tid; q < bb1 * RQ; q += THREADS) {
-    int bb = q / RQ, c4 = (q % RQ) * 4;
-    float4 s = *reinterpret_cast<const float4*>(P + bb * PLD + c4);
-#if __CUDA_ARCH__ >= 900
-    if (reduce) {
-      s = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-      for (int j = 0; j < S; ++j) {
-        float4 o = ld_cluster(pbase + (unsigned)((bb * PLD + c4) * 4), (unsigned)j);
-        s.x += o.x;
-        s.y += o.y;
-        s.z += o.z;
-        s.w += o.w;
-      }
-    }
-#endif
-    int b = b0 + bb, r = row0 + c4;
-    if (b < k) {
-      float sv[4] = {s.x, s.y, s.z, s.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        if (r + i < m) yt[(i64)b * m + r + i] = st(sv[i] + (bias ? ld(RO(bias + r + i)) : 0.f));
-    }
-  }
-  (void)pbase;
-#if __CUDA_ARCH__ >= 900
-  if (reduce) cluster_sync_all();
-#endif
+  tile_epilogue<S, THREADS, BM, PLD>(P, reduce, reduce, 64 * rank / S, 64 * (rank + 1) / S, 0, tid, b0, row0, m, k, bias, yt);
 }
 
 #define SPMM_WS(SP, ATTR)                                                                                            \

@@ -436,42 +436,8 @@ __device__ __forceinline__ void spmm_sp_body(i64 m_, i64 n_, i64 k_, i64 J_, i64
         }
     }
   }
-#if __CUDA_ARCH__ >= 900
-  if (CS > 1) cluster_sync_all();
-  else __syncthreads();
-#else
-  __syncthreads();
-#endif
-  constexpr int RR = ROWS / CS;  // rows this block stores
-  const unsigned pbase = smem_addr(P);
-  for (int q = tid; q < SP_BB * (RR / 4); q += NT) {
-    const int bb = q / (RR / 4), c4 = rank * RR + (q % (RR / 4)) * 4;
-    float4 s4 = *reinterpret_cast<const float4*>(P + bb * PLD + c4);
-#if __CUDA_ARCH__ >= 900
-    if (CS > 1 && !(flags & 16)) {
-      s4 = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-      for (int c = 0; c < CS; ++c) {
-        const float4 o = ld_cluster(pbase + (unsigned)((bb * PLD + c4) * 4), (unsigned)c);
-        s4.x += o.x;
-        s4.y += o.y;
-        s4.z += o.z;
-        s4.w += o.w;
-      }
-    }
-#endif
-    const int b = b0 + bb, r = row0 + c4;
-    if (b < k) {
-      const float sv[4] = {s4.x, s4.y, s4.z, s4.w};
-#pragma unroll
-      for (int c = 0; c < 4; ++c)
-        if (r + c < m) yt[(i64)b * m + r + c] = st(sv[c] + (bias ? ld(RO(bias + r + c)) : 0.f));
-    }
-  }
-  (void)pbase;
-#if __CUDA_ARCH__ >= 900
-  if (CS > 1) cluster_sync_all();  // no block leaves while another still reads its shared memory
-#endif
+  tile_epilogue<CS, NT, ROWS / CS, PLD>(P, CS > 1, CS > 1 && !(flags & 16), 0, SP_BB, rank * (ROWS / CS), tid, b0, row0, m, k,
+                                       bias, yt);
 }
 
 #define SPMM_SP(R, WR, WK, CS, ATTR)                                                                                   \
