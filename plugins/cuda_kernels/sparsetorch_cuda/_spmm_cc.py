@@ -1,0 +1,349 @@
+"""The strip-compacted tensor-core SpMM of half-precision CSR patterns (kernels/spmm_cc.cu), standalone.
+
+Roles swapped against spmm_fl / spmm_ws / spmm_bm: the batch (columns of X) is the MMA's M and 8 rows of
+A (a strip) its N, Y^T = X^T A^T. Per strip and K-slice only the union of the 8 rows' columns is walked
+(at 10 % density about 57 % of the columns), 16 columns a step; the B operand of a step is the strip's
+values at those columns, packed once per value set in the exact mma.m16n8k16 B-fragment order (one 8-byte
+load per lane), and the A operand (X^T at the gathered columns) comes from X held feature-major in shared
+memory by ldmatrix.x4.trans. The K-slices' partial sums meet in a cluster (distributed shared memory).
+
+Use: :class:`CcSpmm` (``CcSpmm(rowptr, col, values, (m, n))`` builds the layout once; ``op(Xt, bias)``
+returns Y^T (k x m)) or the one-shot :func:`spmm_cc`. The plan integration (``plan.mma_kernel = "cc"``)
+is not made here: see the session-11 report (H2) for the diff.
+
+The kernels are compiled from kernels/spmm_cc.cu by this module (compile.py's scheme: NVRTC, the same
+disk cache, keyed by the source text and options) until compile.py lists "spmm_cc" in SOURCES; then
+launch.kernel loads it like any other source.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import threading
+from typing import Any
+
+import numpy as np
+import torch
+
+from . import compile as _compile
+from . import launch as _launch
+
+__all__ = ["CcSpmm", "spmm_cc", "cc_layout", "cc_choose", "CC_SHAPES", "CC_CLUSTERS", "CC_MAX_SMEM", "CC_KS_TARGET",
+           "kernel_names", "compile_cubin", "prewarm"]
+
+#: the compiled block shapes (warps NW, strips per warp and round SPW) and cluster sizes (K-slices C)
+CC_SHAPES: tuple[tuple[int, int], ...] = ((16, 1), (8, 2))
+CC_CLUSTERS: tuple[int, ...] = (1, 2, 4, 8)
+#: dynamic shared memory a block may take (the H200's opt-in limit is 227 KB)
+CC_MAX_SMEM = 227 * 1024
+#: the default K-slice: the fewest clusters C with ceil(n / C) <= CC_KS_TARGET features
+CC_KS_TARGET = 512
+#: B formats: "dense" (spmm_cc_*: every B register of a step stored) and "z" (spmm_ccz_*: only the nonzero
+#: registers, with a per-step bitmap); the default
+CC_FORMATS = {"dense": "", "z": "z"}
+CC_FORMAT = "z"
+_NARGS = 14
+
+
+def kernel_names() -> list[str]:
+    """Every kernel spmm_cc.cu exports for half types on sm_90 (C = 1 only below sm_90)."""
+    return [f"spmm_cc{f}_c{c}_w{w}_s{s}" for f in CC_FORMATS.values() for c in CC_CLUSTERS for w, s in CC_SHAPES]
+
+
+def cc_smem_bytes(ks: int, nw: int, spw: int) -> int:
+    """Dynamic shared memory of spmm_cc: two partial-sum buffers (NW SPW strips x 64 x 8 float32) and the
+    X slice (KS features x 64 halves)."""
+    return 2 * nw * spw * 64 * 8 * 4 + ks * 128
+
+
+def cc_choose(n: int, clusters: int | None = None, shape: tuple[int, int] = CC_SHAPES[0]) -> tuple[int, int] | None:
+    """(C, KS) for ``n`` features: ``clusters`` if given, else the fewest C of CC_CLUSTERS with
+    ceil(n / C) <= CC_KS_TARGET; KS = ceil(n / C) rounded up to 16. None where the X slice does not fit."""
+    cands = (clusters,) if clusters else CC_CLUSTERS
+    pick = None
+    for c in cands:
+        ks = -(-(-(-n // c)) // 16) * 16
+        if cc_smem_bytes(ks, *shape) > CC_MAX_SMEM:
+            continue
+        pick = (c, ks)
+        if -(-n // c) <= CC_KS_TARGET:
+            break
+    return pick
+
+
+def cc_layout(rowptr: torch.Tensor, col: torch.Tensor, m: int, n: int, C: int, ks: int) -> dict[str, Any] | None:
+    """The per-pattern layout of spmm_cc (see kernels/spmm_cc.cu) for a CSR on any device, or None where
+    it does not apply (a repeated (row, column)). Keys: ``sptr`` (int32, strips C + 1: steps of group
+    g = s C + q), ``cols`` (int16 bits of uint16, steps x 16: slice-local features), ``gather`` (int64,
+    steps x 128: the CSR entry of each B-fragment half, -1 for a zero), ``steps``, ``stats``."""
+    dev = col.device
+    r64 = rowptr.to(torch.int64)
+    nnz = int(r64[-1]) if r64.numel() else 0
+    c = col[:nnz].to(torch.int64)
+    strips = -(-m // 8)
+    G = strips * C
+    rows = torch.repeat_interleave(torch.arange(m, device=dev, dtype=torch.int64), r64[1:] - r64[:-1])
+    if nnz and torch.unique(rows * n + c).numel() != nnz:
+        return None
+    q = c // ks
+    f = c - q * ks
+    grp = (rows >> 3) * C + q
+    ukey, inv = torch.unique(grp * ks + f, return_inverse=True)  # sorted: group-major, then feature
+    U = int(ukey.numel())
+    ug, uf = ukey // ks, ukey % ks
+    res = uf & 7
+    # rank of each union column among its group's columns of the same residue f % 8
+    k2 = ug * 8 + res
+    o2 = torch.argsort(k2 * ks + uf)
+    k2s = k2[o2]
+    idx = torch.arange(U, device=dev, dtype=torch.int64)
+    first = torch.ones(U, dtype=torch.bool, device=dev)
+    if U > 1:
+        first[1:] = k2s[1:] != k2s[:-1]
+    start = torch.cummax(torch.where(first, idx, torch.zeros_like(idx)), 0).values if U else idx
+    rank = torch.empty_like(idx)
+    rank[o2] = idx - start
+    # a group's columns ordered by (rank, residue): consecutive 8 mostly of distinct residues (bank-free gathers)
+    o3 = torch.argsort(ug * (ks + 8) + rank * 8 + res)
+    cnt = torch.bincount(ug, minlength=G) if U else torch.zeros(G, dtype=torch.int64, device=dev)
+    gstart = torch.cumsum(cnt, 0) - cnt
+    pos = torch.empty_like(idx)
+    pos[o3] = idx - gstart[ug[o3]]
+    nst = (cnt + 15) // 16
+    sptr = torch.zeros(G + 1, dtype=torch.int64, device=dev)
+    sptr[1:] = torch.cumsum(nst, 0)
+    S = int(sptr[-1])
+    step_u = sptr[ug] + pos // 16
+    j_u = pos % 16
+    cols = (torch.arange(16, device=dev, dtype=torch.int64) & 7).repeat(S)
+    if U:
+        cols[step_u * 16 + j_u] = uf
+    # each CSR entry's half in its step's B fragments: lane = 4 (row % 8) + (j % 8) / 2, half (j % 2) + 2 (j / 8)
+    st_e, j_e = step_u[inv], j_u[inv]
+    slot = st_e * 128 + ((rows & 7) * 4 + ((j_e & 7) >> 1)) * 4 + (j_e & 1) + (j_e >> 3) * 2
+    gather = torch.full((S * 128,), -1, dtype=torch.int64, device=dev)
+    if nnz:
+        gather[slot] = torch.arange(nnz, device=dev, dtype=torch.int64)
+    # bank conflicts left: per half-step, the most gathered features sharing a residue (1 = none)
+    cv = cols.view(S, 2, 8) & 7 if S else cols.view(0, 2, 8)
+    worst = (torch.nn.functional.one_hot(cv, 8).sum(2).max(2).values.float().mean().item()) if S else 1.0
+    # the compressed format: a step's 64 B registers (4-byte words, lane-major), only the nonzero ones stored
+    g2 = gather.view(S, 64, 2)
+    present = (g2 >= 0).any(2)
+    wts = torch.ones(32, dtype=torch.int64, device=dev) << torch.arange(32, device=dev, dtype=torch.int64)
+    lo = (present[:, :32].to(torch.int64) * wts).sum(1)
+    hi = (present[:, 32:].to(torch.int64) * wts).sum(1)
+    cnt_w = present.sum(1)
+    base = torch.cumsum(cnt_w, 0) - cnt_w
+    words = int(cnt_w.sum())
+
+    def i32(t: torch.Tensor) -> torch.Tensor:
+        return torch.where(t >= 2**31, t - 2**32, t).to(torch.int32)
+
+    recs = torch.stack([i32(lo), i32(hi), i32(base), torch.zeros_like(base, dtype=torch.int32)], 1).contiguous()
+    gather_z = g2[present].reshape(-1)
+    stats = {"C": C, "KS": ks, "steps": S, "union": U, "nnz": nnz, "fill": nnz / max(S * 128, 1),
+             "mean_conflict": worst, "bytes": S * (256 + 32) + 4 * (G + 1),
+             "words_z": words, "bytes_z": S * (16 + 32) + 4 * words + 4 * (G + 1)}
+    return {"sptr": sptr.to(torch.int32).contiguous(), "cols": cols.to(torch.int16).contiguous(),
+            "gather": gather, "recs": recs, "gather_z": gather_z, "steps": S, "stats": stats}
+
+
+def pack_values(lay: dict[str, Any], values: torch.Tensor, fmt: str = "dense") -> torch.Tensor:
+    """The B fragments of one value set: values at the layout's gather, 0 where -1 ("dense": steps x 128
+    halves; "z": the nonzero registers' halves, two per word, plus two spare words)."""
+    gi = lay["gather"] if fmt == "dense" else torch.cat([lay["gather_z"], lay["gather_z"].new_full((4,), -1)])
+    v = values.reshape(-1)
+    if v.numel() == 0:
+        return torch.zeros(gi.numel(), dtype=values.dtype, device=values.device)
+    out = v[gi.clamp(min=0)]
+    return torch.where(gi >= 0, out, torch.zeros((), dtype=values.dtype, device=values.device)).contiguous()
+
+
+# Compilation (compile.py's scheme, for this source) ------------------------------------------------
+def source_text() -> str:
+    common = (_compile.KERNEL_DIR / "common.cuh").read_text()
+    body = (_compile.KERNEL_DIR / "spmm_cc.cu").read_text()
+    return f"{common}\n#line 1 \"spmm_cc.cu\"\n{body}"
+
+
+def compile_cubin(value: str, index: str, arch: str) -> bytes:
+    """spmm_cc.cu compiled by NVRTC (no cache). Needs NVRTC only (no driver, no GPU)."""
+    return _compile.compile_text(source_text(), "spmm_cc.cu", value, index, arch)
+
+
+_MEMORY: dict[str, bytes] = {}
+_LOCK = threading.Lock()
+
+
+def cubin(value: str, index: str, arch: str) -> bytes:
+    """The cubin of (value type, index type, arch): memory, else the disk cache, else NVRTC."""
+    if "spmm_cc" in getattr(_compile, "SOURCES", ()):
+        return _compile.cubin("spmm_cc", value, index, arch)
+    h = hashlib.sha256()
+    h.update(source_text().encode())
+    h.update(repr((_compile._options(value, index, arch), _compile.nvrtc_version())).encode())
+    name = f"spmm_cc-{h.hexdigest()[:24]}-{value}-{index}-{arch}.cubin"
+    with _LOCK:
+        got = _MEMORY.get(name)
+        if got is not None:
+            return got
+        path = _compile.cache_dir() / name
+        try:
+            got = path.read_bytes()
+        except OSError:
+            got = None
+        if not got:
+            got = compile_cubin(value, index, arch)
+            _compile._store(path, got)
+        _MEMORY[name] = got
+        return got
+
+
+def prewarm(arch: str, values: tuple[str, ...] = ("float16", "bfloat16")) -> int:
+    """Compile the half-precision modules for ``arch`` into the disk cache (in parallel processes)."""
+    import concurrent.futures as cf  # noqa: PLC0415
+
+    with cf.ProcessPoolExecutor(len(values)) as ex:
+        list(ex.map(cubin, values, ["int32"] * len(values), [arch] * len(values)))
+    return len(values)
+
+
+class _Kernel(_launch.Kernel):
+    """A kernel of spmm_cc.cu (launch.Kernel's argument block and launch, this module's library)."""
+
+    def __init__(self, lib: Any, name: str, nargs: int) -> None:  # noqa: D107 - launch.Kernel's fields
+        cu = _launch._driver()
+        err, k = cu.cuLibraryGetKernel(lib, name.encode())
+        _launch._ok(cu, err, f"cuLibraryGetKernel({name})")
+        self.name = name
+        self._fn = cu.CUfunction(int(k))
+        self._cu = cu
+        self._args = np.zeros(nargs, dtype=np.uint64)
+        base = self._args.ctypes.data
+        self._ptrs = np.array([base + 8 * i for i in range(nargs)], dtype=np.uint64)
+        self._addr = int(self._ptrs.ctypes.data)
+        self._nargs = nargs
+        self._lock = threading.Lock()
+
+
+@functools.lru_cache(maxsize=None)
+def _library(value: str, arch: str) -> Any:
+    cu = _launch._driver()
+    err, lib = cu.cuLibraryLoadData(cubin(value, "int32", arch), [], [], 0, [], [], 0)
+    _launch._ok(cu, err, f"cuLibraryLoadData(spmm_cc {value}/{arch})")
+    return lib
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel(name: str, dtype: torch.dtype, device: int) -> _Kernel:
+    return _Kernel(_library(_launch.dtype_name(dtype), _launch.arch_of(device)), name, _NARGS)
+
+
+@functools.lru_cache(maxsize=None)
+def _clusters_resident(name: str, dtype: torch.dtype, device: int, threads: int, smem: int, C: int) -> int:
+    """Clusters of C blocks of ``name`` resident at once (the driver's occupancy calculator; SMs / C where it fails)."""
+    from ._mma import _allow_smem  # noqa: PLC0415
+    from .layout import _sm_count  # noqa: PLC0415
+
+    kern = _kernel(name, dtype, device)
+    _allow_smem(kern, device, smem)
+    sms = _sm_count(device)
+    blocks = _launch.resident_blocks(kern, threads, smem, C, sms, (sms // C) * C)
+    return max(1, blocks // C)
+
+
+class CcSpmm:
+    """Y^T = X^T A^T (+ bias) for a half-precision CSR A (m x n) with spmm_cc; the layout is made once.
+
+    ``rowptr``, ``col``: the CSR (int32 or int64, on the GPU); ``values``: float16 or bfloat16. Options:
+    ``clusters`` (C, the K-slices; default :func:`cc_choose`), ``shape`` ((NW, SPW), a CC_SHAPES entry),
+    ``flags`` (benchmarking only: wrong results). Raises ValueError where the layout does not apply
+    (repeated entries, n too large for the X slice)."""
+
+    def __init__(self, rowptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape: tuple[int, int], *,
+                 clusters: int | None = None, block: tuple[int, int] = CC_SHAPES[0], fmt: str | None = None,
+                 flags: int = 0) -> None:
+        m, n = int(shape[0]), int(shape[1])
+        if values.dtype not in (torch.float16, torch.bfloat16):
+            raise ValueError(f"spmm_cc takes float16 or bfloat16 values, got {values.dtype}")
+        if tuple(block) not in CC_SHAPES:
+            raise ValueError(f"block must be one of {CC_SHAPES}, got {block}")
+        choice = cc_choose(n, clusters, tuple(block))
+        if choice is None:
+            raise ValueError(f"spmm_cc: n = {n} features do not fit the X slice with clusters={clusters}")
+        self.C, self.KS = choice
+        self.block = tuple(block)
+        self.shape, self.dtype, self.device = (m, n), values.dtype, values.device
+        self.dev_index = values.device.index if values.device.index is not None else torch.cuda.current_device()
+        lay = cc_layout(rowptr, col, m, n, self.C, self.KS)
+        if lay is None:
+            raise ValueError("spmm_cc: the CSR repeats a (row, column) entry")
+        self.layout = lay
+        self.fmt = fmt or CC_FORMAT
+        if self.fmt not in CC_FORMATS:
+            raise ValueError(f"fmt must be one of {tuple(CC_FORMATS)}, got {fmt!r}")
+        self.flags = int(flags)
+        self.set_values(values)
+
+    def set_values(self, values: torch.Tensor) -> None:
+        """Pack a new value set (same pattern) into the B fragments (one gather)."""
+        if values.dtype != self.dtype:
+            raise ValueError(f"values dtype {values.dtype} differs from the layout's {self.dtype}")
+        self.bv = pack_values(self.layout, values, self.fmt)
+
+    def _launch_args(self, k: int) -> tuple[Any, tuple[int, int], int, int, int]:
+        m, n = self.shape
+        C = self.C
+        if C > 1 and int(_launch.arch_of(self.dev_index)[3:]) < 90:
+            raise ValueError("spmm_cc's clusters need sm_90 or later")
+        nw, spw = self.block
+        name = f"spmm_cc{CC_FORMATS[self.fmt]}_c{C}_w{nw}_s{spw}"
+        smem = cc_smem_bytes(self.KS, nw, spw)
+        strips = -(-m // 8)
+        ncl = _clusters_resident(name, self.dtype, self.dev_index, nw * 32, smem, C)
+        ncl = max(1, min(ncl, -(-strips // (nw * spw))))
+        return _kernel(name, self.dtype, self.dev_index), (ncl * C, -(-k // 64)), nw * 32, smem, ncl
+
+    def __call__(self, Xt: torch.Tensor, bias: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Y^T (k x m) for X^T ``Xt`` (k x n, contiguous), plus ``bias`` (m) where given."""
+        m, n = self.shape
+        if Xt.dim() != 2 or Xt.shape[1] != n:
+            raise ValueError(f"X^T must be (k, {n}), got {tuple(Xt.shape)}")
+        if Xt.dtype != self.dtype or Xt.device != self.device:
+            raise ValueError(f"X^T must be {self.dtype} on {self.device}")
+        if not Xt.is_contiguous() or Xt.data_ptr() % 4:
+            Xt = Xt.contiguous().clone()
+        k = Xt.shape[0]
+        if out is not None and (tuple(out.shape) != (k, m) or out.dtype != self.dtype or not out.is_contiguous()
+                                or out.data_ptr() % 8):
+            res = self(Xt, bias)
+            out.copy_(res)
+            return out
+        if out is None:
+            out = torch.empty(k, m, dtype=self.dtype, device=self.device)
+        if k == 0 or m == 0:
+            return out
+        if n == 0:
+            out.copy_(bias.expand(k, m) if bias is not None else torch.zeros((), dtype=self.dtype, device=self.device))
+            return out
+        bp = 0
+        if bias is not None:
+            bias = bias.to(self.dtype).contiguous()
+            bp = bias.data_ptr()
+        kern, grid, threads, smem, ncl = self._launch_args(k)
+        from ._mma import _allow_smem  # noqa: PLC0415
+
+        _allow_smem(kern, self.dev_index, smem)
+        lay = self.layout
+        args = (m, n, k, self.KS, -(-m // 8), ncl, lay["sptr"].data_ptr(), lay["cols"].data_ptr(), self.bv.data_ptr(),
+                lay["recs"].data_ptr(), Xt.data_ptr(), bp, out.data_ptr(), self.flags)
+        kern(grid, threads, args, shared=smem, device=self.dev_index)
+        return out
+
+
+def spmm_cc(rowptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape: tuple[int, int], Xt: torch.Tensor,
+            bias: torch.Tensor | None = None, **kw: Any) -> torch.Tensor:
+    """One-shot Y^T = X^T A^T + bias (builds the layout, then runs): see :class:`CcSpmm`."""
+    return CcSpmm(rowptr, col, values, shape, **kw)(Xt, bias)
