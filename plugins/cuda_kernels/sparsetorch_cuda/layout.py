@@ -50,9 +50,13 @@ NM_BLOCK = 384
 #: 21.9 us fp16 / 22.1 us bf16 against "warp"'s 24.9 / 23.8; "p1" 31.0 us against rows2's 30.9;
 #: "packed2" 47.9 us against packed's 38.4).
 DIA_VARIANTS = ("rows2", "rows1", "p1", "p1cs", "p2", "p4", "classic")
-#: DIA default: "p1" for at most 8 diagonals (114^3 stencil, cuda_kernels_h200_s4.json: float32
-#: 15.1 us against rows2's 19.7, float64 30.9 against 31.2; "p1cs" 35.0 / 26.4), else DIA_DEFAULT
-DIA_DEFAULT_FEW = "p1"
+#: DIA default for float32 / half with at most 8 diagonals: "p1w" (session 11: "p1" after griddepcontrol.wait,
+#: launched with programmatic dependent launch by the plan's replays; plan.DIA_PDL). 114^3 stencil, float32,
+#: cuda_kernels_h200_s11f_dia.json, two rounds: Matmul.execute back to back 14.89 / 14.84 us against "p1"'s
+#: 16.57 / 16.50 (the same kernel without PDL 16.52 / 16.33), in a CUDA graph 15.11 / 14.85 against 14.92 /
+#: 15.13 (a tie). Before: "p1" (cuda_kernels_h200_s4.json: 15.1 us against rows2's 19.7; "p1cs" 26.4).
+#: Float64 takes plan.DIA_DEFAULT_FEW_F64; more diagonals DIA_DEFAULT
+DIA_DEFAULT_FEW = "p1w"
 #: threads per block of the "p" DIA kernels (same run: 128 gave 30.3 / 15.2 us, 512 34.7 / 15.4)
 DIA_BLOCK = 256
 DIA_DEFAULT = "rows2"

@@ -34,7 +34,7 @@ from ._delta import DeltaMixin
 from ._mma import MmaMixin
 from ._spmm_bm import BmMixin
 from ._spmm_sp import SpMixin
-from .launch import Bound, Prepared, kernel, recording
+from .launch import Bound, Prepared, allow_pdl, kernel, recording
 from .layout import _check_rowptr  # noqa: F401 - re-exported (tests import it from here)
 from .layout import (BLOCK, CHUNK, COLS_KERNEL_FROM, CSR16_MIN_MEAN, CSR_VARIANTS, DIA_BLOCK, DIA_DEFAULT, DIA_DEFAULT_FEW, DIA_VARIANTS, DTYPES,
                      INT_LIMIT, MMA_MIN_K, MMA_ROWS, NM_BLOCK, NM_DEFAULT, NM_VARIANTS, ROW_KERNEL_BLOCK, SELL_C,
@@ -43,15 +43,30 @@ from .layout import (BLOCK, CHUNK, COLS_KERNEL_FROM, CSR16_MIN_MEAN, CSR_VARIANT
 
 #: DIA variants of the "p" kernels besides layout.DIA_VARIANTS: values loaded with a 256-byte L2
 #: prefetch hint ("p1pf"), and also without allocating in L1 ("p1na") (kernels/fast.cu)
-DIA_EXTRA = ("p1pf", "p1na", "p1nb", "p1nc", "p1pd", "v2", "v2na", "v4na")
+DIA_EXTRA = ("p1pf", "p1na", "p1nb", "p1nc", "p1pd", "v2", "v2na", "v4na", "p1w", "p1wt", "p2w", "p1nbw", "q", "qw", "qwt", "qwe",
+             "qwb")
 _DIA_P8_NAMES = {"p1cs": "dia_p8cs_1", "p1pf": "dia_p8pf_1", "p1na": "dia_p8na_1", "p1nb": "dia_p8nb_1", "p1nc": "dia_p8nc_1",
-                 "p1pd": "dia_p8pd_1"}
+                 "p1pd": "dia_p8pd_1", "p1w": "dia_p8w_1", "p1wt": "dia_p8wt_1", "p2w": "dia_p8w_2", "p1nbw": "dia_p8nbw_1"}
+#: session 11 (kernels/fast.cu dia_p8w*, dia_q*): the DIA kernels that run griddepcontrol.wait before any read or
+#: write, launched with programmatic dependent launch (launch.py) from their second launch on: "p1w" / "p2w" / "p1nbw"
+#: are "p1" / "p2" / "p1nb" after the wait, "p1wt" also triggers its dependents after it; "q" (no wait) / "qw" /
+#: "qwt" / "qwe" (values evict-first) / "qwb" (at most 128 registers): 16 / itemsize consecutive rows per thread,
+#: 16-byte value, X and Y accesses, k = 1 with m a multiple of 16 / itemsize and 16-byte aligned values, X, Y
+#: (else "p1" / "p1w", float64 "p1nb" / "p1nbw"); DIA_BLOCK_Q threads per block. Measured on the 114^3 stencil
+#: (cuda_kernels_h200_s11f_dia.json): the "q" kernels are slower in float32 (graph 16.1-16.8 us, "qwe" 14.9;
+#: back to back 16.2-16.6) and about even with "p1nbw" in float64 (27.5-28.3 graph, 27.7-27.9 back to back)
+DIA_PDL = frozenset(("p1w", "p1wt", "p2w", "p1nbw", "qw", "qwt", "qwe", "qwb"))
+DIA_Q = ("q", "qw", "qwt", "qwe", "qwb")
+DIA_BLOCK_Q = 128
 #: the float64 default for at most 8 diagonals: "p1nb", p1na's loads compiled for at most 40 registers (12 blocks
 #: of 128 threads per SM instead of 10). 114^3 stencil on the H200, cuda_kernels_h200_run2_s8_spmv.json and
 #: cuda_kernels_h200_s8_spmv.json: "p1nb" 27.99 / 27.95 us against "p1na"'s 30.73 / 30.63, "p1nc" (32 registers)
 #: 28.55 / 28.68, "p1" 30.97 / 30.79 (session 7b: "p1na" 30.0 / 30.4, "p1pf" 33.4 / 34.0). In float32 the "na"
 #: kernels are slower (20.3-20.7 against "p1"'s 14.6-15.0): float32 keeps layout.DIA_DEFAULT_FEW
-DIA_DEFAULT_FEW_F64 = "p1nb"
+#: Session 11: "p1nbw" ("p1nb" after griddepcontrol.wait, launched with programmatic dependent launch;
+#: cuda_kernels_h200_s11f_dia.json, two rounds: Matmul.execute back to back 27.50 / 27.54 us against "p1nb"'s
+#: 29.00 / 28.54, CUDA graph 27.66 / 27.47 against 28.00 / 27.78)
+DIA_DEFAULT_FEW_F64 = "p1nbw"
 #: threads per block of "p1na" (same stencil, two runs: 128 threads 29.99 / 30.09 us, 256 threads 30.01 / 30.41;
 #: cuda_kernels_h200_s7b_run1.json, cuda_kernels_h200_s7b.json); the other "p" kernels take layout.DIA_BLOCK
 DIA_BLOCK_NA = 128
@@ -411,6 +426,19 @@ class CudaSpmmPlan(BuildMixin, MmaMixin, DeltaMixin, SpMixin, BmMixin):
                                                    y.data_ptr()), shared=8 * self.ndiag, device=self.dev_index)
                 return
             variant = self.variant
+            if variant in DIA_Q and self.ndiag <= 8:
+                vq = 16 // v.element_size()
+                if k == 1 and m % vq == 0 and v.data_ptr() % 16 == 0 and x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0:
+                    offs = [int(o) for o in self.offs_host] + [0] * (8 - self.ndiag)
+                    kern = kernel("fast", f"dia_{variant}_1", self.dtype, torch.int64, dev, 15)
+                    if variant in DIA_PDL:
+                        allow_pdl(kern, self.dev_index)  # the recording launch is plain; Prepared / Bound replays use PDL
+                    kern((-(-m // (vq * DIA_BLOCK_Q)), 1), DIA_BLOCK_Q,
+                         (m, n, k, self.ndiag, *(o & 0xFFFFFFFFFFFFFFFF for o in offs), v.data_ptr(), x.data_ptr(), y.data_ptr()),
+                         device=self.dev_index)
+                    return
+                f64 = self.dtype == torch.float64
+                variant = ("p1nbw" if f64 else "p1w") if "w" in variant else ("p1nb" if f64 else "p1")
             if variant in ("v2", "v2na", "v4na") and self.ndiag <= 8:
                 if m % 2 == 0 and v.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0:
                     offs = [int(o) for o in self.offs_host] + [0] * (8 - self.ndiag)
@@ -426,7 +454,9 @@ class CudaSpmmPlan(BuildMixin, MmaMixin, DeltaMixin, SpMixin, BmMixin):
                 name = _DIA_P8_NAMES.get(variant) or f"dia_p8_{rows}"
                 pd = (DIA_PREFETCH_ROWS,) if variant == "p1pd" else ()
                 kern = kernel("fast", name, self.dtype, torch.int64, dev, 15 + len(pd))
-                threads = DIA_BLOCK_NA if variant == "p1na" else (128 if variant in ("p1nb", "p1nc", "p1pd") else DIA_BLOCK)
+                if variant in DIA_PDL:
+                    allow_pdl(kern, self.dev_index)  # the recording launch is plain; Prepared / Bound replays use PDL
+                threads = DIA_BLOCK_NA if variant == "p1na" else (128 if variant in ("p1nb", "p1nc", "p1pd", "p1nbw") else DIA_BLOCK)
                 kern((-(-m // (threads * rows)), gy), threads, (m, n, k, self.ndiag, *(o & 0xFFFFFFFFFFFFFFFF for o in offs),
                                                             *pd, v.data_ptr(), x.data_ptr(), y.data_ptr()), device=self.dev_index)
                 return

@@ -350,6 +350,139 @@ DIA_V2(dia_v2_1, 2, 0)
 DIA_V2(dia_v2na_1, 2, 1)
 DIA_V2(dia_v4na_1, 4, 1)
 
+// ---- session 11 (s11f): DIA with at most 8 diagonals under programmatic dependent launch -----------
+// W = 1: griddepcontrol.wait before anything is read or written (the offsets are kernel parameters: a
+// thread reads nothing before it), so the plan may launch the kernel with programmatic dependent launch
+// (launch.py, allow_pdl): the next grid of a back-to-back chain is launched while this one drains and
+// starts reading once this one has finished and its writes are visible. W = 2: also
+// griddepcontrol.launch_dependents right after the wait (the next PDL grid may be launched once every
+// block of this one has started, i.e. during its last wave; it still waits for this grid's completion).
+// On sm_80 builds (no griddepcontrol) these are the plain kernels.
+template <int W>
+__device__ __forceinline__ void dia_pdl() {
+#if __CUDA_ARCH__ >= 900
+  if (W >= 1) asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (W >= 2) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// "p1w" / "p1wt" / "p2w": dia_p8_1 / dia_p8_2 after dia_pdl<W>; "p1nbw": p1nb (at most 40 registers,
+// 128 threads) after the wait (float64's default kernel).
+#define DIA_P8W(NAME, R, CS, PF, W)                                                                              \
+  extern "C" __global__ void NAME(i64 m, i64 n, i64 k, i64 nd, i64 o0, i64 o1, i64 o2, i64 o3, i64 o4, i64 o5,     \
+                                  i64 o6, i64 o7, const val_t* val, const val_t* x, val_t* y) {                    \
+    dia_pdl<W>();                                                                                                  \
+    const int o[8] = {(int)o0, (int)o1, (int)o2, (int)o3, (int)o4, (int)o5, (int)o6, (int)o7};                    \
+    dia_p8_body<R, CS, PF>((int)m, (int)n, (int)k, (int)nd, o, val, x, y);                                         \
+  }
+DIA_P8W(dia_p8w_1, 1, false, 0, 1)
+DIA_P8W(dia_p8wt_1, 1, false, 0, 2)
+DIA_P8W(dia_p8w_2, 2, false, 0, 1)
+extern "C" __global__ void __launch_bounds__(128, 12) dia_p8nbw_1(i64 m, i64 n, i64 k, i64 nd, i64 o0, i64 o1, i64 o2,
+                                                                  i64 o3, i64 o4, i64 o5, i64 o6, i64 o7,
+                                                                  const val_t* val, const val_t* x, val_t* y) {
+  dia_pdl<1>();
+  const int o[8] = {(int)o0, (int)o1, (int)o2, (int)o3, (int)o4, (int)o5, (int)o6, (int)o7};
+  dia_p8_body<1, false, 2>((int)m, (int)n, (int)k, (int)nd, o, val, x, y);
+}
+
+// "q" / "qw" / "qwt" / "qwe": one right-hand side (k = 1), V = 16 / sizeof(val_t) consecutive rows per
+// thread (4 in float32, 2 in float64, 8 in half types). Each diagonal's V values are one 16-byte load;
+// X's V entries x[i0 + o .. i0 + o + V - 1] are taken from the one or two aligned 16-byte vectors that
+// hold them (o mod V is the same for every thread: the selection below is uniform), so a thread issues
+// 8 + 16 vector loads for V rows instead of p1's 16 scalar loads per row, and Y is one 16-byte store.
+// A diagonal whose X window leaves [0, n) for this thread (the matrix edges) reads X per row, masked.
+// The host runs these only when k == 1, m % V == 0 and the values, X and Y are 16-byte aligned (so
+// val + t * m + i0 and y + i0 are aligned for every diagonal t). E (= 1, "qwe"): the values loaded
+// with L1::no_allocate and an L2 evict-first policy (read once), X with the default policy.
+union dia_q16 {
+  uint4 u;
+  val_t e[16 / sizeof(val_t)];
+};
+
+template <int E>
+__device__ __forceinline__ dia_q16 dia_ldq(const val_t* p, unsigned long long pol) {
+  dia_q16 q;
+  if (E) {
+    asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+        : "=r"(q.u.x), "=r"(q.u.y), "=r"(q.u.z), "=r"(q.u.w) : "l"(p), "l"(pol));
+  } else {
+    q.u = __ldg(reinterpret_cast<const uint4*>(p));
+  }
+  return q;
+}
+
+template <int W, int E>
+__device__ __forceinline__ void dia_q_body(int m, int n, int nd, const int* o, const val_t* __restrict__ val,
+                                           const val_t* __restrict__ x, val_t* __restrict__ y) {
+  constexpr int V = 16 / (int)sizeof(val_t);
+  dia_pdl<W>();
+  int i0 = V * (blockIdx.x * blockDim.x + threadIdx.x);
+  if (i0 >= m) return;
+  unsigned long long pol = 0;
+  if (E) asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  dia_q16 a[8], xl[8], xh[8];
+  bool fast[8];
+#pragma unroll
+  for (int t = 0; t < 8; ++t) {
+    bool on = t < nd;
+    int j = i0 + o[t];
+    int b = j & ~(V - 1);  // the aligned vector holding x[j] (j >= 0 where used)
+    int sh = j - b;        // o[t] mod V: uniform
+    fast[t] = on && j >= 0 && b + (sh ? 2 * V : V) <= n;
+    a[t] = dia_ldq<E>(on ? val + (i64)t * m + i0 : val, pol);  // always a valid, aligned address
+    xl[t] = dia_ldq<0>(fast[t] ? x + b : x, 0);
+    xh[t] = dia_ldq<0>(fast[t] && sh ? x + b + V : x, 0);
+  }
+  acc_t s[V];
+#pragma unroll
+  for (int r = 0; r < V; ++r) s[r] = 0;
+#pragma unroll
+  for (int t = 0; t < 8; ++t) {
+    if (t >= nd) break;
+    int j = i0 + o[t];
+    int sh = j & (V - 1);
+    if (fast[t]) {
+      acc_t xv[V];
+#pragma unroll
+      for (int q = 0; q < V; ++q) {
+        if (q == sh) {
+#pragma unroll
+          for (int r = 0; r < V; ++r) xv[r] = ld(q + r < V ? xl[t].e[(q + r) & (V - 1)] : xh[t].e[(q + r) & (V - 1)]);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < V; ++r) s[r] += ld(a[t].e[r]) * xv[r];
+    } else {  // an edge: entries whose column leaves [0, n) are not part of the matrix (their slots may hold anything)
+#pragma unroll
+      for (int r = 0; r < V; ++r)
+        if ((unsigned)(j + r) < (unsigned)n) s[r] += ld(a[t].e[r]) * ld(RO(x + j + r));
+    }
+  }
+  dia_q16 out;
+#pragma unroll
+  for (int r = 0; r < V; ++r) out.e[r] = st(s[r]);
+  *reinterpret_cast<uint4*>(y + i0) = out.u;
+}
+
+#define DIA_Q(NAME, W, E)                                                                                        \
+  extern "C" __global__ void NAME(i64 m, i64 n, i64 k, i64 nd, i64 o0, i64 o1, i64 o2, i64 o3, i64 o4, i64 o5,     \
+                                  i64 o6, i64 o7, const val_t* val, const val_t* x, val_t* y) {                    \
+    const int o[8] = {(int)o0, (int)o1, (int)o2, (int)o3, (int)o4, (int)o5, (int)o6, (int)o7};                    \
+    dia_q_body<W, E>((int)m, (int)n, (int)nd, o, val, x, y);                                                       \
+  }
+DIA_Q(dia_q_1, 0, 0)
+DIA_Q(dia_qw_1, 1, 0)
+DIA_Q(dia_qwt_1, 2, 0)
+DIA_Q(dia_qwe_1, 1, 1)
+// "qwb": "qw" compiled for 4 blocks of 128 threads per SM (at most 128 registers; "qw" takes ~130: 3 blocks)
+extern "C" __global__ void __launch_bounds__(128, 4) dia_qwb_1(i64 m, i64 n, i64 k, i64 nd, i64 o0, i64 o1, i64 o2,
+                                                               i64 o3, i64 o4, i64 o5, i64 o6, i64 o7,
+                                                               const val_t* val, const val_t* x, val_t* y) {
+  const int o[8] = {(int)o0, (int)o1, (int)o2, (int)o3, (int)o4, (int)o5, (int)o6, (int)o7};
+  dia_q_body<1, 0>((int)m, (int)n, (int)nd, o, val, x, y);
+}
+
 // ---- ELL on the plan's int32 column copy (-1 in padding slots) -----------------------------------
 // The plan copies ELL columns once per pattern as int32 (when every slot, row and column fits),
 // with -1 in each row's unused slots, so the kernels read no per-row counts: a slot with a
