@@ -1,6 +1,6 @@
 """Session 11 (helper s11f): issue 16's float32 DIA goal on the 114^3 stencil, the s11 DIA variants side by side.
 
-    python plugins/cuda_kernels/benchmarks/bench_s11_dia.py --out DIR [--m 114] [--rounds 2]
+    python plugins/cuda_kernels/benchmarks/bench_s11_dia.py --out DIR [--m 114] [--rounds 2] [--all]
 
 The 3-D 7-point stencil of 114^3 = 1,481,544 rows in DIA (``A.convert(DIA)`` of the suite's CSR, as in
 benchmarks/gpu/spmv.py), one right-hand side, float32 and float64. In one run, each measured in
@@ -41,11 +41,15 @@ from sparsetorch.format import CSR, DIA  # noqa: E402
 import bench_cuda_kernels as B  # noqa: E402
 from common import copy_bandwidth, stencil3d_csr, thr, time_cuda, time_cuda_stream  # noqa: E402
 
-GRAPH = {torch.float32: ("p1", "p1!nopdl", "p1w", "p1w!nopdl", "p1wt", "p2w", "q", "qw", "qw!nopdl", "qwt", "qwe", "qwb",
-                         "qw/256", "qwt/256"),
-         torch.float64: ("p1nb", "p1nbw", "p1nbw!nopdl", "p1", "p1w", "p1wt", "q", "qw", "qwt", "qwb")}
-B2B = {torch.float32: ("p1", "p1w", "p1w!nopdl", "p1wt", "qw", "qw!nopdl", "qwt", "qwb", "qwt/256"),
-       torch.float64: ("p1nb", "p1nbw", "p1nbw!nopdl", "qw", "qwt")}
+#: ``--all`` (the lists of the committed run, benchmarks/results/cuda_kernels_h200_s11f_dia.json)
+GRAPH_ALL = {torch.float32: ("p1", "p1!nopdl", "p1w", "p1w!nopdl", "p1wt", "p2w", "q", "qw", "qw!nopdl", "qwt", "qwe", "qwb",
+                             "qw/256", "qwt/256"),
+             torch.float64: ("p1nb", "p1nbw", "p1nbw!nopdl", "p1", "p1w", "p1wt", "q", "qw", "qwt", "qwb")}
+B2B_ALL = {torch.float32: ("p1", "p1w", "p1w!nopdl", "p1wt", "qw", "qw!nopdl", "qwt", "qwb", "qwt/256"),
+           torch.float64: ("p1nb", "p1nbw", "p1nbw!nopdl", "qw", "qwt")}
+#: the default (shorter) lists: the defaults before and after session 11 and the close candidates
+GRAPH = {torch.float32: ("p1", "p1w", "p1w!nopdl", "p1wt", "qwe"), torch.float64: ("p1nb", "p1nbw", "p1nbw!nopdl", "qwt")}
+B2B = {torch.float32: ("p1", "p1w", "p1w!nopdl", "p1wt", "qwe"), torch.float64: ("p1nb", "p1nbw", "p1nbw!nopdl", "qwt")}
 
 
 class Setting:
@@ -85,7 +89,9 @@ def main() -> int:
     ap.add_argument("--out", default=".")
     ap.add_argument("--m", type=int, default=114)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--all", action="store_true", help="every s11 variant (the committed run's lists)")
     args = ap.parse_args()
+    graph_specs, b2b_specs = (GRAPH_ALL, B2B_ALL) if args.all else (GRAPH, B2B)
     bw = copy_bandwidth()
     m = args.m
     n = m ** 3
@@ -107,7 +113,7 @@ def main() -> int:
             return float(torch.linalg.vector_norm(y.double().reshape(-1) - ref) / torch.linalg.vector_norm(ref))
 
         for r in range(args.rounds):
-            order = GRAPH[dtype] if r % 2 == 0 else GRAPH[dtype][::-1]
+            order = graph_specs[dtype] if r % 2 == 0 else graph_specs[dtype][::-1]
             for spec in order:
                 try:
                     with Setting(spec, dtype) as s:
@@ -123,7 +129,7 @@ def main() -> int:
                 except Exception as exc:  # noqa: BLE001 - record and go on
                     rows.append({"dtype": name, "how": "graph", "spec": spec, "round": r, "error": repr(exc)})
                     print(name, "graph", spec, repr(exc), flush=True)
-            order = B2B[dtype] if r % 2 == 0 else B2B[dtype][::-1]
+            order = b2b_specs[dtype] if r % 2 == 0 else b2b_specs[dtype][::-1]
             for spec in order:
                 try:
                     with Setting(spec, dtype, default=True) as s:
