@@ -470,6 +470,9 @@ def test_matmul_execute_direct_path_ctypes_launch(fmt, monkeypatch):
     import sparsetorch_cuda.launch as launch_mod
 
     monkeypatch.setattr(launch_mod, "BOUND_LAUNCH", "ctypes")
+    # a kernel opted in to programmatic dependent launch (the DIA defaults since session 11) is launched
+    # through cuLaunchKernelEx whatever BOUND_LAUNCH says: PDL off here, so the ctypes launch is the one tested
+    monkeypatch.setattr(launch_mod, "PDL", False)
     dtype = torch.float64
     m, n = 150, 150
     D = banded_dense(m, n, (-4, 0, 1, 9), dtype, seed=51) if fmt == "DIA" else random_dense(m, n, 0.08, dtype, seed=51)
