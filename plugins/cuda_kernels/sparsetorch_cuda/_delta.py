@@ -16,11 +16,11 @@ import torch
 
 from sparsetorch import InputError
 
-from .launch import kernel
+from .launch import allow_pdl, kernel, resident_blocks
 from .layout import BLOCK, DELTA_SMEM_BLOCK, DELTA_SMEM_BYTES, DELTA_VARIANTS, ROW_KERNEL_BLOCK, _sm_count
 
-__all__ = ["DeltaMixin", "CHUNK_VARIANTS", "TILE_VARIANTS", "TC_VARIANTS", "DELTA_PLAN_DEFAULT", "DELTA_HALF_DEFAULT",
-           "tile_layout"]
+__all__ = ["DeltaMixin", "CHUNK_VARIANTS", "TILE_VARIANTS", "TC_VARIANTS", "TQ_VARIANTS", "DELTA_PLAN_DEFAULT",
+           "DELTA_HALF_DEFAULT", "tile_layout"]
 
 #: the "chunk" kernels (kernels/delta.cu, k = 1 only; k > 1 runs "packed"): "chunk" takes units of
 #: 8 entries per lane, "chunk8" / "chunk16" fix the unit;
@@ -40,6 +40,24 @@ TILE_VARIANTS = ("tile", "tile_f", "tile_p1")
 #: 8192^2): as fast as "chunk" within noise (fp16 50 %: 31.2 us against 31.3-31.8; 10 %: 11.1-11.2 against 11.3),
 #: with half its shared memory; "tc16" 32.4 us at 50 %
 TC_VARIANTS = ("tc", "tc8", "tc16")
+#: session 11 (kernels/delta.cu, DELTA(4), float16 / bfloat16, k = 1, same conditions as "tc", else "chunk"):
+#: "tc8p" is tc8 launched with programmatic dependent launch (launch.allow_pdl: the row pointers read before
+#: griddepcontrol.wait, the values, X and Y after it); the "tq" kernels take tc8's work per step but bring the
+#: units' values and gap words through a ring of S stages in shared memory filled by cp.async (S - 1 steps in
+#: flight, across rows): "tq<S>", "tq<S>p" (with PDL), "tq<S>p3" (three blocks per SM, 40 registers); "tc8pf" is
+#: tc8p with L2 prefetches of the warp's first step and of X before the wait, "tc8pk" tc8p in one block of 1024
+#: threads per SM, "tc8p5" in five blocks of 256 per SM (47 registers: 40 warps per SM against 32).
+#: name -> (kernel, stages (0: no ring), blocks per SM, launched with PDL, threads per block)
+TQ_KERNELS = {"tc8p": ("delta_tc8p_b4", 0, 2, True, 512), "tc8pf": ("delta_tc8pf_b4", 0, 2, True, 512),
+              "tc8pk": ("delta_tc8pk_b4", 0, 1, True, 1024), "tc8p5": ("delta_tc8p5_b4", 0, 5, True, 256),
+              "tq3": ("delta_tq3_b4", 3, 2, False, 512), "tq4": ("delta_tq4_b4", 4, 2, False, 512),
+              "tq3p": ("delta_tq3p_b4", 3, 2, True, 512), "tq4p": ("delta_tq4p_b4", 4, 2, True, 512),
+              "tq6p": ("delta_tq6p_b4", 6, 2, True, 512), "tq4p3": ("delta_tq4p3_b4", 4, 3, True, 512)}
+TQ_VARIANTS = tuple(TQ_KERNELS)
+#: bytes per warp and stage of the tq ring (kernels/delta.cu TQ_STAGE: 32 units' values and gap words)
+TQ_STAGE = 640
+#: shared memory a block may take with the opt-in (sm_80 and later: 163 KB on the A100; 227 KB on Hopper)
+TQ_MAX_SMEM = 160 * 1024
 #: zero entries either side of X in shared memory (kernels/delta.cu TC_PAD: at least twice the unit)
 TC_PAD = 32
 #: the unit of the "tc" variant
@@ -63,7 +81,7 @@ class DeltaMixin:
         self.variant = variant or (DELTA_PLAN_DEFAULT if self.small else "groups")
         if variant is None and self._tc_ok():
             self.variant = DELTA_HALF_DEFAULT
-        every = DELTA_VARIANTS + CHUNK_VARIANTS + TILE_VARIANTS + TC_VARIANTS
+        every = DELTA_VARIANTS + CHUNK_VARIANTS + TILE_VARIANTS + TC_VARIANTS + TQ_VARIANTS
         if self.variant not in every:
             raise InputError(f"{self.backend}: DELTA variant must be one of {every}, got {variant!r}")
         self.tiles: dict[str, torch.Tensor | int] | None = None
@@ -82,6 +100,11 @@ class DeltaMixin:
         n = self.shape[1]
         return (self.bits == 4 and self.dtype in (torch.float16, torch.bfloat16) and self.small
                 and -(-(n + 2 * TC_PAD) * 2 // 16) * 16 <= DELTA_SMEM_BYTES)
+
+    def _tq_smem(self) -> int:
+        """Dynamic shared memory of this plan's tc8p / tq kernel: X as 16-bit values with its pads, then the ring."""
+        xb = -(-(self.shape[1] + 2 * TC_PAD) * 2 // 16) * 16
+        return xb + (TQ_KERNELS[self.variant][4] // 32) * TQ_KERNELS[self.variant][1] * TQ_STAGE
 
     def _tile_grid(self) -> int:
         return max(1, min(-(-self.shape[0] // (CHUNK_BLOCK // 32)), 2 * _sm_count(self.dev_index)))
@@ -102,6 +125,26 @@ class DeltaMixin:
         m, n = self.shape
         dev = self.dev_index
         variant = self.variant
+        if variant in TQ_VARIANTS:
+            if fits and k == 1 and self._tc_ok():
+                # DELTA(4), half types (session 11): tc8 with PDL, or the values and gaps through a cp.async ring
+                name, stages, per_sm, pdl, threads = TQ_KERNELS[variant]
+                kern = kernel("delta", name, self.dtype, self.idx, dev, 8)
+                if pdl:
+                    allow_pdl(kern, dev)  # this call (the recording) launches without it; the plan's replays with it
+                smem = self._tq_smem()
+                if smem > 48 * 1024:
+                    from ._mma import _allow_smem  # noqa: PLC0415
+
+                    _allow_smem(kern, dev, smem)
+                sms = _sm_count(dev)
+                per = resident_blocks(kern, threads, smem, 1, sms, per_sm * sms) if stages else per_sm * sms
+                grid = max(1, min(-(-m // (threads // 32)), per_sm * sms, per))
+                kern((grid, 1), threads,
+                     (m, n, self.nnz, self.rowptr.data_ptr(), self.words.data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr()),
+                     shared=smem, device=dev)
+                return
+            variant = "chunk"
         if variant in TC_VARIANTS:
             if fits and k == 1 and self._tc_ok():
                 # DELTA(4), half types: X as 16-bit values in shared memory, products on the tensor cores

@@ -5,7 +5,8 @@ step, gaps wider than b bits (the format's padding entries), a misaligned X, sev
 sides (the "packed" fallback), the plan's replayed launch and the bound ``Matmul.execute``; the
 DELTA(4) "tile" kernels (half types) likewise, and their layout (plan-built, checked on the CPU); the
 DELTA(4) "tc" kernels (half types, products on the tensor cores; the default there) likewise, also
-under CUDA-graph capture."""
+under CUDA-graph capture; session 11's "tc8p" (PDL) and "tq" kernels (a cp.async ring) likewise, also with
+many rows per warp (the ring's stream of steps across rows) and replayed back to back in a CUDA graph."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch
 import sparsetorch as st
 from sparsetorch.format import DELTA
 
-from sparsetorch_cuda._delta import DELTA_HALF_DEFAULT
+from sparsetorch_cuda._delta import DELTA_HALF_DEFAULT, TQ_VARIANTS
 
 from _cuda_helpers import TOL, gpu, random_dense, rel_err, to_format, make_plan as _plan, random_x as _x
 
@@ -122,7 +123,7 @@ def test_chunk_single_row_and_tiny():
 @pytest.mark.parametrize("dtype", (torch.float16, torch.float32, torch.float64), ids=("float16", "float32", "float64"))
 @pytest.mark.parametrize("bits", (4, 8))
 @pytest.mark.parametrize("n", (2053, 13000), ids=("x_in_shared", "x_in_global"))
-@pytest.mark.parametrize("variant", ("chunk8", "chunk16", "tile", "tile_f", "tc8", "tc16"))
+@pytest.mark.parametrize("variant", ("chunk8", "chunk16", "tile", "tile_f", "tc8", "tc16", "tc8p", "tq3", "tq4p3"))
 def test_chunk_inf_and_nan_in_x_stay_out_of_rows_without_them(variant, n, bits, dtype):
     # A unit holds entries of neighbouring rows (a row's first and last unit): those entries read X
     # at columns that are not theirs. With inf / NaN in X at columns no row stores (every third
@@ -239,7 +240,7 @@ def test_tile_falls_back_where_it_does_not_apply():
 
 @gpu
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("float16", "bfloat16"))
-@pytest.mark.parametrize("variant", (None, "tc", "tc8", "tc16"))
+@pytest.mark.parametrize("variant", (None, "tc", "tc8", "tc16") + TQ_VARIANTS)
 def test_tc_matches_dense(variant, dtype):
     # rows of 0 .. many warp steps (long rows of 1501 / 4099 entries; 50 % / 10 % rows; rows shorter than
     # a unit and inside one unit), empty rows first and last, entries in the last columns, gaps over 15
@@ -278,7 +279,7 @@ def test_tc_every_row_offset_and_cuda_graph(dtype):
     for r in range(m):
         cols = torch.randperm(n // 2, generator=g)[:r] * 2  # even columns only
         D[r, cols] = torch.randint(1, 9, (r,), generator=g).double() * torch.where(torch.rand(r, generator=g) < 0.5, -1.0, 1.0) / 4
-    for variant in ("tc8", "tc16"):
+    for variant in ("tc8", "tc16") + TQ_VARIANTS:
         A = to_format(D, DELTA(4), dtype, torch.int32)
         plan = _plan(A, variant)
         X = _x(n, 1, dtype, 7)
@@ -308,6 +309,47 @@ def test_tc_every_row_offset_and_cuda_graph(dtype):
 
 
 @gpu
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("float16", "bfloat16"))
+@pytest.mark.parametrize("variant", TQ_VARIANTS)
+def test_tq_many_rows_per_warp(variant, dtype):
+    # more rows than the persistent grid has warps (2 or 3 blocks of 16 warps per SM): each warp's steps run
+    # across several rows, the ring's producer ahead of the consumer by rows; rows without entries (aligned
+    # and not), rows shorter than a unit sharing units with their neighbours, long rows, padding entries
+    # (a run of empty columns), odd n, nnz not a multiple of 8 (a partial last unit); the product replayed
+    # three times back to back in one CUDA graph (the "p" kernels' programmatic dependent launches), X
+    # changed in place between replays
+    from sparsetorch_cuda.layout import _sm_count
+
+    m = 40 * 16 * _sm_count(0) // 3 + 7
+    for n, dens in ((333, 0.02), (701, 0.3)):
+        D = random_dense(m, n, dens, dtype, seed=n, empty_rows=m // 5, long_rows=9)
+        D[:, n // 2: n // 2 + 40] = 0
+        D[-1] = 0
+        D[-2, -5:] = 1.0
+        A = to_format(D, DELTA(4), dtype, torch.int32)
+        if A.values.numel() % 8 == 0:  # a partial last unit
+            D[-2, 0] = 2.0
+            A = to_format(D, DELTA(4), dtype, torch.int32)
+        assert A.values.numel() % 8 != 0
+        plan = _plan(A, variant)
+        assert plan.variant == variant and plan._tc_ok()
+        X = _x(n, 1, dtype, 31).cuda()
+        for _ in range(2):  # the recording launch, then the prepared one
+            assert rel_err(plan.apply(X), D @ X.double().cpu()) < TOL[dtype], (variant, n)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            Y1 = plan.apply(X)
+            Y2 = plan.apply(Y1[:n] if m >= n else X)
+            Y3 = plan.apply(X)
+        X.mul_(-1.5)
+        graph.replay()
+        torch.cuda.synchronize()
+        ref1 = D @ X.double().cpu()
+        assert rel_err(Y1, ref1) < TOL[dtype] and rel_err(Y3, ref1) < TOL[dtype], (variant, n)
+        assert rel_err(Y2, D @ Y1[:n].double().cpu()) < 2 * TOL[dtype], (variant, n)  # reads the product before it
+
+
+@gpu
 def test_tc_falls_back_where_it_does_not_apply():
     # float32 / DELTA(8) / X over 48 KB as 16-bit values: the default is "chunk", an explicit "tc" runs the chunk kernel
     for dtype, bits, n in ((torch.float32, 4, 900), (torch.float16, 8, 900), (torch.bfloat16, 4, 30000)):
@@ -328,6 +370,8 @@ def test_tc_kernels_compile_on_the_host():
         pytest.skip(c.nvrtc_missing() or "")
     for value in ("float16", "bfloat16"):
         cubin = c.compile_cubin("delta", value, "int32", "sm_80")
-        for name in ("delta_tc8_b4", "delta_tc16_b4"):
+        for name in ("delta_tc8_b4", "delta_tc16_b4", "delta_tc8p_b4", "delta_tq3_b4", "delta_tq4_b4", "delta_tq3p_b4",
+                     "delta_tq4p_b4", "delta_tq6p_b4", "delta_tq4p3_b4", "delta_tc8pf_b4", "delta_tc8pk_b4",
+                     "delta_tc8p5_b4"):
             assert name.encode() + b"\x00" in cubin, (value, name)
 

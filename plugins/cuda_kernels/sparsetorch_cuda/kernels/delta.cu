@@ -710,12 +710,28 @@ __device__ __forceinline__ void tc_unit(const TcUnit<U>& c, const unsigned* P2, 
   }
 }
 
-template <int U>
+// Programmatic dependent launch (session 11, the "p" kernels; launch.py): griddepcontrol.launch_dependents
+// at the start (the next kernel of the stream, if launched with PDL, may be scheduled as this one's blocks
+// exit) and griddepcontrol.wait before the first read of the values or X and before any write of Y (only the
+// row pointers, the plan's own pattern copy, are read before it). No-ops where the launch has no PDL.
+__device__ __forceinline__ void dl_trigger() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void dl_wait() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+template <int U, bool PDLK = false, bool L2PF = false>
 __device__ __forceinline__ void delta_tc_body(int m, int n, int nnz, const idx_t* __restrict__ rowptr, const unsigned* __restrict__ gw,
                                               const val_t* __restrict__ val, const val_t* __restrict__ x, val_t* __restrict__ y) {
   typedef TcUnit<U> CU;
   constexpr int NW = U / 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
+  if (PDLK) dl_trigger();
   const int lane = threadIdx.x & 31;
   const int stride = gridDim.x * (blockDim.x >> 5);
   int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -725,6 +741,16 @@ __device__ __forceinline__ void delta_tc_body(int m, int n, int nnz, const idx_t
     p1 = (int)RO(rowptr + row + 1);
   }
   int u0 = p0 / U, u1 = (p1 + U - 1) / U;
+  if (L2PF) {
+    // L2 prefetches before the wait (no register is written, so no stale value can be read: L2 is where every
+    // SM's writes meet, and a line written after its prefetch is simply rewritten there): the warp's first
+    // step (values and gap words; one request per 128-byte line) and X (one line per thread)
+    const int u = u0 + lane;
+    if (u < u1 && (lane == 0 || (u & 7) == 0)) asm volatile("prefetch.global.L2 [%0];" ::"l"(val + (size_t)u * U));
+    if (u < u1 && (lane == 0 || (u & 31) == 0)) asm volatile("prefetch.global.L2 [%0];" ::"l"(gw + (size_t)u * (U / 8)));
+    if (threadIdx.x * 64 < (unsigned)n) asm volatile("prefetch.global.L2 [%0];" ::"l"(x + threadIdx.x * 64));
+  }
+  if (PDLK) dl_wait();  // the row pointers only before it
   CU nx;
   if (u0 + lane < u1) tc_load<U>(gw, val, u0 + lane, nnz, nx);
   {  // X as 16-bit values between two pads of TC_PAD zeros
@@ -824,4 +850,231 @@ __device__ __forceinline__ void delta_tc_body(int m, int n, int nnz, const idx_t
   }
 DELTA_TC(delta_tc8_b4, 8, 2)
 DELTA_TC(delta_tc16_b4, 16, 2)
+// session 11 ("tc8p"): delta_tc8_b4 with programmatic dependent launch (dl_trigger / dl_wait above)
+extern "C" __global__ void __launch_bounds__(DELTA_CHUNK_BLOCK, 2)
+    delta_tc8p_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y) {
+  delta_tc_body<8, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y);
+}
+// "tc8pf": tc8p with L2 prefetches of the first step and of X before griddepcontrol.wait (L2PF above)
+extern "C" __global__ void __launch_bounds__(DELTA_CHUNK_BLOCK, 2)
+    delta_tc8pf_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y) {
+  delta_tc_body<8, true, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y);
+}
+// "tc8p5": tc8p in blocks of 256 threads, five per SM (at most 48 registers: 40 warps per SM against 32)
+extern "C" __global__ void __launch_bounds__(256, 5)
+    delta_tc8p5_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y) {
+  delta_tc_body<8, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y);
+}
+// "tc8pk": tc8p in one block of 1024 threads per SM (one copy of X per SM; the body reads blockDim)
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    delta_tc8pk_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y) {
+  delta_tc_body<8, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y);
+}
+#endif
+
+
+// ------------------------------------------------------------------------------------------------
+// DELTA(4), half types, one right-hand side: the "tq" kernels (session 11). The tc8 kernel's work per
+// step (a warp per row on a persistent grid, units of 8 entries aligned to 8 in the global stream, lane
+// L on unit u0 + 32 * step + L, products on the tensor cores, X as 16-bit values in shared memory), but
+// the units' values and gap words reach the lanes through a ring of S stages in shared memory filled by
+// cp.async (16 bytes of values and the 4-byte gap word per lane and step, no registers held), so S - 1
+// steps are in flight instead of one, across row boundaries: each warp's steps form one stream (its rows
+// row0, row0 + stride, ..., each row's steps u0, u0 + 32, ... < u1; rows without entries have no step)
+// that a producer walks S - 1 steps ahead of the consumer. Each lane copies and reads back only its own
+// slots, so cp.async.wait_group (per thread) is the only synchronization the ring needs; the producer
+// refills the slot consumed one step earlier, whose values the lane has already used.
+//
+// Per warp and stage TQ_STAGE bytes: the 32 units' values (512) then their gap words (128). Shared memory:
+// X ((n + 2 TC_PAD) * 2 bytes rounded to 16) then 16 warps * S * TQ_STAGE bytes (the host opts in above
+// 48 KB). X is copied with cp.async too (16-byte aligned X and n % 8 == 0; otherwise plain copies), in
+// the first commit group, so it arrives with the first steps' loads. The matrix's last, partial unit
+// copies only the values below nnz (cp.async's source size; the rest of the 16 bytes zero-filled).
+// Boundary steps as in tc8: entries outside the row (and lanes past the row's last unit, whose slots
+// hold stale data) get gap 0, value 0 and X 0. PDLK: programmatic dependent launch as in tc8p.
+#if VAL_KIND <= 1
+#define TQ_STAGE 640
+
+__device__ __forceinline__ void tq_cp16(unsigned dst, const void* src, unsigned src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void tq_cp4(unsigned dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void tq_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void tq_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ uint4 tq_lds128(unsigned a) {
+  uint4 r;
+  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "r"(a));
+  return r;
+}
+__device__ __forceinline__ unsigned tq_lds32(unsigned a) {
+  unsigned r;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(r) : "r"(a));
+  return r;
+}
+
+// row r's unit range [a, b) (units of 8); a row without entries gets a == b; rows past m none
+__device__ __forceinline__ void tq_bounds(const idx_t* __restrict__ rowptr, int m, int r, int& a, int& b) {
+  a = b = 0;
+  if (r < m) {
+    const int q0 = (int)RO(rowptr + r), q1 = (int)RO(rowptr + r + 1);
+    a = q0 >> 3;
+    b = q1 > q0 ? (q1 + 7) >> 3 : a;
+  }
+}
+
+template <int S, bool PDLK>
+__device__ __forceinline__ void delta_tq_body(int m, int n, int nnz, const idx_t* __restrict__ rowptr, const unsigned* __restrict__ gw,
+                                              const val_t* __restrict__ val, const val_t* __restrict__ x, val_t* __restrict__ y) {
+  typedef TcUnit<8> CU;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  if (PDLK) dl_trigger();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int stride = gridDim.x * (blockDim.x >> 5);
+  const int row0 = blockIdx.x * (blockDim.x >> 5) + warp;
+  // the producer: its row, next unit and end, and the bounds of the row after it (loaded a row ahead)
+  int prow = row0, pu, pu1, pn0, pn1;
+  tq_bounds(rowptr, m, prow, pu, pu1);
+  tq_bounds(rowptr, m, prow + stride, pn0, pn1);
+  // the consumer's first row (the same)
+  int row = row0, c0 = pu, c1 = pu1;
+  if (PDLK) dl_wait();  // the row pointers only before it
+  const unsigned xbytes = ((unsigned)(n + 2 * TC_PAD) * 2u + 15u) & ~15u;
+  const unsigned sbase = (unsigned)__cvta_generic_to_shared(smem_raw);
+  const unsigned ring = sbase + xbytes + (unsigned)warp * (S * TQ_STAGE);
+  {  // X as 16-bit values between two pads of TC_PAD zeros (cp.async where aligned: group 0 with the first step)
+    unsigned short* sx = reinterpret_cast<unsigned short*>(smem_raw);
+    unsigned short* dst = sx + TC_PAD;
+    const unsigned short* xh = reinterpret_cast<const unsigned short*>(x);
+    int done = 0;
+    if ((reinterpret_cast<size_t>(x) & 15) == 0) {  // dst: 2 * TC_PAD = 64 bytes in, 16-byte aligned
+      const int nq = n >> 3;
+      for (int t = threadIdx.x; t < nq; t += blockDim.x) tq_cp16(sbase + 2u * TC_PAD + 16u * t, reinterpret_cast<const uint4*>(x) + t, 16u);
+      done = nq << 3;
+    }
+    for (int t = done + threadIdx.x; t < n; t += blockDim.x) dst[t] = RO(xh + t);
+    for (int t = threadIdx.x; t < TC_PAD; t += blockDim.x) {
+      sx[t] = 0;
+      dst[n + t] = 0;
+    }
+  }
+  while (prow < m && pu >= pu1) {  // rows without entries: no steps
+    prow += stride;
+    pu = pn0;
+    pu1 = pn1;
+    tq_bounds(rowptr, m, prow + stride, pn0, pn1);
+  }
+  // one producer step into stage slot (then one commit group, empty past the warp's last row)
+  auto produce = [&](int slot) {
+    if (prow < m) {
+      const int u = pu + lane;
+      if (u < pu1) {
+        const unsigned d = ring + (unsigned)slot * TQ_STAGE;
+        const int e0 = u << 3;
+        const int rem = nnz - e0;
+        tq_cp16(d + 16u * lane, val + e0, rem >= 8 ? 16u : 2u * (unsigned)rem);
+        tq_cp4(d + 512u + 4u * lane, gw + u);
+      }
+      pu += 32;
+      while (prow < m && pu >= pu1) {
+        prow += stride;
+        pu = pn0;
+        pu1 = pn1;
+        tq_bounds(rowptr, m, prow + stride, pn0, pn1);
+      }
+    }
+    tq_commit();
+  };
+  produce(0);  // group 0: X and the first step
+#pragma unroll
+  for (int s = 1; s < S - 1; ++s) produce(s);
+  tq_wait<S - 2>();  // group 0 (X) complete in this thread
+  __syncthreads();
+  if (row0 >= m) {
+    tq_wait<0>();
+    return;
+  }
+  const unsigned xs0 = sbase + 2u * TC_PAD;  // X[0]
+  int cslot = 0, pslot = S - 1;
+  int q0 = 0, q1 = 0;  // the consumer's next row's bounds (loaded a row ahead)
+  tq_bounds(rowptr, m, row + stride, q0, q1);
+  while (row < m) {
+    const int p0 = (int)RO(rowptr + row), p1 = (int)RO(rowptr + row + 1);
+    const int u0 = c0, u1 = c1;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    int base = u0 * 8 - p0 - 1;
+    for (int ub = u0; ub < u1; ub += 32) {
+      const int u = ub + lane;
+      produce(pslot);
+      pslot = pslot == S - 1 ? 0 : pslot + 1;
+      tq_wait<S - 1>();  // this step's group complete (in this thread: its own slots)
+      CU cur;
+      const unsigned d = ring + (unsigned)cslot * TQ_STAGE;
+      cslot = cslot == S - 1 ? 0 : cslot + 1;
+      cur.v.q[0] = tq_lds128(d + 16u * lane);
+      cur.w[0] = tq_lds32(d + 512u + 4u * lane);
+      const bool edge = ub == u0 || ub + 32 >= u1;
+      unsigned mask[4];
+      if (edge) {
+        const bool act = u < u1;
+        const int s0 = act ? max(p0 - u * 8, 0) : 0, s1 = act ? min(p1 - u * 8, 8) : 0;
+        unsigned keep = (~0u << (4 * s0)) & (s1 >= 8 ? ~0u : ~(~0u << (4 * s1)));
+        if (!act) keep = 0u;
+        cur.w[0] &= keep;
+        mask[0] = tc_prmt(keep << 4, keep, 0xCC88u);
+        mask[1] = tc_prmt(keep << 4, keep, 0xDD99u);
+        mask[2] = tc_prmt(keep << 4, keep, 0xEEAAu);
+        mask[3] = tc_prmt(keep << 4, keep, 0xFFBBu);
+      }
+      unsigned P2[1], E2[1];
+      const unsigned lo = cur.w[0] & 0x0F0F0F0Fu, hi = (cur.w[0] >> 4) & 0x0F0F0F0Fu;
+      P2[0] = (lo + hi) * 0x02020202u;
+      E2[0] = P2[0] - (hi << 1);
+      int tot = (int)(P2[0] >> 25) + 8;
+      if (edge && u >= u1) tot = 0;
+      int inc = tot;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) tc_scan_add(inc, o);
+      const unsigned xb = xs0 + 2u * (unsigned)(base + inc - tot);
+      if (edge)
+        tc_unit<8, true>(cur, P2, E2, xb, mask, acc);
+      else
+        tc_unit<8, false>(cur, P2, E2, xb, mask, acc);
+      base += __shfl_sync(FULL, inc, 31);
+    }
+    if (u0 < u1) {
+      const int r = lane >> 2;
+      float s = (lane & 3) == (r >> 1) ? ((r & 1) ? acc[1] : acc[0]) : 0.f;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(FULL, s, o);
+      if (lane == 0) y[row] = st(s);
+    } else if (lane == 0) {
+      y[row] = st(0.f);  // a row without entries
+    }
+    row += stride;
+    c0 = q0;
+    c1 = q1;
+    tq_bounds(rowptr, m, row + stride, q0, q1);
+  }
+  tq_wait<0>();
+}
+
+// delta_tq<S>[p]_b4: a ring of S stages ("p": programmatic dependent launch); the host passes
+// xbytes + 16 * S * TQ_STAGE bytes of dynamic shared memory (blocks of 512 threads)
+#define DELTA_TQ(NAME, S, PDLK, MINB)                                                                                 \
+  extern "C" __global__ void __launch_bounds__(DELTA_CHUNK_BLOCK, MINB)                                               \
+      NAME(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y) { \
+    delta_tq_body<S, PDLK>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y);                                          \
+  }
+DELTA_TQ(delta_tq3_b4, 3, false, 2)
+DELTA_TQ(delta_tq4_b4, 4, false, 2)
+DELTA_TQ(delta_tq3p_b4, 3, true, 2)
+DELTA_TQ(delta_tq4p_b4, 4, true, 2)
+DELTA_TQ(delta_tq6p_b4, 6, true, 2)
+// three blocks of 512 threads per SM (at most 40 registers)
+DELTA_TQ(delta_tq4p3_b4, 4, true, 3)
 #endif
