@@ -6,7 +6,7 @@ spmm_fl / csr16: ``mma_kernel`` "auto") in the same run.
         [--dtypes float16,bfloat16] [--densities 0.1,0.5] [--ks 1,16,64,128] [--sweep-k 64] [--ablation] [--rot 4]
 
 Per (layer, dtype, density): the layout is built once (its time reported); at k = --sweep-k every spmm_cc
-variant (B format x cluster size x block shape) is timed and the fastest is used for the other k.
+variant (B format x cluster size) is timed and the fastest is used for the other k.
 Per k: dense F.linear(x, W, b) (W the pruned weight, dense), the plan's product plan.apply(x.mT, bias=b)
 ("auto", the kernel it ran named), spmm_cc's Y^T = op(x, b). Times: 20 calls captured in one CUDA graph, per call,
 median of 15 replays (bench_s5.graph_time, the "graph20" of bench_llm_gpu.py). ``--rot R``: also at
@@ -75,7 +75,7 @@ def _csr(W: torch.Tensor):
     return A, A.pos(1), A.crd(1), A.values
 
 
-VARIANTS = [(f, c, b) for f in _spmm_cc.CC_FORMATS for c in (4, 8) for b in _spmm_cc.CC_SHAPES]
+VARIANTS = [(f, c) for f in _spmm_cc.CC_FORMATS for c in (4, 8)]
 
 
 def case(out_f: int, in_f: int, dtype: torch.dtype, density: float, args) -> dict:
@@ -86,18 +86,18 @@ def case(out_f: int, in_f: int, dtype: torch.dtype, density: float, args) -> dic
     res: dict = {"layer": f"{in_f}->{out_f}", "dtype": str(dtype).replace("torch.", ""), "density": density,
                  "nnz": int(A.nnz), "ks": {}}
     ops = {}
-    for f, c, blk in VARIANTS:
+    for f, c in VARIANTS:
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         try:
-            ops[(f, c, blk)] = _spmm_cc.CcSpmm(rowptr, col, vals, (out_f, in_f), clusters=c, block=blk, fmt=f)
+            ops[(f, c)] = _spmm_cc.CcSpmm(rowptr, col, vals, (out_f, in_f), clusters=c, fmt=f)
         except ValueError as exc:
-            res.setdefault("declined", {})[f"{f}_c{c}_w{blk[0]}_s{blk[1]}"] = str(exc)
+            res.setdefault("declined", {})[f"{f}_c{c}"] = str(exc)
             continue
         torch.cuda.synchronize()
-        res.setdefault("layout_s", {})[f"{f}_c{c}_w{blk[0]}_s{blk[1]}"] = round(time.perf_counter() - t0, 4)
+        res.setdefault("layout_s", {})[f"{f}_c{c}"] = round(time.perf_counter() - t0, 4)
     some = next(iter(ops.values()))
-    res["stats_c8"] = next((o.layout["stats"] for (f, c, _), o in ops.items() if c == 8), some.layout["stats"])
+    res["stats_c8"] = next((o.layout["stats"] for (f, c), o in ops.items() if c == 8), some.layout["stats"])
     ks = [int(v) for v in args.ks.split(",")]
     sk = args.sweep_k
     order = [sk] + [k for k in ks if k != sk]
@@ -122,7 +122,7 @@ def case(out_f: int, in_f: int, dtype: torch.dtype, density: float, args) -> dic
                 y = op(x, b, out=out)
                 e = _err(y, ref)
                 t = graph_time(lambda: op(x, b, out=out), 15)
-                sweep[f"{key[0]}_c{key[1]}_w{key[2][0]}_s{key[2][1]}"] = {"us": _us(t), "err": e}
+                sweep[f"{key[0]}_c{key[1]}"] = {"us": _us(t), "err": e, "ncl": op._launch_args(k)[4]}
                 if isinstance(t, float) and e < 3e-2 and (best is None or t < best[0]):
                     best = (t, key)
             row["cc_sweep"] = sweep
@@ -130,10 +130,10 @@ def case(out_f: int, in_f: int, dtype: torch.dtype, density: float, args) -> dic
         op = ops[key]
         out = torch.full((k, out_f), float("nan"), dtype=dtype, device="cuda")
         y = op(x, b, out=out)
-        row["cc_variant"] = f"{key[0]}_c{key[1]}_w{key[2][0]}_s{key[2][1]}"
+        row["cc_variant"] = f"{key[0]}_c{key[1]}"
         row["cc_err"] = _err(y, ref)
         row["cc_us"] = _us(graph_time(lambda: op(x, b, out=out), 15))
-        if k == sk and args.ablation:
+        if k == sk and args.ablation and key[1] == 8:
             abl = {}
             for flags in (1, 2, 4, 8, 3, 15):
                 op.flags = flags
@@ -146,7 +146,7 @@ def case(out_f: int, in_f: int, dtype: torch.dtype, density: float, args) -> dic
             for i in range(1, args.rot):
                 W2, b2 = _layer(out_f, in_f, dtype, density, out_f + in_f + 1000 * i)
                 _, rp2, c2, v2 = _csr(W2)
-                layers.append((W2, b2, _spmm_cc.CcSpmm(rp2, c2, v2, (out_f, in_f), clusters=key[1], block=key[2], fmt=key[0])))
+                layers.append((W2, b2, _spmm_cc.CcSpmm(rp2, c2, v2, (out_f, in_f), clusters=key[1], fmt=key[0])))
             ii = [0]
 
             def dense_rot():
@@ -188,12 +188,12 @@ def main() -> None:
     ap.add_argument("--sweep-k", type=int, default=64)
     ap.add_argument("--ablation", action="store_true")
     ap.add_argument("--rot", type=int, default=0)
-    ap.add_argument("--variants", default="", help="comma list of fmt:C:NW:SPW to sweep (default: all)")
+    ap.add_argument("--variants", default="", help="comma list of fmt:C to sweep (default: all)")
     ap.add_argument("--tag", default="")
     ap.add_argument("--commit", default="")
     args = ap.parse_args()
     if args.variants:
-        VARIANTS[:] = [(f, int(c), (int(w), int(s))) for f, c, w, s in (v.split(":") for v in args.variants.split(","))]
+        VARIANTS[:] = [(f, int(c)) for f, c in (v.split(":") for v in args.variants.split(","))]
     results = []
     for shape in args.shapes.split(","):
         in_f, out_f = (int(v) for v in shape.split("x"))

@@ -29,11 +29,14 @@ import torch
 from . import compile as _compile
 from . import launch as _launch
 
-__all__ = ["CcSpmm", "spmm_cc", "cc_layout", "cc_choose", "CC_SHAPES", "CC_CLUSTERS", "CC_MAX_SMEM", "CC_KS_TARGET",
+__all__ = ["CcSpmm", "spmm_cc", "cc_layout", "cc_choose", "CC_CLUSTERS", "CC_MAX_SMEM", "CC_KS_TARGET",
            "kernel_names", "compile_cubin", "prewarm"]
 
-#: the compiled block shapes (warps NW, strips per warp and round SPW) and cluster sizes (K-slices C)
-CC_SHAPES: tuple[tuple[int, int], ...] = ((16, 1), (8, 2))
+#: warps per block (kernels/spmm_cc.cu CC_NW), steps prefetched (CC_PF: the arrays' padding), compiled batch-tile
+#: counts (NMT: 1 for k <= 16 in a block's 64 columns, else 4) and cluster sizes (K-slices C)
+CC_NW = 16
+CC_PF = 8
+CC_NMT = (1, 4)
 CC_CLUSTERS: tuple[int, ...] = (1, 2, 4, 8)
 #: dynamic shared memory a block may take (the H200's opt-in limit is 227 KB)
 CC_MAX_SMEM = 227 * 1024
@@ -48,23 +51,24 @@ _NARGS = 14
 
 def kernel_names() -> list[str]:
     """Every kernel spmm_cc.cu exports for half types on sm_90 (C = 1 only below sm_90)."""
-    return [f"spmm_cc{f}_c{c}_w{w}_s{s}" for f in CC_FORMATS.values() for c in CC_CLUSTERS for w, s in CC_SHAPES]
+    return ([f"spmm_cc{f}_c{c}_n{t}" for f in CC_FORMATS.values() for c in CC_CLUSTERS for t in CC_NMT]
+            + [f"spmm_cc{f}_c8_n4_abl" for f in CC_FORMATS.values()])
 
 
-def cc_smem_bytes(ks: int, nw: int, spw: int) -> int:
-    """Dynamic shared memory of spmm_cc: two partial-sum buffers (NW SPW strips x 64 x 8 float32) and the
+def cc_smem_bytes(ks: int) -> int:
+    """Dynamic shared memory of spmm_cc: two partial-sum buffers (NW strips x 64 x 8 float32) and the
     X slice (KS features x 64 halves)."""
-    return 2 * nw * spw * 64 * 8 * 4 + ks * 128
+    return 2 * CC_NW * 64 * 8 * 4 + ks * 128
 
 
-def cc_choose(n: int, clusters: int | None = None, shape: tuple[int, int] = CC_SHAPES[0]) -> tuple[int, int] | None:
+def cc_choose(n: int, clusters: int | None = None) -> tuple[int, int] | None:
     """(C, KS) for ``n`` features: ``clusters`` if given, else the fewest C of CC_CLUSTERS with
     ceil(n / C) <= CC_KS_TARGET; KS = ceil(n / C) rounded up to 16. None where the X slice does not fit."""
     cands = (clusters,) if clusters else CC_CLUSTERS
     pick = None
     for c in cands:
         ks = -(-(-(-n // c)) // 16) * 16
-        if cc_smem_bytes(ks, *shape) > CC_MAX_SMEM:
+        if cc_smem_bytes(ks) > CC_MAX_SMEM:
             continue
         pick = (c, ks)
         if -(-n // c) <= CC_KS_TARGET:
@@ -75,8 +79,10 @@ def cc_choose(n: int, clusters: int | None = None, shape: tuple[int, int] = CC_S
 def cc_layout(rowptr: torch.Tensor, col: torch.Tensor, m: int, n: int, C: int, ks: int) -> dict[str, Any] | None:
     """The per-pattern layout of spmm_cc (see kernels/spmm_cc.cu) for a CSR on any device, or None where
     it does not apply (a repeated (row, column)). Keys: ``sptr`` (int32, strips C + 1: steps of group
-    g = s C + q), ``cols`` (int16 bits of uint16, steps x 16: slice-local features), ``gather`` (int64,
-    steps x 128: the CSR entry of each B-fragment half, -1 for a zero), ``steps``, ``stats``."""
+    g = s C + q), ``cols`` (int16 bits of uint16, (steps + CC_PF) x 16: slice-local features), ``gather``
+    (int64, (steps + CC_PF) x 128: the CSR entry of each B-fragment half, -1 for a zero), ``recs`` (int32,
+    (steps + CC_PF) x 4: the compressed format's records), ``gather_z`` (its halves' entries), ``steps``,
+    ``stats``. The CC_PF spare steps at the end are zero (the kernel's prefetch runs past a strip)."""
     dev = col.device
     r64 = rowptr.to(torch.int64)
     nnz = int(r64[-1]) if r64.numel() else 0
@@ -116,20 +122,20 @@ def cc_layout(rowptr: torch.Tensor, col: torch.Tensor, m: int, n: int, C: int, k
     S = int(sptr[-1])
     step_u = sptr[ug] + pos // 16
     j_u = pos % 16
-    cols = (torch.arange(16, device=dev, dtype=torch.int64) & 7).repeat(S)
+    cols = (torch.arange(16, device=dev, dtype=torch.int64) & 7).repeat(S + CC_PF)  # CC_PF spare steps
     if U:
         cols[step_u * 16 + j_u] = uf
     # each CSR entry's half in its step's B fragments: lane = 4 (row % 8) + (j % 8) / 2, half (j % 2) + 2 (j / 8)
     st_e, j_e = step_u[inv], j_u[inv]
     slot = st_e * 128 + ((rows & 7) * 4 + ((j_e & 7) >> 1)) * 4 + (j_e & 1) + (j_e >> 3) * 2
-    gather = torch.full((S * 128,), -1, dtype=torch.int64, device=dev)
+    gather = torch.full(((S + CC_PF) * 128,), -1, dtype=torch.int64, device=dev)
     if nnz:
         gather[slot] = torch.arange(nnz, device=dev, dtype=torch.int64)
     # bank conflicts left: per half-step, the most gathered features sharing a residue (1 = none)
-    cv = cols.view(S, 2, 8) & 7 if S else cols.view(0, 2, 8)
+    cv = cols[: 16 * S].view(S, 2, 8) & 7 if S else cols[:0].view(0, 2, 8)
     worst = (torch.nn.functional.one_hot(cv, 8).sum(2).max(2).values.float().mean().item()) if S else 1.0
     # the compressed format: a step's 64 B registers (4-byte words, lane-major), only the nonzero ones stored
-    g2 = gather.view(S, 64, 2)
+    g2 = gather.view(S + CC_PF, 64, 2)
     present = (g2 >= 0).any(2)
     wts = torch.ones(32, dtype=torch.int64, device=dev) << torch.arange(32, device=dev, dtype=torch.int64)
     lo = (present[:, :32].to(torch.int64) * wts).sum(1)
@@ -258,23 +264,21 @@ class CcSpmm:
     """Y^T = X^T A^T (+ bias) for a half-precision CSR A (m x n) with spmm_cc; the layout is made once.
 
     ``rowptr``, ``col``: the CSR (int32 or int64, on the GPU); ``values``: float16 or bfloat16. Options:
-    ``clusters`` (C, the K-slices; default :func:`cc_choose`), ``shape`` ((NW, SPW), a CC_SHAPES entry),
-    ``flags`` (benchmarking only: wrong results). Raises ValueError where the layout does not apply
+    ``clusters`` (C, the K-slices; default :func:`cc_choose`), ``fmt`` (a CC_FORMATS key; default CC_FORMAT),
+    ``ncl`` (clusters launched; default the resident count), ``flags`` (benchmarking only, wrong results: 1 no
+    products, 2 no A loads, 4 no pattern loads, 8 no X slice; C = 8, k > 16 only). Raises ValueError where the layout does not apply
     (repeated entries, n too large for the X slice)."""
 
     def __init__(self, rowptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape: tuple[int, int], *,
-                 clusters: int | None = None, block: tuple[int, int] = CC_SHAPES[0], fmt: str | None = None,
-                 flags: int = 0) -> None:
+                 clusters: int | None = None, fmt: str | None = None,
+                 flags: int = 0, ncl: int | None = None) -> None:
         m, n = int(shape[0]), int(shape[1])
         if values.dtype not in (torch.float16, torch.bfloat16):
             raise ValueError(f"spmm_cc takes float16 or bfloat16 values, got {values.dtype}")
-        if tuple(block) not in CC_SHAPES:
-            raise ValueError(f"block must be one of {CC_SHAPES}, got {block}")
-        choice = cc_choose(n, clusters, tuple(block))
+        choice = cc_choose(n, clusters)
         if choice is None:
             raise ValueError(f"spmm_cc: n = {n} features do not fit the X slice with clusters={clusters}")
         self.C, self.KS = choice
-        self.block = tuple(block)
         self.shape, self.dtype, self.device = (m, n), values.dtype, values.device
         self.dev_index = values.device.index if values.device.index is not None else torch.cuda.current_device()
         lay = cc_layout(rowptr, col, m, n, self.C, self.KS)
@@ -285,6 +289,8 @@ class CcSpmm:
         if self.fmt not in CC_FORMATS:
             raise ValueError(f"fmt must be one of {tuple(CC_FORMATS)}, got {fmt!r}")
         self.flags = int(flags)
+        #: clusters launched (None: the occupancy calculator's resident count, at most the strip groups)
+        self.ncl = ncl
         self.set_values(values)
 
     def set_values(self, values: torch.Tensor) -> None:
@@ -298,13 +304,16 @@ class CcSpmm:
         C = self.C
         if C > 1 and int(_launch.arch_of(self.dev_index)[3:]) < 90:
             raise ValueError("spmm_cc's clusters need sm_90 or later")
-        nw, spw = self.block
-        name = f"spmm_cc{CC_FORMATS[self.fmt]}_c{C}_w{nw}_s{spw}"
-        smem = cc_smem_bytes(self.KS, nw, spw)
+        nmt = 1 if k <= 16 else 4
+        abl = "_abl" if self.flags else ""
+        if abl and (C != 8 or nmt != 4):
+            raise ValueError("spmm_cc's benchmarking flags need clusters=8 and k > 16")
+        name = f"spmm_cc{CC_FORMATS[self.fmt]}_c{C}_n{nmt}{abl}"
+        smem = cc_smem_bytes(self.KS)
         strips = -(-m // 8)
-        ncl = _clusters_resident(name, self.dtype, self.dev_index, nw * 32, smem, C)
-        ncl = max(1, min(ncl, -(-strips // (nw * spw))))
-        return _kernel(name, self.dtype, self.dev_index), (ncl * C, -(-k // 64)), nw * 32, smem, ncl
+        ncl = self.ncl or _clusters_resident(name, self.dtype, self.dev_index, CC_NW * 32, smem, C)
+        ncl = max(1, min(ncl, strips))
+        return _kernel(name, self.dtype, self.dev_index), (ncl * C, -(-k // 64)), CC_NW * 32, smem, ncl
 
     def __call__(self, Xt: torch.Tensor, bias: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
         """Y^T (k x m) for X^T ``Xt`` (k x n, contiguous), plus ``bias`` (m) where given."""

@@ -4,8 +4,8 @@ On the CPU: the per-pattern layout, read the way the kernel reads it (step range
 slice-local features, B fragments in mma.m16n8k16 lane order), rebuilds A exactly for ragged shapes,
 empty rows and a dense row; repeated entries are declined; the gathered features of a half-step mostly
 have distinct residues mod 8; the module compiles with NVRTC (no GPU). On a GPU (skipped without one):
-:class:`CcSpmm` against dense float64 references, float16 and bfloat16, every cluster size and block
-shape, bias and none, k = 1 .. 130, m not a multiple of 8, n not a multiple of 64, new values, every
+:class:`CcSpmm` against dense float64 references, float16 and bfloat16, every cluster size and B format,
+bias and none, k = 1 .. 130, m not a multiple of 8, n not a multiple of 64, new values, every
 output written, CUDA-graph capture."""
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ def _rebuild(lay, packed: torch.Tensor, m: int, n: int, C: int, KS: int) -> torc
     """A (m x n, float64) from the layout, read as the kernel reads it (independently of _spmm_cc.py)."""
     S = lay["steps"]
     sptr = lay["sptr"].to(torch.int64)
-    cols = lay["cols"].to(torch.int64) & 0xFFFF
-    B = packed.to(torch.float64).view(S, 32, 4)
+    cols = (lay["cols"].to(torch.int64) & 0xFFFF)[: 16 * S]
+    B = packed[: S * 128].to(torch.float64).view(S, 32, 4)
     W = torch.zeros(S, 8, 16, dtype=torch.float64)
     for lane in range(32):
         g, t4 = lane // 4, lane % 4
@@ -58,7 +58,7 @@ CASES = [(300, 512, 0.1, 5, 1, 1), (129, 136, 0.3, 3, 0, 2), (72, 200, 0.9, 0, 2
 
 @pytest.mark.parametrize("case", CASES)
 def test_layout_rebuilds_A(case):
-    from sparsetorch_cuda._spmm_cc import cc_choose, cc_layout, pack_values
+    from sparsetorch_cuda._spmm_cc import CC_PF, cc_choose, cc_layout, pack_values
 
     m, n, density, empty, full, C = case
     D = random_dense(m, n, density, torch.float16, seed=m + n, empty_rows=empty, long_rows=full)
@@ -68,9 +68,10 @@ def test_layout_rebuilds_A(case):
     lay = cc_layout(rowptr, col, m, n, C, KS)
     assert lay is not None
     assert lay["sptr"].numel() == -(-m // 8) * C + 1 and int(lay["sptr"][-1]) == lay["steps"]
-    assert lay["cols"].numel() == 16 * lay["steps"] and int((lay["cols"].to(torch.int64) & 0xFFFF).max()) < KS
+    assert lay["cols"].numel() == 16 * (lay["steps"] + CC_PF) and int((lay["cols"].to(torch.int64) & 0xFFFF).max()) < KS
     packed = pack_values(lay, val.to(torch.float16))
-    assert packed.numel() == 128 * lay["steps"]
+    assert packed.numel() == 128 * (lay["steps"] + CC_PF)
+    assert not bool(packed[128 * lay["steps"]:].any()), "the spare steps are not zero"
     assert torch.equal(_rebuild(lay, packed, m, n, C, KS), D)
 
 
@@ -107,7 +108,9 @@ def test_compressed_format_decodes_to_the_dense_one(case):
     dense = pack_values(lay, val.to(torch.float16), "dense")
     z = pack_values(lay, val.to(torch.float16), "z")
     assert z.numel() == 2 * lay["stats"]["words_z"] + 4
-    assert torch.equal(_unz(lay, z).view(-1), dense.view(-1))
+    S = lay["steps"]
+    assert torch.equal(_unz(lay, z).view(-1), dense[: 128 * S].view(-1))
+    assert not bool((lay["recs"][S:, :2] != 0).any()), "the spare records hold registers"
 
 
 def test_layout_declines_repeated_entries():
@@ -195,17 +198,18 @@ def test_matches_dense(case, dtype):
 @gpu
 @pytest.mark.parametrize("dtype", HALF)
 @pytest.mark.parametrize("clusters", [1, 2, 4, 8])
-@pytest.mark.parametrize("block", [(16, 1), (8, 2)])
-def test_every_launch_shape(clusters, block, dtype):
+@pytest.mark.parametrize("fmt", ["dense", "z"])
+@pytest.mark.parametrize("ncl", [None, 1, 3])
+def test_every_launch_shape(clusters, fmt, ncl, dtype):
     if clusters > 1 and torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("clusters need sm_90")
     m, n = 777, 1100
-    D = random_dense(m, n, 0.1, dtype, seed=clusters * 10 + block[0], empty_rows=4, long_rows=1)
-    op = _op(D, dtype, clusters=clusters, block=block)
+    D = random_dense(m, n, 0.1, dtype, seed=clusters * 10 + len(fmt), empty_rows=4, long_rows=1)
+    op = _op(D, dtype, clusters=clusters, fmt=fmt, ncl=ncl)
     assert op.C == clusters
     g = torch.Generator().manual_seed(clusters)
     bias = torch.randn(m, generator=g, dtype=torch.float64).to(dtype)
-    for k in (3, 64, 100):
+    for k in (3, 16, 64, 100):
         x = torch.randn(k, n, generator=g, dtype=torch.float64).to(dtype)
         y = op(x.cuda(), bias.cuda(), out=torch.full((k, m), float("nan"), dtype=dtype, device="cuda"))
         assert rel_err(y, x.double() @ D.T + bias.double()) < TOL[dtype]

@@ -17,14 +17,15 @@
 // The plan orders each group's columns so that the 8 columns of each half-step have distinct f % 8 where
 // it can: the gathered rows then hit distinct banks (see the swizzle below).
 //
-// Launch: clusters of C blocks (rank q = slice q), ncl clusters, grid (ncl C, ceil(k / 64)), NW warps.
+// Launch: clusters of C blocks (rank q = slice q), ncl clusters, grid (ncl C, ceil(k / 64)), NW = 16 warps.
 // A block keeps its slice of X feature-major in shared memory (KS rows of 64 batch values = 128 bytes,
 // the eight 16-byte chunks of feature f stored at chunk ^ (f % 8)), transposed on the way in by
-// movmatrix. It then walks rounds: in round r, cluster cl owns the SPR = NW SPW strips
-// (r ncl + cl) SPR + j; warp w takes j = w + NW i (i < SPW), runs their steps (A fragments of the 4
-// batch tiles by ldmatrix.x4.trans at the gathered features, the B fragment one 8-byte load,
-// prefetched PF steps ahead across strips) and writes each strip's 64 x 8 float32 partial sums to
-// shared memory (double-buffered by round parity). A cluster barrier; then each block sums its 1/C share of
+// movmatrix. Cluster cl owns an even share [s_lo, s_hi) of the strips and walks it in rounds of NW: in
+// round r warp w runs strip s_lo + r NW + w (A fragments of the NMT batch tiles by ldmatrix.x4.trans at
+// the gathered features, the B fragment one 8-byte load, prefetched CC_PF steps ahead; the next round's
+// first steps are fetched before the barrier) and writes its 64 x 8 float32 partial sums to shared
+// memory (double-buffered by round parity). The step arrays are padded by CC_PF steps, so the
+// prefetch past a strip's end needs no bounds check. A cluster barrier; then each block sums its 1/C share of
 // the round's outputs over the C blocks (distributed shared memory, rank order: deterministic), adds the
 // bias and stores Y^T. One barrier per round: a block writes a buffer again only after every block has
 // passed the next round's barrier, i.e. finished reading it.
@@ -38,8 +39,7 @@
 __device__ __forceinline__ void cc_ldsm4t(unsigned* r, unsigned addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
+               : "r"(addr));
 }
 
 __device__ __forceinline__ unsigned cc_movt(unsigned x) {
@@ -86,13 +86,16 @@ __device__ __forceinline__ float4 cc_ld_part(unsigned addr, int rank) {
   return v;
 }
 
-template <int C, int NW, int SPW, int FMT>
+// C K-slices (cluster size), NW warps, FMT (0 dense B, 1 compressed), NMT batch tiles of 16 (1: k <= 16, 4: the 64
+// columns of a block), ABL: the benchmarking flags read (otherwise ignored)
+template <int C, int NW, int FMT, int NMT, bool ABL>
 __device__ __forceinline__ void spmm_cc_body(int m, int n, int k, int KS, int nstrips, int ncl, const int* __restrict__ sptr,
                                              const unsigned short* __restrict__ cols, const uint2* __restrict__ bv,
                                              const uint4* __restrict__ recs, const val_t* __restrict__ xt,
                                              const val_t* __restrict__ bias, val_t* __restrict__ yt, int flags) {
-  constexpr int THREADS = NW * 32, SPR = NW * SPW;
+  constexpr int THREADS = NW * 32, SPR = NW;
   constexpr int PBUF = SPR * 64 * 8;  // floats per partial-sum buffer: [SPR strips][64 batch][8 rows]
+  const int fl = ABL ? flags : 0;
   extern __shared__ __align__(16) unsigned char cc_smem[];
   float* P = reinterpret_cast<float*>(cc_smem);
   const unsigned pbase = smem_addr(cc_smem);
@@ -107,165 +110,162 @@ __device__ __forceinline__ void spmm_cc_body(int m, int n, int k, int KS, int ns
   const int f0 = q * KS;
   const int b0 = (int)blockIdx.y * 64;
   const int kv = min(64, k - b0);
-  const int nmt = (kv + 15) >> 4;
-  const int rounds = (nstrips + SPR * ncl - 1) / (SPR * ncl);
-  // this lane's share of an ldmatrix.x4: feature j of the step (its column list), batch half hi
+  // the cluster's strips: an even share [s_lo, s_hi), NW a round (warp w: s_lo + r NW + w)
+  const int s_lo = (int)((long long)nstrips * cl / ncl), s_hi = (int)((long long)nstrips * (cl + 1) / ncl);
+  const int per = (nstrips + ncl - 1) / ncl;
+  const int rounds = (per + NW - 1) / NW;  // the same in every cluster (the barriers)
   const int jl = ((lane >> 4) << 3) + (lane & 7);
   const unsigned hi = (lane >> 3) & 1;
+  const unsigned* vw = reinterpret_cast<const unsigned*>(bv);
+
+  uint2 rb[CC_PF];
+  unsigned rc[CC_PF];
+  uint4 rr[CC_PF];
+  // stage a: columns and B (FMT 0) or the record (FMT 1) of step st (any st < steps + CC_PF: the arrays are padded)
+  auto fetch_a = [&](i64 st, uint2& b, unsigned& c, uint4& rec) {
+    if (fl & 4) {
+      c = (unsigned)(lane & 7);
+      b = make_uint2(0u, 0u);
+      rec = make_uint4(0u, 0u, 0u, 0u);
+      return;
+    }
+    c = RO(cols + st * 16 + jl);
+    if (FMT == 0) b = __ldg(bv + st * 32 + lane);
+    else rec = __ldg(recs + st);
+  };
+  // stage b (FMT 1): the lane's two B registers from the packed words
+  auto fetch_b = [&](const uint4& rec, uint2& b) {
+    if (FMT == 0) return;
+    const unsigned sh = 2u * (unsigned)lane;
+    unsigned below, bits;
+    if (lane < 16) {
+      below = __popc(rec.x & ((1u << sh) - 1u));
+      bits = (rec.x >> sh) & 3u;
+    } else {
+      below = __popc(rec.x) + __popc(rec.y & ((1u << (sh - 32u)) - 1u));
+      bits = (rec.y >> (sh - 32u)) & 3u;
+    }
+    const i64 w = (i64)rec.z + below;
+    b.x = (bits & 1u) ? __ldg(vw + w) : 0u;
+    b.y = (bits & 2u) ? __ldg(vw + w + (bits & 1u)) : 0u;
+  };
+  // a round's strip for this warp: its first step and step count in slice q (0 steps past the share)
+  auto strip_range = [&](int r, int& a, int& l) {
+    const int s = s_lo + r * NW + warp;
+    a = 0;
+    l = 0;
+    if (s < s_hi) {
+      a = RO(sptr + (i64)s * C + q);
+      l = RO(sptr + (i64)s * C + q + 1) - a;
+    }
+  };
+  auto prefetch = [&](int a) {
+#pragma unroll
+    for (int u = 0; u < CC_PF; ++u) fetch_a((i64)a + u, rb[u], rc[u], rr[u]);
+#pragma unroll
+    for (int u = 0; u < CC_PF / 2; ++u) fetch_b(rr[u], rb[u]);
+  };
+
+  int a0, l0;
+  strip_range(0, a0, l0);
+  prefetch(a0);
+
+  // X slice [f0, f0 + KS) x [b0, b0 + 16 NMT) into shared memory, feature-major, transposed by movmatrix
+  if (!(fl & 8)) {
+    constexpr int BT = 2 * NMT;  // batch tiles of 8
+    const int ntiles = (KS / 8) * BT;
+    const bool even = (n & 1) == 0;
+    for (int t0 = warp; t0 < ntiles; t0 += NW * 16) {
+      unsigned v[16];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const int t = t0 + NW * i;
+        v[i] = 0u;
+        if (t < ntiles) {
+          const int ft = t / BT, bt = t % BT;
+          const int b = b0 + bt * 8 + (lane >> 2), fa = f0 + ft * 8 + 2 * t4;
+          if (b < k && fa < n) {
+            const val_t* p = xt + (i64)b * n + fa;
+            if (even) v[i] = __ldg(reinterpret_cast<const unsigned*>(p));
+            else v[i] = (unsigned)RO(p) | (fa + 1 < n ? ((unsigned)RO(p + 1) << 16) : 0u);
+          }
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const int t = t0 + NW * i;
+        if (t < ntiles) {  // warp-uniform
+          const int ft = t / BT, bt = t % BT;
+          const unsigned w = cc_movt(v[i]);
+          const int f = ft * 8 + (lane >> 2);
+          cc_sts32(xs + (unsigned)f * CC_XB + (unsigned)((bt ^ (f & 7)) << 4) + (unsigned)(t4 * 4), w);
+        }
+      }
+    }
+  }
+  __syncthreads();
 
   for (int r = 0; r < rounds; ++r) {
-    // the warp's strips this round and their step ranges in slice q
-    int a0 = 0, l0 = 0, a1 = 0, l1 = 0;
-    {
-      const int s0 = (r * ncl + cl) * SPR + warp;
-      if (s0 < nstrips) {
-        a0 = RO(sptr + (i64)s0 * C + q);
-        l0 = RO(sptr + (i64)s0 * C + q + 1) - a0;
-      }
-      if (SPW > 1) {
-        const int s1 = s0 + NW;
-        if (s1 < nstrips) {
-          a1 = RO(sptr + (i64)s1 * C + q);
-          l1 = RO(sptr + (i64)s1 * C + q + 1) - a1;
-        }
-      }
-    }
-    const int total = l0 + l1;
-    uint2 rb[CC_PF];
-    unsigned rc[CC_PF];
-    uint4 rr[CC_PF];  // FMT 1: the step's record (register bitmap lo / hi, first word)
-    // stage a: the step's columns and B (FMT 0) or its record (FMT 1), CC_PF steps ahead
-    auto fetch_a = [&](int p, uint2& b, unsigned& c, uint4& rec) {
-      if (p < total && !(flags & 4)) {
-        const int st = p < l0 ? a0 + p : a1 + (p - l0);
-        c = RO(cols + (i64)st * 16 + jl);
-        if (FMT == 0) b = __ldg(bv + (i64)st * 32 + lane);
-        else rec = __ldg(recs + st);
-      } else {
-        c = (unsigned)(lane & 7);
-        b = make_uint2(0u, 0u);
-        rec = make_uint4(0u, 0u, 0u, 0u);
-      }
-    };
-    // stage b (FMT 1): the lane's two B registers from the packed words, CC_PF / 2 steps ahead
-    const unsigned* vw = reinterpret_cast<const unsigned*>(bv);
-    auto fetch_b = [&](const uint4& rec, uint2& b) {
-      const unsigned sh = 2u * (unsigned)lane;
-      unsigned below, bits;
-      if (lane < 16) {
-        below = __popc(rec.x & ((1u << sh) - 1u));
-        bits = (rec.x >> sh) & 3u;
-      } else {
-        below = __popc(rec.x) + __popc(rec.y & ((1u << (sh - 32u)) - 1u));
-        bits = (rec.y >> (sh - 32u)) & 3u;
-      }
-      const i64 w = (i64)rec.z + below;
-      b.x = (bits & 1u) ? __ldg(vw + w) : 0u;
-      b.y = (bits & 2u) ? __ldg(vw + w + (bits & 1u)) : 0u;
-    };
+    float acc[NMT][4];
 #pragma unroll
-    for (int u = 0; u < CC_PF; ++u) fetch_a(u, rb[u], rc[u], rr[u]);
-    if (FMT == 1) {
-#pragma unroll
-      for (int u = 0; u < CC_PF / 2; ++u) fetch_b(rr[u], rb[u]);
-    }
-
-    if (r == 0) {  // X slice [f0, f0 + KS) x [b0, b0 + 64) into shared memory, feature-major, transposed by movmatrix
-      if (!(flags & 8)) {
-        const int ntiles = KS;  // (KS / 8 feature tiles) x (8 batch tiles)
-        const bool even = (n & 1) == 0;
-        for (int t0 = warp; t0 < ntiles; t0 += NW * 16) {
-          unsigned v[16];
-#pragma unroll
-          for (int i = 0; i < 16; ++i) {
-            const int t = t0 + NW * i;
-            v[i] = 0u;
-            if (t < ntiles) {
-              const int ft = t >> 3, bt = t & 7;
-              const int b = b0 + bt * 8 + (lane >> 2), fa = f0 + ft * 8 + 2 * t4;
-              if (b < k && fa < n) {
-                const val_t* p = xt + (i64)b * n + fa;
-                if (even) {
-                  v[i] = __ldg(reinterpret_cast<const unsigned*>(p));
-                } else {
-                  v[i] = (unsigned)RO(p) | (fa + 1 < n ? ((unsigned)RO(p + 1) << 16) : 0u);
-                }
-              }
-            }
-          }
-#pragma unroll
-          for (int i = 0; i < 16; ++i) {
-            const int t = t0 + NW * i;
-            if (t < ntiles) {  // warp-uniform
-              const int ft = t >> 3, bt = t & 7;
-              const unsigned w = cc_movt(v[i]);
-              const int f = ft * 8 + (lane >> 2);
-              cc_sts32(xs + (unsigned)f * CC_XB + (unsigned)((bt ^ (f & 7)) << 4) + (unsigned)(t4 * 4), w);
-            }
-          }
-        }
-      }
-      __syncthreads();
-    }
-
-    float* Pb = P + (r & 1) * PBUF;
-    float acc[4][4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < NMT; ++i)
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[i][c] = 0.f;
-    auto flush = [&](int i) {  // strip i of this warp: its partial sums into the round's buffer, then zero
-      float* pp = Pb + (warp + NW * i) * 512;
+    auto step = [&](unsigned c, const uint2& b) {
+      const unsigned ra = xs + c * CC_XB;
+      const unsigned x0 = (c & 7u) ^ hi;  // the swizzled 16-byte chunk of batch tile mt: x0 ^ 2 mt
 #pragma unroll
-      for (int mt = 0; mt < 4; ++mt) {
-        if (mt < nmt) {
-          *reinterpret_cast<float2*>(pp + (mt * 16 + g) * 8 + 2 * t4) = make_float2(acc[mt][0], acc[mt][1]);
-          *reinterpret_cast<float2*>(pp + (mt * 16 + g + 8) * 8 + 2 * t4) = make_float2(acc[mt][2], acc[mt][3]);
+      for (int mt = 0; mt < NMT; ++mt) {
+        unsigned a[4];
+        if (fl & 2) {
+          a[0] = a[1] = a[2] = a[3] = c;
+        } else {
+          cc_ldsm4t(a, ra + ((x0 ^ (unsigned)(2 * mt)) << 4));
         }
-#pragma unroll
-        for (int c = 0; c < 4; ++c) acc[mt][c] = 0.f;
+        if (!(fl & 1)) cc_mma(acc[mt], a, b.x, b.y);
+        else acc[mt][0] += __uint_as_float(a[0] ^ a[1] ^ a[2] ^ a[3] ^ b.x ^ b.y);
       }
     };
-    if (l0 == 0) flush(0);
-    for (int p0 = 0; p0 < total; p0 += CC_PF) {
+    int p0 = 0;
+    for (; p0 + CC_PF <= l0; p0 += CC_PF) {
 #pragma unroll
       for (int u = 0; u < CC_PF; ++u) {
-        const int p = p0 + u;
-        if (p < total) {
-          const unsigned c = rc[u];
-          const uint2 b = rb[u];
-          const unsigned ra = xs + c * CC_XB;
-          const unsigned sw = c & 7;
-#pragma unroll
-          for (int mt = 0; mt < 4; ++mt) {
-            if (mt < nmt) {
-              unsigned a[4];
-              if (flags & 2) {
-                a[0] = a[1] = a[2] = a[3] = c;
-              } else {
-                cc_ldsm4t(a, ra + ((((unsigned)(2 * mt) + hi) ^ sw) << 4));
-              }
-              if (!(flags & 1)) cc_mma(acc[mt], a, b.x, b.y);
-              else acc[mt][0] += __uint_as_float(a[0] ^ a[1] ^ a[2] ^ a[3] ^ b.x ^ b.y);
-            }
-          }
-          if (SPW > 1 && p == l0 - 1) flush(0);
-        }
-        fetch_a(p + CC_PF, rb[u], rc[u], rr[u]);
-        if (FMT == 1) fetch_b(rr[(u + CC_PF / 2) % CC_PF], rb[(u + CC_PF / 2) % CC_PF]);
+        step(rc[u], rb[u]);
+        fetch_a((i64)a0 + p0 + u + CC_PF, rb[u], rc[u], rr[u]);
+        fetch_b(rr[(u + CC_PF / 2) % CC_PF], rb[(u + CC_PF / 2) % CC_PF]);
       }
     }
-    flush(SPW - 1);
+    {
+      const int rem = l0 - p0;
+#pragma unroll
+      for (int u = 0; u < CC_PF; ++u) {
+        if (u < rem) {
+          step(rc[u], rb[u]);
+          if (u < CC_PF / 2 && u + CC_PF / 2 < rem) fetch_b(rr[u + CC_PF / 2], rb[u + CC_PF / 2]);
+        }
+      }
+    }
+    // this strip's partial sums into the round's buffer
+    float* pp = P + (r & 1) * PBUF + warp * 512;
+#pragma unroll
+    for (int mt = 0; mt < NMT; ++mt) {
+      *reinterpret_cast<float2*>(pp + (mt * 16 + g) * 8 + 2 * t4) = make_float2(acc[mt][0], acc[mt][1]);
+      *reinterpret_cast<float2*>(pp + (mt * 16 + g + 8) * 8 + 2 * t4) = make_float2(acc[mt][2], acc[mt][3]);
+    }
+    // the next round's strip: its first steps in flight across the barrier and the reduction
+    if (r + 1 < rounds) {
+      strip_range(r + 1, a0, l0);
+      prefetch(a0);
+    }
     cc_sync<C>();  // every block's partial sums of round r written
-    // this block's share of the round's outputs: float4 groups e of [SPR][64][2], summed over the cluster
     {
       constexpr int TOT = SPR * 128;
       const int e0 = TOT * q / C, e1 = TOT * (q + 1) / C;
       const unsigned pb = pbase + (unsigned)((r & 1) * PBUF * 4);
       for (int e = e0 + tid; e < e1; e += THREADS) {
         const int j = e >> 7, bb = (e >> 1) & 63, h = e & 1;
-        const int s = (r * ncl + cl) * SPR + j;
-        if (s >= nstrips || bb >= kv) continue;
+        const int s = s_lo + r * NW + j;
+        if (s >= s_hi || bb >= kv) continue;
         float4 sum = cc_ld_part<C>(pb + (unsigned)e * 16u, 0);
 #pragma unroll
         for (int rk = 1; rk < C; ++rk) {
@@ -290,32 +290,34 @@ __device__ __forceinline__ void spmm_cc_body(int m, int n, int k, int KS, int ns
         }
       }
     }
-    (void)Pb;
   }
 #if __CUDA_ARCH__ >= 900
   if (C > 1) cluster_sync_all();  // no block leaves while another still reads its shared memory
 #endif
 }
 
-// spmm_cc_c<C>_w<NW>_s<SPW>: clusters of C blocks (C K-slices), NW warps, SPW strips per warp and round
-#define SPMM_CC(C, NW, SPW, FMT, SFX, ATTR)                                                                          \
-  extern "C" __global__ void ATTR __launch_bounds__(NW * 32, 1) spmm_cc##SFX##_c##C##_w##NW##_s##SPW(                 \
+// spmm_cc{,z}_c<C>_n<NMT>[_abl]: clusters of C blocks (C K-slices), 16 warps, B dense ("") or compressed ("z"),
+// NMT batch tiles of 16; _abl: reads the benchmarking flags
+#define CC_NW 16
+#define SPMM_CC(C, FMT, SFX, NMT, ABL, ASFX, ATTR)                                                                     \
+  extern "C" __global__ void ATTR __launch_bounds__(CC_NW * 32, 1) spmm_cc##SFX##_c##C##_n##NMT##ASFX(                 \
       i64 m, i64 n, i64 k, i64 KS, i64 nstrips, i64 ncl, const int* sptr, const unsigned short* cols, const uint2* bv, \
       const uint4* recs, const val_t* xt, const val_t* bias, val_t* yt, i64 flags) {                                   \
-    spmm_cc_body<C, NW, SPW, FMT>((int)m, (int)n, (int)k, (int)KS, (int)nstrips, (int)ncl, sptr, cols, bv, recs, xt,  \
-                                  bias, yt, (int)flags);                                                               \
+    spmm_cc_body<C, CC_NW, FMT, NMT, ABL>((int)m, (int)n, (int)k, (int)KS, (int)nstrips, (int)ncl, sptr, cols, bv,     \
+                                          recs, xt, bias, yt, (int)flags);                                             \
   }
-// spmm_cc_*: B packed dense (FMT 0); spmm_ccz_*: B compressed by 4-byte register (FMT 1)
-#define SPMM_CC_SHAPES(C, ATTR)   \
-  SPMM_CC(C, 16, 1, 0, , ATTR)    \
-  SPMM_CC(C, 8, 2, 0, , ATTR)     \
-  SPMM_CC(C, 16, 1, 1, z, ATTR)   \
-  SPMM_CC(C, 8, 2, 1, z, ATTR)
+#define SPMM_CC_ALL(C, ATTR)                \
+  SPMM_CC(C, 0, , 1, false, , ATTR)         \
+  SPMM_CC(C, 0, , 4, false, , ATTR)         \
+  SPMM_CC(C, 1, z, 1, false, , ATTR)        \
+  SPMM_CC(C, 1, z, 4, false, , ATTR)
 
-SPMM_CC_SHAPES(1, )
+SPMM_CC_ALL(1, )
 #if __CUDA_ARCH__ >= 900
-SPMM_CC_SHAPES(2, __cluster_dims__(2, 1, 1))
-SPMM_CC_SHAPES(4, __cluster_dims__(4, 1, 1))
-SPMM_CC_SHAPES(8, __cluster_dims__(8, 1, 1))
+SPMM_CC_ALL(2, __cluster_dims__(2, 1, 1))
+SPMM_CC_ALL(4, __cluster_dims__(4, 1, 1))
+SPMM_CC_ALL(8, __cluster_dims__(8, 1, 1))
+SPMM_CC(8, 0, , 4, true, _abl, __cluster_dims__(8, 1, 1))
+SPMM_CC(8, 1, z, 4, true, _abl, __cluster_dims__(8, 1, 1))
 #endif
 #endif
