@@ -46,7 +46,9 @@ CC_KS_TARGET = 512
 #: registers, with a per-step bitmap); the default
 CC_FORMATS = {"dense": "", "z": "z"}
 CC_FORMAT = "z"
-_NARGS = 14
+_NARGS = 15
+#: most strips a warp runs per round (the strip table lives one strip per lane)
+CC_WMAX = 31
 
 
 def kernel_names() -> list[str]:
@@ -55,10 +57,15 @@ def kernel_names() -> list[str]:
             + [f"spmm_cc{f}_c8_n4_abl" for f in CC_FORMATS.values()])
 
 
-def cc_smem_bytes(ks: int) -> int:
-    """Dynamic shared memory of spmm_cc: two partial-sum buffers (NW strips x 64 x 8 float32) and the
+def cc_smem_bytes(ks: int, w: int = 1) -> int:
+    """Dynamic shared memory of spmm_cc: the partial-sum slots (NW w strips x 64 x 8 float32) and the
     X slice (KS features x 64 halves)."""
-    return 2 * CC_NW * 64 * 8 * 4 + ks * 128
+    return CC_NW * w * 64 * 8 * 4 + ks * 128
+
+
+def cc_wmax(ks: int) -> int:
+    """Most strips per warp and round whose slots fit beside a KS-feature X slice (at least 1)."""
+    return max(1, min(CC_WMAX, (CC_MAX_SMEM - ks * 128) // (CC_NW * 64 * 8 * 4)))
 
 
 def cc_choose(n: int, clusters: int | None = None) -> tuple[int, int] | None:
@@ -309,10 +316,12 @@ class CcSpmm:
         if abl and (C != 8 or nmt != 4):
             raise ValueError("spmm_cc's benchmarking flags need clusters=8 and k > 16")
         name = f"spmm_cc{CC_FORMATS[self.fmt]}_c{C}_n{nmt}{abl}"
-        smem = cc_smem_bytes(self.KS)
+        wfit = cc_wmax(self.KS)
         strips = -(-m // 8)
-        ncl = self.ncl or _clusters_resident(name, self.dtype, self.dev_index, CC_NW * 32, smem, C)
+        ncl = self.ncl or _clusters_resident(name, self.dtype, self.dev_index, CC_NW * 32, cc_smem_bytes(self.KS, wfit), C)
         ncl = max(1, min(ncl, strips))
+        self.wmax = min(wfit, -(-(-(-strips // ncl)) // CC_NW))  # one round where the slots fit
+        smem = cc_smem_bytes(self.KS, self.wmax)
         return _kernel(name, self.dtype, self.dev_index), (ncl * C, -(-k // 64)), CC_NW * 32, smem, ncl
 
     def __call__(self, Xt: torch.Tensor, bias: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -346,7 +355,7 @@ class CcSpmm:
 
         _allow_smem(kern, self.dev_index, smem)
         lay = self.layout
-        args = (m, n, k, self.KS, -(-m // 8), ncl, lay["sptr"].data_ptr(), lay["cols"].data_ptr(), self.bv.data_ptr(),
+        args = (m, n, k, self.KS, -(-m // 8), ncl, self.wmax, lay["sptr"].data_ptr(), lay["cols"].data_ptr(), self.bv.data_ptr(),
                 lay["recs"].data_ptr(), Xt.data_ptr(), bp, out.data_ptr(), self.flags)
         kern(grid, threads, args, shared=smem, device=self.dev_index)
         return out
