@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One device call (session 11, s11d: the DELTA(4) "tc8p" / "tq" kernels): install; compile the delta module
 # (half types, both index types) and the modules the benchmark's other rows need; the DELTA GPU tests
-# (TESTS=1; TEST_K: pytest -k, by default the tests of tc8p and of the plan's default, "all" for the whole file),
-# then bench_s11_delta.py (BENCH=1; BENCH_ARGS passes options, by default the rows default, tc8, tc8p at 50 / 10 /
-# 30 %, two rounds), then Nsight Compute on profile_s11_delta.py (PROFILE=1, off by default). Results under $OUT.
+# (TESTS=1; TEST_K: pytest -k, by default the tests of tc8pk, the plan's default, "all" for the whole file),
+# then bench_s11_delta.py (BENCH=1; BENCH_ARGS passes options, by default the rows default (tc8pk), tc (session
+# 10's default), tc8p at 50 / 10 / 30 %, two rounds), then Nsight Compute on profile_s11_delta.py (PROFILE=1, off by default). Results under $OUT.
 set -o pipefail
 export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1
 B=plugins/cuda_kernels/benchmarks
@@ -12,14 +12,14 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 python3 -m sparsetorch_cuda.compile --sources delta,mma --values float16,bfloat16 --indices int32 2>&1 | tail -1
 if [ "${TESTS:-1}" = 1 ]; then
   python3 -m sparsetorch_cuda.compile --sources delta,fast --values ${TEST_VALUES:-all} --indices all 2>&1 | tail -1
-  K=${TEST_K:-tc8p or every_row_offset or low_sparsity or None or compile}
+  K=${TEST_K:-tc8pk or (None and (tc_matches or low_sparsity)) or every_row_offset or compile}
   [ "$K" = all ] && K=""
   timeout ${TEST_TIMEOUT:-150} python3 -m pytest plugins/cuda_kernels/tests/test_cuda_delta.py ${K:+-k "$K"} \
     -q -p no:cacheprovider --tb=short 2>&1 | tee $OUT/pytest_h200_s11d_delta.txt \
     | grep -v "^  \|^$\|Warning\|warnings" | tail -${TEST_TAIL:-25}
 fi
 if [ "${BENCH:-1}" = 1 ]; then
-  timeout ${BENCH_TIMEOUT:-240} python3 $B/bench_s11_delta.py --out $OUT ${BENCH_ARGS:---variants default,tc8,tc8p} \
+  timeout ${BENCH_TIMEOUT:-240} python3 $B/bench_s11_delta.py --out $OUT ${BENCH_ARGS:---variants default,tc,tc8p} \
     2>&1 | tee $OUT/bench_s11d_delta_log.txt | grep -v "^  " | cut -c1-160
 fi
 if [ "${PROFILE:-0}" = 1 ]; then

@@ -8,7 +8,9 @@ memory as float, eight 4-bit gaps summed with one multiply); for DELTA(4) in the
 "tile" kernels (``delta_t_b4*``: consecutive lanes take consecutive entries of a row's tiles of 256,
 the gaps re-packed per tile by :meth:`DeltaMixin._tile_layout`); for DELTA(4) in the half types with
 X in shared memory, the "tc" kernels (``delta_tc<U>_b4``, session 10: the chunk layout with X as 16-bit
-values and the products on the tensor cores), the default there."""
+values and the products on the tensor cores), and session 11's "tc8p*" (tc8 launched with programmatic
+dependent launch) and "tq*" kernels (a cp.async ring); "tc8pk" (tc8p in one block of 1024 threads per SM)
+is the default there."""
 
 from __future__ import annotations
 
@@ -47,6 +49,14 @@ TC_VARIANTS = ("tc", "tc8", "tc16")
 #: flight, across rows): "tq<S>", "tq<S>p" (with PDL), "tq<S>p3" (three blocks per SM, 40 registers); "tc8pf" is
 #: tc8p with L2 prefetches of the warp's first step and of X before the wait, "tc8pk" tc8p in one block of 1024
 #: threads per SM, "tc8p5" in five blocks of 256 per SM (47 registers: 40 warps per SM against 32).
+#: Measured (session 11, H200, 8192^2, one right-hand side, kernel time in a CUDA graph of 20 calls, two rounds;
+#: results/cuda_delta_h200_s11d*.json), fp16 50 % / 10 % / 30 %: tc 30.9 / 11.2 / 20.7 us, tc8p 30.0 / 10.4 / 20.0,
+#: tc8pf 29.5 / 10.5 / 19.7, tc8pk 29.7 / 10.2 / 19.7, tc8p5 36.8 / 12.2 / 24.6, tq4p 34.5 / 12.6 / 23.3 (bf16 alike;
+#: run 1: tq3 / tq4 / tq3p / tq6p 34.5-35.6 us at 50 %, tq4p3 42.6). The ring issues ~29 % more instructions
+#: (Nsight Compute, 50 %: 20.8M against tc8's 16.2M) and cuts the long-scoreboard stalls (2.02 -> 0.82 per
+#: issue), but tc8's first stall is short-scoreboard (the X gathers in shared memory, 4.2 per issue), so more
+#: bytes in flight do not pay; PDL saves ~0.8 us per call (the launch gap and the row-pointer reads overlap the
+#: kernel before).
 #: name -> (kernel, stages (0: no ring), blocks per SM, launched with PDL, threads per block)
 TQ_KERNELS = {"tc8p": ("delta_tc8p_b4", 0, 2, True, 512), "tc8pf": ("delta_tc8pf_b4", 0, 2, True, 512),
               "tc8pk": ("delta_tc8pk_b4", 0, 1, True, 1024), "tc8p5": ("delta_tc8p5_b4", 0, 5, True, 256),
@@ -66,8 +76,11 @@ TC_UNIT = 8
 TILE = 256
 #: the default DELTA variant of a plan whose offsets fit 32 bits
 DELTA_PLAN_DEFAULT = "chunk"
-#: the default of such a plan for DELTA(4) in float16 / bfloat16 when X fits shared memory as 16-bit values
-DELTA_HALF_DEFAULT = "tc"
+#: the default of such a plan for DELTA(4) in float16 / bfloat16 when X fits shared memory as 16-bit values:
+#: "tc8pk" since session 11 (results/cuda_delta_h200_s11d.json, H200, 8192^2, CUDA graph of 20 calls, fp16 / bf16:
+#: 50 % 29.7 / 29.6 us against "tc" 30.9 / 31.0; 10 % 10.2 / 10.2 against 11.2 / 11.1; 30 % 19.7 / 19.6 against
+#: 20.7 / 20.4; session 10's default "tc" before)
+DELTA_HALF_DEFAULT = "tc8pk"
 #: threads per block of the chunk kernels (kernels/delta.cu DELTA_CHUNK_BLOCK) and the pads of X
 CHUNK_BLOCK = 512
 CHUNK_PAD = 16

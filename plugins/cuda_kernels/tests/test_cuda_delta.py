@@ -123,7 +123,7 @@ def test_chunk_single_row_and_tiny():
 @pytest.mark.parametrize("dtype", (torch.float16, torch.float32, torch.float64), ids=("float16", "float32", "float64"))
 @pytest.mark.parametrize("bits", (4, 8))
 @pytest.mark.parametrize("n", (2053, 13000), ids=("x_in_shared", "x_in_global"))
-@pytest.mark.parametrize("variant", ("chunk8", "chunk16", "tile", "tile_f", "tc8", "tc16", "tc8p", "tq3", "tq4p3"))
+@pytest.mark.parametrize("variant", ("chunk8", "chunk16", "tile", "tile_f", "tc8", "tc16", "tc8p", "tc8pk", "tq3", "tq4p3"))
 def test_chunk_inf_and_nan_in_x_stay_out_of_rows_without_them(variant, n, bits, dtype):
     # A unit holds entries of neighbouring rows (a row's first and last unit): those entries read X
     # at columns that are not theirs. With inf / NaN in X at columns no row stores (every third

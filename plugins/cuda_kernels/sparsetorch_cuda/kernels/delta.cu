@@ -892,6 +892,16 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
 // copies only the values below nnz (cp.async's source size; the rest of the 16 bytes zero-filled).
 // Boundary steps as in tc8: entries outside the row (and lanes past the row's last unit, whose slots
 // hold stale data) get gap 0, value 0 and X 0. PDLK: programmatic dependent launch as in tc8p.
+//
+// Measured (session 11, H200, 8192 x 8192, one right-hand side, CUDA graph of 20 calls;
+// results/cuda_delta_h200_s11d*.json): slower than tc8 (fp16 50 %: tq4p 34.5 us, tq3 / tq4 / tq3p / tq6p
+// 34.5-35.6, tq4p3 42.6, against tc8 30.9-31.1; 10 %: 12.6-13.5 against 11.1). Nsight Compute (50 %): the
+// ring cuts tc8's long-scoreboard stalls (2.02 -> 0.82 per issued instruction) but adds 29 % instructions
+// (20.8M against 16.2M), and tc8's first stall is the X gathers' short scoreboard (4.2 per issue, 3.5 shared
+// wavefronts per gather), so more bytes in flight do not pay. Of the tc8p builds (PDL, same body), tc8pk (one
+// block of 1024 threads per SM) was the fastest at 10 % and 30 % and within 0.2 us of tc8pf at 50 % (29.7 /
+// 10.2 / 19.7 us against tc8's 30.9 / 11.2 / 20.7): the default for the half types since session 11;
+// tc8p5 (five blocks of 256, 47 registers) was slower (36.8 / 12.2 / 24.6).
 #if VAL_KIND <= 1
 #define TQ_STAGE 640
 
