@@ -11,6 +11,16 @@ Use: :class:`CcSpmm` (``CcSpmm(rowptr, col, values, (m, n))`` builds the layout 
 returns Y^T (k x m)) or the one-shot :func:`spmm_cc`. The plan integration (``plan.mma_kernel = "cc"``)
 is not made here: see the session-11 report (H2) for the diff.
 
+Measured (H200, graph20, benchmarks/results/cuda_kernels_h200_s11b_cc_run2.json, float16 / bfloat16 alike):
+4096^2 at 10 %: k = 1 / 16 / 64 / 128: 12.2 / 12.7 / 22.4 / 44.1 us against the plan's default kernels (csr16 /
+spmm_ws) 2.9 / 22.3 / 27.7 / 38.0 and dense F.linear 10.0 / 9.7 / 9.4 / 14.0; at 50 %: 15.2 / 15.8 / 27.3 / 55.2
+against 9.0 / 30.8 / 35.3 / 52.3. 4096 -> 11008 at 10 %: 24.0 / 24.9 / 42.9 / 83.6 against (csr16 / spmm_fl) 6.2 /
+43.6 / 55.9 / 106.6, dense 24.5 / 25.0 / 24.8 / 27.1; at 50 %: 36.3 / 36.9 / 57.6 / 112.7 against 25.0 / 107.6 /
+120.2 / 195.9. So spmm_cc beats the plan's kernels for 16 <= k <= 64 (and k = 128 where spmm_fl runs), never
+dense F.linear at k >= 16 (the goal, 1.5x faster than dense, is not met). Its empty skeleton (flags 15) takes
+19.8 of the 22.4 us at 4096^2 k = 64: per step and warp ~0.3 us of fixed cost, not the barriers (a one-round
+variant, commit 7c80663, run 3: the same 22.6 us and 1-4 us slower at k <= 16; not kept).
+
 The kernels are compiled from kernels/spmm_cc.cu by this module (compile.py's scheme: NVRTC, the same
 disk cache, keyed by the source text and options) until compile.py lists "spmm_cc" in SOURCES; then
 launch.kernel loads it like any other source.
@@ -46,9 +56,26 @@ CC_KS_TARGET = 512
 #: registers, with a per-step bitmap); the default
 CC_FORMATS = {"dense": "", "z": "z"}
 CC_FORMAT = "z"
-_NARGS = 15
-#: most strips a warp runs per round (the strip table lives one strip per lane)
-CC_WMAX = 31
+_NARGS = 14
+#: where the plan's "auto" would run spmm_cc (see the module docstring's numbers): densities nnz / (m n) in
+#: [lo, hi] (10 % and 50 % measured, a margin for rounding; between them interpolated) and k columns of X in [k_lo, k_hi]; k up to K_FL_HI where the plan would
+#: otherwise run spmm_fl (its blocks do not fit in one wave: 4096 -> 11008, k = 128 measured 83.6 against 106.6 us)
+CC_AUTO_MEASURED: tuple[float, float, int, int] = (0.09, 0.51, 16, 64)
+CC_AUTO_K_FL_HI = 128
+
+
+def cc_auto(m: int, n: int, nnz: int, k: int, fl_kind: str | None = None,
+            rule: tuple[float, float, int, int] | None = CC_AUTO_MEASURED) -> bool:
+    """Whether "auto" should run spmm_cc for an m x n pattern of nnz entries and k columns of X: the measured
+    rule (None: never); ``fl_kind`` is what the plan would run otherwise (MmaMixin.fl_kind), "fl" widening k
+    to CC_AUTO_K_FL_HI. The X slice must fit (cc_choose)."""
+    if rule is None or cc_choose(n) is None:
+        return False
+    lo, hi, k_lo, k_hi = rule
+    density = nnz / max(m * n, 1)
+    if fl_kind == "fl":
+        k_hi = max(k_hi, CC_AUTO_K_FL_HI)
+    return lo <= density <= hi and k_lo <= k <= k_hi
 
 
 def kernel_names() -> list[str]:
@@ -57,15 +84,10 @@ def kernel_names() -> list[str]:
             + [f"spmm_cc{f}_c8_n4_abl" for f in CC_FORMATS.values()])
 
 
-def cc_smem_bytes(ks: int, w: int = 1) -> int:
-    """Dynamic shared memory of spmm_cc: the partial-sum slots (NW w strips x 64 x 8 float32) and the
+def cc_smem_bytes(ks: int) -> int:
+    """Dynamic shared memory of spmm_cc: two partial-sum buffers (NW strips x 64 x 8 float32) and the
     X slice (KS features x 64 halves)."""
-    return CC_NW * w * 64 * 8 * 4 + ks * 128
-
-
-def cc_wmax(ks: int) -> int:
-    """Most strips per warp and round whose slots fit beside a KS-feature X slice (at least 1)."""
-    return max(1, min(CC_WMAX, (CC_MAX_SMEM - ks * 128) // (CC_NW * 64 * 8 * 4)))
+    return 2 * CC_NW * 64 * 8 * 4 + ks * 128
 
 
 def cc_choose(n: int, clusters: int | None = None) -> tuple[int, int] | None:
@@ -316,12 +338,10 @@ class CcSpmm:
         if abl and (C != 8 or nmt != 4):
             raise ValueError("spmm_cc's benchmarking flags need clusters=8 and k > 16")
         name = f"spmm_cc{CC_FORMATS[self.fmt]}_c{C}_n{nmt}{abl}"
-        wfit = cc_wmax(self.KS)
+        smem = cc_smem_bytes(self.KS)
         strips = -(-m // 8)
-        ncl = self.ncl or _clusters_resident(name, self.dtype, self.dev_index, CC_NW * 32, cc_smem_bytes(self.KS, wfit), C)
+        ncl = self.ncl or _clusters_resident(name, self.dtype, self.dev_index, CC_NW * 32, smem, C)
         ncl = max(1, min(ncl, strips))
-        self.wmax = min(wfit, -(-(-(-strips // ncl)) // CC_NW))  # one round where the slots fit
-        smem = cc_smem_bytes(self.KS, self.wmax)
         return _kernel(name, self.dtype, self.dev_index), (ncl * C, -(-k // 64)), CC_NW * 32, smem, ncl
 
     def __call__(self, Xt: torch.Tensor, bias: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -355,7 +375,7 @@ class CcSpmm:
 
         _allow_smem(kern, self.dev_index, smem)
         lay = self.layout
-        args = (m, n, k, self.KS, -(-m // 8), ncl, self.wmax, lay["sptr"].data_ptr(), lay["cols"].data_ptr(), self.bv.data_ptr(),
+        args = (m, n, k, self.KS, -(-m // 8), ncl, lay["sptr"].data_ptr(), lay["cols"].data_ptr(), self.bv.data_ptr(),
                 lay["recs"].data_ptr(), Xt.data_ptr(), bp, out.data_ptr(), self.flags)
         kern(grid, threads, args, shared=smem, device=self.dev_index)
         return out

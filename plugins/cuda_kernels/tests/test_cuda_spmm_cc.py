@@ -148,6 +148,17 @@ def test_choose():
     assert cc_choose(CC_KS_TARGET + 1)[0] == 2
 
 
+def test_auto_rule():
+    from sparsetorch_cuda._spmm_cc import cc_auto
+
+    m = n = 4096
+    assert cc_auto(m, n, m * n // 10, 64) and cc_auto(m, n, m * n // 2, 16)
+    assert not cc_auto(m, n, m * n // 10, 1) and not cc_auto(m, n, m * n // 10, 128)
+    assert cc_auto(11008, 4096, 11008 * 4096 // 10, 128, fl_kind="fl")
+    assert not cc_auto(m, n, m * n // 100, 64) and not cc_auto(m, n, m * n // 10, 64, rule=None)
+    assert not cc_auto(64, 10 ** 6, 10 ** 6, 64)  # the X slice does not fit
+
+
 def test_compiles_on_the_host():
     from sparsetorch_cuda import compile as c
     from sparsetorch_cuda._spmm_cc import compile_cubin, kernel_names

@@ -20,15 +20,15 @@
 // Launch: clusters of C blocks (rank q = slice q), ncl clusters, grid (ncl C, ceil(k / 64)), NW = 16 warps.
 // A block keeps its slice of X feature-major in shared memory (KS rows of 64 batch values = 128 bytes,
 // the eight 16-byte chunks of feature f stored at chunk ^ (f % 8)), transposed on the way in by
-// movmatrix. Cluster cl owns an even share [s_lo, s_hi) of the strips and walks it in rounds of
-// SR = NW W strips (W <= wmax, the slots of 64 x 8 float32 partial sums that fit in shared memory; usually
-// one round): warp w runs its W strips of the round back to back as one flattened sequence of steps (A
-// fragments of the NMT batch tiles by ldmatrix.x4.trans at the gathered features, the B fragment one
-// 8-byte load, prefetched CC_PF steps ahead across strip ends; the strip table is one strip per lane,
-// read by shuffles) and writes each strip's partial sums to its slot. The step arrays are padded by
-// CC_PF steps, so the prefetch past the last strip's end needs no bounds check. A cluster barrier; then each block sums its 1/C share of
+// movmatrix. Cluster cl owns an even share [s_lo, s_hi) of the strips and walks it in rounds of NW: in
+// round r warp w runs strip s_lo + r NW + w (A fragments of the NMT batch tiles by ldmatrix.x4.trans at
+// the gathered features, the B fragment one 8-byte load, prefetched CC_PF steps ahead; the next round's
+// first steps are fetched before the barrier) and writes its 64 x 8 float32 partial sums to shared
+// memory (double-buffered by round parity). The step arrays are padded by CC_PF steps, so the
+// prefetch past a strip's end needs no bounds check. A cluster barrier; then each block sums its 1/C share of
 // the round's outputs over the C blocks (distributed shared memory, rank order: deterministic), adds the
-// bias and stores Y^T; with several rounds a second barrier frees the slots.
+// bias and stores Y^T. One barrier per round: a block writes a buffer again only after every block has
+// passed the next round's barrier, i.e. finished reading it.
 //
 // flags (benchmarking only, wrong results): 1 skips the products, 2 the A loads (ldmatrix), 4 the pattern
 // loads (cols / bv), 8 the X slice load.
@@ -89,17 +89,17 @@ __device__ __forceinline__ float4 cc_ld_part(unsigned addr, int rank) {
 // C K-slices (cluster size), NW warps, FMT (0 dense B, 1 compressed), NMT batch tiles of 16 (1: k <= 16, 4: the 64
 // columns of a block), ABL: the benchmarking flags read (otherwise ignored)
 template <int C, int NW, int FMT, int NMT, bool ABL>
-__device__ __forceinline__ void spmm_cc_body(int m, int n, int k, int KS, int nstrips, int ncl, int wmax,
-                                             const int* __restrict__ sptr, const unsigned short* __restrict__ cols,
-                                             const uint2* __restrict__ bv, const uint4* __restrict__ recs,
-                                             const val_t* __restrict__ xt, const val_t* __restrict__ bias,
-                                             val_t* __restrict__ yt, int flags) {
-  constexpr int THREADS = NW * 32;
+__device__ __forceinline__ void spmm_cc_body(int m, int n, int k, int KS, int nstrips, int ncl, const int* __restrict__ sptr,
+                                             const unsigned short* __restrict__ cols, const uint2* __restrict__ bv,
+                                             const uint4* __restrict__ recs, const val_t* __restrict__ xt,
+                                             const val_t* __restrict__ bias, val_t* __restrict__ yt, int flags) {
+  constexpr int THREADS = NW * 32, SPR = NW;
+  constexpr int PBUF = SPR * 64 * 8;  // floats per partial-sum buffer: [SPR strips][64 batch][8 rows]
   const int fl = ABL ? flags : 0;
   extern __shared__ __align__(16) unsigned char cc_smem[];
-  float* P = reinterpret_cast<float*>(cc_smem);  // [NW wmax strips][64 batch][8 rows]
+  float* P = reinterpret_cast<float*>(cc_smem);
   const unsigned pbase = smem_addr(cc_smem);
-  const unsigned xs = pbase + (unsigned)(NW * wmax * 512 * 4);
+  const unsigned xs = pbase + 2u * PBUF * 4u;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;
   int q = 0;
@@ -110,13 +110,10 @@ __device__ __forceinline__ void spmm_cc_body(int m, int n, int k, int KS, int ns
   const int f0 = q * KS;
   const int b0 = (int)blockIdx.y * 64;
   const int kv = min(64, k - b0);
-  // the cluster's strips: an even share [s_lo, s_hi), SR = NW W a round; warp w's j-th strip of round r is
-  // s_lo + r SR + j NW + w, its partial sums in slot j NW + w
+  // the cluster's strips: an even share [s_lo, s_hi), NW a round (warp w: s_lo + r NW + w)
   const int s_lo = (int)((long long)nstrips * cl / ncl), s_hi = (int)((long long)nstrips * (cl + 1) / ncl);
   const int per = (nstrips + ncl - 1) / ncl;
-  const int W = min(wmax, (per + NW - 1) / NW);
-  const int SR = NW * W;
-  const int rounds = (per + SR - 1) / SR;  // the same in every cluster (the barriers)
+  const int rounds = (per + NW - 1) / NW;  // the same in every cluster (the barriers)
   const int jl = ((lane >> 4) << 3) + (lane & 7);
   const unsigned hi = (lane >> 3) & 1;
   const unsigned* vw = reinterpret_cast<const unsigned*>(bv);
@@ -124,6 +121,7 @@ __device__ __forceinline__ void spmm_cc_body(int m, int n, int k, int KS, int ns
   uint2 rb[CC_PF];
   unsigned rc[CC_PF];
   uint4 rr[CC_PF];
+  // stage a: columns and B (FMT 0) or the record (FMT 1) of step st (any st < steps + CC_PF: the arrays are padded)
   auto fetch_a = [&](i64 st, uint2& b, unsigned& c, uint4& rec) {
     if (fl & 4) {
       c = (unsigned)(lane & 7);
@@ -135,6 +133,7 @@ __device__ __forceinline__ void spmm_cc_body(int m, int n, int k, int KS, int ns
     if (FMT == 0) b = __ldg(bv + st * 32 + lane);
     else rec = __ldg(recs + st);
   };
+  // stage b (FMT 1): the lane's two B registers from the packed words
   auto fetch_b = [&](const uint4& rec, uint2& b) {
     if (FMT == 0) return;
     const unsigned sh = 2u * (unsigned)lane;
@@ -150,51 +149,26 @@ __device__ __forceinline__ void spmm_cc_body(int m, int n, int k, int KS, int ns
     b.x = (bits & 1u) ? __ldg(vw + w) : 0u;
     b.y = (bits & 2u) ? __ldg(vw + w + (bits & 1u)) : 0u;
   };
-  // the round's strip table, one strip per lane j < W: first step, inclusive prefix of the step counts
-  int ta = 0, tcum = 0, T = 0;
-  // the fetch cursor: strip fs, its first flattened position fbeg, end fend, first step fa
-  int fs = 0, fbeg = 0, fend = 0, fa = 0;
-  auto table = [&](int r) {
-    int l = 0;
-    ta = 0;
-    if (lane < W) {
-      const int s = s_lo + r * SR + lane * NW + warp;
-      if (s < s_hi) {
-        ta = RO(sptr + (i64)s * C + q);
-        l = RO(sptr + (i64)s * C + q + 1) - ta;
-      }
+  // a round's strip for this warp: its first step and step count in slice q (0 steps past the share)
+  auto strip_range = [&](int r, int& a, int& l) {
+    const int s = s_lo + r * NW + warp;
+    a = 0;
+    l = 0;
+    if (s < s_hi) {
+      a = RO(sptr + (i64)s * C + q);
+      l = RO(sptr + (i64)s * C + q + 1) - a;
     }
-    tcum = l;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int v = __shfl_up_sync(0xffffffffu, tcum, o);
-      if (lane >= o) tcum += v;
-    }
-    T = __shfl_sync(0xffffffffu, tcum, 31);
-    fs = 0;
-    fbeg = 0;
-    fend = __shfl_sync(0xffffffffu, tcum, 0);
-    fa = __shfl_sync(0xffffffffu, ta, 0);
   };
-  // the step at flattened position fp (past the last strip: steps after its end, which exist: the padding)
-  auto faddr = [&](int fp) -> i64 {
-    while (fp >= fend && fs < W - 1) {
-      ++fs;
-      fbeg = fend;
-      fend = __shfl_sync(0xffffffffu, tcum, fs);
-      fa = __shfl_sync(0xffffffffu, ta, fs);
-    }
-    return (i64)fa + (fp - fbeg);
-  };
-  auto prefetch = [&]() {
+  auto prefetch = [&](int a) {
 #pragma unroll
-    for (int u = 0; u < CC_PF; ++u) fetch_a(faddr(u), rb[u], rc[u], rr[u]);
+    for (int u = 0; u < CC_PF; ++u) fetch_a((i64)a + u, rb[u], rc[u], rr[u]);
 #pragma unroll
     for (int u = 0; u < CC_PF / 2; ++u) fetch_b(rr[u], rb[u]);
   };
 
-  table(0);
-  prefetch();
+  int a0, l0;
+  strip_range(0, a0, l0);
+  prefetch(a0);
 
   // X slice [f0, f0 + KS) x [b0, b0 + 16 NMT) into shared memory, feature-major, transposed by movmatrix
   if (!(fl & 8)) {
@@ -209,11 +183,11 @@ __device__ __forceinline__ void spmm_cc_body(int m, int n, int k, int KS, int ns
         v[i] = 0u;
         if (t < ntiles) {
           const int ft = t / BT, bt = t % BT;
-          const int b = b0 + bt * 8 + (lane >> 2), fa2 = f0 + ft * 8 + 2 * t4;
-          if (b < k && fa2 < n) {
-            const val_t* p = xt + (i64)b * n + fa2;
+          const int b = b0 + bt * 8 + (lane >> 2), fa = f0 + ft * 8 + 2 * t4;
+          if (b < k && fa < n) {
+            const val_t* p = xt + (i64)b * n + fa;
             if (even) v[i] = __ldg(reinterpret_cast<const unsigned*>(p));
-            else v[i] = (unsigned)RO(p) | (fa2 + 1 < n ? ((unsigned)RO(p + 1) << 16) : 0u);
+            else v[i] = (unsigned)RO(p) | (fa + 1 < n ? ((unsigned)RO(p + 1) << 16) : 0u);
           }
         }
       }
@@ -252,66 +226,50 @@ __device__ __forceinline__ void spmm_cc_body(int m, int n, int k, int KS, int ns
         else acc[mt][0] += __uint_as_float(a[0] ^ a[1] ^ a[2] ^ a[3] ^ b.x ^ b.y);
       }
     };
-    // strip cs's partial sums into its slot, then zero
-    auto flush = [&](int cs) {
-      float* pp = P + (cs * NW + warp) * 512;
-#pragma unroll
-      for (int mt = 0; mt < NMT; ++mt) {
-        *reinterpret_cast<float2*>(pp + (mt * 16 + g) * 8 + 2 * t4) = make_float2(acc[mt][0], acc[mt][1]);
-        *reinterpret_cast<float2*>(pp + (mt * 16 + g + 8) * 8 + 2 * t4) = make_float2(acc[mt][2], acc[mt][3]);
-#pragma unroll
-        for (int c = 0; c < 4; ++c) acc[mt][c] = 0.f;
-      }
-    };
-    int cs = 0, cend = __shfl_sync(0xffffffffu, tcum, 0);
-    auto advance = [&](int p) {  // finish the strips that end at or before p
-      while (p >= cend) {
-        flush(cs);
-        ++cs;
-        cend = __shfl_sync(0xffffffffu, tcum, cs);
-      }
-    };
     int p0 = 0;
-    for (; p0 + CC_PF <= T; p0 += CC_PF) {
+    for (; p0 + CC_PF <= l0; p0 += CC_PF) {
 #pragma unroll
       for (int u = 0; u < CC_PF; ++u) {
-        advance(p0 + u);
         step(rc[u], rb[u]);
-        fetch_a(faddr(p0 + u + CC_PF), rb[u], rc[u], rr[u]);
+        fetch_a((i64)a0 + p0 + u + CC_PF, rb[u], rc[u], rr[u]);
         fetch_b(rr[(u + CC_PF / 2) % CC_PF], rb[(u + CC_PF / 2) % CC_PF]);
       }
     }
     {
-      const int rem = T - p0;
+      const int rem = l0 - p0;
 #pragma unroll
       for (int u = 0; u < CC_PF; ++u) {
         if (u < rem) {
-          advance(p0 + u);
           step(rc[u], rb[u]);
           if (u < CC_PF / 2 && u + CC_PF / 2 < rem) fetch_b(rr[u + CC_PF / 2], rb[u + CC_PF / 2]);
         }
       }
     }
-    while (cs < W) {  // the last strip and any empty ones after it
-      flush(cs);
-      ++cs;
+    // this strip's partial sums into the round's buffer
+    float* pp = P + (r & 1) * PBUF + warp * 512;
+#pragma unroll
+    for (int mt = 0; mt < NMT; ++mt) {
+      *reinterpret_cast<float2*>(pp + (mt * 16 + g) * 8 + 2 * t4) = make_float2(acc[mt][0], acc[mt][1]);
+      *reinterpret_cast<float2*>(pp + (mt * 16 + g + 8) * 8 + 2 * t4) = make_float2(acc[mt][2], acc[mt][3]);
     }
-    if (r + 1 < rounds) {  // the next round's first steps in flight across the barrier and the reduction
-      table(r + 1);
-      prefetch();
+    // the next round's strip: its first steps in flight across the barrier and the reduction
+    if (r + 1 < rounds) {
+      strip_range(r + 1, a0, l0);
+      prefetch(a0);
     }
     cc_sync<C>();  // every block's partial sums of round r written
     {
-      const int TOT = SR * 128;
-      const int e0 = (int)((long long)TOT * q / C), e1 = (int)((long long)TOT * (q + 1) / C);
+      constexpr int TOT = SPR * 128;
+      const int e0 = TOT * q / C, e1 = TOT * (q + 1) / C;
+      const unsigned pb = pbase + (unsigned)((r & 1) * PBUF * 4);
       for (int e = e0 + tid; e < e1; e += THREADS) {
         const int j = e >> 7, bb = (e >> 1) & 63, h = e & 1;
-        const int s = s_lo + r * SR + j;
+        const int s = s_lo + r * NW + j;
         if (s >= s_hi || bb >= kv) continue;
-        float4 sum = cc_ld_part<C>(pbase + (unsigned)e * 16u, 0);
+        float4 sum = cc_ld_part<C>(pb + (unsigned)e * 16u, 0);
 #pragma unroll
         for (int rk = 1; rk < C; ++rk) {
-          const float4 o = cc_ld_part<C>(pbase + (unsigned)e * 16u, rk);
+          const float4 o = cc_ld_part<C>(pb + (unsigned)e * 16u, rk);
           sum.x += o.x;
           sum.y += o.y;
           sum.z += o.z;
@@ -332,7 +290,6 @@ __device__ __forceinline__ void spmm_cc_body(int m, int n, int k, int KS, int ns
         }
       }
     }
-    if (r + 1 < rounds) cc_sync<C>();  // every block done reading the slots before they are written again
   }
 #if __CUDA_ARCH__ >= 900
   if (C > 1) cluster_sync_all();  // no block leaves while another still reads its shared memory
@@ -344,10 +301,10 @@ __device__ __forceinline__ void spmm_cc_body(int m, int n, int k, int KS, int ns
 #define CC_NW 16
 #define SPMM_CC(C, FMT, SFX, NMT, ABL, ASFX, ATTR)                                                                     \
   extern "C" __global__ void ATTR __launch_bounds__(CC_NW * 32, 1) spmm_cc##SFX##_c##C##_n##NMT##ASFX(                 \
-      i64 m, i64 n, i64 k, i64 KS, i64 nstrips, i64 ncl, i64 wmax, const int* sptr, const unsigned short* cols,       \
-      const uint2* bv, const uint4* recs, const val_t* xt, const val_t* bias, val_t* yt, i64 flags) {                  \
-    spmm_cc_body<C, CC_NW, FMT, NMT, ABL>((int)m, (int)n, (int)k, (int)KS, (int)nstrips, (int)ncl, (int)wmax, sptr,    \
-                                          cols, bv, recs, xt, bias, yt, (int)flags);                                   \
+      i64 m, i64 n, i64 k, i64 KS, i64 nstrips, i64 ncl, const int* sptr, const unsigned short* cols, const uint2* bv, \
+      const uint4* recs, const val_t* xt, const val_t* bias, val_t* yt, i64 flags) {                                   \
+    spmm_cc_body<C, CC_NW, FMT, NMT, ABL>((int)m, (int)n, (int)k, (int)KS, (int)nstrips, (int)ncl, sptr, cols, bv,     \
+                                          recs, xt, bias, yt, (int)flags);                                             \
   }
 #define SPMM_CC_ALL(C, ATTR)                \
   SPMM_CC(C, 0, , 1, false, , ATTR)         \
