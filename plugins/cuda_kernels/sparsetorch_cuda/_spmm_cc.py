@@ -385,3 +385,61 @@ def spmm_cc(rowptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape
             bias: torch.Tensor | None = None, **kw: Any) -> torch.Tensor:
     """One-shot Y^T = X^T A^T + bias (builds the layout, then runs): see :class:`CcSpmm`."""
     return CcSpmm(rowptr, col, values, shape, **kw)(Xt, bias)
+
+
+#: the rule "auto" uses (None: never; ``plan.mma_kernel = "cc"`` forces spmm_cc); CC_AUTO_MEASURED once wired
+CC_AUTO: tuple[float, float, int, int] | None = None
+
+
+class CcMixin:
+    """spmm_cc for :class:`~.plan.CudaSpmmPlan` (a mixin; not yet in the plan's bases: the session-11 H2 report
+    gives the diff). The op is built once per pattern from the plan's CSR; it reads packed copies of the values,
+    so a new value set (``set_values``, which replaces ``_values``) is repacked at the next launch, while
+    writes into the same values tensor are not seen: the plan's ``bind`` must decline where spmm_cc runs."""
+
+    def _cc_op(self) -> "CcSpmm | None":
+        got = self.__dict__.get("_cc")
+        if got is None:
+            got = False
+            lay = self._mma_layout() if self.kind in ("csr", "generic") else None
+            if lay is not None and not lay["nm"] and self._values is not None and self._values.dim() == 1:
+                try:
+                    got = CcSpmm(lay["rowptr"], self.col, self._values, self.shape)
+                    got.values_ref = self._values
+                except ValueError:
+                    got = False
+            self.__dict__["_cc"] = got
+        return got or None
+
+    def _cc_ok(self, k: int) -> bool:
+        """Whether the k >= MMA_MIN_K product runs spmm_cc: ``mma_kernel`` "cc", or "auto" where :func:`cc_auto`
+        with :data:`CC_AUTO` says so; half precision, CSR / generic, one value set, the layout applies."""
+        kind = getattr(self, "mma_kernel", "auto")
+        if kind != "cc" and not (kind == "auto" and CC_AUTO is not None):
+            return False
+        if self.dtype not in (torch.float16, torch.bfloat16) or self.kind not in ("csr", "generic"):
+            return False
+        if self._values is None or self._values.dim() != 1:
+            return False
+        if kind == "auto":
+            m, n = self.shape
+            fl = self.fl_kind(k) if self._fl_ok() else None
+            if not cc_auto(m, n, self.nnz, k, fl, CC_AUTO):
+                return False
+        return self._cc_op() is not None
+
+    def _launch_cc(self, Xt: torch.Tensor, Yt: torch.Tensor, k: int, bp: int) -> None:
+        """spmm_cc on X^T ``Xt`` ((k, n)) into Y^T ``Yt`` ((k, m)), bias pointer ``bp`` (0: none)."""
+        op = self._cc_op()
+        if op.values_ref is not self._values:  # a new value set: one gather
+            op.set_values(self._values)
+            op.values_ref = self._values
+        m, n = self.shape
+        kern, grid, threads, smem, ncl = op._launch_args(k)
+        from ._mma import _allow_smem  # noqa: PLC0415
+
+        _allow_smem(kern, self.dev_index, smem)
+        lay = op.layout
+        args = (m, n, k, op.KS, -(-m // 8), ncl, lay["sptr"].data_ptr(), lay["cols"].data_ptr(), op.bv.data_ptr(),
+                lay["recs"].data_ptr(), Xt.data_ptr(), bp, Yt.data_ptr(), 0)
+        kern(grid, threads, args, shared=smem, device=self.dev_index)

@@ -252,3 +252,17 @@ def test_new_values_and_graph(dtype):
 
 def test_gpu_marker_reason():
     assert GPU_MISSING is None or "CUDA" in GPU_MISSING or "cuda" in GPU_MISSING
+
+
+def test_mixin_declines_off_its_ground():
+    from sparsetorch_cuda._spmm_cc import CcMixin
+
+    class Plan(CcMixin):
+        mma_kernel, dtype, kind, _values, shape, nnz = "auto", torch.float16, "csr", torch.zeros(3), (4, 4), 3
+
+    p = Plan()
+    assert not p._cc_ok(64)  # "auto" with CC_AUTO None
+    p.mma_kernel, p.dtype = "cc", torch.float32
+    assert not p._cc_ok(64)  # not half precision
+    p.dtype, p._values = torch.float16, torch.zeros(2, 3)
+    assert not p._cc_ok(64)  # a batch of value sets
