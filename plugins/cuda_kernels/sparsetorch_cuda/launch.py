@@ -359,7 +359,7 @@ def _ctypes_launch() -> Any:
     return f
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=None)  # per kernel object: kernel() hands out one per (source, name, types, device)
 def resident_blocks(kern: "Kernel", threads: int, smem: int, cluster: int, sms: int, fallback: int) -> int:
     """Blocks of ``kern`` (``threads`` per block, ``smem`` bytes of dynamic shared memory, clusters of
     ``cluster`` blocks) resident on the whole GPU (``sms`` multiprocessors) at once, by the driver's
@@ -383,6 +383,7 @@ def resident_blocks(kern: "Kernel", threads: int, smem: int, cluster: int, sms: 
         return fallback
 
 
+@functools.lru_cache(maxsize=None)
 def kernel(source: str, name: str, dtype: torch.dtype, index_dtype: torch.dtype, device_index: int, nargs: int) -> Kernel:
     """The kernel ``name`` of ``source`` for these types on this device (loaded once per process)."""
     return Kernel(source, name, _DTYPES[dtype], _INDEX[index_dtype], arch_of(device_index), nargs)

@@ -336,3 +336,29 @@ def test_matmul_direct_path_core_side():
     assert torch.allclose(mm.execute(), D @ b2)
     assert mm._state is not old  # planned again (the torch plan: no bind, the Function path)
     assert torch.allclose(mm.execute(), D @ b2)
+
+
+def test_kernel_objects_are_one_per_signature(monkeypatch):
+    """launch.kernel hands out one Kernel object per (source, name, types, device): per-kernel state
+    lives on it (the shared-memory opt-in, keyed by the object's identity; PDL; the argument block).
+    Session 10's last commit lost the cache (the decorator moved to resident_blocks), so a
+    bfloat16 kernel could reuse the id of a freed float16 one of the same name and skip its
+    shared-memory opt-in: its launches of more than 48 KB failed on the H200 (session 11)."""
+    import sparsetorch_cuda.launch as launch
+
+    made = []
+
+    class Fake:
+        def __init__(self, *a):
+            made.append(a)
+
+    monkeypatch.setattr(launch, "Kernel", Fake)
+    monkeypatch.setattr(launch, "arch_of", lambda i: "sm_90")
+    launch.kernel.cache_clear()
+    try:
+        a = launch.kernel("mma", "spmm_fl_s2", torch.float16, torch.int32, 0, 12)
+        b = launch.kernel("mma", "spmm_fl_s2", torch.float16, torch.int32, 0, 12)
+        c = launch.kernel("mma", "spmm_fl_s2", torch.bfloat16, torch.int32, 0, 12)
+        assert a is b and c is not a and len(made) == 2
+    finally:
+        launch.kernel.cache_clear()
