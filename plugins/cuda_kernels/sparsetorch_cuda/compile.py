@@ -30,7 +30,7 @@ __all__ = ["SOURCES", "VAL_KINDS", "IDX_KINDS", "CompileError", "ModuleKey", "so
 
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
 #: the kernel sources (file stems under kernels/), each compiled as one module
-SOURCES = ("spmv", "sddmm", "fast", "structured", "mma", "delta", "spmm_sp", "spmm_bm")
+SOURCES = ("spmv", "sddmm", "fast", "structured", "mma", "delta", "spmm_sp", "spmm_bm", "spmm_cc")
 #: value type name -> VAL_KIND (see kernels/common.cuh)
 VAL_KINDS = {"float16": 0, "bfloat16": 1, "float32": 2, "float64": 3}
 #: index type name -> IDX_KIND

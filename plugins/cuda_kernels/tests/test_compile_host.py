@@ -27,6 +27,7 @@ EXPECTED = {
     "delta": [f"delta_c{u}_b{b}{s}{p}" for u in (8, 16) for b in (1, 2, 4, 8, 16) for s in ("", "_smem") for p in ("", "_pf")],
     "spmm_sp": [],  # half precision only (EXPECTED_HALF)
     "spmm_bm": [],  # half precision only (EXPECTED_HALF)
+    "spmm_cc": [],  # half precision only (EXPECTED_HALF)
 }
 # session 8: the ELL kernels on the int32 column copy and the DIA variants (plan.ELL_VARIANTS, plan.DIA_EXTRA)
 EXPECTED["fast"] += (["dia_v2_1", "dia_v2na_1", "dia_v4na_1", "dia_p8nb_1", "dia_p8nc_1", "dia_p8pd_1", "ell_stream8",
@@ -49,6 +50,11 @@ EXPECTED_SM90["spmm_sp"] = [f"{c}_s{s}" for c in _SP for s in (2, 4, 8)]
 # session 10: the bitmap tensor-core SpMM (_spmm_bm.BM_SPLITS)
 EXPECTED_HALF["spmm_bm"] = ["spmm_bm_s1", "spmm_bm1_s1"]
 EXPECTED_SM90["spmm_bm"] = [f"spmm_{v}_s{s}" for v in ("bm", "bm1") for s in (2, 3, 4, 6, 8)]
+# session 11: the strip-compacted tensor-core SpMM (_spmm_cc: C K-slices per cluster, 1 or 4 batch tiles; "z" the
+# compressed value format; "_abl" the ablation build)
+EXPECTED_HALF["spmm_cc"] = [f"spmm_cc{f}_c1_n{t}" for f in ("", "z") for t in (1, 4)]
+EXPECTED_SM90["spmm_cc"] = ([f"spmm_cc{f}_c{c}_n{t}" for f in ("", "z") for c in (2, 4, 8) for t in (1, 4)]
+                           + ["spmm_cc_c8_n4_abl", "spmm_ccz_c8_n4_abl"])
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
