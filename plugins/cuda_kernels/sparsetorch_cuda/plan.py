@@ -111,9 +111,13 @@ class CudaSpmmPlan(BuildMixin, MmaMixin, DeltaMixin, SpMixin, BmMixin):
     ``"p2"``, ``"p4"`` (at most 8 diagonals, offsets as kernel parameters, 1/2/4 rows per
     thread), ``"rows1"``, ``"rows2"`` (offsets staged in shared memory, any count of diagonals,
     in batches of 8) or ``"classic"`` (64-bit kernel of spmv.cu); a "p" variant on more than 8
-    diagonals runs as rows1/rows2. For DELTA: ``"tc"`` (the default for DELTA(4) in float16 /
-    bfloat16 with one right-hand side and X in 48 KB of shared memory, :data:`._delta.DELTA_HALF_DEFAULT`:
-    the chunk layout, products on the tensor cores; also ``"tc8"``, ``"tc16"``: :data:`._delta.TC_VARIANTS`),
+    diagonals runs as rows1/rows2; the session-11 defaults for at most 8 diagonals, ``"p1w"`` (float32) and
+    ``"p1nbw"`` (float64), run ``griddepcontrol.wait`` first and launch with programmatic dependent launch
+    (:data:`DIA_PDL`). For DELTA: ``"tc8pk"`` (the default for DELTA(4) in float16 / bfloat16 with one
+    right-hand side and X in 48 KB of shared memory, :data:`._delta.DELTA_HALF_DEFAULT`: the chunk layout,
+    products on the tensor cores, launched with programmatic dependent launch in one block of 1024 threads
+    per SM; also ``"tc"``, ``"tc8"``, ``"tc16"``: :data:`._delta.TC_VARIANTS`, and the session-11 variants
+    of :data:`._delta.TQ_VARIANTS`),
     ``"chunk"`` (the default for the other cases of one right-hand side, kernels/delta.cu; also
     ``"chunk8"``, ``"chunk16"``, the ``_pf`` prefetch and ``"chunk8_o3"`` variants:
     :data:`._delta.CHUNK_VARIANTS`), ``"packed2"`` / ``"packed"`` (b a compile-time
