@@ -112,7 +112,7 @@ def case(out_f: int, in_f: int, dtype: torch.dtype, density: float, args) -> dic
         try:
             y = plan.apply(x.mT, bias=b).mT
             row["auto_err"] = _err(y, ref)
-            row["auto_us"] = _us(graph_time(lambda: plan.apply(x.mT, bias=b), 15))
+            row["auto_us"] = _us(graph_time(lambda p=plan: p.apply(x.mT, bias=b), 15))
         except Exception as exc:  # noqa: BLE001 - the baseline's failure is recorded, the run goes on
             row["auto_err"], row["auto_us"] = float("nan"), f"failed: {type(exc).__name__}: {str(exc)[:160]}"
         if k == sk:

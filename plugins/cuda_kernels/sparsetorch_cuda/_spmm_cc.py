@@ -58,7 +58,8 @@ CC_FORMATS = {"dense": "", "z": "z"}
 CC_FORMAT = "z"
 _NARGS = 14
 #: where the plan's "auto" would run spmm_cc (see the module docstring's numbers): densities nnz / (m n) in
-#: [lo, hi] (10 % and 50 % measured, a margin for rounding; between them interpolated) and k columns of X in [k_lo, k_hi]; k up to K_FL_HI where the plan would
+#: [lo, hi] (10 % and 50 % measured, a margin for rounding; between them interpolated) and k columns of X in
+#: [k_lo, k_hi]; k up to K_FL_HI where the plan would
 #: otherwise run spmm_fl (its blocks do not fit in one wave: 4096 -> 11008, k = 128 measured 83.6 against 106.6 us)
 CC_AUTO_MEASURED: tuple[float, float, int, int] = (0.09, 0.51, 16, 64)
 CC_AUTO_K_FL_HI = 128
@@ -96,7 +97,8 @@ def cc_choose(n: int, clusters: int | None = None) -> tuple[int, int] | None:
     cands = (clusters,) if clusters else CC_CLUSTERS
     pick = None
     for c in cands:
-        ks = -(-(-(-n // c)) // 16) * 16
+        per = -(-n // c)  # columns per K-slice ...
+        ks = -(-per // 16) * 16  # ... rounded up to whole 16-column steps
         if cc_smem_bytes(ks) > CC_MAX_SMEM:
             continue
         pick = (c, ks)
