@@ -515,22 +515,7 @@ def _gen_kernel_class():
         """A kernel of a generated module (launch.Kernel, loaded from a library handle)."""
 
         def __init__(self, lib: Any, name: str, nargs: int) -> None:  # noqa: D107 - see the class
-            import numpy as np  # noqa: PLC0415
-
-            from . import launch  # noqa: PLC0415
-
-            cu = launch._driver()
-            err, k = cu.cuLibraryGetKernel(lib, name.encode())
-            launch._ok(cu, err, f"cuLibraryGetKernel({name})")
-            self.name = name
-            self._fn = cu.CUfunction(int(k))
-            self._cu = cu
-            self._args = np.zeros(nargs, dtype=np.uint64)
-            base = self._args.ctypes.data
-            self._ptrs = np.array([base + 8 * i for i in range(nargs)], dtype=np.uint64)
-            self._addr = int(self._ptrs.ctypes.data)
-            self._nargs = nargs
-            self._lock = threading.Lock()
+            self._bind(lib, name, nargs)
 
     return GenKernel
 

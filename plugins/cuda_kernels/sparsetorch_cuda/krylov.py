@@ -31,7 +31,6 @@ import math
 import threading
 from typing import Any, Mapping
 
-import numpy as np
 import torch
 
 from sparsetorch import IndefiniteMatrixError, InputError, SparseTensor
@@ -114,18 +113,7 @@ class _Kernel(_launch.Kernel):
     """A kernel of krylov.cu (launch.Kernel's argument block and launch, this module's library)."""
 
     def __init__(self, lib: Any, name: str, nargs: int) -> None:  # noqa: D107 - launch.Kernel's fields
-        cu = _launch._driver()
-        err, k = cu.cuLibraryGetKernel(lib, name.encode())
-        _launch._ok(cu, err, f"cuLibraryGetKernel({name})")
-        self.name = name
-        self._fn = cu.CUfunction(int(k))
-        self._cu = cu
-        self._args = np.zeros(nargs, dtype=np.uint64)
-        base = self._args.ctypes.data
-        self._ptrs = np.array([base + 8 * i for i in range(nargs)], dtype=np.uint64)
-        self._addr = int(self._ptrs.ctypes.data)
-        self._nargs = nargs
-        self._lock = threading.Lock()
+        self._bind(lib, name, nargs)
 
 
 @functools.lru_cache(maxsize=None)

@@ -166,8 +166,12 @@ class Kernel:
     pdl: bool = False
 
     def __init__(self, source: str, name: str, value: str, index: str, arch: str, nargs: int) -> None:
+        self._bind(_library(source, value, index, arch), name, nargs)
+
+    def _bind(self, lib: Any, name: str, nargs: int) -> None:
+        """Take kernel ``name`` of the loaded library ``lib`` and make its argument block of ``nargs``
+        8-byte slots (also for modules compiled elsewhere: krylov.py, codegen.py, _spmm_cc.py)."""
         cu = _driver()
-        lib = _library(source, value, index, arch)
         err, k = cu.cuLibraryGetKernel(lib, name.encode())
         _ok(cu, err, f"cuLibraryGetKernel({name})")
         self.name = name

@@ -362,3 +362,34 @@ def test_kernel_objects_are_one_per_signature(monkeypatch):
         assert a is b and c is not a and len(made) == 2
     finally:
         launch.kernel.cache_clear()
+
+
+def test_kernels_of_other_modules_bind_like_launch_kernel(monkeypatch):
+    """krylov.py, codegen.py and _spmm_cc.py load their own libraries and take kernels from them through
+    launch.Kernel._bind: the same fields as launch.Kernel (name, function, an argument block of 8-byte
+    slots and its address array, a lock). A fake driver stands in for the GPU."""
+    import numpy as np
+
+    import sparsetorch_cuda.launch as launch
+    from sparsetorch_cuda import _spmm_cc, codegen, krylov
+
+    class FakeDriver:
+        class CUresult(int):
+            pass
+
+        def cuLibraryGetKernel(self, lib, name):
+            return 0, 1000 + len(name)
+
+        def CUfunction(self, k):
+            return ("fn", k)
+
+    monkeypatch.setattr(launch, "_driver", lambda: FakeDriver())
+    monkeypatch.setattr(launch, "_ok", lambda cu, err, what: None)
+    for cls in (krylov._Kernel, _spmm_cc._Kernel, codegen._gen_kernel_class()):
+        k = cls("lib", "gen_rows_x", 5)
+        assert k.name == "gen_rows_x" and k._fn == ("fn", 1010) and k._nargs == 5
+        assert k._args.dtype == np.uint64 and k._args.shape == (5,)
+        assert list(k._ptrs) == [k._args.ctypes.data + 8 * i for i in range(5)]
+        assert k._addr == k._ptrs.ctypes.data and k.pdl is False
+        k._lock.acquire()
+        k._lock.release()
