@@ -131,3 +131,27 @@ __device__ __forceinline__ void tile_epilogue(const float* P, bool cluster, bool
   if (cluster) cluster_sync_all();
 #endif
 }
+
+// Tensor-core fragments of the half-precision SpMMs (mma.cu, spmm_bm.cu, spmm_cc.cu; sm_80+): four 8x8
+// b16 matrices from shared memory (ldmatrix.x4, one row address per lane) and one m16n8k16 product
+// with float32 accumulation, float16 or bfloat16 by VAL_KIND. The product carries no memory clobber,
+// so the compiler may schedule it between fragment loads.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+__device__ __forceinline__ void ldsm_x4(unsigned* r, unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+__device__ __forceinline__ void mma16816_free(float* d, const unsigned* a, unsigned b0, unsigned b1) {
+#if VAL_KIND == 0
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+#endif

@@ -38,23 +38,6 @@ template <int N>
 __device__ __forceinline__ void bm_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
-__device__ __forceinline__ void bm_ldsm4(unsigned* r, unsigned addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-__device__ __forceinline__ void bm_mma(float* d, const unsigned* a, unsigned b0, unsigned b1) {
-#if VAL_KIND == 0
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#endif
-}
 
 // Two A registers of one row for a 16-column step: columns c, c + 1 (lo) and c + 8, c + 9 (hi) of the
 // bitmap word w (32 columns), x = w >> c, masks below c and c + 8, base = entries before the word,
@@ -184,11 +167,11 @@ __device__ __forceinline__ void spmm_bm_body(int m, int n, int k, int T, int mp,
         for (int np = 0; np < NT / 2; ++np) {
           if (2 * np < ntact) {
             unsigned b[4];
-            bm_ldsm4(b, xs + (unsigned)((np * 16 + ((lane >> 4) << 3) + (lane & 7)) * BM_LD + kk * 16 + ((lane >> 3) & 1) * 8) * 2u);
+            ldsm_x4(b, xs + (unsigned)((np * 16 + ((lane >> 4) << 3) + (lane & 7)) * BM_LD + kk * 16 + ((lane >> 3) & 1) * 8) * 2u);
 #pragma unroll
             for (int sj = 0; sj < 2; ++sj) {
-              bm_mma(acc[sj][2 * np], a[sj], b[0], b[1]);
-              bm_mma(acc[sj][2 * np + 1], a[sj], b[2], b[3]);
+              mma16816_free(acc[sj][2 * np], a[sj], b[0], b[1]);
+              mma16816_free(acc[sj][2 * np + 1], a[sj], b[2], b[3]);
             }
           }
         }

@@ -52,17 +52,6 @@ __device__ __forceinline__ void cc_sts32(unsigned addr, unsigned v) {
   asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
 }
 
-__device__ __forceinline__ void cc_mma(float* d, const unsigned* a, unsigned b0, unsigned b1) {
-#if VAL_KIND == 0
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#endif
-}
 
 #if VAL_KIND <= 1
 template <int C>
@@ -222,7 +211,7 @@ __device__ __forceinline__ void spmm_cc_body(int m, int n, int k, int KS, int ns
         } else {
           cc_ldsm4t(a, ra + ((x0 ^ (unsigned)(2 * mt)) << 4));
         }
-        if (!(fl & 1)) cc_mma(acc[mt], a, b.x, b.y);
+        if (!(fl & 1)) mma16816_free(acc[mt], a, b.x, b.y);
         else acc[mt][0] += __uint_as_float(a[0] ^ a[1] ^ a[2] ^ a[3] ^ b.x ^ b.y);
       }
     };
