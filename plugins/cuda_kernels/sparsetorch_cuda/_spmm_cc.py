@@ -21,16 +21,13 @@ dense F.linear at k >= 16 (the goal, 1.5x faster than dense, is not met). Its em
 19.8 of the 22.4 us at 4096^2 k = 64: per step and warp ~0.3 us of fixed cost, not the barriers (a one-round
 variant, commit 7c80663, run 3: the same 22.6 us and 1-4 us slower at k <= 16; not kept).
 
-The kernels are compiled from kernels/spmm_cc.cu by this module (compile.py's scheme: NVRTC, the same
-disk cache, keyed by the source text and options) until compile.py lists "spmm_cc" in SOURCES; then
-launch.kernel loads it like any other source.
+kernels/spmm_cc.cu is one of compile.py's SOURCES (NVRTC, the memory and disk caches, prewarm); this module
+loads its library and takes kernels from it (launch.Kernel._bind).
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import threading
 from typing import Any
 
 import torch
@@ -197,44 +194,15 @@ def pack_values(lay: dict[str, Any], values: torch.Tensor, fmt: str = "dense") -
     return torch.where(gi >= 0, out, torch.zeros((), dtype=values.dtype, device=values.device)).contiguous()
 
 
-# Compilation (compile.py's scheme, for this source) ------------------------------------------------
-def source_text() -> str:
-    common = (_compile.KERNEL_DIR / "common.cuh").read_text()
-    body = (_compile.KERNEL_DIR / "spmm_cc.cu").read_text()
-    return f"{common}\n#line 1 \"spmm_cc.cu\"\n{body}"
-
-
+# Compilation: compile.py's (spmm_cc is one of its SOURCES: memory, disk cache, NVRTC) ---------------
 def compile_cubin(value: str, index: str, arch: str) -> bytes:
     """spmm_cc.cu compiled by NVRTC (no cache). Needs NVRTC only (no driver, no GPU)."""
-    return _compile.compile_text(source_text(), "spmm_cc.cu", value, index, arch)
-
-
-_MEMORY: dict[str, bytes] = {}
-_LOCK = threading.Lock()
+    return _compile.compile_cubin("spmm_cc", value, index, arch)
 
 
 def cubin(value: str, index: str, arch: str) -> bytes:
-    """The cubin of (value type, index type, arch): memory, else the disk cache, else NVRTC."""
-    if "spmm_cc" in getattr(_compile, "SOURCES", ()):
-        return _compile.cubin("spmm_cc", value, index, arch)
-    h = hashlib.sha256()
-    h.update(source_text().encode())
-    h.update(repr((_compile._options(value, index, arch), _compile.nvrtc_version())).encode())
-    name = f"spmm_cc-{h.hexdigest()[:24]}-{value}-{index}-{arch}.cubin"
-    with _LOCK:
-        got = _MEMORY.get(name)
-        if got is not None:
-            return got
-        path = _compile.cache_dir() / name
-        try:
-            got = path.read_bytes()
-        except OSError:
-            got = None
-        if not got:
-            got = compile_cubin(value, index, arch)
-            _compile._store(path, got)
-        _MEMORY[name] = got
-        return got
+    """The cubin of (value type, index type, arch): :func:`sparsetorch_cuda.compile.cubin` for this source."""
+    return _compile.cubin("spmm_cc", value, index, arch)
 
 
 def prewarm(arch: str, values: tuple[str, ...] = ("float16", "bfloat16")) -> int:
