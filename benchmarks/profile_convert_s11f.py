@@ -37,6 +37,10 @@ import sparsetorch as st
 from sparsetorch.format import COO, CSR
 from sparsetorch.tensor import validate
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu"))
+
+from common import thr as _thr  # noqa: E402
+
 
 def alternate(fns: dict, reps: int) -> dict:
     for fn in fns.values():
@@ -53,16 +57,8 @@ def alternate(fns: dict, reps: int) -> dict:
 
 
 def thr(fn, calls: int = 300, reps: int = 5) -> float:
-    fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - t0) / calls)
-    return best
+    """:func:`common.thr` (benchmarks/gpu/common.py) with this profile's default number of calls."""
+    return _thr(fn, calls, reps)
 
 
 def device_time(fn, calls: int = 20) -> dict:
