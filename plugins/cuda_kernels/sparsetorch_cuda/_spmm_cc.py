@@ -18,8 +18,19 @@ against 9.0 / 30.8 / 35.3 / 52.3. 4096 -> 11008 at 10 %: 24.0 / 24.9 / 42.9 / 83
 43.6 / 55.9 / 106.6, dense 24.5 / 25.0 / 24.8 / 27.1; at 50 %: 36.3 / 36.9 / 57.6 / 112.7 against 25.0 / 107.6 /
 120.2 / 195.9. So spmm_cc beats the plan's kernels for 16 <= k <= 64 (and k = 128 where spmm_fl runs), never
 dense F.linear at k >= 16 (the goal, 1.5x faster than dense, is not met). Its empty skeleton (flags 15) takes
-19.8 of the 22.4 us at 4096^2 k = 64: per step and warp ~0.3 us of fixed cost, not the barriers (a one-round
-variant, commit 7c80663, run 3: the same 22.6 us and 1-4 us slower at k <= 16; not kept).
+19.8 of the 22.4 us at 4096^2 k = 64.
+
+Session 12 (benchmarks/results/diag_s12_*.json, bench_s12_cc.json, ncu_s12c_cc.txt): the SM clock is 1980 MHz
+throughout (read in-kernel with clock64 against %globaltimer; session 11's 345 MHz was the idle reading before
+a call), a launch of 8-block clusters with 128-200 KB of shared memory costs 1.3-1.5 us by itself (3.0 us with
+three cluster barriers), and the time grows with the rounds (4096^2 k = 64: 22.3 / 30.3 / 53.7 / 100.7 us with
+15 / 8 / 4 / 2 clusters; the skeleton likewise). Nsight Compute: the kernel issues 6.2M warp instructions at
+0.30 per cycle per scheduler (4 warps each; long-scoreboard 2.9, barrier 2.7, wait 2.0 cycles a stall per
+issue), so it is bound by instruction latency, not bytes or tensor throughput; the skeleton issues 9.0M (its
+flag tests) at 0.55. The "once" builds (``_o``, :data:`CC_ONCE`): every round's partial sums kept in shared
+memory, one cluster barrier and one reduction after the last round: 4096^2 k = 1 / 16 / 64 / 128: 10.8 / 11.0
+/ 20.7 / 40.6 us against 12.7 / 12.9 / 22.3 / 43.9 per round (same run); 4096 -> 11008 needs 6 rounds, whose
+buffers do not fit beside the X slice, so it keeps the per-round build.
 
 kernels/spmm_cc.cu is one of compile.py's SOURCES (NVRTC, the memory and disk caches, prewarm); this module
 loads its library and takes kernels from it (launch.Kernel._bind).
@@ -52,6 +63,9 @@ CC_KS_TARGET = 512
 #: registers, with a per-step bitmap); the default
 CC_FORMATS = {"dense": "", "z": "z"}
 CC_FORMAT = "z"
+#: the "once" builds by default (CcSpmm's ``once``): one cluster reduction after the last round, where every
+#: round's partial sums fit beside the X slice (session 12, bench_s12_cc.json: 1.6-3.3 us faster at 4096^2)
+CC_ONCE = True
 _NARGS = 14
 #: where the plan's "auto" would run spmm_cc (see the module docstring's numbers): densities nnz / (m n) in
 #: [lo, hi] (10 % and 50 % measured, a margin for rounding; between them interpolated) and k columns of X in
@@ -78,13 +92,14 @@ def cc_auto(m: int, n: int, nnz: int, k: int, fl_kind: str | None = None,
 def kernel_names() -> list[str]:
     """Every kernel spmm_cc.cu exports for half types on sm_90 (C = 1 only below sm_90)."""
     return ([f"spmm_cc{f}_c{c}_n{t}" for f in CC_FORMATS.values() for c in CC_CLUSTERS for t in CC_NMT]
-            + [f"spmm_cc{f}_c8_n4_abl" for f in CC_FORMATS.values()])
+            + [f"spmm_cc_c{c}_n{t}_o" for c in CC_CLUSTERS for t in CC_NMT]
+            + [f"spmm_cc{f}_c8_n4_abl" for f in CC_FORMATS.values()] + ["spmm_cc_c8_n4_o_abl"])
 
 
-def cc_smem_bytes(ks: int) -> int:
-    """Dynamic shared memory of spmm_cc: two partial-sum buffers (NW strips x 64 x 8 float32) and the
-    X slice (KS features x 64 halves)."""
-    return 2 * CC_NW * 64 * 8 * 4 + ks * 128
+def cc_smem_bytes(ks: int, buffers: int = 2) -> int:
+    """Dynamic shared memory of spmm_cc: ``buffers`` partial-sum buffers (NW strips x 64 x 8 float32: two, or one
+    a round for the "once" builds) and the X slice (KS features x 64 halves)."""
+    return buffers * CC_NW * 64 * 8 * 4 + ks * 128
 
 
 def cc_choose(n: int, clusters: int | None = None) -> tuple[int, int] | None:
@@ -258,7 +273,7 @@ class CcSpmm:
 
     def __init__(self, rowptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape: tuple[int, int], *,
                  clusters: int | None = None, fmt: str | None = None,
-                 flags: int = 0, ncl: int | None = None) -> None:
+                 flags: int = 0, ncl: int | None = None, once: bool | None = None) -> None:
         m, n = int(shape[0]), int(shape[1])
         if values.dtype not in (torch.float16, torch.bfloat16):
             raise ValueError(f"spmm_cc takes float16 or bfloat16 values, got {values.dtype}")
@@ -278,6 +293,9 @@ class CcSpmm:
         self.flags = int(flags)
         #: clusters launched (None: the occupancy calculator's resident count, at most the strip groups)
         self.ncl = ncl
+        #: the "_o" builds (dense B only): every round's partial sums kept, one cluster reduction at the end
+        #: (where they fit in shared memory); None: CC_ONCE
+        self.once = once
         self.set_values(values)
 
     def set_values(self, values: torch.Tensor) -> None:
@@ -300,6 +318,14 @@ class CcSpmm:
         strips = -(-m // 8)
         ncl = self.ncl or _clusters_resident(name, self.dtype, self.dev_index, CC_NW * 32, smem, C)
         ncl = max(1, min(ncl, strips))
+        once = CC_ONCE if self.once is None else self.once
+        if once and self.fmt == "dense":
+            per = -(-strips // ncl)
+            rounds = -(-per // CC_NW)
+            big = cc_smem_bytes(self.KS, max(rounds, 1))
+            if big <= CC_MAX_SMEM:
+                name = f"spmm_cc_c{C}_n{nmt}_o{abl}"
+                smem = big
         return _kernel(name, self.dtype, self.dev_index), (ncl * C, -(-k // 64)), CC_NW * 32, smem, ncl
 
     def __call__(self, Xt: torch.Tensor, bias: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -54,7 +54,9 @@ EXPECTED_SM90["spmm_bm"] = [f"spmm_{v}_s{s}" for v in ("bm", "bm1") for s in (2,
 # compressed value format; "_abl" the ablation build)
 EXPECTED_HALF["spmm_cc"] = [f"spmm_cc{f}_c1_n{t}" for f in ("", "z") for t in (1, 4)]
 EXPECTED_SM90["spmm_cc"] = ([f"spmm_cc{f}_c{c}_n{t}" for f in ("", "z") for c in (2, 4, 8) for t in (1, 4)]
-                           + ["spmm_cc_c8_n4_abl", "spmm_ccz_c8_n4_abl"])
+                           + [f"spmm_cc_c{c}_n{t}_o" for c in (2, 4, 8) for t in (1, 4)]
+                           + ["spmm_cc_c8_n4_abl", "spmm_ccz_c8_n4_abl", "spmm_cc_c8_n4_o_abl"])
+EXPECTED_HALF["spmm_cc"] += [f"spmm_cc_c1_n{t}_o" for t in (1, 4)]
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])

@@ -251,6 +251,44 @@ def test_csr16_one_column(shape, dtype, kern):
 
 
 @gpu
+@pytest.mark.parametrize("kern", CSR16_KERNELS)
+def test_csr16_rows_next_to_an_infinite_value(kern):
+    # a row's entries share 16-byte pieces with its neighbours' (and the last row's piece runs past the
+    # values): an Inf there must reach its own row only (session 12: csr16_warp masked X, not the
+    # product, and 0 * Inf gave NaN in the next row)
+    dtype = torch.float16
+    m, n = 96, 1024
+    D = random_dense(m, n, 0.2, dtype, seed=12, empty_rows=2)
+    A = to_format(D, CSR, dtype, torch.int32)
+    rowptr = A.pos(1).cpu()
+    bad = [r for r in range(1, m - 1) if rowptr[r + 1] > rowptr[r] and int(rowptr[r + 1]) % 8 != 0][:3]
+    vals = A.values.clone()
+    for r in bad:
+        vals[int(rowptr[r + 1]) - 1] = float("inf")  # the row's last entry, mid-piece
+    A = A.with_values(vals)
+    plan = _plan(A)
+    kern, _, flags = kern.partition("+")
+    kern, _, threads = kern.partition("/")
+    kern, _, copies = kern.partition(":")
+    plan.csr16_kernel = kern
+    if flags:
+        plan.csr16_flags = int(flags)
+    if threads:
+        plan.csr16_threads = int(threads)
+    if copies:
+        plan.csr16_copies = int(copies)
+    x = _xt(1, n, dtype, 5).abs().T.contiguous().cuda() + 0.5  # positive: each bad row's sum is +Inf
+    y = plan.apply(x).double().cpu()[:, 0]
+    Dv = torch.zeros(m, n, dtype=torch.float64)
+    Dv[torch.repeat_interleave(torch.arange(m), rowptr[1:] - rowptr[:-1]), A.crd(1).long().cpu()] = vals.double().cpu()
+    ref = Dv @ x.double().cpu()[:, 0]
+    assert bad and all(torch.isposinf(y[r]) for r in bad)
+    good = torch.isfinite(ref)
+    assert bool(torch.isfinite(y[good]).all()), torch.nonzero(~torch.isfinite(y) & good).flatten().tolist()
+    assert rel_err(y[good], ref[good]) < TOL[dtype]
+
+
+@gpu
 @pytest.mark.parametrize("kern", ("auto", "xv", "x12", "x12f", "xva", "x12a", "xr", "x12b"))
 def test_csr16_xv_values_in_place_and_graph(kern):
     # the values are read where they lie (an in-place update is seen by the recorded launch), and the

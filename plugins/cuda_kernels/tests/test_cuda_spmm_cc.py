@@ -211,13 +211,21 @@ def test_matches_dense(case, dtype):
 @pytest.mark.parametrize("clusters", [1, 2, 4, 8])
 @pytest.mark.parametrize("fmt", ["dense", "z"])
 @pytest.mark.parametrize("ncl", [None, 1, 3])
-def test_every_launch_shape(clusters, fmt, ncl, dtype):
+@pytest.mark.parametrize("once", [False, True])
+def test_every_launch_shape(clusters, fmt, ncl, once, dtype):
     if clusters > 1 and torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("clusters need sm_90")
+    if once and fmt != "dense":
+        pytest.skip("the one-reduction builds read dense B only")
     m, n = 777, 1100
     D = random_dense(m, n, 0.1, dtype, seed=clusters * 10 + len(fmt), empty_rows=4, long_rows=1)
-    op = _op(D, dtype, clusters=clusters, fmt=fmt, ncl=ncl)
+    op = _op(D, dtype, clusters=clusters, fmt=fmt, ncl=ncl, once=once)
     assert op.C == clusters
+    name = op._launch_args(64)[0].name
+    # one partial-sum buffer (32 KB) a round beside the X slice (KS x 128 bytes): 98 strips in 7 rounds (ncl = 1)
+    # never fit, 3 rounds (ncl = 3) only beside a slice of C > 1; otherwise the per-round build runs
+    fits = ncl is None or (ncl == 3 and clusters > 1)
+    assert name.endswith("_o") == (once and fits), name
     g = torch.Generator().manual_seed(clusters)
     bias = torch.randn(m, generator=g, dtype=torch.float64).to(dtype)
     for k in (3, 16, 64, 100):

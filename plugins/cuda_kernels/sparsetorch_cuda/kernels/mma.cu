@@ -897,16 +897,20 @@ extern "C" __global__ void __launch_bounds__(512) csr16_warp(i64 m_, const int* 
         int e0 = q * 8;
         bool whole = e0 >= s && e0 + 8 <= e;
         float xs[8];
+        bool in[8];
 #pragma unroll
         for (int t = 0; t < 8; ++t) {
           unsigned c = (t & 1) ? (cw[t >> 1] >> 16) : (cw[t >> 1] & 0xffffu);
-          bool in = whole || (e0 + t >= s && e0 + t < e);
-          xs[t] = in ? ld(RO(x + c)) : 0.f;
+          in[t] = whole || (e0 + t >= s && e0 + t < e);
+          xs[t] = in[t] ? ld(RO(x + c)) : 0.f;
         }
+        // the product masked, not only X: entries of the neighbouring rows (or the bytes past the last
+        // value in the final 16-byte piece) may be Inf / NaN, and 0 * Inf is NaN (session 12: a NaN in
+        // the last row of a 517 x 4096 float16 matrix, GPU test run s12a)
 #pragma unroll
         for (int t = 0; t < 8; ++t) {
           unsigned hv = (t & 1) ? (vw[t >> 1] >> 16) : (vw[t >> 1] & 0xffffu);
-          acc += ld((val_t)hv) * xs[t];
+          if (in[t]) acc += ld((val_t)hv) * xs[t];
         }
       }
     }

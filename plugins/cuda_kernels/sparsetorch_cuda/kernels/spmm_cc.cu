@@ -76,8 +76,11 @@ __device__ __forceinline__ float4 cc_ld_part(unsigned addr, int rank) {
 }
 
 // C K-slices (cluster size), NW warps, FMT (0 dense B, 1 compressed), NMT batch tiles of 16 (1: k <= 16, 4: the 64
-// columns of a block), ABL: the benchmarking flags read (otherwise ignored)
-template <int C, int NW, int FMT, int NMT, bool ABL>
+// columns of a block), ABL: the benchmarking flags read (otherwise ignored), ONE: every round's partial sums kept
+// (one buffer per round, the host sizes shared memory for them) and summed over the cluster once, after the last
+// round, instead of one cluster barrier and one reduction per round (session 12: the per-round cost, ~6.5 us at
+// k = 64 with the products and loads switched off, was the whole kernel's time)
+template <int C, int NW, int FMT, int NMT, bool ABL, bool ONE>
 __device__ __forceinline__ void spmm_cc_body(int m, int n, int k, int KS, int nstrips, int ncl, const int* __restrict__ sptr,
                                              const unsigned short* __restrict__ cols, const uint2* __restrict__ bv,
                                              const uint4* __restrict__ recs, const val_t* __restrict__ xt,
@@ -88,7 +91,6 @@ __device__ __forceinline__ void spmm_cc_body(int m, int n, int k, int KS, int ns
   extern __shared__ __align__(16) unsigned char cc_smem[];
   float* P = reinterpret_cast<float*>(cc_smem);
   const unsigned pbase = smem_addr(cc_smem);
-  const unsigned xs = pbase + 2u * PBUF * 4u;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;
   int q = 0;
@@ -103,6 +105,8 @@ __device__ __forceinline__ void spmm_cc_body(int m, int n, int k, int KS, int ns
   const int s_lo = (int)((long long)nstrips * cl / ncl), s_hi = (int)((long long)nstrips * (cl + 1) / ncl);
   const int per = (nstrips + ncl - 1) / ncl;
   const int rounds = (per + NW - 1) / NW;  // the same in every cluster (the barriers)
+  // the X slice after the partial-sum buffers (two; ONE: one a round)
+  const unsigned xs = pbase + (unsigned)(ONE ? rounds : 2) * PBUF * 4u;
   const int jl = ((lane >> 4) << 3) + (lane & 7);
   const unsigned hi = (lane >> 3) & 1;
   const unsigned* vw = reinterpret_cast<const unsigned*>(bv);
@@ -194,6 +198,42 @@ __device__ __forceinline__ void spmm_cc_body(int m, int n, int k, int KS, int ns
   }
   __syncthreads();
 
+  // the cluster sum of rounds [rf, rf + nr) (their buffers: ONE, one a round; else round rf's of two), bias, Y^T
+  auto reduce = [&](int rf, int nr) {
+    constexpr int TOT = SPR * 128;
+    const int tot = TOT * nr;
+    const int e0 = tot * q / C, e1 = tot * (q + 1) / C;
+    const unsigned pb = pbase + (unsigned)(ONE ? 0 : (rf & 1) * PBUF * 4);
+    for (int e = e0 + tid; e < e1; e += THREADS) {
+      const int rr = rf + e / TOT, w = e % TOT;
+      const int j = w >> 7, bb = (w >> 1) & 63, h = w & 1;
+      const int s = s_lo + rr * NW + j;
+      if (s >= s_hi || bb >= kv) continue;
+      float4 sum = cc_ld_part<C>(pb + (unsigned)e * 16u, 0);
+#pragma unroll
+      for (int rk = 1; rk < C; ++rk) {
+        const float4 o = cc_ld_part<C>(pb + (unsigned)e * 16u, rk);
+        sum.x += o.x;
+        sum.y += o.y;
+        sum.z += o.z;
+        sum.w += o.w;
+      }
+      const int row = s * 8 + h * 4;
+      float sv[4] = {sum.x, sum.y, sum.z, sum.w};
+      val_t* yp = yt + (i64)(b0 + bb) * m + row;
+      if (row + 4 <= m && (m & 3) == 0) {
+        unsigned short o[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) o[i] = st(sv[i] + (bias ? ld(RO(bias + row + i)) : 0.f));
+        *reinterpret_cast<uint2*>(yp) = make_uint2((unsigned)o[0] | ((unsigned)o[1] << 16), (unsigned)o[2] | ((unsigned)o[3] << 16));
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          if (row + i < m) yp[i] = st(sv[i] + (bias ? ld(RO(bias + row + i)) : 0.f));
+      }
+    }
+  };
+
   for (int r = 0; r < rounds; ++r) {
     float acc[NMT][4];
 #pragma unroll
@@ -235,7 +275,7 @@ __device__ __forceinline__ void spmm_cc_body(int m, int n, int k, int KS, int ns
       }
     }
     // this strip's partial sums into the round's buffer
-    float* pp = P + (r & 1) * PBUF + warp * 512;
+    float* pp = P + (ONE ? r : (r & 1)) * PBUF + warp * 512;
 #pragma unroll
     for (int mt = 0; mt < NMT; ++mt) {
       *reinterpret_cast<float2*>(pp + (mt * 16 + g) * 8 + 2 * t4) = make_float2(acc[mt][0], acc[mt][1]);
@@ -246,67 +286,45 @@ __device__ __forceinline__ void spmm_cc_body(int m, int n, int k, int KS, int ns
       strip_range(r + 1, a0, l0);
       prefetch(a0);
     }
-    cc_sync<C>();  // every block's partial sums of round r written
-    {
-      constexpr int TOT = SPR * 128;
-      const int e0 = TOT * q / C, e1 = TOT * (q + 1) / C;
-      const unsigned pb = pbase + (unsigned)((r & 1) * PBUF * 4);
-      for (int e = e0 + tid; e < e1; e += THREADS) {
-        const int j = e >> 7, bb = (e >> 1) & 63, h = e & 1;
-        const int s = s_lo + r * NW + j;
-        if (s >= s_hi || bb >= kv) continue;
-        float4 sum = cc_ld_part<C>(pb + (unsigned)e * 16u, 0);
-#pragma unroll
-        for (int rk = 1; rk < C; ++rk) {
-          const float4 o = cc_ld_part<C>(pb + (unsigned)e * 16u, rk);
-          sum.x += o.x;
-          sum.y += o.y;
-          sum.z += o.z;
-          sum.w += o.w;
-        }
-        const int row = s * 8 + h * 4;
-        float sv[4] = {sum.x, sum.y, sum.z, sum.w};
-        val_t* yp = yt + (i64)(b0 + bb) * m + row;
-        if (row + 4 <= m && (m & 3) == 0) {
-          unsigned short o[4];
-#pragma unroll
-          for (int i = 0; i < 4; ++i) o[i] = st(sv[i] + (bias ? ld(RO(bias + row + i)) : 0.f));
-          *reinterpret_cast<uint2*>(yp) = make_uint2((unsigned)o[0] | ((unsigned)o[1] << 16), (unsigned)o[2] | ((unsigned)o[3] << 16));
-        } else {
-#pragma unroll
-          for (int i = 0; i < 4; ++i)
-            if (row + i < m) yp[i] = st(sv[i] + (bias ? ld(RO(bias + row + i)) : 0.f));
-        }
-      }
+    if (!ONE) {
+      cc_sync<C>();  // every block's partial sums of round r written
+      reduce(r, 1);
     }
+  }
+  if (ONE) {
+    cc_sync<C>();  // every block's partial sums of every round written
+    reduce(0, rounds);
   }
 #if __CUDA_ARCH__ >= 900
   if (C > 1) cluster_sync_all();  // no block leaves while another still reads its shared memory
 #endif
 }
 
-// spmm_cc{,z}_c<C>_n<NMT>[_abl]: clusters of C blocks (C K-slices), 16 warps, B dense ("") or compressed ("z"),
-// NMT batch tiles of 16; _abl: reads the benchmarking flags
+// spmm_cc{,z}_c<C>_n<NMT>[_o][_abl]: clusters of C blocks (C K-slices), 16 warps, B dense ("") or compressed ("z"),
+// NMT batch tiles of 16; _o: one reduction after the last round (ONE; dense B only); _abl: reads the benchmarking flags
 #define CC_NW 16
-#define SPMM_CC(C, FMT, SFX, NMT, ABL, ASFX, ATTR)                                                                     \
+#define SPMM_CC(C, FMT, SFX, NMT, ABL, ASFX, ATTR, ONE)                                                                \
   extern "C" __global__ void ATTR __launch_bounds__(CC_NW * 32, 1) spmm_cc##SFX##_c##C##_n##NMT##ASFX(                 \
       i64 m, i64 n, i64 k, i64 KS, i64 nstrips, i64 ncl, const int* sptr, const unsigned short* cols, const uint2* bv, \
       const uint4* recs, const val_t* xt, const val_t* bias, val_t* yt, i64 flags) {                                   \
-    spmm_cc_body<C, CC_NW, FMT, NMT, ABL>((int)m, (int)n, (int)k, (int)KS, (int)nstrips, (int)ncl, sptr, cols, bv,     \
+    spmm_cc_body<C, CC_NW, FMT, NMT, ABL, ONE>((int)m, (int)n, (int)k, (int)KS, (int)nstrips, (int)ncl, sptr, cols, bv,     \
                                           recs, xt, bias, yt, (int)flags);                                             \
   }
-#define SPMM_CC_ALL(C, ATTR)                \
-  SPMM_CC(C, 0, , 1, false, , ATTR)         \
-  SPMM_CC(C, 0, , 4, false, , ATTR)         \
-  SPMM_CC(C, 1, z, 1, false, , ATTR)        \
-  SPMM_CC(C, 1, z, 4, false, , ATTR)
+#define SPMM_CC_ALL(C, ATTR)                   \
+  SPMM_CC(C, 0, , 1, false, , ATTR, false)     \
+  SPMM_CC(C, 0, , 4, false, , ATTR, false)     \
+  SPMM_CC(C, 1, z, 1, false, , ATTR, false)    \
+  SPMM_CC(C, 1, z, 4, false, , ATTR, false)    \
+  SPMM_CC(C, 0, , 1, false, _o, ATTR, true)    \
+  SPMM_CC(C, 0, , 4, false, _o, ATTR, true)
 
 SPMM_CC_ALL(1, )
 #if __CUDA_ARCH__ >= 900
 SPMM_CC_ALL(2, __cluster_dims__(2, 1, 1))
 SPMM_CC_ALL(4, __cluster_dims__(4, 1, 1))
 SPMM_CC_ALL(8, __cluster_dims__(8, 1, 1))
-SPMM_CC(8, 0, , 4, true, _abl, __cluster_dims__(8, 1, 1))
-SPMM_CC(8, 1, z, 4, true, _abl, __cluster_dims__(8, 1, 1))
+SPMM_CC(8, 0, , 4, true, _abl, __cluster_dims__(8, 1, 1), false)
+SPMM_CC(8, 1, z, 4, true, _abl, __cluster_dims__(8, 1, 1), false)
+SPMM_CC(8, 0, , 4, true, _o_abl, __cluster_dims__(8, 1, 1), true)
 #endif
 #endif
