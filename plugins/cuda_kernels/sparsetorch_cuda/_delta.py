@@ -60,6 +60,8 @@ TC_VARIANTS = ("tc", "tc8", "tc16")
 #: name -> (kernel, stages (0: no ring), blocks per SM, launched with PDL, threads per block)
 TQ_KERNELS = {"tc8p": ("delta_tc8p_b4", 0, 2, True, 512), "tc8pf": ("delta_tc8pf_b4", 0, 2, True, 512),
               "tc8pk": ("delta_tc8pk_b4", 0, 1, True, 1024), "tc8p5": ("delta_tc8p5_b4", 0, 5, True, 256),
+              "tc16pk": ("delta_tc16pk_b4", 0, 1, True, 1024), "tc8pkf": ("delta_tc8pkf_b4", 0, 1, True, 1024),
+              "tc16pkf": ("delta_tc16pkf_b4", 0, 1, True, 1024),
               "tq3": ("delta_tq3_b4", 3, 2, False, 512), "tq4": ("delta_tq4_b4", 4, 2, False, 512),
               "tq3p": ("delta_tq3p_b4", 3, 2, True, 512), "tq4p": ("delta_tq4p_b4", 4, 2, True, 512),
               "tq6p": ("delta_tq6p_b4", 6, 2, True, 512), "tq4p3": ("delta_tq4p3_b4", 4, 3, True, 512)}

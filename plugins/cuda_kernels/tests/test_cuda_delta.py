@@ -372,6 +372,6 @@ def test_tc_kernels_compile_on_the_host():
         cubin = c.compile_cubin("delta", value, "int32", "sm_80")
         for name in ("delta_tc8_b4", "delta_tc16_b4", "delta_tc8p_b4", "delta_tq3_b4", "delta_tq4_b4", "delta_tq3p_b4",
                      "delta_tq4p_b4", "delta_tq6p_b4", "delta_tq4p3_b4", "delta_tc8pf_b4", "delta_tc8pk_b4",
-                     "delta_tc8p5_b4"):
+                     "delta_tc8p5_b4", "delta_tc16pk_b4", "delta_tc8pkf_b4", "delta_tc16pkf_b4"):
             assert name.encode() + b"\x00" in cubin, (value, name)
 

@@ -870,6 +870,21 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
     delta_tc8pk_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y) {
   delta_tc_body<8, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y);
 }
+// session 12: one block of 1024 threads per SM with units of 16 ("tc16pk": half the sequential steps of a row, for
+// the low densities where a warp's ~2 rows of ~3 steps each are a chain of load latencies) and with the L2
+// prefetches before the wait ("tc8pkf", "tc16pkf")
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    delta_tc16pk_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y) {
+  delta_tc_body<16, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y);
+}
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    delta_tc8pkf_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y) {
+  delta_tc_body<8, true, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y);
+}
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    delta_tc16pkf_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y) {
+  delta_tc_body<16, true, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y);
+}
 #endif
 
 
