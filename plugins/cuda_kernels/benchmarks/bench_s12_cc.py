@@ -1,6 +1,8 @@
-"""Session 12: spmm_cc with one cluster reduction after the last round ("once", the ``_o`` builds) against the
-per-round build, dense F.linear and the plan's default kernel, magnitude-pruned fp16 layers; and the empty
-skeletons (flags 15) of both.
+"""Session 12: the plan's default product with and without its non-finite fix-up (spmm_fixup;
+"auto_nofixup": ``mma_nonfinite = "dense"``, timed between two runs of the default); spmm_cc with one
+cluster reduction after the last round ("once", the ``_o`` builds) against the per-round build, dense
+F.linear and the plan's default kernel, magnitude-pruned fp16 layers; and the empty skeletons (flags 15)
+of both.
 
     python plugins/cuda_kernels/benchmarks/bench_s12_cc.py --out DIR [--ks 1,16,64,128] [--shapes 4096x4096,4096x11008]
     python plugins/cuda_kernels/benchmarks/bench_s12_cc.py --profile      # one launch of each, for Nsight Compute
@@ -70,6 +72,9 @@ def main() -> int:
         W, b, A = layer(out_f, in_f, a.density, in_f + out_f)
         plan = CudaSpmmPlan(A)
         plan.set_values(A.values)
+        plan_d = CudaSpmmPlan(A)  # the kernels' own answer for non-finite X: no spmm_fixup launch (session 12)
+        plan_d.set_values(A.values)
+        plan_d.mma_nonfinite = "dense"
         ops = {o: _spmm_cc.CcSpmm(A.pos(1), A.crd(1), A.values, (out_f, in_f), fmt="dense", once=o) for o in (False, True)}
         for k in (int(v) for v in a.ks.split(",")):
             x = torch.randn(k, in_f, device="cuda", dtype=torch.float16)
@@ -78,6 +83,8 @@ def main() -> int:
             row["dense_us"] = round(graph_time(lambda: torch.nn.functional.linear(x, W, b), 15) * 1e6, 3)
             row["auto_err"] = err(plan.apply(x.mT, bias=b).mT, ref)
             row["auto_us"] = round(graph_time(lambda plan=plan: plan.apply(x.mT, bias=b), 15) * 1e6, 3)
+            row["auto_nofixup_us"] = round(graph_time(lambda plan=plan_d: plan.apply(x.mT, bias=b), 15) * 1e6, 3)
+            row["auto_us_again"] = round(graph_time(lambda plan=plan: plan.apply(x.mT, bias=b), 15) * 1e6, 3)
             for once, op in ops.items():
                 tag = "once" if once else "rounds"
                 out = torch.full((k, out_f), float("nan"), dtype=torch.float16, device="cuda")
@@ -90,7 +97,7 @@ def main() -> int:
                     op.flags = 0
             rows.append(row)
             print(" ".join(f"{kk}={v:.3g}" if isinstance(v, float) else f"{kk}={v}" for kk, v in row.items()), flush=True)
-        del ops, plan
+        del ops, plan, plan_d
     if a.out:
         doc = {"benchmark": "bench_s12_cc", "command": " ".join(["python", *sys.argv]),
                "date": datetime.now(timezone.utc).isoformat(), "machine": platform.node(),

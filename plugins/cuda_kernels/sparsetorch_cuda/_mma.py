@@ -57,6 +57,13 @@ CSR16_XV_THREADS = 1024
 CSR16_XV_THREADS_BY = {"x12b": 512}
 #: csr16_xv* with 12-bit columns take n up to this
 CSR16_X12_MAX_N = 4096
+#: what an Inf or NaN in X does in the half-precision tensor-core products (k > 1; ``plan.mma_nonfinite``
+#: overrides): "sparse" (default since session 12): it reaches only the rows that store its column, as in SciPy,
+#: cuSPARSE, the CPU backends and the csr16 kernels (k = 1): a second launch, spmm_fixup, reads X once and, for
+#: the columns of X that hold a non-finite value, recomputes the product from the stored entries; "dense": the
+#: tensor-core kernels' own answer, which multiplies the tiles' structural zeros (0 * Inf = NaN in every row of
+#: the tile, as F.linear on the masked dense weight gives). N:M 2:4 patterns keep "dense" (no fix-up yet)
+MMA_NONFINITE = "sparse"
 #: the tensor-core kernel of CSR patterns (``plan.mma_kernel``): "auto" (:meth:`MmaMixin.fl_kind`),
 #: "fl" (spmm_fl_s<S>: 128 rows per block, 4 warps of 32 rows x 64 columns of X), "ws" (spmm_ws_s<S>:
 #: 128 rows, 8 producer and 8 consumer warps) or "tile" (spmm_mma_s<S>, the earlier kernel; N:M 2:4
@@ -495,6 +502,19 @@ class MmaMixin:
         return Yt.mT if transposed else Yt.mT.contiguous()
 
     def _launch_mma(self, Xt: torch.Tensor, Yt: torch.Tensor, k: int, bp: int) -> None:
+        """The product Y^T = X^T A^T (+ bias) of the half-precision paths, then, for k > 1 (the tensor-core kernels)
+        and CSR patterns, where :attr:`mma_nonfinite` (default :data:`MMA_NONFINITE`) is "sparse", the fix-up
+        that gives the sparse product's answer where X holds Inf or NaN (kernels/mma.cu spmm_fixup)."""
+        self._launch_mma_kernel(Xt, Yt, k, bp)
+        if k > 1 and getattr(self, "mma_nonfinite", MMA_NONFINITE) == "sparse":
+            lay = self._mma_layout()
+            if lay is not None and not lay["nm"]:
+                m, n = self.shape
+                kern = kernel("mma", "spmm_fixup", self.dtype, torch.int32, self.dev_index, 8)
+                kern((k, 1), 256, (m, n, lay["rowptr"].data_ptr(), lay["col"].data_ptr(), self._values.data_ptr(),
+                                   Xt.data_ptr(), bp, Yt.data_ptr()), device=self.dev_index)
+
+    def _launch_mma_kernel(self, Xt: torch.Tensor, Yt: torch.Tensor, k: int, bp: int) -> None:
         m, n = self.shape
         lay = self._mma_layout()
         v = self._values

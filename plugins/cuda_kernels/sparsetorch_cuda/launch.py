@@ -259,6 +259,28 @@ class Prepared:
             _ok(self._cu, err, f"cuLaunchKernel({self._kern.name})")
 
 
+class PreparedSeq:
+    """Recorded launches replayed in order on torch's current stream, each a :class:`Prepared` with the same
+    X and Y pointers written into it (a plan's tensor-core product and its non-finite fix-up, _mma.py).
+    ``pdl`` / ``set_pdl`` are the first launch's (the ones after it launch plainly)."""
+
+    __slots__ = ("_parts",)
+
+    def __init__(self, parts: "list[Prepared]") -> None:
+        self._parts = tuple(parts)
+
+    @property
+    def pdl(self) -> bool:
+        return self._parts[0].pdl
+
+    def set_pdl(self, on: bool) -> None:
+        self._parts[0].set_pdl(on)
+
+    def __call__(self, xptr: int, yptr: int) -> None:
+        for part in self._parts:
+            part(xptr, yptr)
+
+
 class Bound:
     """One recorded launch bound to a values tensor: ``bound(X, Y)`` writes the X and Y pointers
     into its own argument block and launches on torch's current stream, reading the values where

@@ -34,7 +34,7 @@ from ._delta import DeltaMixin
 from ._mma import MmaMixin
 from ._spmm_bm import BmMixin
 from ._spmm_sp import SpMixin
-from .launch import Bound, Prepared, allow_pdl, kernel, recording
+from .launch import Bound, Prepared, PreparedSeq, allow_pdl, kernel, recording
 from .layout import _check_rowptr  # noqa: F401 - re-exported (tests import it from here)
 from .layout import (BLOCK, CHUNK, COLS_KERNEL_FROM, CSR16_MIN_MEAN, CSR_VARIANTS, DIA_BLOCK, DIA_DEFAULT, DIA_DEFAULT_FEW, DIA_VARIANTS, DTYPES,
                      INT_LIMIT, MMA_MIN_K, MMA_ROWS, NM_BLOCK, NM_DEFAULT, NM_VARIANTS, ROW_KERNEL_BLOCK, SELL_C,
@@ -224,7 +224,7 @@ class CudaSpmmPlan(BuildMixin, MmaMixin, DeltaMixin, SpMixin, BmMixin):
         self.mma_flags = 0
         #: the one launch of the common call (no adjoint, one matrix, X (n, k) contiguous), recorded on
         #: its first run, per (k, X's address mod 16): replayed with the new X and Y pointers
-        self._prepared: dict[tuple[int, int], Prepared | None] = {}
+        self._prepared: dict[tuple[int, int], Prepared | PreparedSeq | None] = {}
 
     # Pattern builders ---------------------------------------------------------------------------
     def set_values(self, values: torch.Tensor) -> None:
@@ -367,15 +367,20 @@ class CudaSpmmPlan(BuildMixin, MmaMixin, DeltaMixin, SpMixin, BmMixin):
                      owner=self)
 
     # Tensor-core SpMM (kernels/mma.cu) ---------------------------------------------------------
-    def _prepare(self, calls: list, xp: int, yp: int) -> Prepared | None:
-        """A :class:`Prepared` launch from one recorded call, or None (several launches, no launch,
-        or X / Y pointers that cannot be told from the other arguments)."""
-        if len(calls) != 1 or xp == yp or yp % 16:
+    def _prepare(self, calls: list, xp: int, yp: int) -> Prepared | PreparedSeq | None:
+        """A :class:`Prepared` launch from one recorded call (a :class:`PreparedSeq` for a tensor-core product
+        followed by its non-finite fix-up, ``spmm_fixup``), or None (other sequences of launches, no launch, or X /
+        Y pointers that cannot be told from the other arguments)."""
+        if not calls or xp == yp or yp % 16:
             return None
-        kern, grid, block, args, shared = calls[0]
-        if args.count(xp) != 1 or args.count(yp) != 1:
+        if len(calls) > 2 or (len(calls) == 2 and calls[1][0].name != "spmm_fixup"):
             return None
-        return Prepared(kern, grid, block, args, shared, args.index(xp), args.index(yp), self.dev_index)
+        parts = []
+        for kern, grid, block, args, shared in calls:
+            if args.count(xp) != 1 or args.count(yp) != 1:
+                return None
+            parts.append(Prepared(kern, grid, block, args, shared, args.index(xp), args.index(yp), self.dev_index))
+        return parts[0] if len(parts) == 1 else PreparedSeq(parts)
 
     def _launch(self, v: torch.Tensor, x: torch.Tensor, y: torch.Tensor, k: int, adjoint: bool, bi: int = 0,
                 bias: torch.Tensor | None = None) -> None:

@@ -251,6 +251,65 @@ def test_csr16_one_column(shape, dtype, kern):
 
 
 @gpu
+@pytest.mark.parametrize("dtype", HALF, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("kind", ("auto", "fl", "ws", "tile", "bm", "sp"))
+@pytest.mark.parametrize("k", (8, 16, 64, 130))
+def test_tensor_core_products_keep_sparse_semantics_for_nonfinite_x(k, kind, dtype):
+    # Inf / NaN in X[j0, b] reaches only the rows that store column j0 (session 12: the tensor-core kernels
+    # multiply their tiles' structural zeros; spmm_fixup recomputes the affected columns of X from the stored
+    # entries); the other columns of X keep the tensor-core product's answer; the recorded replay and a CUDA
+    # graph give the same; mma_nonfinite = "dense" is the kernels' own answer (NaN in the other rows)
+    m, n, j0 = 300, 1024, 100
+    D = random_dense(m, n, 0.1, torch.float64, seed=k + len(kind), empty_rows=3)
+    D[::2, j0] = 0.0
+    D[1::2, j0] = 0.5
+    D = D.to(dtype).double()
+    plan = _plan(to_format(D, CSR, dtype, torch.int32))
+    plan.mma_kernel = kind
+    if not plan._mma_ok(k):
+        pytest.skip(f"{kind} does not run k = {k} here")
+    xt = _xt(k, n, dtype, k)
+    bad = sorted({1, k - 1})
+    xt[bad[0], j0] = float("inf")
+    xt[bad[-1], j0 + 1] = float("nan")  # column j0 + 1: stored by some rows, not by others
+    b = _bias(m, dtype, 4)
+    bc = b.cuda()
+    x = xt.cuda().T  # X^T contiguous, as a linear layer passes it
+    clean = torch.where(torch.isfinite(xt), xt, torch.zeros((), dtype=dtype)).double()
+    ref = D @ clean.T + b.double()[:, None]  # (m, k): the finite part
+    stores = D != 0
+    key = ("mma", k, x.mT.data_ptr() & 15, bc.data_ptr())
+    for run in range(2):  # the recording launch, then the recorded replay
+        y = plan.apply(x, bias=bc).double().cpu()
+        for c in range(k):
+            if c == bad[0]:
+                hit = stores[:, j0]
+                assert bool(torch.isinf(y[hit, c]).all()) and bool((y[hit, c] > 0).all()), (run, c)  # 0.5 * +Inf
+            elif c == bad[-1]:
+                hit = stores[:, j0 + 1]
+                assert bool(torch.isnan(y[hit, c]).all()), (run, c)
+            else:
+                hit = torch.zeros(m, dtype=torch.bool)
+            assert bool(torch.isfinite(y[~hit, c]).all()), (run, c, torch.nonzero(~torch.isfinite(y[~hit, c])).flatten()[:8])
+            assert rel_err(y[~hit, c], ref[~hit, c]) < TOL[dtype], (run, c)
+        assert type(plan._prepared.get(key)).__name__ == "PreparedSeq"  # the product and its fix-up, recorded
+    out = torch.empty(k, m, dtype=dtype, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out.copy_(plan.apply(x, bias=bc).mT)
+    out.fill_(0)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(torch.isnan(out.T.double().cpu()), torch.isnan(y))
+    plan2 = _plan(to_format(D, CSR, dtype, torch.int32))
+    plan2.mma_kernel = kind
+    plan2.mma_nonfinite = "dense"
+    yd = plan2.apply(x, bias=bc).double().cpu()
+    if kind != "sp":  # the dense answer: the other rows of the tile come back NaN
+        assert bool(torch.isnan(yd[~stores[:, j0], bad[0]]).any())
+
+
+@gpu
 @pytest.mark.parametrize("kern", CSR16_KERNELS)
 def test_csr16_rows_next_to_an_infinite_value(kern):
     # a row's entries share 16-byte pieces with its neighbours' (and the last row's piece runs past the

@@ -1187,6 +1187,47 @@ extern "C" __global__ void __launch_bounds__(1024) csr16_x12b(i64 m, i64 n, cons
   csr16_xv_body<true, false, 0, true, false, true>((int)m, (int)n, rowptr, col, val, x, bias, y, (int)flags, rot);
 }
 
+// ---- spmm_fixup (session 12): sparse semantics for non-finite X after a tensor-core SpMM ---------------
+// The tensor-core kernels multiply whole tiles of A, structural zeros included, so an Inf or NaN in X^T[b, j]
+// reaches every row of the tile (0 * Inf = NaN), where the sparse product (SciPy, cuSPARSE, the CPU
+// backends, the csr16 kernels) reaches only the rows that store column j. Launched after them, one block
+// per row b of X^T (k x n, contiguous, 16-byte aligned, n % 8 == 0: the tensor-core path's conditions):
+// the block reads its row of X^T once (16-byte loads) and leaves at once where every value is finite (the
+// common case: one read of X^T); otherwise it recomputes Y^T[b, :] from the stored entries only (a warp
+// per row of A, float32 sums, bias added) and overwrites what the product wrote there.
+extern "C" __global__ void __launch_bounds__(256) spmm_fixup(i64 m_, i64 n_, const int* __restrict__ rowptr,
+                                                             const unsigned short* __restrict__ col,
+                                                             const val_t* __restrict__ val, const val_t* __restrict__ xt,
+                                                             const val_t* __restrict__ bias, val_t* __restrict__ yt) {
+  const int m = (int)m_, n = (int)n_;
+  const val_t* xr = xt + (i64)blockIdx.x * n;
+  int bad = 0;
+  for (int q = threadIdx.x; q < (n >> 3); q += blockDim.x) {
+    const uint4 w = RO(reinterpret_cast<const uint4*>(xr) + q);
+    const unsigned u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+#if VAL_KIND == 0
+      const unsigned e = 0x7C007C00u;  // float16: exponent all ones is Inf or NaN
+#else
+      const unsigned e = 0x7F807F80u;  // bfloat16
+#endif
+      const unsigned lo = e & 0xFFFFu, hi = e & 0xFFFF0000u;
+      bad |= ((u[t] & lo) == lo) | ((u[t] & hi) == hi);
+    }
+  }
+  if (!__syncthreads_or(bad)) return;
+  val_t* yr = yt + (i64)blockIdx.x * m;
+  const int lane = threadIdx.x & 31;
+  for (int i = (int)(threadIdx.x >> 5); i < m; i += (int)(blockDim.x >> 5)) {
+    const int s = RO(rowptr + i), e = RO(rowptr + i + 1);
+    float acc = 0.f;
+    for (int p = s + lane; p < e; p += 32) acc += ld(RO(val + p)) * ld(RO(xr + (int)RO(col + p)));
+    acc = warp_sum(acc);
+    if (lane == 0) yr[i] = st(acc + (bias ? ld(RO(bias + i)) : 0.f));
+  }
+}
+
 #endif  // VAL_KIND <= 1
 
 // bias added in place to Y (m x k, row-major, or its transpose): y[r * rs + c * cs] += bias[r],
