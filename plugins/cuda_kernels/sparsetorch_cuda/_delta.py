@@ -57,6 +57,10 @@ TC_VARIANTS = ("tc", "tc8", "tc16")
 #: issue), but tc8's first stall is short-scoreboard (the X gathers in shared memory, 4.2 per issue), so more
 #: bytes in flight do not pay; PDL saves ~0.8 us per call (the launch gap and the row-pointer reads overlap the
 #: kernel before).
+#: Session 12 (results/cuda_delta_h200_s12d.json, same conditions, fp16 / bf16, 10 % / 30 % / 50 %): "tc16pk" (units of
+#: 16, half a row's sequential steps) 10.7 / 20.1 / 31.3 us against tc8pk's 10.4 / 20.1 / 30.2, so at 10 % the time
+#: is not the chain of a warp's ~6 load latencies; "tc8pkf" / "tc16pkf" (L2 prefetches before the wait) 10.4 / 19.9 /
+#: 29.8 and 10.7 / 20.0 / 30.9 (within 1.3 % of tc8pk: not the default). GEMV 38.1-38.3 fp16, 34.0-34.4 bf16.
 #: name -> (kernel, stages (0: no ring), blocks per SM, launched with PDL, threads per block)
 TQ_KERNELS = {"tc8p": ("delta_tc8p_b4", 0, 2, True, 512), "tc8pf": ("delta_tc8pf_b4", 0, 2, True, 512),
               "tc8pk": ("delta_tc8pk_b4", 0, 1, True, 1024), "tc8p5": ("delta_tc8p5_b4", 0, 5, True, 256),
