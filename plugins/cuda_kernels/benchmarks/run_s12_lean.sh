@@ -11,4 +11,4 @@ timeout ${TEST_TIMEOUT:-75} python3 -m pytest -q -p no:cacheprovider -W ignore -
   plugins/cuda_kernels/tests/test_cuda_mma.py -k "${PYTEST_K:-nonfinite}" ${MORE_TESTS:-tests/test_nn_gpu_planned.py} \
   > $OUT/pytest_h200_s12x.txt 2>&1
 echo "pytest exit $?"; grep -E "^(FAILED|ERROR)|^E  " $OUT/pytest_h200_s12x.txt | head -12; tail -1 $OUT/pytest_h200_s12x.txt
-DIAG_TIMEOUT=30 BENCH_TIMEOUT=40 bash plugins/cuda_kernels/benchmarks/run_s12_fix.sh
+BENCH_KS=${BENCH_KS:-16,64} BENCH_SHAPES=${BENCH_SHAPES:-4096x4096} DIAG_TIMEOUT=30 BENCH_TIMEOUT=40 bash plugins/cuda_kernels/benchmarks/run_s12_fix.sh
