@@ -36,7 +36,8 @@ import torch
 
 from . import compile as _compile
 
-__all__ = ["Kernel", "kernel", "resident_blocks", "arch_of", "LaunchError", "dtype_name", "Prepared", "Bound", "recording", "raw_stream",
+__all__ = ["Kernel", "kernel", "resident_blocks", "arch_of", "LaunchError", "dtype_name", "Prepared", "PreparedSeq",
+           "Bound", "recording", "raw_stream",
            "allow_pdl", "PDL"]
 
 #: whether kernels opted in to programmatic dependent launch (:func:`allow_pdl`) are launched with it

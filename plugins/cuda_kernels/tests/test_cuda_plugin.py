@@ -393,3 +393,41 @@ def test_kernels_of_other_modules_bind_like_launch_kernel(monkeypatch):
         assert k._addr == k._ptrs.ctypes.data and k.pdl is False
         k._lock.acquire()
         k._lock.release()
+
+
+def test_prepare_records_a_product_and_its_fixup_only(monkeypatch):
+    """plan._prepare (no GPU: fake kernels and driver): one recorded launch gives a Prepared; the tensor-core
+    product followed by ``spmm_fixup`` gives a PreparedSeq that writes X and Y into both argument blocks and
+    launches them in order; any other pair of launches, or a launch without X, is not recorded."""
+    import sparsetorch_cuda.launch as launch
+    from sparsetorch_cuda.plan import CudaSpmmPlan
+
+    launched = []
+
+    class FakeCu:
+        def cuLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, shared, stream, addr, extra):
+            launched.append((fn, gx, bx))
+            return (0,)
+
+    class K:
+        def __init__(self, name):
+            self.name, self._fn, self._cu, self.pdl = name, "fn_" + name, FakeCu(), False
+
+    monkeypatch.setattr(launch, "raw_stream", lambda dev: 7)
+    monkeypatch.setattr(launch, "_stream", lambda raw: raw)
+    plan = CudaSpmmPlan.__new__(CudaSpmmPlan)
+    plan.dev_index = 0
+    xp, yp, other = 0x7F0000001000, 0x7F0000002000, 0x7F0000003000
+    prod = (K("spmm_ws_s2"), (32, 1), 512, (4096, 4096, 64, other, xp, 0, yp, 0), 0)
+    fix = (K("spmm_fixup"), (64, 1), 256, (4096, 4096, other, other, other, xp, 0, yp), 0)
+    one = plan._prepare([prod], xp, yp)
+    assert type(one) is launch.Prepared
+    seq = plan._prepare([prod, fix], xp, yp)
+    assert type(seq) is launch.PreparedSeq and seq.pdl is False
+    seq(0x5000, 0x6000)
+    assert [c[0] for c in launched] == ["fn_spmm_ws_s2", "fn_spmm_fixup"]
+    for part in seq._parts:
+        assert int(part._args[part._xi]) == 0x5000 and int(part._args[part._yi]) == 0x6000
+    assert plan._prepare([prod, (K("add_bias"), (1, 1), 256, (1, 2, xp, yp), 0)], xp, yp) is None
+    assert plan._prepare([prod, prod, fix], xp, yp) is None
+    assert plan._prepare([(K("spmm_fixup"), (1, 1), 256, (1, 2, other, yp), 0)], xp, yp) is None
