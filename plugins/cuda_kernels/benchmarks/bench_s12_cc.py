@@ -6,6 +6,7 @@ of both.
 
     python plugins/cuda_kernels/benchmarks/bench_s12_cc.py --out DIR [--ks 1,16,64,128] [--shapes 4096x4096,4096x11008]
     python plugins/cuda_kernels/benchmarks/bench_s12_cc.py --profile      # one launch of each, for Nsight Compute
+                                                                           # (spmm_cc builds; the plan's ws / fl / bm)
 
 Times: 20 calls in one CUDA graph, median of 15 replays (bench_s5.graph_time). Errors: relative 2-norm against a
 float64 product of the same operands.
@@ -65,6 +66,13 @@ def main() -> int:
                                      once=once, flags=flags)
                 op(x, b, out=out)
                 torch.cuda.synchronize()
+        plan = CudaSpmmPlan(A)  # the plan's default (spmm_ws at k = 64), spmm_fl, spmm_bm: for the same profile
+        plan.set_values(A.values)
+        for kind in ("auto", "fl", "bm"):
+            plan.mma_kernel = kind
+            plan._prepared.clear()
+            plan.apply(x.mT, bias=b)
+            torch.cuda.synchronize()
         return 0
     rows = []
     for shape in a.shapes.split(","):

@@ -21,9 +21,9 @@ if [ "${NCU:-1}" = 1 ]; then
   M=$M","$S"_sleeping_per_issue_active.ratio,"$S"_misc_per_issue_active.ratio,"$S"_dispatch_stall_per_issue_active.ratio,"$S"_branch_resolving_per_issue_active.ratio"
   M=$M",sm__inst_executed.sum,smsp__inst_executed.avg.per_cycle_active,gpu__time_duration.sum,sm__warps_active.avg.pct_of_peak_sustained_active"
   M=$M",sm__cycles_active.avg,sm__cycles_elapsed.avg,smsp__cycles_active.avg,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum"
-  timeout ${NCU_TIMEOUT:-120} ncu --clock-control none -k regex:spmm_cc --metrics $M \
+  timeout ${NCU_TIMEOUT:-120} ncu --clock-control none -k regex:${NCU_KERNELS:-spmm_cc} --metrics $M \
     python3 $B/bench_s12_cc.py --profile > $OUT/ncu_s12c_cc.txt 2>&1
   echo "ncu rc $?"
-  grep -E "^  spmm_cc|gpu__time|stalled|inst_executed|warps_active|cycles|wavefronts|ERR|rror" $OUT/ncu_s12c_cc.txt \
+  grep -E "^  spmm_|gpu__time|stalled|inst_executed|warps_active|cycles|wavefronts|ERR|rror" $OUT/ncu_s12c_cc.txt \
     | sed 's/  */ /g; s/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' | cut -c1-80 | head -${NCU_TAIL:-130}
 fi
