@@ -59,19 +59,25 @@ def kernel_regs(names: list[str], dtype: torch.dtype, nargs: Callable[[str], int
     return out
 
 
+def capture(fn, calls: int = CALLS) -> "torch.cuda.CUDAGraph":
+    """``calls`` calls of ``fn`` captured in one CUDA graph (three warm-up calls on a side stream first)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    torch.cuda.synchronize()
+    return g
+
+
 def graph_time(fn, repeats: int = 10) -> float | str:
     try:
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _ in range(CALLS):
-                fn()
-        torch.cuda.synchronize()
+        g = capture(fn)
     except Exception as exc:  # noqa: BLE001
         torch.cuda.synchronize()
         return f"not capturable: {type(exc).__name__}: {str(exc)[:120]}"

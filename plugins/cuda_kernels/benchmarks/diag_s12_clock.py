@@ -33,7 +33,7 @@ sys.path.insert(0, str(HERE))
 import sparsetorch as st  # noqa: E402
 from sparsetorch.format import CSR, DELTA  # noqa: E402
 
-from bench_s5 import CALLS, graph_time  # noqa: E402
+from bench_s5 import CALLS, capture, graph_time  # noqa: E402
 
 _SPIN = cp.RawKernel(r"""
 extern "C" __global__ void spin(unsigned long long ns, unsigned long long* out) {
@@ -72,17 +72,7 @@ def cold(fn, spin_us: float) -> dict:
 
 
 def hot(fn, hot_ms: float, spin_us: float) -> dict:
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(CALLS):
-            fn()
-    torch.cuda.synchronize()
+    g = capture(fn)
     # how many replays fill hot_ms: time one
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     a.record()

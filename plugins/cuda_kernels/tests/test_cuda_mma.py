@@ -212,6 +212,21 @@ def test_mma_cuda_graph_capture():
 CSR16_KERNELS = ("warp", "xs1", "xs2", "xs4", "auto", "xv", "xvf", "x12", "x12f", "xva", "x12a", "xr", "xv/256", "x12/512",
                  "x12f/128", "x12a/256", "xr/256", "xr:3", "xr:1", "x12b", "x12b/1024", "x12a+6", "x12b+5", "xva+4")
 
+def _csr16_options(plan, spec: str) -> tuple[str, str]:
+    """Set a CSR16_KERNELS entry ("name[:copies][/threads][+flags]") on ``plan``; returns (name, copies)."""
+    kern, _, flags = spec.partition("+")
+    kern, _, threads = kern.partition("/")
+    kern, _, copies = kern.partition(":")
+    plan.csr16_kernel = kern
+    if flags:
+        plan.csr16_flags = int(flags)
+    if threads:
+        plan.csr16_threads = int(threads)
+    if copies:
+        plan.csr16_copies = int(copies)
+    return kern, copies
+
+
 
 @gpu
 @pytest.mark.parametrize("kern", CSR16_KERNELS)
@@ -225,16 +240,7 @@ def test_csr16_one_column(shape, dtype, kern):
     m, n, dens = shape
     D = random_dense(m, n, dens, dtype, seed=n, empty_rows=3)
     plan = _plan(to_format(D, CSR, dtype, torch.int32))
-    kern, _, flags = kern.partition("+")
-    kern, _, threads = kern.partition("/")
-    kern, _, copies = kern.partition(":")
-    plan.csr16_kernel = kern
-    if flags:
-        plan.csr16_flags = int(flags)
-    if threads:
-        plan.csr16_threads = int(threads)
-    if copies:
-        plan.csr16_copies = int(copies)
+    kern, copies = _csr16_options(plan, kern)
     assert plan.use_csr16
     # the 12-bit columns take n <= 4096; 8 copies of X (xr's default) n <= 8128
     runs = kern != "warp" and not (kern.startswith("x12") and n > 4096) and not (kern == "xr" and n > 8128 and copies in ("", "8"))
@@ -328,16 +334,7 @@ def test_csr16_rows_next_to_an_infinite_value(kern):
         vals[int(rowptr[r + 1]) - 1] = float("inf")  # the row's last entry, mid-piece
     A = A.with_values(vals)
     plan = _plan(A)
-    kern, _, flags = kern.partition("+")
-    kern, _, threads = kern.partition("/")
-    kern, _, copies = kern.partition(":")
-    plan.csr16_kernel = kern
-    if flags:
-        plan.csr16_flags = int(flags)
-    if threads:
-        plan.csr16_threads = int(threads)
-    if copies:
-        plan.csr16_copies = int(copies)
+    kern, copies = _csr16_options(plan, kern)
     x = _xt(1, n, dtype, 5).abs().T.contiguous().cuda() + 0.5  # positive: each bad row's sum is +Inf
     y = plan.apply(x).double().cpu()[:, 0]
     Dv = torch.zeros(m, n, dtype=torch.float64)
