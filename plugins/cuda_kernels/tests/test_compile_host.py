@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from sparsetorch_cuda import _delta, _spmm_cc
 from sparsetorch_cuda import compile as c
 
 MISSING = c.nvrtc_missing()
@@ -52,15 +53,19 @@ EXPECTED_HALF["spmm_bm"] = ["spmm_bm_s1", "spmm_bm1_s1"]
 EXPECTED_SM90["spmm_bm"] = [f"spmm_{v}_s{s}" for v in ("bm", "bm1") for s in (2, 3, 4, 6, 8)]
 # session 11: the strip-compacted tensor-core SpMM (_spmm_cc: C K-slices per cluster, 1 or 4 batch tiles; "z" the
 # compressed value format; "_abl" the ablation build)
-EXPECTED_HALF["spmm_cc"] = [f"spmm_cc{f}_c1_n{t}" for f in ("", "z") for t in (1, 4)]
-EXPECTED_SM90["spmm_cc"] = ([f"spmm_cc{f}_c{c}_n{t}" for f in ("", "z") for c in (2, 4, 8) for t in (1, 4)]
-                           + [f"spmm_cc_c{c}_n{t}_o" for c in (2, 4, 8) for t in (1, 4)]
-                           + ["spmm_cc_c8_n4_abl", "spmm_ccz_c8_n4_abl", "spmm_cc_c8_n4_o_abl"])
-EXPECTED_HALF["spmm_cc"] += [f"spmm_cc_c1_n{t}_o" for t in (1, 4)]
+# (session 12: "_o" the one-reduction builds): the names _spmm_cc launches, C = 1 below sm_90
+EXPECTED_HALF["spmm_cc"] = [k for k in _spmm_cc.kernel_names() if "_c1_" in k]
+EXPECTED_SM90["spmm_cc"] = [k for k in _spmm_cc.kernel_names() if "_c1_" not in k]
+# the DELTA(4) "tc" / "tq" kernels of the half types (_delta.TC_VARIANTS, TQ_KERNELS; session 12: tc16pk, tc8pkf, tc16pkf)
+EXPECTED_HALF["delta"] += ["delta_tc8_b4", "delta_tc16_b4"] + [v[0] for v in _delta.TQ_KERNELS.values()]
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-@pytest.mark.parametrize("index", list(c.IDX_KINDS))
+#: (arch, index type) pairs built: sm_90 with both index types, sm_80 with int32 (its own code paths, those below
+#: ``__CUDA_ARCH__ >= 900``, do not depend on the index type; the int64 paths are built for sm_90): CI time
+ARCH_INDEX = [("sm_80", "int32"), ("sm_90", "int32"), ("sm_90", "int64")]
+
+
+@pytest.mark.parametrize(("arch", "index"), ARCH_INDEX)
 @pytest.mark.parametrize("value", list(c.VAL_KINDS))
 @pytest.mark.parametrize("source", c.SOURCES)
 def test_every_source_compiles(source, value, index, arch):
