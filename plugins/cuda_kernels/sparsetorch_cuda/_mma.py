@@ -58,15 +58,14 @@ CSR16_XV_THREADS_BY = {"x12b": 512}
 #: csr16_xv* with 12-bit columns take n up to this
 CSR16_X12_MAX_N = 4096
 #: what an Inf or NaN in X does in the half-precision tensor-core products (k > 1; ``plan.mma_nonfinite``
-#: overrides): "dense" (the default): the tensor-core kernels' own answer, which multiplies the tiles' structural
-#: zeros (0 * Inf = NaN in every row of the tile, as F.linear on the masked dense weight gives; measured in
-#: session 12, results/diag_s12_nonfinite.json), where SciPy, cuSPARSE, the CPU backends and the csr16 kernels
-#: (k = 1) give the sparse product's answer (the Inf reaches only the rows that store its column); "sparse":
-#: that answer, by a second launch, spmm_fixup, which reads X once and recomputes the columns of X holding a
-#: non-finite value from the stored entries (CSR patterns; N:M 2:4 keeps "dense"). "sparse" was written in
-#: session 12 and compiles (host NVRTC) but has NOT run on a GPU yet (no device time was left): it becomes the
-#: default once tests/test_cuda_mma.py's nonfinite test passes there and its cost (one launch reading X) is measured
-MMA_NONFINITE = "dense"
+#: overrides): "sparse" (the default): the sparse product's answer, as SciPy, cuSPARSE, the CPU backends and the
+#: csr16 kernels (k = 1) give it (the Inf reaches only the rows that store its column), by a second launch,
+#: spmm_fixup, which reads X once and recomputes the columns of X holding a non-finite value from the stored
+#: entries (CSR patterns; N:M 2:4 keeps "dense"); GPU-tested in session 13 (pytest_h200_s13_nonfinite.txt), it
+#: costs 1.2-2.0 us per call (bench_s13_fixup.json: 4096^2 k = 16 / 64 / 128: 22.5 -> 23.9, 27.9 -> 29.4,
+#: 38.1 -> 39.6 us). "dense": the tensor-core kernels' own answer, which multiplies the tiles' structural zeros
+#: (0 * Inf = NaN in every row of the tile, as F.linear on the masked dense weight gives; diag_s12_nonfinite.json)
+MMA_NONFINITE = "sparse"
 #: the tensor-core kernel of CSR patterns (``plan.mma_kernel``): "auto" (:meth:`MmaMixin.fl_kind`),
 #: "fl" (spmm_fl_s<S>: 128 rows per block, 4 warps of 32 rows x 64 columns of X), "ws" (spmm_ws_s<S>:
 #: 128 rows, 8 producer and 8 consumer warps) or "tile" (spmm_mma_s<S>, the earlier kernel; N:M 2:4

@@ -264,8 +264,8 @@ def test_tensor_core_products_keep_sparse_semantics_for_nonfinite_x(k, kind, dty
     # Inf / NaN in X[j0, b] reaches only the rows that store column j0 (session 12: the tensor-core kernels
     # multiply their tiles' structural zeros; spmm_fixup recomputes the affected columns of X from the stored
     # entries); the other columns of X keep the tensor-core product's answer; the recorded replay and a CUDA
-    # graph give the same; mma_nonfinite = "dense" (the default until this test has passed on a GPU: written in
-    # session 12 without device time left) is the kernels' own answer (NaN in the other rows)
+    # graph give the same (the default since session 13, set explicitly here); mma_nonfinite = "dense" is the
+    # kernels' own answer (NaN in the other rows)
     m, n, j0 = 300, 1024, 100
     D = random_dense(m, n, 0.1, torch.float64, seed=k + len(kind), empty_rows=3)
     D[::2, j0] = 0.0
@@ -309,6 +309,9 @@ def test_tensor_core_products_keep_sparse_semantics_for_nonfinite_x(k, kind, dty
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(torch.isnan(out.T.double().cpu()), torch.isnan(y))
+    plan1 = _plan(to_format(D, CSR, dtype, torch.int32))
+    plan1.mma_kernel = kind  # mma_nonfinite left at its default: the sparse answer
+    assert torch.equal(torch.isnan(plan1.apply(x, bias=bc).double().cpu()), torch.isnan(y))
     plan2 = _plan(to_format(D, CSR, dtype, torch.int32))
     plan2.mma_kernel = kind
     plan2.mma_nonfinite = "dense"
