@@ -61,11 +61,14 @@ TC_VARIANTS = ("tc", "tc8", "tc16")
 #: 16, half a row's sequential steps) 10.7 / 20.1 / 31.3 us against tc8pk's 10.4 / 20.1 / 30.2, so at 10 % the time
 #: is not the chain of a warp's ~6 load latencies; "tc8pkf" / "tc16pkf" (L2 prefetches before the wait) 10.4 / 19.9 /
 #: 29.8 and 10.7 / 20.0 / 30.9 (within 1.3 % of tc8pk: not the default). GEMV 38.1-38.3 fp16, 34.0-34.4 bf16.
+#: Session 13: "tc8pkr" is tc8pk with each lane's gathers rotated by lane / 4 entries (kernels/delta.cu tc_unit_rot:
+#: the lanes four apart read columns ~one bank period apart, so they collided in the same shared-memory bank); "tc8pr" the same in two blocks of 512 per SM.
 #: name -> (kernel, stages (0: no ring), blocks per SM, launched with PDL, threads per block)
 TQ_KERNELS = {"tc8p": ("delta_tc8p_b4", 0, 2, True, 512), "tc8pf": ("delta_tc8pf_b4", 0, 2, True, 512),
               "tc8pk": ("delta_tc8pk_b4", 0, 1, True, 1024), "tc8p5": ("delta_tc8p5_b4", 0, 5, True, 256),
               "tc16pk": ("delta_tc16pk_b4", 0, 1, True, 1024), "tc8pkf": ("delta_tc8pkf_b4", 0, 1, True, 1024),
               "tc16pkf": ("delta_tc16pkf_b4", 0, 1, True, 1024),
+              "tc8pkr": ("delta_tc8pkr_b4", 0, 1, True, 1024), "tc8pr": ("delta_tc8pr_b4", 0, 2, True, 512),
               "tq3": ("delta_tq3_b4", 3, 2, False, 512), "tq4": ("delta_tq4_b4", 4, 2, False, 512),
               "tq3p": ("delta_tq3p_b4", 3, 2, True, 512), "tq4p": ("delta_tq4p_b4", 4, 2, True, 512),
               "tq6p": ("delta_tq6p_b4", 6, 2, True, 512), "tq4p3": ("delta_tq4p3_b4", 4, 3, True, 512)}

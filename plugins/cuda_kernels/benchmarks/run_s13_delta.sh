@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Session 13: DELTA(4) half with the lanes' gathers rotated ("tc8pkr": one block of 1024 per SM, "tc8pr": two of
+# 512): their GPU tests (and the every-row-offset / CUDA-graph test of every tc variant), then bench_s11_delta.py
+# against the default tc8pk and GEMV at 1 / 10 / 30 / 50 % (two rounds). Run as run_final.sh's EXTRA (after
+# device_setup.sh) or alone. Results under $OUT.
+set -o pipefail
+export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1
+OUT=${OUT:-/tmp/out}; mkdir -p $OUT
+B=plugins/cuda_kernels/benchmarks
+python3 -m sparsetorch_cuda.compile --sources delta,fast --values float16,bfloat16 --indices int32,int64 2>&1 | tail -1
+if [ "${TESTS:-1}" = 1 ]; then
+  timeout ${DTEST_TIMEOUT:-100} python3 -m pytest plugins/cuda_kernels/tests/test_cuda_delta.py \
+    -k "${DTEST_K:-tc8pkr or tc8pr or every_row_offset}" -q -p no:cacheprovider --tb=short > $OUT/pytest_h200_s13_delta.txt 2>&1
+  echo "pytest exit $?"; grep -E "^(FAILED|ERROR)|^E  " $OUT/pytest_h200_s13_delta.txt | head -12; tail -1 $OUT/pytest_h200_s13_delta.txt
+fi
+timeout ${DBENCH_TIMEOUT:-150} python3 $B/bench_s11_delta.py --out $OUT --name cuda_delta_h200_s13.json \
+  ${DBENCH_ARGS:---variants default,tc8pkr,tc8pr --densities 0.1,0.5,0.3,0.01 --no-csr} 2>&1 \
+  | tee $OUT/bench_s13_delta_log.txt | grep -v "^  " | cut -c1-150 | tail -40
