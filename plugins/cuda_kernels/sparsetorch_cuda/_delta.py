@@ -21,7 +21,7 @@ from sparsetorch import InputError
 from .launch import allow_pdl, kernel, resident_blocks
 from .layout import BLOCK, DELTA_SMEM_BLOCK, DELTA_SMEM_BYTES, DELTA_VARIANTS, ROW_KERNEL_BLOCK, _sm_count
 
-__all__ = ["DeltaMixin", "CHUNK_VARIANTS", "TILE_VARIANTS", "TC_VARIANTS", "TQ_VARIANTS", "DELTA_PLAN_DEFAULT",
+__all__ = ["DeltaMixin", "UB_VARIANTS", "unit_bases", "CHUNK_VARIANTS", "TILE_VARIANTS", "TC_VARIANTS", "TQ_VARIANTS", "DELTA_PLAN_DEFAULT",
            "DELTA_HALF_DEFAULT", "tile_layout"]
 
 #: the "chunk" kernels (kernels/delta.cu, k = 1 only; k > 1 runs "packed"): "chunk" takes units of
@@ -63,16 +63,21 @@ TC_VARIANTS = ("tc", "tc8", "tc16")
 #: 29.8 and 10.7 / 20.0 / 30.9 (within 1.3 % of tc8pk: not the default). GEMV 38.1-38.3 fp16, 34.0-34.4 bf16.
 #: Session 13: "tc8pkr" is tc8pk with each lane's gathers rotated by lane / 4 entries (kernels/delta.cu tc_unit_rot:
 #: the lanes four apart read columns ~one bank period apart, so they collided in the same shared-memory bank); "tc8pr" the same in two blocks of 512 per SM.
+#: "tc8pkb" is tc8pk with each unit's base column read from a plan-side array (:func:`unit_bases`, int16, 2 bytes per
+#: unit of 8 entries) instead of a warp scan per step.
 #: name -> (kernel, stages (0: no ring), blocks per SM, launched with PDL, threads per block)
 TQ_KERNELS = {"tc8p": ("delta_tc8p_b4", 0, 2, True, 512), "tc8pf": ("delta_tc8pf_b4", 0, 2, True, 512),
               "tc8pk": ("delta_tc8pk_b4", 0, 1, True, 1024), "tc8p5": ("delta_tc8p5_b4", 0, 5, True, 256),
               "tc16pk": ("delta_tc16pk_b4", 0, 1, True, 1024), "tc8pkf": ("delta_tc8pkf_b4", 0, 1, True, 1024),
               "tc16pkf": ("delta_tc16pkf_b4", 0, 1, True, 1024),
               "tc8pkr": ("delta_tc8pkr_b4", 0, 1, True, 1024), "tc8pr": ("delta_tc8pr_b4", 0, 2, True, 512),
+              "tc8pkb": ("delta_tc8pkb_b4", 0, 1, True, 1024),
               "tq3": ("delta_tq3_b4", 3, 2, False, 512), "tq4": ("delta_tq4_b4", 4, 2, False, 512),
               "tq3p": ("delta_tq3p_b4", 3, 2, True, 512), "tq4p": ("delta_tq4p_b4", 4, 2, True, 512),
               "tq6p": ("delta_tq6p_b4", 6, 2, True, 512), "tq4p3": ("delta_tq4p3_b4", 4, 3, True, 512)}
 TQ_VARIANTS = tuple(TQ_KERNELS)
+#: the variants that read :func:`unit_bases`
+UB_VARIANTS = ("tc8pkb",)
 #: bytes per warp and stage of the tq ring (kernels/delta.cu TQ_STAGE: 32 units' values and gap words)
 TQ_STAGE = 640
 #: shared memory a block may take with the opt-in (sm_80 and later: 163 KB on the A100; 227 KB on Hopper)
@@ -107,6 +112,7 @@ class DeltaMixin:
         if self.variant not in every:
             raise InputError(f"{self.backend}: DELTA variant must be one of {every}, got {variant!r}")
         self.tiles: dict[str, torch.Tensor | int] | None = None
+        self.ubase: torch.Tensor | None = None  # UB_VARIANTS: built on the first launch
         if self.variant in TILE_VARIANTS and self._tile_ok():
             self.tiles = tile_layout(self.rowptr, self.words, self.nnz, self.shape[0], self._tile_warps())
 
@@ -151,7 +157,12 @@ class DeltaMixin:
             if fits and k == 1 and self._tc_ok():
                 # DELTA(4), half types (session 11): tc8 with PDL, or the values and gaps through a cp.async ring
                 name, stages, per_sm, pdl, threads = TQ_KERNELS[variant]
-                kern = kernel("delta", name, self.dtype, self.idx, dev, 8)
+                extra: tuple[int, ...] = ()
+                if variant in UB_VARIANTS:
+                    if self.ubase is None:
+                        self.ubase = unit_bases(self.rowptr, self.words, self.nnz, m)
+                    extra = (self.ubase.data_ptr(),)
+                kern = kernel("delta", name, self.dtype, self.idx, dev, 8 + len(extra))
                 if pdl:
                     allow_pdl(kern, dev)  # this call (the recording) launches without it; the plan's replays with it
                 smem = self._tq_smem()
@@ -163,8 +174,8 @@ class DeltaMixin:
                 per = resident_blocks(kern, threads, smem, 1, sms, per_sm * sms) if stages else per_sm * sms
                 grid = max(1, min(-(-m // (threads // 32)), per_sm * sms, per))
                 kern((grid, 1), threads,
-                     (m, n, self.nnz, self.rowptr.data_ptr(), self.words.data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr()),
-                     shared=smem, device=dev)
+                     (m, n, self.nnz, self.rowptr.data_ptr(), self.words.data_ptr(), v.data_ptr(), x.data_ptr(), y.data_ptr(),
+                      *extra), shared=smem, device=dev)
                 return
             variant = "chunk"
         if variant in TC_VARIANTS:
@@ -273,3 +284,27 @@ def tile_layout(rowptr: torch.Tensor, words: torch.Tensor, nnz: int, m: int, war
     wrow[0], wrow[-1] = 0, m
     return {"tileptr": tileptr.to(torch.int32).contiguous(), "toff": toff.to(torch.int32).contiguous(),
             "words": tw.contiguous(), "wrow": wrow.to(torch.int32).contiguous(), "warps": warps, "tiles": ntiles}
+
+
+def unit_bases(rowptr: torch.Tensor, words: torch.Tensor, nnz: int, m: int) -> torch.Tensor:
+    """The "tc8pkb" kernel's unit bases (kernels/delta.cu), built from a DELTA(4) plan's validated ``rowptr``
+    and bit-packed ``words`` (entry e's gap: bits 4 (e % 8) of word e // 8): for each unit u of 8 entries
+    (entries 8 u .. 8 u + 7 of the stream), the column of entry 8 u - 1 when it lies in the same row as entry
+    8 u, else -1 (entry 8 u starts its row); int16 (the tc kernels take n below 2^15), one spare element."""
+    dev = rowptr.device
+    i64 = torch.int64
+    units = -(-nnz // 8)
+    out = torch.full((units + 1,), -1, dtype=torch.int16, device=dev)
+    if not nnz:
+        return out
+    r64 = rowptr.to(i64)
+    w = words[:units].to(i64) & 0xFFFFFFFF
+    gaps = ((w.unsqueeze(1) >> (4 * torch.arange(8, device=dev))) & 15).reshape(-1)[:nnz]
+    csum = torch.zeros(nnz + 1, dtype=i64, device=dev)
+    csum[1:] = torch.cumsum(gaps + 1, 0)
+    e0 = torch.arange(units, device=dev, dtype=i64) * 8
+    row = torch.searchsorted(r64[1:].contiguous(), e0, right=True)  # the row holding entry e0
+    start = r64[row]
+    col_before = csum[e0] - csum[start] - 1  # column of entry e0 - 1 counted in e0's row (-1 at its start)
+    out[:units] = col_before.to(torch.int16)
+    return out

@@ -161,6 +161,39 @@ def test_chunk_inf_and_nan_in_x_stay_out_of_rows_without_them(variant, n, bits, 
         assert rel_err(Y[keep], ref[keep]) < TOL[dtype], cols
 
 
+def test_unit_bases_are_the_columns_before_each_unit():
+    # CPU: unit u's base is the column of entry 8 u - 1 in entry 8 u's row (its dense column, from the dense
+    # matrix's nonzero pattern and the format's padding entries), -1 where entry 8 u starts its row; rows shorter
+    # than a unit, empty rows, a partial last unit
+    from sparsetorch_cuda._delta import unit_bases
+
+    for m, n, dens in ((60, 3000, 0.5), (33, 900, 0.03), (70, 40, 0.3), (4, 5, 0.0)):
+        D = random_dense(m, n, dens, torch.float32, seed=m + 1, empty_rows=3 if m > 4 else 0, long_rows=2 if m > 4 else 0)
+        A = to_format(D, DELTA(4), torch.float32, torch.int32, device="cpu")
+        rowptr, gaps = A.pos(1).long(), A.crd(1).long()
+        nnz = gaps.numel()
+        nw = -(-nnz // 8)
+        padded = torch.zeros(nw * 8, dtype=torch.int64)
+        padded[:nnz] = gaps
+        words = (padded.reshape(nw, 8) << (torch.arange(8) * 4)).sum(1)
+        words = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+        ub = unit_bases(rowptr.int(), words, nnz, m)
+        assert ub.dtype == torch.int16 and ub.numel() == nw + 1
+        cols, row_of = [], []  # every stored entry's column and row, walked from the gaps
+        for r in range(m):
+            c = -1
+            for e in range(int(rowptr[r]), int(rowptr[r + 1])):
+                c += int(gaps[e]) + 1
+                cols.append(c)
+                row_of.append(r)
+        for u in range(nw):
+            e0 = 8 * u
+            want = cols[e0 - 1] if e0 > 0 and row_of[e0 - 1] == row_of[e0] else -1
+            assert int(ub[u]) == want, (m, u)
+        if nnz:  # the walked columns are the dense matrix's stored ones (with the padding entries' zeros)
+            assert bool((D[torch.tensor(row_of), torch.tensor(cols)] != 0).sum() == int((D != 0).sum()))
+
+
 def test_tile_layout_decodes_to_the_pattern():
     # CPU: every entry's gap sits in word 32 t + L of its tile t at its step j's nibble; tiles of a row
     # contiguous, toff / tileptr consistent, rows split over warps in order (empty rows, long rows,

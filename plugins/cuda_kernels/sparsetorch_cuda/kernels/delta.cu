@@ -628,10 +628,13 @@ struct TcUnit {
     unsigned short h[U];
   } v;
   unsigned w[U / 8];
+  int b;  // UB (tc8pkb): the column before the unit's first entry, from the plan's unit bases
 };
 
-template <int U>
-__device__ __forceinline__ void tc_load(const unsigned* __restrict__ gw, const val_t* __restrict__ val, int u, int nnz, TcUnit<U>& r) {
+template <int U, bool UB = false>
+__device__ __forceinline__ void tc_load(const unsigned* __restrict__ gw, const val_t* __restrict__ val, int u, int nnz, TcUnit<U>& r,
+                                        const short* __restrict__ ubase = nullptr) {
+  if constexpr (UB) r.b = (int)RO(ubase + u);
   if constexpr (U == 8) {
     r.w[0] = RO(gw + u);
   } else {
@@ -768,9 +771,10 @@ __device__ __forceinline__ void dl_wait() {
 #endif
 }
 
-template <int U, bool PDLK = false, bool L2PF = false, bool ROT = false>
+template <int U, bool PDLK = false, bool L2PF = false, bool ROT = false, bool UB = false>
 __device__ __forceinline__ void delta_tc_body(int m, int n, int nnz, const idx_t* __restrict__ rowptr, const unsigned* __restrict__ gw,
-                                              const val_t* __restrict__ val, const val_t* __restrict__ x, val_t* __restrict__ y) {
+                                              const val_t* __restrict__ val, const val_t* __restrict__ x, val_t* __restrict__ y,
+                                              const short* __restrict__ ubase = nullptr) {
   typedef TcUnit<U> CU;
   constexpr int NW = U / 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -795,7 +799,7 @@ __device__ __forceinline__ void delta_tc_body(int m, int n, int nnz, const idx_t
   }
   if (PDLK) dl_wait();  // the row pointers only before it
   CU nx;
-  if (u0 + lane < u1) tc_load<U>(gw, val, u0 + lane, nnz, nx);
+  if (u0 + lane < u1) tc_load<U, UB>(gw, val, u0 + lane, nnz, nx, ubase);
   {  // X as 16-bit values between two pads of TC_PAD zeros
     unsigned short* sx = reinterpret_cast<unsigned short*>(smem_raw);
     unsigned short* dst = sx + TC_PAD;
@@ -834,16 +838,17 @@ __device__ __forceinline__ void delta_tc_body(int m, int n, int nnz, const idx_t
     const int v0 = q0 / U, v1 = (q1 + U - 1) / U;
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     int base = u0 * U - p0 - 1;  // the column before the row's first unit (its entries before p0 step by 1)
-    if (u0 >= u1 && v0 + lane < v1) tc_load<U>(gw, val, v0 + lane, nnz, nx);  // an empty row
+    if (u0 >= u1 && v0 + lane < v1) tc_load<U, UB>(gw, val, v0 + lane, nnz, nx, ubase);  // an empty row
     for (int ub = u0; ub < u1; ub += 32) {
       const int u = ub + lane;
       CU cur = nx;
       if (ub + 32 < u1) {
-        if (u + 32 < u1) tc_load<U>(gw, val, u + 32, nnz, nx);
+        if (u + 32 < u1) tc_load<U, UB>(gw, val, u + 32, nnz, nx, ubase);
       } else if (v0 + lane < v1) {
-        tc_load<U>(gw, val, v0 + lane, nnz, nx);
+        tc_load<U, UB>(gw, val, v0 + lane, nnz, nx, ubase);
       }
       const bool edge = ub == u0 || ub + 32 >= u1;  // warp-uniform: a row's first or last step
+      static_assert(!UB || (U == 8 && !ROT), "the unit bases take units of 8");
       if constexpr (ROT) {
         unsigned keep = ~0u;
         if (edge) {  // as below: entries outside [s0, s1) of the unit get gap 0 (and, in tc_unit_rot, value 0 and X 0)
@@ -888,6 +893,15 @@ __device__ __forceinline__ void delta_tc_body(int m, int n, int nnz, const idx_t
         P2[i] = (lo + hi) * 0x02020202u;  // byte j: 2 * (gap sum over entries 0 .. 2 j + 1)
         E2[i] = P2[i] - (hi << 1);         // byte j: 2 * (gap sum over entries 0 .. 2 j)
         tot += (int)(P2[i] >> 25) + 8;
+      }
+      if constexpr (UB) {  // the unit's base from the plan (no scan): the row's first unit counts its entries before p0
+        const int cb = u >= u1 ? 0 : (u == u0 ? u * U - p0 - 1 : cur.b);
+        const unsigned xb = xs0 + 2u * (unsigned)cb;
+        if (edge)
+          tc_unit<U, true>(cur, P2, E2, xb, mask, acc);
+        else
+          tc_unit<U, false>(cur, P2, E2, xb, mask, acc);
+        continue;
       }
       if (edge && u >= u1) tot = 0;  // lanes past the row: no advance (their addresses stay near the row's end)
       int inc = tot;
@@ -946,6 +960,13 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
 extern "C" __global__ void __launch_bounds__(1024, 1)
     delta_tc8pkr_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y) {
   delta_tc_body<8, true, false, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y);
+}
+// session 13 ("tc8pkb"): tc8pk with each unit's base column read from the plan (2 bytes per unit of 8 entries:
+// _delta.unit_bases) instead of a warp scan of the units' column advances per step
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    delta_tc8pkb_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
+                    const short* ubase) {
+  delta_tc_body<8, true, false, false, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase);
 }
 // and in two blocks of 512 threads per SM ("tc8pr", as tc8p)
 extern "C" __global__ void __launch_bounds__(DELTA_CHUNK_BLOCK, 2)
