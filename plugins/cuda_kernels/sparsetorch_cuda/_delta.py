@@ -62,7 +62,8 @@ TC_VARIANTS = ("tc", "tc8", "tc16")
 #: is not the chain of a warp's ~6 load latencies; "tc8pkf" / "tc16pkf" (L2 prefetches before the wait) 10.4 / 19.9 /
 #: 29.8 and 10.7 / 20.0 / 30.9 (within 1.3 % of tc8pk: not the default). GEMV 38.1-38.3 fp16, 34.0-34.4 bf16.
 #: Session 13: "tc8pkr" is tc8pk with each lane's gathers rotated by lane / 4 entries (kernels/delta.cu tc_unit_rot:
-#: the lanes four apart read columns ~one bank period apart, so they collided in the same shared-memory bank); "tc8pr" the same in two blocks of 512 per SM.
+#: the lanes four apart read columns ~one bank period apart, so they collided in the same shared-memory bank); "tc8pr" the same in two blocks of
+#: 512 per SM.
 #: "tc8pkb" is tc8pk with each unit's base column read from a plan-side array (:func:`unit_bases`, int16, 2 bytes per
 #: unit of 8 entries) instead of a warp scan per step.
 #: name -> (kernel, stages (0: no ring), blocks per SM, launched with PDL, threads per block)
