@@ -652,6 +652,14 @@ __device__ __forceinline__ void tc_load(const unsigned* __restrict__ gw, const v
   }
 }
 
+// PF2 (session 13, "tc8pkbf" / "tc8pkf2"): ask L2 for unit u's values, gap word (and base): chunk_prefetch with
+// 4 gap bytes per unit, one request per 128-byte line
+template <int U, bool UB>
+__device__ __forceinline__ void tc_prefetch(const unsigned* gw, const val_t* val, const short* ubase, int u) {
+  chunk_prefetch<U, 4>(reinterpret_cast<const unsigned char*>(gw), val, u);
+  if (UB && (u & 63) == 0) asm volatile("prefetch.global.L2 [%0];" ::"l"(ubase + u));
+}
+
 // PRMT with the selector's sign-replicate bits (CUDA's __byte_perm uses 3 bits per selector nibble)
 __device__ __forceinline__ unsigned tc_prmt(unsigned a, unsigned b, unsigned sel) {
   unsigned r;
@@ -771,7 +779,7 @@ __device__ __forceinline__ void dl_wait() {
 #endif
 }
 
-template <int U, bool PDLK = false, bool L2PF = false, bool ROT = false, bool UB = false>
+template <int U, bool PDLK = false, bool L2PF = false, bool ROT = false, bool UB = false, bool PF2 = false>
 __device__ __forceinline__ void delta_tc_body(int m, int n, int nnz, const idx_t* __restrict__ rowptr, const unsigned* __restrict__ gw,
                                               const val_t* __restrict__ val, const val_t* __restrict__ x, val_t* __restrict__ y,
                                               const short* __restrict__ ubase = nullptr) {
@@ -838,12 +846,14 @@ __device__ __forceinline__ void delta_tc_body(int m, int n, int nnz, const idx_t
     const int v0 = q0 / U, v1 = (q1 + U - 1) / U;
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     int base = u0 * U - p0 - 1;  // the column before the row's first unit (its entries before p0 step by 1)
+    if (PF2 && v0 + 32 + lane < v1) tc_prefetch<U, UB>(gw, val, ubase, v0 + 32 + lane);  // the next row's second step
     if (u0 >= u1 && v0 + lane < v1) tc_load<U, UB>(gw, val, v0 + lane, nnz, nx, ubase);  // an empty row
     for (int ub = u0; ub < u1; ub += 32) {
       const int u = ub + lane;
       CU cur = nx;
       if (ub + 32 < u1) {
         if (u + 32 < u1) tc_load<U, UB>(gw, val, u + 32, nnz, nx, ubase);
+        if (PF2 && u + 64 < u1) tc_prefetch<U, UB>(gw, val, ubase, u + 64);  // the step after next, into L2
       } else if (v0 + lane < v1) {
         tc_load<U, UB>(gw, val, v0 + lane, nnz, nx, ubase);
       }
@@ -967,6 +977,16 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
     delta_tc8pkb_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
                     const short* ubase) {
   delta_tc_body<8, true, false, false, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase);
+}
+// with L2 prefetches of the step after next ("tc8pkbf"; "tc8pkf2": the same on tc8pk)
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    delta_tc8pkbf_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
+                     const short* ubase) {
+  delta_tc_body<8, true, false, false, true, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase);
+}
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    delta_tc8pkf2_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y) {
+  delta_tc_body<8, true, false, false, false, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y);
 }
 // and in two blocks of 512 threads per SM ("tc8pr", as tc8p)
 extern "C" __global__ void __launch_bounds__(DELTA_CHUNK_BLOCK, 2)
