@@ -21,7 +21,7 @@ from sparsetorch import InputError
 from .launch import allow_pdl, kernel, resident_blocks
 from .layout import BLOCK, DELTA_SMEM_BLOCK, DELTA_SMEM_BYTES, DELTA_VARIANTS, ROW_KERNEL_BLOCK, _sm_count
 
-__all__ = ["DeltaMixin", "UB_VARIANTS", "unit_bases", "CHUNK_VARIANTS", "TILE_VARIANTS", "TC_VARIANTS", "TQ_VARIANTS", "DELTA_PLAN_DEFAULT",
+__all__ = ["DeltaMixin", "UB_VARIANTS", "unit_bases", "delta_half_default", "DELTA_HALF_SPARSE", "DELTA_HALF_SPLIT", "CHUNK_VARIANTS", "TILE_VARIANTS", "TC_VARIANTS", "TQ_VARIANTS", "DELTA_PLAN_DEFAULT",
            "DELTA_HALF_DEFAULT", "tile_layout"]
 
 #: the "chunk" kernels (kernels/delta.cu, k = 1 only; k > 1 runs "packed"): "chunk" takes units of
@@ -61,26 +61,25 @@ TC_VARIANTS = ("tc", "tc8", "tc16")
 #: 16, half a row's sequential steps) 10.7 / 20.1 / 31.3 us against tc8pk's 10.4 / 20.1 / 30.2, so at 10 % the time
 #: is not the chain of a warp's ~6 load latencies; "tc8pkf" / "tc16pkf" (L2 prefetches before the wait) 10.4 / 19.9 /
 #: 29.8 and 10.7 / 20.0 / 30.9 (within 1.3 % of tc8pk: not the default). GEMV 38.1-38.3 fp16, 34.0-34.4 bf16.
-#: Session 13: "tc8pkr" is tc8pk with each lane's gathers rotated by lane / 4 entries (kernels/delta.cu tc_unit_rot:
-#: the lanes four apart read columns ~one bank period apart, so they collided in the same shared-memory bank); "tc8pr" the same in two blocks of
-#: 512 per SM.
+#: Session 13 (results/cuda_delta_h200_s13a-c.json): tc8pk with each lane's gathers rotated by lane / 4 entries, so that
+#: lanes four apart (columns ~one bank period apart) read other banks, was slower (50 % 33.9 us against 30.1, 10 %
+#: 11.4 against 10.4: the kernel is bound by instruction issue and memory latency, not by the bank conflicts): removed.
 #: "tc8pkb" is tc8pk with each unit's base column read from a plan-side array (:func:`unit_bases`, int16, 2 bytes per
 #: unit of 8 entries) instead of a warp scan per step; "tc8pkbf" and "tc8pkf2" are tc8pkb and tc8pk with L2 prefetches
-#: of the step after next (kernels/delta.cu tc_prefetch).
+#: of the step after next (kernels/delta.cu tc_prefetch), "tc8pkbf3" three steps ahead.
 #: name -> (kernel, stages (0: no ring), blocks per SM, launched with PDL, threads per block)
 TQ_KERNELS = {"tc8p": ("delta_tc8p_b4", 0, 2, True, 512), "tc8pf": ("delta_tc8pf_b4", 0, 2, True, 512),
               "tc8pk": ("delta_tc8pk_b4", 0, 1, True, 1024), "tc8p5": ("delta_tc8p5_b4", 0, 5, True, 256),
               "tc16pk": ("delta_tc16pk_b4", 0, 1, True, 1024), "tc8pkf": ("delta_tc8pkf_b4", 0, 1, True, 1024),
               "tc16pkf": ("delta_tc16pkf_b4", 0, 1, True, 1024),
-              "tc8pkr": ("delta_tc8pkr_b4", 0, 1, True, 1024), "tc8pr": ("delta_tc8pr_b4", 0, 2, True, 512),
               "tc8pkb": ("delta_tc8pkb_b4", 0, 1, True, 1024), "tc8pkbf": ("delta_tc8pkbf_b4", 0, 1, True, 1024),
-              "tc8pkf2": ("delta_tc8pkf2_b4", 0, 1, True, 1024),
+              "tc8pkf2": ("delta_tc8pkf2_b4", 0, 1, True, 1024), "tc8pkbf3": ("delta_tc8pkbf3_b4", 0, 1, True, 1024),
               "tq3": ("delta_tq3_b4", 3, 2, False, 512), "tq4": ("delta_tq4_b4", 4, 2, False, 512),
               "tq3p": ("delta_tq3p_b4", 3, 2, True, 512), "tq4p": ("delta_tq4p_b4", 4, 2, True, 512),
               "tq6p": ("delta_tq6p_b4", 6, 2, True, 512), "tq4p3": ("delta_tq4p3_b4", 4, 3, True, 512)}
 TQ_VARIANTS = tuple(TQ_KERNELS)
 #: the variants that read :func:`unit_bases`
-UB_VARIANTS = ("tc8pkb", "tc8pkbf")
+UB_VARIANTS = ("tc8pkb", "tc8pkbf", "tc8pkbf3")
 #: bytes per warp and stage of the tq ring (kernels/delta.cu TQ_STAGE: 32 units' values and gap words)
 TQ_STAGE = 640
 #: shared memory a block may take with the opt-in (sm_80 and later: 163 KB on the A100; 227 KB on Hopper)
@@ -93,11 +92,14 @@ TC_UNIT = 8
 TILE = 256
 #: the default DELTA variant of a plan whose offsets fit 32 bits
 DELTA_PLAN_DEFAULT = "chunk"
-#: the default of such a plan for DELTA(4) in float16 / bfloat16 when X fits shared memory as 16-bit values:
-#: "tc8pk" since session 11 (results/cuda_delta_h200_s11d.json, H200, 8192^2, CUDA graph of 20 calls, fp16 / bf16:
-#: 50 % 29.7 / 29.6 us against "tc" 30.9 / 31.0; 10 % 10.2 / 10.2 against 11.2 / 11.1; 30 % 19.7 / 19.6 against
-#: 20.7 / 20.4; session 10's default "tc" before)
-DELTA_HALF_DEFAULT = "tc8pk"
+#: the default of such a plan for DELTA(4) in float16 / bfloat16 when X fits shared memory as 16-bit values
+#: (:func:`delta_half_default`): DELTA_HALF_SPARSE below a stored density (nnz / (m n)) of DELTA_HALF_SPLIT,
+#: DELTA_HALF_DEFAULT from there. Session 13 (results/cuda_delta_h200_s13b/c.json, H200, 8192^2, CUDA graph of 20
+#: calls, fp16): 10 % tc8pkb 9.0 us, tc8pkbf 9.5, tc8pk 10.2; 30 % tc8pkbf 18.4, tc8pkb 19.2, tc8pk 19.6; 50 %
+#: tc8pkbf 28.8, tc8pk 29.6, tc8pkb 30.3 (bf16 alike). "tc8pk" was the default from session 11 to 12, "tc" before.
+DELTA_HALF_SPLIT = 0.2
+DELTA_HALF_SPARSE = "tc8pkb"
+DELTA_HALF_DEFAULT = "tc8pkbf"
 #: threads per block of the chunk kernels (kernels/delta.cu DELTA_CHUNK_BLOCK) and the pads of X
 CHUNK_BLOCK = 512
 CHUNK_PAD = 16
@@ -110,7 +112,7 @@ class DeltaMixin:
     def _init_delta(self, variant: str | None) -> None:
         self.variant = variant or (DELTA_PLAN_DEFAULT if self.small else "groups")
         if variant is None and self._tc_ok():
-            self.variant = DELTA_HALF_DEFAULT
+            self.variant = delta_half_default(self.nnz, *self.shape)
         every = DELTA_VARIANTS + CHUNK_VARIANTS + TILE_VARIANTS + TC_VARIANTS + TQ_VARIANTS
         if self.variant not in every:
             raise InputError(f"{self.backend}: DELTA variant must be one of {every}, got {variant!r}")
@@ -287,6 +289,12 @@ def tile_layout(rowptr: torch.Tensor, words: torch.Tensor, nnz: int, m: int, war
     wrow[0], wrow[-1] = 0, m
     return {"tileptr": tileptr.to(torch.int32).contiguous(), "toff": toff.to(torch.int32).contiguous(),
             "words": tw.contiguous(), "wrow": wrow.to(torch.int32).contiguous(), "warps": warps, "tiles": ntiles}
+
+
+def delta_half_default(nnz: int, m: int, n: int) -> str:
+    """The default variant of a DELTA(4) half-precision plan with ``nnz`` stored entries (padding included) in
+    an ``m`` x ``n`` matrix, where the tc kernels apply (:data:`DELTA_HALF_SPLIT`)."""
+    return DELTA_HALF_SPARSE if nnz < DELTA_HALF_SPLIT * m * n else DELTA_HALF_DEFAULT
 
 
 def unit_bases(rowptr: torch.Tensor, words: torch.Tensor, nnz: int, m: int) -> torch.Tensor:

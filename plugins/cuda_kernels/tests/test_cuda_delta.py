@@ -16,7 +16,7 @@ import torch
 import sparsetorch as st
 from sparsetorch.format import DELTA
 
-from sparsetorch_cuda._delta import DELTA_HALF_DEFAULT, TQ_VARIANTS
+from sparsetorch_cuda._delta import TQ_VARIANTS, delta_half_default
 
 from _cuda_helpers import TOL, gpu, random_dense, rel_err, to_format, make_plan as _plan, random_x as _x
 
@@ -71,7 +71,7 @@ def test_chunk_low_sparsity_rows_and_misaligned_x(variant, dtype):
         D = random_dense(97, 2048 + 5, dens, dtype, seed=int(dens * 10), empty_rows=3)
         A = to_format(D, DELTA(4), dtype, torch.int32)
         plan = _plan(A, variant)
-        assert plan.variant == (variant or DELTA_HALF_DEFAULT)
+        assert plan.variant == (variant or delta_half_default(A.nse, *A.shape))
         buf = _x(2054, 1, dtype, 21).cuda()
         X = buf[1:]  # 2 bytes past a 16-byte boundary
         assert X.data_ptr() % 16 != 0
@@ -289,7 +289,7 @@ def test_tc_matches_dense(variant, dtype):
         for idx in (torch.int32, torch.int64):
             A = to_format(D, DELTA(4), dtype, idx)
             plan = _plan(A, variant)
-            assert plan.variant == (variant or DELTA_HALF_DEFAULT) and plan._tc_ok()
+            assert plan.variant == (variant or delta_half_default(A.nse, m, n)) and plan._tc_ok()
             for k in (1, 2):
                 X = _x(n, k, dtype, 3 + k).cuda()
                 assert rel_err(plan.apply(X), D @ X.double().cpu()) < TOL[dtype], (m, idx, k)

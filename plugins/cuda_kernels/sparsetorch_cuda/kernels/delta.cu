@@ -652,7 +652,7 @@ __device__ __forceinline__ void tc_load(const unsigned* __restrict__ gw, const v
   }
 }
 
-// PF2 (session 13, "tc8pkbf" / "tc8pkf2"): ask L2 for unit u's values, gap word (and base): chunk_prefetch with
+// PFD (session 13, "tc8pkbf" / "tc8pkf2": 2 steps ahead, "tc8pkbf3": 3): ask L2 for unit u's values, gap word (and base): chunk_prefetch with
 // 4 gap bytes per unit, one request per 128-byte line
 template <int U, bool UB>
 __device__ __forceinline__ void tc_prefetch(const unsigned* gw, const val_t* val, const short* ubase, int u) {
@@ -721,49 +721,6 @@ __device__ __forceinline__ void tc_unit(const TcUnit<U>& c, const unsigned* P2, 
   }
 }
 
-// Session 13 ("tc8pkr"): tc_unit for U = 8 with the unit's entries rotated per lane. Lane L = 4 q + r gathers,
-// at its slot s, entry (s + q) % 8 of its unit instead of entry s. Without it the 32 lanes of one gather read
-// columns about one unit apart, so at 50 % (a unit ~16 columns, 32 bytes, 8 banks) lanes 4 apart hit the same
-// bank (the same at 10 %: ~80 columns, 40 banks = 8 mod 32); with the rotation lane (q, r) reads bank
-// ~8 r + (s + q) % 8 (50 %) or ~8 r + 5 ((s + q) % 8) (10 %): the eight colliding lanes spread over eight banks.
-// The dot product of a lane's values with its X values does not depend on the order, so the value words are
-// rotated the same way (two stages of selects by words, a funnel of halves for odd q) and the masks of the
-// row's edge steps come from the rotated keep bits. O: the unit's column offsets, byte e = gap sum over
-// entries 0 .. e plus e + 1 (at most 128), in entry order; rq: the rotation (q), sel0 / sel1 its PRMT selectors.
-__device__ __forceinline__ void tc_unit_rot(const unsigned (&u)[4], unsigned o0, unsigned o1, unsigned xb, int rq,
-                                            unsigned sel0, unsigned sel1, unsigned halfsel, bool edge, unsigned keep,
-                                            float (&acc)[4]) {
-  const unsigned r0 = tc_prmt(o0, o1, sel0), r1 = tc_prmt(o0, o1, sel1);  // byte s: entry (s + q) % 8's offset
-  unsigned xh[8];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    xh[j] = tc_lds(xb + 2u * __byte_perm(r0, 0, 0x4440 + j));
-    xh[4 + j] = tc_lds(xb + 2u * __byte_perm(r1, 0, 0x4440 + j));
-  }
-  unsigned t[4], a[4], b[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) t[j] = (rq & 2) ? u[(j + 1) & 3] : u[j];  // words rotated by q / 2 ...
-#pragma unroll
-  for (int j = 0; j < 4; ++j) a[j] = (rq & 4) ? t[(j + 2) & 3] : t[j];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    t[j] = tc_prmt(a[j], a[(j + 1) & 3], halfsel);  // ... then by one half for odd q
-    b[j] = __byte_perm(xh[2 * j], xh[2 * j + 1], 0x5410);
-  }
-  if (edge) {
-    const unsigned k = __funnelshift_r(keep, keep, 4 * rq);  // nibble s: entry (s + q) % 8 kept or not
-    const unsigned mk[4] = {tc_prmt(k << 4, k, 0xCC88u), tc_prmt(k << 4, k, 0xDD99u), tc_prmt(k << 4, k, 0xEEAAu),
-                            tc_prmt(k << 4, k, 0xFFBBu)};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      t[j] &= mk[j];
-      b[j] &= mk[j];
-    }
-  }
-  tc_mma(acc, t[0], t[1], b[0], b[1]);
-  tc_mma(acc, t[2], t[3], b[2], b[3]);
-}
-
 // Programmatic dependent launch (session 11, the "p" kernels; launch.py): griddepcontrol.launch_dependents
 // at the start (the next kernel of the stream, if launched with PDL, may be scheduled as this one's blocks
 // exit) and griddepcontrol.wait before the first read of the values or X and before any write of Y (only the
@@ -779,7 +736,7 @@ __device__ __forceinline__ void dl_wait() {
 #endif
 }
 
-template <int U, bool PDLK = false, bool L2PF = false, bool ROT = false, bool UB = false, bool PF2 = false>
+template <int U, bool PDLK = false, bool L2PF = false, bool UB = false, int PFD = 0>
 __device__ __forceinline__ void delta_tc_body(int m, int n, int nnz, const idx_t* __restrict__ rowptr, const unsigned* __restrict__ gw,
                                               const val_t* __restrict__ val, const val_t* __restrict__ x, val_t* __restrict__ y,
                                               const short* __restrict__ ubase = nullptr) {
@@ -827,15 +784,6 @@ __device__ __forceinline__ void delta_tc_body(int m, int n, int nnz, const idx_t
   }
   if (row >= m) return;
   const unsigned xs0 = (unsigned)__cvta_generic_to_shared(smem_raw) + 2u * TC_PAD;  // X[0]
-  static_assert(!ROT || U == 8, "the rotated gathers take units of 8");
-  const int rq = lane >> 2;  // ROT: the lane's rotation and its selectors (tc_unit_rot)
-  unsigned rsel0 = 0, rsel1 = 0;
-#pragma unroll
-  for (int t = 0; t < 4; ++t) {
-    rsel0 |= (unsigned)((t + rq) & 7) << (4 * t);
-    rsel1 |= (unsigned)((t + 4 + rq) & 7) << (4 * t);
-  }
-  const unsigned rhalf = (rq & 1) ? 0x5432u : 0x3210u;
   while (row < m) {
     const int nrow = row + stride;
     int q0 = 0, q1 = 0;
@@ -846,39 +794,21 @@ __device__ __forceinline__ void delta_tc_body(int m, int n, int nnz, const idx_t
     const int v0 = q0 / U, v1 = (q1 + U - 1) / U;
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     int base = u0 * U - p0 - 1;  // the column before the row's first unit (its entries before p0 step by 1)
-    if (PF2 && v0 + 32 + lane < v1) tc_prefetch<U, UB>(gw, val, ubase, v0 + 32 + lane);  // the next row's second step
+#pragma unroll
+    for (int j = 1; j < PFD; ++j)  // the next row's steps 1 .. PFD - 1 (step 0 is loaded into registers)
+      if (v0 + 32 * j + lane < v1) tc_prefetch<U, UB>(gw, val, ubase, v0 + 32 * j + lane);
     if (u0 >= u1 && v0 + lane < v1) tc_load<U, UB>(gw, val, v0 + lane, nnz, nx, ubase);  // an empty row
     for (int ub = u0; ub < u1; ub += 32) {
       const int u = ub + lane;
       CU cur = nx;
       if (ub + 32 < u1) {
         if (u + 32 < u1) tc_load<U, UB>(gw, val, u + 32, nnz, nx, ubase);
-        if (PF2 && u + 64 < u1) tc_prefetch<U, UB>(gw, val, ubase, u + 64);  // the step after next, into L2
+        if (PFD && u + 32 * PFD < u1) tc_prefetch<U, UB>(gw, val, ubase, u + 32 * PFD);  // PFD steps ahead, into L2
       } else if (v0 + lane < v1) {
         tc_load<U, UB>(gw, val, v0 + lane, nnz, nx, ubase);
       }
       const bool edge = ub == u0 || ub + 32 >= u1;  // warp-uniform: a row's first or last step
-      static_assert(!UB || (U == 8 && !ROT), "the unit bases take units of 8");
-      if constexpr (ROT) {
-        unsigned keep = ~0u;
-        if (edge) {  // as below: entries outside [s0, s1) of the unit get gap 0 (and, in tc_unit_rot, value 0 and X 0)
-          const bool act = u < u1;
-          const int s0 = act ? max(p0 - u * U, 0) : 0, s1 = act ? min(p1 - u * U, U) : 0;
-          keep = act ? ((~0u << (4 * s0)) & (s1 >= 8 ? ~0u : ~(~0u << (4 * s1)))) : 0u;
-          cur.w[0] &= keep;
-        }
-        const unsigned lo = cur.w[0] & 0x0F0F0F0Fu, hi = (cur.w[0] >> 4) & 0x0F0F0F0Fu;
-        const unsigned pi = (lo + hi) * 0x01010101u + 0x08060402u;  // byte j: entry 2 j + 1's offset (gap sum + index + 1)
-        const unsigned ei = pi - hi - 0x01010101u;                 // byte j: entry 2 j's
-        int tot = (edge && u >= u1) ? 0 : (int)(pi >> 24);         // gap sum + 8
-        int inc = tot;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) tc_scan_add(inc, o);
-        const unsigned xb = xs0 + 2u * (unsigned)(base + inc - tot);
-        tc_unit_rot(cur.v.u, tc_prmt(ei, pi, 0x5140u), tc_prmt(ei, pi, 0x7362u), xb, rq, rsel0, rsel1, rhalf, edge, keep, acc);
-        base += __shfl_sync(FULL, inc, 31);
-        continue;
-      }
+      static_assert(!UB || U == 8, "the unit bases take units of 8");
       unsigned mask[U / 2];
       if (edge) {  // entries outside [s0, s1) of the unit (all of a lane past the row's last unit): gap 0, value 0, X 0
         const bool act = u < u1;
@@ -966,32 +896,27 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
     delta_tc8pk_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y) {
   delta_tc_body<8, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y);
 }
-// session 13 ("tc8pkr"): tc8pk with the lanes' gathers rotated (tc_unit_rot: fewer shared-memory bank conflicts)
-extern "C" __global__ void __launch_bounds__(1024, 1)
-    delta_tc8pkr_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y) {
-  delta_tc_body<8, true, false, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y);
-}
 // session 13 ("tc8pkb"): tc8pk with each unit's base column read from the plan (2 bytes per unit of 8 entries:
 // _delta.unit_bases) instead of a warp scan of the units' column advances per step
 extern "C" __global__ void __launch_bounds__(1024, 1)
     delta_tc8pkb_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
                     const short* ubase) {
-  delta_tc_body<8, true, false, false, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase);
+  delta_tc_body<8, true, false, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase);
 }
 // with L2 prefetches of the step after next ("tc8pkbf"; "tc8pkf2": the same on tc8pk)
 extern "C" __global__ void __launch_bounds__(1024, 1)
     delta_tc8pkbf_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
                      const short* ubase) {
-  delta_tc_body<8, true, false, false, true, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase);
+  delta_tc_body<8, true, false, true, 2>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase);
+}
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    delta_tc8pkbf3_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
+                      const short* ubase) {
+  delta_tc_body<8, true, false, true, 3>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase);
 }
 extern "C" __global__ void __launch_bounds__(1024, 1)
     delta_tc8pkf2_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y) {
-  delta_tc_body<8, true, false, false, false, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y);
-}
-// and in two blocks of 512 threads per SM ("tc8pr", as tc8p)
-extern "C" __global__ void __launch_bounds__(DELTA_CHUNK_BLOCK, 2)
-    delta_tc8pr_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y) {
-  delta_tc_body<8, true, false, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y);
+  delta_tc_body<8, true, false, false, 2>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y);
 }
 // session 12: one block of 1024 threads per SM with units of 16 ("tc16pk": half the sequential steps of a row, for
 // the low densities where a warp's ~2 rows of ~3 steps each are a chain of load latencies) and with the L2
