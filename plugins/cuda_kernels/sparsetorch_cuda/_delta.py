@@ -21,8 +21,9 @@ from sparsetorch import InputError
 from .launch import allow_pdl, kernel, resident_blocks
 from .layout import BLOCK, DELTA_SMEM_BLOCK, DELTA_SMEM_BYTES, DELTA_VARIANTS, ROW_KERNEL_BLOCK, _sm_count
 
-__all__ = ["DeltaMixin", "UB_VARIANTS", "unit_bases", "delta_half_default", "DELTA_HALF_SPARSE", "DELTA_HALF_SPLIT", "CHUNK_VARIANTS", "TILE_VARIANTS", "TC_VARIANTS", "TQ_VARIANTS", "DELTA_PLAN_DEFAULT",
-           "DELTA_HALF_DEFAULT", "tile_layout"]
+__all__ = ["DeltaMixin", "UB_VARIANTS", "unit_bases", "delta_half_default", "DELTA_HALF_SPARSE", "DELTA_HALF_SPLIT",
+           "CHUNK_VARIANTS", "TILE_VARIANTS", "TC_VARIANTS", "TQ_VARIANTS", "DELTA_PLAN_DEFAULT", "DELTA_HALF_DEFAULT",
+           "tile_layout"]
 
 #: the "chunk" kernels (kernels/delta.cu, k = 1 only; k > 1 runs "packed"): "chunk" takes units of
 #: 8 entries per lane, "chunk8" / "chunk16" fix the unit;

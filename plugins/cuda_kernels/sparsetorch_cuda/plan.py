@@ -117,8 +117,8 @@ class CudaSpmmPlan(BuildMixin, MmaMixin, DeltaMixin, SpMixin, BmMixin):
     one right-hand side and X in 48 KB of shared memory, below / from 20 % stored density,
     :func:`._delta.delta_half_default`: the chunk layout, products on the tensor cores, each unit's base column
     from the plan, launched with programmatic dependent launch in one block of 1024 threads per SM; "tc8pkbf"
-    with L2 prefetches two steps ahead; session 11's "tc8pk" computes the bases by a warp scan; also ``"tc"``, ``"tc8"``, ``"tc16"``: :data:`._delta.TC_VARIANTS`, and the session-11 variants
-    of :data:`._delta.TQ_VARIANTS`),
+    with L2 prefetches two steps ahead; session 11's "tc8pk" computes the bases by a warp scan; also ``"tc"``,
+    ``"tc8"``, ``"tc16"``: :data:`._delta.TC_VARIANTS`, and the other variants of :data:`._delta.TQ_VARIANTS`),
     ``"chunk"`` (the default for the other cases of one right-hand side, kernels/delta.cu; also
     ``"chunk8"``, ``"chunk16"``, the ``_pf`` prefetch and ``"chunk8_o3"`` variants:
     :data:`._delta.CHUNK_VARIANTS`), ``"packed2"`` / ``"packed"`` (b a compile-time
