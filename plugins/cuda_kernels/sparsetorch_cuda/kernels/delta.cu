@@ -634,7 +634,7 @@ struct TcUnit {
 template <int U, bool UB = false>
 __device__ __forceinline__ void tc_load(const unsigned* __restrict__ gw, const val_t* __restrict__ val, int u, int nnz, TcUnit<U>& r,
                                         const short* __restrict__ ubase = nullptr) {
-  if constexpr (UB) r.b = (int)RO(ubase + u);
+  if constexpr (UB) r.b = (int)RO(ubase + (size_t)u * (U / 8));  // units of 16: every other base
   if constexpr (U == 8) {
     r.w[0] = RO(gw + u);
   } else {
@@ -652,12 +652,12 @@ __device__ __forceinline__ void tc_load(const unsigned* __restrict__ gw, const v
   }
 }
 
-// PFD (session 13, "tc8pkbf" / "tc8pkf2": 2 steps ahead, "tc8pkbf3": 3): ask L2 for unit u's values, gap word (and base): chunk_prefetch with
+// PFD (session 13, "tc8pkbf", "tc16pkbf": 2 steps ahead): ask L2 for unit u's values, gap word (and base): chunk_prefetch with
 // 4 gap bytes per unit, one request per 128-byte line
 template <int U, bool UB>
 __device__ __forceinline__ void tc_prefetch(const unsigned* gw, const val_t* val, const short* ubase, int u) {
   chunk_prefetch<U, 4>(reinterpret_cast<const unsigned char*>(gw), val, u);
-  if (UB && (u & 63) == 0) asm volatile("prefetch.global.L2 [%0];" ::"l"(ubase + u));
+  if (UB && ((u * (U / 8)) & 63) == 0) asm volatile("prefetch.global.L2 [%0];" ::"l"(ubase + (size_t)u * (U / 8)));
 }
 
 // PRMT with the selector's sign-replicate bits (CUDA's __byte_perm uses 3 bits per selector nibble)
@@ -808,7 +808,6 @@ __device__ __forceinline__ void delta_tc_body(int m, int n, int nnz, const idx_t
         tc_load<U, UB>(gw, val, v0 + lane, nnz, nx, ubase);
       }
       const bool edge = ub == u0 || ub + 32 >= u1;  // warp-uniform: a row's first or last step
-      static_assert(!UB || U == 8, "the unit bases take units of 8");
       unsigned mask[U / 2];
       if (edge) {  // entries outside [s0, s1) of the unit (all of a lane past the row's last unit): gap 0, value 0, X 0
         const bool act = u < u1;
@@ -903,20 +902,22 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
                     const short* ubase) {
   delta_tc_body<8, true, false, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase);
 }
-// with L2 prefetches of the step after next ("tc8pkbf"; "tc8pkf2": the same on tc8pk)
+// with L2 prefetches of the step after next ("tc8pkbf"; on tc8pk (without bases) they made it slower, three steps
+// ahead slower too: README, session 13), and in units of 16 ("tc16pkb", "tc16pkbf": twice the bytes in flight)
 extern "C" __global__ void __launch_bounds__(1024, 1)
     delta_tc8pkbf_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
                      const short* ubase) {
   delta_tc_body<8, true, false, true, 2>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase);
 }
 extern "C" __global__ void __launch_bounds__(1024, 1)
-    delta_tc8pkbf3_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
-                      const short* ubase) {
-  delta_tc_body<8, true, false, true, 3>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase);
+    delta_tc16pkb_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
+                     const short* ubase) {
+  delta_tc_body<16, true, false, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase);
 }
 extern "C" __global__ void __launch_bounds__(1024, 1)
-    delta_tc8pkf2_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y) {
-  delta_tc_body<8, true, false, false, 2>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y);
+    delta_tc16pkbf_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
+                      const short* ubase) {
+  delta_tc_body<16, true, false, true, 2>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase);
 }
 // session 12: one block of 1024 threads per SM with units of 16 ("tc16pk": half the sequential steps of a row, for
 // the low densities where a warp's ~2 rows of ~3 steps each are a chain of load latencies) and with the L2
