@@ -652,7 +652,7 @@ __device__ __forceinline__ void tc_load(const unsigned* __restrict__ gw, const v
   }
 }
 
-// PFD (session 13, "tc8pkbf", "tc16pkbf": 2 steps ahead): ask L2 for unit u's values, gap word (and base): chunk_prefetch with
+// PFD (session 13, "tc8pkbf": 2 steps ahead): ask L2 for unit u's values, gap word (and base): chunk_prefetch with
 // 4 gap bytes per unit, one request per 128-byte line
 template <int U, bool UB>
 __device__ __forceinline__ void tc_prefetch(const unsigned* gw, const val_t* val, const short* ubase, int u) {
@@ -903,21 +903,11 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
   delta_tc_body<8, true, false, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase);
 }
 // with L2 prefetches of the step after next ("tc8pkbf"; on tc8pk (without bases) they made it slower, three steps
-// ahead slower too: README, session 13), and in units of 16 ("tc16pkb", "tc16pkbf": twice the bytes in flight)
+// ahead slower too; units of 16 with every other base slower too: README, session 13)
 extern "C" __global__ void __launch_bounds__(1024, 1)
     delta_tc8pkbf_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
                      const short* ubase) {
   delta_tc_body<8, true, false, true, 2>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase);
-}
-extern "C" __global__ void __launch_bounds__(1024, 1)
-    delta_tc16pkb_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
-                     const short* ubase) {
-  delta_tc_body<16, true, false, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase);
-}
-extern "C" __global__ void __launch_bounds__(1024, 1)
-    delta_tc16pkbf_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
-                      const short* ubase) {
-  delta_tc_body<16, true, false, true, 2>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase);
 }
 // session 12: one block of 1024 threads per SM with units of 16 ("tc16pk": half the sequential steps of a row, for
 // the low densities where a warp's ~2 rows of ~3 steps each are a chain of load latencies) and with the L2
