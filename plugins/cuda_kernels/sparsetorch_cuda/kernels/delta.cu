@@ -909,18 +909,6 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
                      const short* ubase) {
   delta_tc_body<8, true, false, true, 2>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase);
 }
-// tc8pkb in five blocks of 256 threads per SM ("tc8pb5": at most 48 registers, 40 warps per SM against 32) and with
-// session 12's L2 prefetches of the first step and of X before the wait ("tc8pkbl")
-extern "C" __global__ void __launch_bounds__(256, 5)
-    delta_tc8pb5_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
-                    const short* ubase) {
-  delta_tc_body<8, true, false, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase);
-}
-extern "C" __global__ void __launch_bounds__(1024, 1)
-    delta_tc8pkbl_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
-                     const short* ubase) {
-  delta_tc_body<8, true, true, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase);
-}
 // session 12: one block of 1024 threads per SM with units of 16 ("tc16pk": half the sequential steps of a row, for
 // the low densities where a warp's ~2 rows of ~3 steps each are a chain of load latencies) and with the L2
 // prefetches before the wait ("tc8pkf", "tc16pkf")
