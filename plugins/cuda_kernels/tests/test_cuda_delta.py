@@ -161,6 +161,18 @@ def test_chunk_inf_and_nan_in_x_stay_out_of_rows_without_them(variant, n, bits, 
         assert rel_err(Y[keep], ref[keep]) < TOL[dtype], cols
 
 
+def _delta4_words(A):
+    """A CPU DELTA(4) tensor's row pointers, gaps and its gaps bit-packed as the plan packs them (entry e's gap:
+    bits 4 (e % 8) of word e // 8; uint32 bits in int32), built independently of the plan."""
+    rowptr, gaps = A.pos(1).long(), A.crd(1).long()
+    nnz = gaps.numel()
+    nw = -(-nnz // 8)
+    padded = torch.zeros(nw * 8, dtype=torch.int64)
+    padded[:nnz] = gaps
+    words = (padded.reshape(nw, 8) << (torch.arange(8) * 4)).sum(1)
+    return rowptr, gaps, torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+
+
 def test_unit_bases_are_the_columns_before_each_unit():
     # CPU: unit u's base is the column of entry 8 u - 1 in entry 8 u's row (its dense column, from the dense
     # matrix's nonzero pattern and the format's padding entries), -1 where entry 8 u starts its row; rows shorter
@@ -170,13 +182,8 @@ def test_unit_bases_are_the_columns_before_each_unit():
     for m, n, dens in ((60, 3000, 0.5), (33, 900, 0.03), (70, 40, 0.3), (4, 5, 0.0)):
         D = random_dense(m, n, dens, torch.float32, seed=m + 1, empty_rows=3 if m > 4 else 0, long_rows=2 if m > 4 else 0)
         A = to_format(D, DELTA(4), torch.float32, torch.int32, device="cpu")
-        rowptr, gaps = A.pos(1).long(), A.crd(1).long()
-        nnz = gaps.numel()
-        nw = -(-nnz // 8)
-        padded = torch.zeros(nw * 8, dtype=torch.int64)
-        padded[:nnz] = gaps
-        words = (padded.reshape(nw, 8) << (torch.arange(8) * 4)).sum(1)
-        words = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+        rowptr, gaps, words = _delta4_words(A)
+        nnz, nw = gaps.numel(), -(-gaps.numel() // 8)
         ub = unit_bases(rowptr.int(), words, nnz, m)
         assert ub.dtype == torch.int16 and ub.numel() == nw + 1
         cols, row_of = [], []  # every stored entry's column and row, walked from the gaps
@@ -203,13 +210,8 @@ def test_tile_layout_decodes_to_the_pattern():
     for m, n, dens, warps in ((60, 3000, 0.5, 7), (33, 900, 0.1, 64), (4, 5, 0.0, 3)):
         D = random_dense(m, n, dens, torch.float32, seed=m, empty_rows=3 if m > 4 else 0, long_rows=2 if m > 4 else 0)
         A = to_format(D, DELTA(4), torch.float32, torch.int32, device="cpu")
-        rowptr, gaps = A.pos(1).long(), A.crd(1).long()
-        nnz = gaps.numel()
-        nw = -(-nnz // 8)
-        padded = torch.zeros(nw * 8, dtype=torch.int64)
-        padded[:nnz] = gaps
-        words = (padded.reshape(nw, 8) << (torch.arange(8) * 4)).sum(1)
-        words = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+        rowptr, gaps, words = _delta4_words(A)
+        nnz, nw = gaps.numel(), -(-gaps.numel() // 8)
         T = tile_layout(rowptr.int(), words, nnz, m, warps)
         tileptr, toff, tw, wrow = (T[k].long() for k in ("tileptr", "toff", "words", "wrow"))
         tw = tw & 0xFFFFFFFF
