@@ -211,7 +211,7 @@ def test_tile_layout_decodes_to_the_pattern():
         D = random_dense(m, n, dens, torch.float32, seed=m, empty_rows=3 if m > 4 else 0, long_rows=2 if m > 4 else 0)
         A = to_format(D, DELTA(4), torch.float32, torch.int32, device="cpu")
         rowptr, gaps, words = _delta4_words(A)
-        nnz, nw = gaps.numel(), -(-gaps.numel() // 8)
+        nnz = gaps.numel()
         T = tile_layout(rowptr.int(), words, nnz, m, warps)
         tileptr, toff, tw, wrow = (T[k].long() for k in ("tileptr", "toff", "words", "wrow"))
         tw = tw & 0xFFFFFFFF
