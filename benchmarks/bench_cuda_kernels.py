@@ -225,7 +225,9 @@ def case_nm(tab: Table, size: int, dtypes, ks=(1,)) -> None:
             tab.record(case, f"dense cuBLAS {'GEMV' if k == 1 else 'GEMM'} k={k}", lambda X=X, W=W: W @ X, lambda X=X, W=W: W @ X,
                        ref, size * size * vs + 2 * size * k * vs, dtype=name, k=k, density=0.5)
             nb = traffic("nm", m=size, n=size, nnz=int(A.nse), k=k, vs=vs, isz=4, slots=int(A.values.shape[-1]), bits=2)
-            for variant in ("warp", "s1", "s2", "s3", "s4"):
+            from sparsetorch_cuda.layout import NM_VARIANTS
+
+            for variant in NM_VARIANTS:
                 p = _plan(A, variant)
                 tab.record(case, f"cuda plan.apply NM(2,4) [{variant}] k={k}", lambda p=p, X=X: p.apply(X), lambda p=p, X=X: p.apply(X),
                            ref, nb, family="nm" if k == 1 and variant == default else None, dtype=name, k=k, density=0.5,

@@ -63,7 +63,8 @@ DIA_DEFAULT = "rows2"
 CSR_VARIANTS = ("stream", "streamcs", "stream4", "stream16", "vector", "balanced", "sell")
 DELTA_VARIANTS = ("packed", "packed2", "groups", "lanes")
 DELTA_DEFAULT = "packed"
-NM_VARIANTS = ("warp", "s1", "s2", "s3", "s4")
+#: "tc1" / "tc2" (session 13): s1 / s2 with the products on the tensor cores (half types; others run s1 / s2)
+NM_VARIANTS = ("warp", "s1", "s2", "s3", "s4", "tc1", "tc2")
 NM_DEFAULT = "s2"
 
 

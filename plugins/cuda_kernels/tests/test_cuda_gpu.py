@@ -20,6 +20,8 @@ import torch
 import sparsetorch as st
 from sparsetorch.format import BSR, COO, CSR, DELTA, DIA, ELL, NM
 
+from sparsetorch_cuda.layout import NM_VARIANTS
+
 from _cuda_helpers import TOL, banded_dense, gpu, nm_dense, random_dense, rel_err, to_format, make_plan as _plan, random_x as _x
 
 pytestmark = gpu
@@ -142,8 +144,8 @@ def test_dia_variants(variant, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
-@pytest.mark.parametrize("variant", ("warp", "s1", "s2", "s3", "s4"))
-@pytest.mark.parametrize("shape", ((130, 256), (64, 8192), (5, 48), (33, 100), (7, 16)))
+@pytest.mark.parametrize("variant", NM_VARIANTS)
+@pytest.mark.parametrize("shape", ((130, 256), (64, 8192), (5, 48), (33, 100), (7, 16), (3, 1040)))
 def test_nm24_kernels(shape, variant, dtype):
     # n % 16 == 0 takes the vectorized 2:4 kernel (k = 1; rows shared by 1..4 warps, rows that
     # fill no whole block), others the general one; both against dense

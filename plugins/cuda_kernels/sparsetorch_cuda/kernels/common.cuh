@@ -56,6 +56,30 @@ __device__ __forceinline__ acc_t group_sum(acc_t s) {
 
 __device__ __forceinline__ acc_t warp_sum(acc_t s) { return group_sum<32>(s); }
 
+#if VAL_KIND <= 1
+// Dot products on the tensor cores (the DELTA "tc" kernels, delta.cu, and the 2:4 "tc" SpMV, structured.cu): D += A B
+// (mma m16n8k16, f32 accumulate) with A's rows g + 8 zero, where lane L = 4 g + t holds a0 = A[g][2t, 2t + 1],
+// a2 = A[g][2t + 8, 2t + 9] and b0 = B[2t, 2t + 1][g], b1 = B[2t + 8, 2t + 9][g]: D[g][g] sums, over the four lanes
+// of group g, a0 . b0 + a2 . b1. A lane whose a words hold its values and whose b words hold the matching X
+// values thus adds its dot product to its group's diagonal element; tc_diag picks that element (lane 4 g + g / 2,
+// element g % 2; zero in the other lanes), so a warp sum of it is the sum of every lane's dot products.
+__device__ __forceinline__ void tc_mma(float (&c)[4], unsigned a0, unsigned a2, unsigned b0, unsigned b1) {
+#if VAL_KIND == 0
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%5}, {%7,%8}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(0u), "r"(a2), "r"(b0), "r"(b1));
+#else
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%5}, {%7,%8}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(0u), "r"(a2), "r"(b0), "r"(b1));
+#endif
+}
+__device__ __forceinline__ float tc_diag(const float (&c)[4], int lane) {
+  const int g = lane >> 2;
+  return (lane & 3) == (g >> 1) ? ((g & 1) ? c[1] : c[0]) : 0.f;
+}
+#endif
+
 // Shared-memory and cluster helpers of the tensor-core kernels (mma.cu, spmm_sp.cu).
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
   unsigned a;

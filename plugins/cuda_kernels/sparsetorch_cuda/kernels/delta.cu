@@ -667,19 +667,7 @@ __device__ __forceinline__ unsigned tc_prmt(unsigned a, unsigned b, unsigned sel
   return r;
 }
 
-// D += A B on the tensor cores (m16n8k16, f32 accumulate), A's rows r + 8 zero: see above
-__device__ __forceinline__ void tc_mma(float (&c)[4], unsigned a0, unsigned a2, unsigned b0, unsigned b1) {
-#if VAL_KIND == 0
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%5}, {%7,%8}, {%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(0u), "r"(a2), "r"(b0), "r"(b1));
-#else
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%5}, {%7,%8}, {%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(0u), "r"(a2), "r"(b0), "r"(b1));
-#endif
-}
-
+// (tc_mma and tc_diag: kernels/common.cuh)
 // (the constant part of the address folds into the load's immediate offset)
 __device__ __forceinline__ unsigned tc_lds(unsigned a) {
   unsigned short h;
@@ -853,9 +841,7 @@ __device__ __forceinline__ void delta_tc_body(int m, int n, int nnz, const idx_t
         tc_unit<U, false>(cur, P2, E2, xb, mask, acc);
       base += __shfl_sync(FULL, inc, 31);
     }
-    // the diagonal D[r][r] (lane 4 r + r / 2, element r % 2), summed over the warp
-    const int r = lane >> 2;
-    float s = (lane & 3) == (r >> 1) ? ((r & 1) ? acc[1] : acc[0]) : 0.f;
+    float s = tc_diag(acc, lane);  // the diagonal, summed over the warp
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(FULL, s, o);
     if (lane == 0) y[row] = st(s);
