@@ -63,8 +63,9 @@ DIA_DEFAULT = "rows2"
 CSR_VARIANTS = ("stream", "streamcs", "stream4", "stream16", "vector", "balanced", "sell")
 DELTA_VARIANTS = ("packed", "packed2", "groups", "lanes")
 DELTA_DEFAULT = "packed"
-#: "tc1" / "tc2" (session 13): s1 / s2 with the products on the tensor cores (half types; others run s1 / s2)
-NM_VARIANTS = ("warp", "s1", "s2", "s3", "s4", "tc1", "tc2")
+#: (session 13 tried s1 / s2 with the products on the tensor cores, the DELTA tc kernels' diagonal trick: 8192^2
+#: fp16 28.7 / 23.3 us against s2's 22.1, bf16 alike; results/cuda_kernels_h200_s13_nm.json; removed)
+NM_VARIANTS = ("warp", "s1", "s2", "s3", "s4")
 NM_DEFAULT = "s2"
 
 

@@ -499,9 +499,8 @@ class CudaSpmmPlan(BuildMixin, MmaMixin, DeltaMixin, SpMixin, BmMixin):
                     wpb = ROW_KERNEL_BLOCK // 32
                     kern((min(-(-m // wpb), 4 * _sm_count(dev)), 1), ROW_KERNEL_BLOCK, args, device=self.dev_index)
                     return
-                split = int(self.variant[-1])
-                tc = self.variant.startswith("tc") and self.dtype in (torch.float16, torch.bfloat16)
-                kern = kernel("structured", f"nm24{'tc' if tc else ''}_s{split}", self.dtype, torch.int32, dev, 7)
+                split = int(self.variant[1])
+                kern = kernel("structured", f"nm24_s{split}", self.dtype, torch.int32, dev, 7)
                 kern((-(-m // (NM_BLOCK // 32 // split)), 1), NM_BLOCK, (*args[:5], bp, args[5]), device=self.dev_index)
                 return True
             kern = kernel("structured", "nm_any", self.dtype, torch.int32, dev, 11)

@@ -81,55 +81,10 @@ extern "C" __global__ void __launch_bounds__(512) nm24(i64 m_, i64 S_, const uns
   }
 }
 
-#if VAL_KIND <= 1
-// Session 13 ("tc1", "tc2": half types): nm24_range with the products on the tensor cores (common.cuh tc_mma):
-// a chunk's 8 values are the a words as loaded (slots 2 j, 2 j + 1 in word j), and one byte permute per pair of
-// slots picks both X values (the pair shares its group of 4 columns: selector bytes 2 p, 2 p + 1 per slot), so
-// a chunk costs 4 selector computations, 4 permutes and 2 mma instead of 8 extractions, conversions and FMAs.
-// Every lane issues the mma (lanes past the range carry zero values and zero X). Returns the lane's part of
-// the range's sum (tc_diag: a warp sum of it is the sum).
-__device__ __forceinline__ float nm24tc_range(const val_t* __restrict__ vr, const unsigned short* __restrict__ pr,
-                                              const val_t* __restrict__ x, int qa, int qe, int lane) {
-  float acc[4] = {0.f, 0.f, 0.f, 0.f};
-  for (int qb = qa; qb < qe; qb += 64) {
-    uint4 vv[2], xa[2], xb[2];
-    unsigned pw[2];
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      const int q = qb + u * 32 + lane;
-      vv[u] = xa[u] = xb[u] = make_uint4(0u, 0u, 0u, 0u);
-      pw[u] = 0u;
-      if (q < qe) {
-        vv[u] = RO(reinterpret_cast<const uint4*>(vr + 8 * q));
-        pw[u] = RO(pr + q);
-        const uint4* xq = reinterpret_cast<const uint4*>(x) + 2 * q;
-        xa[u] = RO(xq);
-        xb[u] = RO(xq + 1);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      const unsigned r[8] = {xa[u].x, xa[u].y, xa[u].z, xa[u].w, xb[u].x, xb[u].y, xb[u].z, xb[u].w};
-      unsigned b[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const unsigned q4 = (pw[u] >> (4 * j)) & 15u;        // positions p0 (bits 0-1), p1 (bits 2-3) of slots 2 j, 2 j + 1
-        const unsigned t = (q4 | (q4 << 6)) & 0x303u;        // p0 at bits 0-1, p1 at bits 8-9
-        b[j] = __byte_perm(r[2 * j], r[2 * j + 1], t * 0x22u + 0x1010u);  // bytes 2 p0, 2 p0 + 1, 2 p1, 2 p1 + 1
-      }
-      tc_mma(acc, vv[u].x, vv[u].y, b[0], b[1]);
-      tc_mma(acc, vv[u].z, vv[u].w, b[2], b[3]);
-    }
-  }
-  return tc_diag(acc, lane);
-}
-#endif
-
 // nm24_s<SPLIT> ("s1" .. "s4"; "s2" the measured default): blocks of NM_BLOCK threads, SPLIT
 // warps per row, each over an equal range of the row's chunks; bias[row] added when bias is not null.
-// TC: the chunks' products on the tensor cores (nm24tc_range; nm24tc_s<SPLIT>, half types).
 #define NM_BLOCK 384
-template <int SPLIT, bool TC = false>
+template <int SPLIT>
 __device__ __forceinline__ void nm24_body(int m, int S, const unsigned short* __restrict__ pos, const val_t* __restrict__ val,
                                           const val_t* __restrict__ x, const val_t* __restrict__ bias, val_t* __restrict__ y) {
   __shared__ acc_t part[NM_BLOCK / 32];
@@ -140,14 +95,7 @@ __device__ __forceinline__ void nm24_body(int m, int S, const unsigned short* __
   acc_t s = 0;
   if (row < m) {
     int qa = (int)((long long)Q * h / SPLIT), qe = (int)((long long)Q * (h + 1) / SPLIT);
-#if VAL_KIND <= 1
-    if constexpr (TC) {
-      s = nm24tc_range(val + (i64)row * S, pos + (i64)row * Q, x, qa, qe, lane);
-    } else
-#endif
-    {
-      s = nm24_range(val + (i64)row * S, pos + (i64)row * Q, x, qa, qe, lane);
-    }
+    s = nm24_range(val + (i64)row * S, pos + (i64)row * Q, x, qa, qe, lane);
   }
   s = warp_sum(s);
   if (SPLIT == 1) {
@@ -174,16 +122,6 @@ NM24(1)
 NM24(2)
 NM24(3)
 NM24(4)
-#if VAL_KIND <= 1
-#define NM24TC(SP)                                                                                                     \
-  extern "C" __global__ void __launch_bounds__(NM_BLOCK) nm24tc_s##SP(i64 m, i64 S, const unsigned short* pos,        \
-                                                                     const val_t* val, const val_t* x,                \
-                                                                     const val_t* bias, val_t* y) {                   \
-    nm24_body<SP, true>((int)m, (int)S, pos, val, x, bias, y);                                                         \
-  }
-NM24TC(1)
-NM24TC(2)
-#endif
 
 // ---- N:M, any N, M (M <= 256), any number of right-hand sides: a warp per row ------------------
 // slot s of row `row`: column (s / N) * M + position, the position a PB-bit field at bit
