@@ -1,5 +1,6 @@
 """CSR -> BSR through the CPU kernel path (construct._csr_to_bsr: one sort of packed keys, no
-argsort): exact against SciPy's ``tobsr`` + ``sort_indices`` (indptr, indices and blocks) over
+argsort, then SciPy's csr_tobsr on the sorted keys or the NumPy fallback): exact against SciPy's
+``tobsr`` + ``sort_indices`` (indptr, indices and blocks) over
 shapes, block sizes, index and value dtypes, empty matrices and rows, dense blocks and
 skewed block rows; every branch of the key layout (int32 halves, packed int64, argsort) and
 the sort in runs; the value map (computed on first use) against the values moved in the
@@ -321,3 +322,39 @@ def test_property_matches_scipy(mb, nb, bh, bw, density, seed, idt, dtype, run):
     b = a.copy()
     b.data = new.numpy()
     assert np.array_equal(again.values.numpy(), scipy_bsr(b, (bh, bw))[2])
+
+
+# SciPy's csr_tobsr on the sorted keys vs the NumPy fallback -------------------------------------
+
+
+@pytest.mark.parametrize("blk", [(1, 1), (2, 2), (3, 2), (2, 3), (4, 4)])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex64, np.complex128])
+@pytest.mark.parametrize("idt", [torch.int32, torch.int64])
+def test_kernel_and_numpy_agree_bit_for_bit(blk, dtype, idt):
+    """The values go through SciPy's kernel as integer bits (it adds each to a zeroed slot, and
+    0.0 + -0.0 would be +0.0): signed zeros and NaN payloads arrive as they were, and the
+    kernel's buffers equal the NumPy fallback's (``tools=None``), value map included."""
+    from scipy.sparse import _sparsetools as tools
+
+    bh, bw = blk
+    a = random_csr(12 * bh, 10 * bw, 0.2, 5, dtype)
+    ptr, col = a.indptr.astype(np.int64), a.indices.astype(np.int64)
+    data = a.data.copy()
+    data[::5] = -0.0
+    data[1::7] = np.nan
+    keep = (ptr.copy(), col.copy(), data.copy())
+    nit = np.int32 if idt == torch.int32 else np.int64
+    got = [construct._csr_to_bsr(k, blk, 12 * bh, 10 * bw, ptr.astype(nit), col.astype(nit), data, idt, None)
+           for k in (tools, None)]
+    for pos, crd, src, *_ in got:
+        assert pos[1].dtype == idt and crd[1].dtype == idt and src is None
+    (p0, c0, _, d0, n0, f0), (p1, c1, _, d1, n1, f1) = got
+    assert n0 == n1 and torch.equal(p0[1], p1[1]) and torch.equal(c0[1], c1[1])
+    assert f0.numpy().tobytes() == f1.numpy().tobytes()  # bit for bit: -0.0 and NaN kept
+    assert torch.equal(d0(), d1())
+    moved = np.zeros(n0, dtype=data.dtype)
+    moved[d0().numpy()] = data
+    assert moved.tobytes() == f0.numpy().tobytes()
+    indptr, indices, _ = scipy_bsr(a, blk)
+    assert np.array_equal(p0[1].numpy(), indptr) and np.array_equal(c0[1].numpy(), indices)
+    assert all(x.tobytes() == y.tobytes() for x, y in zip(keep, (ptr, col, data)))  # inputs untouched

@@ -801,8 +801,22 @@ def _as_dtype(b: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 # numbers. Shapes that are not multiples of the blocks, and other formats, take the general path.
 
 
+_KERNEL_KINDS: dict = {}
+
+
 def _block_of(fmt: TensorFormat) -> tuple[int, int] | None:
-    """``(bh, bw)`` when ``fmt`` is BSR(bh, bw) (whatever its name), else None."""
+    """``(bh, bw)`` when ``fmt`` is BSR(bh, bw) (whatever its name), else None; remembered per
+    format (building the reference BSR validates a format: tens of microseconds per conversion)."""
+    key = ("bsr", fmt)
+    got = _KERNEL_KINDS.get(key, _KERNEL_KINDS)
+    if got is _KERNEL_KINDS:
+        got = _find_block(fmt)
+        if len(_KERNEL_KINDS) < 4096:
+            _KERNEL_KINDS[key] = got
+    return got
+
+
+def _find_block(fmt: TensorFormat) -> tuple[int, int] | None:
     from ..format import BSR, FloorDiv  # noqa: PLC0415
 
     if fmt.ndim != 2 or fmt.num_levels != 4 or fmt.num_batch_levels:
@@ -815,12 +829,17 @@ def _block_of(fmt: TensorFormat) -> tuple[int, int] | None:
 
 
 def _dia_kind(fmt: TensorFormat) -> str | None:
-    from ..format import DIA, DIA_J  # noqa: PLC0415
+    """``"DIA"`` or ``"DIA_J"`` when ``fmt`` is that layout (whatever its name), else None; remembered per format."""
+    key = ("dia", fmt)
+    got = _KERNEL_KINDS.get(key, _KERNEL_KINDS)
+    if got is _KERNEL_KINDS:
+        from ..format import DIA, DIA_J  # noqa: PLC0415
 
-    for name, ref in (("DIA", DIA), ("DIA_J", DIA_J)):
-        if fmt.levels == ref.levels and fmt.dims == ref.dims:
-            return name
-    return None
+        got = next((name for name, ref in (("DIA", DIA), ("DIA_J", DIA_J))
+                    if fmt.levels == ref.levels and fmt.dims == ref.dims), None)
+        if len(_KERNEL_KINDS) < 4096:
+            _KERNEL_KINDS[key] = got
+    return got
 
 
 def _np(b: torch.Tensor) -> np.ndarray:
@@ -833,9 +852,12 @@ def _kernel_path(t: SparseTensor, fmt: TensorFormat, index_dtype: torch.dtype, v
         return None
     if _pair_layout(t.format) == ("csr", 0) and _dia_kind(fmt) is not None:
         return _csr_to_dia(t, _dia_kind(fmt), index_dtype, guard, values_too)
-    if (_dia_kind(t.format) == "DIA" and _pair_layout(fmt) == ("csr", 0) and not t.format.num_batch_levels
+    dia = _dia_kind(t.format)
+    if (dia is not None and _pair_layout(fmt) == ("csr", 0) and not t.format.num_batch_levels
             and _on_host(t.crd(0), t.values)):
-        return _dia_rows_to_csr(t, index_dtype, values_too)
+        got = _dia_rows_to_csr(t, index_dtype, values_too, dia)
+        if got is not None:
+            return got
     tools = _sparsetools(t.nse or 0)
     if tools is None or t.format.num_batch_levels or fmt.num_batch_levels:
         return None
@@ -934,46 +956,54 @@ def _dia_to_csr(tools, kind, m, n, offsets, vals):
     return torch.from_numpy(got[0]), torch.from_numpy(got[1]), torch.from_numpy(got[2] - 1), None
 
 
-#: CSR -> BSR sorts its keys in runs of whole block rows of about this many entries: the blocks
-#: of different block rows are already in order, and a run this size stays in the core's cache
-#: (1M random keys here: one sort 11 ms, in runs of 2048 about 7 ms)
+#: CSR -> BSR sorts the keys of block rows of more than two rows in runs of whole block rows of
+#: about this many entries: the blocks of different block rows are already in order, and a run
+#: this size stays in the core's cache (1M random keys here: one sort 11 ms, in runs of 2048
+#: about 7 ms). Block rows of two rows are two sorted runs each: one stable sort (NumPy's timsort
+#: merges the runs; 1M random keys of BSR(2, 2) here: 6-8 ms, 12-16 ms in runs).
 BSR_SORT_RUN = 2048
+
+#: CSR -> BSR moves values of these dtypes through SciPy's ``csr_tobsr`` as integers of the same
+#: size: the kernel adds each value to a zeroed slot, and 0.0 + -0.0 is +0.0, where integer
+#: bits are copied exactly. Other value dtypes (complex128) move by one gather and one scatter.
+_BSR_BITS = {np.dtype(np.float32): np.int32, np.dtype(np.float64): np.int64, np.dtype(np.complex64): np.int64}
 
 
 def _csr_to_bsr(tools, blk, m, n, ptr, col, vals, index_dtype, guard):
     """CSR -> BSR with sorted blocks (what SciPy's ``tobsr`` + ``sort_indices`` give).
 
-    Each entry gets a key: block row, block column and slot in the block, each field a whole
-    number of bits (what follows is shifts and masks, no division), with the entry's position
-    in the CSR buffers below it. Sorting the plain keys (NumPy's sort of plain integers, SIMD
-    where the CPU has it, in runs of whole block rows: half the time of a stable argsort of the
-    same keys or less; the keys are distinct, so stability does not matter) puts the entries in
-    slot order and carries the permutation along. A block starts where the block bits change;
-    the running count of the starts is each entry's block rank. The values move in slot order
-    (one gather, one scatter); the map from CSR entries to slots is scattered on first use
-    (until then the conversion holds the permutation and the slots). Where they fit, keys and
-    positions are the two int32 halves of one int64 and buffers are reused in place: every
-    step is bound by memory traffic."""
+    Each entry gets a key: its block row (a whole number of bits) above its place in the block
+    row, ``block column * bh * bw + slot in the block``, with the entry's position in the CSR
+    buffers below the key. Sorting the plain keys (NumPy's sort of plain integers; the keys are
+    distinct, so stability does not matter; see :data:`BSR_SORT_RUN`) puts the entries in slot
+    order and carries the permutation along. With SciPy's kernels (``tools``) the sorted places
+    are a CSR of one row per block row whose ``1 x bh*bw`` blocks are the BSR blocks: SciPy's
+    ``csr_count_blocks`` and ``csr_tobsr`` give the pointers, the block columns (in sorted
+    order, as the places are sorted) and the values (moved as integer bits, exact) in one pass
+    each. Without them, NumPy: a block starts where the block column changes or a block row
+    begins; the running count of the starts is each entry's block rank. The map from CSR
+    entries to slots is computed on first use (until then the conversion holds the sorted
+    places and the permutation). Where they fit, keys and positions are the two int32 halves of
+    one int64 and buffers are reused in place: every step is bound by memory traffic."""
     bh, bw = blk
     bs = bh * bw
     nnz = col.size
     nbr, nbc = m // bh, n // bw
-    sb = (bs - 1).bit_length()  # bits of the slot in a block
-    cb = max(nbc - 1, 0).bit_length()  # bits of the block column
-    kb = max(nbr - 1, 0).bit_length() + cb + sb  # bits of a key
+    pb_row = max(nbc * bs - 1, 0).bit_length()  # bits of the place in a block row
+    kb = max(nbr - 1, 0).bit_length() + pb_row  # bits of a key
     if kb > 62:
         return None  # no int64 key: the general path
     small = kb <= 31 and nnz < _INT32_MAX and sys.byteorder == "little"
     kt = np.int32 if small else np.int64
     i = np.arange(m, dtype=kt)
-    part = np.repeat(((i // bh) << (cb + sb)) + (i % bh) * bw, np.diff(ptr))  # the row's part of each key
+    part = np.repeat(((i // bh) << pb_row) + (i % bh) * bw, np.diff(ptr))  # the row's part of each key
     if n <= 4 * nnz + 4096:
         j = np.arange(n, dtype=kt)
-        cpart = np.take(((j // bw) << sb) + j % bw, col)  # the column's part
+        cpart = np.take((j // bw) * bs + j % bw, col)  # the column's part
     else:  # few entries in many columns: no table over the columns
         c = col.astype(kt)
         cpart = c // bw
-        cpart <<= sb
+        cpart *= bs
         cpart += c % bw
     if small:
         enc = np.arange(nnz, dtype=np.int64)  # positions in the low halves ...
@@ -991,57 +1021,88 @@ def _csr_to_bsr(tools, blk, m, n, ptr, col, vals, index_dtype, guard):
         else:  # no room for the positions: an argsort for the permutation
             enc, mask = np.argsort(key, kind="stable"), 0
             key = key[enc]
-    del part
-    if mask and (bh > 1 or not _increasing(enc)):  # one row per block row: in order already
-        _sort_block_rows(enc, ptr[::bh])
-    if mask and not small:
-        key = enc >> mask.bit_length()
-    bk = np.right_shift(key, sb, out=cpart)  # block keys, in slot order
-    new = np.empty(nnz, dtype=bool)  # the first entry of each block
-    rank = np.empty(nnz, dtype=np.int64)  # the same, 0 at the first: summed, each entry's block rank
-    if nnz:
-        new[0], rank[0] = True, 0
-        np.not_equal(bk[1:], bk[:-1], out=new[1:])
-        np.not_equal(bk[1:], bk[:-1], out=rank[1:], casting="unsafe")
-    bkeys = bk[new]  # the blocks' keys, ascending
-    del new
-    nblocks = bkeys.size
-    nslots = nblocks * bs
-    if guard is not None:
-        guard(nslots, nnz)
+    del part, cpart
+    if mask:
+        if bh == 2:
+            enc.sort(kind="stable")
+        elif bh > 2 or not _increasing(enc):  # one row per block row: in order already
+            _sort_block_rows(enc, ptr[::bh])
+        if not small:
+            key = enc >> mask.bit_length()
     nit = np.int32 if index_dtype == torch.int32 else np.int64  # cast here: one thread, no torch pool
-    bj = np.bitwise_and(bkeys, (1 << cb) - 1, dtype=nit)
-    del bkeys
-    # each entry's block rank (torch's int64 scan: a third of NumPy's cumsum time); a block row
-    # starts a block, so the rank at its first entry is the count of blocks before it
-    rank = torch.from_numpy(rank).cumsum_(0).numpy() if nnz else rank
-    bp = np.full(nbr + 1, nblocks, dtype=nit)
-    starts = ptr[: m : bh]
-    inside = starts < nnz
-    bp[:nbr][inside] = rank[starts[inside]]
-    # the slot of each entry, in slot order: its block's rank times the block size, plus its
-    # place in the block
-    slot = rank
-    slot *= bs
-    slot += np.bitwise_and(key, (1 << sb) - 1, out=bk)
-    del bk, key
+    # the kernel's index type holds the places and the slot offsets (blocks * bh * bw <= nnz * bh * bw)
+    kit = nit if nit == np.int64 or (nbc * bs <= _INT32_MAX and nnz * bs <= _INT32_MAX) else np.int64
+    bits = _BSR_BITS.get(vals.dtype) if vals is not None else None
+    kernel = (bits is not None and tools is not None and hasattr(tools, "csr_tobsr")
+              and hasattr(tools, "csr_count_blocks") and nbc <= 4 * nnz + 65536)  # a table over the block columns
+    low = np.bitwise_and(key, (1 << pb_row) - 1, dtype=kit if kernel else np.int64)  # places, in slot order
+    del key
     order = enc
     if mask:
         order &= mask  # the CSR position of each entry, in slot order
+    first = slot = None
+    if kernel:
+        ap = np.ascontiguousarray(ptr[::bh], dtype=kit)  # each block row's first entry
+        nblocks = int(tools.csr_count_blocks(nbr, nbc * bs, 1, bs, ap, low))
+        nslots = nblocks * bs
+        if guard is not None:
+            guard(nslots, nnz)
+        bp = np.empty(nbr + 1, dtype=kit)
+        bj = np.empty(nblocks, dtype=kit)
+        out = np.zeros(nslots, dtype=bits)
+        tools.csr_tobsr(nbr, nbc * bs, 1, bs, ap, low, np.take(vals.view(bits), order), bp, bj, out)
+        first = torch.from_numpy(out.view(vals.dtype))
+        bp, bj = bp.astype(nit, copy=False), bj.astype(nit, copy=False)
+    else:
+        ap = ptr[::bh]
+        bp, bj, slot = _bsr_slots(low, ap, bs, nbr, nit)
+        nslots = int(bj.size) * bs
+        if guard is not None:
+            guard(nslots, nnz)
+        if vals is not None:
+            out = np.zeros(nslots, dtype=vals.dtype)
+            out[slot] = np.take(vals, order)
+            first = torch.from_numpy(out)
 
     def dst() -> torch.Tensor:
         out = np.empty(nnz, dtype=np.int64)
-        out[order] = slot
+        out[order] = slot if slot is not None else _bsr_slots(low, ap, bs, nbr, nit)[2]
         return torch.from_numpy(out)
 
-    first = None
-    if vals is not None:
-        out = np.zeros(nslots, dtype=vals.dtype)
-        out[slot] = np.take(vals, order)
-        first = torch.from_numpy(out)
     pos = [None, torch.from_numpy(bp), None, None]
     crd = [None, torch.from_numpy(bj), None, None]
     return pos, crd, None, dst if vals is not None else dst(), nslots, first
+
+
+def _bsr_slots(low: np.ndarray, ap: np.ndarray, bs: int, nbr: int, nit) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(bp, bj, slot)`` of the BSR whose entries, in slot order, have the places ``low`` (block
+    column * ``bs`` + slot in the block) and whose block row ``i`` holds entries
+    ``ap[i]:ap[i + 1]``: the block pointers and columns (in ``nit``), and each entry's slot."""
+    nnz = low.size
+    sh = bs.bit_length() - 1
+    bc = low >> sh if bs == 1 << sh else low // bs  # block columns
+    new = np.empty(nnz, dtype=np.int64)  # 1 at the first entry of each block: summed, each entry's block rank
+    if nnz:
+        new[0] = 0
+        np.not_equal(bc[1:], bc[:-1], out=new[1:], casting="unsafe")
+        starts = np.asarray(ap[:nbr])
+        inside = starts < nnz
+        new[starts[inside & (starts > 0)]] = 1  # a block row starts a block
+    first = new.astype(bool)
+    if nnz:
+        first[0] = True
+    # each entry's block rank (torch's int64 scan: a third of NumPy's cumsum time)
+    rank = torch.from_numpy(new).cumsum_(0).numpy() if nnz else new
+    nblocks = int(rank[-1]) + 1 if nnz else 0
+    bj = bc[first].astype(nit, copy=False)
+    bp = np.full(nbr + 1, nblocks, dtype=nit)
+    if nnz:
+        bp[:nbr][inside] = rank[starts[inside]]
+    slot = rank  # the slot of each entry: its block's rank times the block size, plus its place in the block
+    slot *= bs
+    slot += low
+    slot -= bc * bs
+    return bp, bj, slot
 
 
 def _sort_block_rows(keys: np.ndarray, starts: np.ndarray) -> None:
@@ -1112,54 +1173,113 @@ def _csr_to_dia(t: SparseTensor, kind: str, index_dtype: torch.dtype, guard, val
     return [top, None], [offsets.to(device=col.device, dtype=index_dtype), None], None, dst, nslots, first
 
 
-def _dia_rows_to_csr(t: SparseTensor, index_dtype: torch.dtype, values_too: bool):
-    """DIA (``nrows`` slots per diagonal) -> CSR on the CPU: row ``i`` holds the diagonals ``k``
-    with ``0 <= i + offset[k] < ncols``, in offset order, so the CSR values are the rows of the
-    transposed ``(diagonals, nrows)`` value array under that mask (NumPy). Rows ``[lo, hi)``
-    hold every diagonal: their part is written in one pass into the output; only the rows above
-    and below (at most the offsets' span) are masked."""
+#: DIA_J -> CSR takes :func:`_dia_rows_to_csr` (NumPy) from this many diagonals on, when at most
+#: :data:`DIA_J_MAX_EDGE_SHARE` of the entries lie in the edge rows (those that do not hold every
+#: diagonal); fewer diagonals, or more entries in the edge rows, take SciPy's ``dia_tocsr`` where
+#: SciPy is there (measured on 20000 x 20000: a band of 50 diagonals in 0.65-0.9x the kernel's
+#: time; 5-20 diagonals, or half the entries in edge rows, in 1.3-2.4x)
+DIA_J_MIN_DIAGONALS = 24
+DIA_J_MAX_EDGE_SHARE = 0.125
+#: :func:`_dia_rows_to_csr` moves the middle rows' values by one strided copy per diagonal from
+#: this many diagonals on (or where the diagonals' value slots are not evenly spaced), else by one
+#: copy from a strided view of them all (as DIA's transposed value array); it writes the column
+#: indices by one broadcast addition from half as many diagonals on, else one per diagonal (what
+#: was faster on 20000 rows here: NumPy's copy and addition run along the output's rows)
+DIA_COPY_PER_DIAGONAL = 24
+
+
+def _dia_rows_to_csr(t: SparseTensor, index_dtype: torch.dtype, values_too: bool, kind: str = "DIA"):
+    """DIA (``nrows`` slots per diagonal) or DIA_J (``ncols`` slots per diagonal) -> CSR on the
+    CPU (NumPy). Diagonal ``k`` holds rows ``[r0[k], r1[k])`` (``0 <= i + offset[k] < ncols``),
+    the value of row ``i`` at slot ``base[k] + i`` (``base[k] = k * nrows`` for DIA, ``k *
+    ncols + offset[k]`` for DIA_J); with the offsets ascending, row ``i`` holds a range of
+    diagonals, in offset order. Rows ``[lo, hi)`` hold every diagonal: in the output they are a
+    ``(hi - lo, diagonals)`` block, written by slices of the value array (see
+    :data:`DIA_COPY_PER_DIAGONAL`), no index arrays; the rows above and below (at most the
+    offsets' span) are gathered entry by entry. None (another path converts) when the values
+    or offsets are not what a valid tensor has, or for a DIA_J that SciPy's kernel converts
+    faster (:data:`DIA_J_MIN_DIAGONALS`)."""
     _, crd, tvals = t._linear_buffers()
     m, n = t.format_shape
-    off = _np(crd[0])
+    off = _np(crd[0]).astype(np.int64, copy=False)
     nd = off.size
-    it = np.int32 if max(m, n) + 1 < _INT32_MAX and nd * m < _INT32_MAX else np.int64
-    offs = off.astype(it)
-    lo = min(max(0, -int(off.min())) if nd else 0, m)
-    hi = max(min(m, n - int(off.max())) if nd else m, lo)  # rows [lo, hi) hold every diagonal
-    erows = np.concatenate([np.arange(lo, dtype=it), np.arange(hi, m, dtype=it)])
-    ecols = erows[:, None] + offs[None, :]
-    edge = (ecols >= 0) & (ecols < n)  # the edge rows' mask (lo + m - hi rows)
-    counts = np.full(m, nd, dtype=np.int64)
-    counts[:lo] = edge[:lo].sum(1)
-    counts[hi:] = edge[lo:].sum(1)
-    ptr = np.empty(m + 1, dtype=np.int64)
+    width = m if kind == "DIA" else n
+    if tvals.shape[-1] != nd * width or (nd > 1 and not bool((off[1:] > off[:-1]).all())):
+        return None
+    kernel = kind != "DIA" and _sparsetools(t.nse or 0) is not None and hasattr(_sparsetools(t.nse), "dia_tocsr")
+    if kernel and nd < DIA_J_MIN_DIAGONALS:
+        return None
+    base = np.arange(nd, dtype=np.int64) * width
+    if kind != "DIA":
+        base += off
+    r0 = np.clip(-off, 0, m)  # diagonal k's rows: [r0[k], r1[k]); both non-increasing in k
+    r1 = np.maximum(np.clip(n - off, 0, m), r0)
+    lo = int(r0[0]) if nd else 0
+    hi = max(int(r1[-1]) if nd else m, lo)  # rows [lo, hi) hold every diagonal
+    erows = np.concatenate([np.arange(lo, dtype=np.int64), np.arange(hi, m, dtype=np.int64)])
+    # the edge rows' diagonals [klo, khi): those whose rows have begun and not ended
+    klo = nd - np.searchsorted(r0[::-1], erows, side="right")
+    ecount = np.maximum(nd - np.searchsorted(r1[::-1], erows, side="right") - klo, 0)
+    nedge = int(ecount.sum())
+    if kernel and nedge > DIA_J_MAX_EDGE_SHARE * (nedge + (hi - lo) * nd):
+        return None
+    it = np.int32 if index_dtype == torch.int32 else np.int64  # the buffers' dtype (int32: columns, entries fit)
+    counts = np.full(m, nd, dtype=it)
+    counts[:lo] = ecount[:lo]
+    counts[hi:] = ecount[lo:]
+    ptr = np.empty(m + 1, dtype=it)
     ptr[0] = 0
     np.cumsum(counts, out=ptr[1:])
     nnz = int(ptr[-1])
     a, b = int(ptr[lo]), int(ptr[hi])
+    # the edge rows' entries, in row order (out[:a], then out[b:]): row, diagonal
+    erow = np.repeat(erows, ecount)
+    estart = np.cumsum(ecount) - ecount
+    ek = np.arange(nedge, dtype=np.int64) - np.repeat(estart - klo, ecount)
 
-    def pick(whole: Callable[[np.ndarray], None], edges: np.ndarray, dtype) -> np.ndarray:
-        """The stored slots in row order: ``whole(out)`` fills the middle rows' (hi - lo, nd)
-        block in place, ``edges`` (the edge rows' (lo + m - hi, nd) array) is masked."""
+    def fill(dtype, middle: Callable[[np.ndarray], None], edges: np.ndarray) -> np.ndarray:
+        """The stored slots in row order: ``middle(out)`` writes the middle rows' ``(hi - lo,
+        nd)`` block ``out``, ``edges`` holds the edge rows'."""
         out = np.empty(nnz, dtype=dtype)
-        whole(out[a:b].reshape(hi - lo, nd))
-        out[:a] = edges[:lo][edge[:lo]]
-        out[b:] = edges[lo:][edge[lo:]]
+        middle(out[a:b].reshape(hi - lo, nd))
+        out[:a] = edges[:a]
+        out[b:] = edges[a:]
         return out
 
-    col = pick(lambda o: np.add(np.arange(lo, hi, dtype=it)[:, None], offs[None, :], out=o), ecols, it)
+    def add(rows: np.ndarray, by: np.ndarray) -> Callable[[np.ndarray], None]:
+        """``out[r, k] = rows[r] + by[k]``."""
+        def middle(o: np.ndarray) -> None:
+            if nd >= DIA_COPY_PER_DIAGONAL // 2:
+                np.add(rows[:, None], by[None, :], out=o)
+            else:
+                for k in range(nd):
+                    np.add(rows, by[k], out=o[:, k])
+        return middle
+
+    col = fill(it, add(np.arange(lo, hi, dtype=it), off.astype(it)), erow + off[ek])
 
     def src() -> torch.Tensor:
-        k = np.arange(nd, dtype=np.int64)[None, :] * m
-        return torch.from_numpy(pick(lambda o: np.add(np.arange(lo, hi, dtype=np.int64)[:, None], k, out=o),
-                                     erows.astype(np.int64)[:, None] + k, np.int64))
+        return torch.from_numpy(fill(np.int64, add(np.arange(lo, hi, dtype=np.int64), base), base[ek] + erow))
 
     first = None
     if values_too and tvals.dim() == 1 and tvals.dtype in _SCIPY_VALUE_DTYPES and not tvals.requires_grad:
-        vT = _np(tvals).reshape(nd, m).T  # (m, nd) view
-        first = torch.from_numpy(pick(lambda o: np.copyto(o, vT[lo:hi]), vT[erows], vT.dtype))
+        v = _np(tvals)
+        step = int(base[1] - base[0]) if nd > 1 else 0
+        even = nd < 2 or bool((np.diff(base) == step).all())
+
+        def middle(o: np.ndarray) -> None:  # o[r, k] = v[base[k] + lo + r]
+            if hi <= lo or not nd:
+                return
+            if nd < DIA_COPY_PER_DIAGONAL and even:
+                view = np.lib.stride_tricks.as_strided(v[int(base[0]) + lo:], shape=(hi - lo, nd),
+                                                       strides=(v.itemsize, step * v.itemsize), writeable=False)
+                np.copyto(o, view)
+            else:
+                for k in range(nd):
+                    np.copyto(o[:, k], v[base[k] + lo:base[k] + hi])
+
+        first = torch.from_numpy(fill(v.dtype, middle, v[base[ek] + erow]))
         perm = src
     else:
         perm = src()  # type: ignore[assignment]
-    return ([None, torch.from_numpy(ptr).to(index_dtype)], [None, torch.from_numpy(col).to(index_dtype)],
-            perm, None, nnz, first)
+    return [None, torch.from_numpy(ptr)], [None, torch.from_numpy(col)], perm, None, nnz, first
