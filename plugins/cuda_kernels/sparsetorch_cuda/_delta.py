@@ -14,6 +14,8 @@ is the default there."""
 
 from __future__ import annotations
 
+import threading
+
 import torch
 
 from sparsetorch import InputError
@@ -81,6 +83,7 @@ TQ_KERNELS = {"tc8p": ("delta_tc8p_b4", 0, 2, True, 512), "tc8pf": ("delta_tc8pf
               "tq3p": ("delta_tq3p_b4", 3, 2, True, 512), "tq4p": ("delta_tq4p_b4", 4, 2, True, 512),
               "tq6p": ("delta_tq6p_b4", 6, 2, True, 512), "tq4p3": ("delta_tq4p3_b4", 4, 3, True, 512)}
 TQ_VARIANTS = tuple(TQ_KERNELS)
+_UB_LOCK = threading.Lock()
 #: the variants that read :func:`unit_bases`
 UB_VARIANTS = ("tc8pkb", "tc8pkbf")
 #: bytes per warp and stage of the tq ring (kernels/delta.cu TQ_STAGE: 32 units' values and gap words)
@@ -120,9 +123,23 @@ class DeltaMixin:
         if self.variant not in every:
             raise InputError(f"{self.backend}: DELTA variant must be one of {every}, got {variant!r}")
         self.tiles: dict[str, torch.Tensor | int] | None = None
-        self.ubase: torch.Tensor | None = None  # UB_VARIANTS: built on the first launch
+        #: UB_VARIANTS: built once (:meth:`_unit_bases`; here for the default, outside any CUDA-graph capture, else on
+        #: the first launch that needs it), never replaced (a recorded launch holds its address)
+        self.ubase: torch.Tensor | None = None
+        if self.variant in UB_VARIANTS and self._tc_ok():
+            self._unit_bases()
         if self.variant in TILE_VARIANTS and self._tile_ok():
             self.tiles = tile_layout(self.rowptr, self.words, self.nnz, self.shape[0], self._tile_warps())
+
+    def _unit_bases(self) -> torch.Tensor:
+        """The plan's :func:`unit_bases`, built once under a lock (two threads' first calls build it once)."""
+        ub = self.ubase
+        if ub is None:
+            with _UB_LOCK:
+                if self.ubase is None:
+                    self.ubase = unit_bases(self.rowptr, self.words, self.nnz, self.shape[0])
+                ub = self.ubase
+        return ub
 
     def _tile_ok(self) -> bool:
         """Whether the tile kernels apply to this plan (the host checks n's bytes again per launch)."""
@@ -167,9 +184,7 @@ class DeltaMixin:
                 name, stages, per_sm, pdl, threads = TQ_KERNELS[variant]
                 extra: tuple[int, ...] = ()
                 if variant in UB_VARIANTS:
-                    if self.ubase is None:
-                        self.ubase = unit_bases(self.rowptr, self.words, self.nnz, m)
-                    extra = (self.ubase.data_ptr(),)
+                    extra = (self._unit_bases().data_ptr(),)
                 kern = kernel("delta", name, self.dtype, self.idx, dev, 8 + len(extra))
                 if pdl:
                     allow_pdl(kern, dev)  # this call (the recording) launches without it; the plan's replays with it
