@@ -335,5 +335,7 @@ def unit_bases(rowptr: torch.Tensor, words: torch.Tensor, nnz: int, m: int) -> t
     row = torch.searchsorted(r64[1:].contiguous(), e0, right=True)  # the row holding entry e0
     start = r64[row]
     col_before = csum[e0] - csum[start] - 1  # column of entry e0 - 1 counted in e0's row (-1 at its start)
+    if int(col_before.max()) >= 2**15:
+        raise InputError(f"unit_bases: columns up to {int(col_before.max())} do not fit int16 (the tc kernels take n < 2^15)")
     out[:units] = col_before.to(torch.int16)
     return out
