@@ -79,13 +79,15 @@ TQ_KERNELS = {"tc8p": ("delta_tc8p_b4", 0, 2, True, 512), "tc8pf": ("delta_tc8pf
               "tc16pk": ("delta_tc16pk_b4", 0, 1, True, 1024), "tc8pkf": ("delta_tc8pkf_b4", 0, 1, True, 1024),
               "tc16pkf": ("delta_tc16pkf_b4", 0, 1, True, 1024),
               "tc8pkb": ("delta_tc8pkb_b4", 0, 1, True, 1024), "tc8pkbf": ("delta_tc8pkbf_b4", 0, 1, True, 1024),
+              "tc8pkb2": ("delta_tc8pkb2_b4", 0, 1, True, 1024), "tc8pkb2f": ("delta_tc8pkb2f_b4", 0, 1, True, 1024),
+              "tc8pkb3": ("delta_tc8pkb3_b4", 0, 1, True, 1024), "tc8pkb4": ("delta_tc8pkb4_b4", 0, 1, True, 1024),
               "tq3": ("delta_tq3_b4", 3, 2, False, 512), "tq4": ("delta_tq4_b4", 4, 2, False, 512),
               "tq3p": ("delta_tq3p_b4", 3, 2, True, 512), "tq4p": ("delta_tq4p_b4", 4, 2, True, 512),
               "tq6p": ("delta_tq6p_b4", 6, 2, True, 512), "tq4p3": ("delta_tq4p3_b4", 4, 3, True, 512)}
 TQ_VARIANTS = tuple(TQ_KERNELS)
 _UB_LOCK = threading.Lock()
 #: the variants that read :func:`unit_bases`
-UB_VARIANTS = ("tc8pkb", "tc8pkbf")
+UB_VARIANTS = ("tc8pkb", "tc8pkbf", "tc8pkb2", "tc8pkb2f", "tc8pkb3", "tc8pkb4")
 #: bytes per warp and stage of the tq ring (kernels/delta.cu TQ_STAGE: 32 units' values and gap words)
 TQ_STAGE = 640
 #: shared memory a block may take with the opt-in (sm_80 and later: 163 KB on the A100; 227 KB on Hopper)

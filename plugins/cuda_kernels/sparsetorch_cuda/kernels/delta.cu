@@ -895,6 +895,150 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
                      const short* ubase) {
   delta_tc_body<8, true, false, true, 2>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase);
 }
+// session 14 ("tc8pkb2", D = 2): tc8pkb with D steps in registers ahead of the one being multiplied (tc8pkb: one), so a
+// warp keeps twice the bytes in flight at the cost of one more unit of registers and a few moves per step. The
+// steps a warp loads form one stream over its rows (row0, row0 + stride, ...; each row's steps u0, u0 + 32, ... <
+// u1; rows without entries have no step): a loader state (row lr, next unit lu, the row's end le, the row pointers
+// of lr + stride read one row ahead) walks that stream two steps ahead of the rows being multiplied, across row
+// boundaries, so short rows (10 %: ~3 steps) keep the pipe full too. L2PF ("tc8pkb2f"): the loader also asks L2 for
+// the step after the one it loads (three ahead), within its row. Everything of the loader is warp-uniform.
+template <bool L2PF, int D = 2>
+__device__ __forceinline__ void delta_tc2_body(int m, int n, int nnz, const idx_t* __restrict__ rowptr, const unsigned* __restrict__ gw,
+                                               const val_t* __restrict__ val, const val_t* __restrict__ x, val_t* __restrict__ y,
+                                               const short* __restrict__ ubase) {
+  constexpr int U = 8;
+  typedef TcUnit<U> CU;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  dl_trigger();
+  const int lane = threadIdx.x & 31;
+  const int stride = gridDim.x * (blockDim.x >> 5);
+  const int row0 = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  int lr = row0, lu = 0, le = 0, nq0 = 0, nq1 = 0;
+  if (lr < m) {
+    const int a = (int)RO(rowptr + lr), b = (int)RO(rowptr + lr + 1);
+    lu = a / U;
+    le = (b + U - 1) / U;
+  }
+  if (lr + stride < m) {
+    nq0 = (int)RO(rowptr + lr + stride);
+    nq1 = (int)RO(rowptr + lr + stride + 1);
+  }
+  auto lnorm = [&]() {  // the loader past rows whose units are all loaded (and past rows without entries)
+    while (lr < m && lu >= le) {
+      lr += stride;
+      if (lr >= m) break;
+      lu = nq0 / U;
+      le = (nq1 + U - 1) / U;
+      if (lr + stride < m) {
+        nq0 = (int)RO(rowptr + lr + stride);
+        nq1 = (int)RO(rowptr + lr + stride + 1);
+      }
+    }
+  };
+  auto lload = [&](CU& dst) {  // the loader's step into dst (lanes past its row keep stale data: masked as edges)
+    if (lr < m) {
+      if (lu + lane < le) tc_load<U, true>(gw, val, lu + lane, nnz, dst, ubase);
+      if (L2PF && lu + 32 + lane < le) tc_prefetch<U, true>(gw, val, ubase, lu + 32 + lane);
+      lu += 32;
+      lnorm();
+    }
+  };
+  dl_wait();  // the row pointers only before it
+  CU q[D];  // the next D steps, q[0] first
+  lnorm();
+  lload(q[0]);
+  {  // X as 16-bit values between two pads of TC_PAD zeros (as delta_tc_body)
+    unsigned short* sx = reinterpret_cast<unsigned short*>(smem_raw);
+    unsigned short* dst = sx + TC_PAD;
+    const unsigned short* xh = reinterpret_cast<const unsigned short*>(x);
+    int done = 0;
+    if ((reinterpret_cast<size_t>(x) & 15) == 0) {
+      const int nq = n >> 3;
+      for (int t = threadIdx.x; t < nq; t += blockDim.x) reinterpret_cast<uint4*>(dst)[t] = RO(reinterpret_cast<const uint4*>(x) + t);
+      done = nq << 3;
+    }
+    for (int t = done + threadIdx.x; t < n; t += blockDim.x) dst[t] = RO(xh + t);
+    for (int t = threadIdx.x; t < TC_PAD; t += blockDim.x) {
+      sx[t] = 0;
+      dst[n + t] = 0;
+    }
+  }
+#pragma unroll
+  for (int i = 1; i < D; ++i) lload(q[i]);
+  __syncthreads();
+  if (row0 >= m) return;
+  const unsigned xs0 = (unsigned)__cvta_generic_to_shared(smem_raw) + 2u * TC_PAD;  // X[0]
+  int row = row0;
+  int p0 = (int)RO(rowptr + row), p1 = (int)RO(rowptr + row + 1);
+  while (row < m) {
+    const int nrow = row + stride;
+    int q0 = 0, q1 = 0;
+    if (nrow < m) {
+      q0 = (int)RO(rowptr + nrow);
+      q1 = (int)RO(rowptr + nrow + 1);
+    }
+    const int u0 = p0 / U, u1 = (p1 + U - 1) / U;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int ub = u0; ub < u1; ub += 32) {
+      const int u = ub + lane;
+      CU cur = q[0];
+#pragma unroll
+      for (int i = 0; i + 1 < D; ++i) q[i] = q[i + 1];
+      lload(q[D - 1]);
+      const bool edge = ub == u0 || ub + 32 >= u1;  // warp-uniform: a row's first or last step
+      unsigned mask[U / 2];
+      if (edge) {  // entries outside [p0, p1) of the unit (all of a lane past the row's last unit): gap 0, value 0, X 0
+        const bool act = u < u1;
+        const int s0 = act ? max(p0 - u * U, 0) : 0, s1 = act ? min(p1 - u * U, U) : 0;
+        unsigned k = (unsigned)((~0ull << (4 * s0)) & (s1 >= 16 ? ~0ull : ~(~0ull << (4 * s1))));
+        if (!act) k = 0u;
+        cur.w[0] &= k;
+        mask[0] = tc_prmt(k << 4, k, 0xCC88u);
+        mask[1] = tc_prmt(k << 4, k, 0xDD99u);
+        mask[2] = tc_prmt(k << 4, k, 0xEEAAu);
+        mask[3] = tc_prmt(k << 4, k, 0xFFBBu);
+      }
+      unsigned P2[1], E2[1];
+      const unsigned lo = cur.w[0] & 0x0F0F0F0Fu, hi = (cur.w[0] >> 4) & 0x0F0F0F0Fu;
+      P2[0] = (lo + hi) * 0x02020202u;
+      E2[0] = P2[0] - (hi << 1);
+      const int cb = u >= u1 ? 0 : (u == u0 ? u * U - p0 - 1 : cur.b);
+      const unsigned xb = xs0 + 2u * (unsigned)cb;
+      if (edge)
+        tc_unit<U, true>(cur, P2, E2, xb, mask, acc);
+      else
+        tc_unit<U, false>(cur, P2, E2, xb, mask, acc);
+    }
+    float s = tc_diag(acc, lane);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(FULL, s, o);
+    if (lane == 0) y[row] = st(s);
+    row = nrow;
+    p0 = q0;
+    p1 = q1;
+  }
+}
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    delta_tc8pkb2_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
+                     const short* ubase) {
+  delta_tc2_body<false>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase);
+}
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    delta_tc8pkb2f_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
+                      const short* ubase) {
+  delta_tc2_body<true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase);
+}
+// "tc8pkb3" / "tc8pkb4": three / four steps in registers ahead
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    delta_tc8pkb3_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
+                     const short* ubase) {
+  delta_tc2_body<false, 3>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase);
+}
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    delta_tc8pkb4_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
+                     const short* ubase) {
+  delta_tc2_body<false, 4>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase);
+}
 // session 12: one block of 1024 threads per SM with units of 16 ("tc16pk": half the sequential steps of a row, for
 // the low densities where a warp's ~2 rows of ~3 steps each are a chain of load latencies) and with the L2
 // prefetches before the wait ("tc8pkf", "tc16pkf")
