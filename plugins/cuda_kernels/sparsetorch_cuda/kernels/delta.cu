@@ -724,10 +724,14 @@ __device__ __forceinline__ void dl_wait() {
 #endif
 }
 
-template <int U, bool PDLK = false, bool L2PF = false, bool UB = false, int PFD = 0>
+// PROBE (session 14, benchmarking only: delta_tc8pkbx_b4, wrong results): parts switched off by ``flags``: 1 returns
+// right after griddepcontrol.wait, 2 skips the copy of X into shared memory, 4 the barrier after it, 8 the stores
+// of Y, 16 the row-pointer reads of the rows after the first (later rows read as empty), 32 returns after the
+// barrier (launch, row pointers, X copy). Compiled out of every other build.
+template <int U, bool PDLK = false, bool L2PF = false, bool UB = false, int PFD = 0, bool PROBE = false>
 __device__ __forceinline__ void delta_tc_body(int m, int n, int nnz, const idx_t* __restrict__ rowptr, const unsigned* __restrict__ gw,
                                               const val_t* __restrict__ val, const val_t* __restrict__ x, val_t* __restrict__ y,
-                                              const short* __restrict__ ubase = nullptr) {
+                                              const short* __restrict__ ubase = nullptr, int flags = 0) {
   typedef TcUnit<U> CU;
   constexpr int NW = U / 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -751,9 +755,10 @@ __device__ __forceinline__ void delta_tc_body(int m, int n, int nnz, const idx_t
     if (threadIdx.x * 64 < (unsigned)n) asm volatile("prefetch.global.L2 [%0];" ::"l"(x + threadIdx.x * 64));
   }
   if (PDLK) dl_wait();  // the row pointers only before it
+  if (PROBE && (flags & 1)) return;
   CU nx;
   if (u0 + lane < u1) tc_load<U, UB>(gw, val, u0 + lane, nnz, nx, ubase);
-  {  // X as 16-bit values between two pads of TC_PAD zeros
+  if (!PROBE || !(flags & 2)) {  // X as 16-bit values between two pads of TC_PAD zeros
     unsigned short* sx = reinterpret_cast<unsigned short*>(smem_raw);
     unsigned short* dst = sx + TC_PAD;
     const unsigned short* xh = reinterpret_cast<const unsigned short*>(x);
@@ -768,14 +773,15 @@ __device__ __forceinline__ void delta_tc_body(int m, int n, int nnz, const idx_t
       sx[t] = 0;
       dst[n + t] = 0;
     }
-    __syncthreads();
   }
+  if (!PROBE || !(flags & 4)) __syncthreads();
+  if (PROBE && (flags & 32)) return;
   if (row >= m) return;
   const unsigned xs0 = (unsigned)__cvta_generic_to_shared(smem_raw) + 2u * TC_PAD;  // X[0]
   while (row < m) {
     const int nrow = row + stride;
     int q0 = 0, q1 = 0;
-    if (nrow < m) {
+    if (nrow < m && (!PROBE || !(flags & 16))) {
       q0 = (int)RO(rowptr + nrow);
       q1 = (int)RO(rowptr + nrow + 1);
     }
@@ -844,7 +850,7 @@ __device__ __forceinline__ void delta_tc_body(int m, int n, int nnz, const idx_t
     float s = tc_diag(acc, lane);  // the diagonal, summed over the warp
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(FULL, s, o);
-    if (lane == 0) y[row] = st(s);
+    if (lane == 0 && (!PROBE || !(flags & 8))) y[row] = st(s);
     row = nrow;
     p0 = q0;
     p1 = q1;
@@ -887,6 +893,12 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
     delta_tc8pkb_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
                     const short* ubase) {
   delta_tc_body<8, true, false, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase);
+}
+// session 14, benchmarking only: tc8pkb with parts switched off by flags (PROBE above; wrong results)
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    delta_tc8pkbx_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
+                     const short* ubase, i64 flags) {
+  delta_tc_body<8, true, false, true, 0, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase, (int)flags);
 }
 // with L2 prefetches of the step after next ("tc8pkbf"; on tc8pk (without bases) they made it slower, three steps
 // ahead slower too; units of 16 with every other base slower too: README, session 13)
