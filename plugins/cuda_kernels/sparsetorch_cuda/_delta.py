@@ -77,19 +77,25 @@ TC_VARIANTS = ("tc", "tc8", "tc16")
 #: test_cuda_delta.py on the H200 (48 passed, results/pytest_h200_s14c_delta.txt) and was slower, warm and cold: fp16
 #: 50 % 30.3 / 29.5 / 30.8 / 31.6 us against tc8pkbf 29.1-29.4; 10 % cold 11.0 / 11.7 / 11.5 / 12.7 against tc8pkb 10.7
 #: (results/cuda_delta_h200_s14a.json, _s14c_cold.json): bytes in flight are not what limits it; removed.
+#: Session 14, written after the last device call and NOT yet GPU-run (host-compiled; tests in test_cuda_delta.py, the
+#: first device call of session 15: benchmarks/gpu/s14/run_delta_rp.sh): "tc8pkbr" / "tc8pkbfr", tc8pkb / tc8pkbf
+#: with a warp's first 32 rows' pointers read once and passed by shuffles (kernels/delta.cu RP): the probe
+#: (results/skeleton_probe_h200_s14.json) puts the per-row pointer chain at 1.3 us of the 5.0 us a call costs on a
+#: one-entry 8192^2 matrix (launch + pointers + wait 1.0, X copy + barrier 1.2). Not defaults until measured.
 #: name -> (kernel, stages (0: no ring), blocks per SM, launched with PDL, threads per block)
 TQ_KERNELS = {"tc8p": ("delta_tc8p_b4", 0, 2, True, 512), "tc8pf": ("delta_tc8pf_b4", 0, 2, True, 512),
               "tc8pk": ("delta_tc8pk_b4", 0, 1, True, 1024), "tc8p5": ("delta_tc8p5_b4", 0, 5, True, 256),
               "tc16pk": ("delta_tc16pk_b4", 0, 1, True, 1024), "tc8pkf": ("delta_tc8pkf_b4", 0, 1, True, 1024),
               "tc16pkf": ("delta_tc16pkf_b4", 0, 1, True, 1024),
               "tc8pkb": ("delta_tc8pkb_b4", 0, 1, True, 1024), "tc8pkbf": ("delta_tc8pkbf_b4", 0, 1, True, 1024),
+              "tc8pkbr": ("delta_tc8pkbr_b4", 0, 1, True, 1024), "tc8pkbfr": ("delta_tc8pkbfr_b4", 0, 1, True, 1024),
               "tq3": ("delta_tq3_b4", 3, 2, False, 512), "tq4": ("delta_tq4_b4", 4, 2, False, 512),
               "tq3p": ("delta_tq3p_b4", 3, 2, True, 512), "tq4p": ("delta_tq4p_b4", 4, 2, True, 512),
               "tq6p": ("delta_tq6p_b4", 6, 2, True, 512), "tq4p3": ("delta_tq4p3_b4", 4, 3, True, 512)}
 TQ_VARIANTS = tuple(TQ_KERNELS)
 _UB_LOCK = threading.Lock()
 #: the variants that read :func:`unit_bases`
-UB_VARIANTS = ("tc8pkb", "tc8pkbf")
+UB_VARIANTS = ("tc8pkb", "tc8pkbf", "tc8pkbr", "tc8pkbfr")
 #: bytes per warp and stage of the tq ring (kernels/delta.cu TQ_STAGE: 32 units' values and gap words)
 TQ_STAGE = 640
 #: shared memory a block may take with the opt-in (sm_80 and later: 163 KB on the A100; 227 KB on Hopper)

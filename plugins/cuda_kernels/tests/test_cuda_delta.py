@@ -385,6 +385,27 @@ def test_tq_many_rows_per_warp(variant, dtype):
 
 
 @gpu
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("float16", "bfloat16"))
+@pytest.mark.parametrize("variant", ("tc8pkb", "tc8pkbr", "tc8pkbfr"))
+def test_tc_rows_past_the_32nd_of_a_warp(variant, dtype):
+    # more than 32 rows per warp of the persistent grid (one block of 32 warps per SM): the "r" variants take a
+    # warp's first 32 rows' pointers by shuffles of one read and the rows after them by loads; empty rows, dense
+    # rows, padding entries, both int32 and int64 indices
+    from sparsetorch_cuda.layout import _sm_count
+
+    m, n = 32 * 33 * _sm_count(0) + 77, 80
+    D = random_dense(m, n, 0.05, dtype, seed=11, empty_rows=m // 7, long_rows=3)
+    D[-1, -3:] = 1.0
+    for idx in (torch.int32, torch.int64):
+        A = to_format(D, DELTA(4), dtype, idx)
+        plan = _plan(A, variant)
+        assert plan.variant == variant and plan._tc_ok()
+        X = _x(n, 1, dtype, 3).cuda()
+        for _ in range(2):  # the recording launch, then the prepared one
+            assert rel_err(plan.apply(X), D @ X.double().cpu()) < TOL[dtype], (variant, idx)
+
+
+@gpu
 def test_tc_falls_back_where_it_does_not_apply():
     # float32 / DELTA(8) / X over 48 KB as 16-bit values: the default is "chunk", an explicit "tc" runs the chunk kernel
     for dtype, bits, n in ((torch.float32, 4, 900), (torch.float16, 8, 900), (torch.bfloat16, 4, 30000)):

@@ -728,7 +728,11 @@ __device__ __forceinline__ void dl_wait() {
 // right after griddepcontrol.wait, 2 skips the copy of X into shared memory, 4 the barrier after it, 8 the stores
 // of Y, 16 the row-pointer reads of the rows after the first (later rows read as empty), 32 returns after the
 // barrier (launch, row pointers, X copy). Compiled out of every other build.
-template <int U, bool PDLK = false, bool L2PF = false, bool UB = false, int PFD = 0, bool PROBE = false>
+// RP (session 14, "tc8pkbr" / "tc8pkbfr"): lane j reads the row pointers of the warp's row j (row0 + j stride) once,
+// before griddepcontrol.wait (the plan's own array), and each next row's pair comes by a shuffle instead of a load
+// issued one row ahead (rows past the warp's 32nd: loads as before). The probe (skeleton_probe_h200_s14.json) put
+// that chain at 1.3 of the 5.0 us a call costs on an 8192^2 matrix with one entry.
+template <int U, bool PDLK = false, bool L2PF = false, bool UB = false, int PFD = 0, bool PROBE = false, bool RP = false>
 __device__ __forceinline__ void delta_tc_body(int m, int n, int nnz, const idx_t* __restrict__ rowptr, const unsigned* __restrict__ gw,
                                               const val_t* __restrict__ val, const val_t* __restrict__ x, val_t* __restrict__ y,
                                               const short* __restrict__ ubase = nullptr, int flags = 0) {
@@ -740,7 +744,16 @@ __device__ __forceinline__ void delta_tc_body(int m, int n, int nnz, const idx_t
   const int stride = gridDim.x * (blockDim.x >> 5);
   int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   int p0 = 0, p1 = 0;
-  if (row < m) {
+  int rpa = 0, rpb = 0;  // RP: the row pointers of the warp's row `lane`
+  if (RP) {
+    const long long r = (long long)row + (long long)lane * stride;
+    if (r < m) {
+      rpa = (int)RO(rowptr + r);
+      rpb = (int)RO(rowptr + r + 1);
+    }
+    p0 = __shfl_sync(FULL, rpa, 0);
+    p1 = __shfl_sync(FULL, rpb, 0);
+  } else if (row < m) {
     p0 = (int)RO(rowptr + row);
     p1 = (int)RO(rowptr + row + 1);
   }
@@ -778,10 +791,15 @@ __device__ __forceinline__ void delta_tc_body(int m, int n, int nnz, const idx_t
   if (PROBE && (flags & 32)) return;
   if (row >= m) return;
   const unsigned xs0 = (unsigned)__cvta_generic_to_shared(smem_raw) + 2u * TC_PAD;  // X[0]
+  int it = 0;  // RP: the index of this row among the warp's rows (warp-uniform)
   while (row < m) {
     const int nrow = row + stride;
     int q0 = 0, q1 = 0;
-    if (nrow < m && (!PROBE || !(flags & 16))) {
+    ++it;
+    if (RP && it < 32) {  // every lane takes part (the loop is warp-uniform); zeros past m
+      q0 = __shfl_sync(FULL, rpa, it);
+      q1 = __shfl_sync(FULL, rpb, it);
+    } else if (nrow < m && (!PROBE || !(flags & 16))) {
       q0 = (int)RO(rowptr + nrow);
       q1 = (int)RO(rowptr + nrow + 1);
     }
@@ -893,6 +911,17 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
     delta_tc8pkb_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
                     const short* ubase) {
   delta_tc_body<8, true, false, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase);
+}
+// session 14 ("tc8pkbr" / "tc8pkbfr"): tc8pkb / tc8pkbf with the warp's row pointers read once (RP above)
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    delta_tc8pkbr_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
+                     const short* ubase) {
+  delta_tc_body<8, true, false, true, 0, false, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase);
+}
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    delta_tc8pkbfr_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
+                      const short* ubase) {
+  delta_tc_body<8, true, false, true, 2, false, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase);
 }
 // session 14, benchmarking only: tc8pkb with parts switched off by flags (PROBE above; wrong results)
 extern "C" __global__ void __launch_bounds__(1024, 1)
