@@ -76,12 +76,44 @@ def graph_time(fn: Callable[[], Any], reps: int = 10) -> float:
     return statistics.median(times)
 
 
+def cold_copies(nbytes: float) -> int:
+    """How many copies of an operand of ``nbytes`` hold three times the GPU's L2 (2 to GRAPH_CALLS): timed
+    cycling through them, no call finds its operand in L2 from the call before (session 14: the H200's L2 is
+    60 MB, so an 8192^2 matrix at 10 % or a 4096^2 fp16 weight stayed in it between the calls of one graph)."""
+    l2 = int(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", 50 << 20))
+    return min(GRAPH_CALLS, max(2, -(-3 * l2 // max(int(nbytes), 1))))
+
+
+def cycle(fns: list[Callable[[], Any]]) -> Callable[[], Any]:
+    """One callable that runs ``fns[0]``, ``fns[1]``, ... in turn, one per call."""
+    state = {"i": 0}
+
+    def fn() -> Any:
+        f = fns[state["i"] % len(fns)]
+        state["i"] += 1
+        return f()
+
+    return fn
+
+
+def cold_graph_time(fns: list[Callable[[], Any]], reps: int = 10) -> float:
+    """:func:`graph_time` of calls cycling through ``fns`` (each on its own copy of the operands; each run once
+    first, outside the capture, so plans record their launches there)."""
+    for f in fns:
+        f()
+    return graph_time(cycle(fns), reps)
+
+
 class Table:
     def __init__(self, bw: float, reps: int) -> None:
         self.bw, self.reps, self.rows = bw, reps, []
 
     def record(self, case: str, impl: str, fn: Callable[[], Any], result: Callable[[], torch.Tensor] | None,
-               ref: torch.Tensor | None, nbytes: float, *, family: str | None = None, graph: bool = True, **extra: Any) -> dict:
+               ref: torch.Tensor | None, nbytes: float, *, family: str | None = None, graph: bool = True,
+               cold: Callable[[], Callable[[], Any]] | None = None, **extra: Any) -> dict:
+        """One row; ``cold``: a factory of ``fn`` on fresh copies of its operands, for the ``kernel_cold_s`` column
+        (:func:`cold_graph_time` over :func:`cold_copies` of them)."""
+
         def measure() -> dict:
             err = None
             if result is not None and ref is not None:
@@ -92,19 +124,31 @@ class Table:
             floor = nbytes / self.bw
             out = {"call_s": t["median_s"], "kernel_s": kt, "rel_err": err, "bytes": nbytes, "floor_s": floor,
                    "fraction_of_floor": floor / (kt or t["median_s"])}
+            if cold is not None and graph:
+                r = cold_copies(nbytes)
+                got = guard(lambda: {"k": cold_graph_time([fn] + [cold() for _ in range(r - 1)])})
+                out["kernel_cold_s"], out["cold_copies"] = got.get("k"), r
             return out
 
         row = {"case": case, "impl": impl, "family": family, **extra, **guard(measure)}
         self.rows.append(row)
         if "call_s" in row:
             kt = row["kernel_s"]
+            kc = row.get("kernel_cold_s")
             print(f"{case:12s} {impl:58s} call {row['call_s'] * 1e6:8.1f} us  kernel "
-                  f"{(kt * 1e6 if kt else float('nan')):8.1f} us  floor {row['floor_s'] * 1e6:7.1f} us "
+                  f"{(kt * 1e6 if kt else float('nan')):8.1f} us{f' (cold {kc * 1e6:.1f})' if kc else ''}  "
+                  f"floor {row['floor_s'] * 1e6:7.1f} us "
                   f"({row['fraction_of_floor']:.2f})  err {row['rel_err'] if row['rel_err'] is not None else float('nan'):.1e}",
                   flush=True)
         else:
             print(f"{case:12s} {impl:58s} {row.get('error')}", flush=True)
         return row
+
+
+def _fresh_product(W: torch.Tensor, X: torch.Tensor) -> Callable[[], torch.Tensor]:
+    """``W @ X`` on new copies of both (a cold-column copy, Table.record)."""
+    W2, X2 = W.clone(), X.clone()
+    return lambda: W2 @ X2
 
 
 def _plan(A, variant=None):
@@ -252,7 +296,8 @@ def case_lowsparsity(tab: Table, size: int, dtypes, ks=(1, 8)) -> None:
                 X = torch.randn(size, k, device="cuda", dtype=torch.float64, generator=g).to(dtype)
                 ref = W.double() @ X.double()
                 tab.record(case, f"dense cuBLAS {'GEMV' if k == 1 else 'GEMM'} k={k}", lambda X=X: W @ X, lambda X=X: W @ X, ref,
-                           size * size * vs + 2 * size * k * vs, dtype=name, k=k, density=density)
+                           size * size * vs + 2 * size * k * vs, dtype=name, k=k, density=density,
+                           cold=lambda W=W, X=X: _fresh_product(W, X))
                 S = st.SparseTensor.from_dense(W, mask=mask)
                 fmts = [("DELTA(4)", DELTA(4))] + ([("DELTA(8)", DELTA(8))] if density < 0.3 else []) + [("CSR int32", CSR)]
                 extra = [("DELTA(4) [packed2]", DELTA(4)), ("DELTA(4) [groups]", DELTA(4))]
@@ -268,9 +313,15 @@ def case_lowsparsity(tab: Table, size: int, dtypes, ks=(1, 8)) -> None:
                     fam = "csr16" if c16 else fam
                     if "[" in label:
                         fam = None  # a variant for comparison, not what the plan runs by default
+                    var = label.split("[")[1][:-1] if "[" in label else None
+
+                    def fresh(A=A, X=X, var=var):  # the plan on copies of the matrix and X (the cold column)
+                        q, X2 = _plan(A.clone(), var), X.clone()
+                        return lambda: q.apply(X2)
+
                     tab.record(case, f"cuda plan.apply {label} k={k}", lambda p=p, X=X: p.apply(X), lambda p=p, X=X: p.apply(X),
                                ref, nb, family=fam, dtype=name, k=k, density=density, format=label,
-                               stored=int(A.nse), padding=int(A.nse) - int(mask.sum()))
+                               stored=int(A.nse), padding=int(A.nse) - int(mask.sum()), cold=fresh if fam else None)
                     del A, p
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")

@@ -94,23 +94,19 @@ def _graph(fn, repeats: int, calls: int = 1):
 
 def _cold(fns, repeats: int):
     """``_graph`` of ``GRAPH_CALLS`` calls cycling through ``fns`` (each on its own copy of the operands)."""
+    from bench_cuda_kernels import cycle  # noqa: PLC0415 - the shared helper (this script's folder)
+
     with torch.no_grad():
         for f in fns:  # each copy's first call (plans, recorded launches) outside the capture
             f()
-        state = {"i": 0}
-
-        def fn():
-            f = fns[state["i"] % len(fns)]
-            state["i"] += 1
-            return f()
-
-        return _graph(fn, repeats, GRAPH_CALLS)
+        return _graph(cycle(fns), repeats, GRAPH_CALLS)
 
 
 def _copies(nbytes: float) -> int:
-    """Copies of an operand of ``nbytes`` that hold three L2s (2 to GRAPH_CALLS)."""
-    l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20))
-    return min(GRAPH_CALLS, max(2, -(-3 * l2 // max(int(nbytes), 1))))
+    """Copies of an operand of ``nbytes`` that hold three L2s (bench_cuda_kernels.cold_copies)."""
+    from bench_cuda_kernels import cold_copies  # noqa: PLC0415
+
+    return cold_copies(nbytes)
 
 
 def _us(v) -> float:

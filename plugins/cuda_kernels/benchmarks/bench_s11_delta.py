@@ -94,19 +94,10 @@ def main() -> int:
     l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20))
 
     def copies(nbytes: float) -> int:
-        """How many copies of an operand of ``nbytes`` hold 3 L2s (1 without --cold), at most GRAPH_CALLS."""
-        return min(B.GRAPH_CALLS, max(2, -(-3 * l2 // max(int(nbytes), 1)))) if a.cold else 1
+        """B.cold_copies with --cold, else 1."""
+        return B.cold_copies(nbytes) if a.cold else 1
 
-    def cycle(fns: list) -> object:
-        """One callable running fns[0], fns[1], ... in turn (each call the next copy)."""
-        state = {"i": 0}
-
-        def fn():
-            f = fns[state["i"] % len(fns)]
-            state["i"] += 1
-            return f()
-        return fn
-
+    cycle = B.cycle
     for case, _density, _dtype, vs, W, mask, x, ref, extra in S10.matrices(tab, a.size, dtypes, densities):
         _, dimpl, dfn, dbytes, _ = tab.dense[-1]
         S = st.SparseTensor.from_dense(W, mask=mask)
