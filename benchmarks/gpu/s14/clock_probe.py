@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 import torch
 
-import sparsetorch as st
-from sparsetorch.format import CSR, DELTA
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/
 
-CALLS = 20
+import sparsetorch as st  # noqa: E402
+from bench_cuda_kernels import GRAPH_CALLS as CALLS, graph_time  # noqa: E402
+from sparsetorch.format import CSR, DELTA  # noqa: E402
 
 
 def smi() -> str:
@@ -47,29 +47,7 @@ def main() -> int:
             torch.mm(H, H)
 
     def time_graph(fn, hot: bool) -> float:
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(2):
-                fn()
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _ in range(CALLS):
-                fn()
-        g.replay()
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(a.reps):
-            if hot:
-                heat()
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            g.replay()
-            e1.record()
-            e1.synchronize()
-            ts.append(e0.elapsed_time(e1) * 1e-3 / CALLS)
-        return statistics.median(ts)
+        return graph_time(fn, a.reps, before=heat if hot else None)
 
     rows = []
     clocks = {"idle": smi()}

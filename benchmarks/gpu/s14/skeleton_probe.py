@@ -18,10 +18,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/
 
 import sparsetorch as st  # noqa: E402
-from floor_probe import graph_time  # noqa: E402
+from bench_cuda_kernels import graph_time  # noqa: E402
 from sparsetorch.format import DELTA  # noqa: E402
 
 FLAGS = (0, 1, 32, 2, 2 | 4, 8, 16, 2 | 8 | 16, 2 | 4 | 8 | 16)
