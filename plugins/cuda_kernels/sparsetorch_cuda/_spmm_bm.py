@@ -171,7 +171,8 @@ class BmMixin:
     @property
     def bm_flags(self) -> int:
         """Benchmarking only (wrong results): 1 skips the products, 2 the A fragments, 4 the value copies,
-        8 the X^T copies; setting it drops the recorded launches."""
+        8 the X^T copies, 16 returns after the pipeline's prologue, 32 after the column-tile loop (kernels/spmm_bm.cu);
+        setting it drops the recorded launches."""
         return self._bm_flags
 
     @bm_flags.setter

@@ -24,7 +24,9 @@
 // The host launches it for n % 8 == 0 and 16-byte aligned values / X^T, grid (ceil(m / 128) * S,
 // ceil(k / 64)), 256 threads, bm_smem_bytes(slot) of dynamic shared memory.
 // flags (benchmarking only, wrong results): 1 skips the products, 2 the A fragments (zeros),
-// 4 the value copies, 8 the X^T copies.
+// 4 the value copies, 8 the X^T copies; 16 returns after the pipeline's first issues (launch, the
+// offsets' first reads, the prologue), 32 after the column-tile loop (no partial sums, no cluster
+// sum, no output): session 14's decomposition (benchmarks/gpu/s14/bm_probe.py).
 
 #define BM_ROWS 128
 #define BM_LD 72   // shared row stride (halves) of the X^T tile: conflict-free ldmatrix
@@ -184,6 +186,10 @@ __device__ __forceinline__ void spmm_bm_body(int m, int n, int k, int T, int mp,
     if (ta + i < te) issue(ta + i);
     bm_commit();
   }
+  if (flags & 16) {  // uniform over the cluster: no block reads another's shared memory after this
+    bm_wait<0>();
+    return;
+  }
   for (int t = ta; t < te; ++t) {
     bm_wait<NST - 2>();  // this thread's copies of tile t
     __syncthreads();        // everyone's copies of tile t visible; every warp done with tile t - 1's stage
@@ -192,6 +198,7 @@ __device__ __forceinline__ void spmm_bm_body(int m, int n, int k, int T, int mp,
     compute(t);
   }
   bm_wait<0>();
+  if (flags & 32) return;  // uniform, as 16
   __syncthreads();  // the stages' memory becomes the partial sums
   // the two column halves' partial sums: kw = 0 stores, kw = 1 adds (each element by one thread each)
 #pragma unroll
