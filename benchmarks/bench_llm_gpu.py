@@ -208,7 +208,8 @@ def _write(args, results: list) -> None:
 
         doc["cuda_csr16_kernel"] = {"kernel": _mma.CSR16_KERNEL_DEFAULT, "auto": list(_mma.CSR16_AUTO),
                                     "threads": _mma.CSR16_XV_THREADS,
-                                    "threads_by_kernel": dict(_mma.CSR16_XV_THREADS_BY)}
+                                    "threads_by_kernel": dict(_mma.CSR16_XV_THREADS_BY),
+                                    "flags_by_kernel": dict(_mma.CSR16_FLAGS_BY)}
     except ImportError:
         pass
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -228,7 +229,14 @@ def main() -> None:
     ap.add_argument("--commit", default="", help="the commit measured (recorded in the results)")
     ap.add_argument("--csr16", default="", help="the cuda plugin's batch-1 half-precision CSR kernel for this run "
                     "(sparsetorch_cuda._mma.CSR16_KERNEL_DEFAULT, e.g. auto, x12, x12a, xs1; default: the plugin's)")
+    ap.add_argument("--csr16-flags", default="", help="that kernel's flags for this run (sparsetorch_cuda._mma.CSR16_FLAGS_BY "
+                    "of the kernel auto picks first, e.g. 14 for x12a: kernels/mma.cu XV_*; default: the plugin's)")
     args = ap.parse_args()
+    if args.csr16_flags:
+        from sparsetorch_cuda import _mma  # noqa: PLC0415 - only where the cuda plugin is installed
+
+        for name in (args.csr16 or _mma.CSR16_KERNEL_DEFAULT, *_mma.CSR16_AUTO):
+            _mma.CSR16_FLAGS_BY[name] = int(args.csr16_flags)
     if args.csr16:
         from sparsetorch_cuda import _mma  # noqa: PLC0415 - only where the cuda plugin is installed
 

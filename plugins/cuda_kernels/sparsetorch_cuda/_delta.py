@@ -77,11 +77,15 @@ TC_VARIANTS = ("tc", "tc8", "tc16")
 #: test_cuda_delta.py on the H200 (48 passed, results/pytest_h200_s14c_delta.txt) and was slower, warm and cold: fp16
 #: 50 % 30.3 / 29.5 / 30.8 / 31.6 us against tc8pkbf 29.1-29.4; 10 % cold 11.0 / 11.7 / 11.5 / 12.7 against tc8pkb 10.7
 #: (results/cuda_delta_h200_s14a.json, _s14c_cold.json): bytes in flight are not what limits it; removed.
-#: Session 14, written after the last device call and NOT yet GPU-run (host-compiled; tests in test_cuda_delta.py, the
-#: first device call of session 15: benchmarks/gpu/s14/run_delta_rp.sh): "tc8pkbr" / "tc8pkbfr", tc8pkb / tc8pkbf
-#: with a warp's first 32 rows' pointers read once and passed by shuffles (kernels/delta.cu RP): the probe
-#: (results/skeleton_probe_h200_s14.json) puts the per-row pointer chain at 1.3 us of the 5.0 us a call costs on a
-#: one-entry 8192^2 matrix (launch + pointers + wait 1.0, X copy + barrier 1.2). Not defaults until measured.
+#: Session 14 -> 15: "tc8pkbr" / "tc8pkbfr", tc8pkb / tc8pkbf with a warp's first 32 rows' pointers read once (before
+#: griddepcontrol.wait) and passed by shuffles (kernels/delta.cu RP), GPU-tested in session 15 (46 passed,
+#: results/pytest_h200_s15a_delta_rp.txt) and a little faster in both of that session's device calls, warm and cold
+#: (results/cuda_delta_h200_s15a_*.json, _s15b_*.json; 8192^2, fp16 / bf16): 10 % cold 10.3 / 10.3 us against tc8pkb's
+#: 10.5 / 10.5, warm equal (8.9-9.0); 50 % cold 28.7 / 28.7 against tc8pkbf's 29.0 / 29.0, warm 28.6 against 28.8: the
+#: defaults from session 15. Tried in session 15 and removed: the warp's first rows (values, gap words, bases; up to
+#: 8 or 16 KB a warp) asked of L2 by prefetch.global.L2 before the wait ("tc8pkbrp" / "tc8pkbrp4" / "tc8pkbfrp"), so
+#: that a weight read cold streams in during the launch, the wait and the X copy: slower everywhere (10 % cold 12.0
+#: against 10.3 us, warm 9.9 against 8.9; 50 % 31.2 against 28.7; results/cuda_delta_h200_s15b_*.json).
 #: name -> (kernel, stages (0: no ring), blocks per SM, launched with PDL, threads per block)
 TQ_KERNELS = {"tc8p": ("delta_tc8p_b4", 0, 2, True, 512), "tc8pf": ("delta_tc8pf_b4", 0, 2, True, 512),
               "tc8pk": ("delta_tc8pk_b4", 0, 1, True, 1024), "tc8p5": ("delta_tc8p5_b4", 0, 5, True, 256),
@@ -114,8 +118,8 @@ DELTA_PLAN_DEFAULT = "chunk"
 #: calls, fp16): 10 % tc8pkb 9.0 us, tc8pkbf 9.5, tc8pk 10.2; 30 % tc8pkbf 18.4, tc8pkb 19.2, tc8pk 19.6; 50 %
 #: tc8pkbf 28.8, tc8pk 29.6, tc8pkb 30.3 (bf16 alike). "tc8pk" was the default from session 11 to 12, "tc" before.
 DELTA_HALF_SPLIT = 0.2
-DELTA_HALF_SPARSE = "tc8pkb"
-DELTA_HALF_DEFAULT = "tc8pkbf"
+DELTA_HALF_SPARSE = "tc8pkbr"
+DELTA_HALF_DEFAULT = "tc8pkbfr"
 #: threads per block of the chunk kernels (kernels/delta.cu DELTA_CHUNK_BLOCK) and the pads of X
 CHUNK_BLOCK = 512
 CHUNK_PAD = 16

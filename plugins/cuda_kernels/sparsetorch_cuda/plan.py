@@ -113,11 +113,12 @@ class CudaSpmmPlan(BuildMixin, MmaMixin, DeltaMixin, SpMixin, BmMixin):
     in batches of 8) or ``"classic"`` (64-bit kernel of spmv.cu); a "p" variant on more than 8
     diagonals runs as rows1/rows2; the session-11 defaults for at most 8 diagonals, ``"p1w"`` (float32) and
     ``"p1nbw"`` (float64), run ``griddepcontrol.wait`` first and launch with programmatic dependent launch
-    (:data:`DIA_PDL`). For DELTA: ``"tc8pkb"`` / ``"tc8pkbf"`` (the defaults for DELTA(4) in float16 / bfloat16 with
+    (:data:`DIA_PDL`). For DELTA: ``"tc8pkbr"`` / ``"tc8pkbfr"`` (the defaults for DELTA(4) in float16 / bfloat16 with
     one right-hand side and X in 48 KB of shared memory, below / from 20 % stored density,
     :func:`._delta.delta_half_default`: the chunk layout, products on the tensor cores, each unit's base column
-    from the plan, launched with programmatic dependent launch in one block of 1024 threads per SM; "tc8pkbf"
-    with L2 prefetches two steps ahead; session 11's "tc8pk" computes the bases by a warp scan; also ``"tc"``,
+    from the plan, a warp's first 32 rows' pointers read once, launched with programmatic dependent launch in one
+    block of 1024 threads per SM; "tc8pkbfr" with L2 prefetches two steps ahead; "tc8pkb" / "tc8pkbf" read each
+    row's pointers as they go; session 11's "tc8pk" computes the bases by a warp scan; also ``"tc"``,
     ``"tc8"``, ``"tc16"``: :data:`._delta.TC_VARIANTS`, and the other variants of :data:`._delta.TQ_VARIANTS`),
     ``"chunk"`` (the default for the other cases of one right-hand side, kernels/delta.cu; also
     ``"chunk8"``, ``"chunk16"``, the ``_pf`` prefetch and ``"chunk8_o3"`` variants:
