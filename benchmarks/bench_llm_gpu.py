@@ -11,7 +11,11 @@ pruned weight:
   ``SparseLinear.plans()``, beside what one-shot dispatch would pick);
 - ``torch CSR``: ``torch.sparse.mm`` with the weight as a torch CSR tensor (forward only);
 - ``torch 2:4``: ``torch.sparse.to_sparse_semi_structured`` (cuSPARSELt/CUTLASS), 2:4 rows only,
-  where this torch build runs it (forward only).
+  where this torch build runs it (forward only);
+- ``nvmath TorchUST``: nvmath-python's injection tensor (``TorchUST.from_torch`` of the weight as a
+  torch CSR tensor with int32 indices, as ``reformat_model``'s user function would make it) in
+  ``F.linear``, where nvmath-python is installed and runs the case (forward only: UST's injection is
+  inference-only).
 
 Each implementation is timed three ways, medians of CUDA-event timings: ``eager`` (one call as
 Python code makes it: host overhead included), ``graph`` (the call captured once in a CUDA graph
@@ -23,7 +27,10 @@ implementation that cannot be captured says why. ``graph20cold`` (dense and spar
 hold at least three times the GPU's L2 (H200: 50 MB), so no call finds its weight in L2 from the call
 before, as in a model whose other layers' weights pass through L2 in between. At 4096 x 4096 the
 dense fp16 weight (33.5 MB) and the sparse ones fit in L2: ``graph20`` re-reads them from it.
-Outputs are checked against a float32 product of the same half-precision operands.
+``compiled_s`` / ``forward_backward_compiled_s`` (dense and sparsetorch, unless ``--no-compile``): the
+forward, and forward + backward, through ``torch.compile(..., fullgraph=True)`` (default inductor
+mode), timed as ``eager`` (one call as Python makes it, host overhead included); a case that does not
+compile records why. Outputs are checked against a float32 product of the same half-precision operands.
 
     python benchmarks/bench_llm_gpu.py                       # writes benchmarks/results/llm_h200.json
     python benchmarks/bench_llm_gpu.py --quick --out /tmp/llm_gpu.json
@@ -124,8 +131,40 @@ def _row(fn, ref, repeats: int, backward=None) -> dict:
     return out
 
 
+def _compiled(fn, repeats: int, *, grad: bool = False):
+    """Seconds per call of ``torch.compile(fn, fullgraph=True)`` (eager timing: host overhead included),
+    or why it did not compile. ``grad``: ``fn`` returns a scalar and the timed step is its backward too
+    (``fn`` is expected to clear the gradients it accumulates)."""
+    torch._dynamo.reset()  # each case compiles afresh (no recompile limit across cases)
+    try:
+        cf = torch.compile(fn, fullgraph=True)
+        if grad:
+            return _events(lambda: cf().backward(), repeats)
+        with torch.no_grad():
+            return _events(cf, repeats)
+    except Exception as exc:  # noqa: BLE001 - recorded in the results
+        torch.cuda.synchronize()
+        return f"not compiled: {type(exc).__name__}: {str(exc)[:200]}"
+
+
+def _torch_ust(W: torch.Tensor, b: torch.Tensor, x: torch.Tensor, ref: torch.Tensor, repeats: int) -> dict | None:
+    """nvmath-python's ``TorchUST`` of ``W`` (CSR, int32 indices) in ``F.linear``; None where nvmath is absent."""
+    try:
+        from nvmath.sparse.ust.interfaces.torch_interface import TorchUST  # noqa: PLC0415
+    except Exception:  # noqa: BLE001 - not installed here
+        return None
+    try:
+        csr = W.to_sparse_csr()
+        csr32 = torch.sparse_csr_tensor(csr.crow_indices().int(), csr.col_indices().int(), csr.values(), csr.shape)
+        Wu = TorchUST.from_torch(csr32)
+        return _row(lambda: torch.nn.functional.linear(x, Wu, b), ref, repeats)
+    except Exception as exc:  # noqa: BLE001 - recorded in the results
+        torch.cuda.synchronize()
+        return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+
+
 def _case(dense: nn.Linear, layer: st.nn.SparseLinear, batch: int, dtype, repeats: int, rule: str,
-          backward: bool = True) -> dict:
+          backward: bool = True, compiled: bool = True) -> dict:
     dev = layer.values.device
     W = layer.to_dense().detach()
     b = layer.bias.detach()
@@ -151,6 +190,14 @@ def _case(dense: nn.Linear, layer: st.nn.SparseLinear, batch: int, dtype, repeat
                                                       repeats)
     out["dense"]["cold_copies"] = rd
     del cw
+    if compiled:
+        out["dense"]["compiled_s"] = _compiled(lambda: torch.nn.functional.linear(x, W, b), repeats)
+        if backward:
+            def dense_loss():
+                Wg.grad = bg.grad = xx.grad = None
+                return torch.nn.functional.linear(xx, Wg, bg).sum()
+
+            out["dense"]["forward_backward_compiled_s"] = _compiled(dense_loss, repeats, grad=True)
     try:
         out["sparsetorch"] = _row(lambda: layer(x), ref, repeats, ours_step if backward else None)
         # the sparse values alone: fewer bytes than the layer holds, so at least as many copies as needed
@@ -159,6 +206,15 @@ def _case(dense: nn.Linear, layer: st.nn.SparseLinear, batch: int, dtype, repeat
         out["sparsetorch"][f"graph{GRAPH_CALLS}cold_s"] = _cold([lambda c=c: c[0](c[1]) for c in cl], repeats)
         out["sparsetorch"]["cold_copies"] = rs
         del cl
+        if compiled:
+            out["sparsetorch"]["compiled_s"] = _compiled(lambda: layer(x), repeats)
+            if backward:
+                def ours_loss():
+                    layer.zero_grad(set_to_none=True)
+                    xx.grad = None
+                    return layer(xx).sum()
+
+                out["sparsetorch"]["forward_backward_compiled_s"] = _compiled(ours_loss, repeats, grad=True)
         # the plan the layer runs for this batch size (SparseLinear.plans(): on a CUDA device
         # chosen by timing the capable backends; what one-shot dispatch would pick is recorded too)
         plan = next((p for p in layer.plans() if p["batch"] == batch), None)
@@ -184,7 +240,19 @@ def _case(dense: nn.Linear, layer: st.nn.SparseLinear, batch: int, dtype, repeat
                 out["torch 2:4"] = _row(lambda: torch.nn.functional.linear(xp, Wss, b)[:batch], ref, repeats)
             except Exception as exc:  # noqa: BLE001
                 out["torch 2:4"] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        ust = _torch_ust(W, b, x, ref, repeats)
+        if ust is not None:
+            out["nvmath TorchUST"] = ust
     return out
+
+
+def _version_of(module: str) -> str | None:
+    try:
+        from importlib.metadata import version  # noqa: PLC0415
+
+        return version({"nvmath": "nvmath-python"}.get(module, module))
+    except Exception:  # noqa: BLE001 - not installed
+        return None
 
 
 def _write(args, results: list) -> None:
@@ -195,12 +263,14 @@ def _write(args, results: list) -> None:
         "commit": args.commit,
         "machine": {"platform": platform.platform(), "gpu": torch.cuda.get_device_name(0)},
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "sparsetorch": st.__version__,
-                     "backends": sorted(i.name for i in st.registry().info())},
+                     "backends": sorted(i.name for i in st.registry().info()), "nvmath": _version_of("nvmath")},
         "notes": ("speed-ups are dense time / implementation time; 'eager' includes host overhead (one Python call), "
                   "'graph' is the call captured in a CUDA graph and replayed (GPU time + the replay's launch latency), "
                   f"'graph{GRAPH_CALLS}' is {GRAPH_CALLS} calls captured in one graph, per call (GPU time, kernels and gaps); "
                   "medians of CUDA events; sparsetorch's 'plan' is the layer's own (SparseLinear.plans()), "
-                  "'one_shot_dispatch' what st.matmul's dispatch would pick"),
+                  "'one_shot_dispatch' what st.matmul's dispatch would pick; 'compiled_s' / 'forward_backward_compiled_s' "
+                  "time torch.compile(fullgraph=True) of the forward / forward+backward as 'eager' does; "
+                  "'nvmath TorchUST' is nvmath-python's injection tensor (CSR, int32) in F.linear"),
         "results": results,
     }
     try:
@@ -224,6 +294,7 @@ def main() -> None:
     ap.add_argument("--dtypes", default="float16,bfloat16")
     ap.add_argument("--repeats", type=int, default=50)
     ap.add_argument("--no-backward", action="store_true", help="forward only (no forward+backward column)")
+    ap.add_argument("--no-compile", action="store_true", help="no torch.compile columns")
     ap.add_argument("--quick", action="store_true", help="1024-wide layers, 10 repeats")
     ap.add_argument("--out", default=str(HERE / "results" / "llm_h200.json"))
     ap.add_argument("--commit", default="", help="the commit measured (recorded in the results)")
@@ -261,14 +332,15 @@ def main() -> None:
                     dense.bias.copy_(base.bias)
                 layer = st.nn.SparseLinear(RULES[rule]()("layer", dense), dense.bias.detach())
                 for batch in [int(v) for v in args.batches.split(",")]:
-                    case = _case(dense, layer, batch, dtype, args.repeats, rule, backward=not args.no_backward)
+                    case = _case(dense, layer, batch, dtype, args.repeats, rule, backward=not args.no_backward,
+                                 compiled=not args.no_compile)
                     row = {"in_features": n_in, "out_features": n_out, "sparsity": rule, "dtype": dname, "batch": batch,
                            "format": layer.weight.format.name, "density": round(layer.density, 6), **case}
                     results.append(row)
                     _write(args, results)  # after every case: a run cut short keeps what it measured
                     d = case["dense"]
                     parts = []
-                    for name in ("sparsetorch", "torch CSR", "torch 2:4"):
+                    for name in ("sparsetorch", "torch CSR", "torch 2:4", "nvmath TorchUST"):
                         r = case.get(name)
                         if r is None:
                             continue
@@ -276,11 +348,12 @@ def main() -> None:
                             parts.append(f"{name}: {r['error'][:60]}")
                             continue
                         gtxt = []
-                        for col in ("graph_s", f"graph{GRAPH_CALLS}_s", f"graph{GRAPH_CALLS}cold_s"):
+                        for col in ("graph_s", f"graph{GRAPH_CALLS}_s", f"graph{GRAPH_CALLS}cold_s", "compiled_s",
+                                    "forward_backward_eager_s", "forward_backward_compiled_s"):
                             g, gd = r.get(col), d.get(col)
                             gtxt.append(f"{gd / g:5.2f}x" if isinstance(g, float) and isinstance(gd, float) else "  n/c")
                         parts.append(f"{name} eager {d['eager_s'] / r['eager_s']:5.2f}x graph {gtxt[0]} graph{GRAPH_CALLS} {gtxt[1]}"
-                                     f" cold {gtxt[2]}")
+                                     f" cold {gtxt[2]} compiled {gtxt[3]} fwd+bwd {gtxt[4]} compiled {gtxt[5]}")
                     print(f"{n_in}x{n_out} {rule:>5s} {dname:8s} b={batch:<3d} dense eager {d['eager_s'] * 1e6:7.1f} us "
                           f"graph {d['graph_s'] * 1e6 if isinstance(d['graph_s'], float) else float('nan'):7.1f} us "
                           f"graph{GRAPH_CALLS} {_us(d[f'graph{GRAPH_CALLS}_s']):7.1f} us "
