@@ -247,51 +247,32 @@ class SparseLinear(nn.Module):
 
     # torch.compile ------------------------------------------------------------------------------
     def prepare_compile(self) -> "SparseLinear":
-        """Build what a compiled forward needs for a weight that is not CSR: the pattern's CSR
-        index buffers and the gather from the stored values to CSR order (non-persistent
-        buffers: moved by ``.to()``, not saved). CSR weights need nothing. Returns ``self``.
+        """Nothing to prepare any more (kept so that code written for sessions before it keeps
+        working): a compiled forward takes the weight in its own format. Returns ``self``.
 
-        Under ``torch.compile`` the forward pass is the ``sparsetorch::csr_matmul`` custom op
-        (a fake kernel and an autograd formula, so ``fullgraph=True`` traces it with no graph
-        break) instead of dispatch, which is not traceable; half-precision values and inputs
-        are upcast to float32 around it, as the eager torch backend does. The CSR view costs
-        about two index arrays of the stored count, so it is built only when asked for."""
-        if self._format == CSR:
-            return self
-        from ..tensor.construct import conversion  # noqa: PLC0415 - only for compiled layers
-
-        W = self.weight.detach()
-        conv = conversion(W, CSR, W.index_dtype)
-        self.register_buffer("_csr_crow", conv.pos[1], persistent=False)
-        self.register_buffer("_csr_col", conv.crd[1], persistent=False)
-        self.register_buffer("_csr_src", conv.src, persistent=False)
+        Under ``torch.compile`` the forward pass is the ``sparsetorch::spmm`` custom op of
+        :mod:`sparsetorch.autograd.compiled` (a fake kernel and an autograd formula, so
+        ``fullgraph=True`` traces it with no graph break); at run time its kernel runs the product
+        dispatch plans for the weight's format, dtype and device (the plan cache shared with eager
+        calls: on a GPU the cuda plugin's kernels, half precision included)."""
         return self
 
     def _traced_product(self, x: torch.Tensor) -> torch.Tensor:
         """``x @ W^T`` through the custom op (the compiled path; see :meth:`prepare_compile`)."""
-        from ..autograd.custom_ops import csr_matmul  # noqa: PLC0415 - the compiled path only
+        from ..autograd.compiled import _spec, spmm  # noqa: PLC0415 - the compiled path only
 
-        if self._format == CSR:
-            crow, col, vals = self.pos1, self.crd1, self.values
-        else:
-            crow = self._buffers.get("_csr_crow")
-            if crow is None:
-                name = self._format.name or str(self._format)
-                raise InputError(f"SparseLinear with format {name} under torch.compile needs its CSR view: call "
-                                 f"layer.prepare_compile() (or model.apply(sparsetorch.nn.prepare_compile)) before "
-                                 f"compiling")
-            col, src = self._csr_col, self._csr_src
-            vals = self.values if src is None else self.values.index_select(-1, src)
+        # the op takes the buffers themselves (no SparseTensor is put together in the traced code)
+        n = len(self._format.levels)
+        bufs = [getattr(self, f"pos{k}") for k in range(n)] + [getattr(self, f"crd{k}") for k in range(n)]
+        vals = self.values
         lead = x.shape[:-1]
         dt = autocast_dtype(x.device.type, vals.dtype, x.dtype)
         if dt is not None:  # as autocast runs nn.Linear: both operands in its dtype
             vals, x = vals.to(dt), x.to(dt)
         X = x.reshape(-1, self.in_features).mT
         with torch.autocast(x.device.type, enabled=False) if dt is not None else contextlib.nullcontext():
-            if vals.dtype in (torch.float16, torch.bfloat16):
-                y = csr_matmul(crow, col, vals.float(), X.float(), self.out_features, self.in_features).to(x.dtype)
-            else:
-                y = csr_matmul(crow, col, vals, X, self.out_features, self.in_features)
+            y = spmm(_spec(self._format), [self.out_features, self.in_features], [b is not None for b in bufs],
+                     [b for b in bufs if b is not None], vals, X, False, self.backend)
         return y.mT.reshape(*lead, self.out_features)
 
     def to_dense(self) -> torch.Tensor:

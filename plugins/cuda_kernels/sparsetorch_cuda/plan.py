@@ -95,6 +95,18 @@ ELL_DEFAULT = "p"
 #: float32's default (same runs: "pcs" 21.5-21.7 us against "p"'s 24.2-24.5; in float64 "pcs" is the slower one)
 ELL_DEFAULT_F32 = "pcs"
 
+#: the values-gradient (:meth:`CudaSpmmPlan.sddmm`) of a product with at least SDDMM_DENSE_MIN_K columns (a layer's
+#: batch) as one dense ``P Q^T`` (cuBLAS, tensor cores for the half types; float32 accumulation, the result rounded to
+#: the values' dtype once per entry, as a dense layer's weight gradient is) gathered at the stored entries, where the
+#: (m, n) product takes at most SDDMM_DENSE_BYTES and at least SDDMM_DENSE_DENSITY of it is stored (or the format
+#: has no sddmm kernel of its own: N:M, BSR, generated). Session 15, H200, 4096^2 layers at batch 64 in float16
+#: (benchmarks/results/llm_h200_s15*.json): the per-entry kernels / gathers made a training step of a 90 % pruned
+#: layer 5x and of a 2:4 one 60-160x a dense layer's.
+SDDMM_DENSE = True
+SDDMM_DENSE_MIN_K = 16
+SDDMM_DENSE_BYTES = 256 * 2**20
+SDDMM_DENSE_DENSITY = 0.01
+
 __all__ = ["CudaSpmmPlan", "DTYPES", "delta_bits", "nm_params", "bsr_params", "native_kind", "sell_layout", "BLOCK"]
 
 
@@ -173,6 +185,7 @@ class CudaSpmmPlan(BuildMixin, MmaMixin, DeltaMixin, SpMixin, BmMixin):
         self._values: torch.Tensor | None = None
         self._values_t: torch.Tensor | None = None
         self._t: dict[str, Any] | None = None  # transposed CSR (adjoint), on first use
+        self._sddmm_lin: torch.Tensor | None = None  # row * n + column of every stored entry (dense-route sddmm)
         self.gather: torch.Tensor | None = None  # generic: value slot of each CSR entry
         m, n = self.shape
         build = getattr(self, f"_build_{self.kind}")
@@ -595,6 +608,17 @@ class CudaSpmmPlan(BuildMixin, MmaMixin, DeltaMixin, SpMixin, BmMixin):
         P = P.expand(*batch, m, k).contiguous().reshape(-1, m, k)
         Q = Q.expand(*batch, n, k).contiguous().reshape(-1, n, k)
         nb = P.shape[0]
+        if self._sddmm_dense(k):
+            # one dense product per batch member, then its stored entries (A's value slots; padding slots zero)
+            rows, cols, slot = self._entry_coords()
+            lin = self._sddmm_lin
+            if lin is None:
+                lin = self._sddmm_lin = rows * n + cols
+            full = torch.zeros(nb, self.slots, dtype=self.dtype, device=self.dev_index)
+            for b in range(nb):
+                G = torch.mm(P[b], Q[b].T)
+                full[b].index_copy_(0, slot, G.view(-1).index_select(0, lin))
+            return full.reshape(*batch, self.slots)
         entries = self.nnz if self.kind in ("csr", "generic", "delta") else self.slots
         out = torch.empty(nb, entries, dtype=self.dtype, device=self.dev_index)
         dev = self.dev_index
@@ -625,6 +649,13 @@ class CudaSpmmPlan(BuildMixin, MmaMixin, DeltaMixin, SpMixin, BmMixin):
             full = out.new_zeros(nb, self.slots)
             out = full.index_add_(-1, self.gather, out)
         return out.reshape(*batch, self.slots)
+
+    def _sddmm_dense(self, k: int) -> bool:
+        """Whether :meth:`sddmm` takes the dense route (:data:`SDDMM_DENSE`) for ``k`` columns."""
+        m, n = self.shape
+        own_kernel = self.kind in ("csr", "generic", "dia", "ell", "delta")
+        return (SDDMM_DENSE and k >= SDDMM_DENSE_MIN_K and m * n * self.dtype.itemsize <= SDDMM_DENSE_BYTES
+                and (not own_kernel or self.nnz >= SDDMM_DENSE_DENSITY * m * n))
 
     def _entry_coords(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Row, column and value slot of every stored entry (pattern work, once)."""

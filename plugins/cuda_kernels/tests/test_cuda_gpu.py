@@ -163,10 +163,13 @@ def test_nm24_kernels(shape, variant, dtype):
     assert rel_err(plan.apply(X), D @ X.double().cpu()) < TOL[dtype]
 
 
+@pytest.mark.parametrize("k", [5, 40], ids=["k5", "k40"])  # k = 40: the dense route (plan.SDDMM_DENSE_MIN_K)
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
 @pytest.mark.parametrize("fmt", ["CSR", "DIA", "ELL", "DELTA(4)", "COO", "NM(2,4)", "BSR(2,2)"])
-def test_sddmm_matches_dense(fmt, dtype):
-    m, n, k = 150, 120, 5
+def test_sddmm_matches_dense(fmt, dtype, k):
+    from sparsetorch_cuda.plan import SDDMM_DENSE_MIN_K
+
+    m, n = 150, 120
     if fmt == "DIA":
         D = banded_dense(m, n, (-5, 0, 2, 30), dtype, seed=11)
     elif fmt == "NM(2,4)":
@@ -175,9 +178,15 @@ def test_sddmm_matches_dense(fmt, dtype):
         D = random_dense(m, n, 0.08, dtype, seed=11, empty_rows=3)
     A = to_format(D, FORMATS[fmt], dtype, torch.int64)
     plan = _plan(A)
+    assert plan._sddmm_dense(k) == (k >= SDDMM_DENSE_MIN_K)
     P, Q = _x(m, k, dtype, 1), _x(n, k, dtype, 2)
     out = plan.sddmm(P.cuda(), Q.cuda())
     assert out.shape == A.values.shape
+    # a batch of two (P, Q) pairs: each member's own products
+    P2, Q2 = torch.stack([P, -2 * P]), torch.stack([Q, Q])
+    out2 = plan.sddmm(P2.cuda(), Q2.cuda())
+    assert out2.shape == (2, *A.values.shape) and torch.equal(out2[0], out)
+    assert rel_err(out2[1], -2 * out.double().cpu()) < TOL[dtype] * 2
     # reference: (P Q^T)[i, j] at every stored slot; padding slots (off the matrix) zero
     G = P.double() @ Q.double().T
     coords, slot = A.entries()
