@@ -29,8 +29,10 @@ before, as in a model whose other layers' weights pass through L2 in between. At
 dense fp16 weight (33.5 MB) and the sparse ones fit in L2: ``graph20`` re-reads them from it.
 ``compiled_s`` / ``forward_backward_compiled_s`` (dense and sparsetorch, unless ``--no-compile``): the
 forward, and forward + backward, through ``torch.compile(..., fullgraph=True)`` (default inductor
-mode), timed as ``eager`` (one call as Python makes it, host overhead included); a case that does not
-compile records why. Outputs are checked against a float32 product of the same half-precision operands.
+mode), timed as ``eager`` (one call as Python makes it, host overhead included);
+``compiled_reduce_overhead_s``: the forward compiled with ``mode="reduce-overhead"`` (inductor's CUDA
+graphs: the host work of a call is a graph replay); a case that does not compile records why.
+Outputs are checked against a float32 product of the same half-precision operands.
 
     python benchmarks/bench_llm_gpu.py                       # writes benchmarks/results/llm_h200.json
     python benchmarks/bench_llm_gpu.py --quick --out /tmp/llm_gpu.json
@@ -131,13 +133,13 @@ def _row(fn, ref, repeats: int, backward=None) -> dict:
     return out
 
 
-def _compiled(fn, repeats: int, *, grad: bool = False):
-    """Seconds per call of ``torch.compile(fn, fullgraph=True)`` (eager timing: host overhead included),
-    or why it did not compile. ``grad``: ``fn`` returns a scalar and the timed step is its backward too
-    (``fn`` is expected to clear the gradients it accumulates)."""
+def _compiled(fn, repeats: int, *, grad: bool = False, mode: str | None = None):
+    """Seconds per call of ``torch.compile(fn, fullgraph=True, mode=mode)`` (eager timing: host overhead
+    included), or why it did not compile. ``grad``: ``fn`` returns a scalar and the timed step is its
+    backward too (``fn`` is expected to clear the gradients it accumulates)."""
     torch._dynamo.reset()  # each case compiles afresh (no recompile limit across cases)
     try:
-        cf = torch.compile(fn, fullgraph=True)
+        cf = torch.compile(fn, fullgraph=True, mode=mode)
         if grad:
             return _events(lambda: cf().backward(), repeats)
         with torch.no_grad():
@@ -192,6 +194,8 @@ def _case(dense: nn.Linear, layer: st.nn.SparseLinear, batch: int, dtype, repeat
     del cw
     if compiled:
         out["dense"]["compiled_s"] = _compiled(lambda: torch.nn.functional.linear(x, W, b), repeats)
+        out["dense"]["compiled_reduce_overhead_s"] = _compiled(lambda: torch.nn.functional.linear(x, W, b), repeats,
+                                                               mode="reduce-overhead")
         if backward:
             def dense_loss():
                 Wg.grad = bg.grad = xx.grad = None
@@ -208,6 +212,7 @@ def _case(dense: nn.Linear, layer: st.nn.SparseLinear, batch: int, dtype, repeat
         del cl
         if compiled:
             out["sparsetorch"]["compiled_s"] = _compiled(lambda: layer(x), repeats)
+            out["sparsetorch"]["compiled_reduce_overhead_s"] = _compiled(lambda: layer(x), repeats, mode="reduce-overhead")
             if backward:
                 def ours_loss():
                     layer.zero_grad(set_to_none=True)
@@ -349,11 +354,12 @@ def main() -> None:
                             continue
                         gtxt = []
                         for col in ("graph_s", f"graph{GRAPH_CALLS}_s", f"graph{GRAPH_CALLS}cold_s", "compiled_s",
-                                    "forward_backward_eager_s", "forward_backward_compiled_s"):
+                                    "forward_backward_eager_s", "forward_backward_compiled_s", "compiled_reduce_overhead_s"):
                             g, gd = r.get(col), d.get(col)
                             gtxt.append(f"{gd / g:5.2f}x" if isinstance(g, float) and isinstance(gd, float) else "  n/c")
                         parts.append(f"{name} eager {d['eager_s'] / r['eager_s']:5.2f}x graph {gtxt[0]} graph{GRAPH_CALLS} {gtxt[1]}"
-                                     f" cold {gtxt[2]} compiled {gtxt[3]} fwd+bwd {gtxt[4]} compiled {gtxt[5]}")
+                                     f" cold {gtxt[2]} compiled {gtxt[3]} (reduce-overhead {gtxt[6]}) fwd+bwd {gtxt[4]}"
+                                     f" compiled {gtxt[5]}")
                     print(f"{n_in}x{n_out} {rule:>5s} {dname:8s} b={batch:<3d} dense eager {d['eager_s'] * 1e6:7.1f} us "
                           f"graph {d['graph_s'] * 1e6 if isinstance(d['graph_s'], float) else float('nan'):7.1f} us "
                           f"graph{GRAPH_CALLS} {_us(d[f'graph{GRAPH_CALLS}_s']):7.1f} us "

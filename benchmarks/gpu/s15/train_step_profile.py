@@ -2,7 +2,7 @@
 
 For 4096 x 4096 (and 4096 -> 11008) half-precision layers pruned to 90 % (CSR) and 2:4 (NM(2, 4)), at batch 1 and 64:
 the step's time (CUDA events, median; host included, as bench_llm_gpu's forward_backward_eager_s) with the cuda
-plugin's dense-route values-gradient on and off (sparsetorch_cuda.plan.SDDMM_DENSE), beside the dense layer's step,
+plugin's dense backward route (values-gradient and adjoint product) on and off (sparsetorch_cuda.plan.DENSE_ROUTE), beside the dense layer's step,
 the values-gradient checked against the dense twin's masked weight gradient, and torch.profiler's table of the
 step's kernels (CUDA time per call). Writes train_step_profile.json under --out.
 
@@ -60,6 +60,26 @@ def _kernels(fn, top: int = 12) -> list[dict]:
     return rows[:top]
 
 
+def _host(fn, calls: int = 30, top: int = 25) -> list[dict]:
+    """The Python functions of ``calls`` steps by own time (cProfile; its overhead inflates every entry)."""
+    import cProfile  # noqa: PLC0415
+    import pstats  # noqa: PLC0415
+
+    fn()
+    torch.cuda.synchronize()
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    pr.disable()
+    st_ = pstats.Stats(pr)
+    rows = [{"func": f"{Path(k[0]).name}:{k[1]}:{k[2]}", "calls_per_step": v[1] / calls, "own_us": v[2] / calls * 1e6,
+             "cum_us": v[3] / calls * 1e6} for k, v in st_.stats.items()]  # type: ignore[attr-defined]
+    rows.sort(key=lambda r: -r["own_us"])
+    return rows[:top]
+
+
 def main() -> int:
     from sparsetorch_cuda import plan as cplan
 
@@ -97,7 +117,7 @@ def main() -> int:
                 dense_step()
                 ref_dw, ref_dx = (Wg.grad * mask).float(), xx.grad.float()
                 for on in (False, True):
-                    cplan.SDDMM_DENSE = on
+                    cplan.DENSE_ROUTE = on
                     tag = "dense_route" if on else "kernels"
                     row[f"ours_step_us_{tag}"] = _time(ours_step)
                     ours_step()
@@ -105,7 +125,8 @@ def main() -> int:
                     row[f"dw_err_{tag}"] = float((dw - ref_dw).abs().max() / ref_dw.abs().max())
                     row[f"dx_err_{tag}"] = float((xx.grad.float() - ref_dx).abs().max() / ref_dx.abs().max())
                     row[f"kernels_{tag}"] = _kernels(ours_step)
-                cplan.SDDMM_DENSE = True
+                cplan.DENSE_ROUTE = True
+                row["host_profile"] = _host(ours_step)
                 row["plans"] = layer.plans()
                 out.append(row)
                 print(shape, rule, batch, "dense %.1f us, ours kernels %.1f / dense route %.1f us, dW err %.1e / %.1e, dX err %.1e"

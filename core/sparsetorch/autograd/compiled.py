@@ -51,7 +51,7 @@ from ..format import Add, Dimension, FloorDiv, LevelType, Mod, Sub, TensorFormat
 from ..tensor import SparseTensor
 from ..tensor._views import TracedTranspose
 from ..tensor.pattern import buffer_id
-from ..tensor.sparse_tensor import _install_reverse_matmul
+from ..tensor.sparse_tensor import _install_reverse_matmul, is_plain
 from . import _compile_hooks
 from .matmul import MatmulHandle
 from .solve import solver_object
@@ -183,10 +183,22 @@ _install_reverse_matmul()
 
 # sparsetorch::spmm --------------------------------------------------------------------------------
 def _state(A: SparseTensor, X: Tensor, backend: str | None) -> PlanState:
-    """The product plan dispatch chooses for ``A X`` (from the plan cache)."""
-    operands = (OperandInfo("sparse", tuple(A.shape), A.dtype, A.device, A.format, A.nse, tuple(A.batch_shape), False),
-                OperandInfo("dense", tuple(X.shape), X.dtype, X.device, None, None, (), False))
-    state, _, _ = obtain_plan("matmul", A, make_request("matmul", operands, frozenset(), MatmulOptions(backend=backend)))
+    """The product plan dispatch chooses for ``A X`` (from the plan cache), remembered on the
+    pattern per right-hand side's shape, dtype and device (as an eager SparseLinear keeps one plan
+    per batch size): a compiled call repeated on one pattern skips dispatch (its request, choice and
+    plan-cache lookup were about two thirds of the op's host time). Held weakly (the plan cache
+    owns the plan, which holds the pattern: a strong reference here would keep the buffers alive),
+    and dropped with the pattern's other derived data when an index buffer is written in place."""
+    cache = A._cache
+    key = ("compiled_state", tuple(X.shape), X.dtype, X.device, backend)
+    ref = cache.get(key)
+    state = ref() if ref is not None else None
+    if state is None:
+        operands = (OperandInfo("sparse", tuple(A.shape), A.dtype, A.device, A.format, A.nse, tuple(A.batch_shape), False),
+                    OperandInfo("dense", tuple(X.shape), X.dtype, X.device, None, None, (), False))
+        state, _, _ = obtain_plan("matmul", A, make_request("matmul", operands, frozenset(), MatmulOptions(backend=backend)))
+        if is_plain(X):
+            cache[key] = weakref.ref(state)
     return state
 
 

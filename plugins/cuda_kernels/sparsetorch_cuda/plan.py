@@ -95,17 +95,19 @@ ELL_DEFAULT = "p"
 #: float32's default (same runs: "pcs" 21.5-21.7 us against "p"'s 24.2-24.5; in float64 "pcs" is the slower one)
 ELL_DEFAULT_F32 = "pcs"
 
-#: the values-gradient (:meth:`CudaSpmmPlan.sddmm`) of a product with at least SDDMM_DENSE_MIN_K columns (a layer's
-#: batch) as one dense ``P Q^T`` (cuBLAS, tensor cores for the half types; float32 accumulation, the result rounded to
-#: the values' dtype once per entry, as a dense layer's weight gradient is) gathered at the stored entries, where the
-#: (m, n) product takes at most SDDMM_DENSE_BYTES and at least SDDMM_DENSE_DENSITY of it is stored (or the format
-#: has no sddmm kernel of its own: N:M, BSR, generated). Session 15, H200, 4096^2 layers at batch 64 in float16
-#: (benchmarks/results/llm_h200_s15*.json): the per-entry kernels / gathers made a training step of a 90 % pruned
-#: layer 5x and of a 2:4 one 60-160x a dense layer's.
-SDDMM_DENSE = True
-SDDMM_DENSE_MIN_K = 16
-SDDMM_DENSE_BYTES = 256 * 2**20
-SDDMM_DENSE_DENSITY = 0.01
+#: The dense route of the backward pass: for a product with at least DENSE_ROUTE_MIN_K columns (a layer's batch),
+#: the values-gradient (:meth:`CudaSpmmPlan.sddmm`) is one dense ``P Q^T`` (cuBLAS; tensor cores for the half types,
+#: float32 accumulation, each entry rounded to the values' dtype once, as a dense layer's weight gradient is) gathered
+#: at the stored entries, and the adjoint product ``A^T X`` is A scattered into a dense (m, n) buffer times X (one
+#: GEMM), where that buffer takes at most DENSE_ROUTE_BYTES and at least DENSE_ROUTE_DENSITY of it is stored (or the
+#: format has no sddmm kernel of its own: N:M, BSR, generated). Session 15, H200, half-precision training steps of
+#: 4096 x 4096 / 4096 -> 11008 layers at batch 64 (benchmarks/results/train_step_h200_s15*.json): the per-entry
+#: sddmm kernels and gathers made a step of a 90 % pruned layer 5-9x and of a 2:4 one 46-180x a dense layer's step;
+#: after the dense sddmm the transposed-CSR adjoint kernel (csr_cols) was 440 / 1470 us of the 2:4 steps' 1.1 / 2.7 ms.
+DENSE_ROUTE = True
+DENSE_ROUTE_MIN_K = 16
+DENSE_ROUTE_BYTES = 256 * 2**20
+DENSE_ROUTE_DENSITY = 0.01
 
 __all__ = ["CudaSpmmPlan", "DTYPES", "delta_bits", "nm_params", "bsr_params", "native_kind", "sell_layout", "BLOCK"]
 
@@ -186,6 +188,7 @@ class CudaSpmmPlan(BuildMixin, MmaMixin, DeltaMixin, SpMixin, BmMixin):
         self._values_t: torch.Tensor | None = None
         self._t: dict[str, Any] | None = None  # transposed CSR (adjoint), on first use
         self._sddmm_lin: torch.Tensor | None = None  # row * n + column of every stored entry (dense-route sddmm)
+        self._dense_place: tuple | None = None  # where each value of the plan lies in a dense (m, n) buffer (dense route)
         self.gather: torch.Tensor | None = None  # generic: value slot of each CSR entry
         m, n = self.shape
         build = getattr(self, f"_build_{self.kind}")
@@ -322,6 +325,9 @@ class CudaSpmmPlan(BuildMixin, MmaMixin, DeltaMixin, SpMixin, BmMixin):
                              f"{self.dtype} on {self.device}")
         X = X.contiguous()
         k = X.shape[-1]
+        if adjoint and X.dim() == 2 and self._values.dim() == 1 and self._dense_route(k):
+            Y = self._dense_adjoint(X)
+            return Y if bias is None else Y + bias.unsqueeze(-1)
         rows_out = n if adjoint else m
         Y = torch.empty(*X.shape[:-2], rows_out, k, dtype=self.dtype, device=self.dev_index)
         vals = self._adjoint_values() if adjoint else self._values
@@ -608,7 +614,7 @@ class CudaSpmmPlan(BuildMixin, MmaMixin, DeltaMixin, SpMixin, BmMixin):
         P = P.expand(*batch, m, k).contiguous().reshape(-1, m, k)
         Q = Q.expand(*batch, n, k).contiguous().reshape(-1, n, k)
         nb = P.shape[0]
-        if self._sddmm_dense(k):
+        if self._dense_route(k):
             # one dense product per batch member, then its stored entries (A's value slots; padding slots zero)
             rows, cols, slot = self._entry_coords()
             lin = self._sddmm_lin
@@ -650,12 +656,32 @@ class CudaSpmmPlan(BuildMixin, MmaMixin, DeltaMixin, SpMixin, BmMixin):
             out = full.index_add_(-1, self.gather, out)
         return out.reshape(*batch, self.slots)
 
-    def _sddmm_dense(self, k: int) -> bool:
-        """Whether :meth:`sddmm` takes the dense route (:data:`SDDMM_DENSE`) for ``k`` columns."""
+    def _dense_route(self, k: int) -> bool:
+        """Whether the backward products take the dense route (:data:`DENSE_ROUTE`) for ``k`` columns."""
         m, n = self.shape
         own_kernel = self.kind in ("csr", "generic", "dia", "ell", "delta")
-        return (SDDMM_DENSE and k >= SDDMM_DENSE_MIN_K and m * n * self.dtype.itemsize <= SDDMM_DENSE_BYTES
-                and (not own_kernel or self.nnz >= SDDMM_DENSE_DENSITY * m * n))
+        return (DENSE_ROUTE and k >= DENSE_ROUTE_MIN_K and m * n * self.dtype.itemsize <= DENSE_ROUTE_BYTES
+                and (not own_kernel or self.nnz >= DENSE_ROUTE_DENSITY * m * n))
+
+    def _dense_adjoint(self, X: torch.Tensor) -> torch.Tensor:
+        """``A^T X`` by the dense route: the plan's values scattered into a zeroed (m, n) buffer, then one GEMM."""
+        m, n = self.shape
+        if self._dense_place is None:
+            rows, cols, slot = self._entry_coords()
+            by_slot = torch.full((self.slots,), -1, dtype=torch.int64, device=self.dev_index)
+            by_slot[slot] = rows * n + cols
+            lin = by_slot if self.gather is None else by_slot.index_select(0, self.gather)
+            keep = lin >= 0  # padding slots (ELL, DIA) have no place
+            idx = None
+            if not bool(keep.all()):
+                idx = keep.nonzero().flatten()
+                lin = lin.index_select(0, idx)
+            self._dense_place = (lin, idx)
+        lin, idx = self._dense_place
+        v = self._values if idx is None else self._values.index_select(0, idx)
+        W = torch.zeros(m * n, dtype=self.dtype, device=self.dev_index)
+        W.index_copy_(0, lin, v)
+        return torch.mm(W.view(m, n).T, X)
 
     def _entry_coords(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Row, column and value slot of every stored entry (pattern work, once)."""

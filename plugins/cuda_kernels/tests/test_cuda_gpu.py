@@ -64,6 +64,7 @@ def test_spmm_matches_dense(fmt, dtype, index_dtype):
         err = rel_err(Y, D @ X.double())
         assert err < TOL[dtype], (fmt, dtype, index_dtype, k, err)
         Xa = _x(301, k, dtype, seed + 10)
+        assert plan._dense_route(k) == (k == 40)  # k = 40: A^T X by the dense route (plan.DENSE_ROUTE)
         err_a = rel_err(plan.apply(Xa.cuda(), adjoint=True), D.T @ Xa.double())
         assert err_a < TOL[dtype], ("adjoint", fmt, dtype, k, err_a)
 
@@ -163,11 +164,11 @@ def test_nm24_kernels(shape, variant, dtype):
     assert rel_err(plan.apply(X), D @ X.double().cpu()) < TOL[dtype]
 
 
-@pytest.mark.parametrize("k", [5, 40], ids=["k5", "k40"])  # k = 40: the dense route (plan.SDDMM_DENSE_MIN_K)
+@pytest.mark.parametrize("k", [5, 40], ids=["k5", "k40"])  # k = 40: the dense route (plan.DENSE_ROUTE_MIN_K)
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
 @pytest.mark.parametrize("fmt", ["CSR", "DIA", "ELL", "DELTA(4)", "COO", "NM(2,4)", "BSR(2,2)"])
 def test_sddmm_matches_dense(fmt, dtype, k):
-    from sparsetorch_cuda.plan import SDDMM_DENSE_MIN_K
+    from sparsetorch_cuda.plan import DENSE_ROUTE_MIN_K
 
     m, n = 150, 120
     if fmt == "DIA":
@@ -178,7 +179,7 @@ def test_sddmm_matches_dense(fmt, dtype, k):
         D = random_dense(m, n, 0.08, dtype, seed=11, empty_rows=3)
     A = to_format(D, FORMATS[fmt], dtype, torch.int64)
     plan = _plan(A)
-    assert plan._sddmm_dense(k) == (k >= SDDMM_DENSE_MIN_K)
+    assert plan._dense_route(k) == (k >= DENSE_ROUTE_MIN_K)
     P, Q = _x(m, k, dtype, 1), _x(n, k, dtype, 2)
     out = plan.sddmm(P.cuda(), Q.cuda())
     assert out.shape == A.values.shape
