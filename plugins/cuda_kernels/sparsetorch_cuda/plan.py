@@ -187,7 +187,8 @@ class CudaSpmmPlan(BuildMixin, MmaMixin, DeltaMixin, SpMixin, BmMixin):
         self._values: torch.Tensor | None = None
         self._values_t: torch.Tensor | None = None
         self._t: dict[str, Any] | None = None  # transposed CSR (adjoint), on first use
-        self._sddmm_lin: torch.Tensor | None = None  # row * n + column of every stored entry (dense-route sddmm)
+        #: dense-route sddmm: (row * n + column of every stored entry, its value slot or None where entry e is slot e)
+        self._sddmm_lin: tuple | None = None
         self._dense_place: tuple | None = None  # where each value of the plan lies in a dense (m, n) buffer (dense route)
         self.gather: torch.Tensor | None = None  # generic: value slot of each CSR entry
         m, n = self.shape
@@ -323,11 +324,11 @@ class CudaSpmmPlan(BuildMixin, MmaMixin, DeltaMixin, SpMixin, BmMixin):
         if X.dtype != self.dtype or X.device != self.device or X.dim() < 2 or X.shape[-2] != rows_in:
             raise InputError(f"{self.backend}: X of shape {tuple(X.shape)}, {X.dtype} on {X.device}; expected (*batch, {rows_in}, k) "
                              f"{self.dtype} on {self.device}")
-        X = X.contiguous()
         k = X.shape[-1]
         if adjoint and X.dim() == 2 and self._values.dim() == 1 and self._dense_route(k):
-            Y = self._dense_adjoint(X)
+            Y = self._dense_adjoint(X)  # cuBLAS reads X where it lies
             return Y if bias is None else Y + bias.unsqueeze(-1)
+        X = X.contiguous()
         rows_out = n if adjoint else m
         Y = torch.empty(*X.shape[:-2], rows_out, k, dtype=self.dtype, device=self.dev_index)
         vals = self._adjoint_values() if adjoint else self._values
@@ -611,20 +612,30 @@ class CudaSpmmPlan(BuildMixin, MmaMixin, DeltaMixin, SpMixin, BmMixin):
                              f"{self.device}; got {tuple(P.shape)} {P.dtype} and {tuple(Q.shape)} {Q.dtype}")
         batch = torch.broadcast_shapes(P.shape[:-2], Q.shape[:-2])
         k = P.shape[-1]
+        if self._dense_route(k):
+            # one dense product per batch member (cuBLAS reads the factors where they lie), then its stored
+            # entries in A's value slots (padding slots zero; where the entries are the slots in order, a gather)
+            P = P.expand(*batch, m, k).reshape(-1, m, k)
+            Q = Q.expand(*batch, n, k).reshape(-1, n, k)
+            nb = P.shape[0]
+            if self._sddmm_lin is None:
+                rows, cols, slot = self._entry_coords()
+                in_order = slot.numel() == self.slots and bool((slot == torch.arange(self.slots, device=slot.device)).all())
+                self._sddmm_lin = (rows * n + cols, None if in_order else slot)
+            lin, slot = self._sddmm_lin
+            if slot is None and nb == 1:
+                return torch.mm(P[0], Q[0].T).view(-1).index_select(0, lin).reshape(*batch, self.slots)
+            full = torch.zeros(nb, self.slots, dtype=self.dtype, device=self.dev_index)
+            for b in range(nb):
+                got = torch.mm(P[b], Q[b].T).view(-1).index_select(0, lin)
+                if slot is None:
+                    full[b] = got
+                else:
+                    full[b].index_copy_(0, slot, got)
+            return full.reshape(*batch, self.slots)
         P = P.expand(*batch, m, k).contiguous().reshape(-1, m, k)
         Q = Q.expand(*batch, n, k).contiguous().reshape(-1, n, k)
         nb = P.shape[0]
-        if self._dense_route(k):
-            # one dense product per batch member, then its stored entries (A's value slots; padding slots zero)
-            rows, cols, slot = self._entry_coords()
-            lin = self._sddmm_lin
-            if lin is None:
-                lin = self._sddmm_lin = rows * n + cols
-            full = torch.zeros(nb, self.slots, dtype=self.dtype, device=self.dev_index)
-            for b in range(nb):
-                G = torch.mm(P[b], Q[b].T)
-                full[b].index_copy_(0, slot, G.view(-1).index_select(0, lin))
-            return full.reshape(*batch, self.slots)
         entries = self.nnz if self.kind in ("csr", "generic", "delta") else self.slots
         out = torch.empty(nb, entries, dtype=self.dtype, device=self.dev_index)
         dev = self.dev_index
