@@ -123,7 +123,8 @@ def n_m(n: int, m: int) -> LayerFn:
 
 
 def prepare_compile(module: nn.Module) -> None:
-    """``model.apply(prepare_compile)``: :meth:`SparseLinear.prepare_compile` on every SparseLinear."""
+    """``model.apply(prepare_compile)``: :meth:`SparseLinear.prepare_compile` on every SparseLinear (a no-op
+    since session 15, kept for code written before: every format compiles as it is)."""
     if isinstance(module, SparseLinear):
         module.prepare_compile()
 
