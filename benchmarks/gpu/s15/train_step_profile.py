@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -24,21 +23,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/
 
 import sparsetorch as st  # noqa: E402
 from bench_llm import RULES  # noqa: E402
+from bench_llm_gpu import _events  # noqa: E402
 
 
 def _time(fn, repeats: int = 15) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(repeats):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) * 1e3)
-    return statistics.median(ts)
+    """Microseconds per call (bench_llm_gpu's CUDA-event median, host included)."""
+    return _events(fn, repeats) * 1e6
 
 
 def _kernels(fn, top: int = 12) -> list[dict]:
