@@ -262,8 +262,7 @@ class SparseLinear(nn.Module):
         from ..autograd.compiled import _spec, spmm  # noqa: PLC0415 - the compiled path only
 
         # the op takes the buffers themselves (no SparseTensor is put together in the traced code)
-        n = len(self._format.levels)
-        bufs = [getattr(self, f"pos{k}") for k in range(n)] + [getattr(self, f"crd{k}") for k in range(n)]
+        bufs = [getattr(self, name) for name in self._index_names()]
         vals = self.values
         lead = x.shape[:-1]
         dt = autocast_dtype(x.device.type, vals.dtype, x.dtype)
