@@ -54,7 +54,7 @@ import threading
 import traceback
 from dataclasses import dataclass, replace
 from importlib import metadata
-from typing import Any
+from typing import Any, Callable
 
 import pluggy
 
@@ -102,6 +102,7 @@ class Backends:
         self._pm.add_hookspecs(hookspecs)
         self._info: dict[str, BackendInfo] = {}
         self._plugins: dict[str, Any] = {}
+        self._conversions: dict[str, Callable] | None = None
         self.broken: list[BrokenBackend] = []
         for name, module in BUILTINS:
             self._load(name, None, lambda module=module: importlib.import_module(module), builtin=True)
@@ -160,6 +161,7 @@ class Backends:
         """Register a backend object at run time (tests, notebooks, in-tree experiments)."""
         self._load(name, None, lambda: plugin, builtin=False)
         self._pm.check_pending()
+        self._conversions = None
         self.generation = next(_GENERATIONS)
 
     def unregister(self, name: str) -> None:
@@ -168,9 +170,34 @@ class Backends:
             self._pm.unregister(plugin)
         self._info.pop(name, None)
         self.broken = [b for b in self.broken if b.name != name]
+        self._conversions = None
         self.generation = next(_GENERATIONS)
 
     # Typed facade -----------------------------------------------------------------------------
+    def conversion_kernel(self, name: str) -> Callable | None:
+        """The compiled conversion step ``name`` (hookspecs.CONVERSION_KERNELS) of the backend of
+        highest priority that offers it (then backend name order), or None. The table is built once
+        per set of backends; a backend whose hook raises offers no kernel (the core's own code runs
+        instead)."""
+        table = self._conversions
+        if table is None:
+            found: dict[str, tuple[tuple[int, str], Callable]] = {}
+            for impl in self._pm.hook.sparsetorch_conversion_kernels.get_hookimpls():
+                owner = self._pm.get_name(impl.plugin)
+                info = self._info.get(owner)
+                if info is None:
+                    continue
+                try:
+                    got = dict(impl.function() or {})
+                except Exception:  # noqa: BLE001 - a broken hook offers nothing
+                    continue
+                rank = (-info.priority, owner)
+                for key, fn in got.items():
+                    if key in hookspecs.CONVERSION_KERNELS and callable(fn) and (key not in found or rank < found[key][0]):
+                        found[key] = (rank, fn)
+            table = self._conversions = {k: fn for k, (_, fn) in found.items()}
+        return table.get(name)
+
     @property
     def names(self) -> list[str]:
         return list(self._info)

@@ -66,7 +66,7 @@ def fill_guard(fmt: TensorFormat, shape: Sequence[int], max_fill: float | None, 
         return None
 
     def guard(slots: int, entries: int) -> None:
-        bound = bound_ratio * entries + FILL_SLACK
+        bound = guard.bound(entries)
         if slots <= bound:
             return
         ratio = slots / entries if entries else math.inf
@@ -80,6 +80,7 @@ def fill_guard(fmt: TensorFormat, shape: Sequence[int], max_fill: float | None, 
             f"variable {MAX_FILL_ENV}; or pick a format without padding (CSR, CSC, COO)"
         )
 
+    guard.bound = lambda entries: bound_ratio * entries + FILL_SLACK  # type: ignore[attr-defined]
     return guard
 
 
@@ -632,11 +633,42 @@ def _arange(n: int, dtype: torch.dtype, like: torch.Tensor) -> torch.Tensor:
     return new[:n]
 
 
+_KERNEL_FAILED: set[str] = set()
+
+
+def _plugin_kernel(name: str) -> Callable | None:
+    """A backend's compiled conversion step ``name`` (``dispatch.hookspecs.CONVERSION_KERNELS``),
+    or None (none loaded, or it raised once in this process)."""
+    if name in _KERNEL_FAILED:
+        return None
+    from ..dispatch.select import get_backends  # noqa: PLC0415 - dispatch imports the tensor package
+
+    return get_backends().conversion_kernel(name)
+
+
+def _kernel_failed(name: str, exc: BaseException) -> None:
+    """A plugin's conversion kernel raised: warn once, and use the core's own code from now on."""
+    import warnings  # noqa: PLC0415
+
+    _KERNEL_FAILED.add(name)
+    warnings.warn(f"sparsetorch: the conversion kernel {name!r} of a backend raised {type(exc).__name__}: {exc}; "
+                  f"the core's own conversion runs instead (for the rest of this process)", RuntimeWarning, stacklevel=3)
+
+
 def _expand(ptr: torch.Tensor, n: int, nnz: int) -> torch.Tensor:
     """The major index of every entry from the pointers ``ptr`` (n + 1), in ``ptr``'s dtype."""
     if _on_host(ptr):
         p = ptr.contiguous().numpy()
         return torch.from_numpy(np.repeat(np.arange(n, dtype=p.dtype), np.diff(p)))
+    if ptr.device.type == "cuda" and nnz and is_plain(ptr) and not _levels._compiling():
+        fn = _plugin_kernel("csr_rows")  # one kernel of a plugin's (the cuda plugin: a warp per row)
+        if fn is not None:
+            out = ptr.new_empty(nnz)
+            try:
+                if fn(ptr.contiguous(), out):
+                    return out
+            except Exception as exc:  # noqa: BLE001 - a plugin's bug must not break a conversion
+                _kernel_failed("csr_rows", exc)
     if EXPAND == "fused" and hasattr(torch, "_convert_indices_from_csr_to_coo"):
         # torch's CSR -> COO index kernel (one launch; a thread per row; writes a copy of the
         # columns too, which is dropped: the rows are a view of a (2, nnz) buffer)
@@ -858,6 +890,11 @@ def _kernel_path(t: SparseTensor, fmt: TensorFormat, index_dtype: torch.dtype, v
         got = _dia_rows_to_csr(t, index_dtype, values_too, dia)
         if got is not None:
             return got
+    if (_pair_layout(t.format) == ("csr", 0) and not t.format.num_batch_levels and not fmt.num_batch_levels
+            and (blk := _block_of(fmt)) is not None):
+        got = _csr_to_bsr_plugin(t, blk, index_dtype, values_too, guard)
+        if got is not None:
+            return got
     tools = _sparsetools(t.nse or 0)
     if tools is None or t.format.num_batch_levels or fmt.num_batch_levels:
         return None
@@ -887,6 +924,63 @@ def _kernel_path(t: SparseTensor, fmt: TensorFormat, index_dtype: torch.dtype, v
         return None
     bp, bj, src, first = got
     return [None, bp.to(index_dtype)], [None, bj.to(index_dtype)], src, None, int(bj.numel()), first
+
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _csr_to_bsr_plugin(t: SparseTensor, blk: tuple[int, int], index_dtype: torch.dtype, values_too: bool, guard):
+    """CSR -> BSR(bh, bw) on the CPU by a backend's compiled ``csr_to_bsr`` (one merge of each block
+    row's sorted rows: canonical blocks without a sort), as :func:`_kernel_path` returns it; None
+    when no backend has it, the shape is not a multiple of the blocks, or the kernel declines."""
+    fn = _plugin_kernel("csr_to_bsr")
+    if fn is None:
+        return None
+    m, n = t.format_shape
+    bh, bw = blk
+    if m % bh or n % bw:
+        return None
+    pos, crd, tvals = t._linear_buffers()
+    if not _on_host(pos[1], crd[1]):
+        return None
+    ptr, col = _np(pos[1]), _np(crd[1])
+    if ptr.dtype != col.dtype:
+        return None
+    vals = None
+    if values_too and tvals.dim() == 1 and not tvals.requires_grad and _on_host(tvals):
+        if tvals.dtype in _SCIPY_VALUE_DTYPES:
+            vals = _np(tvals)
+        elif tvals.dtype in _HALF:
+            vals = _np(tvals.view(torch.int16))  # moved as bits
+    nnz, bs = col.size, bh * bw
+    max_blocks = 2**62 if guard is None else max(int(guard.bound(nnz)) // bs, 0)
+    try:
+        got = fn(bh, bw, m, n, ptr, col, vals, max_blocks, vals is None)
+    except Exception as exc:  # noqa: BLE001 - a plugin's bug must not break a conversion
+        _kernel_failed("csr_to_bsr", exc)
+        return None
+    if got is None:
+        return None
+    if isinstance(got, int):
+        guard(got * bs, nnz)  # over the fill bound: raises
+        return None
+    bp, bj, data, slots = got
+    nblocks = int(bj.size)
+    if index_dtype == torch.int32 and max(nblocks, n // bw) > _INT32_MAX:
+        return None  # the general path says what does not fit
+    first = None
+    if data is not None:
+        first = torch.from_numpy(data)
+        if tvals.dtype in _HALF:
+            first = first.view(tvals.dtype)
+
+    def dst() -> torch.Tensor:
+        again = fn(bh, bw, m, n, ptr, col, None, 2**62, True)
+        return torch.from_numpy(again[3])
+
+    out_pos = [None, torch.from_numpy(bp).to(index_dtype), None, None]
+    out_crd = [None, torch.from_numpy(bj).to(index_dtype), None, None]
+    return out_pos, out_crd, None, dst if slots is None else torch.from_numpy(slots), nblocks * bs, first
 
 
 def _bsr_to_csr(tools, blk, m, n, ptr, bcol, vals):

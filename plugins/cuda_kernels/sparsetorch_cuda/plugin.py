@@ -30,7 +30,7 @@ from sparsetorch.backend import BackendInfo, Decline, Offer, Request, cuda_matri
 
 from . import __version__, cost
 
-__all__ = ["sparsetorch_backend_info", "sparsetorch_offers", "NAME", "DTYPES"]
+__all__ = ["sparsetorch_backend_info", "sparsetorch_offers", "sparsetorch_conversion_kernels", "NAME", "DTYPES"]
 
 NAME = "cuda"
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -63,6 +63,16 @@ def sparsetorch_backend_info() -> BackendInfo:
         missing=missing,
         priority=0,
     )
+
+
+@sparsetorch.hookimpl
+def sparsetorch_conversion_kernels() -> dict:
+    """The conversion steps in this plugin's kernels (convert.py): none without cuda.bindings."""
+    if _bindings_missing():
+        return {}
+    from .convert import KERNELS  # noqa: PLC0415 - imports the launcher (cuda.bindings) on first use
+
+    return dict(KERNELS)
 
 
 @sparsetorch.hookimpl

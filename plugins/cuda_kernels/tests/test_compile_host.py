@@ -15,7 +15,8 @@ pytestmark = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 #: kernels each source must export (launch.py looks them up by these names)
 EXPECTED = {
     "spmv": ["csr_vec1", "csr_vec2", "csr_vec4", "csr_vec8", "csr_vec16", "csr_vec32", "csr_cols", "csr_balanced",
-             "dia_rows", "ell_rows", "delta_rows", "delta_rows_smem", "delta_lanes", "delta_lanes_smem", "cast_out"],
+             "dia_rows", "ell_rows", "delta_rows", "delta_rows_smem", "delta_lanes", "delta_lanes_smem", "cast_out",
+             "csr_rows"],
     "sddmm": ["csr_sddmm1", "csr_sddmm4", "csr_sddmm32", "dia_sddmm", "ell_sddmm", "delta_sddmm"],
     "fast": ["csr_stream4", "csr_stream8", "csr_v32_2", "csr_v32_4", "csr_v32_8", "csr_v32_16", "csr_v32_32", "dia_fast1",
              "dia_fast2", "dia_p8_1", "dia_p8_2", "dia_p8_4", "dia_p8cs_1", "dia_p8pf_1", "dia_p8na_1", "csr_stream8cs",

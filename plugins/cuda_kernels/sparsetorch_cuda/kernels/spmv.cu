@@ -285,3 +285,68 @@ extern "C" __global__ void cast_out(i64 count, const acc_t* __restrict__ src, va
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < count) dst[i] = st(src[i]);
 }
+
+// ---- CSR -> COO: the row of every entry (convert.py, the core's "csr_rows" conversion step) ------
+// A block takes CR_PER_BLOCK consecutive entries, whatever rows they lie in (balanced for any row
+// lengths). Warps 0 and 1 find the rows of the block's first and last entry by a 32-way search of
+// the pointers (each step one load per lane and a ballot: log32(m) dependent loads instead of
+// log2(m)); the pointers of those rows go to shared memory when they fit (CR_ROWS, i.e. unless the
+// range holds many empty rows), and each thread finds the row of each of its entries there by a
+// binary search (otherwise in the pointers themselves, between the two rows). The stores of `out`
+// are coalesced. The pointers are validated by the core (ptr[0] == 0, non-decreasing, ptr[m] == nnz).
+#define CR_PER_BLOCK 2048
+#define CR_ROWS 2048
+#define CR_THREADS 256
+
+// the row of entry e: the first i in [0, m) with ptr[i + 1] > e (one warp, every lane takes part)
+__device__ __forceinline__ i64 cr_find(i64 m, const idx_t* __restrict__ ptr, i64 e) {
+  const int lane = threadIdx.x & 31;
+  i64 lo = 0, hi = m - 1;  // the answer lies in [lo, hi]
+  while (hi > lo) {
+    const i64 span = hi - lo + 1;
+    const i64 step = (span + 31) / 32;        // lane L probes row lo + (L + 1) * step - 1 (the end of its part)
+    const i64 r = lo + (i64)(lane + 1) * step - 1;
+    const bool past = r >= hi || (i64)RO(ptr + r + 1) > e;  // the answer is at or before r
+    const unsigned b = __ballot_sync(0xffffffffu, past);
+    const int first = __ffs(b) - 1;          // b != 0: lane 31 probes at or past hi
+    const i64 nhi = lo + (i64)(first + 1) * step - 1;
+    lo = lo + (i64)first * step;
+    hi = nhi < hi ? nhi : hi;
+  }
+  return lo;
+}
+
+extern "C" __global__ void __launch_bounds__(CR_THREADS) csr_rows(i64 m, i64 nnz, const idx_t* __restrict__ ptr, idx_t* __restrict__ out) {
+  __shared__ idx_t sp[CR_ROWS + 1];
+  __shared__ i64 rows[2];
+  const i64 e0 = (i64)blockIdx.x * CR_PER_BLOCK;
+  const i64 e1 = e0 + CR_PER_BLOCK < nnz ? e0 + CR_PER_BLOCK : nnz;
+  const int warp = threadIdx.x >> 5;
+  if (warp < 2) {
+    const i64 r = cr_find(m, ptr, warp == 0 ? e0 : e1 - 1);
+    if ((threadIdx.x & 31) == 0) rows[warp] = r;
+  }
+  __syncthreads();
+  const i64 r0 = rows[0], nr = rows[1] - r0 + 1;  // the block's entries lie in rows r0 .. r0 + nr - 1
+  if (nr <= CR_ROWS) {
+    for (i64 t = threadIdx.x; t <= nr; t += CR_THREADS) sp[t] = RO(ptr + r0 + t);
+    __syncthreads();
+    for (i64 e = e0 + threadIdx.x; e < e1; e += CR_THREADS) {
+      int lo = 0, hi = (int)nr - 1;  // the last j with sp[j] <= e (sp[0] <= e0 <= e < sp[nr])
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if ((i64)sp[mid] <= e) lo = mid; else hi = mid - 1;
+      }
+      out[e] = (idx_t)(r0 + lo);
+    }
+  } else {
+    for (i64 e = e0 + threadIdx.x; e < e1; e += CR_THREADS) {
+      i64 lo = r0, hi = r0 + nr - 1;
+      while (lo < hi) {
+        const i64 mid = (lo + hi + 1) >> 1;
+        if ((i64)RO(ptr + mid) <= e) lo = mid; else hi = mid - 1;
+      }
+      out[e] = (idx_t)lo;
+    }
+  }
+}
