@@ -93,13 +93,20 @@ TQ_KERNELS = {"tc8p": ("delta_tc8p_b4", 0, 2, True, 512), "tc8pf": ("delta_tc8pf
               "tc16pkf": ("delta_tc16pkf_b4", 0, 1, True, 1024),
               "tc8pkb": ("delta_tc8pkb_b4", 0, 1, True, 1024), "tc8pkbf": ("delta_tc8pkbf_b4", 0, 1, True, 1024),
               "tc8pkbr": ("delta_tc8pkbr_b4", 0, 1, True, 1024), "tc8pkbfr": ("delta_tc8pkbfr_b4", 0, 1, True, 1024),
+              "tc8s": ("delta_tc8s_b4", 0, 1, True, 1024),
               "tq3": ("delta_tq3_b4", 3, 2, False, 512), "tq4": ("delta_tq4_b4", 4, 2, False, 512),
               "tq3p": ("delta_tq3p_b4", 3, 2, True, 512), "tq4p": ("delta_tq4p_b4", 4, 2, True, 512),
               "tq6p": ("delta_tq6p_b4", 6, 2, True, 512), "tq4p3": ("delta_tq4p3_b4", 4, 3, True, 512)}
 TQ_VARIANTS = tuple(TQ_KERNELS)
 _UB_LOCK = threading.Lock()
 #: the variants that read :func:`unit_bases`
-UB_VARIANTS = ("tc8pkb", "tc8pkbf", "tc8pkbr", "tc8pkbfr")
+UB_VARIANTS = ("tc8pkb", "tc8pkbf", "tc8pkbr", "tc8pkbfr", "tc8s")
+#: session 16: "tc8s" (kernels/delta.cu TS) is tc8pkbr with each warp's first rows staged in shared memory by bulk
+#: copies (sm_90; all of a warp's bytes in flight at once); elsewhere (an older GPU, buffers not 16-byte aligned) the
+#: plan runs tc8pkbr. Shared memory it asks for (X, one mbarrier per warp, the warps' regions): at most this much
+TS_SMEM = 227 * 1024
+#: bytes of mbarriers after X (kernels/delta.cu TS_BARS)
+TS_BARS = 256
 #: bytes per warp and stage of the tq ring (kernels/delta.cu TQ_STAGE: 32 units' values and gap words)
 TQ_STAGE = 640
 #: shared memory a block may take with the opt-in (sm_80 and later: 163 KB on the A100; 227 KB on Hopper)
@@ -168,6 +175,15 @@ class DeltaMixin:
         return (self.bits == 4 and self.dtype in (torch.float16, torch.bfloat16) and self.small
                 and -(-(n + 2 * TC_PAD) * 2 // 16) * 16 <= DELTA_SMEM_BYTES)
 
+    def _ts_ok(self, v: torch.Tensor) -> bool:
+        """Whether "tc8s" runs here: sm_90 or later (bulk copies), the values, gap words and unit bases at 16-byte
+        aligned addresses (whole units of 8 values are then 16-byte pieces), and X's copy leaving room for regions."""
+        if torch.cuda.get_device_capability(self.dev_index)[0] < 9:
+            return False
+        ub = self._unit_bases()
+        return (v.data_ptr() % 16 == 0 and self.words.data_ptr() % 16 == 0 and ub.data_ptr() % 16 == 0
+                and self._tq_smem() + TS_BARS + 32 * 1024 <= TS_SMEM)
+
     def _tq_smem(self) -> int:
         """Dynamic shared memory of this plan's tc8p / tq kernel: X as 16-bit values with its pads, then the ring."""
         xb = -(-(self.shape[1] + 2 * TC_PAD) * 2 // 16) * 16
@@ -195,14 +211,20 @@ class DeltaMixin:
         if variant in TQ_VARIANTS:
             if fits and k == 1 and self._tc_ok():
                 # DELTA(4), half types (session 11): tc8 with PDL, or the values and gaps through a cp.async ring
+                if variant == "tc8s" and not self._ts_ok(v):
+                    variant = "tc8pkbr"
                 name, stages, per_sm, pdl, threads = TQ_KERNELS[variant]
                 extra: tuple[int, ...] = ()
                 if variant in UB_VARIANTS:
                     extra = (self._unit_bases().data_ptr(),)
+                smem = self._tq_smem()
+                if variant == "tc8s":
+                    wbytes = (TS_SMEM - smem - TS_BARS) // (threads // 32) // 16 * 16
+                    extra += (wbytes,)
+                    smem += TS_BARS + (threads // 32) * wbytes
                 kern = kernel("delta", name, self.dtype, self.idx, dev, 8 + len(extra))
                 if pdl:
                     allow_pdl(kern, dev)  # this call (the recording) launches without it; the plan's replays with it
-                smem = self._tq_smem()
                 if smem > 48 * 1024:
                     from ._mma import _allow_smem  # noqa: PLC0415
 
@@ -333,11 +355,12 @@ def unit_bases(rowptr: torch.Tensor, words: torch.Tensor, nnz: int, m: int) -> t
     """The "tc8pkb" kernel's unit bases (kernels/delta.cu), built from a DELTA(4) plan's validated ``rowptr``
     and bit-packed ``words`` (entry e's gap: bits 4 (e % 8) of word e // 8): for each unit u of 8 entries
     (entries 8 u .. 8 u + 7 of the stream), the column of entry 8 u - 1 when it lies in the same row as entry
-    8 u, else -1 (entry 8 u starts its row); int16 (the tc kernels take n below 2^15), one spare element."""
+    8 u, else -1 (entry 8 u starts its row); int16 (the tc kernels take n below 2^15), eight spare elements (the
+    16-byte aligned spans "tc8s" copies end at most 15 bytes past the last unit)."""
     dev = rowptr.device
     i64 = torch.int64
     units = -(-nnz // 8)
-    out = torch.full((units + 1,), -1, dtype=torch.int16, device=dev)
+    out = torch.full((units + 8,), -1, dtype=torch.int16, device=dev)
     if not nnz:
         return out
     r64 = rowptr.to(i64)

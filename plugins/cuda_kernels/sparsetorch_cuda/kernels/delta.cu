@@ -951,6 +951,238 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
     delta_tc16pkf_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y) {
   delta_tc_body<16, true, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y);
 }
+
+// TS (session 16, "tc8s"): tc8pkbr with each warp's rows staged in shared memory by the copy engine. At the start
+// lane k of a warp holds the pointers of the warp's row k (RP above) and works out the bytes of that row's units
+// (their values, and the 16-byte aligned spans of their gap words and unit bases); the warp stages the longest run
+// of its first rows that fits its share of shared memory (wbytes), each row by three bulk copies
+// (cp.async.bulk ... mbarrier::complete_tx) issued right after griddepcontrol.wait, so that every byte the warp
+// will read is in flight at once while X is copied; the rows then run as in tc8pkbr with their units read from
+// shared memory (a later row, a row that does not fit, and the matrix's last partial unit of values: from global
+// memory as before). Needs 16-byte aligned values, gap words and bases, and the plan's spare words / bases after
+// the last unit (the aligned spans may reach 15 bytes past it): _delta.py checks both. sm_90 (bulk copies).
+#if __CUDA_ARCH__ >= 900
+#define TS_BARS 256  // bytes of mbarriers after X (one per warp, 32 warps)
+
+__device__ __forceinline__ void ts_bulk(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
+// one row's staged record: bytes of its values (whole units only), gap-word span and base span
+struct TsRec {
+  int v, g, b;
+};
+__device__ __forceinline__ TsRec ts_rec(int p0, int p1, int nnz) {
+  const int u0 = p0 >> 3, u1 = (p1 + 7) >> 3, full = nnz >> 3;
+  TsRec r;
+  r.v = max(min(u1, full) - u0, 0) * 16;
+  r.g = (((u1 * 4) + 15) & ~15) - ((u0 * 4) & ~15);
+  r.b = (((u1 * 2) + 15) & ~15) - ((u0 * 2) & ~15);
+  if (p1 <= p0) r.v = r.g = r.b = 0;  // an empty row reads nothing
+  return r;
+}
+
+// unit u of a staged row whose record starts at shared address rec (values, then gap words, then bases)
+__device__ __forceinline__ void ts_load(const val_t* __restrict__ val, int u, int u0, int nnz, unsigned rec, const TsRec& r,
+                                        TcUnit<8>& c) {
+  const unsigned g = rec + r.v + (unsigned)(u * 4 - ((u0 * 4) & ~15));
+  const unsigned b = rec + r.v + r.g + (unsigned)(u * 2 - ((u0 * 2) & ~15));
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(c.w[0]) : "r"(g));
+  short bb;
+  asm volatile("ld.shared.s16 %0, [%1];" : "=h"(bb) : "r"(b));
+  c.b = (int)bb;
+  if (u < (nnz >> 3)) {
+    const unsigned a = rec + (unsigned)((u - u0) * 16);
+    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(c.v.u[0]), "=r"(c.v.u[1]), "=r"(c.v.u[2]), "=r"(c.v.u[3]) : "r"(a));
+  } else {  // the matrix's last, partial unit: element loads (never past nnz)
+#pragma unroll
+    for (int t = 0; t < 8; ++t)
+      c.v.h[t] = u * 8 + t < nnz ? RO(reinterpret_cast<const unsigned short*>(val) + u * 8 + t) : (unsigned short)0;
+  }
+}
+
+__device__ __forceinline__ void delta_ts_body(int m, int n, int nnz, const idx_t* __restrict__ rowptr, const unsigned* __restrict__ gw,
+                                              const val_t* __restrict__ val, const val_t* __restrict__ x, val_t* __restrict__ y,
+                                              const short* __restrict__ ubase, int wbytes) {
+  typedef TcUnit<8> CU;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  dl_trigger();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int stride = gridDim.x * (blockDim.x >> 5);
+  int row = blockIdx.x * (blockDim.x >> 5) + warp;
+  int rpa = 0, rpb = 0;  // the pointers of the warp's row `lane` (the plan's own array: before the wait)
+  {
+    const long long r = (long long)row + (long long)lane * stride;
+    if (r < m) {
+      rpa = (int)RO(rowptr + r);
+      rpb = (int)RO(rowptr + r + 1);
+    }
+  }
+  // the staged rows: the longest run of the warp's first rows whose records fit wbytes
+  const TsRec mine = ts_rec(rpa, rpb, nnz);
+  const int need = mine.v + mine.g + mine.b;
+  int end = need;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) tc_scan_add(end, o);
+  const int start = end - need;  // this row's record offset in the warp's region
+  const int staged = __popc(__ballot_sync(FULL, end <= wbytes));  // the fitting rows are a prefix (end grows)
+  const int xbytes = ((n + 2 * TC_PAD) * 2 + 15) & ~15;
+  const unsigned sbase = (unsigned)__cvta_generic_to_shared(smem_raw);
+  const unsigned bar = sbase + xbytes + 8 * warp;
+  const unsigned region = sbase + xbytes + TS_BARS + (unsigned)(warp * wbytes);
+  dl_wait();  // the values (and X, Y) only after it
+  if (staged > 0) {
+    const int total = __shfl_sync(FULL, end, staged - 1);
+    if (lane == 0) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+      asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }" ::"r"(bar), "r"(total) : "memory");
+    }
+    __syncwarp();
+    if (lane < staged && need > 0) {
+      const int u0 = rpa >> 3;
+      const unsigned rec = region + (unsigned)start;
+      if (mine.v) ts_bulk(rec, reinterpret_cast<const unsigned char*>(val) + (size_t)u0 * 16, (unsigned)mine.v, bar);
+      ts_bulk(rec + mine.v, reinterpret_cast<const unsigned char*>(gw) + ((size_t)(u0 * 4) & ~(size_t)15), (unsigned)mine.g, bar);
+      ts_bulk(rec + mine.v + mine.g, reinterpret_cast<const unsigned char*>(ubase) + ((size_t)(u0 * 2) & ~(size_t)15),
+              (unsigned)mine.b, bar);
+    }
+  }
+  {  // X as 16-bit values between two pads of TC_PAD zeros
+    unsigned short* sx = reinterpret_cast<unsigned short*>(smem_raw);
+    unsigned short* dst = sx + TC_PAD;
+    const unsigned short* xh = reinterpret_cast<const unsigned short*>(x);
+    int done = 0;
+    if ((reinterpret_cast<size_t>(x) & 15) == 0) {
+      const int nq = n >> 3;
+      for (int t = threadIdx.x; t < nq; t += blockDim.x) reinterpret_cast<uint4*>(dst)[t] = RO(reinterpret_cast<const uint4*>(x) + t);
+      done = nq << 3;
+    }
+    for (int t = done + threadIdx.x; t < n; t += blockDim.x) dst[t] = RO(xh + t);
+    for (int t = threadIdx.x; t < TC_PAD; t += blockDim.x) {
+      sx[t] = 0;
+      dst[n + t] = 0;
+    }
+  }
+  __syncthreads();
+  if (row >= m) return;
+  if (staged > 0) {
+    unsigned ok = 0;
+    while (!ok)
+      asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
+                   : "=r"(ok) : "r"(bar) : "memory");
+  }
+  const unsigned xs0 = sbase + 2u * TC_PAD;  // X[0]
+  int p0 = __shfl_sync(FULL, rpa, 0), p1 = __shfl_sync(FULL, rpb, 0);
+  int u0 = p0 >> 3, u1 = (p1 + 7) >> 3;
+  // the record of the warp's row `it` (it < staged): its offset and sizes, from lane it
+  int it = 0;
+  TsRec rr;
+  unsigned rrec;
+  rr.v = __shfl_sync(FULL, mine.v, 0);
+  rr.g = __shfl_sync(FULL, mine.g, 0);
+  rr.b = __shfl_sync(FULL, mine.b, 0);
+  rrec = region + (unsigned)__shfl_sync(FULL, start, 0);
+  CU nx;
+  if (u0 + lane < u1) {
+    if (staged > 0)
+      ts_load(val, u0 + lane, u0, nnz, rrec, rr, nx);
+    else
+      tc_load<8, true>(gw, val, u0 + lane, nnz, nx, ubase);
+  }
+  while (row < m) {
+    const int nrow = row + stride;
+    const int nit = it + 1;
+    int q0 = 0, q1 = 0;
+    if (nit < 32) {
+      q0 = __shfl_sync(FULL, rpa, nit);
+      q1 = __shfl_sync(FULL, rpb, nit);
+    } else if (nrow < m) {
+      q0 = (int)RO(rowptr + nrow);
+      q1 = (int)RO(rowptr + nrow + 1);
+    }
+    const int v0 = q0 >> 3, v1 = (q1 + 7) >> 3;
+    // the next row's record (when staged)
+    TsRec nr;
+    nr.v = __shfl_sync(FULL, mine.v, nit & 31);
+    nr.g = __shfl_sync(FULL, mine.g, nit & 31);
+    nr.b = __shfl_sync(FULL, mine.b, nit & 31);
+    const unsigned nrec = region + (unsigned)__shfl_sync(FULL, start, nit & 31);
+    const bool cur_s = it < staged, next_s = nit < staged;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    if (u0 >= u1 && v0 + lane < v1) {  // an empty row: the next row's first unit
+      if (next_s)
+        ts_load(val, v0 + lane, v0, nnz, nrec, nr, nx);
+      else
+        tc_load<8, true>(gw, val, v0 + lane, nnz, nx, ubase);
+    }
+    for (int ub = u0; ub < u1; ub += 32) {
+      const int u = ub + lane;
+      CU cur = nx;
+      if (ub + 32 < u1) {
+        if (u + 32 < u1) {
+          if (cur_s)
+            ts_load(val, u + 32, u0, nnz, rrec, rr, nx);
+          else
+            tc_load<8, true>(gw, val, u + 32, nnz, nx, ubase);
+        }
+      } else if (v0 + lane < v1) {
+        if (next_s)
+          ts_load(val, v0 + lane, v0, nnz, nrec, nr, nx);
+        else
+          tc_load<8, true>(gw, val, v0 + lane, nnz, nx, ubase);
+      }
+      const bool edge = ub == u0 || ub + 32 >= u1;  // warp-uniform: a row's first or last step
+      unsigned mask[4];
+      if (edge) {  // entries outside [p0, p1) of the unit (all of a lane past the row's last unit): gap 0, value 0, X 0
+        const bool act = u < u1;
+        const int s0 = act ? max(p0 - u * 8, 0) : 0, s1 = act ? min(p1 - u * 8, 8) : 0;
+        unsigned long long keep = (~0ull << (4 * s0)) & (s1 >= 16 ? ~0ull : ~(~0ull << (4 * s1)));
+        if (!act) keep = 0ull;
+        const unsigned k = (unsigned)keep;
+        cur.w[0] &= k;
+        mask[0] = tc_prmt(k << 4, k, 0xCC88u);
+        mask[1] = tc_prmt(k << 4, k, 0xDD99u);
+        mask[2] = tc_prmt(k << 4, k, 0xEEAAu);
+        mask[3] = tc_prmt(k << 4, k, 0xFFBBu);
+      }
+      unsigned P2[1], E2[1];
+      {
+        const unsigned lo = cur.w[0] & 0x0F0F0F0Fu, hi = (cur.w[0] >> 4) & 0x0F0F0F0Fu;
+        P2[0] = (lo + hi) * 0x02020202u;
+        E2[0] = P2[0] - (hi << 1);
+      }
+      const int cb = u >= u1 ? 0 : (u == u0 ? u * 8 - p0 - 1 : cur.b);
+      const unsigned xb = xs0 + 2u * (unsigned)cb;
+      if (edge)
+        tc_unit<8, true>(cur, P2, E2, xb, mask, acc);
+      else
+        tc_unit<8, false>(cur, P2, E2, xb, mask, acc);
+    }
+    float s = tc_diag(acc, lane);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(FULL, s, o);
+    if (lane == 0) y[row] = st(s);
+    row = nrow;
+    it = nit;
+    p0 = q0;
+    p1 = q1;
+    u0 = v0;
+    u1 = v1;
+    rr = nr;
+    rrec = nrec;
+  }
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    delta_tc8s_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
+                  const short* ubase, i64 wbytes) {
+#if __CUDA_ARCH__ >= 900
+  delta_ts_body((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase, (int)wbytes);
+#endif
+}
 #endif
 
 
