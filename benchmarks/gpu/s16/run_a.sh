@@ -12,6 +12,6 @@ timeout ${TEST_TIMEOUT:-240} python3 -m pytest -q -x -p no:cacheprovider plugins
 timeout 120 python3 benchmarks/gpu/s16/csr_rows_kernel.py --out $OUT/csr_rows_h200_${TAG}.json 2>&1 | grep -v Warn | tail -20
 for mode in cold warm; do
   timeout ${BENCH_TIMEOUT:-150} python3 $B/bench_s11_delta.py --out $OUT --name cuda_delta_h200_${TAG}_${mode}.json \
-    --variants ${VARIANTS:-default,tc8pkbr,tc8s} --densities ${DENSITIES:-0.1,0.3,0.5} --no-csr \
+    --variants ${VARIANTS:-default,tc8pkbr,tc8s,tc8sr} --densities ${DENSITIES:-0.1,0.3,0.5} --no-csr \
     $([ $mode = cold ] && echo --cold) 2>&1 | grep -v Warn | tail -20
 done

@@ -93,20 +93,23 @@ TQ_KERNELS = {"tc8p": ("delta_tc8p_b4", 0, 2, True, 512), "tc8pf": ("delta_tc8pf
               "tc16pkf": ("delta_tc16pkf_b4", 0, 1, True, 1024),
               "tc8pkb": ("delta_tc8pkb_b4", 0, 1, True, 1024), "tc8pkbf": ("delta_tc8pkbf_b4", 0, 1, True, 1024),
               "tc8pkbr": ("delta_tc8pkbr_b4", 0, 1, True, 1024), "tc8pkbfr": ("delta_tc8pkbfr_b4", 0, 1, True, 1024),
-              "tc8s": ("delta_tc8s_b4", 0, 1, True, 1024),
+              "tc8s": ("delta_tc8s_b4", 0, 1, True, 1024), "tc8sr": ("delta_tc8sr_b4", 0, 1, True, 1024),
               "tq3": ("delta_tq3_b4", 3, 2, False, 512), "tq4": ("delta_tq4_b4", 4, 2, False, 512),
               "tq3p": ("delta_tq3p_b4", 3, 2, True, 512), "tq4p": ("delta_tq4p_b4", 4, 2, True, 512),
               "tq6p": ("delta_tq6p_b4", 6, 2, True, 512), "tq4p3": ("delta_tq4p3_b4", 4, 3, True, 512)}
 TQ_VARIANTS = tuple(TQ_KERNELS)
 _UB_LOCK = threading.Lock()
 #: the variants that read :func:`unit_bases`
-UB_VARIANTS = ("tc8pkb", "tc8pkbf", "tc8pkbr", "tc8pkbfr", "tc8s")
+UB_VARIANTS = ("tc8pkb", "tc8pkbf", "tc8pkbr", "tc8pkbfr", "tc8s", "tc8sr")
 #: session 16: "tc8s" (kernels/delta.cu TS) is tc8pkbr with each warp's first rows staged in shared memory by bulk
 #: copies (sm_90; all of a warp's bytes in flight at once); elsewhere (an older GPU, buffers not 16-byte aligned) the
 #: plan runs tc8pkbr. Shared memory it asks for (X, one mbarrier per warp, the warps' regions): at most this much
 TS_SMEM = 227 * 1024
 #: bytes of mbarriers after X (kernels/delta.cu TS_BARS)
-TS_BARS = 256
+TS_BARS = 512
+#: "tc8sr" (kernels/delta.cu TSR): every row through a two-buffer ring per warp (chunks of up to TS_CHUNK_MAX steps of
+#: 32 units, one buffer filled by bulk copies while the other is read), for rows longer than a warp's share
+TS_CHUNK_MAX = 8
 #: bytes per warp and stage of the tq ring (kernels/delta.cu TQ_STAGE: 32 units' values and gap words)
 TQ_STAGE = 640
 #: shared memory a block may take with the opt-in (sm_80 and later: 163 KB on the A100; 227 KB on Hopper)
@@ -182,7 +185,7 @@ class DeltaMixin:
             return False
         ub = self._unit_bases()
         return (v.data_ptr() % 16 == 0 and self.words.data_ptr() % 16 == 0 and ub.data_ptr() % 16 == 0
-                and self._tq_smem() + TS_BARS + 32 * 1024 <= TS_SMEM)
+                and self._tq_smem() + TS_BARS + 32 * 1536 <= TS_SMEM)  # tc8sr: two chunks of 32 units a warp
 
     def _tq_smem(self) -> int:
         """Dynamic shared memory of this plan's tc8p / tq kernel: X as 16-bit values with its pads, then the ring."""
@@ -211,16 +214,18 @@ class DeltaMixin:
         if variant in TQ_VARIANTS:
             if fits and k == 1 and self._tc_ok():
                 # DELTA(4), half types (session 11): tc8 with PDL, or the values and gaps through a cp.async ring
-                if variant == "tc8s" and not self._ts_ok(v):
+                if variant in ("tc8s", "tc8sr") and not self._ts_ok(v):
                     variant = "tc8pkbr"
                 name, stages, per_sm, pdl, threads = TQ_KERNELS[variant]
                 extra: tuple[int, ...] = ()
                 if variant in UB_VARIANTS:
                     extra = (self._unit_bases().data_ptr(),)
                 smem = self._tq_smem()
-                if variant == "tc8s":
-                    wbytes = (TS_SMEM - smem - TS_BARS) // (threads // 32) // 16 * 16
+                if variant in ("tc8s", "tc8sr"):
+                    wbytes = (TS_SMEM - smem - TS_BARS) // (threads // 32) // 32 * 32
                     extra += (wbytes,)
+                    if variant == "tc8sr":  # units per chunk: whole steps of 32 units that fit half the region
+                        extra += (32 * max(1, min(TS_CHUNK_MAX, (wbytes // 2 - 32) // 704)),)
                     smem += TS_BARS + (threads // 32) * wbytes
                 kern = kernel("delta", name, self.dtype, self.idx, dev, 8 + len(extra))
                 if pdl:

@@ -386,7 +386,7 @@ def test_tq_many_rows_per_warp(variant, dtype):
 
 @gpu
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("float16", "bfloat16"))
-@pytest.mark.parametrize("variant", ("tc8pkb", "tc8pkbr", "tc8pkbfr", "tc8s"))
+@pytest.mark.parametrize("variant", ("tc8pkb", "tc8pkbr", "tc8pkbfr", "tc8s", "tc8sr"))
 def test_tc_rows_past_the_32nd_of_a_warp(variant, dtype):
     # more than 32 rows per warp of the persistent grid (one block of 32 warps per SM): the "r" variants take a
     # warp's first 32 rows' pointers by shuffles of one read and the rows after them by loads; empty rows, dense

@@ -962,7 +962,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
 // memory as before). Needs 16-byte aligned values, gap words and bases, and the plan's spare words / bases after
 // the last unit (the aligned spans may reach 15 bytes past it): _delta.py checks both. sm_90 (bulk copies).
 #if __CUDA_ARCH__ >= 900
-#define TS_BARS 256  // bytes of mbarriers after X (one per warp, 32 warps)
+#define TS_BARS 512  // bytes of mbarriers after X (two per warp, 32 warps: tc8s uses the first)
 
 __device__ __forceinline__ void ts_bulk(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
@@ -1174,7 +1174,200 @@ __device__ __forceinline__ void delta_ts_body(int m, int n, int nnz, const idx_t
     rrec = nrec;
   }
 }
+
+// TSR (session 16, "tc8sr"): every row through a two-buffer ring per warp, for rows longer than a warp's share of
+// shared memory (TS stages whole rows only). A warp's work is a sequence of chunks (up to `cu` units of one row,
+// cu a multiple of 32: whole steps); lane 0 issues chunk j + 1's bulk copies (values of whole units, the aligned
+// spans of gap words and bases) into one buffer while the warp runs chunk j from the other, each buffer with its
+// own mbarrier (phases alternate). No unit is held in registers ahead: the loads of a step are shared-memory loads.
+__device__ __forceinline__ void ts_wait(unsigned bar, unsigned parity) {
+  unsigned ok = 0;
+  while (!ok)
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+}
+
+// bytes of units [ua, ub): values of whole units (the matrix's partial last unit stays in global memory), then the
+// 16-byte aligned spans of their gap words and bases
+__device__ __forceinline__ TsRec ts_span(int ua, int ub, int nnz) {
+  TsRec r;
+  r.v = max(min(ub, nnz >> 3) - ua, 0) * 16;
+  r.g = (((ub * 4) + 15) & ~15) - ((ua * 4) & ~15);
+  r.b = (((ub * 2) + 15) & ~15) - ((ua * 2) & ~15);
+  return r;
+}
+
+// lane 0: the copies of units [ua, ub) into the buffer at dst, completing on bar
+__device__ __forceinline__ void ts_issue(const unsigned* gw, const val_t* val, const short* ubase, int ua, int ub, int nnz,
+                                         unsigned dst, unsigned bar) {
+  const TsRec r = ts_span(ua, ub, nnz);
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the warp's reads of this buffer come first
+  asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }" ::"r"(bar), "r"(r.v + r.g + r.b)
+               : "memory");
+  if (r.v) ts_bulk(dst, reinterpret_cast<const unsigned char*>(val) + (size_t)ua * 16, (unsigned)r.v, bar);
+  if (r.g) ts_bulk(dst + r.v, reinterpret_cast<const unsigned char*>(gw) + ((size_t)(ua * 4) & ~(size_t)15), (unsigned)r.g, bar);
+  if (r.b)
+    ts_bulk(dst + r.v + r.g, reinterpret_cast<const unsigned char*>(ubase) + ((size_t)(ua * 2) & ~(size_t)15), (unsigned)r.b, bar);
+}
+
+__device__ __forceinline__ void delta_tsr_body(int m, int n, int nnz, const idx_t* __restrict__ rowptr, const unsigned* __restrict__ gw,
+                                               const val_t* __restrict__ val, const val_t* __restrict__ x, val_t* __restrict__ y,
+                                               const short* __restrict__ ubase, int wbytes, int cu) {
+  typedef TcUnit<8> CU;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  dl_trigger();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int stride = gridDim.x * (blockDim.x >> 5);
+  int row = blockIdx.x * (blockDim.x >> 5) + warp;
+  int rpa = 0, rpb = 0;  // the pointers of the warp's row `lane` (the plan's own array: before the wait)
+  {
+    const long long r = (long long)row + (long long)lane * stride;
+    if (r < m) {
+      rpa = (int)RO(rowptr + r);
+      rpb = (int)RO(rowptr + r + 1);
+    }
+  }
+  const int xbytes = ((n + 2 * TC_PAD) * 2 + 15) & ~15;
+  const unsigned sbase = (unsigned)__cvta_generic_to_shared(smem_raw);
+  const unsigned bar0 = sbase + xbytes + 16 * warp;  // two mbarriers per warp
+  const unsigned half = (unsigned)(wbytes >> 1);
+  const unsigned buf0 = sbase + xbytes + TS_BARS + (unsigned)(warp * wbytes);
+  int p0 = __shfl_sync(FULL, rpa, 0), p1 = __shfl_sync(FULL, rpb, 0);
+  int u0 = p0 >> 3, u1 = (p1 + 7) >> 3;
+  if (p1 <= p0) u1 = u0;  // an empty row: no units
+  int ua = u0;
+  dl_wait();  // the values (and X, Y) only after it
+  if (row < m && lane == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar0) : "memory");
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar0 + 8) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    ts_issue(gw, val, ubase, ua, min(ua + cu, u1), nnz, buf0, bar0);
+  }
+  {  // X as 16-bit values between two pads of TC_PAD zeros
+    unsigned short* sx = reinterpret_cast<unsigned short*>(smem_raw);
+    unsigned short* dst = sx + TC_PAD;
+    const unsigned short* xh = reinterpret_cast<const unsigned short*>(x);
+    int done = 0;
+    if ((reinterpret_cast<size_t>(x) & 15) == 0) {
+      const int nq = n >> 3;
+      for (int t = threadIdx.x; t < nq; t += blockDim.x) reinterpret_cast<uint4*>(dst)[t] = RO(reinterpret_cast<const uint4*>(x) + t);
+      done = nq << 3;
+    }
+    for (int t = done + threadIdx.x; t < n; t += blockDim.x) dst[t] = RO(xh + t);
+    for (int t = threadIdx.x; t < TC_PAD; t += blockDim.x) {
+      sx[t] = 0;
+      dst[n + t] = 0;
+    }
+  }
+  __syncthreads();
+  if (row >= m) return;
+  const unsigned xs0 = sbase + 2u * TC_PAD;  // X[0]
+  unsigned par = 0;  // bit b: the phase parity buffer b completes next
+  int j = 0, it = 0;
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  while (true) {
+    const int ub_ = min(ua + cu, u1);  // this chunk: units [ua, ub_) of the row
+    // the next chunk: the rest of this row, or the next row's first
+    int nua = ub_, nu1 = u1, q0 = p0, q1 = p1, nrow = row;
+    bool more = ub_ < u1;
+    if (!more) {
+      nrow = row + stride;
+      const int nit = it + 1;
+      if (nit < 32) {
+        q0 = __shfl_sync(FULL, rpa, nit);
+        q1 = __shfl_sync(FULL, rpb, nit);
+      } else if (nrow < m) {
+        q0 = (int)RO(rowptr + nrow);
+        q1 = (int)RO(rowptr + nrow + 1);
+      }
+      more = nrow < m;
+      nua = q0 >> 3;
+      nu1 = q1 > q0 ? (q1 + 7) >> 3 : nua;
+    }
+    const unsigned cur = buf0 + (unsigned)(j & 1) * half, cbar = bar0 + 8u * (unsigned)(j & 1);
+    __syncwarp();  // every lane is done with the other buffer (chunk j - 1) before it is refilled
+    if (more && lane == 0) ts_issue(gw, val, ubase, nua, min(nua + cu, nu1), nnz, buf0 + (unsigned)((j + 1) & 1) * half,
+                                    bar0 + 8u * (unsigned)((j + 1) & 1));
+    ts_wait(cbar, (par >> (j & 1)) & 1u);
+    par ^= 1u << (j & 1);
+    const TsRec r = ts_span(ua, ub_, nnz);
+    for (int sb = ua; sb < ub_; sb += 32) {
+      const int u = sb + lane;
+      CU c;
+      if (u < ub_) {
+        const unsigned g = cur + r.v + (unsigned)(u * 4 - ((ua * 4) & ~15));
+        const unsigned b = cur + r.v + r.g + (unsigned)(u * 2 - ((ua * 2) & ~15));
+        asm volatile("ld.shared.u32 %0, [%1];" : "=r"(c.w[0]) : "r"(g));
+        short bb;
+        asm volatile("ld.shared.s16 %0, [%1];" : "=h"(bb) : "r"(b));
+        c.b = (int)bb;
+        if (u < (nnz >> 3)) {
+          const unsigned a = cur + (unsigned)((u - ua) * 16);
+          asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(c.v.u[0]), "=r"(c.v.u[1]), "=r"(c.v.u[2]), "=r"(c.v.u[3]) : "r"(a));
+        } else {  // the matrix's last, partial unit: element loads (never past nnz)
+#pragma unroll
+          for (int t = 0; t < 8; ++t)
+            c.v.h[t] = u * 8 + t < nnz ? RO(reinterpret_cast<const unsigned short*>(val) + u * 8 + t) : (unsigned short)0;
+        }
+      } else {
+        c.w[0] = 0u;
+        c.b = 0;
+        c.v.q[0] = make_uint4(0u, 0u, 0u, 0u);
+      }
+      const bool edge = sb == u0 || sb + 32 >= u1;  // warp-uniform: a row's first or last step
+      unsigned mask[4];
+      if (edge) {  // entries outside [p0, p1) of the unit (all of a lane past the row's last unit): gap 0, value 0, X 0
+        const bool act = u < u1;
+        const int s0 = act ? max(p0 - u * 8, 0) : 0, s1 = act ? min(p1 - u * 8, 8) : 0;
+        unsigned long long keep = (~0ull << (4 * s0)) & ~(~0ull << (4 * s1));
+        if (!act) keep = 0ull;
+        const unsigned k = (unsigned)keep;
+        c.w[0] &= k;
+        mask[0] = tc_prmt(k << 4, k, 0xCC88u);
+        mask[1] = tc_prmt(k << 4, k, 0xDD99u);
+        mask[2] = tc_prmt(k << 4, k, 0xEEAAu);
+        mask[3] = tc_prmt(k << 4, k, 0xFFBBu);
+      }
+      unsigned P2[1], E2[1];
+      {
+        const unsigned lo = c.w[0] & 0x0F0F0F0Fu, hi = (c.w[0] >> 4) & 0x0F0F0F0Fu;
+        P2[0] = (lo + hi) * 0x02020202u;
+        E2[0] = P2[0] - (hi << 1);
+      }
+      const int cb = u >= u1 ? 0 : (u == u0 ? u * 8 - p0 - 1 : c.b);
+      const unsigned xb = xs0 + 2u * (unsigned)cb;
+      if (edge)
+        tc_unit<8, true>(c, P2, E2, xb, mask, acc);
+      else
+        tc_unit<8, false>(c, P2, E2, xb, mask, acc);
+    }
+    if (ub_ >= u1) {  // the row is done
+      float sum = tc_diag(acc, lane);
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(FULL, sum, o);
+      if (lane == 0) y[row] = st(sum);
+      acc[0] = acc[1] = acc[2] = acc[3] = 0.f;
+      if (!more) break;
+      row = nrow;
+      ++it;
+      p0 = q0;
+      p1 = q1;
+      u0 = nua;
+      u1 = nu1;
+    }
+    ua = nua;
+    ++j;
+  }
+}
 #endif
+
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    delta_tc8sr_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
+                   const short* ubase, i64 wbytes, i64 cu) {
+#if __CUDA_ARCH__ >= 900
+  delta_tsr_body((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase, (int)wbytes, (int)cu);
+#endif
+}
 
 extern "C" __global__ void __launch_bounds__(1024, 1)
     delta_tc8s_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
