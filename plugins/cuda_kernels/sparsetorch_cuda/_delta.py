@@ -86,6 +86,16 @@ TC_VARIANTS = ("tc", "tc8", "tc16")
 #: 8 or 16 KB a warp) asked of L2 by prefetch.global.L2 before the wait ("tc8pkbrp" / "tc8pkbrp4" / "tc8pkbfrp"), so
 #: that a weight read cold streams in during the launch, the wait and the X copy: slower everywhere (10 % cold 12.0
 #: against 10.3 us, warm 9.9 against 8.9; 50 % 31.2 against 28.7; results/cuda_delta_h200_s15b_*.json).
+#: Session 16, tried and removed (commits 0aed253..dddf5ce hold them): the units fed from shared memory by the copy
+#: engine (sm_90 bulk copies, cp.async.bulk with mbarrier completion, issued right after griddepcontrol.wait): "tc8s",
+#: tc8pkbr with each warp's first rows staged whole (every byte of a warp in flight at once; at 10 % a warp's ~2 rows
+#: fit its 6.5 KB share) and "tc8sr", every row through a two-buffer ring per warp (chunks of up to 4 steps). Correct
+#: (test_cuda_delta.py, 364 passed, results/pytest_h200_s16a.txt) and slower everywhere (results/cuda_delta_h200_s16a_
+#: cold/warm.json, 8192^2, fp16 / bf16 alike): 10 % cold 14.9 / 13.9 us against tc8pkbr's 10.3, warm 12.5 / 12.4
+#: against 9.0; 30 % 21.0-21.3 / 23.7-24.3 against 18.5-19.0; 50 % 32.5 / 33.1-33.3 against 28.5-28.7. With the loads
+#: gone from the loop the work per entry is what is left, and it is not faster: the kernel is bound by its
+#: instructions and shared-memory gathers, not by global-memory latency (as sessions 11-15 found for the other
+#: prefetching designs).
 #: name -> (kernel, stages (0: no ring), blocks per SM, launched with PDL, threads per block)
 TQ_KERNELS = {"tc8p": ("delta_tc8p_b4", 0, 2, True, 512), "tc8pf": ("delta_tc8pf_b4", 0, 2, True, 512),
               "tc8pk": ("delta_tc8pk_b4", 0, 1, True, 1024), "tc8p5": ("delta_tc8p5_b4", 0, 5, True, 256),
@@ -93,23 +103,13 @@ TQ_KERNELS = {"tc8p": ("delta_tc8p_b4", 0, 2, True, 512), "tc8pf": ("delta_tc8pf
               "tc16pkf": ("delta_tc16pkf_b4", 0, 1, True, 1024),
               "tc8pkb": ("delta_tc8pkb_b4", 0, 1, True, 1024), "tc8pkbf": ("delta_tc8pkbf_b4", 0, 1, True, 1024),
               "tc8pkbr": ("delta_tc8pkbr_b4", 0, 1, True, 1024), "tc8pkbfr": ("delta_tc8pkbfr_b4", 0, 1, True, 1024),
-              "tc8s": ("delta_tc8s_b4", 0, 1, True, 1024), "tc8sr": ("delta_tc8sr_b4", 0, 1, True, 1024),
               "tq3": ("delta_tq3_b4", 3, 2, False, 512), "tq4": ("delta_tq4_b4", 4, 2, False, 512),
               "tq3p": ("delta_tq3p_b4", 3, 2, True, 512), "tq4p": ("delta_tq4p_b4", 4, 2, True, 512),
               "tq6p": ("delta_tq6p_b4", 6, 2, True, 512), "tq4p3": ("delta_tq4p3_b4", 4, 3, True, 512)}
 TQ_VARIANTS = tuple(TQ_KERNELS)
 _UB_LOCK = threading.Lock()
 #: the variants that read :func:`unit_bases`
-UB_VARIANTS = ("tc8pkb", "tc8pkbf", "tc8pkbr", "tc8pkbfr", "tc8s", "tc8sr")
-#: session 16: "tc8s" (kernels/delta.cu TS) is tc8pkbr with each warp's first rows staged in shared memory by bulk
-#: copies (sm_90; all of a warp's bytes in flight at once); elsewhere (an older GPU, buffers not 16-byte aligned) the
-#: plan runs tc8pkbr. Shared memory it asks for (X, one mbarrier per warp, the warps' regions): at most this much
-TS_SMEM = 227 * 1024
-#: bytes of mbarriers after X (kernels/delta.cu TS_BARS)
-TS_BARS = 512
-#: "tc8sr" (kernels/delta.cu TSR): every row through a two-buffer ring per warp (chunks of up to TS_CHUNK_MAX steps of
-#: 32 units, one buffer filled by bulk copies while the other is read), for rows longer than a warp's share
-TS_CHUNK_MAX = 8
+UB_VARIANTS = ("tc8pkb", "tc8pkbf", "tc8pkbr", "tc8pkbfr")
 #: bytes per warp and stage of the tq ring (kernels/delta.cu TQ_STAGE: 32 units' values and gap words)
 TQ_STAGE = 640
 #: shared memory a block may take with the opt-in (sm_80 and later: 163 KB on the A100; 227 KB on Hopper)
@@ -178,15 +178,6 @@ class DeltaMixin:
         return (self.bits == 4 and self.dtype in (torch.float16, torch.bfloat16) and self.small
                 and -(-(n + 2 * TC_PAD) * 2 // 16) * 16 <= DELTA_SMEM_BYTES)
 
-    def _ts_ok(self, v: torch.Tensor) -> bool:
-        """Whether "tc8s" runs here: sm_90 or later (bulk copies), the values, gap words and unit bases at 16-byte
-        aligned addresses (whole units of 8 values are then 16-byte pieces), and X's copy leaving room for regions."""
-        if torch.cuda.get_device_capability(self.dev_index)[0] < 9:
-            return False
-        ub = self._unit_bases()
-        return (v.data_ptr() % 16 == 0 and self.words.data_ptr() % 16 == 0 and ub.data_ptr() % 16 == 0
-                and self._tq_smem() + TS_BARS + 32 * 1536 <= TS_SMEM)  # tc8sr: two chunks of 32 units a warp
-
     def _tq_smem(self) -> int:
         """Dynamic shared memory of this plan's tc8p / tq kernel: X as 16-bit values with its pads, then the ring."""
         xb = -(-(self.shape[1] + 2 * TC_PAD) * 2 // 16) * 16
@@ -214,22 +205,14 @@ class DeltaMixin:
         if variant in TQ_VARIANTS:
             if fits and k == 1 and self._tc_ok():
                 # DELTA(4), half types (session 11): tc8 with PDL, or the values and gaps through a cp.async ring
-                if variant in ("tc8s", "tc8sr") and not self._ts_ok(v):
-                    variant = "tc8pkbr"
                 name, stages, per_sm, pdl, threads = TQ_KERNELS[variant]
                 extra: tuple[int, ...] = ()
                 if variant in UB_VARIANTS:
                     extra = (self._unit_bases().data_ptr(),)
-                smem = self._tq_smem()
-                if variant in ("tc8s", "tc8sr"):
-                    wbytes = (TS_SMEM - smem - TS_BARS) // (threads // 32) // 32 * 32
-                    extra += (wbytes,)
-                    if variant == "tc8sr":  # units per chunk: whole steps of 32 units that fit half the region
-                        extra += (32 * max(1, min(TS_CHUNK_MAX, (wbytes // 2 - 32) // 704)),)
-                    smem += TS_BARS + (threads // 32) * wbytes
                 kern = kernel("delta", name, self.dtype, self.idx, dev, 8 + len(extra))
                 if pdl:
                     allow_pdl(kern, dev)  # this call (the recording) launches without it; the plan's replays with it
+                smem = self._tq_smem()
                 if smem > 48 * 1024:
                     from ._mma import _allow_smem  # noqa: PLC0415
 
@@ -360,12 +343,11 @@ def unit_bases(rowptr: torch.Tensor, words: torch.Tensor, nnz: int, m: int) -> t
     """The "tc8pkb" kernel's unit bases (kernels/delta.cu), built from a DELTA(4) plan's validated ``rowptr``
     and bit-packed ``words`` (entry e's gap: bits 4 (e % 8) of word e // 8): for each unit u of 8 entries
     (entries 8 u .. 8 u + 7 of the stream), the column of entry 8 u - 1 when it lies in the same row as entry
-    8 u, else -1 (entry 8 u starts its row); int16 (the tc kernels take n below 2^15), eight spare elements (the
-    16-byte aligned spans "tc8s" copies end at most 15 bytes past the last unit)."""
+    8 u, else -1 (entry 8 u starts its row); int16 (the tc kernels take n below 2^15), one spare element."""
     dev = rowptr.device
     i64 = torch.int64
     units = -(-nnz // 8)
-    out = torch.full((units + 8,), -1, dtype=torch.int16, device=dev)
+    out = torch.full((units + 1,), -1, dtype=torch.int16, device=dev)
     if not nnz:
         return out
     r64 = rowptr.to(i64)
