@@ -331,13 +331,27 @@ extern "C" __global__ void __launch_bounds__(CR_THREADS) csr_rows(i64 m, i64 nnz
   if (nr <= CR_ROWS) {
     for (i64 t = threadIdx.x; t <= nr; t += CR_THREADS) sp[t] = RO(ptr + r0 + t);
     __syncthreads();
-    for (i64 e = e0 + threadIdx.x; e < e1; e += CR_THREADS) {
-      int lo = 0, hi = (int)nr - 1;  // the last j with sp[j] <= e (sp[0] <= e0 <= e < sp[nr])
-      while (lo < hi) {
-        const int mid = (lo + hi + 1) >> 1;
-        if ((i64)sp[mid] <= e) lo = mid; else hi = mid - 1;
+    // the thread's CR_ITEMS entries searched in lockstep (independent loads in flight): for each, the last j with
+    // sp[j] <= e (sp[0] <= e0 <= e < sp[nr]); ceil(log2(nr)) halvings of [0, nr - 1], a settled search stays put
+    constexpr int CR_ITEMS = CR_PER_BLOCK / CR_THREADS;
+    int lo[CR_ITEMS], hi[CR_ITEMS];
+#pragma unroll
+    for (int i = 0; i < CR_ITEMS; ++i) {
+      lo[i] = 0;
+      hi[i] = (int)nr - 1;
+    }
+    for (int w = 1; w < (int)nr; w <<= 1) {
+#pragma unroll
+      for (int i = 0; i < CR_ITEMS; ++i) {
+        const i64 e = e0 + threadIdx.x + i * CR_THREADS;
+        const int mid = (lo[i] + hi[i] + 1) >> 1;
+        if ((i64)sp[mid] <= e) lo[i] = mid; else hi[i] = mid - 1;
       }
-      out[e] = (idx_t)(r0 + lo);
+    }
+#pragma unroll
+    for (int i = 0; i < CR_ITEMS; ++i) {
+      const i64 e = e0 + threadIdx.x + i * CR_THREADS;
+      if (e < e1) out[e] = (idx_t)(r0 + lo[i]);
     }
   } else {
     for (i64 e = e0 + threadIdx.x; e < e1; e += CR_THREADS) {
