@@ -30,6 +30,7 @@ def calls(monkeypatch):
     ``_csr_to_bsr``: the tests check that the fast path, not the general one, converted."""
     monkeypatch.setattr(construct, "USE_SCIPY", True)
     monkeypatch.setattr(construct, "SCIPY_MIN_ENTRIES", 0)
+    monkeypatch.setattr(construct, "_plugin_kernel", lambda name: None)  # the core's own path, not a plugin's kernel
     seen: list = []
     real = construct._csr_to_bsr
 

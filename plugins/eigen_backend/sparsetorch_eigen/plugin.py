@@ -16,6 +16,9 @@ met (cholesky/cg without SPD, ldlt without symmetry), preconditioners on direct 
 method that cannot use them, callables (the loops run in C++), QR with ``damp``, ``lsqr`` with a
 non-default ``conlim`` (CGLS has no condition estimate).
 
+Also offers the core one compiled conversion step (``sparsetorch_conversion_kernels``):
+``csr_to_bsr``, CSR -> BSR with sorted blocks on the CPU (:mod:`sparsetorch_eigen.convert`).
+
 This module imports only torch and sparsetorch: the compiled extension is loaded with a plan.
 """
 
@@ -33,7 +36,8 @@ from sparsetorch.backend import conversion_note, cpu_matrix_decline, hermitian, 
 
 from . import __version__, cost
 
-__all__ = ["sparsetorch_backend_info", "sparsetorch_offers", "NAME", "SOLVE_METHODS", "DTYPES"]
+__all__ = ["sparsetorch_backend_info", "sparsetorch_offers", "sparsetorch_conversion_kernels", "NAME", "SOLVE_METHODS",
+           "DTYPES"]
 
 NAME = "eigen"
 DIRECT = ("cholesky", "ldlt", "lu", "qr")
@@ -93,6 +97,18 @@ def sparsetorch_offers(request: Request) -> list[Offer | Decline]:
     if request.op == "lstsq":
         return _lstsq_answers(request, r)
     return _solve_answers(request, r)
+
+
+@sparsetorch.hookimpl
+def sparsetorch_conversion_kernels() -> dict[str, Callable[..., Any]]:
+    """The compiled conversion steps for the core (contracts: ``CONVERSION_KERNELS`` in
+    ``sparsetorch.dispatch.hookspecs``); none without the compiled extension. Cheap: the
+    extension is loaded on the first call."""
+    if not _built():
+        return {}
+    from .convert import csr_to_bsr
+
+    return {"csr_to_bsr": csr_to_bsr}
 
 
 def _general_decline(request: Request) -> str | None:

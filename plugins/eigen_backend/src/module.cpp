@@ -15,14 +15,16 @@ void register_f32(py::module_& m);
 void register_f64(py::module_& m);
 void register_c64(py::module_& m);
 void register_c128(py::module_& m);
+void register_convert(py::module_& m);  // convert.cpp: the csr_to_bsr conversion kernel
 
 PYBIND11_MODULE(_eigen, m) {
-  m.doc() = "Eigen sparse direct and iterative solvers on zero-copy maps of torch buffers";
+  m.doc() = "Eigen sparse direct and iterative solvers on zero-copy maps of torch buffers; a CSR -> BSR kernel";
   py::register_exception<ste::InvalidArgument>(m, "InvalidArgument", PyExc_ValueError);
   register_f32(m);
   register_f64(m);
   register_c64(m);
   register_c128(m);
+  register_convert(m);
   m.attr("eigen_version") = std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) + "." +
                             std::to_string(EIGEN_MINOR_VERSION);
 #ifdef _OPENMP
