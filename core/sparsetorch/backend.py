@@ -68,6 +68,7 @@ from .dispatch.kit import (
     maxiter_reason, realified_matvec, spd_ok, to_real, trivial_system, true_residual_solve,
 )
 from .dispatch.select import get_backends, reset_backends
+from .dispatch.hookspecs import CONVERSION_KERNELS
 from .dispatch.options import (DEFAULT_CHECK_EVERY, DEFAULT_RESTART, CallOptions, LogdetOptions, LstsqOptions,
                                MatmulOptions, SolveOptions, SpectralOptions, defaults)
 from .dispatch.plans import (
@@ -100,6 +101,6 @@ __all__ = [
     "default_rtol", "unit_roundoff",
     "Conversion", "conversion",
     "BackendError", "IndefiniteMatrixError", "InputError", "NotConvergedError", "SingularMatrixError", "MASS_FIX",
-    "get_backends", "reset_backends", "plan_cache",
+    "get_backends", "reset_backends", "plan_cache", "CONVERSION_KERNELS",
     "cg_iterations", "BlockGraph", "graph_usable",
 ]

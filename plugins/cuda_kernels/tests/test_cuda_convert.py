@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import sparsetorch as st
-from sparsetorch.dispatch.hookspecs import CONVERSION_KERNELS
+from sparsetorch.backend import CONVERSION_KERNELS
 
 import sparsetorch_cuda.plugin as plugin
 from _cuda_helpers import gpu
@@ -94,24 +94,17 @@ def test_csr_rows_is_captured_by_a_cuda_graph():
 @gpu
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
 def test_core_csr_to_coo_on_the_gpu_uses_it_and_is_right(index_dtype, cuda_backend, monkeypatch):
-    from sparsetorch.tensor import construct  # noqa: PLC0415
     from sparsetorch_cuda import convert  # noqa: PLC0415
 
     calls = []
-    real = convert.csr_rows
-    monkeypatch.setitem(convert.KERNELS, "csr_rows", lambda p, o: calls.append(1) or real(p, o))
-    st.backend.get_backends()._conversions = None  # rebuild the table with the counting kernel
-    try:
-        g = torch.Generator().manual_seed(3)
-        dense = torch.where(torch.rand(300, 200, generator=g) < 0.1, torch.randn(300, 200, generator=g), 0.0)
-        dense[17] = 0.0
-        A = st.SparseTensor.from_dense(dense.cuda(), st.format.CSR, index_dtype=index_dtype)
-        C = A.convert(st.format.COO)
-        assert calls, "the plugin's csr_rows was not used"
-        coords = C.coordinates()[0].cpu()
-        ref = dense.nonzero().T
-        torch.testing.assert_close(coords, ref, rtol=0, atol=0)
-        torch.testing.assert_close(C.to_dense().cpu(), dense, rtol=0, atol=0)
-    finally:
-        st.backend.get_backends()._conversions = None
-        construct._KERNEL_FAILED.discard("csr_rows")
+    real = convert.kernel
+    monkeypatch.setattr(convert, "kernel", lambda *a: calls.append(a[1]) or real(*a))  # csr_rows looks it up per call
+    g = torch.Generator().manual_seed(3)
+    dense = torch.where(torch.rand(300, 200, generator=g) < 0.1, torch.randn(300, 200, generator=g), 0.0)
+    dense[17] = 0.0
+    A = st.SparseTensor.from_dense(dense.cuda(), st.format.CSR, index_dtype=index_dtype)
+    C = A.convert(st.format.COO)
+    assert calls == ["csr_rows"], "the plugin's csr_rows was not used"
+    coords = C.coordinates()[0].cpu()
+    torch.testing.assert_close(coords, dense.nonzero().T.to(coords.dtype), rtol=0, atol=0)
+    torch.testing.assert_close(C.to_dense().cpu(), dense, rtol=0, atol=0)

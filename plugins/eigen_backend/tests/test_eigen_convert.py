@@ -374,7 +374,7 @@ def test_concurrent_calls_agree():
 def test_hook_offers_the_kernel():
     kernels = plugin.sparsetorch_conversion_kernels()
     assert kernels == {"csr_to_bsr": csr_to_bsr}
-    from sparsetorch.dispatch.hookspecs import CONVERSION_KERNELS
+    from sparsetorch.backend import CONVERSION_KERNELS
 
     assert set(kernels) <= set(CONVERSION_KERNELS)
 
@@ -382,41 +382,42 @@ def test_hook_offers_the_kernel():
 # --- through the core ---------------------------------------------------------------------------
 @pytest.mark.parametrize("block", [(2, 2), (4, 4), (3, 5)])
 @pytest.mark.parametrize("index_dtype", ["int32", "int64"])
-def test_core_conversion_takes_the_kernel_and_equals_its_own_path(block, index_dtype, monkeypatch):
-    """``SparseTensor.convert`` to BSR with this plugin loaded: the kernel runs (a spy sees it) and the
-    tensor equals, buffer for buffer, the one the core builds without it (SciPy / NumPy); the value map
-    (new values on the same pattern) agrees too."""
+def test_core_conversion_takes_the_kernel(block, index_dtype, monkeypatch):
+    """``SparseTensor.convert`` to BSR with this plugin loaded: the compiled routine runs (a spy on the
+    extension sees it) and the tensor's buffers equal SciPy's canonical BSR; new values on the same
+    pattern (the kept value map) give the dense matrix they should."""
     import torch
 
     import sparsetorch as st
-    from sparsetorch.dispatch import get_backends
-    from sparsetorch.tensor import construct
+    import sparsetorch_eigen._lib as elib
+    from sparsetorch.backend import get_backends
 
     if get_backends().conversion_kernel("csr_to_bsr") is None:
         pytest.skip("the eigen plugin is not loaded through its entry point")
+    calls = []
+    real = elib.lib
+
+    class Spy:
+        def __getattr__(self, name):
+            calls.append(name)
+            return getattr(real(), name)
+
+    monkeypatch.setattr(elib, "lib", lambda: Spy())
     rng = np.random.default_rng(5)
     bh, bw = block
-    ptr, col = random_csr(12 * bh, 10 * bw, 0.2, rng, empty_rows=(3,))
+    m, n = 12 * bh, 10 * bw
+    ptr, col = random_csr(m, n, 0.2, rng, empty_rows=(3,))
     vals = rng.standard_normal(col.size)
     idt = getattr(torch, index_dtype)
-
-    def tensor():
-        return st.SparseTensor(st.format.CSR, (12 * bh, 10 * bw), [None, torch.from_numpy(ptr).to(idt)],
-                               [None, torch.from_numpy(col).to(idt)], torch.from_numpy(vals.copy()))
-
-    seen = []
-    real = construct._plugin_kernel
-    monkeypatch.setattr(construct, "_plugin_kernel", lambda name: seen.append(name) or real(name))
-    got = tensor().convert(st.format.BSR(bh, bw), max_fill=float("inf"))
-    assert "csr_to_bsr" in seen
-    monkeypatch.setattr(construct, "_plugin_kernel", lambda name: None)
-    ref = tensor().convert(st.format.BSR(bh, bw), max_fill=float("inf"))
-    for a, b in zip(got.pos_buffers + got.crd_buffers, ref.pos_buffers + ref.crd_buffers):
-        assert (a is None and b is None) or torch.equal(a, b)
-    assert torch.equal(got.values, ref.values)
+    A = st.SparseTensor(st.format.CSR, (m, n), [None, torch.from_numpy(ptr).to(idt)],
+                        [None, torch.from_numpy(col).to(idt)], torch.from_numpy(vals))
+    got = A.convert(st.format.BSR(bh, bw), max_fill=float("inf"))
+    assert "csr_to_bsr" in calls
+    ref = sp.csr_array((vals, col, ptr), shape=(m, n)).tobsr(blocksize=block)
+    ref.sort_indices()
+    assert got.index_dtype == idt
+    assert np.array_equal(got.pos(1).numpy(), ref.indptr) and np.array_equal(got.crd(1).numpy(), ref.indices)
+    assert np.array_equal(got.values.numpy().view(np.int64), ref.data.reshape(-1).view(np.int64))
     new = torch.arange(1.0, col.size + 1, dtype=torch.float64)
-    monkeypatch.setattr(construct, "_plugin_kernel", real)
-    A = tensor()
-    A.convert(st.format.BSR(bh, bw), max_fill=float("inf"))  # builds and keeps the conversion
-    assert torch.equal(A.with_values(new).convert(st.format.BSR(bh, bw), max_fill=float("inf")).to_dense(),
-                       tensor().with_values(new).to_dense())
+    want = sp.csr_array((new.numpy(), col, ptr), shape=(m, n)).toarray()
+    assert np.array_equal(A.with_values(new).convert(st.format.BSR(bh, bw), max_fill=float("inf")).to_dense().numpy(), want)
