@@ -1,5 +1,5 @@
 """Conversion steps in this plugin's kernels, offered to the core through the
-``sparsetorch_conversion_kernels`` hook (``sparsetorch.dispatch.hookspecs.CONVERSION_KERNELS`` holds
+``sparsetorch_conversion_kernels`` hook (``sparsetorch.backend.CONVERSION_KERNELS`` holds
 each step's contract).
 
 ``csr_rows`` (CSR -> COO on a GPU): the row of every entry, one launch of ``csr_rows``

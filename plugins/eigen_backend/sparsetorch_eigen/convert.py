@@ -3,7 +3,7 @@
 ``csr_to_bsr``: CSR -> BSR on the CPU with the blocks of each block row sorted by block column
 (the canonical BSR that SciPy's ``tobsr`` + ``sort_indices`` give), in one C++ routine
 (src/convert.cpp) that runs without the GIL. Its contract is ``CONVERSION_KERNELS["csr_to_bsr"]``
-in ``sparsetorch.dispatch.hookspecs``.
+in ``sparsetorch.backend``.
 
 The extension is loaded on the first call, not on import.
 """

@@ -102,7 +102,7 @@ def sparsetorch_offers(request: Request) -> list[Offer | Decline]:
 @sparsetorch.hookimpl
 def sparsetorch_conversion_kernels() -> dict[str, Callable[..., Any]]:
     """The compiled conversion steps for the core (contracts: ``CONVERSION_KERNELS`` in
-    ``sparsetorch.dispatch.hookspecs``); none without the compiled extension. Cheap: the
+    ``sparsetorch.backend``); none without the compiled extension. Cheap: the
     extension is loaded on the first call."""
     if not _built():
         return {}
