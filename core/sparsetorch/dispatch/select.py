@@ -59,6 +59,7 @@ from typing import Any, Callable
 import pluggy
 
 from ..errors import NoBackendError
+from ..tensor import construct as _construct
 from . import hookspecs
 from .experience import weigh
 from .lru import LRU
@@ -267,6 +268,14 @@ def get_backends() -> Backends:
             if _backends is None:
                 _backends = Backends()
     return _backends
+
+
+def _conversion_kernel(name: str) -> Callable | None:
+    """The tensor layer's lookup of compiled conversion steps (``construct.set_conversion_kernel_lookup``)."""
+    return get_backends().conversion_kernel(name)
+
+
+_construct.set_conversion_kernel_lookup(_conversion_kernel)
 
 
 def reset_backends(*, entry_points: bool = True) -> Backends:

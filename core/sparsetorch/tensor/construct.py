@@ -634,16 +634,25 @@ def _arange(n: int, dtype: torch.dtype, like: torch.Tensor) -> torch.Tensor:
 
 
 _KERNEL_FAILED: set[str] = set()
+#: how this layer finds a backend's compiled conversion step by name: set by the dispatch layer when it
+#: loads (``dispatch/select.py``: the loaded backends' ``sparsetorch_conversion_kernels``), so that the
+#: tensor layer imports nothing above it; None: the core's own code only
+_KERNEL_LOOKUP: Callable[[str], Callable | None] | None = None
+
+
+def set_conversion_kernel_lookup(lookup: Callable[[str], Callable | None] | None) -> None:
+    """Install the function that finds a compiled conversion step by name (the dispatch layer's)."""
+    global _KERNEL_LOOKUP
+    _KERNEL_LOOKUP = lookup
 
 
 def _plugin_kernel(name: str) -> Callable | None:
     """A backend's compiled conversion step ``name`` (``dispatch.hookspecs.CONVERSION_KERNELS``),
-    or None (none loaded, or it raised once in this process)."""
-    if name in _KERNEL_FAILED:
+    or None (no lookup installed, none offered, or it raised once in this process)."""
+    lookup = _KERNEL_LOOKUP
+    if lookup is None or name in _KERNEL_FAILED:
         return None
-    from ..dispatch.select import get_backends  # noqa: PLC0415 - dispatch imports the tensor package
-
-    return get_backends().conversion_kernel(name)
+    return lookup(name)
 
 
 def _kernel_failed(name: str, exc: BaseException) -> None:
