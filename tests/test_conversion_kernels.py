@@ -159,3 +159,14 @@ def test_csr_rows_is_asked_only_for_gpu_tensors(backends):
     dense = _matrix()
     C = st.SparseTensor.from_dense(dense, st.format.CSR).convert(st.format.COO)
     torch.testing.assert_close(C.to_dense(), dense, rtol=0, atol=0)
+
+
+def test_info_names_the_kernels_in_use(backends):
+    from sparsetorch.cli import _backend_lines
+
+    backends.register(Kernels("low", {"csr_to_bsr": scipy_csr_to_bsr}), "low")
+    backends.register(Kernels("high", {"csr_to_bsr": scipy_csr_to_bsr}, priority=3), "high")
+    lines = _backend_lines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("high"))
+    assert "conversion kernels: csr_to_bsr" in "\n".join(lines[at:at + 3])
+    assert backends.conversion_kernel_owners() == {"csr_to_bsr": "high"}

@@ -58,6 +58,7 @@ def _backend_lines() -> list[str]:
 
         backends = get_backends()
         infos = backends.info()
+        owners = backends.conversion_kernel_owners()
     except Exception as exc:  # noqa: BLE001 - `info` must print whatever else it knows
         return [f"backend discovery failed: {type(exc).__name__}: {exc}"]
     lines: list[str] = []
@@ -67,6 +68,9 @@ def _backend_lines() -> list[str]:
                      f"dtypes: {', '.join(str(d).replace('torch.', '') for d in info.dtypes)}")
         ops = "; ".join(f"{op}: {', '.join(methods) or '-'}" for op, methods in info.ops.items())
         lines.append(f"{'':12}ops: {ops or 'none'}")
+        steps = sorted(k for k, owner in owners.items() if owner == info.name)
+        if steps:
+            lines.append(f"{'':12}conversion kernels: {', '.join(steps)}")
         for dep, why in info.missing.items():
             lines.append(f"{'':12}missing {dep}: {why}")
     for broken in backends.broken:

@@ -104,6 +104,7 @@ class Backends:
         self._info: dict[str, BackendInfo] = {}
         self._plugins: dict[str, Any] = {}
         self._conversions: dict[str, Callable] | None = None
+        self._conversion_owners: dict[str, str] = {}
         self.broken: list[BrokenBackend] = []
         for name, module in BUILTINS:
             self._load(name, None, lambda module=module: importlib.import_module(module), builtin=True)
@@ -197,7 +198,13 @@ class Backends:
                     if key in hookspecs.CONVERSION_KERNELS and callable(fn) and (key not in found or rank < found[key][0]):
                         found[key] = (rank, fn)
             table = self._conversions = {k: fn for k, (_, fn) in found.items()}
+            self._conversion_owners = {k: rank[1] for k, (rank, _) in found.items()}
         return table.get(name)
+
+    def conversion_kernel_owners(self) -> dict[str, str]:
+        """``{step name: backend}`` for the compiled conversion steps in use (``sparsetorch info``)."""
+        self.conversion_kernel("")
+        return dict(self._conversion_owners)
 
     @property
     def names(self) -> list[str]:
