@@ -670,7 +670,7 @@ def _expand(ptr: torch.Tensor, n: int, nnz: int) -> torch.Tensor:
         p = ptr.contiguous().numpy()
         return torch.from_numpy(np.repeat(np.arange(n, dtype=p.dtype), np.diff(p)))
     if ptr.device.type == "cuda" and nnz and is_plain(ptr) and not _levels._compiling():
-        fn = _plugin_kernel("csr_rows")  # one kernel of a plugin's (the cuda plugin: a warp per row)
+        fn = _plugin_kernel("csr_rows")  # one kernel of a plugin's (the cuda plugin: blocks of entries, any row lengths)
         if fn is not None:
             out = ptr.new_empty(nnz)
             try:
@@ -970,8 +970,9 @@ def _csr_to_bsr_plugin(t: SparseTensor, blk: tuple[int, int], index_dtype: torch
         return None
     if got is None:
         return None
-    if isinstance(got, int):
-        guard(got * bs, nnz)  # over the fill bound: raises
+    if isinstance(got, int):  # over max_blocks, so over the fill bound: the guard raises with its message
+        if guard is not None:
+            guard(got * bs, nnz)
         return None
     bp, bj, data, slots = got
     nblocks = int(bj.size)
