@@ -181,6 +181,10 @@ class Backends:
         highest priority that offers it (then backend name order), or None. The table is built once
         per set of backends; a backend whose hook raises offers no kernel (the core's own code runs
         instead)."""
+        return self._conversion_table().get(name)
+
+    def _conversion_table(self) -> dict[str, Callable]:
+        """``{step: kernel}`` of the backends loaded now, built once per set of backends."""
         table = self._conversions
         if table is None:
             found: dict[str, tuple[tuple[int, str], Callable]] = {}
@@ -199,11 +203,11 @@ class Backends:
                         found[key] = (rank, fn)
             table = self._conversions = {k: fn for k, (_, fn) in found.items()}
             self._conversion_owners = {k: rank[1] for k, (rank, _) in found.items()}
-        return table.get(name)
+        return table
 
     def conversion_kernel_owners(self) -> dict[str, str]:
         """``{step name: backend}`` for the compiled conversion steps in use (``sparsetorch info``)."""
-        self.conversion_kernel("")
+        self._conversion_table()
         return dict(self._conversion_owners)
 
     @property

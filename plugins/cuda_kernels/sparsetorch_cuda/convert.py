@@ -15,10 +15,10 @@ import torch
 
 from .launch import _REC, kernel
 
-__all__ = ["csr_rows", "KERNELS", "ROWS_PER_BLOCK"]
+__all__ = ["csr_rows", "KERNELS", "ENTRIES_PER_BLOCK"]
 
 #: entries per block of the csr_rows kernel (kernels/spmv.cu CR_PER_BLOCK)
-ROWS_PER_BLOCK = 2048
+ENTRIES_PER_BLOCK = 2048
 
 
 def csr_rows(ptr: torch.Tensor, out: torch.Tensor) -> bool:
@@ -40,7 +40,7 @@ def csr_rows(ptr: torch.Tensor, out: torch.Tensor) -> bool:
         return False  # not a validated pointer array of nnz entries
     dev = ptr.device.index if ptr.device.index is not None else torch.cuda.current_device()
     kern = kernel("spmv", "csr_rows", torch.float32, ptr.dtype, dev, 4)  # the value type is unused
-    kern((-(-nnz // ROWS_PER_BLOCK), 1), 256, (m, nnz, ptr.data_ptr(), out.data_ptr()), device=dev)
+    kern((-(-nnz // ENTRIES_PER_BLOCK), 1), 256, (m, nnz, ptr.data_ptr(), out.data_ptr()), device=dev)
     return True
 
 
