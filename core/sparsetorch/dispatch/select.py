@@ -201,8 +201,8 @@ class Backends:
                 for key, fn in got.items():
                     if key in hookspecs.CONVERSION_KERNELS and callable(fn) and (key not in found or rank < found[key][0]):
                         found[key] = (rank, fn)
+            self._conversion_owners = {k: rank[1] for k, (rank, _) in found.items()}  # before the table other threads test
             table = self._conversions = {k: fn for k, (_, fn) in found.items()}
-            self._conversion_owners = {k: rank[1] for k, (rank, _) in found.items()}
         return table
 
     def conversion_kernel_owners(self) -> dict[str, str]:
