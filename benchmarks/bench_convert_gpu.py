@@ -162,12 +162,25 @@ def main(argv: list[str] | None = None) -> int:
             # host time alone: calls back to back, one synchronize (the GPU work queued behind)
             row["ours_prewrapped_thr_s"] = thr(lambda: (pre.clear_cache(), pre.convert(fmt)))
             row["cupy_thr_s"] = thr(lambda: peer(m))
+
+            def general(p):
+                """p's conversion through the general steps (construct.FAST_DIRECT off: the code before session 17)"""
+                construct.FAST_DIRECT = False
+                try:
+                    p.clear_cache()
+                    p.convert(fmt)
+                finally:
+                    construct.FAST_DIRECT = True
+
+            row["ours_prewrapped_general_thr_s"] = thr(lambda: general(pre))
             # ours and CuPy alternately (one call each per round): drift of the machine hits both
             ab = alternate([lambda: (pre.clear_cache(), pre.convert(fmt)), lambda: peer(m),
                             lambda: (pre32.clear_cache(), pre32.convert(fmt)), lambda: fresh(src).convert(fmt),
-                            lambda: fresh(A32).convert(fmt), lambda: fresh(src), lambda: fresh(A32)], max(reps, 41))
+                            lambda: fresh(A32).convert(fmt), lambda: fresh(src), lambda: fresh(A32),
+                            lambda: general(pre), lambda: general(pre32)], max(reps, 41))
             (row["ours_prewrapped_ab_s"], row["cupy_ab_s"], row["ours_int32_prewrapped_ab_s"], row["ours_ab_s"],
-             row["ours_int32_ab_s"], row["fresh_wrap_ab_s"], row["fresh_wrap_int32_ab_s"]) = ab
+             row["ours_int32_ab_s"], row["fresh_wrap_ab_s"], row["fresh_wrap_int32_ab_s"],
+             row["ours_prewrapped_general_ab_s"], row["ours_int32_prewrapped_general_ab_s"]) = ab
             row["ratio_ours_prewrapped_ab_over_cupy"] = ab[0] / ab[1]
             row["ratio_ours_int32_prewrapped_ab_over_cupy"] = ab[2] / ab[1]
             row["ratio_ours_ab_over_cupy"] = ab[3] / ab[1]
@@ -184,7 +197,13 @@ def main(argv: list[str] | None = None) -> int:
                     "Conversion": thr(lambda: construct.Conversion(pre, fmt, torch.int64, None, values_too=True)),
                     "convert": row["ours_prewrapped_thr_s"],
                     "launch_unit": thr(lambda: unit.add_(0)),
+                    "new_empty": thr(lambda: ptr.new_empty(nn)),
                 }
+                rows_kernel = construct._plugin_kernel("csr_rows")
+                if rows_kernel is not None:  # the cuda plugin's step alone (checks, lookup, launch), its output kept
+                    rows_out = ptr.new_empty(nn)
+                    row["host_pieces_thr_s"]["csr_rows_plugin"] = thr(lambda: rows_kernel(ptr, rows_out))
+                    row["host_pieces_thr_s"]["_expand"] = thr(lambda: construct._expand(ptr, n, nn))
             if args.profile:
                 from torch.profiler import ProfilerActivity, profile
 
@@ -221,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
                  "to_sparse_coo() on the int64 buffers; '_repeat' / '_fused' / '_key32': the same code with "
                  "construct.EXPAND = 'repeat' / 'fused' / construct.SORT16_MAX = -1 (32-bit sort keys); '_thr_s': "
                  "calls back to back, one synchronize (host-bound rate); '_ab_s': ours (prewrapped and fresh, int64 "
-                 "and int32), CuPy, and the fresh wrap alone (SparseTensor(..., check=False): its structural "
+                 "and int32; '_general': construct.FAST_DIRECT off, the general steps the short path replaced in "
+                 "session 17), CuPy, and the fresh wrap alone (SparseTensor(..., check=False): its structural "
                  "checks read pos[-1] back, a device-to-host copy) timed alternately, one call each per round, median"),
         "cases": cases,
     }

@@ -12,7 +12,8 @@ import scipy.sparse as sp
 import torch
 
 from sparsetorch import SparseTensor, ValidationError
-from sparsetorch.format import COO, CSC, CSR
+from sparsetorch.format import COO, CSC, CSR, LevelFormat, LevelProperty, TensorFormat
+from sparsetorch.format.named import i, j
 from sparsetorch.tensor import construct
 
 FORMATS = {"CSR": CSR, "CSC": CSC, "COO": COO}
@@ -20,10 +21,13 @@ PAIRS = [(a, b) for a in FORMATS for b in FORMATS if a != b]
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
-@pytest.fixture(params=["numpy", "torch"])
+@pytest.fixture(params=["numpy", "torch", "numpy-general", "torch-general"])
 def path(request, monkeypatch):
-    """NumPy/SciPy on the CPU, or the torch code a GPU runs (here on CPU tensors)."""
-    if request.param == "torch":
+    """NumPy/SciPy on the CPU, or the torch code a GPU runs (here on CPU tensors); "-general": the
+    direct pairs through the general steps instead of the short path (construct.FAST_DIRECT)."""
+    if request.param.endswith("-general"):
+        monkeypatch.setattr(construct, "FAST_DIRECT", False)
+    if request.param.startswith("torch"):
         monkeypatch.setattr(construct, "USE_SCIPY", False)
         monkeypatch.setattr(construct, "_on_host", lambda *bufs: False)
     else:
@@ -107,6 +111,46 @@ def test_same_major_shares_the_minor_indices_and_values(path):
     src_ptrs = {b.data_ptr() for b in (*t.pos_buffers, *t.crd_buffers, t.values) if b is not None and b.numel()}
     assert not src_ptrs & {b.data_ptr() for b in (*own.pos_buffers, *own.crd_buffers, own.values) if b is not None}
     check(own, a, "COO", torch.int64)
+
+
+COO_COLS = TensorFormat([i, j], {j: (LevelFormat.COMPRESSED, LevelProperty.NONUNIQUE), i: LevelFormat.SINGLETON},
+                        name="COO by columns")
+
+
+@pytest.mark.parametrize("src,dst", [(CSR, COO), (CSC, COO_COLS)])
+@pytest.mark.parametrize("idt_in,idt_out", [(torch.int64, None), (torch.int32, None), (torch.int64, torch.int32),
+                                            (torch.int32, torch.int64)])
+@pytest.mark.parametrize("batch", [(), (3,)])
+def test_short_path_gives_the_general_steps_buffers(monkeypatch, src, dst, idt_in, idt_out, batch):
+    """CSR -> COO (and CSC -> COO by columns) by the short path (construct._csr_to_coo) and by the
+    general steps: equal buffers, the same sharing with the source, a value batch kept, and the
+    cached conversion applied to new values afterwards."""
+    a = random_csr(23, 31, 0.25, 8)
+    d = torch.from_numpy(a.toarray())
+    base = SparseTensor.from_dense(d, format=src, index_dtype=idt_in)
+    vals = torch.stack([base.values * (k + 1) for k in range(batch[0])]) if batch else base.values
+    outs = []
+    for fast in (True, False):
+        monkeypatch.setattr(construct, "FAST_DIRECT", fast)
+        t = base.with_values(vals.clone())
+        out = t.convert(dst, index_dtype=idt_out)
+        want = idt_out or idt_in
+        assert out.index_dtype == want and out.format.levels == dst.levels
+        assert out.values is t.values  # the same major: the values move as they are
+        assert (out.crd(1) is t.crd(src.ndim - 1)) == (want == idt_in)
+        ref = d if not batch else torch.stack([d * (k + 1) for k in range(batch[0])])
+        assert torch.equal(out.to_dense(), ref)
+        out.validate()
+        again = t.convert(dst, index_dtype=idt_out)  # cached: the same index buffers
+        assert again.crd(0) is out.crd(0) and again.pos(0) is out.pos(0)
+        new = torch.randn(*batch, t.nse, dtype=torch.float64)
+        assert torch.equal(t.with_values(new).convert(dst, index_dtype=idt_out).to_dense(),
+                           t.with_values(new).to_dense())
+        outs.append(out)
+    for b1, b2 in zip((*outs[0].pos_buffers, *outs[0].crd_buffers), (*outs[1].pos_buffers, *outs[1].crd_buffers)):
+        assert (b1 is None) == (b2 is None)
+        assert b1 is None or (b1.dtype == b2.dtype and torch.equal(b1, b2))
+    assert outs[0].format == outs[1].format and outs[0].shape == outs[1].shape
 
 
 def test_the_conversion_is_cached_per_pattern_and_applied_to_new_values(path):

@@ -271,6 +271,12 @@ def from_dense(
                  what="from_dense")
 
 
+#: the direct CSR / CSC / COO-like pairs by the short path (:func:`convert`'s first lines and
+#: :func:`_csr_to_coo`); False runs them through the general steps (the same buffers; kept for the
+#: GPU conversion benchmark's side-by-side timing and for the tests that compare the two)
+FAST_DIRECT = True
+
+
 def convert(
     t: SparseTensor,
     tensor_format: TensorFormat | str | None,
@@ -291,6 +297,14 @@ def convert(
     ``copy=True`` gives buffers of its own. ``t``'s index buffers are validated first if they
     were written in place since they were last checked (compiled code never reads them unchecked);
     the result's buffers are built here and trusted."""
+    if FAST_DIRECT and dtype is None and not drop_zeros and not copy and type(tensor_format) is TensorFormat:
+        # the direct CSR / CSC / COO-like pairs first, with nothing computed twice (a GPU CSR -> COO
+        # is one kernel: these checks are a good part of its host time)
+        pair = _direct_pair(t.format, tensor_format)
+        if pair is not None:
+            idt = index_dtype or tensor_format.index_dtype or t.index_dtype
+            if idt is torch.int32 or idt is torch.int64:
+                return _convert_direct(t, tensor_format, idt, pair)
     t.ensure_valid()
     fmt = _as_format(tensor_format if tensor_format is not None else t.format, t.format.ndim)
     idt = index_dtype or (fmt.index_dtype if tensor_format is not None else None) or t.index_dtype
@@ -478,9 +492,36 @@ def _convert_direct(t: SparseTensor, fmt: TensorFormat, idt: torch.dtype, pair: 
     key = ("conversion", fmt, idt)
     conv = cache.get(key)
     if conv is None:
+        if FAST_DIRECT and pair[0][1] == pair[1][1] and pair[0][0] == "csr" and t._linear is None:
+            return _csr_to_coo(t, fmt, idt, pair[0][1], cache, key)
         conv = Conversion(t, fmt, idt, None, values_too=True, pair=pair)
         cache[key] = conv
     return conv._apply_flat(t)
+
+
+def _csr_to_coo(t: SparseTensor, fmt: TensorFormat, idt: torch.dtype, major: int, cache: dict,
+                key: tuple) -> SparseTensor:
+    """A first CSR -> COO-like conversion of the same major (no BATCH levels): what
+    ``Conversion(...)._apply_flat(t)`` gives (the same buffers: the major expanded, the minor and
+    the values ``t``'s own), built in one pass with no intermediate layers: on a GPU this pair is
+    little more than one kernel, and the host time of the layers was most of the call."""
+    ptr, minor, vals = t._pos[1], t._crd[1], t._values
+    shape = t.format_shape
+    nnz = minor.shape[0]
+    if idt == torch.int32:
+        _check_int32(fmt, shape, nnz, idt)
+    nmaj = shape[major]
+    rows = _expand(ptr, nmaj, nnz)
+    pos = (_ends(ptr, nmaj, nnz, idt), None)
+    crd = (rows if rows.dtype == idt else rows.to(idt), minor if minor.dtype == idt else minor.to(idt))
+    conv = Conversion.__new__(Conversion)
+    conv.format, conv.shape, conv.pos, conv.crd = _with_index_dtype(fmt, idt), shape, list(pos), list(crd)
+    conv._src = conv._dst = conv._first = None
+    conv.nslots = conv.nentries = nnz
+    conv._derived = {}
+    conv._index = index = (pos[0], *crd)
+    cache[key] = conv
+    return SparseTensor._assembled(conv.format, shape, conv.pos, conv.crd, vals, index, _versions(index), conv._derived)
 
 
 def conversion(

@@ -27,9 +27,10 @@ def csr_rows(ptr: torch.Tensor, out: torch.Tensor) -> bool:
     the same dtype and device. Returns False (nothing launched) where it does not apply: not a CUDA
     tensor, mismatched dtypes or devices, non-contiguous buffers, or inside a plan's recording of its
     launches (a conversion is not part of a product's replay)."""
-    if (ptr.device.type != "cuda" or out.device != ptr.device or ptr.dtype != out.dtype
-            or ptr.dtype not in (torch.int32, torch.int64) or ptr.dim() != 1 or out.dim() != 1
-            or not ptr.is_contiguous() or not out.is_contiguous() or ptr.numel() < 1):
+    dev = ptr.device
+    dt = ptr.dtype
+    if (dev.type != "cuda" or out.device != dev or out.dtype is not dt or (dt is not torch.int32 and dt is not torch.int64)
+            or ptr.dim() != 1 or out.dim() != 1 or not ptr.is_contiguous() or not out.is_contiguous() or ptr.numel() < 1):
         return False
     if _REC.calls is not None:
         return False
@@ -38,10 +39,17 @@ def csr_rows(ptr: torch.Tensor, out: torch.Tensor) -> bool:
         return True
     if m == 0:
         return False  # not a validated pointer array of nnz entries
-    dev = ptr.device.index if ptr.device.index is not None else torch.cuda.current_device()
-    kern = kernel("spmv", "csr_rows", torch.float32, ptr.dtype, dev, 4)  # the value type is unused
-    kern((-(-nnz // ENTRIES_PER_BLOCK), 1), 256, (m, nnz, ptr.data_ptr(), out.data_ptr()), device=dev)
+    idx = dev.index if dev.index is not None else torch.cuda.current_device()
+    kern = _KERNELS.get((idx, dt))
+    if kern is None:  # the value type is unused
+        kern = _KERNELS[(idx, dt)] = kernel("spmv", "csr_rows", torch.float32, dt, idx, 4)
+    kern((-(-nnz // ENTRIES_PER_BLOCK), 1), 256, (m, nnz, ptr.data_ptr(), out.data_ptr()), device=idx)
     return True
+
+
+#: (device index, index dtype) -> the loaded csr_rows kernel (``launch.kernel`` caches it too; this
+#: saves its six-argument lookup on a path whose whole host time is a few microseconds)
+_KERNELS: dict = {}
 
 
 #: what the plugin's ``sparsetorch_conversion_kernels`` hook returns

@@ -184,6 +184,8 @@ class Kernel:
         self._addr = int(self._ptrs.ctypes.data)
         self._nargs = nargs
         self._lock = threading.Lock()
+        #: the last launch's stream: (raw handle, its CUstream), made once per stream (-1: none yet)
+        self._st: tuple[int, Any] = (-1, None)
 
     def __call__(self, grid: tuple[int, int], block: int, args: tuple[int, ...], *, shared: int = 0,
                  device: int | None = None, pdl: bool = False) -> None:
@@ -196,7 +198,11 @@ class Kernel:
         gx, gy = int(grid[0]), int(grid[1])
         if gx == 0 or gy == 0:
             return
-        stream = _stream(raw_stream(device))
+        raw = raw_stream(device)
+        st = self._st
+        if st[0] != raw:
+            st = self._st = (raw, _stream(raw))
+        stream = st[1]
         if _REC.calls is not None:
             _REC.calls.append((self, (gx, gy), block, tuple(int(v) for v in args), shared))
             if _REC.dry:
