@@ -33,6 +33,17 @@ def _torch_dtype(d: Any, what: str) -> torch.dtype | None:
     return got
 
 
+_CONVERT: list = []
+
+
+def _convert_fn():
+    """``construct.convert`` (imported on first use: construct imports this module's class's home)."""
+    from .construct import convert  # noqa: PLC0415
+
+    _CONVERT.append(convert)
+    return convert
+
+
 class ViewMethods:
     """Conversions and views of a SparseTensor (see the module docstring)."""
 
@@ -66,13 +77,15 @@ class ViewMethods:
         ``$SPARSETORCH_MAX_FILL`` or 8; ``max_fill=float('inf')`` lifts the bound. All-dense
         targets (DENSE, DENSE_COL, DENSE_ND) are not bounded: their size is the shape's.
         """
-        from .construct import convert
-
+        convert = _CONVERT[0] if _CONVERT else _convert_fn()
         if index_type is not None:
             if index_dtype is not None:
                 raise ConversionError("convert takes index_dtype or UST's index_type, not both")
             index_dtype = index_type  # type: ignore[assignment]
-        index_dtype, dtype = _torch_dtype(index_dtype, "index_dtype"), _torch_dtype(dtype, "dtype")
+        if index_dtype is not None:
+            index_dtype = _torch_dtype(index_dtype, "index_dtype")
+        if dtype is not None:
+            dtype = _torch_dtype(dtype, "dtype")
         return convert(self, tensor_format, index_dtype=index_dtype, dtype=dtype, drop_zeros=drop_zeros, copy=copy,
                        max_fill=max_fill)
 

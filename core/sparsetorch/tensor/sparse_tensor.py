@@ -129,7 +129,8 @@ class SparseTensor(ViewMethods, AccessMethods):
         ``__init__`` that knows them). ``derived``: pattern-derived data to share."""
         out = cls.__new__(cls)
         out._format, out._pos, out._crd, out._values, out._linear = format, tuple(pos), tuple(crd), values, None
-        out._shape = tuple(values.shape[:-1]) + tuple(int(x) for x in format_shape)
+        fs = tuple(map(int, format_shape))
+        out._shape = fs if values.dim() == 1 else tuple(values.shape[:-1]) + fs
         out._index, out._checked = index, checked
         out._derived = {} if derived is None else derived
         return out
