@@ -117,12 +117,12 @@ COO_COLS = TensorFormat([i, j], {j: (LevelFormat.COMPRESSED, LevelProperty.NONUN
                         name="COO by columns")
 
 
-@pytest.mark.parametrize("src,dst", [(CSR, COO), (CSC, COO_COLS)])
+@pytest.mark.parametrize("src,dst", [(CSR, COO), (CSC, COO_COLS), (COO, CSR), (COO_COLS, CSC)])
 @pytest.mark.parametrize("idt_in,idt_out", [(torch.int64, None), (torch.int32, None), (torch.int64, torch.int32),
                                             (torch.int32, torch.int64)])
 @pytest.mark.parametrize("batch", [(), (3,)])
 def test_short_path_gives_the_general_steps_buffers(monkeypatch, src, dst, idt_in, idt_out, batch):
-    """CSR -> COO (and CSC -> COO by columns) by the short path (construct._csr_to_coo) and by the
+    """CSR <-> COO (and CSC <-> COO by columns) by the short path (construct._same_major) and by the
     general steps: equal buffers, the same sharing with the source, a value batch kept, and the
     cached conversion applied to new values afterwards."""
     a = random_csr(23, 31, 0.25, 8)
@@ -137,12 +137,12 @@ def test_short_path_gives_the_general_steps_buffers(monkeypatch, src, dst, idt_i
         want = idt_out or idt_in
         assert out.index_dtype == want and out.format.levels == dst.levels
         assert out.values is t.values  # the same major: the values move as they are
-        assert (out.crd(1) is t.crd(src.ndim - 1)) == (want == idt_in)
+        assert (out.crd(1) is t.crd(1)) == (want == idt_in)  # the minor indices: the source's own buffer
         ref = d if not batch else torch.stack([d * (k + 1) for k in range(batch[0])])
         assert torch.equal(out.to_dense(), ref)
         out.validate()
         again = t.convert(dst, index_dtype=idt_out)  # cached: the same index buffers
-        assert again.crd(0) is out.crd(0) and again.pos(0) is out.pos(0)
+        assert all(a is b for a, b in zip((*again.pos_buffers, *again.crd_buffers), (*out.pos_buffers, *out.crd_buffers)))
         new = torch.randn(*batch, t.nse, dtype=torch.float64)
         assert torch.equal(t.with_values(new).convert(dst, index_dtype=idt_out).to_dense(),
                            t.with_values(new).to_dense())

@@ -272,7 +272,7 @@ def from_dense(
 
 
 #: the direct CSR / CSC / COO-like pairs by the short path (:func:`convert`'s first lines and
-#: :func:`_csr_to_coo`); False runs them through the general steps (the same buffers; kept for the
+#: :func:`_same_major`); False runs them through the general steps (the same buffers; kept for the
 #: GPU conversion benchmark's side-by-side timing and for the tests that compare the two)
 FAST_DIRECT = True
 
@@ -492,36 +492,43 @@ def _convert_direct(t: SparseTensor, fmt: TensorFormat, idt: torch.dtype, pair: 
     key = ("conversion", fmt, idt)
     conv = cache.get(key)
     if conv is None:
-        if FAST_DIRECT and pair[0][1] == pair[1][1] and pair[0][0] == "csr" and t._linear is None:
-            return _csr_to_coo(t, fmt, idt, pair[0][1], cache, key)
+        if FAST_DIRECT and pair[0][1] == pair[1][1] and t._linear is None:
+            return _same_major(t, fmt, idt, pair, cache, key)
         conv = Conversion(t, fmt, idt, None, values_too=True, pair=pair)
         cache[key] = conv
     return conv._apply_flat(t)
 
 
-def _csr_to_coo(t: SparseTensor, fmt: TensorFormat, idt: torch.dtype, major: int, cache: dict,
+def _same_major(t: SparseTensor, fmt: TensorFormat, idt: torch.dtype, pair: tuple, cache: dict,
                 key: tuple) -> SparseTensor:
-    """A first CSR -> COO-like conversion of the same major (no BATCH levels): what
-    ``Conversion(...)._apply_flat(t)`` gives (the same buffers: the major expanded, the minor and
-    the values ``t``'s own), built in one pass with no intermediate layers: on a GPU this pair is
-    little more than one kernel, and the host time of the layers was most of the call."""
-    ptr, minor, vals = t._pos[1], t._crd[1], t._values
+    """A first CSR -> COO-like or COO -> CSR-like conversion of the same major (no BATCH levels):
+    what ``Conversion(...)._apply_flat(t)`` gives (the same buffers: the major expanded or
+    compressed, the minor and the values ``t``'s own), built in one pass with no intermediate
+    layers: on a GPU this pair is one or two kernels, and the host time of the layers was most of
+    the call."""
+    (skind, smaj), _ = pair
+    minor, vals = t._crd[1], t._values
     shape = t.format_shape
     nnz = minor.shape[0]
-    if idt == torch.int32:
+    if idt is torch.int32:
         _check_int32(fmt, shape, nnz, idt)
-    nmaj = shape[major]
-    rows = _expand(ptr, nmaj, nnz)
-    pos = (_ends(ptr, nmaj, nnz, idt), None)
-    crd = (rows if rows.dtype == idt else rows.to(idt), minor if minor.dtype == idt else minor.to(idt))
+    nmaj = shape[smaj]
+    if skind == "csr":  # expand the pointers into the major of every entry
+        ptr = t._pos[1]
+        rows = _expand(ptr, nmaj, nnz)
+        pos: list = [_ends(ptr, nmaj, nnz, idt), None]
+        crd: list = [rows if rows.dtype == idt else rows.to(idt), minor if minor.dtype == idt else minor.to(idt)]
+    else:  # compress the (sorted) major indices into pointers
+        ptr = _compress(t._crd[0], nmaj, minor.dtype)
+        pos, crd = [None, ptr if ptr.dtype == idt else ptr.to(idt)], [None, minor if minor.dtype == idt else minor.to(idt)]
     conv = Conversion.__new__(Conversion)
-    conv.format, conv.shape, conv.pos, conv.crd = _with_index_dtype(fmt, idt), shape, list(pos), list(crd)
+    conv.format, conv.shape, conv.pos, conv.crd = _with_index_dtype(fmt, idt), shape, pos, crd
     conv._src = conv._dst = conv._first = None
     conv.nslots = conv.nentries = nnz
     conv._derived = {}
-    conv._index = index = (pos[0], *crd)
+    conv._index = index = tuple(b for b in (*pos, *crd) if b is not None)
     cache[key] = conv
-    return SparseTensor._assembled(conv.format, shape, conv.pos, conv.crd, vals, index, _versions(index), conv._derived)
+    return SparseTensor._assembled(conv.format, shape, pos, crd, vals, index, _versions(index), conv._derived)
 
 
 def conversion(
