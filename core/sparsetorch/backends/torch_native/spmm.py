@@ -167,6 +167,24 @@ class TorchSpmmPlan:
         Y = Xf.new_zeros(*vb, nb * m, X.shape[-1]).index_add(-2, bflat * m + rows, contrib)
         return Y.reshape(*vb, *fs[:-2], m, X.shape[-1])
 
+    # Bound product (Matmul.execute's and the one-shot matmul's per-call path) ----------------------
+    def bind(self, values: torch.Tensor, X: torch.Tensor) -> "_BoundCsr | None":
+        """``Y = A X`` bound to ``values`` (this pattern's value slots, 1-D, read where they lie at each
+        call) for right-hand sides of ``X``'s dtype and device: torch's CSR kernel (``mv`` / ``mm``
+        with ``out=``) on a CSR tensor made once, over this plan's index buffers and those values. None
+        where a product needs per-call work on the values (a format reached by a conversion: its values
+        are gathered per call; half precision: a float32 copy; BATCH-level formats) or the operands do
+        not match the plan. The core checks grad mode, transforms and A's index versions before each
+        call (``dispatch.plans.Bindable``)."""
+        m, n = self.shape
+        if self.gather_scatter or self._conv is not None or values.dtype in HALF_DTYPES:
+            return None
+        if not (type(values) is torch.Tensor and type(X) is torch.Tensor and values.dim() == 1
+                and values.shape[0] == self._col.shape[0] and values.device == self.device and X.dtype == values.dtype
+                and X.device == values.device and X.dim() == 2 and X.shape[0] == n and values.layout == torch.strided):
+            return None
+        return _BoundCsr(_csr(self._crow, self._col, values, self.shape), values)
+
     # Backward helper ---------------------------------------------------------------------------
     def sddmm(self, dY: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
         """Gradient of ``<dY, A X>`` w.r.t. A's values: ``dY[row] . conj(X[col])`` per entry,
@@ -203,6 +221,29 @@ class TorchSpmmPlan:
         """Bytes moved by one product: the matrix once, X gathered once per stored entry and
         column (an upper bound; caches help), Y written once."""
         return A_nse * (vsize + isize) + (m + 1) * isize + A_nse * k * vsize + m * k * vsize
+
+
+class _BoundCsr:
+    """``bound(X, Y)``: ``Y = A X`` by torch's CSR kernel into ``Y`` (``(m,)`` for a vector or a one-column
+    ``X``, else ``(m, k)``); False, computing nothing, when the values no longer lie where they were
+    bound (``.data`` swapped) or ``X`` / ``Y`` are not what the kernel takes. Stateless per call: safe from
+    several threads at once (the CSR tensor is only read)."""
+
+    __slots__ = ("mat", "values", "_vp")
+
+    def __init__(self, mat: torch.Tensor, values: torch.Tensor) -> None:
+        self.mat, self.values, self._vp = mat, values, values.data_ptr()
+
+    def __call__(self, X: torch.Tensor, Y: torch.Tensor) -> bool:
+        if self.values.data_ptr() != self._vp or X.layout is not torch.strided or Y.layout is not torch.strided:
+            return False
+        if Y.dim() == 1:  # a vector: the vector kernel (faster than a one-column product)
+            torch.mv(self.mat, X if X.dim() == 1 else X[:, 0], out=Y)
+        elif X.dim() == 2:
+            torch.mm(self.mat, X, out=Y)
+        else:
+            return False
+        return True
 
 
 def _narrow(crow: torch.Tensor, col: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
