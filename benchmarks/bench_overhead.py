@@ -71,6 +71,11 @@ def measure(reps: int) -> dict:
         "solve one-shot, lu (fresh buffers, same indices)": median_us(
             lambda: st.solve(_fresh(A), b, backend="torch", method="lu")),
     }
+    # rows added in session 17 (a tree without them measures them too: the calls are old API)
+    from sparsetorch.format import COO  # noqa: PLC0415
+
+    out["A @ x (same pattern)"] = median_us(lambda: A @ x)
+    out["convert CSR -> COO (first, cache emptied)"] = median_us(lambda: (A.clear_cache(), A.convert(COO)))
     return {"microseconds": out, "torch": torch.__version__, "sparsetorch": getattr(st, "__version__", "?")}
 
 

@@ -181,7 +181,8 @@ class TorchSpmmPlan:
             return None
         if not (type(values) is torch.Tensor and type(X) is torch.Tensor and values.dim() == 1
                 and values.shape[0] == self._col.shape[0] and values.device == self.device and X.dtype == values.dtype
-                and X.device == values.device and X.dim() == 2 and X.shape[0] == n and values.layout == torch.strided):
+                and X.device == values.device and X.dim() == 2 and X.shape[0] == n and values.layout == torch.strided
+                and values.is_contiguous()):
             return None
         return _BoundCsr(_csr(self._crow, self._col, values, self.shape), values)
 
