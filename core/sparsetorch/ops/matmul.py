@@ -74,9 +74,10 @@ def matmul(A: SparseTensor, X: torch.Tensor, c: torch.Tensor | None = None, *, a
     ``c`` must have the result's shape, A's dtype and device. Unlike :class:`Matmul` it uses the
     plan cache, so repeated one-shot calls on one pattern plan once. Repeated on the same ``A``
     (no ``c`` / ``alpha`` / ``beta``, no gradient recorded, ``X`` of the same shape, dtype and
-    device), a product whose plan binds (the cuda plugin's) takes a remembered launch, as
-    ``Matmul.execute`` does (:class:`_OneShot`: 11.9 against 157 us per call on the H200's host,
-    ``benchmarks/results/host_h200_s10b_ab.json``).
+    device), a product whose plan binds (the cuda plugin's; the torch backend's on a CSR matrix)
+    takes a remembered launch, as ``Matmul.execute`` does (:class:`_OneShot`: 11.9 against 157 us
+    per call on the H200's host, ``benchmarks/results/host_h200_s10b_ab.json``; on the CPU a small
+    CSR ``A @ x`` by the torch backend costs about its kernel, ``benchmarks/results/overhead_cpu_s17.json``).
 
     Under ``torch.compile`` the product is the custom op ``sparsetorch::spmm``, traced with no
     graph break (:mod:`sparsetorch.autograd.compiled`)."""
@@ -257,7 +258,8 @@ def _index_versions(a: SparseTensor) -> tuple | None:
 
 class _Direct:
     """``Matmul.execute``'s per-call path when the plan can bind its product to the operands
-    (``plan.bind(values, X)``, a backend's one recorded launch, e.g. the cuda plugin's): the
+    (``plan.bind(values, X)``, a backend's one recorded launch, e.g. the cuda plugin's, or the torch
+    backend's CSR kernel called with ``out=``): the
     output allocated (or ``c`` itself, with ``beta == 0``), one launch, nothing else. Declines a
     call (returns None; ``execute`` then takes the general path through the autograd Function)
     when a gradient is being recorded, under forward-mode AD, a torch.func transform or
@@ -321,7 +323,7 @@ class _OneShot:
     """``st.matmul(A, X)`` repeated on the same ``A`` (the same object, index buffers unwritten,
     the same values tensor) with ``X`` of the same shape, dtype, device and layout, no gradient
     recorded (nor forward AD, a torch.func transform, torch.compile), no ``c`` / ``alpha`` /
-    ``beta``, through a plan that binds (``plan.bind``, the cuda plugin's): the output allocated
+    ``beta``, through a plan that binds (``plan.bind``: the cuda plugin's, the torch backend's on CSR): the output allocated
     and the bound launch called, as :class:`_Direct` does for ``Matmul.execute``, without asking
     the dispatcher, the plan cache or the autograd Function again.
 
