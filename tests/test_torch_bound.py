@@ -26,12 +26,15 @@ def _fresh():
     st.clear_caches()
 
 
-def _matrix(m=37, n=29, density=0.15, dtype=torch.float64, seed=0, fmt=CSR, index_dtype=torch.int64):
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"))]
+
+
+def _matrix(m=37, n=29, density=0.15, dtype=torch.float64, seed=0, fmt=CSR, index_dtype=torch.int64, device="cpu"):
     g = torch.Generator().manual_seed(seed)
     d = torch.randn(m, n, generator=g, dtype=torch.float64) * (torch.rand(m, n, generator=g) < density)
     d[3] = 0  # an empty row
-    A = st.SparseTensor.from_dense(d.to(dtype), format=fmt, index_dtype=index_dtype)
-    return A, d
+    A = st.SparseTensor.from_dense(d.to(dtype).to(device), format=fmt, index_dtype=index_dtype)
+    return A, d.to(device)
 
 
 def _dense(A):
@@ -41,11 +44,12 @@ def _dense(A):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.complex128])
 @pytest.mark.parametrize("k", [None, 1, 4])
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
-def test_execute_takes_the_bound_product(dtype, k, index_dtype):
-    A, _ = _matrix(dtype=dtype, index_dtype=index_dtype)
+@pytest.mark.parametrize("device", DEVICES)
+def test_execute_takes_the_bound_product(dtype, k, index_dtype, device):
+    A, _ = _matrix(dtype=dtype, index_dtype=index_dtype, device=device)
     g = torch.Generator().manual_seed(1)
     shape = (A.shape[1],) if k is None else (A.shape[1], k)
-    x = torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype)
+    x = torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype).to(device)
     mm = st.Matmul(A, x, backend="torch")
     mm.plan()
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-12)
@@ -63,23 +67,25 @@ def test_execute_takes_the_bound_product(dtype, k, index_dtype):
     torch.testing.assert_close(mm.execute().to(_dense(A).dtype), _dense(A) @ x.to(_dense(A).dtype), **tol)
 
 
-def test_repeated_one_shot_and_operator_take_it_and_stay_right():
-    A, d = _matrix()
-    x = torch.randn(A.shape[1], dtype=torch.float64)
-    X = torch.randn(A.shape[1], 3, dtype=torch.float64)
+@pytest.mark.parametrize("device", DEVICES)
+def test_repeated_one_shot_and_operator_take_it_and_stay_right(device):
+    A, d = _matrix(device=device)
+    x = torch.randn(A.shape[1], dtype=torch.float64, device=device)
+    X = torch.randn(A.shape[1], 3, dtype=torch.float64, device=device)
     for _ in range(4):
-        torch.testing.assert_close(A @ x, d @ x, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(st.matmul(A, x, backend="torch"), d @ x, rtol=1e-12, atol=1e-12)
     once = M._ONE_SHOT.get(id(A))
     assert once is not None and isinstance(once.bound, _BoundCsr)
     for _ in range(3):
-        torch.testing.assert_close(st.matmul(A, X), d @ X, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(A @ x, d @ x, rtol=1e-12, atol=1e-12)  # whichever backend the dispatcher picks
+        torch.testing.assert_close(st.matmul(A, X, backend="torch"), d @ X, rtol=1e-12, atol=1e-12)
     # a non-contiguous X (a transposed block): the kernel takes the strides
-    Xt = torch.randn(3, A.shape[1], dtype=torch.float64).T
+    Xt = torch.randn(3, A.shape[1], dtype=torch.float64, device=device).T
     for _ in range(3):
-        torch.testing.assert_close(st.matmul(A, Xt), d @ Xt, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(st.matmul(A, Xt, backend="torch"), d @ Xt, rtol=1e-12, atol=1e-12)
     with torch.no_grad():
         A.values.copy_(torch.arange(A.nse, dtype=torch.float64))
-    torch.testing.assert_close(A @ x, A.to_dense() @ x, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(st.matmul(A, x, backend="torch"), A.to_dense() @ x, rtol=1e-12, atol=1e-12)
 
 
 def test_values_swapped_or_index_written_are_not_served():
