@@ -296,9 +296,12 @@ _NUMPY_DTYPES = {torch.float16: np.float16, torch.float32: np.float32, torch.flo
                  torch.complex64: np.complex64, torch.complex128: np.complex128}
 
 
+_IS_COMPILING = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+
+
 def _compiling() -> bool:
-    is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
-    return bool(is_compiling()) if is_compiling is not None else False
+    """Whether torch.compile is tracing this call (looked up once: this runs per conversion)."""
+    return bool(_IS_COMPILING()) if _IS_COMPILING is not None else False
 
 
 def compose_map(

@@ -714,10 +714,11 @@ def _kernel_failed(name: str, exc: BaseException) -> None:
 
 def _expand(ptr: torch.Tensor, n: int, nnz: int) -> torch.Tensor:
     """The major index of every entry from the pointers ``ptr`` (n + 1), in ``ptr``'s dtype."""
-    if _on_host(ptr):
+    cuda = ptr.device.type == "cuda"
+    if not cuda and _on_host(ptr):
         p = ptr.contiguous().numpy()
         return torch.from_numpy(np.repeat(np.arange(n, dtype=p.dtype), np.diff(p)))
-    if ptr.device.type == "cuda" and nnz and is_plain(ptr) and not _levels._compiling():
+    if cuda and nnz and is_plain(ptr) and not _levels._compiling():
         fn = _plugin_kernel("csr_rows")  # one kernel of a plugin's (the cuda plugin: blocks of entries, any row lengths)
         if fn is not None:
             out = ptr.new_empty(nnz)
