@@ -117,6 +117,9 @@ def case_host() -> dict:
             out["matmul_execute_cuda_general"] = thr(_general(mm).execute)
         else:
             out[f"matmul_execute_{backend}"] = thr(mm.execute)
+            if backend == "torch":  # session 17: the torch plan binds (torch's CSR mv with out=)
+                out["direct_bound_torch"] = mm._direct is not None
+                out["matmul_execute_torch_general"] = thr(_general(mm).execute)
     c = torch.empty(n, device="cuda")
     mc = st.Matmul(A, x, c, beta=0, backend="cuda")
     assert mc.execute() is c and torch.allclose(c, ref)
@@ -138,6 +141,9 @@ def case_host() -> dict:
     finally:
         launch_mod.BOUND_LAUNCH = "bindings"
     out["st_matmul_one_shot_cuda"] = thr(lambda: st.matmul(A, x, backend="cuda"))
+    out["st_matmul_one_shot_torch"] = thr(lambda: st.matmul(A, x, backend="torch"))
+    tcsr = torch.sparse_csr_tensor(A.pos(1), A.crd(1), A.values, size=A.shape)
+    out["torch_csr_matmul_bare"] = thr(lambda: tcsr @ x)
     out["kernel_graph"] = B.graph_time(lambda: plan.apply(x2))
     out["tiny_kernel_graph"] = B.graph_time(lambda: t.add_(1))
     for k, v in out.items():
