@@ -38,6 +38,7 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 def _csr(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")  # the plan's own buffers
         return torch.sparse_csr_tensor(crow, col, values, shape, check_invariants=False)
 
 
