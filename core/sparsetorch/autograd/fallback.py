@@ -498,9 +498,18 @@ class Route(RangeSearch):
             return X, replace(res, converged=False, status=Status.NOT_FINITE,
                               reason=f"{res.reason + '; ' if res.reason else ''}the answer has NaN or Inf")
         bn = torch.linalg.vector_norm(B, dim=-2)
-        tol = torch.clamp(bn * rtol, min=atol)
         R = B - self._apply(values, X, adjoint)
         rn = torch.linalg.vector_norm(R, dim=-2)
+        if bn.numel() == 1:
+            # one right-hand side (the common call): the first check in Python floats, the same test as the
+            # tensor one below (a NaN norm fails it alike); each small tensor op costs microseconds
+            bnf, rnf = float(bn), float(rn)
+            if rnf <= max(bnf * rtol, atol):
+                rel = rnf / (bnf if bnf > 0 else 1.0)
+                if type(res) is IterationResult:
+                    return X, IterationResult(res.iterations, rel, res.converged, res.status, res.reason, res.history)
+                return X, replace(res, residual=rel)
+        tol = torch.clamp(bn * rtol, min=atol)
         extra = 0
         for step in range(_REFINE_STEPS + 1):
             if bool((rn <= tol).all()):
