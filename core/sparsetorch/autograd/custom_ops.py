@@ -13,10 +13,10 @@ buffers (``A.pos(1)``, ``A.crd(1)``, ``A.values`` of a CSR tensor).
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 from torch import Tensor
+
+from ..tensor.interop.torch_io import compressed_tensor
 
 __all__ = ["csr_matmul"]
 
@@ -29,10 +29,7 @@ def _rows(crow: Tensor, nnz: int) -> Tensor:
 @torch.library.custom_op("sparsetorch::csr_matmul", mutates_args=())
 def csr_matmul(crow: Tensor, col: Tensor, values: Tensor, X: Tensor, n_rows: int, n_cols: int) -> Tensor:
     """``A @ X`` for ``A = csr(crow, col, values)`` of shape ``(n_rows, n_cols)``, ``X`` ``(n_cols, k)``."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        A = torch.sparse_csr_tensor(crow, col, values, (n_rows, n_cols), check_invariants=False)
-    return A @ X
+    return compressed_tensor("csr", crow, col, values, (n_rows, n_cols)) @ X
 
 
 @csr_matmul.register_fake

@@ -27,7 +27,6 @@ Plans never see autograd: inputs arrive detached; this backward is not different
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 import torch
 from torch.autograd.function import once_differentiable
@@ -35,6 +34,7 @@ from torch.autograd.function import once_differentiable
 from ..errors import InputError, NotConvergedError, NotConvergedWarning
 from ..format import CSR
 from ..tensor import SparseTensor
+from ..tensor.interop.torch_io import compressed_tensor
 from ..dispatch.plan import PlanState, guarded
 from .sddmm import sddmm
 
@@ -42,7 +42,6 @@ __all__ = ["LstsqHandle", "lstsq_function", "apply_entries"]
 
 #: value dtypes torch's CPU CSR kernel multiplies (others take the entry-wise product)
 _CSR_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
-_CSR_QUIET: list = []  # non-empty once a CSR tensor was made here (torch's notices are then spent)
 
 
 def apply_entries(A: SparseTensor, values: torch.Tensor, X: torch.Tensor, *, adjoint: bool = False) -> torch.Tensor:
@@ -54,15 +53,7 @@ def apply_entries(A: SparseTensor, values: torch.Tensor, X: torch.Tensor, *, adj
             and values.dtype in _CSR_DTYPES and X.dtype == values.dtype and A.format == CSR
             and not A.format.num_batch_levels and values.layout == torch.strided and X.layout == torch.strided
             and not (torch.is_grad_enabled() and (values.requires_grad or X.requires_grad))):
-        shape = tuple(A.format_shape)
-        if _CSR_QUIET:
-            mat = torch.sparse_csr_tensor(A.pos(1), A.crd(1), values.contiguous(), shape, check_invariants=False)
-        else:  # torch's beta / invariant-check notices (warned once per process: A's buffers are checked ones)
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="Sparse")
-                mat = torch.sparse_csr_tensor(A.pos(1), A.crd(1), values.contiguous(), shape, check_invariants=False)
-            _CSR_QUIET.append(True)
-        return mat @ X
+        return compressed_tensor("csr", A.pos(1), A.crd(1), values.contiguous(), tuple(A.format_shape)) @ X
     coords, slot = A.entries()
     rows, cols = coords[0], coords[1]
     m, n = A.format_shape

@@ -15,7 +15,6 @@ the SDDMM of the backward pass does the same. Every other dtype runs as it is.
 from __future__ import annotations
 
 import math
-import warnings
 
 import torch
 
@@ -23,6 +22,7 @@ from ...autograd.sddmm import sddmm as core_sddmm
 from ...format import CSR
 from ...tensor import SparseTensor
 from ...tensor.construct import conversion
+from ...tensor.interop.torch_io import compressed_tensor
 
 __all__ = ["TorchSpmmPlan", "HALF_DTYPES", "compute_dtype"]
 
@@ -36,10 +36,7 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def _csr(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")  # the plan's own buffers
-        return torch.sparse_csr_tensor(crow, col, values, shape, check_invariants=False)
+    return compressed_tensor("csr", crow, col, values, shape)
 
 
 class TorchSpmmPlan:

@@ -33,7 +33,28 @@ from ._common import (
     no_counterpart, shared_batch_error,
 )
 
-__all__ = ["from_torch", "from_strided", "to_torch"]
+__all__ = ["from_torch", "from_strided", "to_torch", "compressed_tensor"]
+
+_CTORS = {"csr": torch.sparse_csr_tensor, "csc": torch.sparse_csc_tensor, "bsr": torch.sparse_bsr_tensor,
+          "bsc": torch.sparse_bsc_tensor}
+_QUIET: set = set()  # the kinds built once here: torch's notices for them are spent
+
+
+def compressed_tensor(kind: str, comp: torch.Tensor, plain: torch.Tensor, values: torch.Tensor,
+                      shape: tuple) -> torch.Tensor:
+    """torch's compressed sparse tensor of ``kind`` ("csr", "csc", "bsr", "bsc") over index buffers the core
+    checked (``check_invariants=False``), without torch's "in beta" / invariant-check notices. torch gives
+    them once per process, so only the first construction of a kind is made under a warning filter (the
+    filter costs several microseconds: this runs per product on the solves' and the bound products' paths)."""
+    ctor = _CTORS[kind]
+    if kind in _QUIET:
+        return ctor(comp, plain, values, shape, check_invariants=False)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse (CSR|CSC|BSR|BSC) tensor support is in beta")
+        warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
+        out = ctor(comp, plain, values, shape, check_invariants=False)
+    _QUIET.add(kind)
+    return out
 
 _COMPRESSED = {
     torch.sparse_csr: ("csr", "crow_indices", "col_indices"),
@@ -195,10 +216,5 @@ def _to_compressed(t: SparseTensor, layout: Layout) -> torch.Tensor:
                 f".to_package('torch') instead"
             )
         values = values.reshape(*values.shape[:-1], -1, bh, bw)
-    ctor = {"csr": torch.sparse_csr_tensor, "csc": torch.sparse_csc_tensor,
-            "bsr": torch.sparse_bsr_tensor, "bsc": torch.sparse_bsc_tensor}[layout.kind]
-    with warnings.catch_warnings():
-        # torch warns that compressed sparse layouts are "in beta" on every construction.
-        warnings.filterwarnings("ignore", message="Sparse (CSR|CSC|BSR|BSC) tensor support is in beta")
-        return ctor(comp, plain, values, shape, check_invariants=False)
+    return compressed_tensor(layout.kind, comp, plain, values, shape)
 
