@@ -169,3 +169,27 @@ def test_bound_product_from_several_threads():
     for t in ts:
         t.join()
     assert not errors, errors
+
+
+def test_no_notice_of_torch_reaches_the_user():
+    """torch's "in beta" / invariant-check notices about compressed tensors built over the core's checked
+    buffers (tensor.interop.torch_io.compressed_tensor: silenced around a kind's first construction) do not
+    reach the user: a fresh process with warnings as errors runs products, a solve and to_package."""
+    import subprocess  # noqa: PLC0415
+
+    code = (
+        "import warnings, torch, sparsetorch as st\n"
+        "warnings.simplefilter('error')\n"
+        "d = torch.eye(6, dtype=torch.float64) * 3 + torch.diag(torch.ones(5, dtype=torch.float64), 1)\n"
+        "A = st.SparseTensor.from_dense(d, format=st.format.CSR)\n"
+        "x = torch.ones(6, dtype=torch.float64)\n"
+        "for _ in range(3):\n"
+        "    y = A @ x\n"
+        "    z = st.solve(A, x)\n"
+        "mm = st.Matmul(A, x, backend='torch'); mm.plan(); mm.execute(); mm.execute()\n"
+        "t = A.to_package('torch')\n"
+        "assert torch.allclose(y, d @ x) and torch.allclose(d @ z, x)\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
