@@ -951,6 +951,175 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
     delta_tc16pkf_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y) {
   delta_tc_body<16, true, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y);
 }
+
+// ------------------------------------------------------------------------------------------------
+// DELTA(4), half types, one right-hand side: the "bm" kernels (session 18), for the stored densities
+// where the gap words and unit bases weigh (issue 16's 50 % goal). The pattern as a bitmap per row,
+// made once per pattern by the plan (_delta.row_bitmap): bit c % 32 of word r * wr + c / 32 is set
+// where row r stores column c (padding entries included: they are stored entries), wr words per row
+// (a multiple of 16, zero past n). A stored entry then costs its value and one bit per column: at
+// 50 % stored density 2.25 bytes per entry against 2.75 for tc8pkb*'s values, gap words and unit
+// bases. The values are read where they lie: row r's are rowptr[r] .. rowptr[r + 1] in column order.
+//
+// A warp per row (rows strided over a persistent grid; the warp's first 32 row starts read once,
+// RP as in the tc kernels). A step covers 32 C columns: lane L owns columns 32 C s + C L .. + C - 1
+// (C bits of the row's bitmap, one 1- / 2-byte load, two steps ahead); a warp scan of the lanes' bit
+// counts gives each lane the index of its first value, and the lane loads its values (a 16-bit
+// load per set bit, predicated: the lanes of a step read one contiguous run) a step ahead of their
+// products. X comes from shared memory as C consecutive 16-bit values per lane (8 / 16 / 32 bytes:
+// consecutive lanes read consecutive columns, no bank conflicts); the X of columns the row does not
+// store is zeroed (an inf / NaN there cannot reach the row) and the products run on the tensor
+// cores (tc_mma, C / 4 per step). Rows never share a step, so no edge path. PF: the row's value
+// stream asked of L2 ahead (prefetch.global.L2, about BM_PF_AHEAD halves past the step).
+#define BM_PF_AHEAD 1024
+
+template <int C>
+__device__ __forceinline__ unsigned bm_bits(const unsigned char* __restrict__ rb, int s, int lane) {
+  if constexpr (C == 16) {
+    return (unsigned)RO(reinterpret_cast<const unsigned short*>(rb) + 32 * s + lane);
+  } else if constexpr (C == 8) {
+    return (unsigned)RO(rb + 32 * s + lane);
+  } else {
+    return ((unsigned)RO(rb + 16 * s + (lane >> 1)) >> (4 * (lane & 1))) & 15u;
+  }
+}
+
+// The lane's values of one step (zero where the bit is clear), loaded from vh + off + (the lane's
+// exclusive bit count); returns the step's count (every lane).
+template <int C>
+__device__ __forceinline__ int bm_load(const unsigned short* __restrict__ vh, int off, unsigned b, unsigned short (&h)[C]) {
+  const int cnt = __popc(b);
+  int inc = cnt;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) tc_scan_add(inc, o);
+  const unsigned short* p = vh + off + (inc - cnt);
+  int r = 0;
+#pragma unroll
+  for (int j = 0; j < C; ++j) {
+    h[j] = 0;
+    if (b & (1u << j)) {
+      h[j] = RO(p + r);
+      ++r;
+    }
+  }
+  return __shfl_sync(FULL, inc, 31);
+}
+
+// 0xFFFF in half j of the result where bit j of the two bits (b >> 2 i) is set: bits spread to bytes by one
+// multiply, then a PRMT doubles bytes into halves
+__device__ __forceinline__ unsigned bm_mask2(unsigned b4, int i) {
+  const unsigned t = ((b4 & 15u) * 0x00204081u) & 0x01010101u;  // byte j = bit j (j < 4)
+  const unsigned f = t * 0xFFu;                                   // byte j = 0xFF where bit j
+  return __byte_perm(f, 0, i ? 0x3322 : 0x1100);
+}
+
+template <int C>
+__device__ __forceinline__ void bm_mul(const unsigned short (&h)[C], unsigned b, unsigned xa, float (&acc)[4]) {
+  unsigned xw[C / 2];
+#pragma unroll
+  for (int q = 0; q < C / 8; ++q)
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(xw[4 * q]), "=r"(xw[4 * q + 1]), "=r"(xw[4 * q + 2]), "=r"(xw[4 * q + 3]) : "r"(xa + 16 * q));
+  if constexpr (C == 4) asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(xw[0]), "=r"(xw[1]) : "r"(xa));
+  unsigned a[C / 2];
+#pragma unroll
+  for (int i = 0; i < C / 2; ++i) {
+    xw[i] &= bm_mask2(b >> (4 * (i >> 1)), i & 1);
+    a[i] = (unsigned)h[2 * i] | ((unsigned)h[2 * i + 1] << 16);
+  }
+#pragma unroll
+  for (int q = 0; q < C / 4; ++q) tc_mma(acc, a[2 * q], a[2 * q + 1], xw[2 * q], xw[2 * q + 1]);
+}
+
+template <int C, bool PF>
+__device__ __forceinline__ void delta_bm_body(int m, int n, int nnz, int wr, const idx_t* __restrict__ rowptr, const unsigned* __restrict__ bm,
+                                              const val_t* __restrict__ val, const val_t* __restrict__ x, val_t* __restrict__ y) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  dl_trigger();
+  const int lane = threadIdx.x & 31;
+  const int stride = gridDim.x * (blockDim.x >> 5);
+  int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  int rpa = 0;  // the start of the warp's row `lane` (RP)
+  {
+    const long long r = (long long)row + (long long)lane * stride;
+    if (r < m) rpa = (int)RO(rowptr + r);
+  }
+  int p0 = __shfl_sync(FULL, rpa, 0);
+  dl_wait();  // the row pointers only before it
+  const int nx = wr * 32;  // X as 16-bit values, zero from n to nx (the bitmap's columns)
+  {
+    unsigned short* sx = reinterpret_cast<unsigned short*>(smem_raw);
+    const unsigned short* xh = reinterpret_cast<const unsigned short*>(x);
+    int done = 0;
+    if ((reinterpret_cast<size_t>(x) & 15) == 0) {
+      const int nq = n >> 3;
+      for (int t = threadIdx.x; t < nq; t += blockDim.x) reinterpret_cast<uint4*>(sx)[t] = RO(reinterpret_cast<const uint4*>(x) + t);
+      done = nq << 3;
+    }
+    for (int t = done + threadIdx.x; t < n; t += blockDim.x) sx[t] = RO(xh + t);
+    for (int t = n + threadIdx.x; t < nx; t += blockDim.x) sx[t] = 0;
+  }
+  __syncthreads();
+  if (row >= m) return;
+  const unsigned short* vh = reinterpret_cast<const unsigned short*>(val);
+  const unsigned xl = (unsigned)__cvta_generic_to_shared(smem_raw) + 2u * C * lane;  // the lane's X at step 0
+  const int S = wr / C;  // steps per row (wr is a multiple of 16)
+  int it = 0;
+  while (row < m) {
+    const int nrow = row + stride;
+    ++it;
+    int q0 = 0;
+    if (it < 32) {
+      q0 = __shfl_sync(FULL, rpa, it);
+    } else if (nrow < m) {
+      q0 = (int)RO(rowptr + nrow);
+    }
+    const unsigned char* rb = reinterpret_cast<const unsigned char*>(bm + (size_t)row * wr);
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    unsigned b0 = bm_bits<C>(rb, 0, lane);
+    unsigned b1 = S > 1 ? bm_bits<C>(rb, 1, lane) : 0u;
+    unsigned short h0[C];
+    int off = p0;
+    if (PF && lane < 8 && off + 64 * lane < nnz) asm volatile("prefetch.global.L2 [%0];" ::"l"(vh + off + 64 * lane));
+    off += bm_load<C>(vh, off, b0, h0);
+    for (int s = 0; s < S; ++s) {
+      unsigned short h1[C];
+      unsigned b2 = 0u;
+      if (s + 2 < S) b2 = bm_bits<C>(rb, s + 2, lane);
+      if (s + 1 < S) {
+        if (PF && lane < 4 && off + BM_PF_AHEAD + 64 * lane < nnz)
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(vh + off + BM_PF_AHEAD + 64 * lane));
+        off += bm_load<C>(vh, off, b1, h1);
+      }
+      bm_mul<C>(h0, b0, xl + 64u * C * s, acc);
+      if (s + 1 < S) {
+#pragma unroll
+        for (int j = 0; j < C; ++j) h0[j] = h1[j];
+      }
+      b0 = b1;
+      b1 = b2;
+    }
+    float sum = tc_diag(acc, lane);  // the diagonal, summed over the warp
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(FULL, sum, o);
+    if (lane == 0) y[row] = st(sum);
+    row = nrow;
+    p0 = q0;
+  }
+}
+
+// delta_bm<C>[f]_b4: C columns per lane and step, "f" with the L2 prefetches (PF); one block of 1024 threads per SM;
+// the host passes wr * 64 bytes of dynamic shared memory (X over the bitmap's wr * 32 columns)
+#define DELTA_BM(NAME, C, PF)                                                                                           \
+  extern "C" __global__ void __launch_bounds__(1024, 1) NAME(i64 m, i64 n, i64 nnz, i64 wr, const idx_t* rowptr,        \
+      const unsigned* bm, const val_t* val, const val_t* x, val_t* y) {                                                 \
+    delta_bm_body<C, PF>((int)m, (int)n, (int)nnz, (int)wr, rowptr, bm, val, x, y);                                               \
+  }
+DELTA_BM(delta_bm4_b4, 4, false)
+DELTA_BM(delta_bm8_b4, 8, false)
+DELTA_BM(delta_bm16_b4, 16, false)
+DELTA_BM(delta_bm8f_b4, 8, true)
+DELTA_BM(delta_bm16f_b4, 16, true)
 #endif
 
 
