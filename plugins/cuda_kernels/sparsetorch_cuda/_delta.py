@@ -23,7 +23,8 @@ from sparsetorch import InputError
 from .launch import allow_pdl, kernel, resident_blocks
 from .layout import BLOCK, DELTA_SMEM_BLOCK, DELTA_SMEM_BYTES, DELTA_VARIANTS, ROW_KERNEL_BLOCK, _sm_count
 
-__all__ = ["DeltaMixin", "UB_VARIANTS", "BM_VARIANTS", "BM_KERNELS", "unit_bases", "row_bitmap", "delta_half_default", "DELTA_HALF_SPARSE", "DELTA_HALF_SPLIT",
+__all__ = ["DeltaMixin", "UB_VARIANTS", "BM_VARIANTS", "BM_KERNELS", "unit_bases", "row_bitmap",
+           "delta_half_default", "DELTA_HALF_SPARSE", "DELTA_HALF_SPLIT",
            "CHUNK_VARIANTS", "TILE_VARIANTS", "TC_VARIANTS", "TQ_VARIANTS", "DELTA_PLAN_DEFAULT", "DELTA_HALF_DEFAULT",
            "tile_layout"]
 
