@@ -682,16 +682,26 @@ __device__ __forceinline__ void tc_scan_add(int& v, int o) {
 
 // The products of one unit. xb: the shared address of X at the column before the unit; EDGE: mask[i]
 // keeps (all ones) or drops (zero) the halves of the value / X pairs (entries outside the row).
+// pf (PROBE builds only, benchmarking: wrong results): 64 gathers at conflict-free addresses (lane L reads word L of a
+// 128-byte row of X per gather), 128 no gathers (X taken as 1.0)
 template <int U, bool EDGE>
 __device__ __forceinline__ void tc_unit(const TcUnit<U>& c, const unsigned* P2, const unsigned* E2, unsigned xb, const unsigned* mask,
-                                        float (&acc)[4]) {
+                                        float (&acc)[4], int pf = 0, unsigned ncb = 0) {
 #pragma unroll
   for (int i = 0; i < U / 8; ++i) {
     unsigned xh[8];
+    if (pf & 128) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {  // entries 2 j, 2 j + 1 of the word: column offset 2 * (gap sum) + 2 * (index + 1) bytes
-      xh[2 * j] = tc_lds(xb + __byte_perm(E2[i], 0, 0x4440 + j) + 4 * j + 2);
-      xh[2 * j + 1] = tc_lds(xb + __byte_perm(P2[i], 0, 0x4440 + j) + 4 * j + 4);
+      for (int j = 0; j < 8; ++j) xh[j] = 0x3C00u;
+    } else if (pf & 64) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) xh[j] = tc_lds(ncb + 128u * (8 * i + j) + (__byte_perm(P2[i], 0, 0x4440) & 2u));
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {  // entries 2 j, 2 j + 1 of the word: column offset 2 * (gap sum) + 2 * (index + 1) bytes
+        xh[2 * j] = tc_lds(xb + __byte_perm(E2[i], 0, 0x4440 + j) + 4 * j + 2);
+        xh[2 * j + 1] = tc_lds(xb + __byte_perm(P2[i], 0, 0x4440 + j) + 4 * j + 4);
+      }
     }
     unsigned b[4], a[4];
 #pragma unroll
@@ -728,6 +738,8 @@ __device__ __forceinline__ void dl_wait() {
 // right after griddepcontrol.wait, 2 skips the copy of X into shared memory, 4 the barrier after it, 8 the stores
 // of Y, 16 the row-pointer reads of the rows after the first (later rows read as empty), 32 returns after the
 // barrier (launch, row pointers, X copy). Compiled out of every other build.
+// Session 18 (delta_tc8pkbfrx_b4, the same for tc8pkbfr): 64 the X gathers at conflict-free addresses, 128 no X
+// gathers (X read as 1.0), 256 no value / gap / base loads after a row's first step (its registers reused).
 // RP (session 14, "tc8pkbr" / "tc8pkbfr"): lane j reads the row pointers of the warp's row j (row0 + j stride) once,
 // before griddepcontrol.wait (the plan's own array), and each next row's pair comes by a shuffle instead of a load
 // issued one row ahead (rows past the warp's 32nd: loads as before). The probe (skeleton_probe_h200_s14.json) put
@@ -814,9 +826,9 @@ __device__ __forceinline__ void delta_tc_body(int m, int n, int nnz, const idx_t
       const int u = ub + lane;
       CU cur = nx;
       if (ub + 32 < u1) {
-        if (u + 32 < u1) tc_load<U, UB>(gw, val, u + 32, nnz, nx, ubase);
+        if (u + 32 < u1 && !(PROBE && (flags & 256))) tc_load<U, UB>(gw, val, u + 32, nnz, nx, ubase);
         if (PFD && u + 32 * PFD < u1) tc_prefetch<U, UB>(gw, val, ubase, u + 32 * PFD);  // PFD steps ahead, into L2
-      } else if (v0 + lane < v1) {
+      } else if (v0 + lane < v1 && !(PROBE && (flags & 256))) {
         tc_load<U, UB>(gw, val, v0 + lane, nnz, nx, ubase);
       }
       const bool edge = ub == u0 || ub + 32 >= u1;  // warp-uniform: a row's first or last step
@@ -849,9 +861,9 @@ __device__ __forceinline__ void delta_tc_body(int m, int n, int nnz, const idx_t
         const int cb = u >= u1 ? 0 : (u == u0 ? u * U - p0 - 1 : cur.b);
         const unsigned xb = xs0 + 2u * (unsigned)cb;
         if (edge)
-          tc_unit<U, true>(cur, P2, E2, xb, mask, acc);
+          tc_unit<U, true>(cur, P2, E2, xb, mask, acc, PROBE ? flags : 0, xs0 + 4u * lane);
         else
-          tc_unit<U, false>(cur, P2, E2, xb, mask, acc);
+          tc_unit<U, false>(cur, P2, E2, xb, mask, acc, PROBE ? flags : 0, xs0 + 4u * lane);
         continue;
       }
       if (edge && u >= u1) tot = 0;  // lanes past the row: no advance (their addresses stay near the row's end)
@@ -860,9 +872,9 @@ __device__ __forceinline__ void delta_tc_body(int m, int n, int nnz, const idx_t
       for (int o = 1; o < 32; o <<= 1) tc_scan_add(inc, o);
       const unsigned xb = xs0 + 2u * (unsigned)(base + inc - tot);
       if (edge)
-        tc_unit<U, true>(cur, P2, E2, xb, mask, acc);
+        tc_unit<U, true>(cur, P2, E2, xb, mask, acc, PROBE ? flags : 0, xs0 + 4u * lane);
       else
-        tc_unit<U, false>(cur, P2, E2, xb, mask, acc);
+        tc_unit<U, false>(cur, P2, E2, xb, mask, acc, PROBE ? flags : 0, xs0 + 4u * lane);
       base += __shfl_sync(FULL, inc, 31);
     }
     float s = tc_diag(acc, lane);  // the diagonal, summed over the warp
@@ -928,6 +940,12 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
     delta_tc8pkbx_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
                      const short* ubase, i64 flags) {
   delta_tc_body<8, true, false, true, 0, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase, (int)flags);
+}
+// session 18, benchmarking only: tc8pkbfr with parts switched off by flags (PROBE above; wrong results)
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    delta_tc8pkbfrx_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
+                       const short* ubase, i64 flags) {
+  delta_tc_body<8, true, false, true, 2, true, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase, (int)flags);
 }
 // with L2 prefetches of the step after next ("tc8pkbf"; on tc8pk (without bases) they made it slower, three steps
 // ahead slower too; units of 16 with every other base slower too: README, session 13)
