@@ -23,8 +23,7 @@ from sparsetorch import InputError
 from .launch import allow_pdl, kernel, resident_blocks
 from .layout import BLOCK, DELTA_SMEM_BLOCK, DELTA_SMEM_BYTES, DELTA_VARIANTS, ROW_KERNEL_BLOCK, _sm_count
 
-__all__ = ["DeltaMixin", "UB_VARIANTS", "BM_VARIANTS", "BM_KERNELS", "unit_bases", "row_bitmap",
-           "delta_half_default", "DELTA_HALF_SPARSE", "DELTA_HALF_SPLIT",
+__all__ = ["DeltaMixin", "UB_VARIANTS", "unit_bases", "delta_half_default", "DELTA_HALF_SPARSE", "DELTA_HALF_SPLIT",
            "CHUNK_VARIANTS", "TILE_VARIANTS", "TC_VARIANTS", "TQ_VARIANTS", "DELTA_PLAN_DEFAULT", "DELTA_HALF_DEFAULT",
            "tile_layout"]
 
@@ -111,14 +110,6 @@ TQ_VARIANTS = tuple(TQ_KERNELS)
 _UB_LOCK = threading.Lock()
 #: the variants that read :func:`unit_bases`
 UB_VARIANTS = ("tc8pkb", "tc8pkbf", "tc8pkbr", "tc8pkbfr")
-#: session 18, the "bm" kernels (kernels/delta.cu): DELTA(4) half, one right-hand side, the pattern as a bitmap per row
-#: (:func:`row_bitmap`, made once per pattern) instead of the gap words and unit bases; name -> (kernel, columns per
-#: lane and step). "f": with L2 prefetches of the row's value stream. One block of 1024 threads per SM, with PDL.
-BM_KERNELS = {"bm4": ("delta_bm4_b4", 4), "bm8": ("delta_bm8_b4", 8), "bm16": ("delta_bm16_b4", 16),
-              "bm8f": ("delta_bm8f_b4", 8), "bm16f": ("delta_bm16f_b4", 16)}
-BM_VARIANTS = tuple(BM_KERNELS)
-#: the bitmap's words per row are a multiple of this (so every step of 32 C columns, C <= 16, is whole)
-BM_ROW_WORDS = 16
 #: bytes per warp and stage of the tq ring (kernels/delta.cu TQ_STAGE: 32 units' values and gap words)
 TQ_STAGE = 640
 #: shared memory a block may take with the opt-in (sm_80 and later: 163 KB on the A100; 227 KB on Hopper)
@@ -152,7 +143,7 @@ class DeltaMixin:
         self.variant = variant or (DELTA_PLAN_DEFAULT if self.small else "groups")
         if variant is None and self._tc_ok():
             self.variant = delta_half_default(self.nnz, *self.shape)
-        every = DELTA_VARIANTS + CHUNK_VARIANTS + TILE_VARIANTS + TC_VARIANTS + TQ_VARIANTS + BM_VARIANTS
+        every = DELTA_VARIANTS + CHUNK_VARIANTS + TILE_VARIANTS + TC_VARIANTS + TQ_VARIANTS
         if self.variant not in every:
             raise InputError(f"{self.backend}: DELTA variant must be one of {every}, got {variant!r}")
         self.tiles: dict[str, torch.Tensor | int] | None = None
@@ -161,10 +152,6 @@ class DeltaMixin:
         self.ubase: torch.Tensor | None = None
         if self.variant in UB_VARIANTS and self._tc_ok():
             self._unit_bases()
-        #: BM_VARIANTS: (bitmap, words per row), built once like the unit bases (:meth:`_row_bitmap`)
-        self.bmap: tuple[torch.Tensor, int] | None = None
-        if self.variant in BM_VARIANTS and self._bm_ok():
-            self._row_bitmap()
         if self.variant in TILE_VARIANTS and self._tile_ok():
             self.tiles = tile_layout(self.rowptr, self.words, self.nnz, self.shape[0], self._tile_warps())
 
@@ -177,23 +164,6 @@ class DeltaMixin:
                     self.ubase = unit_bases(self.rowptr, self.words, self.nnz, self.shape[0])
                 ub = self.ubase
         return ub
-
-    def _row_bitmap(self) -> tuple[torch.Tensor, int]:
-        """The plan's :func:`row_bitmap` and its words per row, built once under a lock."""
-        bm = self.bmap
-        if bm is None:
-            with _UB_LOCK:
-                if self.bmap is None:
-                    self.bmap = row_bitmap(self.rowptr, self.words, self.nnz, *self.shape)
-                bm = self.bmap
-        return bm
-
-    def _bm_ok(self) -> bool:
-        """Whether the bm kernels apply: DELTA(4), half types, 32-bit offsets, X over the bitmap's columns in 48 KB."""
-        m, n = self.shape
-        wr = _bm_row_words(n)
-        return (self.bits == 4 and self.dtype in (torch.float16, torch.bfloat16) and self.small
-                and wr * 64 <= DELTA_SMEM_BYTES and m * wr < 2**31 - 1)
 
     def _tile_ok(self) -> bool:
         """Whether the tile kernels apply to this plan (the host checks n's bytes again per launch)."""
@@ -232,16 +202,6 @@ class DeltaMixin:
         m, n = self.shape
         dev = self.dev_index
         variant = self.variant
-        if variant in BM_VARIANTS:
-            if fits and k == 1 and self._bm_ok():
-                bm, wr = self._row_bitmap()
-                kern = kernel("delta", BM_KERNELS[variant][0], self.dtype, self.idx, dev, 9)
-                allow_pdl(kern, dev)  # as the tc8p* kernels: the recording launches without it, replays with it
-                grid = max(1, min(-(-m // 32), _sm_count(dev)))
-                kern((grid, 1), 1024, (m, n, self.nnz, wr, self.rowptr.data_ptr(), bm.data_ptr(), v.data_ptr(), x.data_ptr(),
-                                       y.data_ptr()), shared=wr * 64, device=dev)
-                return
-            variant = "chunk"  # other b, dtypes, sizes, or k > 1 ("packed" below)
         if variant in TQ_VARIANTS:
             if fits and k == 1 and self._tc_ok():
                 # DELTA(4), half types (session 11): tc8 with PDL, or the values and gaps through a cp.async ring
@@ -403,41 +363,3 @@ def unit_bases(rowptr: torch.Tensor, words: torch.Tensor, nnz: int, m: int) -> t
         raise InputError(f"unit_bases: columns up to {int(col_before.max())} do not fit int16 (the tc kernels take n < 2^15)")
     out[:units] = col_before.to(torch.int16)
     return out
-
-
-def _bm_row_words(n: int) -> int:
-    """Words per row of :func:`row_bitmap` for ``n`` columns: n / 32 rounded up to a multiple of BM_ROW_WORDS."""
-    return max(1, -(-n // (32 * BM_ROW_WORDS))) * BM_ROW_WORDS
-
-
-def row_bitmap(rowptr: torch.Tensor, words: torch.Tensor, nnz: int, m: int, n: int) -> tuple[torch.Tensor, int]:
-    """The "bm" kernels' pattern (kernels/delta.cu), built from a DELTA(4) plan's validated ``rowptr`` and bit-packed
-    ``words`` (entry e's gap: bits 4 (e % 8) of word e // 8): ``wr`` words per row (:func:`_bm_row_words`), bit c % 32
-    of word r * wr + c // 32 set where row r stores column c (padding entries included: they are stored entries),
-    every other bit clear; int32 (the words' bit patterns). Returns ``(bitmap, wr)``."""
-    dev = rowptr.device
-    i64 = torch.int64
-    wr = _bm_row_words(n)
-    acc = torch.zeros(m * wr, dtype=i64, device=dev)
-    if nnz:
-        r64 = rowptr.to(i64)
-        units = -(-nnz // 8)
-        w = words[:units].to(i64) & 0xFFFFFFFF
-        gaps = ((w.unsqueeze(1) >> (4 * torch.arange(8, device=dev))) & 15).reshape(-1)[:nnz]
-        del w
-        csum = torch.cumsum(gaps + 1, 0)  # csum[e] - 1: entry e's column counted from the stream's start
-        del gaps
-        cnt = r64[1:] - r64[:-1]
-        erow = torch.repeat_interleave(torch.arange(m, device=dev), cnt)
-        before = torch.zeros(m, dtype=i64, device=dev)  # the stream's column count before each row's first entry
-        nz = cnt > 0
-        starts = r64[:-1][nz]
-        before[nz] = torch.where(starts > 0, csum[(starts - 1).clamp_(min=0)], torch.zeros_like(starts))
-        col = csum - 1 - before[erow]
-        del csum
-        if int(col.max()) >= n or int(col.min()) < 0:
-            raise InputError(f"row_bitmap: the gaps decode to columns outside [0, {n})")
-        acc.index_add_(0, erow * wr + (col >> 5), torch.ones_like(col) << (col & 31))  # distinct bits: the sum is their OR
-        del col, erow
-    acc = torch.where(acc >= 2**31, acc - 2**32, acc).to(torch.int32)
-    return acc.contiguous(), wr

@@ -59,8 +59,6 @@ EXPECTED_HALF["spmm_cc"] = [k for k in _spmm_cc.kernel_names() if "_c1_" in k]
 EXPECTED_SM90["spmm_cc"] = [k for k in _spmm_cc.kernel_names() if "_c1_" not in k]
 # the DELTA(4) "tc" / "tq" kernels of the half types (_delta.TC_VARIANTS, TQ_KERNELS; session 12: tc16pk, tc8pkf, tc16pkf)
 EXPECTED_HALF["delta"] += ["delta_tc8_b4", "delta_tc16_b4"] + [v[0] for v in _delta.TQ_KERNELS.values()]
-# session 18: the "bm" kernels (a bitmap per row)
-EXPECTED_HALF["delta"] += [v[0] for v in _delta.BM_KERNELS.values()]
 
 
 #: (arch, index type) pairs built: sm_90 with both index types, sm_80 with int32 (its own code paths, those below

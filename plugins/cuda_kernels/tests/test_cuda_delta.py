@@ -6,8 +6,7 @@ sides (the "packed" fallback), the plan's replayed launch and the bound ``Matmul
 DELTA(4) "tile" kernels (half types) likewise, and their layout (plan-built, checked on the CPU); the
 DELTA(4) "tc" kernels (half types, products on the tensor cores; the default there) likewise, also
 under CUDA-graph capture; session 11's "tc8p" (PDL) and "tq" kernels (a cp.async ring) likewise, also with
-many rows per warp (the ring's stream of steps across rows) and replayed back to back in a CUDA graph; session 18's
-"bm" kernels (the pattern as a bitmap per row, plan-built and checked on the CPU) likewise."""
+many rows per warp (the ring's stream of steps across rows) and replayed back to back in a CUDA graph."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ import torch
 import sparsetorch as st
 from sparsetorch.format import DELTA
 
-from sparsetorch_cuda._delta import BM_VARIANTS, TQ_VARIANTS, delta_half_default
+from sparsetorch_cuda._delta import TQ_VARIANTS, delta_half_default
 
 from _cuda_helpers import TOL, gpu, random_dense, rel_err, to_format, make_plan as _plan, random_x as _x
 
@@ -202,31 +201,6 @@ def test_unit_bases_are_the_columns_before_each_unit():
             assert bool((D[torch.tensor(row_of), torch.tensor(cols)] != 0).sum() == int((D != 0).sum()))
 
 
-def test_row_bitmap_is_the_stored_pattern():
-    # CPU: bit c % 32 of word r * wr + c // 32 is set exactly where row r stores column c (the dense matrix's
-    # nonzeros and the format's padding entries: as many bits as stored entries, every nonzero of D among them),
-    # wr a multiple of 16 words covering n, nothing past n; rows shorter than a word, empty rows, dense rows
-    from sparsetorch_cuda._delta import BM_ROW_WORDS, row_bitmap
-
-    for m, n, dens in ((60, 3000, 0.5), (33, 900, 0.03), (70, 40, 0.3), (9, 513, 1.0), (4, 5, 0.0)):
-        D = random_dense(m, n, dens, torch.float32, seed=m + 2, empty_rows=3 if m > 4 else 0, long_rows=2 if m > 4 else 0)
-        A = to_format(D, DELTA(4), torch.float32, torch.int32, device="cpu")
-        rowptr, gaps, words = _delta4_words(A)
-        nnz = gaps.numel()
-        bm, wr = row_bitmap(rowptr.int(), words, nnz, m, n)
-        assert bm.dtype == torch.int32 and bm.numel() == m * wr and wr % BM_ROW_WORDS == 0 and n <= 32 * wr < n + 32 * BM_ROW_WORDS
-        bits = (((bm.long() & 0xFFFFFFFF).reshape(m, wr, 1) >> torch.arange(32)) & 1).reshape(m, 32 * wr).bool()
-        assert not bits[:, n:].any()
-        got = bits[:, :n]
-        assert int(got.sum()) == nnz and bool(got[D != 0].all()), (m, n)
-        for r in range(m):  # the row's stored columns, walked from the gaps
-            c, want = -1, torch.zeros(n, dtype=torch.bool)
-            for e in range(int(rowptr[r]), int(rowptr[r + 1])):
-                c += int(gaps[e]) + 1
-                want[c] = True
-            assert torch.equal(got[r], want), (m, n, r)
-
-
 def test_tile_layout_decodes_to_the_pattern():
     # CPU: every entry's gap sits in word 32 t + L of its tile t at its step j's nibble; tiles of a row
     # contiguous, toff / tileptr consistent, rows split over warps in order (empty rows, long rows,
@@ -301,7 +275,7 @@ def test_tile_falls_back_where_it_does_not_apply():
 
 @gpu
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("float16", "bfloat16"))
-@pytest.mark.parametrize("variant", (None, "tc", "tc8", "tc16") + TQ_VARIANTS + BM_VARIANTS)
+@pytest.mark.parametrize("variant", (None, "tc", "tc8", "tc16") + TQ_VARIANTS)
 def test_tc_matches_dense(variant, dtype):
     # rows of 0 .. many warp steps (long rows of 1501 / 4099 entries; 50 % / 10 % rows; rows shorter than
     # a unit and inside one unit), empty rows first and last, entries in the last columns, gaps over 15
@@ -340,7 +314,7 @@ def test_tc_every_row_offset_and_cuda_graph(dtype):
     for r in range(m):
         cols = torch.randperm(n // 2, generator=g)[:r] * 2  # even columns only
         D[r, cols] = torch.randint(1, 9, (r,), generator=g).double() * torch.where(torch.rand(r, generator=g) < 0.5, -1.0, 1.0) / 4
-    for variant in ("tc8", "tc16") + TQ_VARIANTS + BM_VARIANTS:
+    for variant in ("tc8", "tc16") + TQ_VARIANTS:
         A = to_format(D, DELTA(4), dtype, torch.int32)
         plan = _plan(A, variant)
         X = _x(n, 1, dtype, 7)
@@ -371,7 +345,7 @@ def test_tc_every_row_offset_and_cuda_graph(dtype):
 
 @gpu
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("float16", "bfloat16"))
-@pytest.mark.parametrize("variant", TQ_VARIANTS + BM_VARIANTS)
+@pytest.mark.parametrize("variant", TQ_VARIANTS)
 def test_tq_many_rows_per_warp(variant, dtype):
     # more rows than the persistent grid has warps (2 or 3 blocks of 16 warps per SM): each warp's steps run
     # across several rows, the ring's producer ahead of the consumer by rows; rows without entries (aligned
@@ -412,7 +386,7 @@ def test_tq_many_rows_per_warp(variant, dtype):
 
 @gpu
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("float16", "bfloat16"))
-@pytest.mark.parametrize("variant", ("tc8pkb", "tc8pkbr", "tc8pkbfr") + BM_VARIANTS)
+@pytest.mark.parametrize("variant", ("tc8pkb", "tc8pkbr", "tc8pkbfr"))
 def test_tc_rows_past_the_32nd_of_a_warp(variant, dtype):
     # more than 32 rows per warp of the persistent grid (one block of 32 warps per SM): the "r" variants take a
     # warp's first 32 rows' pointers by shuffles of one read and the rows after them by loads; empty rows, dense
