@@ -82,7 +82,7 @@ class BuildMixin:
         self.col, self.cnt, self.width, self.idx = col.contiguous(), cnt.to(torch.int32).contiguous(), width, idx
         self.nnz = int(cnt.sum())
         # the 32-bit kernels' columns: an int32 copy made once, -1 in the unused slots (so they read
-        # no counts and 4 bytes less per slot than int64; 114^3 stencil float64: README "Session 8: stencil SpMV")
+        # no counts and 4 bytes less per slot than int64; 114^3 stencil float64: NOTES.md "Session 8: stencil SpMV")
         self.col32: torch.Tensor | None = None
         if max(self.slots, m, n) < INT_LIMIT:
             if col.dtype == torch.int32 and self.nnz == self.slots:

@@ -24,7 +24,7 @@ from .layout import (CSR16_MIN_MEAN, INT_LIMIT, MMA_MAX_TILES, MMA_MIN_K, _GRID_
 #: gathered through the read-only cache)
 CSR16_KERNEL_DEFAULT = "auto"
 #: what "auto" runs: the first of these that takes n (:func:`_xv_fits`). "xr" measured slower
-#: (README "Session 8: batch-1 SpMV of pruned LLM layers": 4.50 against 3.81 µs on 4096², 10.35 against 7.15 on 4096 -> 11008);
+#: (NOTES.md "Session 8: batch-1 SpMV of pruned LLM layers": 4.50 against 3.81 µs on 4096², 10.35 against 7.15 on 4096 -> 11008);
 #: "x12b" too (session 9, llm_h200_s9.json: its rotation cuts a row's fullest-bank gather steps from 50.8 to 32.3
 #: but costs more than it saves: 3.30 against 2.97 µs on 4096² fp16 at 1024 threads, flags 6; 7.00 against 6.40)
 CSR16_AUTO = ("x12a", "xva")

@@ -948,7 +948,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
   delta_tc_body<8, true, false, true, 2, true, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase, (int)flags);
 }
 // with L2 prefetches of the step after next ("tc8pkbf"; on tc8pk (without bases) they made it slower, three steps
-// ahead slower too; units of 16 with every other base slower too: README, session 13)
+// ahead slower too; units of 16 with every other base slower too: NOTES.md, session 13)
 extern "C" __global__ void __launch_bounds__(1024, 1)
     delta_tc8pkbf_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
                      const short* ubase) {
