@@ -10,5 +10,5 @@ TAG=${TAG:-s18b}
 timeout ${DTEST_TIMEOUT:-200} python3 -m pytest plugins/cuda_kernels/tests/test_cuda_delta.py \
   -k "${TESTK:-tc_ or tq_}" -q -p no:cacheprovider --tb=short > $OUT/pytest_h200_${TAG}_delta_tc.txt 2>&1
 echo "delta pytest exit $?"; grep -E "^(FAILED|ERROR)" $OUT/pytest_h200_${TAG}_delta_tc.txt | head -20; tail -1 $OUT/pytest_h200_${TAG}_delta_tc.txt
-timeout ${PTIMEOUT:-240} python3 benchmarks/gpu/s18/gather_probe.py --out $OUT 2>&1 | tail -20
+timeout ${PTIMEOUT:-240} python3 benchmarks/gpu/s18/gather_probe.py --out $OUT 2>&1 | tail -40
 tar czf $OUT0/probe.tar.gz -C $OUT .

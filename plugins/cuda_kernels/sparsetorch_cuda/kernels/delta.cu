@@ -739,7 +739,8 @@ __device__ __forceinline__ void dl_wait() {
 // of Y, 16 the row-pointer reads of the rows after the first (later rows read as empty), 32 returns after the
 // barrier (launch, row pointers, X copy). Compiled out of every other build.
 // Session 18 (delta_tc8pkbfrx_b4, the same for tc8pkbfr): 64 the X gathers at conflict-free addresses, 128 no X
-// gathers (X read as 1.0), 256 no value / gap / base loads after a row's first step (its registers reused).
+// gathers (X read as 1.0), 256 no value / gap / base loads after a row's first step (its registers reused; unsafe:
+// stale bases can send gathers past the copy of X, an illegal address on the 10 % matrix, so the probe leaves it out).
 // RP (session 14, "tc8pkbr" / "tc8pkbfr"): lane j reads the row pointers of the warp's row j (row0 + j stride) once,
 // before griddepcontrol.wait (the plan's own array), and each next row's pair comes by a shuffle instead of a load
 // issued one row ahead (rows past the warp's 32nd: loads as before). The probe (skeleton_probe_h200_s14.json) put
