@@ -35,6 +35,7 @@ from ..errors import InputError, NotConvergedError, NotConvergedWarning
 from ..format import CSR
 from ..tensor import SparseTensor
 from ..tensor.interop.torch_io import compressed_tensor
+from ..tensor._serial import SerialCsr, serial_ok
 from ..dispatch.plan import PlanState, guarded
 from .sddmm import sddmm
 
@@ -47,21 +48,25 @@ _CSR_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
 def apply_entries(A: SparseTensor, values: torch.Tensor, X: torch.Tensor, *, adjoint: bool = False) -> torch.Tensor:
     """``A X`` (``A^H X`` when ``adjoint``) from A's stored entries; ``values`` (*batch, slots),
     ``X`` (*batch, cols, k). Plain torch (any device), used by the backward pass and the solves'
-    residual checks. A CPU CSR matrix with one value set and no gradient to record takes torch's CSR
-    kernel (one call: the gathers, product and scatter below are ~4x its time on small systems)."""
-    if (not adjoint and values.dim() == 1 and X.dim() == 2 and values.device.type == "cpu"
-            and values.dtype in _CSR_DTYPES and X.dtype == values.dtype and A.format == CSR
-            and not A.format.num_batch_levels and values.layout == torch.strided and X.layout == torch.strided
-            and not (torch.is_grad_enabled() and (values.requires_grad or X.requires_grad))):
-        return compressed_tensor("csr", A.pos(1), A.crd(1), values.contiguous(), tuple(A.format_shape)) @ X
+    residual checks. A CPU CSR matrix with one value set and no gradient to record takes one call: a small
+    product the serial NumPy one (``tensor/_serial.py``: torch's CSR kernel opens a parallel region that
+    stalls on a busy machine), a larger one torch's CSR kernel (the gathers, product and scatter below are
+    ~4x its time)."""
+    if not adjoint and A.format == CSR and not A.format.num_batch_levels and values.device.type == "cpu":
+        if serial_ok(values, X):  # small: no parallel region (tensor/_serial.py)
+            return SerialCsr(A.pos(1), A.crd(1), tuple(A.format_shape))(values, X)
+        if (values.dim() == 1 and X.dim() == 2 and values.dtype in _CSR_DTYPES and X.dtype == values.dtype
+                and values.layout == torch.strided and X.layout == torch.strided
+                and not (torch.is_grad_enabled() and (values.requires_grad or X.requires_grad))):
+            return compressed_tensor("csr", A.pos(1), A.crd(1), values.contiguous(), tuple(A.format_shape)) @ X
     coords, slot = A.entries()
     rows, cols = coords[0], coords[1]
     m, n = A.format_shape
-    v = values[..., slot]
+    v = values.index_select(-1, slot)  # index_select: torch's advanced indexing opens a parallel region
     if adjoint:
         v = v.conj() if v.is_complex() else v
         rows, cols, m = cols, rows, n
-    per = v.unsqueeze(-1) * X[..., cols, :]
+    per = v.unsqueeze(-1) * X.index_select(-2, cols)
     out = per.new_zeros(*per.shape[:-2], m, X.shape[-1])
     return out.index_add(-2, rows, per)
 

@@ -68,11 +68,14 @@ class _SymmetryMap:
     """Pattern-only data of :func:`detect`: the value slot of every stored entry, the slot of its
     transposed entry (None when the pattern is not symmetric), and the diagonal entries."""
 
-    __slots__ = ("slot", "tslot", "in_order", "rows", "on", "diag_rows", "found", "_pending")
+    __slots__ = ("slot", "tslot", "in_order", "rows", "on", "on_idx", "diag_rows", "found", "_pending")
 
     def __init__(self, slot, tslot, in_order, rows, on, found=None, pending=None) -> None:
         self.slot, self.tslot, self.in_order, self.rows, self.on = slot, tslot, in_order, rows, on
         self.diag_rows = rows[on]
+        #: the diagonal entries' positions: per-call gathers take ``index_select`` (torch's boolean and
+        #: advanced indexing open a parallel region even on small inputs, which stalls on a busy machine)
+        self.on_idx = on.nonzero().squeeze(-1)
         #: for a pattern that is not symmetric: which entries have their transpose stored (their
         #: slots in ``tslot``; the others must hold zeros for A to be symmetric)
         self.found = found
@@ -178,14 +181,14 @@ def _build_symmetry_map(A: SparseTensor) -> "_SymmetryMap | None":
 def _detect_mapped(A: SparseTensor, m: "_SymmetryMap") -> frozenset[str]:
     n = A.format_shape[0]
     values = A.values.detach()
-    vals = values if m.in_order else values[..., m.slot]
+    vals = values if m.in_order else values.index_select(-1, m.slot)
     if vals.shape[-1] == 0:
         sym = True
     elif m._pending is not None and not bool((vals == 0).any()):
         sym = False  # a non-symmetric pattern with no stored zeros: no transpose search needed
     else:
         m.resolve()
-        tv = values[..., m.tslot]
+        tv = values.index_select(-1, m.tslot)
         if tv.is_complex():
             tv = tv.conj()
         # max-norms (no |.| temporaries); a NaN makes the test fail, as an elementwise one would
@@ -197,13 +200,15 @@ def _detect_mapped(A: SparseTensor, m: "_SymmetryMap") -> frozenset[str]:
             diff = torch.where(m.found, diff, vals)
         sym = bool(torch.linalg.vector_norm(diff, inf) <= 1e-12 * scale)
     if not sym:
-        return frozenset({"nonsymmetric"}) | _dominance(vals, m.rows, m.on, m.diag_rows, n)
-    return _spd_tags(A, vals, m.rows, m.on, m.diag_rows, n)
+        return frozenset({"nonsymmetric"}) | _dominance(vals, m.rows, m.on, m.diag_rows, n, m.on_idx)
+    return _spd_tags(A, vals, m.rows, m.on, m.diag_rows, n, m.on_idx)
 
 
-def _spd_tags(A: SparseTensor, vals: torch.Tensor, rows: torch.Tensor, on: torch.Tensor, diag_rows: torch.Tensor, n: int) -> frozenset[str]:
+def _spd_tags(A: SparseTensor, vals: torch.Tensor, rows: torch.Tensor, on: torch.Tensor, diag_rows: torch.Tensor, n: int,
+              on_idx: torch.Tensor | None = None) -> frozenset[str]:
     tags = {"symmetric", "hermitian"} if A.dtype.is_complex else {"symmetric"}
-    diag = vals.new_zeros(*vals.shape[:-1], n).index_add(-1, diag_rows, vals[..., on])
+    von = vals[..., on] if on_idx is None else vals.index_select(-1, on_idx)
+    diag = vals.new_zeros(*vals.shape[:-1], n).index_add(-1, diag_rows, von)
     if bool((diag == 0).any()):
         tags.add("zero_diagonal")  # not definite; factorizations that do not pivot meet zero pivots
     off = vals.abs().masked_fill_(on, 0)  # abs() is a new tensor: fill it in place
@@ -232,11 +237,12 @@ def _zero_minor(A: SparseTensor, vals: torch.Tensor, on: torch.Tensor, diag: tor
     return bool((sq == prod).any())
 
 
-def _dominance(vals: torch.Tensor, rows: torch.Tensor, on: torch.Tensor, diag_rows: torch.Tensor, n: int) -> frozenset[str]:
+def _dominance(vals: torch.Tensor, rows: torch.Tensor, on: torch.Tensor, diag_rows: torch.Tensor, n: int,
+               on_idx: torch.Tensor | None = None) -> frozenset[str]:
     """``{"diagonally_dominant"}`` when every row has ``|a_ii| >= sum_j!=i |a_ij|`` with a nonzero
     diagonal (then Jacobi-preconditioned Krylov methods converge at the dominance ratio's rate)."""
     mag = vals.abs()
-    diag = mag.new_zeros(*mag.shape[:-1], n).index_add(-1, diag_rows, mag[..., on])
+    diag = mag.new_zeros(*mag.shape[:-1], n).index_add(-1, diag_rows, mag[..., on] if on_idx is None else mag.index_select(-1, on_idx))
     offsum = mag.masked_fill(on, 0).new_zeros(*mag.shape[:-1], n).index_add(-1, rows, mag.masked_fill(on, 0))
     if bool((diag > 0).all()) and bool((diag >= offsum * (1 - 1e-12)).all()):
         return frozenset({"diagonally_dominant"})

@@ -23,6 +23,7 @@ from ...format import CSR
 from ...tensor import SparseTensor
 from ...tensor.construct import conversion
 from ...tensor.interop.torch_io import compressed_tensor
+from ...tensor._serial import SerialCsr, serial_ok
 
 __all__ = ["TorchSpmmPlan", "HALF_DTYPES", "compute_dtype"]
 
@@ -68,6 +69,10 @@ class TorchSpmmPlan:
         self._values_t: torch.Tensor | None = None
         self._mat: torch.Tensor | None = None
         self._mat_t: torch.Tensor | None = None
+        # small CPU products: NumPy, serially (tensor/_serial.py: torch's CSR kernel opens a parallel
+        # region whatever the size, which stalls on a busy machine); per pattern, made on first use
+        self._serial: SerialCsr | None = None
+        self._serial_t: SerialCsr | None = None
 
     # Values -------------------------------------------------------------------------------------
     def set_values(self, values: torch.Tensor) -> None:
@@ -131,6 +136,8 @@ class TorchSpmmPlan:
         else:
             vals, crow, col, shape = self._values, self._crow, self._col, (m, n)
         if vals.dim() == 1:
+            if serial_ok(vals, X):
+                return self._serial_product(adjoint, crow, col, shape)(vals, X)
             if adjoint:
                 if self._mat_t is None:
                     self._mat_t = _csr(crow, col, vals, shape)
@@ -145,6 +152,16 @@ class TorchSpmmPlan:
         flat_x = X.reshape(flat_v.shape[0], *X.shape[-2:])
         out = torch.stack([_csr(crow, col, v, shape) @ x for v, x in zip(flat_v, flat_x)])
         return out.reshape(*X.shape[:-2], shape[0], X.shape[-1])
+
+    def _serial_product(self, adjoint: bool, crow: torch.Tensor, col: torch.Tensor, shape: tuple[int, int]) -> SerialCsr:
+        got = self._serial_t if adjoint else self._serial
+        if got is None:
+            got = SerialCsr(crow, col, shape)
+            if adjoint:
+                self._serial_t = got
+            else:
+                self._serial = got
+        return got
 
     def _gather_scatter(self, X: torch.Tensor, adjoint: bool) -> torch.Tensor:
         """BATCH-level formats: Y[b, i] += v * X[b, j] over the entries (b, i, j)."""
@@ -182,7 +199,8 @@ class TorchSpmmPlan:
                 and X.device == values.device and X.dim() == 2 and X.shape[0] == n and values.layout == torch.strided
                 and values.is_contiguous()):
             return None
-        return _BoundCsr(_csr(self._crow, self._col, values, self.shape), values)
+        serial = self._serial_product(False, self._crow, self._col, self.shape) if values.device.type == "cpu" else None
+        return _BoundCsr(_csr(self._crow, self._col, values, self.shape), values, serial)
 
     # Backward helper ---------------------------------------------------------------------------
     def sddmm(self, dY: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
@@ -228,14 +246,21 @@ class _BoundCsr:
     bound (``.data`` swapped) or ``X`` / ``Y`` are not what the kernel takes. Stateless per call: safe from
     several threads at once (the CSR tensor is only read)."""
 
-    __slots__ = ("mat", "values", "_vp")
+    __slots__ = ("mat", "values", "_vp", "serial")
 
-    def __init__(self, mat: torch.Tensor, values: torch.Tensor) -> None:
-        self.mat, self.values, self._vp = mat, values, values.data_ptr()
+    def __init__(self, mat: torch.Tensor, values: torch.Tensor, serial: SerialCsr | None = None) -> None:
+        self.mat, self.values, self._vp, self.serial = mat, values, values.data_ptr(), serial
 
     def __call__(self, X: torch.Tensor, Y: torch.Tensor) -> bool:
         if self.values.data_ptr() != self._vp or X.layout is not torch.strided or Y.layout is not torch.strided:
             return False
+        if self.serial is not None and Y.is_contiguous() and serial_ok(self.values, X):
+            # a small product: serially, into Y (a one-column X gives Y of shape (m,))
+            if Y.dim() == 1 and X.dim() == 2:
+                X = X[:, 0]
+            if Y.dim() == X.dim():
+                self.serial(self.values, X, out=Y)
+                return True
         if Y.dim() == 1:  # a vector: the vector kernel (faster than a one-column product)
             torch.mv(self.mat, X if X.dim() == 1 else X[:, 0], out=Y)
         elif X.dim() == 2:

@@ -1,0 +1,89 @@
+"""Small CPU products without a parallel region.
+
+torch's CPU CSR kernels (``csr @ X``, ``torch.mv`` / ``torch.mm`` on a CSR tensor) open an
+intra-op parallel region whatever the size of the product, where torch's dense kernels stay
+serial below a grain size. On a machine whose cores are busy (DataLoader workers, other jobs,
+several processes each with its own thread pool) a parallel region waits for every thread of the
+pool to be scheduled: a product of a few microseconds then takes a scheduler time slice or more.
+Measured on a 2-core machine with three other busy processes (``benchmarks/bench_serial_spmv.py``):
+a 256-row Poisson matrix times a vector took 16 ms median by torch's CSR kernel and 31 us here;
+``st.solve`` on it (whose accuracy check multiplies by A) 17 ms against SciPy's 0.6 ms.
+
+Products up to :data:`SERIAL_MAX` multiply-adds therefore run here, in NumPy on the tensors'
+buffers (zero-copy views; NumPy opens no threads): one gather of X's rows, one multiply and one
+segmented sum per call, each row summed in storage order like torch's kernel. Larger products
+keep torch's kernel, whose threads then pay off.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+__all__ = ["SERIAL_MAX", "SERIAL_DTYPES", "serial_ok", "SerialCsr"]
+
+#: products of at most this many multiply-adds (stored entries x columns of X) run serially
+SERIAL_MAX = 1 << 16
+
+#: value dtypes NumPy multiplies as torch does (half precision upcasts before reaching a product)
+SERIAL_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
+
+
+def serial_ok(values: torch.Tensor, X: torch.Tensor) -> bool:
+    """Whether ``A X`` with these values and right-hand sides runs here: CPU, one value set, the
+    same supported dtype, strided, nothing to record for autograd, small, and torch running more
+    than one intra-op thread (with one, torch's kernel opens no parallel region and is ~2x faster)."""
+    return (values.device.type == "cpu" and X.device.type == "cpu" and values.dim() == 1 and X.dim() in (1, 2)
+            and values.dtype in SERIAL_DTYPES and X.dtype == values.dtype
+            and values.layout == torch.strided and X.layout == torch.strided
+            and not (values.is_conj() or X.is_conj() or values.is_neg() or X.is_neg())
+            and values.shape[0] * (X.shape[1] if X.dim() == 2 else 1) <= SERIAL_MAX
+            and not (torch.is_grad_enabled() and (values.requires_grad or X.requires_grad))
+            and torch.get_num_threads() > 1)
+
+
+class SerialCsr:
+    """``Y = A X`` for one CSR pattern of ``shape`` (``crow``, ``col``: CPU int32 / int64, checked by the caller),
+    in NumPy. The pattern's row starts and empty rows are worked out once; calls read the values
+    passed to them where they lie. Stateless per call: safe from several threads at once."""
+
+    __slots__ = ("m", "n", "nnz", "col", "starts", "lead", "empty")
+
+    def __init__(self, crow: torch.Tensor, col: torch.Tensor, shape: tuple[int, int]) -> None:
+        cp = crow.detach().numpy()
+        self.m, self.n = int(shape[0]), int(shape[1])
+        self.nnz = int(col.shape[0])
+        self.col = col.detach().numpy()
+        # np.add.reduceat sums per[starts[i]:starts[i + 1]] (the last to the end) and needs every start
+        # below len(per): the rows that end the matrix empty (their start is nnz) are left out of it
+        # (zeros), and an empty row elsewhere, which gets per[starts[i]] instead of zero, is zeroed after
+        self.lead = int(np.searchsorted(cp[:-1], self.nnz, side="left")) if self.nnz else 0
+        self.starts = cp[: self.lead].astype(np.intp)
+        empty = np.flatnonzero(cp[1 : self.lead + 1] == cp[: self.lead])
+        self.empty = empty if empty.size else None
+
+    def __call__(self, values: torch.Tensor, X: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``A X`` for ``values`` (1-D, ``nnz``) and ``X`` ((n,) or (n, k)); into ``out`` (contiguous,
+        ``(m,)`` / ``(m, k)``, the result's shape) when given, else a new tensor. Shapes are checked (a
+        ValueError naming them), as torch's kernel checks them."""
+        v = (values.detach() if values.requires_grad else values).numpy()
+        xn = (X.detach() if X.requires_grad else X).numpy()
+        if v.shape[0] != self.nnz:
+            raise ValueError(f"SerialCsr: {v.shape[0]} values for a pattern of {self.nnz} entries")
+        if xn.shape[0] != self.n or (out is not None and out.shape != (self.m,) + xn.shape[1:]):
+            raise ValueError(f"SerialCsr: shapes do not match: A is {self.m} x {self.n}, X {tuple(xn.shape)}"
+                             + ("" if out is None else f", out {tuple(out.shape)}"))
+        per = xn[self.col]
+        per *= v if per.ndim == 1 else v[:, None]
+        if self.lead == self.m:
+            res = np.add.reduceat(per, self.starts, axis=0)
+        else:
+            res = np.zeros((self.m,) + xn.shape[1:], dtype=xn.dtype)
+            if self.lead:
+                res[: self.lead] = np.add.reduceat(per, self.starts, axis=0)
+        if self.empty is not None:
+            res[self.empty] = 0
+        if out is None:
+            return torch.from_numpy(res)
+        out.numpy()[...] = res
+        return out
