@@ -1,7 +1,7 @@
 """Cheap structural property detection that feeds method choice.
 
-- ``symmetric`` / ``hermitian``: A equals its (conjugate) transpose, entry by entry, to a
-  relative tolerance of 1e-12 (pattern-dependent work is cached per pattern).
+- ``symmetric`` / ``hermitian``: A equals its (conjugate) transpose, entry by entry, each pair
+  to a relative tolerance of 1e-12 of its own size (pattern-dependent work is cached per pattern).
 - ``spd``: symmetric, positive real diagonal, and weakly diagonally dominant by rows
   (Gershgorin: every eigenvalue is then >= 0; 2-D/3-D Poisson and most FEM mass/stiffness
   matrices pass). Matrices that are SPD without being dominant are not detected: pass
@@ -191,17 +191,26 @@ def _detect_mapped(A: SparseTensor, m: "_SymmetryMap") -> frozenset[str]:
         tv = values.index_select(-1, m.tslot)
         if tv.is_complex():
             tv = tv.conj()
-        # max-norms (no |.| temporaries); a NaN makes the test fail, as an elementwise one would
-        inf = float("inf")
-        scale = torch.linalg.vector_norm(vals, inf).clamp_min(torch.finfo(vals.real.dtype if vals.is_complex() else vals.dtype).tiny)
-        diff = vals - tv
-        if m.found is not None:
-            # entries whose transpose is not stored are compared with zero
-            diff = torch.where(m.found, diff, vals)
-        sym = bool(torch.linalg.vector_norm(diff, inf) <= 1e-12 * scale)
+        sym = _pairs_symmetric(vals, tv, m.found)
     if not sym:
         return frozenset({"nonsymmetric"}) | _dominance(vals, m.rows, m.on, m.diag_rows, n, m.on_idx)
     return _spd_tags(A, vals, m.rows, m.on, m.diag_rows, n, m.on_idx)
+
+
+def _pairs_symmetric(vals: torch.Tensor, tv: torch.Tensor, found: torch.Tensor | None) -> bool:
+    """Whether every stored ``a_ij`` equals (the conjugate of) its transposed entry ``tv`` to 1e-12
+    of the larger of the two (``found``: which entries have their transpose stored; the others must
+    be zero). Each pair against its own size, not against the largest entry of A: a matrix holding
+    one huge entry (a penalty row of boundary conditions, a decoupled unknown in other units) is not
+    symmetric because its other asymmetries are small next to that entry (session 19: such a
+    convection-diffusion block was called symmetric and solved by Cholesky). A NaN fails the test."""
+    diff = vals - tv
+    mag = torch.maximum(vals.abs(), tv.abs())
+    if found is not None:
+        # entries whose transpose is not stored are compared with zero
+        diff = torch.where(found, diff, vals)
+        mag = torch.where(found, mag, vals.abs())
+    return bool((diff.abs() <= 1e-12 * mag).all())
 
 
 def _spd_tags(A: SparseTensor, vals: torch.Tensor, rows: torch.Tensor, on: torch.Tensor, diag_rows: torch.Tensor, n: int,
@@ -268,8 +277,7 @@ def _detect(A: SparseTensor) -> frozenset[str]:
         sym = bool(torch.allclose(d, d.transpose(-2, -1).conj(), rtol=1e-12, atol=0))
     else:
         tv = t.values.conj() if t.values.is_complex() else t.values
-        scale = v.abs().amax().clamp_min(torch.finfo(v.real.dtype if v.is_complex() else v.dtype).tiny)
-        sym = bool(((v - tv).abs() <= 1e-12 * scale).all())
+        sym = _pairs_symmetric(v, tv, None)
     coords, slot = A.entries()
     rows = coords[0]
     on = rows == coords[1]
