@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 import os
 import weakref
 from typing import Any, Mapping
@@ -181,7 +182,20 @@ def _pattern_batch(A: SparseTensor, X: object, op: str) -> tuple[list[SparseTens
 
 
 def _scalars(a: SparseTensor, shape: tuple, c: torch.Tensor | None, alpha, beta, what: str) -> tuple[Any, Any]:
-    """nvmath's defaults (alpha 1; beta 1 with c) after checking c against the result's shape."""
+    """nvmath's defaults (alpha 1; beta 1 with c) after checking c against the result's shape, and
+    alpha / beta: numbers (a complex one only for complex operands: no silent promotion)."""
+    checked = []
+    for name, v in (("alpha", alpha), ("beta", beta)):
+        if v is not None:
+            if isinstance(v, bool) or not isinstance(v, numbers.Number):
+                raise InputError(f"{what}: {name} must be a number, got {v!r} ({type(v).__name__})")
+            if not isinstance(v, numbers.Real) and not a.dtype.is_complex:
+                if complex(v).imag != 0:
+                    raise InputError(f"{what}: {name}={v!r} is complex but A is {a.dtype}: the result would be promoted "
+                                     f"to a complex dtype; convert the operands to a complex dtype first")
+                v = complex(v).real  # a complex number with no imaginary part: the real number
+        checked.append(v)
+    alpha, beta = checked
     if c is None and beta is not None and beta != 0:
         raise InputError(f"{what}: beta={beta} needs an output operand c (pass c=, or leave beta out)")
     if c is not None:

@@ -41,10 +41,15 @@ def normalize_tags(properties) -> frozenset[str] | None:
     bad = tags - KNOWN_TAGS
     if bad:
         raise InputError(f"unknown properties {sorted(bad)}; known: {sorted(KNOWN_TAGS)}")
+    given = set(tags)
     if "spd" in tags:
         tags |= {"symmetric", "hermitian"}
     if "general" in tags:
         tags = (tags - {"general"}) | {"nonsymmetric"}
+    if "nonsymmetric" in tags and tags & {"symmetric", "hermitian"}:
+        raise InputError(f"properties {sorted(given)} contradict each other: a matrix cannot be both "
+                         f"{'general / nonsymmetric' if 'general' in given else 'nonsymmetric'} and "
+                         f"{'spd (symmetric)' if 'spd' in given else 'symmetric / hermitian'}")
     return frozenset(tags)
 
 

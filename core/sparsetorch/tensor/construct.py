@@ -15,7 +15,7 @@ from ..format import COO_ND, CSR, Dimension, LevelFormat, TensorFormat
 from . import _levels
 from .pattern import is_plain
 from .sparse_tensor import SparseTensor
-from .validate import TRUSTED, _versions
+from .validate import TRUSTED, _versions, check_shape
 
 __all__ = ["from_coo", "from_dense", "convert", "build", "Conversion", "conversion", "DEFAULT_MAX_FILL", "FILL_SLACK"]
 
@@ -190,12 +190,22 @@ def from_coo(
     max_fill: float | None = None,
 ) -> SparseTensor:
     if not isinstance(values, torch.Tensor):
-        values = torch.as_tensor(values)
+        try:
+            values = torch.as_tensor(values)
+        except (TypeError, RuntimeError, ValueError) as exc:
+            raise ValidationError(f"from_coo: values must be a tensor or array of numbers, got {type(values).__name__} "
+                                  f"({exc})") from None
     if len(indices) == 1 and isinstance(indices[0], torch.Tensor) and indices[0].dim() == 2:
         idx = indices[0]
         rows = [idx[k] for k in range(idx.shape[0])]
     else:
-        rows = [torch.as_tensor(x) for x in indices]
+        rows = []
+        for k, x in enumerate(indices):
+            try:
+                rows.append(torch.as_tensor(x))
+            except (TypeError, RuntimeError, ValueError) as exc:
+                raise ValidationError(f"from_coo: index array {k} must be a tensor or array of integers, got "
+                                      f"{type(x).__name__} ({exc})") from None
     if not rows:
         raise ValidationError("from_coo needs index arrays: from_coo(values, row, col, shape=...) or from_coo(values, indices)")
     for k, r in enumerate(rows):
@@ -212,7 +222,7 @@ def from_coo(
               else torch.zeros(len(rows), 0, dtype=torch.int64, device=values.device))
     if shape is None:
         shape = [int(c.max()) + 1 if n else 0 for c in coords]
-    shape = tuple(int(s) for s in shape)
+    shape = check_shape(shape)
     if len(shape) != len(rows):
         raise ValidationError(f"shape {shape} has {len(shape)} dims but {len(rows)} index arrays were given")
     if check and n:

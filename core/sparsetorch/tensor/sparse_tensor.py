@@ -8,14 +8,14 @@ from typing import Any, Sequence
 
 import torch
 
-from ..errors import ValidationError
+from ..errors import InputError, ValidationError
 from ..format import TensorFormat
 from . import _levels
 from ._access import AccessMethods
 from ._display import sparse_repr
 from ._views import ViewMethods
 from .pattern import PatternKey, buffer_id as _buffer_id, fingerprint, is_plain
-from .validate import _check_levels, _versions, check_index_buffers, check_values
+from .validate import _check_levels, _versions, check_index_buffers, check_shape, check_values
 
 __all__ = ["SparseTensor", "Tensor", "PatternKey", "rebuild_sparse_tensor"]
 
@@ -68,9 +68,7 @@ class SparseTensor(ViewMethods, AccessMethods):
             raise ValidationError(f"format must be a TensorFormat or its string form, got {type(format).__name__}")
         if not isinstance(values, torch.Tensor):
             raise ValidationError(f"values must be a torch.Tensor, got {type(values).__name__}")
-        shape = tuple(int(s) for s in shape)
-        if any(s < 0 for s in shape):
-            raise ValidationError(f"shape must be non-negative, got {shape}")
+        shape = check_shape(shape)
         nb = format.num_batch_levels
         nd = format.ndim
         if len(shape) == nd:
@@ -306,9 +304,13 @@ class SparseTensor(ViewMethods, AccessMethods):
 
     def to_dense(self) -> torch.Tensor:
         """A strided tensor of ``shape`` (duplicates of a nonunique format are summed)."""
-        coords, vals = self.coordinates()
         fs = self.format_shape
         nflat = math.prod(fs)
+        if nflat * max(1, math.prod(self.batch_shape)) > 2**63 - 1:
+            raise InputError(f"to_dense: the dense form of shape {tuple(self._shape)} has "
+                             f"{nflat * max(1, math.prod(self.batch_shape)):.3g} elements, more than a tensor can "
+                             f"index (2^63 - 1); work with the sparse tensor (or a slice of it)")
+        coords, vals = self.coordinates()
         lin = torch.zeros(coords.shape[1], dtype=torch.int64, device=self.device)
         for k, size in enumerate(fs):
             lin = lin * size + coords[k]

@@ -8,6 +8,7 @@ few scalars come back to the host to decide.
 from __future__ import annotations
 
 import contextvars
+import operator
 import weakref
 from typing import TYPE_CHECKING, Sequence
 
@@ -28,6 +29,27 @@ INDEX_DTYPES = (torch.int32, torch.int64)
 #: output): the structural checks that would read them back (``pos[-1]`` against the length of
 #: ``crd``: a device-to-host copy per level on a GPU) are skipped. Never set around user input.
 TRUSTED: contextvars.ContextVar[bool] = contextvars.ContextVar("sparsetorch_trusted_buffers", default=False)
+
+
+def check_shape(shape) -> tuple[int, ...]:
+    """``shape`` as a tuple of non-negative Python ints; a ValidationError naming it otherwise (an
+    entry that is not an integer, 3.5 say, is refused rather than truncated; a 0-d integer tensor or
+    NumPy integer is accepted)."""
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        raise ValidationError(f"shape must be a sequence of non-negative integers, got {shape!r}") from None
+    out = []
+    for s in dims:
+        if isinstance(s, bool):
+            raise ValidationError(f"shape must hold integers, got {s!r} in {dims}")
+        try:
+            out.append(operator.index(s))
+        except TypeError:
+            raise ValidationError(f"shape must hold integers, got {s!r} ({type(s).__name__}) in {dims}") from None
+    if any(s < 0 for s in out):
+        raise ValidationError(f"shape must be non-negative, got {tuple(out)}")
+    return tuple(out)
 
 
 def _first(mask: torch.Tensor) -> int:

@@ -105,7 +105,10 @@ class Handoff:
         values = values.detach()
         if self._conv is not None:
             values = self._conv.apply(self._source.with_values(values)).values
-        data = numpy_view(values).reshape(-1, self.nnz)
+        flat = numpy_view(values)
+        # (members, nnz); with no stored entries NumPy cannot infer the member count from -1
+        members = int(np.prod(values.shape[:-1])) if values.dim() > 1 else 1
+        data = flat.reshape(members, self.nnz)
         if not data.flags.c_contiguous:
             data = np.ascontiguousarray(data)
         return data

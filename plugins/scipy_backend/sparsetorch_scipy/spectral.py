@@ -289,6 +289,13 @@ class EigshPlan:
         from scipy.sparse.linalg import ArpackNoConvergence, eigsh
 
         count = [0]
+        if A.nnz == 0 or not np.any(A.data):
+            # the zero matrix: every eigenvalue is 0 (for any M), any k independent vectors are
+            # eigenvectors (made M-orthonormal by the Rayleigh-Ritz step after); ARPACK itself stops
+            # at its first product ("starting vector is zero")
+            V = np.zeros((A.shape[0], k), dtype=A.dtype)
+            V[np.arange(k), np.arange(k)] = 1
+            return np.zeros(k), V, 0, True, ""
         kw: dict[str, Any] = dict(k=k, tol=tol, maxiter=maxiter, v0=x0)
         shift = sigma
         arpack_which = which

@@ -89,9 +89,12 @@ class DenseEigPlan:
             V_all = torch.linalg.solve_triangular(L.mH, Y, upper=True)  # V = L^-H Y: V^H M V = I
         else:
             w_all, V_all = torch.linalg.eigh(A)
-        key = w_all if sigma is None else 1.0 / (w_all - sigma)
-        flat_w = key.reshape(-1, n)
-        idx = torch.stack([select_ritz(row, k, which) for row in flat_w]).reshape(*key.shape[:-1], k)
+        if sigma is not None and which == "LM":
+            idx = _nearest(w_all, float(sigma), k)
+        else:
+            key = w_all if sigma is None else 1.0 / (w_all - sigma)
+            flat_w = key.reshape(-1, n)
+            idx = torch.stack([select_ritz(row, k, which) for row in flat_w]).reshape(*key.shape[:-1], k)
         w = torch.gather(w_all, -1, idx)
         V = torch.gather(V_all, -1, idx.unsqueeze(-2).expand(*V_all.shape[:-1], k))
         w, order = torch.sort(w, dim=-1, stable=True)
@@ -252,3 +255,15 @@ def _torch_coo(A: SparseTensor) -> torch.Tensor:
     coords, vals = A.coordinates()
     n = A.format_shape
     return torch.sparse_coo_tensor(coords, vals, n).coalesce()
+
+
+def _nearest(w_all: torch.Tensor, sigma: float, k: int) -> torch.Tensor:
+    """Indices of the ``k`` eigenvalues nearest ``sigma`` (real ``w_all``, ``(*batch, n)``). Distances
+    that round to the same number (a ``sigma`` far outside the spectrum: ``1e300 - w`` is ``1e300`` for
+    every ``w``) are told apart by the order they have exactly: below ``sigma`` the larger ``w`` is
+    nearer, above it the smaller (``1 / (w - sigma)``, the shift-invert key, ties the same way)."""
+    dist = (w_all - sigma).abs()
+    tie = torch.where(w_all < sigma, -w_all, w_all)
+    first = torch.argsort(tie, dim=-1, stable=True)
+    second = torch.argsort(dist.gather(-1, first), dim=-1, stable=True)
+    return first.gather(-1, second)[..., :k]

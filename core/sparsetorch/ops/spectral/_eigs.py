@@ -3,6 +3,8 @@ driver, with eigenvalue gradients (the rule is in ``autograd/spectral.py``)."""
 
 from __future__ import annotations
 
+import cmath
+
 import torch
 
 from ...autograd.spectral import EigsHandle, eigs_function
@@ -54,6 +56,10 @@ def eigs(
     _check_common(A, k, which, _WHICH_GE, tol, maxiter, v0, "eigs")
     if on_nonconvergence not in _POLICIES:
         raise InputError(f"eigs: on_nonconvergence must be one of {_POLICIES}, got {on_nonconvergence!r}")
+    if sigma is not None and (isinstance(sigma, bool) or not isinstance(sigma, (int, float, complex))
+                              or not cmath.isfinite(sigma)):
+        raise InputError(f"eigs: sigma must be a finite number or None (the eigenvalues nearest it are wanted), "
+                         f"got {sigma!r}")
     if check_finite and is_plain(A.values):
         check_finite_values(A, None, "eigs")
     request = eigs_request(A, k, which, sigma, tol, maxiter, backend, method, dense_max)

@@ -4,6 +4,8 @@ too, through dispatch and the fallback driver, differentiable by the adjoint rul
 
 from __future__ import annotations
 
+import math
+
 from typing import Sequence
 
 import torch
@@ -65,8 +67,10 @@ def eigsh(
     for name, val, allowed in (("degenerate", degenerate, _POLICIES), ("on_nonconvergence", on_nonconvergence, _POLICIES)):
         if val not in allowed:
             raise InputError(f"eigsh: {name} must be one of {allowed}, got {val!r}")
-    if sigma is not None and not isinstance(sigma, (int, float)):
+    if sigma is not None and (not isinstance(sigma, (int, float)) or isinstance(sigma, bool)):
         raise InputError(f"eigsh: sigma must be a real number or None, got {sigma!r}")
+    if sigma is not None and not math.isfinite(sigma):
+        raise InputError(f"eigsh: sigma must be finite (the eigenvalues nearest it are wanted), got {sigma!r}")
     if M is not None:
         M = check_matrix(M, "eigsh (M)", square=True)
         if tuple(M.format_shape) != tuple(A.format_shape) or M.dtype != A.dtype or M.device != A.device:
