@@ -38,10 +38,20 @@ def _tol(dtype):
     return 1e-5 if dtype in (torch.float32, torch.complex64) else 1e-12
 
 
+@pytest.fixture(params=["scipy", "numpy"])
+def kernel(request, monkeypatch):
+    """Both serial paths: SciPy's compiled kernel, and NumPy (a core installed without SciPy)."""
+    if request.param == "numpy":
+        monkeypatch.setattr(_serial, "_KERNELS", [None])
+    else:
+        assert _serial._scipy_kernels() is not None
+    return request.param
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
 @pytest.mark.parametrize("k", [None, 1, 3])
-def test_serial_csr_matches_dense(dtype, index_dtype, k):
+def test_serial_csr_matches_dense(dtype, index_dtype, k, kernel):
     np_dtype = {torch.float32: np.float32, torch.float64: np.float64, torch.complex64: np.complex64,
                 torch.complex128: np.complex128}[dtype]
     A = _random_csr(37, 23, 0.2, 1, empty_rows=(0, 5, 6, 35, 36), dtype=np_dtype)
@@ -65,7 +75,7 @@ def test_serial_csr_matches_dense(dtype, index_dtype, k):
         torch.testing.assert_close(out.to(ref.dtype), ref, rtol=_tol(dtype), atol=_tol(dtype))
 
 
-def test_serial_csr_edge_patterns():
+def test_serial_csr_edge_patterns(kernel):
     # no entries at all; one entry in the last row; every row empty but one in the middle
     for m, n, entries in [(4, 3, []), (4, 3, [(3, 2, 5.0)]), (5, 5, [(2, 0, 1.5), (2, 4, -2.0)])]:
         dense = np.zeros((m, n))
@@ -78,14 +88,14 @@ def test_serial_csr_edge_patterns():
         torch.testing.assert_close(got, torch.from_numpy(dense) @ X, rtol=0, atol=1e-15)
 
 
-def test_serial_csr_nonfinite_x_only_reaches_rows_that_store_its_column():
+def test_serial_csr_nonfinite_x_only_reaches_rows_that_store_its_column(kernel):
     A = sp.csr_matrix(np.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0], [0.0, 0.0, 0.0]]))
     X = torch.tensor([1.0, float("inf"), 2.0], dtype=torch.float64)
     got = SerialCsr(torch.from_numpy(A.indptr), torch.from_numpy(A.indices), (3, 3))(torch.from_numpy(A.data), X)
     assert got[0] == 5.0 and got[1] == float("inf") and got[2] == 0.0
 
 
-def test_serial_csr_checks_shapes():
+def test_serial_csr_checks_shapes(kernel):
     A = sp.identity(4, format="csr")
     f = SerialCsr(torch.from_numpy(A.indptr), torch.from_numpy(A.indices), (4, 4))
     with pytest.raises(ValueError, match="shapes"):
@@ -141,8 +151,8 @@ def test_serial_ok_rules(two_threads):
     assert not serial_ok(c, torch.ones(3, 1, dtype=torch.complex128).conj())  # a lazily conjugated view
 
 
-@pytest.mark.parametrize("serial_max", [0, 1 << 16])
-def test_torch_backend_plan_both_sides_of_the_threshold(monkeypatch, serial_max, two_threads, serial_calls):
+@pytest.mark.parametrize("serial_max", [0, 1 << 15])
+def test_torch_backend_plan_both_sides_of_the_threshold(monkeypatch, serial_max, two_threads, serial_calls, kernel):
     monkeypatch.setattr(_serial, "SERIAL_MAX", serial_max)
     A = _random_csr(60, 45, 0.1, 3, empty_rows=(0, 59))
     T = st.from_package(A)

@@ -5,14 +5,17 @@ intra-op parallel region whatever the size of the product, where torch's dense k
 serial below a grain size. On a machine whose cores are busy (DataLoader workers, other jobs,
 several processes each with its own thread pool) a parallel region waits for every thread of the
 pool to be scheduled: a product of a few microseconds then takes a scheduler time slice or more.
-Measured on a 2-core machine with three other busy processes (``benchmarks/bench_serial_spmv.py``):
-a 256-row Poisson matrix times a vector took 16 ms median by torch's CSR kernel and 31 us here;
+Measured (``benchmarks/bench_serial_spmv.py``, ``benchmarks/results/serial_spmv_*.json``): on a
+16-core machine with 16 other busy processes, a 1024-row Poisson matrix times a vector took 65 ms
+median by torch's CSR kernel; on a 2-core machine with other work, a 256-row one 8-16 ms, and
 ``st.solve`` on it (whose accuracy check multiplies by A) 17 ms against SciPy's 0.6 ms.
 
-Products up to :data:`SERIAL_MAX` multiply-adds therefore run here, in NumPy on the tensors'
-buffers (zero-copy views; NumPy opens no threads): one gather of X's rows, one multiply and one
-segmented sum per call, each row summed in storage order like torch's kernel. Larger products
-keep torch's kernel, whose threads then pay off.
+Products up to :data:`SERIAL_MAX` multiply-adds therefore run here, serially on the tensors'
+buffers (zero-copy views): by SciPy's compiled CSR kernels when SciPy is installed (the core does
+not require it; looked up on first use), else in NumPy (one gather of X's rows, one multiply and
+one segmented sum). Each row is summed in storage order, like torch's kernel. Larger products keep
+torch's kernel, whose threads then pay off; so does a process running torch on one thread (no
+parallel region to wait for).
 """
 
 from __future__ import annotations
@@ -23,7 +26,22 @@ import torch
 __all__ = ["SERIAL_MAX", "SERIAL_DTYPES", "serial_ok", "SerialCsr"]
 
 #: products of at most this many multiply-adds (stored entries x columns of X) run serially
-SERIAL_MAX = 1 << 16
+SERIAL_MAX = 1 << 15
+
+_KERNELS: list = []  # [SciPy's _sparsetools module or None], filled on first use
+
+
+def _scipy_kernels():
+    """SciPy's compiled CSR products (``csr_matvec`` / ``csr_matvecs``), or None without SciPy."""
+    if not _KERNELS:
+        try:
+            from scipy.sparse import _sparsetools as spt  # an optional dependency of the core
+
+            spt.csr_matvec, spt.csr_matvecs  # noqa: B018 - both must exist
+        except Exception:  # noqa: BLE001 - no SciPy, or one whose private layout changed: NumPy then
+            spt = None
+        _KERNELS.append(spt)
+    return _KERNELS[0]
 
 #: value dtypes NumPy multiplies as torch does (half precision upcasts before reaching a product)
 SERIAL_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
@@ -43,17 +61,20 @@ def serial_ok(values: torch.Tensor, X: torch.Tensor) -> bool:
 
 
 class SerialCsr:
-    """``Y = A X`` for one CSR pattern of ``shape`` (``crow``, ``col``: CPU int32 / int64, checked by the caller),
-    in NumPy. The pattern's row starts and empty rows are worked out once; calls read the values
-    passed to them where they lie. Stateless per call: safe from several threads at once."""
+    """``Y = A X`` for one CSR pattern of ``shape`` (``crow``, ``col``: CPU int32 / int64, checked by the
+    caller), serially: SciPy's compiled kernel, or NumPy without SciPy. What the pattern alone
+    decides is worked out once; calls read the values passed to them where they lie. Stateless per
+    call: safe from several threads at once."""
 
-    __slots__ = ("m", "n", "nnz", "col", "starts", "lead", "empty")
+    __slots__ = ("m", "n", "nnz", "ptr", "col", "starts", "lead", "empty", "spt")
 
     def __init__(self, crow: torch.Tensor, col: torch.Tensor, shape: tuple[int, int]) -> None:
         cp = crow.detach().numpy()
         self.m, self.n = int(shape[0]), int(shape[1])
         self.nnz = int(col.shape[0])
-        self.col = col.detach().numpy()
+        self.col = np.ascontiguousarray(col.detach().numpy())
+        self.ptr = np.ascontiguousarray(cp, dtype=self.col.dtype)  # SciPy's kernels take one index dtype
+        self.spt = _scipy_kernels()
         # np.add.reduceat sums per[starts[i]:starts[i + 1]] (the last to the end) and needs every start
         # below len(per): the rows that end the matrix empty (their start is nnz) are left out of it
         # (zeros), and an empty row elsewhere, which gets per[starts[i]] instead of zero, is zeroed after
@@ -73,6 +94,16 @@ class SerialCsr:
         if xn.shape[0] != self.n or (out is not None and out.shape != (self.m,) + xn.shape[1:]):
             raise ValueError(f"SerialCsr: shapes do not match: A is {self.m} x {self.n}, X {tuple(xn.shape)}"
                              + ("" if out is None else f", out {tuple(out.shape)}"))
+        if self.spt is not None:
+            res = np.zeros((self.m,) + xn.shape[1:], dtype=xn.dtype) if out is None else out.numpy()
+            if out is not None:
+                res[...] = 0
+            v, xn = np.ascontiguousarray(v), np.ascontiguousarray(xn)
+            if xn.ndim == 1:
+                self.spt.csr_matvec(self.m, self.n, self.ptr, self.col, v, xn, res)  # res += A x
+            else:
+                self.spt.csr_matvecs(self.m, self.n, xn.shape[1], self.ptr, self.col, v, xn, res)
+            return torch.from_numpy(res) if out is None else out
         per = xn[self.col]
         per *= v if per.ndim == 1 else v[:, None]
         if self.lead == self.m:
