@@ -128,3 +128,20 @@ def test_to_dense_beyond_what_a_tensor_can_index():
                                  format=COO)
     with pytest.raises(st.InputError, match="to_dense"):
         H.to_dense()
+
+
+def test_solve_broadcasts_an_unbatched_rhs_over_a_value_batch():
+    D = torch.tensor([[4.0, 1.0, 0.0], [1.0, 3.0, 1.0], [0.0, 1.0, 2.0]], dtype=F64)
+    dense = torch.stack([D, 2 * D + torch.eye(3, dtype=F64)])
+    A = st.SparseTensor.from_dense(dense)
+    assert tuple(A.batch_shape) == (2,)
+    for b in (torch.tensor([1.0, -2.0, 0.5], dtype=F64), torch.randn(3, 2, dtype=F64)):
+        x = st.solve(A, b)
+        torch.testing.assert_close(x, torch.linalg.solve(dense, b if b.dim() == 2 else b.expand(2, 3)), rtol=1e-12, atol=1e-12)
+
+    def f(vals, b):
+        return st.solve(A.with_values(vals), b)
+
+    vals = A.values.detach().clone().requires_grad_()
+    b = torch.tensor([1.0, -2.0, 0.5], dtype=F64, requires_grad=True)
+    assert torch.autograd.gradcheck(f, (vals, b))

@@ -59,7 +59,8 @@ def check_matrix(A: object, op: str, *, square: bool) -> SparseTensor:
 
 
 def as_rhs(A: SparseTensor, B: object, op: str, *, rows: int) -> tuple[torch.Tensor, bool]:
-    """``B`` as ``(*batch, rows, k)`` and whether it was a vector."""
+    """``B`` as ``(*batch, rows, k)`` and whether it was a vector; an unbatched ``B`` of a value-batched
+    A is broadcast over A's batch."""
     if not isinstance(B, torch.Tensor):
         raise InputError(f"{op}: the right-hand side must be a torch.Tensor, got {type(B).__name__}")
     if B.layout != torch.strided:
@@ -76,7 +77,13 @@ def as_rhs(A: SparseTensor, B: object, op: str, *, rows: int) -> tuple[torch.Ten
         return B.unsqueeze(-1), True
     if B.dim() == nb + 2 and tuple(B.shape[:nb]) == vb and B.shape[-2] == rows:
         return B, False
-    want = f"{vb + (rows,)} or {vb + (rows, 'k')}"
+    if nb and B.dim() in (1, 2) and B.shape[0] == rows:
+        # an unbatched right-hand side for a value-batched A: broadcast over the batch, as torch's
+        # batched solves and products do (the batched forms above take precedence where a shape
+        # could be read either way); a copy, so that the batch members own their columns
+        full = B.unsqueeze(-1) if B.dim() == 1 else B
+        return full.expand(vb + tuple(full.shape)).contiguous(), B.dim() == 1
+    want = f"{vb + (rows,)} or {vb + (rows, 'k')}" + (f" (or {(rows,)} / {(rows, 'k')}, broadcast over the batch)" if nb else "")
     raise InputError(f"{op}: the right-hand side has shape {tuple(B.shape)}; for A of shape {tuple(A.shape)} it must be {want}")
 
 
