@@ -5,9 +5,10 @@ intra-op parallel region whatever the size of the product, where torch's dense k
 serial below a grain size. On a machine whose cores are busy (DataLoader workers, other jobs,
 several processes each with its own thread pool) a parallel region waits for every thread of the
 pool to be scheduled: a product of a few microseconds then takes a scheduler time slice or more.
-Measured (``benchmarks/bench_serial_spmv.py``, ``benchmarks/results/serial_spmv_*.json``): on a
-16-core machine with 16 other busy processes, a 1024-row Poisson matrix times a vector took 65 ms
-median by torch's CSR kernel; on a 2-core machine with other work, a 256-row one 8-16 ms, and
+Measured (``benchmarks/bench_serial_spmv.py``; ``benchmarks/results/serial_spmv_h200host_s19b.json``:
+16 cores, torch on 16 threads): with 16 other busy processes, a 1024-row Poisson matrix times a
+vector took 34 ms median by torch's CSR kernel and 12.7 us here (idle: 11.7 against 15.4 us; 4096
+rows 11.8 against 20.3 us); on a 2-core machine with other work, a 256-row one 8-16 ms, and
 ``st.solve`` on it (whose accuracy check multiplies by A) 17 ms against SciPy's 0.6 ms.
 
 Products up to :data:`SERIAL_MAX` multiply-adds therefore run here, serially on the tensors'
