@@ -136,3 +136,21 @@ def test_float64_ill_conditioned_nonsingular_is_answered():
     x = st.solve(st.from_package(A), torch.from_numpy(b)).numpy()
     berr = np.linalg.norm(b - D @ x, np.inf) / (np.linalg.norm(D, np.inf) * np.linalg.norm(x, np.inf) + np.linalg.norm(b, np.inf))
     assert berr < 1e-14
+
+
+def test_an_unstable_factorization_is_refined_to_a_direct_methods_backward_error():
+    # condition 1, symmetric indefinite: blocks [[1e-4, 1], [1, 1e-4]] and a small symmetric coupling.
+    # LDL^T without pivoting meets the 1e-4 pivots (backward error ~4e-11, within the contract's
+    # residual); the default call refines to what a pivoted LU gives
+    n = 1000
+    Bk = sp.block_diag([np.array([[1e-4, 1.0], [1.0, 1e-4]])] * (n // 2))
+    C = sp.random(n, n, density=2 / n, random_state=5)
+    A = (Bk + (C + C.T) * 1e-3).tocsr()
+    b = np.random.default_rng(1).standard_normal(n)
+    D = A.toarray()
+    xd = np.linalg.solve(D, b)
+    for kw in ({}, {"method": "ldlt"}):
+        x = st.solve(st.from_package(A), torch.from_numpy(b), **kw).numpy()
+        berr = np.linalg.norm(b - D @ x, np.inf) / (np.linalg.norm(D, np.inf) * np.linalg.norm(x, np.inf) + np.linalg.norm(b, np.inf))
+        assert berr < 1e-14, (kw, berr)
+        assert np.linalg.norm(x - xd) <= 1e-13 * np.linalg.norm(xd)
