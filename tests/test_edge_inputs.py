@@ -145,3 +145,11 @@ def test_solve_broadcasts_an_unbatched_rhs_over_a_value_batch():
     vals = A.values.detach().clone().requires_grad_()
     b = torch.tensor([1.0, -2.0, 0.5], dtype=F64, requires_grad=True)
     assert torch.autograd.gradcheck(f, (vals, b))
+
+
+def test_a_solution_that_overflows_the_dtype_is_an_input_error():
+    import scipy.sparse as sp
+
+    A = sp.diags([-np.ones(99), 2 * np.ones(100), -np.ones(99)], [-1, 0, 1], format="csr") * 1e-150
+    with pytest.raises(st.InputError, match="does not fit in torch.float64"):
+        st.solve(st.from_package(A), torch.full((100,), 1e200, dtype=F64))

@@ -154,3 +154,24 @@ def test_an_unstable_factorization_is_refined_to_a_direct_methods_backward_error
         berr = np.linalg.norm(b - D @ x, np.inf) / (np.linalg.norm(D, np.inf) * np.linalg.norm(x, np.inf) + np.linalg.norm(b, np.inf))
         assert berr < 1e-14, (kw, berr)
         assert np.linalg.norm(x - xd) <= 1e-13 * np.linalg.norm(xd)
+
+
+def test_a_restarted_probe_gets_its_budget_in_restart_cycles():
+    # dense 50 x 50 random blocks: a matrix class with guessed iteration counts, so a GMRES probe
+    # runs before the LU for a share of the LU's cost. Its budget is in iterations; GMRES counts
+    # maxiter in restart cycles (SciPy's meaning): given unconverted it ran 30x its share (2130
+    # iterations in 71 cycles at n = 5000, seconds instead of a fraction of the LU)
+    from sparsetorch.autograd.fallback import _in_units
+    from sparsetorch.dispatch.records import Offer
+
+    gm = Offer(backend="scipy", method="gmres", seconds=1.0, bytes=0, build=lambda: None, iterations=100)
+    cg = Offer(backend="scipy", method="cg", seconds=1.0, bytes=0, build=lambda: None, iterations=100)
+    assert _in_units(gm, 2130, 30) == 71 and _in_units(gm, 1, 30) == 1 and _in_units(cg, 2130, 30) == 2130
+    r = np.random.default_rng(4)
+    A = sp.block_diag([r.standard_normal((50, 50)) for _ in range(60)], format="csr")
+    b = np.random.default_rng(0).standard_normal(A.shape[0])
+    x, info = st.solve(st.from_package(A), torch.from_numpy(b), return_info=True)
+    assert np.linalg.norm(b - A @ x.numpy()) <= 1e-10 * np.linalg.norm(b)
+    probes = [a for a in info.attempts if "probe" in (a.reason or "")]
+    for a in probes:
+        assert a.iterations <= 600, a

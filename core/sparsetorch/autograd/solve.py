@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from ..dispatch import experience
+from ..dispatch.options import DEFAULT_RESTART
 from ..dispatch.plan import PlanState, call_options, plan_for
 from ..dispatch.records import Offer, Request
 from ..dispatch.results import IterationResult, Status
@@ -43,7 +44,7 @@ from ..tensor import SparseTensor
 from ..tensor.validate import check_finite
 from ._fast_apply import FastFunction, vmap_columns
 from . import products
-from .fallback import Route
+from .fallback import OVERFLOW_REASON, Route
 from .matmul import MatmulHandle, matmul_function
 from .sddmm import sddmm
 
@@ -93,7 +94,8 @@ def route_for(op: str, A: SparseTensor, request: Request, table: ExplainTable, o
         # pattern with the whole diagonal), planned uncached
         return plan_for(op, A, request, o, cache=cache) if M is None else plan_for(op, M, request, o, cache=False)
 
-    return Route(A, state, offer, rest, make, pinned=pinned, probe=uncertain)
+    return Route(A, state, offer, rest, make, pinned=pinned, probe=uncertain,
+                 restart=int(request.option("restart") or DEFAULT_RESTART))
 
 
 @dataclass
@@ -199,6 +201,8 @@ def _check(res: IterationResult, name: str, policy: str, what: str) -> None:
             f"{name} ({what}solve): {res.reason}. The matrix is not positive definite: use method='minres' "
             f"(symmetric indefinite), 'gmres'/'bicgstab' (general) or a direct method"
         )
+    if res.status is Status.NOT_FINITE and (res.reason or "").startswith(OVERFLOW_REASON):
+        raise InputError(f"{name} ({what}solve): {res.reason}")
     msg = (
         f"{name} ({what}solve) stopped after {res.iterations} iterations with relative residual "
         f"{res.residual:.3g} ({res.status.value}: {res.reason or 'no reason given'}). Raise maxiter, "
