@@ -61,7 +61,7 @@ from .dispatch.plan import plan_cache
 from .dispatch.calibrate import Rates, calibrate, rates
 from .dispatch.helpers import (
     COLAMD_FILL, COLAMD_FLOPS, FILL_DIMENSION_MAX, LU_FILL, LU_FLOPS, Outcome, combine, cuda_matrix_decline, fill_dimension, loglog_interp,
-    lu_fill_flops, sparsity_dimension,
+    lu_fill_flops, sparsity_dimension, SYMMETRIC_MODE_WEAK_MAX, weak_diagonal_fraction,
 )
 from .dispatch.kit import (
     Run, batch_size, conversion_note, cpu_matrix_decline, dtype_name, from_real, hermitian, index_size, itemsize,
@@ -93,7 +93,7 @@ __all__ = [
     "Plan", "SolvePlan", "MatmulPlan", "LstsqPlan", "EigshPlan", "EigsPlan", "LogdetPlan", "SolveListPlan",
     "InverseEntries", "SampledProduct", "CheapReload", "Bindable", "supports",
     "preconditioner_name",
-    "Rates", "rates", "calibrate", "sparsity_dimension", "fill_dimension", "FILL_DIMENSION_MAX", "lu_fill_flops", "LU_FILL",
+    "Rates", "rates", "calibrate", "sparsity_dimension", "fill_dimension", "weak_diagonal_fraction", "SYMMETRIC_MODE_WEAK_MAX", "FILL_DIMENSION_MAX", "lu_fill_flops", "LU_FILL",
     "LU_FLOPS", "COLAMD_FILL", "COLAMD_FLOPS", "loglog_interp", "itemsize", "index_size", "batch_size",
     "cuda_matrix_decline", "cpu_matrix_decline", "dtype_name", "conversion_note", "hermitian", "spd_ok",
     "IterationResult", "Status", "Outcome", "combine", "trivial_system", "maxiter_reason", "Run",

@@ -12,6 +12,9 @@
   at a time, reported as one :class:`IterationResult` (the worst case).
 - :func:`cuda_matrix_decline`: the declines every CUDA-only matrix backend starts with (operand
   kind, device, mixed devices, dtype, matrix shape), with the reasons users see.
+- :func:`weak_diagonal_fraction`: the share of diagonal entries below a pivot threshold of their
+  row's or column's largest entry (whether an LU's symmetric mode, which pivots on the diagonal,
+  suits the values).
 """
 
 from __future__ import annotations
@@ -20,11 +23,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+import numpy as np
+
 from .results import IterationResult, Status
 from .records import Request
 
 __all__ = ["sparsity_dimension", "fill_dimension", "FILL_DIMENSION_MAX", "lu_fill_flops", "LU_FILL", "LU_FLOPS", "COLAMD_FILL",
-           "COLAMD_FLOPS", "loglog_interp", "Outcome", "combine", "cuda_matrix_decline"]
+           "COLAMD_FLOPS", "loglog_interp", "Outcome", "combine", "cuda_matrix_decline", "weak_diagonal_fraction",
+           "SYMMETRIC_MODE_WEAK_MAX"]
 
 
 def sparsity_dimension(request: Request) -> float:
@@ -186,3 +192,36 @@ def cuda_matrix_decline(request: Request, dtypes: Sequence, library: str, batch_
     if len(A.shape) - len(A.batch_shape) != 2:
         return f"handles matrices only; A has format shape {tuple(A.shape[len(A.batch_shape):])}"
     return None
+
+
+#: an LU in symmetric mode (a symmetric ordering, pivots taken on the diagonal when they pass a
+#: threshold of 0.1) suits values whose diagonal passes that threshold almost everywhere; above this
+#: share of weak diagonal entries the backends use COLAMD with partial pivoting instead
+SYMMETRIC_MODE_WEAK_MAX = 0.05
+
+
+def weak_diagonal_fraction(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, n: int,
+                           threshold: float = 0.1) -> float:
+    """The share of the ``n`` diagonal entries with ``|a_jj| < threshold * max |a|`` over their row or
+    their column (a compressed square pattern, rows or columns major, and one value set).
+
+    An LU's symmetric mode orders A^T + A and takes each pivot on the diagonal when it passes the
+    threshold against its column; a diagonal that fails it (convection-dominated transport: central
+    or upwind differences at a high Peclet number) sends the pivots off the diagonal, and the fill
+    the symmetric ordering planned for explodes. Session 19, 3-D convection-diffusion of 8000
+    unknowns, every diagonal entry at ~2.5 % of its column: SuperLU in symmetric mode 28.8 s, Eigen
+    4.1 s, against COLAMD with partial pivoting 0.58 / 0.89 s; with a strong diagonal symmetric mode
+    wins (0.16 against 0.53 s)."""
+    if n == 0:
+        return 0.0
+    mag = np.abs(np.asarray(data))
+    indptr = np.asarray(indptr, dtype=np.int64)
+    minor = np.asarray(indices, dtype=np.int64)
+    major = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+    diag = np.zeros(n, dtype=mag.dtype)
+    on = major == minor
+    diag[major[on]] = mag[on]
+    top = np.zeros(n, dtype=mag.dtype)
+    np.maximum.at(top, major, mag)
+    np.maximum.at(top, minor, mag)  # the larger of the row's and the column's largest entry
+    return float(np.mean(diag < threshold * top))
