@@ -57,10 +57,10 @@ __all__ = ["Route"]
 #: refinement steps tried on the same plan when an answer misses the tolerance
 _REFINE_STEPS = 2
 #: an iterative answer to a call with no tolerance is also judged in the row-equilibrated norm when
-#: the rows' largest entries spread over more than this factor, and must reach this many times rtol
-#: there (below the spread, ||D r|| / ||D b|| <= spread * ||r|| / ||b|| holds anyway): rows in other
-#: units (penalty rows of boundary conditions, say) cannot hide the others' residual
-_ROW_SCALED_SLACK = 2.0 ** 10
+#: the rows' largest entries spread over more than this factor, and must reach rtol there too: rows in
+#: other units (penalty rows of boundary conditions, a symmetric scaling D A D over 10^12) cannot hide
+#: the others' residual. (Below the spread, ||D r|| / ||D b|| <= spread * ||r|| / ||b|| holds anyway.)
+_ROW_SCALED_SPREAD = 2.0 ** 10
 #: checks' products up to this many entry x column terms are computed from A's entries directly
 _DIRECT_PRODUCT = 1 << 20
 #: an iterative attempt bounded by the direct method after it still gets this many iterations
@@ -490,20 +490,20 @@ class Route(RangeSearch):
     def _row_scaled(self, state: PlanState, values: torch.Tensor, B: torch.Tensor, X: torch.Tensor, res: IterationResult,
                     opts: CallOptions, adjoint: bool, rtol: float) -> tuple[torch.Tensor, IterationResult]:
         """An iterative answer of a call with no tolerance, judged once more with every row divided by
-        its largest entry (where those spread over more than ``_ROW_SCALED_SLACK``): ``||D r|| / ||D b||``
-        must reach ``_ROW_SCALED_SLACK * rtol``. A system whose rows lie in other units (penalty rows
+        its largest entry (where those spread over more than ``_ROW_SCALED_SPREAD``): ``||D r|| / ||D b||``
+        must reach ``rtol`` too. A system whose rows lie in other units (penalty rows
         of 1e13 for boundary conditions next to rows of O(1)) meets ``||r|| <= rtol ||b||`` through its
         large rows alone while the others' equations are not solved at all (session 19: a
         convection-diffusion system's interior 96 % wrong). Refined on the same plan (each step
         solves for the residual); still missing, the answer is INACCURATE and the route moves on
         (to a direct method)."""
         w = _row_weights(self.A, values, adjoint)
-        if _spread(w) <= _ROW_SCALED_SLACK:
+        if _spread(w) <= _ROW_SCALED_SPREAD:
             return X, res
         w = w.unsqueeze(-1)
         bn = torch.linalg.vector_norm(B * w, dim=-2)
         bn = torch.where(bn > 0, bn, torch.ones_like(bn))
-        goal = _ROW_SCALED_SLACK * rtol
+        goal = rtol
         R = B - self._apply(values, X, adjoint)
         rel = float((torch.linalg.vector_norm(R * w, dim=-2) / bn).max())
         extra = 0

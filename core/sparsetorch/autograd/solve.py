@@ -202,12 +202,15 @@ def _check(res: IterationResult, name: str, policy: str, what: str) -> None:
             f"(symmetric indefinite), 'gmres'/'bicgstab' (general) or a direct method"
         )
     if res.status is Status.NOT_FINITE and (res.reason or "").startswith(OVERFLOW_REASON):
-        raise InputError(f"{name} ({what}solve): {res.reason}")
-    msg = (
-        f"{name} ({what}solve) stopped after {res.iterations} iterations with relative residual "
-        f"{res.residual:.3g} ({res.status.value}: {res.reason or 'no reason given'}). Raise maxiter, "
-        f"loosen rtol/atol, add a preconditioner, or pass on_nonconvergence='warn' to get x anyway"
-    )
+        # the problem's scale, not the method, is what must change: no advice about iterations (still
+        # a NotConvergedError with status NOT_FINITE, which callers such as Newton's loop stop on)
+        msg = f"{name} ({what}solve): {res.reason}"
+    else:
+        msg = (
+            f"{name} ({what}solve) stopped after {res.iterations} iterations with relative residual "
+            f"{res.residual:.3g} ({res.status.value}: {res.reason or 'no reason given'}). Raise maxiter, "
+            f"loosen rtol/atol, add a preconditioner, or pass on_nonconvergence='warn' to get x anyway"
+        )
     if policy == "warn":
         warnings.warn(msg, NotConvergedWarning, stacklevel=4)
     elif policy != "ignore":
