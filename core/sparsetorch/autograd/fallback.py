@@ -452,6 +452,19 @@ class Route(RangeSearch):
                                          f"residual {res.residual:.2g} in the unscaled norm")
             return X2, replace(res2, residual=rel, reason=f"{res2.reason}; rows and columns equilibrated")
 
+    def _refine_step(self, state: PlanState, values: torch.Tensor, B: torch.Tensor, X: torch.Tensor, R: torch.Tensor,
+                     opts: CallOptions, adjoint: bool) -> tuple[torch.Tensor | None, torch.Tensor | None, int]:
+        """One step of iterative refinement on the current plan: ``D`` with ``A D = R`` (the residual of
+        ``X``), then ``(X + D, its residual, the step's iterations (at least 1))``, or ``(None, None,
+        iterations)`` when ``D`` is not finite. The callers decide whether the step is kept."""
+        D, r2 = _checked(state, guarded(lambda: state.plan.solve(R, adjoint=adjoint, options=opts), state.label,
+                                        "solve"), B)
+        its = max(1, r2.iterations)
+        if not bool(torch.isfinite(D).all()):
+            return None, None, its
+        X2 = X + D
+        return X2, B - self._apply(values, X2, adjoint), its
+
     def _sharpen(self, state: PlanState, values: torch.Tensor, B: torch.Tensor, X: torch.Tensor, R: torch.Tensor,
                  rn: torch.Tensor, bn: torch.Tensor, opts: CallOptions, adjoint: bool) -> tuple[torch.Tensor, torch.Tensor, int]:
         """A direct answer to a call with no tolerance that meets the contract's residual but not the
@@ -473,13 +486,10 @@ class Route(RangeSearch):
         e = eta(X, rn)
         steps = 0
         while e > bound and steps < _REFINE_STEPS:
-            D, _r = _checked(state, guarded(lambda: state.plan.solve(R, adjoint=adjoint, options=opts), state.label,
-                                            "solve"), B)
+            X2, R2, _its = self._refine_step(state, values, B, X, R, opts, adjoint)
             steps += 1
-            if not bool(torch.isfinite(D).all()):
+            if X2 is None or R2 is None:
                 break
-            X2 = X + D
-            R2 = B - self._apply(values, X2, adjoint)
             rn2 = torch.linalg.vector_norm(R2, dim=-2)
             e2 = eta(X2, rn2)
             if not e2 < e:
@@ -515,13 +525,10 @@ class Route(RangeSearch):
                                   reason=f"{res.reason}; {extra} refinement iterations for the row-scaled residual")
             if extra > _REFINE_STEPS:
                 break
-            D, r2 = _checked(state, guarded(lambda: state.plan.solve(R, adjoint=adjoint, options=opts), state.label,
-                                            "solve"), B)
-            extra += max(1, r2.iterations)
-            if not bool(torch.isfinite(D).all()):
+            X2, R2, its = self._refine_step(state, values, B, X, R, opts, adjoint)
+            extra += its
+            if X2 is None or R2 is None:
                 break
-            X2 = X + D
-            R2 = B - self._apply(values, X2, adjoint)
             rel2 = float((torch.linalg.vector_norm(R2 * w, dim=-2) / bn).max())
             if not rel2 < rel:
                 break
@@ -624,13 +631,10 @@ class Route(RangeSearch):
                 return X, replace(res, residual=rel, iterations=res.iterations + extra, reason=reason)
             if step == _REFINE_STEPS:
                 break
-            D, r2 = _checked(state, guarded(lambda: state.plan.solve(R, adjoint=adjoint, options=opts), state.label,
-                                            "solve"), B)
-            extra += max(1, r2.iterations)
-            if not bool(torch.isfinite(D).all()):
+            X2, R2, its = self._refine_step(state, values, B, X, R, opts, adjoint)
+            extra += its
+            if X2 is None or R2 is None:
                 break
-            X2 = X + D
-            R2 = B - self._apply(values, X2, adjoint)
             rn2 = torch.linalg.vector_norm(R2, dim=-2)
             if not float(rn2.max()) < float(rn.max()):
                 break
