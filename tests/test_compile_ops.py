@@ -537,6 +537,33 @@ def test_solve_op_nonsymmetric_and_complex(solver):
         torch.testing.assert_close(v.grad, _on_pattern(A, Dr.grad))
 
 
+def test_solve_op_broadcasts_an_unbatched_rhs_over_a_value_batch(solver):
+    # as the eager solve does: b of shape (n,) or (n, k) for A with values (2, nse); the gradient of b
+    # sums over the batch members (expand's backward)
+    n = 8
+    D = _spd(n, seed=30)
+    A = st.SparseTensor.from_dense(D)
+    vals = torch.stack([A.values, A.values * torch.linspace(1.0, 2.0, A.values.numel(), dtype=F64)])
+    v = vals.clone().requires_grad_(True)
+    for shape in ((n,), (n, 3)):
+        b = torch.randn(*shape, dtype=F64, requires_grad=True)
+        assert _breaks(lambda v, b: compiled.traced_solve(A.with_values(v), b).square().sum(), v, b) == 0
+        _compiled(lambda v, b: compiled.traced_solve(A.with_values(v), b).square().sum())(v, b).backward()
+        Dr = torch.stack([A.with_values(vals[k]).to_dense() for k in range(2)])
+        br = b.detach().clone().requires_grad_(True)
+        rhs = br.expand(2, *shape) if len(shape) == 2 else br.unsqueeze(-1).expand(2, n, 1)
+        X = torch.linalg.solve(Dr, rhs)
+        X.square().sum().backward()
+        torch.testing.assert_close(b.grad, br.grad)
+        eager = st.solve(A.with_values(vals), b.detach())
+        assert eager.shape == (2, *shape)
+        torch.testing.assert_close(_compiled(lambda v, b: compiled.traced_solve(A.with_values(v), b))(vals, b.detach()),
+                                   eager)
+        b.grad = None
+    with pytest.raises(InputError, match="broadcast over the batch"):
+        compiled.traced_solve(A.with_values(vals), torch.randn(n + 1, dtype=F64))
+
+
 def test_solve_op_plan_built_outside_and_inside(solver):
     n = 8
     D = _spd(n, seed=18)

@@ -154,3 +154,234 @@ def test_a_solution_that_overflows_the_dtype_says_so():
     with pytest.raises(st.NotConvergedError, match="does not fit in torch.float64") as exc:
         st.solve(st.from_package(A), torch.full((100,), 1e200, dtype=F64))
     assert "maxiter" not in str(exc.value)  # no advice about iterations: the scale is the problem
+
+
+# backend_options keys (session 20) ------------------------------------------------------------------
+def _small_system():
+    A = st.SparseTensor.from_dense(torch.eye(4, dtype=torch.float64) * 3 + torch.diag(torch.ones(3, dtype=torch.float64), 1))
+    return A, torch.ones(4, dtype=torch.float64)
+
+
+def test_a_misspelled_backend_option_is_named_with_a_suggestion():
+    A, b = _small_system()
+    with pytest.raises(st.InputError, match=r"'cuda_grahp' \(did you mean 'cuda_graph'\?\).*not read by any loaded backend"):
+        st.solve(A, b, backend_options={"cuda_grahp": False})
+    with pytest.raises(st.InputError, match="would have no effect"):
+        st.Solver(A, backend_options={"zzz_unknown": 1})
+    with pytest.raises(st.InputError, match="not read by"):
+        st.explain("solve", A, b, backend_options={"zzz_unknown": 1})
+
+
+def test_a_backend_option_of_another_backend_is_refused_when_one_is_pinned():
+    from sparsetorch.dispatch.select import get_backends
+
+    names = {i.name for i in get_backends().info()}
+    A, b = _small_system()
+    x = st.solve(A, b, backend="torch", backend_options={"cuda_graph": False, "dimension": 2})  # torch's own, the core's
+    torch.testing.assert_close(A.to_dense() @ x, b)
+    if "scipy" in names:
+        with pytest.raises(st.InputError, match="not read by backend 'torch'"):
+            st.solve(A, b, backend="torch", backend_options={"permc_spec": "COLAMD"})
+        x = st.solve(A, b, backend="scipy", method="lu", backend_options={"permc_spec": "COLAMD"})
+        torch.testing.assert_close(A.to_dense() @ x, b)
+
+
+def test_undeclared_backend_options_are_not_checked():
+    # a third-party backend that does not declare its keys (BackendInfo.options None) could read any key
+    from sparsetorch import BackendInfo, hookimpl
+    from sparsetorch.dispatch.select import check_backend_options, get_backends
+
+    class Quiet:
+        @hookimpl
+        def sparsetorch_backend_info(self):
+            return BackendInfo(name="quiet_s20", version="0", description="declares no options", devices=("cpu",),
+                               dtypes=(torch.float64,), ops={})
+
+        @hookimpl
+        def sparsetorch_offers(self, request):
+            return []
+
+    backends = get_backends()
+    backends.register(Quiet(), "quiet_s20")
+    try:
+        check_backend_options(backends, {"anything_at_all": 1}, None)
+        with pytest.raises(st.InputError):
+            check_backend_options(backends, {"anything_at_all": 1}, "torch")
+    finally:
+        backends.unregister("quiet_s20")
+    with pytest.raises(ValueError, match="options must be a tuple"):
+        BackendInfo(name="bad", version="0", description="", devices=("cpu",), dtypes=(torch.float64,), ops={},
+                    options="cuda_graph")
+
+
+# empty products (session 20's outside sweep) ----------------------------------------------------------
+@pytest.mark.parametrize("fmt", ["CSR", "CSC", "COO", "BSR", "DIA", "ELL"])
+def test_gradients_of_an_empty_product_are_zeros(fmt):
+    # an empty mini-batch (X with 0 columns) and a matrix with no rows: the backward crashed in the
+    # sampled product ("index 0 is out of bounds"); the gradient of a sum over nothing is zero
+    import sparsetorch.format as F
+
+    form = F.BSR(1, 1) if fmt == "BSR" else getattr(F, fmt)
+    D = torch.tensor([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]], dtype=torch.float64)
+    A = st.SparseTensor.from_dense(D).convert(form)
+    v = A.values.detach().clone().requires_grad_(True)
+    X = torch.zeros(3, 0, dtype=torch.float64, requires_grad=True)
+    Y = A.with_values(v) @ X
+    assert Y.shape == (2, 0)
+    Y.sum().backward()
+    assert v.grad is not None and float(v.grad.abs().sum()) == 0.0 and X.grad.shape == (3, 0)
+    A0 = st.SparseTensor.from_dense(torch.zeros(0, 3, dtype=torch.float64)).convert(form)
+    v0 = A0.values.detach().clone().requires_grad_(True)
+    X0 = torch.randn(3, 2, dtype=torch.float64, requires_grad=True)
+    (A0.with_values(v0) @ X0).sum().backward()
+    assert X0.grad is not None and torch.equal(X0.grad, torch.zeros(3, 2, dtype=torch.float64))
+
+
+def test_a_sparse_layer_trains_on_an_empty_batch():
+    lin = torch.nn.Linear(3, 2).double()
+    layer = st.nn.SparseLinear.from_linear(lin)
+    out = layer(torch.zeros(0, 3, dtype=torch.float64))
+    assert out.shape == (0, 2)
+    out.sum().backward()
+    assert float(layer.values.grad.abs().sum()) == 0.0
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sparsetorch_scipy") is None, reason="needs the SciPy plugin")
+@pytest.mark.parametrize("case", ["csc_no_columns", "vector", "x_at_empty_csr", "empty_csr_transposed"])
+def test_scipy_products_with_an_empty_dimension(case):
+    from sparsetorch.format import CSC, CSR
+
+    z = torch.zeros
+    if case == "csc_no_columns":
+        got, want = st.matmul(st.SparseTensor.from_dense(z(4, 0, dtype=torch.float64), format=CSC),
+                              z(0, 3, dtype=torch.float64), backend="scipy"), z(4, 3, dtype=torch.float64)
+    elif case == "vector":
+        got, want = st.matmul(st.SparseTensor.from_dense(z(4, 0, dtype=torch.float64), format=CSC),
+                              z(0, dtype=torch.float64), backend="scipy"), z(4, dtype=torch.float64)
+    elif case == "x_at_empty_csr":
+        got = z(3, 0, dtype=torch.float64) @ st.SparseTensor.from_dense(z(0, 4, dtype=torch.float64), format=CSR)
+        want = z(3, 4, dtype=torch.float64)
+    else:
+        got = st.matmul(st.SparseTensor.from_dense(z(0, 4, dtype=torch.float64), format=CSR).T, z(0, 2, dtype=torch.float64),
+                        backend="scipy")
+        want = z(4, 2, dtype=torch.float64)
+    assert got.shape == want.shape and torch.equal(got, want)
+
+
+# lstsq hands over to a direct method (session 20's outside sweep) -------------------------------------
+def _column_scaled(seed=1):
+    import scipy.sparse as sp
+
+    M = (sp.random(300, 50, density=0.1, random_state=seed) + sp.eye(300, 50)).toarray() * np.logspace(-2, 2, 50)
+    return M
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sparsetorch_eigen") is None, reason="needs the Eigen plugin (its QR)")
+def test_lstsq_falls_back_to_qr_when_the_krylov_method_stalls():
+    # a full-rank 300 x 50 problem with columns in other units (cond 1.1e4): LSQR / LSMR stop at maxiter;
+    # the default call used to raise although a QR was in the ranking
+    import scipy.sparse as sp
+
+    M = _column_scaled()
+    b = np.random.default_rng(0).standard_normal(300)
+    xr = np.linalg.lstsq(M, b, rcond=None)[0]
+    A = st.from_package(sp.csr_array(M))
+    x, info = st.lstsq(A, torch.from_numpy(b), return_info=True)
+    assert np.linalg.norm(x.numpy() - xr) <= 1e-10 * np.linalg.norm(xr)
+    assert info.method == "qr" and info.converged
+    ls = st.Lstsq(A)
+    x2 = ls.solve(torch.from_numpy(b))
+    assert np.linalg.norm(x2.numpy() - xr) <= 1e-10 * np.linalg.norm(xr) and ls.method == "qr"
+    # gradients through the plan that answered (the dense reference: the normal equations' solution)
+    Bt = torch.from_numpy(b).requires_grad_(True)
+    st.lstsq(A, Bt).sum().backward()
+    Md = torch.from_numpy(M)
+    Br = torch.from_numpy(b).requires_grad_(True)
+    torch.linalg.lstsq(Md, Br.unsqueeze(-1)).solution.sum().backward()
+    torch.testing.assert_close(Bt.grad, Br.grad, rtol=1e-8, atol=1e-10)
+    # a pinned method keeps its meaning: it raises, naming the residual test it stops on
+    with pytest.raises(st.NotConvergedError, match=r"A\^H r"):
+        st.lstsq(A, torch.from_numpy(b), method="lsqr")
+
+
+def test_a_singular_member_of_a_sparse_tensor_list_is_named():
+    mats = [torch.eye(5, dtype=torch.float64) * 2, torch.ones(2, 2, dtype=torch.float64), torch.eye(3, dtype=torch.float64)]
+    L = st.SparseTensorList([st.SparseTensor.from_dense(m) for m in mats])
+    bs = [torch.ones(5, dtype=torch.float64), torch.tensor([1.0, 2.0], dtype=torch.float64), torch.ones(3, dtype=torch.float64)]
+    with pytest.raises(st.SingularMatrixError, match="SparseTensorList member 1 of 3"):
+        st.solve(L, bs)
+
+
+@pytest.mark.parametrize("case", ["ash219", "ash219T", "random_overdetermined"])
+def test_default_lstsq_reaches_a_direct_methods_accuracy(case):
+    # LSQR / LSMR stopped by the contract's atol / btol left 1e-9 .. 1e-7 of relative error where a QR
+    # gives 1e-13 (session 20's sweep); a call with no tolerance refines to a backward-stable level
+    import os
+
+    import scipy.io
+    import scipy.sparse as sp
+
+    if case.startswith("ash219"):
+        M = sp.csr_matrix(scipy.io.mmread(os.path.join(os.path.dirname(__file__), "data", "ash219.mtx"))).astype(np.float64)
+        M = M.T.tocsr() if case.endswith("T") else M
+    else:
+        M = (sp.random(1500, 200, density=0.02, random_state=1) + sp.eye(1500, 200)).tocsr()
+    b = np.random.default_rng(0).standard_normal(M.shape[0])
+    xr = np.linalg.lstsq(M.toarray(), b, rcond=None)[0]
+    A = st.from_package(M)
+    x = st.lstsq(A, torch.from_numpy(b)).numpy()
+    assert np.linalg.norm(x - xr) <= 1e-11 * np.linalg.norm(xr)
+    # an explicit tolerance keeps its meaning (LSQR's own stopping rule)
+    x6 = st.lstsq(A, torch.from_numpy(b), atol=1e-6, btol=1e-6).numpy()
+    assert np.linalg.norm(x6 - xr) > 1e-11 * np.linalg.norm(xr)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sparsetorch_scipy") is None, reason="needs the SciPy plugin (ARPACK)")
+def test_eigs_with_a_complex_shift_on_a_real_matrix_returns_the_nearest_eigenvalues():
+    # ARPACK's real mode cannot tell sigma from conj(sigma): an eigenvalue near conj(sigma) came back in
+    # place of the third nearest (session 20's sweep); the shift-invert now runs in complex arithmetic
+    import scipy.sparse as sp
+
+    n = 300
+    rng = np.random.default_rng(3)
+    M = (sp.random(n, n, density=5.0 / n, random_state=5) + sp.diags(rng.standard_normal(n))).tocsr()
+    sigma = 0.5 + 0.5j
+    wall = np.linalg.eigvals(M.toarray())
+    ref = np.sort(np.abs(wall - sigma))[:3]
+    w, V = st.eigs(st.from_package(M), 3, sigma=sigma, method="arpack")
+    got = np.sort(np.abs(w.numpy() - sigma))
+    np.testing.assert_allclose(got, ref, rtol=1e-8)
+    Vn = V.numpy()
+    assert np.linalg.norm(M @ Vn - Vn * w.numpy(), axis=0).max() <= 1e-10
+
+
+def test_torch_matmul_of_a_sparse_weight_broadcasts_over_a_batched_operand():
+    # torch.matmul(W, X) with W 2-D and X (b, n, k) broadcasts W, as st.matmul(A, X) does; it raised
+    D = torch.tensor([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]], dtype=torch.float64)
+    A = st.SparseTensor.from_dense(D)
+    v = A.values.detach().clone().requires_grad_(True)
+    W = st.nn.SparseWeight(A.with_values(v))
+    X = torch.randn(4, 3, 5, dtype=torch.float64, requires_grad=True)
+    Y = torch.matmul(W, X)
+    torch.testing.assert_close(Y, D @ X.detach())
+    Y.square().sum().backward()
+    Dr = D.clone().requires_grad_(True)
+    Xr = X.detach().clone().requires_grad_(True)
+    (Dr @ Xr).square().sum().backward()
+    torch.testing.assert_close(X.grad, Xr.grad)
+    coords, slot = A.entries()
+    torch.testing.assert_close(v.grad, torch.zeros_like(v).index_put_((slot,), Dr.grad[coords[0], coords[1]]))
+
+
+def test_lstsq_info_counts_the_refinement():
+    import os
+
+    import scipy.io
+    import scipy.sparse as sp
+
+    M = sp.csr_matrix(scipy.io.mmread(os.path.join(os.path.dirname(__file__), "data", "ash219.mtx"))).astype(np.float64)
+    b = torch.from_numpy(np.random.default_rng(0).standard_normal(M.shape[0]))
+    _, first = st.lstsq(st.from_package(M), b, return_info=True, atol=1e-10, btol=1e-10)
+    _, info = st.lstsq(st.from_package(M), b, return_info=True)
+    if info.method in ("lsqr", "lsmr"):
+        assert info.iterations > first.iterations and "refinement" in info.reason

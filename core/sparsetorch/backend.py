@@ -42,7 +42,7 @@ What is here, by use:
   :class:`Run` (restart an inner Krylov solver until the true residual meets the tolerance), and
   :func:`to_real` / :func:`from_real` / :func:`realified_matvec` (a Hermitian system as a real
   symmetric one of twice the size, for real-only MINRES);
-- accuracy: :func:`default_rtol`, :func:`unit_roundoff`;
+- accuracy: :func:`default_rtol`, :func:`unit_roundoff`, :func:`backward_error_bound`;
 - moving data into the plan's layout: :func:`conversion` / :class:`Conversion`;
 - the errors a plan raises: :class:`SingularMatrixError`, :class:`IndefiniteMatrixError`,
   :class:`NotConvergedError`, :class:`InputError`, :class:`BackendError`; :data:`MASS_FIX`, the
@@ -56,7 +56,7 @@ What is here, by use:
 from __future__ import annotations
 
 from ._markers import hookimpl
-from .dispatch.accuracy import default_rtol, unit_roundoff
+from .dispatch.accuracy import backward_error_bound, default_rtol, unit_roundoff
 from .dispatch.plan import plan_cache
 from .dispatch.calibrate import Rates, calibrate, rates
 from .dispatch.helpers import (
@@ -99,7 +99,7 @@ __all__ = [
     "cuda_matrix_decline", "cpu_matrix_decline", "dtype_name", "conversion_note", "hermitian", "spd_ok",
     "IterationResult", "Status", "Outcome", "combine", "trivial_system", "maxiter_reason", "Run",
     "true_residual_solve", "to_real", "from_real", "realified_matvec",
-    "default_rtol", "unit_roundoff",
+    "default_rtol", "unit_roundoff", "backward_error_bound",
     "Conversion", "conversion",
     "BackendError", "IndefiniteMatrixError", "InputError", "NotConvergedError", "SingularMatrixError", "MASS_FIX",
     "get_backends", "reset_backends", "plan_cache", "CONVERSION_KERNELS",

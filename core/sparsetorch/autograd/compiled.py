@@ -252,6 +252,9 @@ def sampled(fmt: str, shape: Sequence[int], present: Sequence[bool], index: Sequ
     the slots' shape and dtype; half-precision factors are summed in float32."""
     A = _pattern(fmt, shape, present, index, _plain(values))
     P, Q = _plain(P), _plain(Q)
+    if not (P.numel() and Q.numel()):
+        # an empty product (no columns, or A with no rows or columns): sums over nothing
+        return _fresh(torch.zeros(values.shape, dtype=values.dtype, device=values.device), P, Q)
     if not (P.is_complex() or Q.is_complex()):
         # the product plan's own sampled kernel where its backend has one (as the eager backward)
         state = _state(A, Q, None)
@@ -481,9 +484,16 @@ def traced_solve(A: object, B: object, *, backend: str | None = None, method: st
         Bn, vector = B.unsqueeze(-1), True
     elif B.dim() == nb + 2 and tuple(B.shape[:nb]) == vb and B.shape[-2] == n:
         Bn, vector = B, False
+    elif nb and B.dim() in (1, 2) and B.shape[0] == n:
+        # an unbatched right-hand side of a value-batched A: broadcast over the batch, as the eager
+        # solve does (ops/_inputs.as_rhs; the batched forms above take precedence where a shape could
+        # be read either way). expand's backward sums the members' gradients back into B
+        vector = B.dim() == 1
+        Bn = (B.unsqueeze(-1) if vector else B).expand(vb + ((n, 1) if vector else tuple(B.shape))).contiguous()
     else:
         raise InputError(f"solve: the right-hand side has shape {tuple(B.shape)}; for A of shape {tuple(A.shape)} it "
-                         f"must be {vb + (n,)} or {vb + (n, 'k')}")
+                         f"must be {vb + (n,)} or {vb + (n, 'k')}" + (f" (or {(n,)} / {(n, 'k')}, broadcast over the "
+                                                                      f"batch)" if nb else ""))
     if properties is not None and not isinstance(properties, str):
         properties = ",".join(properties)  # type: ignore[arg-type]
     fmt, shape, present, index = parts(A)
@@ -554,5 +564,12 @@ def traced_solver_solve(solver: object, handle: int, values: Tensor, B: object) 
         return solver_solve(handle, values, B.unsqueeze(-1), False).squeeze(-1)
     if B.dim() == nb + 2 and tuple(B.shape[:nb]) == vb and B.shape[-2] == n:
         return solver_solve(handle, values, B, False)
+    if nb and B.dim() in (1, 2) and B.shape[0] == n:
+        # unbatched B of a value-batched pattern: broadcast, as the eager Solver.solve does
+        vector = B.dim() == 1
+        Bn = (B.unsqueeze(-1) if vector else B).expand(vb + ((n, 1) if vector else tuple(B.shape))).contiguous()
+        X = solver_solve(handle, values, Bn, False)
+        return X.squeeze(-1) if vector else X
     raise InputError(f"Solver.solve: the right-hand side has shape {tuple(B.shape)}; for A of shape {tuple(A.shape)} "
-                     f"it must be {vb + (n,)} or {vb + (n, 'k')}")
+                     f"it must be {vb + (n,)} or {vb + (n, 'k')}" + (f" (or {(n,)} / {(n, 'k')}, broadcast over the "
+                                                                     f"batch)" if nb else ""))

@@ -108,7 +108,11 @@ class _Matmul(FastFunction):
         if ctx.needs_input_grad[0]:
             P, Q = (X, dY) if h.adjoint else (dY, X)
             plan = h.state.plan
-            if (supports(plan, SampledProduct) and not torch.is_grad_enabled() and not P.is_complex()
+            if not (P.numel() and Q.numel()):
+                # an empty product (no columns: an empty mini-batch; no rows or columns in A): every
+                # entry's gradient is a sum over nothing
+                dV = torch.zeros_like(values)
+            elif (supports(plan, SampledProduct) and not torch.is_grad_enabled() and not P.is_complex()
                     and not Q.is_complex()):
                 # the backend's own kernel (first-order backward, real values: the core's sddmm
                 # is the one that is differentiable again and conjugates)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..tensor import SparseTensor
@@ -42,7 +44,7 @@ def sddmm(A: SparseTensor, P: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
         # rows must be contiguous (a transposed X, a layer's batch, made each gather 20x slower)
         P, Qc = P.contiguous(), Qc.contiguous()
         budget = _SDDMM_CHUNK_BYTES if P.device.type == "cpu" else _SDDMM_CHUNK_BYTES_DEVICE
-        step = max(1, budget // max(1, k * P.element_size() * max(1, P[..., 0, 0].numel())))
+        step = max(1, budget // max(1, k * P.element_size() * max(1, math.prod(P.shape[:-2]))))
         per = torch.cat([(P.index_select(-2, rows[s:s + step]) * Qc.index_select(-2, cols[s:s + step])).sum(-1)
                          for s in range(0, rows.numel(), step)], -1) if rows.numel() else \
             P.new_zeros(*P.shape[:-2], 0)

@@ -2,8 +2,11 @@
 
 With no ``rtol``/``tol`` given, every op that has one answers as accurately as a backward-stable
 direct method would in the operands' dtype: a relative residual ``||b - A x|| / ||b||`` of at
-most :func:`default_rtol` (1e-10 in float64/complex128, 1e-5 in float32/complex64). An explicit
-tolerance keeps its meaning. Dispatch prices iterative methods at the tolerance asked for, so a
+most :func:`default_rtol` (1e-10 in float64/complex128, 1e-5 in float32/complex64), and for
+``solve`` the normwise backward error of such a method (:func:`backward_error_bound`), reached by
+refinement on the same plan where an answer (an iterative method's, at ~1e-11 in float64) meets the
+residual but not that (``autograd/fallback.py``, ``Route._sharpen``). An explicit tolerance keeps
+its meaning. Dispatch prices iterative methods at the tolerance asked for, so a
 default call in float64 sees iterative methods at their 1e-10 price, not at a loose one.
 
 Direct methods on ill-conditioned matrices may miss a relative residual of 1e-10 while being as

@@ -49,8 +49,16 @@ class BackendInfo:
     missing: Mapping[str, str] = field(default_factory=dict)
     priority: int = 0
     distribution: str | None = None
+    #: the ``backend_options`` keys this backend reads; None: not declared (the core then cannot
+    #: tell a caller's misspelled key from one this backend reads, and checks none)
+    options: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.options is not None:
+            if isinstance(self.options, str) or not all(isinstance(k, str) for k in self.options):
+                raise ValueError(f"backend {self.name!r}: options must be a tuple of backend_options key names, "
+                                 f"got {self.options!r}")
+            object.__setattr__(self, "options", tuple(self.options))
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
             raise ValueError(f"backend name must be alphanumeric (with - or _), got {self.name!r}")
         for op, methods in self.ops.items():

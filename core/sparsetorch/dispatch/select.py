@@ -58,7 +58,7 @@ from typing import Any, Callable
 
 import pluggy
 
-from ..errors import NoBackendError
+from ..errors import InputError, NoBackendError
 from ..tensor import construct as _construct
 from . import hookspecs
 from .experience import weigh
@@ -372,11 +372,48 @@ def _honour_preconditioner(request: Request, offers: list[Offer]) -> tuple[list[
     return keep, out
 
 
+#: ``backend_options`` keys the core reads itself, whatever the backend: ``allow_transfer`` (a CPU
+#: backend may be offered device operands, copied) and ``dimension`` (the matrix's geometric
+#: dimension, which the iterative cost models read; docs/dispatch.md)
+CORE_BACKEND_OPTIONS = ("allow_transfer", "dimension")
+
+
+def check_backend_options(backends: "Backends", backend_options: Any, want_backend: str | None) -> None:
+    """An ``InputError`` for a ``backend_options`` key that no backend in reach reads (a misspelled
+    key would otherwise be ignored without a word): the pinned backend's keys, or every loaded
+    backend's, plus the core's. Backends that do not declare their keys (``BackendInfo.options``
+    None: third-party plugins) make every key possible, and nothing is checked."""
+    if not backend_options:
+        return
+    infos = [i for i in backends.info() if want_backend is None or i.name == want_backend]  # type: ignore[union-attr]
+    if not infos or any(i.options is None for i in infos):
+        return
+    known = set(CORE_BACKEND_OPTIONS).union(*(i.options or () for i in infos))
+    unknown = sorted(str(k) for k in backend_options if k not in known)
+    if not unknown:
+        return
+    import difflib
+
+    hints = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, sorted(known), n=1)
+        hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    where = f"backend {want_backend!r}" if want_backend is not None else \
+        f"any loaded backend ({', '.join(sorted(i.name for i in infos))})"
+    readers = {i.name: sorted(i.options or ()) for i in infos}
+    listing = "; ".join(f"{name}: {', '.join(keys) or '(none)'}" for name, keys in sorted(readers.items()))
+    raise InputError(f"backend_options {', '.join(hints)} {'is' if len(unknown) == 1 else 'are'} not read by "
+                     f"{where} nor by the core, so {'it' if len(unknown) == 1 else 'they'} would have no effect. "
+                     f"Keys read: core: {', '.join(CORE_BACKEND_OPTIONS)}; {listing}. A key of a backend that "
+                     f"is not installed here has no effect either: install its plugin or drop the key")
+
+
 def rank(request: Request) -> ExplainTable:
     """All candidates for ``request``, best first, declines after (constraints applied)."""
     backends = get_backends()
-    answers = backends.offers(request)
     want_backend = request.option("backend")
+    check_backend_options(backends, request.option("backend_options"), want_backend)
+    answers = backends.offers(request)
     want_method = request.option("method")
     max_bytes = request.option("max_bytes")
     known = set(backends.names) | {b.name for b in backends.broken}

@@ -176,6 +176,10 @@ def _matmul(a, b, *, out=None):
             return _dot(a, b)
         if a._A.batch_shape:
             return _bmm(a, b)
+        if isinstance(b, torch.Tensor) and not isinstance(b, SparseWeight) and b.dim() >= 3 and \
+                len(a._A.format_shape) == 2 and b.shape[-2] == a.shape[1]:
+            # torch.matmul broadcasts a 2-D matrix over a batched right operand (..., n, k), as st.matmul does
+            return amp_matmul(a._A, b)
         return _left(a, b, "matmul")
     if isinstance(b, SparseWeight) and b._A.batch_shape:
         return _bmm(a, b)

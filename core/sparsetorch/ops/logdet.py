@@ -33,6 +33,8 @@ from typing import Sequence
 import torch
 
 
+from ..autograd.lstsq import apply_entries
+from ..dispatch.accuracy import backward_error_bound
 from ..errors import BackendError, InputError, SparseTorchError
 from ..tensor import SparseTensor
 from ..tensor.sparse_tensor import is_plain
@@ -171,7 +173,9 @@ def _run(values: torch.Tensor, handle) -> tuple[torch.Tensor, torch.Tensor]:
                 state.load(values)
                 phase = "slogdet"
                 sign, logabs = state.plan.slogdet()
-            why = _bad_result(sign, logabs, batch)
+                why = _bad_result(sign, logabs, batch)
+                if why is None and not handle["pinned"] and not final and offer.method not in _PIVOTING:
+                    why = _unstable(state.plan, values, A, sign)
             if why is not None:
                 raise BackendError(f"{label} {why}", label, "result")
         except _PASS_THROUGH:
@@ -192,6 +196,44 @@ def _run(values: torch.Tensor, handle) -> tuple[torch.Tensor, torch.Tensor]:
         handle["state"], handle["offer"] = state, offer
         return sign, logabs
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+#: factorizations whose pivots are chosen for stability (partial pivoting), or that cannot meet a
+#: small pivot without failing outright (Cholesky refuses a non-positive one): their determinant
+#: is accepted as computed
+_PIVOTING = frozenset({"lu", "cholesky", "dense", "qr"})
+
+
+def _unstable(plan, values: torch.Tensor, A: SparseTensor, sign: torch.Tensor) -> str | None:
+    """Why the determinant of a factorization without pivoting (LDL^T of a symmetric matrix that is not
+    positive definite) is not to be trusted, or None. Its pivots are the determinant's factors: a tiny
+    one (a zero one reads as "singular") makes them meaningless, as a 2-D Helmholtz-like
+    ``lap2d - 2 I`` showed (cond ~300: sign and log|det| wrong, or (0, -inf); session 20's sweep). The
+    test is the one that catches growth: a solve with the same factors, judged by its normwise
+    backward error ``||b - A x|| / (||A||_F ||x|| + ||b||)`` against a backward-stable solve's bound.
+    Then an LU (partial pivoting) of the ranking answers instead."""
+    if bool((sign == 0).any()):
+        return "met a zero pivot without pivoting (not a proof of singularity): an LU decides"
+    n = A.format_shape[0]
+    batch = tuple(A.batch_shape)
+    g = torch.Generator(device="cpu").manual_seed(20)
+    x0 = torch.randn(*batch, n, 1, generator=g, dtype=torch.float64).to(dtype=A.dtype, device=A.device)
+    b = apply_entries(A, values, x0)
+    try:
+        X, _ = plan.solve(b)
+    except Exception as exc:  # noqa: BLE001 - a failing solve is an answer here
+        return f"could not solve with its factors ({type(exc).__name__}): an LU decides"
+    if not bool(torch.isfinite(X).all()):
+        return "solved to NaN / Inf with its factors: an LU decides"
+    r = torch.linalg.vector_norm(b - apply_entries(A, values, X), dim=-2)
+    den = torch.linalg.vector_norm(values, dim=-1).unsqueeze(-1) * torch.linalg.vector_norm(X, dim=-2) + \
+        torch.linalg.vector_norm(b, dim=-2)
+    eta = float((r / torch.where(den > 0, den, torch.ones_like(den))).max())
+    bound = backward_error_bound(A.dtype, n)
+    if eta > bound:
+        return (f"factors without pivoting that are not backward stable (a solve with them: backward error "
+                f"{eta:.2g} > {bound:.1g}; small pivots make the determinant's factors meaningless): an LU decides")
+    return None
 
 
 def _bad_result(sign, logabs, batch) -> str | None:

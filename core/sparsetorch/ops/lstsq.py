@@ -19,7 +19,7 @@ from ..autograd.lstsq import LstsqHandle, lstsq_function
 from ..errors import InputError
 from ..tensor import SparseTensor
 from ..dispatch.options import LstsqOptions, defaults
-from ..dispatch.plan import make_request, obtain_plan
+from ..dispatch.plan import make_request, obtain_plan, plan_for
 from ._inputs import as_rhs, check_finite as check_finite_values, check_matrix, describe_dense, describe_sparse, restore_rhs
 from .accuracy import default_rtol
 from .info import SolveInfo
@@ -78,7 +78,10 @@ def lstsq(
     Overdetermined full-rank systems give the least-squares solution, underdetermined or
     rank-deficient ones the minimum-norm one (``damp == 0``). Methods (plugins): ``"lsqr"``,
     ``"lsmr"``; ``atol``/``btol``/``conlim``/``maxiter`` are their stopping rules (see
-    :data:`LSTSQ_DEFAULTS`). Not converging raises :class:`~sparsetorch.NotConvergedError`
+    :data:`LSTSQ_DEFAULTS`). With none of ``atol``/``btol``/``damp`` given, an iterative answer is
+    refined on the same plan to a backward-stable method's backward error (docs/dispatch.md), and a
+    Krylov method dispatch chose that does not converge hands over to a direct one (QR) where the
+    ranking has one. Not converging raises :class:`~sparsetorch.NotConvergedError`
     (``on_nonconvergence="warn"``/``"ignore"``).
 
     Differentiable in A's values (on the pattern) and in ``B`` by the adjoint method
@@ -96,14 +99,25 @@ def lstsq(
     options = _options(A.dtype, backend=backend, method=method, damp=damp, atol=atol, btol=btol, conlim=conlim, maxiter=maxiter,
                        max_bytes=max_bytes, backend_options=backend_options)
     request = lstsq_request(A, Bn, options)
-    state, offer, _ = obtain_plan("lstsq", A, request, cache=cache)
+    state, offer, table = obtain_plan("lstsq", A, request, cache=cache)
     call = {k: options[k] for k in CALL}
-    handle = LstsqHandle(state, A.detach(), call, on_nonconvergence)
+    pinned = method is not None  # as solve's: a backend alone still lets dispatch choose among its offers
+    handle = LstsqHandle(state, A.detach(), call, on_nonconvergence, fallbacks=[] if pinned else _fallbacks(table, offer),
+                         rebuild=lambda o: plan_for("lstsq", A, request, o, cache=cache), offer=offer,
+                         sharpen=atol is None and btol is None and not damp)
     X = lstsq_function(A.values, Bn, handle)
     out = restore_rhs(X, vector)
     if not return_info:
         return out
-    return out, _info(A, Bn, X, state, offer, handle)
+    return out, _info(A, Bn, X, handle.state, handle.offer, handle)
+
+
+def _fallbacks(table, chosen) -> list:
+    """The offers a least-squares call hands over to when the method dispatch chose does not
+    converge: the direct ones of the ranking (a QR), cheapest first, after an iterative choice."""
+    if chosen is None or chosen.direct:
+        return []
+    return [r.offer for r in table.rows if r.offer is not None and r.seconds is not None and r.offer.direct]
 
 
 class Lstsq:
@@ -129,6 +143,8 @@ class Lstsq:
         if unknown:
             raise InputError(f"Lstsq got unknown options {sorted(unknown)}; known: {sorted(LSTSQ_DEFAULTS)}")
         self._options = _options(self.A.dtype, **options)
+        # no tolerance and no damp given: answers are refined to a direct method's backward error
+        self._sharpen = options.get("atol") is None and options.get("btol") is None and not options.get("damp")
         self._policy, self._cache = on_nonconvergence, cache
         self._state = None
         self._offer = None
@@ -139,6 +155,9 @@ class Lstsq:
         request = lstsq_request(self.A, None, self._options)
         self._state, self._offer, table = obtain_plan("lstsq", self.A, request, cache=self._cache)
         self._state.build()
+        pinned = self._options.get("method") is not None
+        self._fallbacks = [] if pinned else _fallbacks(table, self._offer)
+        self._request = request
         return table
 
     def update_values(self, values: torch.Tensor) -> "Lstsq":
@@ -154,8 +173,14 @@ class Lstsq:
             self.plan()
         Bn, vector = as_rhs(self.A, B, "Lstsq.solve", rows=self.A.format_shape[0])
         call = {k: self._options[k] for k in CALL}
-        handle = LstsqHandle(self._state, self.A.detach(), call, self._policy, self.results)
+        handle = LstsqHandle(self._state, self.A.detach(), call, self._policy, self.results, fallbacks=list(self._fallbacks),
+                             rebuild=lambda o: plan_for("lstsq", self.A, self._request, o, cache=self._cache),
+                             offer=self._offer, sharpen=self._sharpen)
         X = lstsq_function(self.A.values, Bn, handle)
+        if handle.state is not self._state:
+            # a fallback answered: this object keeps that plan for the next solves
+            self._state, self._offer = handle.state, handle.offer
+            self._fallbacks = list(handle.fallbacks)
         out = restore_rhs(X, vector)
         if not return_info:
             return out
@@ -175,14 +200,20 @@ def _info(A: SparseTensor, Bn: torch.Tensor, Xn: torch.Tensor, state, offer, han
     from ..autograd.lstsq import apply_entries
 
     res = handle.results[-1]
+    mine = handle.results[handle.start:]
+    iterations = sum(r.iterations for r in mine) if mine else res.iterations
     with torch.no_grad():
         r = Bn - apply_entries(A, A.values.detach(), Xn.detach())
         bn = torch.linalg.vector_norm(Bn, dim=-2)
         rel = torch.linalg.vector_norm(r, dim=-2) / torch.where(bn > 0, bn, torch.ones_like(bn))
         true_res = float(rel.max()) if rel.numel() else 0.0
     return SolveInfo(
-        backend=offer.backend, method=offer.method, iterations=res.iterations, residual=true_res,
-        converged=res.converged, status=res.status, reason=res.reason, residual_history=tuple(res.history),
+        backend=offer.backend, method=offer.method, iterations=iterations, residual=true_res,
+        converged=res.converged, status=res.status,
+        reason=res.reason if len(mine) <= 1 else f"{mine[0].reason}; then {len(mine) - 1} more least-squares solves "
+                                                 f"(refinement or the method handed over to) of {sum(r.iterations for r in mine[1:])} "
+                                                 f"iterations",
+        residual_history=tuple(mine[0].history if mine else res.history),
         preconditioner=None, plan_reused=state.reused,
         extra={"estimated_seconds": offer.seconds, "estimated_bytes": offer.bytes},
     )

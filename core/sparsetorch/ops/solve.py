@@ -16,7 +16,8 @@ from ..dispatch.records import make_request
 from ..dispatch import experience
 from ..dispatch.options import SolveOptions, defaults
 from ..dispatch.records import ExplainTable
-from ..errors import BackendError, IndefiniteMatrixError, InputError, SingularMatrixError
+from ..dispatch.select import check_backend_options, get_backends
+from ..errors import BackendError, IndefiniteMatrixError, InputError, SingularMatrixError, SparseTorchError
 from ..tensor import SparseTensor, SparseTensorList
 from .accuracy import default_rtol
 from ..tensor.sparse_tensor import is_plain
@@ -121,8 +122,9 @@ def solve(
     "tfqmr", "lsqr", "lsmr", "amg"). ``preconditioner``: "jacobi", "block_jacobi", "amg"
     (plugins), None, or a callable applying ``M^-1``. Iterative methods stop when
     ``||b - A x|| <= max(rtol * ||b||, atol)`` per right-hand side; ``rtol=None`` is the accuracy
-    contract's tolerance for A's dtype (1e-10 in float64, 1e-5 in float32: the accuracy of a
-    backward-stable direct method). Every answer is checked by the core (true residual,
+    contract: the answer of a backward-stable direct method in A's dtype (a relative residual of
+    1e-10 in float64, 1e-5 in float32, and an answer short of a direct method's backward error
+    refined on the same plan; docs/dispatch.md). Every answer is checked by the core (true residual,
     refinement, finiteness); a method dispatch chose that fails hands over to the next one
     (``info.attempts`` lists them; docs/dispatch.md, "Checked answers and fallback").
 
@@ -171,7 +173,15 @@ def solve(
                   on_nonconvergence=on_nonconvergence, callback=callback, progress=progress, restart=restart,
                   block_size=block_size, dense_max=dense_max, max_bytes=max_bytes, check_every=check_every,
                   backend_options=backend_options, cache=cache, repeat=repeat)
-        outs = [solve(a, b, **kw) for a, b in zip(A, Bs)]
+        outs = []
+        for i, (a, b) in enumerate(zip(A, Bs)):
+            try:
+                outs.append(solve(a, b, **kw))
+            except SparseTorchError as exc:
+                # which member: the error keeps its type and fields, its message says where
+                if exc.args and isinstance(exc.args[0], str):
+                    exc.args = (f"SparseTensorList member {i} of {len(A)}: {exc.args[0]}",) + exc.args[1:]
+                raise
         if return_info:
             return [o[0] for o in outs], [o[1] for o in outs]
         return outs
@@ -285,6 +295,8 @@ class Solver:
         self._policy = on_nonconvergence
         self._properties = properties
         self._options = options_from_kwargs("Solver", options)
+        # a backend_options key no backend in reach reads is named now, not at the first solve
+        check_backend_options(get_backends(), self._options.backend_options, self._options.backend)
         if self._options.repeat is None:
             # a Solver is made to be reused: one-time setup is priced over SOLVER_REPEAT solves
             self._options = self._options.replace(repeat=SOLVER_REPEAT)

@@ -220,7 +220,8 @@ class CudaCGPlan:
     _nwork = 3
     _title = "CG"
 
-    def __init__(self, A: SparseTensor, *, preconditioner: str | None = None, check_every: int | None = None) -> None:
+    def __init__(self, A: SparseTensor, *, preconditioner: str | None = None, check_every: int | None = None,
+                 cuda_graph: bool = True) -> None:
         fs = A.format_shape
         if len(fs) != 2 or A.format.num_batch_levels or A.batch_shape:
             raise InputError(f"cuda/cg: one matrix per plan (no batch); got format {A.format} with batch {tuple(A.batch_shape)}")
@@ -233,6 +234,8 @@ class CudaCGPlan:
         if preconditioner not in (None, "jacobi"):
             raise InputError(f"cuda/cg: preconditioner must be None or 'jacobi', got {preconditioner!r}")
         self.preconditioner = preconditioner
+        #: blocks of iterations replayed as CUDA graphs (backend_options cuda_graph=False: launched one by one)
+        self.cuda_graph = bool(cuda_graph)
         self.check_every = check_every
         self.n = n = int(fs[0])
         self.dtype = A.dtype
@@ -359,7 +362,8 @@ class CudaCGPlan:
         x_last = None
         for c in range(cols.shape[1]):
             x, res = self._solve_one(cols[:, c].contiguous(), rtol, atol, maxiter, every, callback,
-                                     graph=(o.get("backend_options") or {}).get("cuda_graph", True) is not False)
+                                     graph=self.cuda_graph and (o.get("backend_options") or {}).get("cuda_graph", True)
+                                     is not False)
             results.append(res)
             if X is not None:
                 X[:, c] = x
@@ -551,8 +555,9 @@ class CudaBiCGStabPlan(CudaCGPlan):
     _nwork = 4
     _title = "BiCGStab"
 
-    def __init__(self, A: SparseTensor, *, preconditioner: str | None = None, check_every: int | None = None) -> None:
-        super().__init__(A, preconditioner=preconditioner, check_every=check_every)
+    def __init__(self, A: SparseTensor, *, preconditioner: str | None = None, check_every: int | None = None,
+                 cuda_graph: bool = True) -> None:
+        super().__init__(A, preconditioner=preconditioner, check_every=check_every, cuda_graph=cuda_graph)
         self._raw: torch.Tensor | None = None  # the values as A stores them (for the adjoint plan)
         self._adj: CudaBiCGStabPlan | None = None
         self._adj_gather: torch.Tensor | None = None
@@ -626,7 +631,8 @@ class CudaBiCGStabPlan(CudaCGPlan):
             assert self._raw is not None
             AT = SparseTensor(CSR, (n, n), [None, rowptr.to(idx)], [None, rows[order].to(idx).contiguous()],
                               self._raw.index_select(0, gather), check=False)
-            adj = CudaBiCGStabPlan(AT, preconditioner=self.preconditioner, check_every=self.check_every)
+            adj = CudaBiCGStabPlan(AT, preconditioner=self.preconditioner, check_every=self.check_every,
+                                   cuda_graph=self.cuda_graph)
             adj.set_values(AT.values)
             self._adj, self._adj_gather = adj, gather
         return self._adj

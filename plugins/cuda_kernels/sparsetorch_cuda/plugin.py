@@ -62,6 +62,7 @@ def sparsetorch_backend_info() -> BackendInfo:
         formats=(),  # CSR, DIA, ELL, DELTA(b), NM(n, m), BSR as they are; the rest through a CSR made once per pattern
         missing=missing,
         priority=0,
+        options=("cuda_graph",),  # the fused CG's CUDA graphs (False: none)
     )
 
 
@@ -157,7 +158,9 @@ def _krylov_offer(request: Request, method: str, jacobi: bool) -> Offer:
     plan_type = krylov.CudaCGPlan if method == "cg" else krylov.CudaBiCGStabPlan
 
     def build(A: sparsetorch.SparseTensor, req: Request, jacobi: bool = jacobi):
-        return plan_type(A, preconditioner="jacobi" if jacobi else None, check_every=int(every) if every else None)
+        graph = (req.option("backend_options") or {}).get("cuda_graph", True) is not False
+        return plan_type(A, preconditioner="jacobi" if jacobi else None, check_every=int(every) if every else None,
+                         cuda_graph=graph)
 
     return Offer(NAME, method, seconds, peak, build, note, "jacobi" if jacobi else None, setup=setup,
                  iterations=max(1, int(its)))

@@ -211,6 +211,24 @@ def test_graph_replay_equals_eager_launches_bitwise():
 
 
 @gpu
+def test_cuda_graph_false_reaches_the_plan_through_dispatch():
+    # backend_options reach a plan at its build (the per-call options carry none): the plan keeps
+    # cuda_graph=False, and its answer is the graphed one
+    D = _poisson(20)
+    b = torch.randn(D.shape[0], dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    A = _sparse(D, CSR, index_dtype=torch.int32)
+    s = st.Solver(A, backend="cuda", method="cg", rtol=1e-10, backend_options={"cuda_graph": False})
+    x = s.solve(b.cuda())
+    assert s._state.plan.cuda_graph is False
+    g = st.Solver(A, backend="cuda", method="cg", rtol=1e-10)
+    xg = g.solve(b.cuda())
+    assert g._state.plan.cuda_graph is True
+    torch.testing.assert_close(x, xg, rtol=1e-12, atol=1e-12)
+    ref = torch.linalg.solve(D, b)
+    assert float((x.cpu() - ref).abs().max() / ref.abs().max()) < 1e-8
+
+
+@gpu
 def test_stops_indefinite_maxiter_zero_rhs():
     D = _poisson(10)
     D[5, 5] = -50.0  # indefinite

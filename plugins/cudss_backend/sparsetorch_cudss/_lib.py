@@ -119,6 +119,10 @@ class SolveMode:  # cuDSS >= 1.0
     NORMAL, TRANSPOSE, CONJUGATE_TRANSPOSE = 0, 1, 2
 
 
+#: the backend_options keys the plan reads (plan.py), declared in the plugin's BackendInfo
+BACKEND_OPTIONS = ("host_threads", "refactorization", "reordering", "pivot_type", "pivot_threshold", "pivot_epsilon", "ir_steps", "hybrid_memory",
+                   "hybrid_device_memory_limit", "deterministic", "residual_check", "nd_nlevels")
+
 REORDERING = {"default": 0, "btf_colamd": 1, "colamd": 2, "amd": 3, "nested_dissection": 4, "none": 5}
 PIVOT_TYPE = {"auto": 0, "none": 1, "global_col": 2, "global_row": 3, "diagonal": 4, "local_block": 5,
               "bunch_kaufman": 6}

@@ -47,9 +47,8 @@ __all__ = ["CudssPlan", "BACKEND_OPTIONS", "check_factor", "matrix_type"]
 
 _VALUE_TYPES = {torch.float32: DType.R_32F, torch.float64: DType.R_64F,
                 torch.complex64: DType.C_32F, torch.complex128: DType.C_64F}
-#: the backend_options keys this plan reads
-BACKEND_OPTIONS = ("host_threads", "refactorization", "reordering", "pivot_type", "pivot_threshold", "pivot_epsilon", "ir_steps", "hybrid_memory",
-                   "hybrid_device_memory_limit", "deterministic", "residual_check", "nd_nlevels")
+#: the backend_options keys this plan reads (declared in the plugin's BackendInfo)
+BACKEND_OPTIONS = _lib.BACKEND_OPTIONS
 #: relative residual above which a solve on a factorization with perturbed pivots is refused
 _RESIDUAL_LIMIT = {torch.float64: 1e-6, torch.complex128: 1e-6, torch.float32: 1e-2, torch.complex64: 1e-2}
 

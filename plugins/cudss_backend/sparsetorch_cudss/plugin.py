@@ -92,6 +92,7 @@ def sparsetorch_backend_info() -> BackendInfo:
         formats=(),
         missing={"cudss": why} if why else {},
         priority=0,
+        options=_lib.BACKEND_OPTIONS,
     )
 
 

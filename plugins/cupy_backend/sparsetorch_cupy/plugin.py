@@ -93,6 +93,7 @@ def sparsetorch_backend_info() -> BackendInfo:
         formats=(),  # takes CSR and CSC as they are; converts the rest once per pattern (costed)
         missing=missing,
         priority=0,
+        options=(),  # reads no backend_options
     )
 
 

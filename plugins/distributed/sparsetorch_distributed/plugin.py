@@ -37,6 +37,7 @@ def sparsetorch_backend_info() -> BackendInfo:
         dtypes=(torch.float32, torch.float64),
         ops={},
         missing=missing,
+        options=(),  # reads no backend_options (local solves take theirs through local_options)
     )
 
 

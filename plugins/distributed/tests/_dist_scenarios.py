@@ -105,6 +105,24 @@ def s_default_f32(comm):
     return dict(ids=ids, r=rg, c=cg_, v=A.values.detach(), x=x, info=info)
 
 
+def s_default_sharp(comm):
+    """The default contract's backward error (session 20): a block of right-hand sides (a zero column
+    among them) on the SPD matrix, one right-hand side on a nonsymmetric one, and an explicit rtol."""
+    N = M * M
+    ids = _rows(comm, N)
+    r, c, _ = poisson2d_rows(M, ids)
+    v, vn = poisson_values(r, c), poisson_values(r, c, skew=0.4)
+    A = sd.DSparseTensor.from_local_rows(r, c, v, (N, N), comm=comm)
+    X, info = sd.solve(A, block_rhs(ids, N), return_info=True)
+    An = sd.DSparseTensor.from_local_rows(r, c, vn, (N, N), comm=comm)
+    b = torch.sin(1.0 + ids.to(torch.float64))
+    xn, info_n = sd.solve(An, b, return_info=True)
+    xl, info_l = sd.solve(A, b, rtol=1e-6, preconditioner=None, method="cg", return_info=True)
+    # the values in (r, c) order (the tensors store theirs sorted)
+    return dict(ids=ids, r=r, c=c, v=v, vn=vn, X=X, info=info, xn=xn, info_n=info_n,
+                xl=xl, info_l=info_l)
+
+
 def s_bicgstab(comm):
     return _solve_case(comm, method="bicgstab", pre="block_jacobi", skew=0.4)
 

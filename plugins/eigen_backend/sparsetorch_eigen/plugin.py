@@ -65,6 +65,11 @@ def _built() -> bool:
     return importlib.util.find_spec("sparsetorch_eigen._eigen") is not None
 
 
+#: the ``backend_options`` keys this backend reads (README); the core's ``dimension`` too
+BACKEND_OPTIONS = ("ordering", "pivot_threshold", "symmetric_mode", "qr_threshold", "check_pivots", "ilu_drop_tol",
+                   "ilu_fill_factor", "ichol_shift")
+
+
 @sparsetorch.hookimpl
 def sparsetorch_backend_info() -> BackendInfo:
     """Static description (cheap: the extension is not imported)."""
@@ -80,6 +85,7 @@ def sparsetorch_backend_info() -> BackendInfo:
         formats=(),  # reads CSR and CSC in place; other formats are converted once per pattern (costed)
         missing=missing,
         priority=0,
+        options=BACKEND_OPTIONS,
     )
 
 

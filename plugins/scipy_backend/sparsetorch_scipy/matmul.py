@@ -56,6 +56,11 @@ class SpmmPlan:
         m, n = self.shape
         rows, cols = (n, m) if adjoint else (m, n)
         k = X.shape[-1]
+        if X.numel() == 0 or rows == 0:
+            # an empty operand (no columns in X, A with no rows or columns): the product is zeros,
+            # and NumPy cannot infer a batch of size-0 members (reshape(-1, 0, k))
+            dtype = torch.from_numpy(np.empty(0, dtype=np.result_type(self._data, numpy_view(X)))).dtype
+            return torch.zeros(*X.shape[:-2], rows, k, dtype=dtype)
         Xn = numpy_view(X).reshape(-1, cols, k)
         if len(mats) not in (1, Xn.shape[0]):
             raise InputError(f"{self.backend}/spmm: X has {Xn.shape[0]} batch members for {len(mats)} matrices")

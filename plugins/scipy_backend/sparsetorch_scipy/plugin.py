@@ -79,6 +79,13 @@ def _missing(module: str) -> str | None:
     return None if _installed(module) else _INSTALL[module]
 
 
+#: the ``backend_options`` keys this backend reads (README, "backend_options"); the core's own
+#: ``allow_transfer`` and ``dimension`` are read here too
+BACKEND_OPTIONS = ("link_bandwidth", "permc_spec", "diag_pivot_thresh", "symmetric_mode", "panel_size", "relax",
+                   "check_pivots", "reuse_ordering", "ilu_drop_tol", "ilu_fill_factor", "amg", "amg_cycle", "amg_reuse",
+                   "curvature_check", "lobpcg_preconditioner")
+
+
 @sparsetorch.hookimpl
 def sparsetorch_backend_info() -> BackendInfo:
     """Static description (cheap: no SciPy import)."""
@@ -95,6 +102,7 @@ def sparsetorch_backend_info() -> BackendInfo:
         formats=(),  # consumes CSR and CSC without a copy; other formats are converted once (costed)
         missing=missing,
         priority=0,
+        options=BACKEND_OPTIONS,
     )
 
 

@@ -31,6 +31,10 @@ _FULL = (torch.float32, torch.float64, torch.complex64, torch.complex128)
 _HALF = (torch.float16, torch.bfloat16)
 
 
+#: the ``backend_options`` keys this backend reads (``cuda_graph``: False replays no CUDA graphs in CG)
+BACKEND_OPTIONS = ("cuda_graph",)
+
+
 @hookimpl
 def sparsetorch_backend_info() -> BackendInfo:
     return BackendInfo(
@@ -44,6 +48,7 @@ def sparsetorch_backend_info() -> BackendInfo:
         formats=(CSR,),
         priority=0,
         distribution="sparsetorch",
+        options=BACKEND_OPTIONS,
     )
 
 

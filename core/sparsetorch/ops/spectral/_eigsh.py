@@ -84,6 +84,20 @@ def eigsh(
         if check_finite and is_plain(M.values):
             check_finite_values(M, None, "eigsh (M)")
         check_mass_matrix(M, "eigsh")
+    if which == "SM" and sigma is None and M is None:
+        # for a positive semidefinite A the smallest magnitudes are the smallest algebraic eigenvalues; SM
+        # goes through shift-invert at 0, which a singular PSD matrix (a graph Laplacian) cannot factor:
+        # it raised "pass sigma", and sigma=0 raised singular (session 20's sweep)
+        tags = normalize_tags(properties)
+        if "spd" in (tags if tags is not None else detect(A)):
+            which = "SA"
+    if M is None and (sigma is None or which == "LM"):
+        empty = _empty_lines(A)
+        if empty is not None:
+            return _deflated(A, empty, k, which, sigma, dict(
+                tol=tol, maxiter=maxiter, backend=backend, method=method, properties=properties, degenerate=degenerate,
+                degenerate_tol=degenerate_tol, on_nonconvergence=on_nonconvergence, check_finite=False,
+                dense_max=dense_max, return_info=return_info, cache=cache), v0)
     request = eigsh_request(A, M, k, which, sigma, tol, maxiter, backend, method, properties, dense_max)
     state, offer, table = obtain_plan("eigsh", A, request, cache=cache)
     call = {"k": k, "which": which, "sigma": sigma, "tol": float(tol), "maxiter": maxiter,
@@ -111,3 +125,72 @@ def eigsh_request(A, M, k, which, sigma, tol, maxiter, backend, method, properti
                               dense_max=dense_max, generalized=M is not None)
     operands = (describe_sparse(A),) + ((describe_sparse(M),) if M is not None else ())
     return make_request("eigsh", operands, props, options)
+
+
+def _empty_lines(A: SparseTensor) -> torch.Tensor | None:
+    """The unknowns whose row and column store nothing (isolated nodes of a graph), as a bool mask,
+    or None when there are none (or when every line is empty: the zero matrix, answered as it is).
+    Pattern-only: kept in the pattern's derived cache (one scan per pattern, not per call)."""
+    cache = A._cache
+    key = ("eigsh", "empty_lines")
+    if key in cache:
+        return cache[key]
+    n = A.format_shape[0]
+    coords, _slot = A.entries()
+    used = torch.zeros(n, dtype=torch.bool, device=coords.device)
+    if coords.shape[-1]:
+        used[coords[0]] = True
+        used[coords[1]] = True
+    empty = None if bool(used.all()) or not bool(used.any()) else ~used
+    cache[key] = empty
+    return empty
+
+
+def _deflated(A: SparseTensor, empty: torch.Tensor, k: int, which: str, sigma: float | None, kw: dict,
+              v0: torch.Tensor | None):
+    """``eigsh`` of a symmetric A with structurally empty lines: each empty line ``i`` is an exact
+    eigenpair ``(0, e_i)``, decoupled from the rest. Single-vector Krylov methods find a repeated
+    eigenvalue once: on a graph Laplacian with isolated nodes ARPACK's ``which="SA"`` returned one 0
+    where there were four (session 20's sweep). So the eigenpairs come from the matrix without those
+    lines (the k wanted ones of it) and the ``(0, e_i)``, merged by ``which``: the k wanted of the union
+    are among them whatever the order. Differentiable in A's values (the reduced matrix is made from
+    them; the structural zeros have no gradient: ``e_i^T dA e_i`` is 0 on the pattern)."""
+    n = A.format_shape[0]
+    keep = ~empty
+    z = int(empty.sum())
+    n_r = n - z
+    new = torch.cumsum(keep.to(torch.int64), 0) - 1
+    coords, slot = A.entries()
+    vals = A.values.index_select(-1, slot)
+    Ar = SparseTensor.from_coo(vals, new[coords[0]], new[coords[1]], shape=(n_r, n_r))
+    k_r = min(k, n_r)
+    v0_r = None if v0 is None else v0[..., keep]
+    out = eigsh(Ar, k_r, which=which, sigma=sigma, v0=v0_r, **kw)
+    w_r, V_r = out[0], out[1]
+    batch = tuple(w_r.shape[:-1])
+    Vf = V_r.new_zeros(*batch, n, k_r).index_copy(-2, keep.nonzero().squeeze(-1), V_r)
+    E = torch.zeros(n, z, dtype=V_r.dtype, device=V_r.device)
+    E[empty.nonzero().squeeze(-1), torch.arange(z, device=V_r.device)] = 1
+    W = torch.cat([w_r, w_r.new_zeros(*batch, z)], -1)
+    V = torch.cat([Vf, E.expand(*batch, n, z)], -1)
+    with torch.no_grad():
+        if sigma is not None:
+            key = (W - sigma).abs()
+        else:
+            key = {"LA": -W, "SA": W, "LM": -W.abs(), "SM": W.abs()}[which]
+        pick = torch.argsort(key, dim=-1, stable=True)[..., :k]
+        order = torch.argsort(W.gather(-1, pick), dim=-1, stable=True)
+        pick = pick.gather(-1, order)
+    w = W.gather(-1, pick)
+    V = V.gather(-1, pick.unsqueeze(-2).expand(*batch, n, pick.shape[-1]))
+    if kw.get("return_info"):
+        info = out[2]
+        note = (f"{z} structurally empty rows and columns (eigenvalue 0, eigenvector e_i each) deflated; the other "
+                f"eigenpairs from the {n_r} x {n_r} rest")
+        try:
+            info.extra["deflated"] = note  # type: ignore[union-attr]
+        except (AttributeError, TypeError):
+            pass
+        return w, V, info
+    return w, V
+
