@@ -160,6 +160,41 @@ def _shift_invert(A: Any, sigma: complex | float, M: Any | None, counter: list[i
     return LinearOperator((n, n), matvec=mv, dtype=dtype)
 
 
+def _sm_near_zero(A: Any, M: Any | None, k: int, kw: dict, count: list[int], backend: str,
+                  deadline: float | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """``which="SM"`` of a singular A (no sigma): shift-invert at a tiny ``delta`` beside 0 instead of
+    ARPACK's regular mode, which on an indefinite matrix with a many-fold null space ran 54 s and did
+    not converge (n = 2500, 50-fold 0; session 21). ``delta = sqrt(u) ||A||_1`` (tried at -1.7 delta too,
+    should delta be an eigenvalue) and two more eigenvalues than asked; the k of least magnitude among
+    those nearest delta are the k of least magnitude of A when the k-th is within ``R - |delta|`` of 0
+    (R: the distance from delta to the farthest one found; every eigenvalue not found lies at least R
+    from delta). None when that cannot be shown or no shift factors: the caller runs regular mode."""
+    from scipy.sparse.linalg import eigsh
+
+    n = A.shape[0]
+    if n < 4:
+        return None
+    scale = float(abs(A).sum(axis=0).max())
+    if not np.isfinite(scale) or scale == 0:
+        return None
+    delta0 = float(np.sqrt(np.finfo(A.dtype).eps)) * scale
+    for delta in (delta0, -1.7 * delta0):
+        try:
+            op = _shift_invert(A, delta, M, count, backend, deadline)
+        except SingularMatrixError:
+            continue
+        ke = min(n - 1, k + 2)
+        args = dict(kw, k=ke)
+        w, V = eigsh(A, M=M, sigma=delta, which="LM", OPinv=op, **args)
+        w = np.real(w)
+        order = np.argsort(np.abs(w), kind="stable")[:k]
+        reach = float(np.abs(w - delta).max()) - abs(delta)
+        if float(np.abs(w[order]).max()) > reach:
+            return None
+        return w[order], V[:, order]
+    return None
+
+
 def _rayleigh_ritz(A: Any, M: Any | None, w: np.ndarray, V: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``V`` made exactly M-orthonormal and rotated to Ritz vectors of its span (k x k work):
     inside a cluster of (nearly) equal eigenvalues a solver's vectors need not be orthogonal.
@@ -317,6 +352,10 @@ class EigshPlan:
                     if sigma is not None:
                         raise
                     op, shift, arpack_which = None, None, which  # A singular: regular mode
+                    if which == "SM":
+                        got = _sm_near_zero(A, M, k, kw, count, self.backend, deadline)
+                        if got is not None:
+                            return got[0], got[1], count[0], True, ""
             if shift is not None:
                 w, V = eigsh(A, M=M, sigma=shift, which=arpack_which, OPinv=op, **kw)
             else:
