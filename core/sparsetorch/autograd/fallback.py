@@ -41,7 +41,7 @@ import torch
 from ..dispatch import experience
 from ..dispatch.records import Measured, Offer
 from ..errors import BackendError, IndefiniteMatrixError, SingularMatrixError
-from ..dispatch.accuracy import backward_error_bound, default_rtol, unit_roundoff
+from ..dispatch.accuracy import backward_error_bound, default_rtol, normwise_backward_error, unit_roundoff
 from ..dispatch.results import Attempt, IterationResult, Status
 from ..tensor import SparseTensor
 from ..dispatch.options import DEFAULT_RESTART, CallOptions
@@ -581,12 +581,9 @@ class Route(RangeSearch):
         column norms), and whether the answer is that of a backward-stable solve: ``eta`` within
         the dtype's bound and the growth below ``1 / (sqrt(n) u)`` (past it A is singular to working
         precision, and a small backward error means nothing)."""
-        anorm = torch.linalg.vector_norm(values, dim=-1)
-        while anorm.dim() < rn.dim():
-            anorm = anorm.unsqueeze(-1)
-        ax = anorm * torch.linalg.vector_norm(X, dim=-2)
+        etas, ax = normwise_backward_error(values, X, rn, bn)
         n = self.A.format_shape[0]
-        eta = float((rn / (ax + bn)).max())
+        eta = float(etas.max())
         growth = float((ax / torch.where(bn > 0, bn, torch.ones_like(bn))).max())
         stable = eta <= backward_error_bound(B.dtype, n) and not _singular_growth(growth, n, B.dtype)
         return eta, growth, stable

@@ -50,6 +50,21 @@ def backward_error_bound(dtype: torch.dtype, n: int) -> float:
     return float(max(16.0, float(n) ** 0.5) * 8 * unit_roundoff(dtype))
 
 
+def normwise_backward_error(values: torch.Tensor, X: torch.Tensor, rn: torch.Tensor,
+                            bn: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per right-hand side, ``(eta, ||A|| ||x||)`` with ``eta = ||r|| / (||A||_F ||x|| + ||b||)``:
+    ``values`` A's stored values (``(*batch, nnz)``; their 2-norm is ``||A||_F``), ``X`` the answer
+    ``(*batch, n, k)``, ``rn`` / ``bn`` the residual's and b's column norms ``(*batch, k)``. A zero
+    denominator (A x = b = 0) reads as 1 (eta = ||r||). The one formula of the solve's acceptance
+    test (``fallback.Route``) and of the determinant's check of unpivoted factors (``ops.logdet``)."""
+    anorm = torch.linalg.vector_norm(values, dim=-1)
+    while anorm.dim() < rn.dim():
+        anorm = anorm.unsqueeze(-1)
+    ax = anorm * torch.linalg.vector_norm(X, dim=-2)
+    den = ax + bn
+    return rn / torch.where(den > 0, den, torch.ones_like(den)), ax
+
+
 def resolve_rtol(rtol: float | None, dtype: torch.dtype) -> float:
     """``rtol`` if the caller gave one, else the contract's tolerance for ``dtype``."""
     return default_rtol(dtype) if rtol is None else float(rtol)

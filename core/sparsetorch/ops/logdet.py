@@ -34,7 +34,7 @@ import torch
 
 
 from ..autograd.lstsq import apply_entries
-from ..dispatch.accuracy import backward_error_bound
+from ..dispatch.accuracy import backward_error_bound, normwise_backward_error
 from ..errors import BackendError, InputError, SparseTorchError
 from ..tensor import SparseTensor
 from ..tensor.sparse_tensor import is_plain
@@ -226,9 +226,7 @@ def _unstable(plan, values: torch.Tensor, A: SparseTensor, sign: torch.Tensor) -
     if not bool(torch.isfinite(X).all()):
         return "solved to NaN / Inf with its factors: an LU decides"
     r = torch.linalg.vector_norm(b - apply_entries(A, values, X), dim=-2)
-    den = torch.linalg.vector_norm(values, dim=-1).unsqueeze(-1) * torch.linalg.vector_norm(X, dim=-2) + \
-        torch.linalg.vector_norm(b, dim=-2)
-    eta = float((r / torch.where(den > 0, den, torch.ones_like(den))).max())
+    eta = float(normwise_backward_error(values, X, r, torch.linalg.vector_norm(b, dim=-2))[0].max())
     bound = backward_error_bound(A.dtype, n)
     if eta > bound:
         return (f"factors without pivoting that are not backward stable (a solve with them: backward error "
