@@ -77,3 +77,92 @@ def test_threads_every_combination_works_serially(threaded_run):
                                           and "auto" not in d["combo"])]
     assert not dropped, "failed serially (left out of the threaded run): " + "; ".join(
         f"{d['combo']}: {str(d['why'])[:200]}" for d in dropped)
+
+
+def _race(work, threads: int, trials: int) -> list[str]:
+    """Run ``work(t)`` in ``threads`` threads released together, ``trials`` times, with frequent
+    thread switches; the exceptions raised, as text."""
+    import threading
+    import traceback
+    from concurrent.futures import ThreadPoolExecutor
+
+    errors: list[str] = []
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        for trial in range(trials):
+            bar = threading.Barrier(threads)
+
+            def run(t, trial=trial, bar=bar):
+                bar.wait()
+                try:
+                    work(trial, t)
+                except Exception as exc:  # noqa: BLE001 - collected for the assertion
+                    return "".join(traceback.format_exception_only(exc)).strip()
+                return None
+
+            with ThreadPoolExecutor(threads) as ex:
+                errors += [e for e in ex.map(run, range(threads)) if e]
+    finally:
+        sys.setswitchinterval(old)
+    return errors
+
+
+def test_lstsq_object_first_used_from_several_threads():
+    # Lstsq.plan set the plan before its fallbacks: a second thread's solve read a half-made object
+    # (AttributeError '_fallbacks' in 4 of 10 trials; session 21's sweep)
+    import numpy as np
+    import scipy.sparse as sp
+    import torch
+
+    import sparsetorch as st
+
+    R = sp.csr_array(sp.random(1500, 400, density=0.01, random_state=0) + sp.eye(1500, 400))
+    A = st.from_package(R)
+    objs: dict = {}
+    answers: dict = {}
+
+    def work(trial, t):
+        if t == 0:
+            objs[trial] = st.Lstsq(A)
+        while trial not in objs:
+            pass
+        b = torch.from_numpy(np.random.default_rng(100 * trial + t).standard_normal(1500))
+        answers[(trial, t)] = (b, objs[trial].solve(b))
+
+    errors = _race(work, threads=4, trials=20)
+    assert not errors, errors[:3]
+    dense = R.toarray()
+    for b, x in answers.values():
+        ref = np.linalg.lstsq(dense, b.numpy(), rcond=None)[0]
+        np.testing.assert_allclose(x.numpy(), ref, rtol=1e-8, atol=1e-10)
+
+
+def test_nonlinear_solve_on_new_patterns_from_several_threads():
+    # the remembered Jacobian patterns were an unlocked OrderedDict: "OrderedDict mutated during
+    # iteration" in 1-6 of 160 concurrent calls on fresh patterns (session 21's sweep)
+    import numpy as np
+    import scipy.sparse as sp
+    import torch
+
+    import sparsetorch as st
+
+    m = 12
+    n = m * m
+    T = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(m, m))
+    P0 = sp.csr_array(sp.kron(sp.identity(m), T) + sp.kron(T, sp.identity(m)))
+    f = torch.ones(n, dtype=torch.float64)
+    results = []
+
+    def work(trial, t):
+        p = np.random.default_rng(1000 * trial + t).permutation(n)
+        Pm = sp.csr_array(P0[p][:, p])
+        L = st.from_package(Pm)
+        u = st.nonlinear_solve(lambda u, f: L @ u + u ** 3 - f, torch.zeros(n, dtype=torch.float64), (f,), jac_pattern=L)
+        results.append((Pm, u))
+
+    errors = _race(work, threads=8, trials=12)
+    assert not errors, errors[:3]
+    for Pm, u in results:
+        r = Pm @ u.numpy() + u.numpy() ** 3 - 1.0
+        assert np.abs(r).max() < 1e-8

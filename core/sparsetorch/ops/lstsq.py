@@ -10,6 +10,8 @@ the backward pass runs on the same plan (``autograd/lstsq.py`` has the math).
 
 from __future__ import annotations
 
+import threading
+
 
 from typing import Any, Mapping
 
@@ -148,17 +150,26 @@ class Lstsq:
         self._policy, self._cache = on_nonconvergence, cache
         self._state = None
         self._offer = None
+        self._fallbacks: list = []
+        self._request = None
         self.results: list = []
+        # the plan's fields change together (first use, a fallback's answer): threads calling solve()
+        # on one object see all of them or none (the first solve of several threads crashed between
+        # them, session 21's sweep)
+        self._lock = threading.RLock()
 
     def plan(self):
         """Choose the backend and method; returns the explain table."""
-        request = lstsq_request(self.A, None, self._options)
-        self._state, self._offer, table = obtain_plan("lstsq", self.A, request, cache=self._cache)
-        self._state.build()
-        pinned = self._options.get("method") is not None
-        self._fallbacks = [] if pinned else _fallbacks(table, self._offer)
-        self._request = request
-        return table
+        with self._lock:
+            A = self.A
+            request = lstsq_request(A, None, self._options)
+            state, offer, table = obtain_plan("lstsq", A, request, cache=self._cache)
+            state.build()
+            pinned = self._options.get("method") is not None
+            self._fallbacks = [] if pinned else _fallbacks(table, offer)
+            self._request = request
+            self._state, self._offer = state, offer
+            return table
 
     def update_values(self, values: torch.Tensor) -> "Lstsq":
         """New values on the same pattern (shape ``A.values.shape``); the plan is kept."""
@@ -169,22 +180,25 @@ class Lstsq:
         return self
 
     def solve(self, B: torch.Tensor, *, return_info: bool = False):
-        if self._state is None:
-            self.plan()
-        Bn, vector = as_rhs(self.A, B, "Lstsq.solve", rows=self.A.format_shape[0])
+        with self._lock:
+            if self._state is None:
+                self.plan()
+            A, state, offer, fallbacks, request = self.A, self._state, self._offer, list(self._fallbacks), self._request
+        Bn, vector = as_rhs(A, B, "Lstsq.solve", rows=A.format_shape[0])
         call = {k: self._options[k] for k in CALL}
-        handle = LstsqHandle(self._state, self.A.detach(), call, self._policy, self.results, fallbacks=list(self._fallbacks),
-                             rebuild=lambda o: plan_for("lstsq", self.A, self._request, o, cache=self._cache),
-                             offer=self._offer, sharpen=self._sharpen)
-        X = lstsq_function(self.A.values, Bn, handle)
-        if handle.state is not self._state:
+        handle = LstsqHandle(state, A.detach(), call, self._policy, self.results, fallbacks=fallbacks,
+                             rebuild=lambda o: plan_for("lstsq", A, request, o, cache=self._cache),
+                             offer=offer, sharpen=self._sharpen)
+        X = lstsq_function(A.values, Bn, handle)
+        if handle.state is not state:
             # a fallback answered: this object keeps that plan for the next solves
-            self._state, self._offer = handle.state, handle.offer
-            self._fallbacks = list(handle.fallbacks)
+            with self._lock:
+                self._state, self._offer = handle.state, handle.offer
+                self._fallbacks = list(handle.fallbacks)
         out = restore_rhs(X, vector)
         if not return_info:
             return out
-        info = _info(self.A, Bn, X, self._state, self._offer, handle)
+        info = _info(A, Bn, X, handle.state, handle.offer, handle)
         return out, info
 
     @property

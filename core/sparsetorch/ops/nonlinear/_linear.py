@@ -5,6 +5,7 @@ operator, for the matrix-free Jacobian, is ``Problem.operator_solve``)."""
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from typing import Any
 
@@ -36,19 +37,27 @@ def same_pattern(A: SparseTensor, B: SparseTensor) -> bool:
 #: Jacobian patterns seen by earlier calls (private copies of their index buffers, zero values), so
 #: that a Jacobian rebuilt with fresh buffers on a known pattern meets its plan in the plan cache
 #: across calls (a training loop), not only across Newton steps. Bounded; most recent last.
+#: Under a lock: concurrent calls on different patterns raised "OrderedDict mutated during iteration"
+#: (session 21's sweep).
 _PATTERNS: "OrderedDict[int, SparseTensor]" = OrderedDict()
 _PATTERNS_MAX = 8
+_PATTERNS_LOCK = threading.Lock()
 
 
 def _canonical_pattern(J: SparseTensor) -> SparseTensor:
-    for key, P in _PATTERNS.items():
+    with _PATTERNS_LOCK:
+        known = list(_PATTERNS.items())
+    for key, P in known:
         if same_pattern(P, J):
-            _PATTERNS.move_to_end(key)
+            with _PATTERNS_LOCK:
+                if key in _PATTERNS:
+                    _PATTERNS.move_to_end(key)
             return P
     P = J.detach().with_values(torch.zeros_like(J.values.detach())).convert(J.format, copy=True)
-    _PATTERNS[id(P)] = P
-    while len(_PATTERNS) > _PATTERNS_MAX:
-        _PATTERNS.popitem(last=False)
+    with _PATTERNS_LOCK:
+        _PATTERNS[id(P)] = P
+        while len(_PATTERNS) > _PATTERNS_MAX:
+            _PATTERNS.popitem(last=False)
     return P
 
 
