@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import sparsetorch as st
+from sparsetorch.errors import InputError
 from sparsetorch.format import COO, CSC, CSR
 
 F64 = torch.float64
@@ -385,3 +386,43 @@ def test_lstsq_info_counts_the_refinement():
     _, info = st.lstsq(st.from_package(M), b, return_info=True)
     if info.method in ("lsqr", "lsmr"):
         assert info.iterations > first.iterations and "refinement" in info.reason
+
+
+def test_rectangular_matrix_errors_point_to_lstsq():
+    R = st.SparseTensor.from_dense(torch.tensor([[1., 2, 0, 0, 1], [0, 1, 3, 0, 0], [1, 0, 0, 4, 0]], dtype=torch.float64))
+    b = torch.ones(3, dtype=torch.float64)
+    with pytest.raises(InputError, match=r"3x5; for least squares use sparsetorch.lstsq\(A, b\)"):
+        st.solve(R, b, method="lsqr")
+    with pytest.raises(InputError, match=r"Lstsq\(A\)"):
+        st.Solver(R)
+    with pytest.raises(InputError, match=r"slogdet needs a square matrix, got 3x5$"):
+        st.slogdet(R)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex32, torch.float8_e4m3fn])
+def test_storable_but_not_computable_dtypes_are_named(dtype):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch: ComplexHalf support is experimental
+        S = st.SparseTensor.from_dense((2 * torch.eye(3)).to(dtype))
+    for call in (lambda: st.solve(S, torch.ones(3).to(dtype)), lambda: st.slogdet(S)):
+        with pytest.raises(InputError, match=f"{dtype}, which no operation supports"):
+            call()
+
+
+def test_solver_checks_non_finite_inputs_like_solve():
+    A = st.SparseTensor.from_dense(torch.tensor([[4., -1, 0], [-1, 4, -1], [0, -1, 4]], dtype=torch.float64))
+    ones = torch.ones(3, dtype=torch.float64)
+    with pytest.raises(InputError, match="right-hand side contains NaN"):
+        st.Solver(A).solve(torch.tensor([1., float("nan"), 1.], dtype=torch.float64))
+    nan_values = torch.full_like(A.values, float("nan"))
+    with pytest.raises(InputError, match="values contain NaN"):
+        st.Solver(A).update_values(nan_values).solve(ones)
+    s = st.Solver(A)
+    x = s.solve(ones)
+    torch.testing.assert_close(A.to_dense() @ x, ones)
+    with pytest.raises(InputError, match="values contain NaN"):
+        s.update_values(nan_values)  # a planned Solver checks before it factorizes
+    x = st.Solver(A, check_finite=False).solve(ones)
+    torch.testing.assert_close(A.to_dense() @ x, ones)

@@ -153,9 +153,18 @@ class Route(RangeSearch):
         if vmax == 0:
             raise SingularMatrixError(f"A has {values.shape[-1]} stored entries, all zero: the matrix is singular")
         sb, sa = _pow2_scale(bmax, dtype), _pow2_scale(vmax, dtype)
-        Bs = B * sb if sb != 1.0 else B
+        col = _column_scales(B, sb, dtype)
+        if col is not None:
+            # right-hand sides of very different magnitudes: one common scale would flush the
+            # small ones to zero (1e-200 beside 1e200 came back as zeros, session 21's sweep), so
+            # each column (of each batch member) gets its own power of two
+            Bs = B * col
+            atol_s = atol * float(col.amin())
+            sb = col  # type: ignore[assignment]
+        else:
+            Bs = B * sb if sb != 1.0 else B
+            atol_s = atol * sb
         vs = values * sa if sa != 1.0 else values
-        atol_s = atol * sb
         failures: list[tuple[str, BaseException | None]] = []
         best: tuple[torch.Tensor, IterationResult] | None = None
         if not self.pinned and values.dim() == 1 and _has_empty_line(self.A):
@@ -208,12 +217,12 @@ class Route(RangeSearch):
             self._note(state, offer, res, time.perf_counter() - t0, rtol, c0)
             if res.converged:
                 out = self._unscaled(X, sa / sb)
-                if sa == sb or bool(torch.isfinite(out).all()):
+                if (isinstance(sb, float) and sa == sb) or bool(torch.isfinite(out).all()):
                     return out, res
                 # the answer of the scaled system is fine, but the solution itself overflows the dtype
                 res = replace(res, converged=False, status=Status.NOT_FINITE,
                               reason=f"{OVERFLOW_REASON} {X.dtype}: its entries reach "
-                                     f"{float(X.abs().amax()) * sa / sb:.3g}; rescale the problem (units) or use a "
+                                     f"{float((X.abs() * (sa / sb)).amax()):.3g}; rescale the problem (units) or use a "
                                      f"wider dtype")
                 self.attempts[-1] = replace(self.attempts[-1], succeeded=False, status=res.status, reason=res.reason)
                 return out, res
@@ -346,13 +355,13 @@ class Route(RangeSearch):
                                   f"{res.residual:.2g} after {res.iterations} iterations)")
 
     @staticmethod
-    def _unscaled(X: torch.Tensor, factor: float) -> torch.Tensor:
-        if factor == 1.0:
+    def _unscaled(X: torch.Tensor, factor: "float | torch.Tensor") -> torch.Tensor:
+        if isinstance(factor, float) and factor == 1.0:
             return X
         return X * factor
 
     def _give_up(self, exc: BaseException | None, failures: list, values: torch.Tensor, B: torch.Tensor, adjoint: bool,
-                 rtol: float, atol: float, factor: float) -> tuple[torch.Tensor, IterationResult]:
+                 rtol: float, atol: float, factor: "float | torch.Tensor") -> tuple[torch.Tensor, IterationResult]:
         """No offer is left: a solution in a singular A's range if there is one, else the error
         that names every attempt."""
         final = self._final_error(exc, failures)
@@ -780,6 +789,26 @@ class Route(RangeSearch):
             if hasattr(exc, name):
                 setattr(out, name, getattr(exc, name))
         return out
+
+
+def _column_scales(B: torch.Tensor, sb: float, dtype: torch.dtype) -> torch.Tensor | None:
+    """Per column of ``B`` (``(*batch, n, k)``; per batch member too), the power of two that brings its
+    largest entry near 1, shaped ``(*batch, 1, k)``, when the common scale ``sb`` would leave some
+    nonzero column outside the range where squared norms are safe; else None (one scale serves)."""
+    if B.shape[-1] * max(1, B[..., 0, 0].numel()) <= 1 or B.shape[-2] == 0:
+        return None
+    cm = B.abs().amax(dim=-2, keepdim=True)
+    if cm.dtype.is_complex:
+        cm = cm.real
+    real = cm.dtype
+    emax = math.log2(torch.finfo(real).max) / 4
+    nz = cm[cm > 0]
+    if nz.numel() <= 1:
+        return None
+    lo, hi = float(nz.amin()) * sb, float(nz.amax()) * sb
+    if lo >= 2.0 ** -emax and hi <= 2.0 ** emax:
+        return None
+    return torch.where(cm > 0, _pow2(cm), torch.ones_like(cm)).to(B.dtype)
 
 
 def _has_empty_line(A: SparseTensor) -> bool:

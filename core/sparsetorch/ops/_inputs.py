@@ -33,6 +33,10 @@ def describe_dense(X: torch.Tensor) -> OperandInfo:
     return OperandInfo("dense", tuple(X.shape), X.dtype, X.device, None, None, (), X.requires_grad)
 
 
+#: the dtypes the operations take (complex32 and the float8 types are storable, not computable)
+_OP_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128})
+
+
 def check_matrix(A: object, op: str, *, square: bool) -> SparseTensor:
     if not isinstance(A, SparseTensor):
         raise InputError(
@@ -47,11 +51,14 @@ def check_matrix(A: object, op: str, *, square: bool) -> SparseTensor:
         )
     if not (A.dtype.is_floating_point or A.dtype.is_complex):
         raise InputError(f"A has dtype {A.dtype}; use a floating point or complex dtype")
+    if A.dtype not in _OP_DTYPES:
+        raise InputError(f"{op}: A has dtype {A.dtype}, which no operation supports; use float16, bfloat16, float32, "
+                         f"float64, complex64 or complex128 (A.to(torch.float32), say)")
     if square and fs[0] != fs[1]:
-        raise InputError(
-            f"{op} needs a square matrix, got {fs[0]}x{fs[1]}; for least squares use method='lsqr'/'lsmr' "
-            f"(SciPy backend) or solve the normal equations"
-        )
+        what = {"solve": "; for least squares use sparsetorch.lstsq(A, b)",
+                "Solver": "; for least squares use sparsetorch.Lstsq(A)",
+                "explain": "; for least squares explain('lstsq', A, b)"}.get(op, "")
+        raise InputError(f"{op} needs a square matrix, got {fs[0]}x{fs[1]}{what}")
     # Backends hand the index buffers to compiled code: re-validate them if they were written in
     # place since they were last checked (a few attribute reads when they were not).
     A.ensure_valid()

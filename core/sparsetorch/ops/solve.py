@@ -21,6 +21,7 @@ from ..errors import BackendError, IndefiniteMatrixError, InputError, SingularMa
 from ..tensor import SparseTensor, SparseTensorList
 from .accuracy import default_rtol
 from ..tensor.sparse_tensor import is_plain
+from ..tensor.validate import check_finite_rhs
 from ._inputs import as_rhs, check_finite as check_finite_values, check_matrix, describe_dense, describe_factored, restore_rhs
 from .info import SolveInfo
 from .properties import detect, normalize_tags
@@ -283,8 +284,14 @@ class Solver:
     those of :func:`solve`.
     """
 
-    def __init__(self, A: SparseTensor, *, properties=None, on_nonconvergence: str = "raise", cache: bool = False, **options: Any) -> None:
+    def __init__(self, A: SparseTensor, *, properties=None, on_nonconvergence: str = "raise", cache: bool = False,
+                 check_finite: bool = True, **options: Any) -> None:
         A = check_matrix(A, "Solver", square=True)
+        #: NaN / Inf in the values (once per values tensor and version) or in b raise an InputError, as
+        #: in solve (a NaN b went to every backend and ended as NotConvergedError, NaN values as a
+        #: zero pivot; session 21's sweep)
+        self._check_finite = bool(check_finite)
+        self._finite_values: tuple | None = None
         # The matrix is its pattern (fixed) plus its values (new ones per update_values); the
         # SparseTensor ``A`` is made from them only when asked for, not on every update.
         self._pattern = A.detach()
@@ -354,6 +361,8 @@ class Solver:
             raise InputError(f"update_values got values on {values.device}; the matrix is on {self._values.device}")
         if values.layout != torch.strided:
             raise InputError(f"update_values needs dense (strided) values, got layout {values.layout}")
+        if self._check_finite and is_plain(values) and self._state is not None:
+            self._check_values(values)  # before the factorization meets them
         self._values, self._A = values, None
         if self._state is not None:
             self.factorize()
@@ -377,6 +386,8 @@ class Solver:
             self.factorize()
         Bn, vector = as_rhs(self._pattern, B, "Solver.solve", rows=self._pattern.format_shape[0])
         values = self._values
+        if self._check_finite and is_plain(values) and is_plain(Bn):
+            self._check_inputs(values, Bn)
         X, handle = solve_call("solve", self._pattern, self._request, self._table, self._offer, self._state, values, Bn,
                                cache=self._cache, policy=self._policy, call=self._call)
         route = handle.route
@@ -388,6 +399,16 @@ class Solver:
         info = _info(self._pattern.with_values(values), Bn, X, handle) if return_info else None
         self._state.reused = True  # later solves reuse this plan
         return (out, info) if return_info else out
+
+    def _check_values(self, values: torch.Tensor) -> None:
+        key = (id(values), values._version)
+        if self._finite_values != key:
+            check_finite_values(self._pattern.with_values(values.detach()), None, "Solver")
+            self._finite_values = key
+
+    def _check_inputs(self, values: torch.Tensor, Bn: torch.Tensor) -> None:
+        self._check_values(values)
+        check_finite_rhs(Bn, "Solver.solve")
 
     def _run(self, values: torch.Tensor, Bn: torch.Tensor, adjoint: bool) -> torch.Tensor:
         """The compiled op's kernel: ``X`` with ``A(values) X = Bn`` (``A^H`` when ``adjoint``),

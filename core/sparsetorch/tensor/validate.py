@@ -472,7 +472,13 @@ def check_finite(A: "SparseTensor", B: torch.Tensor | None, op: str) -> None:
             f"{op}: A's values contain NaN or Inf (first at value slot {int(bad)}: "
             f"{A.values.detach().reshape(-1)[bad].item()}); fix the matrix or pass check_finite=False"
         )
-    if B is not None and not _all_finite(B.detach()):
+    if B is not None:
+        check_finite_rhs(B, op)
+
+
+def check_finite_rhs(B: torch.Tensor, op: str) -> None:
+    """NaN/Inf in a right-hand side raise (one device-to-host check)."""
+    if not _all_finite(B.detach()):
         bad = torch.nonzero(~torch.isfinite(B.detach().reshape(-1)))[0, 0]
         raise InputError(
             f"{op}: the right-hand side contains NaN or Inf (first at flat index {int(bad)}); "
