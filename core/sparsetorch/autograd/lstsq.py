@@ -22,7 +22,7 @@ return from a zero start). Then Lambda:
   tolerances (``atol``/``btol``) are needed when ``damp`` is small against ``||A||``.
 
 Plans never see autograd: inputs arrive detached; this backward is not differentiable again
-(``once_differentiable``).
+(``first_order_only``: differentiating it again raises).
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from ..dispatch.accuracy import backward_error_bound
+from ._first_order import first_order_only
 from ..dispatch.results import Status
 from ..errors import InputError, NotConvergedError, NotConvergedWarning
 from ..format import CSR
@@ -202,13 +202,20 @@ class _Lstsq(torch.autograd.Function):
         ctx.save_for_backward(values, B, output)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, G: torch.Tensor):
+        with torch.no_grad():
+            dV, dB = _Lstsq._grads(ctx, G)
+        values, B, _X = ctx.saved_tensors
+        # no second-order rule: differentiating these again raises (first_order_only)
+        return first_order_only(dV, "lstsq", values, B, G), first_order_only(dB, "lstsq", values, B, G), None
+
+    @staticmethod
+    def _grads(ctx, G: torch.Tensor):
         values, B, X = ctx.saved_tensors
         h: LstsqHandle = ctx.handle
         need_v, need_b = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         if not (need_v or need_b):
-            return None, None, None
+            return None, None
         m, n = h.A.format_shape
         damp = float(h.options.get("damp") or 0.0)
         if damp == 0.0 and m < n:
@@ -225,7 +232,7 @@ class _Lstsq(torch.autograd.Function):
         if need_v:
             R = B - apply_entries(h.A, values, X)
             dV = sddmm(h.A, R, Lam) - sddmm(h.A, W, X)
-        return dV, dB, None
+        return dV, dB
 
 
 def lstsq_function(values: torch.Tensor, B: torch.Tensor, handle: LstsqHandle) -> torch.Tensor:

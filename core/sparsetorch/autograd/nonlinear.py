@@ -16,7 +16,7 @@ of what the caller already holds), and the backward pass holds one Jacobian (O(n
 free, one graph of ``F``. ``u0`` gets no gradient (the root does not depend on it, as long as
 the iteration lands on the same root).
 
-The backward pass is not itself differentiable (``once_differentiable``): second derivatives
+The backward pass is not itself differentiable (``first_order_only``: differentiating it again raises): second derivatives
 through a nonlinear solve would need the derivative of the adjoint system, not implemented.
 
 The rule is written here against :class:`ImplicitProblem`, what the ops layer's problem
@@ -29,7 +29,8 @@ from __future__ import annotations
 from typing import Any, Callable, Protocol, Sequence
 
 import torch
-from torch.autograd.function import once_differentiable
+
+from ._first_order import first_order_only
 
 __all__ = ["implicit_solve", "ImplicitProblem", "adjoint_solve", "parameter_vjp"]
 
@@ -138,16 +139,17 @@ class _ImplicitSolve(torch.autograd.Function):
         ctx.save_for_backward(output, *leaves)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, du: torch.Tensor):
         u, *leaves = ctx.saved_tensors
         need = ctx.needs_input_grad[1:]
         if not any(need):
             return (None,) * (1 + len(leaves))
         h = ctx.handle
-        lam = adjoint_solve(h, u, leaves, du)  # J^T lam = dL/du at u*
+        with torch.no_grad():
+            lam = adjoint_solve(h, u.detach(), [t.detach() for t in leaves], du.detach())  # J^T lam = dL/du at u*
         grads = parameter_vjp(h, u, leaves, lam, need)  # -lam^T dF/dtheta
-        return (None, *grads)
+        # no second-order rule: differentiating these again raises (first_order_only)
+        return (None, *(first_order_only(g, "nonlinear_solve", du, *leaves) for g in grads))
 
 
 def implicit_solve(handle: ImplicitProblem, leaves: tuple[torch.Tensor, ...]) -> torch.Tensor:

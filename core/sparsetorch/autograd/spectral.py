@@ -10,8 +10,11 @@ docs/spectral.md) are, on the stored entries of A and M:
                    with y_i from the bordered system  [A - w_i M   M V] [y_i]   [gv_i]
                                                       [V^H M       0 ] [s_i] = [ 0  ]
                    (y_i is the part of (A - w_i M)^+ gv_i outside the computed eigenspace)
-                   dA += sum_i q_i[row] conj(v_i[col])
-                   dM -= sum_i (w_i q_i + 1/2 Re(gv_i^H v_i) v_i)[row] conj(v_i[col])
+                   dA += sum_i (q_i[row] conj(v_i[col]) + v_i[row] conj(q_i[col])) / 2
+                   dM -= sum_i (w_i (q_i[row] conj(v_i[col]) + v_i[row] conj(q_i[col])) / 2
+                                + 1/2 Re(gv_i^H v_i) v_i[row] conj(v_i[col]))
+                   (the Hermitian part of q_i v_i^H: A and M are read as Hermitian, so an entry's
+                   gradient equals its mirror's conjugate and a gradient step keeps them so)
 
 One bordered solve per eigenvector that receives a gradient, through dispatch (the bordered
 matrix of every i shares one pattern, so one plan serves them all). The coupling between two
@@ -38,6 +41,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from ._first_order import first_order_only
 
 from ..errors import DegenerateEigenvalueError, InputError
 from ..tensor import SparseTensor
@@ -104,16 +109,32 @@ class _Eigsh(torch.autograd.Function):
         if gw is None:
             gw = torch.zeros_like(w)
         Q = torch.zeros_like(V)
-        if gV is not None and bool((gV != 0).any()):
-            Q = _vector_adjoint(h, values, mvalues, w, V, gV)
+        has_q = gV is not None and bool((gV != 0).any())
+        if has_q:
+            with torch.no_grad():
+                Q = _vector_adjoint(h, values, mvalues, w, V, gV)
+            # the eigenvector adjoint (bordered solves) has no second-order rule: raise, not a wrong Hessian
+            Q = first_order_only(Q, "eigsh (eigenvector gradient)", values, mvalues, gV, V)
         wc = w.to(V.dtype).unsqueeze(-2)
         gwc = gw.to(V.dtype).unsqueeze(-2)
-        dA = sddmm(h.A, Q + V * gwc, V) if need_a else None
+        # The Hermitian part of Q V^H: eigsh reads A (and M) as Hermitian, w(A) = w((A + A^H) / 2), so
+        # the gradient of one stored entry equals its mirror's conjugate and a gradient step keeps A
+        # Hermitian (Q V^H alone differed between (i, j) and (j, i): a step made A non-symmetric, and
+        # the Hessian of eigenvalues was wrong entry by entry; session 21's sweep). V diag(gw) V^H is
+        # Hermitian already.
+        dA = None
+        if need_a:
+            dA = sddmm(h.A, V * gwc, V)
+            if has_q:
+                dA = dA + 0.5 * (sddmm(h.A, Q, V) + sddmm(h.A, V, Q))
         dM = None
         if need_m:
             norm_term = torch.zeros_like(w) if gV is None else (gV.conj() * V).sum(-2).real
-            P = Q * wc + V * (gwc * wc) + 0.5 * V * norm_term.to(V.dtype).unsqueeze(-2)
+            P = V * (gwc * wc) + 0.5 * V * norm_term.to(V.dtype).unsqueeze(-2)
             dM = -sddmm(h.M, P, V)
+            if has_q:
+                Qw = Q * wc
+                dM = dM - 0.5 * (sddmm(h.M, Qw, V) + sddmm(h.M, V, Qw))
         return dA, dM, None
 
 
@@ -218,7 +239,8 @@ class _Eigs(torch.autograd.Function):
                              "derivative does not exist")
         P = U * (gw / denom.conj()).unsqueeze(-2)
         d = sddmm(h.A, P, V)
-        return (d if h.A.dtype.is_complex else d.real), None
+        # U comes from the forward pass without a graph: no second-order rule
+        return first_order_only(d if h.A.dtype.is_complex else d.real, "eigs", V, gw), None
 
 
 def eigs_function(values: torch.Tensor, handle: EigsHandle):

@@ -34,6 +34,7 @@ import torch
 
 
 from ..autograd.lstsq import apply_entries
+from ..autograd._first_order import first_order_only
 from ..dispatch.accuracy import backward_error_bound, normwise_backward_error
 from ..errors import BackendError, InputError, SparseTorchError
 from ..tensor import SparseTensor
@@ -81,8 +82,11 @@ class _Slogdet(torch.autograd.Function):
             g = coef.to(values.dtype)
             if gsign is not None:
                 g = g - 1j * (gsign.conj() * sign).imag
-            return Z.conj() * g.unsqueeze(-1), None
-        return Z * coef.unsqueeze(-1), None
+            out = Z.conj() * g.unsqueeze(-1)
+        else:
+            out = Z * coef.unsqueeze(-1)
+        # Z (entries of A^-1) is computed without a graph: a second derivative must raise, not read 0
+        return first_order_only(out, "slogdet / logdet / det", values, glogabs, gsign), None
 
 
 def _inverse_transpose_entries(h) -> torch.Tensor:
