@@ -467,3 +467,43 @@ def test_eigsh_smallest_magnitude_of_a_singular_indefinite_matrix(copies):
     Vn = V.numpy()
     np.testing.assert_allclose(A @ Vn, Vn * w.numpy(), atol=1e-9)
     np.testing.assert_allclose(Vn.T @ Vn, np.eye(k), atol=1e-9)
+
+
+@pytest.mark.parametrize("k,kw", [(1, {}), (1, {"method": "arpack"}), (3, {"method": "lanczos", "backend": "torch"}), (3, {})])
+def test_eigenvector_gradient_at_an_eigenvalue_repeated_outside_the_computed_ones(k, kw):
+    # both copies computed: DegenerateEigenvalueError (documented); one copy outside the k computed:
+    # the bordered system is singular (it raised SingularMatrixError about torch/lu) or, after Lanczos's
+    # rounding, nearly so (a gradient of norm 4e13 and no error; session 21's sweep)
+    if kw.get("method") == "arpack" and "scipy" not in st.registry().names:
+        pytest.skip("scipy plugin not installed")
+    m = 5
+    L = 2 * torch.eye(m, dtype=torch.float64) - torch.diag(torch.ones(m - 1, dtype=torch.float64), 1) \
+        - torch.diag(torch.ones(m - 1, dtype=torch.float64), -1)
+    A = st.SparseTensor.from_dense(torch.block_diag(L, L))  # every eigenvalue twice
+    z = torch.linspace(-1, 2, 2 * m, dtype=torch.float64)
+    v = A.values.clone().requires_grad_()
+    w, V = st.eigsh(A.with_values(v), k, which="SA", **kw)
+    with pytest.raises(DegenerateEigenvalueError, match="not among the"):
+        torch.autograd.grad((V[:, -1] @ z) ** 2, v)
+
+
+def test_ignored_missing_copy_drops_its_coupling_exactly():
+    m = 5
+    L = 2 * torch.eye(m, dtype=torch.float64) - torch.diag(torch.ones(m - 1, dtype=torch.float64), 1) \
+        - torch.diag(torch.ones(m - 1, dtype=torch.float64), -1)
+    D = torch.block_diag(L, L)
+    A = st.SparseTensor.from_dense(D)
+    z = torch.linspace(-1, 2, 2 * m, dtype=torch.float64)
+    v = A.values.clone().requires_grad_()
+    w, V = st.eigsh(A.with_values(v), 3, which="SA", degenerate="ignore")
+    x = V[:, -1]
+    g = torch.autograd.grad((x @ z) ** 2, v)[0]
+    # reference: q = sum over the eigenpairs at another eigenvalue of u_j (u_j^T gx) / (w - w_j), from a
+    # dense eigendecomposition; the copy of w itself (outside the computed ones) contributes nothing
+    W, U = torch.linalg.eigh(D)
+    gx = 2 * (x @ z) * z
+    far = (W - w[-1]).abs() > 1e-8
+    q = U[:, far] @ ((U[:, far].T @ gx) / (w[-1] - W[far]))
+    r, c = (D != 0).nonzero(as_tuple=True)
+    ref = 0.5 * (q[r] * x[c] + x[r] * q[c])
+    torch.testing.assert_close(g, ref, rtol=1e-7, atol=1e-9)

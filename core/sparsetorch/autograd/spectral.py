@@ -182,7 +182,23 @@ def _vector_adjoint(h: EigshHandle, values, mvalues, w, V, gV) -> torch.Tensor:
                 bordered = h.bordered(h.A, h.M, k)
             wanted = [i for i in range(k) if bool((gb[:, i] != 0).any())]
             for i in wanted:
-                y = bordered.solve(vals[b], None if mv is None else mv[b], Vb, float(wb[i]), gb[:, i])
+                y = bordered.solve(vals[b], None if mv is None else mv[b], Vb, float(wb[i]), gb[:, i],
+                                   drop_null=h.degenerate != "raise")
+                # y = sum over the eigenpairs not computed of v_j v_j^H g / (w_j - w_i): its norm bounds
+                # the nearest such gap, min |w_j - w_i| <= ||g|| / ||y||. A copy of w_i outside the
+                # computed ones that rounding leaves just apart (Lanczos) gave a gradient of norm 4e13
+                # and no error (session 21's sweep)
+                yn, gn = float(torch.linalg.vector_norm(y)), float(torch.linalg.vector_norm(gb[:, i]))
+                if yn > 0 and gn <= h.degenerate_tol * max(scale, 1e-300) * yn:
+                    msg = (f"eigenvector gradient at eigenvalue w[{i}]={float(wb[i]):.6g}: an eigenvalue not among the "
+                           f"{k} computed lies within {gn / yn:.3g} of it (<= degenerate_tol={h.degenerate_tol:g} * "
+                           f"max|w|), so the eigenvector is (nearly) not unique and this loss's gradient does not "
+                           f"exist. Compute more eigenpairs (a larger k) so that every copy is among them, use a loss "
+                           f"that depends only on the eigenspace, or pass degenerate='warn' / 'ignore'")
+                    if h.degenerate == "raise":
+                        raise DegenerateEigenvalueError(msg)
+                    if h.degenerate == "warn":
+                        warnings.warn(msg, stacklevel=3)
                 Qb[:, i] = Qb[:, i] - y
         out.append(Qb)
     return torch.stack(out).reshape(*batch, n, k)

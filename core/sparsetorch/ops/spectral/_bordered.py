@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import torch
 
-from ...errors import NoBackendError
+from ...errors import DegenerateEigenvalueError, NoBackendError, SingularMatrixError
 from ...tensor import SparseTensor
 from .._assemble import CooAssembler
+from ..lstsq import lstsq
 from ..solve import solve
 
 __all__ = ["BorderedSystem"]
@@ -35,7 +36,10 @@ class BorderedSystem:
         self._asm = CooAssembler(rows, cols, (n + k, n + k), A.dtype)
         self._M = M
 
-    def solve(self, avals, mvals, V, shift: float, rhs) -> torch.Tensor:
+    def solve(self, avals, mvals, V, shift: float, rhs, drop_null: bool = False) -> torch.Tensor:
+        """``y``; the bordered matrix is singular when ``shift`` is an eigenvalue repeated outside the
+        computed ones: then :class:`DegenerateEigenvalueError`, or with ``drop_null`` the least-squares
+        solution of least norm (the coupling to the missing copy dropped)."""
         n, k = self.n, self.k
         a = avals.detach()[self._slot]
         if self._M is None:
@@ -53,7 +57,17 @@ class BorderedSystem:
         # K is symmetric indefinite and may have zeros on its diagonal: a direct LU where one is
         # offered (BiCGSTAB broke down on it at the first iteration), an iterative method otherwise.
         try:
-            x = solve(K, b, properties=props, method="lu")
-        except NoBackendError:
-            x = solve(K, b, properties=props, rtol=1e-12)
+            try:
+                x = solve(K, b, properties=props, method="lu")
+            except NoBackendError:
+                x = solve(K, b, properties=props, rtol=1e-12)
+        except SingularMatrixError as exc:
+            if not drop_null:
+                raise DegenerateEigenvalueError(
+                    f"eigenvector gradient at eigenvalue {shift:.6g}: it is repeated, and its other copy is not among "
+                    f"the {k} computed eigenpairs (the bordered system of its adjoint is singular), so the eigenvector "
+                    f"is not unique and this loss has no gradient. Compute more eigenpairs (a larger k) so that every "
+                    f"copy is among them, use a loss that depends only on the eigenspace, or pass degenerate='warn' / "
+                    f"'ignore' (drops the coupling to the missing copy)") from exc
+            x = lstsq(K, b)
         return x[:n]
