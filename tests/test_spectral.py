@@ -507,3 +507,44 @@ def test_ignored_missing_copy_drops_its_coupling_exactly():
     r, c = (D != 0).nonzero(as_tuple=True)
     ref = 0.5 * (q[r] * x[c] + x[r] * q[c])
     torch.testing.assert_close(g, ref, rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize("scale", [1e200, 1e-200, 1e300])
+def test_eigenpairs_of_matrices_with_huge_or_tiny_entries(scale):
+    # finite float64 entries >= 1e170 made ARPACK's / the checks' norms overflow (NotConvergedError after
+    # 30 s, lobpcg "array must not contain infs"; session 21's sweep): A is scaled by a power of four
+    import scipy.sparse as sp
+
+    n = 60
+    T = sp.diags([-np.ones(n - 1), 2 * np.ones(n), -np.ones(n - 1)], [-1, 0, 1]).tocsr()
+    ref = np.linalg.eigvalsh(T.toarray())
+    A = st.from_package((T * scale).tocsr())
+    cases = [({}, ref[-3:]), ({"which": "SA"}, ref[:3]), ({"which": "SA", "method": "lanczos"}, ref[:3])]
+    for kw, want in cases:
+        w, V = st.eigsh(A, 3, **kw)
+        np.testing.assert_allclose(w.numpy() / scale, want, rtol=1e-10)
+        np.testing.assert_allclose(V.numpy().T @ V.numpy(), np.eye(3), atol=1e-10)
+    N = sp.diags([-np.ones(n - 1), 2 * np.ones(n), -0.5 * np.ones(n - 1)], [-1, 0, 1]).tocsr()
+    w_ref = st.eigs(st.from_package(N), 3)[0].numpy()
+    w, _ = st.eigs(st.from_package((N * scale).tocsr()), 3)
+    np.testing.assert_allclose(w.numpy() / scale, w_ref, rtol=1e-7)  # eigenvalues of a non-normal matrix: ~1e-9 apart run to run
+
+
+def test_generalized_eigenpairs_with_a_tiny_mass_matrix_and_gradients():
+    import scipy.linalg as sl
+    import scipy.sparse as sp
+
+    n = 40
+    T = sp.diags([-np.ones(n - 1), 2 * np.ones(n), -np.ones(n - 1)], [-1, 0, 1]).tocsr()
+    Mm = sp.diags(np.linspace(1, 2, n)).tocsr()
+    A, M = st.from_package((T * 1e200).tocsr()), st.from_package((Mm * 1e-100).tocsr())
+    v = A.values.clone().requires_grad_()
+    w, V = st.eigsh(A.with_values(v), 2, M=M, which="SA")
+    ref = sl.eigh(T.toarray(), Mm.toarray(), eigvals_only=True)[:2] * 1e300
+    np.testing.assert_allclose(w.detach().numpy(), ref, rtol=1e-10)
+    Vn = V.detach().numpy()
+    np.testing.assert_allclose(Vn.T @ (M.to_dense().numpy() @ Vn), np.eye(2), atol=1e-10)
+    g = torch.autograd.grad(w.sum(), v)[0]  # Hellmann-Feynman: sum_i v_i[row] v_i[col]
+    coords, slot = A.entries()
+    want = (V[coords[0]] * V[coords[1]]).sum(-1).detach()
+    torch.testing.assert_close(g[slot], want, rtol=1e-10, atol=0)

@@ -4,6 +4,8 @@ finiteness, and the residual of the accuracy contract, computed here from the st
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ...errors import IndefiniteMatrixError, InputError, NotSymmetricError
@@ -116,3 +118,20 @@ def _verify_pairs(A: SparseTensor, M: SparseTensor | None, w: torch.Tensor, V: t
         return True, worst, ""
     return False, worst, (f"returned pairs with relative residual {worst:.3g} > {rtol:g} (the accuracy contract "
                           f"||A v - w M v|| <= {rtol:g} (||A|| + |w| ||M||) ||v||)")
+
+
+def magnitude_scale(A: SparseTensor | None) -> float:
+    """A power of four (exact, and its square root too) that brings A's largest stored magnitude
+    near 1 when it lies outside the range where squared norms are safe (a quarter of the exponent
+    range either way), else 1. eigsh / eigs of a finite float64 matrix with entries >= 1e170 failed
+    (ARPACK's and the checks' residual norms overflowed; session 21's sweep)."""
+    if A is None or A.values.numel() == 0:
+        return 1.0
+    from ...autograd._route_checks import _pow2_scale  # noqa: PLC0415 - one helper of the solve's scaling
+
+    vmax = float(A.values.detach().abs().amax())
+    s = _pow2_scale(vmax, A.dtype)
+    if s == 1.0:
+        return 1.0
+    e = round(math.log2(s))
+    return math.ldexp(1.0, e - (e % 2))

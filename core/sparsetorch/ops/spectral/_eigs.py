@@ -16,7 +16,7 @@ from ...dispatch.plan import make_request, obtain_plan
 from .._inputs import check_finite as check_finite_values, check_matrix, describe_sparse
 from ..accuracy import default_rtol
 from ._attempts import _Attempts
-from ._checks import _POLICIES, _WHICH_GE, _check_common
+from ._checks import _POLICIES, _WHICH_GE, _check_common, magnitude_scale
 
 __all__ = ["eigs", "eigs_request"]
 
@@ -62,6 +62,15 @@ def eigs(
                          f"got {sigma!r}")
     if check_finite and is_plain(A.values):
         check_finite_values(A, None, "eigs")
+    sa = magnitude_scale(A)
+    if sa != 1.0:
+        # entries past the range where squared norms are safe: the eigenvalues of s A (an exact power
+        # of four), divided by s; unit eigenvectors unchanged
+        out = eigs(A.with_values(A.values * sa), k, which=which, sigma=None if sigma is None else sigma * sa, tol=tol,
+                   maxiter=maxiter, v0=v0, backend=backend, method=method, on_nonconvergence=on_nonconvergence,
+                   check_finite=False, dense_max=dense_max, return_info=return_info, cache=cache)
+        w = out[0] / sa
+        return (w, out[1], out[2]) if return_info else (w, out[1])
     request = eigs_request(A, k, which, sigma, tol, maxiter, backend, method, dense_max)
     state, offer, table = obtain_plan("eigs", A, request, cache=cache)
     call = {"k": k, "which": which, "sigma": sigma, "tol": float(tol), "maxiter": maxiter,

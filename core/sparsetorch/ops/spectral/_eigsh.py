@@ -21,7 +21,7 @@ from ..accuracy import default_rtol
 from ..properties import detect, normalize_tags
 from ._attempts import _Attempts
 from ._bordered import BorderedSystem
-from ._checks import _POLICIES, _WHICH_SH, _check_common, check_mass_matrix
+from ._checks import _POLICIES, _WHICH_SH, _check_common, check_mass_matrix, magnitude_scale
 
 __all__ = ["eigsh", "eigsh_request"]
 
@@ -84,6 +84,17 @@ def eigsh(
         if check_finite and is_plain(M.values):
             check_finite_values(M, None, "eigsh (M)")
         check_mass_matrix(M, "eigsh")
+    sa, sm = magnitude_scale(A), magnitude_scale(M)
+    if sa != 1.0 or sm != 1.0:
+        # entries past the range where squared norms are safe: solve (s_a A) v = w' (s_m M) v, exact
+        # powers of four, then w = w' s_m / s_a and V = V' sqrt(s_m) (differentiable through both)
+        out = eigsh(A.with_values(A.values * sa), k, M=None if M is None else M.with_values(M.values * sm),
+                    which=which, sigma=None if sigma is None else sigma * sa / sm, tol=tol, maxiter=maxiter, v0=v0,
+                    backend=backend, method=method, properties=properties, degenerate=degenerate,
+                    degenerate_tol=degenerate_tol, on_nonconvergence=on_nonconvergence, check_finite=False,
+                    dense_max=dense_max, return_info=return_info, cache=cache)
+        w, V = out[0] * (sm / sa), (out[1] * math.sqrt(sm) if sm != 1.0 else out[1])
+        return (w, V, out[2]) if return_info else (w, V)
     if which == "SM" and sigma is None and M is None:
         # for a positive semidefinite A the smallest magnitudes are the smallest algebraic eigenvalues; SM
         # goes through shift-invert at 0, which a singular PSD matrix (a graph Laplacian) cannot factor:
