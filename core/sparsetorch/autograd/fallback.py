@@ -56,6 +56,11 @@ __all__ = ["Route"]
 
 #: refinement steps tried on the same plan when an answer misses the tolerance
 _REFINE_STEPS = 2
+#: refinement steps a direct answer of a call with no tolerance may take toward a backward-stable
+#: solve's backward error (each two triangular solves on the same factors)
+_REFINE_STEPS_DIRECT = 4
+#: direct methods whose answers stand as computed (partial pivoting, orthogonal factors, dense LAPACK)
+_PIVOTED = frozenset({"lu", "qr", "dense"})
 #: an iterative answer to a call with no tolerance is also judged in the row-equilibrated norm when
 #: the rows' largest entries spread over more than this factor, and must reach rtol there too: rows in
 #: other units (penalty rows of boundary conditions, a symmetric scaling D A D over 10^12) cannot hide
@@ -136,6 +141,7 @@ class Route(RangeSearch):
 
     def _solve(self, handle: Any, values: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, IterationResult]:
         self._range_tried = False
+        self._sharp_eta: tuple[float, float] | None = None
         self._certain_checked = False
         base = handle.call_options or {}  # read only
         dtype = B.dtype
@@ -153,6 +159,8 @@ class Route(RangeSearch):
         if vmax == 0:
             raise SingularMatrixError(f"A has {values.shape[-1]} stored entries, all zero: the matrix is singular")
         sb, sa = _pow2_scale(bmax, dtype), _pow2_scale(vmax, dtype)
+        if sa != 1.0:
+            sa = _within_range(values, sa, vmax)
         col = _column_scales(B, sb, dtype)
         if col is not None:
             # right-hand sides of very different magnitudes: one common scale would flush the
@@ -162,6 +170,8 @@ class Route(RangeSearch):
             atol_s = atol * float(col.amin())
             sb = col  # type: ignore[assignment]
         else:
+            if sb != 1.0:
+                sb = _within_range(B, sb, bmax)
             Bs = B * sb if sb != 1.0 else B
             atol_s = atol * sb
         vs = values * sa if sa != 1.0 else values
@@ -454,8 +464,9 @@ class Route(RangeSearch):
                 if first is None:
                     return X, res
             X2, res2, rel = first
-            if not res2.converged:
-                return X, replace(res, reason=f"{res.reason}; equilibrated: {res2.reason}")
+            if not res2.converged or not math.isfinite(rel):
+                return X, replace(res, reason=f"{res.reason}; equilibrated: {res2.reason}"
+                                              + ("" if math.isfinite(rel) else " (its residual overflows)"))
             # the equilibrated system is solved backward-stably: the matrix is not singular to working
             # precision, only badly scaled. Of the two answers, the one with the smaller residual in
             # the caller's norm is returned (neither may reach rtol there: the rows' scales differ)
@@ -497,33 +508,29 @@ class Route(RangeSearch):
           ``A d = r`` on the same plan to the relative tolerance the bound needs (a quarter of
           ``bound / eta``, at most 0.5): one step usually, at a fraction of the first solve's
           iterations (its count is returned)."""
-        n = self.A.format_shape[0]
-        if iterative:
-            # judged in the infinity norm, row by row as a residual is computed (the Frobenius norm of A
-            # is ~sqrt(nnz) times larger on a mesh matrix and would pass an answer 100x short of a
-            # direct one), against the bound of one row: the floor of a computed residual depends on the
-            # rows' lengths, not on n
-            bound = backward_error_bound(B.dtype, 1)
-            anorm = _inf_norm(self.A, values, adjoint)
-            bi = B.abs().amax(dim=-2) if B.shape[-2] else torch.zeros_like(bn)
-        else:
-            bound = backward_error_bound(B.dtype, n)
-            anorm = torch.linalg.vector_norm(values, dim=-1)
+        # Judged in the infinity norm, row by row as a residual is computed (the Frobenius norm of A is
+        # ~sqrt(nnz) times larger on a mesh matrix and would pass an answer 100x short of a direct one),
+        # against the bound of one row: the floor of a computed residual depends on the rows' lengths,
+        # not on n. Direct answers alike since session 21 (the Frobenius test with its sqrt(n) bound passed
+        # LDL^T answers of a quasi-definite KKT matrix at 1.5e5 u, and Cholesky's of a matrix symmetric
+        # to 1e-12 only at 800 u)
+        bound = backward_error_bound(B.dtype, 1)
+        anorm = _inf_norm(self.A, values, adjoint)
+        bi = B.abs().amax(dim=-2) if B.shape[-2] else torch.zeros_like(bn)
         while anorm.dim() < rn.dim():
             anorm = anorm.unsqueeze(-1)
 
         def eta(X: torch.Tensor, rn: torch.Tensor, R: torch.Tensor) -> float:
-            if iterative:
-                if not X.shape[-2]:
-                    return 0.0
-                den = anorm * X.abs().amax(dim=-2) + bi
-                return float((R.abs().amax(dim=-2) / torch.where(den > 0, den, torch.ones_like(den))).max())
-            return float((rn / (anorm * torch.linalg.vector_norm(X, dim=-2) + bn)).max())
+            if not X.shape[-2]:
+                return 0.0
+            den = anorm * X.abs().amax(dim=-2) + bi
+            return float((R.abs().amax(dim=-2) / torch.where(den > 0, den, torch.ones_like(den))).max())
 
         e = eta(X, rn, R)
         steps = 0
         spent = 0
-        while e > bound and steps < _REFINE_STEPS:
+        limit = _REFINE_STEPS if iterative else _REFINE_STEPS_DIRECT
+        while e > bound and steps < limit:
             step_opts = opts
             if iterative:
                 # the residual must shrink by bound / e (a margin of 4): a looser inner solve than the
@@ -540,6 +547,7 @@ class Route(RangeSearch):
             if not e2 < e:
                 break
             X, R, rn, e = X2, R2, rn2, e2
+        self._sharp_eta = (e, bound)
         return X, rn, (spent if iterative else steps)
 
     def _row_scaled(self, state: PlanState, values: torch.Tensor, B: torch.Tensor, X: torch.Tensor, res: IterationResult,
@@ -647,6 +655,8 @@ class Route(RangeSearch):
             # one right-hand side (the common call): the first check in Python floats, the same test as the
             # tensor one below (a NaN norm fails it alike); each small tensor op costs microseconds
             bnf, rnf = float(bn), float(rn)
+            if not (math.isfinite(bnf) and math.isfinite(rnf)):
+                return X, self._overflowed(res)
             if rnf <= max(bnf * rtol, atol):
                 extra = 0
                 if self._default_tol:
@@ -654,6 +664,10 @@ class Route(RangeSearch):
                     X, rn, extra = self._sharpen(state, values, B, X, R, rn, bn, opts, adjoint, iterative)
                     rnf = float(rn)
                 rel = rnf / (bnf if bnf > 0 else 1.0)
+                if self._default_tol and res.status is Status.DIRECT:
+                    unstable = self._unstable_direct(extra)
+                    if unstable is not None:
+                        return X, replace(res, residual=rel, converged=False, status=Status.INACCURATE, reason=unstable)
                 if extra:
                     what = "iterations" if res.status is not Status.DIRECT else "steps"
                     return X, replace(res, residual=rel, iterations=res.iterations + (extra if what == "iterations" else 0),
@@ -662,15 +676,21 @@ class Route(RangeSearch):
                 if type(res) is IterationResult:
                     return X, IterationResult(res.iterations, rel, res.converged, res.status, res.reason, res.history)
                 return X, replace(res, residual=rel)
+        if not (bool(torch.isfinite(bn).all()) and bool(torch.isfinite(rn).all())):
+            return X, self._overflowed(res)
         tol = torch.clamp(bn * rtol, min=atol)
         extra = 0
         for step in range(_REFINE_STEPS + 1):
             if bool((rn <= tol).all()):
-                if self._default_tol and (res.status is not Status.DIRECT or not extra):
+                if self._default_tol:
                     X, rn, sharpened = self._sharpen(state, values, B, X, R, rn, bn, opts, adjoint,
                                                      res.status is not Status.DIRECT)
                     extra += sharpened
                 rel = float((rn / torch.where(bn > 0, bn, torch.ones_like(bn))).max())
+                if self._default_tol and res.status is Status.DIRECT:
+                    unstable = self._unstable_direct(extra)
+                    if unstable is not None:
+                        return X, replace(res, residual=rel, converged=False, status=Status.INACCURATE, reason=unstable)
                 reason = res.reason + (f"; {extra} refinement steps" if extra else "")
                 if type(res) is IterationResult:  # made directly: dataclasses.replace costs ~2x, on every answer
                     return X, IterationResult(res.iterations + extra, rel, res.converged, res.status, reason, res.history)
@@ -701,6 +721,35 @@ class Route(RangeSearch):
         return X, replace(res, residual=rel, converged=False, status=Status.INACCURATE,
                           reason=f"{res.reason + '; ' if res.reason else ''}the true relative residual {rel:.3g} misses "
                                  f"the tolerance (rtol {rtol:.1e}) after {extra} refinement iterations")
+
+    @staticmethod
+    def _overflowed(res: IterationResult) -> IterationResult:
+        """An answer whose residual or right-hand side norms overflow is not judged accepted: a system
+        whose entries span more binades than the dtype holds (a relative residual of NaN was accepted
+        as DIRECT on D A0 D with D from 1e-150 to 1e150; session 21's sweep)."""
+        return replace(res, converged=False, status=Status.INACCURATE,
+                       reason=f"{res.reason + '; ' if res.reason else ''}the residual's norm overflows: the system's "
+                              f"entries and solution span more than the dtype's exponent range (rescale the problem: "
+                              f"units, or a symmetric diagonal scaling)")
+
+    def _unstable_direct(self, steps: int) -> str | None:
+        """Why a direct answer of a call with no tolerance, refined by :meth:`_sharpen`, is handed to an
+        LU, or None: a factorization that does not pivot (LDL^T, Cholesky) whose answer stays above a
+        backward-stable solve's backward error after refinement, while an LU with partial pivoting
+        remains in the route (without one, its answer stands: it met the tolerance). Pivoted LU, QR
+        and dense answers are what a direct method gives."""
+        got = getattr(self, "_sharp_eta", None)
+        if got is None:
+            return None
+        e, bound = got
+        self._sharp_eta = None
+        offer = self.offer
+        if e <= bound or offer is None or offer.method in _PIVOTED or self.pinned:
+            return None
+        if not any(o.method == "lu" for o in self._rest):
+            return None
+        return (f"{self.state.label}: backward error {e:.2g} > {bound:.1g} (a backward-stable solve's) after {steps} "
+                f"refinement steps: factors without pivoting that are not stable on this matrix; an LU decides")
 
     def _apply(self, values: torch.Tensor, X: torch.Tensor, adjoint: bool) -> torch.Tensor:
         """``A X`` (``A^H X``): small products straight from A's entries (no dispatch, no plan to
@@ -789,6 +838,23 @@ class Route(RangeSearch):
             if hasattr(exc, name):
                 setattr(out, name, getattr(exc, name))
         return out
+
+
+def _within_range(values: torch.Tensor, sa: float, vmax: float) -> float:
+    """``sa`` moved toward 1 so that scaling flushes no entry of ``values`` (A's stored values, or a
+    right-hand side) to zero (nor overflows one): a
+    matrix whose entries span more than the exponent range allows after the scale (a symmetrically
+    scaled D A0 D with entries from 1e-200 to 1e200, scaled by 2^-665, lost its small entries and
+    factored singular; session 21's sweep) keeps them, and equilibration handles the rest."""
+    mag = values.abs()
+    vmin = float(mag[mag > 0].amin())
+    real = mag.dtype
+    fi = torch.finfo(real)
+    if sa < 1.0 and vmin * sa < fi.tiny:
+        sa = min(1.0, math.ldexp(1.0, math.ceil(math.log2(fi.tiny / vmin))))
+    elif sa > 1.0 and vmax * sa > fi.max / 4:
+        sa = max(1.0, math.ldexp(1.0, math.floor(math.log2(fi.max / 4 / vmax))))
+    return sa
 
 
 def _column_scales(B: torch.Tensor, sb: float, dtype: torch.dtype) -> torch.Tensor | None:
