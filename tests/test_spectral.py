@@ -548,3 +548,16 @@ def test_generalized_eigenpairs_with_a_tiny_mass_matrix_and_gradients():
     coords, slot = A.entries()
     want = (V[coords[0]] * V[coords[1]]).sum(-1).detach()
     torch.testing.assert_close(g[slot], want, rtol=1e-10, atol=0)
+
+
+def test_torch_lobpcg_declines_complex_matrices():
+    n = 12
+    D = torch.diag(torch.arange(1.0, n + 1, dtype=torch.float64)).to(torch.complex128)
+    off = torch.full((n - 1,), 0.3j, dtype=torch.complex128)
+    A = st.SparseTensor.from_dense(D + torch.diag(off, 1) + torch.diag(off.conj(), -1))
+    table = str(st.explain("eigsh", A, 3, which="LA"))
+    assert "real matrices only" in table
+    with pytest.raises(st.NoBackendError, match="real matrices only"):
+        st.eigsh(A, 3, which="LA", backend="torch", method="lobpcg")
+    w, _ = st.eigsh(A, 3, which="LA")
+    np.testing.assert_allclose(w.numpy(), np.linalg.eigvalsh(A.to_dense().numpy())[-3:], rtol=1e-10)

@@ -25,6 +25,7 @@ from ..errors import InputError
 from ..format import TensorFormat
 from ..tensor import SparseTensor
 from ..tensor._views import TracedTranspose
+from ..tensor.pattern import vmapped
 from ._inputs import as_rhs, check_matrix, describe_dense, describe_sparse, restore_rhs
 
 __all__ = ["matmul", "Matmul", "norm", "transpose", "matmul_request"]
@@ -98,6 +99,8 @@ def matmul(A: SparseTensor, X: torch.Tensor, c: torch.Tensor | None = None, *, a
         ys = [matmul(Ab, Xb, backend=backend, cache=cache) for Ab, Xb in zip(members, rhs.parts)]
         return combine(rhs.finish(ys), c, alpha, beta)
     A = check_matrix(A, "matmul", square=False)
+    if vmapped(A.values):
+        return _vmapped_values(A, X, c, alpha, beta, backend)
     if c is None and alpha is None and beta is None and not A.batch_shape and isinstance(X, torch.Tensor) \
             and X.dim() in (1, 2):
         # the common call (one matrix, a vector or a block): what _rhs and _combine would do, without
@@ -114,6 +117,18 @@ def matmul(A: SparseTensor, X: torch.Tensor, c: torch.Tensor | None = None, *, a
     request = matmul_request(A, rhs.Xn, matmul_options(backend))
     state, _, _ = obtain_plan("matmul", A, request, cache=cache)
     return combine(rhs.finish(_run(A, rhs.Xn, state)), c, alpha, beta)
+
+
+def _vmapped_values(A: SparseTensor, X, c, alpha, beta, backend) -> torch.Tensor:
+    """``matmul`` under ``torch.func.vmap`` over A's values: planned on the pattern with plain zero
+    values (a plan holding the batched values "escaped" the vmap; session 21's sweep); the Function's
+    vmap rule multiplies member by member."""
+    P = A.detach().with_values(torch.zeros(A.values.shape, dtype=A.dtype, device=A.device))
+    rhs = _rhs(P, X, "matmul")
+    alpha, beta = _scalars(P, rhs.shape, c, alpha, beta, "matmul")
+    state, _, _ = obtain_plan("matmul", P, matmul_request(P, rhs.Xn, matmul_options(backend)), cache=False)
+    y = matmul_function(A.values, rhs.Xn, MatmulHandle(state, P, False))
+    return combine(rhs.finish(y), c, alpha, beta)
 
 
 class _Rhs:

@@ -20,7 +20,7 @@ from ..dispatch.select import check_backend_options, get_backends
 from ..errors import BackendError, IndefiniteMatrixError, InputError, SingularMatrixError, SparseTorchError
 from ..tensor import SparseTensor, SparseTensorList
 from .accuracy import default_rtol
-from ..tensor.sparse_tensor import is_plain
+from ..tensor.sparse_tensor import is_plain, vmapped
 from ..tensor.validate import check_finite_rhs
 from ._inputs import as_rhs, check_finite as check_finite_values, check_matrix, describe_dense, describe_factored, restore_rhs
 from .info import SolveInfo
@@ -203,13 +203,22 @@ def solve(
     cb, bar = _progress_callback(progress, callback, maxiter)
     options = _options(backend, method, preconditioner, rtol, atol, maxiter, restart, block_size, dense_max, max_bytes, cb,
                        check_every, backend_options, repeat)
-    request = solve_request(A, Bn, properties, options)
-    state, offer, table = obtain_plan("solve", A, request, cache=cache)
+    Ap = A
+    if vmapped(A.values):
+        # torch.func.vmap over A's values: detection and planning cannot read a batched tensor (a
+        # data-dependent branch; a plan holding it "escapes" the vmap; session 21's sweep). They see the
+        # pattern (properties as given, else general), and the Function's vmap rule solves member by
+        # member with plain values
+        Ap = A.detach().with_values(torch.zeros(A.values.shape, dtype=A.dtype, device=A.device))
+        if properties is None:
+            properties = "general"
+    request = solve_request(Ap, Bn, properties, options)
+    state, offer, table = obtain_plan("solve", Ap, request, cache=cache)
     try:
         # Always through the autograd Function: under torch.func transforms it is what unwraps
         # the operands (and its vmap rule batches right-hand sides into one solve). The route and
         # the handle get A detached (its pattern); the values go through the Function.
-        X, handle = solve_call("solve", A.detach(), request, table, offer, state, A.values, Bn, cache=cache,
+        X, handle = solve_call("solve", Ap.detach(), request, table, offer, state, A.values, Bn, cache=cache,
                                policy=on_nonconvergence, check_finite=check_finite and not checked_here)
     finally:
         if bar is not None:

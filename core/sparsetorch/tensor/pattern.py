@@ -47,6 +47,16 @@ def is_plain(t: torch.Tensor) -> bool:
     return True
 
 
+def vmapped(t: torch.Tensor) -> bool:
+    """Whether ``t`` is batched by ``torch.func.vmap`` (under any grad-tracking layers)."""
+    if is_plain(t):
+        return False
+    f = torch._C._functorch
+    while f.is_gradtrackingtensor(t):
+        t = f.get_unwrapped(t)
+    return bool(f.is_batchedtensor(t))
+
+
 def fingerprint(fmt: TensorFormat, shape: tuple[int, ...], index_dtype: torch.dtype, device: torch.device,
                 bufs: Sequence[torch.Tensor]) -> tuple | None:
     """The content identity of a pattern's index buffers (see ``SparseTensor.pattern_fingerprint``)."""

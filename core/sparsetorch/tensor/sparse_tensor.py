@@ -14,7 +14,7 @@ from . import _levels
 from ._access import AccessMethods
 from ._display import sparse_repr
 from ._views import ViewMethods
-from .pattern import PatternKey, buffer_id as _buffer_id, fingerprint, is_plain
+from .pattern import PatternKey, buffer_id as _buffer_id, fingerprint, is_plain, vmapped  # noqa: F401 - vmapped re-exported
 from .validate import _check_levels, _versions, check_index_buffers, check_shape, check_values
 
 __all__ = ["SparseTensor", "Tensor", "PatternKey", "rebuild_sparse_tensor"]

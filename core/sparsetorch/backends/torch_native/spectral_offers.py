@@ -110,7 +110,12 @@ def spectral_offers(request: Request, r) -> list[Offer | Decline]:
 
         out.append(Offer("torch", "lanczos", secs, int((m + 1) * n * vsize), lambda A_, req: LanczosPlan(A_), note))
     # LOBPCG (torch.lobpcg)
-    if "spd" not in request.properties:
+    if A.dtype.is_complex:
+        # torch.lobpcg is real only: on complex Hermitian input it failed in its Cholesky or in a sort
+        # ("Sort does not support complex dtypes"; session 21's sweep)
+        out.append(Decline("torch", f"torch.lobpcg takes real matrices only (A is {A.dtype}); use 'lanczos', 'dense' or "
+                                    f"the scipy plugin's 'arpack'", "lobpcg"))
+    elif "spd" not in request.properties:
         out.append(Decline("torch", "lobpcg needs a symmetric positive definite matrix (not detected; pass properties='spd' if it is)", "lobpcg"))
     elif sigma is not None or which not in ("LA", "SA"):
         out.append(Decline("torch", f"lobpcg finds only which='LA' or 'SA' without sigma (got which={which!r}, sigma={sigma!r})", "lobpcg"))

@@ -1,0 +1,48 @@
+"""``torch.func.vmap`` over a sparse matrix's values (docs/dispatch.md): solve and matmul run member by
+member through their Functions' vmap rules; planning sees the pattern (session 21's sweep: detection
+raised "data-dependent control flow" and plans let the batched values escape)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import sparsetorch as st
+
+D = torch.tensor([[4., 1, 0, 0], [1, 5, 1, 0], [0, 2, 6, 1], [0, 0, 1, 7]], dtype=torch.float64)
+
+
+@pytest.fixture
+def batch():
+    A = st.SparseTensor.from_dense(D)
+    vb = torch.stack([A.values, 1.1 * A.values, 0.9 * A.values + 0.1])
+    return A, vb
+
+
+@pytest.mark.parametrize("kw", [{}, {"properties": "general"}, {"backend": "torch", "method": "lu"},
+                                {"properties": "symmetric"}])
+def test_vmap_solve_over_values(batch, kw):
+    A, vb = batch
+    b = torch.linspace(1, 2, 4, dtype=torch.float64)
+    X = torch.func.vmap(lambda v: st.solve(A.with_values(v), b, **kw))(vb)
+    dense = torch.zeros(3, 4, 4, dtype=torch.float64)
+    r, c = (D != 0).nonzero(as_tuple=True)
+    dense[:, r, c] = vb
+    torch.testing.assert_close(X, torch.linalg.solve(dense, b.expand(3, 4)), rtol=1e-12, atol=1e-12)
+
+
+def test_vmap_of_grad_of_solve_over_values(batch):
+    A, vb = batch
+    b = torch.linspace(1, 2, 4, dtype=torch.float64)
+    f = torch.func.grad(lambda v: st.solve(A.with_values(v), b).sum())
+    g = torch.func.vmap(f)(vb)
+    torch.testing.assert_close(g, torch.stack([f(v) for v in vb]), rtol=1e-12, atol=1e-12)
+
+
+def test_vmap_matmul_over_values(batch):
+    A, vb = batch
+    x = torch.linspace(1, 2, 4, dtype=torch.float64)
+    Y = torch.func.vmap(lambda v: A.with_values(v) @ x)(vb)
+    torch.testing.assert_close(Y, A.with_values(vb) @ x)
+    Y2 = torch.func.vmap(lambda v: st.matmul(A.with_values(v), x, alpha=2.0))(vb)
+    torch.testing.assert_close(Y2, 2 * (A.with_values(vb) @ x))
