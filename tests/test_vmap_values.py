@@ -46,3 +46,24 @@ def test_vmap_matmul_over_values(batch):
     torch.testing.assert_close(Y, A.with_values(vb) @ x)
     Y2 = torch.func.vmap(lambda v: st.matmul(A.with_values(v), x, alpha=2.0))(vb)
     torch.testing.assert_close(Y2, 2 * (A.with_values(vb) @ x))
+
+
+def test_from_coo_inside_torch_func_transforms():
+    # index buffers built inside a transform came out wrapped: "Cannot access data pointer of Tensor
+    # that doesn't have storage" under grad / jvp (session 21's sweep)
+    rows = torch.tensor([0, 0, 1, 1, 2])
+    cols = torch.tensor([0, 1, 0, 1, 2])
+    v = torch.tensor([4., -1., -1., 4., 2.], dtype=torch.float64)
+    b = torch.ones(3, dtype=torch.float64)
+    A = st.SparseTensor.from_coo(v, rows, cols, shape=(3, 3))
+
+    def f(v):
+        return st.solve(st.SparseTensor.from_coo(v, rows, cols, shape=(3, 3)), b).sum()
+
+    g = torch.func.grad(f)(v)
+    torch.testing.assert_close(g, torch.func.grad(lambda v: st.solve(A.with_values(v), b).sum())(v))
+    u = torch.linspace(-1, 1, 5, dtype=torch.float64)
+    _, t = torch.func.jvp(f, (v,), (u,))
+    torch.testing.assert_close(t, (g * u).sum())
+    y = torch.func.grad(lambda v: (st.SparseTensor.from_coo(v, rows, cols, shape=(3, 3)) @ b).sum())(v)
+    torch.testing.assert_close(y, torch.ones(5, dtype=torch.float64))

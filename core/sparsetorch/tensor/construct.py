@@ -131,6 +131,23 @@ def _check_int32(fmt: TensorFormat, shape: Sequence[int], n: int, index_dtype: t
         )
 
 
+def _plain_indices(bufs):
+    """Index buffers built inside a ``torch.func`` transform come out wrapped (every op's output is,
+    at the transform's level, even from plain inputs): integers carry no gradient, so the wrappers are
+    taken off, and the pattern stays readable by backends and the plan cache (``from_coo`` under
+    ``torch.func.grad`` failed with "Cannot access data pointer"; session 21's sweep). Batched
+    (vmapped) indices are left as they are."""
+    if all(b is None or is_plain(b) for b in bufs):
+        return bufs
+    f = torch._C._functorch
+    out = []
+    for b in bufs:
+        while b is not None and not is_plain(b) and f.is_gradtrackingtensor(b):
+            b = f.get_unwrapped(b)
+        out.append(b)
+    return type(bufs)(out) if isinstance(bufs, tuple) else out
+
+
 def _trusted(fmt: TensorFormat, shape: Sequence[int], pos, crd, values: torch.Tensor) -> SparseTensor:
     """Wrap buffers this module built (correct by construction): no content checks, and no
     read-back of ``pos[-1]`` (a device-to-host copy per compressed level on a GPU).
@@ -138,6 +155,7 @@ def _trusted(fmt: TensorFormat, shape: Sequence[int], pos, crd, values: torch.Te
     Without BATCH levels the tensor is assembled from its parts (``SparseTensor._assembled``, as
     ``with_values`` does): the structural checks of the constructor (presence, dtypes, devices, lengths of the buffers
     this module just made) would only re-derive what the builder guarantees."""
+    pos, crd = _plain_indices(pos), _plain_indices(crd)
     if not fmt.num_batch_levels and values.dim() >= 1 and len(shape) == fmt.ndim:
         index = tuple(b for b in (*pos, *crd) if b is not None)
         fmt = fmt if fmt.index_dtype is not None or not index else fmt.replace(index_dtype=index[0].dtype)
