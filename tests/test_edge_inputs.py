@@ -426,3 +426,15 @@ def test_solver_checks_non_finite_inputs_like_solve():
         s.update_values(nan_values)  # a planned Solver checks before it factorizes
     x = st.Solver(A, check_finite=False).solve(ones)
     torch.testing.assert_close(A.to_dense() @ x, ones)
+
+
+def test_unknown_method_or_backend_is_named_at_solver_construction():
+    A = st.SparseTensor.from_dense(2 * torch.eye(3, dtype=torch.float64))
+    with pytest.raises(InputError, match=r"method 'cgg' is not a solve method.*did you mean 'cg'"):
+        st.Solver(A, method="cgg")
+    with pytest.raises(InputError, match=r"'lsqr'.*method of lstsq: use sparsetorch.lstsq"):
+        st.Solver(A, method="lsqr")
+    with pytest.raises(st.NoBackendError, match="backend='nope' is not loaded"):
+        st.Solver(A, backend="nope")
+    with pytest.raises(st.NoBackendError, match=r"method 'cgg' is not a solve method.*did you mean 'cg'"):
+        st.solve(A, torch.ones(3, dtype=torch.float64), method="cgg")

@@ -378,6 +378,27 @@ def _honour_preconditioner(request: Request, offers: list[Offer]) -> tuple[list[
 CORE_BACKEND_OPTIONS = ("allow_transfer", "dimension")
 
 
+def unknown_method(op: str, method: Any) -> str | None:
+    """A sentence naming ``method`` when no loaded backend declares it for ``op`` (a typo, or a method
+    of another op: ``solve(method='lsqr')``), with the methods that exist; None otherwise."""
+    if not isinstance(method, str):
+        return None
+    try:
+        infos = get_backends().info()  # type: ignore[union-attr]
+    except Exception:  # noqa: BLE001 - an explanation only
+        return None
+    known = sorted({m for i in infos for m in i.ops.get(op, ())})
+    if not known or method in known:
+        return None
+    import difflib
+
+    close = difflib.get_close_matches(method, known, n=1)
+    other = sorted(o for i in infos for o, ms in i.ops.items() if method in ms and o != op)
+    hint = (f" (it is a method of {other[0]}: use sparsetorch.{other[0]})" if other
+            else f" (did you mean {close[0]!r}?)" if close else "")
+    return f"method {method!r} is not a {op} method of any loaded backend{hint}; {op} methods: {', '.join(known)}."
+
+
 def check_backend_options(backends: "Backends", backend_options: Any, want_backend: str | None) -> None:
     """An ``InputError`` for a ``backend_options`` key that no backend in reach reads (a misspelled
     key would otherwise be ignored without a word): the pinned backend's keys, or every loaded
@@ -518,9 +539,11 @@ def _choose(request: Request) -> tuple[Offer, ExplainTable]:
     chosen = table.chosen
     if chosen is None or chosen.offer is None:
         reasons = "\n".join(f"  - {r.backend}{'/' + r.method if r.method else ''}: {r.reason}" for r in table.declines)
+        lead = unknown_method(request.op, request.option("method"))
         raise NoBackendError(
-            f"no backend can do {request.op} for A {tuple(request.A.shape)} ({request.A.dtype}, {request.A.device}) "
-            f"with options {dict(_visible(request.options))}. Candidates:\n{reasons or '  (no backend loaded)'}",
+            f"{lead + ' ' if lead else ''}no backend can do {request.op} for A {tuple(request.A.shape)} ({request.A.dtype}, "
+            f"{request.A.device}) with options {dict(_visible(request.options))}. Candidates:\n"
+            f"{reasons or '  (no backend loaded)'}",
             table,
         )
     return chosen.offer, table

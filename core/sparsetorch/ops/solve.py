@@ -16,8 +16,8 @@ from ..dispatch.records import make_request
 from ..dispatch import experience
 from ..dispatch.options import SolveOptions, defaults
 from ..dispatch.records import ExplainTable
-from ..dispatch.select import check_backend_options, get_backends
-from ..errors import BackendError, IndefiniteMatrixError, InputError, SingularMatrixError, SparseTorchError
+from ..dispatch.select import check_backend_options, get_backends, unknown_method
+from ..errors import BackendError, IndefiniteMatrixError, InputError, NoBackendError, SingularMatrixError, SparseTorchError
 from ..tensor import SparseTensor, SparseTensorList
 from .accuracy import default_rtol
 from ..tensor.sparse_tensor import is_plain, vmapped
@@ -313,6 +313,14 @@ class Solver:
         self._options = options_from_kwargs("Solver", options)
         # a backend_options key no backend in reach reads is named now, not at the first solve
         check_backend_options(get_backends(), self._options.backend_options, self._options.backend)
+        # an unknown backend or method is named now, not at the first solve
+        want = self._options.backend
+        if want is not None and want not in get_backends().names:
+            raise NoBackendError(f"Solver: backend={want!r} is not loaded; loaded backends: {sorted(get_backends().names)}. "
+                                 f"Install its plugin (pip install sparsetorch-<name>) or check SPARSETORCH_PLUGINS")
+        bad = unknown_method("solve", self._options.method)
+        if bad:
+            raise InputError(f"Solver: {bad}")
         if self._options.repeat is None:
             # a Solver is made to be reused: one-time setup is priced over SOLVER_REPEAT solves
             self._options = self._options.replace(repeat=SOLVER_REPEAT)
