@@ -53,6 +53,9 @@ class MatmulHandle:
         if rows is None:
             m, n = self.A.format_shape
             rows = self._rows = n if self.adjoint else m
+        if values.dim() > 1 and 0 in values.shape[:-1]:
+            # a value batch of no members: nothing to multiply (backends stacked an empty list)
+            return X.new_zeros((*X.shape[:-2], rows, X.shape[-1]))
         with state.lock:
             state._load(values)
             try:  # what guarded() does, without a closure per call

@@ -101,6 +101,10 @@ class PlanState:
         if self.plan is None:
             self.build()
         v = values.detach()
+        if v.is_conj() or v.is_neg():
+            # a conjugate / negative view shares its storage with the values it views: plans read the
+            # storage (A @ x was answered for with_values(values.conj()); session 21's sweep)
+            v = v.resolve_conj().resolve_neg()
         if self.reload_always or self._cheap_reload:
             # no token: nothing is compared on these plans (every call reloads)
             try:  # what guarded() does, without a closure per call (a product's hot path)

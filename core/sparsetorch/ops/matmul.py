@@ -66,8 +66,9 @@ def matmul(A: SparseTensor, X: torch.Tensor, c: torch.Tensor | None = None, *, a
     unbatched side: ``X`` is ``(n,)`` or ``(n, k)``; with a batched ``A`` (a value batch
     ``(*B, m, n)`` on one pattern, or a format with BATCH levels such as torch's batched
     CSR/CSC/BSR, one pattern per member) ``X`` is ``(*B, n[, k])`` or unbatched (then shared by
-    every member); with an unbatched ``A``, ``X`` may carry any batch ``(*B, n, k)`` (folded into
-    the columns of one product). The result is ``(*B, m[, k])``.
+    every member: a 2-D ``X`` of n rows is one matrix for every member, as numpy.matmul reads it,
+    also when the batch has n members); with an unbatched ``A``, ``X`` may carry any batch
+    ``(*B, n, k)`` (folded into the columns of one product). The result is ``(*B, m[, k])``.
 
     With ``c`` (or ``alpha``/``beta``) it is the one-shot form of :class:`Matmul`, nvmath-python's
     ``matmul(a, b, c, alpha=, beta=)``: ``alpha * A @ X + beta * c`` with ``alpha`` 1 and ``beta``
@@ -150,6 +151,11 @@ def _rhs(A: SparseTensor, X: object, op: str) -> _Rhs:
         nb = len(vb)
         exact = ((X.dim() == nb + 1 and tuple(X.shape[:nb]) == vb and X.shape[-1] == n)
                  or (X.dim() == nb + 2 and tuple(X.shape[:nb]) == vb and X.shape[-2] == n))
+        if exact and nb == 1 and X.dim() == 2 and X.shape[0] == n:
+            # (n, k) with k == n and a batch of n: numpy.matmul's reading, one matrix for every member
+            # (the batch-of-vectors reading answered (B, m) where numpy and torch give (B, m, k);
+            # session 21's sweep). torch.linalg.solve reads it as vectors, and so does solve
+            exact = False
         if not exact and vb and (X.dim() == 1 and X.shape[0] == n or X.dim() == 2 and X.shape[0] == n):
             X = X.expand(*vb, *X.shape)  # one X for every member of the value batch
         elif not exact and not vb and X.dim() > 2 and X.shape[-2] == n:
@@ -177,7 +183,9 @@ def _pattern_batch(A: SparseTensor, X: object, op: str) -> tuple[list[SparseTens
     count = math.prod(bs)
     if not isinstance(X, torch.Tensor) or X.layout != torch.strided:
         raise InputError(f"{op}: the right-hand side must be a dense torch.Tensor, got {type(X).__name__}")
-    if X.dim() in (1, 2) and X.shape[0] == n and not (X.dim() == nb + 1 and tuple(X.shape[:nb]) == bs):
+    if X.dim() in (1, 2) and X.shape[0] == n:
+        # one vector or matrix for every member (numpy.matmul's reading of a 2-D X, also when the
+        # batch has n members: the batch-of-vectors reading answered (B, m) for numpy's (B, m, k))
         parts, tail = [X] * count, tuple(X.shape[1:])
     elif X.dim() in (nb + 1, nb + 2) and tuple(X.shape[:nb]) == bs and X.shape[nb] == n:
         parts, tail = list(X.reshape(count, *X.shape[nb:]).unbind(0)), tuple(X.shape[nb + 1:])
@@ -283,6 +291,12 @@ def _index_versions(a: SparseTensor) -> tuple | None:
         return tuple((b, b._version) for b in (*a.pos_buffers, *a.crd_buffers) if b is not None)
     except RuntimeError:
         return None
+
+
+def _viewed(t: torch.Tensor) -> bool:
+    """A conjugate or negative view (a bit over storage that holds the other values): bound launches
+    read storage, so they take no such operand (a conjugate ``c`` crashed in the bound CPU product)."""
+    return t.is_conj() or t.is_neg()
 
 
 class _Direct:
@@ -604,12 +618,17 @@ class Matmul:
         c, rhs = self.c, self._rhs
         X = rhs.Xn
         if bind is None or a.batch_shape or X is None or X.dim() != 2 or type(X) is not torch.Tensor \
-                or type(a.values) is not torch.Tensor:
+                or type(a.values) is not torch.Tensor or _viewed(X) or _viewed(a.values):
             return None
         m = a.format_shape[0]
         shape = (m,) if rhs.vector else (m, X.shape[1])
+        if tuple(rhs.shape) != shape:
+            # a batched b folded into the columns: the general path reshapes the plan's (m, B k) output
+            # (the bound launch returned it folded; session 21's sweep)
+            return None
         into_c = c is not None
-        if into_c and not (self.beta == 0 and type(c) is torch.Tensor and c.is_contiguous() and tuple(c.shape) == shape
+        if into_c and not (self.beta == 0 and type(c) is torch.Tensor and not _viewed(c) and c.is_contiguous()
+                           and tuple(c.shape) == shape
                            and c.dtype == X.dtype and c.device == X.device and not _shares_memory(c, X)
                            and not _shares_memory(c, a.values)):
             return None
