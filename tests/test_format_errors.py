@@ -269,3 +269,18 @@ def test_errors_name_the_level_position_and_text():
     with pytest.raises(FormatError) as info:
         parse("(i, j, k) -> (i : dense, j : compressed, k // 2 : dense)")
     assert "level 2 (k // 2 : dense)" in str(info.value)
+
+
+def test_coo_nd_of_no_dimension_and_huge_block_constants_are_named():
+    import torch
+
+    import sparsetorch as st
+    from sparsetorch.errors import FormatError, FormatParseError
+    from sparsetorch.format import COO_ND
+
+    with pytest.raises(FormatError, match="at least one dimension"):
+        COO_ND(0)
+    with pytest.raises(FormatParseError, match="past 2\\^62"):
+        st.SparseTensor.from_dense(torch.eye(3, dtype=torch.float64),
+                                   "(i, j) -> (i // 99999999999999999999 : dense, j : compressed, "
+                                   "i % 99999999999999999999 : dense)")

@@ -58,6 +58,10 @@ def NM(n: int, m: int) -> TensorFormat:
 
 def COO_ND(ndim: int) -> TensorFormat:
     """Coordinate format of any order: first level compressed(nonunique), then singletons."""
+    if not isinstance(ndim, int) or isinstance(ndim, bool) or ndim < 1:
+        from ..errors import FormatError  # noqa: PLC0415 - the error path only
+
+        raise FormatError(f"COO_ND needs at least one dimension, got ndim={ndim!r}")
     dims = [Dimension(f"d{k}") for k in range(ndim)]
     levels = {dims[0]: (_C, LevelProperty.NONUNIQUE)}
     for d in dims[1:-1]:

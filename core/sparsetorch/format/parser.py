@@ -30,6 +30,10 @@ __all__ = ["parse_format"]
 _TOKEN = re.compile(r"\s*(?:(->)|(//)|([^\W\d]\w*)|(\d+)|([(),:/%+\-]))")
 
 
+#: the largest block constant (``i // c``, ``i % c``) a format may name
+_MAX_CONSTANT = 2 ** 62
+
+
 class _Tok(NamedTuple):
     kind: str  # "arrow", "op", "name", "int", "end"
     text: str
@@ -127,6 +131,11 @@ class _Parser:
             c = self.take_kind("int", f"a positive integer after {op.text!r}")
             if int(c.text) <= 0:
                 raise FormatParseError(self.text, c.offset, f"the constant after {op.text!r} must be positive")
+            if int(c.text) > _MAX_CONSTANT:
+                # a block of more than 2^62 along a dimension addresses nothing an index dtype can hold
+                # (the conversion failed with a bare OverflowError; session 21's sweep)
+                raise FormatParseError(self.text, c.offset, f"the constant after {op.text!r} is {c.text}, past "
+                                                            f"2^62: no index dtype holds such a block")
             return d % int(c.text) if op.text == "%" else d // int(c.text)
         if op.kind == "op" and op.text in ("+", "-"):
             self.i += 1
