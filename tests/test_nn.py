@@ -385,3 +385,79 @@ def test_sparse_linear_compiled_half_accumulates_in_float32(dtype) -> None:
     x = torch.ones(1, n, dtype=dtype)
     y = compiled(x)
     assert y.dtype == dtype and y.flatten().tolist() == [4096.0, 4096.0]
+
+
+def test_reformat_model_leaves_linear_subclasses_alone():
+    # a LoRA layer (an nn.Linear subclass with adapters) was swapped for a plain SparseLinear, its
+    # adapters and forward dropped; MultiheadAttention's out_proj (a subclass its owner reads) broke
+    # the attention (session 21's sweep)
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+
+    class LoRALinear(nn.Linear):
+        def __init__(self, i, o, r=4):
+            super().__init__(i, o)
+            self.lora_A = nn.Parameter(torch.randn(r, i) * 0.1)
+            self.lora_B = nn.Parameter(torch.randn(o, r) * 0.1)
+
+        def forward(self, x):
+            return F.linear(x, self.weight, self.bias) + x @ self.lora_A.T @ self.lora_B.T
+
+    model = nn.Sequential(LoRALinear(16, 32), nn.ReLU(), nn.Linear(32, 8))
+    x = torch.randn(4, 16)
+    names = sorted(n for n, _ in model.named_parameters())
+    st.nn.reformat_model(model, st.nn.magnitude(0.5))
+    assert isinstance(model[0], LoRALinear) and isinstance(model[2], st.nn.SparseLinear)
+    assert {"0.lora_A", "0.lora_B"} <= {n for n, _ in model.named_parameters()}
+    assert names != sorted(n for n, _ in model.named_parameters())  # the plain layer was replaced
+    model(x)
+    st.nn.reformat_model(nn.Sequential(LoRALinear(16, 32)), st.nn.magnitude(0.5), subclasses=True)  # opted in
+
+    layer = nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True)
+    twin = copy.deepcopy(layer)
+    st.nn.reformat_model(layer, st.nn.magnitude(0.5))
+    assert type(layer.self_attn.out_proj) is not st.nn.SparseLinear
+    with torch.no_grad():
+        for name in ("linear1", "linear2"):
+            getattr(twin, name).weight.copy_(getattr(layer, name).to_dense())
+    xs = torch.randn(2, 5, 16)
+    torch.testing.assert_close(layer(xs), twin(xs), rtol=1e-5, atol=1e-6)
+
+
+def test_reformat_model_keeps_frozen_layers_frozen_and_shared_layers_shared():
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
+    model[0].requires_grad_(False)
+    st.nn.reformat_model(model, st.nn.magnitude(0.5))
+    assert [n for n, p in model.named_parameters() if p.requires_grad] == ["2.values", "2.bias"]
+
+    class Twice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.enc = nn.Linear(16, 16)
+            self.dec = self.enc
+
+        def forward(self, x):
+            return self.dec(torch.relu(self.enc(x)))
+
+    m = Twice()
+    st.nn.reformat_model(m, st.nn.magnitude(0.9))
+    assert isinstance(m.enc, st.nn.SparseLinear) and m.dec is m.enc
+
+
+def test_reformat_model_leaves_a_tied_weight_dense_with_a_warning():
+    class LM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(32, 16)
+            self.head = nn.Linear(16, 32, bias=False)
+            self.head.weight = self.emb.weight
+            self.mid = nn.Linear(16, 16)
+
+        def forward(self, t):
+            return self.head(self.mid(self.emb(t)))
+
+    m = LM()
+    with pytest.warns(UserWarning, match="'head' left dense: its weight is tied"):
+        st.nn.reformat_model(m, st.nn.magnitude(0.5))
+    assert m.head.weight is m.emb.weight and isinstance(m.mid, st.nn.SparseLinear)

@@ -219,3 +219,70 @@ def test_products_under_autocast_run_in_the_autocast_dtype() -> None:
     for got, ref in pairs:
         assert got.dtype == ref.dtype == torch.bfloat16
         torch.testing.assert_close(got.float(), ref.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_weight_used_under_inference_mode_then_trained():
+    # to_dense under inference_mode cached the entry slots as inference tensors on the pattern; a later
+    # to_dense with autograd raised "Inference tensors cannot be saved for backward" (session 21's sweep)
+    torch.manual_seed(0)
+    layer = st.nn.SparseLinear.from_linear(torch.nn.Linear(16, 8))
+    with torch.inference_mode():
+        layer.to_dense()
+    layer.to_dense().norm().backward()
+    assert layer.values.grad is not None and torch.isfinite(layer.values.grad).all()
+
+
+def test_sparse_weight_linear_with_bias_under_autocast_matches_dense_dtype():
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    D = torch.randn(6, 8) * (torch.rand(6, 8) < 0.5)
+    W = SparseWeight(st.SparseTensor.from_dense(D))
+    x, b = torch.randn(3, 8), torch.randn(6)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        yd, ys = F.linear(x, D, b), F.linear(x, W, b)
+    assert ys.dtype == yd.dtype == torch.bfloat16
+    torch.testing.assert_close(ys.float(), yd.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_module_holding_a_sparse_weight_buffer_moves_and_casts():
+    import torch.nn.functional as F
+
+    class Holder(torch.nn.Module):
+        def __init__(self, W):
+            super().__init__()
+            self.register_buffer("weight", W)
+
+        def forward(self, x):
+            return F.linear(x, self.weight)
+
+    D = torch.eye(4) * 2
+    m = Holder(SparseWeight(st.SparseTensor.from_dense(D)))
+    m.to("cpu")
+    m.to(torch.float64)
+    assert m.weight.dtype == torch.float64
+    torch.testing.assert_close(m(torch.ones(2, 4, dtype=torch.float64)), torch.full((2, 4), 2.0, dtype=torch.float64))
+    m.half()
+    assert m.weight.dtype == torch.float16
+
+
+def test_deepcopy_keeps_a_weight_on_the_copied_parameter():
+    import copy
+
+    import torch.nn.functional as F
+
+    class Net(torch.nn.Module):
+        def __init__(self, A):
+            super().__init__()
+            self.vals = torch.nn.Parameter(A.values.clone())
+            self.W = SparseWeight(A.with_values(self.vals))
+
+        def forward(self, x):
+            return F.linear(x, self.W)
+
+    torch.manual_seed(0)
+    A = st.SparseTensor.from_dense(torch.randn(6, 8) * (torch.rand(6, 8) < 0.5))
+    net2 = copy.deepcopy(Net(A))
+    assert net2.W.sparse.values is net2.vals
+    net2(torch.randn(4, 8)).pow(2).sum().backward()
+    assert net2.vals.grad is not None

@@ -30,12 +30,21 @@ def _set_child(model: nn.Module, name: str, new: nn.Module) -> None:
 
 
 def reformat_model(model: nn.Module, fn: LayerFn | None = None, *, func: Callable | None = None,
-                   only: Callable[[str, nn.Module], bool] | None = None, backend: str | None = None) -> nn.Module:
+                   only: Callable[[str, nn.Module], bool] | None = None, backend: str | None = None,
+                   subclasses: bool = False) -> nn.Module:
     """Replace the ``nn.Linear`` layers of ``model`` in place, as ``fn(name, layer)`` decides.
 
     ``fn`` returns None (keep the layer), a 2-D SparseTensor (the new weight: the layer becomes a
     :class:`SparseLinear` with the old bias) or an ``nn.Module`` (used as it is). ``only`` picks
     the layers ``fn`` is asked about (default: every ``nn.Linear``). Returns ``model``.
+
+    Only layers whose type is ``nn.Linear`` itself are replaced unless ``subclasses=True``: a
+    subclass may hold more (a LoRA layer's adapters) or be read by its owner (``MultiheadAttention``
+    reads ``out_proj.weight``), and replacing it dropped those silently or broke the owner. A layer
+    whose weight is tied to another module's parameter (an LM head tied to its embedding) is left
+    dense with a warning: a sparse copy would untie it. A layer reached by several paths (one module
+    used twice) is replaced by one :class:`SparseLinear` at every path. The new parameters keep the
+    old ones' ``requires_grad`` (a frozen layer stays frozen).
 
     UST's spelling works too: ``func(weight)`` (nvmath-python's ``reformat_model(model,
     func=...)``) is asked with each layer's weight tensor and returns None (keep) or the new
@@ -55,12 +64,37 @@ def reformat_model(model: nn.Module, fn: LayerFn | None = None, *, func: Callabl
         fn = _from_weight_rule(lambda w: SparseTensor.from_dense(w, format=COO))
     if not callable(fn):
         raise InputError(f"reformat_model: fn must be callable(name, linear), got {type(fn).__name__}")
-    targets = [(name, m) for name, m in model.named_modules()
-               if isinstance(m, nn.Linear) and name and (only is None or only(name, m))]
     if isinstance(model, nn.Linear) and (only is None or only("", model)):
         raise InputError("reformat_model replaces layers inside a model; for a lone nn.Linear use "
                          "SparseLinear.from_linear(layer) or SparseLinear(weight, bias)")
-    for name, layer in targets:
+
+    def linear(m: nn.Module) -> bool:
+        return isinstance(m, nn.Linear) if subclasses else type(m) is nn.Linear
+
+    # every path to every module (one module used twice has two), in order of first appearance
+    paths: dict[int, list[str]] = {}
+    mods: dict[int, nn.Module] = {}
+    for name, m in model.named_modules(remove_duplicate=False):
+        if name and linear(m):
+            paths.setdefault(id(m), []).append(name)
+            mods[id(m)] = m
+    # parameters shared with a module outside the layer (tied weights)
+    owners: dict[int, set[int]] = {}
+    for m in model.modules():
+        for p in m.parameters(recurse=False):
+            owners.setdefault(id(p), set()).add(id(m))
+    for key, names in paths.items():
+        layer, name = mods[key], names[0]
+        if only is not None and not only(name, layer):
+            continue
+        tied = [p for p in (layer.weight, layer.bias) if p is not None and owners.get(id(p), {key}) != {key}]
+        if tied:
+            import warnings
+
+            warnings.warn(f"reformat_model: layer {name!r} left dense: its {'weight' if tied[0] is layer.weight else 'bias'} "
+                          f"is tied to another module's parameter (a sparse copy would untie them); untie it first to "
+                          f"make it sparse", stacklevel=2)
+            continue
         out = fn(name, layer)
         if out is None:
             continue
@@ -70,10 +104,15 @@ def reformat_model(model: nn.Module, fn: LayerFn | None = None, *, func: Callabl
                                  f"{name!r}, whose weight is {tuple(layer.weight.shape)}")
             bias = None if layer.bias is None else layer.bias.detach().to(out.dtype)
             out = SparseLinear(out, bias, backend=backend)
+            # a frozen layer stays frozen
+            out.values.requires_grad_(layer.weight.requires_grad)
+            if out.bias is not None and layer.bias is not None:
+                out.bias.requires_grad_(layer.bias.requires_grad)
         elif not isinstance(out, nn.Module):
             raise InputError(f"reformat_model: fn returned {type(out).__name__} for layer {name!r}; it must return "
                              f"None (keep), a SparseTensor (the new weight) or an nn.Module")
-        _set_child(model, name, out)
+        for path in names:
+            _set_child(model, path, out)
     return model
 
 

@@ -7,6 +7,8 @@ values); anything else raises an error naming the operation (``.to_dense()`` fir
 
 from __future__ import annotations
 
+import copy
+
 import contextlib
 
 import torch
@@ -85,7 +87,9 @@ class SparseWeight(torch.Tensor):
     def __deepcopy__(self, memo):  # noqa: D105
         if id(self) in memo:
             return memo[id(self)]
-        out = SparseWeight(self._A.clone())
+        # the SparseTensor through the memo: a weight built on a module's Parameter keeps reading the
+        # copy's Parameter (a clone of its own made the copied module untrainable; session 21's sweep)
+        out = SparseWeight(copy.deepcopy(self._A, memo))
         memo[id(self)] = out
         return out
 
@@ -198,7 +202,12 @@ def _linear(x, weight, bias=None):
         raise InputError(f"SparseWeight.linear: input {tuple(getattr(x, 'shape', ()))} does not end with "
                          f"in_features={weight.shape[-1]}")
     y = rows_times_transpose(x, weight._A)
-    return y if bias is None else y + bias
+    if bias is None:
+        return y
+    # under autocast F.linear casts the bias with the product (a float32 bias made a bfloat16 product
+    # float32; session 21's sweep)
+    return y + (bias.to(y.dtype) if bias.dtype != y.dtype and bias.is_floating_point() and y.is_floating_point()
+                and torch.is_autocast_enabled(y.device.type) else bias)
 
 
 def _dot(a, b, *, out=None):
@@ -374,6 +383,12 @@ def _neg(W, *, out=None):
 
 def _to(W, *args, **kwargs):
     kwargs.pop("memory_format", None)
+    kwargs.pop("copy", None)
+    # nn.Module._apply calls t.to(device, None, non_blocking) for a buffer that keeps its dtype
+    args = tuple(a for a in args if a is not None and not isinstance(a, bool))
+    kwargs = {k: v for k, v in kwargs.items() if v is not None and k != "non_blocking"}
+    if not args and not kwargs:
+        return W
     A = W._A.to(*args, **kwargs)
     return W if A is W._A else SparseWeight(A)
 
@@ -488,6 +503,14 @@ _HANDLERS: dict = {
     torch.Tensor.negative: _neg,
     torch.Tensor.__neg__: _neg,
     torch.Tensor.to: _to,
+    # what nn.Module._apply asks of a buffer before .to(...) / .double() / .half() (a module holding a
+    # SparseWeight buffer raised on model.to("cpu"); session 21's sweep)
+    torch.Tensor.is_floating_point: lambda W: W._A.dtype.is_floating_point,
+    torch.is_floating_point: lambda W: W._A.dtype.is_floating_point,
+    torch.Tensor.is_complex: lambda W: W._A.dtype.is_complex,
+    torch.is_complex: lambda W: W._A.dtype.is_complex,
+    torch.Tensor.cuda: lambda W, device=None, non_blocking=False, memory_format=None: _to(
+        W, torch.device("cuda") if device is None else torch.device("cuda", device) if isinstance(device, int) else device),
     torch.Tensor.cpu: lambda W, memory_format=None: _to(W, "cpu"),
     torch.Tensor.double: _cast(torch.float64),
     torch.Tensor.float: _cast(torch.float32),

@@ -188,6 +188,11 @@ class SparseTensor(ViewMethods, AccessMethods):
         if self._derived.get("__versions__") != token:
             self._derived.clear()
             self._derived["__versions__"] = token
+        if torch.is_inference_mode_enabled():
+            # what is derived under inference mode is made of inference tensors, which a later call
+            # with autograd cannot use (to_dense after a validation pass raised "Inference tensors
+            # cannot be saved for backward"; session 21's sweep): read the cache, keep nothing new
+            return dict(self._derived)
         return self._derived
 
     def clear_cache(self) -> None:
