@@ -286,3 +286,11 @@ def test_deepcopy_keeps_a_weight_on_the_copied_parameter():
     assert net2.W.sparse.values is net2.vals
     net2(torch.randn(4, 8)).pow(2).sum().backward()
     assert net2.vals.grad is not None
+
+
+def test_dense_vector_at_sparse_vector_is_their_dot_product():
+    w = torch.tensor([1.0, 0, 2, 0, 3])
+    W = SparseWeight(st.SparseTensor.from_dense(w))
+    y = torch.arange(5.0)
+    torch.testing.assert_close(y @ W, torch.dot(y, w))
+    torch.testing.assert_close(W @ y, torch.dot(y, w))

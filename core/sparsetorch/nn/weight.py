@@ -187,6 +187,8 @@ def _matmul(a, b, *, out=None):
         return _left(a, b, "matmul")
     if isinstance(b, SparseWeight) and b._A.batch_shape:
         return _bmm(a, b)
+    if isinstance(b, SparseWeight) and len(b._A.format_shape) == 1:
+        return _dot(b, a)  # dense 1-D @ sparse 1-D: the dot product, as torch.matmul of two vectors
     return _right(a, b, "matmul")
 
 
