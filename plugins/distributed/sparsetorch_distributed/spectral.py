@@ -373,7 +373,13 @@ class _Eigsh(torch.autograd.Function):
                     comm.agree(red.error, "distributed eigsh backward")
                     raise DistributedError("a rank flagged an error but none reported it") from None  # unreachable
             ext = torch.cat([X, A._halo(X)], 0)
-            out.append((Q[p.row] * ext[p.col]).sum(-1))
+            if cols:
+                # the symmetric part of Q V^T, as the core's eigsh (session 21): an entry's gradient equals its
+                # mirror's, so gradient steps keep A symmetric (V diag(gw) V^T is symmetric already)
+                qext = torch.cat([Q, A._halo(Q)], 0)
+                out.append(0.5 * ((Q[p.row] * ext[p.col]).sum(-1) + (X[p.row] * qext[p.col]).sum(-1)))
+            else:
+                out.append((Q[p.row] * ext[p.col]).sum(-1))
         dV = torch.stack(out).reshape(*A.batch_shape, -1) if A.batch_shape else out[0]
         return dV, None, None, None
 
