@@ -188,8 +188,9 @@ class Comm:
             error = exc
         self.agree(error, what)
 
-    def check_same(self, what: str, fields: dict[str, int]) -> None:
-        """Raise :class:`MismatchError` on every rank when an integer field differs between ranks."""
+    def check_same(self, what: str, fields: dict[str, int], shown: dict | None = None) -> None:
+        """Raise :class:`MismatchError` on every rank when an integer field differs between ranks
+        (``shown``: what the message prints for a field, where its integer is a code)."""
         if self.size == 1:
             return
         vals = list(fields.values())
@@ -197,7 +198,7 @@ class Comm:
         lo = [-v for v in self.max_int([-v for v in vals])]
         bad = [name for name, a, b in zip(fields, hi, lo) if a != b]
         if bad:
-            everyone = self.allgather_object({k: fields[k] for k in bad})
+            everyone = self.allgather_object({k: (shown or {}).get(k, fields[k]) for k in bad})
             detail = "; ".join(f"{k}: " + ", ".join(f"rank {r}={e[k]}" for r, e in enumerate(everyone)) for k in bad)
             raise MismatchError(f"{what}: the ranks disagree on {', '.join(bad)} ({detail}); every rank must pass the "
                                 f"same value")

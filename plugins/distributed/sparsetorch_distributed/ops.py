@@ -154,8 +154,12 @@ def global_sum(t: torch.Tensor, comm: Comm) -> torch.Tensor:
 
 def dot(x: torch.Tensor, y: torch.Tensor, comm: Comm) -> torch.Tensor:
     """Global ``x . y`` of distributed vectors (summed over rows, and columns for blocks); replicated."""
+    err = None
     if x.shape != y.shape:
-        raise st.InputError(f"dot: local shapes differ ({tuple(x.shape)} vs {tuple(y.shape)})")
+        err = st.InputError(f"dot: local shapes differ on rank {comm.rank} ({tuple(x.shape)} vs {tuple(y.shape)})")
+    # every rank raises, or none: a rank raising alone left the others in the all-reduce until the
+    # timeout (session 21's sweep)
+    comm.agree(err, "dot")
     return global_sum((x * y).sum(), comm)
 
 

@@ -250,14 +250,27 @@ def _owned_key(rowmap: RowMap):
 
 def _rowmap(comm: Comm, N: int, owned, device) -> RowMap:
     err = None
+    # every rank takes the same path (its own collectives): the kind of owned= first, then its checks
+    # agreed before any gather (a rank raising alone left the others in all_gather until the timeout;
+    # session 21's sweep)
+    kind = 0 if owned is None else 1 if isinstance(owned, (tuple, list, range)) else 2
+    comm.check_same("owned rows", {"owned": kind}, shown={"owned": ("None", "(start, stop)", "row ids")[kind]})
     if owned is None:
         return RowMap(comm, N, offsets=contiguous_offsets(N, comm.size))
-    if isinstance(owned, (tuple, list, range)):
-        if isinstance(owned, range):
-            owned = (owned.start, owned.stop)
-        if len(owned) != 2:
-            raise st.InputError(f"owned=(start, stop) expected, got {owned!r}")
-        everyone = comm.allgather_object((int(owned[0]), int(owned[1])))
+    if kind == 1:
+        pair = (0, 0)
+        try:
+            if isinstance(owned, range):
+                owned = (owned.start, owned.stop)
+            if len(owned) != 2:
+                raise st.InputError(f"owned=(start, stop) expected on rank {comm.rank}, got {owned!r}")
+            pair = (int(owned[0]), int(owned[1]))
+        except st.SparseTorchError as exc:
+            err = exc
+        except (TypeError, ValueError) as exc:
+            err = st.InputError(f"owned=(start, stop) expected on rank {comm.rank}, got {owned!r} ({exc})")
+        comm.agree(err, "owned rows")
+        everyone = comm.allgather_object(pair)
         offsets = [everyone[0][0]] + [e[1] for e in everyone]
         ok = everyone[0][0] == 0 and everyone[-1][1] == N and all(everyone[r][1] == everyone[r + 1][0]
                                                                  for r in range(comm.size - 1))

@@ -373,6 +373,22 @@ class _Solve(torch.autograd.Function):
         return dV, dB, None, None, None, None
 
 
+#: ``preconditioner`` as an integer for the ranks' agreement (a callable: 3, its own per rank)
+_PRECONDITIONER_CODES = {None: 0, "jacobi": 1, "block_jacobi": 2}
+
+
+def _float_bits(x) -> int:
+    """A float option as the integer of its bits (None: -1), so that ranks compare it exactly."""
+    if x is None:
+        return -1
+    import struct
+
+    try:
+        return int.from_bytes(struct.pack("<d", float(x)), "little", signed=True)
+    except (TypeError, ValueError):
+        return -2
+
+
 def solve(A, B: torch.Tensor, *, method: str | None = None, preconditioner="block_jacobi", rtol: float | None = None,
           atol: float = 0.0, maxiter: int | None = None, restart: int = 30, return_info: bool = False,
           on_nonconvergence: str = "raise", symmetric: bool | None = None, local_options: dict | None = None,
@@ -425,7 +441,17 @@ def solve(A, B: torch.Tensor, *, method: str | None = None, preconditioner="bloc
     comm.check_same("distributed solve", {"dtype": dtype_code(B.dtype), "B dims": B.dim(),
                                           "columns": B.shape[-1] if B.dim() > 1 else 1,
                                           "method": sorted(METHODS).index(method) + 1 if method else 0,
-                                          "maxiter": maxiter if maxiter is not None else -1, "block": int(bool(block))})
+                                          "maxiter": maxiter if maxiter is not None else -1, "block": int(bool(block)),
+                                          # options that steer the iteration: ranks that disagree on one
+                                          # waited in a collective until the timeout (session 21's sweep)
+                                          "rtol": _float_bits(rtol), "atol": _float_bits(atol),
+                                          "restart": int(restart) if isinstance(restart, int) else -2,
+                                          "preconditioner": _PRECONDITIONER_CODES.get(preconditioner, 3)
+                                          if not callable(preconditioner) else 3,
+                                          "symmetric": -1 if symmetric is None else int(bool(symmetric))},
+                    shown={"dtype": str(B.dtype), "method": method, "rtol": rtol, "atol": atol,
+                           "preconditioner": preconditioner if not callable(preconditioner) else "a callable",
+                           "symmetric": symmetric})
     cfg = _Config(method, preconditioner, default_rtol(A.dtype) if rtol is None else float(rtol), float(atol), maxiter,
                   int(restart), on_nonconvergence, local_options, symmetric, callback, bool(block),
                   sharpen=rtol is None and not atol)

@@ -89,6 +89,11 @@ def test_solve_values_and_gradients_match_dense(runs, name):
         assert ev.min() < 0 < ev.max(), "the MINRES case must be indefinite"
 
 
+def test_minres_with_block_jacobi_meets_the_default_contract(runs):
+    A, info = _check_solve(_scenario(runs, "minres_block"), 144)
+    assert info.method == "minres" and info.converged, info
+
+
 @pytest.mark.parametrize("name", ["cg", "gmres"])
 def test_solve_gradient_matches_finite_differences(runs, name):
     o = _scenario(runs, name)[0]
@@ -215,7 +220,8 @@ def test_no_rank_holds_a_global_matrix_or_vector_at_p4(ranks4):
 @pytest.mark.parametrize("case, cls", [
     ("nan_rhs", "InputError"), ("singular_block", "SingularMatrixError"), ("columns_mismatch", "MismatchError"),
     ("precond_raises", "DistributedError"), ("row_not_owned", "InputError"), ("shape_mismatch", "MismatchError"),
-    ("not_converged", "NotConvergedError"),
+    ("not_converged", "NotConvergedError"), ("rtol_mismatch", "MismatchError"), ("dot_shape", "InputError"),
+    ("owned_bad", "InputError"),
 ])
 def test_failure_on_one_rank_raises_the_same_error_on_every_rank(runs, case, cls):
     outs = _scenario(runs, "failures")
