@@ -294,3 +294,9 @@ def test_dense_vector_at_sparse_vector_is_their_dot_product():
     y = torch.arange(5.0)
     torch.testing.assert_close(y @ W, torch.dot(y, w))
     torch.testing.assert_close(W @ y, torch.dot(y, w))
+
+
+def test_grad_attributes_of_a_sparse_weight_point_to_its_values():
+    W = SparseWeight(st.SparseTensor.from_dense(torch.eye(3)))
+    with pytest.raises(InputError, match="trainable tensor is W.sparse.values"):
+        W.requires_grad_(True)

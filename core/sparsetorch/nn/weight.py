@@ -123,6 +123,10 @@ class SparseWeight(torch.Tensor):
             if name in ("__get__", "__set__") or name.startswith("_"):  # attribute plumbing (shape, dtype, ...)
                 with torch._C.DisableTorchFunctionSubclass():
                     return func(*args, **kwargs)
+            if name in ("requires_grad_", "retain_grad", "grad", "requires_grad", "register_hook"):
+                raise InputError(f"SparseWeight does not implement {name}: its trainable tensor is W.sparse.values "
+                                 f"(set requires_grad / hooks on it, read its .grad; nn.Parameter(W.sparse.values) "
+                                 f"makes it a module's parameter), not a dense copy")
             raise InputError(f"SparseWeight does not implement {name}: it runs matmul/@, mm, mv, linear, addmm, addmv, "
                              f"dot, bmm, baddbmm, t/T/mT/transpose(-2, -1), mul_, zeros_like, ones_like, mul/div by a "
                              f"scalar, neg, to, detach, clone and copy_ through sparsetorch; call .to_dense() first "
