@@ -5,7 +5,10 @@ formulas, the plan cache, statuses and errors. Skipped when the SciPy plugin is 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import scipy.sparse as sp
 import pytest
 import torch
 
@@ -236,3 +239,21 @@ def test_exported_and_explained():
     assert st.lstsq is not None and st.Lstsq is not None
     table = st.explain("lstsq", A, b)
     assert table.chosen is not None and "lstsq" in str(table)
+
+
+def test_a_qr_answer_that_is_not_a_least_squares_answer_is_refused():
+    # Eigen's SparseQR in float32 took lp_e226 (rank 223, cond 9e3) for rank 51 (its threshold dropped the
+    # small columns) and answered with a relative residual of 0.9 as "direct" (session 21's sweep)
+    pytest.importorskip("sparsetorch_eigen")
+    import scipy.io
+
+    path = Path(__file__).parent / "data" / "lp_e226.mtx"
+    if not path.exists():
+        pytest.skip("tests/data/lp_e226.mtx not present")
+    A = sp.csr_array(scipy.io.mmread(path)).astype(np.float32)
+    b = np.random.default_rng(0).standard_normal(A.shape[0]).astype(np.float32)
+    with pytest.raises(st.NotConvergedError, match="not a least-squares answer"):
+        st.lstsq(st.from_package(A), torch.from_numpy(b), method="qr", backend="eigen")
+    x = st.lstsq(st.from_package(A), torch.from_numpy(b)).double().numpy()  # the default answers
+    Ad = A.toarray().astype(np.float64)
+    assert np.linalg.norm(b - Ad @ x) <= 0.05 * np.linalg.norm(b)
