@@ -30,6 +30,10 @@ __all__ = ["LevelFormat", "LevelProperty", "LevelType", "LevelSpec", "as_level_t
 
 
 class LevelFormat(enum.Enum):
+    """How one level of a format stores its coordinates (docs/format-dsl.md): ``dense`` (every index),
+    ``batch``, ``compressed`` (positions + coordinates, CSR's column level), ``loose_compressed``,
+    ``singleton`` (one coordinate per parent entry, COO's second level), ``range`` (a contiguous span,
+    DIA), ``delta`` (bit-packed gaps) and ``structured`` (N:M)."""
     DENSE = "dense"
     BATCH = "batch"
     COMPRESSED = "compressed"
@@ -64,6 +68,8 @@ class LevelFormat(enum.Enum):
 
 
 class LevelProperty(enum.Enum):
+    """Properties a level may declare: ``unique`` / ``nonunique`` (repeated coordinates allowed, COO's
+    first level) and ``ordered`` / ``unordered`` (coordinates sorted within a parent)."""
     UNIQUE = "unique"
     NONUNIQUE = "nonunique"
     ORDERED = "ordered"

@@ -141,6 +141,24 @@ def solve(
     CSR) are priced with that setup spread over ``repeat`` calls. Without it, dispatch counts
     the calls it has seen on the pattern and expects as many again (so a loop of one-shot
     solves moves to a direct solver once its analysis pays off; ``explain`` shows the spread).
+
+    Iteration controls (iterative methods; direct ones ignore them):
+
+    - ``maxiter``: the iteration limit, counted as the method counts it: GMRES, LGMRES and
+      GCROT(m,k) count *restart cycles* of ``restart`` inner iterations (SciPy's meaning, kept by
+      every backend), the others single iterations; None: the backend's default. When dispatch
+      chose the method (not pinned) it also bounds an attempt by what the next direct method
+      would cost.
+    - ``restart``: the inner iterations per GMRES cycle (None: the backend's default, 20-30).
+    - ``callback(iteration, relative_residual)``: called as the method reports progress, every
+      ``check_every`` iterations where the backend supports it (the torch backend and the cuda
+      plugin check their residual on the host only then; SciPy's methods report every iteration);
+      ``progress=True`` shows a tqdm bar through the same hook.
+    - ``block_size``: the diagonal blocks' size of the torch backend's ``preconditioner="block_jacobi"``
+      (default 4).
+    - ``dense_max``: the largest n a dense factorization is offered for; ``max_bytes``: the memory
+      an offer may need (offers above it are declined).
+    - ``cache``: keep the plan in the plan cache (False: plan for this call only).
     """
     if torch.compiler.is_compiling():
         # under torch.compile: one opaque custom op (sparsetorch::spsolve) whose kernel runs this

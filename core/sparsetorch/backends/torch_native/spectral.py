@@ -254,7 +254,9 @@ class LobpcgPlan:
 def _torch_coo(A: SparseTensor) -> torch.Tensor:
     coords, vals = A.coordinates()
     n = A.format_shape
-    return torch.sparse_coo_tensor(coords, vals, n).coalesce()
+    # the coordinates come from a validated pattern: torch's invariant checks add nothing, and their
+    # "implicitly disabled" warning reached users of eigsh(method="lobpcg")
+    return torch.sparse_coo_tensor(coords, vals, n, check_invariants=False).coalesce()
 
 
 def _nearest(w_all: torch.Tensor, sigma: float, k: int) -> torch.Tensor:

@@ -160,7 +160,8 @@ class _Attempts:
     def _fail(self, res) -> None:
         tried = "; ".join(f"{r['backend']}/{r['method']}: {r['why']}" for r in self.records)
         if self.pinned:
-            others = [f"'{o.method}'" for o in _capable(self.op, self.A, self.request) if o.method != self.offers[0].method]
+            others = list(dict.fromkeys(f"'{o.method}' ({o.backend})" for o in _capable(self.op, self.A, self.request)
+                                        if o.method != self.offers[0].method))  # each once, with its backend
             advice = (f"method={self.offers[0].method!r} was pinned, so no other method was tried; try "
                       + (f"method={' or '.join(others)}, or " if others else "")
                       + "drop method= to let dispatch fall back, raise maxiter, use sigma (shift-invert) for interior "
