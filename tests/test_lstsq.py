@@ -257,3 +257,19 @@ def test_a_qr_answer_that_is_not_a_least_squares_answer_is_refused():
     x = st.lstsq(st.from_package(A), torch.from_numpy(b)).double().numpy()  # the default answers
     Ad = A.toarray().astype(np.float64)
     assert np.linalg.norm(b - Ad @ x) <= 0.05 * np.linalg.norm(b)
+
+
+def test_info_after_a_hand_over_reports_the_answering_method_and_the_attempts():
+    # after a failed LSQR, QR's answer reported LSQR's iterations and no attempts (session 21's docs sweep)
+    pytest.importorskip("sparsetorch_eigen")
+    A = random_rectangular(200, 80, density=0.1, seed=3)
+    b = torch.linspace(-1, 1, 200, dtype=torch.float64)
+    x, info = st.lstsq(A, b, maxiter=2, on_nonconvergence="ignore", return_info=True)
+    if not info.attempts:
+        pytest.skip(f"no hand-over on this machine ({info.backend}/{info.method})")
+    assert len(info.attempts) >= 2 and not info.attempts[0].succeeded and info.attempts[-1].succeeded
+    assert (info.backend, info.method) == (info.attempts[-1].backend, info.attempts[-1].method)
+    if info.status.value == "direct":
+        assert info.iterations == 0
+    ref = np.linalg.lstsq(A.to_dense().numpy(), b.numpy(), rcond=None)[0]
+    np.testing.assert_allclose(x.numpy(), ref, rtol=1e-8, atol=1e-10)

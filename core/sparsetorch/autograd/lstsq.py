@@ -34,7 +34,7 @@ import torch
 
 from ..dispatch.accuracy import backward_error_bound
 from ._first_order import first_order_only
-from ..dispatch.results import IterationResult, Status
+from ..dispatch.results import Attempt, IterationResult, Status
 from ..errors import InputError, NotConvergedError, NotConvergedWarning
 from ..format import CSR
 from ..tensor import SparseTensor
@@ -102,6 +102,10 @@ class LstsqHandle:
     def __post_init__(self) -> None:
         #: where this call's results start in ``results`` (a Lstsq object's list spans its calls)
         self.start = len(self.results)
+        #: where the results of the plan that answers start (after the last hand-over)
+        self.answer_start = self.start
+        #: the attempts that handed over, as :class:`~sparsetorch.dispatch.results.Attempt` records
+        self.failed: list = []
 
     def run(self, values: torch.Tensor, B: torch.Tensor, adjoint: bool = False) -> torch.Tensor:
         while True:
@@ -129,6 +133,9 @@ class LstsqHandle:
                 return X
             if self.fallbacks and self.rebuild is not None:
                 self.tried.append(f"{state.label}: {res.status.value} after {res.iterations} iterations ({res.reason})")
+                backend, _, method = state.label.partition("/")
+                self.failed.append(Attempt(backend, method, None, res.iterations, res.status, res.residual, res.reason))
+                self.answer_start = len(self.results)
                 self.offer = self.fallbacks.pop(0)
                 self.state = self.rebuild(self.offer)
                 continue

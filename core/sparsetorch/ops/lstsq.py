@@ -19,6 +19,7 @@ import torch
 
 from ..autograd.lstsq import LstsqHandle, lstsq_function
 from ..errors import InputError
+from ..dispatch.results import Attempt
 from ..tensor import SparseTensor
 from ..dispatch.options import LstsqOptions, defaults
 from ..dispatch.plan import make_request, obtain_plan, plan_for
@@ -214,7 +215,9 @@ def _info(A: SparseTensor, Bn: torch.Tensor, Xn: torch.Tensor, state, offer, han
     from ..autograd.lstsq import apply_entries
 
     res = handle.results[-1]
-    mine = handle.results[handle.start:]
+    # the answering plan's results only (a method that handed over is an attempt, not part of the answer:
+    # after a failed LSQR, a QR's answer reported LSQR's iterations; session 21's docs sweep)
+    mine = handle.results[getattr(handle, "answer_start", handle.start):]
     iterations = sum(r.iterations for r in mine) if mine else res.iterations
     with torch.no_grad():
         r = Bn - apply_entries(A, A.values.detach(), Xn.detach())
@@ -230,4 +233,6 @@ def _info(A: SparseTensor, Bn: torch.Tensor, Xn: torch.Tensor, state, offer, han
         residual_history=tuple(mine[0].history if mine else res.history),
         preconditioner=None, plan_reused=state.reused,
         extra={"estimated_seconds": offer.seconds, "estimated_bytes": offer.bytes},
+        attempts=tuple(handle.failed) + (Attempt(offer.backend, offer.method, None, iterations, res.status, true_res,
+                                                 res.reason, res.converged),) if handle.failed else (),
     )
