@@ -80,6 +80,8 @@ def _family_members() -> list[fam.Generated]:
         fam.singular(200, kind="structural", seed=1),
         fam.expander(400, degree=12, seed=1),
         fam.singular(200, kind="duplicate_row", seed=1),
+        fam.block_diagonal(24, 20, kind="mixed", seed=1),
+        fam.block_diagonal(6, 9, kind="mesh", seed=1),
     ]
 
 

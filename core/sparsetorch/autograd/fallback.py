@@ -515,7 +515,12 @@ class Route(RangeSearch):
         # LDL^T answers of a quasi-definite KKT matrix at 1.5e5 u, and Cholesky's of a matrix symmetric
         # to 1e-12 only at 800 u)
         bound = backward_error_bound(B.dtype, 1)
-        anorm = _inf_norm(self.A, values, adjoint)
+        if state.holds(values):  # repeated calls on the same values: the norm is the plan's
+            anorm = state.memo.get(("inf_norm", adjoint))
+            if anorm is None:
+                anorm = state.memo[("inf_norm", adjoint)] = _inf_norm(self.A, values, adjoint)
+        else:
+            anorm = _inf_norm(self.A, values, adjoint)
         bi = B.abs().amax(dim=-2) if B.shape[-2] else torch.zeros_like(bn)
         while anorm.dim() < rn.dim():
             anorm = anorm.unsqueeze(-1)

@@ -184,7 +184,9 @@ def weigh(request: Request, offers: list[Offer]) -> tuple[list[Offer], list[Decl
             m = measured.get((o.backend, o.method, o.preconditioner))
             if m is not None and m.seconds is not None and m.samples >= CONFIRMATIONS and m.seconds > o.seconds:
                 note = f"measured {_ms(m.seconds)} on this pattern (backend estimated {_ms(o.seconds)})"
-                o = replace(o, seconds=m.seconds, setup=min(m.seconds, o.setup * m.seconds / max(o.seconds, 1e-300)),
+                scale = m.seconds / max(o.seconds, 1e-300)
+                o = replace(o, seconds=m.seconds, setup=min(m.seconds, o.setup * scale),
+                            factor=min(m.seconds - min(m.seconds, o.setup * scale), o.factor * scale),
                             notes=f"{o.notes}; {note}" if o.notes else note)
             out.append(o)
             continue

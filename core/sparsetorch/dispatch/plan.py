@@ -76,6 +76,12 @@ class PlanState:
     well_scaled: tuple[Any, ...] | None = None
     lock: Any = field(default_factory=threading.RLock, repr=False, compare=False)
     _cheap_reload: bool = field(default=False, repr=False, compare=False)
+    #: how many times values were loaded (set_values ran) and asked for (``_load`` called): what a
+    #: memo of something derived from the values compares (``memo``, ``ops/properties.py``)
+    loads: int = field(default=0, repr=False, compare=False)
+    checks: int = field(default=0, repr=False, compare=False)
+    #: quantities derived from the values the plan holds (an infinity norm of A), emptied at every load
+    memo: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.plan is not None:  # made around an existing plan
@@ -97,9 +103,16 @@ class PlanState:
         with self.lock:
             self._load(values)
 
+    def holds(self, values: torch.Tensor) -> bool:
+        """Whether the plan holds ``values`` as they are now (identity and version; the caller loaded
+        them in this call, under :attr:`lock`, which compared their content): then :attr:`memo` is
+        theirs. Always False for plans that reload on every call (no token)."""
+        return self.token is not None and is_plain(values) and self.token == _token(values.detach())
+
     def _load(self, values: torch.Tensor) -> None:
         if self.plan is None:
             self.build()
+        self.checks += 1
         v = values.detach()
         if v.is_conj() or v.is_neg():
             # a conjugate / negative view shares its storage with the values it views: plans read the
@@ -107,6 +120,9 @@ class PlanState:
             v = v.resolve_conj().resolve_neg()
         if self.reload_always or self._cheap_reload:
             # no token: nothing is compared on these plans (every call reloads)
+            self.loads += 1
+            if self.memo:
+                self.memo.clear()
             try:  # what guarded() does, without a closure per call (a product's hot path)
                 self.plan.set_values(v)
             except SparseTorchError:
@@ -119,6 +135,8 @@ class PlanState:
         if tok == self.token and self.snapshot is not None and torch.equal(self.snapshot, v):
             return
         self.token = None  # a set_values that raises leaves no values the plan is known to hold
+        self.loads += 1
+        self.memo.clear()
         guarded(lambda: self.plan.set_values(v), self.label, "set_values")
         self.token = tok
         snap = self.snapshot
@@ -192,14 +210,44 @@ def expected_calls(op: str, A: SparseTensor, *, count: bool) -> int:
     return 1 << (seen.bit_length() - 1)
 
 
+#: Calls seen in a row on the same values per (op, pattern, dtype): (a weak reference to the values
+#: tensor, its version, the count). Bounded like :data:`_CALLS`.
+_SAME: "LRU[Any, tuple[Any, int, int]]" = LRU("calls per values", 1024)
+
+
+def same_values_calls(op: str, A: SparseTensor, *, count: bool) -> int:
+    """The calls A's present values are expected to serve: as many as were made in a row on the
+    same values tensor (the same object, unchanged: its version), this one included, rounded down
+    to a power of two. A plan keeps its factorization while the values stay the same, so a direct
+    offer's ``factor`` is spread over these calls. Values rebuilt per call (a new tensor each time,
+    even at the same address) count as new values. ``count``: record this call."""
+    key = calls_key(op, A)
+    v = A.values
+    version = v._version
+    with _SAME.lock:
+        prev = _SAME.peek(key)
+        seen = prev[2] + 1 if prev is not None and prev[0]() is v and prev[1] == version else 1
+        if count:
+            try:
+                ref = weakref.ref(v)
+            except TypeError:  # not weak-referenceable (a subclass): never counted as the same
+                return 1
+            _SAME.put(key, (ref, version, seen))
+    return 1 << (seen.bit_length() - 1)
+
+
+def _spreads(table: ExplainTable | None, part: str) -> bool:
+    # Without a setup (``part``: "setup" or "factor") to spread there is nothing to count (the table is
+    # the same on every call of this request: remembered decisions), and the per-call bookkeeping is skipped.
+    return table is None or any(r.offer is not None and getattr(r.offer, part) > 0 for r in table.rows)
+
+
 def counts_calls(request: Request, table: ExplainTable | None) -> bool:
     """Whether calls of ``request`` are counted per pattern (:func:`expected_calls`): the caller
     gave no ``repeat`` and some offer of ``table`` has a one-time setup to spread."""
     if request.option("repeat") is not None:
         return False
-    # Without a setup to spread there is nothing to count (the table is the same on every call
-    # of this request: remembered decisions), and the per-call bookkeeping is skipped.
-    return table is None or any(r.offer is not None and r.offer.setup > 0 for r in table.rows)
+    return _spreads(table, "setup")
 
 
 def calls_key(op: str, A: SparseTensor) -> tuple[Any, ...]:
@@ -222,16 +270,21 @@ def count_calls(key: tuple[Any, ...], n: int) -> None:
 
 def with_expected_calls(op: str, A: SparseTensor, request: Request, table: ExplainTable | None, *,
                         count: bool) -> Request | None:
-    """``request`` with the ``repeat`` option filled in from the calls seen on the pattern, when
-    the caller gave none and some offer has a one-time setup to spread (``None``: no change)."""
-    if not counts_calls(request, table):
-        return None
-    repeat = expected_calls(op, A, count=count)
-    if repeat <= 1:
-        return None
+    """``request`` with the ``repeat`` option filled in from the calls seen on the pattern (when
+    the caller gave none) and ``same_values`` from the calls seen in a row on A's present values,
+    when some offer has a one-time setup or a factorization to spread (``None``: no change)."""
     if isinstance(request.options, _Record) and "repeat" not in request.options:
         return None  # an op without the option (its offers have no setup to spread)
-    return with_options(request, repeat=repeat)
+    out = request
+    if counts_calls(request, table):
+        repeat = expected_calls(op, A, count=count)
+        if repeat > 1:
+            out = with_options(out, repeat=repeat)
+    if _spreads(table, "factor"):
+        same = same_values_calls(op, A, count=count)
+        if same > 1:
+            out = replace(out, same_values=same)
+    return None if out is request else out
 
 
 def obtain_plan(op: str, A: SparseTensor, request: Request, *, cache: bool = True) -> tuple[PlanState, Offer, ExplainTable]:

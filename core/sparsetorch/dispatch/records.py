@@ -88,6 +88,11 @@ class OperandInfo:
     #: prices factorizations (``ops/_graph.py``: about d for a d-dimensional mesh, more for an
     #: expander); None when not measured or mesh-like. Read it through :func:`fill_dimension`.
     graph_dimension: float | None = None
+    #: how a square sparse operand's graph falls apart into independent pieces (a block-diagonal
+    #: matrix): groups ``(size, entries per row, count)``, measured with ``graph_dimension``
+    #: (``ops/_graph.py: graph_components``); None when it is one piece (or not measured). The
+    #: shared fill tables (:func:`lu_fill_flops`) price such a matrix piece by piece.
+    components: tuple[tuple[int, float, int], ...] | None = None
 
     @property
     def n(self) -> int:
@@ -111,6 +116,9 @@ class Request:
     #: what earlier calls on the same pattern measured, per (backend, method, preconditioner)
     #: (filled by the core; backends may read it, the core applies it to their offers)
     measured: tuple[tuple[tuple[str, str, str | None], "Measured"], ...] = ()
+    #: calls expected on A's present values (filled by the core from the calls seen in a row on the
+    #: same values, a power of two): offers' ``factor`` is spread over them
+    same_values: int = 1
 
     @property
     def A(self) -> OperandInfo:
@@ -188,6 +196,7 @@ class Offer:
     preconditioner: str | None = None
     setup: float = 0.0
     iterations: int | None = None
+    factor: float = 0.0
 
     def __post_init__(self) -> None:
         if not (isinstance(self.seconds, (int, float)) and math.isfinite(self.seconds) and self.seconds >= 0):
@@ -196,6 +205,10 @@ class Offer:
                 and 0 <= self.setup <= self.seconds * (1 + 1e-9)):
             raise ValueError(f"offer from {self.backend!r} has invalid setup={self.setup!r}: the one-time part of "
                              f"seconds={self.seconds!r} must lie in [0, seconds]")
+        if not (isinstance(self.factor, (int, float)) and math.isfinite(self.factor)
+                and 0 <= self.factor and self.setup + self.factor <= self.seconds * (1 + 1e-9)):
+            raise ValueError(f"offer from {self.backend!r} has invalid factor={self.factor!r}: the once-per-values part "
+                             f"of seconds={self.seconds!r} must be >= 0 and, with setup={self.setup!r}, at most seconds")
         if not (isinstance(self.bytes, int) and self.bytes >= 0):
             raise ValueError(f"offer from {self.backend!r} has invalid bytes={self.bytes!r}")
         if not callable(self.build):

@@ -338,15 +338,22 @@ def _ordered(offers: list[Offer], priorities: dict[str, int]) -> list[Offer]:
     return out
 
 
-def _amortized(offer: Offer, repeat: int) -> Offer:
-    """The offer priced per call when its pattern serves ``repeat`` calls: the one-time setup
-    shared among them."""
-    if offer.setup <= 0:
+def _amortized(offer: Offer, repeat: int, same: int = 1) -> Offer:
+    """The offer priced per call when its pattern serves ``repeat`` calls and its present values
+    ``same`` calls: the one-time setup shared among the former, the factorization among the latter."""
+    notes = []
+    seconds, setup, factor = offer.seconds, offer.setup, offer.factor
+    if setup > 0 and repeat > 1:
+        seconds, setup = seconds - setup + setup / repeat, setup / repeat
+        notes.append(f"one-time setup {_fmt_seconds(offer.setup)} spread over {repeat} calls")
+    if factor > 0 and same > 1:
+        seconds, factor = seconds - factor + factor / same, factor / same
+        notes.append(f"factorization {_fmt_seconds(offer.factor)} spread over {same} calls on the same values")
+    if not notes:
         return offer
-    share = offer.setup / repeat
-    return replace(offer, seconds=offer.seconds - offer.setup + share, setup=share,
-                   notes=(offer.notes + "; " if offer.notes else "")
-                   + f"one-time setup {_fmt_seconds(offer.setup)} spread over {repeat} calls")
+    return replace(offer, seconds=max(seconds, 0.0), setup=min(setup, max(seconds, 0.0)),
+                   factor=min(factor, max(seconds - setup, 0.0)),
+                   notes=(offer.notes + "; " if offer.notes else "") + "; ".join(notes))
 
 
 def _honour_preconditioner(request: Request, offers: list[Offer]) -> tuple[list[Offer], list[Decline]]:
@@ -463,8 +470,10 @@ def rank(request: Request) -> ExplainTable:
         offers, weighed = weigh(request, offers)
         declines += weighed
     repeat = request.option("repeat")
-    if isinstance(repeat, int) and repeat > 1:
-        offers = [_amortized(o, repeat) for o in offers]
+    repeat = repeat if isinstance(repeat, int) and repeat > 1 else 1
+    same = request.same_values
+    if repeat > 1 or same > 1:
+        offers = [_amortized(o, repeat, same) for o in offers]
     prio = {i.name: i.priority for i in backends.info()}  # type: ignore[union-attr]
     offers = _ordered(offers, prio)
     rows = [Row(o.backend, o.method, o.seconds, o.bytes, k == 0, o.notes, o) for k, o in enumerate(offers)]
@@ -512,7 +521,7 @@ def _decision_key(request: Request) -> Any:
     if os.environ.get("SPARSETORCH_DISPATCH_CACHE", "1").lower() in ("0", "false", "no", "off") or _trace_enabled():
         return None
     try:
-        key = (request.op, request.operands, request.properties, request.requires_grad, request.measured,
+        key = (request.op, request.operands, request.properties, request.requires_grad, request.measured, request.same_values,
                tuple(sorted((k, _freeze(v)) for k, v in request.options.items() if k != "callback")),
                get_backends().generation, os.environ.get("SPARSETORCH_CALIBRATION"))
         hash(key)

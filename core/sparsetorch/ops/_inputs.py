@@ -20,13 +20,14 @@ def describe_sparse(A: SparseTensor) -> OperandInfo:
 
 def describe_factored(A: SparseTensor, properties: frozenset[str] = frozenset()) -> OperandInfo:
     """:func:`describe_sparse` for ops that price factorizations (solve, logdet): with the growth
-    dimension of A's graph (``ops/_graph.py``, measured once per pattern), which the direct
-    solvers' fill models read through ``fill_dimension``. ``properties``: A's known tags (a
+    dimension of A's graph and its independent pieces (``ops/_graph.py``, measured once per pattern),
+    which the direct solvers' fill models read through ``fill_dimension`` / ``lu_fill_flops``. ``properties``: A's known tags (a
     symmetric pattern is searched as it is)."""
-    from ._graph import graph_dimension  # noqa: PLC0415
+    from ._graph import graph_components, graph_dimension  # noqa: PLC0415
 
     symmetric = bool({"symmetric", "hermitian", "spd"} & properties)
-    return replace(describe_sparse(A), graph_dimension=graph_dimension(A, symmetric=symmetric))
+    return replace(describe_sparse(A), graph_dimension=graph_dimension(A, symmetric=symmetric),
+                   components=graph_components(A, symmetric=symmetric))
 
 
 def describe_dense(X: torch.Tensor) -> OperandInfo:

@@ -28,7 +28,7 @@ from ..tensor import SparseTensor
 from ..tensor.construct import conversion
 from ..tensor.sparse_tensor import is_plain
 
-__all__ = ["detect", "normalize_tags", "KNOWN_TAGS"]
+__all__ = ["detect", "normalize_tags", "KNOWN_TAGS", "recall", "remember"]
 
 KNOWN_TAGS = frozenset({"spd", "symmetric", "hermitian", "nonsymmetric", "general", "diagonally_dominant",
                         "zero_diagonal", "zero_minor"})
@@ -51,6 +51,71 @@ def normalize_tags(properties) -> frozenset[str] | None:
                          f"{'general / nonsymmetric' if 'general' in given else 'nonsymmetric'} and "
                          f"{'spd (symmetric)' if 'spd' in given else 'symmetric / hermitian'}")
     return frozenset(tags)
+
+
+#: Properties detected per (pattern, dtype), with what recognises the values they were detected
+#: on: a weak reference to the values tensor, its version, and either the solve plan that holds a
+#: snapshot of them (its load count) or a snapshot of our own (values of at most _OWN_SNAPSHOT_MAX
+#: entries; larger ones are recognised only through a plan's snapshot)
+_MEMO: "LRU[tuple, tuple]" = LRU("detected properties by values", 32)
+_OWN_SNAPSHOT_MAX = 1 << 20
+
+
+def recall(A: SparseTensor) -> frozenset[str] | None:
+    """The properties :func:`remember` kept for A's values, if these are the same values with the
+    same content (the same tensor at the same version, and equal to a snapshot taken when they
+    were detected: writes torch does not track are seen), else None. One O(nnz) comparison
+    instead of detection's gathers and sums: a loop solving with one matrix (a factorization
+    reused) pays detection once (session 22: 8 of the 15 ms of a solve on a 500k-entry matrix)."""
+    v = A.values
+    entry = _MEMO.peek((A.pattern_key, A.dtype, A.device))
+    if entry is None or not is_plain(v):
+        return None
+    ref, version, props, how = entry
+    if ref() is not v or v._version != version:
+        return None
+    vd = v.detach()
+    if how[0] == "own":
+        return props if _same_content(how[1], vd) else None
+    state = how[1]()
+    if state is None or not state.lock.acquire(blocking=False):
+        return None  # the plan is gone, or busy in another thread: detect
+    try:
+        if state.loads != how[2] or state.snapshot is None or not state.holds(vd):
+            return None
+        return props if _same_content(state.snapshot, vd) else None
+    finally:
+        state.lock.release()
+
+
+def _same_content(snap: torch.Tensor, v: torch.Tensor) -> bool:
+    return snap.shape == v.shape and snap.dtype == v.dtype and snap.device == v.device and torch.equal(snap, v)
+
+
+def remember(A: SparseTensor, props: frozenset[str], state=None, checks: int | None = None) -> None:
+    """Keep ``props``, just detected on A's values, for :func:`recall`: through ``state`` (the solve
+    plan of this call) when it loaded these values in this call (its ``checks`` grew past
+    ``checks``) and holds a snapshot of them, else with a snapshot of our own for values of at
+    most :data:`_OWN_SNAPSHOT_MAX` entries."""
+    import weakref  # noqa: PLC0415
+
+    v = A.values
+    if not is_plain(v):
+        return
+    vd = v.detach()
+    how: tuple | None = None
+    if (state is not None and checks is not None and state.checks > checks and state.snapshot is not None
+            and state.holds(vd)):
+        how = ("state", weakref.ref(state), state.loads)
+    elif vd.numel() <= _OWN_SNAPSHOT_MAX:
+        how = ("own", vd.clone())
+    if how is None:
+        return
+    try:
+        ref = weakref.ref(v)
+    except TypeError:
+        return
+    _MEMO.put((A.pattern_key, A.dtype, A.device), (ref, v._version, props, how))
 
 
 def detect(A: SparseTensor) -> frozenset[str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import dataclasses
 
 import math
@@ -24,7 +26,7 @@ from ..tensor.sparse_tensor import is_plain, vmapped
 from ..tensor.validate import check_finite_rhs
 from ._inputs import as_rhs, check_finite as check_finite_values, check_matrix, describe_dense, describe_factored, restore_rhs
 from .info import SolveInfo
-from .properties import detect, normalize_tags
+from .properties import detect, normalize_tags, recall, remember
 
 __all__ = ["solve", "Solver", "solve_request"]
 
@@ -75,12 +77,21 @@ def _progress_callback(progress: bool, callback: Callable | None, maxiter: int |
     return cb, bar
 
 
-def solve_request(A: SparseTensor, B: torch.Tensor | None, properties, options: dict[str, Any]):
+def solve_request(A: SparseTensor, B: torch.Tensor | None, properties, options: dict[str, Any],
+                  detected: list | None = None):
     """The dispatch request of a solve: detected (or given) properties, the tolerance resolved
     for A's dtype (the accuracy contract: ``rtol=None`` is 1e-10 in float64, 1e-5 in float32),
-    and what iterative solves measured on A's pattern before."""
+    and what iterative solves measured on A's pattern before. Properties detected on these very
+    values before are recalled (``properties.recall``); ``detected``: a list that gets True
+    appended when detection ran (the caller may then ``properties.remember`` them)."""
     tags = normalize_tags(properties)
-    props = tags if tags is not None else detect(A)
+    props = tags
+    if props is None:
+        props = recall(A)
+        if props is None:
+            props = detect(A)
+            if detected is not None:
+                detected.append(True)
     operands = (describe_factored(A, props),) + ((describe_dense(B),) if B is not None else ())
     if options.get("rtol") is None:
         rtol = default_rtol(A.dtype)
@@ -230,8 +241,10 @@ def solve(
         Ap = A.detach().with_values(torch.zeros(A.values.shape, dtype=A.dtype, device=A.device))
         if properties is None:
             properties = "general"
-    request = solve_request(Ap, Bn, properties, options)
+    detected: list = []
+    request = solve_request(Ap, Bn, properties, options, detected)
     state, offer, table = obtain_plan("solve", Ap, request, cache=cache)
+    checks = state.checks
     try:
         # Always through the autograd Function: under torch.func transforms it is what unwraps
         # the operands (and its vmap rule batches right-hand sides into one solve). The route and
@@ -241,6 +254,8 @@ def solve(
     finally:
         if bar is not None:
             bar.close()
+    if detected and Ap is A:
+        remember(A, request.properties, state, checks)
     X = restore_rhs(X, vector)
     if not return_info:
         return X
@@ -360,6 +375,10 @@ class Solver:
     def plan(self) -> ExplainTable:
         """Choose the backend and method and do the pattern-dependent work."""
         self._request = solve_request(self.A, None, self._properties, self._options)
+        repeat = self._options.repeat
+        if isinstance(repeat, int) and repeat > 1:
+            # a Solver solves many right-hand sides per set of values: its factorization is priced over them too
+            self._request = replace(self._request, same_values=repeat)
         self._state, self._offer, self._table = obtain_plan("solve", self.A, self._request, cache=self._cache)
         self._call = call_options(self._request)  # the same for every solve of this Solver
         self._state.build()

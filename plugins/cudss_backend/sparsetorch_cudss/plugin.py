@@ -175,8 +175,10 @@ def _answer(request: Request, r: Any, method: str, free: int | None) -> Offer | 
         note += (f"; factors and workspace ~{_fmt_bytes(est.device_bytes)} exceed free GPU memory "
                  f"({_fmt_bytes(free or 0)}): hybrid memory mode (factors in host memory, ~{cost.HYBRID_SLOWDOWN:g}x slower)")
     self_adjoint = bool({"hermitian", "spd"} & props) or not request.dtype.is_complex
+    # the numeric factorization(s) of this call: kept by the plan while A's values stay the same
+    factor = est.factor * (2.0 if request.requires_grad and method == "lu" and not _transposed_solve() else 1.0)
     return Offer(NAME, method, call, est.device_bytes, _factory(method, self_adjoint, est.hybrid, _signature(request, method)), note,
-                 setup=setup)
+                 setup=setup, factor=max(0.0, min(factor, call - setup)))
 
 
 def _factory(method: str, hermitian: bool, hybrid: bool, signature: tuple):

@@ -64,6 +64,7 @@ class Estimate:
     seconds: float
     bytes: int
     note: str
+    factor: float = 0.0  # the numeric factorizations' part of seconds (paid once per set of values)
 
 
 def fill_flops(request: Request, method: str) -> tuple[float, float]:
@@ -124,7 +125,7 @@ def direct_estimate(r: Rates, request: Request, method: str, op: str) -> Estimat
     what = {"solve": "solves", "logdet": "slogdet", "lstsq": "least squares"}[op]
     note = (f"{_NAMES[method]}: numeric factorization on the pattern analysed once (reused for new values), "
             f"~{fill / 1e6:.3g}M factor entries, ~{flops / 1e9:.3g} Gflop, then {what}")
-    return Estimate(seconds, int(peak), note)
+    return Estimate(seconds, int(peak), note, min(batch * factor, seconds))
 
 
 def _conversion(r: Rates, request: Request) -> float:

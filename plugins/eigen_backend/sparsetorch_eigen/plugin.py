@@ -192,7 +192,8 @@ def _direct_answer(request: Request, r: Any, method: str, pre_name: str | None, 
         return Decline(NAME, f"QR factors A itself, so damp={request.option('damp')} is not supported; use method='lsqr'",
                        method)
     est = cost.direct_estimate(r, request, method, op)
-    return Offer(NAME, method, est.seconds, est.bytes, _direct_factory(method, op), est.note + conversion_note(request))
+    return Offer(NAME, method, est.seconds, est.bytes, _direct_factory(method, op), est.note + conversion_note(request),
+                 factor=est.factor)
 
 
 def _krylov_answers(request: Request, r: Any, method: str, pre_name: str | None) -> list[Offer | Decline]:

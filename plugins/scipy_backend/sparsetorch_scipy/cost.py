@@ -82,6 +82,7 @@ class LUEstimate:
     flops: float  # per factorization
     seconds: float  # factorizations (whole value batch) + solves for the request's columns
     bytes: int  # peak extra memory
+    factor: float = 0.0  # the factorizations' part of seconds (paid once per set of values)
 
 
 def lu_estimate(r: Rates, request: Request) -> LUEstimate:
@@ -102,7 +103,7 @@ def lu_estimate(r: Rates, request: Request) -> LUEstimate:
     seconds = batch * factor + solve + _conversion(r, request)
     # The factors (values + int32 indices), int32 copies of A's indices, the solution.
     peak = batch * fill * (vsize + 4) + (A.nse or 0) * 4 + n * vsize * k
-    return LUEstimate(fill, flops, seconds, int(peak))
+    return LUEstimate(fill, flops, seconds, int(peak), min(batch * factor, seconds))
 
 
 # --- products ------------------------------------------------------------------------------------

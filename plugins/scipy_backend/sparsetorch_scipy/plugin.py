@@ -193,9 +193,12 @@ def _lu_answer(request: Request, r: Any, pre_name: str | None) -> Offer | Declin
     est = cost.lu_estimate(r, request)
     mode = ("symmetric mode, min. degree on A^T+A" if hermitian(request) and "zero_diagonal" not in request.properties
             else "COLAMD, partial pivoting")
+    pieces = getattr(request.A, "components", None)
+    shape = (f"{sum(c for _, _, c in pieces)} independent pieces (block-diagonal)" if pieces
+             else f"{cost.fill_dimension(request):.1f}-D sparsity")
     note = (f"SuperLU ({mode}): ~{est.fill / 1e6:.3g}M factor entries, ~{est.flops / 1e9:.3g} Gflop estimated "
-            f"for {cost.fill_dimension(request):.1f}-D sparsity" + conversion_note(request))
-    return Offer(NAME, "lu", est.seconds, est.bytes, _lu_factory, note)
+            f"for {shape}" + conversion_note(request))
+    return Offer(NAME, "lu", est.seconds, est.bytes, _lu_factory, note, factor=est.factor)
 
 
 def _krylov_answers(request: Request, r: Any, method: str, pre: Any, pre_name: str | None) -> list[Offer | Decline]:
@@ -337,7 +340,7 @@ def _logdet_answer(request: Request, r: Any) -> Offer | Decline:
     seconds = est.seconds + r.seconds(bytes=est.fill * 12 * batch_size(request) / cost.STREAM_FACTOR)  # U's diagonal: a copy of U
     note = (f"SuperLU: slogdet from U's diagonal and the permutations' signs (log space); ~{est.fill / 1e6:.3g}M factor "
             f"entries estimated" + conversion_note(request))
-    return Offer(NAME, "lu", seconds, est.bytes, _logdet_factory, note)
+    return Offer(NAME, "lu", seconds, est.bytes, _logdet_factory, note, factor=est.factor)
 
 
 # --- plan factories (SciPy/PyAMG are imported here, when a plan is built) --------------------------

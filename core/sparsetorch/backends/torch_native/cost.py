@@ -155,3 +155,13 @@ def dense_cost(rates: Rates, request: Request, cholesky: bool) -> tuple[float, i
     nbytes = n * n * vsize * batch
     # ~20 launches: scatter to dense, factor, pivot checks, solve (measured 170-200 us at n=20-50)
     return rates.seconds(bytes=3 * nbytes, flops=flops, launches=20 * batch), int(2 * nbytes)
+
+
+def dense_factor_share(rates: Rates, request: Request, cholesky: bool) -> float:
+    """The factorization's part of :func:`dense_cost` (paid once per set of values: the plan keeps
+    the factors while A's values stay the same): everything but the triangular solves."""
+    _, n, _, vsize, _ = _sizes(request)
+    batch = max(1, math.prod(request.A.batch_shape))
+    total, _ = dense_cost(rates, request, cholesky)
+    solves = rates.seconds(bytes=n * n * vsize * batch, flops=2 * n * n * request.rhs_columns, launches=2 * batch)
+    return max(0.0, total - solves)

@@ -146,7 +146,8 @@ def _solve_offers(request: Request, r) -> list[Offer | Decline]:
         secs, peak = cost.dense_cost(r, request, method == "cholesky")
         chol = method == "cholesky"
         out.append(Offer("torch", method, secs, peak, lambda A, req, chol=chol: DenseLUPlan(A, cholesky=chol),
-                         f"dense {'Cholesky' if chol else 'LU'} of a {n}x{n} matrix"))
+                         f"dense {'Cholesky' if chol else 'LU'} of a {n}x{n} matrix",
+                         factor=min(secs, cost.dense_factor_share(r, request, chol))))
     for method in ("ldlt", "qr", "lgmres", "tfqmr", "lsqr", "lsmr", "amg"):
         if request.option("method") == method:
             out.append(Decline("torch", f"method {method!r} is not in the torch backend (try the scipy plugin)", method))
