@@ -44,7 +44,7 @@ from ..dispatch.plan import make_request, obtain_plan, with_options
 from ._inputs import check_finite as check_finite_values, check_matrix, describe_factored
 from .info import SolveInfo
 from ..dispatch.plans import InverseEntries, supports
-from .properties import detect, normalize_tags
+from .properties import detect_cached, normalize_tags
 
 __all__ = ["slogdet", "logdet", "det"]
 
@@ -149,7 +149,7 @@ def logdet_request(A, backend=None, method=None, properties=None):
     """Properties as solve finds them: the user's tags, else :func:`detect` (symmetric, SPD by
     diagonal dominance), so an SPD matrix is offered Cholesky-based methods."""
     tags = normalize_tags(properties)
-    props = tags if tags is not None else detect(A)
+    props = tags if tags is not None else detect_cached(A)
     return make_request("logdet", (describe_factored(A, props),), props, LogdetOptions(backend=backend, method=method))
 
 

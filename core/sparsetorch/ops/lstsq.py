@@ -26,7 +26,7 @@ from ..dispatch.plan import make_request, obtain_plan, plan_for
 from ._inputs import as_rhs, check_finite as check_finite_values, check_matrix, describe_dense, describe_sparse, restore_rhs
 from .accuracy import default_rtol
 from .info import SolveInfo
-from .properties import detect
+from .properties import detect_cached
 
 __all__ = ["lstsq", "Lstsq", "lstsq_request", "LSTSQ_DEFAULTS"]
 
@@ -53,7 +53,7 @@ def lstsq_request(A: SparseTensor, B: torch.Tensor | None, options: Mapping[str,
     """The dispatch request of op "lstsq" (a square A's properties detected as solve does)."""
     operands = (describe_sparse(A),) + ((describe_dense(B),) if B is not None else ())
     m, n = A.format_shape
-    props = detect(A) if m == n else frozenset()
+    props = detect_cached(A) if m == n else frozenset()
     return make_request("lstsq", operands, props, options)
 
 

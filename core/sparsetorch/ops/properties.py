@@ -28,7 +28,7 @@ from ..tensor import SparseTensor
 from ..tensor.construct import conversion
 from ..tensor.sparse_tensor import is_plain
 
-__all__ = ["detect", "normalize_tags", "KNOWN_TAGS", "recall", "remember"]
+__all__ = ["detect", "detect_cached", "normalize_tags", "KNOWN_TAGS", "recall", "remember"]
 
 KNOWN_TAGS = frozenset({"spd", "symmetric", "hermitian", "nonsymmetric", "general", "diagonally_dominant",
                         "zero_diagonal", "zero_minor"})
@@ -118,6 +118,17 @@ def remember(A: SparseTensor, props: frozenset[str], state=None, checks: int | N
     _MEMO.put((A.pattern_key, A.dtype, A.device), (ref, v._version, props, how))
 
 
+def detect_cached(A: SparseTensor) -> frozenset[str]:
+    """:func:`detect`, or the properties detected on these very values before (:func:`recall`): the
+    ops that hold no plan snapshot of the values (eigsh, logdet, lstsq) keep their own for values of at
+    most ``_OWN_SNAPSHOT_MAX`` entries."""
+    got = recall(A)
+    if got is None:
+        got = detect(A)
+        remember(A, got)
+    return got
+
+
 def detect(A: SparseTensor) -> frozenset[str]:
     """Properties of a square matrix (for a value batch: those all members share).
 
@@ -138,9 +149,10 @@ class _SymmetryMap:
     """Pattern-only data of :func:`detect`: the value slot of every stored entry, the slot of its
     transposed entry (None when the pattern is not symmetric), and the diagonal entries."""
 
-    __slots__ = ("slot", "tslot", "in_order", "rows", "on", "on_idx", "diag_rows", "found", "_pending")
+    __slots__ = ("slot", "tslot", "in_order", "rows", "on", "on_idx", "diag_rows", "found", "_pending", "sample",
+                 "counts_differ")
 
-    def __init__(self, slot, tslot, in_order, rows, on, found=None, pending=None) -> None:
+    def __init__(self, slot, tslot, in_order, rows, on, found=None, pending=None, sample=None, counts_differ=False) -> None:
         self.slot, self.tslot, self.in_order, self.rows, self.on = slot, tslot, in_order, rows, on
         self.diag_rows = rows[on]
         #: the diagonal entries' positions: per-call gathers take ``index_select`` (torch's boolean and
@@ -149,9 +161,14 @@ class _SymmetryMap:
         #: for a pattern that is not symmetric: which entries have their transpose stored (their
         #: slots in ``tslot``; the others must hold zeros for A to be symmetric)
         self.found = found
-        #: for a pattern whose row and column counts differ: computes (tslot, found) when asked
-        #: (only values with stored zeros can still be symmetric: most calls never need it)
+        #: computes (tslot, found) when asked: for a pattern whose row and column counts differ (only values
+        #: with stored zeros can still be symmetric: most calls never need it), and for a symmetric pattern
+        #: (the transposes' sort is paid only when a sample of the values does not already show them
+        #: asymmetric: a first call on a general matrix skipped ~30 ms of its ~120 at 500k entries)
         self._pending = pending
+        #: ``sample(values) -> bool``: True when a fixed sample of entries proves the values asymmetric
+        self.sample = sample
+        self.counts_differ = counts_differ
 
     def resolve(self) -> None:
         if self._pending is not None:
@@ -222,30 +239,69 @@ def _build_symmetry_map(A: SparseTensor) -> "_SymmetryMap | None":
 
         nslots = A.values.shape[-1]
         in_order = nnz == nslots and bool((slot == torch.arange(nslots, device=slot.device)).all())
-        out = _SymmetryMap(slot, None, in_order, rows, rows == cols, None, pending)
+        out = _SymmetryMap(slot, None, in_order, rows, rows == cols, None, pending,
+                           _sampler(skeys, order, slot, rows, cols, n), counts_differ=True)
     else:
-        tkeys = cols.to(torch.int64) * n + rows.to(torch.int64)
-        if row_major:
-            torder = torch.sort(cols, stable=True)[1]
-            stkeys = tkeys[torder]
-        else:
-            stkeys, torder = torch.sort(tkeys)
-        found = None
-        if nnz == 0:
-            tslot = slot
-        elif torch.equal(stkeys, skeys):
-            # a symmetric pattern: the entry with the i-th smallest transposed key (torder[i]) is
-            # the transpose of the entry with the i-th smallest key (order[i]); two sorts, no search
-            tslot = torch.empty_like(slot)
-            tslot[torder] = slot[order]
-        else:
-            pos = torch.searchsorted(skeys, tkeys).clamp_(max=nnz - 1)
-            found = skeys[pos] == tkeys
-            tslot = torch.where(found, slot[order[pos]], slot)
+        def transposes(rows=rows, cols=cols, skeys=skeys, order=order, slot=slot, nnz=nnz, n=n, row_major=row_major):
+            tkeys = cols.to(torch.int64) * n + rows.to(torch.int64)
+            if row_major:
+                torder = torch.sort(cols, stable=True)[1]
+                stkeys = tkeys[torder]
+            else:
+                stkeys, torder = torch.sort(tkeys)
+            found = None
+            if nnz == 0:
+                tslot = slot
+            elif torch.equal(stkeys, skeys):
+                # a symmetric pattern: the entry with the i-th smallest transposed key (torder[i]) is
+                # the transpose of the entry with the i-th smallest key (order[i]); two sorts, no search
+                tslot = torch.empty_like(slot)
+                tslot[torder] = slot[order]
+            else:
+                pos = torch.searchsorted(skeys, tkeys).clamp_(max=nnz - 1)
+                found = skeys[pos] == tkeys
+                tslot = torch.where(found, slot[order[pos]], slot)
+            return tslot, found
+
         nslots = A.values.shape[-1]
         in_order = nnz == nslots and (nnz == 0 or bool((slot == torch.arange(nslots, device=slot.device)).all()))
-        out = _SymmetryMap(slot, tslot, in_order, rows, rows == cols, found)
+        if nnz <= _SAMPLE:  # small: the transposes at once (the sample would be the whole matrix)
+            tslot, found = transposes()
+            out = _SymmetryMap(slot, tslot, in_order, rows, rows == cols, found)
+        else:
+            out = _SymmetryMap(slot, None, in_order, rows, rows == cols, None, transposes,
+                               _sampler(skeys, order, slot, rows, cols, n))
     return out
+
+
+#: entries a pattern's symmetry sample compares (evenly spaced in key order)
+_SAMPLE = 4096
+
+
+def _sampler(skeys: torch.Tensor, order: torch.Tensor, slot: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor,
+             n: int):
+    """``sample(values) -> bool``: whether a fixed sample of :data:`_SAMPLE` stored entries (evenly spaced
+    in key order) proves the values asymmetric: an entry that differs from its transposed entry beyond
+    1e-12 of the larger (the test of :func:`_pairs_symmetric`), or a nonzero one whose transpose is not
+    stored. False proves nothing (the full comparison follows). The sample's positions are found once."""
+    nnz = skeys.numel()
+    pick = torch.linspace(0, nnz - 1, min(nnz, _SAMPLE), device=skeys.device).to(torch.int64)
+    e = order.index_select(0, pick)
+    tk = cols.index_select(0, e).to(torch.int64) * n + rows.index_select(0, e).to(torch.int64)
+    pos = torch.searchsorted(skeys, tk).clamp_(max=nnz - 1)
+    found = skeys.index_select(0, pos) == tk
+    mine = slot.index_select(0, e)
+    theirs = torch.where(found, slot.index_select(0, order.index_select(0, pos)), mine)
+
+    def sample(values: torch.Tensor) -> bool:
+        v = values.index_select(-1, mine)
+        tv = values.index_select(-1, theirs)
+        if tv.is_complex():
+            tv = tv.conj()
+        tv = torch.where(found, tv, torch.zeros_like(tv))
+        return bool(((v - tv).abs() > 1e-12 * torch.maximum(v.abs(), tv.abs())).any())
+
+    return sample
 
 
 def _detect_mapped(A: SparseTensor, m: "_SymmetryMap") -> frozenset[str]:
@@ -254,8 +310,10 @@ def _detect_mapped(A: SparseTensor, m: "_SymmetryMap") -> frozenset[str]:
     vals = values if m.in_order else values.index_select(-1, m.slot)
     if vals.shape[-1] == 0:
         sym = True
-    elif m._pending is not None and not bool((vals == 0).any()):
+    elif m._pending is not None and m.counts_differ and not bool((vals == 0).any()):
         sym = False  # a non-symmetric pattern with no stored zeros: no transpose search needed
+    elif m._pending is not None and m.sample is not None and m.sample(values):
+        sym = False  # a sample of entries differs from its transposes: no sort of the transposes needed
     else:
         m.resolve()
         tv = values.index_select(-1, m.tslot)
@@ -307,12 +365,12 @@ def _zero_minor(A: SparseTensor, vals: torch.Tensor, on: torch.Tensor, diag: tor
     other updates reach it (graph, mesh and network matrices stored with unit values: every
     edge is such a minor), so LDL^T without pivoting is not offered first."""
     coords, _ = A.entries()  # the order of ``vals``
-    off = ~on
-    if not bool(off.any()):
+    off = (~on).nonzero().squeeze(-1)  # gathers by index_select (boolean indexing opens a parallel region)
+    if not off.numel():
         return False
-    a = vals[..., off]
+    a = vals.index_select(-1, off)
     sq = (a * a.conj()).real if a.is_complex() else a * a
-    prod = (diag.index_select(-1, coords[0][off]) * diag.index_select(-1, coords[1][off])).abs()
+    prod = (diag.index_select(-1, coords[0].index_select(0, off)) * diag.index_select(-1, coords[1].index_select(0, off))).abs()
     return bool((sq == prod).any())
 
 

@@ -74,17 +74,19 @@ MASS_FIX = ("A generalized symmetric eigenproblem A v = w M v needs M symmetric 
 def _inf_norm(T: SparseTensor) -> torch.Tensor:
     """max_i sum_j |T_ij| per value-batch member (>= the spectral norm of a Hermitian T)."""
     coords, slot = T.entries()
-    vals = T.values.detach()[..., slot].abs()
+    vals = T.values.detach().index_select(-1, slot).abs()
     n = T.format_shape[0]
     return vals.new_zeros(*vals.shape[:-1], n).index_add(-1, coords[0], vals).amax(-1)
 
 
 def _product(T: SparseTensor, X: torch.Tensor) -> torch.Tensor:
     """``T @ X`` for every member of T's value batch (X with the same batch in front)."""
+    # index_select, not advanced indexing: torch opens a parallel region for the latter even on small
+    # inputs, which stalls on a busy machine (10-30 ms per call measured under load, session 22)
     coords, slot = T.entries()
-    vals = T.values.detach()[..., slot]
+    vals = T.values.detach().index_select(-1, slot)
     rows, cols = coords[0], coords[1]
-    contrib = vals.unsqueeze(-1) * X[..., cols, :]
+    contrib = vals.unsqueeze(-1) * X.index_select(-2, cols)
     out = X.new_zeros(*contrib.shape[:-2], X.shape[-2], X.shape[-1])
     return out.index_add(-2, rows, contrib)
 
