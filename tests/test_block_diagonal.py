@@ -168,3 +168,30 @@ def test_properties_are_recalled_and_a_numpy_write_is_seen(fresh, monkeypatch):
     assert np.abs(x.numpy() - ref).max() <= 1e-6 * np.abs(ref).max()
     assert len(calls) == 2
     assert "nonsymmetric" in props_mod.recall(A)
+
+
+def test_a_plan_keeps_its_factors_for_another_tensor_with_the_same_numbers():
+    """PlanState._load: new values are compared with the plan's snapshot before a refactorization,
+    whatever tensor holds them (a route's equilibrated values recomputed per call, a matrix rebuilt
+    from the same data); different numbers, or an untracked write, still reload."""
+    from sparsetorch.dispatch.plan import PlanState
+
+    class Counting:
+        loads = 0
+
+        def set_values(self, v):
+            Counting.loads += 1
+
+    state = PlanState(Counting())
+    v = torch.arange(6, dtype=torch.float64)
+    state.load(v)
+    state.load(v.clone())  # same numbers, another tensor
+    state.load(v.clone())
+    assert Counting.loads == 1
+    w = v.clone()
+    w[3] = -1.0
+    state.load(w)
+    assert Counting.loads == 2
+    w.numpy()[0] = 7.0  # a write torch does not track (the version is unchanged)
+    state.load(w)
+    assert Counting.loads == 3

@@ -132,7 +132,13 @@ class PlanState:
                                    phase="set_values") from exc
             return
         tok = _token(v)
-        if tok == self.token and self.snapshot is not None and torch.equal(self.snapshot, v):
+        snap = self.snapshot
+        if snap is not None and (tok == self.token or (snap.shape == v.shape and snap.dtype == v.dtype
+                                                       and snap.device == v.device)) and torch.equal(snap, v):
+            # the values the plan holds: the same tensor unchanged, or another tensor with the same numbers
+            # (a route's equilibrated values recomputed per call, a matrix rebuilt from the same data):
+            # one comparison instead of a refactorization
+            self.token = tok
             return
         self.token = None  # a set_values that raises leaves no values the plan is known to hold
         self.loads += 1
