@@ -334,7 +334,9 @@ def count_positions(fmt: TensorFormat, shape: Sequence[int], pos, crd, *, check:
                 raise ValidationError(
                     f"pos[{k}][-1] = {int(p[-1])} must equal the length of crd[{k}] = {c.numel()} ({label})"
                 )
-            if check:
+            if check and (f is LevelFormat.DELTA or _order_checked(fmt, k)):
+                # the owner of every entry: for the order checks (none for an unordered, nonunique level:
+                # the loose variant from_package validates first) and DELTA's decode
                 owner = torch.repeat_interleave(torch.arange(pcount, device=p.device), (p[1:] - p[:-1]).long())
         elif f is LevelFormat.LOOSE_COMPRESSED:
             p = pos[k]
@@ -401,6 +403,20 @@ def count_positions(fmt: TensorFormat, shape: Sequence[int], pos, crd, *, check:
     return pcount
 
 
+def _order_run(fmt: TensorFormat, k: int) -> list[int]:
+    run = [k]
+    if not fmt.levels[k].type.unique:
+        while run[-1] + 1 < fmt.num_levels and fmt.levels[run[-1] + 1].format is LevelFormat.SINGLETON:
+            run.append(run[-1] + 1)
+    return run
+
+
+def _order_checked(fmt: TensorFormat, k: int) -> bool:
+    """Whether :func:`_check_segment_order` has anything to check at level ``k``."""
+    run = _order_run(fmt, k)
+    return all(fmt.levels[m].type.ordered for m in run) or fmt.levels[run[-1]].type.unique
+
+
 def _check_segment_order(fmt: TensorFormat, k: int, crd, owner: torch.Tensor, extents) -> None:
     """Order and uniqueness of level ``k``'s coordinates within each parent segment.
 
@@ -408,10 +424,7 @@ def _check_segment_order(fmt: TensorFormat, k: int, crd, owner: torch.Tensor, ex
     ``(i, j)`` pairs): ordered means the tuples are non-decreasing, unique (the last level's
     property) means no tuple repeats.
     """
-    run = [k]
-    if not fmt.levels[k].type.unique:
-        while run[-1] + 1 < fmt.num_levels and fmt.levels[run[-1] + 1].format is LevelFormat.SINGLETON:
-            run.append(run[-1] + 1)
+    run = _order_run(fmt, k)
     ordered = all(fmt.levels[m].type.ordered for m in run)
     unique = fmt.levels[run[-1]].type.unique
     if not ordered and not unique:

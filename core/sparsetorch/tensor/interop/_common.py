@@ -149,6 +149,25 @@ def lex_props(keys: Sequence[torch.Tensor]) -> tuple[bool, bool]:
     return False, not bool(same.any())
 
 
+def segment_props(pos: torch.Tensor, crd: torch.Tensor) -> tuple[bool, bool]:
+    """:func:`lex_props` of the pairs ``(segment, crd)`` of a compressed level (``pos``: validated
+    segment offsets): ordered = every segment's coordinates non-decreasing, unique = strictly
+    increasing. One difference of neighbours with the segment boundaries masked (no segment owner
+    per entry: ``from_package`` of a 1.35M-entry SciPy CSR spent 12 of its ~22 ms in the general
+    test)."""
+    n = crd.numel()
+    if n < 2:
+        return True, True
+    d = crd[1:] - crd[:-1]  # int32 coordinates: the difference of two in [0, 2^31) fits int32
+    starts = pos[1:-1].long() - 1  # the step into a new segment is not compared
+    starts = starts[(starts >= 0) & (starts < n - 1)]
+    if starts.numel():
+        d.index_fill_(0, starts, 1)
+    if not bool((d >= 0).all()):
+        return False, lex_props([segment_owner(pos), crd])[1]
+    return True, bool((d > 0).all())
+
+
 def segment_owner(pos: torch.Tensor) -> torch.Tensor:
     """For a compressed ``pos`` (parents + 1 offsets), the parent of every stored child."""
     counts = (pos[1:] - pos[:-1]).long()
@@ -165,8 +184,7 @@ def wrap_scanned(base: TensorFormat, k: int, shape: Sequence[int], pos: list, cr
     """
     loose = with_level(base, k, False, False)
     st = SparseTensor(loose, shape, pos, crd, values, check=check)
-    keys = [crd[k]] if k == 0 else [segment_owner(pos[k]), crd[k]]
-    ordered, unique = lex_props(keys)
+    ordered, unique = lex_props([crd[k]]) if k == 0 else segment_props(pos[k], crd[k])
     exact = with_level(base, k, unique, ordered)
     return st if exact == loose else SparseTensor(exact, shape, pos, crd, values, check=False)
 
