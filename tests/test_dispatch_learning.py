@@ -85,6 +85,30 @@ def test_a_direct_method_much_slower_than_its_estimate_is_repriced_on_the_patter
     torch.testing.assert_close(A.to_dense() @ x, b, rtol=0, atol=1e-10)
 
 
+def test_a_confirmed_slow_direct_method_prices_up_the_other_direct_offers():
+    """The shared fill tables misjudged the pattern: the direct offers not measured on it are priced up
+    by the least measured ratio (a saddle-point matrix whose LUs took 53x their estimate had its QR tried
+    next at 30 s a call, twice, before that was measured too); a measured ratio within the noise
+    (DIRECT_DIFFICULTY_FROM) changes nothing."""
+    A = _west()
+    b = torch.ones(A.shape[0], dtype=DT)
+    table = st.explain("solve", A, b)
+    direct = [r for r in table.rows if r.offer is not None and r.offer.direct]
+    assert len(direct) >= 2
+    first, other = direct[0], direct[1]
+    est = {(r.backend, r.method): r.seconds for r in direct}
+    for ratio, expect in ((2.0, 1.0), (40.0, 40.0)):
+        clear_experience()
+        clear_decisions()
+        for _ in range(2):
+            experience.record(A.pattern_fingerprint, A.dtype, first.backend, first.method, first.offer.preconditioner,
+                              Measured(0, 1e-10, True, "", seconds=ratio * first.seconds))
+        again = {(r.backend, r.method): r for r in st.explain("solve", _copy(A), b).rows if r.offer is not None}
+        row = again[(other.backend, other.method)]
+        assert row.seconds == pytest.approx(est[(other.backend, other.method)] * expect, rel=1e-6)
+        assert ("other direct methods took" in row.reason) == (expect > 1.0)
+
+
 def test_a_slow_direct_attempt_is_recorded_by_the_route(monkeypatch):
     """With the thresholds at zero every direct attempt counts as slower than estimated: the route
     records its measured time on the pattern."""

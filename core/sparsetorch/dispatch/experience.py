@@ -152,6 +152,28 @@ def _difficulty(offers: list[Offer], measured: dict, factor: float, rtol: float)
     return worst
 
 
+def _direct_difficulty(offers: list[Offer], measured: dict) -> float:
+    """The least ratio of measured to estimated time among the direct offers measured (and confirmed)
+    on this pattern, when every one of them took over :data:`DIRECT_DIFFICULTY_FROM` times its estimate
+    (1.0 otherwise): the shared fill tables misjudged the pattern, so the unmeasured direct offers are
+    priced up alike."""
+    ratios = []
+    for o in offers:
+        if not o.direct:
+            continue
+        m = measured.get((o.backend, o.method, o.preconditioner))
+        if m is not None and m.seconds is not None and m.samples >= CONFIRMATIONS and o.seconds > 0:
+            ratios.append(m.seconds / o.seconds)
+    if not ratios or min(ratios) <= DIRECT_DIFFICULTY_FROM:
+        return 1.0
+    return min(ratios)
+
+
+#: measured direct methods must have taken more than this many times their estimate before the other
+#: direct offers on the pattern are priced up by it (below: timing noise of a loaded machine)
+DIRECT_DIFFICULTY_FROM = 3.0
+
+
 def weigh(request: Request, offers: list[Offer]) -> tuple[list[Offer], list[Decline]]:
     """The iterative offers re-priced by the matrix class and by measurements on the pattern; a
     method that failed on this pattern at this tolerance (or a looser one) is declined unless the
@@ -167,6 +189,7 @@ def weigh(request: Request, offers: list[Offer]) -> tuple[list[Offer], list[Decl
     declines: list[Decline] = []
     zero_diagonal = "zero_diagonal" in request.properties and request.option("preconditioner") != "jacobi"
     difficulty = _difficulty(offers, measured, factor, rtol)
+    direct_ratio = _direct_difficulty(offers, measured)
     # a call with no tolerance refines an iterative answer to a direct method's backward error
     # (fallback.Route._sharpen): priced here, so that dispatch compares it with a direct method at
     # what it will cost (measured counts on the pattern include the refinement already)
@@ -182,7 +205,16 @@ def weigh(request: Request, offers: list[Offer]) -> tuple[list[Offer], list[Decl
             continue
         if o.direct:
             m = measured.get((o.backend, o.method, o.preconditioner))
-            if m is not None and m.seconds is not None and m.samples >= CONFIRMATIONS and m.seconds > o.seconds:
+            confirmed = m is not None and m.seconds is not None and m.samples >= CONFIRMATIONS
+            if not confirmed and direct_ratio > 1.0:
+                # the fill and flop tables every direct offer reads were off by that much on this pattern
+                # (a saddle-point matrix whose LUs took 53x their estimate: its QR, priced from the same
+                # tables, was tried next at 30 s a call; session 22's sweep)
+                note = (f"other direct methods took {direct_ratio:.3g}x their estimate on this pattern: "
+                        f"~{_ms(o.seconds * direct_ratio)} expected (backend estimated {_ms(o.seconds)})")
+                o = replace(o, seconds=o.seconds * direct_ratio, setup=o.setup * direct_ratio,
+                            factor=o.factor * direct_ratio, notes=f"{o.notes}; {note}" if o.notes else note)
+            if confirmed and m.seconds > o.seconds:
                 note = f"measured {_ms(m.seconds)} on this pattern (backend estimated {_ms(o.seconds)})"
                 scale = m.seconds / max(o.seconds, 1e-300)
                 o = replace(o, seconds=m.seconds, setup=min(m.seconds, o.setup * scale),
