@@ -376,6 +376,34 @@ def test_sparse_linear_compiles_fullgraph_with_no_graph_break(fmt) -> None:
     assert set(layer.state_dict()) == set(SparseLinear.from_linear(lin, format=fmt, mask=mask).state_dict())
 
 
+def test_code_reading_the_layers_weight_compiles_fullgraph() -> None:
+    # reading layer.weight inside a compiled function (a regularizer on the weight, W @ x) failed with
+    # fullgraph=True ("Data pointer comparison", a ContextVar): the pattern object is built eagerly, at
+    # construction and after .to() (session 22's sweep)
+    import torch._dynamo as dynamo
+
+    torch.manual_seed(3)
+    lin = nn.Linear(12, 5)
+    mask = torch.rand(5, 12) > 0.4
+    layer = SparseLinear.from_linear(lin, mask=mask)
+
+    def f(x):
+        W = layer.weight
+        return layer(x) * (W.values ** 2).sum() + (W @ x.T).T
+
+    x = torch.randn(3, 12)
+    assert dynamo.explain(f)(x).graph_break_count == 0
+    dynamo.reset()
+    got = torch.compile(f, backend="aot_eager", fullgraph=True)(x)
+    Wd = (lin.weight * mask).detach()
+    ref = torch.nn.functional.linear(x, Wd, lin.bias.detach()) * (Wd ** 2).sum() + x @ Wd.T
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+    layer = layer.double()  # buffers cast: the pattern object follows, eagerly
+    assert layer.weight.dtype == torch.float64
+    got64 = torch.compile(f, backend="aot_eager", fullgraph=True)(x.double())
+    torch.testing.assert_close(got64, ref.double(), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_sparse_linear_compiled_half_accumulates_in_float32(dtype) -> None:
     # a row of 4097 ones times ones: 4096 after rounding, 2048 (fp16) / 256 (bf16) if summed in half

@@ -80,17 +80,28 @@ class SparseLinear(nn.Module):
             self.register_buffer(f"crd{k}", None if c is None else c.clone())
         self.values = nn.Parameter(w.values.clone())
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone())
+        self.weight  # noqa: B018 - the pattern object, built now: a compiled region reads it without building
+
+    def _apply(self, fn, recurse: bool = True):  # type: ignore[no-untyped-def]
+        out = super()._apply(fn, recurse)
+        self.__dict__.pop("_pattern", None)  # buffers moved or cast: the pattern object is rebuilt now, eagerly
+        self.weight  # noqa: B018
+        return out
 
     @property
     def weight(self) -> SparseTensor:
         """The weight with the current values (differentiable in ``values``). It shares one
         pattern object across calls, so what sparsetorch derives from the pattern (entry lists,
         conversion maps, plans) is computed once, until ``.to()`` moves the index buffers."""
+        cached = self.__dict__.get("_pattern")
+        if cached is not None and torch.compiler.is_compiling():
+            # under torch.compile: the pattern object built eagerly (at construction and after every .to()),
+            # whose buffer identities a traced graph cannot compare (fullgraph failed on reading .weight)
+            return cached[1].with_values(self.values)
         n = len(self._format.levels)
         pos = [getattr(self, f"pos{k}") for k in range(n)]
         crd = [getattr(self, f"crd{k}") for k in range(n)]
         key = tuple(None if b is None else (b.data_ptr(), b.device, b.dtype) for b in pos + crd)
-        cached = self.__dict__.get("_pattern")
         if cached is None or cached[0] != key or cached[1].values.dtype != self.values.dtype:
             source = SparseTensor(self._format, (self.out_features, self.in_features), pos, crd,
                                   self.values.detach(), check=False)
