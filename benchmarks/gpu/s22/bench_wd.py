@@ -38,6 +38,9 @@ from sparsetorch_cuda.plan import CudaSpmmPlan  # noqa: E402
 from bench_cuda_kernels import cold_copies, cycle  # noqa: E402
 from bench_s5 import graph_time  # noqa: E402
 
+#: the variants timed with --tune: ((SPW, W), S, prefetch)
+TUNE = [((2, 4), 8, 1), ((2, 4), 8, 2), ((2, 5), 8, 1), ((2, 5), 8, 2), ((2, 8), 4, 1), ((2, 8), 4, 2), ((2, 8), 8, 2),
+        ((1, 8), 8, 1), ((1, 8), 8, 2), ((4, 4), 4, 1), ((4, 4), 8, 1), ((4, 2), 8, 1)]
 ABLATION = {"x_copy_only": 1, "no_k_loop": 2, "no_mma": 4, "no_scatter": 8, "no_mma_no_scatter": 12, "no_x_copy": 16}
 
 
@@ -120,7 +123,16 @@ def main() -> int:
     ap.add_argument("--tune", action="store_true", help="also every configuration x S in (4, 8), warm")
     ap.add_argument("--no-cold", action="store_true")
     ap.add_argument("--no-others", action="store_true", help="spmm_wd only (no dense / plan / cc rows)")
+    ap.add_argument("--profile", action="store_true", help="one launch of each --tune variant (for Nsight Compute)")
     a = ap.parse_args()
+    if a.profile:
+        W, b, A = layer(4096, 4096, a.density, 1, torch.float16)
+        x = torch.randn(64, 4096, device="cuda", dtype=torch.float16)
+        for cfg, S, pf in TUNE[:6]:
+            op = _spmm_wd.WdSpmm(A.pos(1), A.crd(1), A.values, (4096, 4096), config=cfg, clusters=S, prefetch=pf)
+            op(x, b)
+            torch.cuda.synchronize()
+        return 0
     t_start = time.time()
     rows: list[dict] = []
     l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20))
@@ -223,17 +235,24 @@ def main() -> int:
                 print(" ".join(f"{kk}={v}" for kk, v in row.items() if "cold" in kk), flush=True)
             if a.tune:
                 tune = {}
-                for cfg in _spmm_wd.WD_CONFIGS:
-                    for S in (4, 8):
-                        key = f"p{cfg[0]}_w{cfg[1]}_s{S}"
-                        try:
-                            op = _spmm_wd.WdSpmm(rowptr, col, vals, (out_f, in_f), config=cfg, clusters=S)
-                            e = err(op(x, b), ref)
-                            tune[key] = {"us": us(graph_time(lambda op=op: op(x, b), a.repeats)), "err": e,
-                                         **regs(op, k)}
-                        except Exception as exc:  # noqa: BLE001 - recorded
-                            tune[key] = {"error": repr(exc)[:200]}
-                        print(f"  tune {key}: {tune[key].get('us', tune[key].get('error'))}", flush=True)
+                for cfg, S, pf in TUNE:
+                    key = f"p{cfg[0]}_w{cfg[1]}_s{S}" + ("_f2" if pf == 2 else "")
+                    try:
+                        op = _spmm_wd.WdSpmm(rowptr, col, vals, (out_f, in_f), config=cfg, clusters=S, prefetch=pf)
+                        e = err(op(x, b), ref)
+                        tune[key] = {"us": us(graph_time(lambda op=op: op(x, b), a.repeats)), "err": e, **regs(op, k)}
+                        if not a.no_cold:
+                            ops = [op] + [wd_copy(op) for _ in range(19)]
+                            xs = [x.clone() for _ in ops]
+                            fns = [lambda o=o, xi=xi: o(xi, b) for o, xi in zip(ops, xs)]
+                            for f in fns:
+                                f()
+                            tune[key]["cold_us"] = us(graph_time(cycle(fns), a.repeats))
+                            del ops, xs, fns
+                    except Exception as exc:  # noqa: BLE001 - recorded
+                        tune[key] = {"error": repr(exc)[:200]}
+                    print(f"  tune {key}: {tune[key].get('us', tune[key].get('error'))} cold {tune[key].get('cold_us')} "
+                          f"clusters {tune[key].get('clusters')} regs {tune[key].get('registers')}", flush=True)
                 row["wd_tune"] = tune
             rows.append(row)
             save()

@@ -26,3 +26,19 @@ if [ "${BENCH:-1}" = 1 ]; then
     ${BENCH_ARGS:-} 2>&1 | grep -v Warning
   echo "bench exit $?"
 fi
+if [ "${NCU:-0}" = 1 ]; then
+  S=smsp__average_warps_issue_stalled
+  M=$S"_short_scoreboard_per_issue_active.ratio,"$S"_long_scoreboard_per_issue_active.ratio,"$S"_wait_per_issue_active.ratio"
+  M=$M","$S"_not_selected_per_issue_active.ratio,"$S"_selected_per_issue_active.ratio,"$S"_math_pipe_throttle_per_issue_active.ratio"
+  M=$M","$S"_mio_throttle_per_issue_active.ratio,"$S"_lg_throttle_per_issue_active.ratio,"$S"_barrier_per_issue_active.ratio"
+  M=$M","$S"_no_instruction_per_issue_active.ratio,"$S"_membar_per_issue_active.ratio,"$S"_sleeping_per_issue_active.ratio"
+  M=$M","$S"_misc_per_issue_active.ratio,"$S"_dispatch_stall_per_issue_active.ratio,"$S"_branch_resolving_per_issue_active.ratio"
+  M=$M",sm__inst_executed.sum,smsp__inst_executed.avg.per_cycle_active,gpu__time_duration.sum,sm__warps_active.avg.pct_of_peak_sustained_active"
+  M=$M",sm__cycles_active.avg,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum"
+  M=$M",sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,lts__t_bytes.sum"
+  timeout ${NCU_TIMEOUT:-150} ncu --clock-control none -k regex:spmm_wd --metrics $M \
+    python3 benchmarks/gpu/s22/bench_wd.py --out $OUT --profile > $OUT/ncu_${TAG}_wd.txt 2>&1
+  echo "ncu rc $?"
+  grep -E "^  spmm_|gpu__time|stalled|inst_executed|warps_active|cycles|wavefronts|conflicts|hmma|lts__|ERR|rror" $OUT/ncu_${TAG}_wd.txt \
+    | sed 's/  */ /g; s/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' | cut -c1-90 | head -${NCU_TAIL:-140}
+fi

@@ -32,12 +32,16 @@ from . import compile as _compile
 from . import launch as _launch
 
 __all__ = ["WdSpmm", "spmm_wd", "wd_layout", "wd_choose", "wd_smem_bytes", "kernel_names", "source_text",
-           "compile_cubin", "cubin", "WD_CONFIGS", "WD_DEFAULT", "WD_CLUSTERS"]
+           "compile_cubin", "cubin", "WD_CONFIGS", "WD_PF2", "WD_DEFAULT", "WD_PREFETCH", "WD_CLUSTERS"]
 
 #: the compiled configurations (kernels/spmm_wd.cu SPMM_WD_CFG): (SPW strips of 16 rows per warp, W warps)
-WD_CONFIGS: tuple[tuple[int, int], ...] = ((1, 8), (2, 4), (2, 8), (4, 2), (4, 4))
+WD_CONFIGS: tuple[tuple[int, int], ...] = ((1, 8), (2, 4), (2, 8), (4, 2), (4, 4), (2, 5))
+#: the configurations also built with the words two tiles ahead of their scatter (``prefetch=2``, "_f2" kernels)
+WD_PF2: tuple[tuple[int, int], ...] = ((1, 8), (2, 4), (2, 8), (2, 5))
 #: the default configuration: 32 rows per warp (64 float32 accumulators), 4 warps
 WD_DEFAULT = (2, 4)
+#: the default word prefetch distance (tiles) where the configuration has both builds
+WD_PREFETCH = 1
 #: cluster sizes (K-splits)
 WD_CLUSTERS: tuple[int, ...] = (1, 2, 4, 8)
 #: the default K-split: the fewest S with ceil(n / S) <= WD_KR_TARGET columns
@@ -53,7 +57,9 @@ _SRC = "spmm_wd"
 def kernel_names() -> list[str]:
     """Every kernel spmm_wd.cu exports for the half types on sm_90."""
     return ([f"spmm_wd_p{p}_w{w}_s{s}" for p, w in WD_CONFIGS for s in WD_CLUSTERS]
-            + [f"spmm_wd_p{p}_w{w}_s8_abl" for p, w in WD_CONFIGS])
+            + [f"spmm_wd_p{p}_w{w}_s8_abl" for p, w in WD_CONFIGS]
+            + [f"spmm_wd_p{p}_w{w}_s{s}_f2" for p, w in WD_PF2 for s in WD_CLUSTERS]
+            + [f"spmm_wd_p{p}_w{w}_s8_f2_abl" for p, w in WD_PF2])
 
 
 def wd_smem_bytes(spw: int, w: int, kr: int) -> int:
@@ -201,7 +207,8 @@ class WdSpmm:
     """Y^T = X^T A^T (+ bias) for a half-precision CSR A (m x n) with spmm_wd; the layout is made once.
 
     ``rowptr``, ``col``: the CSR (int32 or int64, on the GPU); ``values``: float16 or bfloat16 (nnz). Options:
-    ``config`` ((SPW, W) of WD_CONFIGS; default WD_DEFAULT), ``clusters`` (S; default :func:`wd_choose`), ``ncl``
+    ``config`` ((SPW, W) of WD_CONFIGS; default WD_DEFAULT), ``prefetch`` (1: a tile's words loaded one tile
+    ahead of their scatter, 2: two tiles ahead, configurations WD_PF2 only; default WD_PREFETCH), ``clusters`` (S; default :func:`wd_choose`), ``ncl``
     (clusters launched; default: the fewest that keep the row blocks in as few rounds as the resident clusters
     allow), ``flags`` (benchmarking only, wrong results, S = 8 only: 1 return after the X copy, 2 no K loop, 4 no
     mma, 8 no scatter / clear, 16 no X copy). Raises ValueError where the layout does not apply (repeated
@@ -209,13 +216,16 @@ class WdSpmm:
 
     def __init__(self, rowptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape: tuple[int, int], *,
                  config: tuple[int, int] | None = None, clusters: int | None = None, ncl: int | None = None,
-                 flags: int = 0) -> None:
+                 flags: int = 0, prefetch: int | None = None) -> None:
         m, n = int(shape[0]), int(shape[1])
         if values.dtype not in (torch.float16, torch.bfloat16):
             raise ValueError(f"spmm_wd takes float16 or bfloat16 values, got {values.dtype}")
         self.config = tuple(config) if config else WD_DEFAULT
         if self.config not in WD_CONFIGS:
             raise ValueError(f"config must be one of {WD_CONFIGS}, got {config}")
+        self.prefetch = int(prefetch or (WD_PREFETCH if self.config in WD_PF2 else 1))
+        if self.prefetch not in (1, 2) or (self.prefetch == 2 and self.config not in WD_PF2):
+            raise ValueError(f"prefetch must be 1, or 2 for a configuration of {WD_PF2}")
         choice = wd_choose(n, clusters)
         if choice is None:
             raise ValueError(f"spmm_wd: n = {n} columns do not fit the X slice with clusters={clusters}")
@@ -244,7 +254,7 @@ class WdSpmm:
 
     def kernel_name(self) -> str:
         spw, w = self.config
-        return f"spmm_wd_p{spw}_w{w}_s{self.S}" + ("_abl" if self.flags else "")
+        return f"spmm_wd_p{spw}_w{w}_s{self.S}" + ("_f2" if self.prefetch == 2 else "") + ("_abl" if self.flags else "")
 
     def launch_shape(self, k: int) -> tuple[Any, tuple[int, int], int, int, int]:
         """(kernel, grid, threads, shared bytes, clusters) of a product with ``k`` columns."""

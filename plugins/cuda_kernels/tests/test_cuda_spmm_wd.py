@@ -200,15 +200,16 @@ def test_matches_masked_dense(shape, dtype, index, k, bias):
 @sm90
 @pytest.mark.parametrize("dtype", HALF)
 @pytest.mark.parametrize("clusters", [1, 2, 4, 8])
-@pytest.mark.parametrize("config", [(1, 8), (2, 4), (2, 8), (4, 2), (4, 4)])
+@pytest.mark.parametrize("config", [(1, 8, 1), (2, 4, 1), (2, 8, 1), (4, 2, 1), (4, 4, 1), (2, 5, 1), (1, 8, 2), (2, 4, 2),
+                                    (2, 8, 2), (2, 5, 2)])
 def test_every_kernel(config, clusters, dtype):
     from sparsetorch_cuda._spmm_wd import WdSpmm
 
     m, n = 515, 1000
     W = _gpu_matrix(m, n, 0.1, dtype, 3, 1, 11)
     rowptr, col, val = _csr(W, torch.int32)
-    op = WdSpmm(rowptr, col, val, (m, n), config=config, clusters=clusters)
-    assert op.S == clusters
+    op = WdSpmm(rowptr, col, val, (m, n), config=config[:2], clusters=clusters, prefetch=config[2])
+    assert op.S == clusters and op.kernel_name().endswith("_f2") == (config[2] == 2)
     for k in (5, 64, 100):
         _check(op, W, k, True)
 
@@ -303,6 +304,8 @@ def test_declines():
         WdSpmm(rowptr, col, val, (64, 128), config=(3, 3))
     with pytest.raises(ValueError):
         WdSpmm(rowptr, col, val, (64, 128), clusters=4, flags=1)
+    with pytest.raises(ValueError):
+        WdSpmm(rowptr, col, val, (64, 128), config=(4, 4), prefetch=2)
     dup_col = col.clone()
     dup_col[1] = dup_col[0]
     if int(rowptr[1]) >= 2:

@@ -78,7 +78,7 @@ __device__ __forceinline__ void wd_sync() {
 
 // SPW strips of 16 per warp (RW = 16 SPW rows), W warps, S K-splits (cluster size), NPL words per lane held in
 // registers per tile, ABL: read the benchmarking flags
-template <int SPW, int W, int S, int NPL, bool ABL>
+template <int SPW, int W, int S, int NPL, int PF, bool ABL>
 __device__ __forceinline__ void spmm_wd_body(int m, int n, int k, int KR, int nrb, int ncl, int vec,
                                              const int* __restrict__ toff, const unsigned* __restrict__ words,
                                              const val_t* __restrict__ xt, const val_t* __restrict__ bias,
@@ -229,23 +229,38 @@ __device__ __forceinline__ void spmm_wd_body(int m, int n, int k, int KR, int nr
           }
         }
       };
-      // tile i in buffer (cur), its words (wc); tile i + 1's words (wn)
-      auto step = [&](int i, unsigned cur, unsigned nxt, unsigned (&wc)[NPL], int& oc, int& cc, unsigned (&wn)[NPL],
-                      int on, int cn) {
+      // tile i in buffer (cur), its words (wc); tile i + 1's words (wn); tile i + PF + 1's words loaded into wc
+      auto step = [&](int i, unsigned (&wc)[NPL], int& oc, int& cc, unsigned (&wn)[NPL], int on, int cn) {
+        const unsigned cur = (i & 1) ? abuf1 : abuf0, nxt = (i & 1) ? abuf0 : abuf1;
         products(cur, i);
         if (i + 1 < ntl) scatter(nxt, wn, on, cn, false);
         __syncwarp();
         scatter(cur, wc, oc, cc, true);
-        if (i + 2 < ntl) load(i + 2, wc, oc, cc);
+        if (i + PF + 1 < ntl) load(i + PF + 1, wc, oc, cc);
         __syncwarp();
       };
       load(0, wa, oa, ca);
       if (ntl > 1) load(1, wb, ob, cb);
-      scatter(abuf0, wa, oa, ca, false);
-      __syncwarp();
-      for (int i = 0; i < ntl; i += 2) {
-        step(i, abuf0, abuf1, wa, oa, ca, wb, ob, cb);
-        if (i + 1 < ntl) step(i + 1, abuf1, abuf0, wb, ob, cb, wa, oa, ca);
+      if (PF == 1) {
+        scatter(abuf0, wa, oa, ca, false);
+        __syncwarp();
+        for (int i = 0; i < ntl; i += 2) {
+          step(i, wa, oa, ca, wb, ob, cb);
+          if (i + 1 < ntl) step(i + 1, wb, ob, cb, wa, oa, ca);
+        }
+      } else {  // three register sets: words two tiles ahead of their scatter
+        unsigned wz[NPL];
+        int oz = 0, cz = 0;
+        if (PF != 1) {
+          if (ntl > 2) load(2, wz, oz, cz);
+          scatter(abuf0, wa, oa, ca, false);
+          __syncwarp();
+          for (int i = 0; i < ntl; i += 3) {
+            step(i, wa, oa, ca, wb, ob, cb);
+            if (i + 1 < ntl) step(i + 1, wb, ob, cb, wz, oz, cz);
+            if (i + 2 < ntl) step(i + 2, wz, oz, cz, wa, oa, ca);
+          }
+        }
       }
     }
     if (ABL && (fl & 8)) acc[0][0][0] += __uint_as_float(dummy & 0x00ffffffu);
@@ -314,26 +329,32 @@ __device__ __forceinline__ void spmm_wd_body(int m, int n, int k, int KR, int nr
 }
 
 // spmm_wd_p<SPW>_w<W>_s<S>[_abl]: SPW strips of 16 rows per warp, W warps, clusters of S blocks (S K-splits)
-#define SPMM_WD(SPW, W, S, NPL, MINB, ABL, ASFX, ATTR)                                                                \
-  extern "C" __global__ void ATTR __launch_bounds__(W * 32, MINB) spmm_wd_p##SPW##_w##W##_s##S##ASFX(                 \
+#define SPMM_WD(SPW, W, S, NPL, MINB, ABL, ASFX, ATTR, PF, FSFX)                                                      \
+  extern "C" __global__ void ATTR __launch_bounds__(W * 32, MINB) spmm_wd_p##SPW##_w##W##_s##S##FSFX##ASFX(           \
       i64 m, i64 n, i64 k, i64 KR, i64 nrb, i64 ncl, i64 vec, const int* toff, const unsigned* words, const val_t* xt, \
       const val_t* bias, val_t* yt, i64 flags) {                                                                      \
-    spmm_wd_body<SPW, W, S, NPL, ABL>((int)m, (int)n, (int)k, (int)KR, (int)nrb, (int)ncl, (int)vec, toff, words, xt,  \
+    spmm_wd_body<SPW, W, S, NPL, PF, ABL>((int)m, (int)n, (int)k, (int)KR, (int)nrb, (int)ncl, (int)vec, toff, words, xt,  \
                                       bias, yt, (int)flags);                                                          \
   }
-#define SPMM_WD_CFG(SPW, W, NPL, MINB)                                          \
-  SPMM_WD(SPW, W, 1, NPL, MINB, false, , )                                      \
-  SPMM_WD(SPW, W, 2, NPL, MINB, false, , __cluster_dims__(2, 1, 1))             \
-  SPMM_WD(SPW, W, 4, NPL, MINB, false, , __cluster_dims__(4, 1, 1))             \
-  SPMM_WD(SPW, W, 8, NPL, MINB, false, , __cluster_dims__(8, 1, 1))             \
-  SPMM_WD(SPW, W, 8, NPL, MINB, true, _abl, __cluster_dims__(8, 1, 1))
+#define SPMM_WD_CFG2(SPW, W, NPL, MINB, PF, FSFX)                                            \
+  SPMM_WD(SPW, W, 1, NPL, MINB, false, , , PF, FSFX)                                         \
+  SPMM_WD(SPW, W, 2, NPL, MINB, false, , __cluster_dims__(2, 1, 1), PF, FSFX)                \
+  SPMM_WD(SPW, W, 4, NPL, MINB, false, , __cluster_dims__(4, 1, 1), PF, FSFX)                \
+  SPMM_WD(SPW, W, 8, NPL, MINB, false, , __cluster_dims__(8, 1, 1), PF, FSFX)                \
+  SPMM_WD(SPW, W, 8, NPL, MINB, true, _abl, __cluster_dims__(8, 1, 1), PF, FSFX)
+#define SPMM_WD_CFG(SPW, W, NPL, MINB) SPMM_WD_CFG2(SPW, W, NPL, MINB, 1, )
 
 // the configurations (_spmm_wd.WD_CONFIGS): (SPW, W, NPL words per lane in registers, blocks per SM the
-// registers are bounded for)
+// registers are bounded for); "_f2": the words two tiles ahead (three register sets)
 SPMM_WD_CFG(1, 8, 5, 2)
 SPMM_WD_CFG(2, 4, 8, 2)
 SPMM_WD_CFG(2, 8, 8, 1)
 SPMM_WD_CFG(4, 2, 16, 2)
 SPMM_WD_CFG(4, 4, 16, 1)
+SPMM_WD_CFG(2, 5, 8, 2)
+SPMM_WD_CFG2(2, 4, 8, 2, 2, _f2)
+SPMM_WD_CFG2(2, 5, 8, 2, 2, _f2)
+SPMM_WD_CFG2(2, 8, 8, 1, 2, _f2)
+SPMM_WD_CFG2(1, 8, 5, 2, 2, _f2)
 
 #endif
