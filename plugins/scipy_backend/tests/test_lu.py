@@ -68,13 +68,18 @@ def test_solver_refactors_only_on_new_values() -> None:
             s.solve(2 * b)
             plan = s._state.plan
             assert plan.factorizations == 1  # new right-hand sides: no refactorization
-            v = A.values.clone().requires_grad_()
+            s.update_values(A.values.clone())
+            s.solve(b)
+            assert plan.factorizations == 1  # the same numbers in another tensor: the factors are kept
+            v = (2.0 * A.values).detach().clone().requires_grad_()
             s.update_values(v)
             assert plan.factorizations == 2  # new values: one numeric factorization
             x = s.solve(b)
             x.sum().backward()  # the adjoint solve reuses the same factors
             assert plan.factorizations == 2
             torch.testing.assert_close(x1, torch.linalg.solve(D, b))
+            D = 2.0 * D
+            torch.testing.assert_close(x, torch.linalg.solve(D, b))
             lam = torch.linalg.solve(D.T, torch.ones(64, dtype=torch.float64))
             coords, slot = A.entries()
             expect = torch.zeros_like(v)
