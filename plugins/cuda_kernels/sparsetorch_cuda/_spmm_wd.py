@@ -15,6 +15,17 @@ Use: ``WdSpmm(rowptr, col, values, (m, n))`` builds the layout once; ``op(Xt, bi
 after ``set_values``. Not wired into the plan (session 22: measured standalone first,
 benchmarks/gpu/s22/bench_wd.py).
 
+Measured (H200, session 22, benchmarks/results/spmm_wd_h200_s22a.json; 10 % stored, k = 64, CUDA graph of 20 calls,
+per call, fp16 / bf16 alike; the default (2, 4), S = 8): 4096^2: 27.0 us warm / 29.8 cold against dense F.linear 9.7 /
+13.2, the plan's product 29.5 / 31.5, spmm_cc 25.1 / 28.9; best variant (2, 8), S = 4: 22.8. 4096 -> 11008: 39.8 / 43.8
+against dense 26.4 / 26.3, plan 57.9 / 69.5, spmm_cc 47.6 / 52.8. Ablation (4096^2): launch + X copy alone 4.2 us,
+launch + X copy + epilogue (no K loop) 11.7, no mma 28.1, no scatter 28.8, neither 26.1: neither the tensor work nor
+the decode bounds it. At 102 KB of shared memory per block the driver keeps fewer than 32 clusters of 8 resident, so
+4096^2's 32 row blocks ran as 16 clusters x 2 rounds on 128 SMs with one block each (``launch_shape``). The "_f2"
+builds (words two tiles ahead) and the (2, 5) configuration (26 row blocks at 4096^2: one round) are host-compiled
+but were not GPU-run in session 22 (no device was lent for the second call): benchmarks/gpu/s22/run_s22.sh with
+``BENCH_ARGS=--tune NCU=1`` runs their tests, times and Nsight Compute stall reasons.
+
 The source is compiled by this module (compile.py's NVRTC options and disk cache directory, krylov.py's
 scheme), for sm_90 only (clusters, mbarrier try_wait), half types only.
 """
