@@ -461,6 +461,8 @@ def test_default_float32_lstsq_is_solved_in_float64(case):
     assert x.dtype == torch.float32
     assert np.linalg.norm(x.numpy().astype(np.float64) - xr) <= 1e-5 * np.linalg.norm(xr)
     assert "solved in float64" in info.reason
+    # explain shows the call that runs (the float64 problem)
+    assert st.explain("lstsq", A, torch.from_numpy(b)).request.A.dtype == torch.float64
     # a pinned method runs in float32 (its own stopping rule and precision)
     _, pinned = st.lstsq(A, torch.from_numpy(b), method="lsqr", return_info=True, on_nonconvergence="ignore")
     assert "solved in float64" not in pinned.reason

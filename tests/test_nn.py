@@ -404,6 +404,35 @@ def test_code_reading_the_layers_weight_compiles_fullgraph() -> None:
     torch.testing.assert_close(got64, ref.double(), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("how", ["load_state_dict_assign", "setattr"])
+def test_compiled_code_reading_weight_follows_a_replaced_pattern(how) -> None:
+    # the compiled region reads the pattern object built eagerly: a new pattern loaded with assign=True (or
+    # buffers assigned) kept the old one there, a silent wrong product (session 22's sweep)
+    def mk(seed):
+        g = torch.Generator().manual_seed(seed)
+        D = torch.randn(16, 12, generator=g, dtype=torch.float64)
+        mask = torch.zeros(16, 12, dtype=torch.bool)
+        for i in range(16):
+            mask[i, torch.randperm(12, generator=g)[:3]] = True  # the same count per row, other columns
+        return D * mask, mask
+
+    D1, m1 = mk(1)
+    D2, m2 = mk(2)
+    x = torch.randn(5, 12, dtype=torch.float64)
+    lin = SparseLinear(st.SparseTensor.from_dense(D1, mask=m1))
+    other = SparseLinear(st.SparseTensor.from_dense(D2, mask=m2))
+    f = torch.compile(lambda m: st.matmul(m.weight, x.T).T, backend="aot_eager")
+    torch.testing.assert_close(f(lin), x @ D1.T)
+    if how == "setattr":
+        for name, buf in other.named_buffers():
+            setattr(lin, name, buf.clone())
+        lin.values = torch.nn.Parameter(other.values.detach().clone())
+    else:
+        lin.load_state_dict(other.state_dict(), assign=True)
+    torch.testing.assert_close(f(lin), x @ D2.T)
+    torch.testing.assert_close(lin.weight.to_dense(), D2)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_sparse_linear_compiled_half_accumulates_in_float32(dtype) -> None:
     # a row of 4097 ones times ones: 4096 after rounding, 2048 (fp16) / 256 (bf16) if summed in half

@@ -44,6 +44,7 @@ from ..errors import BackendError, IndefiniteMatrixError, SingularMatrixError
 from ..dispatch.accuracy import backward_error_bound, default_rtol, normwise_backward_error, unit_roundoff
 from ..dispatch.results import Attempt, IterationResult, Status
 from ..tensor import SparseTensor
+from ..tensor.pattern import is_plain
 from ..dispatch.options import DEFAULT_RESTART, CallOptions
 from ..dispatch.plan import PlanState, _token, guarded
 from ._range import RangeSearch
@@ -417,9 +418,10 @@ class Route(RangeSearch):
                 # one factorization instead of an unscaled one judged inaccurate, then another.
                 # (Values found well scaled are remembered by identity and version: a Solver's
                 # repeated solves pay the O(nnz) scan once.)
-                r, c, ve = _equilibrated(self.A, values)
+                r, c, ve = _scaled(state, self.A, values)
                 if _spread(r) <= _EQUILIBRATE_FIRST and _spread(c) <= _EQUILIBRATE_FIRST:
                     state.well_scaled = tok
+                    state.scaled = None
                 else:
                     first = self._equilibrated_solve(state, plan, values, B, opts, adjoint, rtol, atol, (r, c, ve))
                     if first is not None and first[1].converged:
@@ -936,6 +938,20 @@ def _row_weights(A: SparseTensor, values: torch.Tensor, adjoint: bool) -> torch.
     top = torch.zeros(*batch, n, dtype=mag.dtype, device=values.device).scatter_reduce(
         -1, lines.expand(*batch, -1), mag, "amax")
     return _pow2(top).to(values.dtype)
+
+
+def _scaled(state: PlanState, A: SparseTensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`_equilibrated` of ``values``, kept on the plan while the call's values equal a copy of those it
+    scaled (a badly scaled matrix solved again: Ruiz's passes were ~60 % of a 479-unknown call, and the new
+    scaled values each call made the plan compare them with its snapshot). Under the plan's lock."""
+    got = state.scaled
+    v = values.detach()
+    if got is not None and got[0].shape == v.shape and got[0].dtype == v.dtype and torch.equal(got[0], v):
+        return got[1], got[2], got[3]
+    r, c, ve = _equilibrated(A, values)
+    if is_plain(v):
+        state.scaled = (v.clone(), r, c, ve)
+    return r, c, ve
 
 
 def _inf_norm(A: SparseTensor, values: torch.Tensor, adjoint: bool) -> torch.Tensor:

@@ -82,6 +82,9 @@ class PlanState:
     checks: int = field(default=0, repr=False, compare=False)
     #: quantities derived from the values the plan holds (an infinity norm of A), emptied at every load
     memo: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+    #: a solve route's equilibration of the last values it scaled: (a copy of those values, r, c, the
+    #: scaled values), reused while the call's values equal the copy (fallback.Route._attempt)
+    scaled: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.plan is not None:  # made around an existing plan
@@ -133,8 +136,12 @@ class PlanState:
             return
         tok = _token(v)
         snap = self.snapshot
-        if snap is not None and (tok == self.token or (snap.shape == v.shape and snap.dtype == v.dtype
-                                                       and snap.device == v.device)) and torch.equal(snap, v):
+        # self.token is None after a set_values that raised: the plan then holds no values at all, whatever
+        # the snapshot (of the last good ones) says (a failed factorization, then the earlier values again,
+        # raised "solve() before set_values()" on every later call; session 22's sweep)
+        if snap is not None and self.token is not None and (
+                tok == self.token or (snap.shape == v.shape and snap.dtype == v.dtype and snap.device == v.device)
+        ) and torch.equal(snap, v):
             # the values the plan holds: the same tensor unchanged, or another tensor with the same numbers
             # (a route's equilibrated values recomputed per call, a matrix rebuilt from the same data):
             # one comparison instead of a refactorization

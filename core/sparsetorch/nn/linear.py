@@ -82,6 +82,15 @@ class SparseLinear(nn.Module):
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone())
         self.weight  # noqa: B018 - the pattern object, built now: a compiled region reads it without building
 
+    def __setattr__(self, name: str, value) -> None:  # type: ignore[no-untyped-def]
+        super().__setattr__(name, value)
+        if name == "values" or (name[:3] in ("pos", "crd") and name[3:].isdigit()):
+            # an index buffer or the values replaced (load_state_dict(assign=True), a direct assignment): the
+            # pattern object a compiled region reads is rebuilt now (it kept the old pattern: a silent wrong
+            # product, session 22's sweep); during __init__ the buffers are not all there yet
+            if self.__dict__.pop("_pattern", None) is not None and not torch.compiler.is_compiling():
+                self.weight  # noqa: B018
+
     def _apply(self, fn, recurse: bool = True):  # type: ignore[no-untyped-def]
         out = super()._apply(fn, recurse)
         self.__dict__.pop("_pattern", None)  # buffers moved or cast: the pattern object is rebuilt now, eagerly

@@ -59,8 +59,13 @@ def _logdet(operands: tuple, options: dict) -> Request:
 def _lstsq(operands: tuple, options: dict) -> Request:
     from .lstsq import _options, lstsq_request
 
+    from .lstsq import widened
+
     A = check_matrix(operands[0], "explain", square=False)
     B = as_rhs(A, operands[1], "explain", rows=A.format_shape[0])[0] if len(operands) > 1 else None
+    wide = widened(A, B, options)
+    if wide is not None:  # what a default single-precision call runs: the double-precision problem
+        A, B = A.to(wide), None if B is None else B.to(wide)
     return lstsq_request(A, B, _options(A.dtype, **options))
 
 

@@ -20,7 +20,7 @@ from typing import Any, Mapping
 import torch
 
 from ..autograd.lstsq import LstsqHandle, lstsq_function
-from ..errors import InputError
+from ..errors import InputError, NoBackendError
 from ..dispatch.results import Attempt
 from ..tensor import SparseTensor
 from ..dispatch.options import LstsqOptions, defaults
@@ -43,6 +43,17 @@ LSTSQ_DEFAULTS: dict[str, Any] = {k: v for k, v in defaults(LstsqOptions).items(
 CALL = ("damp", "atol", "btol", "conlim", "maxiter")
 #: a default call in these dtypes is solved in the wider one and rounded back (:func:`lstsq`)
 _WIDER = {torch.float32: torch.float64, torch.complex64: torch.complex128}
+
+
+def widened(A: SparseTensor, B: torch.Tensor | None, options: Mapping[str, Any]) -> torch.dtype | None:
+    """The dtype a default single-precision :func:`lstsq` call runs in (float64 / complex128), or None: A
+    float32 / complex64 (and B alike), no method, tolerance or damp given. ``explain`` shows that call."""
+    wide = _WIDER.get(A.dtype)
+    if wide is None or (B is not None and B.dtype != A.dtype):
+        return None
+    if options.get("method") is not None or options.get("atol") is not None or options.get("btol") is not None:
+        return None
+    return None if options.get("damp") else wide
 
 
 def _options(dtype: torch.dtype | None = None, **kw: Any) -> LstsqOptions:
@@ -107,15 +118,20 @@ def lstsq(
     Bn, vector = as_rhs(A, B, "lstsq", rows=m)
     if check_finite:
         check_finite_values(A, Bn, "lstsq")
-    wide = _WIDER.get(A.dtype)
-    if wide is not None and method is None and atol is None and btol is None and not damp and Bn.dtype == A.dtype:
+    wide = widened(A, Bn, {"method": method, "atol": atol, "btol": btol, "damp": damp})
+    if wide is not None:
         # A default single-precision call is solved in double and rounded back: least squares in float32 by
         # LSQR / CGLS loses ~cond^2 u (lp_e226, 223 x 472: 10 % from the minimum-norm solution; ash219 50x
         # a backward-stable method's error) and a float32 sparse QR misjudges the rank (impcol_a raised
         # NotConvergedError); in float64 the same calls reach the contract. Differentiable through the casts.
-        got = lstsq(A.to(wide), restore_rhs(Bn.to(wide), vector), backend=backend, method=None, damp=0.0, conlim=conlim,
-                    maxiter=maxiter, max_bytes=max_bytes, backend_options=backend_options, return_info=return_info,
-                    check_finite=False, on_nonconvergence=on_nonconvergence, cache=cache)
+        # No backend for the wider dtype (one pinned that takes float32 only): the call runs in A's dtype.
+        try:
+            got = lstsq(A.to(wide), restore_rhs(Bn.to(wide), vector), backend=backend, method=None, damp=0.0,
+                        conlim=conlim, maxiter=maxiter, max_bytes=max_bytes, backend_options=backend_options,
+                        return_info=return_info, check_finite=False, on_nonconvergence=on_nonconvergence, cache=cache)
+        except NoBackendError:
+            got = None
+    if wide is not None and got is not None:
         if not return_info:
             return got.to(A.dtype)
         X, info = got
