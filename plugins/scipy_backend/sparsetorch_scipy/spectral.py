@@ -110,6 +110,49 @@ def diagonal_pivot_lu(S: Any) -> tuple[Any, int] | None:
     return lu, bad
 
 
+def _count_at_least(A: Any, sigma: float, above: bool) -> int | None:
+    """How many eigenvalues of the Hermitian ``A`` are >= ``sigma`` (``above``) or <= ``sigma``: the
+    non-positive pivots of ``sigma I - A`` (``A - sigma I``) factored with diagonal pivots (Sylvester's
+    law of inertia); None where that factorization needed an off-diagonal pivot or failed."""
+    import scipy.sparse as sp
+
+    I = sp.identity(A.shape[0], dtype=A.dtype, format="csc")
+    S = (sigma * I - A) if above else (A - sigma * I)
+    got = diagonal_pivot_lu(S)
+    return None if got is None else got[1]
+
+
+def _missed_copies(A: Any, w: np.ndarray, which: str) -> str | None:
+    """Why ARPACK's regular-mode answer misses copies of a repeated eigenvalue, or None. A Krylov method
+    finds one eigenvector per eigenvalue in exact arithmetic and the others only through rounding: on 8
+    identical graph blocks it returned 5 of a cluster's 8 copies and the next cluster's value in place of
+    the rest, every pair passing the residual check (session 22's sweep). Where the answer holds a repeated
+    value (to 1e-8 of its largest), the count of A's eigenvalues beyond the k-th one returned (an inertia
+    count: one diagonal-pivot factorization) must equal the count returned there."""
+    w = np.sort(np.real(w[np.isfinite(w)]))
+    if w.size < 2 or which not in ("LA", "SA", "LM"):
+        return None
+    scale = float(np.abs(w).max())
+    if scale == 0.0 or not bool(np.any(np.diff(w) <= 1e-8 * scale)):
+        return None
+    delta = 1e-7 * scale
+    if which == "LA":
+        sigma = float(w[0]) + delta
+        want, got = int(np.count_nonzero(w >= sigma)), _count_at_least(A, sigma, True)
+    elif which == "SA":
+        sigma = float(w[-1]) - delta
+        want, got = int(np.count_nonzero(w <= sigma)), _count_at_least(A, sigma, False)
+    else:
+        t = float(np.abs(w).min()) + delta
+        up, down = _count_at_least(A, t, True), _count_at_least(A, -t, False)
+        want, got = int(np.count_nonzero(np.abs(w) >= t)), None if up is None or down is None else up + down
+    if got is None or got <= want:
+        return None
+    return (f"ARPACK returned {want} eigenvalues beyond {sigma if which != 'LM' else t:.6g} but A has {got} there (an "
+            f"inertia count): copies of a repeated eigenvalue were missed (a Krylov method finds them only through "
+            f"rounding); a block method (LOBPCG) or the dense method finds them")
+
+
 def _op_from_lu(lu: Any, n: int, dtype: Any, counter: list[int], deadline: float | None) -> Any:
     from scipy.sparse.linalg import LinearOperator
 
@@ -364,6 +407,10 @@ class EigshPlan:
                     Minv = _op_from_lu(Mlu, M.shape[0], M.dtype, [0], None) if Mlu is not None else \
                         _shift_invert(M, 0.0, None, [0], self.backend)
                 w, V = eigsh(_counting(A, count, deadline), M=M, Minv=Minv, which=which, **kw)
+                if M is None:
+                    missed = _missed_copies(A, np.real(w), which)
+                    if missed is not None:
+                        return np.real(w), V, count[0], False, missed
             return np.real(w), V, count[0], True, ""
         except ArpackNoConvergence as exc:
             w, V = np.real(exc.eigenvalues), exc.eigenvectors
