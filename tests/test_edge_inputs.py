@@ -484,3 +484,39 @@ def test_default_float32_lstsq_gradients_follow_the_float64_solve():
     assert v.grad.dtype == torch.float32 and b.grad.dtype == torch.float32
     torch.testing.assert_close(v.grad.double(), v64.grad, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(b.grad.double(), b64.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_a_default_float32_lstsq_object_works_in_float64_too():
+    # the Lstsq object ran in float32 (2.7e-5 relative error where lstsq gave 2.7e-8; session 22's sweep)
+    import os
+
+    import scipy.io
+    import scipy.sparse as sp
+
+    M = sp.csr_matrix(scipy.io.mmread(os.path.join(os.path.dirname(__file__), "data", "lp_e226.mtx"))).astype(np.float32)
+    b = np.random.default_rng(0).standard_normal(M.shape[0]).astype(np.float32)
+    xr = np.linalg.lstsq(M.toarray().astype(np.float64), b.astype(np.float64), rcond=None)[0]
+    A = st.from_package(M)
+    ls = st.Lstsq(A)
+    x, info = ls.solve(torch.from_numpy(b), return_info=True)
+    assert x.dtype == torch.float32 and "solved in float64" in info.reason
+    assert np.linalg.norm(x.numpy().astype(np.float64) - xr) <= 1e-5 * np.linalg.norm(xr)
+    # new values (float32) through the same object
+    ls.update_values(2 * A.values)
+    x2 = ls.solve(torch.from_numpy(b))
+    assert x2.dtype == torch.float32
+    assert np.linalg.norm(x2.numpy().astype(np.float64) - xr / 2) <= 1e-5 * np.linalg.norm(xr / 2)
+    # gradients through the casts (the overdetermined transpose: full column rank)
+    T = st.from_package(M.T.tocsr())
+    v = T.values.clone().requires_grad_(True)
+    bt = torch.from_numpy(np.random.default_rng(1).standard_normal(M.shape[1]).astype(np.float32))
+    lt = st.Lstsq(T)
+    lt.update_values(v)
+    lt.solve(bt).sum().backward()
+    v64 = T.values.double().clone().requires_grad_(True)
+    st.lstsq(T.to(torch.float64).with_values(v64), bt.double()).sum().backward()
+    assert v.grad.dtype == torch.float32
+    torch.testing.assert_close(v.grad.double(), v64.grad, rtol=1e-4, atol=1e-5)
+    # a pinned method keeps float32
+    _, pinned = st.Lstsq(A, method="lsqr", on_nonconvergence="ignore").solve(torch.from_numpy(b), return_info=True)
+    assert "solved in float64" not in pinned.reason

@@ -174,9 +174,8 @@ class Lstsq:
         x2 = ls.solve(b)
 
     Keyword options are those of :func:`lstsq` (``cache`` defaults to False: the object holds
-    its plan itself). Unlike :func:`lstsq`, the object runs in A's dtype: for a float32 A with no
-    tolerance, pass ``A.to(torch.float64)`` for a backward-stable level of accuracy (float32 LSQR /
-    CGLS loses about ``cond^2 u``).
+    its plan itself). As :func:`lstsq`, a float32 / complex64 object with no method, tolerance or damp
+    works in float64 / complex128 and rounds its answers back.
     """
 
     def __init__(self, A: SparseTensor, *, on_nonconvergence: str = "raise", cache: bool = False, **options: Any) -> None:
@@ -186,7 +185,9 @@ class Lstsq:
         unknown = set(options) - set(LSTSQ_DEFAULTS)
         if unknown:
             raise InputError(f"Lstsq got unknown options {sorted(unknown)}; known: {sorted(LSTSQ_DEFAULTS)}")
-        self._options = _options(self.A.dtype, **options)
+        #: a default single-precision object works in double, as :func:`lstsq` does (None: in A's dtype)
+        self._wide = widened(self.A, None, options)
+        self._options = _options(self._wide or self.A.dtype, **options)
         # no tolerance and no damp given: answers are refined to a direct method's backward error
         self._sharpen = options.get("atol") is None and options.get("btol") is None and not options.get("damp")
         self._policy, self._cache = on_nonconvergence, cache
@@ -203,9 +204,18 @@ class Lstsq:
     def plan(self):
         """Choose the backend and method; returns the explain table."""
         with self._lock:
-            A = self.A
+            A = self._work(self.A)
             request = lstsq_request(A, None, self._options)
-            state, offer, table = obtain_plan("lstsq", A, request, cache=self._cache)
+            try:
+                state, offer, table = obtain_plan("lstsq", A, request, cache=self._cache)
+            except NoBackendError:
+                if self._wide is None:
+                    raise
+                # no backend for the wider dtype (one pinned that takes float32 only): work in A's dtype
+                self._wide = None
+                self._options = _options(self.A.dtype, **{k: v for k, v in self._options.items() if k in ("backend",
+                                         "damp", "conlim", "maxiter", "max_bytes", "backend_options")})
+                return self.plan()
             state.build()
             pinned = self._options.get("method") is not None
             self._fallbacks = [] if pinned else _fallbacks(table, offer)
@@ -221,11 +231,18 @@ class Lstsq:
         self.A = self.A.with_values(values)
         return self
 
+    def _work(self, A: SparseTensor) -> SparseTensor:
+        return A if self._wide is None else A.to(self._wide)
+
     def solve(self, B: torch.Tensor, *, return_info: bool = False):
         with self._lock:
             if self._state is None:
                 self.plan()
-            A, state, offer, fallbacks, request = self.A, self._state, self._offer, list(self._fallbacks), self._request
+            A, state, offer, fallbacks, request = (self._work(self.A), self._state, self._offer, list(self._fallbacks),
+                                                   self._request)
+        out_dtype = self.A.dtype
+        if self._wide is not None and isinstance(B, torch.Tensor) and B.dtype == out_dtype:
+            B = B.to(self._wide)
         Bn, vector = as_rhs(A, B, "Lstsq.solve", rows=A.format_shape[0])
         call = {k: self._options[k] for k in CALL}
         handle = LstsqHandle(state, A.detach(), call, self._policy, self.results, fallbacks=fallbacks,
@@ -237,10 +254,13 @@ class Lstsq:
             with self._lock:
                 self._state, self._offer = handle.state, handle.offer
                 self._fallbacks = list(handle.fallbacks)
-        out = restore_rhs(X, vector)
+        out = restore_rhs(X, vector).to(out_dtype)
         if not return_info:
             return out
         info = _info(A, Bn, X, handle.state, handle.offer, handle)
+        if self._wide is not None:
+            info = dataclasses.replace(info, reason=f"{info.reason}; solved in {str(self._wide).replace('torch.', '')} "
+                                                    f"and rounded to {str(out_dtype).replace('torch.', '')}")
         return out, info
 
     @property
