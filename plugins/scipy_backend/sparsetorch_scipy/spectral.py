@@ -232,7 +232,10 @@ def _sm_near_zero(A: Any, M: Any | None, k: int, kw: dict, count: list[int], bac
         w = np.real(w)
         order = np.argsort(np.abs(w), kind="stable")[:k]
         reach = float(np.abs(w - delta).max()) - abs(delta)
-        if float(np.abs(w[order]).max()) > reach:
+        # within rounding of the reach: a many-fold 0 puts every eigenvalue found at |delta| from delta, and
+        # the comparison of two numbers within an ulp of each other decided by chance (ARPACK's start vector
+        # depends on the process's earlier calls: CI failed where a local run passed; session 22)
+        if float(np.abs(w[order]).max()) > reach + 64.0 * float(np.finfo(A.dtype).eps) * scale:
             return None
         return w[order], V[:, order]
     return None
