@@ -252,14 +252,7 @@ def _kernel(name: str, dtype: torch.dtype, device: int) -> _Kernel:
 @functools.lru_cache(maxsize=None)
 def _clusters_resident(name: str, dtype: torch.dtype, device: int, threads: int, smem: int, C: int) -> int:
     """Clusters of C blocks of ``name`` resident at once (the driver's occupancy calculator; SMs / C where it fails)."""
-    from ._mma import _allow_smem  # noqa: PLC0415
-    from .layout import _sm_count  # noqa: PLC0415
-
-    kern = _kernel(name, dtype, device)
-    _allow_smem(kern, device, smem)
-    sms = _sm_count(device)
-    blocks = _launch.resident_blocks(kern, threads, smem, C, sms, (sms // C) * C)
-    return max(1, blocks // C)
+    return _launch.clusters_resident(_kernel(name, dtype, device), device, threads, smem, C)
 
 
 class CcSpmm:

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import threading
 from typing import Any
 
 import torch
@@ -146,30 +145,13 @@ def compile_cubin(value: str, arch: str = "sm_90") -> bytes:
     return _compile.compile_text(source_text(), f"{_SRC}.cu", value, "int32", arch)
 
 
-_MEMORY: dict[str, bytes] = {}
-_LOCK = threading.Lock()
-
-
 def cubin(value: str, arch: str) -> bytes:
-    """The cubin of (value type, arch): memory, else the disk cache, else NVRTC."""
+    """The cubin of (value type, arch): compile.py's memory cache, else its disk cache, else NVRTC."""
     h = hashlib.sha256()
     h.update(source_text().encode())
     h.update(repr((_compile._options(value, "int32", arch), _compile.nvrtc_version())).encode())
     name = f"{_SRC}-{h.hexdigest()[:24]}-{value}-{arch}.cubin"
-    with _LOCK:
-        got = _MEMORY.get(name)
-        if got is not None:
-            return got
-        path = _compile.cache_dir() / name
-        try:
-            got = path.read_bytes()
-        except OSError:
-            got = None
-        if not got:
-            got = compile_cubin(value, arch)
-            _compile._store(path, got)
-        _MEMORY[name] = got
-        return got
+    return _compile.cached(name, name, lambda: compile_cubin(value, arch))
 
 
 def prewarm(arch: str = "sm_90", values: tuple[str, ...] = ("float16", "bfloat16")) -> int:
@@ -204,14 +186,7 @@ def _kernel(name: str, dtype: torch.dtype, device: int) -> _Kernel:
 @functools.lru_cache(maxsize=None)
 def _clusters_resident(name: str, dtype: torch.dtype, device: int, threads: int, smem: int, S: int) -> int:
     """Clusters of S blocks of ``name`` resident at once (the driver's occupancy calculator; SMs / S where it fails)."""
-    from ._mma import _allow_smem  # noqa: PLC0415
-    from .layout import _sm_count  # noqa: PLC0415
-
-    kern = _kernel(name, dtype, device)
-    _allow_smem(kern, device, smem)
-    sms = _sm_count(device)
-    blocks = _launch.resident_blocks(kern, threads, smem, S, sms, (sms // S) * S)
-    return max(1, blocks // S)
+    return _launch.clusters_resident(_kernel(name, dtype, device), device, threads, smem, S)
 
 
 class WdSpmm:

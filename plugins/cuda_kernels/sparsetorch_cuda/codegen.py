@@ -463,27 +463,7 @@ def compile_source(text: str, value: str, index: str, arch: str) -> bytes:
 def cubin(text: str, value: str, index: str, arch: str) -> bytes:
     """The cubin of a generated source: compile.py's memory cache, else its disk cache, else NVRTC."""
     key = module_key(text, value, index, arch)
-    got = _compile._MEMORY.get(key)
-    if got is not None:
-        _compile.STATS["memory"] += 1
-        return got
-    with _compile._LOCK:
-        got = _compile._MEMORY.get(key)
-        if got is not None:
-            _compile.STATS["memory"] += 1
-            return got
-        path = _compile.cache_dir() / key.filename
-        try:
-            got = path.read_bytes()
-            _compile.STATS["disk"] += 1
-        except OSError:
-            got = None
-        if not got:
-            got = compile_source(text, value, index, arch)
-            _compile.STATS["compiled"] += 1
-            _compile._store(path, got)
-        _compile._MEMORY[key] = got
-        return got
+    return _compile.cached(key, key.filename, lambda: compile_source(text, value, index, arch))
 
 
 _LIBS: dict[_compile.ModuleKey, Any] = {}

@@ -24,8 +24,9 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
-__all__ = ["SOURCES", "VAL_KINDS", "IDX_KINDS", "CompileError", "ModuleKey", "source_text", "module_key", "cubin",
+__all__ = ["SOURCES", "VAL_KINDS", "IDX_KINDS", "CompileError", "ModuleKey", "source_text", "module_key", "cubin", "cached",
            "compile_cubin", "compile_text", "cache_dir", "nvrtc_version", "nvrtc_missing", "prewarm"]
 
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
@@ -152,6 +153,13 @@ def compile_cubin(name: str, value: str, index: str, arch: str) -> bytes:
 def cubin(name: str, value: str, index: str, arch: str) -> bytes:
     """The cubin of (source, value type, index type, arch): memory, else disk, else NVRTC."""
     key = module_key(name, value, index, arch)
+    return cached(key, key.filename, lambda: compile_cubin(name, value, index, arch))
+
+
+def cached(key: Any, filename: str, build: Callable[[], bytes]) -> bytes:
+    """A module's cubin from the memory cache (``key``), else the disk cache (``filename`` under
+    :func:`cache_dir`), else ``build()`` (NVRTC), stored in both: the one cache every module of this
+    plugin goes through (named sources, generated ones, standalone kernels)."""
     got = _MEMORY.get(key)
     if got is not None:
         STATS["memory"] += 1
@@ -161,14 +169,14 @@ def cubin(name: str, value: str, index: str, arch: str) -> bytes:
         if got is not None:
             STATS["memory"] += 1
             return got
-        path = cache_dir() / key.filename
+        path = cache_dir() / filename
         try:
             got = path.read_bytes()
             STATS["disk"] += 1
         except OSError:
             got = None
         if not got:
-            got = compile_cubin(name, value, index, arch)
+            got = build()
             STATS["compiled"] += 1
             _store(path, got)
         _MEMORY[key] = got

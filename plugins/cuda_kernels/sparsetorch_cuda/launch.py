@@ -393,6 +393,17 @@ def _ctypes_launch() -> Any:
 
 
 @functools.lru_cache(maxsize=None)  # per kernel object: kernel() hands out one per (source, name, types, device)
+def clusters_resident(kern: "Kernel", device: int, threads: int, smem: int, size: int) -> int:
+    """Clusters of ``size`` blocks of ``kern`` resident at once on ``device`` (the driver's occupancy
+    calculator after the kernel's shared-memory opt-in; SMs / size where it fails), at least 1."""
+    from ._mma import _allow_smem  # noqa: PLC0415
+    from .layout import _sm_count  # noqa: PLC0415
+
+    _allow_smem(kern, device, smem)
+    sms = _sm_count(device)
+    return max(1, resident_blocks(kern, threads, smem, size, sms, (sms // size) * size) // size)
+
+
 def resident_blocks(kern: "Kernel", threads: int, smem: int, cluster: int, sms: int, fallback: int) -> int:
     """Blocks of ``kern`` (``threads`` per block, ``smem`` bytes of dynamic shared memory, clusters of
     ``cluster`` blocks) resident on the whole GPU (``sms`` multiprocessors) at once, by the driver's
