@@ -273,3 +273,64 @@ def test_info_after_a_hand_over_reports_the_answering_method_and_the_attempts():
         assert info.iterations == 0
     ref = np.linalg.lstsq(A.to_dense().numpy(), b.numpy(), rcond=None)[0]
     np.testing.assert_allclose(x.numpy(), ref, rtol=1e-8, atol=1e-10)
+
+
+# torch.func -----------------------------------------------------------------------------------------
+def _dense_grad_reference(D: torch.Tensor, b: torch.Tensor, w: torch.Tensor):
+    """d/dD and d/db of w . lstsq(D, b) by dense autograd through the normal equations (float64)."""
+    Dd = D.detach().clone().requires_grad_(True)
+    bd = b.detach().clone().requires_grad_(True)
+    (torch.linalg.solve(Dd.T @ Dd, Dd.T @ bd) @ w).backward()
+    return Dd.grad, bd.grad
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_torch_func_grad_in_values_and_rhs(dtype) -> None:
+    """torch.func.grad of a default lstsq (float32 widened to float64 and rounded back): the plan used to read
+    the transform's wrappers ("Cannot access data pointer of Tensor that doesn't have storage")."""
+    from torch.func import grad
+
+    A, v, b = _grad_inputs(11, 5, seed=3)
+    b = b[:, 0]
+    w = torch.randn(5, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    gD, gb = _dense_grad_reference(A.to_dense(), b, w)
+    coords, slot = A.entries()
+    Ad, vd, bd, wd = A.detach().to(dtype), v.detach().to(dtype), b.detach().to(dtype), w.to(dtype)
+    gv, gbb = grad(lambda v_, b_: lstsq(Ad.with_values(v_), b_) @ wd, argnums=(0, 1))(vd, bd)
+    tol = dict(rtol=1e-8, atol=1e-10) if dtype == torch.float64 else dict(rtol=2e-4, atol=1e-5)
+    torch.testing.assert_close(gv[slot].double(), gD[coords[0], coords[1]], **tol)
+    torch.testing.assert_close(gbb.double(), gb, **tol)
+
+
+def test_torch_func_vmap_over_rhs_and_values() -> None:
+    from torch.func import vmap
+
+    A, v, _ = _grad_inputs(10, 4, seed=8)
+    A, v = A.detach(), v.detach()
+    g = torch.Generator().manual_seed(2)
+    B = torch.randn(3, 10, generator=g, dtype=torch.float64)
+    X = vmap(lambda b_: lstsq(A, b_))(B)
+    torch.testing.assert_close(X, _dense_lstsq(A.to_dense(), B.T).T, rtol=1e-9, atol=1e-11)
+    V = v + 0.1 * torch.randn(3, v.shape[0], generator=g, dtype=torch.float64)
+    X = vmap(lambda v_, b_: lstsq(A.with_values(v_), b_), in_dims=(0, 0))(V, B)
+    for i in range(3):
+        torch.testing.assert_close(X[i], _dense_lstsq(A.with_values(V[i]).to_dense(), B[i]), rtol=1e-9, atol=1e-11)
+
+
+def test_torch_func_jacrev_in_rhs_is_the_pseudo_inverse() -> None:
+    from torch.func import jacrev
+
+    A, _, b = _grad_inputs(9, 4, seed=13)
+    A, b = A.detach(), b.detach()[:, 0]
+    J = jacrev(lambda b_: lstsq(A, b_))(b)
+    torch.testing.assert_close(J, torch.linalg.pinv(A.to_dense()), rtol=1e-8, atol=1e-10)
+
+
+def test_torch_func_grad_checks_finiteness_inside_the_transform() -> None:
+    from torch.func import grad
+
+    A, _, b = _grad_inputs(9, 4, seed=13)
+    bad = b.detach().clone()
+    bad[2] = float("nan")
+    with pytest.raises(st.InputError, match="NaN|finite"):
+        grad(lambda b_: lstsq(A.detach(), b_).sum())(bad)

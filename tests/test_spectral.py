@@ -561,3 +561,24 @@ def test_torch_lobpcg_declines_complex_matrices():
         st.eigsh(A, 3, which="LA", backend="torch", method="lobpcg")
     w, _ = st.eigsh(A, 3, which="LA")
     np.testing.assert_allclose(w.numpy(), np.linalg.eigvalsh(A.to_dense().numpy())[-3:], rtol=1e-10)
+
+
+@pytest.mark.parametrize("op", ["eigsh", "eigs"])
+def test_vmap_over_values_is_refused_with_the_value_batch_spelling(op) -> None:
+    """Under torch.func.vmap over A's values eigsh / eigs failed deep inside with torch's ".item()" message;
+    they now say what to write instead, and that spelling (a value batch) answers."""
+    from torch.func import vmap
+
+    from sparsetorch.testing.problems import poisson2d
+
+    A = poisson2d(5)
+    V = torch.stack([A.values, 2 * A.values])
+    fn = getattr(st, op)
+    with pytest.raises(st.InputError, match="value batch"):
+        vmap(lambda v: fn(A.with_values(v), 2))(V)
+    w = fn(A.with_values(V), 2)[0]
+    ref = torch.linalg.eigvalsh(A.to_dense())
+    key = ref if op == "eigsh" else ref.abs()
+    top = ref[torch.argsort(key)[-2:]]
+    torch.testing.assert_close(torch.sort(w.real, dim=-1).values, torch.stack([top, 2 * top]).sort(dim=-1).values,
+                               rtol=1e-9, atol=1e-9)

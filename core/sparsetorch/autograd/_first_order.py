@@ -19,10 +19,17 @@ __all__ = ["first_order_only"]
 
 
 class _FirstOrderOnly(torch.autograd.Function):
+    # torch.func style (setup_context, a generated vmap rule): a gradient taken by torch.func.grad is
+    # computed with grad mode on, so this node is built under the transforms too
+    generate_vmap_rule = True
+
     @staticmethod
-    def forward(ctx, out: torch.Tensor, what: str, *anchors: torch.Tensor) -> torch.Tensor:
-        ctx.what = what
+    def forward(out: torch.Tensor, what: str, *anchors: torch.Tensor) -> torch.Tensor:
         return out.view_as(out)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        ctx.what = inputs[1]
 
     @staticmethod
     def backward(ctx, *grads):

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from ..dispatch.accuracy import backward_error_bound
+from ._fast_apply import FastFunction, vmap_columns
 from ._first_order import first_order_only
 from ..dispatch.results import Attempt, IterationResult, Status
 from ..errors import InputError, NotConvergedError, NotConvergedWarning
@@ -40,8 +41,10 @@ from ..format import CSR
 from ..tensor import SparseTensor
 from ..tensor.interop.torch_io import compressed_tensor
 from ..tensor._serial import SerialCsr, serial_ok
+from ..tensor.pattern import is_plain
 from ..dispatch.plan import PlanState, guarded
 from .sddmm import sddmm
+from ..ops._inputs import check_finite
 
 __all__ = ["LstsqHandle", "lstsq_function", "apply_entries"]
 
@@ -56,7 +59,8 @@ def apply_entries(A: SparseTensor, values: torch.Tensor, X: torch.Tensor, *, adj
     product the serial NumPy one (``tensor/_serial.py``: torch's CSR kernel opens a parallel region that
     stalls on a busy machine), a larger one torch's CSR kernel (the gathers, product and scatter below are
     ~4x its time)."""
-    if not adjoint and A.format == CSR and not A.format.num_batch_levels and values.device.type == "cpu":
+    if (not adjoint and A.format == CSR and not A.format.num_batch_levels and values.device.type == "cpu"
+            and is_plain(values) and is_plain(X)):  # a torch.func wrapper has no buffer to hand over
         if serial_ok(values, X):  # small: no parallel region (tensor/_serial.py)
             return SerialCsr(A.pos(1), A.crd(1), tuple(A.format_shape))(values, X)
         if (values.dim() == 1 and X.dim() == 2 and values.dtype in _CSR_DTYPES and X.dtype == values.dtype
@@ -98,6 +102,9 @@ class LstsqHandle:
     #: no tolerance given (and no damp): an iterative answer is refined to a direct method's backward
     #: error (:meth:`_sharpen`), as ``solve`` does
     sharpen: bool = False
+    #: check A's values and B for NaN / Inf here (the call could not: its tensors were a torch.func
+    #: transform's wrappers, with no storage to read)
+    check_finite: bool = False
 
     def __post_init__(self) -> None:
         #: where this call's results start in ``results`` (a Lstsq object's list spans its calls)
@@ -108,6 +115,8 @@ class LstsqHandle:
         self.failed: list = []
 
     def run(self, values: torch.Tensor, B: torch.Tensor, adjoint: bool = False) -> torch.Tensor:
+        if self.check_finite:
+            check_finite(self.A.with_values(values), B, "lstsq")
         while True:
             state = self.state
             with state.lock, torch.no_grad():
@@ -216,10 +225,48 @@ class LstsqHandle:
 _REFINE_STEPS = 2
 
 
-class _Lstsq(torch.autograd.Function):
+@dataclass(frozen=True)
+class _Adjoint:
+    """A handle's solves with ``A^H`` (the backward pass's first solve), as :class:`_Run` takes them."""
+
+    handle: LstsqHandle
+
+    def run(self, values: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+        return self.handle.run(values, B, adjoint=True)
+
+
+class _Run(FastFunction):
+    """One least-squares solve on the plan with no derivative of its own: the backward pass's solves.
+    Through a Function so that under torch.func transforms (grad, vmap) the plan sees the plain
+    tensors the transform hands over (a plan cannot read a transform's wrapper: it has no storage)."""
+
+    @staticmethod
+    def forward(values: torch.Tensor, B: torch.Tensor, handle) -> torch.Tensor:
+        return handle.run(values, B)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        ctx.what = "lstsq"
+
+    @staticmethod
+    def backward(ctx, G: torch.Tensor):
+        raise NotImplementedError("lstsq: second derivatives are not implemented (its gradient is computed by "
+                                  "least-squares solves outside autograd); differentiate once, or use finite "
+                                  "differences of the gradient")
+
+    @staticmethod
+    def vmap(info, in_dims, values, B, handle):
+        return vmap_columns(_Run.apply, info, in_dims, values, B, handle)
+
+
+class _Lstsq(FastFunction):
     @staticmethod
     def forward(values: torch.Tensor, B: torch.Tensor, handle: LstsqHandle) -> torch.Tensor:
         return handle.run(values, B)
+
+    @staticmethod
+    def vmap(info, in_dims, values, B, handle):
+        return vmap_columns(_Lstsq.apply, info, in_dims, values, B, handle)
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
@@ -248,9 +295,9 @@ class _Lstsq(torch.autograd.Function):
             raise InputError(f"lstsq gradients need full column rank (m >= n) when damp == 0; A is {m}x{n} "
                              f"(underdetermined). Pass damp > 0 or do not require grad")
         G = G.detach()
-        W = h.run(values, G, adjoint=True)  # A K^{-1} G
+        W = _Run.apply(values, G, _Adjoint(h))  # A K^{-1} G
         if damp == 0.0:
-            Lam = h.run(values, W)  # A^+ W = K^{-1} G for full column rank
+            Lam = _Run.apply(values, W, h)  # A^+ W = K^{-1} G for full column rank
         else:
             Lam = (G - apply_entries(h.A, values, W, adjoint=True)) / damp**2
         dB = W if need_b else None

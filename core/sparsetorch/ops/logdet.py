@@ -38,7 +38,7 @@ from ..autograd._first_order import first_order_only
 from ..dispatch.accuracy import backward_error_bound, normwise_backward_error
 from ..errors import BackendError, InputError, SparseTorchError
 from ..tensor import SparseTensor
-from ..tensor.sparse_tensor import is_plain
+from ..tensor.sparse_tensor import is_plain, vmapped
 from ..dispatch.options import LogdetOptions
 from ..dispatch.plan import make_request, obtain_plan, with_options
 from ._inputs import check_finite as check_finite_values, check_matrix, describe_factored
@@ -50,6 +50,11 @@ __all__ = ["slogdet", "logdet", "det"]
 
 EXACT_MAX = 20_000
 _BLOCK = 256
+
+
+class _Handle(dict):
+    """One call's plan and options, handed to :class:`_Slogdet` as one opaque argument: torch.func
+    transforms flatten a plain dict (a pytree) and meet the SparseTensor inside it."""
 
 
 class _Slogdet(torch.autograd.Function):
@@ -67,16 +72,16 @@ class _Slogdet(torch.autograd.Function):
             ctx.mark_non_differentiable(output[0])
 
     @staticmethod
+    def vmap(info, in_dims, values, handle):
+        return _per_member(_Slogdet.apply, info, in_dims[0], values, handle), (0, 0)
+
+    @staticmethod
     def backward(ctx, gsign, glogabs):
         values, sign = ctx.saved_tensors
         h = ctx.handle
         if not ctx.needs_input_grad[0]:
             return None, None
-        # load and solves under the plan's lock: another thread's call on the same cached plan
-        # must not load its values between this load and these solves
-        with h["state"].lock:
-            h["state"].load(values)
-            Z = _inverse_transpose_entries(h)  # (A^-1)[col_k, row_k] per stored slot, batch in front
+        Z = _InverseEntries.apply(values, h)  # (A^-1)[col_k, row_k] per stored slot, batch in front
         coef = torch.zeros_like(sign.real if sign.is_complex() else sign) if glogabs is None else glogabs
         if values.is_complex():
             g = coef.to(values.dtype)
@@ -87,6 +92,41 @@ class _Slogdet(torch.autograd.Function):
             out = Z * coef.unsqueeze(-1)
         # Z (entries of A^-1) is computed without a graph: a second derivative must raise, not read 0
         return first_order_only(out, "slogdet / logdet / det", values, glogabs, gsign), None
+
+
+class _InverseEntries(torch.autograd.Function):
+    """``(A^-1)[col_k, row_k]`` per stored slot for ``values``: the gradient of log|det A|, computed by the
+    plan outside autograd. A Function so that under torch.func transforms the plan reads the plain
+    tensors the transform hands over."""
+
+    @staticmethod
+    def forward(values, handle):
+        # load and solves under the plan's lock: another thread's call on the same cached plan
+        # must not load its values between this load and these solves
+        with handle["state"].lock, torch.no_grad():
+            handle["state"].load(values)
+            return _inverse_transpose_entries(handle)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, gZ):
+        raise NotImplementedError("slogdet / logdet / det: second derivatives are not implemented (the gradient's "
+                                  "entries of A^-1 are computed by the plan outside autograd)")
+
+    @staticmethod
+    def vmap(info, in_dims, values, handle):
+        return _per_member(_InverseEntries.apply, info, in_dims[0], values, handle), 0
+
+
+def _per_member(apply, info, dim, values, handle):
+    """A vmap rule: one call per member of the mapped values (each needs its own factorization)."""
+    members = [apply(values.select(dim, i) if dim is not None else values, handle) for i in range(info.batch_size)]
+    if isinstance(members[0], tuple):
+        return tuple(torch.stack(parts) for parts in zip(*members))
+    return torch.stack(members)
 
 
 def _inverse_transpose_entries(h) -> torch.Tensor:
@@ -256,8 +296,15 @@ def _prepare(A, op, backend, method, properties, grad_method, probes, seed, exac
         raise InputError(f"{op}: probes must be a positive int, got {probes!r}")
     if check_finite and is_plain(A.values):
         check_finite_values(A, None, op)
-    request = logdet_request(A, backend, method, properties)
-    state, offer, table = obtain_plan("logdet", A, request, cache=cache)
+    Ap = A
+    if vmapped(A.values):
+        # torch.func.vmap over A's values: planning sees the pattern (detection cannot branch on a batched
+        # tensor, a plan cannot hold one), and the Functions' vmap rules factor member by member with plain
+        # values (as solve)
+        Ap = A.detach().with_values(torch.zeros(A.values.shape, dtype=A.dtype, device=A.device))
+        properties = "general" if properties is None else properties
+    request = logdet_request(Ap, backend, method, properties)
+    state, offer, table = obtain_plan("logdet", Ap, request, cache=cache)
     pinned = method is not None
     offers = [offer] + ([] if pinned else [r.offer for r in table.offers if r.offer is not None
                                            and (r.offer.backend, r.offer.method) != (offer.backend, offer.method)])
@@ -265,14 +312,14 @@ def _prepare(A, op, backend, method, properties, grad_method, probes, seed, exac
 
     def state_of(i):
         if i not in states:
-            states[i] = obtain_plan("logdet", A, with_options(request, backend=offers[i].backend,
+            states[i] = obtain_plan("logdet", Ap, with_options(request, backend=offers[i].backend,
                                                               method=offers[i].method), cache=cache)[0]
         return states[i]
 
-    handle = {"state": state, "offer": offer, "offers": offers, "state_of": state_of, "pinned": pinned,
-              "A": A.detach(), "grad_method": grad_method, "probes": probes, "seed": seed, "exact_max": exact_max,
+    handle = _Handle({"state": state, "offer": offer, "offers": offers, "state_of": state_of, "pinned": pinned,
+              "A": Ap.detach(), "grad_method": grad_method, "probes": probes, "seed": seed, "exact_max": exact_max,
               "extra": {"estimated_seconds": offer.seconds, "estimated_bytes": offer.bytes, "attempts": [],
-                        "properties": sorted(request.properties)}}
+                        "properties": sorted(request.properties)}})
     return A, state, offer, handle
 
 

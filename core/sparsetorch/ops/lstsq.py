@@ -29,6 +29,7 @@ from ._inputs import as_rhs, check_finite as check_finite_values, check_matrix, 
 from .accuracy import default_rtol
 from .info import SolveInfo
 from .properties import detect_cached
+from ..tensor.sparse_tensor import is_plain, vmapped
 
 __all__ = ["lstsq", "Lstsq", "lstsq_request", "LSTSQ_DEFAULTS"]
 
@@ -116,7 +117,10 @@ def lstsq(
     A = check_matrix(A, "lstsq", square=False)
     m, n = A.format_shape
     Bn, vector = as_rhs(A, B, "lstsq", rows=m)
-    if check_finite:
+    # under torch.func transforms (no storage to read here) the finiteness check is left to the handle,
+    # which runs inside the autograd Function on the plain tensors the transform hands over (as solve)
+    checked_here = check_finite and is_plain(A.values) and is_plain(Bn)
+    if checked_here:
         check_finite_values(A, Bn, "lstsq")
     wide = widened(A, Bn, {"method": method, "atol": atol, "btol": btol, "damp": damp})
     if wide is not None:
@@ -128,7 +132,8 @@ def lstsq(
         try:
             got = lstsq(A.to(wide), restore_rhs(Bn.to(wide), vector), backend=backend, method=None, damp=0.0,
                         conlim=conlim, maxiter=maxiter, max_bytes=max_bytes, backend_options=backend_options,
-                        return_info=return_info, check_finite=False, on_nonconvergence=on_nonconvergence, cache=cache)
+                        return_info=return_info, check_finite=check_finite and not checked_here,
+                        on_nonconvergence=on_nonconvergence, cache=cache)
         except NoBackendError:
             got = None
     if wide is not None and got is not None:
@@ -140,13 +145,19 @@ def lstsq(
                          f"{str(A.dtype).replace('torch.', '')} (a default single-precision least-squares call)")
     options = _options(A.dtype, backend=backend, method=method, damp=damp, atol=atol, btol=btol, conlim=conlim, maxiter=maxiter,
                        max_bytes=max_bytes, backend_options=backend_options)
-    request = lstsq_request(A, Bn, options)
-    state, offer, table = obtain_plan("lstsq", A, request, cache=cache)
+    Ap = A
+    if vmapped(A.values):
+        # torch.func.vmap over A's values: planning sees the pattern (a plan cannot hold a batched tensor),
+        # and the Function's vmap rule solves member by member with plain values (as solve)
+        Ap = A.detach().with_values(torch.zeros(A.values.shape, dtype=A.dtype, device=A.device))
+    request = lstsq_request(Ap, Bn, options)
+    state, offer, table = obtain_plan("lstsq", Ap, request, cache=cache)
     call = {k: options[k] for k in CALL}
     pinned = method is not None  # as solve's: a backend alone still lets dispatch choose among its offers
-    handle = LstsqHandle(state, A.detach(), call, on_nonconvergence, fallbacks=[] if pinned else _fallbacks(table, offer),
-                         rebuild=lambda o: plan_for("lstsq", A, request, o, cache=cache), offer=offer,
-                         sharpen=atol is None and btol is None and not damp)
+    handle = LstsqHandle(state, Ap.detach(), call, on_nonconvergence, fallbacks=[] if pinned else _fallbacks(table, offer),
+                         rebuild=lambda o: plan_for("lstsq", Ap, request, o, cache=cache), offer=offer,
+                         sharpen=atol is None and btol is None and not damp,
+                         check_finite=check_finite and not checked_here)
     X = lstsq_function(A.values, Bn, handle)
     out = restore_rhs(X, vector)
     if not return_info:

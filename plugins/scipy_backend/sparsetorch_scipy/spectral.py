@@ -279,9 +279,19 @@ def _residual(A: Any, M: Any | None, w: np.ndarray, V: np.ndarray) -> float:
     return float(np.max(num / den))
 
 
-def _v0(v0: torch.Tensor | None, member: int, n: int, dtype: Any) -> np.ndarray | None:
+def _v0(v0: torch.Tensor | None, member: int, n: int, dtype: Any) -> np.ndarray:
+    """ARPACK's start vector: the caller's ``v0``, else a random vector seeded by (n, member).
+
+    Left to ARPACK, the start is drawn from a generator whose state is the process's: the same
+    call then gives other eigenvectors (signs, bases of repeated eigenvalues), other iteration
+    counts and, on borderline problems, other certificates depending on what ran before it.
+    """
     if v0 is None:
-        return None
+        rng = np.random.default_rng((n, member, 0x5EED))
+        x = rng.standard_normal(n)
+        if np.dtype(dtype).kind == "c":
+            x = x + 1j * rng.standard_normal(n)
+        return np.ascontiguousarray(x, dtype=dtype)
     arr = v0.detach().cpu().numpy().reshape(-1, n)
     return np.ascontiguousarray(arr[member if arr.shape[0] > 1 else 0], dtype=dtype)
 

@@ -181,6 +181,23 @@ def test_lobpcg_stopping_short_is_reported() -> None:
     assert not res.converged and res.status is st.Status.MAX_ITERATIONS and "maxiter=2" in res.reason
 
 
+@pytest.mark.parametrize("cls,kw", [(EigshPlan, dict(which="LA")), (EigsPlan, dict(which="LM"))], ids=["eigsh", "eigs"])
+def test_arpack_answers_do_not_depend_on_earlier_calls(cls, kw) -> None:
+    """Without v0 ARPACK draws its start from a process-wide generator: the same call then gave
+    other vectors and iteration counts depending on what ran before it."""
+    from scipy.sparse import random as sprandom
+    from scipy.sparse.linalg import eigsh as scipy_eigsh
+
+    A = symmetric_indefinite(30, 3) if cls is EigshPlan else st.SparseTensor.from_dense(_random_sparse(60, 2))
+    args = ("arpack", {}) if cls is EigshPlan else ({},)
+    first = _plan(cls, A, *args).eigsh(3, **kw) if cls is EigshPlan else _plan(cls, A, *args).eigs(3, **kw)
+    B = sprandom(50, 50, density=0.2, random_state=0)
+    scipy_eigsh(B + B.T, k=2)  # moves ARPACK's own generator
+    again = _plan(cls, A, *args).eigsh(3, **kw) if cls is EigshPlan else _plan(cls, A, *args).eigs(3, **kw)
+    assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
+    assert first[-1].iterations == again[-1].iterations
+
+
 # eigs -----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("which", ["LM", "SM", "LR", "SI"])
 def test_arpack_eigs_with_left_vectors(which) -> None:

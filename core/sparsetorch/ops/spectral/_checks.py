@@ -10,6 +10,7 @@ import torch
 
 from ...errors import IndefiniteMatrixError, InputError, NotSymmetricError
 from ...tensor import SparseTensor
+from ...tensor.sparse_tensor import vmapped
 from ..properties import detect
 
 __all__ = ["check_mass_matrix", "MASS_FIX"]
@@ -21,6 +22,11 @@ _POLICIES = ("raise", "warn", "ignore")
 
 def _check_common(A, k, which, allowed, tol, maxiter, v0, op) -> None:
     n = A.format_shape[0]
+    if vmapped(A.values):
+        raise InputError(f"{op} under torch.func.vmap over A's values is not supported (its method choice and "
+                         f"certificates read the values); give the members as a value batch instead: "
+                         f"{op}(A.with_values(V), k) with V of shape (batch, {A.values.shape[-1]}) returns "
+                         f"(batch, k) eigenvalues, and torch.func.grad / jacrev work on it")
     if not isinstance(k, int) or isinstance(k, bool) or not (1 <= k <= n):
         raise InputError(f"{op}: k must be an int with 1 <= k <= n={n}, got k={k!r}")
     if which not in allowed:
