@@ -258,10 +258,13 @@ def test_transposed_views_match_by_structure(sp):
 
 def test_coo_from_coo_with_duplicates_is_coalesced_in_torch():
     row, col = torch.tensor([1, 0, 1, 2]), torch.tensor([2, 1, 2, 0])
-    s = SparseTensor.from_coo(torch.tensor([1.0, 2.0, 3.0, 4.0]), row, col, shape=(3, 3))
+    s = SparseTensor.from_coo(torch.tensor([1.0, 2.0, 3.0, 4.0]), row, col, shape=(3, 3), format=COO)
     t = s.to_package("torch")
     assert t.is_coalesced() and torch.equal(t._indices(), torch.tensor([[0, 1, 2], [1, 2, 0]]))
     assert torch.equal(t.to_dense(), s.to_dense())
+    # without a format the triplets are kept as given: torch's uncoalesced COO, the same matrix
+    u = SparseTensor.from_coo(torch.tensor([1.0, 2.0, 3.0, 4.0]), row, col, shape=(3, 3)).to_package("torch")
+    assert not u.is_coalesced() and torch.equal(u.to_dense(), s.to_dense())
 
 
 # SciPy ---------------------------------------------------------------------------------------------
@@ -465,7 +468,7 @@ def test_to_scipy_errors_and_detach(sp):
 def test_convert_chain_to_scipy(sp):
     g = torch.Generator().manual_seed(11)
     row, col = torch.randint(0, 8, (20,), generator=g), torch.randint(0, 40, (20,), generator=g)
-    s = SparseTensor.from_coo(torch.randn(20, generator=g, dtype=torch.float64), row, col, shape=(8, 40))
+    s = SparseTensor.from_coo(torch.randn(20, generator=g, dtype=torch.float64), row, col, shape=(8, 40), format=COO)
     assert s.format == COO
     csr = s.convert(DELTA(4)).convert(CSR)
     B = csr.to_package("scipy")
@@ -634,3 +637,23 @@ def test_cupy_dense():
     assert back.data.ptr == a.data.ptr and bool((back == a).all())
     s = sparsetorch.from_package(cupy.asfortranarray(a))
     assert s.format == DENSE_COL
+
+
+def test_scipy_csr_with_repeated_indices_is_copied_not_shared(sp):
+    """SciPy sums repeated entries in place, inside the arrays, from calls that look read-only: a tensor
+    sharing them then read a compacted prefix with the old length (to_dense wrong, solve crashed;
+    session 23's sweep). Such a matrix's arrays are copied; canonical ones stay shared."""
+    import numpy as np
+    import scipy.sparse.linalg as sl
+
+    A = sp.csr_array((np.array([4.0, -1.0, 1.0, -1.0, 4.0]), np.array([0, 1, 0, 0, 1]), np.array([0, 3, 5])),
+                     shape=(2, 2))
+    At = sparsetorch.from_package(A)
+    assert not At.format.is_unique and not np.shares_memory(A.data, At.values.numpy())
+    sl.norm(A, 1)  # sums the repeats in place
+    ref = torch.tensor([[5.0, -1.0], [-1.0, 4.0]], dtype=torch.float64)
+    assert torch.equal(At.to_dense(), ref)
+    torch.testing.assert_close(sparsetorch.solve(At, torch.ones(2, dtype=torch.float64)),
+                               torch.linalg.solve(ref, torch.ones(2, dtype=torch.float64)))
+    B = sp.random_array((6, 6), density=0.5, format="csr", random_state=0)
+    assert np.shares_memory(B.data, sparsetorch.from_package(B).values.numpy())

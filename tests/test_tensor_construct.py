@@ -101,7 +101,7 @@ def test_from_coo_three_d_infers_shape_and_sums(case):
     shape, idx, vals = case
     ref = np.zeros(shape)
     np.add.at(ref, tuple(idx), vals)
-    t = SparseTensor.from_coo(torch.from_numpy(vals), torch.from_numpy(idx), shape=shape)
+    t = SparseTensor.from_coo(torch.from_numpy(vals), torch.from_numpy(idx), shape=shape, format=COO_ND(3))
     assert t.format == COO_ND(3)
     assert np.array_equal(t.to_dense().numpy(), ref)
     if idx.shape[1]:

@@ -67,3 +67,24 @@ def test_from_coo_inside_torch_func_transforms():
     torch.testing.assert_close(t, (g * u).sum())
     y = torch.func.grad(lambda v: (st.SparseTensor.from_coo(v, rows, cols, shape=(3, 3)) @ b).sum())(v)
     torch.testing.assert_close(y, torch.ones(5, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_solver_first_solving_inside_torch_func_grad(requires_grad):
+    """A Solver built outside torch.func.grad whose first solve runs inside it: detach() there returns the
+    transform's wrapper even of a plain tensor, and the factorization read it ("Cannot access data pointer";
+    session 23's sweep). Also a Solver built inside, on the transform's values. Against dense autograd."""
+    from torch.func import grad
+
+    D = torch.tensor([[4.0, 1, 0], [1, 3, 1], [0, 1, 2]], dtype=torch.float64)
+    b = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    A = st.SparseTensor.from_dense(D)
+    S = st.Solver(A.with_values(A.values.clone().requires_grad_(requires_grad)))
+    bd = b.clone().requires_grad_(True)
+    torch.linalg.solve(D, bd).pow(2).sum().backward()
+    torch.testing.assert_close(grad(lambda b_: S.solve(b_).pow(2).sum())(b), bd.grad)
+    Dd = D.clone().requires_grad_(True)
+    torch.linalg.solve(Dd, b).sum().backward()
+    coords, slot = A.entries()
+    g = grad(lambda v: st.Solver(A.with_values(v)).solve(b).sum())(A.values.clone())
+    torch.testing.assert_close(g[slot], Dd.grad[coords[0], coords[1]])

@@ -44,7 +44,6 @@ from ..tensor._serial import SerialCsr, serial_ok
 from ..tensor.pattern import is_plain
 from ..dispatch.plan import PlanState, guarded
 from .sddmm import sddmm
-from ..ops._inputs import check_finite
 
 __all__ = ["LstsqHandle", "lstsq_function", "apply_entries"]
 
@@ -102,9 +101,9 @@ class LstsqHandle:
     #: no tolerance given (and no damp): an iterative answer is refined to a direct method's backward
     #: error (:meth:`_sharpen`), as ``solve`` does
     sharpen: bool = False
-    #: check A's values and B for NaN / Inf here (the call could not: its tensors were a torch.func
-    #: transform's wrappers, with no storage to read)
-    check_finite: bool = False
+    #: ``finite(A, B, op)`` checks A's values and B for NaN / Inf here (the call could not: its tensors were a
+    #: torch.func transform's wrappers, with no storage to read); None: checked by the call, or not asked for
+    finite: Any = None
 
     def __post_init__(self) -> None:
         #: where this call's results start in ``results`` (a Lstsq object's list spans its calls)
@@ -115,8 +114,8 @@ class LstsqHandle:
         self.failed: list = []
 
     def run(self, values: torch.Tensor, B: torch.Tensor, adjoint: bool = False) -> torch.Tensor:
-        if self.check_finite:
-            check_finite(self.A.with_values(values), B, "lstsq")
+        if self.finite is not None:
+            self.finite(self.A.with_values(values), B, "lstsq")
         while True:
             state = self.state
             with state.lock, torch.no_grad():
@@ -135,10 +134,18 @@ class LstsqHandle:
                                           f"{res.reason}: not a least-squares answer of A (backward error {e:.2g} > "
                                           f"{16 * bound:.1g}; a rank decision that dropped columns, or an unstable "
                                           f"factorization); try method='lsqr', a wider dtype, or scale A's columns")
+            if res.converged and self.sharpen and res.status is not Status.DIRECT:
+                X, e = self._sharpen(values, B.detach(), X, adjoint)
+                bound = backward_error_bound(B.dtype, max(1, self.A.format_shape[0 if adjoint else 1]))
+                if not e <= 16 * bound:
+                    # refinement on the same plan did not reach a backward-stable answer: not an answer (columns
+                    # scaled 1e-6..1e6: LSQR stopped 100 % from the solution with Stewart's error 8e-11; session 23)
+                    res = IterationResult(res.iterations, res.residual, False, Status.INACCURATE,
+                                          f"{res.reason}: refined, still not a least-squares answer of A to "
+                                          f"working accuracy (backward error {e:.2g} > {16 * bound:.1g}; A's "
+                                          f"columns or rows badly scaled, or A ill conditioned)")
             self.results.append(res)
             if res.converged:
-                if self.sharpen and res.status is not Status.DIRECT:
-                    X = self._sharpen(values, B.detach(), X, adjoint)
                 return X
             if self.fallbacks and self.rebuild is not None:
                 self.tried.append(f"{state.label}: {res.status.value} after {res.iterations} iterations ({res.reason})")
@@ -182,7 +189,8 @@ class LstsqHandle:
         e = torch.minimum(consistent, torch.where(rn > 0, stewart, torch.zeros_like(rn)))
         return (float(e.max()) if e.numel() else 0.0), R
 
-    def _sharpen(self, values: torch.Tensor, B: torch.Tensor, X: torch.Tensor, adjoint: bool) -> torch.Tensor:
+    def _sharpen(self, values: torch.Tensor, B: torch.Tensor, X: torch.Tensor,
+                 adjoint: bool) -> tuple[torch.Tensor, float]:
         """An LSQR / LSMR answer stopped by the contract's atol / btol (1e-10 in float64) is ~1e-7 from
         the least-squares solution on a matrix of condition 1e4, where a QR gives 1e-13 (session 20's
         sweep). Its backward error, the smaller of ``||r|| / (||A||_F ||x|| + ||b||)`` (a consistent
@@ -218,7 +226,7 @@ class LstsqHandle:
             if not e2 < e:
                 break
             X, e, R = X2, e2, R2
-        return X
+        return X, e
 
 
 #: refinement steps of a default least-squares answer
@@ -269,10 +277,32 @@ class _Lstsq(FastFunction):
         return vmap_columns(_Lstsq.apply, info, in_dims, values, B, handle)
 
     @staticmethod
+    def jvp(ctx, dvalues, dB, _):
+        """Forward mode, from ``K dX = A^H (dB - dA X) + dA^H R`` (``K = A^H A + damp^2 I``): the first part is
+        one least-squares solve, ``K^-1`` of the second the backward pass's two (one with damp)."""
+        values, B, X = ctx.saved_tensors
+        h: LstsqHandle = ctx.handle
+        m, n = h.A.format_shape
+        damp = float(h.options.get("damp") or 0.0)
+        if damp == 0.0 and m < n:
+            raise InputError(f"lstsq derivatives need full column rank (m >= n) when damp == 0; A is {m}x{n} "
+                             f"(underdetermined). Pass damp > 0")
+        rhs = dB if dB is not None else torch.zeros_like(B)
+        if dvalues is not None:
+            rhs = rhs - apply_entries(h.A, dvalues, X)
+        dX = _Run.apply(values, rhs, h)
+        if dvalues is not None:
+            z = apply_entries(h.A, dvalues, B - apply_entries(h.A, values, X), adjoint=True)  # dA^H R
+            W = _Run.apply(values, z, _Adjoint(h))
+            dX = dX + (_Run.apply(values, W, h) if damp == 0.0 else (z - apply_entries(h.A, values, W, adjoint=True)) / damp**2)
+        return dX
+
+    @staticmethod
     def setup_context(ctx, inputs, output) -> None:
         values, B, handle = inputs
         ctx.handle = handle
         ctx.save_for_backward(values, B, output)
+        ctx.save_for_forward(values, B, output)
 
     @staticmethod
     def backward(ctx, G: torch.Tensor):

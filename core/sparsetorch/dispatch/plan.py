@@ -116,7 +116,7 @@ class PlanState:
         if self.plan is None:
             self.build()
         self.checks += 1
-        v = values.detach()
+        v = _detached(values)
         if v.is_conj() or v.is_neg():
             # a conjugate / negative view shares its storage with the values it views: plans read the
             # storage (A @ x was answered for with_values(values.conj()); session 21's sweep)
@@ -160,6 +160,22 @@ class PlanState:
             snap.copy_(v)
         else:
             self.snapshot = v.clone()
+
+
+#: torch's switch that turns the torch.func transforms off (None on a torch without it)
+_NO_TRANSFORMS = getattr(torch._C, "_DisableFuncTorch", None)
+
+
+def _detached(values: torch.Tensor) -> torch.Tensor:
+    """``values`` without autograd history, a plain tensor when ``values`` is one. Inside a torch.func
+    transform ``detach()`` returns the transform's wrapper even of a plain tensor (a Solver built outside
+    ``torch.func.grad`` and first solving inside it raised "Cannot access data pointer"; session 23)."""
+    if not values.requires_grad:
+        return values
+    if _NO_TRANSFORMS is not None and is_plain(values):
+        with _NO_TRANSFORMS():
+            return values.detach()
+    return values.detach()
 
 
 def guarded(fn: Callable[[], Any], label: str, phase: str) -> Any:
@@ -324,8 +340,10 @@ def plan_for(op: str, A: SparseTensor, request: Request, offer: Offer, *, cache:
         # one zero broadcast to the values' shape: no nnz-sized buffer for the plan to keep
         # (2.6 GB at 320M entries, measured in the GPU suite's 64M case)
         zeros = torch.zeros((), dtype=A.dtype, device=A.device).expand(A.values.shape)
-        # a plan shared by content owns its index buffers: the caller's may be written later
-        source = (A.detach().clone() if content is not None else A.detach()).with_values(zeros)
+        # a plan shared by content owns its index buffers: the caller's may be written later; one keyed by
+        # the buffers' identity reads them through views of its own (the same memory, other tensor objects),
+        # so that when the caller's buffers are freed the entry's weak references fire and the plan goes
+        source = (A.detach().clone() if content is not None else _viewing(A.detach())).with_values(zeros)
         return offer.build(source, request)
 
     label = f"{offer.backend}/{offer.method}"
@@ -351,6 +369,29 @@ def plan_for(op: str, A: SparseTensor, request: Request, offer: Offer, *, cache:
                                            (op, offer.backend, offer.method, tuple(A.shape)))
     state.reused = hit
     return state  # type: ignore[no-any-return]
+
+
+def _viewing(A: "SparseTensor") -> "SparseTensor":
+    """``A`` over tensors of its own that share its index buffers' memory (no copy; not views, which hold
+    their base) and a derived-data cache of its own: nothing in it references A's buffer objects, which the
+    plan cache watches (a plan holding them kept every rebuilt matrix's buffers and factors alive until the
+    LRU evicted it: 16 MB a step at 200k entries; session 23's sweep)."""
+    from ..tensor.validate import _versions  # noqa: PLC0415
+
+    if A.format.num_batch_levels or not is_plain(A.values) or any(
+            b is not None and not is_plain(b) for b in (*A._pos, *A._crd)):
+        return A
+    A.ensure_valid()  # the buffers' present content is what the new tensors are vouched for at
+
+    def own(b: "torch.Tensor | None") -> "torch.Tensor | None":
+        if b is None:
+            return None
+        return b.new_empty(0).set_(b.untyped_storage(), b.storage_offset(), b.shape, b.stride())
+
+    pos = [own(b) for b in A._pos]
+    crd = [own(b) for b in A._crd]
+    index = tuple(b for b in (*pos, *crd) if b is not None)
+    return type(A)._assembled(A.format, A.format_shape, pos, crd, A.values, index, _versions(index))
 
 
 #: patterns of at most this many stored entries on the CPU share plans by content

@@ -447,7 +447,8 @@ def rank(request: Request) -> ExplainTable:
     known = set(backends.names) | {b.name for b in backends.broken}
     if want_backend is not None and want_backend not in known:
         raise NoBackendError(
-            f"backend={want_backend!r} is not loaded; loaded backends: {sorted(backends.names)}"
+            f"backend={want_backend!r} is not loaded{backend_hint(want_backend, known)}; loaded backends: "
+            f"{sorted(backends.names)}"
             + (f"; broken: {[b.name for b in backends.broken]}" if backends.broken else "")
             + ". Install its plugin (pip install sparsetorch-<name>) or check SPARSETORCH_PLUGINS"
         )
@@ -560,3 +561,19 @@ def _choose(request: Request) -> tuple[Offer, ExplainTable]:
 
 def _visible(options: dict[str, Any]):
     return {k: v for k, v in options.items() if v is not None and k not in ("callback",)}.items()
+
+
+#: other libraries' backend names (torch-sla's) for ours
+_ALIASES = {"pytorch": "torch", "native": "torch", "eigen3": "eigen", "cusparse": "cupy"}
+
+
+def backend_hint(name: str, known) -> str:
+    """`` (did you mean 'torch'?)`` for a backend name that is another library's spelling or a near miss of
+    a loaded one, else ``""``."""
+    import difflib  # noqa: PLC0415 - the error path only
+
+    guess = _ALIASES.get(str(name).lower())
+    if guess is None or guess not in known:
+        close = difflib.get_close_matches(str(name).lower(), sorted(known), n=1, cutoff=0.6)
+        guess = close[0] if close else None
+    return f" (did you mean {guess!r}?)" if guess else ""

@@ -102,3 +102,28 @@ def named_formats() -> dict[str, TensorFormat]:
         "ELL": ELL, "DENSE": DENSE, "DENSE_COL": DENSE_COL, "BSR(2,3)": BSR(2, 3), "BSC(3,2)": BSC(3, 2),
         "DELTA(2)": DELTA(2), "DELTA(4)": DELTA(4), "NM(2,4)": NM(2, 4),
     }
+
+
+_FAMILIES = {"BSR": (BSR, 2), "BSC": (BSC, 2), "DELTA": (DELTA, 1), "NM": (NM, 2), "COO": (COO_ND, 1),
+             "DENSE": (DENSE_ND, 1)}
+
+
+def format_named(text: str) -> TensorFormat | None:
+    """The named format ``text`` spells ("CSR", "csc", "BSR(2, 2)", "DELTA(4)", "NM(2,4)", "COO(3)"), or None
+    when it is not a name (a DSL string, say)."""
+    key = text.strip().upper().replace(" ", "")
+    fixed = {"COO": COO, "CSR": CSR, "CSC": CSC, "DCSR": DCSR, "DCSC": DCSC, "DIA": DIA, "DIA_J": DIA_J, "ELL": ELL,
+             "DENSE": DENSE, "DENSE_COL": DENSE_COL}
+    if key in fixed:
+        return fixed[key]
+    head, paren, rest = key.partition("(")
+    if not paren or not rest.endswith(")") or head not in _FAMILIES:
+        return None
+    make, arity = _FAMILIES[head]
+    parts = rest[:-1].split(",")
+    if len(parts) != arity or not all(p.isdigit() for p in parts):
+        from ..errors import FormatError  # noqa: PLC0415 - the error path only
+
+        raise FormatError(f"format name {text!r}: {head} takes {arity} positive integer"
+                          f"{'s' if arity > 1 else ''}, as in {head}({', '.join(['2'] * arity)})")
+    return make(*(int(p) for p in parts))

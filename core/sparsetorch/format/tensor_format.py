@@ -279,8 +279,17 @@ class TensorFormat:
 
     @classmethod
     def parse(cls, text: str, *, index_dtype: torch.dtype | str | None = None, name: str | None = None) -> "TensorFormat":
-        """Parse the string form, e.g. ``"(i, j) -> (j : dense, i : compressed)"``."""
+        """Parse the string form, e.g. ``"(i, j) -> (j : dense, i : compressed)"``, or a named format's name
+        (``"CSR"``, ``"BSR(2, 2)"``, ``"DELTA(4)"``: :func:`~sparsetorch.format.named.format_named`)."""
         from .parser import parse_format
+
+        if isinstance(text, str) and "->" not in text:
+            from .named import format_named
+
+            fmt = format_named(text)
+            if fmt is not None:
+                return fmt if index_dtype is None and name is None else parse_format(
+                    str(fmt), index_dtype=index_dtype, name=name or fmt.name)
 
         return parse_format(text, index_dtype=index_dtype, name=name)
 

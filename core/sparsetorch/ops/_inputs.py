@@ -40,6 +40,12 @@ _OP_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.floa
 
 def check_matrix(A: object, op: str, *, square: bool) -> SparseTensor:
     if not isinstance(A, SparseTensor):
+        if type(A).__name__ in ("SparseTensorList", "DSparseTensorList", "list", "tuple"):
+            raise InputError(
+                f"{op} takes one sparsetorch.SparseTensor as A, got a {type(A).__name__}; call it per matrix "
+                f"([sparsetorch.{op}(a, ...) for a in L]), or give matrices of one pattern as a value batch "
+                f"(A.with_values(V), V of shape (batch, nnz)): sparsetorch.solve takes a SparseTensorList itself"
+            )
         raise InputError(
             f"{op} takes a sparsetorch.SparseTensor as A, got {type(A).__name__}; wrap torch/SciPy/CuPy "
             f"matrices with sparsetorch.from_package(A)"

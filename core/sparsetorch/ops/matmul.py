@@ -245,8 +245,14 @@ def norm(A: SparseTensor, ord: str | int | float = "fro") -> torch.Tensor:
     "max" (largest magnitude). Differentiable in the values. Batched over A's value batch."""
     A = check_matrix(A, "norm", square=False)
     coords, vals = A.coordinates()
-    mag = vals.abs()
     m, n = A.format_shape
+    if not A.format.is_unique and coords.shape[-1]:
+        # repeated coordinates (triplets as given, an uncoalesced torch COO) sum: the norms read the sums
+        key = coords[0] * n + coords[1]
+        keys, inverse = torch.unique(key, return_inverse=True)
+        vals = vals.new_zeros(*vals.shape[:-1], keys.numel()).index_add(-1, inverse, vals)
+        coords = torch.stack([keys // n, keys % n])
+    mag = vals.abs()
     if ord == "fro":
         return torch.linalg.vector_norm(vals, dim=-1)
     if ord == "max":

@@ -18,7 +18,7 @@ from ..dispatch.records import make_request
 from ..dispatch import experience
 from ..dispatch.options import SolveOptions, defaults
 from ..dispatch.records import ExplainTable
-from ..dispatch.select import check_backend_options, get_backends, unknown_method
+from ..dispatch.select import backend_hint, check_backend_options, get_backends, unknown_method
 from ..errors import BackendError, IndefiniteMatrixError, InputError, NoBackendError, SingularMatrixError, SparseTorchError
 from ..tensor import SparseTensor, SparseTensorList
 from .accuracy import default_rtol
@@ -349,7 +349,8 @@ class Solver:
         # an unknown backend or method is named now, not at the first solve
         want = self._options.backend
         if want is not None and want not in get_backends().names:
-            raise NoBackendError(f"Solver: backend={want!r} is not loaded; loaded backends: {sorted(get_backends().names)}. "
+            raise NoBackendError(f"Solver: backend={want!r} is not loaded{backend_hint(want, get_backends().names)}; "
+                                 f"loaded backends: {sorted(get_backends().names)}. "
                                  f"Install its plugin (pip install sparsetorch-<name>) or check SPARSETORCH_PLUGINS")
         bad = unknown_method("solve", self._options.method)
         if bad:
@@ -437,7 +438,10 @@ class Solver:
             return traced_solver_solve(self, self._handle, self._values, B)
         self._pattern.ensure_valid()  # index buffers written in place since construction are re-checked
         if self._state is None:
-            self.factorize()
+            if is_plain(self._values):
+                self.factorize()
+            else:  # a torch.func transform's values: loaded inside the autograd Function, which unwraps them
+                self.plan()
         Bn, vector = as_rhs(self._pattern, B, "Solver.solve", rows=self._pattern.format_shape[0])
         values = self._values
         if self._check_finite and is_plain(values) and is_plain(Bn):

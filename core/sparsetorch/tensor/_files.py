@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from ..errors import InputError
+from ..format import COO_ND
 
 __all__ = ["from_file"]
 
@@ -29,7 +30,7 @@ def from_file(filename: str | Path):
         m = scipy.io.mmread(str(path)).tocoo()
         values = torch.as_tensor(m.data)
         rows, cols = torch.as_tensor(m.row, dtype=torch.int64), torch.as_tensor(m.col, dtype=torch.int64)
-        return SparseTensor.from_coo(values, rows, cols, shape=m.shape)
+        return SparseTensor.from_coo(values, rows, cols, shape=m.shape, format=COO_ND(2))
     lines = [ln.split() for ln in path.read_text().splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
     if not lines:
         raise InputError(f"from_file: {str(filename)!r} holds no entries")
@@ -44,4 +45,4 @@ def from_file(filename: str | Path):
     if bool((idx < 0).any()):
         raise InputError(f"from_file: {str(filename)!r} has an index below 1 (FROSTT indices are 1-based)")
     shape = tuple(int(v) + 1 for v in idx.max(dim=1).values)
-    return SparseTensor.from_coo(values, idx, shape=shape)
+    return SparseTensor.from_coo(values, idx, shape=shape, format=COO_ND(len(shape)))

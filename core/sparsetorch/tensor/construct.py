@@ -241,8 +241,13 @@ def from_coo(
     if shape is None:
         shape = [int(c.max()) + 1 if n else 0 for c in coords]
     shape = check_shape(shape)
+    lead = tuple(values.shape[:-1])
+    if lead and len(shape) == len(rows) + len(lead) and tuple(shape[: len(lead)]) == lead:
+        shape = shape[len(lead):]  # a value batch named in shape too (torch-sla's spelling): the pattern's shape
     if len(shape) != len(rows):
-        raise ValidationError(f"shape {shape} has {len(shape)} dims but {len(rows)} index arrays were given")
+        hint = (f"; with a batch of values {tuple(values.shape)}, shape is the pattern's ({len(rows)} dims) or the batch "
+                f"followed by it" if lead else "")
+        raise ValidationError(f"shape {shape} has {len(shape)} dims but {len(rows)} index arrays were given{hint}")
     if check and n:
         for k, size in enumerate(shape):
             bad = (coords[k] < 0) | (coords[k] >= size)
@@ -253,9 +258,33 @@ def from_coo(
                 )
     if not (values.is_floating_point() or values.is_complex()):
         raise ValidationError(f"values have dtype {values.dtype}; use a floating point or complex dtype (e.g. .double())")
+    if format is None and n > 1 and not _sorted_unique(coords):
+        return _triplets(shape, rows, values, index_dtype or torch.int64)
     fmt = _as_format(format, len(shape))
     return build(fmt, shape, coords, values, index_dtype or fmt.index_dtype or torch.int64, max_fill=max_fill,
                  what="from_coo")
+
+
+def _sorted_unique(coords: torch.Tensor) -> bool:
+    """Whether the triplets are in lexicographic order without repeats (each pair's first differing
+    coordinate increases)."""
+    d = coords[:, 1:] - coords[:, :-1]
+    first = torch.zeros(d.shape[1], dtype=d.dtype, device=d.device)
+    for k in range(d.shape[0] - 1, -1, -1):  # the first nonzero difference, from the last dimension up
+        first = torch.where(d[k] != 0, d[k], first)
+    return bool((first > 0).all())
+
+
+def _triplets(shape: Sequence[int], rows: list, values: torch.Tensor, index_dtype: torch.dtype) -> SparseTensor:
+    """The triplets as given (order and repeats kept; repeats sum wherever the tensor is read), their values
+    the caller's tensor itself: ``with_values`` then takes values in the triplets' order, and a leaf
+    parameter stays the tensor's values (an optimizer's steps reach it, every backward pass has a graph)."""
+    from .interop._common import coo_format
+
+    idx = [r.to(device=values.device, dtype=index_dtype) for r in rows]
+    pos0 = torch.tensor([0, idx[0].numel()], dtype=index_dtype, device=values.device)
+    return SparseTensor(coo_format(len(shape), False), tuple(shape), [pos0] + [None] * (len(shape) - 1), idx, values,
+                        check=False)
 
 
 def from_dense(

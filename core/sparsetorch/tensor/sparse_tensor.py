@@ -56,12 +56,18 @@ class SparseTensor(ViewMethods, AccessMethods):
         self,
         format: TensorFormat | str,
         shape: Sequence[int],
-        pos: Sequence[torch.Tensor | None],
-        crd: Sequence[torch.Tensor | None],
-        values: torch.Tensor,
+        pos: Sequence[torch.Tensor | None] | None = None,
+        crd: Sequence[torch.Tensor | None] | None = None,
+        values: torch.Tensor | None = None,
         *,
         check: bool = True,
     ) -> None:
+        if isinstance(format, torch.Tensor) or pos is None or crd is None or values is None:
+            raise ValidationError(
+                "SparseTensor(format, shape, pos, crd, values) takes a format's level buffers; from triplets write "
+                "SparseTensor.from_coo(values, row, col, shape=(m, n)) (torch-sla's SparseTensor(values, row, col, "
+                "shape)), from a torch / SciPy / CuPy / NumPy matrix sparsetorch.from_package(x), from a dense tensor "
+                "SparseTensor.from_dense(d)")
         if isinstance(format, str):
             format = TensorFormat.parse(format)
         if not isinstance(format, TensorFormat):
@@ -338,9 +344,12 @@ class SparseTensor(ViewMethods, AccessMethods):
         """Build from coordinate triplets, summing duplicates.
 
         ``SparseTensor.from_coo(values, row, col, shape=(m, n))`` or with one (ndim, n) index
-        tensor. ``values`` may carry leading batch dimensions (value sets sharing the pattern).
-        The result is in ``format`` (default COO, sorted and coalesced). Gradients flow from the
-        result's values back to ``values``.
+        tensor. ``values`` may carry leading batch dimensions (value sets sharing the pattern);
+        ``shape`` is the pattern's, or the batch followed by it. With no ``format``, sorted unique
+        triplets give COO and others are kept as given (an unordered COO, repeats summed wherever
+        it is read): either way the tensor's values are ``values`` itself, so ``with_values`` takes
+        values in the triplets' order (docs/tensor.md, "Triplets"). With ``format`` the triplets
+        are sorted and summed into it, a copy; gradients flow back to ``values``.
 
         ``check=True`` verifies that every index lies inside ``shape``; ``check=False`` skips
         that scan (out-of-range indices then make wrong buffers: pass it only for indices known

@@ -54,7 +54,7 @@ class RowMap:
         srt, order = self._sorted, self._order
         if srt.device != gids.device:        # the map lives on the CPU; entries may be on a GPU
             srt, order = srt.to(gids.device), order.to(gids.device)
-        pos = torch.searchsorted(srt, gids).clamp(max=self.n_local - 1)
+        pos = torch.searchsorted(srt, gids.contiguous()).clamp(max=self.n_local - 1)
         hit = srt[pos] == gids
         return torch.where(hit, order[pos], torch.full_like(gids, -1))
 

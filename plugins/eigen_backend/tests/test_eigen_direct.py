@@ -183,6 +183,26 @@ def test_qr_lstsq_rank_deficient_is_minimum_norm():
     assert XH.shape == (10, 2)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128], ids=["f64", "c128"])
+def test_qr_lstsq_of_a_wide_rank_deficient_matrix_factors_its_adjoint(dtype):
+    """A wide A is factored as A^H (tall): SparseQR of the wide matrix and of its R's transpose took 10 s at
+    50 x 20000 against 0.3 s now (session 23's sweep). Minimum-norm answers in both directions, rank 3."""
+    g = torch.Generator().manual_seed(4)
+    U = torch.randn(6, 3, generator=g, dtype=torch.float64).to(dtype)
+    V = torch.randn(3, 11, generator=g, dtype=torch.float64).to(dtype)
+    D = U @ V * (1 + 1j if dtype.is_complex else 1)
+    A = st.SparseTensor.from_dense(D, CSR)
+    plan = DirectPlan(A, "qr", {}, op="lstsq")
+    assert plan.wide
+    plan.set_values(A.values)
+    B = _rhs(6, 2, dtype)
+    X, info = plan.lstsq(B)
+    assert "rank 3" in info.reason
+    torch.testing.assert_close(X, _lstsq_ref(D, B), rtol=1e-7, atol=1e-8)
+    BH = _rhs(11, 2, dtype, seed=2)
+    torch.testing.assert_close(plan.lstsq(BH, adjoint=True)[0], _lstsq_ref(D.mH, BH), rtol=1e-7, atol=1e-8)
+
+
 def test_lstsq_through_the_core(eigen_backend):
     lstsq = st.lstsq
     A = random_rectangular(12, 6, density=0.5, seed=2)

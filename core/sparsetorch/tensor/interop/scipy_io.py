@@ -15,7 +15,10 @@ dia         DIA_J ``(i, j) -> (j - i : compressed, j : range)``;          offset
 
 Copies happen only to repair what the engine cannot wrap: index arrays of mixed dtypes (cast
 to int64), dia data whose width is not ``ncols`` (padded or trimmed), dia diagonals wholly
-outside the matrix (dropped), non-native byte order or negative strides. The reader
+outside the matrix (dropped), non-native byte order or negative strides; and for csr / csc / bsr
+with repeated column indices, whose three arrays are copied: SciPy sums repeats in place, within
+the arrays, from calls that look read-only (``scipy.sparse.linalg.norm``), which left a tensor sharing
+them reading a compacted prefix with the old length (a wrong ``to_dense``, a crash in ``solve``). The reader
 :func:`from_sparse_like` serves CuPy's ``cupyx.scipy.sparse`` too (same attributes).
 """
 
@@ -76,7 +79,11 @@ def from_sparse_like(obj: Any, as_tensor: AsTensor, *, check: bool, package: str
             values = values.reshape(-1)
         else:
             base, extra = (CSR if fmt == "csr" else CSC), []
-        return wrap_scanned(base, 1, shape, [None, indptr] + extra, [None, indices] + extra, values, check)
+        out = wrap_scanned(base, 1, shape, [None, indptr] + extra, [None, indices] + extra, values, check)
+        if not out.format.is_unique:  # repeats: SciPy may sum them in place later (module docstring)
+            indptr, indices, values = indptr.clone(), indices.clone(), values.clone()
+            out = SparseTensor(out.format, shape, [None, indptr] + extra, [None, indices] + extra, values, check=False)
+        return out
     if fmt == "coo":
         coords = getattr(obj, "coords", None)
         coords = unify_index(*(as_tensor(c) for c in (coords if coords is not None else (obj.row, obj.col))))
