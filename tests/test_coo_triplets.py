@@ -142,3 +142,27 @@ def test_a_singular_matrix_has_sign_zero_not_minus_zero():
     D = torch.tensor([[1.0, 2.0], [2.0, 4.0]], dtype=DT)
     sign, logabs = st.slogdet(st.SparseTensor.from_dense(D))
     assert float(sign) == 0.0 and not torch.signbit(sign) and logabs == float("-inf")
+
+
+def test_unsorted_triplets_built_inside_torch_func_transforms():
+    """from_coo on unsorted / repeated triplets inside grad, jacrev, jvp: the index buffers made there came out
+    as the transform's wrappers ("Cannot access data pointer"), a regression of the triplet path found by an
+    outside review the same session. Against dense autograd."""
+    from torch.func import grad, jacrev, jvp
+
+    r, c = torch.tensor([1, 0, 2, 0]), torch.tensor([1, 0, 2, 0])
+    v = torch.tensor([2.0, 3.0, 4.0, 1.0], dtype=DT)
+    x = torch.tensor([1.0, -1.0, 2.0], dtype=DT)
+
+    def f(v_):
+        return st.solve(st.SparseTensor.from_coo(v_, r, c, shape=(3, 3)), x).sum()
+
+    def dense(v_):
+        return torch.linalg.solve(torch.zeros(3, 3, dtype=DT).index_put((r, c), v_, accumulate=True), x).sum()
+
+    vd = v.clone().requires_grad_(True)
+    dense(vd).backward()
+    torch.testing.assert_close(grad(f)(v), vd.grad)
+    torch.testing.assert_close(jacrev(f)(v), vd.grad)
+    _, t = jvp(f, (v,), (torch.ones_like(v),))
+    torch.testing.assert_close(t, vd.grad.sum())

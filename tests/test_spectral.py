@@ -599,3 +599,26 @@ def test_lanczos_finds_every_copy_of_an_eigenvalue_repeated_more_often_than_its_
     ref = np.linalg.eigvalsh(A.toarray())[:8]
     np.testing.assert_allclose(np.sort(w.numpy()), ref, atol=1e-10)
     np.testing.assert_allclose(A @ V.numpy(), V.numpy() * w.numpy(), atol=1e-8)
+
+
+def test_forward_mode_over_eigsh_names_the_op_and_what_works() -> None:
+    """jvp / jacfwd / hessian raised torch's generic "you must implement the jvp function" (or vmap) errors;
+    they now name eigsh and point to reverse mode, which works (against dense eigvalsh's autograd)."""
+    from torch.func import grad, hessian, jacfwd, jvp
+
+    from sparsetorch.testing.problems import poisson2d
+
+    A = poisson2d(4)
+    v = A.values.detach().clone()
+
+    def f(v_):
+        return eigsh(A.with_values(v_), 2, which="LA")[0].sum()
+
+    for call in (lambda: jvp(f, (v,), (torch.ones_like(v),)), lambda: jacfwd(f)(v), lambda: hessian(f)(v)):
+        with pytest.raises(NotImplementedError, match="eigsh: forward-mode"):
+            call()
+    g = grad(f)(v)
+    D = A.to_dense().requires_grad_(True)
+    torch.linalg.eigvalsh(D)[-2:].sum().backward()
+    coords, slot = A.entries()
+    torch.testing.assert_close(g[slot], D.grad[coords[0], coords[1]], rtol=1e-8, atol=1e-10)

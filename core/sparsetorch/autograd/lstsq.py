@@ -134,7 +134,9 @@ class LstsqHandle:
                                           f"{res.reason}: not a least-squares answer of A (backward error {e:.2g} > "
                                           f"{16 * bound:.1g}; a rank decision that dropped columns, or an unstable "
                                           f"factorization); try method='lsqr', a wider dtype, or scale A's columns")
+            self.results.append(res)
             if res.converged and self.sharpen and res.status is not Status.DIRECT:
+                at = len(self.results) - 1  # the refinement's results follow this one
                 X, e = self._sharpen(values, B.detach(), X, adjoint)
                 bound = backward_error_bound(B.dtype, max(1, self.A.format_shape[0 if adjoint else 1]))
                 if not e <= 16 * bound:
@@ -144,7 +146,7 @@ class LstsqHandle:
                                           f"{res.reason}: refined, still not a least-squares answer of A to "
                                           f"working accuracy (backward error {e:.2g} > {16 * bound:.1g}; A's "
                                           f"columns or rows badly scaled, or A ill conditioned)")
-            self.results.append(res)
+                    self.results[at] = res
             if res.converged:
                 return X
             if self.fallbacks and self.rebuild is not None:

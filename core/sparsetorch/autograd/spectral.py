@@ -88,10 +88,32 @@ class EigshHandle:
         return w, V
 
 
+def _no_forward_mode(op: str):
+    raise NotImplementedError(
+        f"{op}: forward-mode derivatives (torch.func.jvp, jacfwd, hessian) are not implemented; use reverse mode "
+        f"(torch.func.grad / jacrev, or backward()), and for second derivatives of eigenvalues backward() with "
+        f"create_graph=True")
+
+
+def _no_vmap(op: str):
+    raise InputError(
+        f"{op} under torch.func.vmap (or jacfwd / hessian, which vmap over tangents) is not supported; give "
+        f"several matrices as a value batch instead (A.with_values(V), V of shape (batch, nnz)), and take "
+        f"derivatives with torch.func.grad / jacrev")
+
+
 class _Eigsh(torch.autograd.Function):
     @staticmethod
     def forward(values, mvalues, handle):
         return handle.run(values, mvalues)
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        _no_forward_mode("eigsh")
+
+    @staticmethod
+    def vmap(info, in_dims, values, mvalues, handle):
+        _no_vmap("eigsh")
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -231,6 +253,14 @@ class _Eigs(torch.autograd.Function):
         w, V, U = handle.attempts.run_eigs(handle.A, values, handle.call, handle.left)
         handle.U = U
         return w, V
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        _no_forward_mode("eigs")
+
+    @staticmethod
+    def vmap(info, in_dims, values, handle):
+        _no_vmap("eigs")
 
     @staticmethod
     def setup_context(ctx, inputs, output):

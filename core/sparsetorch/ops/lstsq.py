@@ -10,6 +10,7 @@ the backward pass runs on the same plan (``autograd/lstsq.py`` has the math).
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 
 import threading
@@ -20,7 +21,7 @@ from typing import Any, Mapping
 import torch
 
 from ..autograd.lstsq import LstsqHandle, lstsq_function
-from ..errors import InputError, NoBackendError
+from ..errors import InputError, NoBackendError, NotConvergedError
 from ..dispatch.results import Attempt
 from ..tensor import SparseTensor
 from ..dispatch.options import LstsqOptions, defaults
@@ -143,22 +144,36 @@ def lstsq(
         return X.to(A.dtype), dataclasses.replace(
             info, reason=f"{info.reason}; solved in {str(wide).replace('torch.', '')} and rounded to "
                          f"{str(A.dtype).replace('torch.', '')} (a default single-precision least-squares call)")
-    if atol is None and btol is None and not damp and is_plain(A.values):
+    if atol is None and btol is None and not damp and m >= n and is_plain(A.values) and not _SCALING.get(False):
         scaled = _column_scaled(A)
         if scaled is not None:
-            # columns spread over more than COLUMN_SPREAD: solved for A D (unit columns, D powers of two) and
-            # x = D y. LSQR on A itself stopped 100 % from the solution (columns 1e-6..1e6, condition 2.5
-            # once scaled) and a QR's rank decision dropped the small columns (session 23's sweep)
+            # columns spread over more than COLUMN_SPREAD: LSQR on A stopped 100 % from the solution (columns
+            # 1e-6..1e6, condition 2.5 once scaled) and a QR's rank decision dropped the small columns (session
+            # 23's sweep). A itself first (a rank-deficient A's answer is then the minimum-norm one); where that
+            # fails, A D (unit columns, D powers of two) and x = D y
+            token = _SCALING.set(True)
+            try:
+                return lstsq(A, restore_rhs(Bn, vector), backend=backend, method=method, conlim=conlim, maxiter=maxiter,
+                             max_bytes=max_bytes, backend_options=backend_options, return_info=return_info,
+                             check_finite=False, on_nonconvergence="raise", cache=cache)
+            except NotConvergedError as exc:
+                first = str(exc)
+            finally:
+                _SCALING.reset(token)
             As, d, spread = scaled
-            got = lstsq(As, restore_rhs(Bn, vector), backend=backend, method=method, conlim=conlim, maxiter=maxiter,
-                        max_bytes=max_bytes, backend_options=backend_options, return_info=return_info,
-                        check_finite=False, on_nonconvergence=on_nonconvergence, cache=cache)
+            token = _SCALING.set(True)
+            try:
+                got = lstsq(As, restore_rhs(Bn, vector), backend=backend, method=method, conlim=conlim, maxiter=maxiter,
+                            max_bytes=max_bytes, backend_options=backend_options, return_info=return_info,
+                            check_finite=False, on_nonconvergence=on_nonconvergence, cache=cache)
+            finally:
+                _SCALING.reset(token)
             Y = got[0] if return_info else got
             X = Y * (d if vector else d.unsqueeze(-1))
             if not return_info:
                 return X
             return X, dataclasses.replace(got[1], reason=f"{got[1].reason}; A's columns scaled to unit norm (their norms "
-                                                         f"spread over {spread:.2g})")
+                                                         f"spread over {spread:.2g}; unscaled: {first[:200]})")
     options = _options(A.dtype, backend=backend, method=method, damp=damp, atol=atol, btol=btol, conlim=conlim, maxiter=maxiter,
                        max_bytes=max_bytes, backend_options=backend_options)
     Ap = A
@@ -181,8 +196,11 @@ def lstsq(
     return out, _info(A, Bn, X, handle.state, handle.offer, handle)
 
 
-#: a default lstsq call on columns whose 2-norms spread over more than this is solved with the columns scaled
+#: a default lstsq call on columns whose 2-norms spread over more than this (in one value set) that fails on A
+#: itself is solved with the columns scaled
 COLUMN_SPREAD = 1e6
+#: set while a call made by the scaling path runs (it does not scale again)
+_SCALING: "contextvars.ContextVar[bool]" = contextvars.ContextVar("sparsetorch_lstsq_scaling", default=False)
 
 
 def _column_scaled(A: SparseTensor):
@@ -191,7 +209,7 @@ def _column_scaled(A: SparseTensor):
 
     For A of full column rank the least-squares solution is ``D`` times that of ``A D``; for a rank-deficient
     A it is the least-squares solution of least ``||D^-1 x||`` (a basic solution, as MATLAB's backslash gives)
-    rather than of least ``||x||``."""
+    rather than of least ``||x||``: :func:`lstsq` takes it only where A itself gave no answer."""
     coords, slot = A.entries()
     if coords.shape[-1] == 0:
         return None
@@ -201,7 +219,10 @@ def _column_scaled(A: SparseTensor):
     live = norms > 0
     if not bool(live.any()):
         return None
-    spread = float(norms.amax()) / float(torch.where(live, norms, torch.full_like(norms, float("inf"))).amin())
+    # per value set: members each well scaled but of different magnitudes are no reason to scale
+    small = torch.where(live, norms, torch.full_like(norms, float("inf"))).amin(-1)
+    ratio = norms.amax(-1) / small
+    spread = float(torch.where(torch.isfinite(ratio), ratio, torch.zeros_like(ratio)).max())
     if not spread > COLUMN_SPREAD:
         return None
     safe = torch.where(live, norms, torch.ones_like(norms))

@@ -281,8 +281,8 @@ def _triplets(shape: Sequence[int], rows: list, values: torch.Tensor, index_dtyp
     parameter stays the tensor's values (an optimizer's steps reach it, every backward pass has a graph)."""
     from .interop._common import coo_format
 
-    idx = [r.to(device=values.device, dtype=index_dtype) for r in rows]
-    pos0 = torch.tensor([0, idx[0].numel()], dtype=index_dtype, device=values.device)
+    idx = _plain_indices([r.to(device=values.device, dtype=index_dtype) for r in rows])
+    pos0 = _plain_indices([torch.tensor([0, idx[0].numel()], dtype=index_dtype, device=values.device)])[0]
     return SparseTensor(coo_format(len(shape), False), tuple(shape), [pos0] + [None] * (len(shape) - 1), idx, values,
                         check=False)
 

@@ -444,6 +444,48 @@ class SparseTensor(ViewMethods, AccessMethods):
     def __len__(self) -> int:
         return self._shape[0]
 
+    # Arithmetic ------------------------------------------------------------------------------------
+    # Scalars scale the values (same pattern and format, differentiable); a sum of two tensors of one
+    # pattern adds the values, of two patterns concatenates their triplets (an unordered COO whose
+    # repeats sum wherever it is read: docs/tensor.md, "Triplets"). torch-sla's A * s, A + B, -A.
+    def __neg__(self) -> "SparseTensor":
+        return self.with_values(-self._values)  # type: ignore[attr-defined]
+
+    def __mul__(self, other: Any) -> "SparseTensor":
+        s = _scalar(other)
+        if s is None:
+            return NotImplemented
+        return self.with_values(self._values * s)  # type: ignore[attr-defined]
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other: Any) -> "SparseTensor":
+        s = _scalar(other)
+        if s is None:
+            return NotImplemented
+        return self.with_values(self._values / s)  # type: ignore[attr-defined]
+
+    def __add__(self, other: Any) -> "SparseTensor":
+        if not isinstance(other, SparseTensor):
+            return NotImplemented
+        if tuple(self._shape) != tuple(other._shape) or self.dtype != other.dtype or self.device != other.device:
+            raise ValidationError(
+                f"A + B needs the same shape, dtype and device; got {tuple(self._shape)} {self.dtype} on "
+                f"{self.device} and {tuple(other._shape)} {other.dtype} on {other.device}")
+        if self.pattern_key == other.pattern_key:  # one pattern: the values add, the format stays
+            return self.with_values(self._values + other._values)  # type: ignore[attr-defined]
+        from .construct import from_coo  # noqa: PLC0415 - construct imports this module
+
+        (ca, sa), (cb, sb) = self.entries(), other.entries()
+        vals = torch.cat([self._values.index_select(-1, sa), other._values.index_select(-1, sb)], -1)
+        coords = torch.cat([ca, cb], -1)
+        return from_coo(vals, [coords], shape=self.format_shape, format=None, index_dtype=None, check=False)
+
+    def __sub__(self, other: Any) -> "SparseTensor":
+        if not isinstance(other, SparseTensor):
+            return NotImplemented
+        return self + (-other)
+
     # ``A @ X`` and ``X @ A`` are bound by ``sparsetorch.ops.matmul`` (dispatch lives above this
     # layer): :func:`sparsetorch.matmul` with its plan cache and gradients.
 
@@ -463,6 +505,9 @@ class SparseTensor(ViewMethods, AccessMethods):
                 return b.__rmatmul__(a)  # type: ignore[operator]
         elif func is torch.Tensor.__rmatmul__ and isinstance(b, SparseTensor) and not isinstance(a, SparseTensor):
             return b.__matmul__(a)  # type: ignore[operator]  # Tensor.__rmatmul__(x, A) is A @ x
+        elif func in (torch.mul, torch.Tensor.mul, torch.Tensor.__mul__, torch.Tensor.__rmul__) and \
+                isinstance(b, SparseTensor) and not isinstance(a, SparseTensor) and _scalar(a) is not None:
+            return b * a  # a 0-d tensor times A
         return NotImplemented
 
     # Package interop ------------------------------------------------------------------------------
@@ -557,3 +602,14 @@ def _install_reverse_matmul() -> None:
 
 
 _install_reverse_matmul()
+
+
+def _scalar(x: Any) -> Any:
+    """``x`` when it is a number or a one-element (0-d) tensor (a scale for the values), else None."""
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, (int, float, complex)):
+        return x
+    if isinstance(x, torch.Tensor) and not isinstance(x, SparseTensor) and x.dim() == 0:
+        return x
+    return None
