@@ -128,12 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     rows = []
-    for m in (40, 80):
-        rows.append(matvec_coo(m, args.reps))
-    for m in (40, 80):
-        rows.append(train_loop(m, args.steps))
-    for ncols in (2000, 20000):
-        rows.append(lstsq_wide(ncols))
+    jobs = [(matvec_coo, m, args.reps) for m in (40, 80)] + [(train_loop, m, args.steps) for m in (40, 80)]
+    jobs += [(lstsq_wide, ncols) for ncols in (2000, 20000)]
+    for fn, *a in jobs:
+        try:
+            rows.append(fn(*a))
+        except Exception as exc:  # noqa: BLE001 - a tree where the habit fails (the "before" run) records why
+            rows.append({"case": fn.__name__, "args": a, "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
     for r in rows:
         print({k: (round(v, 6) if isinstance(v, float) else v) for k, v in r.items()}, flush=True)
     env = " ".join(f"{k}={os.environ[k]}" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS") if k in os.environ)
