@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Hashable, Mapping
 import torch
 
 from ..errors import BackendError, SparseTorchError
-from ..tensor.pattern import is_plain
+from ..tensor.pattern import is_plain, version_of
 from .lru import LRU
 from .options import _Record
 from .plans import CheapReload, supports
@@ -40,7 +40,7 @@ __all__ = ["PlanState", "guarded", "make_request", "with_options", "obtain_plan"
 
 
 def _token(values: torch.Tensor) -> tuple[Any, ...]:
-    return (values.data_ptr(), values._version, tuple(values.shape), values.dtype, values.device)
+    return (values.data_ptr(), version_of(values), tuple(values.shape), values.dtype, values.device)
 
 
 @dataclass
@@ -252,7 +252,7 @@ def same_values_calls(op: str, A: SparseTensor, *, count: bool) -> int:
     even at the same address) count as new values. ``count``: record this call."""
     key = calls_key(op, A)
     v = A.values
-    version = v._version
+    version = version_of(v)
     with _SAME.lock:
         prev = _SAME.peek(key)
         seen = prev[2] + 1 if prev is not None and prev[0]() is v and prev[1] == version else 1

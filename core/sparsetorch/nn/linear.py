@@ -28,6 +28,7 @@ from ..errors import BackendError, InputError, SparseTorchError
 from ..format import CSR, TensorFormat
 from ..ops.matmul import matmul, matmul_request
 from ..tensor import SparseTensor
+from ..tensor.pattern import version_of
 
 #: calls a layer's product is priced over when its plan is chosen (a layer is called once per
 #: step or token: one-time setups such as a conversion or a kernel's packing are spread over them)
@@ -177,7 +178,7 @@ class SparseLinear(nn.Module):
         if k == 0:
             return None
         bufs = self._buffers                  # the index buffers as .to() / load_state_dict left them
-        key = (tuple([(b.data_ptr(), b._version) for b in (bufs[name] for name in self._index_names()) if b is not None]),
+        key = (tuple([(b.data_ptr(), version_of(b)) for b in (bufs[name] for name in self._index_names()) if b is not None]),
                values.dtype, dev, k, self.backend)
         handles: dict = self.__dict__.setdefault("_handles", {})
         lp = handles.get(key)

@@ -25,7 +25,7 @@ from ..errors import InputError
 from ..format import TensorFormat
 from ..tensor import SparseTensor
 from ..tensor._views import TracedTranspose
-from ..tensor.pattern import vmapped
+from ..tensor.pattern import version_of, vmapped
 from ._inputs import as_rhs, check_matrix, describe_dense, describe_sparse, restore_rhs
 
 __all__ = ["matmul", "Matmul", "norm", "transpose", "matmul_request"]
@@ -279,7 +279,7 @@ def _buffers_now(a: SparseTensor) -> tuple | None:
     """``(a, a._pos, a._crd, ((buffer, version, address, shape), ...))`` for
     :meth:`Matmul._same_pattern`, or None where buffers have no address (a torch.func transform)."""
     try:
-        return (a, a._pos, a._crd, tuple((b, b._version, b.data_ptr(), b.shape) for b in (*a._pos, *a._crd) if b is not None))
+        return (a, a._pos, a._crd, tuple((b, version_of(b), b.data_ptr(), b.shape) for b in (*a._pos, *a._crd) if b is not None))
     except RuntimeError:
         return None
 
@@ -294,7 +294,7 @@ def _index_versions(a: SparseTensor) -> tuple | None:
     """``((buffer, version), ...)`` of A's index buffers, or None (inference tensors keep no
     version counter)."""
     try:
-        return tuple((b, b._version) for b in (*a.pos_buffers, *a.crd_buffers) if b is not None)
+        return tuple((b, version_of(b)) for b in (*a.pos_buffers, *a.crd_buffers) if b is not None)
     except RuntimeError:
         return None
 
@@ -346,7 +346,7 @@ class _Direct:
         if _forward_ad._current_level >= 0 or _is_compiling() or _transforms_active():
             return None
         for buf, version in self.index:
-            if buf._version != version:
+            if version_of(buf) != version:
                 mm.a.ensure_valid()  # raises if the new index buffers are invalid
                 mm._state = None  # the plan holds (or copied) the old pattern: plan again
                 mm._direct = None
@@ -402,7 +402,7 @@ class _OneShot:
         if _forward_ad._current_level >= 0 or _transforms_active():
             return None
         for buf, version in self.index:
-            if buf._version != version:
+            if version_of(buf) != version:
                 self.drop()  # the full path re-validates the buffers and plans again
                 return None
         left = self.left - 1
@@ -597,7 +597,7 @@ class Matmul:
         a = self.a
         if planned is not None and planned[0] is a and planned[1] is a._pos and planned[2] is a._crd:
             for b, version, ptr, shape in planned[3]:
-                if b._version != version or b.data_ptr() != ptr or b.shape != shape:
+                if version_of(b) != version or b.data_ptr() != ptr or b.shape != shape:
                     return False
             return True
         if a.pattern_key != self._planned_key:

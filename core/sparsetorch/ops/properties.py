@@ -27,6 +27,7 @@ from ..format import CSR
 from ..tensor import SparseTensor
 from ..tensor.construct import conversion
 from ..tensor.sparse_tensor import is_plain
+from ..tensor.pattern import version_of
 
 __all__ = ["detect", "detect_cached", "normalize_tags", "KNOWN_TAGS", "recall", "remember"]
 
@@ -72,7 +73,7 @@ def recall(A: SparseTensor) -> frozenset[str] | None:
     if entry is None or not is_plain(v):
         return None
     ref, version, props, how = entry
-    if ref() is not v or v._version != version:
+    if ref() is not v or version_of(v) != version:
         return None
     vd = v.detach()
     if how[0] == "own":
@@ -115,7 +116,7 @@ def remember(A: SparseTensor, props: frozenset[str], state=None, checks: int | N
         ref = weakref.ref(v)
     except TypeError:
         return
-    _MEMO.put((A.pattern_key, A.dtype, A.device), (ref, v._version, props, how))
+    _MEMO.put((A.pattern_key, A.dtype, A.device), (ref, version_of(v), props, how))
 
 
 def detect_cached(A: SparseTensor) -> frozenset[str]:

@@ -23,6 +23,7 @@ from ..errors import BackendError, IndefiniteMatrixError, InputError, NoBackendE
 from ..tensor import SparseTensor, SparseTensorList
 from .accuracy import default_rtol
 from ..tensor.sparse_tensor import is_plain, vmapped
+from ..tensor.pattern import version_of
 from ..tensor.validate import check_finite_rhs
 from ._inputs import as_rhs, check_finite as check_finite_values, check_matrix, describe_dense, describe_factored, restore_rhs
 from .info import SolveInfo
@@ -459,7 +460,7 @@ class Solver:
         return (out, info) if return_info else out
 
     def _check_values(self, values: torch.Tensor) -> None:
-        key = (id(values), values._version)
+        key = (id(values), version_of(values))
         if self._finite_values != key:
             check_finite_values(self._pattern.with_values(values.detach()), None, "Solver")
             self._finite_values = key

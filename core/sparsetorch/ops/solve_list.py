@@ -33,6 +33,7 @@ from ..dispatch.records import OperandInfo, Request
 from ..dispatch.select import ExplainTable, rank
 from ..errors import InputError
 from ..tensor import SparseTensor, SparseTensorList
+from ..tensor.pattern import version_of
 from .info import IterationResult, SolveInfo
 
 __all__ = ["try_solve_list", "list_request", "ListSolveState"]
@@ -61,7 +62,7 @@ class ListSolveState:
 
     def load(self, values: Sequence[torch.Tensor]) -> None:
         vs = [v.detach() for v in values]
-        tokens = tuple((v.data_ptr(), v._version, tuple(v.shape)) for v in vs)
+        tokens = tuple((v.data_ptr(), version_of(v), tuple(v.shape)) for v in vs)
         if (tokens == self.tokens and self.snapshots is not None
                 and all(torch.equal(s, v) for s, v in zip(self.snapshots, vs))):
             return

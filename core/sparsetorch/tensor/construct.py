@@ -489,9 +489,10 @@ class Conversion:
         """The target's linearized values for the source's linearized values ``vals``: what
         :meth:`apply` computes, without building tensors around it (a gather and, for padded
         targets, a scatter; per call of a product plan on a non-CSR format)."""
-        if self._first is not None:
-            first, version, out = self._first
+        got = self._first  # one read: another thread may clear it between a test and an unpacking
+        if got is not None:
             self._first = None  # held for one call only
+            first, version, out = got
             if vals is first and _version(vals) == version:
                 return out
         if self.src is not None:

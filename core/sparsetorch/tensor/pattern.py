@@ -33,8 +33,18 @@ class PatternKey:
         return all(r() is not None for r in self._refs)
 
 
+def version_of(t: torch.Tensor) -> int:
+    """``t._version``, or -1 for an inference-mode tensor, which keeps no version counter (reading it raised
+    in every cache key made of one: ``st.solve`` under ``torch.inference_mode()`` failed). In-place writes
+    to such tensors are not seen by version: what caches by version also compares content where it must."""
+    try:
+        return t._version
+    except RuntimeError:
+        return -1
+
+
 def buffer_id(t: torch.Tensor) -> tuple:
-    return (t.data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t._version)
+    return (t.data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), version_of(t))
 
 
 def is_plain(t: torch.Tensor) -> bool:
