@@ -52,3 +52,16 @@ def test_an_ordinary_matrix_and_a_sparse_model_inside_inference_mode():
         torch.testing.assert_close(st.solve(A, x), torch.linalg.solve(D, x))
         inp = torch.randn(4, 32, dtype=DT)
         torch.testing.assert_close(model(inp), dense(inp))
+
+
+def test_a_plan_first_loaded_in_inference_mode_serves_ordinary_calls_after():
+    """The plan's snapshot of the values, taken in inference mode, was refilled in place by the next ordinary
+    call on the same pattern ("Inplace update to inference tensor outside InferenceMode"; an outside sweep
+    the same session)."""
+    b = torch.ones(2, dtype=DT)
+    with torch.inference_mode():
+        st.solve(st.SparseTensor.from_dense(torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=DT)), b)
+    D = torch.tensor([[5.0, 2.0], [2.0, 7.0]], dtype=DT)
+    B = st.SparseTensor.from_dense(D)
+    torch.testing.assert_close(st.solve(B, b), torch.linalg.solve(D, b))
+    torch.testing.assert_close(st.lstsq(2 * B, b), torch.linalg.solve(2 * D, b))

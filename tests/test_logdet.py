@@ -289,3 +289,20 @@ def test_forward_mode_jvp_and_jacfwd(dtype):
         torch.testing.assert_close(ts, (s1 - s2) / (2 * eps), rtol=1e-6, atol=1e-8)
     if not dtype.is_complex:
         torch.testing.assert_close(jacfwd(lambda v_: f(v_)[1])(v), jacrev(lambda v_: f(v_)[1])(v))
+
+
+def test_gradient_at_a_singular_matrix_is_a_named_error_and_hessians_say_first_order():
+    """det's gradient at a singular matrix raised torch's LinAlgError from the dense inverse; torch.func.hessian
+    of logdet raised torch's generic jvp message (an outside sweep the same session)."""
+    from torch.func import hessian
+
+    A = st.SparseTensor.from_dense(torch.tensor([[1.0, 2.0], [2.0, 4.0]], dtype=torch.float64))
+    v = A.values.clone().requires_grad_(True)
+    assert float(det(A.with_values(v))) == 0.0
+    with pytest.raises(st.SingularMatrixError, match="singular matrix"):
+        det(A.with_values(v)).backward()
+    P = poisson2d(3)
+    with pytest.raises(NotImplementedError, match="second derivatives"):
+        hessian(lambda v_: logdet(P.with_values(v_)))(P.values.clone())
+    with pytest.raises(InputError, match="det needs a square"):
+        det(st.SparseTensor.from_dense(torch.ones(2, 3, dtype=torch.float64)))

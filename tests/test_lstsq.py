@@ -442,3 +442,26 @@ def test_info_lists_the_main_solve_before_its_refinement() -> None:
     main = int(info.reason.split("converged in ")[1].split(" iterations")[0])
     then = int(info.reason.rsplit(" of ", 1)[1].split(" iterations")[0])
     assert main + then == info.iterations and main > then  # the main solve's count first
+
+
+@pytest.mark.parametrize("noise", [1e-10, 1e-6, 1e-4])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_nearly_consistent_systems_are_answered(noise, dtype) -> None:
+    """A small nonzero residual: Stewart's ||A^H r|| / (||A|| ||r||) read the rounding in the computed r
+    (~u ||A|| ||x|| / ||r||) and refused correct answers of every method with NotConvergedError (an outside
+    sweep the same session; float32 calls, widened, met it at any b). Against torch.linalg.lstsq."""
+    g = torch.Generator().manual_seed(0)
+    Q = torch.randn(30, 6, dtype=torch.float64, generator=g)
+    b = Q @ torch.randn(6, dtype=torch.float64, generator=g) + noise * torch.randn(30, dtype=torch.float64, generator=g)
+    ref = torch.linalg.lstsq(Q, b.unsqueeze(-1)).solution[:, 0]
+    x = st.lstsq(st.SparseTensor.from_dense(Q.to(dtype)), b.to(dtype))
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    assert float((x.double() - ref).norm() / ref.norm()) < tol
+
+
+def test_hessian_says_first_order_only() -> None:
+    from torch.func import hessian
+
+    A = st.SparseTensor.from_dense(torch.tensor([[4.0, 1, 0], [1, 3, 1], [0, 1, 2]], dtype=torch.float64))
+    with pytest.raises(NotImplementedError, match="lstsq: second derivatives"):
+        hessian(lambda v: lstsq(A.with_values(v), torch.ones(3, dtype=torch.float64)).sum())(A.values.clone())

@@ -83,3 +83,18 @@ def test_arithmetic_refuses_what_it_does_not_do():
         A + torch.ones(16, 16, dtype=DT)
     with pytest.raises(TypeError):
         A * True
+
+
+def test_messages_and_torch_sla_forms():
+    A, B = _pair()
+    b = torch.ones(16, dtype=DT)
+    with pytest.raises(st.InputError, match="rtol"):
+        A.solve(b, tol=1e-8)
+    torch.testing.assert_close(A.eigsh(2, "LA")[0], A.eigsh(2, which="LA")[0])  # torch-sla's A.eigsh(k, which)
+    with pytest.raises(TypeError, match="A @ x"):
+        A * b
+    with pytest.raises(TypeError, match="to_dense"):
+        A + torch.ones(16, 16, dtype=DT)
+    with pytest.raises(st.FormatError, match="did you mean 'CSR'"):
+        A.convert("CSRR")
+    torch.testing.assert_close(sum([A, B, A]).to_dense(), 2 * A.to_dense() + B.to_dense())

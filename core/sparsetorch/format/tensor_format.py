@@ -290,6 +290,17 @@ class TensorFormat:
             if fmt is not None:
                 return fmt if index_dtype is None and name is None else parse_format(
                     str(fmt), index_dtype=index_dtype, name=name or fmt.name)
+            word = text.strip().split("(")[0]
+            if word and word.replace("_", "").isalnum():  # a name, not a DSL string: say which names exist
+                import difflib
+
+                from ..errors import FormatError
+                known = ["COO", "CSR", "CSC", "DCSR", "DCSC", "DIA", "DIA_J", "ELL", "DENSE", "DENSE_COL", "BSR(r, c)",
+                         "BSC(r, c)", "DELTA(bits)", "NM(n, m)", "COO(ndim)", "DENSE(ndim)"]
+                close = difflib.get_close_matches(word.upper(), [k.split("(")[0] for k in known], n=1, cutoff=0.5)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise FormatError(f"unknown format name {text.strip()!r}{hint} Named formats: {', '.join(known)}; or a "
+                                  f"DSL string such as '(i, j) -> (i : dense, j : compressed)'")
 
         return parse_format(text, index_dtype=index_dtype, name=name)
 

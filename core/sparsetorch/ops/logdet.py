@@ -36,7 +36,7 @@ import torch
 from ..autograd.lstsq import apply_entries
 from ..autograd._first_order import first_order_only
 from ..dispatch.accuracy import backward_error_bound, normwise_backward_error
-from ..errors import BackendError, InputError, SparseTorchError
+from ..errors import BackendError, InputError, SingularMatrixError, SparseTorchError
 from ..tensor import SparseTensor
 from ..tensor.sparse_tensor import is_plain, vmapped
 from ..dispatch.options import LogdetOptions
@@ -116,7 +116,13 @@ class _InverseEntries(torch.autograd.Function):
         # must not load its values between this load and these solves
         with handle["state"].lock, torch.no_grad():
             handle["state"].load(values)
-            return _inverse_transpose_entries(handle)
+            try:
+                return _inverse_transpose_entries(handle)
+            except (torch.linalg.LinAlgError, SingularMatrixError) as exc:
+                raise SingularMatrixError(
+                    f"the gradient of slogdet / logdet / det at a singular matrix: log|det| is -inf there and its "
+                    f"gradient, A^-T, does not exist (det's own gradient, the adjugate, is not implemented); "
+                    f"({type(exc).__name__}: {str(exc)[:160]})") from exc
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -126,6 +132,12 @@ class _InverseEntries(torch.autograd.Function):
     def backward(ctx, gZ):
         raise NotImplementedError("slogdet / logdet / det: second derivatives are not implemented (the gradient's "
                                   "entries of A^-1 are computed by the plan outside autograd)")
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError("slogdet / logdet / det: second derivatives (torch.func.hessian, jvp of a gradient) "
+                                  "are not implemented; first derivatives work in either mode (grad, jacrev, jvp, "
+                                  "jacfwd)")
 
     @staticmethod
     def vmap(info, in_dims, values, handle):
@@ -373,6 +385,7 @@ def logdet(A: SparseTensor, **options):
     """``log det A``: real for a matrix with positive determinant (SPD matrices, for example);
     ``nan`` where the determinant is negative (like ``torch.logdet``), ``-inf`` where it is 0.
     Options as :func:`slogdet`."""
+    check_matrix(A, "logdet", square=True)  # errors name the op called
     sign, logabs = slogdet(A, **options)
     if logabs.is_complex() or sign.is_complex():
         return logabs + torch.log(sign)
@@ -382,5 +395,6 @@ def logdet(A: SparseTensor, **options):
 def det(A: SparseTensor, **options):
     """``det A = sign * exp(logabsdet)`` (overflows/underflows like any determinant: prefer
     :func:`slogdet` for large matrices). Options as :func:`slogdet`."""
+    check_matrix(A, "det", square=True)  # errors name the op called
     sign, logabs = slogdet(A, **options)
     return sign * torch.exp(logabs).to(sign.dtype)

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from ..errors import InputError
 from ..tensor import SparseTensor
 from .logdet import det, logdet, slogdet
 from .lstsq import lstsq
@@ -24,6 +25,8 @@ __all__: list[str] = []
 
 def _solve(self: SparseTensor, b: torch.Tensor, **options: Any) -> Any:
     """``sparsetorch.solve(A, b, **options)``: ``x`` with ``A x = b``."""
+    if "tol" in options:
+        raise InputError(f"solve takes rtol= (and atol=), not tol=: torch-sla's tol={options['tol']!r} is rtol here")
     return solve(self, b, **options)
 
 
@@ -37,13 +40,18 @@ def _matvec(self: SparseTensor, x: torch.Tensor, **options: Any) -> torch.Tensor
     return matmul(self, x, **options)
 
 
-def _eigsh(self: SparseTensor, k: int = 6, **options: Any) -> Any:
-    """``sparsetorch.eigsh(A, k, **options)``: ``k`` eigenpairs of a symmetric (Hermitian) A."""
+def _eigsh(self: SparseTensor, k: int = 6, which: str | None = None, **options: Any) -> Any:
+    """``sparsetorch.eigsh(A, k, which=which, **options)``: ``k`` eigenpairs of a symmetric (Hermitian) A
+    (``which`` may be given second, as torch-sla's ``A.eigsh(k, which)``)."""
+    if which is not None:
+        options["which"] = which
     return eigsh(self, k, **options)
 
 
-def _eigs(self: SparseTensor, k: int = 6, **options: Any) -> Any:
-    """``sparsetorch.eigs(A, k, **options)``: ``k`` eigenpairs of a general square A."""
+def _eigs(self: SparseTensor, k: int = 6, which: str | None = None, **options: Any) -> Any:
+    """``sparsetorch.eigs(A, k, which=which, **options)``: ``k`` eigenpairs of a general square A."""
+    if which is not None:
+        options["which"] = which
     return eigs(self, k, **options)
 
 

@@ -454,6 +454,10 @@ class SparseTensor(ViewMethods, AccessMethods):
     def __mul__(self, other: Any) -> "SparseTensor":
         s = _scalar(other)
         if s is None:
+            if isinstance(other, torch.Tensor):
+                raise TypeError(f"A * t scales A by a number or a 0-d tensor; got a tensor of shape {tuple(other.shape)} "
+                                f"(for the product with a vector or matrix write A @ x; for an elementwise product "
+                                f"A.to_dense() * t)")
             return NotImplemented
         return self.with_values(self._values * s)  # type: ignore[attr-defined]
 
@@ -462,11 +466,21 @@ class SparseTensor(ViewMethods, AccessMethods):
     def __truediv__(self, other: Any) -> "SparseTensor":
         s = _scalar(other)
         if s is None:
+            if isinstance(other, torch.Tensor):
+                raise TypeError(f"A / t divides A by a number or a 0-d tensor; got a tensor of shape {tuple(other.shape)}")
             return NotImplemented
         return self.with_values(self._values / s)  # type: ignore[attr-defined]
 
+    def __radd__(self, other: Any) -> "SparseTensor":
+        if isinstance(other, int) and not isinstance(other, bool) and other == 0:
+            return self  # sum([A, B, ...]) starts from 0
+        return self.__add__(other)
+
     def __add__(self, other: Any) -> "SparseTensor":
         if not isinstance(other, SparseTensor):
+            if isinstance(other, torch.Tensor):
+                raise TypeError("A + t of a SparseTensor and a dense tensor is not defined here (the sum is dense): "
+                                "write A.to_dense() + t, or build t as a SparseTensor (from_dense) for a sparse sum")
             return NotImplemented
         if tuple(self._shape) != tuple(other._shape) or self.dtype != other.dtype or self.device != other.device:
             raise ValidationError(
