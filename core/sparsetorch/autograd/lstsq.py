@@ -123,29 +123,25 @@ class LstsqHandle:
                 plan = state.plan
                 X, res = guarded(lambda: plan.lstsq(B.detach(), adjoint=adjoint, options=dict(self.options)), state.label,
                                  "lstsq")
+            limit = 16 * backward_error_bound(B.dtype, max(1, self.A.format_shape[0 if adjoint else 1]))
             if res.converged and res.status is Status.DIRECT:
                 # a direct answer is checked too: Eigen's SparseQR in float32 took lp_e226 (rank 223, cond 9e3)
                 # for rank 51 (its threshold, 20 (m + n) eps max |col|, dropped the small columns) and answered
                 # with a relative residual of 0.9 as "direct" (session 21)
                 e, _ = self._eta(values, B.detach(), X, adjoint)
-                bound = backward_error_bound(B.dtype, max(1, self.A.format_shape[0 if adjoint else 1]))
-                if not e <= 16 * bound:
-                    res = IterationResult(res.iterations, res.residual, False, Status.INACCURATE,
-                                          f"{res.reason}: not a least-squares answer of A (backward error {e:.2g} > "
-                                          f"{16 * bound:.1g}; a rank decision that dropped columns, or an unstable "
-                                          f"factorization); try method='lsqr', a wider dtype, or scale A's columns")
+                if not e <= limit:
+                    res = _inaccurate(res, e, limit, "not a least-squares answer of A", "a rank decision that dropped "
+                                      "columns, or an unstable factorization); try method='lsqr', a wider dtype, or "
+                                      "scale A's columns")
             self.results.append(res)
             if res.converged and self.sharpen and res.status is not Status.DIRECT:
                 at = len(self.results) - 1  # the refinement's results follow this one
                 X, e = self._sharpen(values, B.detach(), X, adjoint)
-                bound = backward_error_bound(B.dtype, max(1, self.A.format_shape[0 if adjoint else 1]))
-                if not e <= 16 * bound:
+                if not e <= limit:
                     # refinement on the same plan did not reach a backward-stable answer: not an answer (columns
                     # scaled 1e-6..1e6: LSQR stopped 100 % from the solution with Stewart's error 8e-11; session 23)
-                    res = IterationResult(res.iterations, res.residual, False, Status.INACCURATE,
-                                          f"{res.reason}: refined, still not a least-squares answer of A to "
-                                          f"working accuracy (backward error {e:.2g} > {16 * bound:.1g}; A's "
-                                          f"columns or rows badly scaled, or A ill conditioned)")
+                    res = _inaccurate(res, e, limit, "refined, still not a least-squares answer of A to working "
+                                      "accuracy", "A's columns or rows badly scaled, or A ill conditioned)")
                     self.results[at] = res
             if res.converged:
                 return X
@@ -243,6 +239,12 @@ class LstsqHandle:
                 break
             X, e, R = X2, e2, R2
         return X, e
+
+
+def _inaccurate(res: IterationResult, e: float, limit: float, what: str, why: str) -> IterationResult:
+    """``res`` refused: not converged, INACCURATE, the reason saying what and why."""
+    return IterationResult(res.iterations, res.residual, False, Status.INACCURATE,
+                           f"{res.reason}: {what} (backward error {e:.2g} > {limit:.1g}; {why}")
 
 
 #: refinement steps of a default least-squares answer
