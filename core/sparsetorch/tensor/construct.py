@@ -258,21 +258,14 @@ def from_coo(
                 )
     if not (values.is_floating_point() or values.is_complex()):
         raise ValidationError(f"values have dtype {values.dtype}; use a floating point or complex dtype (e.g. .double())")
-    if format is None and n > 1 and not _sorted_unique(coords):
-        return _triplets(shape, rows, values, index_dtype or torch.int64)
+    if format is None and n > 1:
+        from .interop._common import sorted_unique  # noqa: PLC0415 - interop imports this module
+
+        if not sorted_unique(list(coords)):
+            return _triplets(shape, rows, values, index_dtype or torch.int64)
     fmt = _as_format(format, len(shape))
     return build(fmt, shape, coords, values, index_dtype or fmt.index_dtype or torch.int64, max_fill=max_fill,
                  what="from_coo")
-
-
-def _sorted_unique(coords: torch.Tensor) -> bool:
-    """Whether the triplets are in lexicographic order without repeats (each pair's first differing
-    coordinate increases)."""
-    d = coords[:, 1:] - coords[:, :-1]
-    first = torch.zeros(d.shape[1], dtype=d.dtype, device=d.device)
-    for k in range(d.shape[0] - 1, -1, -1):  # the first nonzero difference, from the last dimension up
-        first = torch.where(d[k] != 0, d[k], first)
-    return bool((first > 0).all())
 
 
 def _triplets(shape: Sequence[int], rows: list, values: torch.Tensor, index_dtype: torch.dtype) -> SparseTensor:

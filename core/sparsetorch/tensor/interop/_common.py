@@ -126,6 +126,22 @@ def classify(fmt: TensorFormat) -> Layout | None:
     return None
 
 
+def _lex_steps(keys: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The sign of each step between neighbouring tuples ``(keys[0][p], keys[1][p], ...)``: -1 down, 0 a
+    repeat, 1 up (lexicographically)."""
+    n = keys[0].numel()
+    cmp = torch.zeros(max(n - 1, 0), dtype=torch.int64, device=keys[0].device)
+    for k in keys:
+        k = k.long()
+        cmp = torch.where(cmp == 0, torch.sign(k[1:] - k[:-1]), cmp)
+    return cmp
+
+
+def sorted_unique(keys: Sequence[torch.Tensor]) -> bool:
+    """Whether the tuples are strictly increasing (lexicographically ordered, no repeats): no sort."""
+    return keys[0].numel() < 2 or not bool((_lex_steps(keys) <= 0).any())
+
+
 def lex_props(keys: Sequence[torch.Tensor]) -> tuple[bool, bool]:
     """``(ordered, unique)`` of the tuples ``(keys[0][p], keys[1][p], ...)`` in storage order:
     ordered = lexicographically non-decreasing, unique = no tuple repeats (checked by a sort
@@ -134,9 +150,7 @@ def lex_props(keys: Sequence[torch.Tensor]) -> tuple[bool, bool]:
     n = keys[0].numel()
     if n < 2:
         return True, True
-    cmp = torch.zeros(n - 1, dtype=torch.int64, device=keys[0].device)
-    for k in keys:
-        cmp = torch.where(cmp == 0, torch.sign(k[1:] - k[:-1]), cmp)
+    cmp = _lex_steps(keys)
     if not bool((cmp < 0).any()):
         return True, not bool((cmp == 0).any())
     order = torch.arange(n, device=keys[0].device)
