@@ -20,21 +20,17 @@ Times by ``time.perf_counter`` on this machine (2 shared cores: read the ratios)
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
-import scipy
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 import torch
 
 import sparsetorch as st
+
+import _record
 
 
 def _poisson_triplets(m: int, seed: int = 0):
@@ -137,18 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"case": fn.__name__, "args": a, "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
     for r in rows:
         print({k: (round(v, 6) if isinstance(v, float) else v) for k, v in r.items()}, flush=True)
-    env = " ".join(f"{k}={os.environ[k]}" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS") if k in os.environ)
-    out = {"benchmark": "porting_habits",
-           "command": f"{env + ' ' if env else ''}python benchmarks/bench_porting_habits.py "
-                      f"{' '.join(sys.argv[1:] if argv is None else argv)}".strip(),
-           "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpu_count": os.cpu_count(),
-                       "torch_threads": torch.get_num_threads()},
-           "versions": {"torch": torch.__version__, "numpy": np.__version__, "scipy": scipy.__version__,
-                        "sparsetorch": st.__version__, "backends": sorted(st.registry().names)},
-           "rows": rows}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1))
-    print("wrote", args.out)
+    _record.write(args.out, {"benchmark": "porting_habits", **_record.header("bench_porting_habits.py", argv), "rows": rows})
     return 0
 
 

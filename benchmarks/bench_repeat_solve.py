@@ -14,11 +14,7 @@ calls after ``--warm`` calls, and which method answered; every answer checked ag
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -31,6 +27,8 @@ import torch
 
 import sparsetorch as st
 from sparsetorch.testing import families as fam
+
+import _record
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 
@@ -103,16 +101,7 @@ def main(argv: list[str] | None = None) -> int:
               f"steady {rec['ours_steady_s'] * 1e3:7.2f} ms (factorized solve {rec['factorized_solve_s'] * 1e3:6.2f}) "
               f"total/factorized {rec['total_over_factorized_total']:5.2f}  {rec['methods'][-1]}  err {rec['max_rel_error_vs_spsolve']:.1e}",
               flush=True)
-    env = " ".join(f"{k}={os.environ[k]}" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS") if k in os.environ)
-    out = {"command": f"{env + ' ' if env else ''}python benchmarks/bench_repeat_solve.py {' '.join(sys.argv[1:] if argv is None else argv)}".strip(),
-           "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpu_count": os.cpu_count(),
-                       "torch_threads": torch.get_num_threads()},
-           "versions": {"torch": torch.__version__, "numpy": np.__version__, "scipy": scipy.__version__,
-                        "sparsetorch": st.__version__, "backends": sorted(st.registry().names)},
-           "rows": rows}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1))
-    print("wrote", args.out)
+    _record.write(args.out, {**_record.header("bench_repeat_solve.py", argv), "rows": rows})
     return 0
 
 
