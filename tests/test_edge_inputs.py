@@ -280,7 +280,8 @@ def _column_scaled(seed=1):
 @pytest.mark.skipif(importlib.util.find_spec("sparsetorch_eigen") is None, reason="needs the Eigen plugin (its QR)")
 def test_lstsq_falls_back_to_qr_when_the_krylov_method_stalls():
     # a full-rank 300 x 50 problem with columns in other units (cond 1.1e4): LSQR / LSMR stop at maxiter;
-    # the default call used to raise although a QR was in the ranking
+    # the default call used to raise although a QR was in the ranking (the direct method that answers: Eigen's
+    # sparse QR or the torch backend's dense SVD, whichever ranks first)
     import scipy.sparse as sp
 
     M = _column_scaled()
@@ -289,10 +290,10 @@ def test_lstsq_falls_back_to_qr_when_the_krylov_method_stalls():
     A = st.from_package(sp.csr_array(M))
     x, info = st.lstsq(A, torch.from_numpy(b), return_info=True)
     assert np.linalg.norm(x.numpy() - xr) <= 1e-10 * np.linalg.norm(xr)
-    assert info.method == "qr" and info.converged
+    assert info.method in ("qr", "dense") and info.converged and info.attempts
     ls = st.Lstsq(A)
     x2 = ls.solve(torch.from_numpy(b))
-    assert np.linalg.norm(x2.numpy() - xr) <= 1e-10 * np.linalg.norm(xr) and ls.method == "qr"
+    assert np.linalg.norm(x2.numpy() - xr) <= 1e-10 * np.linalg.norm(xr) and ls.method in ("qr", "dense")
     # gradients through the plan that answered (the dense reference: the normal equations' solution)
     Bt = torch.from_numpy(b).requires_grad_(True)
     st.lstsq(A, Bt).sum().backward()

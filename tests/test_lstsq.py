@@ -196,9 +196,14 @@ def test_bad_inputs_name_the_problem() -> None:
 
 
 def test_torch_backend_declines_with_the_reason() -> None:
-    A = random_rectangular(5, 3, seed=1)
-    with pytest.raises(st.NoBackendError, match="lstsq"):
-        lstsq(A, torch.ones(5, dtype=torch.float64), backend="torch")
+    # its dense SVD stops at min(m, n) = 4096 (a larger one is named with the size and what to use instead)
+    A = st.SparseTensor.from_dense(torch.eye(3, dtype=torch.float64))
+    big = st.SparseTensor.from_coo(torch.ones(5000, dtype=torch.float64), torch.arange(5000), torch.arange(5000),
+                                   shape=(5000, 5000))
+    x = lstsq(A, torch.ones(3, dtype=torch.float64), backend="torch")
+    torch.testing.assert_close(x, torch.ones(3, dtype=torch.float64))
+    with pytest.raises(st.NoBackendError, match=r"dense least squares only up to min\(m, n\) = 4096.*5000x5000"):
+        lstsq(big, torch.ones(5000, dtype=torch.float64), backend="torch")
 
 
 def test_solve_pinned_to_lsqr_points_to_lstsq() -> None:
@@ -348,12 +353,15 @@ def test_columns_scaled_over_twelve_decades_give_the_least_squares_solution(m, n
     D = A.toarray()
     norms = np.linalg.norm(D, axis=0)
     ref = np.linalg.lstsq(D / norms, b, rcond=None)[0] / norms
-    x, info = st.lstsq(st.from_package(A), torch.tensor(b), return_info=True)
-    x = x.numpy()
-    r = b - D @ x
-    assert np.linalg.norm(D.T @ r) / (np.linalg.norm(D) * np.linalg.norm(r)) < 1e-14
-    assert np.linalg.norm(x - ref) / np.linalg.norm(ref) < 1e-4  # cond(A) 1e12 x u; it was 1.0
-    assert ("columns scaled" in info.reason) == (m == 2000)
+    # the default call (a dense SVD of unit-norm columns answers these small ones since session 24), and SciPy's
+    # LSQR alone, where the core scales the columns once LSQR on A fails
+    for backend in (None, "scipy"):
+        x, info = st.lstsq(st.from_package(A), torch.tensor(b), return_info=True, backend=backend)
+        x = x.numpy()
+        r = b - D @ x
+        assert np.linalg.norm(D.T @ r) / (np.linalg.norm(D) * np.linalg.norm(r)) < 1e-14
+        assert np.linalg.norm(x - ref) / np.linalg.norm(ref) < 1e-4  # cond(A) 1e12 x u; it was 1.0
+        assert ("their norms spread" in info.reason) == (backend == "scipy"), info.reason
 
 
 def test_gradients_through_the_column_scaled_path_match_dense_autograd(monkeypatch) -> None:
@@ -432,6 +440,7 @@ def test_badly_scaled_wide_rank_deficient_and_batched_calls_keep_the_minimum_nor
 def test_info_lists_the_main_solve_before_its_refinement() -> None:
     """The refinement's results were recorded before the main solve's, so info named the refinement's count as
     the main one (404 then 673 where the solve took 673; an outside review the same session)."""
+    pytest.importorskip("sparsetorch_eigen")
     n = 400
     T = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(n, n)).tolil()
     T[0, 0] = T[n - 1, n - 1] = 1.0
@@ -465,3 +474,80 @@ def test_hessian_says_first_order_only() -> None:
     A = st.SparseTensor.from_dense(torch.tensor([[4.0, 1, 0], [1, 3, 1], [0, 1, 2]], dtype=torch.float64))
     with pytest.raises(NotImplementedError, match="lstsq: second derivatives"):
         hessian(lambda v: lstsq(A.with_values(v), torch.ones(3, dtype=torch.float64)).sum())(A.values.clone())
+
+
+# --- the torch backend's dense SVD least squares (the hand-over a core + SciPy install has) -------------------
+@pytest.mark.parametrize("shape", [(15, 6), (6, 6), (5, 12)], ids=["over", "square", "under"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128])
+@pytest.mark.parametrize("damp", [0.0, 0.3])
+def test_dense_svd_matches_numpy(shape, dtype, damp) -> None:
+    m, n = shape
+    A = random_rectangular(m, n, density=0.5, seed=m * n + 3).to(dtype)
+    if dtype.is_complex:
+        A = A.with_values(A.values * torch.exp(1j * torch.arange(A.values.numel(), dtype=torch.float64)))
+    B = torch.randn(m, 2, generator=torch.Generator().manual_seed(2), dtype=torch.float64).to(dtype)
+    X, info = lstsq(A, B, backend="torch", damp=damp, return_info=True)
+    assert info.backend == "torch" and info.method == "dense"
+    torch.testing.assert_close(X, _dense_lstsq(A.to_dense(), B, damp), rtol=1e-10, atol=1e-11)
+
+
+def test_dense_svd_rank_deficient_is_minimum_norm_and_differentiable() -> None:
+    # a repeated column and a zero column: NumPy's minimum-norm answer; gradients in B and the values
+    D = torch.randn(9, 5, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    D[:, 3] = D[:, 1]
+    D[:, 4] = 0.0
+    D[D.abs() < 0.3] = 0.0
+    A = st.SparseTensor.from_dense(D)
+    b = torch.randn(9, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    x, info = lstsq(A, b, backend="torch", return_info=True)
+    assert "numerical rank 3 of" in info.reason
+    torch.testing.assert_close(x, _dense_lstsq(D, b.unsqueeze(-1))[:, 0], rtol=1e-10, atol=1e-12)
+    full = random_rectangular(12, 5, density=0.6, seed=8)
+    v = full.values.clone().requires_grad_(True)
+    bb = torch.randn(12, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda v, bb: lstsq(full.with_values(v), bb, backend="torch"), (v, bb),
+                                    eps=1e-6, atol=1e-7, rtol=1e-6)
+    assert torch.autograd.gradcheck(lambda v, bb: lstsq(full.with_values(v), bb, backend="torch", damp=0.5),
+                                    (v, bb), eps=1e-6, atol=1e-7, rtol=1e-6)
+
+
+def test_dense_svd_value_batch() -> None:
+    A = random_rectangular(10, 4, density=0.6, seed=5)
+    V = torch.stack([A.values, 2.0 * A.values + 0.1])
+    Ab = A.with_values(V)
+    B = torch.randn(2, 10, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
+    X = lstsq(Ab, B, backend="torch")
+    for i in range(2):
+        torch.testing.assert_close(X[i], _dense_lstsq(A.with_values(V[i]).to_dense(), B[i]), rtol=1e-10, atol=1e-11)
+
+
+def test_a_core_and_scipy_install_hands_over_to_the_dense_svd(monkeypatch) -> None:
+    """impcol_a (207 x 207, cond 1.4e8): SciPy's LSQR stops at its iteration limit; with no sparse QR
+    installed (the quick start's core + SciPy) the default call raised NotConvergedError in float64 and
+    float32 (session 24's GPU-machine run). It hands over to the torch backend's dense SVD. Reference: NumPy's
+    dense lstsq in float64."""
+    import scipy.io
+
+    from sparsetorch.dispatch.experience import clear_experience
+    from sparsetorch.dispatch.select import clear_decisions
+
+    monkeypatch.setenv("SPARSETORCH_DISABLE_PLUGINS", "eigen")
+    reset_backends()
+    clear_decisions()
+    clear_experience()
+    try:
+        if "scipy" not in get_backends().names:
+            get_backends().register(plugin, "scipy")
+        M = sp.csr_matrix(scipy.io.mmread(str(Path(__file__).parent / "data" / "impcol_a.mtx")))
+        b = np.random.default_rng(0).standard_normal(M.shape[0])
+        xr = np.linalg.lstsq(M.toarray(), b, rcond=None)[0]
+        for dt, tol in ((np.float64, 1e-9), (np.float32, 1e-5)):
+            x, info = st.lstsq(st.from_package(M.astype(dt)), torch.from_numpy(b.astype(dt)), return_info=True)
+            assert info.backend == "torch" and info.method == "dense", info.reason
+            assert "scipy/lsqr" in info.reason or any(a.backend == "scipy" for a in info.attempts), info
+            assert np.linalg.norm(x.numpy().astype(np.float64) - xr) <= tol * np.linalg.norm(xr)
+    finally:
+        monkeypatch.undo()
+        reset_backends()
+        clear_decisions()
+        clear_experience()

@@ -156,7 +156,7 @@ class LstsqHandle:
             break
         what = "adjoint " if adjoint else ""
         before = f"; tried before it: {'; '.join(self.tried)}" if self.tried else ""
-        try_qr = "" if plan.method == "qr" else "try method='qr', "
+        try_qr = "" if plan.method in ("qr", "dense") else "try method='qr' (a sparse QR) or 'dense' (an SVD), "
         msg = (f"{plan.backend}/{plan.method} ({what}least squares) stopped after {res.iterations} iterations "
                f"({res.status.value}: {res.reason or 'no reason given'}){before}. (||b - A x|| need not go to zero: an "
                f"inconsistent system's least-squares residual is what it is; LSQR / LSMR stop on ||A^H r||.) Raise "
@@ -179,19 +179,26 @@ class LstsqHandle:
         scale, plus the floor rounding puts under the computed ``r``: a correct answer with a small nonzero
         residual read 1e-10 by Stewart's measure and was refused; session 23's sweep)."""
         A = self.A
+        damp = float(self.options.get("damp") or 0.0)
         anorm = torch.linalg.vector_norm(values, dim=-1).unsqueeze(-1)
         bn = torch.linalg.vector_norm(B, dim=-2)
         R = B - apply_entries(A, values, X, adjoint=adjoint)
         rn = torch.linalg.vector_norm(R, dim=-2)
         xn = torch.linalg.vector_norm(X, dim=-2)
+        if damp:  # the damped problem is the plain one of [A; damp I] with b = [B; 0]: r = [R; -damp X]
+            rn = torch.sqrt(rn * rn + (damp * xn) ** 2)
+            anorm = torch.sqrt(anorm * anorm + X.shape[-2] * damp * damp)
         den = anorm * xn + bn
         consistent = rn / torch.where(den > 0, den, torch.ones_like(den))
         AR = apply_entries(A, values, R, adjoint=not adjoint)  # (*batch, columns of the operator, k)
+        if damp:
+            AR = AR - (damp * damp) * X
         if AR.shape[-2]:
             coords, slot = A.entries()
             mag = values.index_select(-1, slot).abs()
             cn = mag.new_zeros(*mag.shape[:-1], AR.shape[-2]).index_add(-1, coords[0] if adjoint else coords[1],
-                                                                       mag * mag).sqrt()
+                                                                       mag * mag)
+            cn = (cn + damp * damp).sqrt()
             scale = (rn + anorm * xn + bn).unsqueeze(-2)
             den_c = cn.unsqueeze(-1) * scale
             colwise = torch.where(den_c > 0, AR.abs() / torch.where(den_c > 0, den_c, torch.ones_like(den_c)),

@@ -96,8 +96,9 @@ def lstsq(
 
     ``B`` is ``(m,)``, ``(m, k)`` or either with A's value batch in front; ``X`` has ``n`` rows.
     Overdetermined full-rank systems give the least-squares solution, underdetermined or
-    rank-deficient ones the minimum-norm one (``damp == 0``). Methods (plugins): ``"lsqr"``,
-    ``"lsmr"``; ``atol``/``btol``/``conlim``/``maxiter`` are their stopping rules (see
+    rank-deficient ones the minimum-norm one (``damp == 0``). Methods: ``"lsqr"``, ``"lsmr"`` (the SciPy
+    plugin), ``"qr"`` (the Eigen plugin's sparse QR), ``"dense"`` (the built-in torch backend's SVD of the dense
+    matrix, any rank and ``damp``, up to min(m, n) = 4096); ``atol``/``btol``/``conlim``/``maxiter`` are their stopping rules (see
     :data:`LSTSQ_DEFAULTS`). With none of ``atol``/``btol``/``damp`` given, an iterative answer is
     refined on the same plan to a backward-stable method's backward error (docs/dispatch.md), and a
     Krylov method dispatch chose that does not converge hands over to a direct one (QR) where the

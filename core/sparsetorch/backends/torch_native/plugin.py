@@ -15,6 +15,8 @@ dense fallbacks beyond the size limit.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..._version import __version__
@@ -44,7 +46,7 @@ def sparsetorch_backend_info() -> BackendInfo:
         devices=("cpu", "cuda", "mps", "xpu"),
         dtypes=_FULL + _HALF,
         ops={"matmul": ("spmm",), "solve": (*_ITERATIVE, "lu", "cholesky"), "eigsh": ("dense", "lanczos", "lobpcg"),
-             "eigs": ("dense",), "logdet": ("dense",)},
+             "eigs": ("dense",), "logdet": ("dense",), "lstsq": ("dense",)},
         formats=(CSR,),
         priority=0,
         distribution="sparsetorch",
@@ -69,6 +71,8 @@ def sparsetorch_offers(request: Request) -> list[Offer | Decline]:
         from .spectral_offers import spectral_offers
 
         return spectral_offers(request, r)
+    if request.op == "lstsq":
+        return _lstsq_offers(request, r)
     return [Decline("torch", f"op {request.op!r} is not implemented by the torch backend")]
 
 
@@ -152,6 +156,35 @@ def _solve_offers(request: Request, r) -> list[Offer | Decline]:
         if request.option("method") == method:
             out.append(Decline("torch", f"method {method!r} is not in the torch backend (try the scipy plugin)", method))
     return out
+
+
+#: the dense least-squares SVD is offered while the smaller side is at most this and the matrix at most
+#: LSTSQ_DENSE_MAX^2 entries (128 MiB in float64)
+LSTSQ_DENSE_MAX = 4096
+
+
+def _lstsq_offers(request: Request, r) -> list[Offer | Decline]:
+    """``dense``: the SVD of the dense matrix (:class:`~.dense.DenseLstsqPlan`), any rank, any shape, damp. Its
+    ``6 M N^2 + 20 N^3`` flops (M >= N the sides; the thin R-SVD's count) rank it after LSQR / LSMR and a sparse
+    QR on all but small matrices; a Krylov choice that does not converge hands over to it."""
+    from .dense import DenseLstsqPlan
+
+    A = request.A
+    m, n = A.shape[-2], A.shape[-1]
+    big, small = max(m, n), min(m, n)
+    if small > LSTSQ_DENSE_MAX or m * n > LSTSQ_DENSE_MAX ** 2:
+        return [Decline("torch", f"dense least squares only up to min(m, n) = {LSTSQ_DENSE_MAX} and "
+                                 f"{LSTSQ_DENSE_MAX}^2 entries (A is {m}x{n}); use the scipy plugin's 'lsqr' / "
+                                 f"'lsmr' or the eigen plugin's 'qr'", "dense")]
+    batch = max(1, math.prod(A.batch_shape))
+    vsize = cost._itemsize(A.dtype)
+    k = request.rhs_columns
+    flops = (6.0 * big * small * small + 20.0 * small ** 3) * batch
+    factor = r.seconds(bytes=4 * m * n * vsize * batch, flops=flops, launches=20 * batch)
+    solves = r.seconds(bytes=2 * (m + n) * small * vsize * batch, flops=4.0 * (m + n) * small * k * batch,
+                       launches=6 * batch)
+    return [Offer("torch", "dense", factor + solves, int(3 * m * n * vsize * batch), lambda A_, req: DenseLstsqPlan(A_),
+                  f"SVD of the dense {m}x{n} matrix (minimum-norm, any rank)", factor=factor)]
 
 
 def _krylov_factory(method: str, options: dict):
