@@ -551,3 +551,25 @@ def test_a_core_and_scipy_install_hands_over_to_the_dense_svd(monkeypatch) -> No
         reset_backends()
         clear_decisions()
         clear_experience()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("shape", [(40, 12), (12, 40), (30, 30)], ids=["over", "under", "square"])
+def test_dense_svd_on_cuda_matches_numpy(shape) -> None:
+    # torch.linalg.svd on the GPU (cuSOLVER): the same answers and gradients as on the CPU
+    m, n = shape
+    A = random_rectangular(m, n, density=0.4, seed=m + 7 * n)
+    B = torch.randn(m, 3, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    ref = _dense_lstsq(A.to_dense(), B)
+    X, info = lstsq(A.to("cuda"), B.cuda(), backend="torch", return_info=True)
+    assert X.device.type == "cuda" and info.method == "dense"
+    torch.testing.assert_close(X.cpu(), ref, rtol=1e-10, atol=1e-11)
+    v = A.values.cuda().requires_grad_(True)
+    b = B[:, 0].cuda().requires_grad_(True)
+    if m >= n:  # gradients need full column rank (damp == 0)
+        lstsq(A.to("cuda").with_values(v), b, backend="torch").square().sum().backward()
+        vc = A.values.clone().requires_grad_(True)
+        bc = B[:, 0].clone().requires_grad_(True)
+        lstsq(A.with_values(vc), bc, backend="torch").square().sum().backward()
+        torch.testing.assert_close(v.grad.cpu(), vc.grad, rtol=1e-8, atol=1e-10)
+        torch.testing.assert_close(b.grad.cpu(), bc.grad, rtol=1e-8, atol=1e-10)
