@@ -43,6 +43,9 @@ What is here, by use:
   :func:`to_real` / :func:`from_real` / :func:`realified_matvec` (a Hermitian system as a real
   symmetric one of twice the size, for real-only MINRES);
 - accuracy: :func:`default_rtol`, :func:`unit_roundoff`, :func:`backward_error_bound`;
+- gradients computed outside autograd (a backward pass of solves under ``no_grad``): :func:`first_order_only`
+  makes differentiating them again raise a clear error instead of reading them as constants, and
+  :func:`first_order_in` does so only along the inputs they held constant;
 - moving data into the plan's layout: :func:`conversion` / :class:`Conversion`;
 - the errors a plan raises: :class:`SingularMatrixError`, :class:`IndefiniteMatrixError`,
   :class:`NotConvergedError`, :class:`InputError`, :class:`BackendError`; :data:`MASS_FIX`, the
@@ -56,6 +59,7 @@ What is here, by use:
 from __future__ import annotations
 
 from ._markers import hookimpl
+from .autograd._first_order import first_order_in, first_order_only
 from .dispatch.accuracy import backward_error_bound, default_rtol, unit_roundoff
 from .dispatch.plan import plan_cache
 from .dispatch.calibrate import Rates, calibrate, rates
@@ -99,7 +103,7 @@ __all__ = [
     "cuda_matrix_decline", "cpu_matrix_decline", "dtype_name", "conversion_note", "hermitian", "spd_ok",
     "IterationResult", "Status", "Outcome", "combine", "trivial_system", "maxiter_reason", "Run",
     "true_residual_solve", "to_real", "from_real", "realified_matvec",
-    "default_rtol", "unit_roundoff", "backward_error_bound",
+    "default_rtol", "unit_roundoff", "backward_error_bound", "first_order_only", "first_order_in",
     "Conversion", "conversion",
     "BackendError", "IndefiniteMatrixError", "InputError", "NotConvergedError", "SingularMatrixError", "MASS_FIX",
     "get_backends", "reset_backends", "plan_cache", "CONVERSION_KERNELS",

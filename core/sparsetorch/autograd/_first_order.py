@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["first_order_only"]
+__all__ = ["first_order_only", "first_order_in"]
 
 
 class _FirstOrderOnly(torch.autograd.Function):
@@ -50,3 +50,16 @@ def first_order_only(out: torch.Tensor | None, what: str, *anchors: torch.Tensor
     if not live:
         return out
     return _FirstOrderOnly.apply(out.detach(), what, *live)
+
+
+def first_order_in(out: torch.Tensor | None, what: str, *anchors: torch.Tensor | None) -> torch.Tensor | None:
+    """``out`` with its own graph kept, plus a zero tied to ``anchors`` whose backward raises: for a gradient
+    that is exact as a function of some inputs (the incoming gradient, recorded under ``create_graph=True``)
+    but was computed with others (``anchors``) held constant. Differentiating it again along those raises;
+    along the rest it is exact. (``first_order_only`` cuts the whole graph.)"""
+    if out is None or not torch.is_grad_enabled():
+        return out
+    live = [a for a in anchors if isinstance(a, torch.Tensor) and a.requires_grad]
+    if not live:
+        return out
+    return out + _FirstOrderOnly.apply(torch.zeros_like(out.detach()), what, *live)

@@ -20,9 +20,11 @@ import math
 import torch
 
 import sparsetorch as st
+from sparsetorch.backend import first_order_in, first_order_only
 
 from .comm import Comm, dtype_code
 from .exchange import as_rows, from_rows
+from .tensor import next_op_epoch
 
 __all__ = ["matmul", "dot", "norm", "global_sum", "check_vector"]
 
@@ -73,6 +75,7 @@ class _Matmul(torch.autograd.Function):
             Y = Ys[0]
         ctx.A, ctx.transpose, ctx.saved, ctx.B, ctx.per_member, ctx.xshape = A, transpose, saved, B, per_member, X.shape
         ctx.vflat = vflat
+        ctx.save_for_backward(values, X)  # anchors of the first-order-only gradients (create_graph=True)
         return Y
 
     @staticmethod
@@ -105,11 +108,23 @@ class _Matmul(torch.autograd.Function):
             dX = torch.stack(gX).reshape(ctx.xshape) if ctx.per_member else torch.stack(gX).sum(0).reshape(ctx.xshape)
         if need_v:
             dV = torch.stack(gV).reshape(*A.batch_shape, -1) if A.batch_shape else gV[0]
+        if torch.is_grad_enabled():
+            # differentiated again (create_graph=True): both gradients are recorded as functions of G, but the
+            # values' holds X as a constant (the mixed derivative came back None; session 24's sweep) and X's
+            # the values: differentiating along those raises
+            values, Xin = ctx.saved_tensors
+            if A.comm.size > 1:  # the halo exchanges of the backward are not recorded: no second derivative at all
+                dV = first_order_only(dV, "distributed matmul on several ranks", values, Xin)
+                dX = first_order_only(dX, "distributed matmul on several ranks", values, Xin)
+            else:
+                dV = first_order_in(dV, "distributed matmul (gradient of the values, in x)", Xin)
+                dX = first_order_in(dX, "distributed matmul (gradient of x, in the values)", values)
         return dV, dX, None, None
 
 
 def matmul(A, X: torch.Tensor, *, transpose: bool = False) -> torch.Tensor:
     """``A @ X`` (``A^T @ X`` with ``transpose``) for a DSparseTensor ``A`` and local ``X``. Collective."""
+    next_op_epoch()  # copies of A's values made by an earlier call are made again
     comm = A.comm
     err = None
     try:

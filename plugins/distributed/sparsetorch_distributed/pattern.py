@@ -118,6 +118,8 @@ class Pattern:
     device: torch.device
     cache: dict = field(default_factory=dict)
     lazy: dict = field(default_factory=dict)
+    #: built from entries moved to other ranks (``partition=``, ``scatter``): the caller's entry order is gone
+    migrated: bool = False
 
     # per-slot coordinates (lazy) ----------------------------------------------------------------
     def slot_rows(self) -> torch.Tensor:

@@ -38,7 +38,42 @@ def make_preconditioner(A, values: torch.Tensor, kind, *, transpose: bool, local
     key = (kind, transpose, _values_key(A, values), tuple(sorted((local_options or {}).items())))
     hit = cache.get("precond")
     if hit is not None and hit[0] == key:
+        if isinstance(hit[1], BaseException):
+            raise hit[1]  # the same values failed before: no second factorization
         return hit[1]
+    try:
+        fn = _make(A, values, kind, transpose=transpose, local_options=local_options)
+    except st.SingularMatrixError as exc:
+        cache["precond"] = (key, exc)
+        raise
+    cache["precond"] = (key, fn)
+    return fn
+
+
+#: what the message of a preconditioner's SingularMatrixError says when A itself is singular (a zero row): the
+#: solve raises it instead of running without the preconditioner (the agreed error reaches the other ranks as
+#: its class and text)
+A_SINGULAR = "A itself is singular"
+
+
+def _zero_rows(A, values: torch.Tensor) -> None:
+    """Raise when one of this rank's rows of A stores only zeros (A is singular, whatever the preconditioner)."""
+    if not A.n_local:
+        return
+    sums = torch.zeros(A.n_local, dtype=values.abs().dtype, device=values.device).index_add_(
+        0, A.pattern.slot_rows().to(values.device), values.detach().abs())
+    zero = sums == 0
+    if bool(zero.any()):
+        row = int(torch.nonzero(zero)[0, 0])
+        raise st.SingularMatrixError(
+            f"{A_SINGULAR}: row {int(A.owned_rows()[row])} (local row {row} on rank {A.comm.rank}; {int(zero.sum())} "
+            f"such rows there) has no nonzero entry; check the assembly (a missing equation or boundary condition)",
+            row=row)
+
+
+def _make(A, values: torch.Tensor, kind, *, transpose: bool, local_options: dict | None):
+    if not transpose:
+        _zero_rows(A, values)
     if kind == "jacobi":
         d = A.with_values(values).diagonal()
         if bool((d == 0).any()):
@@ -57,7 +92,27 @@ def make_preconditioner(A, values: torch.Tensor, kind, *, transpose: bool, local
             fn = lambda r: r  # noqa: E731
         else:
             solver = st.Solver(block, **(local_options or {}))
-            solver.factorize()
+            try:
+                coo = block.entries()[0]
+                empty = (torch.bincount(coo[0].to(torch.int64), minlength=A.n_local) == 0) | \
+                    (torch.bincount(coo[1].to(torch.int64), minlength=A.n_local) == 0)
+                if bool(empty.any()):
+                    # a row whose entries all lie in other ranks' columns: the block is singular, the local
+                    # solver would find out only when first applied (inside the Krylov loop)
+                    row = int(torch.nonzero(empty)[0, 0])
+                    raise st.SingularMatrixError(f"local row or column {row} of the block has no entry "
+                                                 f"({int(empty.sum())} such)", row=row)
+                solver.factorize()
+            except st.SingularMatrixError as exc:
+                row = getattr(exc, "row", None)
+                where = "" if row is None or not 0 <= row < A.n_local else \
+                    f" (at its local row {row}, global row {int(A.owned_rows()[row])})"
+                raise st.SingularMatrixError(
+                    f"block_jacobi preconditioner: rank {A.comm.rank}'s diagonal block A[owned, owned] "
+                    f"({A.n_local} x {A.n_local}) is singular{where}; A itself need not be (a row whose entries all lie "
+                    f"in other ranks' columns, or a block of an indefinite matrix): pass preconditioner=None or "
+                    f"'jacobi', or partition the rows otherwise (partition='metis' / 'spectral'). Local solver: {exc}",
+                    row=row) from exc
 
             def fn(r: torch.Tensor, solver=solver) -> torch.Tensor:
                 return solver.solve(r)
@@ -65,5 +120,4 @@ def make_preconditioner(A, values: torch.Tensor, kind, *, transpose: bool, local
             fn.solver = solver  # the rank's local sparsetorch.Solver (what dispatch chose: solver.explain())
     else:
         raise st.InputError(f"unknown preconditioner {kind!r}; choose 'block_jacobi', 'jacobi', None or a callable")
-    cache["precond"] = (key, fn)
     return fn

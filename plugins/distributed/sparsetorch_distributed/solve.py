@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 import sparsetorch as st
-from sparsetorch.backend import Status, backward_error_bound, default_rtol
+from sparsetorch.backend import Status, backward_error_bound, default_rtol, first_order_in, first_order_only
 
 from .comm import dtype_code
 from .errors import DistributedError
@@ -29,7 +29,8 @@ from .exchange import as_rows, from_rows
 from .krylov import METHODS, Reducer, _Abort
 from .krylov_block import BLOCK_METHODS, _cs, _red
 from .ops import agree_grad, check_vector
-from .precond import make_preconditioner
+from .precond import A_SINGULAR, make_preconditioner
+from .tensor import next_op_epoch
 
 __all__ = ["solve", "DSolveInfo", "is_symmetric"]
 
@@ -157,10 +158,12 @@ def _one_solve(A, values, b1: torch.Tensor, cfg: _Config, *, transpose: bool, sy
                        history=(), reductions=red.count, attempts=())
     last = None
     bound = backward_error_bound(A.dtype, 1)
-    for method in _order(cfg, symmetric):
+    order, no_pre = list(_order(cfg, symmetric)), None
+    while order:
+        method = order.pop(0)
         if method not in METHODS:
             raise st.InputError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
-        pre, M = _preconditioner(A, values, cfg, method, last, use_t, comm)
+        pre, M = (no_pre, None) if no_pre is not None else _preconditioner(A, values, cfg, method, last, use_t, comm)
         M = red.guard(M) if M is not None else None
         kernel = METHODS[method]
         kw = {"restart": cfg.restart} if method == "gmres" else {}
@@ -199,8 +202,9 @@ def _one_solve(A, values, b1: torch.Tensor, cfg: _Config, *, transpose: bool, sy
                     continue  # restart from x
                 break
         except _Abort:
-            comm.agree(red.error, f"distributed {method}")
-            raise DistributedError("a rank flagged an error but none reported it") from None  # unreachable
+            no_pre = _preconditioner_failed(comm, red, method, pre, M, attempts)
+            order.insert(0, method)  # the same method again, without the preconditioner
+            continue
         if not math.isfinite(true):
             status = Status.NOT_FINITE
         rel = true / bnorm
@@ -212,6 +216,22 @@ def _one_solve(A, values, b1: torch.Tensor, cfg: _Config, *, transpose: bool, sy
             break
     last["attempts"] = tuple(attempts)
     return x, last
+
+
+def _preconditioner_failed(comm, red, what: str, pre, M, attempts: list) -> str:
+    """After a rank flagged an error inside the Krylov loop: the agreed error is raised, unless it is the
+    preconditioner's local solve finding its block singular or indefinite (jagmesh7 on 2 contiguous ranks: rank
+    1's block has rank 567 of 569, and its LU says so only when applied; session 24's sweep). Then the attempt
+    is recorded and the label of the preconditioner-free retry returned."""
+    try:
+        comm.agree(red.error, f"distributed {what}")
+    except (st.SingularMatrixError, st.IndefiniteMatrixError) as exc:
+        if M is None:
+            raise
+        red.error = None
+        attempts.append(f"{what}+{pre}: the preconditioner failed when applied ({str(exc)[:160]})")
+        return f"none ({pre} failed when applied)"
+    raise DistributedError("a rank flagged an error but none reported it")  # unreachable: agree raised
 
 
 def _block_precond(M, kind):
@@ -245,8 +265,10 @@ def _block_solve(A, values, B2: torch.Tensor, cfg: _Config, *, transpose: bool, 
     attempts: list[str] = []
     last = None
     bound = backward_error_bound(A.dtype, 1)
-    for method in _order(cfg, symmetric):
-        pre, M = _preconditioner(A, values, cfg, method, last, use_t, comm)
+    order, no_pre = list(_order(cfg, symmetric)), None
+    while order:
+        method = order.pop(0)
+        pre, M = (no_pre, None) if no_pre is not None else _preconditioner(A, values, cfg, method, last, use_t, comm)
         M = _block_precond(M, pre)
         M = red.guard(M) if M is not None else None
         kernel = BLOCK_METHODS[method]
@@ -287,8 +309,9 @@ def _block_solve(A, values, B2: torch.Tensor, cfg: _Config, *, transpose: bool, 
                     continue
                 break
         except _Abort:
-            comm.agree(red.error, f"distributed block {method}")
-            raise DistributedError("a rank flagged an error but none reported it") from None  # unreachable
+            no_pre = _preconditioner_failed(comm, red, f"block {method}", pre, M, attempts)
+            order.insert(0, method)  # the same method again, without the preconditioner
+            continue
         if not _finite_all(true):
             status = Status.NOT_FINITE
         rel = float((true / bsafe).max())
@@ -307,15 +330,61 @@ def _finite_all(t: torch.Tensor) -> bool:
     return bool(torch.isfinite(t).all())
 
 
+#: a default solve (no method given) whose Krylov attempts all fail gathers A and B on every rank and solves them
+#: there by the core's direct route when A has at most this many rows (the allgather moves every entry)
+GATHERED_DIRECT_MAX = 100_000
+
+
 def _solve_columns(A, values, B2: torch.Tensor, cfg: _Config, *, transpose: bool, symmetric: bool):
+    if B2.shape[1] == 0:  # no right-hand sides (an (n, 0) B): nothing to solve, as matmul does
+        return B2.clone(), [dict(method=_order(cfg, symmetric)[0], preconditioner=None, iterations=0, residual=0.0,
+                                 status=Status.CONVERGED, reason="no right-hand sides", history=(), reductions=0,
+                                 attempts=())]
     if B2.shape[1] > 1 and cfg.block:
-        return _block_solve(A, values, B2, cfg, transpose=transpose, symmetric=symmetric)
-    cols, infos = [], []
-    for j in range(B2.shape[1]):
-        xj, info = _one_solve(A, values, B2[:, j].contiguous(), cfg, transpose=transpose, symmetric=symmetric)
-        cols.append(xj)
-        infos.append(info)
-    return torch.stack(cols, 1) if cols else B2.clone(), infos
+        X, infos = _block_solve(A, values, B2, cfg, transpose=transpose, symmetric=symmetric)
+    else:
+        cols, infos = [], []
+        for j in range(B2.shape[1]):
+            xj, info = _one_solve(A, values, B2[:, j].contiguous(), cfg, transpose=transpose, symmetric=symmetric)
+            cols.append(xj)
+            infos.append(info)
+        X = torch.stack(cols, 1) if cols else B2.clone()
+    # (the statuses come from globally reduced residuals: every rank takes the same branch)
+    if cfg.method is None and A.pattern.shape[0] <= GATHERED_DIRECT_MAX and \
+            any(i["status"] != Status.CONVERGED for i in infos):
+        return _gathered_direct(A, values, B2, transpose, infos)
+    return X, infos
+
+
+def _gathered_direct(A, values, B2: torch.Tensor, transpose: bool, infos: list):
+    """Every rank gathers A's entries and B's rows, solves ``A X = B`` (``A^T``) with ``sparsetorch.solve``'s
+    default (a direct method, the accuracy contract, a named error for a singular A) and keeps its own rows.
+    The last resort of a default solve on a matrix the Krylov methods with block Jacobi do not solve (west0067,
+    condition 1.3e2, 2 ranks: BiCGStab broke down, GMRES(30) stalled at 0.85; session 24's sweep). Collective."""
+    comm = A.comm
+    N = A.pattern.shape[0]
+    with comm.agreement("distributed solve (gathered direct fallback)"):
+        rows, cols = A.local_coo()
+        vals = (A.values if values is None else values).detach()
+        ids = A.owned_rows()
+        parts = comm.allgather_object((rows.cpu(), cols.cpu(), vals.cpu(), ids.cpu(), B2.detach().cpu()))
+        R = torch.cat([q[0] for q in parts])
+        C = torch.cat([q[1] for q in parts])
+        V = torch.cat([q[2] for q in parts])
+        Bg = torch.zeros(N, B2.shape[1], dtype=B2.dtype)
+        for q in parts:
+            Bg[q[3]] = q[4]
+        M = st.SparseTensor.from_coo(V, C, R, shape=(N, N)) if transpose else st.SparseTensor.from_coo(V, R, C, shape=(N, N))
+        Xg, info = st.solve(M, Bg, return_info=True)
+    X = Xg[ids.cpu()].to(B2.device)
+    tried = [a for i in infos for a in i.get("attempts", ())]
+    note = f"gathered on every rank: {info.backend}/{info.method} (the Krylov attempts failed)"
+    rec = dict(method="direct", preconditioner=None, iterations=0, residual=float(info.residual),
+               status=Status.CONVERGED, reason=note, history=(), reductions=sum(i["reductions"] for i in infos),
+               attempts=tuple(tried) + (f"direct ({note}): converged, relative residual {info.residual:.3g}",))
+    if "columns" in infos[0]:
+        rec["columns"] = B2.shape[1]
+    return X, [rec]
 
 
 class _Solve(torch.autograd.Function):
@@ -339,6 +408,7 @@ class _Solve(torch.autograd.Function):
             outs.append(from_rows(X2, how))
         ctx.A, ctx.cfg, ctx.symmetric, ctx.vflat, ctx.per_member = A, cfg, symmetric, vflat, per_member
         ctx.bshape, ctx.Xs = B.shape, Xs
+        ctx.save_for_backward(values, B)  # anchors of the first-order-only gradients (create_graph=True)
         if nb:
             return torch.stack(outs).reshape(B.shape) if per_member else torch.stack(outs).reshape(*A.batch_shape, *B.shape)
         return outs[0]
@@ -370,6 +440,17 @@ class _Solve(torch.autograd.Function):
             dV = torch.stack(gV).reshape(*A.batch_shape, -1) if nb else gV[0]
         if ctx.needs_input_grad[1]:
             dB = torch.stack(gB).reshape(ctx.bshape) if (ctx.per_member or not nb) else torch.stack(gB).sum(0)
+        if torch.is_grad_enabled():
+            # differentiated again (create_graph=True): both gradients are recorded as functions of G, but hold
+            # the values (and the values' gradient X, so also B) as constants (a Hessian-vector product came
+            # back 6 % off, silently; session 24's sweep): differentiating along those raises
+            values, B = ctx.saved_tensors
+            if A.comm.size > 1:  # the halo exchanges of the backward are not recorded: no second derivative at all
+                dV = first_order_only(dV, "distributed solve on several ranks", values, B)
+                dB = first_order_only(dB, "distributed solve on several ranks", values, B)
+            else:
+                dV = first_order_in(dV, "distributed solve (gradient of the values)", values, B)
+                dB = first_order_in(dB, "distributed solve (gradient of B)", values)
         return dV, dB, None, None, None, None
 
 
@@ -420,6 +501,7 @@ def solve(A, B: torch.Tensor, *, method: str | None = None, preconditioner="bloc
     if not isinstance(A, DSparseTensor):
         raise st.InputError(f"sparsetorch_distributed.solve needs a DSparseTensor, got {type(A).__name__} (use "
                             f"sparsetorch.solve for a SparseTensor)")
+    next_op_epoch()  # copies of A's values made by an earlier call are made again
     comm = A.comm
     t0 = time.perf_counter()
     err = None
@@ -433,8 +515,14 @@ def solve(A, B: torch.Tensor, *, method: str | None = None, preconditioner="bloc
             raise st.InputError(f"the right-hand side holds NaN or Inf on rank {comm.rank}")
         if not bool(torch.isfinite(A.values.detach()).all()):
             raise st.InputError(f"the matrix values hold NaN or Inf on rank {comm.rank}")
-        if rtol is not None and not (rtol >= 0):
-            raise st.InputError(f"rtol must be >= 0, got {rtol}")
+        if rtol is not None and not (isinstance(rtol, (int, float)) and rtol >= 0 and math.isfinite(rtol)):
+            raise st.InputError(f"rtol must be a finite number >= 0 or None, got {rtol!r}")
+        if not (isinstance(atol, (int, float)) and atol >= 0 and math.isfinite(atol)):
+            raise st.InputError(f"atol must be a finite number >= 0, got {atol!r}")
+        if maxiter is not None and (not isinstance(maxiter, int) or isinstance(maxiter, bool) or maxiter < 1):
+            raise st.InputError(f"maxiter must be a positive int or None, got {maxiter!r}")
+        if not isinstance(restart, int) or isinstance(restart, bool) or restart < 1:
+            raise st.InputError(f"restart (GMRES's Krylov space per cycle) must be a positive int, got {restart!r}")
     except st.SparseTorchError as exc:
         err = exc
     comm.agree(err, "distributed solve")
@@ -448,10 +536,11 @@ def solve(A, B: torch.Tensor, *, method: str | None = None, preconditioner="bloc
                                           "restart": int(restart) if isinstance(restart, int) else -2,
                                           "preconditioner": _PRECONDITIONER_CODES.get(preconditioner, 3)
                                           if not callable(preconditioner) else 3,
-                                          "symmetric": -1 if symmetric is None else int(bool(symmetric))},
+                                          "symmetric": -1 if symmetric is None else int(bool(symmetric)),
+                                          "on_nonconvergence": _POLICIES.index(on_nonconvergence)},
                     shown={"dtype": str(B.dtype), "method": method, "rtol": rtol, "atol": atol,
                            "preconditioner": preconditioner if not callable(preconditioner) else "a callable",
-                           "symmetric": symmetric})
+                           "symmetric": symmetric, "on_nonconvergence": on_nonconvergence})
     cfg = _Config(method, preconditioner, default_rtol(A.dtype) if rtol is None else float(rtol), float(atol), maxiter,
                   int(restart), on_nonconvergence, local_options, symmetric, callback, bool(block),
                   sharpen=rtol is None and not atol)
@@ -487,7 +576,15 @@ def _preconditioner(A, values, cfg, method: str, last, use_t: bool, comm):
     if method == "minres" and pre == "block_jacobi" and cfg.method is None and last is not None and \
             last["status"] == Status.INDEFINITE:
         pre = None
-    with comm.agreement("setting up the preconditioner"):
-        M = make_preconditioner(A, values if values is not None else A.values.detach(), pre,
-                                transpose=use_t, local_options=cfg.local_options)
+    try:
+        with comm.agreement("setting up the preconditioner"):
+            M = make_preconditioner(A, values if values is not None else A.values.detach(), pre,
+                                    transpose=use_t, local_options=cfg.local_options)
+    except st.SingularMatrixError as exc:
+        if A_SINGULAR in str(exc):
+            raise
+        # (agreed: every rank is here) a singular diagonal block or a zero diagonal entry says nothing of A
+        # itself: west0067 (condition 1.3e2) raised "the system has no solution" from rank 0's block on 2
+        # ranks (session 24's sweep). The attempt runs without a preconditioner and says why.
+        return f"none ({pre} could not be set up: {str(exc)[:160]})", None
     return pre, M

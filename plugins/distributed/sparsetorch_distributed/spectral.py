@@ -45,6 +45,7 @@ from sparsetorch.backend import Status, default_rtol
 from .comm import dtype_code
 from .errors import DistributedError
 from .krylov import Reducer, _Abort, minres
+from .tensor import next_op_epoch
 
 __all__ = ["eigsh", "DEigshInfo"]
 
@@ -415,6 +416,7 @@ def eigsh(A, k: int = 6, *, which: str = "LM", sigma: float | None = None, tol: 
     if not isinstance(A, DSparseTensor):
         raise st.InputError(f"sparsetorch_distributed.eigsh needs a DSparseTensor, got {type(A).__name__} (use "
                             f"sparsetorch.eigsh for a SparseTensor)")
+    next_op_epoch()  # copies of A's values made by an earlier call are made again
     comm = A.comm
     t0 = time.perf_counter()
     N = A.pattern.shape[0]

@@ -28,7 +28,20 @@ from .partition import graph_parts
 from .pattern import (_DTYPES, _PATTERNS, Pattern, _build_pattern, _check_index, _key, _migrate, _owned_key,
                       _owned_text, _rowmap, _spmm, _to_slots, _unique_bytes, pattern_cache_clear)
 
-__all__ = ["DSparseTensor", "DSparseTensorList", "Pattern", "pattern_cache_clear"]
+__all__ = ["DSparseTensor", "DSparseTensorList", "Pattern", "pattern_cache_clear", "op_epoch", "next_op_epoch"]
+
+#: bumped by every public op call (matmul, solve, eigsh): caches of values copied out of a tensor (the transposed
+#: blocks, slot sums of entry values) last one call, since a write through ``.data`` leaves no version behind
+_EPOCH = [0]
+
+
+def op_epoch() -> int:
+    return _EPOCH[0]
+
+
+def next_op_epoch() -> None:
+    """Start an op call: copies of values made before it are made again when next read."""
+    _EPOCH[0] += 1
 
 class DSparseTensor:
     """A square sparse matrix partitioned by rows over the ranks of a :class:`Comm`.
@@ -40,13 +53,41 @@ class DSparseTensor:
     ``(*batch, nse_local)``: a batch is several matrices on one pattern.
     """
 
-    def __init__(self, pattern: Pattern, values: torch.Tensor) -> None:
+    def __init__(self, pattern: Pattern, values: torch.Tensor, *, entries: torch.Tensor | None = None) -> None:
         self.pattern = pattern
-        self.values = values
+        #: the slot values, or None when they are read from ``entries`` (below)
+        self._values = values
+        #: the caller's per-entry values when they are not in slot order (unsorted, repeated or halo entries):
+        #: :attr:`values` sums them into the slots when read, so that a matrix built once from a parameter
+        #: follows the optimizer and records a new graph per step (a copy made at construction was a
+        #: snapshot, and its graph was freed by the first backward: "backward through the graph a second
+        #: time"; session 24's sweep)
+        self._entries = entries
+        self._entries_key = None
         self._csr_key = None
         self._csr = None
         self._csrt_key = None
         self._csrt = None
+
+    @property
+    def values(self) -> torch.Tensor:
+        """This rank's slot values ``(*batch, nse_local)``. For a tensor built from entries that are not in slot
+        order, summed from the caller's entry values when read: with grad mode on and those values requiring
+        grad, a new differentiable sum per reading (one per op); otherwise kept while the entries are unchanged
+        (their version). Write new numbers into the entry values (the tensor passed in, which the matrix
+        follows) or use :meth:`with_values` / :meth:`with_entry_values`: a write into this derived tensor lasts
+        only until the entries change, and an op recording gradients of them does not see it."""
+        src = self._entries
+        if src is None:
+            return self._values
+        if src.requires_grad and torch.is_grad_enabled():
+            return _to_slots(src, self.pattern)
+        key = (src.data_ptr(), src._version if not torch.is_inference(src) else -1)
+        if key != self._entries_key or self._values is None:
+            with torch.no_grad():
+                self._values = _to_slots(src.detach(), self.pattern)
+            self._entries_key = key
+        return self._values
 
     # construction ------------------------------------------------------------------------------
     @classmethod
@@ -129,8 +170,11 @@ class DSparseTensor:
                 if len(_PATTERNS) > 64:
                     _PATTERNS.clear()
                 _PATTERNS[key] = (weakref.ref(rows), weakref.ref(cols), pattern)
-        local = _to_slots(values, pattern)
-        return cls(pattern, local)
+        if partition is not None:
+            pattern.migrated = True
+        if partition is None and pattern.entry_slot is not None:
+            return cls(pattern, None, entries=values)  # type: ignore[arg-type]
+        return cls(pattern, _to_slots(values, pattern))
 
     @classmethod
     def scatter(cls, A: "st.SparseTensor | None", *, src: int = 0, partition: str | torch.Tensor = "contiguous",
@@ -185,24 +229,29 @@ class DSparseTensor:
 
     # basic properties ------------------------------------------------------------------------------
     @property
+    def _meta(self) -> torch.Tensor:
+        """A tensor with the values' batch shape, dtype, device and requires_grad, without summing entries."""
+        return self._entries if self._entries is not None else self._values
+
+    @property
     def comm(self) -> Comm:
         return self.pattern.comm
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(self.values.shape[:-1]) + self.pattern.shape
+        return self.batch_shape + self.pattern.shape
 
     @property
     def batch_shape(self) -> tuple[int, ...]:
-        return tuple(self.values.shape[:-1])
+        return tuple(self._meta.shape[:-1])
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.values.dtype
+        return self._meta.dtype
 
     @property
     def device(self) -> torch.device:
-        return self.values.device
+        return self._meta.device
 
     @property
     def n_local(self) -> int:
@@ -214,7 +263,7 @@ class DSparseTensor:
 
     @property
     def requires_grad(self) -> bool:
-        return self.values.requires_grad
+        return self._meta.requires_grad
 
     def owned_rows(self) -> torch.Tensor:
         """Global ids of this rank's rows, in the local order of every vector."""
@@ -238,10 +287,18 @@ class DSparseTensor:
         """New values given per input entry (the order passed to :meth:`from_local_rows` on this rank;
         duplicates summed); differentiable, reuses the pattern and its halo plan. Not for tensors
         whose rows were moved by ``partition=`` or :meth:`scatter` (use :meth:`with_values`)."""
+        if self.pattern.migrated:
+            # the entries were moved between ranks: values in the caller's order would land in other slots
+            # (same counts, another matrix, silently; session 24's sweep)
+            raise st.InputError("with_entry_values: this tensor's rows were moved by partition= / scatter, so the "
+                                "entries passed at construction are no longer in that order on any rank; use "
+                                "with_values (slot order: local_coo() gives each slot's global row and column)")
         if values.shape[-1] != self.pattern.n_in:
             raise st.InputError(f"with_entry_values needs {self.pattern.n_in} values per matrix on rank "
                                 f"{self.comm.rank}, got {values.shape[-1]}")
-        return DSparseTensor(self.pattern, _to_slots(values, self.pattern))
+        if self.pattern.entry_slot is None:
+            return DSparseTensor(self.pattern, values)
+        return DSparseTensor(self.pattern, None, entries=values)  # type: ignore[arg-type]
 
     def detach(self) -> "DSparseTensor":
         return DSparseTensor(self.pattern, self.values.detach())
@@ -277,7 +334,10 @@ class DSparseTensor:
         """(interior^T, boundary^T or None) for one value set: gathered copies, built on first use
         (A^T products) and cached like :meth:`_blocks`."""
         v = (self.values if values is None else values).detach()
-        key = (v.data_ptr(), v._version, v.shape)
+        # gathered copies: kept for one op call at most (a solve's iterations), so that a write through ``.data``
+        # (no version bump) is seen by the next call as the untransposed views see it (session 24's sweep:
+        # A @ x doubled after A.values.data.mul_(2) while A^T @ x kept the old values)
+        key = (v.data_ptr(), v._version, v.shape, op_epoch())
         if values is None and self._csrt_key == key:
             return self._csrt
         itT, bdT = self.pattern.transposed

@@ -482,6 +482,102 @@ def s_eigsh_grad(comm):
     return out
 
 
+def s_param_loop(comm):
+    """A matrix built once from a parameter (entries in reverse order, halo columns on p > 1), three SGD steps of a
+    loss through solve and matmul: each step's backward ran on a snapshot whose graph the first one freed (session
+    24's sweep). The parent replays the loop on the dense matrix."""
+    N = M * M
+    ids = _rows(comm, N)
+    r, c, _ = poisson2d_rows(M, ids)
+    r, c = r.flip(0), c.flip(0)
+    p = torch.nn.Parameter(poisson_values(r, c, skew=0.2))
+    A = sd.DSparseTensor.from_local_rows(r, c, p, (N, N), comm=comm)
+    opt = torch.optim.SGD([p], lr=0.05)
+    b = torch.sin(1.0 + ids.to(torch.float64))
+    t = torch.cos(ids.to(torch.float64))
+    losses = []
+    for _ in range(3):
+        opt.zero_grad()
+        x = sd.solve(A, b, rtol=TIGHT)
+        loss = sd.global_sum(((x - t) ** 2).sum() + ((A @ t) ** 2).sum() * 1e-3, comm)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    return dict(ids=ids, r=r, c=c, v0=poisson_values(r, c, skew=0.2), losses=losses, v_end=p.detach().clone())
+
+
+def s_data_write(comm):
+    """A write through ``.data`` (no version bump) after products: A x, A^T x and the solve all see it (A^T's
+    gathered blocks kept the old values; session 24's sweep)."""
+    N = M * M
+    ids = _rows(comm, N)
+    r, c, _ = poisson2d_rows(M, ids)
+    A = sd.DSparseTensor.from_local_rows(r, c, poisson_values(r, c, skew=0.3), (N, N), comm=comm)
+    x = torch.cos(ids.to(torch.float64))
+    y0, z0, s0 = A @ x, A.rmatmul(x), sd.solve(A, x, rtol=TIGHT)
+    A.values.data.mul_(2.0)
+    y1, z1, s1 = A @ x, A.rmatmul(x), sd.solve(A, x, rtol=TIGHT)
+    return dict(y=(y1, y0), z=(z1, z0), s=(s1, s0))
+
+
+def s_second_order(comm):
+    """Differentiating a distributed gradient again raises (it held the values and X as constants: a Hessian-vector
+    product 6 % off, a mixed derivative None; session 24's sweep); x's own second derivative through matmul stays."""
+    N = M * M
+    ids = _rows(comm, N)
+    r, c, _ = poisson2d_rows(M, ids)
+    out = {}
+    for op in ("solve", "matmul"):
+        v = poisson_values(r, c, skew=0.2).requires_grad_(True)
+        A = sd.DSparseTensor.from_local_rows(r, c, v, (N, N), comm=comm)
+        x = torch.sin(ids.to(torch.float64)).requires_grad_(True)
+        y = sd.solve(A, x, rtol=TIGHT) if op == "solve" else A @ x
+        L = sd.global_sum((y ** 3).sum(), comm)
+        gv = torch.autograd.grad(L, v, create_graph=True)[0]
+        try:  # solve: in the values again; matmul: in x (its gradient in the values is exact in the values)
+            torch.autograd.grad((gv * gv).sum(), v if op == "solve" else x)
+            out[op] = "no error"
+        except NotImplementedError as exc:
+            out[op] = str(exc)
+    A = sd.DSparseTensor.from_local_rows(r, c, poisson_values(r, c, skew=0.2), (N, N), comm=comm)
+    x = torch.sin(ids.to(torch.float64)).requires_grad_(True)
+    gx = torch.autograd.grad(sd.global_sum(((A @ x) ** 3).sum(), comm), x, create_graph=True)[0]
+    try:  # in x alone: exact on one rank (local kernels recorded); on several the halo exchange is not recorded
+        out["xx"] = dict(ids=ids, r=r, c=c, v=A.values.detach(), x=x.detach(),
+                         hx=torch.autograd.grad(sd.global_sum(gx.sum(), comm), x)[0])
+    except NotImplementedError as exc:
+        out["xx"] = str(exc)
+    return out
+
+
+def s_hard_default(comm):
+    """west0067 (SuiteSparse, 67 x 67 nonsymmetric, condition 1.3e2) by the default solve: rank 0's diagonal block
+    has empty rows (block Jacobi cannot be set up) and BiCGStab / GMRES(30) without it stall; the default call
+    raised "the system has no solution" (session 24's sweep). Now: no preconditioner, then every rank gathers A
+    and solves it directly. Also B with no columns."""
+    from pathlib import Path
+
+    import scipy.io
+
+    path = Path(__file__).resolve().parents[3] / "tests" / "data" / "west0067.mtx"
+    if not path.exists():
+        return {"skip": f"{path} not found"}
+    S = scipy.io.mmread(str(path)).tocoo()
+    N = S.shape[0]
+    ids = _rows(comm, N)
+    mask = torch.isin(torch.from_numpy(S.row).long(), ids)
+    r, c = torch.from_numpy(S.row).long()[mask], torch.from_numpy(S.col).long()[mask]
+    v = torch.from_numpy(S.data)[mask].to(torch.float64).requires_grad_(True)
+    A = sd.DSparseTensor.from_local_rows(r, c, v, (N, N), comm=comm)
+    b = torch.sin(1.0 + ids.to(torch.float64)).requires_grad_(True)
+    x, info = sd.solve(A, b, return_info=True)
+    w = torch.cos(ids.to(torch.float64))
+    sd.global_sum((w * x).sum(), comm).backward()
+    empty = sd.solve(A.detach(), torch.zeros(ids.numel(), 0, dtype=torch.float64))
+    return dict(ids=ids, r=r, c=c, v=v.detach(), x=x.detach(), info=info, gb=b.grad, gv=v.grad,
+                empty=tuple(empty.shape))
+
+
 SCENARIOS = {k[2:]: v for k, v in dict(globals()).items() if k.startswith("s_")}
 
 
