@@ -110,47 +110,83 @@ def diagonal_pivot_lu(S: Any) -> tuple[Any, int] | None:
     return lu, bad
 
 
-def _count_at_least(A: Any, sigma: float, above: bool) -> int | None:
-    """How many eigenvalues of the Hermitian ``A`` are >= ``sigma`` (``above``) or <= ``sigma``: the
-    non-positive pivots of ``sigma I - A`` (``A - sigma I``) factored with diagonal pivots (Sylvester's
-    law of inertia); None where that factorization needed an off-diagonal pivot or failed."""
+def _count_at_least(A: Any, sigma: float, above: bool, M: Any | None = None) -> int | None:
+    """How many eigenvalues of the Hermitian ``A`` (of the pencil ``(A, M)``, M positive definite) are >=
+    ``sigma`` (``above``) or <= ``sigma``: the non-positive pivots of ``sigma M - A`` (``A - sigma M``) factored
+    with diagonal pivots (Sylvester's law of inertia); None where that factorization needed an off-diagonal
+    pivot or failed."""
     import scipy.sparse as sp
 
-    I = sp.identity(A.shape[0], dtype=A.dtype, format="csc")
+    I = sp.identity(A.shape[0], dtype=A.dtype, format="csc") if M is None else M
     S = (sigma * I - A) if above else (A - sigma * I)
-    got = diagonal_pivot_lu(S)
+    got = diagonal_pivot_lu(sp.csc_matrix(S))
     return None if got is None else got[1]
 
 
-def _missed_copies(A: Any, w: np.ndarray, which: str) -> str | None:
-    """Why ARPACK's regular-mode answer misses copies of a repeated eigenvalue, or None. A Krylov method
-    finds one eigenvector per eigenvalue in exact arithmetic and the others only through rounding: on 8
-    identical graph blocks it returned 5 of a cluster's 8 copies and the next cluster's value in place of
-    the rest, every pair passing the residual check (session 22's sweep). Where the answer holds a repeated
-    value (to 1e-8 of its largest), the count of A's eigenvalues beyond the k-th one returned (an inertia
-    count: one diagonal-pivot factorization) must equal the count returned there."""
+def _has_empty_lines(A: Any) -> bool:
+    """Whether a row of A stores nothing (an isolated node: its eigenvector ``e_i`` is out of reach of a Krylov
+    space grown from A's products, whatever M is)."""
+    import scipy.sparse as sp
+
+    return bool((np.diff(sp.csr_matrix(A).indptr) == 0).any())
+
+
+def _missed_copies(A: Any, w: np.ndarray, which: str, sigma: float | None = None, M: Any | None = None,
+                   empty: bool = False) -> str | None:
+    """Why ARPACK's answer misses copies of a repeated eigenvalue, or None. A Krylov method finds one
+    eigenvector per eigenvalue in exact arithmetic and the others only through rounding: on 8 identical graph
+    blocks it returned 5 of a cluster's 8 copies and the next cluster's value in place of the rest, every pair
+    passing the residual check (session 22's sweep); with shift-invert or a mass matrix M alike (9 components:
+    5 of 9 zeros; isolated nodes with M: none of 8; session 24's sweep). Where the answer holds a repeated value
+    (to 1e-8 of its largest) or A has an empty row (``empty``), the count of the pencil's eigenvalues in the
+    region the answer covers (inertia counts of ``A - s M``: diagonal-pivot factorizations) must equal the count
+    returned there. ``which`` / ``sigma`` are what ARPACK was asked: with ``sigma``, ``LM`` the nearest to it,
+    ``LA`` / ``SA`` the nearest above / below it."""
     w = np.sort(np.real(w[np.isfinite(w)]))
-    if w.size < 2 or which not in ("LA", "SA", "LM"):
+    if w.size < 1 or which not in ("LA", "SA", "LM"):
         return None
-    scale = float(np.abs(w).max())
-    if scale == 0.0 or not bool(np.any(np.diff(w) <= 1e-8 * scale)):
+    scale = max(float(np.abs(w).max()), abs(float(sigma)) if sigma is not None else 0.0) or 1.0
+    repeated = w.size > 1 and bool(np.any(np.diff(w) <= 1e-8 * scale))
+    if not (repeated or empty):
         return None
     delta = 1e-7 * scale
-    if which == "LA":
-        sigma = float(w[0]) + delta
-        want, got = int(np.count_nonzero(w >= sigma)), _count_at_least(A, sigma, True)
-    elif which == "SA":
-        sigma = float(w[-1]) - delta
-        want, got = int(np.count_nonzero(w <= sigma)), _count_at_least(A, sigma, False)
+
+    def below(s: float) -> int | None:
+        return _count_at_least(A, s, False, M)
+
+    where: str
+    if sigma is None:
+        if which == "LA":
+            t = float(w[0]) + delta if repeated else float(w[0]) - delta
+            want, got, where = int(np.count_nonzero(w >= t)), _count_at_least(A, t, True, M), f"at or above {t:.6g}"
+        elif which == "SA":
+            t = float(w[-1]) - delta if repeated else float(w[-1]) + delta
+            want, got, where = int(np.count_nonzero(w <= t)), below(t), f"at or below {t:.6g}"
+        else:
+            t = max(float(np.abs(w).min()) + (delta if repeated else -delta), 0.0)
+            up, down = _count_at_least(A, t, True, M), below(-t)
+            want = int(np.count_nonzero(np.abs(w) >= t))
+            got = None if up is None or down is None or t == 0.0 else up + down
+            where = f"beyond +-{t:.6g}"
     else:
-        t = float(np.abs(w).min()) + delta
-        up, down = _count_at_least(A, t, True), _count_at_least(A, -t, False)
-        want, got = int(np.count_nonzero(np.abs(w) >= t)), None if up is None or down is None else up + down
+        s0 = float(sigma)
+        if which == "LM":
+            d = float(np.abs(w - s0).max()) + delta
+            lo, hi = below(s0 - d), below(s0 + d)
+            want, where = w.size, f"within {d:.6g} of sigma={s0:.6g}"
+        elif which == "LA":
+            hi, lo = below(float(w[-1]) + delta), below(s0)
+            want, where = int(np.count_nonzero(w > s0)), f"between sigma={s0:.6g} and {float(w[-1]) + delta:.6g}"
+        else:
+            hi, lo = below(s0), below(float(w[0]) - delta)
+            want, where = int(np.count_nonzero(w < s0)), f"between {float(w[0]) - delta:.6g} and sigma={s0:.6g}"
+        got = None if lo is None or hi is None else hi - lo
     if got is None or got <= want:
         return None
-    return (f"ARPACK returned {want} eigenvalues beyond {sigma if which != 'LM' else t:.6g} but A has {got} there (an "
-            f"inertia count): copies of a repeated eigenvalue were missed (a Krylov method finds them only through "
-            f"rounding); a block method (LOBPCG) or the dense method finds them")
+    pencil = "A" if M is None else "the pencil (A, M)"
+    return (f"ARPACK returned {want} eigenvalues {where} but {pencil} has {got} there (an inertia count): copies of "
+            f"a repeated eigenvalue were missed (a Krylov method finds them only through rounding, and an isolated "
+            f"node's not at all); a block method (LOBPCG) or the dense method finds them")
 
 
 def _op_from_lu(lu: Any, n: int, dtype: Any, counter: list[int], deadline: float | None) -> Any:
@@ -420,10 +456,11 @@ class EigshPlan:
                     Minv = _op_from_lu(Mlu, M.shape[0], M.dtype, [0], None) if Mlu is not None else \
                         _shift_invert(M, 0.0, None, [0], self.backend)
                 w, V = eigsh(_counting(A, count, deadline), M=M, Minv=Minv, which=which, **kw)
-                if M is None:
-                    missed = _missed_copies(A, np.real(w), which)
-                    if missed is not None:
-                        return np.real(w), V, count[0], False, missed
+            if not np.iscomplexobj(np.asarray(shift if shift is not None else 0.0)):
+                missed = _missed_copies(A, np.real(w), arpack_which if shift is not None else which,
+                                        None if shift is None else float(shift), M, _has_empty_lines(A))
+                if missed is not None:
+                    return np.real(w), V, count[0], False, missed
             return np.real(w), V, count[0], True, ""
         except ArpackNoConvergence as exc:
             w, V = np.real(exc.eigenvalues), exc.eigenvectors
