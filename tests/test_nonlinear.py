@@ -653,3 +653,44 @@ def test_linear_plan_shared_across_calls_on_one_pattern():
     _, g_fresh = grads(F, torch.zeros(N, dtype=DT), params, leaves_of(params), jacobian=J, linear_options={"cache": False})
     for a, b in zip(g, g_fresh):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def _poisson_cubic(m: int = 10):
+    import numpy as np
+    import scipy.sparse as sp
+
+    h = 1.0 / (m + 1)
+    T = sp.diags([2 * np.ones(m), -np.ones(m - 1), -np.ones(m - 1)], [0, 1, -1])
+    S = sp.coo_matrix((sp.kron(T, sp.eye(m)) + sp.kron(sp.eye(m), T)) / h**2)
+    n = m * m
+    K = st.SparseTensor.from_coo(torch.tensor(S.data), torch.tensor(S.row), torch.tensor(S.col), shape=(n, n),
+                                 format="CSR")
+    return K, n
+
+
+def test_a_far_start_is_not_called_converged_far_from_the_root():
+    """From u0 = 1e6 the relative test ||F(u)|| <= 1e-10 ||F(u0)|| was met with ||F|| = 1.8e9, u 451 from the root
+    ("converged"); Bratu from u0 = 50 stopped 6.4 from the root with ||F|| = 2.8e3 (session 24's sweep). A default
+    call now also asks Newton's last full step to be small; the far cubic start reaches the root (against the
+    solution from u0 = 0, checked by its residual), the Bratu start raises NotConvergedError."""
+    K, n = _poisson_cubic()
+    f = torch.linspace(-10, 10, n, dtype=torch.float64)
+
+    def F(u):
+        return K @ u + 2 * u**3 - f
+
+    root = st.nonlinear_solve(F, torch.zeros(n, dtype=torch.float64))
+    assert float(torch.linalg.vector_norm(F(root))) < 1e-8 * float(torch.linalg.vector_norm(f))
+    for start in (1e3, 1e6):
+        u, info = st.nonlinear_solve(F, torch.full((n,), start, dtype=torch.float64), return_info=True)
+        assert info.converged and float((u - root).abs().max()) < 1e-10, (start, info.residual)
+
+    def bratu(u):
+        return K @ u - 3 * torch.exp(u)
+
+    with pytest.raises(st.NotConvergedError, match="not yet at a root"):
+        st.nonlinear_solve(bratu, torch.full((n,), 50.0, dtype=torch.float64))
+    # an explicit rtol keeps its meaning (the relative test alone)
+    u, info = st.nonlinear_solve(bratu, torch.full((n,), 50.0, dtype=torch.float64), rtol=1e-10, return_info=True,
+                                 on_nonconvergence="ignore")
+    assert info.residual <= 1e-10 * info.initial_residual

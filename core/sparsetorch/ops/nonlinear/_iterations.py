@@ -122,7 +122,11 @@ class Iterations(NewtonSteps):
             warnings.warn(msg, NotConvergedWarning, stacklevel=7)
 
     def _target(self) -> float:
-        return max(self.rtol * self.record.history[0], self.atol)
+        t = max(self.rtol * self.record.history[0], self.atol)
+        # after Newton met rtol ||F(u0)|| still far from a root (a far start), the methods it hands over to are
+        # judged from where it stopped (Anderson "converged after 0 iterations" there; session 24's sweep)
+        strict = getattr(self, "_strict_target", None)
+        return t if strict is None else min(t, strict)
 
     def _note(self, x: torch.Tensor, r: torch.Tensor, norm: float) -> None:
         rec = self.record

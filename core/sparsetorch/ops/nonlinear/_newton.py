@@ -32,8 +32,9 @@ class NewtonSteps:
         best, best_it = norm, 0
         delta = None  # trust-region radius, kept across the iterations that need it
         tr_since = None  # the iteration whose failed line search switched to trust-region steps
+        step = None  # ||du|| / ||u|| of the last step taken
         for it in range(1, maxiter + 1):
-            if norm <= target and _finite(x):
+            if norm <= target and _finite(x) and not self._far_step(step):
                 att.status = Status.CONVERGED
                 return x, r, norm
             dx, J, failure = self._newton_direction(x, r, params, it, norm, recover=spec.line_search)
@@ -88,6 +89,10 @@ class NewtonSteps:
                     att.trust_region_steps += 1
                     if tr_since is None:
                         tr_since = it
+            # the full Newton step's size (a damped step is small also where Newton stalls at a minimum of ||F||
+            # that is no root: Bratu from u0 = 50 stopped 6.4 from the root with ||F|| = 2.8e3, "converged")
+            full = dx if dx is not None else accepted[0] - x
+            step = float(vector_norm(full)) / max(float(vector_norm(accepted[0])), 1e-300)
             x, r, norm = accepted
             self._note(x, r, norm)
             if norm < _PROGRESS * best:
@@ -102,8 +107,24 @@ class NewtonSteps:
                     f"{best_it}){' (full steps cycling: line_search=True would globalize them)' if not spec.line_search else ''}"
                 )
                 return x, r, norm
+        if self._far_step(step) and norm <= target:
+            self._strict_target = max(self.rtol * norm, self.atol)
+            att.status = Status.MAX_ITERATIONS
+            att.reason = (f"maxiter ({maxiter}) reached with ||F|| = {norm:.3e} below rtol ||F(u0)|| = {target:.3e}, but "
+                          f"Newton's last step was {step:.2g} of ||u|| (not yet at a root: a start far from it makes "
+                          f"||F(u0)|| large); raise maxiter, start nearer, or give rtol / atol")
+            return x, r, norm
         _finish(att, x, norm, target, maxiter)
         return x, r, norm
+
+    def _far_step(self, step: float | None) -> bool:
+        """Whether the default tolerance's relative test, met after a step of relative size ``step``, is not yet
+        an answer: ``||F(u)|| <= rtol ||F(u0)||`` is met far from the root when ``||F(u0)||`` is huge (a start
+        1e6 away: ||F|| 1.8e9, u 451 from the root, "converged"; session 24's sweep), while Newton, converging
+        quadratically, is still taking steps of the order of u. A default call also asks the last Newton step
+        (undamped) to be below ``sqrt(rtol)`` of ``||u||`` (the next one, about its square, then below
+        ``rtol``); an explicit rtol / atol keeps its meaning."""
+        return self.default_tolerance and step is not None and step > math.sqrt(self.rtol)
 
     def _line_search(self, x, r, norm: float, dx, params: tuple, it: int, max_backtracks: int):
         """Backtracking (halving) until ``||F(x + a dx)|| <= (1 - 1e-4 a) ||F(x)||``."""
