@@ -57,3 +57,17 @@ def test_mixed_members_are_refused_with_the_reason():
         st.SparseTensorList.from_batched(a)
     with pytest.raises(st.ValidationError, match="2 value tensors for 1"):
         st.SparseTensorList([a]).with_values([a.values, a.values])
+
+
+def test_list_solve_errors_name_the_member():
+    # with a plugin that takes whole lists installed (cudss), the list path checked the members before its loop
+    # and said "the right-hand side has shape (17,)" with no word of which system (session 24's sweep)
+    def mk(n, s=4.0):
+        return st.SparseTensor.from_dense(s * torch.eye(n, dtype=torch.float64)
+                                          + torch.diag(torch.ones(n - 1, dtype=torch.float64), 1))
+
+    ones = [torch.ones(n, dtype=torch.float64) for n in (5, 17, 40)]
+    with pytest.raises(st.InputError, match=r"member 0 .*shape \(17,\)"):
+        st.solve(st.SparseTensorList([mk(5), mk(17), mk(40)]), [ones[1], ones[1], ones[2]])
+    with pytest.raises(st.InputError, match=r"member 2 .*NaN"):
+        st.solve(st.SparseTensorList([mk(5), mk(17), mk(40, float("nan"))]), ones)

@@ -185,15 +185,24 @@ def solve_list_entry(As: SparseTensorList, Bs: list[torch.Tensor], *, properties
 
     if len(As) == 0 or not any("solve_list" in info.ops for info in get_backends().info()):
         return None
-    mats = [check_matrix(a, "solve", square=True) for a in As]
+    def member(i: int, check, *args):
+        # which member is wrong, as the member-by-member path says it (session 24's sweep: "the right-hand side
+        # has shape (17,)" with no word of which of the list's systems)
+        try:
+            return check(*args)
+        except InputError as exc:
+            raise type(exc)(f"SparseTensorList member {i} of {len(As)}: {exc}") from exc
+
+    mats = [member(i, lambda a: check_matrix(a, "solve", square=True), a) for i, a in enumerate(As)]
     if any(a.batch_shape for a in mats):
         return None  # members with their own value batch: member by member
-    rhs = [as_rhs(a, b, "solve", rows=a.format_shape[0]) for a, b in zip(mats, Bs)]
+    rhs = [member(i, lambda a, b: as_rhs(a, b, "solve", rows=a.format_shape[0]), a, b)
+           for i, (a, b) in enumerate(zip(mats, Bs))]
     Bn, vector = [r[0] for r in rhs], [r[1] for r in rhs]
     if check_finite:
         for i, (a, b) in enumerate(zip(mats, Bn)):
             if is_plain(a.values):
-                check_finite_values(a, None, "solve")
+                member(i, check_finite_values, a, None, "solve")
             if not bool(torch.isfinite(b).all()):
                 raise InputError(f"solve: right-hand side {i} of the list has NaN or Inf entries")
     # A first, cheap question without property detection: does any backend take this list at all
