@@ -62,7 +62,7 @@ class _Matmul(torch.autograd.Function):
         Ys, saved = [], []
         for i in range(B):
             X2, how = as_rows(Xf[i] if per_member else Xf, n)
-            vi = None if B == 1 else vflat[i]  # one matrix: the tensor's cached CSR blocks
+            vi = None if not A.batch_shape else vflat[i]  # one matrix: the tensor's cached CSR blocks
             if transpose:
                 Y2, H = A._rmv(X2, vi), None
             else:
@@ -88,7 +88,7 @@ class _Matmul(torch.autograd.Function):
         gX, gV = [], []
         for i in range(B):
             G2, how = as_rows(Gf[i].contiguous(), n)
-            vi = None if B == 1 else ctx.vflat[i]
+            vi = None if not A.batch_shape else ctx.vflat[i]
             X2, H = ctx.saved[i]
             if ctx.transpose:
                 # Y = A^T X: dX = A dY (the halo of dY arrives), dvalues[k] = X[row_k] . dY_ext[col_k]

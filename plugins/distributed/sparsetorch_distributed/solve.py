@@ -401,7 +401,7 @@ class _Solve(torch.autograd.Function):
         Xs, outs = [], []
         for i in range(Bsz):
             B2, how = as_rows(Bf[i] if per_member else Bf, n)
-            vi = None if Bsz == 1 else vflat[i]
+            vi = None if not A.batch_shape else vflat[i]
             X2, inf = _solve_columns(A, vi, B2, cfg, transpose=False, symmetric=symmetric)
             infos.extend(inf)
             Xs.append(X2)
@@ -428,7 +428,7 @@ class _Solve(torch.autograd.Function):
             Gf = G[None]
         gB, gV = [], []
         for i in range(Bsz):
-            vi = None if Bsz == 1 else ctx.vflat[i]
+            vi = None if not A.batch_shape else ctx.vflat[i]
             G2, how = as_rows(Gf[i].contiguous(), n)
             L2, _ = _solve_columns(A, vi, G2.contiguous(), cfg, transpose=True, symmetric=ctx.symmetric)
             gB.append(from_rows(L2, how))

@@ -299,7 +299,7 @@ class _Eigsh(torch.autograd.Function):
         vflat = values.detach().reshape(B, -1)
         ws, Vs = [], []
         for i in range(B):
-            vi = None if B == 1 else vflat[i]
+            vi = None if not A.batch_shape else vflat[i]
             red = Reducer(A.comm, A.device, torch.float64 if A.dtype == torch.float64 else torch.float32)
             try:
                 w, V, rec = _lanczos(A, vi, cfg, red)
@@ -332,7 +332,7 @@ class _Eigsh(torch.autograd.Function):
         needs = comm.allreduce(local.to(comm.device), "max").cpu().reshape(B, k) if comm.size > 1 else local.reshape(B, k)
         out = []
         for b in range(B):
-            vi = None if B == 1 else ctx.vflat[b]
+            vi = None if not A.batch_shape else ctx.vflat[b]
             w, X = ctx.ws[b], ctx.Vs[b]
             Q = torch.zeros_like(X)
             if gw is not None:

@@ -72,10 +72,12 @@ def _first_bad(info: torch.Tensor) -> int | None:
 class DenseLstsqPlan:
     """Least squares on the dense matrix by a thin SVD (torch.linalg.svd, CPU or GPU).
 
-    The answer is the minimum-norm least-squares solution ``X = A^+ B`` with singular values below
-    ``max(m, n) eps s_max`` taken as zero (NumPy's ``lstsq`` rule), or with ``damp`` the regularized one
+    The answer is the minimum-norm least-squares solution ``X = A^+ B``, or with ``damp`` the regularized one
     ``V diag(s / (s^2 + damp^2)) U^H B``; the adjoint problem (``A^H X = B``) reads the same factors. Backward
-    stable, any shape and rank, value batches; the SVD is paid once per set of values.
+    stable, any shape and rank, value batches; the SVD is paid once per set of values (twice where the scaled
+    one is rank deficient, or for ``damp``). The numerical rank drops singular values below ``max(m, n) eps
+    s_max`` (NumPy's ``lstsq`` rule) of the matrix factored: of A with unit-norm columns (rows) where that has
+    full rank, so that a column 1e-20 the size of the others is a column, not rounding (NumPy drops it).
 
     A of full column rank (m >= n) is factored with its columns scaled to unit norm (powers of two), one of
     full row rank (m < n) with its rows: the answer is the same (unique, or the minimum-norm one of a

@@ -31,6 +31,9 @@ class NewtonSteps:
         target = self._target()
         best, best_it = norm, 0
         delta = None  # trust-region radius, kept across the iterations that need it
+        # the scale a step is measured against: the larger of ||u|| and ||u0|| (a root at or near 0 makes every
+        # step O(||u||); session 24's review)
+        u0_norm = float(vector_norm(x))
         tr_since = None  # the iteration whose failed line search switched to trust-region steps
         step = None  # ||du|| / ||u|| of the last step taken
         for it in range(1, maxiter + 1):
@@ -92,7 +95,11 @@ class NewtonSteps:
             # the full Newton step's size (a damped step is small also where Newton stalls at a minimum of ||F||
             # that is no root: Bratu from u0 = 50 stopped 6.4 from the root with ||F|| = 2.8e3, "converged")
             full = dx if dx is not None else accepted[0] - x
-            step = float(vector_norm(full)) / max(float(vector_norm(accepted[0])), 1e-300)
+            unorm = float(vector_norm(accepted[0]))
+            # against ||u||; where u has gone to 0 at the scale of the start (a root at 0: every step is O(||u||);
+            # session 24's review) the relative test of ||F|| alone decides
+            at_zero = unorm <= math.sqrt(torch.finfo(accepted[0].dtype).eps) * u0_norm
+            step = 0.0 if at_zero else float(vector_norm(full)) / max(unorm, 1e-300)
             x, r, norm = accepted
             self._note(x, r, norm)
             if norm < _PROGRESS * best:
@@ -122,9 +129,10 @@ class NewtonSteps:
         an answer: ``||F(u)|| <= rtol ||F(u0)||`` is met far from the root when ``||F(u0)||`` is huge (a start
         1e6 away: ||F|| 1.8e9, u 451 from the root, "converged"; session 24's sweep), while Newton, converging
         quadratically, is still taking steps of the order of u. A default call also asks the last Newton step
-        (undamped) to be below ``sqrt(rtol)`` of ``||u||`` (the next one, about its square, then below
-        ``rtol``); an explicit rtol / atol keeps its meaning."""
-        return self.default_tolerance and step is not None and step > math.sqrt(self.rtol)
+        (undamped) to be below ``sqrt(rtol)`` of ``||u||`` (the next one, about its square, then below ``rtol``),
+        unless ``||u||`` fell below ``sqrt(eps) ||u0||`` (a root at 0); an explicit rtol / atol keeps its
+        meaning."""
+        return self.default_tolerance and not self.atol and step is not None and step > math.sqrt(self.rtol)
 
     def _line_search(self, x, r, norm: float, dx, params: tuple, it: int, max_backtracks: int):
         """Backtracking (halving) until ``||F(x + a dx)|| <= (1 - 1e-4 a) ||F(x)||``."""
