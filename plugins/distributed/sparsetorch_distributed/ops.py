@@ -26,7 +26,7 @@ from .comm import Comm, dtype_code
 from .exchange import as_rows, from_rows
 from .tensor import next_op_epoch
 
-__all__ = ["matmul", "dot", "norm", "global_sum", "check_vector"]
+__all__ = ["matmul", "dot", "norm", "global_sum", "check_vector", "first_order_pair"]
 
 
 def check_vector(A, X: torch.Tensor, what: str, *, batch_ok: bool = True) -> None:
@@ -108,18 +108,25 @@ class _Matmul(torch.autograd.Function):
             dX = torch.stack(gX).reshape(ctx.xshape) if ctx.per_member else torch.stack(gX).sum(0).reshape(ctx.xshape)
         if need_v:
             dV = torch.stack(gV).reshape(*A.batch_shape, -1) if A.batch_shape else gV[0]
-        if torch.is_grad_enabled():
-            # differentiated again (create_graph=True): both gradients are recorded as functions of G, but the
-            # values' holds X as a constant (the mixed derivative came back None; session 24's sweep) and X's
-            # the values: differentiating along those raises
-            values, Xin = ctx.saved_tensors
-            if A.comm.size > 1:  # the halo exchanges of the backward are not recorded: no second derivative at all
-                dV = first_order_only(dV, "distributed matmul on several ranks", values, Xin)
-                dX = first_order_only(dX, "distributed matmul on several ranks", values, Xin)
-            else:
-                dV = first_order_in(dV, "distributed matmul (gradient of the values, in x)", Xin)
-                dX = first_order_in(dX, "distributed matmul (gradient of x, in the values)", values)
+        # the values' gradient holds X as a constant (the mixed derivative came back None; session 24's sweep)
+        dV, dX = first_order_pair(A, "matmul", "x", dV, dX, *ctx.saved_tensors, values_in_values=False)
         return dV, dX, None, None
+
+
+def first_order_pair(A, op: str, name: str, dV, dY, values, Y, *, values_in_values: bool):
+    """The gradients ``(dV, dY)`` of an op's values and vector input ``Y``, made to raise where differentiating
+    them again (create_graph=True) would read constants: both are recorded as functions of the incoming gradient
+    only. On several ranks the backward's halo exchanges are not recorded at all (every second derivative
+    raises); on one, ``dY`` held the values constant and ``dV`` held ``Y`` (and, ``values_in_values``, the
+    values: a solve's x) constant."""
+    if not torch.is_grad_enabled():
+        return dV, dY
+    if A.comm.size > 1:
+        what = f"distributed {op} on several ranks"
+        return first_order_only(dV, what, values, Y), first_order_only(dY, what, values, Y)
+    anchors = (values, Y) if values_in_values else (Y,)
+    return (first_order_in(dV, f"distributed {op} (gradient of the values)", *anchors),
+            first_order_in(dY, f"distributed {op} (gradient of {name}, in the values)", values))
 
 
 def matmul(A, X: torch.Tensor, *, transpose: bool = False) -> torch.Tensor:

@@ -21,14 +21,14 @@ from dataclasses import dataclass, field
 import torch
 
 import sparsetorch as st
-from sparsetorch.backend import Status, backward_error_bound, default_rtol, first_order_in, first_order_only
+from sparsetorch.backend import Status, backward_error_bound, default_rtol
 
 from .comm import dtype_code
 from .errors import DistributedError
 from .exchange import as_rows, from_rows
 from .krylov import METHODS, Reducer, _Abort
 from .krylov_block import BLOCK_METHODS, _cs, _red
-from .ops import agree_grad, check_vector
+from .ops import agree_grad, check_vector, first_order_pair
 from .precond import A_SINGULAR, make_preconditioner
 from .tensor import next_op_epoch
 
@@ -440,17 +440,8 @@ class _Solve(torch.autograd.Function):
             dV = torch.stack(gV).reshape(*A.batch_shape, -1) if nb else gV[0]
         if ctx.needs_input_grad[1]:
             dB = torch.stack(gB).reshape(ctx.bshape) if (ctx.per_member or not nb) else torch.stack(gB).sum(0)
-        if torch.is_grad_enabled():
-            # differentiated again (create_graph=True): both gradients are recorded as functions of G, but hold
-            # the values (and the values' gradient X, so also B) as constants (a Hessian-vector product came
-            # back 6 % off, silently; session 24's sweep): differentiating along those raises
-            values, B = ctx.saved_tensors
-            if A.comm.size > 1:  # the halo exchanges of the backward are not recorded: no second derivative at all
-                dV = first_order_only(dV, "distributed solve on several ranks", values, B)
-                dB = first_order_only(dB, "distributed solve on several ranks", values, B)
-            else:
-                dV = first_order_in(dV, "distributed solve (gradient of the values)", values, B)
-                dB = first_order_in(dB, "distributed solve (gradient of B)", values)
+        # both hold the values (and X, so B) constant (a Hessian-vector product came back 6 % off; session 24's sweep)
+        dV, dB = first_order_pair(A, "solve", "B", dV, dB, *ctx.saved_tensors, values_in_values=True)
         return dV, dB, None, None, None, None
 
 

@@ -332,7 +332,7 @@ def test_second_derivatives_raise_instead_of_reading_constants(runs):
     for o in outs:
         for op in ("solve", "matmul"):
             assert "second derivatives are not implemented" in o[op], o[op]
-        assert "second derivatives are not implemented" in o["xx"]  # several ranks (p = 1: test_distributed_local)
+        assert "second derivatives are not implemented" in o["xx"]  # several ranks (one rank: the test below)
 
 
 def test_default_solve_of_a_matrix_block_jacobi_cannot_precondition(runs):
