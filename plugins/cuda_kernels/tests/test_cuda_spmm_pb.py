@@ -1,0 +1,305 @@
+"""The pair-bitmap tensor-core SpMM (kernels/spmm_pb.cu, _spmm_pb.py).
+
+On the CPU: the per-pattern layout read the way the kernel reads it (lane L = 4 g + t loads header entry g, takes
+byte t of the map word, its first pair word at offset + popc of the bits below) and multiplied the way the
+kernel multiplies (the lanes' registers placed by PTX's m16n8k16 fragment layout, X^T permuted as spmm_pb_xperm
+permutes it) gives A X exactly, for ragged shapes, empty rows, a dense row and an empty matrix; repeated entries
+are declined; the K-split choice; the source compiles with NVRTC for sm_90 and exports every kernel name. On an
+sm_90+ GPU (skipped otherwise): :class:`PbSpmm` against the masked dense weight in float32, float16 and bfloat16,
+int32 and int64 indices, 4096^2, 11008 x 4096 and ragged shapes, k = 1 / 8 / 17 / 64 / 100 / 130, bias and none,
+every configuration and cluster size, misaligned and ragged X, new values, CUDA-graph replay; every output element
+is written (the output starts as NaN)."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+import torch
+
+from _cuda_helpers import GPU_MISSING, TOL, random_dense, rel_err
+
+HALF = (torch.float16, torch.bfloat16)
+
+
+def _sm90_missing() -> str | None:
+    if GPU_MISSING is not None:
+        return GPU_MISSING
+    if torch.cuda.get_device_capability(0)[0] < 9:
+        return "spmm_pb needs sm_90 or later"
+    return None
+
+
+SM90_MISSING = _sm90_missing()
+sm90 = pytest.mark.skipif(SM90_MISSING is not None, reason=SM90_MISSING or "")
+
+
+def _csr(D: torch.Tensor, index: torch.dtype = torch.int64):
+    nz = D != 0
+    rowptr = torch.zeros(D.shape[0] + 1, dtype=torch.int64, device=D.device)
+    rowptr[1:] = torch.cumsum(nz.sum(1), 0)
+    col = torch.nonzero(nz)[:, 1]
+    return rowptr.to(index), col.to(index), D[nz]
+
+
+def _popc(x: int) -> int:
+    return bin(x & 0xFFFFFFFF).count("1")
+
+
+def _lane_registers(hdr: np.ndarray, words: np.ndarray, tile: int) -> np.ndarray:
+    """The 8 A registers (as (lo, hi) float16 pairs) of every lane for one tile, decoded as the kernel decodes."""
+    regs = np.zeros((32, 8, 2), dtype=np.float64)
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        mapw, off = int(hdr[tile * 8 + g, 0]) & 0xFFFFFFFF, int(hdr[tile * 8 + g, 1])
+        byte = (mapw >> (8 * t)) & 0xFF
+        pos = off + _popc(mapw & ((1 << (8 * t)) - 1))
+        for i in range(8):
+            if (byte >> i) & 1:
+                w = int(words[pos + _popc(byte & ((1 << i) - 1))]) & 0xFFFFFFFF
+                regs[lane, i] = [_half(w & 0xFFFF), _half(w >> 16)]
+    return regs
+
+
+def _half(bits: int) -> float:
+    return float(np.array([bits], dtype=np.uint16).view(np.float16)[0])
+
+
+def _emulate(lay, words: torch.Tensor, X: np.ndarray, m: int, n: int) -> np.ndarray:
+    """Y (m x k) = A X^T as the kernel computes it: per tile and k16 step, A's and B's logical 16 x 16 and 16 x 8
+    matrices assembled from the lanes' registers by PTX's m16n8k16 layout (a0: row g, k 2t..2t+1; a1: row g + 8;
+    a2: row g, k 2t + 8..; a3: row g + 8, k 2t + 8..; b0: k 2t..2t+1, column g; b1: k 2t + 8..), X^T's chunks
+    as spmm_pb_xperm makes them (chunk of lane L: X^T[8 j + g][32 blk + 8 t .. + 7], zero past n)."""
+    hdr = lay["hdr"].cpu().numpy()
+    w = words.cpu().numpy()
+    k = X.shape[0]
+    nkb = lay["nkb"]
+    strips = -(-m // 16)
+    Y = np.zeros((strips * 16, k))
+    Xp = np.zeros((k, nkb * 32))
+    Xp[:, :n] = X
+    for s in range(strips):
+        for blk in range(nkb):
+            regs = _lane_registers(hdr, w, s * nkb + blk)
+            for st in range(2):
+                A = np.zeros((16, 16))
+                B = np.zeros((16, k))
+                for lane in range(32):
+                    g, t = lane >> 2, lane & 3
+                    a = regs[lane, 4 * st: 4 * st + 4]
+                    A[g, 2 * t: 2 * t + 2] = a[0]
+                    A[g + 8, 2 * t: 2 * t + 2] = a[1]
+                    A[g, 2 * t + 8: 2 * t + 10] = a[2]
+                    A[g + 8, 2 * t + 8: 2 * t + 10] = a[3]
+                    chunk = Xp[:, 32 * blk + 8 * t: 32 * blk + 8 * t + 8]  # every batch row's chunk of lane t
+                    B[2 * t: 2 * t + 2] = chunk[:, 4 * st: 4 * st + 2].T
+                    B[2 * t + 8: 2 * t + 10] = chunk[:, 4 * st + 2: 4 * st + 4].T
+                Y[16 * s: 16 * s + 16] += A @ B
+    return Y[:m]
+
+
+LAYOUT_CASES = [(40, 70, 0.1, 3, 1), (17, 33, 0.3, 1, 1), (32, 64, 0.5, 0, 0), (20, 40, 0.0, 0, 0), (16, 32, 1.0, 0, 0),
+                (5, 100, 0.05, 1, 1)]
+
+
+@pytest.mark.parametrize("case", LAYOUT_CASES)
+def test_layout_decoded_and_multiplied_as_the_kernel_does(case):
+    from sparsetorch_cuda._spmm_pb import pack_pairs, pb_layout
+
+    m, n, density, empty, full = case
+    D = random_dense(m, n, density, torch.float16, seed=m + n, empty_rows=empty, long_rows=full)
+    rowptr, col, val = _csr(D)
+    lay = pb_layout(rowptr, col, m, n)
+    assert lay is not None and lay["stats"]["nnz"] == int(val.numel())
+    words = pack_pairs(lay, val.to(torch.float16))
+    assert words.dtype == torch.int32 and words.numel() >= 1
+    # every pair word is read exactly once across the lanes, and the map counts match the offsets
+    hdr = lay["hdr"].numpy()
+    cnt = np.array([_popc(int(v)) for v in hdr[:, 0]])
+    assert np.array_equal(hdr[:, 1], np.concatenate([[0], np.cumsum(cnt)[:-1]]))
+    assert int(cnt.sum()) == lay["npairs"]
+    X = np.random.default_rng(m * n).standard_normal((7, n)).astype(np.float16).astype(np.float64)
+    Y = _emulate(lay, words, X, m, n)
+    np.testing.assert_allclose(Y, D.numpy() @ X.T, rtol=1e-12, atol=1e-12)
+
+
+def test_layout_int32_and_int64_indices_agree():
+    from sparsetorch_cuda._spmm_pb import pb_layout
+
+    D = random_dense(100, 300, 0.1, torch.float16, seed=5)
+    a = pb_layout(*_csr(D, torch.int32)[:2], 100, 300)
+    b = pb_layout(*_csr(D, torch.int64)[:2], 100, 300)
+    assert torch.equal(a["hdr"], b["hdr"]) and torch.equal(a["dest"], b["dest"])
+
+
+def test_layout_declines_repeated_entries():
+    from sparsetorch_cuda._spmm_pb import pb_layout
+
+    assert pb_layout(torch.tensor([0, 2, 3]), torch.tensor([1, 1, 0]), 2, 4) is None
+
+
+def test_choose():
+    from sparsetorch_cuda._spmm_pb import pb_choose
+
+    # 11008 rows in blocks of 128: 86 row blocks; 264 resident blocks -> S = 2 (4 would need 344)
+    assert pb_choose(11008, 4096, (2, 4), 132, 264) == 2
+    assert pb_choose(4096, 4096, (2, 4), 132, 264) == 8
+    assert pb_choose(4096, 64, (2, 4), 132, 264) == 1  # two column blocks: one split
+    assert pb_choose(100, 4096, (1, 4), 132, 396) == 8
+
+
+def _nvrtc_missing() -> str | None:
+    from sparsetorch_cuda import compile as c
+
+    return c.nvrtc_missing()
+
+
+@pytest.mark.skipif(_nvrtc_missing() is not None, reason=str(_nvrtc_missing()))
+@pytest.mark.parametrize("value", ["float16", "bfloat16"])
+def test_host_compiles_for_sm90(value):
+    from sparsetorch_cuda import _spmm_pb
+
+    cubin = _spmm_pb.compile_cubin(value, "sm_90")
+    assert cubin[:4] == b"\x7fELF"
+    for name in _spmm_pb.kernel_names():
+        assert name.encode() + b"\x00" in cubin, f"spmm_pb.cu does not export {name} for {value}"
+
+
+# GPU ---------------------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=8)
+def _gpu_matrix(m: int, n: int, density: float, dtype: torch.dtype, empty: int, full: int, seed: int) -> torch.Tensor:
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    mask = torch.rand(m, n, generator=g, device="cuda") < density
+    if full:
+        mask[torch.randperm(m, generator=g, device="cuda")[:full]] = True
+    if empty:
+        mask[torch.randperm(m, generator=g, device="cuda")[:empty]] = False
+    sign = torch.where(torch.rand(m, n, generator=g, device="cuda") < 0.5, -1.0, 1.0)
+    vals = (torch.rand(m, n, generator=g, device="cuda") + 0.5) * sign
+    return (vals * mask).to(dtype)
+
+
+def _reference(W: torch.Tensor, x: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    y = x.float() @ W.float().T
+    return y + b.float() if b is not None else y
+
+
+def _check(op, W, k: int, bias: bool, seed: int = 0, x: torch.Tensor | None = None) -> None:
+    m, n = W.shape
+    g = torch.Generator(device="cuda").manual_seed(seed + k)
+    if x is None:
+        x = torch.randn(k, n, generator=g, device="cuda").to(W.dtype)
+    b = torch.randn(m, generator=g, device="cuda").to(W.dtype) if bias else None
+    out = torch.full((k, m), float("nan"), dtype=W.dtype, device="cuda")
+    y = op(x, b, out=out)
+    torch.cuda.synchronize()
+    assert y.shape == (k, m)
+    assert bool(torch.isfinite(y).all()), "an output element was not written (NaN left)"
+    ref = _reference(W, x, b)
+    if float(ref.abs().max()) == 0.0:
+        assert not bool(y.float().abs().max() > 0)
+    else:
+        assert rel_err(y, ref) < TOL[W.dtype]
+
+
+SHAPES = [(4096, 4096, 0.1, 0, 0), (11008, 4096, 0.1, 0, 0), (300, 200, 0.1, 5, 1), (77, 131, 0.3, 3, 1),
+          (1000, 1000, 0.05, 0, 1), (50, 96, 0.0, 0, 0), (129, 4104, 0.1, 2, 1)]
+
+
+@sm90
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("k", [1, 17, 64, 130])
+@pytest.mark.parametrize("index", [torch.int32, torch.int64])
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_matches_masked_dense(shape, dtype, index, k, bias):
+    from sparsetorch_cuda._spmm_pb import PbSpmm
+
+    m, n, density, empty, full = shape
+    W = _gpu_matrix(m, n, density, dtype, empty, full, m + n)
+    rowptr, col, val = _csr(W, index)
+    op = PbSpmm(rowptr, col, val, (m, n))
+    _check(op, W, k, bias)
+
+
+@sm90
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("clusters", [1, 2, 4, 8])
+@pytest.mark.parametrize("config", [(1, 4), (1, 8), (2, 4), (2, 8)])
+def test_every_kernel(config, clusters, dtype):
+    from sparsetorch_cuda._spmm_pb import PbSpmm
+
+    m, n = 515, 1000
+    W = _gpu_matrix(m, n, 0.1, dtype, 3, 1, 11)
+    rowptr, col, val = _csr(W, torch.int32)
+    op = PbSpmm(rowptr, col, val, (m, n), config=config, clusters=clusters)
+    assert op.S == clusters
+    for k in (5, 64, 100):
+        _check(op, W, k, True)
+
+
+@sm90
+@pytest.mark.parametrize("dtype", HALF)
+def test_misaligned_and_ragged_x(dtype):
+    """X^T at an address that is not 16-byte aligned, and n not a multiple of 8 (the element-wise permute)."""
+    from sparsetorch_cuda._spmm_pb import PbSpmm
+
+    for m, n in ((333, 1024), (200, 1003)):
+        W = _gpu_matrix(m, n, 0.1, dtype, 2, 1, 13)
+        rowptr, col, val = _csr(W, torch.int32)
+        op = PbSpmm(rowptr, col, val, (m, n))
+        for k in (17, 64, 130):
+            buf = torch.randn(k * n + 1, device="cuda").to(dtype)
+            x = buf[1:].view(k, n)
+            _check(op, W, k, True, x=x)
+
+
+@sm90
+@pytest.mark.parametrize("dtype", HALF)
+def test_set_values_and_graph_replay(dtype):
+    from sparsetorch_cuda._spmm_pb import PbSpmm
+
+    m, n, k = 1030, 4096, 64
+    W = _gpu_matrix(m, n, 0.1, dtype, 0, 0, 14).clone()
+    rowptr, col, val = _csr(W, torch.int32)
+    values = val.clone()
+    op = PbSpmm(rowptr, col, values, (m, n))
+    _check(op, W, k, True)
+    values.mul_(-2.0)
+    W2 = torch.zeros_like(W)
+    W2[W != 0] = values
+    op.set_values(values)
+    _check(op, W2, k, True)
+    x = torch.randn(k, n, device="cuda").to(dtype)
+    b = torch.randn(m, device="cuda").to(dtype)
+    out = torch.full((k, m), float("nan"), dtype=dtype, device="cuda")
+    op(x, b, out=out)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        op(x, b, out=out)
+    x.copy_(torch.randn(k, n, device="cuda").to(dtype))
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert bool(torch.isfinite(out).all())
+    assert rel_err(out, _reference(W2, x, b)) < TOL[dtype]
+
+
+@sm90
+def test_declines_and_flags_run():
+    from sparsetorch_cuda._spmm_pb import PbSpmm
+
+    W = _gpu_matrix(512, 4096, 0.1, torch.float16, 0, 0, 16)
+    rowptr, col, val = _csr(W, torch.int32)
+    with pytest.raises(ValueError):
+        PbSpmm(rowptr, col, val.float(), (512, 4096))
+    with pytest.raises(ValueError):
+        PbSpmm(rowptr, col, val, (512, 4096), config=(3, 3))
+    with pytest.raises(ValueError):
+        PbSpmm(rowptr, col, val, (512, 4096), clusters=2, flags=1)
+    x = torch.randn(64, 4096, device="cuda").to(torch.float16)
+    for flags in (1, 2, 4, 8, 16):
+        PbSpmm(rowptr, col, val, (512, 4096), clusters=4, flags=flags)(x)
+    torch.cuda.synchronize()
