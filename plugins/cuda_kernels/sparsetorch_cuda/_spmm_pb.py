@@ -27,7 +27,7 @@ import torch
 from . import compile as _compile
 from . import launch as _launch
 
-__all__ = ["PbSpmm", "pb_layout", "pb_choose", "pb_smem_bytes", "kernel_names", "source_text", "compile_cubin",
+__all__ = ["PbSpmm", "pb_layout", "pbr_layout", "pb_choose", "pb_smem_bytes", "kernel_names", "source_text", "compile_cubin",
            "cubin", "PB_CONFIGS", "PB_DEFAULT", "PB_CLUSTERS"]
 
 #: the compiled configurations (kernels/spmm_pb.cu SPMM_PB_CFG): (MS strips of 16 rows per warp, W warps)
@@ -42,8 +42,8 @@ _SRC = "spmm_pb"
 
 def kernel_names() -> list[str]:
     """Every kernel spmm_pb.cu exports for the half types on sm_90."""
-    return ([f"spmm_pb_p{p}_w{w}_s{s}" for p, w in PB_CONFIGS for s in PB_CLUSTERS]
-            + [f"spmm_pb_p{p}_w{w}_s4_abl" for p, w in PB_CONFIGS] + ["spmm_pb_xperm"])
+    return ([f"spmm_pb{r}_p{p}_w{w}_s{s}" for r in ("", "r") for p, w in PB_CONFIGS for s in PB_CLUSTERS]
+            + [f"spmm_pb{r}_p{p}_w{w}_s4_abl" for r in ("", "r") for p, w in PB_CONFIGS] + ["spmm_pb_xperm"])
 
 
 def pb_smem_bytes(ms: int, w: int) -> int:
@@ -111,6 +111,39 @@ def pb_layout(rowptr: torch.Tensor, col: torch.Tensor, m: int, n: int) -> dict[s
     stats = {"tiles": ntiles, "strips": strips, "blocks": nkb, "nnz": nnz, "pairs": npairs,
              "bytes": 4 * max(npairs, 1) + 8 * hdr.shape[0]}
     return {"hdr": hdr, "dest": dest, "npairs": npairs, "nkb": nkb, "stats": stats}
+
+
+def pbr_layout(rowptr: torch.Tensor, col: torch.Tensor, m: int, n: int) -> dict[str, Any] | None:
+    """The per-pattern layout of spmm_pbr (the values read where they lie, in CSR order), or None where the columns
+    of a row are not strictly increasing. Keys: ``hdr`` (int32, tiles x 8 x 4: per tile and g, row 16 s + g's
+    32 column bits in the block and the CSR index of its first entry there, then the same for row 16 s + g + 8),
+    ``stats``."""
+    dev = col.device
+    r64 = rowptr.to(torch.int64)
+    nnz = int(r64[-1]) if r64.numel() else 0
+    c = col[:nnz].to(torch.int64)
+    rows = torch.repeat_interleave(torch.arange(m, device=dev, dtype=torch.int64), r64[1:] - r64[:-1])
+    if nnz > 1:
+        same = rows[1:] == rows[:-1]
+        if bool((same & (c[1:] <= c[:-1])).any()):
+            return None
+    nkb = -(-n // 32)
+    strips = -(-m // 16)
+    ntiles = strips * nkb
+    slot = (((rows >> 4) * nkb + (c >> 5)) * 8 + (rows & 7)) * 2 + ((rows >> 3) & 1)  # (tile, g, half)
+    bits = torch.zeros(ntiles * 16, dtype=torch.int64, device=dev)
+    off = torch.zeros(ntiles * 16, dtype=torch.int64, device=dev)
+    if nnz:
+        bits.scatter_add_(0, slot, torch.ones_like(c) << (c & 31))
+        off.scatter_reduce_(0, slot, torch.arange(nnz, device=dev), reduce="amin", include_self=False)
+    if nnz >= 2**31:
+        return None
+    bits32 = torch.where(bits >= 2**31, bits - 2**32, bits).to(torch.int32)
+    hdr = torch.stack([bits32, off.to(torch.int32)], 1).reshape(ntiles * 8, 4)
+    if hdr.numel() == 0:
+        hdr = torch.zeros(1, 4, dtype=torch.int32, device=dev)
+    stats = {"tiles": ntiles, "strips": strips, "blocks": nkb, "nnz": nnz, "bytes": 2 * nnz + 16 * hdr.shape[0]}
+    return {"hdr": hdr.contiguous(), "nkb": nkb, "stats": stats}
 
 
 def pack_pairs(lay: dict[str, Any], values: torch.Tensor) -> torch.Tensor:
@@ -183,10 +216,14 @@ class PbSpmm:
     ``rowptr``, ``col``: the CSR (int32 or int64, on the GPU); ``values``: float16 or bfloat16 (nnz). Options:
     ``config`` ((MS, W) of PB_CONFIGS; default PB_DEFAULT), ``clusters`` (S of PB_CLUSTERS; default
     :func:`pb_choose` for the device), ``flags`` (benchmarking only, wrong results, S = 4 only: see the kernel's
-    header). Raises ValueError where the layout does not apply (repeated entries) or the device is not sm_90+."""
+    header); ``csr`` (True: spmm_pbr, the values read where they lie in the CSR order through per-row column
+    maps, so in-place changes of ``values`` are seen by every later call and graph replay without
+    ``set_values``; the columns of each row must be increasing). Raises ValueError where the layout does not apply
+    (repeated or unsorted entries) or the device is not sm_90+."""
 
     def __init__(self, rowptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape: tuple[int, int], *,
-                 config: tuple[int, int] | None = None, clusters: int | None = None, flags: int = 0) -> None:
+                 config: tuple[int, int] | None = None, clusters: int | None = None, flags: int = 0,
+                 csr: bool = False) -> None:
         m, n = int(shape[0]), int(shape[1])
         if values.dtype not in (torch.float16, torch.bfloat16):
             raise ValueError(f"spmm_pb takes float16 or bfloat16 values, got {values.dtype}")
@@ -199,9 +236,11 @@ class PbSpmm:
         self.dev_index = values.device.index if values.device.index is not None else torch.cuda.current_device()
         if int(_launch.arch_of(self.dev_index)[3:]) < 90:
             raise ValueError("spmm_pb needs sm_90 or later (clusters)")
-        lay = pb_layout(rowptr, col, m, n)
+        self.csr = bool(csr)
+        lay = (pbr_layout if self.csr else pb_layout)(rowptr, col, m, n)
         if lay is None:
-            raise ValueError("spmm_pb: the CSR repeats a (row, column) entry")
+            raise ValueError("spmm_pb: the CSR repeats a (row, column) entry" + (" or a row's columns are not increasing"
+                                                                                 if self.csr else ""))
         self.layout = lay
         self.hdr = lay["hdr"]
         self.nkb = lay["nkb"]
@@ -210,7 +249,7 @@ class PbSpmm:
             from .layout import _sm_count  # noqa: PLC0415
 
             ms, w = self.config
-            name = f"spmm_pb_p{ms}_w{w}_s4"
+            name = f"spmm_pb{'r' if self.csr else ''}_p{ms}_w{w}_s4"
             res = _resident(name, self.dtype, self.dev_index, 32 * w, pb_smem_bytes(ms, w), 4)
             clusters = pb_choose(m, n, self.config, _sm_count(self.dev_index), res)
         if self.flags and clusters != 4:
@@ -222,11 +261,16 @@ class PbSpmm:
         """Pack a value set (same pattern; the CSR's entry order) into the pair words (one scatter)."""
         if values.dtype != self.dtype:
             raise ValueError(f"values dtype {values.dtype} differs from the layout's {self.dtype}")
-        self.words = pack_pairs(self.layout, values)
+        if self.csr:
+            if values.numel() != self.layout["stats"]["nnz"]:
+                raise ValueError(f"values must have {self.layout['stats']['nnz']} entries, got {values.numel()}")
+            self.words = values.contiguous() if values.numel() else torch.zeros(2, dtype=self.dtype, device=self.device)
+        else:
+            self.words = pack_pairs(self.layout, values)
 
     def kernel_name(self) -> str:
         ms, w = self.config
-        return f"spmm_pb_p{ms}_w{w}_s{self.S}" + ("_abl" if self.flags else "")
+        return f"spmm_pb{'r' if self.csr else ''}_p{ms}_w{w}_s{self.S}" + ("_abl" if self.flags else "")
 
     def launch_shape(self, k: int) -> tuple[Any, tuple[int, int], int, int]:
         """(kernel, grid, threads, shared bytes) of a product with ``k`` columns."""

@@ -62,17 +62,39 @@ def _lane_registers(hdr: np.ndarray, words: np.ndarray, tile: int) -> np.ndarray
     return regs
 
 
+def _lane_registers_csr(hdr: np.ndarray, vals: np.ndarray, tile: int) -> np.ndarray:
+    """spmm_pbr's decode: lane (g, t) reads header entry g (row g's and row g + 8's 32 column bits and the CSR
+    index of their first entry in the block), takes columns 8 t .. 8 t + 7 of both rows, and packs slot
+    (st, sub) from columns 4 st + 2 (sub >> 1) + {0, 1} of row g + 8 (sub & 1)."""
+    regs = np.zeros((32, 8, 2), dtype=np.float64)
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        hv = np.zeros((2, 8))
+        for rr in range(2):
+            w = int(hdr[tile * 8 + g, 2 * rr]) & 0xFFFFFFFF
+            pos = int(hdr[tile * 8 + g, 2 * rr + 1]) + _popc(w & ((1 << (8 * t)) - 1))
+            byte = (w >> (8 * t)) & 0xFF
+            for c in range(8):
+                if (byte >> c) & 1:
+                    hv[rr, c] = vals[pos + _popc(byte & ((1 << c) - 1))]
+        for st in range(2):
+            for sub in range(4):
+                c0 = 4 * st + 2 * (sub >> 1)
+                regs[lane, 4 * st + sub] = hv[sub & 1, c0: c0 + 2]
+    return regs
+
+
 def _half(bits: int) -> float:
     return float(np.array([bits], dtype=np.uint16).view(np.float16)[0])
 
 
-def _emulate(lay, words: torch.Tensor, X: np.ndarray, m: int, n: int) -> np.ndarray:
+def _emulate(lay, words: torch.Tensor, X: np.ndarray, m: int, n: int, csr: bool = False) -> np.ndarray:
     """Y (m x k) = A X^T as the kernel computes it: per tile and k16 step, A's and B's logical 16 x 16 and 16 x 8
     matrices assembled from the lanes' registers by PTX's m16n8k16 layout (a0: row g, k 2t..2t+1; a1: row g + 8;
     a2: row g, k 2t + 8..; a3: row g + 8, k 2t + 8..; b0: k 2t..2t+1, column g; b1: k 2t + 8..), X^T's chunks
     as spmm_pb_xperm makes them (chunk of lane L: X^T[8 j + g][32 blk + 8 t .. + 7], zero past n)."""
     hdr = lay["hdr"].cpu().numpy()
-    w = words.cpu().numpy()
+    w = words.cpu().double().numpy() if csr else words.cpu().numpy()
     k = X.shape[0]
     nkb = lay["nkb"]
     strips = -(-m // 16)
@@ -81,7 +103,7 @@ def _emulate(lay, words: torch.Tensor, X: np.ndarray, m: int, n: int) -> np.ndar
     Xp[:, :n] = X
     for s in range(strips):
         for blk in range(nkb):
-            regs = _lane_registers(hdr, w, s * nkb + blk)
+            regs = (_lane_registers_csr if csr else _lane_registers)(hdr, w, s * nkb + blk)
             for st in range(2):
                 A = np.zeros((16, 16))
                 B = np.zeros((16, k))
@@ -122,6 +144,27 @@ def test_layout_decoded_and_multiplied_as_the_kernel_does(case):
     X = np.random.default_rng(m * n).standard_normal((7, n)).astype(np.float16).astype(np.float64)
     Y = _emulate(lay, words, X, m, n)
     np.testing.assert_allclose(Y, D.numpy() @ X.T, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("case", LAYOUT_CASES)
+def test_csr_layout_decoded_and_multiplied_as_the_kernel_does(case):
+    from sparsetorch_cuda._spmm_pb import pbr_layout
+
+    m, n, density, empty, full = case
+    D = random_dense(m, n, density, torch.float16, seed=m + n + 1, empty_rows=empty, long_rows=full)
+    rowptr, col, val = _csr(D)
+    lay = pbr_layout(rowptr, col, m, n)
+    assert lay is not None and lay["hdr"].shape == (max(lay["stats"]["tiles"], 1) * 8 if lay["stats"]["tiles"] else 1, 4)
+    X = np.random.default_rng(m * n + 1).standard_normal((5, n)).astype(np.float16).astype(np.float64)
+    Y = _emulate(lay, val, X, m, n, csr=True)
+    np.testing.assert_allclose(Y, D.numpy() @ X.T, rtol=1e-12, atol=1e-12)
+
+
+def test_csr_layout_declines_unsorted_rows():
+    from sparsetorch_cuda._spmm_pb import pbr_layout
+
+    assert pbr_layout(torch.tensor([0, 2, 3]), torch.tensor([3, 1, 0]), 2, 4) is None
+    assert pbr_layout(torch.tensor([0, 2, 3]), torch.tensor([1, 3, 0]), 2, 4) is not None
 
 
 def test_layout_int32_and_int64_indices_agree():
@@ -208,18 +251,19 @@ SHAPES = [(4096, 4096, 0.1, 0, 0), (11008, 4096, 0.1, 0, 0), (300, 200, 0.1, 5, 
 
 
 @sm90
+@pytest.mark.parametrize("csr", [False, True])
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("k", [1, 17, 64, 130])
 @pytest.mark.parametrize("index", [torch.int32, torch.int64])
 @pytest.mark.parametrize("dtype", HALF)
 @pytest.mark.parametrize("shape", SHAPES)
-def test_matches_masked_dense(shape, dtype, index, k, bias):
+def test_matches_masked_dense(shape, dtype, index, k, bias, csr):
     from sparsetorch_cuda._spmm_pb import PbSpmm
 
     m, n, density, empty, full = shape
     W = _gpu_matrix(m, n, density, dtype, empty, full, m + n)
     rowptr, col, val = _csr(W, index)
-    op = PbSpmm(rowptr, col, val, (m, n))
+    op = PbSpmm(rowptr, col, val, (m, n), csr=csr)
     _check(op, W, k, bias)
 
 
@@ -227,13 +271,14 @@ def test_matches_masked_dense(shape, dtype, index, k, bias):
 @pytest.mark.parametrize("dtype", HALF)
 @pytest.mark.parametrize("clusters", [1, 2, 4, 8])
 @pytest.mark.parametrize("config", [(1, 4), (1, 8), (2, 4), (2, 8)])
-def test_every_kernel(config, clusters, dtype):
+@pytest.mark.parametrize("csr", [False, True])
+def test_every_kernel(csr, config, clusters, dtype):
     from sparsetorch_cuda._spmm_pb import PbSpmm
 
     m, n = 515, 1000
     W = _gpu_matrix(m, n, 0.1, dtype, 3, 1, 11)
     rowptr, col, val = _csr(W, torch.int32)
-    op = PbSpmm(rowptr, col, val, (m, n), config=config, clusters=clusters)
+    op = PbSpmm(rowptr, col, val, (m, n), config=config, clusters=clusters, csr=csr)
     assert op.S == clusters
     for k in (5, 64, 100):
         _check(op, W, k, True)
@@ -241,14 +286,15 @@ def test_every_kernel(config, clusters, dtype):
 
 @sm90
 @pytest.mark.parametrize("dtype", HALF)
-def test_misaligned_and_ragged_x(dtype):
+@pytest.mark.parametrize("csr", [False, True])
+def test_misaligned_and_ragged_x(dtype, csr):
     """X^T at an address that is not 16-byte aligned, and n not a multiple of 8 (the element-wise permute)."""
     from sparsetorch_cuda._spmm_pb import PbSpmm
 
     for m, n in ((333, 1024), (200, 1003)):
         W = _gpu_matrix(m, n, 0.1, dtype, 2, 1, 13)
         rowptr, col, val = _csr(W, torch.int32)
-        op = PbSpmm(rowptr, col, val, (m, n))
+        op = PbSpmm(rowptr, col, val, (m, n), csr=csr)
         for k in (17, 64, 130):
             buf = torch.randn(k * n + 1, device="cuda").to(dtype)
             x = buf[1:].view(k, n)
@@ -288,6 +334,32 @@ def test_set_values_and_graph_replay(dtype):
 
 
 @sm90
+@pytest.mark.parametrize("dtype", HALF)
+def test_csr_values_in_place_seen_by_graph_replay(dtype):
+    """spmm_pbr reads the values where they lie: an in-place change is seen by the next replay, no set_values."""
+    from sparsetorch_cuda._spmm_pb import PbSpmm
+
+    m, n, k = 700, 2048, 64
+    W = _gpu_matrix(m, n, 0.1, dtype, 0, 0, 17).clone()
+    rowptr, col, val = _csr(W, torch.int32)
+    values = val.clone()
+    op = PbSpmm(rowptr, col, values, (m, n), csr=True)
+    x = torch.randn(k, n, device="cuda").to(dtype)
+    out = torch.full((k, m), float("nan"), dtype=dtype, device="cuda")
+    op(x, None, out=out)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        op(x, None, out=out)
+    values.mul_(-0.5)
+    W2 = torch.zeros_like(W)
+    W2[W != 0] = values
+    graph.replay()
+    torch.cuda.synchronize()
+    assert rel_err(out, _reference(W2, x, None)) < TOL[dtype]
+
+
+@sm90
 def test_declines_and_flags_run():
     from sparsetorch_cuda._spmm_pb import PbSpmm
 
@@ -301,5 +373,6 @@ def test_declines_and_flags_run():
         PbSpmm(rowptr, col, val, (512, 4096), clusters=2, flags=1)
     x = torch.randn(64, 4096, device="cuda").to(torch.float16)
     for flags in (1, 2, 4, 8, 16):
-        PbSpmm(rowptr, col, val, (512, 4096), clusters=4, flags=flags)(x)
+        for csr in (False, True):
+            PbSpmm(rowptr, col, val, (512, 4096), clusters=4, flags=flags, csr=csr)(x)
     torch.cuda.synchronize()

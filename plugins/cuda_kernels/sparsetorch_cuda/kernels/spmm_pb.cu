@@ -54,9 +54,9 @@ __device__ __forceinline__ uint4 pb_ldg4(const uint4* p) {
   return v;
 }
 
-template <int MS, int W, int S, bool ABL>
-__device__ __forceinline__ void spmm_pb_body(int m, int k, int nkb, const uint2* __restrict__ hdr,
-                                             const unsigned* __restrict__ vals, const uint4* __restrict__ xp,
+template <int MS, int W, int S, bool ABL, bool CSRV>
+__device__ __forceinline__ void spmm_pb_body(int m, int k, int nkb, const void* __restrict__ hdrp,
+                                             const void* __restrict__ valp, const uint4* __restrict__ xp,
                                              const val_t* __restrict__ bias, val_t* __restrict__ yt, int flags) {
   constexpr int R = 16 * MS * W, THREADS = 32 * W, PLD = R + 4;
   const int fl = ABL ? flags : 0;
@@ -90,21 +90,55 @@ __device__ __forceinline__ void spmm_pb_body(int m, int k, int nkb, const uint2*
   }
   const uint4* xb = xp + ((i64)bgi * nkb * 8) * 32 + lane;  // + (blk 8 + j) 32
 
-  auto load_hdr = [&](int blk, uint2 (&h)[MS]) {
-#pragma unroll
-    for (int s = 0; s < MS; ++s)
-      h[s] = sv[s] ? pb_ldg2(hdr + ((i64)sg[s] * nkb + blk) * 8 + g) : make_uint2(0u, 0u);
-  };
-  auto fetch = [&](int blk, const uint2 (&h)[MS], unsigned (&a)[MS][8], uint4 (&b)[8]) {
+  // the header of (strip, block) for this lane: pair maps (uint2 {map word g, offset}) or, CSRV, per-row maps
+  // (uint4 {row g's 32 column bits, CSR index of its first entry in the block, the same for row g + 8})
+  auto load_hdr = [&](int blk, uint4 (&h)[MS]) {
 #pragma unroll
     for (int s = 0; s < MS; ++s) {
-      const unsigned byte = (h[s].x >> (8 * t4)) & 0xffu;
-      const unsigned pos = h[s].y + (unsigned)__popc(h[s].x & below);
+      const i64 e = ((i64)sg[s] * nkb + blk) * 8 + g;
+      if (CSRV) {
+        h[s] = sv[s] ? pb_ldg4(reinterpret_cast<const uint4*>(hdrp) + e) : make_uint4(0u, 0u, 0u, 0u);
+      } else {
+        const uint2 v = sv[s] ? pb_ldg2(reinterpret_cast<const uint2*>(hdrp) + e) : make_uint2(0u, 0u);
+        h[s] = make_uint4(v.x, v.y, 0u, 0u);
+      }
+    }
+  };
+  auto fetch = [&](int blk, const uint4 (&h)[MS], unsigned (&a)[MS][8], uint4 (&b)[8]) {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        unsigned v = 0u;
-        if (!(fl & 8) && ((byte >> i) & 1u)) v = __ldg(vals + pos + (unsigned)__popc(byte & ((1u << i) - 1u)));
-        a[s][i] = v;
+    for (int s = 0; s < MS; ++s) {
+      if (CSRV) {  // columns 8 t .. 8 t + 7 of rows g and g + 8, each value a 16-bit load where it lies
+        const unsigned short* v16 = reinterpret_cast<const unsigned short*>(valp);
+        unsigned hv[2][8];
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+          const unsigned w = rr ? h[s].z : h[s].x;
+          const unsigned byte = (w >> (8 * t4)) & 0xffu;
+          const unsigned pos = (rr ? h[s].w : h[s].y) + (unsigned)__popc(w & below);
+#pragma unroll
+          for (int c = 0; c < 8; ++c) {
+            unsigned v = 0u;
+            if (!(fl & 8) && ((byte >> c) & 1u)) v = (unsigned)__ldg(v16 + pos + (unsigned)__popc(byte & ((1u << c) - 1u)));
+            hv[rr][c] = v;
+          }
+        }
+#pragma unroll
+        for (int st = 0; st < 2; ++st) {
+          a[s][4 * st + 0] = hv[0][4 * st] | (hv[0][4 * st + 1] << 16);
+          a[s][4 * st + 1] = hv[1][4 * st] | (hv[1][4 * st + 1] << 16);
+          a[s][4 * st + 2] = hv[0][4 * st + 2] | (hv[0][4 * st + 3] << 16);
+          a[s][4 * st + 3] = hv[1][4 * st + 2] | (hv[1][4 * st + 3] << 16);
+        }
+      } else {
+        const unsigned* vals = reinterpret_cast<const unsigned*>(valp);
+        const unsigned byte = (h[s].x >> (8 * t4)) & 0xffu;
+        const unsigned pos = h[s].y + (unsigned)__popc(h[s].x & below);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          unsigned v = 0u;
+          if (!(fl & 8) && ((byte >> i) & 1u)) v = __ldg(vals + pos + (unsigned)__popc(byte & ((1u << i) - 1u)));
+          a[s][i] = v;
+        }
       }
     }
     if (!(fl & 16)) {
@@ -129,7 +163,7 @@ __device__ __forceinline__ void spmm_pb_body(int m, int k, int nkb, const uint2*
   };
 
   if (!(fl & 2) && nb > 0 && sv[0]) {
-    uint2 hA[MS], hB[MS];
+    uint4 hA[MS], hB[MS];
     unsigned aA[MS][8], aB[MS][8];
     uint4 bA[8], bB[8];
     load_hdr(kb0, hA);
@@ -175,18 +209,19 @@ __device__ __forceinline__ void spmm_pb_body(int m, int k, int nkb, const uint2*
   tile_epilogue<S, THREADS, R, PLD>(pb_smem, S > 1, S > 1, bb0, max(bb0, bb1), 0, tid, b0, rb * R, m, k, bias, yt);
 }
 
-#define SPMM_PB(MS, W, S, MINB, ABL, ASFX, ATTR)                                                                  \
-  extern "C" __global__ void ATTR __launch_bounds__(W * 32, MINB) spmm_pb_p##MS##_w##W##_s##S##ASFX(              \
-      i64 m, i64 k, i64 nkb, const uint2* hdr, const unsigned* vals, const uint4* xp, const val_t* bias,          \
-      val_t* yt, i64 flags) {                                                                                       \
-    spmm_pb_body<MS, W, S, ABL>((int)m, (int)k, (int)nkb, hdr, vals, xp, bias, yt, (int)flags);                   \
+#define SPMM_PB(PFX, CSRV, MS, W, S, MINB, ABL, ASFX, ATTR)                                                       \
+  extern "C" __global__ void ATTR __launch_bounds__(W * 32, MINB) PFX##_p##MS##_w##W##_s##S##ASFX(                 \
+      i64 m, i64 k, i64 nkb, const void* hdr, const void* vals, const uint4* xp, const val_t* bias, val_t* yt,    \
+      i64 flags) {                                                                                                  \
+    spmm_pb_body<MS, W, S, ABL, CSRV>((int)m, (int)k, (int)nkb, hdr, vals, xp, bias, yt, (int)flags);             \
   }
-#define SPMM_PB_CFG(MS, W, MINB)                                        \
-  SPMM_PB(MS, W, 1, MINB, false, , )                                    \
-  SPMM_PB(MS, W, 2, MINB, false, , __cluster_dims__(2, 1, 1))           \
-  SPMM_PB(MS, W, 4, MINB, false, , __cluster_dims__(4, 1, 1))           \
-  SPMM_PB(MS, W, 8, MINB, false, , __cluster_dims__(8, 1, 1))           \
-  SPMM_PB(MS, W, 4, MINB, true, _abl, __cluster_dims__(4, 1, 1))
+#define SPMM_PB_CFG2(PFX, CSRV, MS, W, MINB)                                        \
+  SPMM_PB(PFX, CSRV, MS, W, 1, MINB, false, , )                                    \
+  SPMM_PB(PFX, CSRV, MS, W, 2, MINB, false, , __cluster_dims__(2, 1, 1))           \
+  SPMM_PB(PFX, CSRV, MS, W, 4, MINB, false, , __cluster_dims__(4, 1, 1))           \
+  SPMM_PB(PFX, CSRV, MS, W, 8, MINB, false, , __cluster_dims__(8, 1, 1))           \
+  SPMM_PB(PFX, CSRV, MS, W, 4, MINB, true, _abl, __cluster_dims__(4, 1, 1))
+#define SPMM_PB_CFG(MS, W, MINB) SPMM_PB_CFG2(spmm_pb, false, MS, W, MINB) SPMM_PB_CFG2(spmm_pbr, true, MS, W, MINB)
 
 // the configurations (_spmm_pb.PB_CONFIGS): (MS strips of 16 rows per warp, W warps, blocks per SM the registers
 // are bounded for)
