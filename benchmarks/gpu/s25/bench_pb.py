@@ -108,6 +108,11 @@ def main() -> int:
             row["pbr_default"] = {**regs(pbr, k), "S": pbr.S, "layout": pbr.layout["stats"]}
             row["pbr_err"] = err(pbr(x, b), ref)
             row["pbr_us"] = us(graph_time(lambda: pbr(x, b), a.repeats))
+            for label, base in (("pb", pb), ("pbr", pbr)):
+                op = copy.copy(base)
+                op.xdirect = True
+                row[f"{label}_xdirect_err"] = err(op(x, b), ref)
+                row[f"{label}_xdirect_us"] = us(graph_time(lambda op=op: op(x, b), a.repeats))
             xp = pb.permute_x(x)
             row["pb_xperm_us"] = us(graph_time(lambda: pb.permute_x(x, xp), a.repeats))
             tune = {}

@@ -36,7 +36,7 @@ PB_CONFIGS: tuple[tuple[int, int], ...] = ((1, 4), (1, 8), (2, 4), (2, 8))
 PB_DEFAULT = (2, 4)
 #: cluster sizes (K-splits)
 PB_CLUSTERS: tuple[int, ...] = (1, 2, 4, 8)
-_NARGS = 9
+_NARGS = 10
 _SRC = "spmm_pb"
 
 
@@ -223,7 +223,7 @@ class PbSpmm:
 
     def __init__(self, rowptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape: tuple[int, int], *,
                  config: tuple[int, int] | None = None, clusters: int | None = None, flags: int = 0,
-                 csr: bool = False) -> None:
+                 csr: bool = False, xdirect: bool = False) -> None:
         m, n = int(shape[0]), int(shape[1])
         if values.dtype not in (torch.float16, torch.bfloat16):
             raise ValueError(f"spmm_pb takes float16 or bfloat16 values, got {values.dtype}")
@@ -237,6 +237,8 @@ class PbSpmm:
         if int(_launch.arch_of(self.dev_index)[3:]) < 90:
             raise ValueError("spmm_pb needs sm_90 or later (clusters)")
         self.csr = bool(csr)
+        #: read X^T where it lies (no permute launch) where n % 32 == 0 and X^T is 16-byte aligned
+        self.xdirect = bool(xdirect)
         lay = (pbr_layout if self.csr else pb_layout)(rowptr, col, m, n)
         if lay is None:
             raise ValueError("spmm_pb: the CSR repeats a (row, column) entry" + (" or a row's columns are not increasing"
@@ -317,12 +319,13 @@ class PbSpmm:
         if n == 0:
             out.copy_(bias.expand(k, m) if bias is not None else torch.zeros((), dtype=self.dtype, device=self.device))
             return out
-        xp = self.permute_x(Xt)
+        direct = self.xdirect and n % 32 == 0 and Xt.data_ptr() % 16 == 0
+        xp = Xt if direct else self.permute_x(Xt)
         kern, grid, threads, smem = self.launch_shape(k)
         from ._mma import _allow_smem  # noqa: PLC0415
 
         _allow_smem(kern, self.dev_index, smem)
         args = (m, k, self.nkb, self.hdr.data_ptr(), self.words.data_ptr(), xp.data_ptr(),
-                bias.data_ptr() if bias is not None else 0, out.data_ptr(), self.flags)
+                bias.data_ptr() if bias is not None else 0, out.data_ptr(), self.flags, n if direct else 0)
         kern(grid, threads, args, shared=smem, device=self.dev_index)
         return out

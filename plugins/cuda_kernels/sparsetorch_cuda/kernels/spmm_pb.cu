@@ -22,7 +22,9 @@
 // bits below 8 t). A lane's decode is a fixed number of instructions per tile whatever the tile holds (eight
 // predicated 4-byte loads): no shared memory, no scatter, no barrier.
 //
-// X: the plan's product permutes X^T first (spmm_pb_xperm): per 64 batch rows bg, block of 32 columns blk,
+// X: `xld` > 0 (n % 32 == 0, X^T 16-byte aligned, row stride xld): the B chunks are read from X^T where it lies
+// (a warp's load of one n-tile touches eight 64-byte pieces of eight rows). Otherwise the product permutes X^T
+// first (spmm_pb_xperm): per 64 batch rows bg, block of 32 columns blk,
 // n-tile j (8 batch rows) and lane L, the 16 bytes lane L reads, so a warp's B load of one n-tile is 512
 // consecutive bytes (four L1 wavefronts; X^T's own rows would touch eight lines per load). Columns past n and
 // batch rows past k are zero.
@@ -57,7 +59,8 @@ __device__ __forceinline__ uint4 pb_ldg4(const uint4* p) {
 template <int MS, int W, int S, bool ABL, bool CSRV>
 __device__ __forceinline__ void spmm_pb_body(int m, int k, int nkb, const void* __restrict__ hdrp,
                                              const void* __restrict__ valp, const uint4* __restrict__ xp,
-                                             const val_t* __restrict__ bias, val_t* __restrict__ yt, int flags) {
+                                             const val_t* __restrict__ bias, val_t* __restrict__ yt, int flags,
+                                             i64 xld) {
   constexpr int R = 16 * MS * W, THREADS = 32 * W, PLD = R + 4;
   const int fl = ABL ? flags : 0;
   extern __shared__ __align__(16) float pb_smem[];
@@ -89,6 +92,10 @@ __device__ __forceinline__ void spmm_pb_body(int m, int k, int nkb, const void* 
     sv[s] = sg[s] < nstrips;
   }
   const uint4* xb = xp + ((i64)bgi * nkb * 8) * 32 + lane;  // + (blk 8 + j) 32
+  const val_t* xrow[8];  // xld > 0: this lane's batch row of each n-tile in X^T itself (null past k)
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+    xrow[j] = (xld > 0 && b0 + 8 * j + g < k) ? reinterpret_cast<const val_t*>(xp) + (i64)(b0 + 8 * j + g) * xld : nullptr;
 
   // the header of (strip, block) for this lane: pair maps (uint2 {map word g, offset}) or, CSRV, per-row maps
   // (uint4 {row g's 32 column bits, CSR index of its first entry in the block, the same for row g + 8})
@@ -141,7 +148,11 @@ __device__ __forceinline__ void spmm_pb_body(int m, int k, int nkb, const void* 
         }
       }
     }
-    if (!(fl & 16)) {
+    if (xld > 0) {  // X^T read where it lies (n % 32 == 0, 16-byte aligned): eight lines per warp load
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        b[j] = xrow[j] ? pb_ldg4(reinterpret_cast<const uint4*>(xrow[j] + 32 * (i64)blk + 8 * t4)) : make_uint4(0u, 0u, 0u, 0u);
+    } else if (!(fl & 16)) {
 #pragma unroll
       for (int j = 0; j < 8; ++j) b[j] = pb_ldg4(xb + ((i64)blk * 8 + j) * 32);
     } else {
@@ -212,8 +223,8 @@ __device__ __forceinline__ void spmm_pb_body(int m, int k, int nkb, const void* 
 #define SPMM_PB(PFX, CSRV, MS, W, S, MINB, ABL, ASFX, ATTR)                                                       \
   extern "C" __global__ void ATTR __launch_bounds__(W * 32, MINB) PFX##_p##MS##_w##W##_s##S##ASFX(                 \
       i64 m, i64 k, i64 nkb, const void* hdr, const void* vals, const uint4* xp, const val_t* bias, val_t* yt,    \
-      i64 flags) {                                                                                                  \
-    spmm_pb_body<MS, W, S, ABL, CSRV>((int)m, (int)k, (int)nkb, hdr, vals, xp, bias, yt, (int)flags);             \
+      i64 flags, i64 xld) {                                                                                         \
+    spmm_pb_body<MS, W, S, ABL, CSRV>((int)m, (int)k, (int)nkb, hdr, vals, xp, bias, yt, (int)flags, xld);        \
   }
 #define SPMM_PB_CFG2(PFX, CSRV, MS, W, MINB)                                        \
   SPMM_PB(PFX, CSRV, MS, W, 1, MINB, false, , )                                    \
