@@ -5,6 +5,7 @@ formulas, the plan cache, statuses and errors. Skipped when the SciPy plugin is 
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -573,3 +574,20 @@ def test_dense_svd_on_cuda_matches_numpy(shape) -> None:
         lstsq(A.with_values(vc), bc, backend="torch").square().sum().backward()
         torch.testing.assert_close(v.grad.cpu(), vc.grad, rtol=1e-8, atol=1e-10)
         torch.testing.assert_close(b.grad.cpu(), bc.grad, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (0, 0), (4, 3)])
+@pytest.mark.parametrize("k", [None, 3, 0])
+def test_empty_systems_answer_zero_with_every_method(shape, k) -> None:
+    """No equations (0 rows), no unknowns, an all-zero A or no right-hand-side columns: the minimum-norm answer is
+    zero, by every method offered (the Eigen plugin reshaped B with -1 and failed on 0 rows or 0 columns)."""
+    m, n = shape
+    A = st.SparseTensor.from_dense(torch.zeros(m, n, dtype=torch.float64))
+    b = torch.zeros(m, dtype=torch.float64) if k is None else torch.zeros(m, k, dtype=torch.float64)
+    methods = [None, "lsqr", "lsmr", "dense"]
+    if importlib.util.find_spec("sparsetorch_eigen") is not None:
+        methods.append("qr")
+    for method in methods:
+        x = st.lstsq(A, b, method=method)
+        assert x.shape == ((n,) if k is None else (n, k)), method
+        assert not bool(x.abs().gt(0).any()), method

@@ -211,7 +211,7 @@ class DirectPlan:
     # Solves ------------------------------------------------------------------------------------------
     def _run(self, fn: Any, B: torch.Tensor, rows_in: int, rows_out: int, adjoint: bool) -> torch.Tensor:
         k = B.shape[-1]
-        Bt = plain(B.to(self.dtype).reshape(-1, rows_in, k).transpose(-1, -2))  # (members, k, rows) = column-major
+        Bt = plain(B.to(self.dtype).reshape(math.prod(B.shape[:-2]), rows_in, k).transpose(-1, -2))  # (members, k, rows) = column-major
         members = self._h.members
         if Bt.shape[0] not in (1, members) and members != 1:
             raise InputError(f"{self.backend}/{self.method}: B has {Bt.shape[0]} batch members for {members} matrices; "

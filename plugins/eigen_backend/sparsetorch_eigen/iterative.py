@@ -17,6 +17,8 @@ The least-squares loop stops on LSQR's tests with ``||A||_F`` for ``||A||``: ``|
 
 from __future__ import annotations
 
+import math
+
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -118,7 +120,7 @@ class _Base:
         if self._values is None:
             raise RuntimeError(f"{self.backend}/{self.method}: solve() before set_values()")
         k = B.shape[-1]
-        Bt = plain(B.to(self.dtype).reshape(-1, rows_in, k).transpose(-1, -2))
+        Bt = plain(B.to(self.dtype).reshape(math.prod(B.shape[:-2]), rows_in, k).transpose(-1, -2))
         members = self._h.members
         if Bt.shape[0] not in (1, members) and members != 1:
             raise InputError(f"{self.backend}/{self.method}: B has {Bt.shape[0]} batch members for {members} matrices")

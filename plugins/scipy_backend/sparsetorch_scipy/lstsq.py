@@ -75,7 +75,7 @@ class LstsqPlan:
         if self._members is None:
             raise RuntimeError(f"{self.backend}/{self.method}: lstsq() before set_values()")
         rows, cols = (self.n, self.m) if adjoint else (self.m, self.n)
-        Bn = numpy_view(B).reshape(-1, rows, B.shape[-1])
+        Bn = numpy_view(B).reshape(math.prod(B.shape[:-2]), rows, B.shape[-1])
         members = self._members
         if len(members) not in (1, Bn.shape[0]):
             raise InputError(f"{self.backend}/{self.method}: B has {Bn.shape[0]} batch members for {len(members)} "
