@@ -552,6 +552,9 @@ class MmaMixin:
                                                   Xt.data_ptr(), bp, Yt.data_ptr()),
                  shared=-(-2 * n // 16) * 16, device=self.dev_index)
             return
+        if self._pb_ok(k):  # pair-bitmap fragments decoded in registers, values where they lie (kernels/spmm_pb.cu)
+            self._launch_pb(Xt, Yt, k, bp)
+            return
         if self._bm_ok(k):  # per-row column bitmaps into register fragments (kernels/spmm_bm.cu, _spmm_bm.py)
             self._launch_bm(Xt, Yt, k, bp)
             return

@@ -329,3 +329,63 @@ class PbSpmm:
                 bias.data_ptr() if bias is not None else 0, out.data_ptr(), self.flags, n if direct else 0)
         kern(grid, threads, args, shared=smem, device=self.dev_index)
         return out
+
+
+#: when "auto" runs spmm_pbr in the plan (None: never; ``plan.mma_kernel = "pb"`` forces it): set from measurements
+PB_AUTO: dict[str, float] | None = None
+
+
+def pb_auto(m: int, n: int, nnz: int, k: int, rule: dict[str, float] | None) -> bool:
+    """Whether "auto" takes spmm_pbr for an m x n pattern with ``nnz`` entries and ``k`` columns of X under
+    ``rule`` ({"min_k": ..., "max_density": ...}; None: never)."""
+    if rule is None or not m or not n:
+        return False
+    return k >= rule.get("min_k", 33) and nnz <= rule.get("max_density", 0.3) * m * n
+
+
+class PbMixin:
+    """spmm_pbr for :class:`~.plan.CudaSpmmPlan` (a mixin). The op's per-row maps are made once per pattern from
+    the plan's CSR; the values are read where they lie (the plan's current ``_values``), so ``set_values`` and
+    in-place writes cost nothing and are seen by every later launch and replay. X^T is read where it lies where
+    n % 32 == 0 and it is 16-byte aligned (one launch), else permuted first (two launches)."""
+
+    def _pb_op(self) -> "PbSpmm | None":
+        got = self.__dict__.get("_pb")
+        if got is None:
+            got = False
+            lay = self._mma_layout() if self.kind in ("csr", "generic") else None
+            if (lay is not None and not lay["nm"] and self._values is not None and self._values.dim() == 1
+                    and int(_launch.arch_of(self.dev_index)[3:]) >= 90):
+                try:
+                    got = PbSpmm(lay["rowptr"], self.col, self._values, self.shape, csr=True, xdirect=True)
+                except ValueError:
+                    got = False
+            self.__dict__["_pb"] = got
+        return got or None
+
+    def _pb_ok(self, k: int) -> bool:
+        """Whether the k >= MMA_MIN_K product runs spmm_pbr: ``mma_kernel`` "pb", or "auto" where :func:`pb_auto`
+        with :data:`PB_AUTO` says so; half precision, CSR / generic, one value set, sm_90+, sorted rows."""
+        kind = getattr(self, "mma_kernel", "auto")
+        m, n = self.shape
+        if kind != "pb" and not (kind == "auto" and pb_auto(m, n, self.nnz, k, PB_AUTO)):
+            return False
+        if self.dtype not in (torch.float16, torch.bfloat16) or self.kind not in ("csr", "generic"):
+            return False
+        if self._values is None or self._values.dim() != 1:
+            return False
+        return self._pb_op() is not None
+
+    def _launch_pb(self, Xt: torch.Tensor, Yt: torch.Tensor, k: int, bp: int) -> None:
+        """spmm_pbr on X^T ``Xt`` ((k, n)) into Y^T ``Yt`` ((k, m), contiguous), bias pointer ``bp`` (0: none)."""
+        from ._mma import _allow_smem  # noqa: PLC0415 - _mma imports nothing of this module
+
+        op = self._pb_op()
+        m, n = self.shape
+        direct = n % 32 == 0 and Xt.data_ptr() % 16 == 0 and Xt.is_contiguous()
+        xp = Xt if direct else op.permute_x(Xt.contiguous())
+        kern, grid, threads, smem = op.launch_shape(k)
+        _allow_smem(kern, self.dev_index, smem)
+        args = (m, k, op.nkb, op.hdr.data_ptr(), self._values.data_ptr(), xp.data_ptr(), bp, Yt.data_ptr(), 0,
+                n if direct else 0)
+        kern(grid, threads, args, shared=smem, device=self.dev_index)

@@ -33,6 +33,7 @@ from ._build import BuildMixin
 from ._delta import DeltaMixin
 from ._mma import MmaMixin
 from ._spmm_bm import BmMixin
+from ._spmm_pb import PbMixin
 from ._spmm_sp import SpMixin
 from .launch import Bound, Prepared, PreparedSeq, allow_pdl, kernel, recording
 from .layout import _check_rowptr  # noqa: F401 - re-exported (tests import it from here)
@@ -112,7 +113,7 @@ DENSE_ROUTE_DENSITY = 0.01
 __all__ = ["CudaSpmmPlan", "DTYPES", "delta_bits", "nm_params", "bsr_params", "native_kind", "sell_layout", "BLOCK"]
 
 
-class CudaSpmmPlan(BuildMixin, MmaMixin, DeltaMixin, SpMixin, BmMixin):
+class CudaSpmmPlan(BuildMixin, MmaMixin, DeltaMixin, SpMixin, BmMixin, PbMixin):
     """Sparse @ dense on a fixed pattern with this backend's kernels; values by :meth:`set_values`.
 
     ``variant`` picks the CSR kernel: ``"streamcs"`` / ``"stream"`` (with / without the

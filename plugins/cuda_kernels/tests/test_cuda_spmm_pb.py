@@ -379,3 +379,37 @@ def test_declines_and_flags_run():
         for csr in (False, True):
             PbSpmm(rowptr, col, val, (512, 4096), clusters=4, flags=flags, csr=csr)(x)
     torch.cuda.synchronize()
+
+
+@sm90
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("shape", [(1100, 4096), (300, 200), (129, 1000)])
+def test_plan_route(shape, dtype):
+    """``plan.mma_kernel = "pb"``: the plan's product runs spmm_pbr (X^T direct where n % 32 == 0, else permuted),
+    with the bias, the non-finite fix-up (an Inf in X gives the sparse answer) and in-place value writes seen."""
+    import sparsetorch as st
+    from sparsetorch.format import CSR
+    from sparsetorch_cuda.plan import CudaSpmmPlan
+
+    m, n = shape
+    W = _gpu_matrix(m, n, 0.1, dtype, 2, 1, 21).clone()
+    A = st.SparseTensor.from_dense(W, mask=W != 0).convert(CSR, index_dtype=torch.int32)
+    plan = CudaSpmmPlan(A)
+    plan.mma_kernel = "pb"
+    values = A.values
+    plan.set_values(values)
+    assert plan._pb_ok(64)
+    x = torch.randn(64, n, device="cuda").to(dtype)
+    b = torch.randn(m, device="cuda").to(dtype)
+    y = plan.apply(x.mT, bias=b).mT
+    assert rel_err(y, _reference(W, x, b)) < TOL[dtype]
+    values.mul_(-1.5)  # in place: seen by the next product
+    W2 = torch.zeros_like(W)
+    W2[W != 0] = values
+    y = plan.apply(x.mT, bias=b).mT
+    assert rel_err(y, _reference(W2, x, b)) < TOL[dtype]
+    x[3, 5] = float("inf")  # the sparse answer: only rows storing column 5 see it
+    y = plan.apply(x.mT).mT.float()
+    hit = W2[:, 5] != 0
+    assert bool(torch.isinf(y[3, hit]).all()) and bool(torch.isfinite(y[3, ~hit]).all())
+    assert bool(torch.isfinite(y[torch.arange(64, device="cuda") != 3]).all())
