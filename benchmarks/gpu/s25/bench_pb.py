@@ -97,6 +97,11 @@ def main() -> int:
             plan.set_values(A.values)
             row["plan_err"] = err(plan.apply(x.mT, bias=b).mT, ref)
             row["plan_us"] = us(graph_time(lambda: plan.apply(x.mT, bias=b), a.repeats))
+            planpb = CudaSpmmPlan(A)
+            planpb.mma_kernel = "pb"
+            planpb.set_values(A.values)
+            row["plan_pb_err"] = err(planpb.apply(x.mT, bias=b).mT, ref)
+            row["plan_pb_us"] = us(graph_time(lambda: planpb.apply(x.mT, bias=b), a.repeats))
             wd = _spmm_wd.WdSpmm(rowptr, col, vals, (out_f, in_f), config=(2, 4), clusters=8, prefetch=2)
             row["wd_err"] = err(wd(x, b), ref)
             row["wd_us"] = us(graph_time(lambda: wd(x, b), a.repeats))
@@ -161,6 +166,17 @@ def main() -> int:
                     return lambda p=p, i=i: p.apply(xs[i].mT, bias=bs[i])
 
                 row["plan_cold_us"], _ = cold(mk_plan, 4 * nnz)
+                keep.clear()
+
+                def mk_plan_pb(i):
+                    Ai = A if i == 0 else A.clone()
+                    p = CudaSpmmPlan(Ai)
+                    p.mma_kernel = "pb"
+                    p.set_values(Ai.values)
+                    keep[i] = p
+                    return lambda p=p, i=i: p.apply(xs[i].mT, bias=bs[i])
+
+                row["plan_pb_cold_us"], _ = cold(mk_plan_pb, 4 * nnz)
                 keep.clear()
 
                 def mk_wd(i):

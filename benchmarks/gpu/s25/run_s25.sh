@@ -13,7 +13,7 @@ P1=$!
 python3 -c "from sparsetorch_cuda import _spmm_wd; _spmm_wd.prewarm('sm_90')" &
 P2=$!
 if [ "${OTHERS:-1}" = 1 ]; then
-  python3 -m sparsetorch_cuda.compile --sources mma,spmm_cc,structured,spmv,fast --values float16,bfloat16 --indices int32 2>&1 | tail -1
+  python3 -m sparsetorch_cuda.compile --sources mma --values float16,bfloat16 --indices int32 2>&1 | tail -1
 fi
 wait $P1; echo "spmm_pb prewarm rc $?"; wait $P2
 if [ "${TEST:-1}" = 1 ]; then
