@@ -113,31 +113,29 @@ def main() -> int:
             row["pbr_default"] = {**regs(pbr, k), "S": pbr.S, "layout": pbr.layout["stats"]}
             row["pbr_err"] = err(pbr(x, b), ref)
             row["pbr_us"] = us(graph_time(lambda: pbr(x, b), a.repeats))
-            for label, base in (("pb", pb), ("pbr", pbr)):
-                op = copy.copy(base)
-                op.xdirect = True
-                row[f"{label}_xdirect_err"] = err(op(x, b), ref)
-                row[f"{label}_xdirect_us"] = us(graph_time(lambda op=op: op(x, b), a.repeats))
             xp = pb.permute_x(x)
             row["pb_xperm_us"] = us(graph_time(lambda: pb.permute_x(x, xp), a.repeats))
             tune = {}
-            for csr, cfg, S in ((c, cf, s) for c in (False, True) for cf in _spmm_pb.PB_CONFIGS for s in _spmm_pb.PB_CLUSTERS):
-                    key = f"{'r' if csr else ''}p{cfg[0]}_w{cfg[1]}_s{S}"
+            variants = [(c, cf, s, False) for c in (False, True) for cf in _spmm_pb.PB_CONFIGS for s in _spmm_pb.PB_CLUSTERS]
+            variants += [(c, cf, s, True) for c in (False, True) for cf in _spmm_pb.PB_DEEP for s in _spmm_pb.PB_CLUSTERS]
+            for csr, cfg, S, deep in variants:
+                    key = f"{'r' if csr else ''}{'d' if deep else ''}p{cfg[0]}_w{cfg[1]}_s{S}"
                     try:
-                        op = _spmm_pb.PbSpmm(rowptr, col, vals, (out_f, in_f), config=cfg, clusters=S, csr=csr)
+                        op = _spmm_pb.PbSpmm(rowptr, col, vals, (out_f, in_f), config=cfg, clusters=S, csr=csr, deep=deep)
                         tune[key] = {"us": us(graph_time(lambda op=op: op(x, b), a.repeats)), "err": err(op(x, b), ref),
                                      "registers": regs(op, k)["registers"]}
                     except Exception as exc:  # noqa: BLE001 - recorded
                         tune[key] = {"error": repr(exc)[:200]}
             row["pb_tune"] = tune
-            best = min((v["us"], kk) for kk, v in tune.items() if isinstance(v.get("us"), float) and kk[0] == "p")
+            best = min((v["us"], kk) for kk, v in tune.items() if isinstance(v.get("us"), float) and kk[0] in "pd")
             row["pb_best"] = {"config": best[1], "us": best[0]}
             bestr = min((v["us"], kk) for kk, v in tune.items() if isinstance(v.get("us"), float) and kk[0] == "r")
             row["pbr_best"] = {"config": bestr[1], "us": bestr[0]}
             for csr in (False, True):
                 for label, fl in ABLATION.items():
-                    op = _spmm_pb.PbSpmm(rowptr, col, vals, (out_f, in_f), clusters=4, flags=fl, csr=csr)
-                    row[f"pb{'r' if csr else ''}_abl_{label}_us"] = us(graph_time(lambda op=op: op(x, b), a.repeats))
+                    op = _spmm_pb.PbSpmm(rowptr, col, vals, (out_f, in_f), config=(1, 4), clusters=4, flags=fl, csr=csr,
+                                         deep=True)
+                    row[f"pb{'r' if csr else ''}d_abl_{label}_us"] = us(graph_time(lambda op=op: op(x, b), a.repeats))
             print(" ".join(f"{kk}={v}" for kk, v in row.items() if not isinstance(v, dict)), flush=True)
             print("  tune " + " ".join(f"{kk}={v.get('us', v.get('error'))}" for kk, v in tune.items()), flush=True)
             if not a.no_cold:
@@ -186,10 +184,10 @@ def main() -> int:
                 row["wd_cold_us"], _ = cold(mk_wd, 4 * nnz)
                 keep.clear()
                 def from_key(key):
-                    csr = key[0] == "r"
-                    p_, w_, s_ = key.lstrip("r").split("_")
+                    csr, deep = key.startswith("r"), "d" in key.split("_")[0]
+                    p_, w_, s_ = key.lstrip("rd").split("_")
                     return _spmm_pb.PbSpmm(rowptr, col, vals, (out_f, in_f), config=(int(p_[1:]), int(w_[1:])),
-                                           clusters=int(s_[1:]), csr=csr)
+                                           clusters=int(s_[1:]), csr=csr, deep=deep)
 
                 for label, make_op in (("pb", lambda: pb), ("pbr", lambda: pbr), ("pb_best", lambda: from_key(best[1])),
                                        ("pbr_best", lambda: from_key(bestr[1]))):

@@ -34,16 +34,20 @@ __all__ = ["PbSpmm", "pb_layout", "pbr_layout", "pb_choose", "pb_smem_bytes", "k
 PB_CONFIGS: tuple[tuple[int, int], ...] = ((1, 4), (1, 8), (2, 4), (2, 8))
 #: the default configuration: 32 rows per warp (64 float32 accumulators), 4 warps
 PB_DEFAULT = (2, 4)
+#: the configurations also built with the deep pipeline (``deep=True``: headers 8 blocks ahead, A words 4, B 1)
+PB_DEEP: tuple[tuple[int, int], ...] = ((1, 4), (1, 8))
 #: cluster sizes (K-splits)
 PB_CLUSTERS: tuple[int, ...] = (1, 2, 4, 8)
-_NARGS = 10
+_NARGS = 9
 _SRC = "spmm_pb"
 
 
 def kernel_names() -> list[str]:
     """Every kernel spmm_pb.cu exports for the half types on sm_90."""
     return ([f"spmm_pb{r}_p{p}_w{w}_s{s}" for r in ("", "r") for p, w in PB_CONFIGS for s in PB_CLUSTERS]
-            + [f"spmm_pb{r}_p{p}_w{w}_s4_abl" for r in ("", "r") for p, w in PB_CONFIGS] + ["spmm_pb_xperm"])
+            + [f"spmm_pb{r}_p{p}_w{w}_s4_abl" for r in ("", "r") for p, w in PB_CONFIGS] + ["spmm_pb_xperm"]
+            + [f"spmm_pb{r}d_p1_w{w}_s{s}{a}" for r in ("", "r") for w in (4, 8) for s in PB_CLUSTERS for a in ("", "_abl")
+               if not a or s == 4])
 
 
 def pb_smem_bytes(ms: int, w: int) -> int:
@@ -223,13 +227,16 @@ class PbSpmm:
 
     def __init__(self, rowptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape: tuple[int, int], *,
                  config: tuple[int, int] | None = None, clusters: int | None = None, flags: int = 0,
-                 csr: bool = False, xdirect: bool = False) -> None:
+                 csr: bool = False, deep: bool = False) -> None:
         m, n = int(shape[0]), int(shape[1])
         if values.dtype not in (torch.float16, torch.bfloat16):
             raise ValueError(f"spmm_pb takes float16 or bfloat16 values, got {values.dtype}")
         self.config = tuple(config) if config else PB_DEFAULT
         if self.config not in PB_CONFIGS:
             raise ValueError(f"config must be one of {PB_CONFIGS}, got {config}")
+        self.deep = bool(deep)
+        if self.deep and self.config not in PB_DEEP:
+            raise ValueError(f"deep=True takes a configuration of {PB_DEEP}, got {self.config}")
         if clusters is not None and clusters not in PB_CLUSTERS:
             raise ValueError(f"clusters must be one of {PB_CLUSTERS}, got {clusters}")
         self.shape, self.dtype, self.device = (m, n), values.dtype, values.device
@@ -237,8 +244,6 @@ class PbSpmm:
         if int(_launch.arch_of(self.dev_index)[3:]) < 90:
             raise ValueError("spmm_pb needs sm_90 or later (clusters)")
         self.csr = bool(csr)
-        #: read X^T where it lies (no permute launch) where n % 32 == 0 and X^T is 16-byte aligned
-        self.xdirect = bool(xdirect)
         lay = (pbr_layout if self.csr else pb_layout)(rowptr, col, m, n)
         if lay is None:
             raise ValueError("spmm_pb: the CSR repeats a (row, column) entry" + (" or a row's columns are not increasing"
@@ -251,7 +256,7 @@ class PbSpmm:
             from .layout import _sm_count  # noqa: PLC0415
 
             ms, w = self.config
-            name = f"spmm_pb{'r' if self.csr else ''}_p{ms}_w{w}_s4"
+            name = f"spmm_pb{'r' if self.csr else ''}{'d' if self.deep else ''}_p{ms}_w{w}_s4"
             res = _resident(name, self.dtype, self.dev_index, 32 * w, pb_smem_bytes(ms, w), 4)
             clusters = pb_choose(m, n, self.config, _sm_count(self.dev_index), res)
         if self.flags and clusters != 4:
@@ -272,7 +277,8 @@ class PbSpmm:
 
     def kernel_name(self) -> str:
         ms, w = self.config
-        return f"spmm_pb{'r' if self.csr else ''}_p{ms}_w{w}_s{self.S}" + ("_abl" if self.flags else "")
+        return (f"spmm_pb{'r' if self.csr else ''}{'d' if self.deep else ''}_p{ms}_w{w}_s{self.S}"
+                + ("_abl" if self.flags else ""))
 
     def launch_shape(self, k: int) -> tuple[Any, tuple[int, int], int, int]:
         """(kernel, grid, threads, shared bytes) of a product with ``k`` columns."""
@@ -319,20 +325,22 @@ class PbSpmm:
         if n == 0:
             out.copy_(bias.expand(k, m) if bias is not None else torch.zeros((), dtype=self.dtype, device=self.device))
             return out
-        direct = self.xdirect and n % 32 == 0 and Xt.data_ptr() % 16 == 0
-        xp = Xt if direct else self.permute_x(Xt)
+        xp = self.permute_x(Xt)
         kern, grid, threads, smem = self.launch_shape(k)
         from ._mma import _allow_smem  # noqa: PLC0415
 
         _allow_smem(kern, self.dev_index, smem)
         args = (m, k, self.nkb, self.hdr.data_ptr(), self.words.data_ptr(), xp.data_ptr(),
-                bias.data_ptr() if bias is not None else 0, out.data_ptr(), self.flags, n if direct else 0)
+                bias.data_ptr() if bias is not None else 0, out.data_ptr(), self.flags)
         kern(grid, threads, args, shared=smem, device=self.dev_index)
         return out
 
 
 #: when "auto" runs spmm_pbr in the plan (None: never; ``plan.mma_kernel = "pb"`` forces it): set from measurements
 PB_AUTO: dict[str, float] | None = None
+#: the plan's spmm_pbr build: the deep pipeline, configuration (1, 4)
+PB_PLAN_DEEP = True
+PB_PLAN_CONFIG = (1, 4)
 
 
 def pb_auto(m: int, n: int, nnz: int, k: int, rule: dict[str, float] | None) -> bool:
@@ -346,8 +354,8 @@ def pb_auto(m: int, n: int, nnz: int, k: int, rule: dict[str, float] | None) -> 
 class PbMixin:
     """spmm_pbr for :class:`~.plan.CudaSpmmPlan` (a mixin). The op's per-row maps are made once per pattern from
     the plan's CSR; the values are read where they lie (the plan's current ``_values``), so ``set_values`` and
-    in-place writes cost nothing and are seen by every later launch and replay. X^T is read where it lies where
-    n % 32 == 0 and it is 16-byte aligned (one launch), else permuted first (two launches)."""
+    in-place writes cost nothing and are seen by every later launch and replay. X^T is permuted first (two
+    launches: the plan's one-launch replay does not apply)."""
 
     def _pb_op(self) -> "PbSpmm | None":
         got = self.__dict__.get("_pb")
@@ -357,7 +365,8 @@ class PbMixin:
             if (lay is not None and not lay["nm"] and self._values is not None and self._values.dim() == 1
                     and int(_launch.arch_of(self.dev_index)[3:]) >= 90):
                 try:
-                    got = PbSpmm(lay["rowptr"], self.col, self._values, self.shape, csr=True, xdirect=True)
+                    got = PbSpmm(lay["rowptr"], self.col, self._values, self.shape, csr=True, deep=PB_PLAN_DEEP,
+                                 config=PB_PLAN_CONFIG)
                 except ValueError:
                     got = False
             self.__dict__["_pb"] = got
@@ -382,10 +391,8 @@ class PbMixin:
 
         op = self._pb_op()
         m, n = self.shape
-        direct = n % 32 == 0 and Xt.data_ptr() % 16 == 0 and Xt.is_contiguous()
-        xp = Xt if direct else op.permute_x(Xt.contiguous())
+        xp = op.permute_x(Xt.contiguous())
         kern, grid, threads, smem = op.launch_shape(k)
         _allow_smem(kern, self.dev_index, smem)
-        args = (m, k, op.nkb, op.hdr.data_ptr(), self._values.data_ptr(), xp.data_ptr(), bp, Yt.data_ptr(), 0,
-                n if direct else 0)
+        args = (m, k, op.nkb, op.hdr.data_ptr(), self._values.data_ptr(), xp.data_ptr(), bp, Yt.data_ptr(), 0)
         kern(grid, threads, args, shared=smem, device=self.dev_index)

@@ -265,15 +265,14 @@ def test_matches_masked_dense(shape, dtype, index, k, bias, csr):
     rowptr, col, val = _csr(W, index)
     op = PbSpmm(rowptr, col, val, (m, n), csr=csr)
     _check(op, W, k, bias)
-    if n % 32 == 0 and k in (17, 64):
-        op.xdirect = True  # X^T read where it lies
-        _check(op, W, k, bias)
+    if k in (17, 64):  # the deep pipeline: short and long K ranges (4096 columns: 128 blocks of 32)
+        _check(PbSpmm(rowptr, col, val, (m, n), csr=csr, config=(1, 4), deep=True), W, k, bias)
 
 
 @sm90
 @pytest.mark.parametrize("dtype", HALF)
 @pytest.mark.parametrize("clusters", [1, 2, 4, 8])
-@pytest.mark.parametrize("config", [(1, 4), (1, 8), (2, 4), (2, 8)])
+@pytest.mark.parametrize("config", [(1, 4), (1, 8), (2, 4), (2, 8), (1, 4, "deep"), (1, 8, "deep")])
 @pytest.mark.parametrize("csr", [False, True])
 def test_every_kernel(csr, config, clusters, dtype):
     from sparsetorch_cuda._spmm_pb import PbSpmm
@@ -281,7 +280,7 @@ def test_every_kernel(csr, config, clusters, dtype):
     m, n = 515, 1000
     W = _gpu_matrix(m, n, 0.1, dtype, 3, 1, 11)
     rowptr, col, val = _csr(W, torch.int32)
-    op = PbSpmm(rowptr, col, val, (m, n), config=config, clusters=clusters, csr=csr)
+    op = PbSpmm(rowptr, col, val, (m, n), config=config[:2], clusters=clusters, csr=csr, deep=len(config) == 3)
     assert op.S == clusters
     for k in (5, 64, 100):
         _check(op, W, k, True)
@@ -378,6 +377,7 @@ def test_declines_and_flags_run():
     for flags in (1, 2, 4, 8, 16):
         for csr in (False, True):
             PbSpmm(rowptr, col, val, (512, 4096), clusters=4, flags=flags, csr=csr)(x)
+            PbSpmm(rowptr, col, val, (512, 4096), config=(1, 4), clusters=4, flags=flags, csr=csr, deep=True)(x)
     torch.cuda.synchronize()
 
 
@@ -385,7 +385,7 @@ def test_declines_and_flags_run():
 @pytest.mark.parametrize("dtype", HALF)
 @pytest.mark.parametrize("shape", [(1100, 4096), (300, 200), (129, 1000)])
 def test_plan_route(shape, dtype):
-    """``plan.mma_kernel = "pb"``: the plan's product runs spmm_pbr (X^T direct where n % 32 == 0, else permuted),
+    """``plan.mma_kernel = "pb"``: the plan's product runs spmm_pbr (X^T permuted first),
     with the bias, the non-finite fix-up (an Inf in X gives the sparse answer) and in-place value writes seen."""
     import sparsetorch as st
     from sparsetorch.format import CSR

@@ -22,11 +22,10 @@
 // bits below 8 t). A lane's decode is a fixed number of instructions per tile whatever the tile holds (eight
 // predicated 4-byte loads): no shared memory, no scatter, no barrier.
 //
-// X: `xld` > 0 (n % 32 == 0, X^T 16-byte aligned, row stride xld): the B chunks are read from X^T where it lies
-// (a warp's load of one n-tile touches eight 64-byte pieces of eight rows). Otherwise the product permutes X^T
-// first (spmm_pb_xperm): per 64 batch rows bg, block of 32 columns blk,
+// X: the product permutes X^T first (spmm_pb_xperm): per 64 batch rows bg, block of 32 columns blk,
 // n-tile j (8 batch rows) and lane L, the 16 bytes lane L reads, so a warp's B load of one n-tile is 512
-// consecutive bytes (four L1 wavefronts; X^T's own rows would touch eight lines per load). Columns past n and
+// consecutive bytes (four L1 wavefronts; X^T's own rows touch eight lines per load: session 25 measured reading
+// X^T where it lies 3-8 us slower than the permute's 1.7 us). Columns past n and
 // batch rows past k are zero.
 //
 // Launch: clusters of S blocks, S K-splits (block rank q owns the column blocks [nkb q / S, nkb (q + 1) / S));
@@ -56,11 +55,10 @@ __device__ __forceinline__ uint4 pb_ldg4(const uint4* p) {
   return v;
 }
 
-template <int MS, int W, int S, bool ABL, bool CSRV>
+template <int MS, int W, int S, bool ABL, bool CSRV, bool DEEP>
 __device__ __forceinline__ void spmm_pb_body(int m, int k, int nkb, const void* __restrict__ hdrp,
                                              const void* __restrict__ valp, const uint4* __restrict__ xp,
-                                             const val_t* __restrict__ bias, val_t* __restrict__ yt, int flags,
-                                             i64 xld) {
+                                             const val_t* __restrict__ bias, val_t* __restrict__ yt, int flags) {
   constexpr int R = 16 * MS * W, THREADS = 32 * W, PLD = R + 4;
   const int fl = ABL ? flags : 0;
   extern __shared__ __align__(16) float pb_smem[];
@@ -92,10 +90,6 @@ __device__ __forceinline__ void spmm_pb_body(int m, int k, int nkb, const void* 
     sv[s] = sg[s] < nstrips;
   }
   const uint4* xb = xp + ((i64)bgi * nkb * 8) * 32 + lane;  // + (blk 8 + j) 32
-  const val_t* xrow[8];  // xld > 0: this lane's batch row of each n-tile in X^T itself (null past k)
-#pragma unroll
-  for (int j = 0; j < 8; ++j)
-    xrow[j] = (xld > 0 && b0 + 8 * j + g < k) ? reinterpret_cast<const val_t*>(xp) + (i64)(b0 + 8 * j + g) * xld : nullptr;
 
   // the header of (strip, block) for this lane: pair maps (uint2 {map word g, offset}) or, CSRV, per-row maps
   // (uint4 {row g's 32 column bits, CSR index of its first entry in the block, the same for row g + 8})
@@ -111,7 +105,7 @@ __device__ __forceinline__ void spmm_pb_body(int m, int k, int nkb, const void* 
       }
     }
   };
-  auto fetch = [&](int blk, const uint4 (&h)[MS], unsigned (&a)[MS][8], uint4 (&b)[8]) {
+  auto fetch_a = [&](const uint4 (&h)[MS], unsigned (&a)[MS][8]) {
 #pragma unroll
     for (int s = 0; s < MS; ++s) {
       if (CSRV) {  // columns 8 t .. 8 t + 7 of rows g and g + 8, each value a 16-bit load where it lies
@@ -148,17 +142,19 @@ __device__ __forceinline__ void spmm_pb_body(int m, int k, int nkb, const void* 
         }
       }
     }
-    if (xld > 0) {  // X^T read where it lies (n % 32 == 0, 16-byte aligned): eight lines per warp load
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-        b[j] = xrow[j] ? pb_ldg4(reinterpret_cast<const uint4*>(xrow[j] + 32 * (i64)blk + 8 * t4)) : make_uint4(0u, 0u, 0u, 0u);
-    } else if (!(fl & 16)) {
+  };
+  auto fetch_b = [&](int blk, uint4 (&b)[8]) {
+    if (!(fl & 16)) {
 #pragma unroll
       for (int j = 0; j < 8; ++j) b[j] = pb_ldg4(xb + ((i64)blk * 8 + j) * 32);
     } else {
 #pragma unroll
       for (int j = 0; j < 8; ++j) b[j] = make_uint4(0u, 0u, 0u, 0u);
     }
+  };
+  auto fetch = [&](int blk, const uint4 (&h)[MS], unsigned (&a)[MS][8], uint4 (&b)[8]) {
+    fetch_a(h, a);
+    fetch_b(blk, b);
   };
   auto products = [&](const unsigned (&a)[MS][8], const uint4 (&b)[8]) {
 #pragma unroll
@@ -173,7 +169,32 @@ __device__ __forceinline__ void spmm_pb_body(int m, int k, int nkb, const void* 
         }
   };
 
-  if (!(fl & 2) && nb > 0 && sv[0]) {
+  if (DEEP && !(fl & 2) && nb > 0 && sv[0]) {
+    // headers eight blocks ahead, A words four, B chunks one: a ring of 8 header sets, 4 word sets, 2 chunk sets
+    // (slots fixed at compile time by unrolling the loop by 8)
+    uint4 h[8][MS];
+    unsigned a[4][MS][8];
+    uint4 b[2][8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u)
+      if (u < nb) load_hdr(kb0 + u, h[u]);
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      if (u < nb) fetch_a(h[u], a[u]);
+    fetch_b(kb0, b[0]);
+    for (int i = 0; i < nb; i += 8) {
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const int j = i + u;
+        if (j < nb) {
+          if (j + 1 < nb) fetch_b(kb0 + j + 1, b[(u + 1) & 1]);
+          products(a[u & 3], b[u & 1]);
+          if (j + 4 < nb) fetch_a(h[(u + 4) & 7], a[u & 3]);
+          if (j + 8 < nb) load_hdr(kb0 + j + 8, h[u]);
+        }
+      }
+    }
+  } else if (!DEEP && !(fl & 2) && nb > 0 && sv[0]) {
     uint4 hA[MS], hB[MS];
     unsigned aA[MS][8], aB[MS][8];
     uint4 bA[8], bB[8];
@@ -220,19 +241,20 @@ __device__ __forceinline__ void spmm_pb_body(int m, int k, int nkb, const void* 
   tile_epilogue<S, THREADS, R, PLD>(pb_smem, S > 1, S > 1, bb0, max(bb0, bb1), 0, tid, b0, rb * R, m, k, bias, yt);
 }
 
-#define SPMM_PB(PFX, CSRV, MS, W, S, MINB, ABL, ASFX, ATTR)                                                       \
+#define SPMM_PB(PFX, CSRV, DEEP, MS, W, S, MINB, ABL, ASFX, ATTR)                                                 \
   extern "C" __global__ void ATTR __launch_bounds__(W * 32, MINB) PFX##_p##MS##_w##W##_s##S##ASFX(                 \
       i64 m, i64 k, i64 nkb, const void* hdr, const void* vals, const uint4* xp, const val_t* bias, val_t* yt,    \
-      i64 flags, i64 xld) {                                                                                         \
-    spmm_pb_body<MS, W, S, ABL, CSRV>((int)m, (int)k, (int)nkb, hdr, vals, xp, bias, yt, (int)flags, xld);        \
+      i64 flags) {                                                                                                  \
+    spmm_pb_body<MS, W, S, ABL, CSRV, DEEP>((int)m, (int)k, (int)nkb, hdr, vals, xp, bias, yt, (int)flags);       \
   }
-#define SPMM_PB_CFG2(PFX, CSRV, MS, W, MINB)                                        \
-  SPMM_PB(PFX, CSRV, MS, W, 1, MINB, false, , )                                    \
-  SPMM_PB(PFX, CSRV, MS, W, 2, MINB, false, , __cluster_dims__(2, 1, 1))           \
-  SPMM_PB(PFX, CSRV, MS, W, 4, MINB, false, , __cluster_dims__(4, 1, 1))           \
-  SPMM_PB(PFX, CSRV, MS, W, 8, MINB, false, , __cluster_dims__(8, 1, 1))           \
-  SPMM_PB(PFX, CSRV, MS, W, 4, MINB, true, _abl, __cluster_dims__(4, 1, 1))
-#define SPMM_PB_CFG(MS, W, MINB) SPMM_PB_CFG2(spmm_pb, false, MS, W, MINB) SPMM_PB_CFG2(spmm_pbr, true, MS, W, MINB)
+#define SPMM_PB_CFG2(PFX, CSRV, DEEP, MS, W, MINB)                                        \
+  SPMM_PB(PFX, CSRV, DEEP, MS, W, 1, MINB, false, , )                                    \
+  SPMM_PB(PFX, CSRV, DEEP, MS, W, 2, MINB, false, , __cluster_dims__(2, 1, 1))           \
+  SPMM_PB(PFX, CSRV, DEEP, MS, W, 4, MINB, false, , __cluster_dims__(4, 1, 1))           \
+  SPMM_PB(PFX, CSRV, DEEP, MS, W, 8, MINB, false, , __cluster_dims__(8, 1, 1))           \
+  SPMM_PB(PFX, CSRV, DEEP, MS, W, 4, MINB, true, _abl, __cluster_dims__(4, 1, 1))
+#define SPMM_PB_CFG(MS, W, MINB) SPMM_PB_CFG2(spmm_pb, false, false, MS, W, MINB) \
+  SPMM_PB_CFG2(spmm_pbr, true, false, MS, W, MINB)
 
 // the configurations (_spmm_pb.PB_CONFIGS): (MS strips of 16 rows per warp, W warps, blocks per SM the registers
 // are bounded for)
@@ -240,6 +262,11 @@ SPMM_PB_CFG(1, 4, 3)
 SPMM_PB_CFG(1, 8, 1)
 SPMM_PB_CFG(2, 4, 2)
 SPMM_PB_CFG(2, 8, 1)
+// "pbd" / "pbrd": the deep pipeline (headers 8 blocks ahead, A words 4, B 1), one strip per warp
+SPMM_PB_CFG2(spmm_pbd, false, true, 1, 4, 3)
+SPMM_PB_CFG2(spmm_pbd, false, true, 1, 8, 1)
+SPMM_PB_CFG2(spmm_pbrd, true, true, 1, 4, 3)
+SPMM_PB_CFG2(spmm_pbrd, true, true, 1, 8, 1)
 
 // X^T (k x n, row-major) -> the permuted chunks the products read: chunk ((bg nkb + blk) 8 + j) 32 + L holds
 // X^T[64 bg + 8 j + L / 4][32 blk + 8 (L % 4) .. + 7], zero past k and n. `vec`: n % 8 == 0 and X^T 16-byte
