@@ -309,3 +309,105 @@ def test_inertia_check_accepts_clusters_cut_at_k_and_catches_a_missing_copy():
     for kw in (dict(sigma=1e6, method="arpack"), dict(which="SA", method="arpack")):
         w, _ = st.eigsh(_st(T), 4, **kw)
         assert np.abs(np.sort(w.numpy()) - np.sort(every)[:4]).max() < 1e-6 * 1e6
+
+
+def _lower_dense_limits(monkeypatch, dense: int, last_resort: int) -> None:
+    """The dense eigh offered up to ``dense`` unknowns and kept as eigsh's last resort up to ``last_resort``
+    (2048 and DENSE_LAST_RESORT_MAX by default), with dispatch decisions not remembered across the change."""
+    from sparsetorch.backends.torch_native import spectral_offers
+    from sparsetorch.ops.spectral import _attempts
+
+    monkeypatch.setenv("SPARSETORCH_DISPATCH_CACHE", "0")
+    monkeypatch.setattr(spectral_offers, "DENSE_EIG_MAX", dense)
+    monkeypatch.setattr(_attempts, "DENSE_LAST_RESORT_MAX", last_resort)
+
+
+def _diagonal_mass(n: int, seed: int = 0):
+    md = np.random.default_rng(seed).uniform(0.5, 2.0, n)
+    return md, st.SparseTensor.from_coo(torch.tensor(md), torch.arange(n), torch.arange(n), shape=(n, n), format="CSR")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sparsetorch_scipy") is None, reason="needs the SciPy plugin")
+def test_missed_copies_above_dense_max_are_answered_by_the_dense_last_resort(monkeypatch):
+    """9 graph components with a mass matrix, which="SA" (eigenvalue 0 nine times), n above dense_max: ARPACK
+    missed copies (the inertia check says so), both LOBPCGs stalled on the clusters, and with the dense eigh
+    declined for its size the call raised NotConvergedError (n = 2076 against dense_max = 2048: ~8 s, then the
+    error). The dense eigh is now the last resort up to DENSE_LAST_RESORT_MAX; here both limits are lowered so
+    that the n = 956 case of session 24 stands for it. Reference: SciPy's dense eigh of the pencil."""
+    _lower_dense_limits(monkeypatch, 500, 1024)
+    L = sp.block_diag([_neumann_grid(10)] * 4 + [_neumann_grid(8)] * 4 + [_neumann_path(300)])
+    n, k = L.shape[0], 12
+    md, M = _diagonal_mass(n)
+    A = _st(L)
+    table = st.explain("eigsh", A, k, M=M, which="SA")
+    assert all(r.method != "dense" for r in table.offers)  # the table is as it was: dense declined for its size
+    w, V, info = st.eigsh(A, k, M=M, which="SA", return_info=True)
+    ref = scipy.linalg.eigh(L.toarray(), np.diag(md), eigvals_only=True)[:k]
+    w, Vn = w.numpy(), V.numpy()
+    scale = np.abs(L).sum(1).max()
+    assert np.abs(w - ref).max() <= 1e-10 * np.maximum(np.abs(ref), 1e-3 * scale).min()  # ~1e-10 relative
+    assert np.abs(L @ Vn - md[:, None] * Vn * w).max() < 1e-10 * scale
+    assert np.abs(Vn.T @ (md[:, None] * Vn) - np.eye(k)).max() < 1e-10
+    tries = info.extra["attempts"]
+    assert info.method == "dense" and tries[-1]["accepted"] and not any(t["accepted"] for t in tries[:-1])
+    assert "inertia count" in tries[0]["why"] and tries[-1]["budget"] is None
+    assert "last_resort" in info.extra
+
+
+def _spd_pair(n: int, seed: int = 3):
+    """A sparse SPD matrix with well separated eigenvalues, and a diagonal SPD mass matrix."""
+    rng = np.random.default_rng(seed)
+    B = sp.random_array((n, n), density=4 / n, rng=rng)
+    A = sp.csr_array(B + B.T + sp.diags_array(np.linspace(1.0, 8.0, n) + 4.0))
+    md, M = _diagonal_mass(n, seed)
+    return A, md, M
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sparsetorch_scipy") is None, reason="needs the SciPy plugin")
+def test_dense_last_resort_keeps_the_adjoint_gradients(monkeypatch):
+    """Eigenvalue and eigenvector gradients (in A's and M's values) of an answer from the dense last resort:
+    maxiter=1 stops every iterative method, the dense eigh answers, and the adjoint rules hold against finite
+    differences (torch.autograd.gradcheck along two directions of the values)."""
+    _lower_dense_limits(monkeypatch, 20, 100)
+    S, md, M = _spd_pair(60)
+    A = _st(S)
+    k = 3
+    w, _, info = st.eigsh(A, k, M=M, which="LA", maxiter=1, return_info=True)
+    assert info.method == "dense" and len(info.extra["attempts"]) > 1 and "last_resort" in info.extra
+    np.testing.assert_allclose(w.numpy(), scipy.linalg.eigh(S.toarray(), np.diag(md), eigvals_only=True)[-k:],
+                               rtol=1e-10)
+    g = torch.Generator().manual_seed(0)
+    R = torch.randn(60, 60, generator=g, dtype=torch.float64)
+    coords, slot = A.entries()  # a symmetric direction on A's pattern: the same change on (r, c) and (c, r)
+    dA = torch.zeros_like(A.values).index_put_((slot,), (R + R.T)[coords[0], coords[1]])
+    dM = torch.rand(M.values.shape, generator=g, dtype=torch.float64) * 0.1
+    weights = torch.rand(60, k, generator=g, dtype=torch.float64)
+
+    def f(ta, tm):
+        Ai = A.with_values(A.values + ta * dA)
+        Mi = M.with_values(M.values + tm * dM)
+        wi, Vi = st.eigsh(Ai, k, M=Mi, which="LA", maxiter=1)
+        return wi.sum() + ((Vi * Vi) * weights).sum()  # eigenvector signs do not matter
+
+    ta = torch.zeros((), dtype=torch.float64, requires_grad=True)
+    tm = torch.zeros((), dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(f, (ta, tm), eps=1e-6, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sparsetorch_scipy") is None, reason="needs the SciPy plugin")
+def test_beyond_the_dense_last_resort_eigsh_raises_saying_what_to_do(monkeypatch):
+    """Above DENSE_LAST_RESORT_MAX (and where the caller set dense_max or pinned a method) nothing changes: the
+    call raises NotConvergedError, which now names the bound and dense_max=n; passing it answers."""
+    _lower_dense_limits(monkeypatch, 20, 40)
+    S, md, M = _spd_pair(60)
+    A = _st(S)
+    with pytest.raises(NotConvergedError, match=r"last resort only up to n = 40 .*dense_max=60"):
+        st.eigsh(A, 3, M=M, which="LA", maxiter=1)
+    with pytest.raises(NotConvergedError):  # the caller's dense_max is theirs to decide
+        st.eigsh(A, 3, M=M, which="LA", maxiter=1, dense_max=30)
+    with pytest.raises(NotConvergedError, match="pinned"):
+        st.eigsh(A, 3, M=M, which="LA", maxiter=1, method="arpack")
+    w, _, info = st.eigsh(A, 3, M=M, which="LA", maxiter=1, dense_max=60, return_info=True)
+    assert info.method == "dense" and "last_resort" not in info.extra
+    np.testing.assert_allclose(w.numpy(), scipy.linalg.eigh(S.toarray(), np.diag(md), eigvals_only=True)[-3:],
+                               rtol=1e-10)

@@ -14,8 +14,8 @@ import torch
 
 from ...dispatch.lru import LRU
 from ...dispatch.plan import PlanState, obtain_plan, with_options
-from ...errors import (BackendError, DegenerateEigenvalueError, IndefiniteMatrixError, NotConvergedError,
-                       NotConvergedWarning, NotSymmetricError, SparseTorchError)
+from ...errors import (BackendError, DegenerateEigenvalueError, IndefiniteMatrixError, NoBackendError,
+                       NotConvergedError, NotConvergedWarning, NotSymmetricError, SparseTorchError)
 from ...tensor import SparseTensor
 from ..info import SolveInfo
 from ._checks import _check_outputs, _verify_pairs
@@ -33,6 +33,11 @@ class _Attempts:
     table could replace is bounded by that offer's estimated seconds (``budget``, for plans
     whose ``eigsh``/``eigs`` take it): a failed attempt costs about what the dense call it
     delayed does. Plans for later offers are obtained (and cached) only when needed.
+
+    ``eigsh``'s last resort: where the dense method was left out of the table for its size alone
+    (n above its default ``dense_max``, none given) and n is at most :data:`DENSE_LAST_RESORT_MAX`,
+    it is added after every offer of the table and runs only when they all failed (it bounds none
+    of them: a call that succeeded before runs as before).
     """
 
     def __init__(self, op: str, A: SparseTensor, request, state: PlanState, offer, table, *, cache: bool,
@@ -68,17 +73,55 @@ class _Attempts:
             self.offers.insert(0, probe)
             self.states = {1: state}
             self.probe_budget = max(PROBE_MIN_BUDGET, PROBE_SHARE * offer.seconds)
+        self.last_resort: int | None = None  # index in self.offers of the dense last resort
+        self.beyond_last_resort = ""  # why there is none, for the error's advice
+        if op == "eigsh" and not self.pinned:
+            self._add_last_resort()
+
+    def _add_last_resort(self) -> None:
+        """Append the dense eigh (torch, the method used up to ``dense_max``) when the table left it out for
+        its size alone: ARPACK can miss copies of a repeated eigenvalue (the inertia check proves it) and the
+        block methods stall on the clusters of a graph Laplacian of several components (n = 2076, 9
+        components, M given: every method failed and the call raised after ~8 s), where a dense eigh of
+        that size takes seconds."""
+        req = self.request
+        if req.option("dense_max") or req.option("backend") not in (None, "torch"):
+            return  # the caller set the dense limit, or chose another backend: theirs to decide
+        if any(o.method in _DIRECT_METHODS for o in self.offers):
+            return
+        n = int(self.A.format_shape[0])
+        batch = math.prod(self.A.batch_shape)
+        bound = DENSE_LAST_RESORT_MAX
+        if n > bound or batch * float(n) ** 3 > float(bound) ** 3:
+            memory = _gib(7 * n * n * self.A.values.element_size() * batch)
+            self.beyond_last_resort = (
+                f"the dense eigh is the last resort only up to n = {bound} unknowns (a value batch counting as "
+                f"that many problems; here n = {n}" + (f", {batch} members" if batch > 1 else "") + "): pass "
+                f"dense_max={n} to allow it (O(n^3) time: 15-20 s at n = 4096 on 2 CPU cores, 8x per doubling of "
+                f"n; ~{memory} of memory)")
+            return
+        from ...dispatch.select import choose
+
+        try:  # the torch backend's dense offer as dispatch prices it (max_bytes= still applies)
+            dense, _ = choose(with_options(req, backend="torch", method="dense", dense_max=n))
+        except NoBackendError:
+            return
+        self.last_resort = len(self.offers)
+        self.offers.append(dense)
 
     def _state(self, i: int) -> PlanState:
         if i not in self.states:
             request = with_options(self.request, backend=self.offers[i].backend, method=self.offers[i].method)
+            if i == self.last_resort:
+                request = with_options(request, dense_max=int(self.A.format_shape[0]))
             self.states[i] = obtain_plan(self.op, self.A, request, cache=self.cache)[0]
         return self.states[i]
 
     def budget(self, i: int) -> float | None:
         """Seconds attempt ``i`` may take: the estimate of the cheapest dense offer after it
         (None: nothing direct to hand over to, or the last candidate)."""
-        later = [o.seconds for o in self.offers[i + 1:] if o.method in _DIRECT_METHODS]
+        later = [o.seconds for j, o in enumerate(self.offers[i + 1:], i + 1)
+                 if o.method in _DIRECT_METHODS and j != self.last_resort]
         if not later:
             return None
         return max(MIN_BUDGET, min(later))
@@ -193,6 +236,10 @@ class _Attempts:
                       + (f"method={' or '.join(others)}, or " if others else "")
                       + "drop method= to let dispatch fall back, raise maxiter, use sigma (shift-invert) for interior "
                         "or smallest eigenvalues, or pass on_nonconvergence='warn'")
+        elif self.beyond_last_resort:
+            advice = ("every capable method was tried (in the order of explain()); " + self.beyond_last_resort
+                      + "; or raise maxiter, give tol=, use sigma (shift-invert) near the wanted eigenvalues, or pass "
+                        "on_nonconvergence='warn'")
         else:
             advice = ("every capable method was tried (in the order of explain()); raise maxiter, give tol=, use sigma "
                       "(shift-invert) near the wanted eigenvalues, raise dense_max= to allow the dense method, or pass "
@@ -212,11 +259,22 @@ class _Attempts:
             residual=res.residual if isinstance(resid, float) and math.isnan(resid) else resid, converged=bool(rec.get("accepted", res.converged)),
             status=res.status, reason=res.reason, plan_reused=self.states[0].reused,
             extra={"estimated_seconds": self.offer.seconds, "estimated_bytes": self.offer.bytes,
-                   "attempts": [dict(r) for r in self.records], "contract_rtol": self.contract},
+                   "attempts": [dict(r) for r in self.records], "contract_rtol": self.contract,
+                   **({"last_resort": f"every offer of the table failed; the dense eigh answered (n <= "
+                                      f"DENSE_LAST_RESORT_MAX = {DENSE_LAST_RESORT_MAX})"}
+                      if self.last_resort is not None and len(self.records) == self.last_resort + 1
+                      and self.records[-1]["accepted"] else {})},
         )
 
 #: Direct methods of the spectral ops: an attempt that one of these could replace is bounded by it.
 _DIRECT_METHODS = ("dense",)
+#: eigsh's last resort (:class:`_Attempts`): up to this n the dense eigh answers when every offer of the table
+#: failed and the table left it out for its default ``dense_max`` only. Its cost, measured on the 2-core CPU
+#: machine (``eigsh(..., M=diagonal, method="dense")``: M's Cholesky, two triangular solves, torch.linalg.eigh with
+#: vectors; float64, 2 threads; peak RSS of the process): 1.3 s / 0.5 GiB at n = 2076, 14-22 s / 1.2 GiB at 4096,
+#: 43 s / 2.3 GiB at 6144, 136 s / 4.3 GiB at 8192. Larger problems raise NotConvergedError saying that
+#: dense_max=n forces it.
+DENSE_LAST_RESORT_MAX = 4096
 #: The least an iterative attempt is allowed before handing over (seconds): below it a budget
 #: would only measure Python's overheads.
 MIN_BUDGET = 0.05
@@ -235,6 +293,10 @@ _PASS_THROUGH = (IndefiniteMatrixError, NotSymmetricError, DegenerateEigenvalueE
 #: ``warnings.warn``'s stacklevel for a non-converged call, per op: the frames between the user's
 #: ``eigsh``/``eigs`` call and :meth:`_Attempts._fail`.
 _STACKLEVEL = {"eigsh": 7, "eigs": 8}
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / 2 ** 30:.2g} GiB" if nbytes >= 2 ** 28 else f"{nbytes / 2 ** 20:.2g} MiB"
 
 
 def _capable(op, A, request):

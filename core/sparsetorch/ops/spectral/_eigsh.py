@@ -59,7 +59,10 @@ def eigsh(
     ``"warn"``/``"ignore"`` drop the coupling between the close pair.
 
     Methods (``method=``): "dense" (torch, small n), "lanczos" (torch, any device), "lobpcg"
-    (torch, SPD), "arpack" (scipy plugin). Symmetry is checked (detected) unless ``properties``
+    (torch, SPD), "arpack" (scipy plugin). Without ``method=`` the capable methods are tried in
+    turn; "dense" is offered up to ``dense_max`` unknowns (2048 by default) and, with no
+    ``dense_max`` given, still answers up to ``DENSE_LAST_RESORT_MAX`` (4096) when every other
+    method failed (docs/spectral.md). Symmetry is checked (detected) unless ``properties``
     says so; a non-symmetric A raises :class:`NotSymmetricError` (use :func:`eigs`).
     """
     A = check_matrix(A, "eigsh", square=True)
