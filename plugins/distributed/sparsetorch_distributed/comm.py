@@ -5,13 +5,15 @@ gloo (CPU tensors) and NCCL (CUDA tensors of the current device): small control 
 signatures) are made on :attr:`Comm.device`, which is ``cuda:<current>`` for NCCL and the CPU
 otherwise.
 
-Failure protocol (``agree``): an operation runs its local part inside ``with comm.agreement(what)``;
-on leaving it every rank contributes an error flag to one ``all_reduce(MAX)``. When any flag is
-set, the ranks exchange (class code, message) with ``all_gather_object`` and every rank raises the
-class of the lowest failing rank, its message prefixed with that rank, so a bad input on one rank
-is the same named error everywhere, and nobody is left waiting in a collective the failing rank
-never entered. Collectives and transfers inherit the process group's timeout; :func:`init` sets
-60 s by default. A transfer that fails (a peer died, the timeout passed) raises
+Failure protocol (``agree``): every rank contributes an error flag to one ``all_reduce(MAX)``. When any
+flag is set, the ranks exchange (class code, message) with ``all_gather_object`` and every rank raises the
+class of the lowest failing rank, its message prefixed with that rank (and followed by the other failing
+ranks' messages), so a bad input on one rank is the same named error everywhere, and nobody is left
+waiting in a collective the failing rank never entered. Entry points check their per-rank input inside
+``with comm.checked(what, same=...)`` (one helper for all of them): the local checks, then that one
+all_reduce, which also carries the integers every rank must share (``same``); an operation's local
+setup runs inside ``with comm.agreement(what)``. Collectives and transfers inherit the process group's
+timeout; :func:`init` sets 60 s by default. A transfer that fails (a peer died, the timeout passed) raises
 :class:`~sparsetorch_distributed.errors.CommTimeoutError` on the ranks that see it.
 """
 
@@ -30,7 +32,7 @@ import sparsetorch as st
 
 from .errors import CommTimeoutError, DistributedError, MismatchError, class_of, code_of
 
-__all__ = ["Comm", "init", "get_comm", "free_port", "DEFAULT_TIMEOUT"]
+__all__ = ["Comm", "Check", "init", "get_comm", "free_port", "DEFAULT_TIMEOUT"]
 
 DEFAULT_TIMEOUT = datetime.timedelta(seconds=60)
 
@@ -156,22 +158,77 @@ class Comm:
         return [int(v) for v in self.allreduce(t, "sum").tolist()]
 
     # Agreement ---------------------------------------------------------------------------------
-    def agree(self, error: BaseException | None, what: str) -> None:
-        """Every rank calls this with its local error (or None); raises on all ranks if any failed."""
-        flag = self.max_int([1 if error is not None else 0])[0]
-        if not flag:
-            return
+    def agree(self, error: BaseException | None, what: str, fields: dict[str, int] | None = None,
+              shown: dict | None = None) -> None:
+        """Every rank calls this with its local error (or None); raises on all ranks if any failed.
+
+        ``fields``: integers every rank must share (the same names on every rank), compared in the
+        same all_reduce as the error flag; when no rank failed and one differs, every rank raises
+        :class:`MismatchError` (see :meth:`check_same`). One all_reduce of ``1 + 2 len(fields)``
+        integers when every rank passes (nothing on one rank)."""
+        names = list(fields or {})
+        vals = [int((fields or {})[k]) for k in names]
+        out = self.max_int([1 if error is not None else 0] + vals + [-v for v in vals])
+        if out[0]:
+            self._raise_agreed(error, what)
+        hi, lo = out[1:1 + len(names)], [-v for v in out[1 + len(names):]]
+        bad = [name for name, a, b in zip(names, hi, lo) if a != b]
+        if bad:
+            shown = shown or {}
+            everyone = self.allgather_object({k: shown.get(k, (fields or {})[k]) for k in bad})
+            detail = "; ".join(f"{k}: " + ", ".join(f"rank {r}={e[k]}" for r, e in enumerate(everyone)) for k in bad)
+            raise MismatchError(f"{what}: the ranks disagree on {', '.join(bad)} ({detail}); every rank must pass the "
+                                f"same value")
+
+    def _raise_agreed(self, error: BaseException | None, what: str) -> None:
+        """Some rank flagged an error: every rank raises the lowest failing rank's class and message."""
         mine = None if error is None else (code_of(error), f"{type(error).__name__}: {error}")
         everyone = self.allgather_object(mine)
-        first = next(r for r, e in enumerate(everyone) if e is not None)
+        failed = [r for r, e in enumerate(everyone) if e is not None]
+        first = failed[0]
         code, message = everyone[first]
         cls = class_of(code)
-        failed = [r for r, e in enumerate(everyone) if e is not None]
         text = f"{what} failed on rank {first} (failing ranks: {failed}): {message}"
+        # the other failing ranks' own messages (their lengths, their rows...), so that every rank sees each cause
+        others = [f"rank {r}: {everyone[r][1][:300]}" for r in failed[1:6]]
+        if others:
+            text += " | also " + " | ".join(others) + (f" | ... {len(failed) - 6} more" if len(failed) > 6 else "")
         exc = cls(text)
         if error is not None and type(error) is cls:
             raise exc from error
         raise exc
+
+    @contextlib.contextmanager
+    def checked(self, what: str, same: Sequence[str] = ()) -> Iterator["Check"]:
+        """The per-rank input checks of a collective entry point, agreed before its first collective::
+
+            with comm.checked("DSparseTensor.with_values", same=("batch size",)) as chk:
+                if values.shape[-1] != n:
+                    raise st.InputError(f"... rank {comm.rank} ... expected {n}, got {values.shape[-1]} ...")
+                chk.same({"batch size": values.shape[0]})
+
+        On leaving, every rank contributes its error flag and the ``same`` integers to ONE
+        ``all_reduce(MAX)`` (nothing on one rank). When any rank failed, every rank raises the class of the
+        lowest failing rank with its message, naming the failing ranks (:meth:`agree`); so a rank whose own
+        input is wrong does not raise alone, leaving the others in the operation's next collective until
+        the timeout. When no rank failed and a ``same`` field differs: :class:`MismatchError` on every rank.
+        An exception that is not a sparsetorch error (a TypeError from an argument of the wrong kind)
+        counts as bad input: ``InputError`` naming the rank, chained to the original. A
+        :class:`CommTimeoutError` propagates unchanged. Collective: every rank enters and leaves it."""
+        chk = Check(same)
+        error: BaseException | None = None
+        try:
+            yield chk
+        except CommTimeoutError:
+            raise
+        except st.SparseTorchError as exc:
+            error = exc
+        except Exception as exc:  # noqa: BLE001 - bad input on this rank: agreed below, raised on every rank
+            error = st.InputError(f"{what}: rank {self.rank}'s input raised {type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+        if error is None and chk.missing():
+            error = DistributedError(f"{what}: internal: rank {self.rank} did not set {chk.missing()}")
+        self.agree(error, what, chk.fields, chk.shown)
 
     @contextlib.contextmanager
     def agreement(self, what: str) -> Iterator[None]:
@@ -190,18 +247,10 @@ class Comm:
 
     def check_same(self, what: str, fields: dict[str, int], shown: dict | None = None) -> None:
         """Raise :class:`MismatchError` on every rank when an integer field differs between ranks
-        (``shown``: what the message prints for a field, where its integer is a code)."""
+        (``shown``: what the message prints for a field, where its integer is a code); one all_reduce."""
         if self.size == 1:
             return
-        vals = list(fields.values())
-        hi = self.max_int(vals)
-        lo = [-v for v in self.max_int([-v for v in vals])]
-        bad = [name for name, a, b in zip(fields, hi, lo) if a != b]
-        if bad:
-            everyone = self.allgather_object({k: (shown or {}).get(k, fields[k]) for k in bad})
-            detail = "; ".join(f"{k}: " + ", ".join(f"rank {r}={e[k]}" for r, e in enumerate(everyone)) for k in bad)
-            raise MismatchError(f"{what}: the ranks disagree on {', '.join(bad)} ({detail}); every rank must pass the "
-                                f"same value")
+        self.agree(None, what, fields, shown)
 
     # Point to point ----------------------------------------------------------------------------
     def exchange_start(self, sends: Sequence[tuple[int, torch.Tensor]], recvs: Sequence[tuple[int, torch.Tensor]]):
@@ -244,6 +293,27 @@ class Comm:
         recvs = [(r, out[r]) for r in range(self.size) if r != self.rank and out[r].numel()]
         self.exchange_wait(self.exchange_start(sends, recvs))
         return out
+
+
+class Check:
+    """What one rank found inside :meth:`Comm.checked`: the integers every rank must share."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.fields: dict[str, int] = dict.fromkeys(names, 0)
+        self.shown: dict[str, object] = {}
+        self._set: set[str] = set()
+
+    def same(self, fields: dict[str, int], shown: dict | None = None) -> None:
+        """Set fields declared in ``checked(..., same=...)`` (``shown``: what a mismatch message prints)."""
+        unknown = set(fields) - set(self.fields)
+        if unknown:
+            raise DistributedError(f"internal: fields {sorted(unknown)} were not declared in checked(same=...)")
+        self.fields.update({k: int(v) for k, v in fields.items()})
+        self.shown.update(shown or {})
+        self._set.update(fields)
+
+    def missing(self) -> list[str]:
+        return [k for k in self.fields if k not in self._set]
 
 
 def _short(exc: BaseException) -> str:

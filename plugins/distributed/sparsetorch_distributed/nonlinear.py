@@ -261,11 +261,13 @@ def nonlinear_solve(F: Callable, u0: torch.Tensor, params: Sequence = (), *, com
     replicated scalar) gets on each rank that rank's share of the gradient: sum them with
     :func:`global_sum` for the total.
     """
+    from .solve import _float_bits
+
     comm = get_comm(comm)
     t0 = time.perf_counter()
     params = tuple(params) if isinstance(params, (tuple, list)) else (params,)
-    err = None
-    try:
+    with comm.checked("distributed nonlinear_solve", same=("dtype", "maxiter", "assembled", "params", "rtol", "atol",
+                                                           "line_search", "max_backtracks")) as chk:
         if not isinstance(u0, torch.Tensor) or u0.dim() != 1 or u0.dtype not in (torch.float32, torch.float64):
             raise st.InputError(f"nonlinear_solve: u0 must be this rank's rows, a 1-D float32/float64 tensor, got "
                                 f"{getattr(u0, 'shape', type(u0).__name__)}")
@@ -273,15 +275,23 @@ def nonlinear_solve(F: Callable, u0: torch.Tensor, params: Sequence = (), *, com
             raise st.InputError(f"nonlinear_solve: on_nonconvergence must be one of {_POLICIES}, got {on_nonconvergence!r}")
         if not isinstance(maxiter, int) or maxiter < 0:
             raise st.InputError(f"nonlinear_solve: maxiter must be an int >= 0, got {maxiter!r}")
-        if rtol is not None and not rtol >= 0:
-            raise st.InputError(f"nonlinear_solve: rtol must be >= 0, got {rtol}")
-    except st.SparseTorchError as exc:
-        err = exc
-    comm.agree(err, "distributed nonlinear_solve")
-    comm.check_same("distributed nonlinear_solve", {"dtype": dtype_code(u0.dtype), "maxiter": maxiter,
-                                                    "assembled": int(jacobian is not None), "params": len(params)})
-    cfg = _Cfg(jacobian, default_rtol(u0.dtype) if rtol is None else float(rtol), rtol is None, float(atol), maxiter,
-               bool(line_search), int(max_backtracks), dict(linear_options or {}), on_nonconvergence)
+        for name, val in (("rtol", rtol), ("atol", atol)):
+            if name == "rtol" and val is None:
+                continue
+            try:
+                ok = float(val) >= 0
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise st.InputError(f"nonlinear_solve: {name} must be a number >= 0{' or None' if name == 'rtol' else ''}, "
+                                    f"got {val!r} on rank {comm.rank}")
+        # (made here: a conversion failing after the agreement raised on this rank alone)
+        cfg = _Cfg(jacobian, default_rtol(u0.dtype) if rtol is None else float(rtol), rtol is None, float(atol), maxiter,
+                   bool(line_search), int(max_backtracks), dict(linear_options or {}), on_nonconvergence)
+        chk.same({"dtype": dtype_code(u0.dtype), "maxiter": maxiter, "assembled": int(jacobian is not None),
+                  "params": len(params), "rtol": _float_bits(rtol), "atol": _float_bits(atol),
+                  "line_search": int(cfg.line_search), "max_backtracks": cfg.max_backtracks},
+                 shown={"rtol": rtol, "atol": atol})
     if torch.is_grad_enabled() and comm.size > 1:
         mine = any(isinstance(p, torch.Tensor) and p.requires_grad for p in params)
         if comm.max_int([int(mine)])[0] and not mine:

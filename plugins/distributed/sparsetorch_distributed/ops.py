@@ -133,14 +133,10 @@ def matmul(A, X: torch.Tensor, *, transpose: bool = False) -> torch.Tensor:
     """``A @ X`` (``A^T @ X`` with ``transpose``) for a DSparseTensor ``A`` and local ``X``. Collective."""
     next_op_epoch()  # copies of A's values made by an earlier call are made again
     comm = A.comm
-    err = None
-    try:
+    with comm.checked("DSparseTensor matmul", same=("columns", "vector dims", "dtype")) as chk:
         check_vector(A, X, "matmul")
-    except st.SparseTorchError as exc:
-        err = exc
-    comm.agree(err, "DSparseTensor matmul")
-    comm.check_same("matmul", {"columns": X.shape[-1] if X.dim() > 1 else 1, "vector dims": X.dim(),
-                               "dtype": dtype_code(X.dtype)})
+        A._check_writes()  # a write into values summed from entries that would be dropped now: agreed, not alone
+        chk.same({"columns": X.shape[-1] if X.dim() > 1 else 1, "vector dims": X.dim(), "dtype": dtype_code(X.dtype)})
     values, X = agree_grad(comm, A.values, X)
     return _Matmul.apply(values, X, A, transpose)
 
@@ -176,12 +172,14 @@ def global_sum(t: torch.Tensor, comm: Comm) -> torch.Tensor:
 
 def dot(x: torch.Tensor, y: torch.Tensor, comm: Comm) -> torch.Tensor:
     """Global ``x . y`` of distributed vectors (summed over rows, and columns for blocks); replicated."""
-    err = None
-    if x.shape != y.shape:
-        err = st.InputError(f"dot: local shapes differ on rank {comm.rank} ({tuple(x.shape)} vs {tuple(y.shape)})")
     # every rank raises, or none: a rank raising alone left the others in the all-reduce until the
     # timeout (session 21's sweep)
-    comm.agree(err, "dot")
+    with comm.checked("dot"):
+        for name, t in (("x", x), ("y", y)):
+            if not isinstance(t, torch.Tensor):
+                raise st.InputError(f"dot: {name} is a {type(t).__name__} on rank {comm.rank}, not a torch.Tensor")
+        if x.shape != y.shape:
+            raise st.InputError(f"dot: local shapes differ on rank {comm.rank} ({tuple(x.shape)} vs {tuple(y.shape)})")
     return global_sum((x * y).sum(), comm)
 
 

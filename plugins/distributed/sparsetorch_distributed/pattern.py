@@ -251,7 +251,6 @@ def _owned_key(rowmap: RowMap):
 
 
 def _rowmap(comm: Comm, N: int, owned, device) -> RowMap:
-    err = None
     # every rank takes the same path (its own collectives): the kind of owned= first, then its checks
     # agreed before any gather (a rank raising alone left the others in all_gather until the timeout;
     # session 21's sweep)
@@ -261,17 +260,15 @@ def _rowmap(comm: Comm, N: int, owned, device) -> RowMap:
         return RowMap(comm, N, offsets=contiguous_offsets(N, comm.size))
     if kind == 1:
         pair = (0, 0)
-        try:
+        with comm.checked("owned rows"):
             if isinstance(owned, range):
                 owned = (owned.start, owned.stop)
-            if len(owned) != 2:
-                raise st.InputError(f"owned=(start, stop) expected on rank {comm.rank}, got {owned!r}")
-            pair = (int(owned[0]), int(owned[1]))
-        except st.SparseTorchError as exc:
-            err = exc
-        except (TypeError, ValueError) as exc:
-            err = st.InputError(f"owned=(start, stop) expected on rank {comm.rank}, got {owned!r} ({exc})")
-        comm.agree(err, "owned rows")
+            try:
+                if len(owned) != 2:
+                    raise TypeError("not a pair")
+                pair = (int(owned[0]), int(owned[1]))
+            except (TypeError, ValueError) as exc:
+                raise st.InputError(f"owned=(start, stop) expected on rank {comm.rank}, got {owned!r} ({exc})") from exc
         everyone = comm.allgather_object(pair)
         offsets = [everyone[0][0]] + [e[1] for e in everyone]
         ok = everyone[0][0] == 0 and everyone[-1][1] == N and all(everyone[r][1] == everyone[r + 1][0]
@@ -280,15 +277,12 @@ def _rowmap(comm: Comm, N: int, owned, device) -> RowMap:
         if not ok:
             raise MismatchError(f"the owned=(start, stop) ranges {everyone} (by rank) do not tile 0..{N} in rank order")
         return RowMap(comm, N, offsets=offsets)
-    try:
+    with comm.checked("owned rows"):
         ids = _check_index(owned, "owned").cpu()
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= N):
             raise st.InputError(f"owned holds row {int(ids[(ids < 0) | (ids >= N)][0])} outside 0..{N - 1} on rank {comm.rank}")
         if torch.unique(ids).numel() != ids.numel():
             raise st.InputError(f"owned lists a row twice on rank {comm.rank}")
-    except st.SparseTorchError as exc:
-        err, ids = exc, torch.zeros(0, dtype=torch.int64)
-    comm.agree(err, "owned rows")
     total = comm.sum_int([ids.numel()])[0]
     if total != N:
         raise MismatchError(f"the ranks own {total} rows in all for a matrix of {N} rows; owned= must partition 0..{N - 1}")
@@ -424,8 +418,7 @@ def _migrate(comm: Comm, rowmap: RowMap, rows, cols, values, partition, coords):
     """Send every owned row (and its entries) to its new owner; returns the moved entries and the
     new (general) row map."""
     device = rows.device
-    err = None
-    try:
+    with comm.checked("repartitioning rows"):
         if isinstance(partition, str):
             if partition != "rcb":
                 raise st.InputError(f"from_local_rows(partition=...) takes 'rcb' (with coords) or a tensor of new "
@@ -440,9 +433,6 @@ def _migrate(comm: Comm, rowmap: RowMap, rows, cols, values, partition, coords):
                                     f"rank {comm.rank}, got {newowner.numel()}")
             if newowner.numel() and (int(newowner.min()) < 0 or int(newowner.max()) >= comm.size):
                 raise st.InputError(f"partition names rank {int(newowner.max())} (there are {comm.size})")
-    except st.SparseTorchError as exc:
-        err = exc
-    comm.agree(err, "repartitioning rows")
     if isinstance(partition, str):
         newowner = rcb_parts(coords.cpu(), comm.size, reduce=lambda t, op: comm.allreduce(t.to(comm.device), op).cpu())
     ids = rowmap.owned_ids()

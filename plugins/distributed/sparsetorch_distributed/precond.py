@@ -75,7 +75,8 @@ def _make(A, values: torch.Tensor, kind, *, transpose: bool, local_options: dict
     if not transpose:
         _zero_rows(A, values)
     if kind == "jacobi":
-        d = A.with_values(values).diagonal()
+        # (not with_values: that is collective, and every rank is inside the solve's agreement already)
+        d = type(A)(A.pattern, values).diagonal()
         if bool((d == 0).any()):
             row = int(torch.nonzero(d == 0)[0])
             raise st.SingularMatrixError(f"jacobi preconditioner: the diagonal entry of local row {row} (global "

@@ -481,9 +481,11 @@ def solve(A, B: torch.Tensor, *, method: str | None = None, preconditioner="bloc
     from .tensor import DSparseTensor, DSparseTensorList
 
     if isinstance(A, DSparseTensorList):
-        Bs = list(B)
-        if len(Bs) != len(A):
-            raise st.InputError(f"a DSparseTensorList of {len(A)} matrices needs {len(A)} right-hand sides, got {len(Bs)}")
+        with A.comm.checked("distributed solve"):
+            Bs = list(B)
+            if len(Bs) != len(A):
+                raise st.InputError(f"a DSparseTensorList of {len(A)} matrices needs {len(A)} right-hand sides, got "
+                                    f"{len(Bs)} on rank {A.comm.rank}")
         kw = dict(method=method, preconditioner=preconditioner, rtol=rtol, atol=atol, maxiter=maxiter, restart=restart,
                   return_info=return_info, on_nonconvergence=on_nonconvergence, symmetric=symmetric,
                   local_options=local_options, callback=callback, block=block)
@@ -495,8 +497,9 @@ def solve(A, B: torch.Tensor, *, method: str | None = None, preconditioner="bloc
     next_op_epoch()  # copies of A's values made by an earlier call are made again
     comm = A.comm
     t0 = time.perf_counter()
-    err = None
-    try:
+    same = ("dtype", "B dims", "columns", "method", "maxiter", "block", "rtol", "atol", "restart", "preconditioner",
+            "symmetric", "on_nonconvergence")
+    with comm.checked("distributed solve", same=same) as chk:
         if on_nonconvergence not in _POLICIES:
             raise st.InputError(f"on_nonconvergence must be one of {_POLICIES}, got {on_nonconvergence!r}")
         if method is not None and method not in METHODS:
@@ -514,24 +517,19 @@ def solve(A, B: torch.Tensor, *, method: str | None = None, preconditioner="bloc
             raise st.InputError(f"maxiter must be a positive int or None, got {maxiter!r}")
         if not isinstance(restart, int) or isinstance(restart, bool) or restart < 1:
             raise st.InputError(f"restart (GMRES's Krylov space per cycle) must be a positive int, got {restart!r}")
-    except st.SparseTorchError as exc:
-        err = exc
-    comm.agree(err, "distributed solve")
-    comm.check_same("distributed solve", {"dtype": dtype_code(B.dtype), "B dims": B.dim(),
-                                          "columns": B.shape[-1] if B.dim() > 1 else 1,
-                                          "method": sorted(METHODS).index(method) + 1 if method else 0,
-                                          "maxiter": maxiter if maxiter is not None else -1, "block": int(bool(block)),
-                                          # options that steer the iteration: ranks that disagree on one
-                                          # waited in a collective until the timeout (session 21's sweep)
-                                          "rtol": _float_bits(rtol), "atol": _float_bits(atol),
-                                          "restart": int(restart) if isinstance(restart, int) else -2,
-                                          "preconditioner": _PRECONDITIONER_CODES.get(preconditioner, 3)
-                                          if not callable(preconditioner) else 3,
-                                          "symmetric": -1 if symmetric is None else int(bool(symmetric)),
-                                          "on_nonconvergence": _POLICIES.index(on_nonconvergence)},
-                    shown={"dtype": str(B.dtype), "method": method, "rtol": rtol, "atol": atol,
-                           "preconditioner": preconditioner if not callable(preconditioner) else "a callable",
-                           "symmetric": symmetric, "on_nonconvergence": on_nonconvergence})
+        chk.same({"dtype": dtype_code(B.dtype), "B dims": B.dim(), "columns": B.shape[-1] if B.dim() > 1 else 1,
+                  "method": sorted(METHODS).index(method) + 1 if method else 0,
+                  "maxiter": maxiter if maxiter is not None else -1, "block": int(bool(block)),
+                  # options that steer the iteration: ranks that disagree on one
+                  # waited in a collective until the timeout (session 21's sweep)
+                  "rtol": _float_bits(rtol), "atol": _float_bits(atol),
+                  "restart": int(restart) if isinstance(restart, int) else -2,
+                  "preconditioner": _PRECONDITIONER_CODES.get(preconditioner, 3) if not callable(preconditioner) else 3,
+                  "symmetric": -1 if symmetric is None else int(bool(symmetric)),
+                  "on_nonconvergence": _POLICIES.index(on_nonconvergence)},
+                 shown={"dtype": str(B.dtype), "method": method, "rtol": rtol, "atol": atol,
+                        "preconditioner": preconditioner if not callable(preconditioner) else "a callable",
+                        "symmetric": symmetric, "on_nonconvergence": on_nonconvergence})
     cfg = _Config(method, preconditioner, default_rtol(A.dtype) if rtol is None else float(rtol), float(atol), maxiter,
                   int(restart), on_nonconvergence, local_options, symmetric, callback, bool(block),
                   sharpen=rtol is None and not atol)

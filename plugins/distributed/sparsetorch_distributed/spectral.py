@@ -404,14 +404,16 @@ def eigsh(A, k: int = 6, *, which: str = "LM", sigma: float | None = None, tol: 
     Not built: ``sigma`` (shift-invert) and ``which="SM"`` (they need an inner distributed solve
     per Lanczos step), a mass matrix ``M``.
     """
-    from .solve import is_symmetric
+    from .solve import _float_bits, is_symmetric
     from .tensor import DSparseTensor, DSparseTensorList
 
     if isinstance(A, DSparseTensorList):
         kw = dict(which=which, sigma=sigma, tol=tol, maxiter=maxiter, ncv=ncv, block=block, degenerate=degenerate,
                   degenerate_tol=degenerate_tol, on_nonconvergence=on_nonconvergence, return_info=return_info)
-        if v0 is not None:
-            raise st.InputError("eigsh on a DSparseTensorList takes no v0 (call eigsh per member to give one)")
+        with A.comm.checked("distributed eigsh"):
+            if v0 is not None:
+                raise st.InputError(f"eigsh on a DSparseTensorList takes no v0 (rank {A.comm.rank} passed one; call eigsh "
+                                    f"per member to give one)")
         return [eigsh(a, k, **kw) for a in A]
     if not isinstance(A, DSparseTensor):
         raise st.InputError(f"sparsetorch_distributed.eigsh needs a DSparseTensor, got {type(A).__name__} (use "
@@ -420,8 +422,8 @@ def eigsh(A, k: int = 6, *, which: str = "LM", sigma: float | None = None, tol: 
     comm = A.comm
     t0 = time.perf_counter()
     N = A.pattern.shape[0]
-    err = None
-    try:
+    with comm.checked("distributed eigsh", same=("k", "which", "ncv", "block", "dtype", "maxiter", "tol", "degenerate_tol",
+                                                 "degenerate", "on_nonconvergence")) as chk:
         if sigma is not None or which == "SM":
             raise st.InputError(f"distributed eigsh: {'sigma (shift-invert)' if sigma is not None else 'which=SM'} is not "
                                 f"built (it needs a distributed solve per Lanczos step); use which='SA' / 'LA' / 'LM', or "
@@ -446,18 +448,19 @@ def eigsh(A, k: int = 6, *, which: str = "LM", sigma: float | None = None, tol: 
                                 f"{tuple(v0.shape) if isinstance(v0, torch.Tensor) else type(v0).__name__} on rank {comm.rank}")
         if not bool(torch.isfinite(A.values.detach()).all()):
             raise st.InputError(f"distributed eigsh: the matrix values hold NaN or Inf on rank {comm.rank}")
-    except st.SparseTorchError as exc:
-        err = exc
-    comm.agree(err, "distributed eigsh")
-    comm.check_same("distributed eigsh", {"k": k, "which": _WHICH.index(which) if which in _WHICH else -1,
-                                          "ncv": ncv or 0, "block": block, "dtype": dtype_code(A.dtype),
-                                          "maxiter": -1 if maxiter is None else maxiter})
+        # (made here: a conversion failing after the agreement raised on this rank alone)
+        cfg = _Config(k, which, default_rtol(A.dtype) if tol == 0 else float(tol), ncv, block, maxiter, v0, degenerate,
+                      float(degenerate_tol), on_nonconvergence)
+        chk.same({"k": k, "which": _WHICH.index(which), "ncv": ncv or 0, "block": block, "dtype": dtype_code(A.dtype),
+                  "maxiter": -1 if maxiter is None else maxiter, "tol": _float_bits(tol),
+                  "degenerate_tol": _float_bits(cfg.degenerate_tol), "degenerate": _POLICIES.index(degenerate),
+                  "on_nonconvergence": _POLICIES.index(on_nonconvergence)},
+                 shown={"tol": tol, "degenerate_tol": degenerate_tol, "degenerate": degenerate,
+                        "on_nonconvergence": on_nonconvergence})
     if not is_symmetric(A):
         raise st.NotSymmetricError("distributed eigsh needs a symmetric matrix: A z != A^T z for a random z beyond "
                                    "rounding (sparsetorch_distributed.is_symmetric); for a general matrix there is no "
                                    "distributed eigs yet")
-    cfg = _Config(k, which, default_rtol(A.dtype) if tol == 0 else float(tol), ncv, block, maxiter, v0, degenerate,
-                  float(degenerate_tol), on_nonconvergence)
     values = A.values
     if torch.is_grad_enabled() and comm.size > 1:
         anyone = comm.max_int([1 if values.requires_grad else 0])[0]

@@ -64,6 +64,7 @@ class DSparseTensor:
         #: time"; session 24's sweep)
         self._entries = entries
         self._entries_key = None
+        self._values_version = -1   # the version of the kept sum when it was made (a write into it bumps it)
         self._csr_key = None
         self._csr = None
         self._csrt_key = None
@@ -71,13 +72,21 @@ class DSparseTensor:
 
     @property
     def values(self) -> torch.Tensor:
-        """This rank's slot values ``(*batch, nse_local)``. For a tensor built from entries that are not in slot
-        order, summed from the caller's entry values when read: with grad mode on and those values requiring
-        grad, a new differentiable sum per reading (one per op); otherwise kept while the entries are unchanged
-        (their version). Write new numbers into the entry values (the tensor passed in, which the matrix
-        follows) or use :meth:`with_values` / :meth:`with_entry_values`: a write into this derived tensor lasts
-        only until the entries change, and an op recording gradients of them does not see it."""
-        src = self._entries
+        """This rank's slot values ``(*batch, nse_local)``.
+
+        Built from values already in slot order (:meth:`with_values`; entries sorted, unique and without halo
+        columns, as one rank's often are), this is the tensor passed in: a write into it is a write into the
+        matrix (and into the caller's tensor).
+        Built from entries that are not (unsorted, repeated or with halo columns: every multi-rank
+        :meth:`from_local_rows`), it is summed from the caller's entry values, which the matrix follows: with
+        grad mode on and those values requiring grad, a new differentiable sum per read (one per op; writing
+        into it changes nothing); otherwise a sum kept while the entries are unchanged (their version). A
+        write into that kept sum is used while it can be, and when it would be dropped (the entries changed,
+        or an op records gradients of them and sums them afresh) this property raises ``InputError`` once,
+        saying so, and then sums the entries again. A write through ``.data`` leaves no version behind and
+        cannot be detected: it lasts until the entries change. To change the numbers, write into the entry
+        values, or use :meth:`with_values` / :meth:`with_entry_values`."""
+        src = self._check_writes()
         if src is None:
             return self._values
         if src.requires_grad and torch.is_grad_enabled():
@@ -87,7 +96,32 @@ class DSparseTensor:
             with torch.no_grad():
                 self._values = _to_slots(src.detach(), self.pattern)
             self._entries_key = key
+            self._values_version = -1 if torch.is_inference(self._values) else self._values._version
         return self._values
+
+    def _check_writes(self) -> torch.Tensor | None:
+        """For values summed from entries: raise (once) when a write into the kept sum would be dropped now (see
+        :attr:`values`); returns the entries (None for slot values). Ops call it inside their input checks, so
+        that the error is agreed by every rank."""
+        src = self._entries
+        if src is None:
+            return None
+        grad = src.requires_grad and torch.is_grad_enabled()
+        kept = self._values
+        if kept is None or torch.is_inference(kept) or kept._version == self._values_version:
+            return src
+        key = (src.data_ptr(), src._version if not torch.is_inference(src) else -1)
+        if not grad and key == self._entries_key:
+            return src  # the write is used while the entries are unchanged
+        self._values = None  # the write is dropped; the next read sums the entries again
+        why = ("an op recording gradients of them (requires_grad, grad mode on) sums them afresh" if grad
+               else "those entries have changed since")
+        raise st.InputError(
+            f"DSparseTensor.values: rank {self.comm.rank}'s values were written in place, but this matrix's values are "
+            f"summed from the entry values passed to from_local_rows / with_entry_values (its entries are not in slot "
+            f"order), and {why}: the write would be lost silently. Write the new numbers into the entry values (the "
+            f"matrix follows them), or make a matrix of slot values: A.with_values(v), with v = A.values.clone() "
+            f"modified")
 
     # construction ------------------------------------------------------------------------------
     @classmethod
@@ -107,8 +141,8 @@ class DSparseTensor:
         Collective: every rank calls it. Bad input on any rank raises the same error on all.
         """
         comm = get_comm(comm)
-        err = None
-        try:
+        what = "DSparseTensor.from_local_rows"
+        with comm.checked(what, same=("N", "dtype", "batch dims", "batch size", "partition given", "owned kind")) as chk:
             rows = _check_index(rows, "rows")
             cols = _check_index(cols, "cols")
             if not isinstance(values, torch.Tensor) or values.dtype not in _DTYPES:
@@ -117,9 +151,12 @@ class DSparseTensor:
             if values.dim() < 1 or values.shape[-1] != rows.numel() or cols.numel() != rows.numel():
                 raise st.InputError(f"rows ({rows.numel()}), cols ({cols.numel()}) and the last dimension of values "
                                     f"({tuple(values.shape)}) must have the same length on rank {comm.rank}")
-            shape = tuple(int(s) for s in shape)
+            try:
+                shape = tuple(int(s) for s in shape)
+            except (TypeError, ValueError) as exc:
+                raise st.InputError(f"shape must be a pair (N, N) of ints, got {shape!r} on rank {comm.rank}") from exc
             if len(shape) != 2 or shape[0] != shape[1]:
-                raise st.InputError(f"shape must be square (N, N), got {shape}")
+                raise st.InputError(f"shape must be square (N, N), got {shape} on rank {comm.rank}")
             N = shape[0]
             for name, t in (("rows", rows), ("cols", cols)):
                 if t.numel() and (int(t.min()) < 0 or int(t.max()) >= N):
@@ -127,17 +164,12 @@ class DSparseTensor:
                     raise st.InputError(f"{name} holds index {int(bad)} outside 0..{N - 1} on rank {comm.rank}")
             if not bool(torch.isfinite(values.detach()).all()):
                 raise st.InputError(f"values hold NaN or Inf on rank {comm.rank}")
-        except st.SparseTorchError as exc:
-            err = exc
-        comm.agree(err, "DSparseTensor.from_local_rows")
-        comm.check_same("DSparseTensor.from_local_rows",
-                        {"N": shape[0], "dtype": dtype_code(values.dtype), "batch dims": values.dim() - 1,
-                         "batch size": math.prod(values.shape[:-1]),
-                         "partition given": 0 if partition is None else (1 if isinstance(partition, str) else 2),
-                         "owned kind": 0 if owned is None else (1 if isinstance(owned, (tuple, list, range)) else 2)})
+            chk.same({"N": shape[0], "dtype": dtype_code(values.dtype), "batch dims": values.dim() - 1,
+                      "batch size": math.prod(values.shape[:-1]),
+                      "partition given": 0 if partition is None else (1 if isinstance(partition, str) else 2),
+                      "owned kind": 0 if owned is None else (1 if isinstance(owned, (tuple, list, range)) else 2)})
         rowmap = _rowmap(comm, shape[0], owned, rows.device)
-        err = None
-        try:
+        with comm.checked(what):
             if rowmap.contiguous:      # a range check: no O(nnz) temporaries
                 outside = rows.numel() and (int(rows.min()) < rowmap.start or int(rows.max()) >= rowmap.stop)
                 lr = None
@@ -149,9 +181,6 @@ class DSparseTensor:
                 bad = int(rows[lr < 0][0])
                 raise st.InputError(f"rank {comm.rank} passed an entry in row {bad}, which it does not own "
                                     f"(owned: {_owned_text(rowmap)}); pass each row's entries on its owner")
-        except st.SparseTorchError as exc:
-            err = exc
-        comm.agree(err, "DSparseTensor.from_local_rows")
         if partition is not None:
             rows, cols, values, rowmap = _migrate(comm, rowmap, rows, cols, values, partition, coords)
         pattern = None
@@ -185,11 +214,12 @@ class DSparseTensor:
         (pymetis if importable, else RCB with coords, else spectral), or an owner tensor on
         ``src``. Gradients of the result's values flow back to ``A.values`` on ``src``."""
         comm = get_comm(comm)
-        err = None
         owners = None
         rows = cols = vals = None
         N = 0
-        try:
+        with comm.checked("DSparseTensor.scatter"):
+            if device is not None:
+                device = torch.device(device)  # (a bad device raised after the agreement on that rank alone)
             if comm.rank == src:
                 if not isinstance(A, st.SparseTensor):
                     raise st.InputError(f"scatter: rank {src} (src) must pass a sparsetorch.SparseTensor, got "
@@ -212,9 +242,6 @@ class DSparseTensor:
             elif A is not None:
                 raise st.InputError(f"scatter: only rank {src} passes A; rank {comm.rank} passed {type(A).__name__} "
                                     f"(pass None)")
-        except st.SparseTorchError as exc:
-            err = exc
-        comm.agree(err, "DSparseTensor.scatter")
         meta = comm.allgather_object((N, tuple(vals.shape[:-1]), str(vals.dtype)) if comm.rank == src else None)[src]
         N, batch_shape, dtype = meta[0], meta[1], getattr(torch, meta[2].replace("torch.", ""))
         if comm.rank != src:
@@ -277,28 +304,54 @@ class DSparseTensor:
         return ids[p.row], colg
 
     def with_values(self, values: torch.Tensor) -> "DSparseTensor":
-        """The same pattern (no new plan) with new local values ``(*batch, nse_local)``."""
-        if not isinstance(values, torch.Tensor) or values.shape[-1] != self.nse_local or values.dtype != self.dtype:
-            raise st.InputError(f"with_values needs a {self.dtype} tensor ending in {self.nse_local} (this rank's "
-                                f"slots), got {getattr(values, 'shape', type(values).__name__)}")
+        """The same pattern (no new plan) with new local values ``(*batch, nse_local)``: this rank's slots, in
+        the order of :meth:`local_coo`. Collective (every rank calls it): the ranks check their own values
+        and agree in one small all_reduce (with the batch shape), so a wrong length on one rank raises
+        ``InputError`` naming it on every rank at once, rather than on that rank alone while the others wait
+        in the next collective until the timeout."""
+        with self.comm.checked("DSparseTensor.with_values", same=("batch dims", "batch size")) as chk:
+            self._check_new_values(values, "with_values", self.nse_local,
+                                   "value slots, A.nse_local there, in the order of A.local_coo(); A.values holds the "
+                                   "current ones")
+            chk.same({"batch dims": values.dim() - 1, "batch size": math.prod(values.shape[:-1])})
         return DSparseTensor(self.pattern, values)
 
     def with_entry_values(self, values: torch.Tensor) -> "DSparseTensor":
         """New values given per input entry (the order passed to :meth:`from_local_rows` on this rank;
         duplicates summed); differentiable, reuses the pattern and its halo plan. Not for tensors
-        whose rows were moved by ``partition=`` or :meth:`scatter` (use :meth:`with_values`)."""
-        if self.pattern.migrated:
-            # the entries were moved between ranks: values in the caller's order would land in other slots
-            # (same counts, another matrix, silently; session 24's sweep)
-            raise st.InputError("with_entry_values: this tensor's rows were moved by partition= / scatter, so the "
-                                "entries passed at construction are no longer in that order on any rank; use "
-                                "with_values (slot order: local_coo() gives each slot's global row and column)")
-        if values.shape[-1] != self.pattern.n_in:
-            raise st.InputError(f"with_entry_values needs {self.pattern.n_in} values per matrix on rank "
-                                f"{self.comm.rank}, got {values.shape[-1]}")
+        whose rows were moved by ``partition=`` or :meth:`scatter` (use :meth:`with_values`).
+        Collective, checked like :meth:`with_values`."""
+        with self.comm.checked("DSparseTensor.with_entry_values", same=("batch dims", "batch size")) as chk:
+            if self.pattern.migrated:
+                # the entries were moved between ranks: values in the caller's order would land in other slots
+                # (same counts, another matrix, silently; session 24's sweep)
+                raise st.InputError("with_entry_values: this tensor's rows were moved by partition= / scatter, so the "
+                                    "entries passed at construction are no longer in that order on any rank; use "
+                                    "with_values (slot order: local_coo() gives each slot's global row and column)")
+            self._check_new_values(values, "with_entry_values", self.pattern.n_in,
+                                   "entries: the rows/cols it passed to from_local_rows, duplicates included, one value "
+                                   "each in that order")
+            chk.same({"batch dims": values.dim() - 1, "batch size": math.prod(values.shape[:-1])})
         if self.pattern.entry_slot is None:
             return DSparseTensor(self.pattern, values)
         return DSparseTensor(self.pattern, None, entries=values)  # type: ignore[arg-type]
+
+    def _check_new_values(self, values, what: str, n: int, unit: str) -> None:
+        """Local checks of new values for :meth:`with_values` / :meth:`with_entry_values` (raises InputError)."""
+        r = self.comm.rank
+        if not isinstance(values, torch.Tensor):
+            raise st.InputError(f"{what}: rank {r} passed a {type(values).__name__}; pass a {self.dtype} tensor of shape "
+                                f"(*batch, {n}) on that rank ({n} = its {unit})")
+        if values.dtype != self.dtype:
+            raise st.InputError(f"{what}: rank {r} passed {values.dtype} values for a {self.dtype} matrix (cast with "
+                                f".to({self.dtype}))")
+        if values.device != self.device:
+            raise st.InputError(f"{what}: rank {r} passed values on {values.device} for a matrix on {self.device} "
+                                f"(move them with .to({str(self.device)!r}))")
+        if values.dim() < 1 or values.shape[-1] != n:
+            raise st.InputError(f"{what}: rank {r} expected values of shape (*batch, {n}), got shape {tuple(values.shape)} "
+                                f"({n} = its {unit}); each rank passes its own values, and their number differs from rank "
+                                f"to rank: pass {n} per matrix on rank {r}")
 
     def detach(self) -> "DSparseTensor":
         return DSparseTensor(self.pattern, self.values.detach())
@@ -434,12 +487,20 @@ class DSparseTensorList:
 
     def __init__(self, tensors: Sequence[DSparseTensor]) -> None:
         tensors = list(tensors)
-        if not tensors or not all(isinstance(t, DSparseTensor) for t in tensors):
-            raise st.InputError("DSparseTensorList needs a non-empty sequence of DSparseTensor")
-        comm = tensors[0].comm
-        if any(t.comm.size != comm.size or t.comm.group is not comm.group for t in tensors):
-            raise MismatchError("every member of a DSparseTensorList must live on the same process group")
-        comm.check_same("DSparseTensorList", {"members": len(tensors)})
+        # the members' communicator; a rank that passed no DSparseTensor agrees over the default group (the
+        # others' members must live on it too, else the mismatch is theirs to report)
+        first = next((t for t in tensors if isinstance(t, DSparseTensor)), None)
+        comm = first.comm if first is not None else get_comm(None)
+        with comm.checked("DSparseTensorList", same=("members",)) as chk:
+            bad = [i for i, t in enumerate(tensors) if not isinstance(t, DSparseTensor)]
+            if not tensors or bad:
+                raise st.InputError(f"DSparseTensorList needs a non-empty sequence of DSparseTensor; rank {comm.rank} "
+                                    f"passed {len(tensors)} members" + (f", member {bad[0]} a {type(tensors[bad[0]]).__name__}"
+                                                                       if bad else ""))
+            if any(t.comm.size != comm.size or t.comm.group is not comm.group for t in tensors):
+                raise MismatchError(f"every member of a DSparseTensorList must live on the same process group (rank "
+                                    f"{comm.rank})")
+            chk.same({"members": len(tensors)})
         self.tensors = tensors
 
     def __len__(self) -> int:

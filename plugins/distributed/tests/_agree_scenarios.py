@@ -1,0 +1,173 @@
+"""What each rank runs in test_distributed_agreement.py: bad input on some ranks of a collective entry point.
+
+``run_cases(comm, barrier_dir, timeout_s)`` runs every case of :data:`CASES`, each in a process group of its
+own, and returns, per case and rank, ``None``
+(the call returned) or ``(class name, message, seconds until it raised)``. Between cases the ranks meet
+at a barrier outside the process group (files in ``barrier_dir``): a rank that raised alone waits there,
+alive, while the others sit in the collective it never entered, until the process group's timeout, which
+is what a user's process that catches the error (or a notebook) sees. So a regression shows as a slow
+``CommTimeoutError`` on the good ranks, not as a peer that died.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+import sparsetorch_distributed as sd
+from sparsetorch_distributed.problems import poisson2d_rows
+
+M = 8  # N = 64: 21/21/22 rows on 3 ranks
+
+
+def _setup(comm):
+    N = M * M
+    off = sd.contiguous_offsets(N, comm.size)
+    ids = torch.arange(off[comm.rank], off[comm.rank + 1])
+    r, c, _ = poisson2d_rows(M, ids)
+    r, c = r.flip(0), c.flip(0)  # entries not in slot order: values are summed from them (with_entry_values)
+    v = torch.where(r == c, 4.0, -1.0).to(torch.float64)
+    A = sd.DSparseTensor.from_local_rows(r, c, v, (N, N), comm=comm)
+    b = torch.sin(1.0 + ids.to(torch.float64))
+    return A, v, b, ids
+
+
+def _cases(comm, A, v, b):
+    """name -> (ranks that pass bad input, the call every rank makes)."""
+    last = comm.size - 1
+    bad = comm.rank == last
+    rg, cg = A.local_coo()
+    A2 = sd.DSparseTensor.from_local_rows(rg, cg, A.values.detach() * 2.0, A.pattern.shape, comm=comm)
+
+    def f(u):
+        return A @ u - b
+
+    return {
+        # the length of one rank's slots is wrong: the others went on into solve's first all_reduce
+        "with_values_length": ([last], lambda: sd.solve(A.with_values(A.values[:-1] if bad else A.values), b)),
+        # two ranks wrong, each its own way: both causes reach every rank
+        "with_values_two_ranks": ([0, last], lambda: A.with_values(
+            torch.cat([A.values, A.values[:1]]) if comm.rank == 0 else A.values[:-2] if bad else A.values) @ b),
+        "with_values_dtype": ([last], lambda: A.with_values(A.values.float() if bad else A.values) @ b),
+        "with_values_not_a_tensor": ([last], lambda: A.with_values(A.values.tolist() if bad else A.values) @ b),
+        # a value batch on one rank only: every later product would run a different number of exchanges there
+        "with_values_batch": ([last], lambda: A.with_values(torch.stack([A.values] * 2) if bad else A.values) @ b),
+        "with_entry_values_length": ([last], lambda: A.with_entry_values(v[:-1] if bad else v) @ b),
+        "with_entry_values_not_a_tensor": ([last], lambda: A.with_entry_values(v.tolist() if bad else v) @ b),
+        # these two were agreed already (regression guards)
+        "matmul_length": ([last], lambda: A @ (b[:-1] if bad else b)),
+        "solve_length": ([last], lambda: sd.solve(A, b[:-1] if bad else b)),
+        "list_member": ([last], lambda: sd.DSparseTensorList([A, "A2" if bad else A2])),
+        "list_solve_rhs": ([last], lambda: sd.solve(sd.DSparseTensorList([A, A2]), [b] if bad else [b, b])),
+        "list_eigsh_v0": ([last], lambda: sd.eigsh(sd.DSparseTensorList([A, A2]), 2, v0=b if bad else None)),
+        "dot_not_a_tensor": ([last], lambda: sd.dot(b, b.tolist() if bad else b, comm)),
+        "from_local_rows_shape": ([last], lambda: sd.DSparseTensor.from_local_rows(
+            rg, cg, A.values.detach(), None if bad else A.pattern.shape, comm=comm)),
+        "nonlinear_rtol": ([last], lambda: sd.nonlinear_solve(f, torch.zeros_like(b), rtol="tight" if bad else None,
+                                                              comm=comm)),
+        "eigsh_degenerate_tol": ([last], lambda: sd.eigsh(A, 2, degenerate_tol="loose" if bad else 1e-8)),
+    }
+
+
+def _barrier(directory: str, tag: str, comm, timeout: float = 45.0) -> None:
+    """Wait (outside the process group) until every rank has reached ``tag``."""
+    d = Path(directory)
+    (d / f"{tag}.{comm.rank}").touch()
+    deadline = time.monotonic() + timeout
+    while not all((d / f"{tag}.{r}").exists() for r in range(comm.size)):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"rank {comm.rank}: the other ranks did not reach {tag!r} within {timeout} s")
+        time.sleep(0.01)
+
+
+def run_cases(comm, barrier_dir: str, timeout_s: float, names=None):
+    """Every case (or ``names``) in a process group of its own (``timeout_s``), so that a case that leaves a
+    rank behind in a collective spoils only itself."""
+    import datetime
+
+    import torch.distributed as dist
+
+    out: dict = {}
+    for name in names or list(CASES):
+        _barrier(barrier_dir, f"start-{name}", comm)
+        timeout = datetime.timedelta(seconds=timeout_s)
+        cc = sd.Comm(dist.new_group(backend="gloo", timeout=timeout), timeout=timeout)
+        A, v, b, ids = _setup(cc)
+        bad, fn = _cases(cc, A, v, b)[name]
+        out.setdefault("bad", {})[name] = bad
+        out["nse"], out["n_in"] = A.nse_local, A.pattern.n_in
+        t0 = time.perf_counter()
+        try:
+            fn()
+            out[name] = None
+        except Exception as exc:  # noqa: BLE001 - recorded for the parent to compare
+            out[name] = (type(exc).__name__, str(exc), time.perf_counter() - t0)
+        _barrier(barrier_dir, f"end-{name}", comm)
+    # the default group was not touched by the cases; the last case's group still works after its failure
+    try:
+        x = sd.solve(A, b)
+        out["after"] = float(sd.norm(b - A @ x, cc) / sd.norm(b, cc))
+    except Exception as exc:  # noqa: BLE001 - reported (a group left broken by a case)
+        out["after"] = f"{type(exc).__name__}: {exc}"
+    return out
+
+
+def run_writes(comm, timeout_s: float):
+    """Writes into ``A.values`` of a matrix whose values are summed from entries not in slot order: what every
+    rank saw (products, or (class, message) of what it raised), in a process group of its own."""
+    import datetime
+
+    import torch.distributed as dist
+
+    timeout = datetime.timedelta(seconds=timeout_s)
+    cc = sd.Comm(dist.new_group(backend="gloo", timeout=timeout), timeout=timeout)
+    A, v, b, ids = _setup(cc)
+    out: dict = {"derived": A._entries is not None}
+
+    def attempt(name, fn):
+        t0 = time.perf_counter()
+        try:
+            out[name] = fn()
+        except Exception as exc:  # noqa: BLE001 - recorded for the parent to compare
+            out[name] = (type(exc).__name__, str(exc), time.perf_counter() - t0)
+
+    y0 = (A @ b).clone()
+    out["y0"] = y0
+    # 1. a write into the kept sum is used while the entries are unchanged ...
+    A.values.mul_(2.0)
+    attempt("written", lambda: A @ b)
+    # ... and when the entries change (an optimizer step), the next op raises instead of dropping it silently
+    v.mul_(1.0)
+    attempt("entries_changed", lambda: A @ b)
+    attempt("after_error", lambda: A @ b)  # the values are the entries' again
+    # 2. entries that require grad: an op recording gradients sums them afresh and would not see the write
+    vg = v.clone().requires_grad_(True)
+    Ag = A.with_entry_values(vg)
+    with torch.no_grad():
+        Ag.values.mul_(2.0)
+        attempt("written_no_grad", lambda: Ag @ b)
+    attempt("grad_op", lambda: sd.solve(Ag, b))
+    # 3. only the last rank writes, then the entries change everywhere: every rank raises, naming that rank
+    A3 = A.with_entry_values(v.clone())
+    A3 @ b
+    if cc.rank == cc.size - 1:
+        A3.values[0] = 7.0
+    A3._entries.add_(0.0)
+    attempt("one_rank", lambda: A3 @ b)
+    return out
+
+
+#: the cases' names (every rank builds the cases themselves in its own group)
+CASES = ["with_values_length", "with_values_two_ranks", "with_values_dtype", "with_values_not_a_tensor", "with_values_batch",
+         "with_entry_values_length", "with_entry_values_not_a_tensor", "matmul_length", "solve_length", "list_member",
+         "list_solve_rhs", "list_eigsh_v0", "dot_not_a_tensor", "from_local_rows_shape", "nonlinear_rtol",
+         "eigsh_degenerate_tol"]
+
+
+def run_all(comm, barrier_dir: str, timeout_s: float):
+    out = {"cases": run_cases(comm, barrier_dir, timeout_s)}
+    _barrier(barrier_dir, "writes", comm)
+    out["writes"] = run_writes(comm, timeout_s)
+    return out
