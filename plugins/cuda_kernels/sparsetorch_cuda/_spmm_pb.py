@@ -36,6 +36,8 @@ PB_CONFIGS: tuple[tuple[int, int], ...] = ((1, 4), (1, 8), (2, 4), (2, 8))
 PB_DEFAULT = (2, 4)
 #: the configurations also built with the deep pipeline (``deep=True``: headers 8 blocks ahead, A words 4, B 1)
 PB_DEEP: tuple[tuple[int, int], ...] = ((1, 4), (1, 8))
+#: whether the product is launched with programmatic dependent launch behind the permute of X
+PB_PDL = True
 #: cluster sizes (K-splits)
 PB_CLUSTERS: tuple[int, ...] = (1, 2, 4, 8)
 _NARGS = 9
@@ -235,6 +237,8 @@ class PbSpmm:
         if self.config not in PB_CONFIGS:
             raise ValueError(f"config must be one of {PB_CONFIGS}, got {config}")
         self.deep = bool(deep)
+        #: launch the product with programmatic dependent launch behind the permute of X (kernel header)
+        self.pdl = PB_PDL
         if self.deep and self.config not in PB_DEEP:
             raise ValueError(f"deep=True takes a configuration of {PB_DEEP}, got {self.config}")
         if clusters is not None and clusters not in PB_CLUSTERS:
@@ -332,7 +336,9 @@ class PbSpmm:
         _allow_smem(kern, self.dev_index, smem)
         args = (m, k, self.nkb, self.hdr.data_ptr(), self.words.data_ptr(), xp.data_ptr(),
                 bias.data_ptr() if bias is not None else 0, out.data_ptr(), self.flags)
-        kern(grid, threads, args, shared=smem, device=self.dev_index)
+        if self.pdl:
+            _launch.allow_pdl(kern, self.dev_index)
+        kern(grid, threads, args, shared=smem, device=self.dev_index, pdl=self.pdl)
         return out
 
 
@@ -395,4 +401,6 @@ class PbMixin:
         kern, grid, threads, smem = op.launch_shape(k)
         _allow_smem(kern, self.dev_index, smem)
         args = (m, k, op.nkb, op.hdr.data_ptr(), self._values.data_ptr(), xp.data_ptr(), bp, Yt.data_ptr(), 0)
-        kern(grid, threads, args, shared=smem, device=self.dev_index)
+        if op.pdl:
+            _launch.allow_pdl(kern, self.dev_index)
+        kern(grid, threads, args, shared=smem, device=self.dev_index, pdl=op.pdl)
