@@ -411,3 +411,22 @@ def test_beyond_the_dense_last_resort_eigsh_raises_saying_what_to_do(monkeypatch
     assert info.method == "dense" and "last_resort" not in info.extra
     np.testing.assert_allclose(w.numpy(), scipy.linalg.eigh(S.toarray(), np.diag(md), eigvals_only=True)[-3:],
                                rtol=1e-10)
+
+
+def test_dense_last_resort_not_taken_when_the_caller_takes_the_last_iterate(monkeypatch):
+    """on_nonconvergence="warn" / "ignore" return the iterate (as before the last resort existed: a call that
+    returned quickly is not made to wait for a dense eigh); "raise" gets the dense answer."""
+    import warnings
+
+    _lower_dense_limits(monkeypatch, 20, 100)
+    S, md, M = _spd_pair(60)
+    A = _st(S)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _, _, info = st.eigsh(A, 3, M=M, which="LA", maxiter=1, on_nonconvergence="warn", return_info=True)
+    assert info.method != "dense" and "last_resort" not in info.extra
+    assert any(issubclass(c.category, st.NotConvergedWarning) for c in caught)
+    _, _, info = st.eigsh(A, 3, M=M, which="LA", maxiter=1, on_nonconvergence="ignore", return_info=True)
+    assert info.method != "dense" and not info.converged
+    _, _, info = st.eigsh(A, 3, M=M, which="LA", maxiter=1, return_info=True)
+    assert info.method == "dense" and "last_resort" in info.extra

@@ -37,7 +37,7 @@ PB_DEFAULT = (2, 4)
 #: the configurations also built with the deep pipeline (``deep=True``: headers 8 blocks ahead, A words 4, B 1)
 PB_DEEP: tuple[tuple[int, int], ...] = ((1, 4), (1, 8))
 #: whether the product is launched with programmatic dependent launch behind the permute of X
-PB_PDL = True
+PB_PDL = False
 #: cluster sizes (K-splits)
 PB_CLUSTERS: tuple[int, ...] = (1, 2, 4, 8)
 _NARGS = 9
@@ -345,7 +345,7 @@ class PbSpmm:
 #: when "auto" runs spmm_pbr in the plan (None: never; ``plan.mma_kernel = "pb"`` forces it): set from measurements
 PB_AUTO: dict[str, float] | None = None
 #: the plan's spmm_pbr build: the deep pipeline, configuration (1, 4)
-PB_PLAN_DEEP = True
+PB_PLAN_DEEP = False
 PB_PLAN_CONFIG = (1, 4)
 
 

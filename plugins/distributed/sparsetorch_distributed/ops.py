@@ -133,12 +133,19 @@ def matmul(A, X: torch.Tensor, *, transpose: bool = False) -> torch.Tensor:
     """``A @ X`` (``A^T @ X`` with ``transpose``) for a DSparseTensor ``A`` and local ``X``. Collective."""
     next_op_epoch()  # copies of A's values made by an earlier call are made again
     comm = A.comm
-    with comm.checked("DSparseTensor matmul", same=("columns", "vector dims", "dtype")) as chk:
+    with comm.checked("DSparseTensor matmul", same=("columns", "vector dims", "dtype", "A batch")) as chk:
+        A._check_writes()  # with_values' deferred input error, or a write into summed values that would be dropped
         check_vector(A, X, "matmul")
-        A._check_writes()  # a write into values summed from entries that would be dropped now: agreed, not alone
-        chk.same({"columns": X.shape[-1] if X.dim() > 1 else 1, "vector dims": X.dim(), "dtype": dtype_code(X.dtype)})
+        chk.same({"columns": X.shape[-1] if X.dim() > 1 else 1, "vector dims": X.dim(), "dtype": dtype_code(X.dtype),
+                  "A batch": batch_code(A)}, shown={"A batch": tuple(A.batch_shape)})
     values, X = agree_grad(comm, A.values, X)
     return _Matmul.apply(values, X, A, transpose)
+
+
+def batch_code(A) -> int:
+    """A's value batch as one integer the ranks compare (a batch on one rank only left the others in the halo
+    exchange): 0 for none, else 1 + the number of matrices times 64 + the batch dims."""
+    return 0 if not A.batch_shape else 1 + math.prod(A.batch_shape) * 64 + len(A.batch_shape)
 
 
 def agree_grad(comm: Comm, values: torch.Tensor, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

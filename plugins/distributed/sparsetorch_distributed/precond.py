@@ -75,7 +75,7 @@ def _make(A, values: torch.Tensor, kind, *, transpose: bool, local_options: dict
     if not transpose:
         _zero_rows(A, values)
     if kind == "jacobi":
-        # (not with_values: that is collective, and every rank is inside the solve's agreement already)
+        # (the values are this rank's own and already checked by the solve's agreement)
         d = type(A)(A.pattern, values).diagonal()
         if bool((d == 0).any()):
             row = int(torch.nonzero(d == 0)[0])

@@ -28,7 +28,7 @@ from .errors import DistributedError
 from .exchange import as_rows, from_rows
 from .krylov import METHODS, Reducer, _Abort
 from .krylov_block import BLOCK_METHODS, _cs, _red
-from .ops import agree_grad, check_vector, first_order_pair
+from .ops import agree_grad, batch_code, check_vector, first_order_pair
 from .precond import A_SINGULAR, make_preconditioner
 from .tensor import next_op_epoch
 
@@ -70,7 +70,7 @@ def is_symmetric(A, values=None, *, seed: int = 1234, probes: int = 4) -> bool:
     Collective."""
     g = torch.Generator().manual_seed(seed + A.comm.rank)
     Z = torch.randn(A.n_local, probes, generator=g, dtype=torch.float64).to(device=A.device, dtype=A.dtype)
-    members = [None] if not A.batch_shape else list(A.values.detach().reshape(-1, A.nse_local))
+    members = [None] if not A.batch_shape else list(A.values.detach().reshape(math.prod(A.batch_shape), A.nse_local))
     parts = []
     for v in members:
         AZ = A._mv(Z, v)
@@ -456,7 +456,8 @@ def _float_bits(x) -> int:
     import struct
 
     try:
-        return int.from_bytes(struct.pack("<d", float(x)), "little", signed=True)
+        # -0.0 as 0.0: its bits are -2^63, which the agreement's negation overflows (and the same option)
+        return int.from_bytes(struct.pack("<d", float(x) + 0.0), "little", signed=True)
     except (TypeError, ValueError):
         return -2
 
@@ -498,8 +499,9 @@ def solve(A, B: torch.Tensor, *, method: str | None = None, preconditioner="bloc
     comm = A.comm
     t0 = time.perf_counter()
     same = ("dtype", "B dims", "columns", "method", "maxiter", "block", "rtol", "atol", "restart", "preconditioner",
-            "symmetric", "on_nonconvergence")
+            "symmetric", "on_nonconvergence", "A batch")
     with comm.checked("distributed solve", same=same) as chk:
+        A._check_writes()  # with_values' deferred input error, or a write into summed values that would be dropped
         if on_nonconvergence not in _POLICIES:
             raise st.InputError(f"on_nonconvergence must be one of {_POLICIES}, got {on_nonconvergence!r}")
         if method is not None and method not in METHODS:
@@ -526,8 +528,8 @@ def solve(A, B: torch.Tensor, *, method: str | None = None, preconditioner="bloc
                   "restart": int(restart) if isinstance(restart, int) else -2,
                   "preconditioner": _PRECONDITIONER_CODES.get(preconditioner, 3) if not callable(preconditioner) else 3,
                   "symmetric": -1 if symmetric is None else int(bool(symmetric)),
-                  "on_nonconvergence": _POLICIES.index(on_nonconvergence)},
-                 shown={"dtype": str(B.dtype), "method": method, "rtol": rtol, "atol": atol,
+                  "on_nonconvergence": _POLICIES.index(on_nonconvergence), "A batch": batch_code(A)},
+                 shown={"A batch": tuple(A.batch_shape), "dtype": str(B.dtype), "method": method, "rtol": rtol, "atol": atol,
                         "preconditioner": preconditioner if not callable(preconditioner) else "a callable",
                         "symmetric": symmetric, "on_nonconvergence": on_nonconvergence})
     cfg = _Config(method, preconditioner, default_rtol(A.dtype) if rtol is None else float(rtol), float(atol), maxiter,

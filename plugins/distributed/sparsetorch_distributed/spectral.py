@@ -45,6 +45,7 @@ from sparsetorch.backend import Status, default_rtol
 from .comm import dtype_code
 from .errors import DistributedError
 from .krylov import Reducer, _Abort, minres
+from .ops import batch_code
 from .tensor import next_op_epoch
 
 __all__ = ["eigsh", "DEigshInfo"]
@@ -423,7 +424,8 @@ def eigsh(A, k: int = 6, *, which: str = "LM", sigma: float | None = None, tol: 
     t0 = time.perf_counter()
     N = A.pattern.shape[0]
     with comm.checked("distributed eigsh", same=("k", "which", "ncv", "block", "dtype", "maxiter", "tol", "degenerate_tol",
-                                                 "degenerate", "on_nonconvergence")) as chk:
+                                                 "degenerate", "on_nonconvergence", "A batch")) as chk:
+        A._check_writes()  # with_values' deferred input error, or a write into summed values that would be dropped
         if sigma is not None or which == "SM":
             raise st.InputError(f"distributed eigsh: {'sigma (shift-invert)' if sigma is not None else 'which=SM'} is not "
                                 f"built (it needs a distributed solve per Lanczos step); use which='SA' / 'LA' / 'LM', or "
@@ -454,8 +456,8 @@ def eigsh(A, k: int = 6, *, which: str = "LM", sigma: float | None = None, tol: 
         chk.same({"k": k, "which": _WHICH.index(which), "ncv": ncv or 0, "block": block, "dtype": dtype_code(A.dtype),
                   "maxiter": -1 if maxiter is None else maxiter, "tol": _float_bits(tol),
                   "degenerate_tol": _float_bits(cfg.degenerate_tol), "degenerate": _POLICIES.index(degenerate),
-                  "on_nonconvergence": _POLICIES.index(on_nonconvergence)},
-                 shown={"tol": tol, "degenerate_tol": degenerate_tol, "degenerate": degenerate,
+                  "on_nonconvergence": _POLICIES.index(on_nonconvergence), "A batch": batch_code(A)},
+                 shown={"A batch": tuple(A.batch_shape), "tol": tol, "degenerate_tol": degenerate_tol, "degenerate": degenerate,
                         "on_nonconvergence": on_nonconvergence})
     if not is_symmetric(A):
         raise st.NotSymmetricError("distributed eigsh needs a symmetric matrix: A z != A^T z for a random z beyond "

@@ -14,6 +14,8 @@ interior transpose runs, then summed in.
 
 from __future__ import annotations
 
+import copy
+
 import math
 import weakref
 from typing import Sequence
@@ -63,6 +65,9 @@ class DSparseTensor:
         #: snapshot, and its graph was freed by the first backward: "backward through the graph a second
         #: time"; session 24's sweep)
         self._entries = entries
+        #: an input error of :meth:`with_values` / :meth:`with_entry_values` on this rank, raised by the next
+        #: read of the values or op (inside the op's agreed input check, so on every rank at once)
+        self._deferred: BaseException | None = None
         self._entries_key = None
         self._values_version = -1   # the version of the kept sum when it was made (a write into it bumps it)
         self._csr_key = None
@@ -103,6 +108,9 @@ class DSparseTensor:
         """For values summed from entries: raise (once) when a write into the kept sum would be dropped now (see
         :attr:`values`); returns the entries (None for slot values). Ops call it inside their input checks, so
         that the error is agreed by every rank."""
+        if self._deferred is not None:
+            exc = self._deferred
+            raise type(exc)(str(exc)) from exc
         src = self._entries
         if src is None:
             return None
@@ -305,23 +313,24 @@ class DSparseTensor:
 
     def with_values(self, values: torch.Tensor) -> "DSparseTensor":
         """The same pattern (no new plan) with new local values ``(*batch, nse_local)``: this rank's slots, in
-        the order of :meth:`local_coo`. Collective (every rank calls it): the ranks check their own values
-        and agree in one small all_reduce (with the batch shape), so a wrong length on one rank raises
-        ``InputError`` naming it on every rank at once, rather than on that rank alone while the others wait
-        in the next collective until the timeout."""
-        with self.comm.checked("DSparseTensor.with_values", same=("batch dims", "batch size")) as chk:
+        the order of :meth:`local_coo`. Local (no communication: a rank may call it alone). Values that do not
+        fit this rank's pattern (length, dtype, device) give a tensor that raises ``InputError`` naming the rank
+        at its first use: in an op (matmul, solve, eigsh), inside the op's agreed input check, so every rank
+        raises at once rather than the others waiting in the op's collectives until the timeout."""
+        try:
             self._check_new_values(values, "with_values", self.nse_local,
                                    "value slots, A.nse_local there, in the order of A.local_coo(); A.values holds the "
                                    "current ones")
-            chk.same({"batch dims": values.dim() - 1, "batch size": math.prod(values.shape[:-1])})
+        except Exception as exc:  # noqa: BLE001 - raised at the first use, agreed there
+            return self._deferring(exc, "with_values")
         return DSparseTensor(self.pattern, values)
 
     def with_entry_values(self, values: torch.Tensor) -> "DSparseTensor":
         """New values given per input entry (the order passed to :meth:`from_local_rows` on this rank;
         duplicates summed); differentiable, reuses the pattern and its halo plan. Not for tensors
         whose rows were moved by ``partition=`` or :meth:`scatter` (use :meth:`with_values`).
-        Collective, checked like :meth:`with_values`."""
-        with self.comm.checked("DSparseTensor.with_entry_values", same=("batch dims", "batch size")) as chk:
+        Local, its input errors raised at the first use as :meth:`with_values`'s."""
+        try:
             if self.pattern.migrated:
                 # the entries were moved between ranks: values in the caller's order would land in other slots
                 # (same counts, another matrix, silently; session 24's sweep)
@@ -331,10 +340,21 @@ class DSparseTensor:
             self._check_new_values(values, "with_entry_values", self.pattern.n_in,
                                    "entries: the rows/cols it passed to from_local_rows, duplicates included, one value "
                                    "each in that order")
-            chk.same({"batch dims": values.dim() - 1, "batch size": math.prod(values.shape[:-1])})
+        except Exception as exc:  # noqa: BLE001 - raised at the first use, agreed there
+            return self._deferring(exc, "with_entry_values")
         if self.pattern.entry_slot is None:
             return DSparseTensor(self.pattern, values)
         return DSparseTensor(self.pattern, None, entries=values)  # type: ignore[arg-type]
+
+    def _deferring(self, exc: BaseException, what: str) -> "DSparseTensor":
+        """A tensor on this pattern that raises ``exc`` (an ``InputError`` for anything else) at its first use."""
+        if not isinstance(exc, st.SparseTorchError):
+            wrapped = st.InputError(f"{what}: rank {self.comm.rank}'s input raised {type(exc).__name__}: {exc}")
+            wrapped.__cause__ = exc
+            exc = wrapped
+        out = copy.copy(self)
+        out._deferred = exc
+        return out
 
     def _check_new_values(self, values, what: str, n: int, unit: str) -> None:
         """Local checks of new values for :meth:`with_values` / :meth:`with_entry_values` (raises InputError)."""
@@ -358,7 +378,7 @@ class DSparseTensor:
 
     def member(self, i: int) -> "DSparseTensor":
         """Batch member ``i`` (flat index) of a value batch."""
-        flat = self.values.reshape(-1, self.values.shape[-1])
+        flat = self.values.reshape(math.prod(self.batch_shape), self.values.shape[-1])
         return DSparseTensor(self.pattern, flat[i])
 
     def __len__(self) -> int:

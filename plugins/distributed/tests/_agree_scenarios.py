@@ -156,6 +156,12 @@ def run_writes(comm, timeout_s: float):
         A3.values[0] = 7.0
     A3._entries.add_(0.0)
     attempt("one_rank", lambda: A3 @ b)
+    # 4. with_values is local: one rank alone builds a tensor for a look at it, then every rank multiplies
+    if cc.rank == 0:
+        out["local_diag"] = A.with_values(A.values.abs()).diagonal()
+    attempt("after_local", lambda: A @ b)
+    # 5. an option of -0.0 (its bits are -2^63: the agreement's negation overflowed)
+    attempt("neg_zero", lambda: float(sd.norm(b - A @ sd.solve(A, b, atol=-0.0), cc) / sd.norm(b, cc)))
     return out
 
 

@@ -25,15 +25,15 @@ PROMPT = 5.0                # seconds: what "at once" means here (an all_reduce 
 #: case -> (class every rank raises, what every rank's message must contain: rank 2 is the last rank; {nse0},
 #: {nse2} rank 0's and rank 2's value slots, {nin2} rank 2's input entries)
 EXPECTED = {
-    "with_values_length": ("InputError", ["DSparseTensor.with_values failed on rank 2 (failing ranks: [2])",
+    "with_values_length": ("InputError", ["distributed solve failed on rank 2 (failing ranks: [2])",
                                           "rank 2 expected values of shape (*batch, {nse2}), got shape ({nse2m1},)",
                                           "pass {nse2} per matrix on rank 2"]),
     "with_values_two_ranks": ("InputError", ["failing ranks: [0, 2]", "rank 0 expected values of shape (*batch, {nse0}), got shape ({nse0p1},)",
                                              "rank 2 expected values of shape (*batch, {nse2}), got shape ({nse2m2},)"]),
     "with_values_dtype": ("InputError", ["rank 2 passed torch.float32 values for a torch.float64 matrix"]),
     "with_values_not_a_tensor": ("InputError", ["rank 2 passed a list"]),
-    "with_values_batch": ("MismatchError", ["batch dims: rank 0=0, rank 1=0, rank 2=1"]),
-    "with_entry_values_length": ("InputError", ["DSparseTensor.with_entry_values failed on rank 2",
+    "with_values_batch": ("MismatchError", ["A batch: rank 0=(), rank 1=(), rank 2=(2,)"]),
+    "with_entry_values_length": ("InputError", ["DSparseTensor matmul failed on rank 2",
                                                 "rank 2 expected values of shape (*batch, {nin2}), got shape ({nin2m1},)"]),
     "with_entry_values_not_a_tensor": ("InputError", ["rank 2 passed a list"]),
     "matmul_length": ("InputError", ["matmul failed on rank 2", "rank 2 owns 22 rows", "shape (21,)"]),
@@ -119,6 +119,18 @@ def test_a_write_into_summed_values_raises_where_an_op_records_gradients(outs):
         w = o["writes"]
         torch.testing.assert_close(w["written_no_grad"], 2.0 * w["y0"])
         _raised(w["grad_op"], "an op recording gradients of them")
+
+
+def test_with_values_is_local_and_options_of_minus_zero_agree(outs):
+    """A rank may call with_values alone (it communicates nothing: the ranks' next op pairs up as before; a
+    collective with_values aborted gloo), and atol=-0.0 is the same option as 0.0 (its bits overflowed)."""
+    import torch
+
+    for r, o in enumerate(outs):
+        w = o["writes"]
+        torch.testing.assert_close(w["after_local"], w["y0"])
+        assert ("local_diag" in w) == (r == 0)
+        assert isinstance(w["neg_zero"], float) and w["neg_zero"] < 1e-9, w["neg_zero"]
 
 
 def test_a_write_on_one_rank_is_reported_on_every_rank(outs):

@@ -37,7 +37,8 @@ class _Attempts:
     ``eigsh``'s last resort: where the dense method was left out of the table for its size alone
     (n above its default ``dense_max``, none given) and n is at most :data:`DENSE_LAST_RESORT_MAX`,
     it is added after every offer of the table and runs only when they all failed (it bounds none
-    of them: a call that succeeded before runs as before).
+    of them: a call that succeeded before runs as before); not with ``on_nonconvergence`` "warn" /
+    "ignore" (the caller takes the last iterate).
     """
 
     def __init__(self, op: str, A: SparseTensor, request, state: PlanState, offer, table, *, cache: bool,
@@ -75,7 +76,9 @@ class _Attempts:
             self.probe_budget = max(PROBE_MIN_BUDGET, PROBE_SHARE * offer.seconds)
         self.last_resort: int | None = None  # index in self.offers of the dense last resort
         self.beyond_last_resort = ""  # why there is none, for the error's advice
-        if op == "eigsh" and not self.pinned:
+        if op == "eigsh" and not self.pinned and policy == "raise":
+            # (with "warn" / "ignore" the caller takes the last iterate: a call that returned it quickly before
+            # is not made to wait for a dense eigh)
             self._add_last_resort()
 
     def _add_last_resort(self) -> None:
@@ -241,9 +244,11 @@ class _Attempts:
                       + "; or raise maxiter, give tol=, use sigma (shift-invert) near the wanted eigenvalues, or pass "
                         "on_nonconvergence='warn'")
         else:
+            dense_tried = any(o.method in _DIRECT_METHODS for o in self.offers)
             advice = ("every capable method was tried (in the order of explain()); raise maxiter, give tol=, use sigma "
-                      "(shift-invert) near the wanted eigenvalues, raise dense_max= to allow the dense method, or pass "
-                      "on_nonconvergence='warn'")
+                      "(shift-invert) near the wanted eigenvalues, "
+                      + ("" if dense_tried else "raise dense_max= to allow the dense method, ")
+                      + "or pass on_nonconvergence='warn'")
         msg = f"{self.op} did not converge: {tried}. {advice}"
         if self.policy == "warn":
             warnings.warn(msg, NotConvergedWarning, stacklevel=_STACKLEVEL[self.op])
