@@ -131,16 +131,17 @@ def main() -> int:
             row["pb_best"] = {"config": best[1], "us": best[0]}
             bestr = min((v["us"], kk) for kk, v in tune.items() if isinstance(v.get("us"), float) and kk[0] == "r")
             row["pbr_best"] = {"config": bestr[1], "us": bestr[0]}
-            for key in (best[1], bestr[1]):  # the best builds without programmatic dependent launch
+            for key in (best[1], bestr[1]):  # the best builds with programmatic dependent launch
                 try:
                     csr, deep = key.startswith("r"), "d" in key.split("_")[0]
                     p_, w_, s_ = key.lstrip("rd").split("_")
                     op = _spmm_pb.PbSpmm(rowptr, col, vals, (out_f, in_f), config=(int(p_[1:]), int(w_[1:])),
                                          clusters=int(s_[1:]), csr=csr, deep=deep)
-                    op.pdl = False
-                    row[f"{key}_nopdl_us"] = us(graph_time(lambda op=op: op(x, b), a.repeats))
+                    op.pdl = True
+                    row[f"{key}_pdl_err"] = err(op(x, b), ref)
+                    row[f"{key}_pdl_us"] = us(graph_time(lambda op=op: op(x, b), a.repeats))
                 except Exception as exc:  # noqa: BLE001 - recorded
-                    row[f"{key}_nopdl_error"] = repr(exc)[:200]
+                    row[f"{key}_pdl_error"] = repr(exc)[:200]
             for csr in (False, True):
                 for label, fl in ABLATION.items():
                     op = _spmm_pb.PbSpmm(rowptr, col, vals, (out_f, in_f), config=(1, 4), clusters=4, flags=fl, csr=csr,
