@@ -284,6 +284,9 @@ def test_every_kernel(csr, config, clusters, dtype):
     assert op.S == clusters
     for k in (5, 64, 100):
         _check(op, W, k, True)
+    op.pdl = True  # launched with programmatic dependent launch behind the permute (waits before reading it)
+    for k in (5, 64):
+        _check(op, W, k, True)
 
 
 @sm90
