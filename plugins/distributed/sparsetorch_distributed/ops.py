@@ -15,6 +15,8 @@ with :func:`dot`/:func:`global_sum` and ``loss.backward()`` on every rank.
 
 from __future__ import annotations
 
+import hashlib
+
 import math
 
 import torch
@@ -144,8 +146,10 @@ def matmul(A, X: torch.Tensor, *, transpose: bool = False) -> torch.Tensor:
 
 def batch_code(A) -> int:
     """A's value batch as one integer the ranks compare (a batch on one rank only left the others in the halo
-    exchange): 0 for none, else 1 + the number of matrices times 64 + the batch dims."""
-    return 0 if not A.batch_shape else 1 + math.prod(A.batch_shape) * 64 + len(A.batch_shape)
+    exchange): 0 for none, else a 56-bit hash of the batch shape (so (2, 3) and (3, 2) differ)."""
+    if not A.batch_shape:
+        return 0
+    return 1 + int.from_bytes(hashlib.blake2b(repr(tuple(A.batch_shape)).encode(), digest_size=7).digest(), "little")
 
 
 def agree_grad(comm: Comm, values: torch.Tensor, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

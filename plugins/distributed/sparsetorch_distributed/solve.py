@@ -60,14 +60,18 @@ class DSolveInfo:
     backend: str = "distributed"
 
 
-def is_symmetric(A, values=None, *, seed: int = 1234, probes: int = 4) -> bool:
+def is_symmetric(A, values=None, *, seed: int = 1234, probes: int = 4, _agreed: bool = False) -> bool:
     """Probabilistic symmetry test with forward products only (no transposed blocks are built).
 
     For random ``Z`` (``probes`` columns) the Gram matrix ``G = Z^T A Z`` is symmetric exactly when
     ``z_i^T (A - A^T) z_j = 0``; with random vectors that holds (with probability one) only for a
     symmetric ``A``. One product of a block of ``probes`` columns and one reduction per member;
     ``|G_ij - G_ji| <= 1e3 eps ||z_i|| ||A z_j||`` (the rounding of the dot products) passes.
-    Collective."""
+    Collective: A's deferred input error (:meth:`DSparseTensor.with_values`) is agreed first (one small
+    all_reduce; solve and eigsh, which agreed already, skip it)."""
+    if not _agreed and values is None:
+        with A.comm.checked("is_symmetric"):
+            A._check_writes()
     g = torch.Generator().manual_seed(seed + A.comm.rank)
     Z = torch.randn(A.n_local, probes, generator=g, dtype=torch.float64).to(device=A.device, dtype=A.dtype)
     members = [None] if not A.batch_shape else list(A.values.detach().reshape(math.prod(A.batch_shape), A.nse_local))
@@ -535,7 +539,7 @@ def solve(A, B: torch.Tensor, *, method: str | None = None, preconditioner="bloc
     cfg = _Config(method, preconditioner, default_rtol(A.dtype) if rtol is None else float(rtol), float(atol), maxiter,
                   int(restart), on_nonconvergence, local_options, symmetric, callback, bool(block),
                   sharpen=rtol is None and not atol)
-    sym = symmetric if symmetric is not None else is_symmetric(A)
+    sym = symmetric if symmetric is not None else is_symmetric(A, _agreed=True)
     infos: list = []
     values, B = agree_grad(comm, A.values, B)
     X = _Solve.apply(values, B, A, cfg, sym, infos)

@@ -459,7 +459,7 @@ def eigsh(A, k: int = 6, *, which: str = "LM", sigma: float | None = None, tol: 
                   "on_nonconvergence": _POLICIES.index(on_nonconvergence), "A batch": batch_code(A)},
                  shown={"A batch": tuple(A.batch_shape), "tol": tol, "degenerate_tol": degenerate_tol, "degenerate": degenerate,
                         "on_nonconvergence": on_nonconvergence})
-    if not is_symmetric(A):
+    if not is_symmetric(A, _agreed=True):
         raise st.NotSymmetricError("distributed eigsh needs a symmetric matrix: A z != A^T z for a random z beyond "
                                    "rounding (sparsetorch_distributed.is_symmetric); for a general matrix there is no "
                                    "distributed eigs yet")

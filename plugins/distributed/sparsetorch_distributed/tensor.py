@@ -315,8 +315,9 @@ class DSparseTensor:
         """The same pattern (no new plan) with new local values ``(*batch, nse_local)``: this rank's slots, in
         the order of :meth:`local_coo`. Local (no communication: a rank may call it alone). Values that do not
         fit this rank's pattern (length, dtype, device) give a tensor that raises ``InputError`` naming the rank
-        at its first use: in an op (matmul, solve, eigsh), inside the op's agreed input check, so every rank
-        raises at once rather than the others waiting in the op's collectives until the timeout."""
+        at its first use: in a collective (matmul, solve, eigsh, nonlinear_solve's Jacobian, is_symmetric), inside
+        its agreed input check, so every rank raises at once rather than the others waiting until the timeout;
+        in a local read (``values``, ``diagonal()``, ``local_block()``), on that rank."""
         try:
             self._check_new_values(values, "with_values", self.nse_local,
                                    "value slots, A.nse_local there, in the order of A.local_coo(); A.values holds the "
@@ -374,10 +375,14 @@ class DSparseTensor:
                                 f"to rank: pass {n} per matrix on rank {r}")
 
     def detach(self) -> "DSparseTensor":
+        if self._deferred is not None:  # the input error travels on, raised (agreed) where the result is used
+            return self
         return DSparseTensor(self.pattern, self.values.detach())
 
     def member(self, i: int) -> "DSparseTensor":
         """Batch member ``i`` (flat index) of a value batch."""
+        if self._deferred is not None:
+            return self
         flat = self.values.reshape(math.prod(self.batch_shape), self.values.shape[-1])
         return DSparseTensor(self.pattern, flat[i])
 

@@ -160,6 +160,15 @@ def run_writes(comm, timeout_s: float):
     if cc.rank == 0:
         out["local_diag"] = A.with_values(A.values.abs()).diagonal()
     attempt("after_local", lambda: A @ b)
+    # 4b. a wrong with_values on the last rank reaching solve through detach() (nonlinear_solve's Jacobian path)
+    #     and is_symmetric: agreed there, not raised on that rank alone
+    bad = cc.rank == cc.size - 1
+    D = A.with_values(A.values[:-1] if bad else A.values)
+    attempt("deferred_detach_solve", lambda: sd.solve(D.detach(), b))
+    attempt("deferred_is_symmetric", lambda: sd.is_symmetric(D))
+    # 4c. value batches of the same size and another shape: (2, 3) on the last rank, (3, 2) on the others
+    vb = A.values.detach().expand(2, 3, -1) if bad else A.values.detach().expand(3, 2, -1)
+    attempt("batch_shapes", lambda: A.with_values(vb.contiguous()) @ b)
     # 5. an option of -0.0 (its bits are -2^63: the agreement's negation overflowed)
     attempt("neg_zero", lambda: float(sd.norm(b - A @ sd.solve(A, b, atol=-0.0), cc) / sd.norm(b, cc)))
     return out

@@ -133,6 +133,21 @@ def test_with_values_is_local_and_options_of_minus_zero_agree(outs):
         assert isinstance(w["neg_zero"], float) and w["neg_zero"] < 1e-9, w["neg_zero"]
 
 
+def test_a_deferred_input_error_is_agreed_through_detach_and_is_symmetric(outs):
+    """A wrong with_values on the last rank, used through detach() (as nonlinear_solve's Jacobian) or by
+    is_symmetric: every rank raises the same InputError at once (it raised on that rank alone, the others
+    waiting in the solve's collectives until the timeout); value batches (2, 3) and (3, 2) do not pair up."""
+    for case, part in (("deferred_detach_solve", f"solve failed on rank {P - 1} (failing ranks: [{P - 1}])"),
+                       ("deferred_is_symmetric", f"is_symmetric failed on rank {P - 1}")):
+        got = [o["writes"][case] for o in outs]
+        for g in got:
+            _raised(g, part)
+        assert len({g[1] for g in got}) == 1, got
+    for o in outs:
+        g = o["writes"]["batch_shapes"]
+        assert isinstance(g, tuple) and g[0] == "MismatchError" and "A batch" in g[1], g
+
+
 def test_a_write_on_one_rank_is_reported_on_every_rank(outs):
     got = [o["writes"]["one_rank"] for o in outs]
     for g in got:
