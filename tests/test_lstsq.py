@@ -591,3 +591,18 @@ def test_empty_systems_answer_zero_with_every_method(shape, k) -> None:
         x = st.lstsq(A, b, method=method)
         assert x.shape == ((n,) if k is None else (n, k)), method
         assert not bool(x.abs().gt(0).any()), method
+
+
+def test_a_value_batch_of_no_members_answers_an_empty_batch() -> None:
+    """A value batch of 0 members (or B's batch of 0): an empty answer of the right shape, by default and by every
+    method (the default, eigen qr / lsqr and the dense SVD raised; solve and matmul answered it already)."""
+    R = st.SparseTensor.from_package(sp.csr_array(np.arange(1.0, 13.0).reshape(4, 3)))
+    R0 = R.with_values(R.values.new_zeros(0, R.values.shape[-1]).requires_grad_(True))
+    methods = [None, "lsqr", "lsmr", "dense"] + (["qr"] if importlib.util.find_spec("sparsetorch_eigen") else [])
+    for method in methods:
+        x = st.lstsq(R0, torch.zeros(4, dtype=torch.float64), method=method)
+        assert x.shape == (0, 3), method
+        x2, info = st.lstsq(R0, torch.zeros(4, 2, dtype=torch.float64), method=method, return_info=True)
+        assert x2.shape == (0, 3, 2) and info.converged, method
+    x.sum().backward()
+    assert R0.values.grad is not None and R0.values.grad.shape == R0.values.shape

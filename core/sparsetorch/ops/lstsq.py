@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import math
 
 import threading
 
@@ -22,7 +23,7 @@ import torch
 
 from ..autograd.lstsq import LstsqHandle, lstsq_function
 from ..errors import InputError, NoBackendError, NotConvergedError
-from ..dispatch.results import Attempt
+from ..dispatch.results import Attempt, Status
 from ..tensor import SparseTensor
 from ..dispatch.options import LstsqOptions, defaults
 from ..dispatch.plan import make_request, obtain_plan, plan_for
@@ -119,6 +120,18 @@ def lstsq(
     A = check_matrix(A, "lstsq", square=False)
     m, n = A.format_shape
     Bn, vector = as_rhs(A, B, "lstsq", rows=m)
+    members = torch.broadcast_shapes(tuple(A.values.shape[:-1]), tuple(Bn.shape[:-2]))
+    if math.prod(members) == 0:
+        # a value batch (or B's batch) of no members: nothing to solve (the plans' kernels failed on it: eigen "bad
+        # sizes", the dense SVD's min() of an empty tensor; solve and matmul answered it already)
+        X = Bn.new_zeros(*members, n, Bn.shape[-1])
+        if torch.is_grad_enabled() and (A.values.requires_grad or Bn.requires_grad):
+            X = X + 0 * (A.values.sum() + Bn.sum())  # (empty) gradients flow back to both
+        out = restore_rhs(X, vector)
+        if not return_info:
+            return out
+        return out, SolveInfo(backend="none", method="none", iterations=0, residual=0.0, converged=True,
+                              status=Status.DIRECT, reason="a batch of no members: nothing to solve")
     # under torch.func transforms (no storage to read here) the finiteness check is left to the handle,
     # which runs inside the autograd Function on the plain tensors the transform hands over (as solve)
     checked_here = check_finite and is_plain(A.values) and is_plain(Bn)
