@@ -3,6 +3,7 @@ dense float64 reference."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 
 import pytest
@@ -96,3 +97,69 @@ def random_x(rows: int, k: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
     """A (rows, k) right-hand side, standard normal in float64 rounded to ``dtype`` (on the CPU)."""
     g = torch.Generator().manual_seed(seed)
     return torch.randn(rows, k, generator=g, dtype=torch.float64).to(dtype)
+
+
+# The tensor-core SpMM tests' helpers (test_cuda_spmm_wd.py, test_cuda_spmm_pb.py) ---------------------------
+def sm90_missing() -> str | None:
+    if GPU_MISSING is not None:
+        return GPU_MISSING
+    if torch.cuda.get_device_capability(0)[0] < 9:
+        return "needs an sm_90 GPU or later"
+    return None
+
+
+SM90_MISSING = sm90_missing()
+sm90 = pytest.mark.skipif(SM90_MISSING is not None, reason=SM90_MISSING or "")
+
+
+def csr_of(D: torch.Tensor, index: torch.dtype = torch.int64):
+    nz = D != 0
+    rowptr = torch.zeros(D.shape[0] + 1, dtype=torch.int64, device=D.device)
+    rowptr[1:] = torch.cumsum(nz.sum(1), 0)
+    col = torch.nonzero(nz)[:, 1]
+    return rowptr.to(index), col.to(index), D[nz]
+
+
+def nvrtc_missing() -> str | None:
+    from sparsetorch_cuda import compile as c
+
+    return c.nvrtc_missing()
+
+
+@functools.lru_cache(maxsize=8)
+def gpu_matrix(m: int, n: int, density: float, dtype: torch.dtype, empty: int, full: int, seed: int) -> torch.Tensor:
+    """An (m, n) masked weight on the GPU in ``dtype`` (values +-[0.5, 1.5)), ``empty`` empty rows, ``full`` dense rows."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    mask = torch.rand(m, n, generator=g, device="cuda") < density
+    if full:
+        mask[torch.randperm(m, generator=g, device="cuda")[:full]] = True
+    if empty:
+        mask[torch.randperm(m, generator=g, device="cuda")[:empty]] = False
+    sign = torch.where(torch.rand(m, n, generator=g, device="cuda") < 0.5, -1.0, 1.0)
+    vals = (torch.rand(m, n, generator=g, device="cuda") + 0.5) * sign
+    return (vals * mask).to(dtype)
+
+
+def masked_reference(W: torch.Tensor, x: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    """The masked dense product in float32 (X^T W^T + b), independent of the kernel."""
+    y = x.float() @ W.float().T
+    return y + b.float() if b is not None else y
+
+
+def check_product(op, W, k: int, bias: bool, seed: int = 0, x: torch.Tensor | None = None) -> None:
+    m, n = W.shape
+    g = torch.Generator(device="cuda").manual_seed(seed + k)
+    if x is None:
+        x = torch.randn(k, n, generator=g, device="cuda").to(W.dtype)
+    b = torch.randn(m, generator=g, device="cuda").to(W.dtype) if bias else None
+    out = torch.full((k, m), float("nan"), dtype=W.dtype, device="cuda")
+    y = op(x, b, out=out)
+    torch.cuda.synchronize()
+    assert y.shape == (k, m)
+    assert bool(torch.isfinite(y).all()), "an output element was not written (NaN left)"
+    ref = masked_reference(W, x, b)
+    if float(ref.abs().max()) == 0.0:
+        assert not bool(y.float().abs().max() > 0)
+    else:
+        assert rel_err(y, ref) < TOL[W.dtype]
+

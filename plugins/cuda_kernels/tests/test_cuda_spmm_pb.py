@@ -12,35 +12,20 @@ is written (the output starts as NaN)."""
 
 from __future__ import annotations
 
-import functools
 
 import numpy as np
 import pytest
 import torch
 
-from _cuda_helpers import GPU_MISSING, TOL, random_dense, rel_err
+from _cuda_helpers import TOL, random_dense, rel_err
+from _cuda_helpers import sm90
+from _cuda_helpers import check_product as _check
+from _cuda_helpers import csr_of as _csr
+from _cuda_helpers import gpu_matrix as _gpu_matrix
+from _cuda_helpers import masked_reference as _reference
+from _cuda_helpers import nvrtc_missing as _nvrtc_missing
 
 HALF = (torch.float16, torch.bfloat16)
-
-
-def _sm90_missing() -> str | None:
-    if GPU_MISSING is not None:
-        return GPU_MISSING
-    if torch.cuda.get_device_capability(0)[0] < 9:
-        return "spmm_pb needs sm_90 or later"
-    return None
-
-
-SM90_MISSING = _sm90_missing()
-sm90 = pytest.mark.skipif(SM90_MISSING is not None, reason=SM90_MISSING or "")
-
-
-def _csr(D: torch.Tensor, index: torch.dtype = torch.int64):
-    nz = D != 0
-    rowptr = torch.zeros(D.shape[0] + 1, dtype=torch.int64, device=D.device)
-    rowptr[1:] = torch.cumsum(nz.sum(1), 0)
-    col = torch.nonzero(nz)[:, 1]
-    return rowptr.to(index), col.to(index), D[nz]
 
 
 def _popc(x: int) -> int:
@@ -192,12 +177,6 @@ def test_choose():
     assert pb_choose(100, 4096, (1, 4), 132, 396) == 8
 
 
-def _nvrtc_missing() -> str | None:
-    from sparsetorch_cuda import compile as c
-
-    return c.nvrtc_missing()
-
-
 @pytest.mark.skipif(_nvrtc_missing() is not None, reason=str(_nvrtc_missing()))
 @pytest.mark.parametrize("value", ["float16", "bfloat16"])
 def test_host_compiles_for_sm90(value):
@@ -210,42 +189,6 @@ def test_host_compiles_for_sm90(value):
 
 
 # GPU ---------------------------------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=8)
-def _gpu_matrix(m: int, n: int, density: float, dtype: torch.dtype, empty: int, full: int, seed: int) -> torch.Tensor:
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    mask = torch.rand(m, n, generator=g, device="cuda") < density
-    if full:
-        mask[torch.randperm(m, generator=g, device="cuda")[:full]] = True
-    if empty:
-        mask[torch.randperm(m, generator=g, device="cuda")[:empty]] = False
-    sign = torch.where(torch.rand(m, n, generator=g, device="cuda") < 0.5, -1.0, 1.0)
-    vals = (torch.rand(m, n, generator=g, device="cuda") + 0.5) * sign
-    return (vals * mask).to(dtype)
-
-
-def _reference(W: torch.Tensor, x: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-    y = x.float() @ W.float().T
-    return y + b.float() if b is not None else y
-
-
-def _check(op, W, k: int, bias: bool, seed: int = 0, x: torch.Tensor | None = None) -> None:
-    m, n = W.shape
-    g = torch.Generator(device="cuda").manual_seed(seed + k)
-    if x is None:
-        x = torch.randn(k, n, generator=g, device="cuda").to(W.dtype)
-    b = torch.randn(m, generator=g, device="cuda").to(W.dtype) if bias else None
-    out = torch.full((k, m), float("nan"), dtype=W.dtype, device="cuda")
-    y = op(x, b, out=out)
-    torch.cuda.synchronize()
-    assert y.shape == (k, m)
-    assert bool(torch.isfinite(y).all()), "an output element was not written (NaN left)"
-    ref = _reference(W, x, b)
-    if float(ref.abs().max()) == 0.0:
-        assert not bool(y.float().abs().max() > 0)
-    else:
-        assert rel_err(y, ref) < TOL[W.dtype]
-
-
 SHAPES = [(4096, 4096, 0.1, 0, 0), (11008, 4096, 0.1, 0, 0), (300, 200, 0.1, 5, 1), (77, 131, 0.3, 3, 1),
           (1000, 1000, 0.05, 0, 1), (50, 96, 0.0, 0, 0), (129, 4104, 0.1, 2, 1)]
 
