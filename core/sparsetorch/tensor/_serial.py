@@ -48,17 +48,18 @@ def _scipy_kernels():
 SERIAL_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
 
 
-def serial_ok(values: torch.Tensor, X: torch.Tensor) -> bool:
+def serial_ok(values: torch.Tensor, X: torch.Tensor, *, threads: bool = True) -> bool:
     """Whether ``A X`` with these values and right-hand sides runs here: CPU, one value set, the
-    same supported dtype, strided, nothing to record for autograd, small, and torch running more
-    than one intra-op thread (with one, torch's kernel opens no parallel region and is ~2x faster)."""
+    same supported dtype, strided, nothing to record for autograd, small, and (``threads``) torch
+    running more than one intra-op thread (with one, torch's kernel opens no parallel region and is
+    ~2x faster: a caller whose other work is NumPy's anyway passes ``threads=False``)."""
     return (values.device.type == "cpu" and X.device.type == "cpu" and values.dim() == 1 and X.dim() in (1, 2)
             and values.dtype in SERIAL_DTYPES and X.dtype == values.dtype
             and values.layout == torch.strided and X.layout == torch.strided
             and not (values.is_conj() or X.is_conj() or values.is_neg() or X.is_neg())
             and values.shape[0] * (X.shape[1] if X.dim() == 2 else 1) <= SERIAL_MAX
             and not (torch.is_grad_enabled() and (values.requires_grad or X.requires_grad))
-            and torch.get_num_threads() > 1)
+            and (not threads or torch.get_num_threads() > 1))
 
 
 class SerialCsr:
@@ -83,6 +84,18 @@ class SerialCsr:
         self.starts = cp[: self.lead].astype(np.intp)
         empty = np.flatnonzero(cp[1 : self.lead + 1] == cp[: self.lead])
         self.empty = empty if empty.size else None
+
+    def inf_norm(self, values: torch.Tensor) -> float:
+        """``||A||_inf``: the largest row sum of ``|a_ij|`` (0.0 for a matrix with no entries), serially."""
+        v = (values.detach() if values.requires_grad else values).numpy()
+        if v.shape[0] != self.nnz:
+            raise ValueError(f"SerialCsr: {v.shape[0]} values for a pattern of {self.nnz} entries")
+        if not self.lead:
+            return 0.0
+        sums = np.add.reduceat(np.abs(v), self.starts)
+        if self.empty is not None:
+            sums[self.empty] = 0
+        return float(sums.max())
 
     def __call__(self, values: torch.Tensor, X: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """``A X`` for ``values`` (1-D, ``nnz``) and ``X`` ((n,) or (n, k)); into ``out`` (contiguous,
