@@ -209,44 +209,19 @@ def pack_values(lay: dict[str, Any], values: torch.Tensor, fmt: str = "dense") -
     return torch.where(gi >= 0, out, torch.zeros((), dtype=values.dtype, device=values.device)).contiguous()
 
 
-# Compilation: compile.py's (spmm_cc is one of its SOURCES: memory, disk cache, NVRTC) ---------------
+# Compilation and loading: compile.py's (spmm_cc is one of its SOURCES: memory, disk cache, NVRTC) --------
 def compile_cubin(value: str, index: str, arch: str) -> bytes:
     """spmm_cc.cu compiled by NVRTC (no cache). Needs NVRTC only (no driver, no GPU)."""
     return _compile.compile_cubin("spmm_cc", value, index, arch)
 
 
-def cubin(value: str, index: str, arch: str) -> bytes:
-    """The cubin of (value type, index type, arch): :func:`sparsetorch_cuda.compile.cubin` for this source."""
-    return _compile.cubin("spmm_cc", value, index, arch)
-
-
 def prewarm(arch: str, values: tuple[str, ...] = ("float16", "bfloat16")) -> int:
     """Compile the half-precision modules for ``arch`` into the disk cache (in parallel processes)."""
-    import concurrent.futures as cf  # noqa: PLC0415
-
-    with cf.ProcessPoolExecutor(len(values)) as ex:
-        list(ex.map(cubin, values, ["int32"] * len(values), [arch] * len(values)))
-    return len(values)
+    return _compile.prewarm(arch, ["spmm_cc"], list(values), ["int32"])
 
 
-class _Kernel(_launch.Kernel):
-    """A kernel of spmm_cc.cu (launch.Kernel's argument block and launch, this module's library)."""
-
-    def __init__(self, lib: Any, name: str, nargs: int) -> None:  # noqa: D107 - launch.Kernel's fields
-        self._bind(lib, name, nargs)
-
-
-@functools.lru_cache(maxsize=None)
-def _library(value: str, arch: str) -> Any:
-    cu = _launch._driver()
-    err, lib = cu.cuLibraryLoadData(cubin(value, "int32", arch), [], [], 0, [], [], 0)
-    _launch._ok(cu, err, f"cuLibraryLoadData(spmm_cc {value}/{arch})")
-    return lib
-
-
-@functools.lru_cache(maxsize=None)
-def _kernel(name: str, dtype: torch.dtype, device: int) -> _Kernel:
-    return _Kernel(_library(_launch.dtype_name(dtype), _launch.arch_of(device)), name, _NARGS)
+def _kernel(name: str, dtype: torch.dtype, device: int) -> _launch.Kernel:
+    return _launch.kernel("spmm_cc", name, dtype, torch.int32, device, _NARGS)
 
 
 @functools.lru_cache(maxsize=None)

@@ -13,13 +13,13 @@ chunks the warps read (``spmm_pb_xperm``, 2 bytes per X^T element), then the pro
 Use: ``PbSpmm(rowptr, col, values, (m, n))``; ``op(Xt, bias)`` returns Y^T. Not wired into the plan yet
 (session 25: measured standalone first, benchmarks/gpu/s25/bench_pb.py).
 
-Compiled by this module (compile.py's NVRTC options and disk cache), for sm_90 only (clusters), half types only.
+One of compile.py's PARTIAL_SOURCES (its NVRTC options and caches; loaded by launch.kernel), for sm_90 only
+(clusters), half types only.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 from typing import Any
 
 import torch
@@ -27,8 +27,8 @@ import torch
 from . import compile as _compile
 from . import launch as _launch
 
-__all__ = ["PbSpmm", "pb_layout", "pbr_layout", "pb_choose", "pb_smem_bytes", "kernel_names", "source_text", "compile_cubin",
-           "cubin", "PB_CONFIGS", "PB_DEFAULT", "PB_CLUSTERS"]
+__all__ = ["PbSpmm", "pb_layout", "pbr_layout", "pb_choose", "pb_smem_bytes", "kernel_names", "compile_cubin",
+           "prewarm", "PB_CONFIGS", "PB_DEFAULT", "PB_CLUSTERS"]
 
 #: the compiled configurations (kernels/spmm_pb.cu SPMM_PB_CFG): (MS strips of 16 rows per warp, W warps)
 PB_CONFIGS: tuple[tuple[int, int], ...] = ((1, 4), (1, 8), (2, 4), (2, 8))
@@ -160,54 +160,19 @@ def pack_pairs(lay: dict[str, Any], values: torch.Tensor) -> torch.Tensor:
     return buf.view(torch.int32)
 
 
-# Compilation (compile.py's options and disk cache) -----------------------------------------------------------
-def source_text() -> str:
-    common = (_compile.KERNEL_DIR / "common.cuh").read_text()
-    body = (_compile.KERNEL_DIR / f"{_SRC}.cu").read_text()
-    return f"{common}\n#line 1 \"{_SRC}.cu\"\n{body}"
-
-
+# Compilation and loading: compile.py's (spmm_pb is one of its PARTIAL_SOURCES: half types, int32 indices) ---------
 def compile_cubin(value: str, arch: str = "sm_90") -> bytes:
     """spmm_pb.cu compiled by NVRTC (no cache). Needs NVRTC only (no driver, no GPU)."""
-    return _compile.compile_text(source_text(), f"{_SRC}.cu", value, "int32", arch)
-
-
-def cubin(value: str, arch: str) -> bytes:
-    """The cubin of (value type, arch): compile.py's memory cache, else its disk cache, else NVRTC."""
-    h = hashlib.sha256()
-    h.update(source_text().encode())
-    h.update(repr((_compile._options(value, "int32", arch), _compile.nvrtc_version())).encode())
-    name = f"{_SRC}-{h.hexdigest()[:24]}-{value}-{arch}.cubin"
-    return _compile.cached(name, name, lambda: compile_cubin(value, arch))
+    return _compile.compile_cubin(_SRC, value, "int32", arch)
 
 
 def prewarm(arch: str = "sm_90", values: tuple[str, ...] = ("float16", "bfloat16")) -> int:
     """Compile the modules for ``arch`` into the disk cache (in parallel processes)."""
-    import concurrent.futures as cf  # noqa: PLC0415
-
-    with cf.ProcessPoolExecutor(len(values)) as ex:
-        list(ex.map(cubin, values, [arch] * len(values)))
-    return len(values)
+    return _compile.prewarm(arch, [_SRC], list(values), ["int32"])
 
 
-class _Kernel(_launch.Kernel):
-    """A kernel of spmm_pb.cu (launch.Kernel's argument block and launch, this module's library)."""
-
-    def __init__(self, lib: Any, name: str, nargs: int) -> None:  # noqa: D107 - launch.Kernel's fields
-        self._bind(lib, name, nargs)
-
-
-@functools.lru_cache(maxsize=None)
-def _library(value: str, arch: str) -> Any:
-    cu = _launch._driver()
-    err, lib = cu.cuLibraryLoadData(cubin(value, arch), [], [], 0, [], [], 0)
-    _launch._ok(cu, err, f"cuLibraryLoadData(spmm_pb {value}/{arch})")
-    return lib
-
-
-@functools.lru_cache(maxsize=None)
-def _kernel(name: str, dtype: torch.dtype, device: int, nargs: int = _NARGS) -> _Kernel:
-    return _Kernel(_library(_launch.dtype_name(dtype), _launch.arch_of(device)), name, nargs)
+def _kernel(name: str, dtype: torch.dtype, device: int, nargs: int = _NARGS) -> _launch.Kernel:
+    return _launch.kernel(_SRC, name, dtype, torch.int32, device, nargs)
 
 
 @functools.lru_cache(maxsize=None)

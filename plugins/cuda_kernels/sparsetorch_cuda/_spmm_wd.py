@@ -26,14 +26,13 @@ builds (words two tiles ahead) and the (2, 5) configuration (26 row blocks at 40
 but were not GPU-run in session 22 (no device was lent for the second call): benchmarks/gpu/s22/run_s22.sh with
 ``BENCH_ARGS=--tune NCU=1`` runs their tests, times and Nsight Compute stall reasons.
 
-The source is compiled by this module (compile.py's NVRTC options and disk cache directory, krylov.py's
-scheme), for sm_90 only (clusters, mbarrier try_wait), half types only.
+The source is one of compile.py's PARTIAL_SOURCES (its NVRTC options, memory and disk caches, prewarm; loaded by
+launch.kernel), for sm_90 only (clusters, mbarrier try_wait), half types only.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 from typing import Any
 
 import torch
@@ -41,8 +40,8 @@ import torch
 from . import compile as _compile
 from . import launch as _launch
 
-__all__ = ["WdSpmm", "spmm_wd", "wd_layout", "wd_choose", "wd_smem_bytes", "kernel_names", "source_text",
-           "compile_cubin", "cubin", "WD_CONFIGS", "WD_PF2", "WD_DEFAULT", "WD_PREFETCH", "WD_CLUSTERS"]
+__all__ = ["WdSpmm", "spmm_wd", "wd_layout", "wd_choose", "wd_smem_bytes", "kernel_names",
+           "compile_cubin", "prewarm", "WD_CONFIGS", "WD_PF2", "WD_DEFAULT", "WD_PREFETCH", "WD_CLUSTERS"]
 
 #: the compiled configurations (kernels/spmm_wd.cu SPMM_WD_CFG): (SPW strips of 16 rows per warp, W warps)
 WD_CONFIGS: tuple[tuple[int, int], ...] = ((1, 8), (2, 4), (2, 8), (4, 2), (4, 4), (2, 5))
@@ -133,54 +132,19 @@ def pack_words(lay: dict[str, Any], values: torch.Tensor) -> torch.Tensor:
     return (lay["hi"] | bits).contiguous()
 
 
-# Compilation (compile.py's options and disk cache, krylov.py's scheme) ---------------------------------------
-def source_text() -> str:
-    common = (_compile.KERNEL_DIR / "common.cuh").read_text()
-    body = (_compile.KERNEL_DIR / f"{_SRC}.cu").read_text()
-    return f"{common}\n#line 1 \"{_SRC}.cu\"\n{body}"
-
-
+# Compilation and loading: compile.py's (spmm_wd is one of its PARTIAL_SOURCES: half types, int32 indices) ---------
 def compile_cubin(value: str, arch: str = "sm_90") -> bytes:
     """spmm_wd.cu compiled by NVRTC (no cache). Needs NVRTC only (no driver, no GPU)."""
-    return _compile.compile_text(source_text(), f"{_SRC}.cu", value, "int32", arch)
-
-
-def cubin(value: str, arch: str) -> bytes:
-    """The cubin of (value type, arch): compile.py's memory cache, else its disk cache, else NVRTC."""
-    h = hashlib.sha256()
-    h.update(source_text().encode())
-    h.update(repr((_compile._options(value, "int32", arch), _compile.nvrtc_version())).encode())
-    name = f"{_SRC}-{h.hexdigest()[:24]}-{value}-{arch}.cubin"
-    return _compile.cached(name, name, lambda: compile_cubin(value, arch))
+    return _compile.compile_cubin(_SRC, value, "int32", arch)
 
 
 def prewarm(arch: str = "sm_90", values: tuple[str, ...] = ("float16", "bfloat16")) -> int:
     """Compile the modules for ``arch`` into the disk cache (in parallel processes)."""
-    import concurrent.futures as cf  # noqa: PLC0415
-
-    with cf.ProcessPoolExecutor(len(values)) as ex:
-        list(ex.map(cubin, values, [arch] * len(values)))
-    return len(values)
+    return _compile.prewarm(arch, [_SRC], list(values), ["int32"])
 
 
-class _Kernel(_launch.Kernel):
-    """A kernel of spmm_wd.cu (launch.Kernel's argument block and launch, this module's library)."""
-
-    def __init__(self, lib: Any, name: str, nargs: int) -> None:  # noqa: D107 - launch.Kernel's fields
-        self._bind(lib, name, nargs)
-
-
-@functools.lru_cache(maxsize=None)
-def _library(value: str, arch: str) -> Any:
-    cu = _launch._driver()
-    err, lib = cu.cuLibraryLoadData(cubin(value, arch), [], [], 0, [], [], 0)
-    _launch._ok(cu, err, f"cuLibraryLoadData(spmm_wd {value}/{arch})")
-    return lib
-
-
-@functools.lru_cache(maxsize=None)
-def _kernel(name: str, dtype: torch.dtype, device: int) -> _Kernel:
-    return _Kernel(_library(_launch.dtype_name(dtype), _launch.arch_of(device)), name, _NARGS)
+def _kernel(name: str, dtype: torch.dtype, device: int) -> _launch.Kernel:
+    return _launch.kernel(_SRC, name, dtype, torch.int32, device, _NARGS)
 
 
 @functools.lru_cache(maxsize=None)

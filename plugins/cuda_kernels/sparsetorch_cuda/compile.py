@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["SOURCES", "VAL_KINDS", "IDX_KINDS", "CompileError", "ModuleKey", "source_text", "module_key", "cubin", "cached",
+__all__ = ["SOURCES", "PARTIAL_SOURCES", "VAL_KINDS", "IDX_KINDS", "CompileError", "ModuleKey", "source_text", "module_key", "cubin", "cached",
            "compile_cubin", "compile_text", "cache_dir", "nvrtc_version", "nvrtc_missing", "prewarm"]
 
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
@@ -36,6 +36,11 @@ SOURCES = ("spmv", "sddmm", "fast", "structured", "mma", "delta", "spmm_sp", "sp
 VAL_KINDS = {"float16": 0, "bfloat16": 1, "float32": 2, "float64": 3}
 #: index type name -> IDX_KIND
 IDX_KINDS = {"int32": 0, "int64": 1}
+#: sources compiled for some value / index types only (their kernels exist for those): name -> (values, indices).
+#: They share everything else with SOURCES (text, options, keys, the memory and disk caches, prewarm, loading by
+#: launch.kernel); prewarm and the host compile test cover them for their own types
+PARTIAL_SOURCES = {"spmm_wd": (("float16", "bfloat16"), ("int32",)), "spmm_pb": (("float16", "bfloat16"), ("int32",)),
+                   "krylov": (("float32", "float64"), ("int32", "int64"))}
 _OPTIONS = ("-std=c++17", "-default-device", "--fmad=true")
 
 _MEMORY: dict["ModuleKey", bytes] = {}
@@ -85,8 +90,8 @@ def nvrtc_version() -> tuple[int, int]:
 
 def source_text(name: str) -> str:
     """The full text NVRTC compiles for source ``name``: the prelude, then the kernels."""
-    if name not in SOURCES:
-        raise KeyError(f"unknown kernel source {name!r}; known: {SOURCES}")
+    if name not in SOURCES and name not in PARTIAL_SOURCES:
+        raise KeyError(f"unknown kernel source {name!r}; known: {SOURCES + tuple(PARTIAL_SOURCES)}")
     common = (KERNEL_DIR / "common.cuh").read_text()
     body = (KERNEL_DIR / f"{name}.cu").read_text()
     return f"{common}\n#line 1 \"{name}.cu\"\n{body}"
@@ -208,11 +213,14 @@ def prewarm(arch: str, sources=None, values=None, indices=None, workers: int | N
     also what a deployment can run once after installing."""
     import concurrent.futures as cf  # noqa: PLC0415
 
-    jobs = [(s, v, i) for s in (sources or SOURCES) for v in (values or VAL_KINDS) for i in (indices or IDX_KINDS)]
+    def types(s: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        return PARTIAL_SOURCES.get(s, (tuple(VAL_KINDS), tuple(IDX_KINDS)))
+
+    jobs = [(s, v, i) for s in (sources or SOURCES) for v in (values or types(s)[0]) for i in (indices or types(s)[1])]
     for s, v, i in jobs:
-        if s not in SOURCES or v not in VAL_KINDS or i not in IDX_KINDS:
-            raise ValueError(f"prewarm: unknown module ({s}, {v}, {i}); sources {SOURCES}, values {tuple(VAL_KINDS)}, "
-                             f"indices {tuple(IDX_KINDS)}")
+        if (s not in SOURCES and s not in PARTIAL_SOURCES) or v not in types(s)[0] or i not in types(s)[1]:
+            raise ValueError(f"prewarm: unknown module ({s}, {v}, {i}); sources {SOURCES} (every value {tuple(VAL_KINDS)} "
+                             f"and index {tuple(IDX_KINDS)}), and {PARTIAL_SOURCES} (their own types)")
     if not jobs:
         return 0
     with cf.ProcessPoolExecutor(max(1, min(workers or (os.cpu_count() or 1), len(jobs)))) as ex:
@@ -228,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description="compile the cuda plugin's kernel modules into the disk cache")
     ap.add_argument("--arch", default=None, help="e.g. sm_90 (default: GPU 0's)")
-    ap.add_argument("--sources", default="all", help=f"comma-separated subset of {','.join(SOURCES)}, or all")
+    ap.add_argument("--sources", default="all", help=f"comma-separated subset of {','.join(SOURCES + tuple(PARTIAL_SOURCES))}, or all "
+                                                        f"(all: {','.join(SOURCES)})")
     ap.add_argument("--values", default="all", help=f"comma-separated subset of {','.join(VAL_KINDS)}, or all")
     ap.add_argument("--indices", default="all", help=f"comma-separated subset of {','.join(IDX_KINDS)}, or all")
     ap.add_argument("--workers", type=int, default=None)

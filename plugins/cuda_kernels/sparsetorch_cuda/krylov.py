@@ -25,10 +25,7 @@ keyed by the sha256 of the text, the options and NVRTC's version), for float32 a
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import math
-import threading
 from typing import Any, Mapping
 
 import torch
@@ -40,7 +37,7 @@ from . import compile as _compile
 from . import launch as _launch
 from .layout import _check_cols, _check_rowptr
 
-__all__ = ["CudaCGPlan", "cg_cost", "source_text", "compile_cubin", "cubin", "KERNELS", "DTYPES", "KEEP_BYTES",
+__all__ = ["CudaCGPlan", "cg_cost", "compile_cubin", "KERNELS", "DTYPES", "KEEP_BYTES",
            "bytes_per_iteration"]
 
 DTYPES = (torch.float32, torch.float64)
@@ -66,69 +63,17 @@ _VAL = {torch.float32: "float32", torch.float64: "float64"}
 _IDX = {torch.int32: "int32", torch.int64: "int64"}
 
 
-# Compilation (compile.py's scheme, for this one source) ---------------------------------------------
-def source_text() -> str:
-    common = (_compile.KERNEL_DIR / "common.cuh").read_text()
-    body = (_compile.KERNEL_DIR / "krylov.cu").read_text()
-    return f"{common}\n#line 1 \"krylov.cu\"\n{body}"
-
-
-def _options(value: str, index: str, arch: str) -> list[str]:
-    return [*_compile._OPTIONS, f"--gpu-architecture={arch}", f"-DVAL_KIND={_compile.VAL_KINDS[value]}",
-            f"-DIDX_KIND={_compile.IDX_KINDS[index]}"]
-
-
+# Compilation and loading: compile.py's (krylov is one of its PARTIAL_SOURCES: float32 / float64) -------------
 def compile_cubin(value: str, index: str, arch: str) -> bytes:
     """krylov.cu compiled by NVRTC (no cache): the cubin. Needs NVRTC only (no driver, no GPU)."""
-    return _compile.compile_text(source_text(), "krylov.cu", value, index, arch)
-
-
-_MEMORY: dict[str, bytes] = {}
-_LOCK = threading.Lock()
-
-
-def cubin(value: str, index: str, arch: str) -> bytes:
-    """The cubin of (value type, index type, arch): memory, else the disk cache, else NVRTC."""
-    h = hashlib.sha256()
-    h.update(source_text().encode())
-    h.update(repr((_options(value, index, arch), _compile.nvrtc_version())).encode())
-    name = f"krylov-{h.hexdigest()[:24]}-{value}-{index}-{arch}.cubin"
-    with _LOCK:
-        got = _MEMORY.get(name)
-        if got is not None:
-            return got
-        path = _compile.cache_dir() / name
-        try:
-            got = path.read_bytes()
-        except OSError:
-            got = None
-        if not got:
-            got = compile_cubin(value, index, arch)
-            _compile._store(path, got)
-        _MEMORY[name] = got
-        return got
-
-
-class _Kernel(_launch.Kernel):
-    """A kernel of krylov.cu (launch.Kernel's argument block and launch, this module's library)."""
-
-    def __init__(self, lib: Any, name: str, nargs: int) -> None:  # noqa: D107 - launch.Kernel's fields
-        self._bind(lib, name, nargs)
-
-
-@functools.lru_cache(maxsize=None)
-def _library(value: str, index: str, arch: str) -> Any:
-    cu = _launch._driver()
-    err, lib = cu.cuLibraryLoadData(cubin(value, index, arch), [], [], 0, [], [], 0)
-    _launch._ok(cu, err, f"cuLibraryLoadData(krylov {value}/{index}/{arch})")
-    return lib
+    return _compile.compile_cubin("krylov", value, index, arch)
 
 
 _NARGS = {"cg_init": 9, "cg_csr_spmv_dot": 9, "cg_dia_spmv_dot": 16, "cg_update_r": 7, "cg_update_xp": 6,
           "cg_csr_diag_inv": 5}
 
 
-def _resident(k: _Kernel) -> int:
+def _resident(k: _launch.Kernel) -> int:
     """Blocks of BLOCK threads of ``k`` resident per SM (the driver's occupancy calculator; 4 if it cannot say)."""
     cu = k._cu
     try:
@@ -140,9 +85,8 @@ def _resident(k: _Kernel) -> int:
     return 4
 
 
-@functools.lru_cache(maxsize=None)
-def _kernel(name: str, dtype: torch.dtype, index: torch.dtype, device: int) -> _Kernel:
-    return _Kernel(_library(_VAL[dtype], _IDX[index], _launch.arch_of(device)), name, _NARGS[name])
+def _kernel(name: str, dtype: torch.dtype, index: torch.dtype, device: int) -> _launch.Kernel:
+    return _launch.kernel("krylov", name, dtype, index, device, _NARGS[name])
 
 
 # Cost ---------------------------------------------------------------------------------------------------

@@ -82,8 +82,9 @@ def test_the_int32_only_sources_are_loaded_with_int32():
     ours = [m.group(0) for m in calls if m.group(1) in INT32_ONLY]
     assert ours, "no kernel() calls found for the int32-only sources"
     assert all("torch.int32" in call for call in ours), [call for call in ours if "torch.int32" not in call]
-    cc = [m.group(0) for m in re.finditer(r"cubin\(value, [^,]+, arch\)", (pkg / "_spmm_cc.py").read_text())]
-    assert cc and all('"int32"' in call for call in cc), cc  # spmm_cc loads its library itself
+    # every module loads its kernels through launch.kernel (no library loaded elsewhere, which this check would miss)
+    assert not [f.name for f in pkg.glob("*.py") if "cuLibraryLoadData" in f.read_text() and f.name not in
+                ("launch.py", "codegen.py")]
 
 
 @pytest.mark.parametrize(("source", "value", "index", "arch"), BUILDS)
@@ -145,3 +146,20 @@ def test_fused_cg_source_compiles(value, index, arch):
     assert cubin[:4] == b"\x7fELF"
     for name in (*krylov.KERNELS, *krylov.BICGSTAB_KERNELS):
         assert name.encode() + b"\x00" in cubin, f"krylov.cu does not export {name} for {value}/{index}/{arch}"
+
+
+def test_partial_sources_share_the_keys_and_check_their_types(monkeypatch, tmp_path):
+    """spmm_wd / spmm_pb (half types) and krylov (float32 / float64) go through the same text, keys and caches as
+    SOURCES; prewarm refuses a type their kernels do not exist for, before compiling anything."""
+    monkeypatch.setenv("SPARSETORCH_CUDA_CACHE", str(tmp_path))
+    keys = {c.module_key(s, v, i, "sm_90") for s, (vs, ix) in c.PARTIAL_SOURCES.items() for v in vs for i in ix}
+    assert len({k.filename for k in keys}) == len(keys)
+    for s in c.PARTIAL_SOURCES:
+        assert f'#line 1 "{s}.cu"' in c.source_text(s)
+    with pytest.raises(ValueError, match="spmm_wd"):
+        c.prewarm("sm_90", ["spmm_wd"], ["float32"], ["int32"])
+    with pytest.raises(ValueError, match="krylov"):
+        c.prewarm("sm_90", ["krylov"], ["float16"], None)
+    with pytest.raises(KeyError, match="nope"):
+        c.source_text("nope")
+    assert not list(tmp_path.iterdir())  # nothing compiled

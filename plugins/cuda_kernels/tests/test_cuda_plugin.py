@@ -364,14 +364,51 @@ def test_kernel_objects_are_one_per_signature(monkeypatch):
         launch.kernel.cache_clear()
 
 
-def test_kernels_of_other_modules_bind_like_launch_kernel(monkeypatch):
-    """krylov.py, codegen.py and _spmm_cc.py load their own libraries and take kernels from them through
+def test_modules_load_their_kernels_through_launch_kernel(monkeypatch):
+    """krylov.py, _spmm_cc.py, _spmm_wd.py and _spmm_pb.py take their kernels from launch.kernel (compile.py's
+    caches; one library per (source, value type, index type, arch)): the source, the types and the argument
+    count each asks for. No GPU: the library loader and the architecture are stand-ins."""
+    import sparsetorch_cuda.launch as launch
+    from sparsetorch_cuda import _spmm_cc, _spmm_pb, _spmm_wd, krylov
+
+    loaded = []
+
+    class FakeDriver:
+        def cuLibraryGetKernel(self, lib, name):
+            return 0, 7
+
+        def CUfunction(self, k):
+            return ("fn", k)
+
+    monkeypatch.setattr(launch, "_driver", lambda: FakeDriver())
+    monkeypatch.setattr(launch, "_ok", lambda cu, err, what: None)
+    monkeypatch.setattr(launch, "arch_of", lambda i: "sm_90")
+    monkeypatch.setattr(launch, "_library", lambda *key: loaded.append(key) or "lib")
+    launch.kernel.cache_clear()
+    try:
+        k = krylov._kernel("cg_init", torch.float64, torch.int64, 0)
+        assert loaded[-1] == ("krylov", "float64", "int64", "sm_90") and k._nargs == krylov._NARGS["cg_init"]
+        k = _spmm_cc._kernel(_spmm_cc.kernel_names()[0], torch.bfloat16, 0)
+        assert loaded[-1] == ("spmm_cc", "bfloat16", "int32", "sm_90") and k._nargs == _spmm_cc._NARGS
+        k = _spmm_wd._kernel(_spmm_wd.kernel_names()[0], torch.float16, 0)
+        assert loaded[-1] == ("spmm_wd", "float16", "int32", "sm_90") and k._nargs == _spmm_wd._NARGS
+        k = _spmm_pb._kernel(_spmm_pb.kernel_names()[0], torch.float16, 0, 5)
+        assert loaded[-1] == ("spmm_pb", "float16", "int32", "sm_90") and k._nargs == 5
+        assert krylov._kernel("cg_init", torch.float64, torch.int64, 0) is krylov._kernel("cg_init", torch.float64,
+                                                                                          torch.int64, 0)
+        assert len(loaded) == 4  # one Kernel per signature (launch.kernel's cache)
+    finally:
+        launch.kernel.cache_clear()
+
+
+def test_kernels_of_generated_modules_bind_like_launch_kernel(monkeypatch):
+    """codegen.py loads the libraries of generated sources itself and takes kernels from them through
     launch.Kernel._bind: the same fields as launch.Kernel (name, function, an argument block of 8-byte
     slots and its address array, a lock). A fake driver stands in for the GPU."""
     import numpy as np
 
     import sparsetorch_cuda.launch as launch
-    from sparsetorch_cuda import _spmm_cc, codegen, krylov
+    from sparsetorch_cuda import codegen
 
     class FakeDriver:
         class CUresult(int):
@@ -385,7 +422,7 @@ def test_kernels_of_other_modules_bind_like_launch_kernel(monkeypatch):
 
     monkeypatch.setattr(launch, "_driver", lambda: FakeDriver())
     monkeypatch.setattr(launch, "_ok", lambda cu, err, what: None)
-    for cls in (krylov._Kernel, _spmm_cc._Kernel, codegen._gen_kernel_class()):
+    for cls in (codegen._gen_kernel_class(),):
         k = cls("lib", "gen_rows_x", 5)
         assert k.name == "gen_rows_x" and k._fn == ("fn", 1010) and k._nargs == 5
         assert k._args.dtype == np.uint64 and k._args.shape == (5,)
