@@ -10,9 +10,11 @@ from __future__ import annotations
 import copy
 
 import contextlib
+from typing import Any
 
 import torch
 
+from .._after_import import after_import
 from ..errors import InputError
 from ..tensor import SparseTensor
 from .linear import amp_matmul, autocast_dtype, rows_times_transpose
@@ -63,6 +65,10 @@ class SparseWeight(torch.Tensor):
 
     @staticmethod
     def __new__(cls, A: SparseTensor) -> "SparseWeight":
+        if type(A).__name__ == "TracedTranspose":  # A.T inside a compiled region: a stand-in, not a SparseTensor
+            raise InputError("SparseWeight: W.t() / W.T / W.mT / W.transpose inside a torch.compile region is not "
+                             "supported (the transposed view cannot be traced); transpose outside the compiled "
+                             "function, or write X @ W (docs/compile.md, 'Not under compile')")
         if (not isinstance(A, SparseTensor) or len(A.format_shape) not in (1, 2) or len(A.batch_shape) > 1
                 or (A.batch_shape and len(A.format_shape) != 2)):
             raise InputError(f"SparseWeight needs a 1-D or 2-D SparseTensor, or a 2-D one with one value-batch "
@@ -459,6 +465,7 @@ def _rebuild_sparse_weight(A: SparseTensor) -> "SparseWeight":
 torch.serialization.add_safe_globals([_rebuild_sparse_weight])
 
 
+
 _HANDLERS: dict = {
     torch.matmul: _matmul,
     torch.Tensor.matmul: _matmul,
@@ -528,3 +535,20 @@ _HANDLERS: dict = {
     torch.Tensor.clone: _clone,
     torch.Tensor.copy_: _copy_,
 }
+
+
+def _skip_frames(eval_frame: Any) -> None:
+    """Keep dynamo from compiling ``SparseWeight.__torch_function__`` as a frame of its own (it still inlines
+    it into the frames it traces: the products compile with ``fullgraph=True``). A user frame that falls back
+    to eager (``W / 2``: a graph break on the subclass) called it from eager code, dynamo compiled that call
+    with the first operation's handler as a constant, and replayed it for the next operation of another kind
+    without a guard on ``func``: ``(W / 2) * 3`` compiled to ``W / 6``, ``(W * 2) / 4`` to ``8 W`` (session
+    26's sweep). Skipped, each such call runs eagerly with its own ``func``; the handlers it calls may still
+    be compiled, each on its own code. ``skip_code`` is dynamo's own switch (a private module: where it is
+    missing, nothing changes); applied when dynamo loads (``_after_import``)."""
+    skip = getattr(eval_frame, "skip_code", None)
+    if callable(skip):
+        skip(SparseWeight.__dict__["__torch_function__"].__func__.__code__)
+
+
+after_import("torch._dynamo.eval_frame", _skip_frames)

@@ -581,38 +581,10 @@ def _add_reverse_matmul(module: Any) -> None:
         table.setdefault(operator.matmul, torch.Tensor.__rmatmul__)
 
 
-class _DynamoReverseMatmul:
-    """A one-shot import hook: runs :func:`_add_reverse_matmul` once dynamo's builtin module is loaded."""
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name != _DYNAMO_BUILTIN:
-            return None
-        import importlib.machinery
-        import sys
-
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        loader = getattr(spec, "loader", None)
-        if spec is None or loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        run = loader.exec_module
-
-        def exec_module(module: Any) -> None:
-            run(module)
-            _add_reverse_matmul(module)
-
-        loader.exec_module = exec_module
-        return spec
-
-
 def _install_reverse_matmul() -> None:
-    import sys
+    from .._after_import import after_import
 
-    if _DYNAMO_BUILTIN in sys.modules:
-        _add_reverse_matmul(sys.modules[_DYNAMO_BUILTIN])
-    elif not any(isinstance(f, _DynamoReverseMatmul) for f in sys.meta_path):
-        sys.meta_path.insert(0, _DynamoReverseMatmul())
+    after_import(_DYNAMO_BUILTIN, _add_reverse_matmul)
 
 
 _install_reverse_matmul()
