@@ -430,6 +430,25 @@ def test_solver_checks_non_finite_inputs_like_solve():
     torch.testing.assert_close(A.to_dense() @ x, ones)
 
 
+@pytest.mark.parametrize("method", ["lu", "cg", "cholesky", None])
+def test_solver_names_non_finite_values_before_planning(method):
+    """A Solver whose first solve plans and factorizes named NaN values only after planning (dispatch and the
+    pinned method met them first: "CG needs a symmetric positive definite matrix", a zero pivot; session 26's
+    sweep): now plan() and factorize() check the values first."""
+    A = st.SparseTensor.from_dense(torch.tensor([[4., -1, 0], [-1, 4, -1], [0, -1, 4]], dtype=torch.float64))
+    v = A.values.clone()
+    v[0] = float("nan")
+    ones = torch.ones(3, dtype=torch.float64)
+    with pytest.raises(InputError, match="values contain NaN or Inf"):
+        st.Solver(A.with_values(v), method=method).solve(ones)
+    with pytest.raises(InputError, match="values contain NaN or Inf"):
+        st.Solver(A.with_values(v), method=method).factorize()
+    with pytest.raises(InputError, match="values contain NaN or Inf"):
+        st.Solver(A, method=method).update_values(v).solve(ones)
+    x = st.Solver(A, method=method).solve(ones)
+    torch.testing.assert_close(A.to_dense() @ x, ones)
+
+
 def test_unknown_method_or_backend_is_named_at_solver_construction():
     A = st.SparseTensor.from_dense(2 * torch.eye(3, dtype=torch.float64))
     with pytest.raises(InputError, match=r"method 'cgg' is not a solve method.*did you mean 'cg'"):

@@ -300,3 +300,30 @@ def test_grad_attributes_of_a_sparse_weight_point_to_its_values():
     W = SparseWeight(st.SparseTensor.from_dense(torch.eye(3)))
     with pytest.raises(InputError, match="trainable tensor is W.sparse.values"):
         W.requires_grad_(True)
+
+
+def test_sparse_weight_refuses_what_dense_torch_refuses():
+    """F.linear with a bias of another dtype (outside autocast), mv of a matrix, mm of a vector or a batch: dense
+    torch raises; SparseWeight promoted the bias or ran matmul's broadcasting instead (session 26's sweep)."""
+    import torch.nn.functional as F
+
+    D = torch.tensor([[1.0, 0.0, 2.0, 0.0], [0.0, 3.0, 0.0, 4.0]])
+    W = SparseWeight(st.SparseTensor.from_dense(D))
+    x = torch.ones(3, 4)
+    for bad in (torch.ones(2, dtype=torch.float64), torch.ones(3)):
+        with pytest.raises(RuntimeError):
+            F.linear(x, D, bad)
+        with pytest.raises(InputError, match="bias"):
+            F.linear(x, W, bad)
+    for call in (lambda M: torch.mv(M, torch.ones(4, 5)), lambda M: M.mv(torch.ones(4, 5)),
+                 lambda M: torch.mm(M, torch.ones(4)), lambda M: torch.mm(M, torch.ones(2, 4, 5)),
+                 lambda M: M.mm(torch.ones(4))):
+        with pytest.raises(RuntimeError):
+            call(D)
+        with pytest.raises(InputError, match="torch.m[mv]'s rule"):
+            call(W)
+    # what both take, alike
+    torch.testing.assert_close(F.linear(x, W, torch.ones(2)), F.linear(x, D, torch.ones(2)))
+    torch.testing.assert_close(F.linear(x, W, torch.ones(1)), F.linear(x, D, torch.ones(1)))
+    torch.testing.assert_close(torch.mv(W, torch.arange(4.0)), torch.mv(D, torch.arange(4.0)))
+    torch.testing.assert_close(torch.mm(torch.ones(5, 2), W), torch.mm(torch.ones(5, 2), D))

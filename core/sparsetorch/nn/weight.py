@@ -103,10 +103,10 @@ class SparseWeight(torch.Tensor):
     # dynamo sees a SparseWeight as a plain object, and traces a Python method where it cannot
     # trace torch's C method.
     def mv(self, vec):  # noqa: D102 - torch's name
-        return _left(self, vec, "mv")
+        return _mv(self, vec)
 
     def mm(self, mat2):  # noqa: D102
-        return _matmul(self, mat2)
+        return _mm(self, mat2)
 
     def matmul(self, other):  # noqa: D102
         return _matmul(self, other)
@@ -202,6 +202,30 @@ def _matmul(a, b, *, out=None):
     return _right(a, b, "matmul")
 
 
+def _mv(a, b, *, out=None):
+    """``torch.mv``: a 2-D weight times a 1-D vector only (torch refuses other ranks: "vector + matrix @ vector")."""
+    _no_out(out, "mv")
+    if not isinstance(a, SparseWeight) or isinstance(b, SparseWeight):
+        raise InputError("SparseWeight.mv: the SparseWeight must be the matrix (first) operand")
+    if not isinstance(b, torch.Tensor) or b.dim() != 1:
+        raise InputError(f"SparseWeight.mv: needs a 1-D vector, got "
+                         f"{tuple(b.shape) if isinstance(b, torch.Tensor) else type(b).__name__} (torch.mv's rule; "
+                         f"use @ or mm for a matrix)")
+    return _left(a, b, "mv")
+
+
+def _mm(a, b, *, out=None):
+    """``torch.mm``: two 2-D operands only, as torch (a vector or a batch is matmul's business)."""
+    _no_out(out, "mm")
+    for t in (a, b):
+        nd = _ndim(t) if isinstance(t, torch.Tensor) else -1
+        if nd != 2 or (isinstance(t, SparseWeight) and t._A.batch_shape):
+            raise InputError(f"SparseWeight.mm: needs two 2-D matrices (torch.mm's rule), got an operand of shape "
+                             f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}; use @ / matmul "
+                             f"for vectors and batches")
+    return _matmul(a, b)
+
+
 def _rmatmul(a, b):
     """``Tensor.__rmatmul__(a, b)``, which is ``b @ a`` (the SparseWeight on either side)."""
     return _matmul(b, a)
@@ -216,10 +240,19 @@ def _linear(x, weight, bias=None):
     y = rows_times_transpose(x, weight._A)
     if bias is None:
         return y
-    # under autocast F.linear casts the bias with the product (a float32 bias made a bfloat16 product
-    # float32; session 21's sweep)
-    return y + (bias.to(y.dtype) if bias.dtype != y.dtype and bias.is_floating_point() and y.is_floating_point()
-                and torch.is_autocast_enabled(y.device.type) else bias)
+    if not isinstance(bias, torch.Tensor) or isinstance(bias, SparseWeight):
+        raise InputError(f"SparseWeight.linear: bias must be a dense torch.Tensor, got {type(bias).__name__}")
+    if bias.dim() and bias.shape[-1] not in (1, weight.shape[0]):
+        raise InputError(f"SparseWeight.linear: bias of shape {tuple(bias.shape)} for out_features={weight.shape[0]}")
+    if bias.dtype != y.dtype:
+        # under autocast F.linear casts the bias with the product (a float32 bias made a bfloat16 product
+        # float32; session 21's sweep); outside it, it refuses a bias of another dtype, as here (a float64 bias
+        # made the product float64; session 26's sweep)
+        if not (bias.is_floating_point() and y.is_floating_point() and torch.is_autocast_enabled(y.device.type)):
+            raise InputError(f"SparseWeight.linear: the bias is {bias.dtype} and the product {y.dtype} (F.linear "
+                             f"takes one dtype); cast the bias")
+        bias = bias.to(y.dtype)
+    return y + bias
 
 
 def _dot(a, b, *, out=None):
@@ -471,10 +504,10 @@ _HANDLERS: dict = {
     torch.Tensor.matmul: _matmul,
     torch.Tensor.__matmul__: _matmul,
     torch.Tensor.__rmatmul__: _rmatmul,
-    torch.mm: lambda a, b, **k: _matmul(a, b, **k),
-    torch.Tensor.mm: lambda a, b: _matmul(a, b),
-    torch.mv: lambda a, b, **k: _left(a, b, "mv"),
-    torch.Tensor.mv: lambda a, b: _left(a, b, "mv"),
+    torch.mm: _mm,
+    torch.Tensor.mm: _mm,
+    torch.mv: _mv,
+    torch.Tensor.mv: _mv,
     torch.nn.functional.linear: _linear,
     torch.dot: _dot,
     torch.Tensor.dot: _dot,

@@ -376,6 +376,10 @@ class Solver:
 
     def plan(self) -> ExplainTable:
         """Choose the backend and method and do the pattern-dependent work."""
+        if self._check_finite and is_plain(self._values):
+            # NaN / Inf values named now: dispatch reads the values (symmetry, definiteness), and a pinned method
+            # met them as "CG needs a symmetric positive definite matrix" or a zero pivot (session 26's sweep)
+            self._check_values(self._values)
         self._request = solve_request(self.A, None, self._properties, self._options)
         repeat = self._options.repeat
         if isinstance(repeat, int) and repeat > 1:
@@ -394,6 +398,8 @@ class Solver:
         next method; with a pinned method it raises here."""
         if self._state is None:
             self.plan()
+        elif self._check_finite and is_plain(self._values):
+            self._check_values(self._values)  # once per values tensor and version (plan() checked them above)
         try:
             self._state.load(self._values)
         except (SingularMatrixError, IndefiniteMatrixError, BackendError):
