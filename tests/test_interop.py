@@ -329,13 +329,13 @@ def test_scipy_csr_unsorted_and_duplicate_indices(sp):
     A = sp.csr_array((data, indices, indptr), shape=(2, 4))
     s = sparsetorch.from_package(A)
     assert s.format == TensorFormat.parse("(i, j) -> (i : dense, j : compressed(unordered))")
-    assert shares(s.crd(1), A.indices)
+    assert not shares(s.crd(1), A.indices)  # copied: SciPy sorts unsorted indices in place (session 26)
     assert np.array_equal(s.to_dense().numpy(), A.toarray())
     with pytest.raises(InteropError, match=r"t\.convert\(sparsetorch\.format\.CSR\)"):
         s.to_package("torch")
     assert torch.equal(s.convert(CSR).to_package("torch").to_dense(), s.to_dense())
     B = s.to_package("scipy")
-    assert np.shares_memory(B.indices, A.indices) and np.array_equal(B.toarray(), A.toarray())
+    assert not np.shares_memory(B.indices, s.crd(1).numpy()) and np.array_equal(B.toarray(), A.toarray())
 
     dup = sp.csr_array((data, np.array([0, 0, 2, 1, 1], dtype=np.int32), indptr), shape=(2, 4))
     s = sparsetorch.from_package(dup)
@@ -657,3 +657,72 @@ def test_scipy_csr_with_repeated_indices_is_copied_not_shared(sp):
                                torch.linalg.solve(ref, torch.ones(2, dtype=torch.float64)))
     B = sp.random_array((6, 6), density=0.5, format="csr", random_state=0)
     assert np.shares_memory(B.data, sparsetorch.from_package(B).values.numpy())
+
+
+@pytest.mark.parametrize("kind", ["csr", "csc", "bsr"])
+def test_scipy_unsorted_indices_are_copied_both_ways(sp, kind):
+    """SciPy sorts unsorted indices in place (scipy.sparse.linalg.norm): a tensor sharing them kept its cached
+    coordinates and product plan of the old order (A @ x, to_dense and convert answered another matrix; session
+    26's sweep). Unsorted or repeated arrays are copied by from_package and by to_package('scipy')."""
+    import numpy as np
+    import scipy.sparse.linalg as sl
+
+    from sparsetorch.format import CSC as CSC_, TensorFormat
+
+    rng = np.random.default_rng(1)
+    dense = rng.standard_normal((4, 4)) * (rng.random((4, 4)) < 0.7)
+    S = sp.bsr_array(dense, blocksize=(2, 2)) if kind == "bsr" else getattr(sp, f"{kind}_array")(dense)
+    # reverse each segment: unsorted (the same matrix)
+    for r in range(len(S.indptr) - 1):
+        a, b = S.indptr[r], S.indptr[r + 1]
+        S.indices[a:b] = S.indices[a:b][::-1].copy()
+        S.data[a:b] = S.data[a:b][::-1].copy()
+    S.has_sorted_indices = False
+    x = torch.tensor(rng.standard_normal(4))
+    ref = torch.tensor(dense)
+    A = sparsetorch.from_package(S)
+    assert not A.format.is_ordered
+    torch.testing.assert_close(A @ x, ref @ x)
+    sl.norm(S)  # sorts S's arrays in place
+    assert S.has_sorted_indices
+    assert torch.equal(A.to_dense(), ref)
+    torch.testing.assert_close(A @ x, ref @ x)
+    assert torch.equal(A.convert(CSC_).to_dense(), ref)
+    # the other direction: a tensor of unordered format handed to SciPy
+    fmt = TensorFormat.parse("(i, j) -> (i : dense, j : compressed(unordered))")
+    crow, col, vals = torch.tensor([0, 2, 4]), torch.tensor([1, 0, 1, 0]), torch.tensor([1.0, 2.0, 3.0, 4.0])
+    B = sparsetorch.SparseTensor(fmt, (2, 2), [None, crow], [None, col], vals.double())
+    y = torch.tensor([1.0, 10.0], dtype=torch.float64)
+    torch.testing.assert_close(B @ y, torch.tensor([12.0, 34.0], dtype=torch.float64))
+    sl.norm(B.to_package("scipy"))
+    torch.testing.assert_close(B @ y, torch.tensor([12.0, 34.0], dtype=torch.float64))
+    assert torch.equal(col, torch.tensor([1, 0, 1, 0]))
+
+
+def test_scipy_repeated_indices_handed_to_scipy_are_copied(sp):
+    import scipy.sparse.linalg as sl
+
+    from sparsetorch.format import TensorFormat
+
+    fmt = TensorFormat.parse("(i, j) -> (i : dense, j : compressed(nonunique))")
+    A = sparsetorch.SparseTensor(fmt, (2, 2), [None, torch.tensor([0, 2, 4])], [None, torch.tensor([0, 0, 1, 1])],
+                                 torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64))
+    sl.norm(A.to_package("scipy"))  # SciPy sums the repeats in place
+    assert torch.equal(A.to_dense(), torch.tensor([[3.0, 0.0], [0.0, 7.0]], dtype=torch.float64))
+    A.validate()
+
+
+def test_validate_after_a_numpy_write_drops_what_was_derived(sp):
+    """A write through NumPy into shared index arrays (documented: call validate() after it) left A @ x on the
+    plan of the old contents, validate() passing (session 26's sweep): validate() moves the counters on."""
+    import numpy as np
+
+    S = sp.csr_array((np.array([1.0, 2.0, 3.0, 4.0]), np.array([0, 1, 0, 1]), np.array([0, 2, 4])), shape=(2, 3))
+    A = sparsetorch.from_package(S)
+    x = torch.tensor([1.0, 10.0, 100.0], dtype=torch.float64)
+    torch.testing.assert_close(A @ x, torch.tensor([21.0, 43.0], dtype=torch.float64))
+    A.to_dense()
+    S.indices[:] = [0, 2, 1, 2]  # still valid, another matrix
+    A.validate()
+    torch.testing.assert_close(A @ x, torch.tensor(S @ x.numpy()))
+    assert torch.equal(A.to_dense(), torch.tensor(S.toarray()))

@@ -161,7 +161,17 @@ class SparseTensor(ViewMethods, AccessMethods):
     def validate(self) -> "SparseTensor":
         """Validate every index buffer now, in full (O(nnz)), whatever the version counters say:
         for buffers written through memory torch does not track (NumPy/SciPy/CuPy arrays that
-        share it after ``from_package``). Raises :class:`~sparsetorch.ValidationError`; returns ``self``."""
+        share it after ``from_package``). Raises :class:`~sparsetorch.ValidationError`; returns ``self``.
+
+        The buffers' version counters are moved on first, as a torch write would move them: what was
+        derived from their old contents (cached coordinates, conversion maps, product and solve plans,
+        on this tensor and on every tensor sharing the buffers) is made again from what they hold now
+        (a NumPy write that sorted a row's indices left ``A @ x`` on the old plan; session 26's sweep)."""
+        from torch.autograd.graph import increment_version
+
+        for b in self._index:
+            if not b.is_inference():  # inference tensors keep no counter (and nothing caches by it)
+                increment_version(b)
         self._revalidate(_versions(self._index), why="validate()")
         return self
 

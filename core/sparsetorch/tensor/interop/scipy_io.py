@@ -16,10 +16,14 @@ dia         DIA_J ``(i, j) -> (j - i : compressed, j : range)``;          offset
 Copies happen only to repair what the engine cannot wrap: index arrays of mixed dtypes (cast
 to int64), dia data whose width is not ``ncols`` (padded or trimmed), dia diagonals wholly
 outside the matrix (dropped), non-native byte order or negative strides; and for csr / csc / bsr
-with repeated column indices, whose three arrays are copied: SciPy sums repeats in place, within
-the arrays, from calls that look read-only (``scipy.sparse.linalg.norm``), which left a tensor sharing
-them reading a compacted prefix with the old length (a wrong ``to_dense``, a crash in ``solve``). The reader
-:func:`from_sparse_like` serves CuPy's ``cupyx.scipy.sparse`` too (same attributes).
+with repeated or unsorted column indices, whose three arrays are copied, in both directions
+(``from_scipy`` and ``to_scipy``): SciPy sums repeats and sorts indices in place, within the arrays,
+from calls that look read-only (``scipy.sparse.linalg.norm``), which left a tensor sharing them reading
+a compacted prefix with the old length (a wrong ``to_dense``, a crash in ``solve``) or its entries in
+an order its cached coordinates and product plans no longer describe (a wrong ``A @ x``; session 26's
+sweep). Canonical arrays (sorted, no repeats), which SciPy leaves as they are, stay shared. (A coo's
+``sum_duplicates`` binds new arrays: shared alike.) The reader :func:`from_sparse_like` serves CuPy's
+``cupyx.scipy.sparse`` too (same attributes).
 """
 
 from __future__ import annotations
@@ -80,7 +84,7 @@ def from_sparse_like(obj: Any, as_tensor: AsTensor, *, check: bool, package: str
         else:
             base, extra = (CSR if fmt == "csr" else CSC), []
         out = wrap_scanned(base, 1, shape, [None, indptr] + extra, [None, indices] + extra, values, check)
-        if not out.format.is_unique:  # repeats: SciPy may sum them in place later (module docstring)
+        if not (out.format.is_unique and out.format.is_ordered):  # SciPy may rewrite them in place (module docstring)
             indptr, indices, values = indptr.clone(), indices.clone(), values.clone()
             out = SparseTensor(out.format, shape, [None, indptr] + extra, [None, indices] + extra, values, check=False)
         return out
@@ -169,7 +173,8 @@ def sparse_parts(t: SparseTensor, package: str, formats: str) -> tuple[str, dict
 
 
 def to_scipy(t: SparseTensor, kind: str = "array") -> Any:
-    """``t`` as a ``scipy.sparse`` array (``kind="array"``) or matrix, sharing its buffers."""
+    """``t`` as a ``scipy.sparse`` array (``kind="array"``) or matrix, sharing its buffers (copies of them for a
+    csr / csc / bsr with unsorted or repeated indices, which SciPy would rewrite in place)."""
     check_kind(kind)
     if t.device.type != "cpu":
         raise InteropError(f"this tensor is on {t.device}; SciPy works in host memory. Move it first: "
@@ -198,6 +203,9 @@ def to_scipy(t: SparseTensor, kind: str = "array") -> Any:
         A = cls((arr["data"], arr["offsets"]), shape=shape, copy=False)
         return _keep(A, data=arr["data"], offsets=arr["offsets"])
     extra = {"blocksize": arr["blocksize"]} if name == "bsr" else {}
+    if not (t.format.is_unique and t.format.is_ordered):
+        # unsorted or repeated indices: SciPy sorts / sums them in place (module docstring), under the tensor
+        arr = {k: (v.copy() if k in ("data", "indices", "indptr") else v) for k, v in arr.items()}
     A = cls((arr["data"], arr["indices"], arr["indptr"]), shape=shape, copy=False, **extra)
     return _keep(A, data=arr["data"], indices=arr["indices"], indptr=arr["indptr"])
 
