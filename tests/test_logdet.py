@@ -227,6 +227,26 @@ def test_slogdet_of_a_nonsingular_matrix_with_a_tiny_diagonal_is_not_singular():
     assert float(s) == ref[0] and abs(float(la) - ref[1]) <= 1e-9 * abs(ref[1])
 
 
+def test_a_pinned_ldlt_that_meets_a_zero_pivot_raises_instead_of_calling_the_matrix_singular():
+    """Pinned, LDL^T's factors were not checked: a zero pivot of a nonsingular indefinite matrix (det 125) was
+    returned as (0, -inf) (session 26's sweep). Now it raises and names the pivoted method; unpinned, LU answers;
+    a pinned LDL^T whose factors are sound still answers."""
+    import scipy.sparse as sp
+
+    pytest.importorskip("sparsetorch_eigen")
+    B = np.array([[2.0, -1.0, 1.0, 1.0], [-1.0, -2.0, -3.0, -3.0], [1.0, -3.0, -2.0, 3.0], [1.0, -3.0, 3.0, 2.0]])
+    A = st.from_package(sp.csr_array(B))
+    ref = np.linalg.slogdet(B)
+    s, la = st.slogdet(A)
+    assert float(s) == ref[0] and abs(float(la) - ref[1]) <= 1e-12 * abs(ref[1])
+    with pytest.raises(st.BackendError, match="pin method='lu'"):
+        st.slogdet(A, method="ldlt")
+    C = np.diag([2.0, -3.0, 4.0]) + 0.1
+    s, la = st.slogdet(st.from_package(sp.csr_array(C)), method="ldlt")
+    ref = np.linalg.slogdet(C)
+    assert float(s) == ref[0] and abs(float(la) - ref[1]) <= 1e-12 * abs(ref[1])
+
+
 # torch.func -----------------------------------------------------------------------------------------
 def _random_nonsymmetric(n: int, seed: int) -> st.SparseTensor:
     g = torch.Generator().manual_seed(seed)

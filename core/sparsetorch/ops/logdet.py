@@ -241,8 +241,13 @@ def _run(values: torch.Tensor, handle) -> tuple[torch.Tensor, torch.Tensor]:
                 phase = "slogdet"
                 sign, logabs = state.plan.slogdet()
                 why = _bad_result(sign, logabs, batch)
-                if why is None and not handle["pinned"] and not final and offer.method not in _PIVOTING:
+                if why is None and offer.method not in _PIVOTING:
+                    # also when pinned or last: its (0, -inf) for a nonsingular matrix was returned as the answer
+                    # (a pinned LDL^T of a 4x4 indefinite matrix of det 125; session 26's sweep)
                     why = _unstable(state.plan, values, A, sign)
+                    if why is not None and (handle["pinned"] or final):
+                        why = why.replace(": an LU decides", "") + (
+                            "; pin method='lu' (or pass no method) for a factorization with pivoting")
             if why is not None:
                 raise BackendError(f"{label} {why}", label, "result")
         except _PASS_THROUGH:
