@@ -982,3 +982,21 @@ class TestCuda:
         assert t.pos(2).device.type == "cuda"
         assert torch.equal(t.to_dense().cpu(), Y)
         assert torch.equal(t.convert(COO_ND(3)).to_dense().cpu(), Y)
+
+
+def test_complex_values_with_an_infinite_part_convert_exactly():
+    """torch's index_add multiplies a complex source by alpha = 1 + 0j, which turned 1 + inf j into nan + inf j in
+    every conversion that scatters values (to DENSE, BSR, BSC, DIA_J, NM; session 26's sweep)."""
+    import sparsetorch as st
+    from sparsetorch.format import BSC, BSR, COO, CSR, DENSE, DIA_J
+
+    v = torch.tensor([1 + 1j, complex(1, float("inf")), complex(float("-inf"), 2)], dtype=torch.complex128)
+    A = st.SparseTensor.from_coo(v, torch.tensor([0, 1, 3]), torch.tensor([0, 1, 2]), shape=(4, 4), format=CSR)
+    ref = A.to_dense()
+    assert ref[1, 1] == complex(1, float("inf")) and ref[3, 2] == complex(float("-inf"), 2)
+    for fmt in (DENSE, BSR(2, 2), BSC(2, 2), DIA_J, COO):
+        got = A.convert(fmt).to_dense()
+        assert torch.equal(torch.view_as_real(got), torch.view_as_real(ref)), fmt
+    vg = v.clone().requires_grad_()
+    B = st.SparseTensor.from_coo(vg, torch.tensor([0, 1, 3]), torch.tensor([0, 1, 2]), shape=(4, 4), format=CSR)
+    assert torch.equal(torch.view_as_real(B.convert(DENSE).to_dense().detach()), torch.view_as_real(ref))

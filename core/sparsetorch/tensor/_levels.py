@@ -287,9 +287,22 @@ def scatter_values(values: torch.Tensor, dst: torch.Tensor | None, nslots: int) 
         # calloc'ed zeros (NumPy's): the pages are zeroed as the scatter touches them, where
         # torch's new_zeros writes them all first (3x the time of the scatter for 16M slots)
         out = torch.from_numpy(np.zeros(shape, dtype=np_dtype))
-        return out.index_add_(-1, dst, values) if dst.numel() else out
+        return _index_add(out, dst, values) if dst.numel() else out
     out = values.new_zeros(shape)
-    return out.index_add(-1, dst, values) if dst.numel() else out
+    return _index_add(out, dst, values) if dst.numel() else out
+
+
+def _index_add(out: torch.Tensor, dst: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``out.index_add_(-1, dst, values)``, exact for complex values with an infinite part: torch multiplies the
+    source by ``alpha = 1 + 0j`` there, which makes ``1 + inf j`` into ``nan + inf j`` (session 26's sweep); the
+    real and imaginary parts are added as reals instead (the same sums)."""
+    if values.is_complex():
+        src = torch.view_as_real(values.resolve_conj().resolve_neg())
+        if not (values.requires_grad and torch.is_grad_enabled()):
+            torch.view_as_real(out).index_add_(-2, dst, src)
+            return out
+        return torch.view_as_complex(torch.view_as_real(out).index_add(-2, dst, src))  # differentiable alike
+    return out.index_add_(-1, dst, values)
 
 
 _NUMPY_DTYPES = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64,
