@@ -327,3 +327,40 @@ def test_sparse_weight_refuses_what_dense_torch_refuses():
     torch.testing.assert_close(F.linear(x, W, torch.ones(1)), F.linear(x, D, torch.ones(1)))
     torch.testing.assert_close(torch.mv(W, torch.arange(4.0)), torch.mv(D, torch.arange(4.0)))
     torch.testing.assert_close(torch.mm(torch.ones(5, 2), W), torch.mm(torch.ones(5, 2), D))
+
+
+def test_sparse_weight_metadata_follows_its_values():
+    """W.requires_grad said False while W.sparse.values required grad, and W.dtype kept float32 after the module's
+    .double() converted the Parameter its values are (session 26's sweep)."""
+
+    class Net(torch.nn.Module):
+        def __init__(self, A):
+            super().__init__()
+            self.vals = torch.nn.Parameter(A.values.clone())
+            self.W = SparseWeight(A.with_values(self.vals))
+
+        def forward(self, x):
+            return self.W @ x
+
+    A = st.SparseTensor.from_dense(torch.tensor([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
+    net = Net(A)
+    assert net.W.requires_grad and net.W.dtype == torch.float32 and net.W.device == torch.device("cpu")
+    assert not SparseWeight(A).requires_grad
+    net.double()
+    assert net.W.dtype == torch.float64 == net(torch.ones(3, dtype=torch.float64)).dtype
+
+
+def test_sparse_layers_name_inputs_they_cannot_take():
+    """A meta-device or torch-sparse input to SparseLinear, and moving a SparseWeight to the meta device, raised
+    torch's internal RuntimeErrors (autocast's device lookup, reshape of a sparse tensor, item() on meta; session
+    26's sweep)."""
+    from sparsetorch.errors import ConversionError
+
+    layer = st.nn.SparseLinear.from_linear(torch.nn.Linear(4, 2))
+    with pytest.raises(InputError, match="input is on meta and the layer on cpu"):
+        layer(torch.ones(3, 4, device="meta"))
+    with pytest.raises(InputError, match="dense \\(strided\\) tensor, got layout torch.sparse_coo"):
+        layer(torch.ones(3, 4).to_sparse())
+    with pytest.raises(ConversionError, match="meta device"):
+        SparseWeight(st.SparseTensor.from_dense(torch.eye(2))).to("meta")
+    assert layer(torch.ones(3, 4)).shape == (3, 2)

@@ -336,3 +336,17 @@ def test_to_package_without_argument_returns_the_origin_package_and_repr_names_i
     assert "package=scipy" in repr(A)
     T = st.SparseTensor.from_dense(torch.eye(3, dtype=torch.float64))
     assert isinstance(T.to_package(), torch.Tensor) and "package=torch" in repr(T)
+
+
+def test_numpy_origin_survives_detach_and_with_values():
+    """A dense tensor's origin is keyed by its values: detach() / with_values() made new values and handed a torch
+    tensor back from a NumPy array (sparse formats keep it through their index buffers; session 26's sweep)."""
+    import numpy as np
+
+    a = np.array([[1.0, 0.0], [0.0, 2.0]])
+    T = st.SparseTensor.from_package(a)
+    for U in (T.detach(), T.with_values(T.values * 2), T.T):
+        got = U.to_package()
+        assert isinstance(got, np.ndarray), type(got)
+    np.testing.assert_array_equal(T.with_values(T.values * 2).to_package(), 2 * a)
+    assert isinstance(st.SparseTensor.from_dense(torch.eye(2)).detach().to_package(), torch.Tensor)

@@ -131,6 +131,12 @@ class SparseLinear(nn.Module):
         if not isinstance(x, torch.Tensor) or x.dim() < 1 or x.shape[-1] != self.in_features:
             raise InputError(f"SparseLinear: input must end with in_features={self.in_features}, got "
                              f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
+        if x.layout != torch.strided:
+            raise InputError(f"SparseLinear: the input must be a dense (strided) tensor, got layout {x.layout}; "
+                             f"call x.to_dense() first")
+        if x.device != self.values.device:
+            raise InputError(f"SparseLinear: the input is on {x.device} and the layer on {self.values.device}; move "
+                             f"one of them (layer.to(x.device) or x.to({str(self.values.device)!r}))")
         if torch.compiler.is_compiling():
             y = self._traced_product(x)
         else:

@@ -513,6 +513,12 @@ _HANDLERS: dict = {
     torch.Tensor.dot: _dot,
     torch.t: _t_strict,
     torch.Tensor.t: _t_strict,
+    # metadata read from the SparseTensor: its values may require grad (the wrapper never does: it is not in the
+    # graph), and a module's .double() / .to(device) converts the Parameter the values are, not the wrapper's
+    # creation-time fields (session 26's sweep: W.requires_grad was False, W.dtype float32 after net.double())
+    torch.Tensor.requires_grad.__get__: lambda W: W._A.values.requires_grad,
+    torch.Tensor.dtype.__get__: lambda W: W._A.dtype,
+    torch.Tensor.device.__get__: lambda W: W._A.device,
     torch.Tensor.T.__get__: _t_strict,
     torch.Tensor.mT.__get__: _mT,
     torch.transpose: _transpose,

@@ -105,18 +105,21 @@ class ViewMethods:
             # re-read (constructing anew reads pos[-1], a device-to-host copy on a GPU).
             check_values(values, self._values.shape[-1])
             # The same index buffers: what was validated for them holds for both tensors.
-            return type(self)._assembled(self._format, self.format_shape, self._pos, self._crd, values, self._index,
-                                         self._checked, self._derived)
+            return _carry_origin(self, type(self)._assembled(self._format, self.format_shape, self._pos, self._crd,
+                                                             values, self._index, self._checked, self._derived))
         self.ensure_valid()  # the new tensor trusts the shared buffers (check=False)
         out = type(self)(self._format, self.format_shape, self._pos, self._crd, values, check=False)
         out._derived = self._derived
-        return out
+        return _carry_origin(self, out)
 
     def to(self, *args: Any, **kwargs: Any) -> "SparseTensor":
         """Like ``torch.Tensor.to``: a device and/or a value dtype (index buffers keep theirs)."""
         device, dtype, non_blocking = _parse_to(args, kwargs)
         if dtype is not None and not (dtype.is_floating_point or dtype.is_complex):
             raise ConversionError(f"values must stay floating point or complex, got dtype {dtype}")
+        if device is not None and torch.device(device).type == "meta":
+            raise ConversionError("a SparseTensor cannot move to the meta device: its index buffers are read (checked, "
+                                  "converted) and meta tensors hold no data; keep it on cpu / cuda")
         move = lambda b: None if b is None else b.to(device=device, non_blocking=non_blocking)  # noqa: E731
         values = self._values.to(device=device, dtype=dtype, non_blocking=non_blocking)
         if values is self._values and (device is None or torch.device(device) == self.device):
@@ -271,3 +274,13 @@ class TracedTranspose:
         elif func is torch.Tensor.__rmatmul__ and isinstance(b, TracedTranspose) and isinstance(a, torch.Tensor):
             return b.__matmul__(a)  # type: ignore[operator]
         return NotImplemented
+
+
+def _carry_origin(src: Any, dst: Any) -> Any:
+    """``dst`` with ``src``'s package origin where the origin is keyed by the values (a dense format:
+    ``interop/_origin.py``); sparse formats share it through their index buffers."""
+    if dst._index:
+        return dst
+    from .interop._origin import carry_origin  # noqa: PLC0415 - interop imports the tensor module
+
+    return carry_origin(src, dst)

@@ -19,7 +19,7 @@ import torch
 if TYPE_CHECKING:
     from ..sparse_tensor import SparseTensor
 
-__all__ = ["record_origin", "origin_package", "origin_options"]
+__all__ = ["record_origin", "origin_package", "origin_options", "carry_origin"]
 
 #: id(buffer) -> (weak reference to the buffer, package name, to_package options that give the
 #: object's own kind back, e.g. {"kind": "matrix"} for a scipy csr_matrix)
@@ -57,3 +57,14 @@ def origin_package(t: "SparseTensor") -> str:
 def origin_options(t: "SparseTensor") -> dict:
     """The ``to_package`` options that give the origin's own kind back (a copy)."""
     return dict(_lookup(t)[1])
+
+
+def carry_origin(src: "SparseTensor", dst: "SparseTensor") -> "SparseTensor":
+    """``dst`` (made from ``src`` with new values: ``with_values``, ``detach``) with ``src``'s origin where the
+    origin is keyed by the values (a dense format, no index buffer), as sparse formats share it through their
+    index buffers (a NumPy array's ``detach()`` handed back a torch tensor; session 26's sweep). Returns ``dst``."""
+    if not dst._index and dst._values is not src._values:
+        package, options = _lookup(src)
+        if package != "torch":
+            record_origin(dst, package, options)
+    return dst
