@@ -726,3 +726,33 @@ def test_validate_after_a_numpy_write_drops_what_was_derived(sp):
     A.validate()
     torch.testing.assert_close(A @ x, torch.tensor(S @ x.numpy()))
     assert torch.equal(A.to_dense(), torch.tensor(S.toarray()))
+
+
+def test_scipy_1d_csr_array_with_unsorted_indices_is_copied(sp):
+    import numpy as np
+
+    a = sp.csr_array((np.array([1.0, 2.0, 3.0]), np.array([4, 1, 1]), np.array([0, 3])), shape=(6,))
+    T = sparsetorch.from_package(a)
+    a.sum()  # SciPy sorts and sums in place
+    assert torch.equal(T.to_dense(), torch.tensor([0.0, 5.0, 0.0, 0.0, 1.0, 0.0], dtype=torch.float64))
+    b = sp.csr_array((np.array([1.0, 2.0, 3.0]), np.array([1, 2, 4]), np.array([0, 3])), shape=(6,))
+    assert np.shares_memory(b.data, sparsetorch.from_package(b).values.numpy())
+
+
+def test_validate_of_unchanged_buffers_keeps_plans_and_saved_graphs(sp):
+    """validate() moves the counters on only where the contents changed since their fingerprint was taken: a
+    second validate() of unchanged buffers keeps the plans and lets a graph that saved the buffers run backward."""
+    import numpy as np
+
+    S = sp.csr_array((np.array([1.0, 2.0, 3.0, 4.0]), np.array([0, 1, 0, 1]), np.array([0, 2, 4])), shape=(2, 3))
+    A = sparsetorch.from_package(S)
+    A.validate()
+    versions = [b._version for b in A._index]
+    A.validate()
+    assert [b._version for b in A._index] == versions
+    v = A.values.clone().requires_grad_()
+    x = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    y = (v * x[A.crd(1)]).sum()  # autograd saves the index buffer
+    A.validate()
+    y.backward()
+    torch.testing.assert_close(v.grad, x[A.crd(1)])

@@ -1,40 +1,69 @@
 """Run a function on a module once it is imported (now, if it was already).
 
 What sparsetorch adjusts in torch's compiler (``torch._dynamo``, ~2 s to import: not loaded by ``import
-sparsetorch``) is applied when dynamo's module loads, through a one-shot import hook per module: the
-reverse-matmul entry of ``A @ x`` (``tensor/sparse_tensor.py``) and the frame switch of
-``SparseWeight.__torch_function__`` (``nn/weight.py``).
+sparsetorch``) is applied when dynamo's module loads, through an import hook: the reverse-matmul entry of
+``A @ x`` (``tensor/sparse_tensor.py``) and the frame switch of ``SparseWeight.__torch_function__``
+(``nn/weight.py``).
+
+The hook (first on ``sys.meta_path``, left there: removing a finder while the import system walks the list
+would skip the next one) answers only for the modules waited for, with the spec the finders after it give,
+and runs the functions right after the module's code. Where it cannot wrap the loader (no ``exec_module``), or
+the module was mid-import when :func:`after_import` was called, the functions run at the next import of
+anything once the module has finished loading.
 """
 
 from __future__ import annotations
 
-import importlib.machinery
 import sys
 import threading
 from typing import Any, Callable
 
 __all__ = ["after_import"]
 
-_LOCK = threading.Lock()
-#: module name -> the functions still to run on it
+_LOCK = threading.RLock()
+#: module name -> the functions to run when it is imported (not imported yet)
 _PENDING: dict[str, list[Callable[[Any], None]]] = {}
+#: module name -> the functions to run once it has finished loading (imported, or being imported, without them)
+_WAITING: dict[str, list[Callable[[Any], None]]] = {}
+
+
+def _loaded(name: str) -> Any:
+    """The module ``name`` if it is in ``sys.modules`` and its code has run to the end, else None."""
+    module = sys.modules.get(name)
+    if module is None or getattr(getattr(module, "__spec__", None), "_initializing", False):
+        return None
+    return module
+
+
+def _flush() -> None:
+    """Run the waiting functions of the modules that have finished loading since."""
+    with _LOCK:
+        ready = [(name, _WAITING.pop(name)) for name in list(_WAITING) if _loaded(name) is not None]
+    for name, fns in ready:
+        for fn in fns:
+            fn(sys.modules[name])
 
 
 class _Hook:
-    """A meta-path finder that wraps the loader of the modules in :data:`_PENDING` so that their functions run
-    right after the module's code; it removes itself once nothing is pending."""
-
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if _WAITING:
+            _flush()
         with _LOCK:
-            if name not in _PENDING:
-                return None
-            fns = _PENDING.pop(name)
-            if not _PENDING and self in sys.meta_path:
-                sys.meta_path.remove(self)
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
+            fns = _PENDING.pop(name, None)
+        if fns is None:
+            return None
+        meta = list(sys.meta_path)
+        spec = None
+        for finder in meta[meta.index(self) + 1:] if self in meta else meta:
+            find = getattr(finder, "find_spec", None)
+            spec = find(name, path, target) if find is not None else None
+            if spec is not None:
+                break
         loader = getattr(spec, "loader", None)
         if spec is None or loader is None or not hasattr(loader, "exec_module"):
-            return spec  # a loader this hook cannot wrap: the callers apply their change again later
+            with _LOCK:
+                _WAITING.setdefault(name, []).extend(fns)
+            return spec
         run = loader.exec_module
 
         def exec_module(module: Any) -> None:
@@ -51,13 +80,14 @@ _HOOK = _Hook()
 
 def after_import(name: str, fn: Callable[[Any], None]) -> None:
     """``fn(module)`` now if module ``name`` is imported, else right after it is first imported (once)."""
-    module = sys.modules.get(name)
-    if module is not None:
-        fn(module)
-        return
     with _LOCK:
-        fns = _PENDING.setdefault(name, [])
-        if fn not in fns:
-            fns.append(fn)
-        if _HOOK not in sys.meta_path:
-            sys.meta_path.insert(0, _HOOK)
+        module = _loaded(name)
+        if module is None:
+            waiting = _WAITING if name in sys.modules else _PENDING  # mid-import: after it, at the next import
+            fns = waiting.setdefault(name, [])
+            if fn not in fns:
+                fns.append(fn)
+            if _HOOK not in sys.meta_path:
+                sys.meta_path.insert(0, _HOOK)
+            return
+    fn(module)

@@ -749,7 +749,7 @@ class Route(RangeSearch):
         A = self.A
         if (adjoint or A.format != CSR or A.format.num_batch_levels or B.dim() != 2 or B.shape[-1] != 1
                 or X.shape != B.shape or B.dtype != values.dtype or B.device.type != "cpu" or not is_plain(B)
-                or not is_plain(X) or not serial_ok(values, X, threads=False) or X.is_conj() or B.is_conj()):
+                or not is_plain(X) or not serial_ok(values, X, threads=False) or B.is_conj() or B.is_neg()):
             return None
         cache = A._cache
         serial = cache.get("serial_csr")

@@ -242,13 +242,19 @@ def _linear(x, weight, bias=None):
         return y
     if not isinstance(bias, torch.Tensor) or isinstance(bias, SparseWeight):
         raise InputError(f"SparseWeight.linear: bias must be a dense torch.Tensor, got {type(bias).__name__}")
-    if bias.dim() and bias.shape[-1] not in (1, weight.shape[0]):
-        raise InputError(f"SparseWeight.linear: bias of shape {tuple(bias.shape)} for out_features={weight.shape[0]}")
-    if bias.dtype != y.dtype:
-        # under autocast F.linear casts the bias with the product (a float32 bias made a bfloat16 product
-        # float32; session 21's sweep); outside it, it refuses a bias of another dtype, as here (a float64 bias
-        # made the product float64; session 26's sweep)
-        if not (bias.is_floating_point() and y.is_floating_point() and torch.is_autocast_enabled(y.device.type)):
+    try:
+        fits = torch.broadcast_shapes(tuple(y.shape), tuple(bias.shape)) == tuple(y.shape)
+    except RuntimeError:
+        fits = False
+    if not fits:  # F.linear adds the bias to the output without changing its shape
+        raise InputError(f"SparseWeight.linear: a bias of shape {tuple(bias.shape)} does not broadcast to the output "
+                         f"{tuple(y.shape)} (out_features={weight.shape[0]})")
+    if bias.dtype != y.dtype and bias.dim():
+        # under autocast F.linear casts a (non-float64) bias with the product (a float32 bias made a bfloat16
+        # product float32; session 21's sweep); otherwise it refuses a bias of another dtype, as here (a float64
+        # bias made the product float64; session 26's sweep). A 0-d bias adds without promoting, as in torch.
+        if not (bias.is_floating_point() and bias.dtype != torch.float64 and y.is_floating_point()
+                and torch.is_autocast_enabled(y.device.type)):
             raise InputError(f"SparseWeight.linear: the bias is {bias.dtype} and the product {y.dtype} (F.linear "
                              f"takes one dtype); cast the bias")
         bias = bias.to(y.dtype)

@@ -224,7 +224,9 @@ def _run(values: torch.Tensor, handle) -> tuple[torch.Tensor, torch.Tensor]:
     """The fallback rule of DESIGN.md: the chosen offer first; a plan that fails (a Cholesky of
     a matrix that is not SPD after all, a plugin error, a non-finite or mis-shaped result) hands
     over to the next capable offer of the table, unless the user pinned the method. A singular
-    matrix is an answer (sign 0, logabsdet -inf), not a failure. Attempts go to ``info.extra``."""
+    matrix is an answer (sign 0, logabsdet -inf), not a failure, when a factorization with pivoting
+    says so; a zero pivot of one without (LDL^T) proves nothing, and a pinned or last LDL^T that meets
+    one raises (:func:`_unstable`). Attempts go to ``info.extra``."""
     offers, records = handle["offers"], handle["extra"]["attempts"]
     records.clear()
     A = handle["A"]

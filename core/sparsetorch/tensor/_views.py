@@ -15,6 +15,7 @@ import torch
 from ..errors import ConversionError, ValidationError
 from ..format import TensorFormat
 from ._display import _known_name, _parse_to
+from .pattern import is_plain
 from .validate import check_values
 
 if TYPE_CHECKING:
@@ -279,7 +280,9 @@ class TracedTranspose:
 def _carry_origin(src: Any, dst: Any) -> Any:
     """``dst`` with ``src``'s package origin where the origin is keyed by the values (a dense format:
     ``interop/_origin.py``); sparse formats share it through their index buffers."""
-    if dst._index:
+    if dst._index or torch.compiler.is_compiling() or not is_plain(dst._values):
+        # sparse formats share it through their index buffers; a traced or torch.func-wrapped value tensor has no
+        # identity to key a record by (dynamo refused id() / weakref; vmap's BatchedTensor has no data pointer)
         return dst
     from .interop._origin import carry_origin  # noqa: PLC0415 - interop imports the tensor module
 

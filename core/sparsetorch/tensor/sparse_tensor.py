@@ -163,16 +163,24 @@ class SparseTensor(ViewMethods, AccessMethods):
         for buffers written through memory torch does not track (NumPy/SciPy/CuPy arrays that
         share it after ``from_package``). Raises :class:`~sparsetorch.ValidationError`; returns ``self``.
 
-        The buffers' version counters are moved on first, as a torch write would move them: what was
-        derived from their old contents (cached coordinates, conversion maps, product and solve plans,
-        on this tensor and on every tensor sharing the buffers) is made again from what they hold now
-        (a NumPy write that sorted a row's indices left ``A @ x`` on the old plan; session 26's sweep)."""
+        Where the buffers' contents changed since what is cached of them was derived (their fingerprint,
+        :attr:`pattern_fingerprint`, differs, or none is cached), their version counters are moved on, as a
+        torch write would move them: what was derived from the old contents (cached coordinates, conversion
+        maps, product and solve plans, on this tensor and on every tensor sharing the buffers) is made again
+        from what they hold now (a NumPy write that sorted a row's indices left ``A @ x`` on the old plan;
+        session 26's sweep). Unchanged contents keep their counters: a defensive ``validate()`` in a loop
+        costs the O(nnz) check, not new plans."""
         from torch.autograd.graph import increment_version
 
-        for b in self._index:
-            if not b.is_inference():  # inference tensors keep no counter (and nothing caches by it)
-                increment_version(b)
+        bufs = [b for b in (*self._pos, *self._crd) if b is not None]
+        now = fingerprint(self._format, self.format_shape, self.index_dtype, self.device, bufs)
+        if now is None or self._derived.get("fingerprint") != now:
+            for b in self._index:
+                if not b.is_inference():  # inference tensors keep no counter (and nothing caches by it)
+                    increment_version(b)
         self._revalidate(_versions(self._index), why="validate()")
+        if now is not None:
+            self._cache["fingerprint"] = now  # what the next validate() compares with
         return self
 
     def _revalidate(self, now: tuple, why: str | None = None) -> None:

@@ -86,4 +86,7 @@ def to_cupy(t: SparseTensor, kind: str | None = None) -> Any:
         return A
     if name == "dia":
         return cls((arr["data"], arr["offsets"]), shape=shape, copy=False)
+    if not (t.format.is_unique and t.format.is_ordered):
+        # unsorted or repeated indices: cupyx sorts / sums them in place, as SciPy does (scipy_io's docstring)
+        arr = {k: (v.copy() if k in ("data", "indices", "indptr") else v) for k, v in arr.items()}
     return cls((arr["data"], arr["indices"], arr["indptr"]), shape=shape, copy=False)

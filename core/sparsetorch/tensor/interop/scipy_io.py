@@ -77,7 +77,11 @@ def from_sparse_like(obj: Any, as_tensor: AsTensor, *, check: bool, package: str
     if fmt in ("csr", "csc", "bsr"):
         indptr, indices = unify_index(as_tensor(obj.indptr), as_tensor(obj.indices))
         if len(shape) == 1:  # SciPy's 1-D csr_array: one segment
-            return wrap_scanned(_VECTOR, 0, shape, [indptr], [indices], values, check)
+            out = wrap_scanned(_VECTOR, 0, shape, [indptr], [indices], values, check)
+            if not (out.format.is_unique and out.format.is_ordered):  # rewritten in place by SciPy (module docstring)
+                indptr, indices, values = indptr.clone(), indices.clone(), values.clone()
+                out = SparseTensor(out.format, shape, [indptr], [indices], values, check=False)
+            return out
         if fmt == "bsr":
             base, extra = BSR(*(int(b) for b in obj.blocksize)), [None, None]
             values = values.reshape(-1)
