@@ -606,3 +606,37 @@ def test_a_value_batch_of_no_members_answers_an_empty_batch() -> None:
         assert x2.shape == (0, 3, 2) and info.converged, method
     x.sum().backward()
     assert R0.values.grad is not None and R0.values.grad.shape == R0.values.shape
+
+
+@pytest.mark.parametrize("scale", [1e-300, 1e-200, 1e160, 1e200])
+def test_lstsq_right_hand_sides_of_extreme_magnitude(scale):
+    """||b||^2 underflowed (b * 1e-200 answered x = 0 with no error) or overflowed (b * 1e200: NotConvergedError
+    "backward error nan" on a correct answer) in LSQR / LSMR / the checks; solved for 2^p b now, as solve does
+    (session 26's sweep). Every method, and the gradient in b unchanged by the scale."""
+    import scipy.sparse as sp
+
+    m = 6
+    T1 = sp.diags([-np.ones(m - 1), 2 * np.ones(m), -np.ones(m - 1)], [-1, 0, 1])
+    L = sp.kron(sp.eye(m), T1) + sp.kron(T1, sp.eye(m))
+    A = sp.csr_array(sp.vstack([L, sp.eye(m * m)]))
+    b = np.random.default_rng(13).standard_normal(2 * m * m)
+    ref = np.linalg.lstsq(A.toarray(), b, rcond=None)[0]
+    At = st.from_package(A)
+    methods = [None, "dense"] + [k for k, plugin in (("lsqr", "sparsetorch_scipy"), ("lsmr", "sparsetorch_scipy"),
+                                                     ("qr", "sparsetorch_eigen")) if _have(plugin)]
+    for method in methods:
+        x = st.lstsq(At, torch.from_numpy(b * scale), method=method).numpy()
+        np.testing.assert_allclose(x / scale, ref, rtol=1e-10, atol=1e-12 * np.abs(ref).max(), err_msg=str(method))
+    bt = torch.from_numpy(b * scale).requires_grad_()
+    st.lstsq(At, bt).sum().backward()
+    b1 = torch.from_numpy(b).requires_grad_()
+    st.lstsq(At, b1).sum().backward()
+    torch.testing.assert_close(bt.grad, b1.grad, rtol=1e-9, atol=1e-12)
+    x = st.lstsq(st.from_package(A * scale), torch.from_numpy(b)).numpy()  # A's values alike
+    np.testing.assert_allclose(x * scale, ref, rtol=1e-10, atol=1e-12 * np.abs(ref).max())
+
+
+def _have(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None

@@ -43,6 +43,7 @@ from ..tensor.interop.torch_io import compressed_tensor
 from ..tensor._serial import SerialCsr, serial_ok
 from ..tensor.pattern import is_plain
 from ..dispatch.plan import PlanState, guarded
+from ._route_checks import _pow2_scale
 from .sddmm import sddmm
 
 __all__ = ["LstsqHandle", "lstsq_function", "apply_entries"]
@@ -116,6 +117,15 @@ class LstsqHandle:
     def run(self, values: torch.Tensor, B: torch.Tensor, adjoint: bool = False) -> torch.Tensor:
         if self.finite is not None:
             self.finite(self.A.with_values(values), B, "lstsq")
+        sb = _pow2_scale(float(B.detach().abs().amax()), B.dtype) if B.numel() else 1.0
+        if sb != 1.0:
+            # B's entries outside the range where squared norms are safe: ||b||^2 underflowed (b * 1e-200 answered
+            # x = 0, no error) or overflowed (b * 1e200: "backward error nan" on a correct answer; session 26's
+            # sweep). Solved for 2^p B, as solve does (Route._solve), forward and adjoint alike; x = y / 2^p
+            return self._run(values, B * sb, adjoint) / sb
+        return self._run(values, B, adjoint)
+
+    def _run(self, values: torch.Tensor, B: torch.Tensor, adjoint: bool) -> torch.Tensor:
         while True:
             state = self.state
             with state.lock, torch.no_grad():

@@ -21,6 +21,7 @@ from typing import Any, Mapping
 
 import torch
 
+from ..autograd._route_checks import _pow2_scale
 from ..autograd.lstsq import LstsqHandle, lstsq_function
 from ..errors import InputError, NoBackendError, NotConvergedError
 from ..dispatch.results import Attempt, Status
@@ -137,6 +138,26 @@ def lstsq(
     checked_here = check_finite and is_plain(A.values) and is_plain(Bn)
     if checked_here:
         check_finite_values(A, Bn, "lstsq")
+    if is_plain(A.values) and not _MAGNITUDE.get(False) and A.values.numel():
+        # A's entries outside the range where squared norms are safe (||A||_F, the checks' norms overflowed or
+        # underflowed): solved for 2^q A, x = 2^q y, exact (B's magnitude is the handle's: forward and adjoint
+        # right-hand sides alike, LstsqHandle.run; session 26's sweep)
+        sa = _pow2_scale(float(A.values.detach().abs().amax()), A.dtype)
+        if sa != 1.0:
+            token = _MAGNITUDE.set(True)
+            try:
+                got = lstsq(A.with_values(A.values * sa), restore_rhs(Bn, vector), backend=backend, method=method,
+                            damp=damp * sa, atol=atol, btol=btol, conlim=conlim, maxiter=maxiter, max_bytes=max_bytes,
+                            backend_options=backend_options, return_info=return_info, check_finite=False,
+                            on_nonconvergence=on_nonconvergence, cache=cache)
+            finally:
+                _MAGNITUDE.reset(token)
+            Y, info = got if return_info else (got, None)
+            X = Y * sa  # x of A x ~ b from (sa A) y ~ b
+            if info is None:
+                return X
+            return X, dataclasses.replace(info, reason=f"{info.reason}; solved for A scaled by {sa:.3g} (entries "
+                                                       f"outside the range of safe squared norms)")
     wide = widened(A, Bn, {"method": method, "atol": atol, "btol": btol, "damp": damp})
     if wide is not None:
         # A default single-precision call is solved in double and rounded back: least squares in float32 by
@@ -209,6 +230,9 @@ def lstsq(
         return out
     return out, _info(A, Bn, X, handle.state, handle.offer, handle)
 
+
+#: set while a call made by the magnitude scaling runs (it does not scale again)
+_MAGNITUDE: contextvars.ContextVar[bool] = contextvars.ContextVar("sparsetorch_lstsq_magnitude")
 
 #: a default lstsq call on columns whose 2-norms spread over more than this (in one value set) that fails on A
 #: itself is solved with the columns scaled

@@ -164,17 +164,22 @@ class SparseTensor(ViewMethods, AccessMethods):
         share it after ``from_package``). Raises :class:`~sparsetorch.ValidationError`; returns ``self``.
 
         Where the buffers' contents changed since what is cached of them was derived (their fingerprint,
-        :attr:`pattern_fingerprint`, differs, or none is cached), their version counters are moved on, as a
-        torch write would move them: what was derived from the old contents (cached coordinates, conversion
-        maps, product and solve plans, on this tensor and on every tensor sharing the buffers) is made again
-        from what they hold now (a NumPy write that sorted a row's indices left ``A @ x`` on the old plan;
-        session 26's sweep). Unchanged contents keep their counters: a defensive ``validate()`` in a loop
-        costs the O(nnz) check, not new plans."""
+        :attr:`pattern_fingerprint`, differs; with none cached, for buffers wrapped from another package,
+        whose writes torch does not see), their version counters are moved on, as a torch write would move
+        them: what was derived from the old contents (cached coordinates, conversion maps, product and solve
+        plans, on this tensor and on every tensor sharing the buffers) is made again from what they hold now
+        (a NumPy write that sorted a row's indices left ``A @ x`` on the old plan; session 26's sweep).
+        Unchanged contents keep their counters: a defensive ``validate()`` in a loop costs the O(nnz) check,
+        not new plans."""
         from torch.autograd.graph import increment_version
+
+        from .interop._origin import origin_package
 
         bufs = [b for b in (*self._pos, *self._crd) if b is not None]
         now = fingerprint(self._format, self.format_shape, self.index_dtype, self.device, bufs)
-        if now is None or self._derived.get("fingerprint") != now:
+        cached = self._derived.get("fingerprint")
+        changed = cached != now if (cached is not None and now is not None) else origin_package(self) != "torch"
+        if changed:
             for b in self._index:
                 if not b.is_inference():  # inference tensors keep no counter (and nothing caches by it)
                     increment_version(b)
