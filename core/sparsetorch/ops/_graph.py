@@ -113,13 +113,11 @@ def _measure_cached(A: Any, symmetric: bool) -> "tuple[float | None, tuple[tuple
     return got
 
 
-def _components(P: Any, rows: Any, n: int) -> "tuple[tuple[int, float, int], ...] | None":
-    """:func:`graph_components`' groups for the hub-free pattern graph ``P`` (``rows``: the row
-    of each of its entries)."""
+def _components(count: int, label: Any, rows: Any, n: int) -> "tuple[tuple[int, float, int], ...] | None":
+    """:func:`graph_components`' groups for the hub-free pattern graph of ``count`` weakly connected
+    components (``label``: each node's; ``rows``: the row of each of its entries)."""
     import numpy as np  # noqa: PLC0415
-    from scipy.sparse import csgraph  # noqa: PLC0415
 
-    count, label = csgraph.connected_components(P, directed=True, connection="weak")
     if count < 2:
         return None
     size = np.bincount(label, minlength=count)
@@ -157,11 +155,20 @@ def _measure(A: Any, symmetric: bool = False) -> "tuple[float | None, tuple[tupl
     else:
         P = sp.csr_matrix((np.ones(rows.shape[0], dtype=np.int8), (rows, cols)), shape=(n, n))
     directed = bool(symmetric)  # a symmetric pattern is its own symmetrization
-    pieces = _components(P, rows, n)
-    live = np.flatnonzero(deg > 0)
-    size = int(live.shape[0])
-    if size < 2:
+    count, label = csgraph.connected_components(P, directed=True, connection="weak")
+    pieces = _components(count, label, rows, n)
+    # the sweeps start in the largest component, from a node with an edge to another: a node whose only entry
+    # is its diagonal (a decoupled unknown) has the lowest degree, and a sweep from it reached itself alone
+    # (no dimension: the fill model then read a random pattern of dimension 4.8 as a 3-D mesh, ~1000x too
+    # little fill, and the default solve took 25 s; session 26's sweep)
+    off = rows != cols
+    odeg = np.bincount(rows[off], minlength=n) + np.bincount(cols[off], minlength=n)
+    sizes = np.bincount(label[odeg > 0], minlength=count) if count else np.zeros(0, dtype=np.int64)
+    if not sizes.size or int(sizes.max()) < 2:
         return None, pieces
+    live = np.flatnonzero((label == int(np.argmax(sizes))) & (odeg > 0))
+    size = int(live.shape[0])
+    deg = odeg
     depth = int(math.ceil(size ** (1.0 / 3.0))) + 1
     start = int(live[np.argmin(deg[live])])
 
