@@ -2,7 +2,7 @@
 
 Layers, lowest first (docs/dispatch.md, "Layers"):
 
-0. ``errors``, ``_markers``, ``_version``: what everything may use;
+0. ``errors``, ``_markers``, ``_version``, ``_after_import``: what everything may use;
 1. ``format``: the format DSL;
 2. ``tensor``: SparseTensor, validation, conversion, interop;
 3. ``dispatch``: the plugin contract (records, plans, results, the accuracy contract), the
@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1] / "core" / "sparsetorch"
 
 LAYERS = {
-    "errors": 0, "_markers": 0, "_version": 0,
+    "errors": 0, "_markers": 0, "_version": 0, "_after_import": 0,
     "format": 1,
     "tensor": 2,
     "dispatch": 3,
