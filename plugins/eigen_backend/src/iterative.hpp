@@ -355,6 +355,13 @@ class Iterative {
     Vec<S> r(n), r0(n), v(n), p(n), y(n), z(n), sv(n), t(n), tmp(n);
     Index it = 0;
     int restarts = 0;
+    // stagnation: no residual 1 % below the smallest so far within `window` iterations ends the run (a float32
+    // system whose residual grew to 228 ||b|| ran 200,005 iterations to NaN before the LU that answered it in
+    // 2 s; session 26's sweep). The window is generous: BiCGSTAB's residual wanders and plateaus.
+    const Index window = std::max<Index>(1000, n);
+    R best = R(0);
+    Index best_it = 0;
+    bool stagnated = false;
     for (int refresh = 0; refresh < 5; ++refresh) {
       A.apply(x, tmp, adjoint);
       r = b - tmp;
@@ -407,6 +414,14 @@ class Iterative {
           break;
         }
         report(s, o, it, std::sqrt(double(rn2)) / bnorm);
+        if (best == R(0) || rn2 < R(0.98) * best) {
+          best = rn2;
+          best_it = it;
+        } else if (it - best_it > window) {
+          stagnated = failed = true;
+          o.code = MAX_ITERATIONS;
+          break;
+        }
       }
       if (failed) break;
     }
@@ -416,6 +431,10 @@ class Iterative {
       return o;
     }
     finish(A, b, x, adjoint, bnorm, thr, it, o, maxit);
+    if (stagnated && o.code == MAX_ITERATIONS)
+      o.message = "BiCGSTAB stagnated: no residual below " + fmt_double(std::sqrt(double(best)) / bnorm) +
+                  " ||b|| (reached at iteration " + std::to_string(best_it) + ") in the " + std::to_string(window) +
+                  " iterations after it; stopped at iteration " + std::to_string(it);
     return o;
   }
 
