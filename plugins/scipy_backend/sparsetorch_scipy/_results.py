@@ -47,6 +47,10 @@ class Progress:
         #: (best relative residual, stalled checks) when watching the true residual (TFQMR)
         self.watch: list[float] | None = None
         self.good: np.ndarray | None = None  # the last iterate seen finite
+        #: (window, every): stop when the true residual, read every ``every`` calls, has not gone 1 % below its best
+        #: for ``window`` iterations (:meth:`watch_stagnation`); with the best and the iteration it was seen at
+        self._stag: tuple[int, int] | None = None
+        self._stag_best = (math.inf, 0)
 
     def __call__(self, arg: Any) -> None:
         self.count += 1
@@ -67,10 +71,30 @@ class Progress:
                 raise Stop(Status.NOT_FINITE, f"a NaN or Inf appeared in the iterate by iteration {it}", self.good)
             else:
                 self.good = np.array(arg, copy=True)
+        if self._stag is not None and self.count % self._stag[1] == 0:
+            self._stagnation(arg, it)
         if self._user is not None and it % self._every == 0:
             rel = self._residual_of(arg)
             self._history.append(rel)
             self._user(it, rel)
+
+    def watch_stagnation(self, window: int, every: int, start: float = math.inf) -> "Progress":
+        """Stop (MAX_ITERATIONS, not restarted) when the true residual, read every ``every`` iterations (one
+        product each), has gone no 1 % below its best for ``window`` iterations: SciPy's BiCGStab wandered for
+        19,000 iterations (13 s) on a float32 power-law system an LU answered in 2 s (session 26's sweep)."""
+        self._stag = (max(1, int(window)), max(1, int(every)))
+        self._stag_best = (start, self._offset)  # the relative residual the run starts from
+        return self
+
+    def _stagnation(self, x: np.ndarray, it: int) -> None:
+        rel = self._residual_of(x)
+        best, at = self._stag_best
+        if rel < 0.99 * best:
+            self._stag_best = (rel, it)
+        elif it - at > self._stag[0]:  # type: ignore[index]
+            raise Stop(Status.MAX_ITERATIONS, f"stagnated: no residual below {best:.2e} ||b|| (reached at iteration "
+                                              f"{at}) in the {self._stag[0]} iterations after it; stopped at "  # type: ignore[index]
+                                              f"iteration {it}")
 
 
     def watch_residual(self, start: float) -> "Progress":

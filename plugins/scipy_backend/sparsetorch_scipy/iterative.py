@@ -51,6 +51,10 @@ DEFAULT_RESTART = 30
 #: residual does not meet (MINRES needs more: its own test is weaker than ||r|| <= tol).
 _REFRESHES = {"minres": 8}
 _DEFAULT_REFRESHES = 4
+#: Methods whose true residual is watched for stagnation (Progress.watch_stagnation): their residual wanders, and
+#: a run that stopped improving ran to maxiter before the direct method after it was tried
+_STAGNATION = frozenset({"bicgstab", "cgs"})
+
 #: Methods whose ``maxiter`` counts outer iterations (SciPy's default: 1000).
 _OUTER = ("lgmres", "gcrotmk")
 
@@ -193,6 +197,9 @@ class KrylovPlan:
             if method == "tfqmr":  # SciPy's TFQMR has no breakdown test of its own (rho = 0 gives NaN)
                 prog.watch_residual(residual / bnorm if x0 is not None else 1.0)
                 prog.good = x0
+            elif method in _STAGNATION:  # no 1 % gain in max(1000, n) iterations: stopped (Progress)
+                window = max(1000, int(b.shape[0]))
+                prog.watch_stagnation(window, max(16, window // 32), residual / bnorm if x0 is not None else 1.0)
             stop: Stop | None = None
             try:
                 xs, info = fn(A_s, b_s, x0=None if x0 is None else to_s(x0), M=M_s, callback=prog,
