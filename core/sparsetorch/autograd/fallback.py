@@ -406,8 +406,11 @@ class Route(RangeSearch):
             return record
         per_iteration = max((offer.seconds - offer.setup) / offer.iterations, 1e-12)
         cheapest = min(o.seconds for o in direct)
+        # a method whose residual stops improving may give up early for the direct one (a float32 BiCGSTAB wandered
+        # 200,005 iterations before an LU that answered in 2 s; session 26's sweep)
         return record.replace(maxiter=_in_units(offer, max(_MIN_BUDGET, offer.iterations,
-                                                           int(math.ceil(cheapest / per_iteration))), self.restart))
+                                                           int(math.ceil(cheapest / per_iteration))), self.restart),
+                              stagnation=True)
 
     def _attempt(self, state: PlanState, values: torch.Tensor, B: torch.Tensor, opts: CallOptions, adjoint: bool,
                  rtol: float, atol: float, offer: Offer | None) -> tuple[torch.Tensor, IterationResult]:

@@ -143,13 +143,17 @@ class CallOptions(_Record):
 
     ``rtol`` is already resolved to a number (the contract's default for the dtype when the
     caller gave none); ``atol`` absolute; ``maxiter`` None for the method's own bound;
-    ``check_every`` None for :data:`DEFAULT_CHECK_EVERY`; ``callback(iteration, residual)``."""
+    ``check_every`` None for :data:`DEFAULT_CHECK_EVERY`; ``callback(iteration, residual)``;
+    ``stagnation``: the method may stop early when its residual stops improving (no 1 % gain in
+    max(1000, n) iterations), set by the core where a direct method waits behind a method dispatch
+    chose and the caller gave no ``maxiter`` (a plugin that cannot tell ignores it)."""
 
     rtol: float | None = None
     atol: float = 0.0
     maxiter: int | None = None
     check_every: int | None = None
     callback: Callable[[int, float], Any] | None = None
+    stagnation: bool = False
 
     def __post_init__(self) -> None:
         _tolerances(self.rtol, self.atol)
@@ -169,7 +173,8 @@ class CallOptions(_Record):
         checks again, on the per-call path of every solve."""
         self = object.__new__(cls)
         # the instance dict filled at once (what object.__setattr__ per field does, at half the cost)
-        self.__dict__.update(rtol=rtol, atol=atol, maxiter=maxiter, check_every=check_every, callback=callback)
+        self.__dict__.update(rtol=rtol, atol=atol, maxiter=maxiter, check_every=check_every, callback=callback,
+                             stagnation=False)
         return self
 
 

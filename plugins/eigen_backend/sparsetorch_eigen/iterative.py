@@ -132,7 +132,7 @@ class _Base:
             outs += _lib.call(self._it.solve, j, Bt[i].data_ptr(), X[i].data_ptr(), k, adjoint, float(o.get("rtol", 1e-6)),
                                    float(o.get("atol", 0.0) or 0.0), float(o.get("btol", 1e-6) or 0.0),
                                    float(o.get("damp", 0.0) or 0.0), -1 if maxiter is None else int(maxiter),
-                                   int(o.get("check_every") or 1), o.get("callback"))
+                                   int(o.get("check_every") or 1), o.get("callback"), bool(o.get("stagnation")))
         X = X.transpose(-1, -2).reshape(*B.shape[:-2], rows_out, k)
         return X, combine(outs, label)
 

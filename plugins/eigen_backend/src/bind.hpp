@@ -59,8 +59,9 @@ void bind_scalar(py::module_& m, const std::string& suffix) {
       .def(
           "solve",
           [](It& self, Index member, std::uintptr_t b, std::uintptr_t x, Index k, bool adjoint, double rtol, double atol,
-             double btol, double damp, Index maxiter, Index check_every, py::object callback) {
+             double btol, double damp, Index maxiter, Index check_every, py::object callback, bool stagnation) {
             Stop stop;
+            stop.stagnation = stagnation;
             stop.rtol = rtol;
             stop.atol = atol;
             stop.btol = btol;
@@ -85,7 +86,8 @@ void bind_scalar(py::module_& m, const std::string& suffix) {
             return result;
           },
           py::arg("member"), py::arg("b"), py::arg("x"), py::arg("k"), py::arg("adjoint"), py::arg("rtol"), py::arg("atol"),
-          py::arg("btol"), py::arg("damp"), py::arg("maxiter"), py::arg("check_every"), py::arg("callback"));
+          py::arg("btol"), py::arg("damp"), py::arg("maxiter"), py::arg("check_every"), py::arg("callback"),
+          py::arg("stagnation") = false);
 }
 
 }  // namespace ste

@@ -174,15 +174,17 @@ def _power_law_system(n: int = 3000, seed: int = 0):
 
 def test_bicgstab_stops_when_it_stagnates_and_the_default_solve_hands_over():
     """A float32 BiCGSTAB whose residual wandered up to 228 ||b|| ran 200,005 iterations to NaN before the LU that
-    answered in 2 s (session 26's sweep): a run with no residual 1 % below its best in max(1000, n) iterations
-    stops, says so, and the default call moves on to a direct method."""
+    answered in 2 s (session 26's sweep): where dispatch chose it with a direct method behind (the core's
+    ``stagnation`` call option), a run with no residual 1 % below its best in max(1000, n) iterations stops, says
+    so, and the LU answers. Pinned by name, it runs to its maxiter (it may still converge)."""
     A, b = _power_law_system()
     A32, b32 = st.from_package(A.astype(np.float32)), torch.from_numpy(b.astype(np.float32))
-    x, info = st.solve(A32, b32, backend="eigen", method="bicgstab", preconditioner="jacobi", maxiter=200_000,
-                       on_nonconvergence="ignore", return_info=True)
-    if not info.converged:
-        assert "stagnated" in info.reason and info.iterations < 50_000, (info.iterations, info.reason)
     x, info = st.solve(A32, b32, return_info=True)
     ref = np.linalg.solve(A.toarray(), b)
     assert np.linalg.norm(x.numpy() - ref) <= 1e-3 * np.linalg.norm(ref)
-    assert sum(a.iterations for a in info.attempts if a.method == "bicgstab") < 50_000
+    tried = [a for a in info.attempts if a.method == "bicgstab"]
+    assert sum(a.iterations for a in tried) < 50_000
+    assert all("stagnated" in a.reason for a in tried if not a.succeeded)
+    x, info = st.solve(A32, b32, backend="eigen", method="bicgstab", preconditioner="jacobi", maxiter=6000,
+                       on_nonconvergence="ignore", return_info=True)
+    assert info.converged or (info.iterations == 6000 and "stagnated" not in info.reason)

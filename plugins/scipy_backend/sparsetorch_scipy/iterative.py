@@ -197,7 +197,7 @@ class KrylovPlan:
             if method == "tfqmr":  # SciPy's TFQMR has no breakdown test of its own (rho = 0 gives NaN)
                 prog.watch_residual(residual / bnorm if x0 is not None else 1.0)
                 prog.good = x0
-            elif method in _STAGNATION:  # no 1 % gain in max(1000, n) iterations: stopped (Progress)
+            elif method in _STAGNATION and o.get("stagnation"):  # no 1 % gain in max(1000, n) iterations: stopped
                 window = max(1000, int(b.shape[0]))
                 prog.watch_stagnation(window, max(16, window // 32), residual / bnorm if x0 is not None else 1.0)
             stop: Stop | None = None

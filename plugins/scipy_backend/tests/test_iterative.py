@@ -263,8 +263,9 @@ def test_checked_cg_stops_on_the_first_negative_curvature() -> None:
 
 def test_bicgstab_stops_when_its_true_residual_stagnates():
     """SciPy's BiCGStab on a float32 power-law system wandered for ~19,000 iterations (13 s) before the LU that
-    answered in 2 s (session 26's sweep): the true residual is read every max(16, window / 32) iterations and a run
-    with no 1 % gain in max(1000, n) iterations stops (not restarted), saying so. Converging runs are untouched."""
+    answered in 2 s (session 26's sweep): where the core allows it (``stagnation``: dispatch chose the method, a
+    direct one waits) the true residual is read every max(16, window / 32) iterations and a run with no 1 % gain in
+    max(1000, n) iterations stops (not restarted), saying so. Converging runs are untouched."""
     import numpy as np
     import scipy.sparse as sp
 
@@ -276,10 +277,16 @@ def test_bicgstab_stops_when_its_true_residual_stagnates():
     A = sp.csr_array((rng.standard_normal(len(rows)), (rows, cols)), shape=(n, n))
     A = sp.csr_array(A + sp.diags(np.abs(A).sum(axis=1) * 0.2 + 1.0)).astype(np.float32)
     b = torch.from_numpy(np.random.default_rng(2).standard_normal(n).astype(np.float32))
-    x, info = st.solve(st.from_package(A), b, backend="scipy", method="bicgstab", maxiter=100_000,
+    # dispatch among SciPy's offers (a direct one behind the Krylov method): the stagnation stop applies
+    x, info = st.solve(st.from_package(A), b, backend="scipy", return_info=True)
+    ref = np.linalg.solve(A.toarray().astype(np.float64), b.numpy().astype(np.float64))
+    assert np.linalg.norm(x.numpy() - ref) <= 1e-3 * np.linalg.norm(ref)
+    tried = [a for a in info.attempts if a.method in ("bicgstab", "cgs")]
+    assert all("stagnated" in a.reason and a.iterations < 10_000 for a in tried if not a.succeeded), info.attempts
+    # pinned by name: no stagnation stop (the run may still converge), its maxiter decides
+    x, info = st.solve(st.from_package(A), b, backend="scipy", method="bicgstab", maxiter=4000,
                        on_nonconvergence="ignore", return_info=True)
-    if not info.converged:
-        assert "stagnated" in info.reason and info.iterations < 10_000, (info.iterations, info.reason)
+    assert "stagnated" not in info.reason
     from sparsetorch.testing import families as fam
 
     C = st.from_package(sp.csr_array(fam.convection_diffusion(40, 1000.0).matrix))
