@@ -756,3 +756,23 @@ def test_validate_of_unchanged_buffers_keeps_plans_and_saved_graphs(sp):
     A.validate()
     y.backward()
     torch.testing.assert_close(v.grad, x[A.crd(1)])
+
+
+def test_validate_sees_a_write_through_arrays_exported_to_scipy(sp):
+    """A torch-built tensor handed to SciPy zero-copy, its indices then written there: validate() (the documented
+    step) must rebuild what was derived from the old contents (the fingerprint is taken at the export; session 26's
+    review)."""
+    import numpy as np
+
+    A = sparsetorch.from_package(torch.sparse_csr_tensor(torch.tensor([0, 2, 4]), torch.tensor([0, 1, 0, 1]),
+                                                         torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64),
+                                                         (2, 3)))
+    x = torch.tensor([1.0, 10.0, 100.0], dtype=torch.float64)
+    A @ x
+    A.to_dense()
+    S = A.to_package("scipy")
+    assert np.shares_memory(S.indices, A.crd(1).numpy())
+    S.indices[:] = [0, 2, 1, 2]
+    A.validate()
+    torch.testing.assert_close(A @ x, torch.tensor(S @ x.numpy()))
+    assert torch.equal(A.to_dense(), torch.tensor(S.toarray()))

@@ -640,3 +640,35 @@ def _have(module: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(module) is not None
+
+
+def test_lstsq_magnitude_scaling_is_per_column_per_member_and_keeps_wide_spans():
+    """The magnitude scaling (session 26) at first took one scale for all of B and one for all of A: a column of B
+    (or a value-batch member) of normal size next to one of 1e200 came back as x = 0 with converged=True, and A
+    with columns 1e120 / 1e-100 / 1 lost its small column (the column scaling's case). Per column, per member, and
+    only where the smallest entry stays in range (session 26's review)."""
+    import scipy.sparse as sp
+
+    m = 6
+    T1 = sp.diags([-np.ones(m - 1), 2 * np.ones(m), -np.ones(m - 1)], [-1, 0, 1])
+    L = sp.kron(sp.eye(m), T1) + sp.kron(T1, sp.eye(m))
+    A = sp.csr_array(sp.vstack([L, sp.eye(m * m)]))
+    At = st.from_package(A)
+    b = np.random.default_rng(13).standard_normal(2 * m * m)
+    ref = np.linalg.lstsq(A.toarray(), b, rcond=None)[0]
+    close = dict(rtol=1e-10, atol=1e-12 * np.abs(ref).max())
+    X = st.lstsq(At.with_values(torch.stack([At.values * 1e200, At.values])), torch.from_numpy(b)).numpy()
+    np.testing.assert_allclose(X[0] * 1e200, ref, **close)
+    np.testing.assert_allclose(X[1], ref, **close)
+    for pair in ((1e200, 1.0), (1e-200, 1e200)):
+        X = st.lstsq(At, torch.from_numpy(np.stack([b * pair[0], b * pair[1]], 1))).numpy()
+        np.testing.assert_allclose(X[:, 0] / pair[0], ref, **close)
+        np.testing.assert_allclose(X[:, 1] / pair[1], ref, **close)
+    rng = np.random.default_rng(0)
+    M = rng.standard_normal((8, 3)) * np.array([1e120, 1e-100, 1.0])
+    c = rng.standard_normal(8)
+    want = np.linalg.lstsq(M / np.abs(M).max(0), c, rcond=None)[0] / np.abs(M).max(0)
+    x = st.lstsq(st.from_package(sp.csr_array(M)), torch.from_numpy(c)).numpy()
+    np.testing.assert_allclose(x, want, rtol=1e-10)
+    D = st.from_package(sp.csr_array(np.diag([1e12, 1e-30]).astype(np.float32)))  # widened to float64 first
+    torch.testing.assert_close(st.lstsq(D, torch.ones(2)), torch.tensor([1e-12, 1e30]))

@@ -35,13 +35,25 @@ def _loaded(name: str) -> Any:
     return module
 
 
+def _apply(fns: list[Callable[[Any], None]], module: Any) -> None:
+    """Run ``fns`` on ``module``; one that fails is skipped (these are adjustments: the import they follow must not
+    fail for them), with a warning that names it."""
+    for fn in fns:
+        try:
+            fn(module)
+        except Exception as exc:  # noqa: BLE001 - reported, not raised into another package's import
+            import warnings
+
+            warnings.warn(f"sparsetorch: {getattr(fn, '__qualname__', fn)} on {module.__name__} failed ({exc!r}); "
+                          f"its adjustment is not applied", RuntimeWarning, stacklevel=2)
+
+
 def _flush() -> None:
     """Run the waiting functions of the modules that have finished loading since."""
     with _LOCK:
         ready = [(name, _WAITING.pop(name)) for name in list(_WAITING) if _loaded(name) is not None]
     for name, fns in ready:
-        for fn in fns:
-            fn(sys.modules[name])
+        _apply(fns, sys.modules[name])
 
 
 class _Hook:
@@ -68,8 +80,7 @@ class _Hook:
 
         def exec_module(module: Any) -> None:
             run(module)
-            for fn in fns:
-                fn(module)
+            _apply(fns, module)
 
         loader.exec_module = exec_module
         return spec
@@ -90,4 +101,4 @@ def after_import(name: str, fn: Callable[[Any], None]) -> None:
             if _HOOK not in sys.meta_path:
                 sys.meta_path.insert(0, _HOOK)
             return
-    fn(module)
+    _apply([fn], module)

@@ -31,6 +31,54 @@ def _pow2_scale(amax: float, dtype: torch.dtype) -> float:
     return math.ldexp(1.0, max(-top, min(top, -round(e))))
 
 
+def _safe_range(dtype: torch.dtype) -> tuple[float, float, int]:
+    """``(low, high, top)`` of ``dtype``'s real type: magnitudes whose squares neither underflow nor overflow lie in
+    ``[low, high]`` (a quarter of the exponent range either way), and ``2^top`` is the largest power of two a
+    scale may be (a normal number)."""
+    real = torch.empty((), dtype=dtype).real.dtype if dtype.is_complex else dtype
+    fi = torch.finfo(real)
+    emax = math.log2(fi.max) / 4
+    return 2.0 ** -emax, 2.0 ** emax, int(math.log2(fi.max)) - 1
+
+
+def _pow2_clamped(t: torch.Tensor, top: int) -> torch.Tensor:
+    """``1 / t`` rounded to a power of two, its exponent within ``[-top, top]``; 1 where ``t`` is 0."""
+    safe = torch.where(t > 0, t, torch.ones_like(t))
+    return torch.exp2(torch.clamp(-torch.round(torch.log2(safe)), -top, top))
+
+
+def safe_column_scales(B: torch.Tensor) -> torch.Tensor | None:
+    """Per column of ``B`` (``(*batch, n, k)``; per batch member too), ``(*batch, 1, k)``: the power of two that
+    brings the column's largest entry near 1 where that entry lies outside the range of safe squared norms, 1 for
+    the other columns; None when every column is in range (one host read)."""
+    if not B.numel():
+        return None
+    cm = B.detach().abs().amax(dim=-2, keepdim=True)
+    low, high, top = _safe_range(B.dtype)
+    out = (cm > high) | ((cm < low) & (cm > 0))
+    if not bool(out.any()):
+        return None
+    return torch.where(out, _pow2_clamped(cm, top), torch.ones_like(cm)).to(B.dtype)
+
+
+def safe_value_scales(values: torch.Tensor) -> torch.Tensor | None:
+    """Per value set of ``values`` (``(*batch, slots)``), ``(*batch,)``: the power of two that brings its largest
+    entry near 1 where that entry lies outside the range of safe squared norms and the scaled smallest nonzero
+    entry stays inside it (a matrix whose entries span more than the range keeps its scale: its columns are a
+    column scaling's business), 1 elsewhere; None when no set is scaled (one host read)."""
+    if not values.numel():
+        return None
+    mag = values.detach().abs()
+    vmax = mag.amax(dim=-1)
+    vmin = torch.where(mag > 0, mag, torch.full_like(mag, math.inf)).amin(dim=-1)
+    low, high, top = _safe_range(values.dtype)
+    s = _pow2_clamped(vmax, top)
+    want = ((vmax > high) | ((vmax < low) & (vmax > 0))) & (vmin * s >= low) & (vmax * s <= high)
+    if not bool(want.any()):
+        return None
+    return torch.where(want, s, torch.ones_like(s)).to(mag.dtype)
+
+
 def _pow2(t: torch.Tensor) -> torch.Tensor:
     """``1 / t`` rounded to a power of two (exact scaling), 1 where ``t`` is 0."""
     safe = torch.where(t > 0, t, torch.ones_like(t))

@@ -43,7 +43,7 @@ from ..tensor.interop.torch_io import compressed_tensor
 from ..tensor._serial import SerialCsr, serial_ok
 from ..tensor.pattern import is_plain
 from ..dispatch.plan import PlanState, guarded
-from ._route_checks import _pow2_scale
+from ._route_checks import safe_column_scales
 from .sddmm import sddmm
 
 __all__ = ["LstsqHandle", "lstsq_function", "apply_entries"]
@@ -117,12 +117,13 @@ class LstsqHandle:
     def run(self, values: torch.Tensor, B: torch.Tensor, adjoint: bool = False) -> torch.Tensor:
         if self.finite is not None:
             self.finite(self.A.with_values(values), B, "lstsq")
-        sb = _pow2_scale(float(B.detach().abs().amax()), B.dtype) if B.numel() else 1.0
-        if sb != 1.0:
-            # B's entries outside the range where squared norms are safe: ||b||^2 underflowed (b * 1e-200 answered
+        scale = safe_column_scales(B)
+        if scale is not None:
+            # columns of B outside the range where squared norms are safe: ||b||^2 underflowed (b * 1e-200 answered
             # x = 0, no error) or overflowed (b * 1e200: "backward error nan" on a correct answer; session 26's
-            # sweep). Solved for 2^p B, as solve does (Route._solve), forward and adjoint alike; x = y / 2^p
-            return self._run(values, B * sb, adjoint) / sb
+            # sweep). Least squares is column by column: each such column (of each batch member) is solved for
+            # 2^p b, forward and adjoint alike, and its x divided by 2^p; the others as they are
+            return self._run(values, B * scale, adjoint) / scale
         return self._run(values, B, adjoint)
 
     def _run(self, values: torch.Tensor, B: torch.Tensor, adjoint: bool) -> torch.Tensor:

@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 import torch
 
-from ..autograd._route_checks import _pow2_scale
+from ..autograd._route_checks import safe_value_scales
 from ..autograd.lstsq import LstsqHandle, lstsq_function
 from ..errors import InputError, NoBackendError, NotConvergedError
 from ..dispatch.results import Attempt, Status
@@ -138,26 +138,6 @@ def lstsq(
     checked_here = check_finite and is_plain(A.values) and is_plain(Bn)
     if checked_here:
         check_finite_values(A, Bn, "lstsq")
-    if is_plain(A.values) and not _MAGNITUDE.get(False) and A.values.numel():
-        # A's entries outside the range where squared norms are safe (||A||_F, the checks' norms overflowed or
-        # underflowed): solved for 2^q A, x = 2^q y, exact (B's magnitude is the handle's: forward and adjoint
-        # right-hand sides alike, LstsqHandle.run; session 26's sweep)
-        sa = _pow2_scale(float(A.values.detach().abs().amax()), A.dtype)
-        if sa != 1.0:
-            token = _MAGNITUDE.set(True)
-            try:
-                got = lstsq(A.with_values(A.values * sa), restore_rhs(Bn, vector), backend=backend, method=method,
-                            damp=damp * sa, atol=atol, btol=btol, conlim=conlim, maxiter=maxiter, max_bytes=max_bytes,
-                            backend_options=backend_options, return_info=return_info, check_finite=False,
-                            on_nonconvergence=on_nonconvergence, cache=cache)
-            finally:
-                _MAGNITUDE.reset(token)
-            Y, info = got if return_info else (got, None)
-            X = Y * sa  # x of A x ~ b from (sa A) y ~ b
-            if info is None:
-                return X
-            return X, dataclasses.replace(info, reason=f"{info.reason}; solved for A scaled by {sa:.3g} (entries "
-                                                       f"outside the range of safe squared norms)")
     wide = widened(A, Bn, {"method": method, "atol": atol, "btol": btol, "damp": damp})
     if wide is not None:
         # A default single-precision call is solved in double and rounded back: least squares in float32 by
@@ -179,6 +159,29 @@ def lstsq(
         return X.to(A.dtype), dataclasses.replace(
             info, reason=f"{info.reason}; solved in {str(wide).replace('torch.', '')} and rounded to "
                          f"{str(A.dtype).replace('torch.', '')} (a default single-precision least-squares call)")
+    if is_plain(A.values) and not _MAGNITUDE.get(False):
+        # a value set whose entries lie outside the range where squared norms are safe (||A||_F and the checks'
+        # norms overflowed or underflowed): solved for 2^q A, x = 2^q y, exact; per value-batch member, and only
+        # where the smallest entry stays in range once scaled (a matrix spanning more is the column scaling's
+        # case below). B's magnitudes are the handle's (LstsqHandle.run: per column, forward and adjoint alike).
+        # After the widening above: a default float32 call is judged in float64's range (session 26's sweep)
+        sa = safe_value_scales(A.values)
+        if sa is not None and (not damp or bool((sa == sa.reshape(-1)[0]).all())):
+            token = _MAGNITUDE.set(True)
+            try:
+                got = lstsq(A.with_values(A.values * sa.unsqueeze(-1)), restore_rhs(Bn, vector), backend=backend,
+                            method=method, damp=damp * float(sa.reshape(-1)[0]), atol=atol, btol=btol, conlim=conlim,
+                            maxiter=maxiter, max_bytes=max_bytes, backend_options=backend_options,
+                            return_info=return_info, check_finite=False, on_nonconvergence=on_nonconvergence,
+                            cache=cache)
+            finally:
+                _MAGNITUDE.reset(token)
+            Y, info = got if return_info else (got, None)
+            X = Y * (sa.unsqueeze(-1) if vector else sa.unsqueeze(-1).unsqueeze(-1))  # x of A x ~ b from (sa A) y ~ b
+            if info is None:
+                return X
+            return X, dataclasses.replace(info, reason=f"{info.reason}; solved for A scaled by powers of two (entries "
+                                                       f"outside the range of safe squared norms)")
     if atol is None and btol is None and not damp and m >= n and is_plain(A.values) and not _SCALING.get(False):
         scaled = _column_scaled(A)
         if scaled is not None:

@@ -54,7 +54,17 @@ def from_package(obj: Any, *, check: bool = True) -> SparseTensor:
         return obj
     t, package = _wrap(obj, check)
     record_origin(t, package, _kind_of(obj) if package in ("scipy", "cupy") else None)
+    if package in ("scipy", "cupy"):
+        _shared(t)
     return t
+
+
+def _shared(t: SparseTensor) -> None:
+    """Index buffers shared with SciPy / CuPy arrays, whose writes torch's version counters do not see: their
+    fingerprint is taken now (O(nnz) once, cached on the pattern), so that :meth:`SparseTensor.validate` can tell
+    a write made there since (and rebuild what was derived from the old contents) from none (and keep it)."""
+    if t._index and t._values.device.type in ("cpu", "cuda"):
+        t.pattern_fingerprint  # noqa: B018 - computed and cached
 
 
 def _kind_of(obj: Any) -> dict:
@@ -134,7 +144,10 @@ def to_package(t: SparseTensor, package: Any = None, **options: Any) -> Any:
     if name == "scipy":
         from .scipy_io import to_scipy
 
-        return to_scipy(t, **options)
-    from .cupy_io import to_cupy
+        out = to_scipy(t, **options)
+    else:
+        from .cupy_io import to_cupy
 
-    return to_cupy(t, **options)
+        out = to_cupy(t, **options)
+    _shared(t)
+    return out
