@@ -540,3 +540,31 @@ def test_a_default_float32_lstsq_object_works_in_float64_too():
     # a pinned method keeps float32
     _, pinned = st.Lstsq(A, method="lsqr", on_nonconvergence="ignore").solve(torch.from_numpy(b), return_info=True)
     assert "solved in float64" not in pinned.reason
+
+
+def test_from_coo_refuses_the_shape_as_a_positional_index_array():
+    """torch-sla's SparseTensor(values, row, col, shape) order: from_coo read the shape as a third index array and
+    built a 3-D tensor in silence when nnz equalled its length (session 26's sweep)."""
+    v = torch.tensor([2.0, 3.0], dtype=torch.float64)
+    r = c = torch.tensor([0, 1])
+    for shape in ((2, 2), torch.Size([2, 2])):
+        with pytest.raises(st.ValidationError, match=r"looks like the shape; pass it as shape=\(2, 2\)"):
+            st.SparseTensor.from_coo(v, r, c, shape)
+    assert st.SparseTensor.from_coo(v, r, c, shape=(2, 2)).shape == (2, 2)
+    assert st.SparseTensor.from_coo(v, r, c, [0, 1], shape=(2, 2, 2)).shape == (2, 2, 2)  # three index arrays
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128])
+def test_spectral_ops_of_an_empty_value_batch(dtype):
+    """eigsh / eigs of a value batch of no members raised a backend's internal error (lanczos: "stack expects a
+    non-empty TensorList", arpack: IndexError); solve, logdet and norm answer it (session 26's sweep)."""
+    i = torch.arange(3)
+    v = torch.zeros(0, 3, dtype=dtype, requires_grad=True)
+    A = st.SparseTensor.from_coo(v, i, i, shape=(3, 3))
+    for method in (None, "dense", "lanczos"):
+        w, V = st.eigsh(A, 1, method=method)
+        assert w.shape == (0, 1) and V.shape == (0, 3, 1) and not w.is_complex() and V.dtype == dtype
+    w, V, info = st.eigs(A, 1, return_info=True)
+    assert w.shape == (0, 1) and w.is_complex() and V.shape == (0, 3, 1) and info.converged
+    (w.abs().sum() + V.abs().sum()).backward()
+    assert v.grad is not None and v.grad.shape == (0, 3)

@@ -694,3 +694,41 @@ def test_a_far_start_is_not_called_converged_far_from_the_root():
     u, info = st.nonlinear_solve(bratu, torch.full((n,), 50.0, dtype=torch.float64), rtol=1e-10, return_info=True,
                                  on_nonconvergence="ignore")
     assert info.residual <= 1e-10 * info.initial_residual
+
+
+def test_torch_func_transforms_over_nonlinear_solve_are_named():
+    """Documented as unsupported; they surfaced as torch's internal errors ("Cannot access data pointer",
+    "data-dependent control flow", ".item()"; session 26's sweep)."""
+    import sparsetorch as st
+
+    F = lambda u, p: u ** 3 + u - p  # noqa: E731
+    fn = lambda p: st.nonlinear_solve(F, torch.zeros(1, dtype=DT), (p,)).sum()  # noqa: E731
+    for transform in (torch.func.grad, torch.func.vmap, torch.func.jacrev):
+        with pytest.raises(st.InputError, match="does not run under torch.func"):
+            transform(fn)(torch.ones(1, dtype=DT))
+    p = torch.ones(1, dtype=DT, requires_grad=True)
+    st.nonlinear_solve(F, torch.zeros(1, dtype=DT), (p,)).sum().backward()
+    u = torch.tensor([0.6823278038280193], dtype=DT)  # the root of u^3 + u = 1
+    torch.testing.assert_close(p.grad, 1 / (3 * u ** 2 + 1), rtol=1e-9, atol=0)  # du/dp by the implicit function
+
+
+def test_matrix_free_newton_caps_its_inner_gmres_and_says_why():
+    """Without jac_pattern above 512 unknowns Newton goes matrix-free; unpreconditioned GMRES on a 1-D Bratu problem
+    ran to its 10 n default at every step (30,000 products, ~29 s a step; a default call past 14 minutes; session
+    26's sweep). Each step is capped (NEWTON_GMRES_MAXITER: an inexact step is still a descent direction), once
+    with a warning that names jac_pattern=; with the pattern the same problem converges."""
+    import sparsetorch as st
+    from sparsetorch.ops.nonlinear._newton import NEWTON_GMRES_MAXITER
+
+    n = 1200
+    h = 1 / (n + 1)
+    i = torch.arange(n)
+    L = st.SparseTensor.from_coo(torch.cat([2 * torch.ones(n), -torch.ones(2 * n - 2)]).to(DT) / h ** 2,
+                                 torch.cat([i, i[1:], i[:-1]]), torch.cat([i, i[:-1], i[1:]]), shape=(n, n))
+    F = lambda u, lam: L @ u - lam * torch.exp(u)  # noqa: E731
+    with pytest.warns(st.SparseTorchWarning, match="jac_pattern="):
+        u, info = st.nonlinear_solve(F, torch.zeros(n, dtype=DT), (3.0,), method="newton", maxiter=2,
+                                     on_nonconvergence="ignore", return_info=True)
+    assert info.jacobian == "matrix-free" and max(info.linear_iterations) <= NEWTON_GMRES_MAXITER
+    u, info = st.nonlinear_solve(F, torch.zeros(n, dtype=DT), (3.0,), jac_pattern=L, return_info=True)
+    assert info.converged and float((F(u, 3.0)).norm()) <= 1e-6 * float(F(torch.zeros(n, dtype=DT), 3.0).norm())

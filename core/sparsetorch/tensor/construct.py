@@ -213,6 +213,13 @@ def from_coo(
         except (TypeError, RuntimeError, ValueError) as exc:
             raise ValidationError(f"from_coo: values must be a tensor or array of numbers, got {type(values).__name__} "
                                   f"({exc})") from None
+    last = indices[-1] if indices else None
+    if (shape is None and len(indices) >= 2 and isinstance(last, (tuple, torch.Size)) and len(last) == len(indices) - 1
+            and all(isinstance(d, int) and not isinstance(d, bool) for d in last)):
+        # torch-sla's SparseTensor(values, row, col, shape) order: the shape read as a third index array built a 3-D
+        # tensor in silence when nnz equalled its length (session 26's sweep)
+        raise ValidationError(f"from_coo: the last positional argument {tuple(last)} looks like the shape; pass it as "
+                              f"shape={tuple(last)} (from_coo(values, row, col, shape=(m, n)))")
     if len(indices) == 1 and isinstance(indices[0], torch.Tensor) and indices[0].dim() == 2:
         idx = indices[0]
         rows = [idx[k] for k in range(idx.shape[0])]

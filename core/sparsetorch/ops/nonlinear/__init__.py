@@ -49,7 +49,9 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ...autograd.nonlinear import implicit_solve
+from ...errors import InputError
 from ...tensor import SparseTensor
+from ...tensor.sparse_tensor import is_plain, vmapped
 from ._jacobian import DENSE_JACOBIAN_MAX, JACOBIAN_MODES
 from ._methods import AUTO_ORDER, METHODS, UNSET, Anderson, Method, Newton, Picard
 from ._problem import Problem
@@ -149,6 +151,7 @@ def nonlinear_solve(
         VJP of ``F`` (``dL/dparams = -lambda^T dF/dparams``), whatever the iteration count and
         whichever method found ``u``.
     """
+    _no_functorch(u0, params)
     problem = Problem.create(
         F, u0, params, method=method, jacobian=jacobian, jac_pattern=jac_pattern, ad=ad, rtol=rtol, atol=atol,
         maxiter=maxiter, line_search=line_search, max_backtracks=max_backtracks, depth=depth, damping=damping,
@@ -162,3 +165,14 @@ def nonlinear_solve(
     return u, problem.info()
 
 
+def _no_functorch(u0: Any, params: Any) -> None:
+    """A named error under torch.func transforms (grad / vmap / jacrev over nonlinear_solve), which the solver cannot
+    run under: it loops on data-dependent convergence tests and reads numbers on the host; they surfaced as torch's
+    internal errors ("Cannot access data pointer", "data-dependent control flow", ".item()"; session 26's sweep)."""
+    tensors = [u0] + [p.values if isinstance(p, SparseTensor) else p
+                      for p in (params if isinstance(params, (tuple, list)) else (params,))]
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and (not is_plain(t) or vmapped(t)):
+            raise InputError("nonlinear_solve does not run under torch.func transforms (grad, vmap, jacrev, jvp): it "
+                             "loops on data-dependent convergence tests; differentiate it with torch.autograd "
+                             "(loss.backward() or torch.autograd.grad: one adjoint solve per call)")

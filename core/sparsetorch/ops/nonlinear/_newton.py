@@ -10,14 +10,19 @@ cycling, ``line_search=False``), or at ``maxiter``. Mixed into :class:`~._proble
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 
-from ...errors import InputError, NotConvergedError, SingularMatrixError
+from ...errors import InputError, NotConvergedError, SingularMatrixError, SparseTorchWarning
 from ..info import Status
 from ._common import (_ARMIJO, _NOISE, _PRECISION_ULPS, _PROGRESS, _STALL_NEWTON, _TR_ETA, _TR_TRIES, _Attempt,
                       _at_precision, _finish, _finite, vector_norm)
 from ._methods import Newton
+
+#: matrix-free Newton's inner GMRES per step when linear_options gives no maxiter (an inexact step: see
+#: _newton_step_matrix_free); restarts of 30, so ~33 cycles
+NEWTON_GMRES_MAXITER = 1000
 
 __all__ = ["NewtonSteps"]
 
@@ -193,8 +198,25 @@ class NewtonSteps:
         else:  # inexact Newton forcing term; no tighter than the outer target needs
             eta = min(0.1, max(norm / self.record.history[0], 0.5 * self._target() / max(norm, 1e-300)))
         mv = self.linearize(x, params)
-        dx, res = self.operator_solve(mv, -r.reshape(-1, 1), rtol=eta, atol=float(o.get("atol") or 0.0), M=pre)
+        # an inexact Newton step needs no converged inner solve: GMRES from 0 lowers the linear model's residual
+        # monotonically, so a partial step is still a descent direction. Without the user's maxiter its default
+        # (10 n) made each step of an unpreconditioned 1-D Bratu problem (n = 3000) 30,000 products, 29 s, and a
+        # default call ran past 14 minutes (session 26's sweep): capped at NEWTON_GMRES_MAXITER per step
+        restart = int(o.get("restart") or 30)
+        cap = None if o.get("maxiter") is not None else max(1, min(NEWTON_GMRES_MAXITER, 10 * r.numel()) // restart)
+        dx, res = self.operator_solve(mv, -r.reshape(-1, 1), rtol=eta, atol=float(o.get("atol") or 0.0), M=pre,
+                                      maxiter=cap)  # GMRES's maxiter counts restart cycles
         self.record.gmres.append(res)
+        if (cap is not None and not res.converged and res.iterations >= cap * restart
+                and not getattr(self, "_gmres_warned", False)):
+            self._gmres_warned = True
+            warnings.warn(
+                f"nonlinear_solve: matrix-free Newton's GMRES stopped at its {cap * restart} iterations at Newton "
+                f"iteration {it} "
+                f"(relative residual {res.residual:.2g}{'' if pre is not None else ', no preconditioner'}); Newton "
+                f"goes on with the partial step. The Jacobian's sparsity (jac_pattern=: a sparse J and a direct "
+                f"solver) or a preconditioner in linear_options is usually much faster", SparseTorchWarning,
+                stacklevel=4)
         if not res.converged and res.status is not Status.MAX_ITERATIONS:
             self.linear_failed(res, f"Newton iteration {it}")
         return dx.reshape(-1)

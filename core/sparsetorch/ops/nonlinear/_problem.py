@@ -302,7 +302,8 @@ class Problem(Jacobians, Iterations):
 
     # Operator solves -------------------------------------------------------------------------------
     def operator_solve(self, matvec: Callable[[torch.Tensor], torch.Tensor], b: torch.Tensor, *, rtol: float,
-                       atol: float, M: Callable | None = None) -> tuple[torch.Tensor, IterationResult]:
+                       atol: float, M: Callable | None = None,
+                       maxiter: int | None = None) -> tuple[torch.Tensor, IterationResult]:
         """``(x, IterationResult)`` of GMRES on ``matvec`` (``(n, k)`` blocks), with ``linear_options``'
         maxiter, restart (30) and check interval (8): matrix-free Newton's steps (JVPs) and its
         adjoint solves (VJPs, ``autograd/nonlinear.py``).
@@ -317,8 +318,8 @@ class Problem(Jacobians, Iterations):
         from ...backends.torch_native.krylov import gmres
 
         o = self.linear_options
-        return gmres(matvec, b, rtol=rtol, atol=atol, maxiter=o.get("maxiter"), restart=int(o.get("restart") or 30),
-                     M=M, check_every=int(o.get("check_every") or 8))
+        return gmres(matvec, b, rtol=rtol, atol=atol, maxiter=o.get("maxiter") if maxiter is None else maxiter,
+                     restart=int(o.get("restart") or 30), M=M, check_every=int(o.get("check_every") or 8))
 
     def linear_failed(self, res: IterationResult, where: str) -> None:
         """Report a matrix-free GMRES that stopped short, per ``linear_options["on_nonconvergence"]``."""

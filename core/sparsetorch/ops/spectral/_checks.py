@@ -143,3 +143,30 @@ def magnitude_scale(A: SparseTensor | None) -> float:
         return 1.0
     e = round(math.log2(s))
     return math.ldexp(1.0, e - (e % 2))
+
+
+def empty_batch(A: SparseTensor, k: int, eigs: bool, return_info: bool) -> tuple | None:
+    """The answer for a value batch of no members (``A.values`` of shape ``(..., 0, ..., slots)``): ``w`` of shape
+    ``(*batch, k)`` and ``V`` ``(*batch, n, k)``, empty, with gradients linked to A's values (eigsh / eigs raised a
+    backend's internal error on it, where solve / logdet / norm answer an empty batch; session 26's sweep); None
+    for a batch with members."""
+    batch = tuple(A.batch_shape)
+    if not batch or math.prod(batch) != 0:
+        return None
+    from ...dispatch.results import Status  # noqa: PLC0415
+    from ..info import SolveInfo  # noqa: PLC0415
+
+    n = A.format_shape[0]
+    real = A.values.real.dtype if A.dtype.is_complex else A.dtype
+    wdtype = (torch.complex128 if real == torch.float64 else torch.complex64) if eigs else real
+    vdtype = wdtype if eigs else A.dtype
+    w = A.values.new_zeros(*batch, k, dtype=wdtype)
+    V = A.values.new_zeros(*batch, n, k, dtype=vdtype)
+    if A.values.requires_grad and torch.is_grad_enabled():  # (empty) gradients flow back to the values
+        z = A.values.sum() * 0
+        w = w + (z.real if z.is_complex() and not w.is_complex() else z).to(w.dtype)
+        V = V + z.to(V.dtype)
+    if not return_info:
+        return w, V
+    return w, V, SolveInfo(backend="none", method="none", iterations=0, residual=0.0, converged=True,
+                           status=Status.DIRECT, reason="a batch of no members: nothing to solve")

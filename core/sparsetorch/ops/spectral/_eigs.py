@@ -16,7 +16,7 @@ from ...dispatch.plan import make_request, obtain_plan
 from .._inputs import check_finite as check_finite_values, check_matrix, describe_sparse
 from ..accuracy import default_rtol
 from ._attempts import _Attempts
-from ._checks import _POLICIES, _WHICH_GE, _check_common, magnitude_scale
+from ._checks import _POLICIES, _WHICH_GE, _check_common, magnitude_scale, empty_batch
 
 __all__ = ["eigs", "eigs_request"]
 
@@ -62,6 +62,9 @@ def eigs(
                          f"got {sigma!r}")
     if check_finite and is_plain(A.values):
         check_finite_values(A, None, "eigs")
+    nothing = empty_batch(A, k, True, return_info)
+    if nothing is not None:
+        return nothing
     sa = magnitude_scale(A)
     if sa != 1.0:
         # entries past the range where squared norms are safe: the eigenvalues of s A (an exact power

@@ -21,7 +21,7 @@ from ..accuracy import default_rtol
 from ..properties import detect_cached, normalize_tags
 from ._attempts import _Attempts
 from ._bordered import BorderedSystem
-from ._checks import _POLICIES, _WHICH_SH, _check_common, check_mass_matrix, magnitude_scale
+from ._checks import _POLICIES, _WHICH_SH, _check_common, check_mass_matrix, magnitude_scale, empty_batch
 
 __all__ = ["eigsh", "eigsh_request"]
 
@@ -83,6 +83,9 @@ def eigsh(
             raise InputError(f"eigsh: M's value batch {tuple(M.batch_shape)} must match A's {tuple(A.batch_shape)} or be empty")
     if check_finite and is_plain(A.values):
         check_finite_values(A, None, "eigsh")
+    nothing = empty_batch(A, k, False, return_info)
+    if nothing is not None:
+        return nothing
     if M is not None:
         if check_finite and is_plain(M.values):
             check_finite_values(M, None, "eigsh (M)")
