@@ -266,23 +266,24 @@ def test_module_holding_a_sparse_weight_buffer_moves_and_casts():
     assert m.weight.dtype == torch.float16
 
 
+class _WeightOnParameter(torch.nn.Module):
+    """A module holding a SparseWeight built on its own Parameter (the weight's values)."""
+
+    def __init__(self, A):
+        super().__init__()
+        self.vals = torch.nn.Parameter(A.values.clone())
+        self.W = SparseWeight(A.with_values(self.vals))
+
+    def forward(self, x):
+        return torch.nn.functional.linear(x, self.W)
+
+
 def test_deepcopy_keeps_a_weight_on_the_copied_parameter():
     import copy
 
-    import torch.nn.functional as F
-
-    class Net(torch.nn.Module):
-        def __init__(self, A):
-            super().__init__()
-            self.vals = torch.nn.Parameter(A.values.clone())
-            self.W = SparseWeight(A.with_values(self.vals))
-
-        def forward(self, x):
-            return F.linear(x, self.W)
-
     torch.manual_seed(0)
     A = st.SparseTensor.from_dense(torch.randn(6, 8) * (torch.rand(6, 8) < 0.5))
-    net2 = copy.deepcopy(Net(A))
+    net2 = copy.deepcopy(_WeightOnParameter(A))
     assert net2.W.sparse.values is net2.vals
     net2(torch.randn(4, 8)).pow(2).sum().backward()
     assert net2.vals.grad is not None
@@ -332,22 +333,12 @@ def test_sparse_weight_refuses_what_dense_torch_refuses():
 def test_sparse_weight_metadata_follows_its_values():
     """W.requires_grad said False while W.sparse.values required grad, and W.dtype kept float32 after the module's
     .double() converted the Parameter its values are (session 26's sweep)."""
-
-    class Net(torch.nn.Module):
-        def __init__(self, A):
-            super().__init__()
-            self.vals = torch.nn.Parameter(A.values.clone())
-            self.W = SparseWeight(A.with_values(self.vals))
-
-        def forward(self, x):
-            return self.W @ x
-
     A = st.SparseTensor.from_dense(torch.tensor([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
-    net = Net(A)
+    net = _WeightOnParameter(A)
     assert net.W.requires_grad and net.W.dtype == torch.float32 and net.W.device == torch.device("cpu")
     assert not SparseWeight(A).requires_grad
     net.double()
-    assert net.W.dtype == torch.float64 == net(torch.ones(3, dtype=torch.float64)).dtype
+    assert net.W.dtype == torch.float64 == net(torch.ones(2, 3, dtype=torch.float64)).dtype
 
 
 def test_sparse_layers_name_inputs_they_cannot_take():
