@@ -19,16 +19,12 @@ __all__ = ["_pow2_scale", "_equilibrated", "_checked", "_one_line"]
 def _pow2_scale(amax: float, dtype: torch.dtype) -> float:
     """A power of two that brings ``amax`` near 1 when it lies outside the range where squared
     norms are safe (a quarter of the exponent range either way), else 1."""
-    real = torch.empty((), dtype=dtype).real.dtype if dtype.is_complex else dtype
-    fi = torch.finfo(real)
-    emax = math.log2(fi.max) / 4
     if amax == 0 or not math.isfinite(amax):
         return 1.0
-    e = math.log2(amax)
-    if -emax <= e <= emax:
+    low, high, top = _safe_range(dtype)  # top: the scale itself must be a normal number of the dtype
+    if low <= amax <= high:
         return 1.0
-    top = int(math.log2(fi.max)) - 1  # the scale itself must be a normal number of the dtype
-    return math.ldexp(1.0, max(-top, min(top, -round(e))))
+    return math.ldexp(1.0, max(-top, min(top, -round(math.log2(amax)))))
 
 
 def _safe_range(dtype: torch.dtype) -> tuple[float, float, int]:
