@@ -85,6 +85,9 @@ class PlanState:
     #: a solve route's equilibration of the last values it scaled: (a copy of those values, r, c, the
     #: scaled values), reused while the call's values equal the copy (fallback.Route._attempt)
     scaled: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
+    #: the values tensor the last set_values got: plans may keep reading its memory (SciPy / Eigen wrap it
+    #: without a copy), so equal numbers in another tensor stand for it only while it still holds them
+    held: torch.Tensor | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.plan is not None:  # made around an existing plan
@@ -141,17 +144,19 @@ class PlanState:
         # raised "solve() before set_values()" on every later call; session 22's sweep)
         if snap is not None and self.token is not None and (
                 tok == self.token or (snap.shape == v.shape and snap.dtype == v.dtype and snap.device == v.device)
-        ) and torch.equal(snap, v):
+        ) and torch.equal(snap, v) and self._held_unchanged(v, snap):
             # the values the plan holds: the same tensor unchanged, or another tensor with the same numbers
             # (a route's equilibrated values recomputed per call, a matrix rebuilt from the same data):
             # one comparison instead of a refactorization
             self.token = tok
             return
         self.token = None  # a set_values that raises leaves no values the plan is known to hold
+        self.held = None
         self.loads += 1
         self.memo.clear()
         guarded(lambda: self.plan.set_values(v), self.label, "set_values")
         self.token = tok
+        self.held = v
         snap = self.snapshot
         if (snap is not None and snap.shape == v.shape and snap.dtype == v.dtype and snap.device == v.device
                 and is_plain(snap) and is_plain(v) and not _overlaps(snap, v)
@@ -161,6 +166,21 @@ class PlanState:
             snap.copy_(v)
         else:  # (a snapshot taken in inference mode cannot be written outside it: a new one)
             self.snapshot = v.clone()
+
+
+    def _held_unchanged(self, v: torch.Tensor, snap: torch.Tensor) -> bool:
+        """Whether the memory the plan was loaded from still holds the snapshot's numbers, given that ``v``
+        does: true at once when ``v`` is that memory; else a second comparison. A plan that wrapped the
+        values without copying reads that memory, and a caller may have overwritten it since (a cached CG
+        plan answered a new matrix with the old tensor's numbers after ``A1.values.mul_(3)``; session 27's
+        sweep)."""
+        held = self.held
+        if held is None:
+            return False
+        if (held.data_ptr() == v.data_ptr() and held.shape == v.shape and held.stride() == v.stride()
+                and held.dtype == v.dtype and held.device == v.device):
+            return True
+        return held.shape == snap.shape and held.dtype == snap.dtype and torch.equal(snap, held)
 
 
 #: torch's switch that turns the torch.func transforms off (None on a torch without it)

@@ -26,7 +26,8 @@ from ..format import TensorFormat
 from ..tensor import SparseTensor
 from ..tensor._views import TracedTranspose
 from ..tensor.pattern import version_of, vmapped
-from ._inputs import as_rhs, check_matrix, describe_dense, describe_sparse, restore_rhs
+from ._inputs import (as_rhs, check_matrix, describe_dense, describe_sparse, index_buffers_now, index_buffers_unchanged,
+                      restore_rhs)
 
 __all__ = ["matmul", "Matmul", "norm", "transpose", "matmul_request"]
 
@@ -273,15 +274,6 @@ _is_compiling = torch.compiler.is_compiling
 #: 2.1 us against 3.5 for ``new_empty`` and 2.9-3.9 for ``torch.empty``)
 _empty_like = torch.empty_like
 _strided = torch.strided
-
-
-def _buffers_now(a: SparseTensor) -> tuple | None:
-    """``(a, a._pos, a._crd, ((buffer, version, address, shape), ...))`` for
-    :meth:`Matmul._same_pattern`, or None where buffers have no address (a torch.func transform)."""
-    try:
-        return (a, a._pos, a._crd, tuple((b, version_of(b), b.data_ptr(), b.shape) for b in (*a._pos, *a._crd) if b is not None))
-    except RuntimeError:
-        return None
 
 
 def _template(like: torch.Tensor, shape: tuple) -> torch.Tensor:
@@ -555,7 +547,7 @@ class Matmul:
         self._direct, self._direct_tried = None, False  # a bound launch belongs to the plan it came from
         self._state, _, self._table = obtain_plan("matmul", self.a, request, cache=False)
         self._planned_key = self.a.pattern_key  # the pattern (buffers and their versions) planned for
-        self._planned_bufs = _buffers_now(self.a)
+        self._planned_bufs = index_buffers_now(self.a)
         self._state.build()
         return self._table
 
@@ -596,13 +588,10 @@ class Matmul:
         planned = self._planned_bufs
         a = self.a
         if planned is not None and planned[0] is a and planned[1] is a._pos and planned[2] is a._crd:
-            for b, version, ptr, shape in planned[3]:
-                if version_of(b) != version or b.data_ptr() != ptr or b.shape != shape:
-                    return False
-            return True
+            return index_buffers_unchanged(planned, a)
         if a.pattern_key != self._planned_key:
             return False
-        self._planned_bufs = _buffers_now(a)
+        self._planned_bufs = index_buffers_now(a)
         return True
 
     def _bind(self) -> _Direct | None:

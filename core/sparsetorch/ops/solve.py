@@ -25,7 +25,8 @@ from .accuracy import default_rtol
 from ..tensor.sparse_tensor import is_plain, vmapped
 from ..tensor.pattern import version_of
 from ..tensor.validate import check_finite_rhs
-from ._inputs import as_rhs, check_finite as check_finite_values, check_matrix, describe_dense, describe_factored, restore_rhs
+from ._inputs import (as_rhs, check_finite as check_finite_values, check_matrix, describe_dense, describe_factored,
+                      index_buffers_now, index_buffers_unchanged, restore_rhs)
 from .info import SolveInfo
 from .properties import detect, normalize_tags, recall, remember
 
@@ -365,6 +366,7 @@ class Solver:
         self._state: PlanState | None = None
         self._offer = None
         self._table: ExplainTable | None = None
+        self._planned_bufs: tuple | None = None
         self.results: list = []
 
     @property
@@ -386,6 +388,7 @@ class Solver:
             # a Solver solves many right-hand sides per set of values: its factorization is priced over them too
             self._request = replace(self._request, same_values=repeat)
         self._state, self._offer, self._table = obtain_plan("solve", self.A, self._request, cache=self._cache)
+        self._planned_bufs = index_buffers_now(self._pattern)  # the pattern planned for (see _pattern_moved)
         self._call = call_options(self._request)  # the same for every solve of this Solver
         self._state.build()
         return self._table
@@ -444,7 +447,7 @@ class Solver:
 
             return traced_solver_solve(self, self._handle, self._values, B)
         self._pattern.ensure_valid()  # index buffers written in place since construction are re-checked
-        if self._state is None:
+        if self._state is None or self._pattern_moved():
             if is_plain(self._values):
                 self.factorize()
             else:  # a torch.func transform's values: loaded inside the autograd Function, which unwraps them
@@ -465,6 +468,17 @@ class Solver:
         self._state.reused = True  # later solves reuse this plan
         return (out, info) if return_info else out
 
+    def _pattern_moved(self) -> bool:
+        """Whether A's index buffers were written in place (or swapped) since the plan was made: then the plan,
+        made on the old pattern, is dropped (True; the caller plans again). A write ``ensure_valid`` accepted
+        left the Solver on its old factorization (a singular-matrix error, or the old matrix's answer, where
+        ``st.solve`` and ``Matmul`` saw the new pattern; session 27's sweep)."""
+        if self._planned_bufs is None or index_buffers_unchanged(self._planned_bufs, self._pattern):
+            return False
+        self._state, self._offer, self._table, self._planned_bufs = None, None, None, None
+        self._finite_values = None
+        return True
+
     def _check_values(self, values: torch.Tensor) -> None:
         key = (id(values), version_of(values))
         if self._finite_values != key:
@@ -480,7 +494,7 @@ class Solver:
         ``Bn`` ``(*batch, n, k)``, on this Solver's plan and fallback route, no gradient recorded
         (the op's autograd formula is the adjoint rule)."""
         self._pattern.ensure_valid()
-        if self._state is None:
+        if self._state is None or self._pattern_moved():
             self.factorize()
         assert self._state is not None and self._table is not None
         route = route_for("solve", self._pattern, self._request, self._table, self._offer, self._state,

@@ -1,0 +1,137 @@
+"""Plans must compute with the matrix of the call, whatever was written in place since they were made.
+
+Two ways session 27's sweep found to leave a plan on other numbers or another pattern:
+- a cached plan that wraps the caller's values without a copy (SciPy / Eigen Krylov, spectral plans) kept
+  reading them after the caller overwrote them in place, while another tensor with the plan's *old*
+  numbers was taken for "the values the plan holds" (snapshot equality) and never loaded;
+- a ``Solver`` kept its factorization after a tracked in-place write to A's index buffers.
+The references are dense float64 solves / eigendecompositions.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+import sparsetorch as st
+from sparsetorch.format import CSR
+
+HAS_SCIPY = importlib.util.find_spec("sparsetorch_scipy") is not None
+HAS_EIGEN = importlib.util.find_spec("sparsetorch_eigen") is not None
+
+
+def _tridiag(n: int = 30) -> torch.Tensor:
+    return (torch.diag(torch.full((n,), 4.0)) - torch.diag(torch.ones(n - 1), 1)
+            - torch.diag(torch.ones(n - 1), -1)).double()
+
+
+def _solve_cases():
+    cases = [dict(backend="torch", method="cg", rtol=1e-12), dict(method="cg", rtol=1e-12)]
+    if HAS_SCIPY:
+        cases += [dict(backend="scipy", method="cg", rtol=1e-12), dict(backend="scipy", method="gmres", rtol=1e-12),
+                  dict(backend="scipy", method="bicgstab", rtol=1e-12)]
+    if HAS_EIGEN:
+        cases += [dict(backend="eigen", method="cg", rtol=1e-12), dict(backend="eigen", method="bicgstab", rtol=1e-12)]
+    return cases
+
+
+@pytest.mark.parametrize("kw", _solve_cases(), ids=lambda kw: "-".join(str(v) for v in kw.values()))
+def test_solve_after_the_planned_values_were_overwritten_in_place(kw):
+    D = _tridiag()
+    b = torch.ones(D.shape[0], dtype=torch.float64)
+    A1 = st.SparseTensor.from_dense(D, format=CSR)
+    st.solve(A1, b, **kw)  # a cached plan loaded with A1's values
+    A1.values.mul_(3.0)  # A1's memory now holds other numbers; A1 itself is never solved again
+    A2 = st.SparseTensor.from_dense(D, format=CSR)  # the same pattern, A1's original numbers
+    x2 = st.solve(A2, b, **kw)
+    torch.testing.assert_close(x2, torch.linalg.solve(D, b), rtol=1e-9, atol=1e-12)
+    # and A1's new numbers are seen when A1 is solved
+    torch.testing.assert_close(st.solve(A1, b, **kw), torch.linalg.solve(3.0 * D, b), rtol=1e-9, atol=1e-12)
+
+
+def test_solve_after_a_shortcut_then_a_write_to_the_first_tensor():
+    # A2 equal to A1: no reload; then A1 (the memory a wrapping plan reads) is written: A2 must still be answered
+    D = _tridiag()
+    b = torch.ones(D.shape[0], dtype=torch.float64)
+    kw = dict(method="cg", rtol=1e-12)
+    A1 = st.SparseTensor.from_dense(D, format=CSR)
+    A2 = st.SparseTensor.from_dense(D, format=CSR)
+    st.solve(A1, b, **kw)
+    st.solve(A2, b, **kw)
+    A1.values.mul_(3.0)
+    torch.testing.assert_close(st.solve(A2, b, **kw), torch.linalg.solve(D, b), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["lanczos", "dense"] + (["arpack"] if HAS_SCIPY else []))
+def test_eigsh_after_the_planned_values_were_overwritten_in_place(method):
+    n = 40
+    g = torch.Generator().manual_seed(3)
+    R = torch.rand(n, n, generator=g, dtype=torch.float64)
+    D = (R + R.T) * (torch.rand(n, n, generator=g) < 0.2).double()
+    D = D + D.T + torch.diag(torch.arange(n, dtype=torch.float64))
+    A1 = st.SparseTensor.from_dense(D, format=CSR)
+    st.eigsh(A1, k=2, which="LA", method=method)
+    A1.values.mul_(-2.0)
+    A2 = st.SparseTensor.from_dense(D, format=CSR)
+    w = st.eigsh(A2, k=2, which="LA", method=method)[0]
+    ref = torch.linalg.eigvalsh(D)[-2:]
+    torch.testing.assert_close(torch.sort(w).values, ref, rtol=1e-8, atol=1e-8)
+
+
+@pytest.mark.skipif(not HAS_SCIPY, reason="needs the SciPy plugin (lsqr)")
+def test_lstsq_after_the_planned_values_were_overwritten_in_place():
+    g = torch.Generator().manual_seed(5)
+    D = torch.randn(40, 12, generator=g, dtype=torch.float64) * (torch.rand(40, 12, generator=g) < 0.5)
+    D[:12] += 3 * torch.eye(12, dtype=torch.float64)
+    b = torch.randn(40, generator=g, dtype=torch.float64)
+    kw = dict(backend="scipy", method="lsqr")
+    A1 = st.SparseTensor.from_dense(D, format=CSR)
+    st.lstsq(A1, b, **kw)
+    A1.values.mul_(3.0)
+    x = st.lstsq(st.SparseTensor.from_dense(D, format=CSR), b, **kw)
+    torch.testing.assert_close(x, torch.linalg.lstsq(D, b.unsqueeze(-1)).solution.squeeze(-1), rtol=1e-8, atol=1e-10)
+
+
+def test_solver_update_values_equal_to_old_numbers_after_an_overwrite():
+    D = _tridiag()
+    b = torch.ones(D.shape[0], dtype=torch.float64)
+    A = st.SparseTensor.from_dense(D, format=CSR)
+    s = st.Solver(A, method="cg", rtol=1e-12, cache=True)
+    s.solve(b)
+    A.values.mul_(3.0)  # the memory the plan was loaded from
+    s.update_values(st.SparseTensor.from_dense(D, format=CSR).values)  # equal to the plan's snapshot
+    torch.testing.assert_close(s.solve(b), torch.linalg.solve(D, b), rtol=1e-9, atol=1e-12)
+
+
+def _index_cases():
+    cases = [dict(backend="torch", method="lu"), dict(method="gmres", rtol=1e-12), {}]
+    if HAS_SCIPY:
+        cases.append(dict(backend="scipy", method="lu"))
+    if HAS_EIGEN:
+        cases.append(dict(backend="eigen", method="lu"))
+    return cases
+
+
+@pytest.mark.parametrize("kw", _index_cases(), ids=lambda kw: "-".join(str(v) for v in kw.values()) or "default")
+def test_solver_sees_an_in_place_write_to_the_index_buffers(kw):
+    D = torch.diag(torch.full((6,), 4.0, dtype=torch.float64))
+    D += torch.diag(torch.ones(5, dtype=torch.float64), 1) + torch.diag(torch.ones(5, dtype=torch.float64), -1)
+    A = st.SparseTensor.from_dense(D, format=CSR)
+    b = torch.arange(1.0, 7.0, dtype=torch.float64)
+    s = st.Solver(A, **kw)
+    torch.testing.assert_close(s.solve(b), torch.linalg.solve(D, b))
+    A.crd(1)[1] = 3  # row 0: column 1 -> column 3 (still sorted and valid): another matrix
+    new = A.to_dense()
+    assert not torch.equal(new, D)
+    x = s.solve(b)
+    torch.testing.assert_close(x, torch.linalg.solve(new, b), rtol=1e-9, atol=1e-12)
+    # and the gradient flows to the new pattern's values
+    v = A.values.detach().clone().requires_grad_(True)
+    s.update_values(v)
+    s.solve(b).sum().backward()
+    vd = v.detach().clone().requires_grad_(True)
+    ref = torch.linalg.solve(A.with_values(vd).to_dense(), b).sum()
+    (gv,) = torch.autograd.grad(ref, vd)
+    torch.testing.assert_close(v.grad, gv, rtol=1e-8, atol=1e-12)
