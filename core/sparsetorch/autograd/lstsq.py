@@ -15,8 +15,21 @@ W = argmin ||A^H W - G||^2 + damp^2 ||W||^2 = (A A^H + damp^2 I)^{-1} A G = A K^
 return from a zero start). Then Lambda:
 
 - ``damp == 0``: Lambda = A^+ W (a second least-squares solve; exact when A has full column
-  rank, since A^+ A = I). Rank-deficient A: the pseudo-inverse is not differentiable in the
-  usual sense (Golub & Pereyra's extra terms); not supported, and m < n raises.
+  rank, since A^+ A = I). Rank-deficient A (and any wide one, m < n): the minimum-norm solution
+  x = A^+ b is not differentiable in A's values there (it jumps where the rank changes), and even
+  the constant-rank derivative (torch.linalg.pinv's autograd; Golub & Pereyra) has a third term,
+  ``(I - A^+ A) dA^H A^+H x``, that the rule above lacks. So the values-gradient raises
+  :class:`~sparsetorch.SingularMatrixError` instead of returning a wrong number (m < n: InputError,
+  before any solve). The test costs one product: for damp == 0, ``A^H W = A^+ A G`` is G's part in
+  A's row space, so the defect ``A^H W - G`` is G's part in A's null space; it is zero for full
+  column rank (up to the adjoint solve's backward error) and generically not otherwise, measured as
+  that solve's consistency ``||A^H W - G|| / (||A||_F ||W|| + ||G||)`` per column against
+  ``max(sqrt(eps), 10 max(atol, btol))``. Where G lies in A's row space (the defect is zero) the
+  missing term vanishes and the rule is the constant-rank derivative exactly, so it is returned. The
+  gradient in B needs no test: it is ``A^+H G = W`` for any rank and shape. Forward mode has no G:
+  the missing term is ``P_null dA^H A^+H x``, so its adjoint solve carries one more column,
+  ``dA^H q`` (q fixed), whose part in A's null space is generically nonzero exactly when the
+  tangent dA reaches it.
 - ``damp != 0``: Lambda = (G - A^H W) / damp^2 (from K Lambda = G; valid for any rank). Its
   error is about ``||A||^2 / damp^2`` times the adjoint solve's relative error, so tight
   tolerances (``atol``/``btol``) are needed when ``damp`` is small against ``||A||``.
@@ -27,6 +40,7 @@ Plans never see autograd: inputs arrive detached; this backward is not different
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +50,7 @@ from ..dispatch.accuracy import backward_error_bound
 from ._fast_apply import FastFunction, vmap_columns
 from ._first_order import first_order_only
 from ..dispatch.results import Attempt, IterationResult, Status
-from ..errors import InputError, NotConvergedError, NotConvergedWarning
+from ..errors import InputError, NotConvergedError, NotConvergedWarning, SingularMatrixError
 from ..format import CSR
 from ..tensor import SparseTensor
 from ..tensor.interop.torch_io import compressed_tensor
@@ -279,6 +293,62 @@ class _Adjoint:
         return self.handle.run(values, B, adjoint=True)
 
 
+def _rank_tolerance(dtype: torch.dtype, options: dict) -> float:
+    """Where the adjoint solve's consistency defect means "A is rank deficient" (:func:`_check_rank`): above
+    the noise of a backward-stable solve (``sqrt(eps)``, far above ``kappa eps`` for any A whose gradient is
+    worth having) and of one stopped by the call's ``atol`` / ``btol``."""
+    tols = [float(options.get(k) or 0.0) for k in ("atol", "btol")]
+    return max(math.sqrt(torch.finfo(dtype).eps), 10.0 * max(tols))
+
+
+def _check_rank(h: LstsqHandle, values: torch.Tensor, G: torch.Tensor, W: torch.Tensor, what: str) -> None:
+    """Raise :class:`~sparsetorch.SingularMatrixError` where ``W`` (the minimum-norm solution of
+    ``A^H W = G``, damp == 0) does not solve it: G has a part in A's null space, so A is rank deficient and
+    the values-gradient rule would be wrong (module docstring). Plain tensors only (run inside ``_Run``)."""
+    if G.numel() == 0 or W.numel() == 0:
+        return
+    s = G.abs().amax(-2, keepdim=True)  # per column: G's magnitude out of the norms (1e-200 or 1e200 columns)
+    s = torch.where(s > 0, s, torch.ones_like(s))
+    Gs, Ws = G / s, W / s
+    D = apply_entries(h.A, values, Ws, adjoint=True) - Gs
+    anorm = torch.linalg.vector_norm(values, dim=-1).unsqueeze(-1)
+    den = anorm * torch.linalg.vector_norm(Ws, dim=-2) + torch.linalg.vector_norm(Gs, dim=-2)
+    e = torch.linalg.vector_norm(D, dim=-2) / torch.where(den > 0, den, torch.ones_like(den))
+    worst = float(e.max())
+    tol = _rank_tolerance(values.dtype, h.options)
+    if not worst > tol:
+        return
+    m, n = h.A.format_shape
+    raise SingularMatrixError(
+        f"lstsq: A ({m}x{n}) is rank deficient (damp == 0; found by {h.state.label}'s adjoint solve: {what} has a "
+        f"part of relative size {worst:.2g} > {tol:.2g} in A's null space). The minimum-norm least-squares "
+        f"solution x = pinv(A) b is not differentiable in A's values there (it jumps where the rank changes), and "
+        f"lstsq's gradient rule needs full column rank. Pass damp > 0 (the regularised solution has a well-defined "
+        f"gradient for any rank), remove the dependent columns, or differentiate in B only (detach A's values: "
+        f"the gradient in B, pinv(A)^H G, is defined for any rank). If A is only ill conditioned, tighten "
+        f"atol / btol")
+
+
+def _fixed_vector(m: int) -> torch.Tensor:
+    """An ``(m, 1)`` vector with no structure (entries ``cos(1 + 2.39996 i)``, the golden angle's steps), the
+    same every call: no random numbers (torch.func.vmap refuses them)."""
+    return torch.cos(1.0 + 2.399963229728653 * torch.arange(m, dtype=torch.float64)).unsqueeze(-1)
+
+
+@dataclass(frozen=True)
+class _AdjointRankChecked:
+    """The adjoint solve ``W = A^+H G`` of a derivative in A's values at damp == 0, then :func:`_check_rank`
+    on every column of G (``what`` names them in the error)."""
+
+    handle: LstsqHandle
+    what: str = "the gradient with respect to x"
+
+    def run(self, values: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
+        W = self.handle.run(values, G, adjoint=True)
+        _check_rank(self.handle, values, G, W, self.what)
+        return W
+
+
 class _Run(FastFunction):
     """One least-squares solve on the plan with no derivative of its own: the backward pass's solves.
     Through a Function so that under torch.func transforms (grad, vmap) the plan sees the plain
@@ -325,16 +395,24 @@ class _Lstsq(FastFunction):
         h: LstsqHandle = ctx.handle
         m, n = h.A.format_shape
         damp = float(h.options.get("damp") or 0.0)
-        if damp == 0.0 and m < n:
-            raise InputError(f"lstsq derivatives need full column rank (m >= n) when damp == 0; A is {m}x{n} "
-                             f"(underdetermined). Pass damp > 0")
+        if damp == 0.0 and m < n and dvalues is not None:
+            raise InputError(f"lstsq derivatives in A's values need full column rank (m >= n) when damp == 0; A is "
+                             f"{m}x{n} (underdetermined). Pass damp > 0 (the derivative in B alone is defined)")
         rhs = dB if dB is not None else torch.zeros_like(B)
         if dvalues is not None:
             rhs = rhs - apply_entries(h.A, dvalues, X)
         dX = _Run.apply(values, rhs, h)
         if dvalues is not None:
             z = apply_entries(h.A, dvalues, B - apply_entries(h.A, values, X), adjoint=True)  # dA^H R
-            W = _Run.apply(values, z, _Adjoint(h))
+            if damp == 0.0:
+                # rank test (module docstring): the missing term is (I - A^+ A) dA^H (.), nonzero where dA^H
+                # reaches A's null space; one more column of the same solve, dA^H q (q fixed), tells (zero for a
+                # zero tangent, which torch.func hands over for an input it does not differentiate)
+                q = _fixed_vector(m).to(device=z.device, dtype=z.dtype).expand(*values.shape[:-1], m, 1)
+                zq = torch.cat([z, apply_entries(h.A, dvalues, q, adjoint=True).expand(*z.shape[:-1], 1)], dim=-1)
+                W = _Run.apply(values, zq, _AdjointRankChecked(h, "the tangent dA^H q"))[..., :-1]
+            else:
+                W = _Run.apply(values, z, _Adjoint(h))
             dX = dX + (_Run.apply(values, W, h) if damp == 0.0 else (z - apply_entries(h.A, values, W, adjoint=True)) / damp**2)
         return dX
 
@@ -362,11 +440,13 @@ class _Lstsq(FastFunction):
             return None, None
         m, n = h.A.format_shape
         damp = float(h.options.get("damp") or 0.0)
-        if damp == 0.0 and m < n:
+        if damp == 0.0 and m < n and need_v:
             raise InputError(f"lstsq gradients need full column rank (m >= n) when damp == 0; A is {m}x{n} "
-                             f"(underdetermined). Pass damp > 0 or do not require grad")
+                             f"(underdetermined). Pass damp > 0 or do not require grad of A's values (the "
+                             f"gradient in B alone is defined)")
         G = G.detach()
-        W = _Run.apply(values, G, _Adjoint(h))  # A K^{-1} G
+        # A K^{-1} G; for a values-gradient at damp == 0 checked for rank deficiency (G's part in A's null space)
+        W = _Run.apply(values, G, _AdjointRankChecked(h) if need_v and damp == 0.0 else _Adjoint(h))
         if damp == 0.0:
             Lam = _Run.apply(values, W, h)  # A^+ W = K^{-1} G for full column rank
         else:

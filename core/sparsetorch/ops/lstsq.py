@@ -98,7 +98,9 @@ def lstsq(
 
     ``B`` is ``(m,)``, ``(m, k)`` or either with A's value batch in front; ``X`` has ``n`` rows.
     Overdetermined full-rank systems give the least-squares solution, underdetermined or
-    rank-deficient ones the minimum-norm one (``damp == 0``). Methods: ``"lsqr"``, ``"lsmr"`` (the SciPy
+    rank-deficient ones the minimum-norm one (``damp == 0``), by every method (LSQR / LSMR start from
+    zero, the Eigen QR takes a second QR, the dense SVD drops the null singular values); the one exception
+    is the column-scaled retry of badly scaled columns (docs/dispatch.md), which info names. Methods: ``"lsqr"``, ``"lsmr"`` (the SciPy
     plugin), ``"qr"`` (the Eigen plugin's sparse QR), ``"dense"`` (the built-in torch backend's SVD of the dense
     matrix, any rank and ``damp``, up to min(m, n) = 4096); ``atol``/``btol``/``conlim``/``maxiter`` are their stopping rules (see
     :data:`LSTSQ_DEFAULTS`). With none of ``atol``/``btol``/``damp`` given, an iterative answer is
@@ -109,7 +111,11 @@ def lstsq(
 
     Differentiable in A's values (on the pattern) and in ``B`` by the adjoint method
     (``autograd/lstsq.py``): two least-squares solves on the same plan per backward pass (one
-    when ``damp > 0``). With ``damp == 0`` gradients need A of full column rank (``m >= n``).
+    when ``damp > 0``). With ``damp == 0`` the gradient in ``B`` is ``pinv(A)^H G`` for any shape and
+    rank, while one in A's values needs A of full column rank: a wide A raises ``InputError``, a
+    rank-deficient tall or square one :class:`~sparsetorch.SingularMatrixError` (the minimum-norm
+    solution is not differentiable in A there; found by the backward pass's adjoint solve at the cost
+    of one product). ``damp > 0`` gives a well-defined gradient for any rank.
     ``return_info=True`` returns ``(X, info)`` with ``info.residual = ||B - A X|| / ||B||``.
 
     In float32 / complex64, a call with no ``method``, tolerance or ``damp`` is solved in float64 /
