@@ -90,13 +90,20 @@ def conversion_note(request: Request, *, per_call: str = "", name_unnamed: bool 
 
 
 def hermitian(request: Request) -> bool:
-    """A is known or detected symmetric (Hermitian) or SPD."""
-    return bool({"symmetric", "hermitian", "spd"} & request.properties)
+    """A is known or detected Hermitian (``A == A^H``): tagged or detected ``"hermitian"`` or
+    ``"spd"``, or ``"symmetric"`` with a real dtype. For complex values ``"symmetric"`` alone says
+    ``A == A^T`` (a complex symmetric matrix: Helmholtz, Maxwell with absorbing layers), which is
+    not Hermitian: methods that assume ``A^H = A`` (Cholesky, LDL^H such as Eigen's SimplicialLDLT,
+    CG, MINRES, Lanczos) give wrong answers on it without failing. (Detection tags a complex
+    Hermitian matrix both ``"symmetric"`` and ``"hermitian"``.)"""
+    props = request.properties
+    return bool({"hermitian", "spd"} & props) or ("symmetric" in props and not request.dtype.is_complex)
 
 
 def spd_ok(request: Request, method: str) -> bool:
-    """The torch backend's rule for methods that need SPD: SPD detected or tagged, or ``method``
-    pinned on a Hermitian A (the user vouches for definiteness; the plan reports INDEFINITE)."""
+    """The torch backend's rule for methods that need SPD (Hermitian positive definite for complex
+    A): SPD detected or tagged, or ``method`` pinned on a Hermitian A (:func:`hermitian`: the user
+    vouches for definiteness; the plan reports INDEFINITE)."""
     return "spd" in request.properties or (request.option("method") == method and hermitian(request))
 
 

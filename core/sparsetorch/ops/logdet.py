@@ -36,7 +36,7 @@ import torch
 from ..autograd.lstsq import apply_entries
 from ..autograd._first_order import first_order_only
 from ..dispatch.accuracy import backward_error_bound, normwise_backward_error
-from ..errors import BackendError, InputError, SingularMatrixError, SparseTorchError
+from ..errors import BackendError, InputError, NotSymmetricError, SingularMatrixError, SparseTorchError
 from ..tensor import SparseTensor
 from ..tensor.sparse_tensor import is_plain, vmapped
 from ..dispatch.options import LogdetOptions
@@ -216,8 +216,11 @@ def logdet_request(A, backend=None, method=None, properties=None):
     return make_request("logdet", (describe_factored(A, props),), props, LogdetOptions(backend=backend, method=method))
 
 
-#: Errors after which another method would not do better (the operands are wrong).
-_PASS_THROUGH = (InputError,)
+#: Errors after which another method would not do better (the operands are wrong). NotSymmetricError:
+#: a plan that assumes ``A^H = A`` (Cholesky, LDL^H) found values that are not Hermitian, taken on a
+#: tag (``properties="spd"`` / ``"hermitian"``) or a pin that the values contradict: raised, not
+#: answered by the next method (a wrong tag is the caller's to fix; solve raises it too)
+_PASS_THROUGH = (InputError, NotSymmetricError)
 
 
 def _run(values: torch.Tensor, handle) -> tuple[torch.Tensor, torch.Tensor]:

@@ -18,7 +18,10 @@ Numeric failures become the library's errors in ``set_values`` (solve and lstsq)
 failing condition: a zero pivot (SingularMatrixError), a non-positive Cholesky pivot
 (IndefiniteMatrixError), a pivot below ``n eps max|A|`` (SingularMatrixError, "to working
 precision"). A logdet plan never raises for a singular matrix: its slogdet is ``(0, -inf)``, and
-only a solve on it raises.
+only a solve on it raises. Complex values given to Cholesky / LDL^T (which read one triangle and take
+the other as its conjugate transpose) are checked to be Hermitian before they are factored: a
+complex symmetric A, or an ``spd`` / ``hermitian`` tag its values contradict, raises
+NotSymmetricError naming ``method='lu'`` (it gave a wrong determinant, gradient and solution).
 """
 
 from __future__ import annotations
@@ -28,11 +31,12 @@ from typing import Any, Mapping
 
 import torch
 
-from sparsetorch import BackendError, IndefiniteMatrixError, InputError, IterationResult, SingularMatrixError, SparseTensor, Status
+from sparsetorch import (BackendError, IndefiniteMatrixError, InputError, IterationResult, NotSymmetricError,
+                         SingularMatrixError, SparseTensor, Status)
 from sparsetorch.backend import SYMMETRIC_MODE_WEAK_MAX, weak_diagonal_fraction
 
 from . import _lib
-from ._handoff import Handoff, full_diagonal, plain, structurally_symmetric
+from ._handoff import Handoff, TransposeMap, full_diagonal, plain, structurally_symmetric
 
 __all__ = ["DirectPlan", "DIRECT_METHODS", "lu_settings"]
 
@@ -76,7 +80,7 @@ class DirectPlan:
     preconditioner = None
 
     def __init__(self, A: SparseTensor, method: str, options: Mapping[str, Any], *, backend: str = "eigen",
-                 op: str = "solve") -> None:
+                 op: str = "solve", properties: frozenset[str] | None = None) -> None:
         if method not in DIRECT_METHODS:
             raise InputError(f"{backend}: unknown direct method {method!r}; known: {DIRECT_METHODS}")
         self.backend, self.method, self.op = backend, method, op
@@ -109,6 +113,12 @@ class DirectPlan:
         #: symmetric mode chosen from the pattern alone (no backend_options said so): the first values
         #: confirm it, or switch the plan to COLAMD with partial pivoting (a weak diagonal; set_values)
         self._mode_open = method == "lu" and sym and not any(k in bo for k in ("ordering", "pivot_threshold", "symmetric_mode"))
+        #: A's tags as the request had them (named when the values contradict them)
+        self.properties = frozenset(properties or ())
+        #: complex values of a method that reads one triangle and assumes A^H = A: each value set is
+        #: checked to be Hermitian before it is factored (a complex symmetric A, or a tag the values
+        #: contradict, gave a wrong determinant and gradient without an error; session 27's sweep)
+        self._transpose = TransposeMap(self._h) if method in ("cholesky", "ldlt") and A.dtype.is_complex else None
         self._analyse()
         self._values: torch.Tensor | None = None
         self._failures: list[Exception | None] = []
@@ -147,6 +157,8 @@ class DirectPlan:
             data = torch.conj_physical(data)  # the values of A^H (A's transpose is a view: the same slots)
         if data.dtype != self.dtype:
             raise InputError(f"{self.backend}/{self.method}: values are {data.dtype}, the plan was built for {self.dtype}")
+        if self._transpose is not None:
+            self._check_hermitian(data)
         if self._mode_open:
             self._confirm_mode(data)
         _lib.call(self._factor.factorize, data.data_ptr())
@@ -184,6 +196,34 @@ class DirectPlan:
             failures.append(exc)
         self._failures = failures
         self._values = data
+
+    def _check_hermitian(self, data: torch.Tensor) -> None:
+        """Raise :class:`NotSymmetricError` when complex values are not Hermitian (SimplicialLLT and
+        SimplicialLDLT would factor another matrix: the triangle they read and its conjugate transpose)."""
+        tm = self._transpose
+        found = tm.defect(data) if tm is not None else None
+        if tm is None or found is None:
+            return
+        member, slot, complex_symmetric = found
+        i, j = int(tm.rows[slot]), int(tm.cols[slot])
+        a = complex(data[member, slot])
+        b = complex(data[member, tm.slot[slot]]) if bool(tm.found[slot]) else 0j
+        what = ("A is complex symmetric (A == A^T), which is not Hermitian for complex values"
+                if complex_symmetric else "A is not Hermitian")
+        tags = [t for t in ("spd", "hermitian") if t in self.properties]  # spd implies the hermitian tag
+        if tags:
+            said = (f"; properties={tags[0]!r} says A is Hermitian{' positive definite' if tags[0] == 'spd' else ''}, its "
+                    f"values say otherwise")
+        elif "symmetric" in self.properties:
+            said = "; properties='symmetric' on complex values says A == A^T, not A == A^H"
+        else:
+            said = ""
+        retag = "; tag a complex symmetric A properties='symmetric', not spd / hermitian" if complex_symmetric and tags else ""
+        raise NotSymmetricError(
+            f"{self.backend}/{self.method}: Eigen's {_NAMES[self.method]} needs a Hermitian matrix (A == A^H: it reads one "
+            f"triangle and takes the other as its conjugate transpose) and {what}: A[{i}, {j}] = {a:.6g} but "
+            f"conj(A[{j}, {i}]) = {b.conjugate():.6g}{_where(member, data.shape[0])}{said}. Use method='lu' (or pass no "
+            f"method){retag}")
 
     def _tiny_pivot(self, member: int, data: torch.Tensor, members: int) -> Exception | None:
         lo, hi, at = self._factor.pivot_range(member)

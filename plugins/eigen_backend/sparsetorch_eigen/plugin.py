@@ -2,7 +2,8 @@
 
 Offers, per request (CPU tensors; float32, float64, complex64, complex128; int32/int64 indices):
 
-- ``solve``: ``cholesky`` (SimplicialLLT, SPD), ``ldlt`` (SimplicialLDLT, symmetric/Hermitian),
+- ``solve``: ``cholesky`` (SimplicialLLT, SPD), ``ldlt`` (SimplicialLDLT, symmetric/Hermitian; both
+  read one triangle and assume ``A^H = A``, so a complex symmetric A, ``A == A^T``, gets neither),
   ``lu`` (SparseLU), ``qr`` (SparseQR), each analysed once per pattern and refactored on new
   values; ``cg`` (SPD) with ``jacobi``/``ichol`` (IncompleteCholesky), ``bicgstab`` with
   ``jacobi``/``ilu`` (IncompleteLUT). With nothing pinned, CG is offered with Jacobi and IC,
@@ -131,15 +132,30 @@ def _square(request: Request) -> bool:
     return request.A.shape[-2] == request.A.shape[-1]
 
 
+#: what a decline for a method that assumes ``A^H = A`` adds for complex A
+_NOT_COMPLEX_SYMMETRIC = ("; for complex A that means Hermitian (A == A^H): a complex symmetric matrix (A == A^T, "
+                          "properties='symmetric') is not, use method='lu'")
+
+
+def _pinned_on_complex_symmetric(request: Request, method: str) -> bool:
+    """``method`` (Cholesky, LDL^T: they assume ``A^H = A``) pinned on a complex A tagged ``"symmetric"``
+    only, which says ``A == A^T``, not Hermitian: the pin is taken and the plan checks on the values
+    that A is Hermitian (a Hermitian A tagged "symmetric" is factored; a complex symmetric one
+    raises NotSymmetricError naming method='lu' instead of a wrong answer)."""
+    return (request.option("method") == method and request.dtype.is_complex and "symmetric" in request.properties
+            and not hermitian(request))
+
+
 def _requirement(request: Request, method: str) -> str | None:
-    if method == "cholesky" and not spd_ok(request, "cholesky"):
+    cplx = _NOT_COMPLEX_SYMMETRIC if request.dtype.is_complex else ""
+    if method == "cholesky" and not (spd_ok(request, "cholesky") or _pinned_on_complex_symmetric(request, method)):
         return ("Cholesky (SimplicialLLT) needs a symmetric positive definite matrix (not detected; pass "
-                "properties='spd' if it is)")
+                f"properties='spd' if it is){cplx}")
     if method == "cg" and not spd_ok(request, "cg"):
-        return "CG needs a symmetric positive definite matrix (not detected; pass properties='spd' if it is)"
-    if method == "ldlt" and not hermitian(request):
-        return ("LDL^T (SimplicialLDLT) needs a symmetric (Hermitian) matrix (not detected; pass properties='symmetric' "
-                "if it is)")
+        return f"CG needs a symmetric positive definite matrix (not detected; pass properties='spd' if it is){cplx}"
+    if method == "ldlt" and not (hermitian(request) or _pinned_on_complex_symmetric(request, method)):
+        return ("LDL^T (SimplicialLDLT) needs a symmetric (Hermitian) matrix (not detected; pass "
+                f"properties='{'hermitian' if cplx else 'symmetric'}' if it is){cplx}")
     if method == "ldlt" and "zero_diagonal" in request.properties and request.option("method") != "ldlt":
         # SimplicialLDLT does not pivot: a zero on the diagonal (saddle-point / KKT systems, graphs
         # without self-loops) meets a zero pivot or a fill explosion (hangGlider_2: 60 ms against
@@ -264,7 +280,7 @@ def _direct_factory(method: str, op: str) -> Callable[..., Any]:
     def build(A: sparsetorch.SparseTensor, request: Request) -> Any:
         from .direct import DirectPlan
 
-        return DirectPlan(A, method, request.options, backend=NAME, op=op)
+        return DirectPlan(A, method, request.options, backend=NAME, op=op, properties=request.properties)
 
     return build
 

@@ -191,7 +191,9 @@ def _lu_answer(request: Request, r: Any, pre_name: str | None) -> Offer | Declin
     if pre_name not in (None, "none"):
         return Decline(NAME, "a preconditioner was requested, but LU is a direct method; drop preconditioner= to use it", "lu")
     est = cost.lu_estimate(r, request)
-    mode = ("symmetric mode, min. degree on A^T+A" if hermitian(request) and "zero_diagonal" not in request.properties
+    # the ordering follows the pattern: a complex symmetric A (not Hermitian) gets the symmetric mode too
+    symmetric = bool({"symmetric", "hermitian", "spd"} & request.properties)
+    mode = ("symmetric mode, min. degree on A^T+A" if symmetric and "zero_diagonal" not in request.properties
             else "COLAMD, partial pivoting")
     pieces = getattr(request.A, "components", None)
     shape = (f"{sum(c for _, _, c in pieces)} independent pieces (block-diagonal)" if pieces
