@@ -34,7 +34,7 @@ import torch
 
 import sparsetorch
 from sparsetorch import BackendInfo, Decline, Offer, Request
-from sparsetorch.backend import OperandInfo, cuda_matrix_decline, dtype_name, hermitian, itemsize, rates, spd_ok
+from sparsetorch.backend import OperandInfo, cuda_matrix_decline, dtype_name, itemsize, rates, spd_ok
 
 from . import __version__, _lib, cost
 
@@ -146,7 +146,8 @@ def _fmt_bytes(b: float) -> str:
 
 def _answer(request: Request, r: Any, method: str, free: int | None) -> Offer | Decline:
     props = request.properties
-    symmetric = hermitian(request)
+    # LDL^T takes a complex symmetric A (cuDSS's SYMMETRIC type) as well as a Hermitian one: any symmetry tag
+    symmetric = bool({"symmetric", "hermitian", "spd"} & props)
     if method == "cholesky" and not spd_ok(request, method):
         return Decline(NAME, "Cholesky needs a symmetric positive definite matrix (not detected; pass properties='spd' "
                              "if it is)", method)
