@@ -21,7 +21,10 @@ matrix of every i shares one pattern, so one plan serves them all). The coupling
 computed eigenvalues ``1 / (w_i - w_j)`` does not exist at a repeated eigenvalue: a gap below
 ``degenerate_tol`` (relative to ``max |w|``) with a non-zero coupling raises
 :class:`DegenerateEigenvalueError` (or warns, per the handle's policy); losses that depend on
-the eigenspace only (for example ``sum_i v_i v_i^H``) have zero coupling and pass. The bordered
+the eigenspace only (for example ``sum_i v_i v_i^H``) have zero coupling and pass. A loss that
+reads some vectors of a repeated eigenvalue and not the others (one computed but unread, or a
+copy outside the computed pairs, found by the bordered solve's probe) raises too, unless its
+gradient lies within the vectors it reads (``_vector_adjoint`` has the three tests). The bordered
 system is assembled and solved by the ops layer (``ops/spectral/_bordered.py``), which hands its
 class to the handle (``EigshHandle.bordered``): solving means dispatch, above this layer.
 
@@ -161,7 +164,26 @@ class _Eigsh(torch.autograd.Function):
 
 
 def _vector_adjoint(h: EigshHandle, values, mvalues, w, V, gV) -> torch.Tensor:
-    """``Q`` of the module docstring, for every member of the value batch."""
+    """``Q`` of the module docstring, for every member of the value batch.
+
+    Degeneracy (the eigenvector gradient does not exist) is found three ways, each raising
+    :class:`DegenerateEigenvalueError` under ``degenerate="raise"``:
+
+    - two computed eigenvalues closer than ``wtol`` (``degenerate_tol * max|w|``, and never below
+      ``100 eps`` times the eigenvalues' scale) whose coupling rotates the pair: ``C - C^H`` non-zero,
+      ``C = V_S^H gV_S`` on the cluster ``S`` (the loss is not invariant to rotations of it at first order);
+    - a cluster of which the loss reads some vectors and not others (a column of ``gV`` exactly
+      zero) while a read one's gradient has a part outside the cluster: the loss is then a function
+      of some vectors of the eigenspace only, which has a gradient only when that part is zero. The
+      first-order test above cannot see this: on a 4 x 4 grid Laplacian ``(v_1^2 * arange(16)).sum()``
+      is constant on the repeated eigenvalue's eigenspace, so ``C - C^H`` is exactly 0, and the
+      gradient came back different for every method (session 27's sweep);
+    - a copy of ``w_i`` outside the computed pairs (the bordered system's probe, ``ops/spectral/
+      _bordered.py``, puts an eigenvalue not computed within ``wtol`` of it) while ``gv_i`` has a
+      part outside the computed vectors of ``w_i``: the same argument, the missing copy being unread.
+      When that part is zero the gradient exists and ``y_i`` is 0 (the solve's answer is then only
+      the arbitrary component along the missing copy, which an LU returned as garbage).
+    """
     batch = tuple(V.shape[:-2])
     n, k = V.shape[-2], V.shape[-1]
     flat = lambda t, tail: t.reshape(-1, *tail)  # noqa: E731
@@ -170,18 +192,28 @@ def _vector_adjoint(h: EigshHandle, values, mvalues, w, V, gV) -> torch.Tensor:
     mv = None
     if h.M is not None:
         mv = mvalues.reshape(-1, mvalues.shape[-1]) if mvalues.dim() > 1 else mvalues.unsqueeze(0).expand(Vf.shape[0], -1)
+    eps = torch.finfo(V.dtype).eps
+    ptol = eps ** 0.5  # a gradient's part outside a cluster below ptol * its norm counts as none
     out = []
     bordered = None
     for b in range(Vf.shape[0]):
         Vb, gb, wb = Vf[b], gVf[b], wf[b]
+        MVb = Vb if h.M is None else h.M.with_values(mv[b].detach()) @ Vb  # type: ignore[index]
         coupling = Vb.mH @ gb  # (k, k): v_j^H gv_i
         gap = wb.unsqueeze(0) - wb.unsqueeze(1)  # [j, i] = w_i - w_j
         scale = float(wb.abs().max()) if k else 1.0
+        # the eigenvalues' scale: max|w|, or A's entries (over M's) when the computed ones are all small
+        amax = float(vals[b].detach().abs().max()) if vals.shape[-1] else 0.0
+        if mv is not None and mv.shape[-1]:
+            amax = amax / max(float(mv[b].detach().abs().max()), 1e-300)
+        wscale = max(scale, amax)
+        wtol = max(h.degenerate_tol * scale, 100 * eps * wscale, 1e-300)
         eye = torch.eye(k, dtype=torch.bool, device=gap.device)
-        close = (gap.abs() <= h.degenerate_tol * max(scale, 1e-300)) & ~eye
+        close = (gap.abs() <= wtol) & ~eye
         # Within a (nearly) repeated pair only the part of the coupling that rotates the pair
         # needs 1/gap; a loss that depends on the eigenspace alone has none of it.
-        rotating = (coupling - coupling.mH).abs() > 1e-8 * max(float(coupling.abs().max()), 1e-300)
+        ctol = max(1e-8, 100 * eps) * max(float(coupling.abs().max()), 1e-300)
+        rotating = (coupling - coupling.mH).abs() > ctol
         if bool((close & rotating).any()):
             j, i = (int(x) for x in torch.nonzero(close & rotating)[0])
             msg = (
@@ -191,10 +223,26 @@ def _vector_adjoint(h: EigshHandle, values, mvalues, w, V, gV) -> torch.Tensor:
                 f"so its gradient does not exist. Use a loss that depends only on the eigenspace, or pass "
                 f"degenerate='warn' (drops the coupling of the pair) or degenerate_tol= to change the threshold"
             )
-            if h.degenerate == "raise":
-                raise DegenerateEigenvalueError(msg)
-            if h.degenerate == "warn":
-                warnings.warn(msg, stacklevel=3)
+            _degenerate(h, msg)
+        wanted = [i for i in range(k) if bool((gb[:, i] != 0).any())]
+        read = (gb != 0).any(0)
+        # each wanted gradient's part outside its cluster S (its own vector and the computed ones close to it)
+        outside: dict[int, float] = {}
+        for i in wanted:
+            S = close[:, i] | eye[:, i]
+            g = gb[:, i]
+            r = g - MVb[:, S] @ (Vb[:, S].mH @ g)
+            outside[i] = _ratio(float(torch.linalg.vector_norm(r)), float(torch.linalg.vector_norm(g)))
+            unread = close[:, i] & ~read
+            if outside[i] > ptol and bool(unread.any()):
+                j = int(torch.nonzero(unread)[0])
+                _degenerate(h, (
+                    f"eigenvector gradient at (nearly) repeated eigenvalues w[{i}]={float(wb[i]):.6g} and "
+                    f"w[{j}]={float(wb[j]):.6g} (gap {float(gap[j, i].abs()):.3g} <= degenerate_tol={h.degenerate_tol:g} "
+                    f"* max|w|): the loss reads eigenvector {i} and not eigenvector {j} of the same eigenspace, so it "
+                    f"depends on which vectors are returned and its gradient does not exist. Use a loss of the whole "
+                    f"eigenspace (every vector of it, e.g. a projector sum_i v_i v_i^H), or pass degenerate='ignore' "
+                    f"if the loss is known to depend on the eigenspace only ('warn' to be told)"))
         skip = close | eye
         safe = torch.where(skip, torch.ones_like(gap), gap)
         coef = torch.where(skip, torch.zeros_like(coupling), coupling / safe.to(coupling.dtype))
@@ -202,28 +250,46 @@ def _vector_adjoint(h: EigshHandle, values, mvalues, w, V, gV) -> torch.Tensor:
         if k < n:
             if bordered is None:
                 bordered = h.bordered(h.A, h.M, k)
-            wanted = [i for i in range(k) if bool((gb[:, i] != 0).any())]
             for i in wanted:
-                y = bordered.solve(vals[b], None if mv is None else mv[b], Vb, float(wb[i]), gb[:, i],
-                                   drop_null=h.degenerate != "raise")
+                g = gb[:, i]
+                gn = float(torch.linalg.vector_norm(g))
+                if _ratio(float(torch.linalg.vector_norm(g - MVb @ (Vb.mH @ g))), gn) <= 100 * eps:
+                    continue  # g in the span of M V: y is 0 (and a missing copy's arbitrary part is not taken)
+                sol = bordered.solve(vals[b], None if mv is None else mv[b], Vb, float(wb[i]), g,
+                                     gap_tol=wtol, drop_null=h.degenerate != "raise")
+                y = sol.y
                 # y = sum over the eigenpairs not computed of v_j v_j^H g / (w_j - w_i): its norm bounds
-                # the nearest such gap, min |w_j - w_i| <= ||g|| / ||y||. A copy of w_i outside the
+                # the nearest such gap too, min |w_j - w_i| <= ||g|| / ||y||. A copy of w_i outside the
                 # computed ones that rounding leaves just apart (Lanczos) gave a gradient of norm 4e13
                 # and no error (session 21's sweep)
-                yn, gn = float(torch.linalg.vector_norm(y)), float(torch.linalg.vector_norm(gb[:, i]))
-                if yn > 0 and gn <= h.degenerate_tol * max(scale, 1e-300) * yn:
-                    msg = (f"eigenvector gradient at eigenvalue w[{i}]={float(wb[i]):.6g}: an eigenvalue not among the "
-                           f"{k} computed lies within {gn / yn:.3g} of it (<= degenerate_tol={h.degenerate_tol:g} * "
-                           f"max|w|), so the eigenvector is (nearly) not unique and this loss's gradient does not "
-                           f"exist. Compute more eigenpairs (a larger k) so that every copy is among them, use a loss "
-                           f"that depends only on the eigenspace, or pass degenerate='warn' / 'ignore'")
-                    if h.degenerate == "raise":
-                        raise DegenerateEigenvalueError(msg)
-                    if h.degenerate == "warn":
-                        warnings.warn(msg, stacklevel=3)
-                Qb[:, i] = Qb[:, i] - y
+                yn = 0.0 if y is None else float(torch.linalg.vector_norm(y))
+                near = min(sol.gap, _ratio(gn, yn))
+                if y is None or sol.dropped or near <= wtol:
+                    if outside[i] <= ptol:
+                        continue  # gv_i within the computed vectors of w_i: the gradient exists and y is 0
+                    _degenerate(h, (
+                        f"eigenvector gradient at eigenvalue w[{i}]={float(wb[i]):.6g}: an eigenvalue not among the {k} "
+                        f"computed lies within {near:.3g} of it (<= degenerate_tol={h.degenerate_tol:g} * max|w|, or "
+                        f"rounding), so the eigenvector is (nearly) not unique and this loss's gradient does not exist. "
+                        f"Compute more eigenpairs (a larger k) so that every copy is among them and use a loss of the "
+                        f"whole eigenspace, or pass degenerate='warn' / 'ignore' (drops the coupling to the missing "
+                        f"copy)"))
+                if y is not None:
+                    Qb[:, i] = Qb[:, i] - y
         out.append(Qb)
     return torch.stack(out).reshape(*batch, n, k)
+
+
+def _degenerate(h: EigshHandle, msg: str) -> None:
+    """Raise, warn or pass, per the handle's ``degenerate`` policy."""
+    if h.degenerate == "raise":
+        raise DegenerateEigenvalueError(msg)
+    if h.degenerate == "warn":
+        warnings.warn(msg, stacklevel=4)
+
+
+def _ratio(num: float, den: float) -> float:
+    return 0.0 if num == 0.0 else (float("inf") if den == 0.0 else num / den)
 
 
 def eigsh_function(values: torch.Tensor, mvalues: torch.Tensor, handle: EigshHandle):

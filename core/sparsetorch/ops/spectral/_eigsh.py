@@ -54,9 +54,11 @@ def eigsh(
     eigenvalues nearest ``sigma`` (shift-invert). Returns ``(w, V)``: ``w`` ascending, real,
     shape ``(*batch, k)``; ``V`` ``(*batch, n, k)`` with ``V^H M V = I``. Differentiable in A's
     (and M's) values: eigenvalue gradients cost nothing extra, each eigenvector that receives a
-    gradient costs one bordered solve. Eigenvector gradients at repeated eigenvalues do not
-    exist: ``degenerate="raise"`` (default) raises :class:`DegenerateEigenvalueError`,
-    ``"warn"``/``"ignore"`` drop the coupling between the close pair.
+    gradient costs one bordered solve. Eigenvector gradients at repeated eigenvalues exist only
+    for losses of the whole eigenspace (a copy outside the k computed, or one computed and not
+    read, makes the loss depend on which vectors were returned): otherwise ``degenerate="raise"``
+    (default) raises :class:`DegenerateEigenvalueError`, ``"warn"``/``"ignore"`` drop the
+    coupling between the close pair (or to the missing copy).
 
     Methods (``method=``): "dense" (torch, small n), "lanczos" (torch, any device), "lobpcg"
     (torch, SPD), "arpack" (scipy plugin). Without ``method=`` the capable methods are tried in
