@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ...errors import IndefiniteMatrixError, SingularMatrixError
+from ...errors import IndefiniteMatrixError, NotSymmetricError, SingularMatrixError
 from ...dispatch.results import IterationResult, Status
 from ...tensor import SparseTensor
 
@@ -28,6 +28,7 @@ class DenseLUPlan:
     def set_values(self, values: torch.Tensor) -> None:
         dense = self._A.with_values(values.detach()).to_dense()
         if self._cholesky:
+            _check_hermitian(dense)
             L, info = torch.linalg.cholesky_ex(dense)
             bad = _first_bad(info)
             if bad is not None:
@@ -61,6 +62,32 @@ class DenseLUPlan:
             LU, piv = self._factors
             X = torch.linalg.lu_solve(LU, piv, B, adjoint=adjoint)
         return X, IterationResult(0, float("nan"), True, Status.DIRECT, "dense factorization")
+
+
+def _check_hermitian(dense: torch.Tensor) -> None:
+    """Raise :class:`NotSymmetricError` where ``dense`` is not Hermitian beyond assembly rounding: Cholesky
+    reads one triangle and factors another matrix without an error (a complex symmetric A tagged ``spd``
+    came out as "singular to working precision" from the residual check). O(n^2) beside the O(n^3)
+    factorization; the bound is ``sqrt(eps)`` relative to the larger entry of each pair or 100 eps max|A|."""
+    if dense.numel() == 0:
+        return
+    t = dense.mH
+    eps = torch.finfo(dense.real.dtype if dense.is_complex() else dense.dtype).eps
+    a2, t2 = dense.abs().square(), t.abs().square()
+    bound = eps * torch.maximum(a2, t2) + (100 * eps) ** 2 * a2.amax(dim=(-2, -1), keepdim=True)
+    bad = (dense - t).abs().square() > bound
+    if not bool(bad.any()):
+        return
+    where = torch.nonzero(bad)[0].tolist()
+    i, j = where[-2], where[-1]
+    member = f" (member {tuple(where[:-2])} of the value batch)" if len(where) > 2 else ""
+    sym = dense.is_complex() and bool(((dense - dense.mT).abs().square() <= bound).all())
+    what = ("a complex symmetric matrix (A == A^T), not Hermitian (A == A^H)" if sym
+            else "not symmetric (Hermitian)")
+    raise NotSymmetricError(
+        f"Cholesky needs a Hermitian positive definite matrix; A is {what}: A[{i}, {j}] = {dense[(*where[:-2], i, j)].item()} "
+        f"but conj(A[{j}, {i}]) = {t[(*where[:-2], i, j)].item()}{member}. Use method='lu' (check the properties= tag: "
+        f"'spd' says A == A^H)")
 
 
 def _first_bad(info: torch.Tensor) -> int | None:

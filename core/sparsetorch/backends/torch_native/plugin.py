@@ -22,6 +22,7 @@ import torch
 from ..._version import __version__
 from ..._markers import hookimpl
 from ...dispatch.calibrate import rates
+from ...dispatch.kit import hermitian
 from ...dispatch.records import BackendInfo, Decline, Offer, Request
 from ...format import CSR
 from . import cost
@@ -122,11 +123,12 @@ def _solve_offers(request: Request, r) -> list[Offer | Decline]:
                                         f"None or a callable)", method))
     for method in () if unknown else _ITERATIVE:
         asked = request.option("method") == method
-        if method == "cg" and "spd" not in props and not (asked and {"symmetric", "hermitian"} & props):
-            out.append(Decline("torch", "CG needs a symmetric positive definite matrix (not detected; pass properties='spd' if it is)", method))
+        if method == "cg" and "spd" not in props and not (asked and hermitian(request)):
+            out.append(Decline("torch", "CG needs a symmetric positive definite matrix (not detected; pass properties='spd' if it is)"
+                               + _not_hermitian_note(request), method))
             continue
-        if method == "minres" and not ({"symmetric", "hermitian", "spd"} & props):
-            out.append(Decline("torch", "MINRES needs a symmetric (Hermitian) matrix", method))
+        if method == "minres" and not hermitian(request):
+            out.append(Decline("torch", "MINRES needs a symmetric (Hermitian) matrix" + _not_hermitian_note(request), method))
             continue
         secs, peak, its = cost.krylov_cost(r, request, method, pre_name)
         conv = _needs_conversion(request)
@@ -195,5 +197,12 @@ def _krylov_factory(method: str, options: dict):
 
 def _self_adjoint(request) -> bool:
     """A known (given or detected) to equal its conjugate transpose: adjoint solves are forward ones."""
-    props = request.properties
-    return bool({"spd", "hermitian"} & props) or ("symmetric" in props and not request.dtype.is_complex)
+    return hermitian(request)
+
+
+def _not_hermitian_note(request: Request) -> str:
+    """What a decline adds for a complex A tagged only ``"symmetric"`` (``A == A^T``, not ``A^H``)."""
+    if request.dtype.is_complex and "symmetric" in request.properties and not hermitian(request):
+        return ("; a complex symmetric A (A == A^T) is not Hermitian (A == A^H): use gmres / bicgstab or lu, or tag "
+                "properties='hermitian' if A == A^H")
+    return ""

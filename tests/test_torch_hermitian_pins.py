@@ -1,0 +1,63 @@
+"""The torch backend's methods that assume ``A^H == A`` (Cholesky, CG, MINRES) on matrices that are not
+Hermitian: a complex symmetric A (``A == A^T``) tagged ``"symmetric"`` is declined by CG / MINRES with the
+reason, and a dense Cholesky whose ``"spd"`` tag the values contradict raises NotSymmetricError naming
+``method='lu'`` (it factored one triangle and the residual check called the matrix "singular").
+References: dense torch.linalg.solve in float64 / complex128."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import sparsetorch as st
+from sparsetorch.errors import NoBackendError, NotSymmetricError
+from sparsetorch.format import CSR
+
+
+def _complex_symmetric(n: int = 20, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    R = torch.randn(n, n, dtype=torch.complex128, generator=g) * (torch.rand(n, n, generator=g) < 0.3)
+    D = R + R.T + torch.diag(torch.full((n,), 6.0 + 1.0j, dtype=torch.complex128))
+    assert torch.equal(D, D.T) and not torch.equal(D, D.mH)
+    return D
+
+
+@pytest.mark.parametrize("method", ["cg", "minres"])
+def test_hermitian_krylov_methods_decline_a_complex_symmetric_tag(method):
+    D = _complex_symmetric()
+    A = st.SparseTensor.from_dense(D, format=CSR)
+    b = torch.ones(D.shape[0], dtype=torch.complex128)
+    with pytest.raises(NoBackendError, match="complex symmetric A"):
+        st.solve(A, b, properties="symmetric", backend="torch", method=method)
+    # what the decline points to answers it
+    x = st.solve(A, b, properties="symmetric", backend="torch", method="gmres")
+    torch.testing.assert_close(x, torch.linalg.solve(D, b), rtol=1e-8, atol=1e-10)
+
+
+def test_dense_cholesky_refuses_a_complex_symmetric_matrix_tagged_spd():
+    D = _complex_symmetric()
+    A = st.SparseTensor.from_dense(D, format=CSR)
+    b = torch.ones(D.shape[0], dtype=torch.complex128)
+    with pytest.raises(NotSymmetricError, match=r"complex symmetric.*method='lu'"):
+        st.solve(A, b, properties="spd", backend="torch", method="cholesky")
+
+
+def test_dense_cholesky_refuses_a_real_nonsymmetric_matrix_tagged_spd():
+    g = torch.Generator().manual_seed(1)
+    n = 12
+    D = torch.randn(n, n, dtype=torch.float64, generator=g) + 10 * torch.eye(n, dtype=torch.float64)
+    A = st.SparseTensor.from_dense(D, format=CSR)
+    with pytest.raises(NotSymmetricError, match="not symmetric"):
+        st.solve(A, torch.ones(n, dtype=torch.float64), properties="spd", backend="torch", method="cholesky")
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128])
+def test_dense_cholesky_of_a_hermitian_matrix_with_assembly_rounding_is_taken(dtype):
+    g = torch.Generator().manual_seed(2)
+    n = 16
+    R = torch.randn(n, n, dtype=dtype, generator=g)
+    H = R @ R.mH + n * torch.eye(n, dtype=dtype)
+    H = H + 1e-15 * torch.triu(torch.randn(n, n, dtype=dtype, generator=g), 1)  # rounding-level asymmetry
+    b = torch.randn(n, dtype=dtype, generator=g)
+    x = st.solve(st.SparseTensor.from_dense(H, format=CSR), b, properties="spd", backend="torch", method="cholesky")
+    torch.testing.assert_close(x, torch.linalg.solve(H, b), rtol=1e-10, atol=1e-12)
