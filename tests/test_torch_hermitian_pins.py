@@ -61,3 +61,19 @@ def test_dense_cholesky_of_a_hermitian_matrix_with_assembly_rounding_is_taken(dt
     b = torch.randn(n, dtype=dtype, generator=g)
     x = st.solve(st.SparseTensor.from_dense(H, format=CSR), b, properties="spd", backend="torch", method="cholesky")
     torch.testing.assert_close(x, torch.linalg.solve(H, b), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("kw", [{}, dict(method="cholesky"), dict(backend="torch", method="cholesky")],
+                         ids=["default", "cholesky", "torch-cholesky"])
+def test_single_precision_assembly_asymmetry_is_not_refused(kw):
+    # an SPD matrix whose mirrored entries differ by float32 rounding (~1e-7 relative), tagged spd and solved in
+    # float64: the Cholesky of one triangle plus refinement answers it (a sqrt(eps) bound raised NotSymmetricError)
+    g = torch.Generator().manual_seed(0)
+    n = 40
+    R = torch.randn(n, n, generator=g, dtype=torch.float64) * (torch.rand(n, n, generator=g) < 0.2)
+    S = R @ R.T + n * torch.eye(n, dtype=torch.float64)
+    P = S + (S * 3e-8 * torch.randn(n, n, generator=g, dtype=torch.float64)) * (S != 0)
+    assert ((P - P.T).abs() / P.abs().clamp_min(1e-300)).max() > 1e-8
+    b = torch.ones(n, dtype=torch.float64)
+    x = st.solve(st.SparseTensor.from_dense(P, format=CSR), b, properties="spd", **kw)
+    torch.testing.assert_close(x, torch.linalg.solve(P, b), rtol=1e-12, atol=1e-14)
