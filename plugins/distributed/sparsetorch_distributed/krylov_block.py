@@ -10,7 +10,8 @@ down (the caller's method fallback then takes the whole block). Per-column scala
 CPU tensors of shape ``(k,)``, identical on every rank (they come from reductions).
 
 ``tol`` is a ``(k,)`` tensor (``max(rtol ||b_j||, atol)``). ``M`` takes and returns ``(n, k)``.
-The history records the worst column's residual over its tolerance scale (the caller divides).
+The history records the worst column's residual over its tolerance scale (the caller divides);
+``callback(it, res)`` gets the per-column residual norms ``(k,)`` (the caller's wrapper reduces them).
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def cg_block(A, B, X, M, tol, maxiter, red: Reducer, callback=None):
         res = rr.clamp_min(0).sqrt()
         hist.append(res)
         if callback is not None:
-            callback(it, float(res.max()))
+            callback(it, res)
         if not _finite(res):
             return X, KrylovResult(it, Status.NOT_FINITE, "NaN or Inf in the residual", hist)
         active = res > tol
@@ -137,7 +138,7 @@ def bicgstab_block(A, B, X, M, tol, maxiter, red: Reducer, callback=None):
         res = rr.clamp_min(0).sqrt()
         hist.append(res)
         if callback is not None:
-            callback(it, float(res.max()))
+            callback(it, res)
         if not _finite(res):
             return X, KrylovResult(it, Status.NOT_FINITE, "NaN or Inf in the residual", hist)
         active = res > tol
@@ -199,7 +200,7 @@ def minres_block(A, B, X, M, tol, maxiter, red: Reducer, callback=None):
         X = X + torch.where(_dev(active, W).bool()[None, :], W * _dev(phi, W), torch.zeros_like(W))
         hist.append(phibar)
         if callback is not None:
-            callback(it, float(phibar.max()))
+            callback(it, phibar)
         active = active & (phibar > tol) & (beta > 0)
         if not bool(active.any()):
             return X, KrylovResult(it, Status.CONVERGED, "", hist)
@@ -271,7 +272,7 @@ def gmres_block(A, B, X, M, tol, maxiter, red: Reducer, callback=None, restart: 
             est = g[torch.arange(k), steps].abs()
             hist.append(torch.where(active, est, torch.zeros_like(est)))
             if callback is not None:
-                callback(it, float(est.max()))
+                callback(it, est)
             if not bool(live.any()) or it >= maxiter:
                 break
             scale = torch.where(live & (hn > 0), 1.0 / torch.where(hn > 0, hn, torch.ones_like(hn)), torch.zeros_like(hn))

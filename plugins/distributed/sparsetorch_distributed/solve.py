@@ -114,10 +114,12 @@ class _Config:
 SHARPEN_RUNS = 2
 
 
-def _inf_backward_error(A, values, R: torch.Tensor, X: torch.Tensor, B: torch.Tensor, use_t: bool) -> torch.Tensor:
+def _inf_backward_error(A, values, R: torch.Tensor, X: torch.Tensor, B: torch.Tensor, use_t: bool,
+                        ascale: float = 1.0) -> torch.Tensor:
     """Per column, ``||r||_inf / (||A||_inf ||x||_inf + ||b||_inf)`` over every rank (``||A^T||_inf`` when
-    ``use_t``), float64 on the host; ``R``, ``X``, ``B`` this rank's rows, ``(n_local, k)``. Collective
-    (one max all-reduce; the row sums of ``|A|`` by one product of ``|values|`` with ones)."""
+    ``use_t``), float64 on the host; ``R``, ``X``, ``B`` this rank's rows, ``(n_local, k)``, of the system
+    scaled by ``ascale`` (a power of two: the operator is ``ascale A``). Collective (one max all-reduce; the
+    row sums of ``|A|`` by one product of ``|values|`` with ones)."""
     comm = A.comm
     k = R.shape[1]
     vals = A.values if values is None else values
@@ -133,7 +135,7 @@ def _inf_backward_error(A, values, R: torch.Tensor, X: torch.Tensor, B: torch.Te
     if comm.size > 1:
         t = comm.allreduce(t, "max")
     t = t.cpu()
-    anorm, r, x, b = t[0], t[1:1 + k], t[1 + k:1 + 2 * k], t[1 + 2 * k:]
+    anorm, r, x, b = t[0] * ascale, t[1:1 + k], t[1 + k:1 + 2 * k], t[1 + 2 * k:]
     den = anorm * x + b
     return torch.where(den > 0, r / torch.where(den > 0, den, torch.ones_like(den)), torch.zeros_like(r))
 
@@ -144,15 +146,91 @@ def _order(cfg: _Config, symmetric: bool) -> list[str]:
     return ["cg", "minres", "gmres"] if symmetric else ["bicgstab", "gmres"]
 
 
-def _one_solve(A, values, b1: torch.Tensor, cfg: _Config, *, transpose: bool, symmetric: bool):
-    """Solve one right-hand side (1-D local) for one matrix; returns (x, info record)."""
+def _exp_limit(dtype: torch.dtype) -> tuple[int, int]:
+    """The binary exponents ``e`` for which ``2**e`` and ``2**-e`` are normal numbers of ``dtype`` (with a margin)."""
+    fi = torch.finfo(dtype)
+    return math.frexp(fi.tiny)[1] + 2, math.frexp(fi.max)[1] - 2
+
+
+def _exponent(m: float, dtype: torch.dtype) -> int:
+    """``e`` with ``m = f 2**e``, ``0.5 <= f < 1`` (0 for ``m == 0``), clamped to :func:`_exp_limit`."""
+    if not m > 0 or not math.isfinite(m):
+        return 0
+    lo, hi = _exp_limit(dtype)
+    return min(max(math.frexp(m)[1], lo), hi)
+
+
+def _scale_exponents(A, values, B2: torch.Tensor) -> tuple[int, list[int]]:
+    """The powers of two a solve scales by (one max all-reduce): ``(ea, eb)``, the operator divided by ``2**ea``
+    (0 unless ``max |A|`` is far from 1: beyond a quarter of the exponent range, where squared norms of products
+    overflow or underflow) and column ``j`` of ``B`` divided by ``2**eb[j]`` (its largest entry over the ranks then
+    in ``[0.5, 1)``). Exact in floating point (powers of two), so the iteration is the one of the unscaled system
+    wherever that neither underflows nor overflows: float32 ``b`` of 1e-25 had ``||b||^2 = 0`` ("b = 0", x = 0), of
+    1e-21 a residual norm that underflowed (relative error 1.7e-2, reported 0), of 1e21 ``||b||^2 = inf``
+    (NotConvergedError "not_finite after 0 iterations"); float64 likewise at 1e-170 / 1e160 (an outside sweep)."""
+    vals = (A.values if values is None else values).detach()
+    k = B2.shape[1]
+    t = torch.zeros(1 + k, dtype=torch.float64, device=B2.device)
+    if vals.numel():
+        t[0] = vals.abs().amax().to(torch.float64)
+    if B2.shape[0]:
+        t[1:] = B2.detach().abs().amax(0).to(torch.float64)
+    if A.comm.size > 1:
+        t = A.comm.allreduce(t, "max")
+    m = t.cpu().tolist()
+    ea = _exponent(m[0], A.dtype)
+    if abs(ea) <= _exp_limit(A.dtype)[1] // 4:
+        ea = 0
+    return ea, [_exponent(x, A.dtype) for x in m[1:]]
+
+
+def _times_pow2(X: torch.Tensor, d: list[int]) -> torch.Tensor:
+    """``X * 2**d[j]`` per column (``X`` 1-D: one exponent), in steps whose factors are representable."""
+    lim = _exp_limit(X.dtype)[1]
+    d = list(d)
+    while any(d):
+        step = [max(-lim, min(lim, e)) for e in d]
+        f = torch.tensor([2.0 ** e for e in step], dtype=X.dtype, device=X.device)
+        X = X * (f if X.dim() > 1 else f[0])
+        d = [e - s_ for e, s_ in zip(d, step)]
+    return X
+
+
+def _scaled_precond(M, ea: int):
+    """The preconditioner of the operator scaled by ``2**-ea`` (an approximate inverse: times ``2**ea``)."""
+    if M is None or ea == 0:
+        return M
+    f = 2.0 ** ea
+    return lambda r: M(r) * f
+
+
+def _guarded_callback(callback, red: Reducer, unscale):
+    """The user's ``callback(iteration, residual)`` as the kernels call it: the residual in the caller's units
+    (``unscale``: the right-hand side's scale, a float, or per column a ``(k,)`` tensor for the block kernels, whose
+    residuals arrive per column; the worst is passed)."""
+    if callback is None:
+        return None
+
+    def wrapped(it: int, res) -> None:
+        val = float((res * unscale).max()) if isinstance(res, torch.Tensor) else float(res) * float(unscale)
+        callback(it, val)
+    return wrapped
+
+
+def _one_solve(A, values, b1: torch.Tensor, cfg: _Config, *, transpose: bool, symmetric: bool, ea: int = 0, eb: int = 0):
+    """Solve one right-hand side (1-D local) for one matrix; returns (x, info record). The system is solved scaled
+    (:func:`_scale_exponents`): the operator by ``2**-ea``, ``b1`` by ``2**-eb``; ``x`` is unscaled at the end."""
     comm = A.comm
     red = Reducer(comm, A.device, torch.float64 if A.dtype == torch.float64 else torch.float32)
     use_t = transpose and not symmetric
-    op = (lambda v: A._rmv(v[:, None], values)[:, 0]) if use_t else (lambda v: A._mv(v[:, None], values)[:, 0])
+    base = (lambda v: A._rmv(v[:, None], values)[:, 0]) if use_t else (lambda v: A._mv(v[:, None], values)[:, 0])
+    sa = 2.0 ** -ea
+    op = base if ea == 0 else (lambda v: base(v) * sa)
+    b1 = _times_pow2(b1, [-eb])
+    callback = _guarded_callback(cfg.callback, red, 2.0 ** eb)
     (bb,) = red([torch.dot(b1, b1)])
     bnorm = math.sqrt(bb)
-    tol = max(cfg.rtol * bnorm, cfg.atol)
+    tol = max(cfg.rtol * bnorm, cfg.atol * 2.0 ** -eb)
     n_glob = A.pattern.shape[0]
     maxiter = cfg.maxiter if cfg.maxiter is not None else max(1000, 10 * n_glob)
     attempts: list[str] = []
@@ -168,6 +246,7 @@ def _one_solve(A, values, b1: torch.Tensor, cfg: _Config, *, transpose: bool, sy
         if method not in METHODS:
             raise st.InputError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
         pre, M = (no_pre, None) if no_pre is not None else _preconditioner(A, values, cfg, method, last, use_t, comm)
+        M = _scaled_precond(M, ea)
         M = red.guard(M) if M is not None else None
         kernel = METHODS[method]
         kw = {"restart": cfg.restart} if method == "gmres" else {}
@@ -177,7 +256,7 @@ def _one_solve(A, values, b1: torch.Tensor, cfg: _Config, *, transpose: bool, sy
         goal, sharp, kept = tol, 0, None
         try:
             for _restart in range(MAX_RESTARTS + 1):
-                x, res = kernel(op, b1, x, M, goal, maxiter - its, red, cfg.callback, **kw)
+                x, res = kernel(op, b1, x, M, goal, maxiter - its, red, callback, **kw)
                 its += res.iterations
                 hist += res.history
                 status, reason = res.status, res.reason
@@ -193,7 +272,7 @@ def _one_solve(A, values, b1: torch.Tensor, cfg: _Config, *, transpose: bool, sy
                 if true <= goal:
                     status = Status.CONVERGED
                     if cfg.sharpen and sharp < SHARPEN_RUNS and its < maxiter:
-                        eta = float(_inf_backward_error(A, values, r[:, None], x[:, None], b1[:, None], use_t)[0])
+                        eta = float(_inf_backward_error(A, values, r[:, None], x[:, None], b1[:, None], use_t, sa)[0])
                         if eta > bound:
                             kept, sharp = (x, true), sharp + 1
                             goal = true * min(0.5, 0.25 * bound / eta)
@@ -219,7 +298,7 @@ def _one_solve(A, values, b1: torch.Tensor, cfg: _Config, *, transpose: bool, sy
         if status == Status.CONVERGED:
             break
     last["attempts"] = tuple(attempts)
-    return x, last
+    return _times_pow2(x, [eb - ea]), last
 
 
 def _preconditioner_failed(comm, red, what: str, pre, M, attempts: list) -> str:
@@ -249,16 +328,23 @@ def _block_precond(M, kind):
     return M
 
 
-def _block_solve(A, values, B2: torch.Tensor, cfg: _Config, *, transpose: bool, symmetric: bool):
+def _block_solve(A, values, B2: torch.Tensor, cfg: _Config, *, transpose: bool, symmetric: bool, ea: int = 0,
+                 eb: list[int] | None = None):
     """Every column of ``B2`` ``(n, k)`` in one block iteration (one reduction per step for all
-    columns; see :mod:`.krylov_block`); returns (X, [info record])."""
+    columns; see :mod:`.krylov_block`); returns (X, [info record]). Scaled as :func:`_one_solve` (``eb`` per
+    column)."""
     comm = A.comm
     k = B2.shape[1]
+    eb = [0] * k if eb is None else eb
     red = Reducer(comm, A.device, torch.float64 if A.dtype == torch.float64 else torch.float32)
     use_t = transpose and not symmetric
-    op = (lambda V: A._rmv(V.contiguous(), values)) if use_t else (lambda V: A._mv(V.contiguous(), values))
+    base = (lambda V: A._rmv(V.contiguous(), values)) if use_t else (lambda V: A._mv(V.contiguous(), values))
+    sa = 2.0 ** -ea
+    op = base if ea == 0 else (lambda V: base(V) * sa)
+    B2 = _times_pow2(B2, [-e for e in eb])
+    callback = _guarded_callback(cfg.callback, red, torch.tensor([2.0 ** e for e in eb], dtype=torch.float64))
     bnorm = _red(red, [_cs(B2, B2)])[0].clamp_min(0).sqrt()
-    tol = torch.maximum(cfg.rtol * bnorm, torch.full_like(bnorm, cfg.atol))
+    tol = torch.maximum(cfg.rtol * bnorm, cfg.atol * torch.tensor([2.0 ** -e for e in eb], dtype=torch.float64))
     bsafe = torch.where(bnorm > 0, bnorm, torch.ones_like(bnorm))
     n_glob = A.pattern.shape[0]
     maxiter = cfg.maxiter if cfg.maxiter is not None else max(1000, 10 * n_glob)
@@ -273,7 +359,7 @@ def _block_solve(A, values, B2: torch.Tensor, cfg: _Config, *, transpose: bool, 
     while order:
         method = order.pop(0)
         pre, M = (no_pre, None) if no_pre is not None else _preconditioner(A, values, cfg, method, last, use_t, comm)
-        M = _block_precond(M, pre)
+        M = _scaled_precond(_block_precond(M, pre), ea)
         M = red.guard(M) if M is not None else None
         kernel = BLOCK_METHODS[method]
         kw = {"restart": cfg.restart} if method == "gmres" else {}
@@ -283,7 +369,7 @@ def _block_solve(A, values, B2: torch.Tensor, cfg: _Config, *, transpose: bool, 
         goal, sharp, kept = tol, 0, None
         try:
             for _restart in range(MAX_RESTARTS + 1):
-                X, res = kernel(op, B2, X, M, goal, maxiter - its, red, cfg.callback, **kw)
+                X, res = kernel(op, B2, X, M, goal, maxiter - its, red, callback, **kw)
                 its += res.iterations
                 hist += res.history
                 status, reason = res.status, res.reason
@@ -299,7 +385,7 @@ def _block_solve(A, values, B2: torch.Tensor, cfg: _Config, *, transpose: bool, 
                 if bool((true <= goal).all()):
                     status = Status.CONVERGED
                     if cfg.sharpen and sharp < SHARPEN_RUNS and its < maxiter:
-                        eta = _inf_backward_error(A, values, R, X, B2, use_t).to(true.device, true.dtype)
+                        eta = _inf_backward_error(A, values, R, X, B2, use_t, sa).to(true.device, true.dtype)
                         if bool((eta > bound).any()):
                             kept, sharp = (X, true), sharp + 1
                             # only the columns short of the bound tighten; the others keep their goal
@@ -327,7 +413,7 @@ def _block_solve(A, values, B2: torch.Tensor, cfg: _Config, *, transpose: bool, 
         if status == Status.CONVERGED:
             break
     last["attempts"] = tuple(attempts)
-    return X, [last]
+    return _times_pow2(X, [e - ea for e in eb]), [last]
 
 
 def _finite_all(t: torch.Tensor) -> bool:
@@ -344,12 +430,14 @@ def _solve_columns(A, values, B2: torch.Tensor, cfg: _Config, *, transpose: bool
         return B2.clone(), [dict(method=_order(cfg, symmetric)[0], preconditioner=None, iterations=0, residual=0.0,
                                  status=Status.CONVERGED, reason="no right-hand sides", history=(), reductions=0,
                                  attempts=())]
+    ea, eb = _scale_exponents(A, values, B2)
     if B2.shape[1] > 1 and cfg.block:
-        X, infos = _block_solve(A, values, B2, cfg, transpose=transpose, symmetric=symmetric)
+        X, infos = _block_solve(A, values, B2, cfg, transpose=transpose, symmetric=symmetric, ea=ea, eb=eb)
     else:
         cols, infos = [], []
         for j in range(B2.shape[1]):
-            xj, info = _one_solve(A, values, B2[:, j].contiguous(), cfg, transpose=transpose, symmetric=symmetric)
+            xj, info = _one_solve(A, values, B2[:, j].contiguous(), cfg, transpose=transpose, symmetric=symmetric,
+                                  ea=ea, eb=eb[j])
             cols.append(xj)
             infos.append(info)
         X = torch.stack(cols, 1) if cols else B2.clone()
@@ -553,7 +641,8 @@ def solve(A, B: torch.Tensor, *, method: str | None = None, preconditioner="bloc
     if not info.converged and on_nonconvergence != "ignore":
         msg = (f"distributed solve did not reach rtol={cfg.rtol:.3g}: {info.status.value} after {info.iterations} "
                f"iterations, true relative residual {info.residual:.3g} (attempts: {'; '.join(info.attempts)}); "
-               f"raise maxiter, try method='gmres' or a stronger preconditioner")
+               + ("raise maxiter or try a stronger preconditioner" if cfg.method == "gmres" else
+                  "raise maxiter, try method='gmres' or a stronger preconditioner"))
         if on_nonconvergence == "raise":
             raise st.NotConvergedError(msg, info)
         import warnings

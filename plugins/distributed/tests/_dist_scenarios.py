@@ -578,6 +578,47 @@ def s_hard_default(comm):
                 empty=tuple(empty.shape))
 
 
+#: (dtype, scale of b, scale of A, method, columns, preconditioner): right-hand sides / matrices far from 1 in magnitude
+SCALED_CASES = [
+    (torch.float32, 1e-25, 1.0, None, 1, "block_jacobi"), (torch.float32, 1e-21, 1.0, None, 2, "block_jacobi"),
+    (torch.float32, 1e21, 1.0, "cg", 1, "block_jacobi"), (torch.float32, 1e25, 1.0, "gmres", 2, "block_jacobi"),
+    (torch.float32, 1.0, 1e25, "gmres", 1, None), (torch.float32, 1.0, 1e-25, "cg", 2, "jacobi"),
+    (torch.float64, 1e-170, 1.0, None, 1, "block_jacobi"), (torch.float64, 1e-200, 1.0, "minres", 2, "jacobi"),
+    (torch.float64, 1e160, 1.0, "gmres", 1, "block_jacobi"), (torch.float64, 1.0, 1e200, "bicgstab", 2, None),
+    (torch.float64, 1e-150, 1e-150, "cg", 1, None),
+]
+
+
+def s_scaled(comm):
+    """Solves whose b (or A) is far from 1 in magnitude: float32 b of 1e-25 came back x = 0 ("b = 0"), 1e-21 with
+    relative error 1.7e-2 and info.residual 0, 1e21 with a pinned method NotConvergedError "not_finite after 0
+    iterations" (squared norms under- / overflowing); float64 likewise at 1e-170 / 1e160. Also the gradient of a
+    float32 loss weighted 1e-23 (the adjoint's right-hand side): it came back exactly zero."""
+    Ms = 4
+    N = Ms * Ms
+    ids = _rows(comm, N)
+    r, c, _ = poisson2d_rows(Ms, ids)
+    v = poisson_values(r, c)
+    g = ids.to(torch.float64)
+    cases = []
+    for dtype, sb, sa, method, k, pre in SCALED_CASES:
+        A = sd.DSparseTensor.from_local_rows(r, c, (v * sa).to(dtype), (N, N), comm=comm)
+        B = torch.stack([torch.sin(1.0 + g), torch.cos(3.0 * g)][:k], 1) * sb
+        try:
+            x, info = sd.solve(A, (B if k > 1 else B[:, 0]).to(dtype), method=method, preconditioner=pre,
+                               return_info=True)
+            cases.append((x.to(torch.float64).reshape(len(ids), k), info.residual, info.reason))
+        except Exception as exc:  # noqa: BLE001 - recorded for the parent
+            cases.append((type(exc).__name__, str(exc)[:300]))
+    vs = poisson_values(r, c, skew=0.3)
+    vg = vs.to(torch.float32).requires_grad_(True)
+    A = sd.DSparseTensor.from_local_rows(r, c, vg, (N, N), comm=comm)
+    b = torch.sin(1.0 + g).to(torch.float32).requires_grad_(True)
+    x = sd.solve(A, b)
+    (1e-23 * sd.dot(torch.cos(g).to(torch.float32), x, comm)).backward()
+    return dict(ids=ids, r=r, c=c, v=v, vs=vs, cases=cases, gb=b.grad.double(), gv=vg.grad.double(), xg=x.detach().double())
+
+
 SCENARIOS = {k[2:]: v for k, v in dict(globals()).items() if k.startswith("s_")}
 
 

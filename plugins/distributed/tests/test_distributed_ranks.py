@@ -374,3 +374,35 @@ def test_second_derivatives_on_one_rank():
     x = xx["x"].clone().requires_grad_(True)
     gx = torch.autograd.grad(((A @ x) ** 3).sum(), x, create_graph=True)[0]
     assert _rel(xx["hx"], torch.autograd.grad(gx.sum(), x)[0]) < 1e-10
+
+
+def test_scaled_right_hand_sides_and_matrices(runs):
+    """b or A far from 1 in magnitude: answers to the dtype's accuracy (they were x = 0, 1.7e-2 off, or raised)."""
+    from _dist_scenarios import SCALED_CASES
+
+    outs = _scenario(runs, "scaled")
+    N = 16
+    A0 = _dense(outs, N)
+    g = torch.arange(N, dtype=torch.float64)
+    for i, (dtype, sb, sa, method, k, _pre) in enumerate(SCALED_CASES):
+        got = outs[0]["cases"][i]
+        assert not isinstance(got[0], str), (dtype, sb, sa, method, k, got)
+        A = (A0 * sa).to(dtype).to(torch.float64)
+        B = (torch.stack([torch.sin(1.0 + g), torch.cos(3.0 * g)][:k], 1) * sb).to(dtype).to(torch.float64)
+        X = torch.full((N, k), float("nan"), dtype=torch.float64)
+        for o in outs:
+            X[o["ids"]] = o["cases"][i][0]
+        ref = torch.linalg.solve(A, B)
+        tol = 5e-5 if dtype == torch.float32 else 1e-12
+        assert _rel(X, ref) < tol, (dtype, sb, sa, method, k, _rel(X, ref))
+        assert 0 < got[1] <= (1e-5 if dtype == torch.float32 else 1e-10), got[1:]
+    # the gradient of a loss weighted 1e-23 (float32): 1e-23 A^-T w and -lam x^T, not zero
+    As = torch.zeros(N, N, dtype=torch.float64)
+    for o in outs:
+        As.index_put_((o["r"], o["c"]), o["vs"].to(torch.float32).double(), accumulate=True)
+    lam = 1e-23 * torch.linalg.solve(As.T, torch.cos(g).to(torch.float32).double())
+    x = torch.linalg.solve(As, torch.sin(1.0 + g).to(torch.float32).double())
+    assert _rel(_glue(outs, "gb", N), lam) < 5e-5
+    G = -torch.outer(lam, x)
+    for o in outs:
+        assert float((o["gv"] - G[o["r"], o["c"]]).abs().max() / G.abs().max()) < 5e-5
