@@ -205,6 +205,16 @@ class Route(RangeSearch):
                 self._note(state, offer, IterationResult(0, math.inf, False, Status.BREAKDOWN, _one_line(exc)),
                            time.perf_counter() - t0, rtol, None)
                 failures.append((kind, exc))
+                broken = _broken_pattern(self.A)
+                if broken is not None:
+                    # the next method (and the checks below) would read a pattern that is no longer valid: a
+                    # plugin that wrote into A's index buffers (plans of large matrices share the caller's
+                    # memory), then failed, left the fallback hanging in compiled code (session 27's plugin sweep)
+                    raise BackendError(
+                        f"{state.label} failed ({_one_line(exc)}) and A's index buffers are no longer valid after it "
+                        f"({broken}): a plan that wrote into its inputs (plans must not modify them: a bug of that "
+                        f"backend; report it to its authors). Nothing else read them; rebuild A, and pass backend= "
+                        f"to avoid that backend", label=state.label, phase="solve") from exc
                 if kind == "singular" and not self.pinned and self._singular_lu < 2 and not self._certain_checked:
                     self._certain_checked = True
                     certain = self._empty_line(vs, Bs, handle.adjoint)
@@ -940,6 +950,23 @@ def _column_scales(B: torch.Tensor, sb: float, dtype: torch.dtype) -> torch.Tens
     if lo >= 2.0 ** -emax and hi <= 2.0 ** emax:
         return None
     return torch.where(cm > 0, _pow2(cm), torch.ones_like(cm)).to(B.dtype)
+
+
+def _broken_pattern(A: SparseTensor) -> str | None:
+    """What is wrong with A's index buffers as they are now (a full O(nnz) structural check, with no
+    version counter moved), or None: asked after a method failed, before another one reads them."""
+    from ..errors import ValidationError  # noqa: PLC0415 - failure path only
+    from ..tensor.validate import _check_levels, check_index_buffers  # noqa: PLC0415
+
+    try:
+        fmt, fs = A.format, A.format_shape
+        check_index_buffers(fmt, fs, list(A._pos), list(A._crd), A.values.device)
+        _check_levels(fmt, fs, list(A._pos), list(A._crd), A.values, check=True)
+    except ValidationError as exc:
+        return str(exc)
+    except RuntimeError:  # buffers that cannot be read here (a torch.func transform): nothing to say
+        return None
+    return None
 
 
 def _has_empty_line(A: SparseTensor) -> bool:
