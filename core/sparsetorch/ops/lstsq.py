@@ -28,7 +28,8 @@ from ..dispatch.results import Attempt, Status
 from ..tensor import SparseTensor
 from ..dispatch.options import LstsqOptions, defaults
 from ..dispatch.plan import make_request, obtain_plan, plan_for
-from ._inputs import as_rhs, check_finite as check_finite_values, check_matrix, describe_dense, describe_sparse, restore_rhs
+from ._inputs import (as_rhs, check_finite as check_finite_values, check_matrix, describe_dense, describe_sparse,
+                      index_buffers_now, index_buffers_unchanged, restore_rhs)
 from .accuracy import default_rtol
 from .info import SolveInfo
 from .properties import detect_cached
@@ -320,6 +321,10 @@ class Lstsq:
         self._offer = None
         self._fallbacks: list = []
         self._request = None
+        #: A's pattern (shares its index buffers with every value set given) and what the plan recorded of its
+        #: buffers (index_buffers_now): a write in place to them since drops the plan (:meth:`_pattern_moved`)
+        self._pattern = self.A.detach()
+        self._planned_bufs: tuple | None = None
         self.results: list = []
         # the plan's fields change together (first use, a fallback's answer): threads calling solve()
         # on one object see all of them or none (the first solve of several threads crashed between
@@ -346,7 +351,18 @@ class Lstsq:
             self._fallbacks = [] if pinned else _fallbacks(table, offer)
             self._request = request
             self._state, self._offer = state, offer
+            self._planned_bufs = index_buffers_now(self._pattern)
             return table
+
+    def _pattern_moved(self) -> bool:
+        """Whether A's index buffers were written in place (or swapped) since the plan was made: then the plan
+        made on the old pattern, its offer and its fallbacks are dropped (True; the caller plans again). A tracked
+        write (``A.crd(1)[1] = 3``) left the object on the old pattern's plan: NotConvergedError "backward error
+        0.012" (qr), 0.0066 (scipy lsqr), where st.lstsq answered the new matrix to 4e-16 (as Solver; session 27)."""
+        if self._planned_bufs is None or index_buffers_unchanged(self._planned_bufs, self._pattern):
+            return False
+        self._state, self._offer, self._fallbacks, self._request, self._planned_bufs = None, None, [], None, None
+        return True
 
     def update_values(self, values: torch.Tensor) -> "Lstsq":
         """New values on the same pattern (shape ``A.values.shape``); the plan is kept."""
@@ -360,8 +376,9 @@ class Lstsq:
         return A if self._wide is None else A.to(self._wide)
 
     def solve(self, B: torch.Tensor, *, return_info: bool = False):
+        self._pattern.ensure_valid()  # index buffers written in place since construction are re-checked
         with self._lock:
-            if self._state is None:
+            if self._state is None or self._pattern_moved():
                 self.plan()
             A, state, offer, fallbacks, request = (self._work(self.A), self._state, self._offer, list(self._fallbacks),
                                                    self._request)
