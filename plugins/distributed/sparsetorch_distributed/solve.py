@@ -65,8 +65,9 @@ def is_symmetric(A, values=None, *, seed: int = 1234, probes: int = 4, _agreed: 
 
     For random ``Z`` (``probes`` columns) the Gram matrix ``G = Z^T A Z`` is symmetric exactly when
     ``z_i^T (A - A^T) z_j = 0``; with random vectors that holds (with probability one) only for a
-    symmetric ``A``. One product of a block of ``probes`` columns and one reduction per member;
-    ``|G_ij - G_ji| <= 1e3 eps ||z_i|| ||A z_j||`` (the rounding of the dot products) passes.
+    symmetric ``A``. One product of a block of ``probes`` columns per member and two reductions (the products'
+    largest entry, then the Gram entries of the products scaled by a power of two: a test independent of A's
+    scale); ``|G_ij - G_ji| <= 1e3 eps ||z_i|| ||A z_j||`` (the rounding of the dot products) passes.
     Collective: A's deferred input error (:meth:`DSparseTensor.with_values`) is agreed first (one small
     all_reduce; solve and eigsh, which agreed already, skip it)."""
     if not _agreed and values is None:
@@ -75,9 +76,17 @@ def is_symmetric(A, values=None, *, seed: int = 1234, probes: int = 4, _agreed: 
     g = torch.Generator().manual_seed(seed + A.comm.rank)
     Z = torch.randn(A.n_local, probes, generator=g, dtype=torch.float64).to(device=A.device, dtype=A.dtype)
     members = [None] if not A.batch_shape else list(A.values.detach().reshape(math.prod(A.batch_shape), A.nse_local))
+    AZs = [A._mv(Z, v) for v in members]
+    # each member's products scaled by a power of two to a largest entry in [0.5, 1) (one max all-reduce), so that
+    # ||A z||^2 neither overflows (float32 entries of 1e20: the bound became inf and a nonsymmetric A passed, the
+    # adjoint then reused A for A^T, b.grad 13 % off) nor underflows (float64 x 1e-200: bound 0, NotSymmetricError
+    # on a symmetric A); outside sweep
+    mx = torch.stack([AZ.abs().amax().to(torch.float64) if AZ.numel() else torch.zeros((), dtype=torch.float64,
+                                                                                      device=AZ.device) for AZ in AZs])
+    mx = A.comm.allreduce(mx, "max").cpu().tolist()
     parts = []
-    for v in members:
-        AZ = A._mv(Z, v)
+    for AZ, m in zip(AZs, mx):
+        AZ = _times_pow2(AZ, [-_exponent(m, A.dtype)] * probes)
         parts += [(Z.t() @ AZ).reshape(-1), (Z * Z).sum(0), (AZ * AZ).sum(0)]
     red = A.comm.allreduce(torch.cat(parts).to(torch.float64), "sum").cpu()
     eps = torch.finfo(A.dtype).eps

@@ -619,6 +619,33 @@ def s_scaled(comm):
     return dict(ids=ids, r=r, c=c, v=v, vs=vs, cases=cases, gb=b.grad.double(), gv=vg.grad.double(), xg=x.detach().double())
 
 
+#: (dtype, scale, skew): is_symmetric on matrices far from 1 in magnitude
+SYM_SCALED_CASES = [(torch.float32, 1e20, 0.3), (torch.float32, 1e20, 0.0), (torch.float32, 1e-22, 0.0),
+                    (torch.float32, 1e-22, 0.3), (torch.float64, 1e160, 0.3), (torch.float64, 1e-200, 0.0),
+                    (torch.float64, 1e-200, 0.3), (torch.float64, 1.0, 0.3), (torch.float64, 1.0, 0.0)]
+
+
+def s_sym_scaled(comm):
+    """is_symmetric of scaled matrices: float32 x 1e20 nonsymmetric was called symmetric (||A z||^2 = inf), so the
+    solve's adjoint used A for A^T (b.grad 13 % off); float64 x 1e-200 symmetric was called nonsymmetric. Also that
+    gradient, float32 x 1e20."""
+    Ms = 4
+    N = Ms * Ms
+    ids = _rows(comm, N)
+    r, c, _ = poisson2d_rows(Ms, ids)
+    sym = []
+    for dtype, scale, skew in SYM_SCALED_CASES:
+        A = sd.DSparseTensor.from_local_rows(r, c, (poisson_values(r, c, skew=skew) * scale).to(dtype), (N, N), comm=comm)
+        sym.append(sd.is_symmetric(A))
+    v = (poisson_values(r, c, skew=0.3) * 1e20).to(torch.float32)
+    A = sd.DSparseTensor.from_local_rows(r, c, v, (N, N), comm=comm)
+    g = ids.to(torch.float64)
+    b = torch.sin(1.0 + g).to(torch.float32).requires_grad_(True)
+    x = sd.solve(A, b)
+    sd.dot(torch.cos(g).to(torch.float32), x, comm).backward()
+    return dict(ids=ids, r=r, c=c, v=v.double(), sym=sym, gb=b.grad.double(), x=x.detach().double())
+
+
 SCENARIOS = {k[2:]: v for k, v in dict(globals()).items() if k.startswith("s_")}
 
 

@@ -406,3 +406,17 @@ def test_scaled_right_hand_sides_and_matrices(runs):
     G = -torch.outer(lam, x)
     for o in outs:
         assert float((o["gv"] - G[o["r"], o["c"]]).abs().max() / G.abs().max()) < 5e-5
+
+
+def test_is_symmetric_does_not_depend_on_the_scale(runs):
+    from _dist_scenarios import SYM_SCALED_CASES
+
+    outs = _scenario(runs, "sym_scaled")
+    assert outs[0]["sym"] == [skew == 0.0 for _, _, skew in SYM_SCALED_CASES]
+    assert all(o["sym"] == outs[0]["sym"] for o in outs)
+    N = 16
+    A = _dense(outs, N)   # float32 values x 1e20, nonsymmetric
+    g = torch.arange(N, dtype=torch.float64)
+    b, w = torch.sin(1.0 + g).float().double(), torch.cos(g).float().double()
+    assert _rel(_glue(outs, "x", N), torch.linalg.solve(A, b)) < 5e-5
+    assert _rel(_glue(outs, "gb", N), torch.linalg.solve(A.T, w)) < 5e-5
