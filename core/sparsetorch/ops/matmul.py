@@ -6,6 +6,7 @@ import functools
 import math
 import numbers
 import os
+import warnings
 import weakref
 from typing import Any, Mapping
 
@@ -21,7 +22,7 @@ from ..dispatch.plan import (PlanState, calls_key, calls_seen, count_calls, coun
                              plan_cache)
 from ..dispatch.plans import Bindable, supports
 from ..dispatch.select import ExplainTable, get_backends
-from ..errors import InputError
+from ..errors import BackendError, InputError, SparseTorchError, SparseTorchWarning
 from ..format import TensorFormat
 from ..tensor import SparseTensor
 from ..tensor._views import TracedTranspose
@@ -56,6 +57,29 @@ def matmul_request(A: SparseTensor, X: torch.Tensor | None, options: Mapping[str
 
 def _run(A: SparseTensor, Xn: torch.Tensor, state: PlanState, adjoint: bool = False) -> torch.Tensor:
     return matmul_function(A.values, Xn, MatmulHandle(state, A.detach(), adjoint))
+
+
+def _product(A: SparseTensor, Xn: torch.Tensor, backend: str | None, cache: bool):
+    """``(A @ Xn, state, request, table)`` by the chosen backend. Where dispatch chose it (no ``backend=``) and
+    its plan fails (a kernel that does not compile on this GPU, a plugin's bug: BackendError), the torch
+    backend answers instead, with a warning naming the failure (the product raised though torch could do it;
+    session 27's plugin sweep); a pinned backend's failure is raised."""
+    request = matmul_request(A, Xn, matmul_options(backend))
+    state, _, table = obtain_plan("matmul", A, request, cache=cache)
+    try:
+        return _run(A, Xn, state), state, request, table
+    except BackendError as exc:
+        if backend is not None or state.label.split("/")[0] == "torch":
+            raise
+        try:
+            request = matmul_request(A, Xn, matmul_options("torch"))
+            state, _, table = obtain_plan("matmul", A, request, cache=cache)
+            y = _run(A, Xn, state)
+        except SparseTorchError:
+            raise exc from None
+        warnings.warn(f"matmul: {exc} -- answered by the torch backend instead (pass backend= to choose one)",
+                      SparseTorchWarning, stacklevel=3)
+        return y, state, request, table
 
 
 def matmul(A: SparseTensor, X: torch.Tensor, c: torch.Tensor | None = None, *, alpha: float | complex | None = None,
@@ -108,17 +132,14 @@ def matmul(A: SparseTensor, X: torch.Tensor, c: torch.Tensor | None = None, *, a
         # the common call (one matrix, a vector or a block): what _rhs and _combine would do, without
         # their layers (this is the per-call path of every one-shot product)
         Xn, vector = as_rhs(A, X, "matmul", rows=A.format_shape[1])
-        request = matmul_request(A, Xn, matmul_options(backend))
-        state, _, table = obtain_plan("matmul", A, request, cache=cache)
-        y = restore_rhs(_run(A, Xn, state), vector)
+        Y, state, request, table = _product(A, Xn, backend, cache)
+        y = restore_rhs(Y, vector)
         if cache and state.reused:  # a pattern seen before: remember its launch (when its plan binds)
             _remember_one_shot(A, X, Xn, vector, backend, state, request, table)
         return y
     rhs = _rhs(A, X, "matmul")
     alpha, beta = _scalars(A, rhs.shape, c, alpha, beta, "matmul")
-    request = matmul_request(A, rhs.Xn, matmul_options(backend))
-    state, _, _ = obtain_plan("matmul", A, request, cache=cache)
-    return combine(rhs.finish(_run(A, rhs.Xn, state)), c, alpha, beta)
+    return combine(rhs.finish(_product(A, rhs.Xn, backend, cache)[0]), c, alpha, beta)
 
 
 def _vmapped_values(A: SparseTensor, X, c, alpha, beta, backend) -> torch.Tensor:
