@@ -280,3 +280,31 @@ def test_unconverged_adjoint_solve_follows_the_policy_not_the_rank_test(backend)
     x = lstsq(_sparse(E, vE), bE, backend=backend, method="lsqr", on_nonconvergence="warn", cache=False)
     with pytest.raises(st.SingularMatrixError, match="rank deficient"):
         torch.autograd.grad((x * wE).sum(), vE)
+
+
+def test_wide_system_forward_mode_in_rhs_alone_is_the_pseudo_inverse() -> None:
+    """m < n at damp == 0, forward mode with a tangent on B alone: torch.func.jvp / jacfwd / forward_ad hand over
+    a zero tangent for A's values, which raised the values-derivative's InputError ("need full column rank");
+    an all-zero tangent is no derivative in A. Reference: torch.linalg.pinv in float64. A nonzero tangent in
+    A's values still refuses."""
+    import torch.autograd.forward_ad as fwAD
+    from torch.func import jacfwd, jvp
+
+    g = torch.Generator().manual_seed(1)
+    D = torch.randn(6, 10, generator=g, dtype=torch.float64)
+    b = torch.randn(6, generator=g, dtype=torch.float64)
+    tb = torch.randn(6, generator=g, dtype=torch.float64)
+    P = torch.linalg.pinv(D)
+    A = _sparse(D)
+    for backend, method in METHODS:
+        f = lambda b_: lstsq(A, b_, backend=backend, method=method)  # noqa: E731,B023
+        torch.testing.assert_close(jvp(f, (b,), (tb,))[1], P @ tb, rtol=1e-9, atol=1e-11)
+        torch.testing.assert_close(jacfwd(f)(b), P, rtol=1e-9, atol=1e-11)
+        with fwAD.dual_level():
+            dx = fwAD.unpack_dual(f(fwAD.make_dual(b, tb))).tangent
+        torch.testing.assert_close(dx, P @ tb, rtol=1e-9, atol=1e-11)
+    v = _values(D)
+    with pytest.raises(st.InputError, match="full column rank"):
+        jvp(lambda v_: lstsq(_sparse(D, v_), b), (v,), (torch.ones_like(v),))
+    with pytest.raises(st.InputError, match="full column rank"):
+        jacfwd(lambda v_: lstsq(_sparse(D, v_), b))(v)

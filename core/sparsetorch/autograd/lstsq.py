@@ -389,6 +389,15 @@ class _Run(FastFunction):
         return vmap_columns(_Run.apply, info, in_dims, values, B, handle)
 
 
+def _all_zero(t: torch.Tensor) -> bool:
+    """Whether a tangent is all zeros (False where that cannot be read: a tangent batched by torch.func.vmap,
+    as jacfwd in A's values hands over, refuses data-dependent control flow; it is then taken as given)."""
+    try:
+        return not bool(t.any())
+    except RuntimeError:
+        return False
+
+
 class _Lstsq(FastFunction):
     @staticmethod
     def forward(values: torch.Tensor, B: torch.Tensor, handle: LstsqHandle) -> torch.Tensor:
@@ -406,6 +415,11 @@ class _Lstsq(FastFunction):
         h: LstsqHandle = ctx.handle
         m, n = h.A.format_shape
         damp = float(h.options.get("damp") or 0.0)
+        if dvalues is not None and _all_zero(dvalues):
+            # torch.func.jvp / jacfwd / forward_ad with a tangent on B alone hand over zeros for A's values: no
+            # derivative in them is asked for (a wide A raised "derivatives in A's values need full column rank",
+            # and the rank probe's column cost two more solves)
+            dvalues = None
         if damp == 0.0 and m < n and dvalues is not None:
             raise InputError(f"lstsq derivatives in A's values need full column rank (m >= n) when damp == 0; A is "
                              f"{m}x{n} (underdetermined). Pass damp > 0 (the derivative in B alone is defined)")
@@ -418,7 +432,7 @@ class _Lstsq(FastFunction):
             if damp == 0.0:
                 # rank test (module docstring): the missing term is (I - A^+ A) dA^H (.), nonzero where dA^H
                 # reaches A's null space; one more column of the same solve, dA^H q (q fixed), tells (zero for a
-                # zero tangent, which torch.func hands over for an input it does not differentiate)
+                # zero tangent that could not be read as one above: one batched by torch.func.vmap)
                 q = _fixed_vector(m).to(device=z.device, dtype=z.dtype).expand(*values.shape[:-1], m, 1)
                 zq = torch.cat([z, apply_entries(h.A, dvalues, q, adjoint=True).expand(*z.shape[:-1], 1)], dim=-1)
                 W = _Run.apply(values, zq, _AdjointRankChecked(h, "the tangent dA^H q"))[..., :-1]
