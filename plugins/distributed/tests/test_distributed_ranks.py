@@ -420,3 +420,21 @@ def test_is_symmetric_does_not_depend_on_the_scale(runs):
     b, w = torch.sin(1.0 + g).float().double(), torch.cos(g).float().double()
     assert _rel(_glue(outs, "x", N), torch.linalg.solve(A, b)) < 5e-5
     assert _rel(_glue(outs, "gb", N), torch.linalg.solve(A.T, w)) < 5e-5
+
+
+def test_block_minres_with_a_preconditioner_converges(runs):
+    from _dist_scenarios import MINRES_BLOCK_SEEDS, _random_spd
+
+    outs = _scenario(runs, "minres_block_jacobi")
+    N = 13
+    for i, seed in enumerate(MINRES_BLOCK_SEEDS):
+        A = _random_spd(seed, N)
+        B = torch.randn(N, 3, generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64)
+        ref = torch.linalg.solve(A, B)
+        for j, pre in enumerate(("jacobi", "block_jacobi")):
+            got = [o["X"][2 * i + j] for o in outs]
+            assert not isinstance(got[0], tuple), (seed, pre, got[0])
+            X = torch.zeros(N, 3, dtype=torch.float64)
+            for o, x in zip(outs, got):
+                X[o["ids"]] = x
+            assert _rel(X, ref) < 1e-9, (seed, pre, _rel(X, ref))
