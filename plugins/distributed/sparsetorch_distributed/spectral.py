@@ -206,7 +206,20 @@ def _lanczos(A, values, cfg: _Config, red: Reducer):
         raise st.InputError(f"distributed eigsh: N={N} is too small for k={k} with block {b} (the basis needs "
                             f"k + 2 * block <= N); use sparsetorch.eigsh on one process")
     max_restarts = cfg.maxiter if cfg.maxiter is not None else max(100, 10 * N // max(m, 1))
+    from .solve import _exp_limit, _exponent
+
+    # the operator scaled by a power of two when ||A||_inf is far from 1 (exact; eigenvalues unscaled at the end):
+    # the Gram matrices of the products overflowed / underflowed (float32 x 1e20 / x 1e-22, float64 x 1e200 raised
+    # "the Lanczos basis cannot be extended"; outside sweep)
     anorm = _inf_norm(A, values)
+    ea = _exponent(anorm, dtype)
+    if abs(ea) <= _exp_limit(dtype)[1] // 4:
+        ea = 0
+    sa = 2.0 ** -ea
+    anorm *= sa
+
+    def mv(X: torch.Tensor) -> torch.Tensor:
+        return A._mv(X, values) if ea == 0 else A._mv(X, values) * sa
     tiny = 1e3 * torch.finfo(dtype).eps * max(anorm, torch.finfo(dtype).tiny)
     blk = _Block(A, red, tiny)
     f64 = torch.float64
@@ -220,7 +233,7 @@ def _lanczos(A, values, cfg: _Config, red: Reducer):
     status = Status.MAX_ITERATIONS
     while True:
         while cur + b <= m:
-            W = A._mv(V[:, cur:cur + b].contiguous(), values)
+            W = mv(V[:, cur:cur + b].contiguous())
             matvecs += b
             Q, C, D = blk(V[:, :cur + b], W)
             H[:cur + b, cur:cur + b] = C
@@ -236,7 +249,7 @@ def _lanczos(A, values, cfg: _Config, red: Reducer):
         if done or restarts >= max_restarts:
             X = V[:, :m] @ S[:, want].to(dtype=dtype, device=A.device)
             wv = theta[want]
-            AX = A._mv(X.contiguous(), values)
+            AX = mv(X.contiguous())
             R = AX - X * wv.to(dtype=dtype, device=A.device)
             t = red.vec(torch.cat([(R * R).sum(0), (X * X).sum(0)])).cpu().to(f64)
             rel = t[:k].sqrt() / ((anorm + wv.abs()) * t[k:].sqrt())
@@ -263,19 +276,31 @@ def _lanczos(A, values, cfg: _Config, red: Reducer):
         H[l:l + b, :l] = Cb @ Sk[m - b:m]
         cur = l
     order = torch.argsort(wv, stable=True)
-    rec = dict(matvecs=matvecs, restarts=restarts, residual=worst, status=status, ncv=m, one_pass=blk.skipped)
-    return wv[order].to(dtype=dtype, device=A.device), X[:, order.to(X.device)].contiguous(), rec
+    rec = dict(matvecs=matvecs, restarts=restarts, residual=worst, status=status, ncv=m, one_pass=blk.skipped, ea=ea)
+    return (wv[order] * 2.0 ** ea).to(dtype=dtype, device=A.device), X[:, order.to(X.device)].contiguous(), rec
 
 
-def _projected_pinv_solve(A, values, X: torch.Tensor, wi: float, rhs: torch.Tensor, red: Reducer, rtol: float):
-    """y = (P (A - wi) P)^+ rhs, P = I - X X^T, rhs orthogonal to X: distributed MINRES."""
+def _projected_pinv_solve(A, values, X: torch.Tensor, wi: float, rhs: torch.Tensor, red: Reducer, rtol: float,
+                          ea: int = 0):
+    """y = (P (A - wi) P)^+ rhs, P = I - X X^T, rhs orthogonal to X: distributed MINRES. Solved scaled by powers of
+    two (exact): the operator by ``2**-ea`` (the forward's scale), ``rhs`` to a largest entry in [0.5, 1) (one max
+    all-reduce; a loss weighted 1e-23 in float32 had ``||rhs||^2 = 0``)."""
+    from .solve import _exponent, _times_pow2
+
+    sa = 2.0 ** -ea
+    wis = wi * sa
+
     def P(v):
         c = red.vec(X.t() @ v)
         return v - X @ c
 
     def op(v):
-        return P(A._mv(v[:, None], values)[:, 0] - wi * v)
+        Av = A._mv(v[:, None], values)[:, 0]
+        return P((Av if ea == 0 else Av * sa) - wis * v)
 
+    mx = rhs.abs().amax().to(torch.float64).reshape(1) if rhs.numel() else torch.zeros(1, dtype=torch.float64)
+    er = _exponent(float(A.comm.allreduce(mx.to(A.comm.device), "max")[0]), rhs.dtype)
+    rhs = _times_pow2(rhs, [-er])
     (bb,) = red([torch.dot(rhs, rhs)])
     if bb == 0.0:
         return torch.zeros_like(rhs)
@@ -289,7 +314,7 @@ def _projected_pinv_solve(A, values, X: torch.Tensor, wi: float, rhs: torch.Tens
                                    f"residual {math.sqrt(rr / bb):.3g} > {100 * rtol:.3g} after {res.iterations} "
                                    f"MINRES iterations ({res.status.value}); the eigenvalue may be close to one that "
                                    f"was not computed: ask for more eigenpairs (larger k)")
-    return y
+    return _times_pow2(y, [er - ea])
 
 
 class _Eigsh(torch.autograd.Function):
@@ -312,7 +337,7 @@ class _Eigsh(torch.autograd.Function):
             ws.append(w)
             Vs.append(V)
         ctx.A, ctx.cfg, ctx.vflat = A, cfg, vflat
-        ctx.ws, ctx.Vs = ws, Vs
+        ctx.ws, ctx.Vs, ctx.eas = ws, Vs, [r["ea"] for r in recs[-B:]]
         if nb:
             return torch.stack(ws).reshape(*A.batch_shape, cfg.k), torch.stack(Vs).reshape(*A.batch_shape, A.n_local, cfg.k)
         return ws[0], Vs[0]
@@ -369,7 +394,7 @@ class _Eigsh(torch.autograd.Function):
                                 continue
                             q = q + X[:, j] * (cl[j] / gap)
                         rhs = g - X @ c
-                        q = q - _projected_pinv_solve(A, vi, X, wl[i], rhs, red, rtol)
+                        q = q - _projected_pinv_solve(A, vi, X, wl[i], rhs, red, rtol, ctx.eas[b])
                         Q[:, i] = Q[:, i] + q
                 except _Abort:
                     comm.agree(red.error, "distributed eigsh backward")

@@ -679,6 +679,33 @@ def s_minres_block_jacobi(comm):
     return dict(ids=ids, X=out)
 
 
+EIG_SCALED_CASES = [(torch.float64, 1.0), (torch.float32, 1e20), (torch.float32, 1e-22), (torch.float64, 1e200),
+                    (torch.float64, 1e-200)]
+
+
+def s_eig_scaled(comm):
+    """eigsh of a symmetric matrix times s far from 1: float32 x 1e20 / 1e-22 and float64 x 1e200 raised "the Lanczos
+    basis cannot be extended", float64 x 1e-200 NotSymmetricError (outside sweep). The loss
+    ``w.sum() / s + sum(V[:, 1]^2 cos(i))`` has the gradient ``g_1 / s`` in the values (g_1: that of s = 1)."""
+    N = 13
+    ids = _rows(comm, N)
+    A0 = _random_spd(5, N) - 6.0 * torch.eye(N, dtype=torch.float64)
+    sub = A0[ids]
+    r, c = torch.nonzero(sub, as_tuple=True)
+    out = dict(ids=ids, r=ids[r], c=c, v=sub[r, c], cases=[])
+    for dtype, scale in EIG_SCALED_CASES:
+        v = (sub[r, c] * scale).to(dtype).requires_grad_(True)
+        D = sd.DSparseTensor.from_local_rows(ids[r], c, v, (N, N), comm=comm)
+        try:
+            w, V = sd.eigsh(D, 2, which="LA")
+            loss = w.sum() / scale + sd.global_sum((V[:, 1] ** 2 * torch.cos(ids.to(dtype))).sum(), comm)
+            loss.backward()
+            out["cases"].append((w.detach().double(), v.grad.double()))
+        except Exception as exc:  # noqa: BLE001 - recorded for the parent
+            out["cases"].append((type(exc).__name__, str(exc)[:200]))
+    return out
+
+
 SCENARIOS = {k[2:]: v for k, v in dict(globals()).items() if k.startswith("s_")}
 
 

@@ -110,3 +110,29 @@ def test_eigsh_degenerate_eigenvector_gradient_raises_on_every_rank(runs):
     assert all(g is not None for g in got), got
     assert {g[0] for g in got} == {"DegenerateEigenvalueError"}
     assert len({g[1] for g in got}) == 1
+
+
+def test_eigsh_of_scaled_matrices(runs):
+    """A symmetric matrix times 1e20 / 1e-22 (float32), 1e200 / 1e-200 (float64): eigenvalues and gradients match
+    the unscaled problem's (they raised "the Lanczos basis cannot be extended" / NotSymmetricError)."""
+    from _dist_scenarios import EIG_SCALED_CASES, _random_spd
+
+    outs = _scenario(runs, "eig_scaled")
+    n = 13
+    A0 = _random_spd(5, n) - 6.0 * torch.eye(n, dtype=torch.float64)
+    # the single-process reference of s = 1 (eigenvalues and the values' gradient of the same loss)
+    r, c = torch.nonzero(A0, as_tuple=True)
+    vals = A0[r, c].clone().requires_grad_(True)
+    w1, V1 = st.eigsh(st.SparseTensor.from_coo(vals, r, c, shape=(n, n)), 2, which="LA")
+    (w1.sum() + (V1[:, 1] ** 2 * torch.cos(torch.arange(n, dtype=torch.float64))).sum()).backward()
+    G1 = torch.zeros(n, n, dtype=torch.float64).index_put_((r, c), vals.grad)
+    ev = torch.linalg.eigvalsh(A0)[-2:]
+    for i, (dtype, scale) in enumerate(EIG_SCALED_CASES):
+        got = [o["cases"][i] for o in outs]
+        assert not isinstance(got[0][0], str), (dtype, scale, got[0])
+        tol = 1e-4 if dtype == torch.float32 else 1e-9
+        assert float(((got[0][0] / scale) - ev).abs().max() / ev.abs().max()) < tol, (dtype, scale, got[0][0])
+        for o, (_, gv) in zip(outs, got):
+            ref = G1[o["r"], o["c"]]
+            assert float((gv * scale - ref).abs().max() / G1.abs().max()) < (1e-3 if dtype == torch.float32 else 1e-7), \
+                (dtype, scale)
