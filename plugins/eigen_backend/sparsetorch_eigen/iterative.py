@@ -33,6 +33,12 @@ __all__ = ["KrylovPlan", "LeastSquaresCGPlan", "PRECONDITIONERS"]
 #: sparsetorch preconditioner name -> the C++ one.
 PRECONDITIONERS = {None: "none", "none": "none", "identity": "none", "jacobi": "jacobi", "ichol": "ic", "ic": "ic",
                    "ilu": "ilut", "ilut": "ilut"}
+#: the options a plan reads per call (passed to solve / lstsq, never taken from the plan's build options) and
+#: their defaults where a call gives None: the contract's rtol is the core's (it always passes one), maxiter None
+#: is the method's own bound (10 n), check_every None every iteration. Plan-time options (preconditioner,
+#: backend_options) are read once in __init__ and key the cache.
+CALL_DEFAULTS: dict[str, Any] = {"rtol": 1e-6, "atol": 0.0, "btol": 1e-6, "damp": 0.0, "maxiter": None,
+                                 "check_every": None, "callback": None, "stagnation": False}
 _LABEL = {"cg": "Eigen CG", "bicgstab": "Eigen BiCGSTAB", "lscg": "Eigen least-squares CG (CGLS)"}
 
 
@@ -79,7 +85,7 @@ class _Base:
         self.m, self.n = int(m), int(n)
         self.dtype = A.dtype
         self._h = Handoff(A, backend=backend)
-        self._options = dict(options)
+        # the build options are read here only (preconditioner, backend_options): nothing per call is kept (_opts)
         bo = dict(options.get("backend_options") or {})
         pre = options.get("preconditioner")
         if callable(pre):
@@ -93,7 +99,7 @@ class _Base:
             self.dtype, self._cpp_method, cpp_pre, self.m, self.n, h.indptr.data_ptr(), h.indices.data_ptr(), h.nnz,
             h.index64, h.csr, h.members, float(bo.get("ilu_drop_tol", 1e-4)), int(bo.get("ilu_fill_factor", 10)),
             float(bo.get("ichol_shift", 1e-3)))
-        #: per-call options set by the core (rtol, atol, maxiter, check_every, callback / damp, btol)
+        #: the mapped values of set_values (per-call options are not kept: they come with each solve / lstsq)
         self._values: torch.Tensor | None = None
 
     def set_values(self, values: torch.Tensor) -> None:
@@ -114,7 +120,12 @@ class _Base:
                                           f"backend_options ilu_drop_tol smaller or preconditioner='jacobi'")
 
     def _opts(self, options: Mapping[str, Any] | None) -> dict:
-        return {**self._options, **{k: v for k, v in (options or {}).items() if k == "callback" or v is not None}}
+        """This call's options, and nothing of another call's: the plan is cached and shared across calls and
+        threads, so a per-call option left None (or absent) means the default (:data:`CALL_DEFAULTS`), never
+        the value the plan was built with. (The plan's stored options were merged under them: after one
+        ``maxiter=2`` call, a default call on the cached plan stopped with "maxiter=2 reached".)"""
+        given = options or {}
+        return {k: (given.get(k) if given.get(k) is not None else d) for k, d in CALL_DEFAULTS.items()}
 
     def _iterate(self, B: torch.Tensor, rows_in: int, rows_out: int, adjoint: bool, o: dict, label: str):
         if self._values is None:
@@ -125,14 +136,13 @@ class _Base:
         if Bt.shape[0] not in (1, members) and members != 1:
             raise InputError(f"{self.backend}/{self.method}: B has {Bt.shape[0]} batch members for {members} matrices")
         X = torch.empty((Bt.shape[0], k, rows_out), dtype=self.dtype)
-        maxiter = o.get("maxiter")
+        maxiter = o["maxiter"]
         outs: list = []
         for i in range(Bt.shape[0]):
             j = i if members > 1 else 0
-            outs += _lib.call(self._it.solve, j, Bt[i].data_ptr(), X[i].data_ptr(), k, adjoint, float(o.get("rtol", 1e-6)),
-                                   float(o.get("atol", 0.0) or 0.0), float(o.get("btol", 1e-6) or 0.0),
-                                   float(o.get("damp", 0.0) or 0.0), -1 if maxiter is None else int(maxiter),
-                                   int(o.get("check_every") or 1), o.get("callback"), bool(o.get("stagnation")))
+            outs += _lib.call(self._it.solve, j, Bt[i].data_ptr(), X[i].data_ptr(), k, adjoint, float(o["rtol"]),
+                                   float(o["atol"]), float(o["btol"]), float(o["damp"]), -1 if maxiter is None else int(maxiter),
+                                   int(o["check_every"] or 1), o["callback"], bool(o["stagnation"]))
         X = X.transpose(-1, -2).reshape(*B.shape[:-2], rows_out, k)
         return X, combine(outs, label)
 

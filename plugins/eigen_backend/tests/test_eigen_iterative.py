@@ -188,3 +188,58 @@ def test_bicgstab_stops_when_it_stagnates_and_the_default_solve_hands_over():
     x, info = st.solve(A32, b32, backend="eigen", method="bicgstab", preconditioner="jacobi", maxiter=6000,
                        on_nonconvergence="ignore", return_info=True)
     assert info.converged or (info.iterations == 6000 and "stagnated" not in info.reason)
+
+
+def test_plans_take_no_per_call_option_from_their_build_options():
+    """A plan is cached and shared across calls: the options it was built with (those of the first call) are
+    not defaults for later calls. A per-call option a call leaves None is the default (maxiter: the method's
+    own 10 n), not the build's maxiter=2 / check_every=1000 / damp / tolerances."""
+    A = poisson2d(10, 10)
+    D = A.to_dense()
+    b = torch.ones(A.shape[0], 1, dtype=torch.float64)
+    build = {"preconditioner": None, "rtol": 1e-1, "atol": 1.0, "maxiter": 2, "check_every": 1000}
+    p = KrylovPlan(A, "cg", build)
+    p.set_values(A.values)
+    seen = []
+    call = {"rtol": 1e-10, "atol": None, "maxiter": None, "check_every": None,
+            "callback": lambda it, res: seen.append(it)}
+    x, info = p.solve(b, options=call)
+    assert info.converged and info.iterations > 2, info
+    assert seen[:3] == [1, 2, 3]  # every iteration (check_every's default), not every 1000th
+    torch.testing.assert_close(x, torch.linalg.solve(D, b), rtol=1e-7, atol=1e-8)
+    R = random_rectangular(15, 8, density=0.5, seed=3)
+    Rd = R.to_dense()
+    B = torch.randn(15, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    q = LeastSquaresCGPlan(R, "lsqr", {"preconditioner": None, "maxiter": 2, "damp": 0.5, "atol": 0.1, "btol": 0.1})
+    q.set_values(R.values)
+    X, info = q.lstsq(B, options={"atol": 1e-12, "btol": 1e-12, "damp": None, "maxiter": None})
+    assert info.converged and info.iterations > 2, info
+    torch.testing.assert_close(X, torch.linalg.pinv(Rd) @ B, rtol=1e-8, atol=1e-10)
+
+
+def test_a_maxiter_of_one_call_does_not_reach_the_next_on_the_cached_plan(eigen_backend):
+    """st.lstsq / st.solve on one cached eigen Krylov plan: after a call with maxiter=2 (answer let through by
+    on_nonconvergence='ignore'), a default call failed with "maxiter=2 reached" (scipy's was right). Against
+    torch.linalg.lstsq / solve in float64."""
+    g = torch.Generator().manual_seed(0)
+    Dr = torch.randn(30, 10, generator=g, dtype=torch.float64)
+    br = torch.randn(30, generator=g, dtype=torch.float64)
+    R = st.SparseTensor.from_dense(Dr, CSR)
+    st.lstsq(R, br, backend="eigen", method="lsqr", maxiter=2, on_nonconvergence="ignore")
+    x, info = st.lstsq(R, br, backend="eigen", method="lsqr", return_info=True)
+    assert info.converged and info.plan_reused, info
+    torch.testing.assert_close(x, torch.linalg.lstsq(Dr, br[:, None]).solution[:, 0], rtol=1e-10, atol=1e-12)
+    A = poisson2d(12, 12)
+    b = torch.ones(A.shape[0], dtype=torch.float64)
+    st.solve(A, b, backend="eigen", method="cg", maxiter=2, on_nonconvergence="ignore")
+    x, info = st.solve(A, b, backend="eigen", method="cg", rtol=1e-10, return_info=True)
+    assert info.converged and info.iterations > 2, info
+    torch.testing.assert_close(x, torch.linalg.solve(A.to_dense(), b), rtol=1e-7, atol=1e-8)
+    # check_every of one call is not the next call's either: a default call's callback sees every iteration
+    A = poisson2d(11, 12)
+    b = torch.ones(A.shape[0], dtype=torch.float64)
+    st.solve(A, b, backend="eigen", method="cg", check_every=1000, maxiter=3000)
+    seen = []
+    x = st.solve(A, b, backend="eigen", method="cg", rtol=1e-10, callback=lambda it, res: seen.append(it))
+    assert seen[:3] == [1, 2, 3]
+    torch.testing.assert_close(x, torch.linalg.solve(A.to_dense(), b), rtol=1e-7, atol=1e-8)
