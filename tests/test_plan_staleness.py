@@ -135,3 +135,41 @@ def test_solver_sees_an_in_place_write_to_the_index_buffers(kw):
     ref = torch.linalg.solve(A.with_values(vd).to_dense(), b).sum()
     (gv,) = torch.autograd.grad(ref, vd)
     torch.testing.assert_close(v.grad, gv, rtol=1e-8, atol=1e-12)
+
+
+def test_solver_threads_after_an_index_write_all_get_the_new_matrix():
+    # two threads that solve right after a write to A's index buffers: neither plans on the old pattern nor
+    # reads the plan state while the other replaces it (one of them read None)
+    import sys
+    import threading
+
+    D = torch.diag(torch.full((6,), 4.0, dtype=torch.float64))
+    D += torch.diag(torch.ones(5, dtype=torch.float64), 1) + torch.diag(torch.ones(5, dtype=torch.float64), -1)
+    b = torch.arange(1.0, 7.0, dtype=torch.float64)
+    old_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _rep in range(20):
+            A = st.SparseTensor.from_dense(D, format=CSR)
+            s = st.Solver(A, backend="torch", method="lu")
+            s.solve(b)
+            A.crd(1)[1] = 3
+            ref = torch.linalg.solve(A.to_dense(), b)
+            out, errors = [None] * 4, []
+
+            def work(i):
+                try:
+                    out[i] = s.solve(b)
+                except Exception as exc:  # noqa: BLE001 - collected and asserted below
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert not errors, errors
+            for x in out:
+                torch.testing.assert_close(x, ref, rtol=1e-10, atol=1e-12)
+    finally:
+        sys.setswitchinterval(old_interval)

@@ -7,6 +7,7 @@ from dataclasses import replace
 import dataclasses
 
 import math
+import threading
 
 from typing import Any, Callable, Sequence
 
@@ -367,6 +368,7 @@ class Solver:
         self._offer = None
         self._table: ExplainTable | None = None
         self._planned_bufs: tuple | None = None
+        self._ready_lock = threading.RLock()
         self.results: list = []
 
     @property
@@ -447,26 +449,36 @@ class Solver:
 
             return traced_solver_solve(self, self._handle, self._values, B)
         self._pattern.ensure_valid()  # index buffers written in place since construction are re-checked
-        if self._state is None or self._pattern_moved():
-            if is_plain(self._values):
-                self.factorize()
-            else:  # a torch.func transform's values: loaded inside the autograd Function, which unwraps them
-                self.plan()
+        state, offer, table = self._ready(factorize=is_plain(self._values))
         Bn, vector = as_rhs(self._pattern, B, "Solver.solve", rows=self._pattern.format_shape[0])
         values = self._values
         if self._check_finite and is_plain(values) and is_plain(Bn):
             self._check_inputs(values, Bn)
-        X, handle = solve_call("solve", self._pattern, self._request, self._table, self._offer, self._state, values, Bn,
+        X, handle = solve_call("solve", self._pattern, self._request, table, offer, state, values, Bn,
                                cache=self._cache, policy=self._policy, call=self._call)
         route = handle.route
         self.results.extend(handle.results)
-        if route.offer is not None and route.offer is not self._offer:
+        if route.offer is not None and route.offer is not offer:
             # dispatch fell back: keep the method that worked for the next solves
             self._state, self._offer = route.state, route.offer
         out = restore_rhs(X, vector)
         info = _info(self._pattern.with_values(values), Bn, X, handle) if return_info else None
         self._state.reused = True  # later solves reuse this plan
         return (out, info) if return_info else out
+
+    def _ready(self, factorize: bool) -> tuple:
+        """``(state, offer, table)`` of a plan made on A's pattern as it is now: planned (and factorized, where
+        ``factorize``) first if not yet, or again after a write to A's index buffers. Under this Solver's lock,
+        so that two threads solving right after such a write neither plan twice nor read the state half
+        replaced (one of them read None); the values load itself is serialized by the plan's own lock."""
+        with self._ready_lock:
+            if self._state is None or self._pattern_moved():
+                if factorize:
+                    self.factorize()
+                else:  # a torch.func transform's values: loaded inside the autograd Function, which unwraps them
+                    self.plan()
+            assert self._state is not None and self._table is not None
+            return self._state, self._offer, self._table
 
     def _pattern_moved(self) -> bool:
         """Whether A's index buffers were written in place (or swapped) since the plan was made: then the plan,
@@ -494,15 +506,12 @@ class Solver:
         ``Bn`` ``(*batch, n, k)``, on this Solver's plan and fallback route, no gradient recorded
         (the op's autograd formula is the adjoint rule)."""
         self._pattern.ensure_valid()
-        if self._state is None or self._pattern_moved():
-            self.factorize()
-        assert self._state is not None and self._table is not None
-        route = route_for("solve", self._pattern, self._request, self._table, self._offer, self._state,
-                          cache=self._cache)
-        handle = SolveHandle(self._state, self._pattern, adjoint, self._policy, [], call_options=self._call, route=route)
+        state, offer, table = self._ready(factorize=True)
+        route = route_for("solve", self._pattern, self._request, table, offer, state, cache=self._cache)
+        handle = SolveHandle(state, self._pattern, adjoint, self._policy, [], call_options=self._call, route=route)
         with torch.no_grad():
             X = handle.run(values, Bn)
-        if route.offer is not None and route.offer is not self._offer:
+        if route.offer is not None and route.offer is not offer:
             self._state, self._offer = route.state, route.offer
         self._state.reused = True
         return X
