@@ -38,6 +38,7 @@ from sparsetorch.backend import Status, default_rtol
 from .comm import dtype_code, get_comm
 from .errors import DistributedError
 from .krylov import Reducer, _Abort, gmres
+from .ops import agree_grad_mode
 
 __all__ = ["nonlinear_solve", "DNonlinearInfo"]
 
@@ -292,9 +293,9 @@ def nonlinear_solve(F: Callable, u0: torch.Tensor, params: Sequence = (), *, com
                   "params": len(params), "rtol": _float_bits(rtol), "atol": _float_bits(atol),
                   "line_search": int(cfg.line_search), "max_backtracks": cfg.max_backtracks},
                  shown={"rtol": rtol, "atol": atol})
-    if torch.is_grad_enabled() and comm.size > 1:
+    if comm.size > 1:
         mine = any(isinstance(p, torch.Tensor) and p.requires_grad for p in params)
-        if comm.max_int([int(mine)])[0] and not mine:
+        if agree_grad_mode(comm, mine, "distributed nonlinear_solve") and not mine:
             # the backward communicates: this rank takes part with a placeholder leaf
             params = tuple(p.detach().requires_grad_(True) if isinstance(p, torch.Tensor) and p.is_floating_point()
                            else p for p in params)

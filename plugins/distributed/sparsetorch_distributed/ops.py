@@ -25,6 +25,7 @@ import sparsetorch as st
 from sparsetorch.backend import first_order_in, first_order_only
 
 from .comm import Comm, dtype_code
+from .errors import MismatchError
 from .exchange import as_rows, from_rows
 from .tensor import next_op_epoch
 
@@ -140,7 +141,7 @@ def matmul(A, X: torch.Tensor, *, transpose: bool = False) -> torch.Tensor:
         check_vector(A, X, "matmul")
         chk.same({"columns": X.shape[-1] if X.dim() > 1 else 1, "vector dims": X.dim(), "dtype": dtype_code(X.dtype),
                   "A batch": batch_code(A)}, shown={"A batch": tuple(A.batch_shape)})
-    values, X = agree_grad(comm, A.values, X)
+    values, X = agree_grad(comm, A.values, X, "DSparseTensor matmul")
     return _Matmul.apply(values, X, A, transpose)
 
 
@@ -152,13 +153,34 @@ def batch_code(A) -> int:
     return 1 + int.from_bytes(hashlib.blake2b(repr(tuple(A.batch_shape)).encode(), digest_size=7).digest(), "little")
 
 
-def agree_grad(comm: Comm, values: torch.Tensor, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def agree_grad_mode(comm: Comm, mine: bool, what: str) -> bool:
+    """Whether any rank records gradients through a collective op (``mine``: this rank's inputs require grad); one
+    small all_reduce on every rank, whatever its grad mode. The backward pass communicates, so a rank with grad
+    mode off while another records gradients would leave that one waiting in its backward, and the check itself
+    was skipped under ``torch.no_grad()`` (the other ranks waited in its all_reduce until the timeout; outside
+    sweep): then every rank raises :class:`MismatchError` naming the ranks."""
+    if comm.size == 1:
+        return mine and torch.is_grad_enabled()
+    on = torch.is_grad_enabled()
+    anyone, anyone_off = comm.max_int([1 if (on and mine) else 0, 0 if on else 1])
+    if anyone and anyone_off:
+        everyone = comm.allgather_object(on)
+        off = ", ".join(f"rank {r}" for r, e in enumerate(everyone) if not e)
+        on_ = ", ".join(f"rank {r}" for r, e in enumerate(everyone) if e)
+        raise MismatchError(f"{what}: grad mode differs between the ranks: torch.is_grad_enabled() is False on {off} "
+                            f"while {on_} record gradients (inputs that require grad); the backward pass communicates, "
+                            f"so every rank must record it or none (use the same torch.no_grad() context on every rank)")
+    return bool(anyone)
+
+
+def agree_grad(comm: Comm, values: torch.Tensor, X: torch.Tensor, what: str = "distributed op") -> tuple[torch.Tensor, torch.Tensor]:
     """When any rank's inputs require grad, every rank's output must (its backward communicates):
-    a rank whose inputs do not gets ``X`` as a fresh leaf that does (its gradient is dropped)."""
-    if not torch.is_grad_enabled() or comm.size == 1:
+    a rank whose inputs do not gets ``X`` as a fresh leaf that does (its gradient is dropped). Collective in
+    every grad mode (:func:`agree_grad_mode`)."""
+    if comm.size == 1:
         return values, X
     mine = values.requires_grad or X.requires_grad
-    anyone = comm.max_int([1 if mine else 0])[0]
+    anyone = agree_grad_mode(comm, mine, what)
     if anyone and not mine:
         X = X.detach().requires_grad_(True)
     return values, X

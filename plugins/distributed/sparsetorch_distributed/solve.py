@@ -216,13 +216,23 @@ def _scaled_precond(M, ea: int):
 def _guarded_callback(callback, red: Reducer, unscale):
     """The user's ``callback(iteration, residual)`` as the kernels call it: the residual in the caller's units
     (``unscale``: the right-hand side's scale, a float, or per column a ``(k,)`` tensor for the block kernels, whose
-    residuals arrive per column; the worst is passed)."""
+    residuals arrive per column; the worst is passed), and failure-tolerant as a preconditioner (Reducer.guard): an
+    exception on one rank is recorded (a DistributedError naming it), travels with the next reduction and every
+    rank raises it. A callback that raised on one rank used to leave the others in the next reduction until the
+    collective timeout (outside sweep)."""
     if callback is None:
         return None
 
     def wrapped(it: int, res) -> None:
-        val = float((res * unscale).max()) if isinstance(res, torch.Tensor) else float(res) * float(unscale)
-        callback(it, val)
+        if red.error is not None:
+            return
+        try:
+            val = float((res * unscale).max()) if isinstance(res, torch.Tensor) else float(res) * float(unscale)
+            callback(it, val)
+        except Exception as exc:  # noqa: BLE001 - travels to every rank with the next reduction
+            err = DistributedError(f"the solve callback raised {type(exc).__name__}: {exc}")
+            err.__cause__ = exc
+            red.error = err
     return wrapped
 
 
@@ -638,7 +648,7 @@ def solve(A, B: torch.Tensor, *, method: str | None = None, preconditioner="bloc
                   sharpen=rtol is None and not atol)
     sym = symmetric if symmetric is not None else is_symmetric(A, _agreed=True)
     infos: list = []
-    values, B = agree_grad(comm, A.values, B)
+    values, B = agree_grad(comm, A.values, B, "distributed solve")
     X = _Solve.apply(values, B, A, cfg, sym, infos)
     worst = max(infos, key=lambda i: (i["status"] != Status.CONVERGED, i["residual"]))
     info = DSolveInfo(method=worst["method"], preconditioner=worst.get("preconditioner"),

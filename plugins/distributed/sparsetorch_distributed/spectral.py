@@ -45,7 +45,7 @@ from sparsetorch.backend import Status, default_rtol
 from .comm import dtype_code
 from .errors import DistributedError
 from .krylov import Reducer, _Abort, minres
-from .ops import batch_code
+from .ops import agree_grad_mode, batch_code
 from .tensor import next_op_epoch
 
 __all__ = ["eigsh", "DEigshInfo"]
@@ -489,10 +489,8 @@ def eigsh(A, k: int = 6, *, which: str = "LM", sigma: float | None = None, tol: 
                                    "rounding (sparsetorch_distributed.is_symmetric); for a general matrix there is no "
                                    "distributed eigs yet")
     values = A.values
-    if torch.is_grad_enabled() and comm.size > 1:
-        anyone = comm.max_int([1 if values.requires_grad else 0])[0]
-        if anyone and not values.requires_grad:
-            values = values.detach().requires_grad_(True)  # this rank takes part in the backward
+    if comm.size > 1 and agree_grad_mode(comm, values.requires_grad, "distributed eigsh") and not values.requires_grad:
+        values = values.detach().requires_grad_(True)  # this rank takes part in the backward
     recs: list = []
     w, V = _Eigsh.apply(values, A, cfg, recs)
     worst = max(recs, key=lambda r: (r["status"] != Status.CONVERGED, r["residual"]))

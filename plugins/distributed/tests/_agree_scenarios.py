@@ -44,6 +44,20 @@ def _cases(comm, A, v, b):
     def f(u):
         return A @ u - b
 
+    Ag = sd.DSparseTensor.from_local_rows(rg, cg, A.values.detach().clone().requires_grad_(True), A.pattern.shape,
+                                          comm=comm)
+
+    def grad_mode(fn):
+        # grad mode off on the bad rank only: its op skipped the grad agreement the others entered
+        def call():
+            with torch.set_grad_enabled(not bad):
+                return fn()
+        return call
+
+    def cb(it, res):
+        if comm.rank == 0 and it == 2:
+            raise OSError("log file full")
+
     return {
         # the length of one rank's slots is wrong: the others went on into solve's first all_reduce
         "with_values_length": ([last], lambda: sd.solve(A.with_values(A.values[:-1] if bad else A.values), b)),
@@ -68,6 +82,12 @@ def _cases(comm, A, v, b):
         "nonlinear_rtol": ([last], lambda: sd.nonlinear_solve(f, torch.zeros_like(b), rtol="tight" if bad else None,
                                                               comm=comm)),
         "eigsh_degenerate_tol": ([last], lambda: sd.eigsh(A, 2, degenerate_tol="loose" if bad else 1e-8)),
+        "grad_mode_matmul": ([last], grad_mode(lambda: Ag @ b)),
+        "grad_mode_solve": ([last], grad_mode(lambda: sd.solve(Ag, b))),
+        "grad_mode_eigsh": ([last], grad_mode(lambda: sd.eigsh(Ag, 2))),
+        # a callback raising on one rank: the others waited in the next reduction
+        "solve_callback": ([0], lambda: sd.solve(A, b, method="cg", preconditioner=None, callback=cb)),
+        "solve_callback_block": ([0], lambda: sd.solve(A, torch.stack([b, 2 * b], 1), method="cg", callback=cb)),
     }
 
 
@@ -178,7 +198,8 @@ def run_writes(comm, timeout_s: float):
 CASES = ["with_values_length", "with_values_two_ranks", "with_values_dtype", "with_values_not_a_tensor", "with_values_batch",
          "with_entry_values_length", "with_entry_values_not_a_tensor", "matmul_length", "solve_length", "list_member",
          "list_solve_rhs", "list_eigsh_v0", "dot_not_a_tensor", "from_local_rows_shape", "nonlinear_rtol",
-         "eigsh_degenerate_tol"]
+         "eigsh_degenerate_tol", "grad_mode_matmul", "grad_mode_solve", "grad_mode_eigsh", "solve_callback",
+         "solve_callback_block"]
 
 
 def run_all(comm, barrier_dir: str, timeout_s: float):

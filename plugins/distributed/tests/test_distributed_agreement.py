@@ -48,6 +48,16 @@ EXPECTED = {
                                                                           "on rank 2"]),
     # a conversion that failed after the agreement (on that rank alone); any exception of a check is an InputError
     "eigsh_degenerate_tol": ("InputError", ["eigsh failed on rank 2", "rank 2's input raised ValueError"]),
+    # grad mode off on one rank only: its agreement on gradients was skipped (the others waited in it)
+    "grad_mode_matmul": ("MismatchError", ["DSparseTensor matmul: grad mode differs between the ranks: "
+                                           "torch.is_grad_enabled() is False on rank 2 while rank 0, rank 1 record"]),
+    "grad_mode_solve": ("MismatchError", ["distributed solve: grad mode differs", "False on rank 2"]),
+    "grad_mode_eigsh": ("MismatchError", ["distributed eigsh: grad mode differs", "False on rank 2"]),
+    # a solve callback raising on rank 0 alone: the same failure protocol as a raising preconditioner
+    "solve_callback": ("DistributedError", ["failed on rank 0 (failing ranks: [0])",
+                                            "the solve callback raised OSError: log file full"]),
+    "solve_callback_block": ("DistributedError", ["failed on rank 0 (failing ranks: [0])",
+                                                  "the solve callback raised OSError: log file full"]),
 }
 
 
