@@ -50,14 +50,15 @@ from ..dispatch.accuracy import backward_error_bound
 from ._fast_apply import FastFunction, vmap_columns
 from ._first_order import first_order_only
 from ..dispatch.results import Attempt, IterationResult, Status
-from ..errors import InputError, NotConvergedError, NotConvergedWarning, SingularMatrixError
+from ..dispatch.records import DIRECT_METHODS
+from ..errors import BackendError, InputError, NotConvergedError, NotConvergedWarning, SingularMatrixError
 from ..format import CSR
 from ..tensor import SparseTensor
 from ..tensor.interop.torch_io import compressed_tensor
 from ..tensor._serial import SerialCsr, serial_ok
 from ..tensor.pattern import is_plain
 from ..dispatch.plan import PlanState, guarded
-from ._route_checks import safe_column_scales
+from ._route_checks import _one_line, safe_column_scales
 from .sddmm import sddmm
 
 __all__ = ["LstsqHandle", "lstsq_function", "apply_entries"]
@@ -97,10 +98,12 @@ def apply_entries(A: SparseTensor, values: torch.Tensor, X: torch.Tensor, *, adj
 class LstsqHandle:
     """Runs the least-squares plan in ``state`` (``adjoint``: for ``A^H``) with one call's options.
 
-    ``fallbacks``: the offers to hand over to when the method dispatch chose does not converge (the
-    direct ones of the explain table, cheapest first: after an LSQR / LSMR that stalled, another Krylov
-    method would stall alike), built by ``rebuild``; empty when the caller pinned the method (as in
-    ``solve``, a backend alone still lets dispatch choose among its offers).
+    ``fallbacks``: the offers to hand over to when the method dispatch chose fails (in the explain table's
+    order; a plugin that raised or returned something that is not an answer, :func:`_checked_answer`; an
+    answer that did not converge or was refused; after an LSQR / LSMR that stalled only the direct ones:
+    another Krylov method would stall alike), built by ``rebuild``; empty when the caller pinned the method
+    (as in ``solve``, a backend alone still lets dispatch choose among its offers; a pinned plan's error is
+    raised, naming it).
     The backward pass runs on whichever plan answered the forward one."""
 
     state: PlanState
@@ -127,6 +130,8 @@ class LstsqHandle:
         self.answer_start = self.start
         #: the attempts that handed over, as :class:`~sparsetorch.dispatch.results.Attempt` records
         self.failed: list = []
+        #: an iterative method dispatch chose stopped short: only direct offers are handed over to from then on
+        self.stalled = False
 
     def run(self, values: torch.Tensor, B: torch.Tensor, adjoint: bool = False) -> torch.Tensor:
         return self.run_converged(values, B, adjoint)[0]
@@ -149,42 +154,29 @@ class LstsqHandle:
     def _run(self, values: torch.Tensor, B: torch.Tensor, adjoint: bool) -> tuple[torch.Tensor, bool]:
         while True:
             state = self.state
-            with state.lock, torch.no_grad():
-                state._load(values)
-                plan = state.plan
-                X, res = guarded(lambda: plan.lstsq(B.detach(), adjoint=adjoint, options=dict(self.options)), state.label,
-                                 "lstsq")
-            limit = 16 * backward_error_bound(B.dtype, max(1, self.A.format_shape[0 if adjoint else 1]))
-            if res.converged and res.status is Status.DIRECT:
-                # a direct answer is checked too: Eigen's SparseQR in float32 took lp_e226 (rank 223, cond 9e3)
-                # for rank 51 (its threshold, 20 (m + n) eps max |col|, dropped the small columns) and answered
-                # with a relative residual of 0.9 as "direct" (session 21)
-                e, _ = self._eta(values, B.detach(), X, adjoint)
-                if not e <= limit:
-                    res = _inaccurate(res, e, limit, "not a least-squares answer of A", "a rank decision that dropped "
-                                      "columns, or an unstable factorization); try method='lsqr', a wider dtype, or "
-                                      "scale A's columns")
-            self.results.append(res)
-            if res.converged and self.sharpen and res.status is not Status.DIRECT:
-                at = len(self.results) - 1  # the refinement's results follow this one
-                X, e = self._sharpen(values, B.detach(), X, adjoint)
-                if not e <= limit:
-                    # refinement on the same plan did not reach a backward-stable answer: not an answer (columns
-                    # scaled 1e-6..1e6: LSQR stopped 100 % from the solution with Stewart's error 8e-11; session 23)
-                    res = _inaccurate(res, e, limit, "refined, still not a least-squares answer of A to working "
-                                      "accuracy", "A's columns or rows badly scaled, or A ill conditioned)")
-                    self.results[at] = res
+            try:
+                X, res = self._attempt(state, values, B, adjoint)
+            except (BackendError, SingularMatrixError) as exc:
+                # a plugin that raised (in its factory, set_values or lstsq) or returned something that is not an
+                # answer (_checked_answer): the next offer when dispatch chose the method, as solve's route does;
+                # a pinned method's error is raised as it is (it names the plan and the phase)
+                self._broken_pattern_check(state, exc)
+                if self._hand_over(state, IterationResult(0, math.inf, False, Status.BREAKDOWN, _one_line(exc)),
+                                   "error"):
+                    continue
+                if not self.tried or not isinstance(exc, BackendError):
+                    raise
+                raise BackendError(f"{exc} (tried before it: {'; '.join(self.tried)})", label=exc.label,
+                                   phase=exc.phase) from exc
             if res.converged:
                 return X, True
-            if self.fallbacks and self.rebuild is not None:
-                self.tried.append(f"{state.label}: {res.status.value} after {res.iterations} iterations ({res.reason})")
-                backend, _, method = state.label.partition("/")
-                self.failed.append(Attempt(backend, method, None, res.iterations, res.status, res.residual, res.reason))
-                self.answer_start = len(self.results)
-                self.offer = self.fallbacks.pop(0)
-                self.state = self.rebuild(self.offer)
+            # an iterative method that stalled: another Krylov method would stall alike (direct ones only from now);
+            # a direct answer refused by the checks (not a least-squares answer of A): any other method may answer
+            stalled = res.status is not Status.INACCURATE or not _is_direct(state)
+            if self._hand_over(state, res, "iterative" if stalled else "inaccurate"):
                 continue
             break
+        plan = state.plan
         what = "adjoint " if adjoint else ""
         before = f"; tried before it: {'; '.join(self.tried)}" if self.tried else ""
         try_qr = "" if plan.method in ("qr", "dense") else "try method='qr' (a sparse QR) or 'dense' (an SVD), "
@@ -201,6 +193,78 @@ class LstsqHandle:
             raise NotConvergedError(msg, res)
         return X, False
 
+    def _attempt(self, state: PlanState, values: torch.Tensor, B: torch.Tensor,
+                 adjoint: bool) -> tuple[torch.Tensor, IterationResult]:
+        """One plan's answer, checked (:func:`_checked_answer`; a direct one's backward error; an iterative one
+        refined where :attr:`sharpen`); its results appended to :attr:`results`. Raises BackendError for a plan that
+        failed or returned something that is not an answer."""
+        with state.lock, torch.no_grad():
+            state._load(values)
+            plan = state.plan
+            Bd = B.detach()
+            X, res = _checked_answer(state, guarded(lambda: plan.lstsq(Bd, adjoint=adjoint, options=dict(self.options)),
+                                                    state.label, "lstsq"), self.A, values, Bd, adjoint)
+        limit = 16 * backward_error_bound(B.dtype, max(1, self.A.format_shape[0 if adjoint else 1]))
+        if res.converged and res.status is Status.DIRECT:
+            # a direct answer is checked too: Eigen's SparseQR in float32 took lp_e226 (rank 223, cond 9e3)
+            # for rank 51 (its threshold, 20 (m + n) eps max |col|, dropped the small columns) and answered
+            # with a relative residual of 0.9 as "direct" (session 21)
+            e, _ = self._eta(values, B.detach(), X, adjoint)
+            if not e <= limit:
+                res = _inaccurate(res, e, limit, "not a least-squares answer of A", "a rank decision that dropped "
+                                  "columns, or an unstable factorization); try method='lsqr', a wider dtype, or "
+                                  "scale A's columns")
+        self.results.append(res)
+        if res.converged and self.sharpen and res.status is not Status.DIRECT:
+            at = len(self.results) - 1  # the refinement's results follow this one
+            X, e = self._sharpen(values, B.detach(), X, adjoint)
+            if not e <= limit:
+                # refinement on the same plan did not reach a backward-stable answer: not an answer (columns
+                # scaled 1e-6..1e6: LSQR stopped 100 % from the solution with Stewart's error 8e-11; session 23)
+                res = _inaccurate(res, e, limit, "refined, still not a least-squares answer of A to working "
+                                  "accuracy", "A's columns or rows badly scaled, or A ill conditioned)")
+                self.results[at] = res
+        return X, res
+
+    def _hand_over(self, state: PlanState, res: IterationResult, kind: str) -> bool:
+        """Record the failed attempt on ``state`` and move to the next offer dispatch ranked (when it chose the
+        method): after an iterative method stalled, the direct ones only. False when none is left (or pinned)."""
+        if not self.fallbacks or self.rebuild is None:
+            return False
+        self.tried.append(f"{state.label}: {res.status.value} after {res.iterations} iterations ({res.reason})")
+        backend, _, method = state.label.partition("/")
+        self.failed.append(Attempt(backend, method, None, res.iterations, res.status, res.residual, res.reason))
+        if kind == "iterative" and not _is_direct(state):
+            self.stalled = True
+        while self.fallbacks:
+            nxt = self.fallbacks.pop(0)
+            if self.stalled and not nxt.direct:
+                continue
+            try:
+                new = self.rebuild(nxt)
+            except BackendError as exc:
+                self.tried.append(f"{nxt.backend}/{nxt.method}: {_one_line(exc)}")
+                self.failed.append(Attempt(nxt.backend, nxt.method, None, 0, Status.BREAKDOWN, math.inf, _one_line(exc)))
+                continue
+            self.answer_start = len(self.results)
+            self.offer, self.state = nxt, new
+            return True
+        return False
+
+    def _broken_pattern_check(self, state: PlanState, exc: BaseException) -> None:
+        """Raise BackendError where the failed plan left A's index buffers invalid (a plugin that wrote into them):
+        no other method may read them (solve's route does the same)."""
+        if not self.fallbacks:
+            return
+        from .fallback import _broken_pattern  # noqa: PLC0415 - failure path only (fallback imports this module)
+
+        broken = _broken_pattern(self.A)
+        if broken is not None:
+            raise BackendError(
+                f"{state.label} failed ({_one_line(exc)}) and A's index buffers are no longer valid after it "
+                f"({broken}): a plan that wrote into its inputs (plans must not modify them: a bug of that "
+                f"backend; report it to its authors). Nothing else read them; rebuild A, and pass backend= "
+                f"to avoid that backend", label=state.label, phase="lstsq") from exc
 
     def _eta(self, values: torch.Tensor, B: torch.Tensor, X: torch.Tensor, adjoint: bool) -> tuple[float, torch.Tensor]:
         """The backward error of a least-squares answer, and the residual: the smaller of
@@ -267,7 +331,8 @@ class LstsqHandle:
             state = self.state
             with state.lock, torch.no_grad():
                 state._load(values)
-                D, res = guarded(lambda: state.plan.lstsq(R, adjoint=adjoint, options=opts), state.label, "lstsq")
+                D, res = _checked_answer(state, guarded(lambda: state.plan.lstsq(R, adjoint=adjoint, options=opts),
+                                                        state.label, "lstsq"), A, values, R, adjoint, finite=False)
             self.results.append(res)
             if not bool(torch.isfinite(D).all()):
                 break
@@ -277,6 +342,39 @@ class LstsqHandle:
                 break
             X, e, R = X2, e2, R2
         return X, e
+
+
+def _is_direct(state: PlanState) -> bool:
+    return state.label.partition("/")[2] in DIRECT_METHODS
+
+
+def _checked_answer(state: PlanState, out: Any, A: SparseTensor, values: torch.Tensor, B: torch.Tensor, adjoint: bool,
+                    *, finite: bool = True) -> tuple[torch.Tensor, IterationResult]:
+    """A least-squares plan's ``(X, IterationResult)`` checked: X a strided tensor of shape ``(*batch, n, k)``
+    (``m`` rows when ``adjoint``), B's dtype and device; with ``finite``, a converged X free of NaN / Inf where A's
+    values and B are. Else :class:`BackendError` naming the plan, phase "lstsq" (what solve's ``_checked`` does for
+    its plans; a wrong shape surfaced as "SerialCsr: shapes do not match", a bare tensor as "too many values to
+    unpack", a NumPy array as "no attribute 'data_ptr'": session 27's plugin sweep)."""
+    label = state.label
+    if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], torch.Tensor)
+            and isinstance(out[1], IterationResult)):
+        got = type(out).__name__ if not isinstance(out, tuple) else (
+            f"a tuple of {len(out)} ({', '.join(type(o).__name__ for o in out)})")
+        raise BackendError(f"{label} failed in lstsq: returned {got}, expected (X, IterationResult) with X a "
+                           f"torch.Tensor (plugin bug)", label=label, phase="lstsq")
+    X, res = out
+    m, n = A.format_shape
+    want = (*torch.broadcast_shapes(tuple(values.shape[:-1]), tuple(B.shape[:-2])), m if adjoint else n, B.shape[-1])
+    if tuple(X.shape) != want or X.dtype != B.dtype or X.device != B.device or X.layout != torch.strided:
+        lay = "" if X.layout == torch.strided else f" ({X.layout})"
+        raise BackendError(f"{label} failed in lstsq: returned X of shape {tuple(X.shape)}, {X.dtype} on {X.device}"
+                           f"{lay}; expected {want}, {B.dtype} on {B.device} ({'A^H' if adjoint else 'A'} is "
+                           f"{(n, m) if adjoint else (m, n)}; plugin bug)", label=label, phase="lstsq")
+    if finite and res.converged and X.numel() and not bool(torch.isfinite(X).all()):
+        if bool(torch.isfinite(values).all()) and bool(torch.isfinite(B).all()):
+            raise BackendError(f"{label} failed in lstsq: returned X with NaN or Inf entries as converged "
+                               f"({res.status.value}) for a finite A and B (plugin bug)", label=label, phase="lstsq")
+    return X, res
 
 
 def _inaccurate(res: IterationResult, e: float, limit: float, what: str, why: str) -> IterationResult:

@@ -23,7 +23,7 @@ import torch
 
 from ..autograd._route_checks import safe_value_scales
 from ..autograd.lstsq import LstsqHandle, lstsq_function
-from ..errors import InputError, NoBackendError, NotConvergedError
+from ..errors import BackendError, InputError, NoBackendError, NotConvergedError
 from ..dispatch.results import Attempt, Status
 from ..tensor import SparseTensor
 from ..dispatch.options import LstsqOptions, defaults
@@ -105,9 +105,11 @@ def lstsq(
     plugin), ``"qr"`` (the Eigen plugin's sparse QR), ``"dense"`` (the built-in torch backend's SVD of the dense
     matrix, any rank and ``damp``, up to min(m, n) = 4096); ``atol``/``btol``/``conlim``/``maxiter`` are their stopping rules (see
     :data:`LSTSQ_DEFAULTS`). With none of ``atol``/``btol``/``damp`` given, an iterative answer is
-    refined on the same plan to a backward-stable method's backward error (docs/dispatch.md), and a
-    Krylov method dispatch chose that does not converge hands over to a direct one (QR) where the
-    ranking has one. Not converging raises :class:`~sparsetorch.NotConvergedError`
+    refined on the same plan to a backward-stable method's backward error (docs/dispatch.md). A method
+    dispatch chose that fails (its plugin raised or returned something that is not an answer, or its
+    answer was refused) hands over to the next offer of the ranking, and a Krylov method that does not
+    converge to a direct one (QR, the dense SVD); a pinned method's failure raises (a plugin's as
+    :class:`~sparsetorch.BackendError` naming it and the phase). Not converging raises :class:`~sparsetorch.NotConvergedError`
     (``on_nonconvergence="warn"``/``"ignore"``).
 
     Differentiable in A's values (on the pattern) and in ``B`` by the adjoint method
@@ -281,11 +283,15 @@ def _column_scaled(A: SparseTensor):
 
 
 def _fallbacks(table, chosen) -> list:
-    """The offers a least-squares call hands over to when the method dispatch chose does not
-    converge: the direct ones of the ranking (a QR), cheapest first, after an iterative choice."""
-    if chosen is None or chosen.direct:
-        return []
-    return [r.offer for r in table.rows if r.offer is not None and r.seconds is not None and r.offer.direct]
+    """The offers a least-squares call hands over to when the method dispatch chose fails (its plugin raised or
+    returned something that is not an answer, it did not converge, or its answer was refused): those ranked after
+    it, then those before it (a Lstsq object that fell back starts further down), as solve's route. The handle
+    skips the iterative ones once an iterative method stalled (another Krylov method would stall alike)."""
+    offers = [r.offer for r in table.rows if r.offer is not None]
+    if chosen is None:
+        return offers
+    k = offers.index(chosen) if chosen in offers else -1
+    return offers[k + 1:] + offers[:max(k, 0)]
 
 
 class Lstsq:
@@ -346,9 +352,20 @@ class Lstsq:
                 self._options = _options(self.A.dtype, **{k: v for k, v in self._options.items() if k in ("backend",
                                          "damp", "conlim", "maxiter", "max_bytes", "backend_options")})
                 return self.plan()
-            state.build()
             pinned = self._options.get("method") is not None
-            self._fallbacks = [] if pinned else _fallbacks(table, offer)
+            fallbacks = [] if pinned else _fallbacks(table, offer)
+            while True:
+                try:
+                    state.build()
+                    break
+                except BackendError:
+                    # the factory of a method dispatch chose raised (a plugin bug): the next offer, as a call's
+                    # failure hands over (LstsqHandle); a pinned method's error is raised, naming the plugin
+                    if not fallbacks:
+                        raise
+                    offer = fallbacks.pop(0)
+                    state = plan_for("lstsq", A, request, offer, cache=self._cache)
+            self._fallbacks = fallbacks
             self._request = request
             self._state, self._offer = state, offer
             self._planned_bufs = index_buffers_now(self._pattern)
