@@ -12,6 +12,7 @@ so one transfer per peer carries every column.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -86,7 +87,8 @@ def as_rows(X: torch.Tensor, n: int) -> tuple[torch.Tensor, tuple]:
         return X, ("mat",)
     lead = tuple(X.shape[:-2])
     k = X.shape[-1]
-    return X.movedim(-2, 0).reshape(n, -1), ("batch", lead, k)
+    # the column count spelled out: reshape(n, -1) raised on a rank with no rows (n = 0; outside sweep)
+    return X.movedim(-2, 0).reshape(n, math.prod(lead) * k), ("batch", lead, k)
 
 
 def from_rows(Y: torch.Tensor, how: tuple) -> torch.Tensor:

@@ -706,6 +706,34 @@ def s_eig_scaled(comm):
     return out
 
 
+def s_halo_batched(comm):
+    """halo_exchange of a batched ``(2, n_local, 3)`` block on a rank owning no rows (forward) and on ranks receiving
+    no halo rows (backward): a raw RuntimeError 'cannot reshape tensor of 0 elements into shape [0, -1]' (outside
+    sweep). Values ``f(id) = id + 100 b + 1000 j``; loss ``sum(h * (1 + b + j))``: the parent checks both."""
+    N = 8
+    out = {}
+    for variant in ("zero_rows", "no_halo"):
+        if variant == "zero_rows":   # rank 0 owns nothing, the others contiguous blocks; a tridiagonal matrix
+            off = sd.contiguous_offsets(N, comm.size - 1)
+            ids = torch.arange(0) if comm.rank == 0 else torch.arange(off[comm.rank - 1], off[comm.rank])
+            r, c, v = tridiag_rows(N, ids)
+            A = sd.DSparseTensor.from_local_rows(r, c, v, (N, N), owned=ids, comm=comm)
+        else:                        # a diagonal matrix: nobody sends or receives halo rows
+            ids = _rows(comm, N)
+            A = sd.DSparseTensor.from_local_rows(ids, ids, torch.ones(len(ids), dtype=torch.float64), (N, N), comm=comm)
+        f = lambda g: (g.to(torch.float64)[None, :, None] + 100.0 * torch.arange(2.0)[:, None, None]  # noqa: E731
+                       + 1000.0 * torch.arange(3.0)[None, None, :])
+        x = f(ids).requires_grad_(True)
+        try:
+            h = sd.halo_exchange(x, A.pattern.halo)
+            wgt = 1.0 + torch.arange(2.0)[:, None, None] + torch.arange(3.0)[None, None, :]
+            sd.global_sum((h * wgt).sum(), comm).backward()
+            out[variant] = dict(ids=ids, halo_ids=A.pattern.halo_ids, h=h.detach(), gx=x.grad)
+        except Exception as exc:  # noqa: BLE001 - recorded for the parent
+            out[variant] = (type(exc).__name__, str(exc)[:200])
+    return out
+
+
 SCENARIOS = {k[2:]: v for k, v in dict(globals()).items() if k.startswith("s_")}
 
 

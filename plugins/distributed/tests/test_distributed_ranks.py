@@ -438,3 +438,29 @@ def test_block_minres_with_a_preconditioner_converges(runs):
             for o, x in zip(outs, got):
                 X[o["ids"]] = x
             assert _rel(X, ref) < 1e-9, (seed, pre, _rel(X, ref))
+
+
+@pytest.mark.parametrize("variant", ["zero_rows", "no_halo"])
+def test_batched_halo_exchange_with_empty_blocks(runs, variant):
+    outs = [o[variant] for o in _scenario(runs, "halo_batched")]
+    for o in outs:
+        assert isinstance(o, dict), o
+    N = 8
+    wgt = 1.0 + torch.arange(2.0)[:, None, None] + torch.arange(3.0)[None, None, :]
+
+    def f(g):
+        return g.to(torch.float64)[None, :, None] + 100.0 * torch.arange(2.0)[:, None, None] + \
+            1000.0 * torch.arange(3.0)[None, None, :]
+
+    count = torch.zeros(N)    # how many ranks hold each global row in their halo
+    for o in outs:
+        assert tuple(o["h"].shape) == (2, len(o["halo_ids"]), 3)
+        torch.testing.assert_close(o["h"], f(o["halo_ids"]))
+        count.index_add_(0, o["halo_ids"], torch.ones(len(o["halo_ids"])))
+    for o in outs:   # d/dx of sum over the ranks of h * wgt: wgt times how many halos hold the row
+        assert tuple(o["gx"].shape) == (2, len(o["ids"]), 3)
+        torch.testing.assert_close(o["gx"], wgt * count[o["ids"]].to(torch.float64)[None, :, None].expand(2, -1, 3))
+    if variant == "zero_rows":
+        assert len(outs[0]["ids"]) == 0
+    else:
+        assert all(len(o["halo_ids"]) == 0 for o in outs)
