@@ -217,5 +217,20 @@ def dot(x: torch.Tensor, y: torch.Tensor, comm: Comm) -> torch.Tensor:
 
 
 def norm(x: torch.Tensor, comm: Comm) -> torch.Tensor:
-    """Global 2-norm of a distributed vector; replicated; differentiable."""
-    return torch.sqrt(global_sum((x * x).sum(), comm))
+    """Global 2-norm of a distributed vector; replicated; differentiable (gradient ``x / ||x||``, 0 at ``x = 0`` as
+    ``torch.linalg.vector_norm``). The sum of squares is taken of ``x`` scaled by a power of two (its largest entry
+    over the ranks, one more max all-reduce) and the norm unscaled: float32 entries of 1e20 gave inf, of 1e-25 gave 0
+    (squares out of range), and the gradient at 0 was NaN (outside sweep). Collective."""
+    mx = x.detach().abs().amax().to(torch.float64).reshape(1) if x.numel() else torch.zeros(1, dtype=torch.float64)
+    m = float(comm.allreduce(mx.to(comm.device), "max")[0]) if comm.size > 1 else float(mx[0])
+    e = 0
+    if m > 0 and math.isfinite(m):
+        fi = torch.finfo(x.dtype)
+        e = min(max(math.frexp(m)[1], math.frexp(fi.tiny)[1] + 2), math.frexp(fi.max)[1] - 2)
+    y = x * 2.0 ** -e if e else x       # exact (a power of two); e is piecewise constant in x: no gradient
+    sq = (y * y.conj()).real if y.is_complex() else y * y
+    ss = global_sum(sq.sum(), comm)
+    if float(ss.detach()) == 0.0:       # x = 0 on every rank: value 0, gradient 2 y = 0 (sqrt's was 0 * inf = NaN)
+        return ss
+    out = torch.sqrt(ss)
+    return out * 2.0 ** e if e else out

@@ -734,6 +734,23 @@ def s_halo_batched(comm):
     return out
 
 
+NORM_CASES = [(torch.float64, 0.0), (torch.float32, 1e20), (torch.float32, 1e-25), (torch.float64, 1e200),
+              (torch.float64, 1e-300), (torch.float64, 1.0)]
+
+
+def s_norm(comm):
+    """sd.norm and its gradient: NaN at x = 0 (torch gives 0), inf for float32 entries of 1e20 (outside sweep)."""
+    N = 10
+    ids = _rows(comm, N)
+    out = dict(ids=ids, cases=[])
+    for dtype, scale in NORM_CASES:
+        x = (torch.cos(ids.to(torch.float64)) * scale).to(dtype).requires_grad_(True)
+        n = sd.norm(x, comm)
+        n.backward()
+        out["cases"].append((float(n), x.grad.double()))
+    return out
+
+
 SCENARIOS = {k[2:]: v for k, v in dict(globals()).items() if k.startswith("s_")}
 
 

@@ -464,3 +464,20 @@ def test_batched_halo_exchange_with_empty_blocks(runs, variant):
         assert len(outs[0]["ids"]) == 0
     else:
         assert all(len(o["halo_ids"]) == 0 for o in outs)
+
+
+def test_norm_value_and_gradient_at_zero_and_far_scales(runs):
+    from _dist_scenarios import NORM_CASES
+
+    outs = _scenario(runs, "norm")
+    N = 10
+    for i, (dtype, scale) in enumerate(NORM_CASES):
+        x = (torch.cos(torch.arange(N, dtype=torch.float64)) * scale).to(dtype).double()
+        m = x.abs().max()   # the float64 reference, scaled by hand (torch's own norm underflows at 1e-300)
+        ref = torch.linalg.vector_norm(x / m) * m if m > 0 else torch.zeros(())
+        gref = x / ref if ref > 0 else torch.zeros_like(x)
+        tol = 1e-6 if dtype == torch.float32 else 1e-14
+        for o in outs:
+            n, g = o["cases"][i]
+            assert abs(n - float(ref)) <= tol * float(ref), (dtype, scale, n, float(ref))
+            torch.testing.assert_close(g, gref[o["ids"]], rtol=tol, atol=0.0)
