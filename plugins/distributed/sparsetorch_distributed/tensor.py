@@ -225,7 +225,13 @@ class DSparseTensor:
         owners = None
         rows = cols = vals = None
         N = 0
-        with comm.checked("DSparseTensor.scatter"):
+        with comm.checked("DSparseTensor.scatter", same=("src",)) as chk:
+            # src outside the ranks raised IndexError 'list index out of range' (every rank passing None) or blamed
+            # the rank that passed A (src=-1: 'only rank -1 passes A'); outside sweep
+            if not isinstance(src, int) or isinstance(src, bool) or not 0 <= src < comm.size:
+                raise st.InputError(f"scatter: src must be the rank holding A, an int in 0..{comm.size - 1}, got {src!r} "
+                                    f"on rank {comm.rank}")
+            chk.same({"src": src})
             if device is not None:
                 device = torch.device(device)  # (a bad device raised after the agreement on that rank alone)
             if comm.rank == src:

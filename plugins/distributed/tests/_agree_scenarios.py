@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+import sparsetorch as st
 import sparsetorch_distributed as sd
 from sparsetorch_distributed.problems import poisson2d_rows
 
@@ -54,6 +55,8 @@ def _cases(comm, A, v, b):
                 return fn()
         return call
 
+    S = st.SparseTensor.from_dense(torch.eye(M * M, dtype=torch.float64))
+
     def cb(it, res):
         if comm.rank == 0 and it == 2:
             raise OSError("log file full")
@@ -82,6 +85,11 @@ def _cases(comm, A, v, b):
         "nonlinear_rtol": ([last], lambda: sd.nonlinear_solve(f, torch.zeros_like(b), rtol="tight" if bad else None,
                                                               comm=comm)),
         "eigsh_degenerate_tol": ([last], lambda: sd.eigsh(A, 2, degenerate_tol="loose" if bad else 1e-8)),
+        # src outside the ranks: IndexError (every rank passing None), or 'only rank -1 passes A'
+        "scatter_src_out_of_range": ([0, 1, last], lambda: sd.DSparseTensor.scatter(None, src=5, comm=comm)),
+        "scatter_src_negative": ([0, 1, last], lambda: sd.DSparseTensor.scatter(S if bad else None, src=-1, comm=comm)),
+        "scatter_src_differs": ([], lambda: sd.DSparseTensor.scatter(S if comm.rank == 0 else None,
+                                                                        src=1 if bad else 0, comm=comm)),
         "grad_mode_matmul": ([last], grad_mode(lambda: Ag @ b)),
         "grad_mode_solve": ([last], grad_mode(lambda: sd.solve(Ag, b))),
         "grad_mode_eigsh": ([last], grad_mode(lambda: sd.eigsh(Ag, 2))),
@@ -198,7 +206,8 @@ def run_writes(comm, timeout_s: float):
 CASES = ["with_values_length", "with_values_two_ranks", "with_values_dtype", "with_values_not_a_tensor", "with_values_batch",
          "with_entry_values_length", "with_entry_values_not_a_tensor", "matmul_length", "solve_length", "list_member",
          "list_solve_rhs", "list_eigsh_v0", "dot_not_a_tensor", "from_local_rows_shape", "nonlinear_rtol",
-         "eigsh_degenerate_tol", "grad_mode_matmul", "grad_mode_solve", "grad_mode_eigsh", "solve_callback",
+         "eigsh_degenerate_tol", "scatter_src_out_of_range", "scatter_src_negative",
+         "scatter_src_differs", "grad_mode_matmul", "grad_mode_solve", "grad_mode_eigsh", "solve_callback",
          "solve_callback_block"]
 
 

@@ -48,6 +48,10 @@ EXPECTED = {
                                                                           "on rank 2"]),
     # a conversion that failed after the agreement (on that rank alone); any exception of a check is an InputError
     "eigsh_degenerate_tol": ("InputError", ["eigsh failed on rank 2", "rank 2's input raised ValueError"]),
+    "scatter_src_out_of_range": ("InputError", ["scatter: src must be the rank holding A, an int in 0..2, got 5 on rank 0",
+                                                "failing ranks: [0, 1, 2]"]),
+    "scatter_src_negative": ("InputError", ["src must be the rank holding A, an int in 0..2, got -1 on rank 0"]),
+    "scatter_src_differs": ("MismatchError", ["the ranks disagree on src (src: rank 0=0, rank 1=0, rank 2=1)"]),
     # grad mode off on one rank only: its agreement on gradients was skipped (the others waited in it)
     "grad_mode_matmul": ("MismatchError", ["DSparseTensor matmul: grad mode differs between the ranks: "
                                            "torch.is_grad_enabled() is False on rank 2 while rank 0, rank 1 record"]),
