@@ -41,7 +41,8 @@ MAX_RESTARTS = 4
 
 @dataclass(frozen=True)
 class DSolveInfo:
-    """What ``solve(..., return_info=True)`` returns beside ``x`` (the same on every rank)."""
+    """What ``solve(..., return_info=True)`` returns beside ``x`` (the same on every rank but ``seconds`` and
+    ``halo``, this rank's wall time and halo volume; both compare=False)."""
 
     method: str
     preconditioner: str | None
@@ -588,7 +589,7 @@ def solve(A, B: torch.Tensor, *, method: str | None = None, preconditioner="bloc
     ``local_options`` are its options), "jacobi", None, or a callable on local vectors.
     ``rtol=None`` is the core's accuracy contract (1e-10 float64, 1e-5 float32), on the true
     residual ``||b - A x|| <= max(rtol ||b||, atol)`` per column. Returns ``X`` (or ``(X, info)``,
-    a :class:`DSolveInfo` identical on every rank).
+    a :class:`DSolveInfo` identical on every rank but ``seconds`` and ``halo``, this rank's own).
     """
     from .tensor import DSparseTensor, DSparseTensorList
 
