@@ -375,6 +375,31 @@ class _Eigsh(torch.autograd.Function):
                         c = red.vec(X.t() @ g)                     # v_j . gv_i, replicated
                         cl = c.cpu().to(torch.float64).tolist()
                         q = torch.zeros_like(g)
+                        # the loss reads v_i and not a computed copy v_j of the same eigenvalue: the first-order test
+                        # below cannot see it where the loss is constant on the eigenspace to first order (4 x 4
+                        # grid Laplacian, k=3, loss (V[:, 1]^2 arange).sum(): a gradient came back, no error; the
+                        # rule of the core's eigsh, commit ec42486). Raised where g_i has a part outside the
+                        # cluster's computed vectors (ratio > sqrt(eps)): one float64 reduction, only then.
+                        wtol = max(cfg.degenerate_tol * scale, 100 * torch.finfo(A.dtype).eps * scale)
+                        near = [j for j in range(k) if j != i and abs(wl[i] - wl[j]) <= wtol]
+                        unread = [j for j in near if not int(needs[b, j])]
+                        if unread:
+                            S = [i] + near
+                            r = (g - X[:, S] @ c[S].to(X.dtype)).double()
+                            t = red.vec(torch.stack([torch.dot(r, r), torch.dot(g.double(), g.double())]))
+                            rr, gg = float(t[0]), float(t[1])
+                            if rr > 0 and (gg == 0 or rr / gg > torch.finfo(A.dtype).eps):
+                                j = unread[0]
+                                msg = (f"eigsh backward: eigenvalues {i} and {j} are (nearly) repeated ({wl[i]:.12g}, "
+                                       f"{wl[j]:.12g}) and the loss reads eigenvector {i} and not eigenvector {j} of the "
+                                       f"same eigenspace, so it depends on which vectors are returned and its gradient "
+                                       f"does not exist; use a loss of the whole eigenspace (every vector of it, e.g. a "
+                                       f"projector sum_i v_i v_i^T), or degenerate='ignore' if the loss is known to "
+                                       f"depend on the eigenspace only ('warn' to be told)")
+                                if cfg.degenerate == "raise":
+                                    raise st.DegenerateEigenvalueError(msg)
+                                if cfg.degenerate == "warn":
+                                    warnings.warn(msg, st.SparseTorchWarning, stacklevel=2)
                         for j in range(k):
                             if j == i:
                                 continue

@@ -751,6 +751,26 @@ def s_norm(comm):
     return out
 
 
+def s_eig_unread_copy(comm):
+    """4 x 4 grid Laplacian (eigenvalue 1.7639 repeated), k=3 smallest: a loss reading V[:, 1] and not its computed
+    copy V[:, 2] came back with a gradient and no error (the core raises DegenerateEigenvalueError); a loss of the
+    whole eigenspace (both vectors) has a gradient."""
+    N = 16
+    ids = _rows(comm, N)
+    r, c, _ = poisson2d_rows(4, ids)
+    out = dict(ids=ids, r=r, c=c)
+    for name, cols in (("one", [1]), ("both", [1, 2])):
+        v = torch.where(r == c, 4.0, -1.0).to(torch.float64).requires_grad_(True)
+        A = sd.DSparseTensor.from_local_rows(r, c, v, (N, N), comm=comm)
+        try:
+            w, V = sd.eigsh(A, 3, which="SA")
+            sd.global_sum(sum((V[:, j] ** 2 * ids.to(torch.float64)).sum() for j in cols), comm).backward()
+            out[name] = v.grad
+        except Exception as exc:  # noqa: BLE001 - recorded for the parent
+            out[name] = (type(exc).__name__, str(exc)[:300])
+    return out
+
+
 SCENARIOS = {k[2:]: v for k, v in dict(globals()).items() if k.startswith("s_")}
 
 

@@ -136,3 +136,21 @@ def test_eigsh_of_scaled_matrices(runs):
             ref = G1[o["r"], o["c"]]
             assert float((gv * scale - ref).abs().max() / G1.abs().max()) < (1e-3 if dtype == torch.float32 else 1e-7), \
                 (dtype, scale)
+
+
+def test_loss_reading_one_computed_copy_of_a_repeated_eigenvalue_raises(runs):
+    outs = _scenario(runs, "eig_unread_copy")
+    for o in outs:
+        assert isinstance(o["one"], tuple) and o["one"][0] == "DegenerateEigenvalueError", o["one"]
+        assert "reads eigenvector 1 and not eigenvector 2" in o["one"][1]
+    assert len({o["one"][1] for o in outs}) == 1
+    # the whole eigenspace: the single-process gradient of the same loss
+    n = 16
+    r, c, _ = poisson2d_rows(4, torch.arange(n))
+    vals = torch.where(r == c, 4.0, -1.0).to(torch.float64).requires_grad_(True)
+    w, V = st.eigsh(st.SparseTensor.from_coo(vals, r, c, shape=(n, n)), 3, which="SA")
+    (((V[:, 1] ** 2 + V[:, 2] ** 2) * torch.arange(n, dtype=torch.float64)).sum()).backward()
+    G = torch.zeros(n, n, dtype=torch.float64).index_put_((r, c), vals.grad)
+    for o in outs:
+        assert not isinstance(o["both"], tuple), o["both"]
+        assert float((o["both"] - G[o["r"], o["c"]]).abs().max() / G.abs().max()) < 1e-6
