@@ -110,7 +110,6 @@ class Backends:
             self._load(name, None, lambda module=module: importlib.import_module(module), builtin=True)
         if entry_points:
             self._load_entry_points()
-        self._pm.check_pending()
 
     # Loading ----------------------------------------------------------------------------------
     def _load_entry_points(self) -> None:
@@ -136,6 +135,13 @@ class Backends:
         except Exception as exc:  # noqa: BLE001 - a broken plugin must not break the library
             self.broken.append(BrokenBackend(name, distribution, _one_line(exc)))
             return
+        unknown = self._unknown_hooks(plugin)
+        if unknown is not None:
+            # pluggy's check_pending, for this plugin alone: run over the whole manager it raised
+            # from every dispatch (and `sparsetorch info`) for one plugin's misspelled hook
+            self._pm.unregister(plugin)
+            self.broken.append(BrokenBackend(name, distribution, unknown))
+            return
         self._plugins[name] = plugin
         try:
             info = self._describe(plugin)
@@ -150,6 +156,23 @@ class Backends:
             info = BackendInfo(**{**info.__dict__, "distribution": distribution})
         self._info[name] = info
 
+    def _unknown_hooks(self, plugin: Any) -> str | None:
+        """pluggy's ``PluginValidationError`` text for a hook of ``plugin`` that no hookspec
+        declares (a misspelled ``@hookimpl def sparsetorch_offer``), with the nearest hook name;
+        None when every hook is known (or marked ``optionalhook``)."""
+        import difflib  # noqa: PLC0415 - the error path only
+
+        for caller in self._pm.get_hookcallers(plugin) or ():
+            if caller.has_spec() or all(i.optionalhook for i in caller.get_hookimpls() if i.plugin is plugin):
+                continue
+            specs = sorted(n for n, c in vars(self._pm.hook).items()
+                           if isinstance(c, pluggy.HookCaller) and c.has_spec())
+            close = difflib.get_close_matches(caller.name, specs, n=1)
+            exc = pluggy.PluginValidationError(plugin, f"unknown hook {caller.name!r} in plugin {plugin!r}")
+            return (f"{type(exc).__name__}: {exc}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                    + f"; hooks: {', '.join(specs)}")
+        return None
+
     def _describe(self, plugin: Any) -> BackendInfo:
         impls = [i for i in self._pm.hook.sparsetorch_backend_info.get_hookimpls() if i.plugin is plugin]
         if not impls:
@@ -162,7 +185,6 @@ class Backends:
     def register(self, plugin: Any, name: str) -> None:
         """Register a backend object at run time (tests, notebooks, in-tree experiments)."""
         self._load(name, None, lambda: plugin, builtin=False)
-        self._pm.check_pending()
         self._conversions = None
         self.generation = next(_GENERATIONS)
 

@@ -1,0 +1,163 @@
+"""The plugin contract where a third-party plugin breaks it (session 27's sweep with a misbehaving
+plugin): a misspelled hook name.
+
+Backends are registered in-process (as tests/test_plugins.py does); "installed" plugins are
+fake entry points that replace ``importlib.metadata`` in ``dispatch/select.py`` for one test.
+"""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+import sparsetorch
+from sparsetorch import BackendInfo, Offer
+from sparsetorch.dispatch import reset_backends
+from sparsetorch.dispatch import select
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# Test doubles and fixtures -------------------------------------------------------------------------
+class DensePlan:
+    """A correct solve plan (dense LU through torch)."""
+
+    preconditioner = None
+
+    def __init__(self, A, backend: str, method: str) -> None:
+        self.A, self.backend, self.method = A, backend, method
+        self.factors = None
+
+    def set_values(self, values: torch.Tensor) -> None:
+        self.factors = torch.linalg.lu_factor(self.A.with_values(values).to_dense())
+
+    def solve(self, B: torch.Tensor, *, adjoint: bool = False, options=None):
+        X = torch.linalg.lu_solve(*self.factors, B, adjoint=adjoint)
+        return X, sparsetorch.IterationResult(0, float("nan"), True, sparsetorch.Status.DIRECT, "test double")
+
+
+class Good:
+    """A correct backend declaring solve: lu, cheaper than anything."""
+
+    def __init__(self, name: str = "good") -> None:
+        self.name = name
+
+    @sparsetorch.hookimpl
+    def sparsetorch_backend_info(self) -> BackendInfo:
+        return BackendInfo(name=self.name, version="1", description="test double", devices=("cpu",),
+                           dtypes=(torch.float64,), ops={"solve": ("lu",)})
+
+    @sparsetorch.hookimpl
+    def sparsetorch_offers(self, request):
+        return [Offer(self.name, "lu", 1e-12, 0, lambda A, r: DensePlan(A, self.name, "lu"), notes="test double")]
+
+
+class FakeEntryPoint:
+    """An installed plugin as ``importlib.metadata`` lists it."""
+
+    def __init__(self, name: str, plugin, dist: str = "sparsetorch-fake") -> None:
+        self.name, self._plugin = name, plugin
+        self.dist = types.SimpleNamespace(name=dist, version="9.9")
+
+    def load(self):
+        return self._plugin
+
+
+@pytest.fixture
+def backends(monkeypatch):
+    """The process-wide backends with the built-ins only, reset before and after."""
+    monkeypatch.setenv("SPARSETORCH_DISABLE_PLUGINS", "1")
+    b = reset_backends()
+    yield b
+    monkeypatch.undo()
+    reset_backends()
+
+
+@pytest.fixture
+def installed(monkeypatch):
+    """``installed(*entry_points, **env)``: those are the only installed plugins, the loading
+    variables are ``env``, and the process-wide backends are reloaded (and reset afterwards)."""
+
+    def load(*eps: FakeEntryPoint, **env: str):
+        fake = types.SimpleNamespace(entry_points=lambda group=None, **kw: list(eps) if group == select.ENTRY_POINT_GROUP else [])
+        monkeypatch.setattr(select, "metadata", fake)
+        for var in ("SPARSETORCH_DISABLE_PLUGINS", "SPARSETORCH_PLUGINS"):
+            monkeypatch.delenv(var, raising=False)
+        for var, value in env.items():
+            monkeypatch.setenv(var, value)
+        return reset_backends()
+
+    yield load
+    monkeypatch.undo()
+    reset_backends()
+
+
+def _system(n: int = 6):
+    D = torch.diag(torch.full((n,), 4.0, dtype=torch.float64)) + torch.diag(torch.full((n - 1,), -1.0, dtype=torch.float64), 1)
+    return sparsetorch.SparseTensor.from_dense(D), D, torch.arange(1.0, n + 1, dtype=torch.float64)
+
+
+def _doc(name: str) -> str:
+    return " ".join((ROOT / "docs" / name).read_text().split())
+
+
+# 1. a misspelled hook name -------------------------------------------------------------------------
+class Typo:
+    """``sparsetorch_offer`` (no s): a hook no spec declares."""
+
+    @sparsetorch.hookimpl
+    def sparsetorch_backend_info(self) -> BackendInfo:
+        return BackendInfo(name="typo", version="1", description="test double", devices=("cpu",),
+                           dtypes=(torch.float64,), ops={"solve": ("lu",)})
+
+    @sparsetorch.hookimpl
+    def sparsetorch_offer(self, request):
+        return []
+
+
+class OptionalExtra(Good):
+    """A hook of a later core, marked optional: pluggy accepts it without a spec."""
+
+    @sparsetorch.hookimpl(optionalhook=True)
+    def sparsetorch_some_future_hook(self):
+        return None
+
+
+def test_a_misspelled_hook_registered_at_run_time_is_broken_and_dispatch_goes_on(backends) -> None:
+    backends.register(Typo(), "typo")  # raised pluggy's PluginValidationError, leaving "typo" in .names
+    assert "typo" not in backends.names
+    (broken,) = [b for b in backends.broken if b.name == "typo"]
+    assert "PluginValidationError: unknown hook 'sparsetorch_offer'" in broken.error
+    assert "did you mean 'sparsetorch_offers'?" in broken.error
+    backends.register(Good(), "good")  # raised again for every later registration
+    A, D, b = _system()
+    table = sparsetorch.explain("solve", A, b)
+    (row,) = [r for r in table if r.backend == "typo"]
+    assert row.reason.startswith("failed to load: PluginValidationError: unknown hook 'sparsetorch_offer'")
+    x, info = sparsetorch.solve(A, b, return_info=True)
+    assert info.backend == "good"
+    torch.testing.assert_close(x, torch.linalg.solve(D, b))
+
+
+def test_a_misspelled_hook_in_an_installed_plugin_leaves_the_others_loaded(installed) -> None:
+    from sparsetorch import cli
+
+    # every dispatch and `sparsetorch info` raised ("backend discovery failed") for one such plugin
+    b = installed(FakeEntryPoint("typo", Typo(), "sparsetorch-typo"), FakeEntryPoint("good", Good(), "sparsetorch-good"))
+    assert "good" in b.names and "typo" not in b.names
+    (broken,) = b.broken
+    assert (broken.name, broken.distribution) == ("typo", "sparsetorch-typo")
+    assert "unknown hook 'sparsetorch_offer'" in broken.error
+    A, D, rhs = _system()
+    assert sparsetorch.solve(A, rhs, return_info=True)[1].backend == "good"
+    text = "\n".join(cli._backend_lines())
+    assert "discovery failed" not in text
+    assert "typo" in text and "BROKEN (sparsetorch-typo)" in text and "sparsetorch_offer" in text
+
+
+def test_an_optional_hook_the_core_does_not_know_is_accepted(backends) -> None:
+    backends.register(OptionalExtra(), "extra")
+    assert "extra" in backends.names and not backends.broken
