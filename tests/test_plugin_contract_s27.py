@@ -1,5 +1,5 @@
 """The plugin contract where a third-party plugin breaks it (session 27's sweep with a misbehaving
-plugin): a misspelled hook name.
+plugin): a misspelled hook name, an offer of a method the backend did not declare.
 
 Backends are registered in-process (as tests/test_plugins.py does); "installed" plugins are
 fake entry points that replace ``importlib.metadata`` in ``dispatch/select.py`` for one test.
@@ -7,6 +7,7 @@ fake entry points that replace ``importlib.metadata`` in ``dispatch/select.py`` 
 
 from __future__ import annotations
 
+import re
 import types
 from pathlib import Path
 
@@ -161,3 +162,35 @@ def test_a_misspelled_hook_in_an_installed_plugin_leaves_the_others_loaded(insta
 def test_an_optional_hook_the_core_does_not_know_is_accepted(backends) -> None:
     backends.register(OptionalExtra(), "extra")
     assert "extra" in backends.names and not backends.broken
+
+
+# 2. offers of a method the backend did not declare ----------------------------------------------
+class Claims(Good):
+    """Declares solve: lu, offers another method (a vocabulary one it did not declare, or one
+    outside the vocabulary), cheaper than anything."""
+
+    def __init__(self, method: str) -> None:
+        super().__init__("claims")
+        self.method = method
+
+    @sparsetorch.hookimpl
+    def sparsetorch_offers(self, request):
+        return [Offer(self.name, self.method, 1e-12, 0, lambda A, r: DensePlan(A, self.name, self.method))]
+
+
+@pytest.mark.parametrize(("method", "words"), [
+    ("cg", "offered method 'cg' for solve, which its BackendInfo does not declare (its declared solve methods: lu)"),
+    ("warp_drive", "offered method 'warp_drive', which is not a sparsetorch method (its declared solve methods: lu"),
+], ids=["undeclared", "unknown"])
+def test_an_offer_of_an_undeclared_method_is_declined_naming_plugin_and_method(backends, method, words) -> None:
+    backends.register(Claims(method), "claims")
+    A, D, b = _system()
+    table = sparsetorch.explain("solve", A, b)
+    (row,) = [r for r in table if r.backend == "claims"]
+    assert row.offer is None and row.method == method and not row.chosen
+    assert "plugin 'claims'" in row.reason and words in row.reason and "plugin bug" in row.reason
+    x, info = sparsetorch.solve(A, b, return_info=True)  # it was chosen and ran
+    assert info.backend == "torch"
+    torch.testing.assert_close(x, torch.linalg.solve(D, b))
+    with pytest.raises(sparsetorch.NoBackendError, match=re.escape(words)):
+        sparsetorch.solve(A, b, backend="claims")

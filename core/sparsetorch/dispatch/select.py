@@ -24,8 +24,8 @@ The rule, in order:
 1. Collect every backend's offers and declines for the request.
 2. Drop offers that break a user constraint, turning each into a decline that says which:
    ``backend=`` (pin a backend), ``method=`` (pin a method), ``max_bytes=`` (memory budget).
-   Devices and dtypes a backend did not declare in its ``BackendInfo`` are declined for it
-   by the core, with a generated reason.
+   Ops, devices and dtypes a backend did not declare in its ``BackendInfo`` are declined for it
+   by the core, with a generated reason; so is an offer of a method it did not declare for the op.
 3. Rank the remaining offers by estimated seconds, lowest first.
 4. Ties: offers within 1 % of the cheapest remaining estimate form a group, ordered by lower
    peak bytes, then higher backend ``priority``, then backend name, then method name.
@@ -63,7 +63,7 @@ from ..tensor import construct as _construct
 from . import hookspecs
 from .experience import weigh
 from .lru import LRU
-from .records import BackendInfo, Decline, ExplainTable, Offer, Request, Row, _fmt_seconds, _fmt_bytes, preconditioner_name
+from .records import METHODS, BackendInfo, Decline, ExplainTable, Offer, Request, Row, _fmt_seconds, _fmt_bytes, preconditioner_name
 
 __all__ = ["Backends", "BrokenBackend", "get_backends", "reset_backends", "ENTRY_POINT_GROUP", "BUILTINS",
            "Row", "ExplainTable", "rank", "choose", "clear_decisions"]
@@ -270,15 +270,32 @@ class Backends:
             if not answers:
                 out.append(Decline(name, "returned no offer for this request"))
             for a in answers:
-                if isinstance(a, (Offer, Decline)) and a.backend == name:
-                    out.append(a)
-                elif isinstance(a, (Offer, Decline)):
-                    out.append(type(a)(**{**a.__dict__, "backend": name}))
-                else:
+                if not isinstance(a, (Offer, Decline)):
                     out.append(Decline(name, f"returned {type(a).__name__}, not an Offer or Decline (plugin bug)"))
+                    continue
+                if a.backend != name:
+                    a = type(a)(**{**a.__dict__, "backend": name})
+                why = _undeclared_method(a, info, request.op) if isinstance(a, Offer) else None
+                out.append(a if why is None else Decline(name, why, a.method))
         for b in self.broken:
             out.append(Decline(b.name, f"failed to load: {b.error}"))
         return out
+
+
+def _undeclared_method(offer: Offer, info: BackendInfo, op: str) -> str | None:
+    """Why ``offer`` is dropped when its method is not one of the core's ``METHODS`` or not one its
+    backend declared for ``op`` in ``BackendInfo.ops`` (the method decides which checks, tolerances,
+    gradients and fallbacks the core applies; ``method=``, ``explain`` and ``sparsetorch info`` read
+    the declaration), else None."""
+    declared = info.methods(op)
+    if offer.method in declared:
+        return None
+    have = f"its declared {op} methods: {', '.join(declared) or 'none'}"
+    if offer.method not in METHODS:
+        return (f"plugin {info.name!r} offered method {offer.method!r}, which is not a sparsetorch method "
+                f"({have}; known: {', '.join(METHODS)}); offer dropped (plugin bug)")
+    return (f"plugin {info.name!r} offered method {offer.method!r} for {op}, which its BackendInfo does not declare "
+            f"({have}); offer dropped (plugin bug: declare it in BackendInfo.ops or do not offer it)")
 
 
 def _one_line(exc: BaseException) -> str:
