@@ -1,5 +1,6 @@
 """The plugin contract where a third-party plugin breaks it (session 27's sweep with a misbehaving
-plugin): a misspelled hook name, an offer of a method the backend did not declare.
+plugin): a misspelled hook name, an offer of a method the backend did not declare, a plugin left
+out by the loading variables.
 
 Backends are registered in-process (as tests/test_plugins.py does); "installed" plugins are
 fake entry points that replace ``importlib.metadata`` in ``dispatch/select.py`` for one test.
@@ -194,3 +195,47 @@ def test_an_offer_of_an_undeclared_method_is_declined_naming_plugin_and_method(b
     torch.testing.assert_close(x, torch.linalg.solve(D, b))
     with pytest.raises(sparsetorch.NoBackendError, match=re.escape(words)):
         sparsetorch.solve(A, b, backend="claims")
+
+
+# 3. a plugin installed but left out by the loading variables -------------------------------------
+@pytest.mark.parametrize(("env", "words"), [
+    ({"SPARSETORCH_DISABLE_PLUGINS": "other,good"}, "disabled by SPARSETORCH_DISABLE_PLUGINS='other,good'"),
+    ({"SPARSETORCH_DISABLE_PLUGINS": "all"}, "disabled by SPARSETORCH_DISABLE_PLUGINS='all' (every external plugin)"),
+    ({"SPARSETORCH_PLUGINS": "other"}, "filtered out by SPARSETORCH_PLUGINS='other'"),
+], ids=["disabled", "disabled-all", "not-allowed"])
+def test_pinning_a_filtered_plugin_says_which_variable_left_it_out(installed, env, words) -> None:
+    b = installed(FakeEntryPoint("good", Good(), "sparsetorch-good"), FakeEntryPoint("gooe", Good("gooe")), **env)
+    assert "good" not in b.names
+    A, D, rhs = _system()
+    with pytest.raises(sparsetorch.NoBackendError) as err:
+        sparsetorch.solve(A, rhs, backend="good")
+    text = str(err.value)
+    # it said "is not loaded (did you mean 'gooe'?) ... Install its plugin"
+    assert "backend='good' is not loaded: it is installed (sparsetorch-good 9.9) but " + words in text
+    assert "did you mean" not in text and "Install its plugin" not in text
+    assert "reset_backends()" in text
+
+
+def test_pinning_a_plugin_that_is_not_installed_keeps_the_install_advice(installed) -> None:
+    installed(FakeEntryPoint("good", Good()), SPARSETORCH_DISABLE_PLUGINS="good")
+    A, D, rhs = _system()
+    with pytest.raises(sparsetorch.NoBackendError, match=r"is not loaded \(did you mean 'torch'\?\).*Install its plugin"):
+        sparsetorch.solve(A, rhs, backend="torchh")
+
+
+@pytest.mark.parametrize("value", ["1", "all", "ALL", "true", "TRUE", "True", "yes", "Yes", "on", "ON", " 1 "])
+def test_disable_plugins_accepts_truthy_spellings_in_any_case(installed, value) -> None:
+    b = installed(FakeEntryPoint("good", Good()), SPARSETORCH_DISABLE_PLUGINS=value)
+    assert b.names == ["torch"], f"SPARSETORCH_DISABLE_PLUGINS={value!r} loaded {b.names}"
+
+
+@pytest.mark.parametrize("value", ["", "other", "0"])
+def test_disable_plugins_other_values_leave_the_plugin_loaded(installed, value) -> None:
+    b = installed(FakeEntryPoint("good", Good()), SPARSETORCH_DISABLE_PLUGINS=value)
+    assert "good" in b.names
+
+
+def test_docs_list_the_disable_spellings_the_loader_accepts() -> None:
+    text = _doc("backend-authors.md")
+    row = text.split("| `SPARSETORCH_DISABLE_PLUGINS` |", 1)[1].split("|", 1)[0]
+    assert all(f"`{s}`" in row for s in select.DISABLE_ALL) and "any case" in row

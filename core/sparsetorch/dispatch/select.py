@@ -7,8 +7,9 @@ Loading backends (lazily, on first dispatch) and a typed facade over the hook re
 Built-in backends are registered exactly like third-party ones; plugins come from the
 ``sparsetorch.backends`` entry-point group. Environment variables:
 
-``SPARSETORCH_DISABLE_PLUGINS``  ``1``/``all`` disables every external plugin; otherwise a
-                                 comma-separated list of plugin names to skip.
+``SPARSETORCH_DISABLE_PLUGINS``  ``1``/``all``/``true``/``yes``/``on`` (any case) disables every
+                                 external plugin; otherwise a comma-separated list of plugin names
+                                 to skip.
 ``SPARSETORCH_PLUGINS``          comma-separated allow-list of external plugin names.
 
 Built-ins stay loaded either way (use ``backend=`` to pin one). A plugin that fails to import
@@ -82,6 +83,10 @@ class BrokenBackend:
     error: str
 
 
+#: ``SPARSETORCH_DISABLE_PLUGINS`` values (compared lower-cased) that disable every external plugin
+DISABLE_ALL = ("1", "all", "true", "yes", "on")
+
+
 def _env_names(var: str) -> set[str] | None:
     raw = os.environ.get(var, "").strip()
     if not raw:
@@ -106,6 +111,9 @@ class Backends:
         self._conversions: dict[str, Callable] | None = None
         self._conversion_owners: dict[str, str] = {}
         self.broken: list[BrokenBackend] = []
+        #: the loading filters as they were read (``SPARSETORCH_DISABLE_PLUGINS``,
+        #: ``SPARSETORCH_PLUGINS``; None: entry points not loaded at all), for :meth:`not_loaded`
+        self._filters: tuple[str, str] | None = None
         for name, module in BUILTINS:
             self._load(name, None, lambda module=module: importlib.import_module(module), builtin=True)
         if entry_points:
@@ -113,14 +121,14 @@ class Backends:
 
     # Loading ----------------------------------------------------------------------------------
     def _load_entry_points(self) -> None:
+        self._filters = (os.environ.get("SPARSETORCH_DISABLE_PLUGINS", "").strip(),
+                         os.environ.get("SPARSETORCH_PLUGINS", "").strip())
         disable = _env_names("SPARSETORCH_DISABLE_PLUGINS")
-        if disable and disable & {"1", "all", "true", "yes"}:
+        if _disables_all(disable):
             return
         allow = _env_names("SPARSETORCH_PLUGINS")
         for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-            if disable and ep.name in disable:
-                continue
-            if allow is not None and ep.name not in allow:
+            if _filtered(ep.name, disable, allow):
                 continue
             dist = getattr(ep, "dist", None)
             self._load(ep.name, dist.name if dist is not None else None, ep.load, builtin=False)
@@ -155,6 +163,43 @@ class Backends:
         if distribution and not info.distribution:
             info = BackendInfo(**{**info.__dict__, "distribution": distribution})
         self._info[name] = info
+
+    def not_loaded(self, name: str) -> str | None:
+        """Why the installed plugin ``name`` is not loaded, when the loading filters left it out
+        (``SPARSETORCH_DISABLE_PLUGINS``, ``SPARSETORCH_PLUGINS`` as read when these backends were
+        loaded, or ``reset_backends(entry_points=False)``); None when no such plugin is installed
+        or no filter applies. Reads the installed entry points (an error path)."""
+        try:
+            eps = [ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
+        except Exception:  # noqa: BLE001 - an explanation only
+            return None
+        if not eps:
+            return None
+        dist = getattr(eps[0], "dist", None)
+        what = f"installed ({dist.name} {dist.version})" if dist is not None else "installed"
+        again = "then call sparsetorch.backend.reset_backends() (or start a new process)"
+        if self._filters is None:
+            return f"is {what} but these backends were loaded without entry points (reset_backends(entry_points=False)); {again}"
+        raw_disable, raw_allow = self._filters
+        disable = {x.strip() for x in raw_disable.split(",") if x.strip()} or None
+        allow = {x.strip() for x in raw_allow.split(",") if x.strip()} or None
+        if _disables_all(disable):
+            return (f"is {what} but disabled by SPARSETORCH_DISABLE_PLUGINS={raw_disable!r} (every external plugin); "
+                    f"unset it, {again}")
+        if disable and name in disable:
+            return (f"is {what} but disabled by SPARSETORCH_DISABLE_PLUGINS={raw_disable!r}; remove {name!r} from it, "
+                    f"{again}")
+        if allow is not None and name not in allow:
+            return (f"is {what} but filtered out by SPARSETORCH_PLUGINS={raw_allow!r} (the allow-list of external "
+                    f"plugins); add {name!r} to it or unset it, {again}")
+        return None
+
+    def filters_text(self) -> str:
+        """The loading filters as read, for messages: ``SPARSETORCH_DISABLE_PLUGINS='scipy', SPARSETORCH_PLUGINS unset``."""
+        if self._filters is None:
+            return "entry points not loaded"
+        return ", ".join(f"{var}={raw!r}" if raw else f"{var} unset"
+                         for var, raw in zip(("SPARSETORCH_DISABLE_PLUGINS", "SPARSETORCH_PLUGINS"), self._filters))
 
     def _unknown_hooks(self, plugin: Any) -> str | None:
         """pluggy's ``PluginValidationError`` text for a hook of ``plugin`` that no hookspec
@@ -280,6 +325,16 @@ class Backends:
         for b in self.broken:
             out.append(Decline(b.name, f"failed to load: {b.error}"))
         return out
+
+
+def _disables_all(disable: set[str] | None) -> bool:
+    """Whether ``SPARSETORCH_DISABLE_PLUGINS`` (its names) disables every external plugin."""
+    return disable is not None and any(x.lower() in DISABLE_ALL for x in disable)
+
+
+def _filtered(name: str, disable: set[str] | None, allow: set[str] | None) -> bool:
+    """Whether the loading filters leave the external plugin ``name`` out."""
+    return _disables_all(disable) or (disable is not None and name in disable) or (allow is not None and name not in allow)
 
 
 def _undeclared_method(offer: Offer, info: BackendInfo, op: str) -> str | None:
@@ -485,6 +540,10 @@ def rank(request: Request) -> ExplainTable:
     max_bytes = request.option("max_bytes")
     known = set(backends.names) | {b.name for b in backends.broken}
     if want_backend is not None and want_backend not in known:
+        why = backends.not_loaded(want_backend) if isinstance(want_backend, str) else None
+        if why is not None:
+            raise NoBackendError(f"backend={want_backend!r} is not loaded: it {why}; loaded backends: "
+                                 f"{sorted(backends.names)} ({backends.filters_text()})")
         raise NoBackendError(
             f"backend={want_backend!r} is not loaded{backend_hint(want_backend, known)}; loaded backends: "
             f"{sorted(backends.names)}"
