@@ -1,6 +1,6 @@
 """The plugin contract where a third-party plugin breaks it (session 27's sweep with a misbehaving
 plugin): a misspelled hook name, an offer of a method the backend did not declare, a plugin left
-out by the loading variables.
+out by the loading variables, eigenpairs returned in descending order.
 
 Backends are registered in-process (as tests/test_plugins.py does); "installed" plugins are
 fake entry points that replace ``importlib.metadata`` in ``dispatch/select.py`` for one test.
@@ -239,3 +239,78 @@ def test_docs_list_the_disable_spellings_the_loader_accepts() -> None:
     text = _doc("backend-authors.md")
     row = text.split("| `SPARSETORCH_DISABLE_PLUGINS` |", 1)[1].split("|", 1)[0]
     assert all(f"`{s}`" in row for s in select.DISABLE_ALL) and "any case" in row
+# 4. eigenpairs returned in descending order --------------------------------------------------------
+class DescendingEigPlan:
+    """eigsh by torch.linalg.eigh, returning the wanted pairs in descending order (the contract
+    says ascending)."""
+
+    preconditioner = None
+    backend, method = "desc", "dense"
+
+    def __init__(self, A) -> None:
+        self.A = A
+        self.D = None
+
+    def set_values(self, values: torch.Tensor) -> None:
+        self.D = self.A.with_values(values).to_dense()
+
+    def eigsh(self, k, *, which="LA", sigma=None, M=None, tol=0.0, maxiter=None, v0=None):
+        w, V = torch.linalg.eigh(self.D)
+        w, V = (w[..., :k], V[..., :k]) if which in ("SA", "SM") else (w[..., -k:], V[..., -k:])
+        return w.flip(-1), V.flip(-1), sparsetorch.IterationResult(0, float("nan"), True, sparsetorch.Status.DIRECT,
+                                                                     "descending")
+
+
+class Descending:
+    @sparsetorch.hookimpl
+    def sparsetorch_backend_info(self) -> BackendInfo:
+        return BackendInfo(name="desc", version="1", description="test double", devices=("cpu",),
+                           dtypes=(torch.float64,), ops={"eigsh": ("dense",)})
+
+    @sparsetorch.hookimpl
+    def sparsetorch_offers(self, request):
+        return [Offer("desc", "dense", 1e-12, 0, lambda A, r: DescendingEigPlan(A), notes="descending")]
+
+
+@pytest.mark.parametrize("which", ["SA", "LA"])
+def test_eigsh_reorders_descending_pairs_ascending(backends, which) -> None:
+    backends.register(Descending(), "desc")
+    g = torch.Generator().manual_seed(0)
+    n, k = 8, 3
+    R = torch.randn(n, n, dtype=torch.float64, generator=g) * (torch.rand(n, n, generator=g) < 0.4)
+    D = R @ R.T + n * torch.eye(n, dtype=torch.float64)
+    A = sparsetorch.SparseTensor.from_dense(D)
+    w, V, info = sparsetorch.eigsh(A, k, which=which, backend="desc", return_info=True)
+    assert (info.backend, info.method) == ("desc", "dense")
+    ref = torch.linalg.eigvalsh(D)
+    want = ref[:k] if which == "SA" else ref[-k:]
+    torch.testing.assert_close(w, want)  # it returned them descending
+    torch.testing.assert_close(D @ V, V * w, atol=1e-10, rtol=0)  # each vector moved with its value
+
+
+def test_eigsh_reorders_each_member_of_a_value_batch_and_its_gradient_follows(backends) -> None:
+    backends.register(Descending(), "desc")
+    A, D, _ = _system(7)
+    D = D + D.T
+    A = sparsetorch.SparseTensor.from_dense(D)
+    vals = torch.stack([A.values, 2.0 * A.values + 0.5 * (A.values != 0)])
+    v1 = vals.clone().requires_grad_(True)
+    w1, V1 = sparsetorch.eigsh(A.with_values(v1), 2, which="SA", backend="desc")
+    v2 = vals.clone().requires_grad_(True)
+    w2, V2 = sparsetorch.eigsh(A.with_values(v2), 2, which="SA", backend="torch", method="dense")
+    torch.testing.assert_close(w1, w2)
+    assert bool((w1[..., 1:] >= w1[..., :-1]).all())
+    (w1 @ torch.tensor([1.0, 3.0], dtype=torch.float64)).sum().backward()
+    (w2 @ torch.tensor([1.0, 3.0], dtype=torch.float64)).sum().backward()
+    torch.testing.assert_close(v1.grad, v2.grad)
+
+
+def test_ascending_reports_pairs_it_cannot_reorder() -> None:
+    from sparsetorch.ops.spectral._checks import _ascending
+
+    w = torch.tensor([3.0, 1.0], dtype=torch.float64)
+    V = torch.eye(2, dtype=torch.float64)
+    assert _ascending(w, V) is None and w.tolist() == [1.0, 3.0] and V.tolist() == [[0.0, 1.0], [1.0, 0.0]]
+    with torch.inference_mode():
+        wi, Vi = torch.tensor([3.0, 1.0]), torch.eye(2)
+    assert "not in ascending order" in _ascending(wi, Vi)

@@ -110,9 +110,34 @@ def _check_outputs(w, V, batch, n, k) -> str | None:
     return None
 
 
+def _ascending(w: torch.Tensor, V: torch.Tensor) -> str | None:
+    """Put eigsh's pairs in ascending order of ``w`` per member, in place (the plan contract says
+    ascending, docs/backend-authors.md; a plugin returned them descending and the caller got them
+    so): ``w`` sorted, ``V``'s columns moved with their values. O(k log k) to test and sort, plus one
+    copy of V where the order was wrong. Returns why it could not (the tensors cannot be written in
+    place: an inference tensor, overlapping memory), else None."""
+    if w.shape[-1] < 2 or bool((w[..., 1:] >= w[..., :-1]).all()):
+        return None
+    order = torch.sort(w, dim=-1, stable=True).indices
+    try:
+        with torch.no_grad():
+            V.copy_(V.gather(-1, order.unsqueeze(-2).expand(V.shape)))
+            w.copy_(w.gather(-1, order))
+    except RuntimeError as exc:
+        return (f"returned eigenvalues not in ascending order (the plan contract) in tensors the core cannot reorder "
+                f"in place ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
+    return None
+
+
 def _verify_pairs(A: SparseTensor, M: SparseTensor | None, w: torch.Tensor, V: torch.Tensor, rtol: float | None):
     """(ok, worst relative residual, why): ``||A v - w M v|| <= rtol (||A|| ||v|| + |w| ||M|| ||v||)``,
-    norms the inf-norm per member; ``rtol=None`` (an explicit tol) checks finiteness only."""
+    norms the inf-norm per member; ``rtol=None`` (an explicit tol) checks finiteness only. eigsh's
+    pairs (real ``w``; eigs' are complex and keep their order) are first put in ascending order, in
+    place (:func:`_ascending`)."""
+    if not w.is_complex():
+        why = _ascending(w, V)
+        if why is not None:
+            return False, float("nan"), why
     AV = _product(A, V)
     MV = V if M is None else _product(M, V)
     R = AV - MV * w.to(V.dtype).unsqueeze(-2)
