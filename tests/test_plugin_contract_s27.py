@@ -1,6 +1,7 @@
 """The plugin contract where a third-party plugin breaks it (session 27's sweep with a misbehaving
 plugin): a misspelled hook name, an offer of a method the backend did not declare, a plugin left
-out by the loading variables, eigenpairs returned in descending order.
+out by the loading variables, eigenpairs returned in descending order; and the documentation of the
+tie rule, the core's own declines and the plugins' lower bound on the core.
 
 Backends are registered in-process (as tests/test_plugins.py does); "installed" plugins are
 fake entry points that replace ``importlib.metadata`` in ``dispatch/select.py`` for one test.
@@ -314,3 +315,34 @@ def test_ascending_reports_pairs_it_cannot_reorder() -> None:
     with torch.inference_mode():
         wi, Vi = torch.tensor([3.0, 1.0]), torch.eye(2)
     assert "not in ascending order" in _ascending(wi, Vi)
+
+
+# 5. the documentation says what the code does ------------------------------------------------------
+def test_docs_describe_the_tie_rule_the_code_applies() -> None:
+    from sparsetorch.dispatch.select import _ordered
+
+    build = lambda A, r: None  # noqa: E731
+    # 1.0e-3 and 1.0099e-3 fall in different 1 % logarithmic buckets (-694 and -693), which the
+    # doc described; the code groups estimates within 1 % of the cheapest remaining one
+    a, b = Offer("a", "lu", 1.0e-3, 1000, build), Offer("b", "lu", 1.0099e-3, 10, build)
+    assert [o.backend for o in _ordered([a, b], {})] == ["b", "a"]
+    text = _doc("backend-authors.md")
+    assert "logarithmic" not in text
+    assert "within 1 % of the cheapest remaining" in text
+
+
+def test_docs_say_the_core_declines_undeclared_devices_dtypes_and_methods() -> None:
+    text = _doc("backend-authors.md")
+    assert "does not filter requests by" not in text
+    assert "Device support is up to the offers themselves" not in text
+    assert "does not support dtype" in text and "does not declare" in text
+
+
+def test_docs_state_the_core_lower_bound_the_in_tree_plugins_declare() -> None:
+    bounds = set()
+    for toml in [*ROOT.glob("plugins/*/pyproject.toml"), ROOT / "examples" / "plugin_template" / "pyproject.toml"]:
+        bounds |= set(re.findall(r'"sparsetorch>=([0-9.]+)"', toml.read_text()))
+    (bound,) = bounds
+    text = _doc("backend-authors.md")
+    claimed = set(re.findall(r"sparsetorch>=([0-9.]+)", text))
+    assert claimed == {bound}, (claimed, bound)
