@@ -173,3 +173,54 @@ def test_solver_threads_after_an_index_write_all_get_the_new_matrix():
                 torch.testing.assert_close(x, ref, rtol=1e-10, atol=1e-12)
     finally:
         sys.setswitchinterval(old_interval)
+
+
+def test_solver_factorize_and_solve_racing_after_an_index_write_plan_once(monkeypatch):
+    # the re-plan window widened (obtain_plan sleeps): a factorize() from one thread and a solve() from another,
+    # right after a write to A's index buffers, plan once and neither reads the state the other is replacing
+    import importlib
+    import threading
+    import time
+
+    solve_mod = importlib.import_module("sparsetorch.ops.solve")  # (the package's "solve" is the function)
+
+    orig, calls = solve_mod.obtain_plan, []
+
+    def slow(*a, **k):
+        calls.append(threading.current_thread().name)
+        time.sleep(0.05)
+        return orig(*a, **k)
+
+    n = 50
+    D = torch.diag(torch.full((n,), 4.0, dtype=torch.float64))
+    D += torch.diag(torch.ones(n - 1, dtype=torch.float64), 1) + torch.diag(torch.ones(n - 1, dtype=torch.float64), -1)
+    b = torch.arange(1.0, n + 1, dtype=torch.float64)
+    A = st.SparseTensor.from_dense(D, format=CSR)
+    s = st.Solver(A, backend="torch", method="lu")
+    s.solve(b)
+    monkeypatch.setattr(solve_mod, "obtain_plan", slow)
+    A.crd(1)[1] = 3
+    errors, out = [], []
+
+    def t_solve():
+        try:
+            out.append(s.solve(b))
+        except Exception as exc:  # noqa: BLE001 - asserted below
+            errors.append(exc)
+
+    def t_factorize():
+        time.sleep(0.01)  # the solving thread is re-planning now
+        try:
+            s.factorize()
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=t_solve, name="solve"), threading.Thread(target=t_factorize, name="factorize")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert calls == ["solve"], calls
+    torch.testing.assert_close(out[0], torch.linalg.solve(A.to_dense(), b), rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(s.solve(b), torch.linalg.solve(A.to_dense(), b), rtol=1e-10, atol=1e-12)

@@ -380,6 +380,10 @@ class Solver:
 
     def plan(self) -> ExplainTable:
         """Choose the backend and method and do the pattern-dependent work."""
+        with self._ready_lock:
+            return self._plan()
+
+    def _plan(self) -> ExplainTable:
         if self._check_finite and is_plain(self._values):
             # NaN / Inf values named now: dispatch reads the values (symmetry, definiteness), and a pinned method
             # met them as "CG needs a symmetric positive definite matrix" or a zero pivot (session 26's sweep)
@@ -401,15 +405,18 @@ class Solver:
         A failure that a fallback can answer (a zero pivot of a method without pivoting, an
         indefinite matrix under Cholesky) is left to the next :meth:`solve`, which moves to the
         next method; with a pinned method it raises here."""
-        if self._state is None:
-            self.plan()
-        elif self._check_finite and is_plain(self._values):
-            self._check_values(self._values)  # once per values tensor and version (plan() checked them above)
-        try:
-            self._state.load(self._values)
-        except (SingularMatrixError, IndefiniteMatrixError, BackendError):
-            if self._options["method"] is not None:
-                raise
+        with self._ready_lock:  # (plan, state and values read together: see _ready)
+            if self._state is None or self._pattern_moved():
+                self._plan()
+            elif self._check_finite and is_plain(self._values):
+                self._check_values(self._values)  # once per values tensor and version (plan() checked them above)
+            state, values = self._state, self._values
+            assert state is not None
+            try:
+                state.load(values)
+            except (SingularMatrixError, IndefiniteMatrixError, BackendError):
+                if self._options["method"] is not None:
+                    raise
         return self
 
     setup = factorize
@@ -428,11 +435,12 @@ class Solver:
             raise InputError(f"update_values got values on {values.device}; the matrix is on {self._values.device}")
         if values.layout != torch.strided:
             raise InputError(f"update_values needs dense (strided) values, got layout {values.layout}")
-        if self._check_finite and is_plain(values) and self._state is not None:
-            self._check_values(values)  # before the factorization meets them
-        self._values, self._A = values, None
-        if self._state is not None:
-            self.factorize()
+        with self._ready_lock:
+            if self._check_finite and is_plain(values) and self._state is not None:
+                self._check_values(values)  # before the factorization meets them
+            self._values, self._A = values, None
+            if self._state is not None:
+                self.factorize()
         return self
 
     def solve(self, B: torch.Tensor, *, return_info: bool = False):
@@ -458,13 +466,20 @@ class Solver:
                                cache=self._cache, policy=self._policy, call=self._call)
         route = handle.route
         self.results.extend(handle.results)
-        if route.offer is not None and route.offer is not offer:
-            # dispatch fell back: keep the method that worked for the next solves
-            self._state, self._offer = route.state, route.offer
+        self._keep(state, route)
         out = restore_rhs(X, vector)
         info = _info(self._pattern.with_values(values), Bn, X, handle) if return_info else None
-        self._state.reused = True  # later solves reuse this plan
         return (out, info) if return_info else out
+
+    def _keep(self, state: PlanState, route: Any) -> None:
+        """After a solve on ``state``: where dispatch fell back, the method that worked is kept for the next
+        solves, unless this Solver was planned again meanwhile (an index write: the route's plan is of the
+        old pattern); the plan that answered is marked reused."""
+        if route.offer is not None and route.offer is not self._offer:
+            with self._ready_lock:
+                if self._state is state:
+                    self._state, self._offer = route.state, route.offer
+        (route.state if route.state is not None else state).reused = True
 
     def _ready(self, factorize: bool) -> tuple:
         """``(state, offer, table)`` of a plan made on A's pattern as it is now: planned (and factorized, where
@@ -476,7 +491,7 @@ class Solver:
                 if factorize:
                     self.factorize()
                 else:  # a torch.func transform's values: loaded inside the autograd Function, which unwraps them
-                    self.plan()
+                    self._plan()
             assert self._state is not None and self._table is not None
             return self._state, self._offer, self._table
 
@@ -511,9 +526,7 @@ class Solver:
         handle = SolveHandle(state, self._pattern, adjoint, self._policy, [], call_options=self._call, route=route)
         with torch.no_grad():
             X = handle.run(values, Bn)
-        if route.offer is not None and route.offer is not offer:
-            self._state, self._offer = route.state, route.offer
-        self._state.reused = True
+        self._keep(state, route)
         return X
 
     def explain(self) -> ExplainTable:
