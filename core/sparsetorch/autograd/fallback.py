@@ -190,6 +190,9 @@ class Route(RangeSearch):
             probed = self._probe_first(vs, Bs, handle, base, rtol, atol_s)
             if probed is not None:
                 return self._unscaled(probed[0], sa / sb), probed[1]
+            if self.attempts:  # a probe ran and did not answer: its plan read (and may have written) A's pattern
+                a = self.attempts[-1]
+                self._pattern_intact(f"{a.backend}/{a.method}", f"as a probe: {a.reason}", None)
         while True:
             state, offer = self.state, self.offer
             opts = self._options_for(offer, base, rtol, atol_s)
@@ -205,16 +208,7 @@ class Route(RangeSearch):
                 self._note(state, offer, IterationResult(0, math.inf, False, Status.BREAKDOWN, _one_line(exc)),
                            time.perf_counter() - t0, rtol, None)
                 failures.append((kind, exc))
-                broken = _broken_pattern(self.A)
-                if broken is not None:
-                    # the next method (and the checks below) would read a pattern that is no longer valid: a
-                    # plugin that wrote into A's index buffers (plans of large matrices share the caller's
-                    # memory), then failed, left the fallback hanging in compiled code (session 27's plugin sweep)
-                    raise BackendError(
-                        f"{state.label} failed ({_one_line(exc)}) and A's index buffers are no longer valid after it "
-                        f"({broken}): a plan that wrote into its inputs (plans must not modify them: a bug of that "
-                        f"backend; report it to its authors). Nothing else read them; rebuild A, and pass backend= "
-                        f"to avoid that backend", label=state.label, phase="solve") from exc
+                self._pattern_intact(state.label, _one_line(exc), exc)
                 if kind == "singular" and not self.pinned and self._singular_lu < 2 and not self._certain_checked:
                     self._certain_checked = True
                     certain = self._empty_line(vs, Bs, handle.adjoint)
@@ -254,6 +248,8 @@ class Route(RangeSearch):
                 best = (X, res)
             failures.append(("iterative" if res.status is not Status.INACCURATE or not _direct(offer) else "inaccurate",
                              None))
+            if not self.pinned:
+                self._pattern_intact(state.label, res.reason, None)  # before another method reads A's pattern
             if self.pinned or not self._advance(failures[-1][0], offer):
                 if any(k == "singular" for k, _ in failures) or failures[-1][0] == "inaccurate":
                     return self._give_up(None, failures, vs, Bs, handle.adjoint, rtol, atol_s, sa / sb)
@@ -261,6 +257,19 @@ class Route(RangeSearch):
                 if len(self.attempts) > 1:
                     res = replace(res, reason=f"{res.reason}; tried: " + "; ".join(str(a) for a in self.attempts))
                 return self._unscaled(X, sa / sb), res
+
+    def _pattern_intact(self, label: str, what: str, exc: BaseException | None) -> None:
+        """Raise :class:`BackendError` naming the plan ``label`` ("backend/method") where A's index buffers are no longer valid after
+        it failed (``what``): the next method (and the route's checks) would read a pattern the caller did not
+        pass. A plugin that wrote into them (plans of large matrices share the caller's memory), then failed,
+        left the fallback hanging in compiled code (session 27's plugin sweep). O(nnz), failure paths only."""
+        broken = _broken_pattern(self.A)
+        if broken is not None:
+            raise BackendError(
+                f"{label} failed ({what}) and A's index buffers are no longer valid after it ({broken}): a plan "
+                f"that wrote into its inputs (plans must not modify them: a bug of that backend; report it to its "
+                f"authors). Nothing else read them; rebuild A, and pass backend= to avoid that backend",
+                label=label, phase="solve") from exc
 
     def _structural_first(self, values: torch.Tensor, B: torch.Tensor, adjoint: bool, rtol: float,
                           atol: float) -> tuple[torch.Tensor, IterationResult] | None:
