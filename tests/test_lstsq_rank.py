@@ -13,10 +13,10 @@ import pytest
 import torch
 
 import sparsetorch as st
-from sparsetorch.dispatch import get_backends, reset_backends
 from sparsetorch.ops.lstsq import Lstsq, lstsq
 
-plugin = pytest.importorskip("sparsetorch_scipy.plugin", reason="the SciPy plugin (plugins/scipy_backend) is not importable")
+pytest.importorskip("sparsetorch_scipy.plugin", reason="the SciPy plugin (plugins/scipy_backend) is not importable")
+from test_lstsq import scipy_loaded  # noqa: E402,F401 - the fixture
 
 pytestmark = pytest.mark.usefixtures("single_thread", "scipy_loaded")
 
@@ -27,14 +27,6 @@ if importlib.util.find_spec("sparsetorch_eigen") is not None:
 IDS = [f"{b}/{m}" for b, m in METHODS]
 
 
-@pytest.fixture
-def scipy_loaded(monkeypatch):
-    monkeypatch.setenv("SPARSETORCH_CALIBRATION", "defaults")
-    backends = get_backends()
-    if "scipy" not in backends.names:
-        backends.register(plugin, "scipy")
-    yield
-    reset_backends()
 
 
 def _reproducer(dtype=torch.float64):

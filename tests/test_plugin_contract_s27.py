@@ -21,27 +21,12 @@ from sparsetorch import BackendInfo, Offer
 from sparsetorch.dispatch import reset_backends
 from sparsetorch.dispatch import select
 
+from test_plugins import DensePlan
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 # Test doubles and fixtures -------------------------------------------------------------------------
-class DensePlan:
-    """A correct solve plan (dense LU through torch)."""
-
-    preconditioner = None
-
-    def __init__(self, A, backend: str, method: str) -> None:
-        self.A, self.backend, self.method = A, backend, method
-        self.factors = None
-
-    def set_values(self, values: torch.Tensor) -> None:
-        self.factors = torch.linalg.lu_factor(self.A.with_values(values).to_dense())
-
-    def solve(self, B: torch.Tensor, *, adjoint: bool = False, options=None):
-        X = torch.linalg.lu_solve(*self.factors, B, adjoint=adjoint)
-        return X, sparsetorch.IterationResult(0, float("nan"), True, sparsetorch.Status.DIRECT, "test double")
-
-
 class Good:
     """A correct backend declaring solve: lu, cheaper than anything."""
 
