@@ -23,6 +23,7 @@ import contextlib
 import datetime
 import os
 import socket
+import struct
 from typing import Iterator, Sequence
 
 import torch
@@ -32,9 +33,13 @@ import sparsetorch as st
 
 from .errors import CommTimeoutError, DistributedError, MismatchError, class_of, code_of
 
-__all__ = ["Comm", "Check", "init", "get_comm", "free_port", "DEFAULT_TIMEOUT"]
+__all__ = ["Comm", "Check", "init", "get_comm", "free_port", "DEFAULT_TIMEOUT", "FLOAT_SLOTS"]
 
 DEFAULT_TIMEOUT = datetime.timedelta(seconds=60)
+
+#: how many non-negative floats a ``checked(..., floats=True)`` block carries to their maximum over the ranks
+FLOAT_SLOTS = 8
+_FLOAT_NAMES = tuple(f"float max {i}" for i in range(FLOAT_SLOTS))
 
 _DTYPE_CODES = {torch.float16: 1, torch.bfloat16: 2, torch.float32: 3, torch.float64: 4,
                 torch.complex64: 5, torch.complex128: 6}
@@ -159,19 +164,23 @@ class Comm:
 
     # Agreement ---------------------------------------------------------------------------------
     def agree(self, error: BaseException | None, what: str, fields: dict[str, int] | None = None,
-              shown: dict | None = None) -> None:
+              shown: dict | None = None, flags: dict[str, int] | None = None) -> dict[str, int]:
         """Every rank calls this with its local error (or None); raises on all ranks if any failed.
 
         ``fields``: integers every rank must share (the same names on every rank), compared in the
         same all_reduce as the error flag; when no rank failed and one differs, every rank raises
-        :class:`MismatchError` (see :meth:`check_same`). One all_reduce of ``1 + 2 len(fields)``
-        integers when every rank passes (nothing on one rank)."""
+        :class:`MismatchError` (see :meth:`check_same`). ``flags``: integers reduced by MAX in the same
+        all_reduce (the same names on every rank; "does any rank ..."), returned by name. One all_reduce of
+        ``1 + 2 len(fields) + len(flags)`` integers when every rank passes (nothing on one rank)."""
         names = list(fields or {})
         vals = [int((fields or {})[k]) for k in names]
-        out = self.max_int([1 if error is not None else 0] + vals + [-v for v in vals])
+        fnames = list(flags or {})
+        fvals = [int((flags or {})[k]) for k in fnames]
+        out = self.max_int([1 if error is not None else 0] + vals + [-v for v in vals] + fvals)
         if out[0]:
             self._raise_agreed(error, what)
-        hi, lo = out[1:1 + len(names)], [-v for v in out[1 + len(names):]]
+        hi, lo = out[1:1 + len(names)], [-v for v in out[1 + len(names):1 + 2 * len(names)]]
+        maxed = dict(zip(fnames, out[1 + 2 * len(names):]))
         bad = [name for name, a, b in zip(names, hi, lo) if a != b]
         if bad:
             shown = shown or {}
@@ -179,6 +188,7 @@ class Comm:
             detail = "; ".join(f"{k}: " + ", ".join(f"rank {r}={e[k]}" for r, e in enumerate(everyone)) for k in bad)
             raise MismatchError(f"{what}: the ranks disagree on {', '.join(bad)} ({detail}); every rank must pass the "
                                 f"same value")
+        return maxed
 
     def _raise_agreed(self, error: BaseException | None, what: str) -> None:
         """Some rank flagged an error: every rank raises the lowest failing rank's class and message."""
@@ -199,7 +209,8 @@ class Comm:
         raise exc
 
     @contextlib.contextmanager
-    def checked(self, what: str, same: Sequence[str] = ()) -> Iterator["Check"]:
+    def checked(self, what: str, same: Sequence[str] = (), flags: Sequence[str] = (),
+                floats: bool = False) -> Iterator["Check"]:
         """The per-rank input checks of a collective entry point, agreed before its first collective::
 
             with comm.checked("DSparseTensor.with_values", same=("batch size",)) as chk:
@@ -212,10 +223,14 @@ class Comm:
         lowest failing rank with its message, naming the failing ranks (:meth:`agree`); so a rank whose own
         input is wrong does not raise alone, leaving the others in the operation's next collective until
         the timeout. When no rank failed and a ``same`` field differs: :class:`MismatchError` on every rank.
-        An exception that is not a sparsetorch error (a TypeError from an argument of the wrong kind)
-        counts as bad input: ``InputError`` naming the rank, chained to the original. A
-        :class:`CommTimeoutError` propagates unchanged. Collective: every rank enters and leaves it."""
-        chk = Check(same)
+        ``flags``: integers set by :meth:`Check.flag` (0 where a rank did not) and reduced by MAX in that same
+        all_reduce; after the block, :attr:`Check.maxed` holds them (what an operation must know of every
+        rank, such as whether any records gradients, at no extra collective). ``floats``: room for
+        :data:`FLOAT_SLOTS` non-negative floats (:meth:`Check.floats`) reduced alike (the scale maxima of a
+        solve, at no extra collective). An exception that is not a
+        sparsetorch error (a TypeError from an argument of the wrong kind) counts as bad input: ``InputError``
+        naming the rank, chained to the original. A :class:`CommTimeoutError` propagates unchanged. Collective: every rank enters and leaves it."""
+        chk = Check(same, tuple(flags) + (_FLOAT_NAMES if floats else ()))
         error: BaseException | None = None
         try:
             yield chk
@@ -228,7 +243,7 @@ class Comm:
             error.__cause__ = exc
         if error is None and chk.missing():
             error = DistributedError(f"{what}: internal: rank {self.rank} did not set {chk.missing()}")
-        self.agree(error, what, chk.fields, chk.shown)
+        chk.maxed = self.agree(error, what, chk.fields, chk.shown, chk.flags)
 
     @contextlib.contextmanager
     def agreement(self, what: str) -> Iterator[None]:
@@ -298,10 +313,13 @@ class Comm:
 class Check:
     """What one rank found inside :meth:`Comm.checked`: the integers every rank must share."""
 
-    def __init__(self, names: Sequence[str]) -> None:
+    def __init__(self, names: Sequence[str], flags: Sequence[str] = ()) -> None:
         self.fields: dict[str, int] = dict.fromkeys(names, 0)
         self.shown: dict[str, object] = {}
         self._set: set[str] = set()
+        self.flags: dict[str, int] = dict.fromkeys(flags, 0)
+        #: after the ``checked`` block: each flag's maximum over the ranks
+        self.maxed: dict[str, int] = {}
 
     def same(self, fields: dict[str, int], shown: dict | None = None) -> None:
         """Set fields declared in ``checked(..., same=...)`` (``shown``: what a mismatch message prints)."""
@@ -311,6 +329,30 @@ class Check:
         self.fields.update({k: int(v) for k, v in fields.items()})
         self.shown.update(shown or {})
         self._set.update(fields)
+
+    def flag(self, flags: dict[str, int]) -> None:
+        """Set flags declared in ``checked(..., flags=...)``; their maximum over the ranks is :attr:`maxed`."""
+        unknown = set(flags) - set(self.flags)
+        if unknown:
+            raise DistributedError(f"internal: flags {sorted(unknown)} were not declared in checked(flags=...)")
+        self.flags.update({k: int(v) for k, v in flags.items()})
+
+    def floats(self, values: Sequence[float]) -> bool:
+        """Non-negative floats (at most :data:`FLOAT_SLOTS`; ``checked(..., floats=True)``) whose maxima over the
+        ranks :meth:`maxed_floats` returns after the block: each travels as the int64 of its IEEE bits, which
+        orders non-negative floats as their values (exact, in the agreement's MAX all_reduce). Returns False and
+        carries nothing when there are more: the caller reduces them itself (a decision every rank takes alike
+        once the agreement passed, when the count depends only on agreed fields)."""
+        values = list(values)
+        if len(values) > FLOAT_SLOTS:
+            return False
+        self.flag({name: struct.unpack("<q", struct.pack("<d", float(v) + 0.0))[0]
+                   for name, v in zip(_FLOAT_NAMES, values)})
+        return True
+
+    def maxed_floats(self, count: int) -> list[float]:
+        """The first ``count`` floats of :meth:`floats`, each the maximum over the ranks (after the block)."""
+        return [struct.unpack("<d", struct.pack("<q", self.maxed[name]))[0] for name in _FLOAT_NAMES[:count]]
 
     def missing(self) -> list[str]:
         return [k for k in self.fields if k not in self._set]

@@ -38,7 +38,7 @@ from sparsetorch.backend import Status, default_rtol
 from .comm import dtype_code, get_comm
 from .errors import DistributedError
 from .krylov import Reducer, _Abort, gmres
-from .ops import agree_grad_mode
+from .ops import GRAD_FLAGS, grad_flags, settle_grad_mode
 
 __all__ = ["nonlinear_solve", "DNonlinearInfo"]
 
@@ -268,7 +268,7 @@ def nonlinear_solve(F: Callable, u0: torch.Tensor, params: Sequence = (), *, com
     t0 = time.perf_counter()
     params = tuple(params) if isinstance(params, (tuple, list)) else (params,)
     with comm.checked("distributed nonlinear_solve", same=("dtype", "maxiter", "assembled", "params", "rtol", "atol",
-                                                           "line_search", "max_backtracks")) as chk:
+                                                           "line_search", "max_backtracks"), flags=GRAD_FLAGS) as chk:
         if not isinstance(u0, torch.Tensor) or u0.dim() != 1 or u0.dtype not in (torch.float32, torch.float64):
             raise st.InputError(f"nonlinear_solve: u0 must be this rank's rows, a 1-D float32/float64 tensor, got "
                                 f"{getattr(u0, 'shape', type(u0).__name__)}")
@@ -293,12 +293,12 @@ def nonlinear_solve(F: Callable, u0: torch.Tensor, params: Sequence = (), *, com
                   "params": len(params), "rtol": _float_bits(rtol), "atol": _float_bits(atol),
                   "line_search": int(cfg.line_search), "max_backtracks": cfg.max_backtracks},
                  shown={"rtol": rtol, "atol": atol})
-    if comm.size > 1:
         mine = any(isinstance(p, torch.Tensor) and p.requires_grad for p in params)
-        if agree_grad_mode(comm, mine, "distributed nonlinear_solve") and not mine:
-            # the backward communicates: this rank takes part with a placeholder leaf
-            params = tuple(p.detach().requires_grad_(True) if isinstance(p, torch.Tensor) and p.is_floating_point()
-                           else p for p in params)
+        grad_flags(chk, mine)   # (the same all_reduce: no collective of its own)
+    if settle_grad_mode(comm, chk, "distributed nonlinear_solve") and not mine:
+        # the backward communicates: this rank takes part with a placeholder leaf
+        params = tuple(p.detach().requires_grad_(True) if isinstance(p, torch.Tensor) and p.is_floating_point()
+                       else p for p in params)
     recs: list = []
     u = _Implicit.apply(u0.detach(), F, cfg, comm, recs, *params)
     rec = recs[0]

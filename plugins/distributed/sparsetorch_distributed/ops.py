@@ -136,13 +136,16 @@ def matmul(A, X: torch.Tensor, *, transpose: bool = False) -> torch.Tensor:
     """``A @ X`` (``A^T @ X`` with ``transpose``) for a DSparseTensor ``A`` and local ``X``. Collective."""
     next_op_epoch()  # copies of A's values made by an earlier call are made again
     comm = A.comm
-    with comm.checked("DSparseTensor matmul", same=("columns", "vector dims", "dtype", "A batch")) as chk:
+    what = "DSparseTensor matmul"
+    with comm.checked(what, same=("columns", "vector dims", "dtype", "A batch"), flags=GRAD_FLAGS) as chk:
         A._check_writes()  # with_values' deferred input error, or a write into summed values that would be dropped
         check_vector(A, X, "matmul")
         chk.same({"columns": X.shape[-1] if X.dim() > 1 else 1, "vector dims": X.dim(), "dtype": dtype_code(X.dtype),
                   "A batch": batch_code(A)}, shown={"A batch": tuple(A.batch_shape)})
-    values, X = agree_grad(comm, A.values, X, "DSparseTensor matmul")
-    return _Matmul.apply(values, X, A, transpose)
+        grad_flags(chk, A._meta.requires_grad or X.requires_grad)   # (the same all_reduce: no collective of its own)
+    anyone = settle_grad_mode(comm, chk, what)
+    values = A.values
+    return _Matmul.apply(values, leaf_if_needed(anyone, values, X), A, transpose)
 
 
 def batch_code(A) -> int:
@@ -153,18 +156,27 @@ def batch_code(A) -> int:
     return 1 + int.from_bytes(hashlib.blake2b(repr(tuple(A.batch_shape)).encode(), digest_size=7).digest(), "little")
 
 
-def agree_grad_mode(comm: Comm, mine: bool, what: str) -> bool:
-    """Whether any rank records gradients through a collective op (``mine``: this rank's inputs require grad); one
-    small all_reduce on every rank, whatever its grad mode. The backward pass communicates, so a rank with grad
-    mode off while another records gradients would leave that one waiting in its backward, and the check itself
-    was skipped under ``torch.no_grad()`` (the other ranks waited in its all_reduce until the timeout; outside
-    sweep): then every rank raises :class:`MismatchError` naming the ranks."""
-    if comm.size == 1:
-        return mine and torch.is_grad_enabled()
+#: the flags :func:`grad_flags` sets in an entry point's ``comm.checked(..., flags=GRAD_FLAGS)``
+GRAD_FLAGS = ("grad recorded", "grad off")
+
+
+def grad_flags(chk, mine: bool) -> None:
+    """Inside an entry point's ``comm.checked(..., flags=GRAD_FLAGS)``: this rank's grad mode and whether it records
+    gradients (``mine``: its inputs require grad), carried by the agreement's all_reduce (no collective of its own;
+    :func:`settle_grad_mode` reads them after the block)."""
     on = torch.is_grad_enabled()
-    anyone, anyone_off = comm.max_int([1 if (on and mine) else 0, 0 if on else 1])
-    if anyone and anyone_off:
-        everyone = comm.allgather_object(on)
+    chk.flag({"grad recorded": int(on and mine), "grad off": int(not on)})
+
+
+def settle_grad_mode(comm: Comm, chk, what: str) -> bool:
+    """Whether any rank records gradients, from the flags :func:`grad_flags` put in the agreement (``chk``: its
+    :class:`~.comm.Check`). The backward pass communicates, so a rank with grad mode off while another records
+    gradients would leave that one waiting in its backward; then every rank raises :class:`MismatchError` naming
+    the ranks (every rank reaches this, whatever its grad mode: the check used to be skipped under
+    ``torch.no_grad()``, leaving the other ranks in its all_reduce until the timeout; outside sweep)."""
+    anyone, anyone_off = chk.maxed.get("grad recorded", 0), chk.maxed.get("grad off", 0)
+    if anyone and anyone_off and comm.size > 1:
+        everyone = comm.allgather_object(torch.is_grad_enabled())
         off = ", ".join(f"rank {r}" for r, e in enumerate(everyone) if not e)
         on_ = ", ".join(f"rank {r}" for r, e in enumerate(everyone) if e)
         raise MismatchError(f"{what}: grad mode differs between the ranks: torch.is_grad_enabled() is False on {off} "
@@ -173,17 +185,32 @@ def agree_grad_mode(comm: Comm, mine: bool, what: str) -> bool:
     return bool(anyone)
 
 
+def agree_grad_mode(comm: Comm, mine: bool, what: str) -> bool:
+    """:func:`grad_flags` and :func:`settle_grad_mode` with an all_reduce of their own, for a caller with no
+    agreement to carry them (the entry points carry them in their ``comm.checked``). Collective in every grad mode."""
+    from .comm import Check
+
+    chk = Check((), GRAD_FLAGS)
+    grad_flags(chk, mine)
+    chk.maxed = comm.agree(None, what, flags=chk.flags) if comm.size > 1 else dict(chk.flags)
+    return settle_grad_mode(comm, chk, what)
+
+
+def leaf_if_needed(anyone: bool, values: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+    """When any rank records gradients (``anyone``, from :func:`settle_grad_mode`), every rank's output must
+    require grad (its backward communicates): a rank whose inputs do not gets ``X`` as a fresh leaf that does (its
+    gradient is dropped)."""
+    if anyone and not (values.requires_grad or X.requires_grad):
+        return X.detach().requires_grad_(True)
+    return X
+
+
 def agree_grad(comm: Comm, values: torch.Tensor, X: torch.Tensor, what: str = "distributed op") -> tuple[torch.Tensor, torch.Tensor]:
-    """When any rank's inputs require grad, every rank's output must (its backward communicates):
-    a rank whose inputs do not gets ``X`` as a fresh leaf that does (its gradient is dropped). Collective in
-    every grad mode (:func:`agree_grad_mode`)."""
+    """:func:`leaf_if_needed` after :func:`agree_grad_mode` (an all_reduce of its own, in every grad mode)."""
     if comm.size == 1:
         return values, X
-    mine = values.requires_grad or X.requires_grad
-    anyone = agree_grad_mode(comm, mine, what)
-    if anyone and not mine:
-        X = X.detach().requires_grad_(True)
-    return values, X
+    anyone = agree_grad_mode(comm, values.requires_grad or X.requires_grad, what)
+    return values, leaf_if_needed(anyone, values, X)
 
 
 # reductions ---------------------------------------------------------------------------------------
@@ -216,21 +243,81 @@ def dot(x: torch.Tensor, y: torch.Tensor, comm: Comm) -> torch.Tensor:
     return global_sum((x * y).sum(), comm)
 
 
+#: float64 exponents of a rank's largest entry between which its unscaled sum of squares is exact enough to add to
+#: the others' as is (no overflow below 2**480, even over 2**60 entries; above 2**-450 every entry that matters
+#: against the largest squares to a normal float64)
+_NORM_FAST_EXP = (-450, 480)
+
+
 def norm(x: torch.Tensor, comm: Comm) -> torch.Tensor:
     """Global 2-norm of a distributed vector; replicated; differentiable (gradient ``x / ||x||``, 0 at ``x = 0`` as
-    ``torch.linalg.vector_norm``). The sum of squares is taken of ``x`` scaled by a power of two (its largest entry
-    over the ranks, one more max all-reduce) and the norm unscaled: float32 entries of 1e20 gave inf, of 1e-25 gave 0
-    (squares out of range), and the gradient at 0 was NaN (outside sweep). Collective."""
-    mx = x.detach().abs().amax().to(torch.float64).reshape(1) if x.numel() else torch.zeros(1, dtype=torch.float64)
-    m = float(comm.allreduce(mx.to(comm.device), "max")[0]) if comm.size > 1 else float(mx[0])
+    ``torch.linalg.vector_norm``). One all_reduce of one float64: each rank's sum of squares, taken of its part
+    scaled by a power of two from its own largest entry and unscaled in float64 (exact: powers of two), so that no
+    square under- or overflows (float32 entries of 1e20 gave inf, of 1e-25 gave 0; the gradient at 0 was NaN;
+    outside sweep). Only float64 parts whose largest entry is beyond 2**480 or below 2**-450 (and NaN / Inf) do
+    not fit float64 that way: such a rank sends NaN and every rank then sends (exponent, scaled sum) in its two
+    slots of a ``2 p`` float64 vector, one more all_reduce that gathers every pair exactly, combined alike on every
+    rank relative to the largest exponent. (A max all_reduce of the scale first made every call two; the review.)
+    Integer and bool tensors give ``sqrt(sum x^2)`` in the default float dtype, as before the scaled norm (which
+    raised TypeError for them for a while); half precision sums in float32. Collective."""
+    if not x.is_floating_point() and not x.is_complex():
+        x = x.to(torch.float64)
+        out_dtype = torch.get_default_dtype()
+    else:
+        out_dtype = x.real.dtype
+    wide = x.dtype in (torch.float64, torch.complex128)
+    acc = torch.float64 if wide else torch.float32
+    m = float(x.detach().abs().amax()) if x.numel() else 0.0
     e = 0
     if m > 0 and math.isfinite(m):
-        fi = torch.finfo(x.dtype)
+        fi = torch.finfo(x.dtype)   # 2**-e must be representable in x's dtype
         e = min(max(math.frexp(m)[1], math.frexp(fi.tiny)[1] + 2), math.frexp(fi.max)[1] - 2)
     y = x * 2.0 ** -e if e else x       # exact (a power of two); e is piecewise constant in x: no gradient
-    sq = (y * y.conj()).real if y.is_complex() else y * y
-    ss = global_sum(sq.sum(), comm)
-    if float(ss.detach()) == 0.0:       # x = 0 on every rank: value 0, gradient 2 y = 0 (sqrt's was 0 * inf = NaN)
+    if y.is_complex():
+        y = torch.view_as_real(y)
+    y = y.to(acc) if y.dtype != acc else y
+    s = (y * y).sum().to(torch.float64)
+    if not wide or m == 0.0 or _NORM_FAST_EXP[0] <= e <= _NORM_FAST_EXP[1]:
+        t = s * 2.0 ** (2 * e) if e else s  # float32 parts always fit: squares of 2**+-150 are normal float64
+    else:
+        t = torch.full_like(s, math.nan)    # this rank's sum does not fit float64 unscaled: the slots below
+    ss = global_sum(t.reshape(1), comm)[0]
+    total = float(ss.detach())
+    if math.isfinite(total):
+        if total == 0.0:                # x = 0 on every rank: value 0, gradient 2 y = 0 (sqrt's was 0 * inf = NaN)
+            return ss.to(out_dtype)
+        return torch.sqrt(ss).to(out_dtype)
+    return _norm_slots(x, acc, s.detach(), e, comm).to(out_dtype)
+
+
+def _norm_slots(x: torch.Tensor, acc: torch.dtype, s: torch.Tensor, e: int, comm: Comm) -> torch.Tensor:
+    """:func:`norm` where some rank's sum of squares does not fit float64 unscaled: rank ``r``'s pair (``e``, its
+    scaled sum ``s``) in slots ``2r``, ``2r + 1`` of a ``2 p`` float64 vector, summed over the ranks (exact: the
+    other slots are zeros), then ``sqrt(sum_r s_r 2**(2 (e_r - top))) 2**top`` alike on every rank. The gradient
+    comes from this rank's sum of squares of ``x 2**-top`` (its value may underflow where it is negligible, its
+    gradient ``2 x 2**(-2 top)`` does not; through a coefficient ``2**(2 (e - top))`` it did, to 0)."""
+    r, p = comm.rank, comm.size
+    slots = torch.zeros(2 * p, dtype=torch.float64, device=s.device)
+    slots[2 * r] = float(e)
+    slots[2 * r + 1] = s
+    host = comm.allreduce(slots, "sum").cpu().reshape(p, 2).tolist()
+    vals = [v for _, v in host]
+    live = [int(ex) for ex, v in host if v != 0.0]
+    top = max(live) if live else 0
+    if any(math.isnan(v) for v in vals):
+        total = math.nan
+    elif any(math.isinf(v) for v in vals):
+        total = math.inf
+    else:   # every rank's sum relative to 2**(2 top) (those far below underflow to 0: negligible against the top's)
+        total = sum(v * 2.0 ** (2 * (int(ex) - top)) for ex, v in host)
+    y = x * 2.0 ** -top if top else x
+    if y.is_complex():
+        y = torch.view_as_real(y)
+    y = y.to(acc) if y.dtype != acc else y
+    mine = (y * y).sum().to(torch.float64)
+    mine = torch.where(torch.isfinite(mine), mine, torch.zeros_like(mine))
+    ss = (mine - mine.detach()) + total     # the value: total; the gradient: this rank's part
+    if not live:
         return ss
-    out = torch.sqrt(ss)
-    return out * 2.0 ** e if e else out
+    h = top // 2
+    return torch.sqrt(ss) * 2.0 ** h * 2.0 ** (top - h)

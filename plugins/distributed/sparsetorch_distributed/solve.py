@@ -28,7 +28,7 @@ from .errors import DistributedError
 from .exchange import as_rows, from_rows
 from .krylov import METHODS, Reducer, _Abort
 from .krylov_block import BLOCK_METHODS, _cs, _red
-from .ops import agree_grad, batch_code, check_vector, first_order_pair
+from .ops import GRAD_FLAGS, batch_code, check_vector, first_order_pair, grad_flags, leaf_if_needed, settle_grad_mode
 from .precond import A_SINGULAR, make_preconditioner
 from .tensor import next_op_epoch
 
@@ -61,33 +61,52 @@ class DSolveInfo:
     backend: str = "distributed"
 
 
-def is_symmetric(A, values=None, *, seed: int = 1234, probes: int = 4, _agreed: bool = False) -> bool:
+def _member_amax(A, values: torch.Tensor) -> torch.Tensor:
+    """``max |values|`` of each member of a value batch (``(*batch, nse_local)``), float64 ``(members,)``, local."""
+    members = math.prod(A.batch_shape) if A.batch_shape else 1
+    v = values.detach().reshape(members, -1)
+    if v.shape[1] == 0:
+        return torch.zeros(members, dtype=torch.float64, device=v.device)
+    return v.abs().amax(1).to(torch.float64)
+
+
+def is_symmetric(A, values=None, *, seed: int = 1234, probes: int = 4, _agreed: bool = False,
+                 _amax: list[float] | None = None) -> bool:
     """Probabilistic symmetry test with forward products only (no transposed blocks are built).
 
     For random ``Z`` (``probes`` columns) the Gram matrix ``G = Z^T A Z`` is symmetric exactly when
     ``z_i^T (A - A^T) z_j = 0``; with random vectors that holds (with probability one) only for a
-    symmetric ``A``. One product of a block of ``probes`` columns per member and two reductions (the products'
-    largest entry, then the Gram entries of the products scaled by a power of two: a test independent of A's
+    symmetric ``A``. One product of a block of ``probes`` columns per member and one reduction (the Gram
+    entries and norms of the products, scaled by a power of two from ``max |A|``: a test independent of A's
     scale); ``|G_ij - G_ji| <= 1e3 eps ||z_i|| ||A z_j||`` (the rounding of the dot products) passes.
-    Collective: A's deferred input error (:meth:`DSparseTensor.with_values`) is agreed first (one small
-    all_reduce; solve and eigsh, which agreed already, skip it)."""
-    if not _agreed and values is None:
-        with A.comm.checked("is_symmetric"):
-            A._check_writes()
+    Collective: A's deferred input error (:meth:`DSparseTensor.with_values`) and its value batch are agreed
+    first, in one small all_reduce that also carries each member's ``max |A|`` (more than 8 members: one max
+    all_reduce more). solve and eigsh, which agreed already, pass those maxima (``_amax``)."""
+    comm = A.comm
+    if _amax is None:
+        fits = False
+        if not _agreed and values is None:
+            with comm.checked("is_symmetric", same=("A batch",), floats=True) as chk:
+                A._check_writes()
+                chk.same({"A batch": batch_code(A)}, shown={"A batch": tuple(A.batch_shape)})
+                local = _member_amax(A, A.values)
+                fits = chk.floats(local.tolist())
+            if fits:
+                _amax = chk.maxed_floats(local.numel())
+        if _amax is None:
+            local = _member_amax(A, A.values)
+            _amax = (comm.allreduce(local, "max") if comm.size > 1 else local).cpu().tolist()
     g = torch.Generator().manual_seed(seed + A.comm.rank)
     Z = torch.randn(A.n_local, probes, generator=g, dtype=torch.float64).to(device=A.device, dtype=A.dtype)
     members = [None] if not A.batch_shape else list(A.values.detach().reshape(math.prod(A.batch_shape), A.nse_local))
-    AZs = [A._mv(Z, v) for v in members]
-    # each member's products scaled by a power of two to a largest entry in [0.5, 1) (one max all-reduce), so that
-    # ||A z||^2 neither overflows (float32 entries of 1e20: the bound became inf and a nonsymmetric A passed, the
-    # adjoint then reused A for A^T, b.grad 13 % off) nor underflows (float64 x 1e-200: bound 0, NotSymmetricError
-    # on a symmetric A); outside sweep
-    mx = torch.stack([AZ.abs().amax().to(torch.float64) if AZ.numel() else torch.zeros((), dtype=torch.float64,
-                                                                                      device=AZ.device) for AZ in AZs])
-    mx = A.comm.allreduce(mx, "max").cpu().tolist()
     parts = []
-    for AZ, m in zip(AZs, mx):
-        AZ = _times_pow2(AZ, [-_exponent(m, A.dtype)] * probes)
+    for v, m in zip(members, _amax):
+        # each member's products scaled by the power of two putting max |A| in [0.5, 1) (|A z| is then at most a
+        # few times the row's entry count), so that ||A z||^2 neither overflows (float32 entries of 1e20: the bound
+        # became inf and a nonsymmetric A passed, the adjoint then reused A for A^T, b.grad 13 % off) nor underflows
+        # (float64 x 1e-200: bound 0, NotSymmetricError on a symmetric A); outside sweep. (The products' own
+        # maximum took one more max all_reduce per call; the review.)
+        AZ = _times_pow2(A._mv(Z, v), [-_exponent(m, A.dtype)] * probes)
         parts += [(Z.t() @ AZ).reshape(-1), (Z * Z).sum(0), (AZ * AZ).sum(0)]
     red = A.comm.allreduce(torch.cat(parts).to(torch.float64), "sum").cpu()
     eps = torch.finfo(A.dtype).eps
@@ -170,28 +189,51 @@ def _exponent(m: float, dtype: torch.dtype) -> int:
     return min(max(math.frexp(m)[1], lo), hi)
 
 
+def _scale_maxes(vals: torch.Tensor, B2: torch.Tensor) -> torch.Tensor:
+    """This rank's ``[max |vals|, max |B2[:, j]| for each column j]`` (float64, ``1 + k``): what
+    :func:`_scale_exponents` reduces."""
+    k = B2.shape[1]
+    t = torch.zeros(1 + k, dtype=torch.float64, device=B2.device)
+    if vals.numel():
+        t[0] = vals.detach().abs().amax().to(torch.float64)
+    if B2.shape[0]:
+        t[1:] = B2.detach().abs().amax(0).to(torch.float64)
+    return t
+
+
+def _exponents(m: list[float], dtype: torch.dtype) -> tuple[int, list[int]]:
+    """``(ea, eb)`` of :func:`_scale_exponents` from the reduced maxima ``[max |A|, max |B[:, j]|...]``."""
+    ea = _exponent(m[0], dtype)
+    if abs(ea) <= _exp_limit(dtype)[1] // 4:
+        ea = 0
+    return ea, [_exponent(x, dtype) for x in m[1:]]
+
+
 def _scale_exponents(A, values, B2: torch.Tensor) -> tuple[int, list[int]]:
-    """The powers of two a solve scales by (one max all-reduce): ``(ea, eb)``, the operator divided by ``2**ea``
+    """The powers of two a solve scales by (one max all-reduce; a forward solve gets them from :func:`solve`, where
+    they ride on another reduction): ``(ea, eb)``, the operator divided by ``2**ea``
     (0 unless ``max |A|`` is far from 1: beyond a quarter of the exponent range, where squared norms of products
     overflow or underflow) and column ``j`` of ``B`` divided by ``2**eb[j]`` (its largest entry over the ranks then
     in ``[0.5, 1)``). Exact in floating point (powers of two), so the iteration is the one of the unscaled system
     wherever that neither underflows nor overflows: float32 ``b`` of 1e-25 had ``||b||^2 = 0`` ("b = 0", x = 0), of
     1e-21 a residual norm that underflowed (relative error 1.7e-2, reported 0), of 1e21 ``||b||^2 = inf``
     (NotConvergedError "not_finite after 0 iterations"); float64 likewise at 1e-170 / 1e160 (an outside sweep)."""
-    vals = (A.values if values is None else values).detach()
-    k = B2.shape[1]
-    t = torch.zeros(1 + k, dtype=torch.float64, device=B2.device)
-    if vals.numel():
-        t[0] = vals.abs().amax().to(torch.float64)
-    if B2.shape[0]:
-        t[1:] = B2.detach().abs().amax(0).to(torch.float64)
+    t = _scale_maxes(A.values if values is None else values, B2)
     if A.comm.size > 1:
         t = A.comm.allreduce(t, "max")
-    m = t.cpu().tolist()
-    ea = _exponent(m[0], A.dtype)
-    if abs(ea) <= _exp_limit(A.dtype)[1] // 4:
-        ea = 0
-    return ea, [_exponent(x, A.dtype) for x in m[1:]]
+    return _exponents(t.cpu().tolist(), A.dtype)
+
+
+def _forward_scale_maxes(A, values: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """This rank's :func:`_scale_maxes` of every member of a forward solve (``values`` ``(*batch, nse)``, ``B`` as
+    :class:`_Solve` takes it), concatenated: ``members * (1 + k)`` entries, the same count on every rank once the
+    agreement passed (A's batch, B's dims and columns)."""
+    n = A.n_local
+    Bsz = math.prod(A.batch_shape) if A.batch_shape else 1
+    vflat = values.detach().reshape(Bsz, -1)
+    per_member = B.dim() > 2
+    Bf = B.detach().reshape(Bsz, n, B.shape[-1]) if per_member else B.detach()
+    return torch.cat([_scale_maxes(vflat[i], as_rows(Bf[i] if per_member else Bf, n)[0]) for i in range(Bsz)])
 
 
 def _times_pow2(X: torch.Tensor, d: list[int]) -> torch.Tensor:
@@ -445,12 +487,13 @@ def _finite_all(t: torch.Tensor) -> bool:
 GATHERED_DIRECT_MAX = 100_000
 
 
-def _solve_columns(A, values, B2: torch.Tensor, cfg: _Config, *, transpose: bool, symmetric: bool):
+def _solve_columns(A, values, B2: torch.Tensor, cfg: _Config, *, transpose: bool, symmetric: bool,
+                   scales: tuple[int, list[int]] | None = None):
     if B2.shape[1] == 0:  # no right-hand sides (an (n, 0) B): nothing to solve, as matmul does
         return B2.clone(), [dict(method=_order(cfg, symmetric)[0], preconditioner=None, iterations=0, residual=0.0,
                                  status=Status.CONVERGED, reason="no right-hand sides", history=(), reductions=0,
                                  attempts=())]
-    ea, eb = _scale_exponents(A, values, B2)
+    ea, eb = scales if scales is not None else _scale_exponents(A, values, B2)
     if B2.shape[1] > 1 and cfg.block:
         X, infos = _block_solve(A, values, B2, cfg, transpose=transpose, symmetric=symmetric, ea=ea, eb=eb)
     else:
@@ -503,7 +546,7 @@ class _Solve(torch.autograd.Function):
     """Values ``(*batch, nse)``; ``B`` ``(n,)``/``(n, k)`` shared by the members, or ``(*batch, n, k)``."""
 
     @staticmethod
-    def forward(ctx, values, B, A, cfg: _Config, symmetric: bool, infos: list):
+    def forward(ctx, values, B, A, cfg: _Config, symmetric: bool, infos: list, scales: list | None = None):
         n = A.n_local
         nb = len(A.batch_shape)
         Bsz = math.prod(A.batch_shape) if nb else 1
@@ -514,7 +557,8 @@ class _Solve(torch.autograd.Function):
         for i in range(Bsz):
             B2, how = as_rows(Bf[i] if per_member else Bf, n)
             vi = None if not A.batch_shape else vflat[i]
-            X2, inf = _solve_columns(A, vi, B2, cfg, transpose=False, symmetric=symmetric)
+            X2, inf = _solve_columns(A, vi, B2, cfg, transpose=False, symmetric=symmetric,
+                                     scales=None if scales is None else scales[i])
             infos.extend(inf)
             Xs.append(X2)
             outs.append(from_rows(X2, how))
@@ -554,7 +598,7 @@ class _Solve(torch.autograd.Function):
             dB = torch.stack(gB).reshape(ctx.bshape) if (ctx.per_member or not nb) else torch.stack(gB).sum(0)
         # both hold the values (and X, so B) constant (a Hessian-vector product came back 6 % off; session 24's sweep)
         dV, dB = first_order_pair(A, "solve", "B", dV, dB, *ctx.saved_tensors, values_in_values=True)
-        return dV, dB, None, None, None, None
+        return dV, dB, None, None, None, None, None
 
 
 #: ``preconditioner`` as an integer for the ranks' agreement (a callable: 3, its own per rank)
@@ -612,7 +656,7 @@ def solve(A, B: torch.Tensor, *, method: str | None = None, preconditioner="bloc
     t0 = time.perf_counter()
     same = ("dtype", "B dims", "columns", "method", "maxiter", "block", "rtol", "atol", "restart", "preconditioner",
             "symmetric", "on_nonconvergence", "A batch")
-    with comm.checked("distributed solve", same=same) as chk:
+    with comm.checked("distributed solve", same=same, flags=GRAD_FLAGS, floats=True) as chk:
         A._check_writes()  # with_values' deferred input error, or a write into summed values that would be dropped
         if on_nonconvergence not in _POLICIES:
             raise st.InputError(f"on_nonconvergence must be one of {_POLICIES}, got {on_nonconvergence!r}")
@@ -644,13 +688,28 @@ def solve(A, B: torch.Tensor, *, method: str | None = None, preconditioner="bloc
                  shown={"A batch": tuple(A.batch_shape), "dtype": str(B.dtype), "method": method, "rtol": rtol, "atol": atol,
                         "preconditioner": preconditioner if not callable(preconditioner) else "a callable",
                         "symmetric": symmetric, "on_nonconvergence": on_nonconvergence})
+        # what the ranks must also know of each other rides on the same all_reduce: whether any records gradients,
+        # and the maxima of |A| and of each column of B (the powers of two the solve scales by, _scale_exponents;
+        # more than FLOAT_SLOTS of them: one max all_reduce more). Each took an all_reduce of its own (the review)
+        grad_flags(chk, A._meta.requires_grad or B.requires_grad)
+        values = A.values
+        local = _forward_scale_maxes(A, values, B)
+        fits = chk.floats(local.tolist())       # False beyond FLOAT_SLOTS maxima
     cfg = _Config(method, preconditioner, default_rtol(A.dtype) if rtol is None else float(rtol), float(atol), maxiter,
                   int(restart), on_nonconvergence, local_options, symmetric, callback, bool(block),
                   sharpen=rtol is None and not atol)
-    sym = symmetric if symmetric is not None else is_symmetric(A, _agreed=True)
+    anyone = settle_grad_mode(comm, chk, "distributed solve")
+    B = leaf_if_needed(anyone, values, B)
+    if fits:
+        m = chk.maxed_floats(local.numel())
+    else:
+        m = (comm.allreduce(local, "max") if comm.size > 1 else local).cpu().tolist()
+    k1 = 1 + (B.shape[-1] if B.dim() > 1 else 1)
+    groups = [m[i * k1:(i + 1) * k1] for i in range(len(m) // k1)]
+    scales = [_exponents(grp, A.dtype) for grp in groups]
+    sym = symmetric if symmetric is not None else is_symmetric(A, _agreed=True, _amax=[grp[0] for grp in groups])
     infos: list = []
-    values, B = agree_grad(comm, A.values, B, "distributed solve")
-    X = _Solve.apply(values, B, A, cfg, sym, infos)
+    X = _Solve.apply(values, B, A, cfg, sym, infos, scales)
     worst = max(infos, key=lambda i: (i["status"] != Status.CONVERGED, i["residual"]))
     info = DSolveInfo(method=worst["method"], preconditioner=worst.get("preconditioner"),
                       iterations=max(i["iterations"] for i in infos), residual=max(i["residual"] for i in infos),

@@ -45,7 +45,7 @@ from sparsetorch.backend import Status, default_rtol
 from .comm import dtype_code
 from .errors import DistributedError
 from .krylov import Reducer, _Abort, minres
-from .ops import agree_grad_mode, batch_code
+from .ops import GRAD_FLAGS, batch_code, grad_flags, settle_grad_mode
 from .tensor import next_op_epoch
 
 __all__ = ["eigsh", "DEigshInfo"]
@@ -105,13 +105,18 @@ def _start_vector(A, dtype, salt: int = 0) -> torch.Tensor:
     return v.to(dtype=dtype, device=A.device)
 
 
-def _inf_norm(A, values) -> float:
-    """max_i sum_j |A_ij| over the ranks (a collective all_reduce(max))."""
+def _inf_norm_local(A, values) -> torch.Tensor:
+    """This rank's ``max_i sum_j |A_ij|`` over its rows, a float64 ``(1,)`` tensor (local)."""
     p = A.pattern
     v = (A.values if values is None else values).detach().abs()
     local = torch.zeros(p.n_local, dtype=torch.float64, device=v.device).index_add_(0, p.row, v.to(torch.float64))
-    t = torch.tensor([float(local.max()) if p.n_local else 0.0], dtype=torch.float64, device=A.comm.device)
-    return float(A.comm.allreduce(t, "max")[0])
+    return torch.tensor([float(local.max()) if p.n_local else 0.0], dtype=torch.float64, device=A.comm.device)
+
+
+def _inf_norm(A, values) -> float:
+    """max_i sum_j |A_ij| over the ranks (a collective all_reduce(max); :func:`eigsh` gets it from its input
+    agreement instead)."""
+    return float(A.comm.allreduce(_inf_norm_local(A, values), "max")[0])
 
 
 def _eig_small(comm, T: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -193,8 +198,9 @@ class _Block:
         return Q, C, D
 
 
-def _lanczos(A, values, cfg: _Config, red: Reducer):
-    """The k wanted pairs of one matrix: (w ascending (k,), V (n_local, k), record)."""
+def _lanczos(A, values, cfg: _Config, red: Reducer, anorm: float | None = None):
+    """The k wanted pairs of one matrix: (w ascending (k,), V (n_local, k), record). ``anorm``: ``||A||_inf``
+    over the ranks, if known (else one max all_reduce)."""
     comm = A.comm
     N = A.pattern.shape[0]
     dtype = A.dtype
@@ -211,7 +217,7 @@ def _lanczos(A, values, cfg: _Config, red: Reducer):
     # the operator scaled by a power of two when ||A||_inf is far from 1 (exact; eigenvalues unscaled at the end):
     # the Gram matrices of the products overflowed / underflowed (float32 x 1e20 / x 1e-22, float64 x 1e200 raised
     # "the Lanczos basis cannot be extended"; outside sweep)
-    anorm = _inf_norm(A, values)
+    anorm = _inf_norm(A, values) if anorm is None else anorm
     ea = _exponent(anorm, dtype)
     if abs(ea) <= _exp_limit(dtype)[1] // 4:
         ea = 0
@@ -319,7 +325,7 @@ def _projected_pinv_solve(A, values, X: torch.Tensor, wi: float, rhs: torch.Tens
 
 class _Eigsh(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, values, A, cfg: _Config, recs: list):
+    def forward(ctx, values, A, cfg: _Config, recs: list, anorms: list | None = None):
         nb = len(A.batch_shape)
         B = math.prod(A.batch_shape) if nb else 1
         vflat = values.detach().reshape(B, -1)
@@ -328,7 +334,7 @@ class _Eigsh(torch.autograd.Function):
             vi = None if not A.batch_shape else vflat[i]
             red = Reducer(A.comm, A.device, torch.float64 if A.dtype == torch.float64 else torch.float32)
             try:
-                w, V, rec = _lanczos(A, vi, cfg, red)
+                w, V, rec = _lanczos(A, vi, cfg, red, None if anorms is None else anorms[i])
             except _Abort:
                 A.comm.agree(red.error, "distributed eigsh")
                 raise DistributedError("a rank flagged an error but none reported it") from None  # unreachable
@@ -433,7 +439,7 @@ class _Eigsh(torch.autograd.Function):
             else:
                 out.append((Q[p.row] * ext[p.col]).sum(-1))
         dV = torch.stack(out).reshape(*A.batch_shape, -1) if A.batch_shape else out[0]
-        return dV, None, None, None
+        return dV, None, None, None, None
 
 
 def eigsh(A, k: int = 6, *, which: str = "LM", sigma: float | None = None, tol: float = 0.0, maxiter: int | None = None,
@@ -455,7 +461,7 @@ def eigsh(A, k: int = 6, *, which: str = "LM", sigma: float | None = None, tol: 
     Not built: ``sigma`` (shift-invert) and ``which="SM"`` (they need an inner distributed solve
     per Lanczos step), a mass matrix ``M``.
     """
-    from .solve import _float_bits, is_symmetric
+    from .solve import _float_bits, _member_amax, is_symmetric
     from .tensor import DSparseTensor, DSparseTensorList
 
     if isinstance(A, DSparseTensorList):
@@ -474,7 +480,8 @@ def eigsh(A, k: int = 6, *, which: str = "LM", sigma: float | None = None, tol: 
     t0 = time.perf_counter()
     N = A.pattern.shape[0]
     with comm.checked("distributed eigsh", same=("k", "which", "ncv", "block", "dtype", "maxiter", "tol", "degenerate_tol",
-                                                 "degenerate", "on_nonconvergence", "A batch")) as chk:
+                                                 "degenerate", "on_nonconvergence", "A batch"), flags=GRAD_FLAGS,
+                      floats=True) as chk:
         A._check_writes()  # with_values' deferred input error, or a write into summed values that would be dropped
         if sigma is not None or which == "SM":
             raise st.InputError(f"distributed eigsh: {'sigma (shift-invert)' if sigma is not None else 'which=SM'} is not "
@@ -509,15 +516,25 @@ def eigsh(A, k: int = 6, *, which: str = "LM", sigma: float | None = None, tol: 
                   "on_nonconvergence": _POLICIES.index(on_nonconvergence), "A batch": batch_code(A)},
                  shown={"A batch": tuple(A.batch_shape), "tol": tol, "degenerate_tol": degenerate_tol, "degenerate": degenerate,
                         "on_nonconvergence": on_nonconvergence})
-    if not is_symmetric(A, _agreed=True):
+        # whether any rank records gradients, and each member's max |A| (the symmetry test's scale) and ||A||_inf
+        # (the operator's), ride on the same all_reduce (more than FLOAT_SLOTS maxima: one max all_reduce more)
+        grad_flags(chk, A._meta.requires_grad)
+        values = A.values
+        members = math.prod(A.batch_shape) if A.batch_shape else 1
+        vflat = values.detach().reshape(members, -1)
+        local = torch.cat([_member_amax(A, values).to(comm.device)] + [_inf_norm_local(A, vflat[i]) for i in range(members)])
+        fits = chk.floats(local.tolist())
+    anyone = settle_grad_mode(comm, chk, "distributed eigsh")
+    m = chk.maxed_floats(local.numel()) if fits else (comm.allreduce(local, "max") if comm.size > 1 else local).cpu().tolist()
+    amax, anorms = m[:members], m[members:]
+    if not is_symmetric(A, _agreed=True, _amax=amax):
         raise st.NotSymmetricError("distributed eigsh needs a symmetric matrix: A z != A^T z for a random z beyond "
                                    "rounding (sparsetorch_distributed.is_symmetric); for a general matrix there is no "
                                    "distributed eigs yet")
-    values = A.values
-    if comm.size > 1 and agree_grad_mode(comm, values.requires_grad, "distributed eigsh") and not values.requires_grad:
+    if anyone and not values.requires_grad:
         values = values.detach().requires_grad_(True)  # this rank takes part in the backward
     recs: list = []
-    w, V = _Eigsh.apply(values, A, cfg, recs)
+    w, V = _Eigsh.apply(values, A, cfg, recs, anorms)
     worst = max(recs, key=lambda r: (r["status"] != Status.CONVERGED, r["residual"]))
     info = DEigshInfo(method="lanczos", k=k, which=which, ncv=worst["ncv"], matvecs=sum(r["matvecs"] for r in recs),
                       restarts=max(r["restarts"] for r in recs), residual=max(r["residual"] for r in recs),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 
 import math
+import numbers
 import weakref
 from typing import Sequence
 
@@ -225,9 +226,15 @@ class DSparseTensor:
         owners = None
         rows = cols = vals = None
         N = 0
-        with comm.checked("DSparseTensor.scatter", same=("src",)) as chk:
+        with comm.checked("DSparseTensor.scatter", same=("src",), flags=("src grad",)) as chk:
             # src outside the ranks raised IndexError 'list index out of range' (every rank passing None) or blamed
-            # the rank that passed A (src=-1: 'only rank -1 passes A'); outside sweep
+            # the rank that passed A (src=-1: 'only rank -1 passes A'); outside sweep. An integer of another kind
+            # (a NumPy integer, a 0-d integer tensor) is that int (they were refused for a while; the review)
+            if isinstance(src, torch.Tensor) and src.dim() == 0 and not (src.is_floating_point() or src.is_complex()
+                                                                         or src.dtype == torch.bool):
+                src = int(src)
+            elif isinstance(src, numbers.Integral) and not isinstance(src, bool):
+                src = int(src)
             if not isinstance(src, int) or isinstance(src, bool) or not 0 <= src < comm.size:
                 raise st.InputError(f"scatter: src must be the rank holding A, an int in 0..{comm.size - 1}, got {src!r} "
                                     f"on rank {comm.rank}")
@@ -256,13 +263,15 @@ class DSparseTensor:
             elif A is not None:
                 raise st.InputError(f"scatter: only rank {src} passes A; rank {comm.rank} passed {type(A).__name__} "
                                     f"(pass None)")
+            # whether A's values require grad on src rides on the agreement (no all_reduce of its own)
+            chk.flag({"src grad": int(comm.rank == src and vals.requires_grad)})
         meta = comm.allgather_object((N, tuple(vals.shape[:-1]), str(vals.dtype)) if comm.rank == src else None)[src]
         N, batch_shape, dtype = meta[0], meta[1], getattr(torch, meta[2].replace("torch.", ""))
         if comm.rank != src:
             dev = device if device is not None else comm.device
             rows = cols = torch.zeros(0, dtype=torch.int64, device=dev)
             vals = torch.zeros(*batch_shape, 0, dtype=dtype, device=dev)
-        if comm.max_int([1 if (comm.rank == src and vals.requires_grad) else 0])[0] and not vals.requires_grad:
+        if chk.maxed["src grad"] and not vals.requires_grad:
             vals = vals.requires_grad_(True)  # the migration's backward communicates: every rank takes part
         owned = torch.arange(N, dtype=torch.int64) if comm.rank == src else torch.zeros(0, dtype=torch.int64)
         parts = owners if comm.rank == src else torch.zeros(0, dtype=torch.int64)

@@ -8,9 +8,12 @@ compare what every rank raised.
 
 from __future__ import annotations
 
+import contextlib
 import traceback
 
+import numpy as np
 import torch
+import torch.distributed as dist
 
 import sparsetorch as st
 import sparsetorch_distributed as sd
@@ -768,6 +771,91 @@ def s_eig_unread_copy(comm):
             out[name] = v.grad
         except Exception as exc:  # noqa: BLE001 - recorded for the parent
             out[name] = (type(exc).__name__, str(exc)[:300])
+    return out
+
+
+#: the torch.distributed collectives counted by _count_collectives
+_COLLECTIVES = ("all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor", "broadcast",
+                "broadcast_object_list", "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single")
+
+
+@contextlib.contextmanager
+def _count_collectives():
+    """Count this process's calls of the torch.distributed collectives (wrapped for the block, then restored)."""
+    counts: dict = {}
+    saved = {}
+    for name in _COLLECTIVES:
+        f = getattr(dist, name, None)
+        if f is None:
+            continue
+        saved[name] = f
+
+        def wrapped(*a, _f=f, _n=name, **k):
+            counts[_n] = counts.get(_n, 0) + 1
+            return _f(*a, **k)
+        setattr(dist, name, wrapped)
+    try:
+        yield counts
+    finally:
+        for name, f in saved.items():
+            setattr(dist, name, f)
+
+
+def s_collective_counts(comm):
+    """How many collectives the hot paths run (the review: fixes for hangs and for scale had added an all_reduce to
+    matmul under no_grad (1 -> 2), to norm (1 -> 2) and two to solve (54 -> 57 on this problem at 2 ranks)); also
+    norm of an integer tensor and scatter with a NumPy / 0-d tensor src (both refused for a while)."""
+    N = M * M
+    ids = _rows(comm, N)
+    r, c, _ = poisson2d_rows(M, ids)
+    A = sd.DSparseTensor.from_local_rows(r, c, poisson_values(r, c), (N, N), comm=comm)
+    Ans = sd.DSparseTensor.from_local_rows(r, c, poisson_values(r, c, skew=0.3), (N, N), comm=comm)
+    b = torch.sin(1.0 + ids.to(torch.float64))
+    out: dict = {}
+
+    def count(label, f):
+        f()                                  # warm (plans, preconditioners)
+        with _count_collectives() as k:
+            res = f()
+        out[label] = (dict(k), res)
+
+    with torch.no_grad():
+        count("matmul no_grad", lambda: None if sd.matmul(A, b) is None else None)
+        count("norm float64", lambda: None if sd.norm(b, comm) is None else None)
+        count("norm float32", lambda: None if sd.norm(b.float() * 1e20, comm) is None else None)
+        count("solve sym=None", lambda: sd.solve(A, b, rtol=1e-10, return_info=True)[1].reductions)
+        count("solve sym=True", lambda: sd.solve(A, b, rtol=1e-10, symmetric=True, return_info=True)[1].reductions)
+        count("solve nonsym", lambda: sd.solve(Ans, b, rtol=1e-10, return_info=True)[1].reductions)
+        count("solve contract", lambda: sd.solve(A, b, return_info=True)[1].reductions)
+        count("eigsh", lambda: sd.eigsh(A, 2, return_info=True)[2].reductions)
+    count("matmul grad mode", lambda: None if sd.matmul(A, b) is None else None)
+    # grad on rank 0 only: the others take part with a placeholder leaf, decided in the same all_reduce
+    bg = b.clone().requires_grad_(comm.rank == 0)
+    count("matmul grad on rank 0", lambda: sd.matmul(A, bg).requires_grad)
+    x = torch.cos(ids.to(torch.float64)).requires_grad_(True)
+    count("norm with grad", lambda: None if sd.norm(x, comm) is None else None)
+    # float64 parts beyond 2**480 (or below 2**-450) on some rank: one more all_reduce, the exact slots
+    far = torch.cos(ids.to(torch.float64)) * (1e-300 if comm.rank == 0 else 1.0)
+    count("norm far", lambda: None if sd.norm(far, comm) is None else None)
+    far = far.requires_grad_(True)
+    n = sd.norm(far, comm)
+    n.backward()
+    out["norm far value"] = (ids, float(n), far.grad)
+    out["norm int"] = sd.norm(ids, comm)
+    out["norm int32"] = sd.norm(ids.to(torch.int32), comm)
+    out["norm bool"] = sd.norm(ids % 3 == 0, comm)
+    S = None
+    if comm.rank == 1:
+        rows, cols, _ = poisson2d_rows(4, torch.arange(16))
+        S = st.SparseTensor.from_coo(poisson_values(rows, cols), rows, cols, shape=(16, 16))
+    out["scatter np"] = sd.DSparseTensor.scatter(S, src=np.int64(1), comm=comm).n_local
+    out["scatter tensor"] = sd.DSparseTensor.scatter(S, src=torch.tensor(1), comm=comm).n_local
+    for bad in (torch.tensor(1.0), True, torch.tensor([1])):   # still refused: a float, a bool, a 1-element vector
+        try:
+            sd.DSparseTensor.scatter(S, src=bad, comm=comm)
+            out.setdefault("scatter bad", []).append(None)
+        except st.InputError as exc:
+            out.setdefault("scatter bad", []).append(str(exc))
     return out
 
 

@@ -481,3 +481,51 @@ def test_norm_value_and_gradient_at_zero_and_far_scales(runs):
             n, g = o["cases"][i]
             assert abs(n - float(ref)) <= tol * float(ref), (dtype, scale, n, float(ref))
             torch.testing.assert_close(g, gref[o["ids"]], rtol=tol, atol=0.0)
+
+
+def test_hot_paths_run_no_extra_collectives(runs):
+    """Counted torch.distributed calls (the review: the hang and scale fixes had added an all_reduce to matmul
+    under no_grad, to norm, and up to three to a default solve): the grad mode and the scale maxima travel in the
+    input agreement, norm's scale in its one sum; these are the counts from before those fixes (eigsh one fewer)."""
+    outs = _scenario(runs, "collective_counts")
+    for o in outs:
+        for label in ("matmul no_grad", "matmul grad mode", "matmul grad on rank 0", "norm float64", "norm float32",
+                      "norm with grad"):
+            assert o[label][0] == {"all_reduce": 1}, (label, o[label])
+        assert o["matmul grad on rank 0"][1] is True   # the placeholder leaf, decided in that one all_reduce
+        assert o["norm far"][0] == {"all_reduce": 2}, o["norm far"]   # a float64 part beyond 2**-450: the slots
+        # a solve: the Krylov reductions (info.reductions) plus the input agreement (carrying the grad mode and the
+        # scale maxima), the preconditioner's set-up agreement, and is_symmetric's one sum (symmetric=None); the
+        # default contract's backward-error checks add one each
+        for label, extra in (("solve sym=None", 3), ("solve sym=True", 2), ("solve nonsym", 3), ("solve contract", 5)):
+            counts, reductions = o[label]
+            assert set(counts) == {"all_reduce"}, (label, counts)
+            assert counts["all_reduce"] == reductions + extra, (label, counts, reductions)
+        # eigsh: the agreement (also carrying max |A| and ||A||_inf) and the symmetry test's sum
+        counts, reductions = o["eigsh"]
+        assert set(counts) <= {"all_reduce", "broadcast"} and counts["all_reduce"] == reductions + 2, counts
+    # norm with a part of 1e-300 on rank 0 (the slots): value and gradient against float64 scaled by hand
+    x = torch.zeros(144, dtype=torch.float64)
+    for o in outs:
+        ids, _, g = o["norm far value"]
+        x[ids] = torch.cos(ids.to(torch.float64)) * (1e-300 if ids[0] == 0 else 1.0)
+    ref = float(torch.linalg.vector_norm(x))
+    for o in outs:
+        ids, n, g = o["norm far value"]
+        assert abs(n - ref) <= 1e-14 * ref
+        torch.testing.assert_close(g, x[ids] / ref, rtol=1e-14, atol=0.0)
+
+
+def test_norm_of_integer_tensors_and_scatter_src_of_other_integer_kinds(runs):
+    """sd.norm of an integer / bool tensor is sqrt(sum x^2) in the default dtype, as before the scaled norm (which
+    raised TypeError from torch.finfo); scatter takes a NumPy integer or a 0-d integer tensor as src."""
+    outs = _scenario(runs, "collective_counts")
+    ids = torch.arange(144, dtype=torch.float64)
+    for o in outs:
+        for key, ref in (("norm int", ids.norm()), ("norm int32", ids.norm()),
+                         ("norm bool", ((ids % 3) == 0).double().norm())):
+            assert o[key].dtype == torch.get_default_dtype() and abs(float(o[key]) - float(ref)) <= 1e-6 * float(ref)
+    for key in ("scatter np", "scatter tensor"):
+        assert sum(o[key] for o in outs) == 16
+    for o in outs:
+        assert len(o["scatter bad"]) == 3 and all(m and "src must be the rank holding A" in m for m in o["scatter bad"])
