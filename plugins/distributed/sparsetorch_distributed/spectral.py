@@ -402,10 +402,7 @@ class _Eigsh(torch.autograd.Function):
                                        f"does not exist; use a loss of the whole eigenspace (every vector of it, e.g. a "
                                        f"projector sum_i v_i v_i^T), or degenerate='ignore' if the loss is known to "
                                        f"depend on the eigenspace only ('warn' to be told)")
-                                if cfg.degenerate == "raise":
-                                    raise st.DegenerateEigenvalueError(msg)
-                                if cfg.degenerate == "warn":
-                                    warnings.warn(msg, st.SparseTorchWarning, stacklevel=2)
+                                _degenerate(cfg.degenerate, msg)
                         for j in range(k):
                             if j == i:
                                 continue
@@ -418,10 +415,7 @@ class _Eigsh(torch.autograd.Function):
                                            f"eigenvectors within their eigenspace: that gradient does not exist; use a "
                                            f"loss of the eigenspace (e.g. sum v v^T) or degenerate='warn'/'ignore' to "
                                            f"drop the coupling")
-                                    if cfg.degenerate == "raise":
-                                        raise st.DegenerateEigenvalueError(msg)
-                                    if cfg.degenerate == "warn":
-                                        warnings.warn(msg, st.SparseTorchWarning, stacklevel=2)
+                                    _degenerate(cfg.degenerate, msg)
                                 continue
                             q = q + X[:, j] * (cl[j] / gap)
                         rhs = g - X @ c
@@ -548,3 +542,11 @@ def eigsh(A, k: int = 6, *, which: str = "LM", sigma: float | None = None, tol: 
             raise st.NotConvergedError(msg, info)
         warnings.warn(msg, st.NotConvergedWarning, stacklevel=2)
     return (w, V, info) if return_info else (w, V)
+
+
+def _degenerate(policy: str, msg: str) -> None:
+    """What ``degenerate=`` says to do where an eigenvector gradient does not exist: raise, warn, or nothing."""
+    if policy == "raise":
+        raise st.DegenerateEigenvalueError(msg)
+    if policy == "warn":
+        warnings.warn(msg, st.SparseTorchWarning, stacklevel=3)
