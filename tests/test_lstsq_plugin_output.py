@@ -17,7 +17,8 @@ import torch
 
 import sparsetorch as st
 from sparsetorch import BackendInfo, Offer
-from sparsetorch.dispatch import reset_backends
+
+from test_plugins import backends  # noqa: F401 - the fixture
 
 NAME = "odd"
 
@@ -80,15 +81,6 @@ class OddBackend:
         return _Plan(A, self.mode)
 
 
-@pytest.fixture
-def backends(monkeypatch):
-    monkeypatch.setenv("SPARSETORCH_DISABLE_PLUGINS", "1")
-    b = reset_backends()
-    yield b
-    monkeypatch.undo()
-    reset_backends()
-
-
 def _system(m: int = 12, n: int = 6):
     g = torch.Generator().manual_seed(0)
     D = torch.randn(m, n, generator=g, dtype=torch.float64) * (torch.rand(m, n, generator=g) < 0.6)
@@ -114,7 +106,7 @@ MODES = {
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
-def test_a_failing_plugin_hands_over_unless_pinned(backends, mode) -> None:
+def test_a_failing_plugin_hands_over_unless_pinned(backends, mode) -> None:  # noqa: F811
     backends.register(OddBackend(mode), NAME)
     A, D, b = _system()
     assert st.explain("lstsq", A, b).chosen.backend == NAME
@@ -137,7 +129,7 @@ def test_a_failing_plugin_hands_over_unless_pinned(backends, mode) -> None:
     assert err.value.label == f"{NAME}/qr" and err.value.phase == phase
 
 
-def test_a_wrong_direct_answer_hands_over_unless_pinned(backends) -> None:
+def test_a_wrong_direct_answer_hands_over_unless_pinned(backends) -> None:  # noqa: F811
     """A wrong answer flagged DIRECT: refused by the backward-error check. Unpinned, the next offer answers;
     pinned, it stays the NotConvergedError (INACCURATE) that a refused QR answer raises (test_lstsq's lp_e226 case:
     a rank decision, not only a plugin bug, can give one), naming the plugin."""
@@ -151,7 +143,7 @@ def test_a_wrong_direct_answer_hands_over_unless_pinned(backends) -> None:
         st.lstsq(A, b, backend=NAME, method="qr")
 
 
-def test_a_wrong_shape_of_the_adjoint_solve_hands_over_in_the_backward_pass(backends) -> None:
+def test_a_wrong_shape_of_the_adjoint_solve_hands_over_in_the_backward_pass(backends) -> None:  # noqa: F811
     """The forward answer is the plugin's (correct); its adjoint solve returns a wrong shape: the backward pass
     hands over to the next offer (gradients against dense autograd); pinned, BackendError naming the plugin."""
     backends.register(OddBackend("adjoint_wrong_shape"), NAME)
@@ -173,7 +165,7 @@ def test_a_wrong_shape_of_the_adjoint_solve_hands_over_in_the_backward_pass(back
     assert err.value.label == f"{NAME}/qr" and err.value.phase == "lstsq"
 
 
-def test_every_offer_failing_raises_the_last_error_with_the_attempts(backends, monkeypatch) -> None:
+def test_every_offer_failing_raises_the_last_error_with_the_attempts(backends, monkeypatch) -> None:  # noqa: F811
     """No offer answers (torch/dense made to fail too): the last BackendError, listing what was tried."""
     from sparsetorch.backends.torch_native import dense
 

@@ -21,7 +21,7 @@ from sparsetorch import BackendInfo, Offer
 from sparsetorch.dispatch import reset_backends
 from sparsetorch.dispatch import select
 
-from test_plugins import DensePlan
+from test_plugins import DensePlan, backends  # noqa: F401 - the fixture
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,16 +52,6 @@ class FakeEntryPoint:
 
     def load(self):
         return self._plugin
-
-
-@pytest.fixture
-def backends(monkeypatch):
-    """The process-wide backends with the built-ins only, reset before and after."""
-    monkeypatch.setenv("SPARSETORCH_DISABLE_PLUGINS", "1")
-    b = reset_backends()
-    yield b
-    monkeypatch.undo()
-    reset_backends()
 
 
 @pytest.fixture
@@ -114,7 +104,7 @@ class OptionalExtra(Good):
         return None
 
 
-def test_a_misspelled_hook_registered_at_run_time_is_broken_and_dispatch_goes_on(backends) -> None:
+def test_a_misspelled_hook_registered_at_run_time_is_broken_and_dispatch_goes_on(backends) -> None:  # noqa: F811
     backends.register(Typo(), "typo")  # raised pluggy's PluginValidationError, leaving "typo" in .names
     assert "typo" not in backends.names
     (broken,) = [b for b in backends.broken if b.name == "typo"]
@@ -146,7 +136,7 @@ def test_a_misspelled_hook_in_an_installed_plugin_leaves_the_others_loaded(insta
     assert "typo" in text and "BROKEN (sparsetorch-typo)" in text and "sparsetorch_offer" in text
 
 
-def test_an_optional_hook_the_core_does_not_know_is_accepted(backends) -> None:
+def test_an_optional_hook_the_core_does_not_know_is_accepted(backends) -> None:  # noqa: F811
     backends.register(OptionalExtra(), "extra")
     assert "extra" in backends.names and not backends.broken
 
@@ -169,7 +159,7 @@ class Claims(Good):
     ("cg", "offered method 'cg' for solve, which its BackendInfo does not declare (its declared solve methods: lu)"),
     ("warp_drive", "offered method 'warp_drive', which is not a sparsetorch method (its declared solve methods: lu"),
 ], ids=["undeclared", "unknown"])
-def test_an_offer_of_an_undeclared_method_is_declined_naming_plugin_and_method(backends, method, words) -> None:
+def test_an_offer_of_an_undeclared_method_is_declined_naming_plugin_and_method(backends, method, words) -> None:  # noqa: F811
     backends.register(Claims(method), "claims")
     A, D, b = _system()
     table = sparsetorch.explain("solve", A, b)
@@ -259,7 +249,7 @@ class Descending:
 
 
 @pytest.mark.parametrize("which", ["SA", "LA"])
-def test_eigsh_reorders_descending_pairs_ascending(backends, which) -> None:
+def test_eigsh_reorders_descending_pairs_ascending(backends, which) -> None:  # noqa: F811
     backends.register(Descending(), "desc")
     g = torch.Generator().manual_seed(0)
     n, k = 8, 3
@@ -274,7 +264,7 @@ def test_eigsh_reorders_descending_pairs_ascending(backends, which) -> None:
     torch.testing.assert_close(D @ V, V * w, atol=1e-10, rtol=0)  # each vector moved with its value
 
 
-def test_eigsh_reorders_each_member_of_a_value_batch_and_its_gradient_follows(backends) -> None:
+def test_eigsh_reorders_each_member_of_a_value_batch_and_its_gradient_follows(backends) -> None:  # noqa: F811
     backends.register(Descending(), "desc")
     A, D, _ = _system(7)
     D = D + D.T
