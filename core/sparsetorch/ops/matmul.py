@@ -18,8 +18,8 @@ from ..autograd.products import combine
 from ..autograd.matmul import MatmulHandle, matmul_function
 from ..dispatch.options import MatmulOptions
 from ..dispatch.lru import register_clearable
-from ..dispatch.plan import (PlanState, calls_key, calls_seen, count_calls, counts_calls, make_request, obtain_plan,
-                             plan_cache)
+from ..dispatch.plan import (PlanState, calls_key, calls_seen, count_calls, counts_calls, guarded, make_request,
+                             obtain_plan, plan_cache)
 from ..dispatch.plans import Bindable, supports
 from ..dispatch.select import ExplainTable, get_backends
 from ..errors import BackendError, InputError, SparseTorchError, SparseTorchWarning
@@ -55,8 +55,73 @@ def matmul_request(A: SparseTensor, X: torch.Tensor | None, options: Mapping[str
     return make_request("matmul", operands, frozenset(), options)
 
 
-def _run(A: SparseTensor, Xn: torch.Tensor, state: PlanState, adjoint: bool = False) -> torch.Tensor:
-    return matmul_function(A.values, Xn, MatmulHandle(state, A.detach(), adjoint))
+def _run(A: SparseTensor, Xn: torch.Tensor, state: PlanState, backend: str | None) -> torch.Tensor:
+    return matmul_function(A.values, Xn, _handle(state, A.detach(), backend))
+
+
+def _backend_of(state: PlanState) -> str:
+    """The backend's name of a plan ("torch" of "torch/spmm")."""
+    return state.label.split("/")[0]
+
+
+def _torch_state(A: SparseTensor, Xn: torch.Tensor, cache: bool) -> tuple[PlanState, Any, ExplainTable]:
+    """``(state, request, table)`` of the torch backend's product plan: where a chosen backend failed."""
+    request = matmul_request(A, Xn, matmul_options("torch"))
+    state, _, table = obtain_plan("matmul", A, request, cache=cache)
+    return state, request, table
+
+
+def _fallback_note(what: str, exc: BackendError, kept: str = "") -> str:
+    return f"{what}: {exc} -- answered by the torch backend instead{kept} (pass backend= to choose one)"
+
+
+def _handle(state: PlanState, A: SparseTensor, backend: str | None, adjoint: bool = False) -> MatmulHandle:
+    """The product's handle: where dispatch chose the backend (no ``backend=``), one whose adjoint
+    (the backward's ``A^H dY``) falls back to the torch backend as the forward does (:class:`_Chosen`)."""
+    if backend is None:
+        return _Chosen(state, A, adjoint)
+    return MatmulHandle(state, A, adjoint)
+
+
+class _Chosen(MatmulHandle):
+    """The handle of a product whose backend dispatch chose: the same forward (``run`` is
+    MatmulHandle's: nothing per call), and a :meth:`flipped` direction (the backward's ``dX = A^H
+    dY``, a double backward's ``A dZ``) that answers on the torch backend where the plugin fails
+    (:class:`_Guarded`). The torch plan it fell back to is kept here (``fallback``): later backward
+    passes through this handle (a Matmul keeps its handle) do not try the plugin again."""
+
+    fallback: PlanState | None = None
+
+    def flipped(self) -> MatmulHandle:
+        if self.fallback is not None:
+            return MatmulHandle(self.fallback, self.A, not self.adjoint)
+        g = _Guarded(self.state, self.A, not self.adjoint)
+        g.origin = self
+        return g
+
+
+class _Guarded(_Chosen):
+    """A flipped :class:`_Chosen`: its product falls back to the torch backend on a BackendError of
+    a plugin's plan (with a warning naming it), as :func:`_product` does for the forward."""
+
+    origin: _Chosen | None = None
+
+    def run(self, values: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+        try:
+            return MatmulHandle.run(self, values, X)
+        except BackendError as exc:
+            if _backend_of(self.state) == "torch":
+                raise
+            try:
+                state = _torch_state(self.A, X, True)[0]
+                y = MatmulHandle(state, self.A, self.adjoint).run(values, X)
+            except SparseTorchError:
+                raise exc from None
+            self.state = state
+            if self.origin is not None:
+                self.origin.fallback = state  # the forward handle's next flipped(): torch at once
+            warnings.warn(_fallback_note("matmul (backward)", exc), SparseTorchWarning, stacklevel=2)
+            return y
 
 
 def _product(A: SparseTensor, Xn: torch.Tensor, backend: str | None, cache: bool):
@@ -67,18 +132,16 @@ def _product(A: SparseTensor, Xn: torch.Tensor, backend: str | None, cache: bool
     request = matmul_request(A, Xn, matmul_options(backend))
     state, _, table = obtain_plan("matmul", A, request, cache=cache)
     try:
-        return _run(A, Xn, state), state, request, table
+        return _run(A, Xn, state, backend), state, request, table
     except BackendError as exc:
-        if backend is not None or state.label.split("/")[0] == "torch":
+        if backend is not None or _backend_of(state) == "torch":
             raise
         try:
-            request = matmul_request(A, Xn, matmul_options("torch"))
-            state, _, table = obtain_plan("matmul", A, request, cache=cache)
-            y = _run(A, Xn, state)
+            state, request, table = _torch_state(A, Xn, cache)
+            y = _run(A, Xn, state, "torch")
         except SparseTorchError:
             raise exc from None
-        warnings.warn(f"matmul: {exc} -- answered by the torch backend instead (pass backend= to choose one)",
-                      SparseTorchWarning, stacklevel=3)
+        warnings.warn(_fallback_note("matmul", exc), SparseTorchWarning, stacklevel=3)
         return y, state, request, table
 
 
@@ -150,7 +213,17 @@ def _vmapped_values(A: SparseTensor, X, c, alpha, beta, backend) -> torch.Tensor
     rhs = _rhs(P, X, "matmul")
     alpha, beta = _scalars(P, rhs.shape, c, alpha, beta, "matmul")
     state, _, _ = obtain_plan("matmul", P, matmul_request(P, rhs.Xn, matmul_options(backend)), cache=False)
-    y = matmul_function(A.values, rhs.Xn, MatmulHandle(state, P, False))
+    try:
+        y = matmul_function(A.values, rhs.Xn, _handle(state, P, backend))
+    except BackendError as exc:  # as _product: a chosen backend's failure is answered by torch
+        if backend is not None or _backend_of(state) == "torch":
+            raise
+        try:
+            state = _torch_state(P, rhs.Xn, False)[0]
+            y = matmul_function(A.values, rhs.Xn, MatmulHandle(state, P, False))
+        except SparseTorchError:
+            raise exc from None
+        warnings.warn(_fallback_note("matmul", exc), SparseTorchWarning, stacklevel=3)
     return combine(rhs.finish(y), c, alpha, beta)
 
 
@@ -335,11 +408,12 @@ class _Direct:
     ``requires_grad`` reads (``is_grad_enabled`` only when one is set), the forward-AD level, the
     compile and transform flags, one version read per index buffer, the allocation, the call."""
 
-    __slots__ = ("bound", "values", "X", "c", "index", "template", "into_c", "xshape", "xdtype", "xdev")
+    __slots__ = ("bound", "values", "X", "c", "index", "template", "into_c", "xshape", "xdtype", "xdev", "label")
 
     def __init__(self, bound: Any, values: torch.Tensor, X: torch.Tensor, c: torch.Tensor | None, index: tuple,
-                 shape: tuple) -> None:
+                 shape: tuple, label: str) -> None:
         self.bound, self.values, self.X, self.c = bound, values, X, c
+        self.label = label  # the plan's "backend/method", for a BackendError of the bound launch
         # X as bound: a ``.data`` swapped since for another shape, dtype or device must not reach
         # the launch (its kernel would read past the new buffer or read it as another type)
         self.xshape, self.xdtype, self.xdev = X.shape, X.dtype, X.get_device()
@@ -365,8 +439,14 @@ class _Direct:
                 mm._direct = None
                 return None
         Y = c if c is not None else _empty_like(self.template)
-        if self.bound(X, Y):
-            return Y
+        try:  # what guarded() does, without a closure per call
+            if self.bound(X, Y):
+                return Y
+        except SparseTorchError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - re-raised with the plugin named (execute may fall back)
+            raise BackendError(f"{self.label} failed in the bound launch: {type(exc).__name__}: {exc}",
+                               label=self.label, phase="apply") from exc
         mm._direct = None  # X or the values were laid out anew: bind again on the next call
         mm._direct_tried = False
         return None
@@ -544,6 +624,9 @@ class Matmul:
         #: the bound launch of the common call (see _Direct), tried once per operand set
         self._direct: _Direct | None = None
         self._direct_tried = False
+        #: the backends dispatch chose whose plans failed (build, set_values, apply, bind or the bound
+        #: launch): this Matmul answered on the torch backend since and plans there, never asking them again
+        self._failed: frozenset[str] = frozenset()
         self._set(a, b, c, alpha, beta)
 
     def _set(self, a, b, c, alpha, beta) -> None:
@@ -559,47 +642,104 @@ class Matmul:
         self._direct, self._direct_tried = None, False
 
     def plan(self) -> ExplainTable:
+        """Choose the backend and build its plan for A's pattern (``execute`` plans when this was
+        not called). Where dispatch chose the backend (no ``backend=``) and its plan fails to build
+        (a kernel that does not compile on this device, a plugin's bug: BackendError), the plan is
+        the torch backend's, with a warning naming the failure, as ``matmul`` does; later plans of
+        this Matmul (another pattern) are the torch backend's where dispatch chooses that backend
+        again. A pinned backend's failure is raised."""
+        return self._plan(3)
+
+    def _plan(self, stacklevel: int) -> ExplainTable:
+        """:meth:`plan`, warning ``stacklevel`` frames up (the user's call) where it falls back."""
         if self._members is not None:  # one plan per member pattern, through the plan cache
             request = matmul_request(self._members[0], self._rhs.parts[0], matmul_options(self._backend))
             _, _, self._table = obtain_plan("matmul", self._members[0], request, cache=True)
             self._state = True  # type: ignore[assignment]
             return self._table
-        request = matmul_request(self.a, self._rhs.Xn, matmul_options(self._backend))
+        a = self.a
+        request = matmul_request(a, self._rhs.Xn, matmul_options(self._backend))
         self._direct, self._direct_tried = None, False  # a bound launch belongs to the plan it came from
-        self._state, _, self._table = obtain_plan("matmul", self.a, request, cache=False)
-        self._planned_key = self.a.pattern_key  # the pattern (buffers and their versions) planned for
-        self._planned_bufs = index_buffers_now(self.a)
-        self._state.build()
-        return self._table
+        state, _, table = obtain_plan("matmul", a, request, cache=False)
+        if self._failed and _backend_of(state) in self._failed:
+            state, _, table = _torch_state(a, self._rhs.Xn, False)  # it failed here before: not again
+        self._state, self._table = state, table
+        self._planned_key = a.pattern_key  # the pattern (buffers and their versions) planned for
+        self._planned_bufs = index_buffers_now(a)
+        try:
+            state.build()
+        except BackendError as exc:
+            if self._backend is not None or _backend_of(state) == "torch":
+                raise
+            failed = _backend_of(state)
+            try:
+                state, _, table = _torch_state(a, self._rhs.Xn, False)
+                state.build()
+            except SparseTorchError:
+                raise exc from None
+            self._failed |= {failed}
+            self._state, self._table = state, table
+            warnings.warn(_fallback_note("Matmul", exc, ", for this Matmul's later calls too"), SparseTorchWarning,
+                          stacklevel=stacklevel)
+        return table
 
     def execute(self) -> torch.Tensor:
-        direct = self._direct
-        if direct is not None:
-            y = direct(self)
-            if y is not None:
-                return y
-        elif not self._direct_tried:
-            direct = self._bind()
+        """``alpha * a @ b + beta * c`` (into ``c``, see the class). Where dispatch chose the backend
+        (no ``backend=``) and its plan fails (BackendError in set_values, apply, the bound launch...),
+        the torch backend answers, with a warning naming the failure, and its plan is kept: later
+        calls do not try the failed backend again (see :meth:`plan`). A pinned backend's failure
+        is raised, and so is every error about the operands."""
+        try:  # (no cost per call until something raises)
+            direct = self._direct
             if direct is not None:
                 y = direct(self)
                 if y is not None:
                     return y
-        if self._state is None or (self._members is None and not self._same_pattern()):
-            # not planned yet, or A's index buffers were written in place (or swapped) since: a
-            # plan on them as they are now (ensure_valid raises if they are no longer valid, before
-            # any backend reads them; the old plan may hold a copy of the old pattern)
-            self.a.ensure_valid()
-            self.plan()
-        if self._members is not None:
-            ys = [matmul(Ab, Xb, backend=self._backend) for Ab, Xb in zip(self._members, self._rhs.parts)]
-            return combine(self._rhs.finish(ys), self.c, self.alpha, self.beta)
-        handle = self._handle
-        if handle is None or handle.state is not self._state:
-            handle = self._handle = MatmulHandle(self._state, self.a.detach(), False)
-        y = self._rhs.finish(matmul_function(self.a.values, self._rhs.Xn, handle))
-        if self.c is None and self.alpha == 1:
-            return y
-        return combine(y, self.c, self.alpha, self.beta)
+            elif not self._direct_tried:
+                direct = self._bind()
+                if direct is not None:
+                    y = direct(self)
+                    if y is not None:
+                        return y
+            if self._state is None or (self._members is None and not self._same_pattern()):
+                # not planned yet, or A's index buffers were written in place (or swapped) since: a
+                # plan on them as they are now (ensure_valid raises if they are no longer valid, before
+                # any backend reads them; the old plan may hold a copy of the old pattern)
+                self.a.ensure_valid()
+                self._plan(3)
+            if self._members is not None:
+                ys = [matmul(Ab, Xb, backend=self._backend) for Ab, Xb in zip(self._members, self._rhs.parts)]
+                return combine(self._rhs.finish(ys), self.c, self.alpha, self.beta)
+            handle = self._handle
+            if handle is None or handle.state is not self._state:
+                handle = self._handle = _handle(self._state, self.a.detach(), self._backend)
+            y = self._rhs.finish(matmul_function(self.a.values, self._rhs.Xn, handle))
+            if self.c is None and self.alpha == 1:
+                return y
+            return combine(y, self.c, self.alpha, self.beta)
+        except BackendError as exc:
+            state = self._state
+            if self._backend is not None or self._members is not None or not isinstance(state, PlanState) \
+                    or _backend_of(state) == "torch":
+                raise  # pinned, a pattern batch (its members' products fell back themselves), or torch's own
+            return self._fall_back(exc, state)
+
+    def _fall_back(self, exc: BackendError, state: PlanState) -> torch.Tensor:
+        """``execute`` on the torch backend after the chosen backend's plan ``state`` raised ``exc``;
+        its plan kept (the warning says so once). Where torch fails too, ``exc`` is raised and
+        the next ``execute`` plans anew."""
+        failed = self._failed
+        self._failed = failed | {_backend_of(state)}
+        self._state = None  # planned anew, on torch (plan() skips the failed backend)
+        self._direct, self._direct_tried = None, False  # the failed plan's bound launch goes with it
+        try:
+            y = self.execute()
+        except SparseTorchError:
+            self._failed, self._state = failed, None
+            raise exc from None
+        warnings.warn(_fallback_note("Matmul", exc, ", for this Matmul's later calls too"), SparseTorchWarning,
+                      stacklevel=3)
+        return y
 
     def _same_pattern(self) -> bool:
         """Whether A's pattern is the one planned for: the same tensor (or its pos / crd tuples),
@@ -627,9 +767,10 @@ class Matmul:
             # not planned yet, or A's index buffers were written (or swapped) since: a plan built
             # on them as they are now (ensure_valid raises if they are no longer valid)
             a.ensure_valid()
-            self.plan()
+            self._plan(4)
         self._direct_tried = True
-        plan = self._state.plan if self._state is not None else None
+        state = self._state
+        plan = state.plan if state is not None else None
         bind = plan.bind if plan is not None and supports(plan, Bindable) else None
         c, rhs = self.c, self._rhs
         X = rhs.Xn
@@ -651,11 +792,11 @@ class Matmul:
         index = _index_versions(a)
         if index is None:  # inference tensors keep no version counter
             return None
-        with self._state.lock:
-            bound = bind(a.values, X)
+        with state.lock:  # (a plugin's exception: BackendError naming it, as the other phases)
+            bound = guarded(lambda: bind(a.values, X), state.label, "bind")
         if bound is None:
             return None
-        self._direct = _Direct(bound, a.values, X, c if into_c else None, index, shape)
+        self._direct = _Direct(bound, a.values, X, c if into_c else None, index, shape, state.label)
         return self._direct
 
     def reset_operands(self, a: SparseTensor | None = None, b: torch.Tensor | None = None, c: torch.Tensor | None = None,
