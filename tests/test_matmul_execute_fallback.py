@@ -275,3 +275,19 @@ def test_the_backward_of_a_product_over_vmapped_values_falls_back(backends):  # 
     ref = torch.stack([2 * (s * D).T @ ((s * D) @ X) for s in scales])
     torch.testing.assert_close(G, ref, rtol=1e-12, atol=1e-12)
     assert plugin.log.count("adjoint") == 1
+
+
+# --- the one-shot product's remembered launch (session 28: bind / the bound launch were unguarded there) ----------
+@pytest.mark.parametrize("phase", ["bind", "bound"])
+@pytest.mark.parametrize("pinned", [False, True], ids=["chosen", "pinned"])
+def test_repeated_one_shot_products_survive_a_failing_bind_or_bound_launch(backends, phase, pinned):  # noqa: F811
+    plugin = _Flaky(phase, bindable=True)
+    backends.register(plugin, "flaky")
+    A, D, X = _operands()
+    for _ in range(5):  # the second call remembers the launch (bind), the third takes it (bound)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            y = sparsetorch.matmul(A, X, backend="flaky" if pinned else None)
+        torch.testing.assert_close(y, D @ X, rtol=1e-12, atol=1e-12)
+    assert phase in plugin.log  # the failing step was reached, and the plan's apply answered each call
+    assert plugin.log.count("apply") >= 4

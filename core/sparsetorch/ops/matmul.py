@@ -504,8 +504,11 @@ class _OneShot:
             return None
         self.left = left
         Y = _empty_like(self.template)
-        if self.bound(X, Y):
-            return Y
+        try:
+            if self.bound(X, Y):
+                return Y
+        except Exception:  # noqa: BLE001 - a plugin's failing launch: the full path answers (and falls back or raises)
+            pass
         self.drop()
         return None
 
@@ -546,8 +549,11 @@ def _remember_one_shot(A: SparseTensor, X: torch.Tensor, Xn: torch.Tensor, vecto
     index = _index_versions(A)
     if index is None:
         return
-    with state.lock:
-        bound = plan.bind(A.values, Xn)
+    try:
+        with state.lock:
+            bound = plan.bind(A.values, Xn)
+    except Exception:  # noqa: BLE001 - a plugin whose bind fails: nothing remembered, the full path serves each call
+        return
     if bound is None:
         return
     counted = calls_key("matmul", A) if counts_calls(request, table) else None
