@@ -291,3 +291,53 @@ def test_repeated_one_shot_products_survive_a_failing_bind_or_bound_launch(backe
         torch.testing.assert_close(y, D @ X, rtol=1e-12, atol=1e-12)
     assert phase in plugin.log  # the failing step was reached, and the plan's apply answered each call
     assert plugin.log.count("apply") >= 4
+
+
+class _SddmmFailingPlan(_Plan):
+    """A correct product whose own SDDMM (the values' gradient) fails, or returns the wrong shape."""
+
+    bad_shape = False
+
+    def sddmm(self, P: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
+        self.log.append("sddmm")
+        if self.bad_shape:
+            return torch.zeros(3, dtype=P.dtype)
+        raise RuntimeError("the sampled product failed")
+
+
+class _SddmmBadShapePlan(_SddmmFailingPlan):
+    bad_shape = True
+
+
+@pytest.mark.parametrize("plan", [_SddmmFailingPlan, _SddmmBadShapePlan], ids=["raises", "bad-shape"])
+@pytest.mark.parametrize("how", ["one-shot", "matmul"])
+def test_a_failing_plugin_sddmm_in_the_backward_falls_back_to_the_core(backends, plan, how):  # noqa: F811
+    plugin = _Flaky(plan=plan)
+    backends.register(plugin, "flaky")
+    A, D, X = _operands()
+    W = torch.randn(30, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    rows, cols = A.coordinates()[0]
+    ref = (W @ X.T)[rows, cols]  # d/dvalues of sum(W * (A X))
+    values = A.values.detach().clone().requires_grad_(True)
+    Av = A.with_values(values)
+    mm = sparsetorch.Matmul(Av, X) if how == "matmul" else None
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            values.grad = None
+            y = mm.execute() if mm is not None else sparsetorch.matmul(Av, X)
+            (y * W).sum().backward()
+            torch.testing.assert_close(values.grad, ref, rtol=1e-12, atol=1e-12)
+    notes = [m for m in _warnings(rec) if "sddmm" in m]
+    assert notes and "flaky" in notes[0], _warnings(rec)
+    if how == "matmul":  # the Matmul keeps its handle: the plugin's sddmm is not asked again
+        assert plugin.log.count("sddmm") == 1 and len(notes) == 1
+
+
+def test_a_pinned_plugin_failing_sddmm_is_raised(backends):  # noqa: F811
+    backends.register(_Flaky(plan=_SddmmFailingPlan), "flaky")
+    A, D, X = _operands()
+    values = A.values.detach().clone().requires_grad_(True)
+    y = sparsetorch.matmul(A.with_values(values), X, backend="flaky")
+    with pytest.raises(sparsetorch.BackendError, match="sampled product failed"):
+        y.sum().backward()

@@ -15,6 +15,7 @@ its result is cast back to the values' dtype.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -23,7 +24,7 @@ from ._fast_apply import FastFunction, vmap_columns
 from .sddmm import sddmm
 from ..dispatch.plan import PlanState, guarded
 from ..dispatch.plans import SampledProduct, supports
-from ..errors import BackendError, SparseTorchError
+from ..errors import BackendError, SparseTorchError, SparseTorchWarning
 from ..tensor import SparseTensor
 
 __all__ = ["MatmulHandle", "matmul_function"]
@@ -40,6 +41,10 @@ class MatmulHandle:
     adjoint: bool = False
     #: the result's rows (A's format shape read once per handle: a Matmul keeps its handle)
     _rows: int | None = field(default=None, repr=False, compare=False)
+    #: dispatch chose the backend (no ``backend=``): a plugin's failing sddmm in the backward is answered by the
+    #: core's (with a warning), and not asked again through this handle (ops/matmul.py's ``_Chosen`` sets it)
+    chosen = False
+    _sddmm_failed = False
 
     def flipped(self) -> "MatmulHandle":
         return MatmulHandle(self.state, self.A, not self.adjoint)
@@ -116,21 +121,20 @@ class _Matmul(FastFunction):
                 # entry's gradient is a sum over nothing
                 dV = torch.zeros_like(values)
             elif (supports(plan, SampledProduct) and not torch.is_grad_enabled() and not P.is_complex()
-                    and not Q.is_complex()):
+                    and not Q.is_complex() and not h._sddmm_failed):
                 # the backend's own kernel (first-order backward, real values: the core's sddmm
                 # is the one that is differentiable again and conjugates)
-                with h.state.lock:
-                    dV = guarded(lambda: plan.sddmm(P, Q), h.state.label, "sddmm")
-                if not (isinstance(dV, torch.Tensor) and dV.dim() >= 1 and dV.shape[-1] == values.shape[-1]
-                        and dV.dtype == values.dtype and dV.device == values.device):
-                    raise BackendError(f"{h.state.label} returned {type(dV).__name__} "
-                                       f"{tuple(getattr(dV, 'shape', ()))} from sddmm; expected (*batch, {values.shape[-1]}) "
-                                       f"in {values.dtype} on {values.device} (plugin bug)",
-                                       label=h.state.label, phase="result")
-            elif P.dtype in _HALF or Q.dtype in _HALF:
-                dV = sddmm(h.A, P.float(), Q.float()).to(values.dtype)
+                try:
+                    dV = _plugin_sddmm(h, plan, P, Q, values)
+                except BackendError as exc:
+                    if not h.chosen:
+                        raise
+                    h._sddmm_failed = True
+                    warnings.warn(f"matmul (backward): {exc} -- the values' gradient computed by the core's sddmm "
+                                  f"instead (pass backend= to choose one)", SparseTorchWarning, stacklevel=2)
+                    dV = _core_sddmm(h.A, P, Q, values)
             else:
-                dV = sddmm(h.A, P, Q)
+                dV = _core_sddmm(h.A, P, Q, values)
         return dV, dX, None
 
     @staticmethod
@@ -140,3 +144,23 @@ class _Matmul(FastFunction):
 
 def matmul_function(values: torch.Tensor, X: torch.Tensor, handle: MatmulHandle) -> torch.Tensor:
     return _Matmul.apply(values, X, handle)
+
+
+def _plugin_sddmm(h: MatmulHandle, plan, P: torch.Tensor, Q: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """The plan's own SDDMM, its output checked (a BackendError names the plugin otherwise)."""
+    with h.state.lock:
+        dV = guarded(lambda: plan.sddmm(P, Q), h.state.label, "sddmm")
+    if not (isinstance(dV, torch.Tensor) and dV.dim() >= 1 and dV.shape[-1] == values.shape[-1]
+            and dV.dtype == values.dtype and dV.device == values.device):
+        raise BackendError(f"{h.state.label} returned {type(dV).__name__} "
+                           f"{tuple(getattr(dV, 'shape', ()))} from sddmm; expected (*batch, {values.shape[-1]}) "
+                           f"in {values.dtype} on {values.device} (plugin bug)",
+                           label=h.state.label, phase="result")
+    return dV
+
+
+def _core_sddmm(A: SparseTensor, P: torch.Tensor, Q: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """The core's SDDMM (differentiable again; half precision summed in float32)."""
+    if P.dtype in _HALF or Q.dtype in _HALF:
+        return sddmm(A, P.float(), Q.float()).to(values.dtype)
+    return sddmm(A, P, Q)

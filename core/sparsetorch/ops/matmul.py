@@ -91,6 +91,7 @@ class _Chosen(MatmulHandle):
     passes through this handle (a Matmul keeps its handle) do not try the plugin again."""
 
     fallback: PlanState | None = None
+    chosen = True
 
     def flipped(self) -> MatmulHandle:
         if self.fallback is not None:
