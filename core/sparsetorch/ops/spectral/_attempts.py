@@ -18,7 +18,8 @@ from ...errors import (BackendError, DegenerateEigenvalueError, IndefiniteMatrix
                        NotConvergedError, NotConvergedWarning, NotSymmetricError, SparseTorchError)
 from ...tensor import SparseTensor
 from ..info import SolveInfo
-from ._checks import _check_outputs, _verify_pairs
+from ..accuracy import backward_error_bound, default_rtol
+from ._checks import WRONG_END, _check_outputs, _verify_pairs, wrong_end
 
 __all__ = ["MIN_BUDGET"]
 
@@ -27,8 +28,10 @@ class _Attempts:
     """The offers an eigen call may try, in the explain table's order, and what each did.
 
     The accuracy contract and the fallback rule (docs/spectral.md): the chosen offer runs first; if
-    it does not converge, breaks down, fails in its plugin, or returns pairs whose residual
-    misses the contract, the next capable offer of the table runs, and so on. A method the
+    it does not converge, breaks down, fails in its plugin, returns pairs whose residual
+    misses the contract, or (eigsh) pairs that cheap bounds prove are not the k wanted ones (from the
+    wrong end of the spectrum, or interior ones: :func:`._checks.wrong_end`), the next capable offer
+    of the table runs, and so on. A method the
     user pinned (``method=``) is the only candidate. An attempt that a dense offer later in the
     table could replace is bounded by that offer's estimated seconds (``budget``, for plans
     whose ``eigsh``/``eigs`` take it): a failed attempt costs about what the dense call it
@@ -185,8 +188,8 @@ class _Attempts:
 
     def run_eigsh(self, A: SparseTensor, values: torch.Tensor, M: SparseTensor | None, call: dict):
         """``(w, V)`` of ``A v = w M v`` with A's ``values``: the first plan whose pairs pass the
-        checks (real ``w``, ``V`` of A's dtype, the contract's residual); ``call``: the options of
-        ``plan.eigsh``."""
+        checks (real ``w``, ``V`` of A's dtype, the contract's residual, the wanted end of the spectrum);
+        ``call``: the options of ``plan.eigsh``."""
         A = A.with_values(values.detach())
         n, k = A.format_shape[0], call["k"]
         batch = tuple(A.batch_shape)
@@ -203,7 +206,17 @@ class _Attempts:
                 why = f"returned w {w.dtype} and V {V.dtype}; expected real w and V of A's dtype {A.dtype}"
             if why is not None:
                 return False, float("nan"), why
-            return _verify_pairs(A, M, w, V, self.contract)
+            ok, resid, why = _verify_pairs(A, M, w, V, self.contract)
+            if ok:
+                # pairs from the wrong end of the spectrum (or interior ones, where a Krylov method missed the
+                # extreme ones) can meet the residual contract: refuse those that cheap bounds prove are not
+                # the k wanted (_checks.wrong_end); the tolerance they were accepted at sets the slack
+                tol = max(default_rtol(A.dtype) if self.contract is None else self.contract, float(call["tol"]),
+                          resid if math.isfinite(resid) else 0.0, backward_error_bound(A.dtype, n))
+                end = wrong_end(A, M, w, call["which"], call["sigma"], tol)
+                if end is not None:
+                    return False, resid, end
+            return ok, resid, why
 
         return self.run(values, attempt, verify)
 
@@ -249,6 +262,10 @@ class _Attempts:
                       "(shift-invert) near the wanted eigenvalues, "
                       + ("" if dense_tried else "raise dense_max= to allow the dense method, ")
                       + "or pass on_nonconvergence='warn'")
+        if any(r["why"].startswith(WRONG_END) for r in self.records):
+            advice += (" (the pairs refused as not the wanted ones met the residual contract but fail bounds that the "
+                       "wanted eigenvalues satisfy: a backend returned another end of the spectrum, or a Krylov method "
+                       "missed the extreme eigenvalues; another v0= or method='dense' finds them)")
         msg = f"{self.op} did not converge: {tried}. {advice}"
         if self.policy == "warn":
             warnings.warn(msg, NotConvergedWarning, stacklevel=_STACKLEVEL[self.op])

@@ -5,6 +5,7 @@ finiteness, and the residual of the accuracy contract, computed here from the st
 from __future__ import annotations
 
 import math
+from typing import Any, Callable
 
 import torch
 
@@ -195,3 +196,224 @@ def empty_batch(A: SparseTensor, k: int, eigs: bool, return_info: bool) -> tuple
         return w, V
     return w, V, SolveInfo(backend="none", method="none", iterations=0, residual=0.0, converged=True,
                            status=Status.DIRECT, reason="a batch of no members: nothing to solve")
+
+
+# The wanted end ----------------------------------------------------------------------------------------------------
+#: :func:`wrong_end`'s slack: this many times the tolerance the pairs were accepted at, in the problem's scale
+#: ``||A|| + |w| ||M||`` (the worst pair's backward error is at most the tolerance times that scale)
+WRONG_END_SLACK = 10.0
+#: a value-batch member's index
+_Member = tuple[int, ...]
+#: how :func:`wrong_end`'s refusals begin
+WRONG_END = "returned eigenvalues that are not the"
+
+
+def _distinct(T: SparseTensor) -> tuple[Any, ...]:
+    """Pattern data of :func:`wrong_end`: ``(slot, inv, nu, rows, cols, tslot, found, on, diag_rows)``: the value slot of
+    each stored entry, the index of its coordinate among the ``nu`` distinct ones (``inv``; None where the
+    coordinates are distinct), the distinct coordinates' rows and columns, the slot (``inv`` None) or the
+    distinct index of each one's transposed entry (``tslot``, valid where ``found``; ``found`` None: everywhere),
+    the positions of the diagonal ones and their rows. A pattern without duplicates reads the map that property detection
+    keeps in the pattern's cache (detection has mostly built it already: nothing more is kept); one with
+    duplicates (a nonunique format) is coalesced on each call."""
+    from ..properties import _symmetry_map  # noqa: PLC0415 - detection's pattern data, shared
+
+    smap = _symmetry_map(T)
+    coords, slot = T.entries()
+    if smap is not None:
+        smap.resolve()
+        return (slot, None, int(slot.numel()), coords[0], coords[1], smap.tslot, smap.found, smap.on_idx,
+                smap.diag_rows)
+    n = T.format_shape[0]
+    lin = coords[0].to(torch.int64) * n + coords[1].to(torch.int64)
+    uniq, inv = torch.unique(lin, sorted=True, return_inverse=True)
+    rows, cols = uniq // n, uniq % n
+    tlin = cols * n + rows
+    tpos = torch.searchsorted(uniq, tlin).clamp_max(max(uniq.numel() - 1, 0))
+    found = uniq.index_select(0, tpos) == tlin
+    on = (rows == cols).nonzero().squeeze(-1)
+    return slot, inv, int(uniq.numel()), rows, cols, tpos, found, on, rows.index_select(0, on)
+
+
+class _Sums:
+    """What :func:`wrong_end` reads of one matrix (float64, per value-batch member): the distinct entries
+    (duplicates summed), the real diagonal, the inf-norm, the largest row sum of the skew-Hermitian part's
+    magnitudes (a bound on its 2-norm: the part is skew-Hermitian, so its 1- and inf-norms agree) and the sum of
+    the entries' real parts (``1^T T 1``)."""
+
+    def __init__(self, T: SparseTensor) -> None:
+        n = T.format_shape[0]
+        slot, inv, nu, rows, cols, tslot, found, on, diag_rows = _distinct(T)
+        self.rows, self.cols, self.on, self.diag_rows, self.nnz = rows, cols, on, diag_rows, nu
+        values = T.values.detach()
+        values = values.to(torch.complex128 if values.is_complex() else torch.float64)
+        if inv is None:
+            cv = values.index_select(-1, slot)
+            tv = values.index_select(-1, tslot)
+        else:
+            cv = values.new_zeros(*values.shape[:-1], nu).index_add(-1, inv, values.index_select(-1, slot))
+            tv = cv.index_select(-1, tslot)
+        if tv.is_complex():
+            tv = tv.conj()
+        if found is not None:
+            tv = torch.where(found, tv, torch.zeros_like(tv))
+        re = cv.real if cv.is_complex() else cv
+        self.cv = cv
+        self.diag = re.new_zeros(*re.shape[:-1], n).index_add(-1, diag_rows, re.index_select(-1, on))
+        # the inf-norm and the skew part's: one scatter of both
+        both = torch.stack([cv.abs(), (cv - tv).abs()])
+        sums = both.new_zeros(*both.shape[:-1], n).index_add(-1, rows, both).amax(-1)
+        self.inf, self.skew = sums[0], 0.5 * sums[1]
+        self.total = re.sum(-1)
+
+
+def wrong_end(A: SparseTensor, M: SparseTensor | None, w: torch.Tensor, which: str, sigma: float | None,
+              tau: float) -> str | None:
+    """Why eigsh's eigenvalues ``w`` (ascending, per member) are provably not the ``k`` wanted ones of the
+    pencil ``(A, M)`` (None: nothing proves it). Cheap necessary conditions, O(nnz):
+
+    - every Rayleigh quotient ``x^H A x / x^H M x`` lies in ``[w_min, w_max]`` of the whole spectrum, and its
+      magnitude is at most the spectral radius: with ``x = e_i`` (``A_ii / M_ii``) and ``x = 1`` (the all-ones
+      vector) this bounds the largest returned from below ("LA"), the smallest from above ("SA"), the largest
+      magnitude from below ("LM");
+    - for ``M = None``, the sum of the j largest eigenvalues is at least the sum of the j largest diagonal
+      entries (Schur / Ky Fan), the j smallest at most the j smallest, and the j largest magnitudes at least
+      the j largest ``|A_ii|`` (Fan: the diagonal's magnitudes are weakly majorized by the singular values),
+      for each ``j <= k``;
+    - for ``M = None``, the eigenvalue nearest ``s`` ("SM": ``s = 0``; ``sigma`` with "LM": ``s = sigma``) is at
+      most ``||(A - s I) x|| / ||x||`` away from it, for ``x = e_j`` (A's columns) and ``x = 1``.
+
+    A correct answer is taken to be the wanted pairs of a nearby pencil ``(A + E, M + F)`` with ``||E|| <= t
+    ||A||`` and ``||F|| <= t ||M||``, ``t`` the tolerance the pairs were accepted at (``tau``: the accuracy
+    contract, or an explicit tol, or the measured residual, whichever is largest; at least a backward-stable
+    dense method's error). Each bound then holds up to ``(||E|| + |w| ||F||) ||x||^2`` (the ``x^H E x`` terms), so it
+    is tested with the slack ``WRONG_END_SLACK * tau * (||A|| + max|w| ||M||) ||x||^2`` (norms: inf-norms, which
+    bound the 2-norms of Hermitian matrices), plus the skew-Hermitian part of A counted twice (a matrix
+    declared symmetric (``properties=``) whose asymmetry a backend resolves its own way: ``x^H A x`` reads its
+    Hermitian part), plus float64 rounding of the sums. A generalized "SM", and ``sigma`` with another
+    ``which`` or with M, are not checked. ``k = n`` (every eigenvalue) is never refused."""
+    n = A.format_shape[0]
+    k = w.shape[-1]
+    if k >= n or (sigma is not None and (which != "LM" or M is not None)) or (which == "SM" and M is not None):
+        return None
+    a = _Sums(A)
+    if a.nnz == 0:
+        return None
+    f64 = torch.float64
+    eps = float(torch.finfo(f64).eps)
+    wd = w.detach().to(f64)
+    wmax = wd.abs().amax(-1)
+    batch = tuple(wd.shape[:-1])
+    rel = WRONG_END_SLACK * tau + 8 * eps
+    m = None if M is None else _Sums(M)
+    if m is None:
+        scale = a.inf + wmax
+        eta = rel * scale + 2 * a.skew
+        mtotal: torch.Tensor | float = float(n)
+    else:  # (M's batch is A's or empty: broadcasting)
+        scale = a.inf + wmax * m.inf
+        eta = rel * scale + 2 * (a.skew + wmax * m.skew)
+        mtotal = m.total
+    # per unit of ||x||^2 = n for x = 1, with the float64 rounding of its sums of nnz terms (sum |T_ij| <= n ||T||)
+    eta_one = eta + 2 * (a.nnz + n) * eps * scale
+    tests: list[tuple[torch.Tensor, Callable[[_Member], str]]] = []  # (excess per member, what it proves there)
+    quotient = "x^H A x / x^H M x" if m is not None else "x^H A x / x^H x"
+    if sigma is None and which in ("LA", "SA", "LM"):
+        sa, lm = which == "SA", which == "LM"
+        name = {"LA": "largest", "SA": "smallest", "LM": "largest magnitude"}[which]
+        end = wd[..., -1] if which == "LA" else wd[..., 0] if sa else wmax
+        beyond = "above" if sa else "below"
+        bound = "at most" if sa else "at least"
+        mag = " in magnitude" if lm else ""
+        d = a.diag.abs() if lm else a.diag
+        if m is None:
+            # Schur / Ky Fan on the diagonal, j = 1..k (j = 1: the Rayleigh quotients of the e_i)
+            j = torch.arange(1, k + 1, dtype=f64, device=wd.device)
+            ds = d.topk(k, -1, largest=not sa).values.cumsum(-1)
+            ws = wd.cumsum(-1) if sa else (wd.abs().sort(-1, descending=True).values if lm else wd.flip(-1)).cumsum(-1)
+            gs = ws - ds if sa else ds - ws
+            ex = gs - j * eta.unsqueeze(-1)
+
+            def kyfan(b: _Member) -> str:
+                jb = int(ex[b].argmax())
+                if jb == 0:
+                    i = int((d[b] if not sa else -d[b]).argmax())
+                    return (f"the {name} returned, {float(end[b]):.6g}, is {beyond} {'|A[i, i]|' if lm else 'A[i, i]'} = "
+                            f"{float(d[b][i]):.6g} for i = {i} (the Rayleigh quotient {quotient} of x = e_i, which the "
+                            f"{name} eigenvalue is {bound}{mag})")
+                if lm:
+                    return (f"the {jb + 1} largest magnitudes returned sum to {float(ws[b][jb]):.6g}, below the sum "
+                            f"of the {jb + 1} largest |A[i, i]|, {float(ds[b][jb]):.6g} (Fan: the j largest eigenvalue "
+                            f"magnitudes sum to at least that)")
+                return (f"the {jb + 1} {name} returned sum to {float(ws[b][jb]):.6g}, {beyond} the sum of the {jb + 1} "
+                        f"{name} diagonal entries of A, {float(ds[b][jb]):.6g} (Schur / Ky Fan: the j {name} "
+                        f"eigenvalues sum to {bound} that)")
+
+            tests.append((ex.amax(-1), kyfan))
+        else:
+            mdiag = m.diag
+            g = end.unsqueeze(-1) * mdiag - d if sa else d - end.unsqueeze(-1) * mdiag
+
+            def ratio(b: _Member) -> str:
+                gb = g[b]
+                i = int(gb.argmax())
+                q = float(d[b][i] / mdiag.expand(*batch, n)[b][i])
+                bar = "|" if lm else ""
+                return (f"the {name} returned, {float(end[b]):.6g}, is {beyond} {bar}A[i, i]{bar} / M[i, i] = {q:.6g} for "
+                        f"i = {i} (the Rayleigh quotient {quotient} of x = e_i, which the {name} eigenvalue is "
+                        f"{bound}{mag})")
+
+            tests.append((g.amax(-1) - eta, ratio))
+        tot = a.total.abs() if lm else a.total
+        q1 = end * mtotal - tot if sa else tot - end * mtotal
+
+        def ones(b: _Member) -> str:
+            mt = float(mtotal) if isinstance(mtotal, float) else float(mtotal.expand(batch)[b])
+            bar = "|" if lm else ""
+            return (f"the {name} returned, {float(end[b]):.6g}, is {beyond} the Rayleigh quotient {quotient} of the "
+                    f"all-ones vector x, {bar}sum(A){bar} / {'sum(M)' if m is not None else 'n'} = "
+                    f"{float(tot[b]) / mt:.6g} (which the {name} eigenvalue is {bound}{mag})")
+
+        tests.append((q1 / n - eta_one, ones))
+    else:  # "SM" (s = 0) or sigma with "LM" (the nearest to s), M = None
+        s = 0.0 if sigma is None else float(sigma)
+        near = (wd - s).abs().amin(-1)
+        cvs = a.cv
+        # lines without a stored diagonal entry (A - s I holds -s there)
+        bare = torch.ones(n, dtype=f64, device=wd.device).index_fill(0, a.diag_rows, 0.0)
+        if s != 0.0:
+            on = torch.zeros(a.nnz, dtype=f64, device=wd.device).index_fill(0, a.on, 1.0)
+            cvs = cvs - s * on.to(cvs.dtype)
+        sq = cvs.abs().square()
+        col = (sq.new_zeros(*sq.shape[:-1], n).index_add(-1, a.cols, sq) + bare * (s * s)).sqrt()
+        rs = cvs.new_zeros(*cvs.shape[:-1], n).index_add(-1, a.rows, cvs) - (bare * s).to(cvs.dtype)
+        one_norm = torch.linalg.vector_norm(rs, dim=-1) / math.sqrt(n)
+        rnd = 8 * eps * (a.inf + abs(s) + wmax) * (n + 1)
+        target = "0" if sigma is None else f"sigma = {s:.6g}"
+        shifted = "A" if sigma is None else "A - sigma I"
+        sx = "A x" if sigma is None else "(A - sigma I) x"
+        why = f"some eigenvalue is within ||{sx}|| / ||x|| of {'0' if sigma is None else 'sigma'} for every x"
+
+        def column(b: _Member) -> str:
+            i = int(col[b].argmin())
+            return (f"the returned eigenvalue nearest {target} is {float(near[b]):.6g} from it, farther than the norm "
+                    f"of column {i} of {shifted}, {float(col[b][i]):.6g} ({why})")
+
+        def row_sums(b: _Member) -> str:
+            return (f"the returned eigenvalue nearest {target} is {float(near[b]):.6g} from it, farther than "
+                    f"||{shifted.replace('A - sigma I', '(A - sigma I)')} 1|| / sqrt(n) = {float(one_norm[b]):.6g} "
+                    f"(1: the all-ones vector; {why})")
+
+        tests.append((near - col.amin(-1) - eta - rnd, column))
+        tests.append((near - one_norm - eta - rnd, row_sums))
+    bad = torch.stack([t[0].expand(batch) for t in tests]) > 0
+    if not bool(bad.any()):
+        return None
+    for (_, say), hit in zip(tests, bad):
+        if bool(hit.any()):
+            flat = int(torch.nonzero(hit.reshape(-1))[0]) if batch else 0
+            idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), batch)) if batch else ()
+            where = f" (value-batch member {flat})" if batch else ""
+            return (f"{WRONG_END} wanted ones (k={k}, which={which!r}{'' if sigma is None else f', sigma={sigma!r}'})"
+                    f"{where}: {say(idx)}, beyond the slack {float(eta[idx]):.3g} (tolerance {tau:.3g})")
+    return None  # pragma: no cover - a hit is found above
