@@ -497,6 +497,21 @@ class Route(RangeSearch):
             # the equilibrated system is solved backward-stably: the matrix is not singular to working
             # precision, only badly scaled. Of the two answers, the one with the smaller residual in
             # the caller's norm is returned (neither may reach rtol there: the rows' scales differ)
+            Xb, relb = (X, res.residual) if rel > res.residual else (X2, rel)
+            if relb > rtol:
+                # neither reaches rtol in the caller's norm: returned only where it is the answer of a
+                # backward-stable solve there (ill-conditioned, not wrong); else INACCURATE, and the route
+                # moves on (session 28: an equilibrated LU's answer with relative residual 1e3 came back
+                # "converged")
+                # ... or, for a badly scaled A (whose normwise condition says nothing), of a componentwise
+                # backward-stable one (Oettli-Prager: invariant under row and column scaling)
+                Rb = B - self._apply(values, Xb, adjoint)
+                rn = torch.linalg.vector_norm(Rb, dim=-2)
+                eta, _, stable = self._backward_error(values, B, Xb, rn, torch.linalg.vector_norm(B, dim=-2))
+                omega = math.inf if stable else self._componentwise_backward_error(values, B, Xb, Rb, adjoint)
+                if not stable and not omega <= backward_error_bound(B.dtype, self.A.format_shape[0]):
+                    return X, replace(res, reason=f"{res.reason}; equilibrated: relative residual {rel:.2g}, backward "
+                                                  f"error {eta:.2g} normwise, {omega:.2g} componentwise")
             if rel > res.residual:
                 return X, replace(res2, residual=res.residual,
                                   reason=f"badly scaled: the equilibrated system is backward stable ({res2.reason}); "
@@ -622,6 +637,17 @@ class Route(RangeSearch):
                           reason=f"{res.reason + '; ' if res.reason else ''}with each row divided by its largest entry "
                                  f"the relative residual is {rel:.3g} (needs {goal:.1e}): the rows' scales spread "
                                  f"over {_spread(w):.3g}, and the large rows hid the others' residual")
+
+    def _componentwise_backward_error(self, values: torch.Tensor, B: torch.Tensor, X: torch.Tensor, R: torch.Tensor,
+                                      adjoint: bool) -> float:
+        """Oettli and Prager's componentwise backward error ``max_i |r_i| / (|A| |x| + |b|)_i`` (worst right-hand
+        side; a nonzero residual over a zero denominator is infinite): unchanged by row and column scalings of
+        A, so it judges an answer of a badly scaled system where the normwise one cannot."""
+        den = self._apply(values.abs().to(values.dtype), X.abs().to(X.dtype), adjoint).abs() + B.abs()
+        num = R.abs()
+        ratio = torch.where(den > 0, num / torch.where(den > 0, den, torch.ones_like(den)),
+                            torch.where(num > 0, torch.full_like(num, math.inf), torch.zeros_like(num)))
+        return float(ratio.max()) if ratio.numel() else 0.0
 
     def _backward_error(self, values: torch.Tensor, B: torch.Tensor, X: torch.Tensor, rn: torch.Tensor,
                         bn: torch.Tensor) -> tuple[float, float, bool]:

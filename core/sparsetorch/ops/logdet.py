@@ -34,6 +34,7 @@ import torch
 
 
 from ..autograd.lstsq import apply_entries
+from ..autograd._route_checks import _equilibrated
 from ..autograd._first_order import first_order_only
 from ..dispatch.accuracy import backward_error_bound, normwise_backward_error
 from ..errors import BackendError, InputError, NotSymmetricError, SingularMatrixError, SparseTorchError
@@ -115,9 +116,10 @@ class _InverseEntries(torch.autograd.Function):
         # load and solves under the plan's lock: another thread's call on the same cached plan
         # must not load its values between this load and these solves
         with handle["state"].lock, torch.no_grad():
-            handle["state"].load(values)
+            eq = _equilibration(handle["A"], values) if handle.get("equilibrate") else None
+            handle["state"].load(values if eq is None else eq[2])
             try:
-                return _inverse_transpose_entries(handle)
+                return _inverse_transpose_entries(handle, eq)
             except (torch.linalg.LinAlgError, SingularMatrixError) as exc:
                 raise SingularMatrixError(
                     f"the gradient of slogdet / logdet / det at a singular matrix: log|det| is -inf there and its "
@@ -152,8 +154,9 @@ def _per_member(apply, info, dim, values, handle):
     return torch.stack(members)
 
 
-def _inverse_transpose_entries(h) -> torch.Tensor:
-    """``(A^-1)[col_k, row_k]`` in A's value slots (padding slots get zero)."""
+def _inverse_transpose_entries(h, eq=None) -> torch.Tensor:
+    """``(A^-1)[col_k, row_k]`` in A's value slots (padding slots get zero). ``eq``: ``(r, c, _)`` where the
+    plan holds ``S = diag(r) A diag(c)`` (:func:`_equilibration`): ``A^-1 = diag(c) S^-1 diag(r)``."""
     A: SparseTensor = h["A"]
     plan = h["state"].plan
     coords, slot = A.entries()
@@ -174,6 +177,8 @@ def _inverse_transpose_entries(h) -> torch.Tensor:
                     f"(stochastic, unbiased) or raise exact_max="
                 )
             per = _by_solves(plan, rows, cols, n, batch, A)
+        if eq is not None:
+            per = per * (eq[1].index_select(-1, cols) * eq[0].index_select(-1, rows)).to(per.dtype)
         out = per.new_zeros(*per.shape[:-1], nslots)
         return out.index_add(-1, slot, per)
 
@@ -242,9 +247,16 @@ def _run(values: torch.Tensor, handle) -> tuple[torch.Tensor, torch.Tensor]:
             state = handle["state_of"](i)
             with state.lock, torch.no_grad():
                 phase = "set_values"
-                state.load(values)
+                # an LU of a badly scaled A is factored equilibrated (exact powers of two: det(R A C) = det(R)
+                # det(A) det(C)), as the solve's route does; session 28's sweep: D1 L D2 (scales 1e-20..1e20)
+                # got log|det| 47 off from a sparse LU of the unscaled values
+                eq = _equilibration(A, values) if offer.method == "lu" else None
+                state.load(values if eq is None else eq[2])
                 phase = "slogdet"
                 sign, logabs = state.plan.slogdet()
+                if eq is not None:
+                    logabs = logabs - (torch.log2(eq[0].real).sum(-1) + torch.log2(eq[1].real).sum(-1)).to(
+                        logabs.dtype) * _LN2
                 why = _bad_result(sign, logabs, batch)
                 if why is None and offer.method not in _PIVOTING:
                     # also when pinned or last: its (0, -inf) for a nonsingular matrix was returned as the answer
@@ -271,8 +283,25 @@ def _run(values: torch.Tensor, handle) -> tuple[torch.Tensor, torch.Tensor]:
             continue
         records.append({"backend": offer.backend, "method": offer.method, "accepted": True, "why": "accepted"})
         handle["state"], handle["offer"] = state, offer
+        handle["equilibrate"] = eq is not None
         return sign + 0, logabs  # + 0: a singular matrix's sign -0. (a product of signs with a zero) reads 0.
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+_LN2 = 0.6931471805599453
+#: an LU's values are equilibrated first where the row or the column scaling spreads over more than this
+#: (the solve route's bar, autograd/fallback.py)
+_EQUILIBRATE_FIRST = 2.0 ** 10
+
+
+def _equilibration(A: SparseTensor, values: torch.Tensor):
+    """``(r, c, scaled values)`` of :func:`~sparsetorch.autograd._route_checks._equilibrated` where the scaling
+    spreads over more than :data:`_EQUILIBRATE_FIRST` (a badly scaled A), else None."""
+    if not values.numel() or not is_plain(values):
+        return None
+    r, c, ve = _equilibrated(A, values)
+    spread = max(float((r.real.amax(-1) / r.real.amin(-1)).max()), float((c.real.amax(-1) / c.real.amin(-1)).max()))
+    return (r, c, ve) if spread > _EQUILIBRATE_FIRST else None
 
 
 #: factorizations whose pivots are chosen for stability (partial pivoting), or that cannot meet a
