@@ -608,7 +608,8 @@ class Route(RangeSearch):
         solves for the residual); still missing, the answer is INACCURATE and the route moves on
         (to a direct method)."""
         w = _row_weights(self.A, values, adjoint)
-        if _spread(w) <= _ROW_SCALED_SPREAD:
+        spread = _spread(w)
+        if spread <= _ROW_SCALED_SPREAD:
             return X, res
         w = w.unsqueeze(-1)
         bn = torch.linalg.vector_norm(B * w, dim=-2)
@@ -636,7 +637,7 @@ class Route(RangeSearch):
         return X, replace(res, converged=False, status=Status.INACCURATE,
                           reason=f"{res.reason + '; ' if res.reason else ''}with each row divided by its largest entry "
                                  f"the relative residual is {rel:.3g} (needs {goal:.1e}): the rows' scales spread "
-                                 f"over {_spread(w):.3g}, and the large rows hid the others' residual")
+                                 f"over {spread:.3g}, and the large rows hid the others' residual")
 
     def _componentwise_backward_error(self, values: torch.Tensor, B: torch.Tensor, X: torch.Tensor, R: torch.Tensor,
                                       adjoint: bool) -> float:
