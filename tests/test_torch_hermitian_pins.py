@@ -77,3 +77,20 @@ def test_single_precision_assembly_asymmetry_is_not_refused(kw):
     b = torch.ones(n, dtype=torch.float64)
     x = st.solve(st.SparseTensor.from_dense(P, format=CSR), b, properties="spd", **kw)
     torch.testing.assert_close(x, torch.linalg.solve(P, b), rtol=1e-12, atol=1e-14)
+
+
+def test_pinned_torch_cholesky_takes_an_spd_matrix_detection_misses():
+    """Session 28's sweep: M M^T (+ a small shift; not diagonally dominant, so SPD is not detected) was
+    refused by a pinned torch/cholesky that eigen's and torch CG's pins accept; an indefinite symmetric A
+    gets IndefiniteMatrixError, a non-symmetric one a decline that says to pass properties='spd'."""
+    g = torch.Generator().manual_seed(0)
+    M = torch.randn(30, 30, dtype=torch.float64, generator=g)
+    D = M @ M.T + 1e-3 * torch.eye(30, dtype=torch.float64)
+    b = torch.randn(30, dtype=torch.float64, generator=g)
+    x = st.solve(st.SparseTensor.from_dense(D), b, backend="torch", method="cholesky")
+    torch.testing.assert_close(x, torch.linalg.solve(D, b), rtol=1e-10, atol=0)
+    S = torch.randn(30, 30, dtype=torch.float64, generator=g)
+    with pytest.raises(st.IndefiniteMatrixError):
+        st.solve(st.SparseTensor.from_dense(S + S.T), b, backend="torch", method="cholesky")
+    with pytest.raises(st.NoBackendError, match="properties='spd'"):
+        st.solve(st.SparseTensor.from_dense(S), b, backend="torch", method="cholesky")

@@ -22,7 +22,7 @@ import torch
 from ..._version import __version__
 from ..._markers import hookimpl
 from ...dispatch.calibrate import rates
-from ...dispatch.kit import hermitian
+from ...dispatch.kit import hermitian, spd_ok
 from ...dispatch.records import BackendInfo, Decline, Offer, Request
 from ...format import CSR
 from . import cost
@@ -143,8 +143,9 @@ def _solve_offers(request: Request, r) -> list[Offer | Decline]:
                          iterations=max(1, int(its))))
     dense_max = int(request.option("dense_max") or DENSE_MAX)
     for method in ("lu", "cholesky"):
-        if method == "cholesky" and "spd" not in props:
-            out.append(Decline("torch", "Cholesky needs a symmetric positive definite matrix", method))
+        if method == "cholesky" and not spd_ok(request, method):
+            out.append(Decline("torch", "Cholesky needs a symmetric positive definite matrix (not detected; pass "
+                                        "properties='spd' if it is)", method))
             continue
         if n > dense_max:
             out.append(Decline("torch", f"dense {method} only up to {dense_max} unknowns (n={n}); raise dense_max= to force", method))
