@@ -17,7 +17,8 @@ default ``rtol``, when the step falls below the rounding of ``u``. The Jacobian:
   ``min(0.1, ||F_k|| / ||F_0||)`` (inexact Newton).
 
 Gradients (``F(u*, p) = 0``): ``J^T lam = dL/du`` at the returned ``u``, then
-``dL/dp = -lam^T dF/dp`` (one VJP of ``F``). With an assembled ``J`` the adjoint is a transposed
+``dL/dp = -lam^T dF/dp`` (one VJP of ``F``; ``p`` the tensor params and the values of the
+DSparseTensor / SparseTensor params, which ``F`` receives rebuilt on those values). With an assembled ``J`` the adjoint is a transposed
 distributed solve; matrix-free it is distributed GMRES on exact VJPs of ``F`` by autograd (their
 halo parts run the transposed exchange). The adjoint runs at 1e-2 x the contract's rtol.
 """
@@ -171,33 +172,76 @@ def _adjoint_rtol(dtype) -> float:
     return max(1e-2 * default_rtol(dtype), 10 * torch.finfo(dtype).eps)
 
 
+class _Slots:
+    """The params as ``F`` takes them, flattened to tensors for autograd (the core's ``nonlinear_solve`` rule): a
+    tensor is itself, a :class:`DSparseTensor` its local slot values (``A.values``, ``(*batch, nse_local)``) and a
+    ``sparsetorch.SparseTensor`` its values, both bound back by ``with_values`` (the same pattern, no new plan);
+    anything else is passed as is. Their gradients land on those values, and from there on the tensors they were
+    built from (the entry values of ``from_local_rows``, ``A.values`` of ``scatter``'s source)."""
+
+    def __init__(self, params: tuple) -> None:
+        from .tensor import DSparseTensor
+
+        self.kinds: list[tuple[str, object]] = []
+        leaves: list[torch.Tensor] = []
+        for p in params:
+            if isinstance(p, DSparseTensor):
+                self.kinds.append(("sparse", p))
+                leaves.append(p.values)   # (inside the input agreement: a deferred with_values error is agreed)
+            elif isinstance(p, st.SparseTensor):
+                self.kinds.append(("sparse", p.detach()))
+                leaves.append(p.values)
+            elif isinstance(p, torch.Tensor):
+                self.kinds.append(("tensor", None))
+                leaves.append(p)
+            else:
+                self.kinds.append(("const", p))
+        self.leaves = tuple(leaves)
+
+    def bind(self, leaves) -> tuple:
+        out, it = [], iter(leaves)
+        for kind, tmpl in self.kinds:
+            if kind == "tensor":
+                out.append(next(it))
+            elif kind == "sparse":
+                out.append(tmpl.with_values(next(it)))  # type: ignore[union-attr]
+            else:
+                out.append(tmpl)
+        return tuple(out)
+
+
+def _differentiable(t: torch.Tensor) -> bool:
+    return t.is_floating_point() or t.is_complex()
+
+
 class _Implicit(torch.autograd.Function):
-    """u* as a function of the params: forward runs Newton; backward the adjoint."""
+    """u* as a function of the params' tensors (:class:`_Slots`): forward runs Newton; backward the adjoint."""
 
     @staticmethod
-    def forward(ctx, u0, F, cfg: _Cfg, comm, recs: list, *params):
+    def forward(ctx, u0, F, cfg: _Cfg, comm, recs: list, slots: _Slots, *leaves):
         red = Reducer(comm, u0.device, torch.float64 if u0.dtype == torch.float64 else torch.float32)
+        params = slots.bind([t.detach() for t in leaves])
         try:
             u, rec = _newton(F, u0, params, cfg, comm, red)
         except _Abort:
             comm.agree(red.error, "distributed nonlinear_solve")
             raise DistributedError("a rank flagged an error but none reported it") from None  # unreachable
         recs.append(rec)
-        ctx.F, ctx.cfg, ctx.comm, ctx.u = F, cfg, comm, u
-        ctx.save_for_backward(*[p if isinstance(p, torch.Tensor) else torch.empty(0) for p in params])
-        ctx.is_tensor = [isinstance(p, torch.Tensor) for p in params]
-        ctx.params_raw = params
+        ctx.F, ctx.cfg, ctx.comm, ctx.u, ctx.slots = F, cfg, comm, u, slots
+        ctx.save_for_backward(*leaves)
         return u
 
     @staticmethod
     def backward(ctx, g):
         from .solve import _Config, _solve_columns
 
-        F, cfg, comm, u = ctx.F, ctx.cfg, ctx.comm, ctx.u
+        F, cfg, comm, u, slots = ctx.F, ctx.cfg, ctx.comm, ctx.u, ctx.slots
         saved = ctx.saved_tensors
-        params = [s.detach().requires_grad_(True) if t and s.is_floating_point() else (s if t else raw)
-                  for s, t, raw in zip(saved, ctx.is_tensor, ctx.params_raw)]
-        leaves = [p for p, t in zip(params, ctx.is_tensor) if t and p.is_floating_point()]
+        # every floating leaf is differentiated (also those that need no gradient here: F's collectives inside
+        # this backward must record gradients alike on every rank)
+        fresh = [s.detach().requires_grad_(True) if _differentiable(s) else s for s in saved]
+        leaves = [t for t in fresh if _differentiable(t)]
+        params = slots.bind(fresh)
         ub = u.detach().requires_grad_(True)
         with torch.enable_grad():
             r = F(ub, *params)
@@ -205,7 +249,7 @@ class _Implicit(torch.autograd.Function):
         g = g.contiguous()
         if cfg.jacobian is not None:
             with torch.no_grad():
-                J = cfg.jacobian(u, *[p.detach() if isinstance(p, torch.Tensor) else p for p in params]).detach()
+                J = cfg.jacobian(u, *slots.bind([t.detach() for t in fresh])).detach()
             lo = cfg.linear_options
             scfg = _Config(lo.get("method"), lo.get("preconditioner", "block_jacobi"), _adjoint_rtol(u.dtype),
                            0.0, lo.get("maxiter"), lo.get("restart", 30), "raise", lo.get("local_options"), False)
@@ -233,13 +277,13 @@ class _Implicit(torch.autograd.Function):
         grads = torch.autograd.grad(r, leaves, -lam, allow_unused=True) if leaves else ()
         it = iter(grads)
         out = []
-        for p, t in zip(params, ctx.is_tensor):
-            if t and p.is_floating_point():
+        for t in fresh:
+            if _differentiable(t):
                 gp = next(it)
-                out.append(gp if gp is not None else torch.zeros_like(p))
+                out.append(gp if gp is not None else torch.zeros_like(t))
             else:
                 out.append(None)
-        return (None, None, None, None, None, *out)
+        return (None, None, None, None, None, None, *out)
 
 
 def nonlinear_solve(F: Callable, u0: torch.Tensor, params: Sequence = (), *, comm=None, jacobian: Callable | None = None,
@@ -247,7 +291,9 @@ def nonlinear_solve(F: Callable, u0: torch.Tensor, params: Sequence = (), *, com
                     max_backtracks: int = 20, linear_options: dict | None = None, on_nonconvergence: str = "raise",
                     return_info: bool = False):
     """Solve ``F(u, *params) = 0`` for this rank's rows ``u`` by distributed Newton-Krylov;
-    differentiable in the tensor ``params`` (adjoint). Collective.
+    differentiable in the tensor ``params`` and in the values of ``DSparseTensor`` /
+    ``sparsetorch.SparseTensor`` params (adjoint; ``F`` receives them rebuilt on the same pattern by
+    ``with_values``, as the core's ``nonlinear_solve`` passes a SparseTensor). Collective.
 
     ``jacobian``: ``J(u, *params) -> DSparseTensor`` assembled per rank (Newton systems by
     :func:`~sparsetorch_distributed.solve` with ``linear_options``: ``method``, ``preconditioner``,
@@ -258,7 +304,8 @@ def nonlinear_solve(F: Callable, u0: torch.Tensor, params: Sequence = (), *, com
     also when the Newton step falls below the rounding of ``u``). Returns ``u`` (or
     ``(u, DNonlinearInfo)``). See the module docstring for the method and the gradients.
 
-    Gradients land on each rank's own ``params``; a parameter every rank holds a copy of (a
+    Gradients land on each rank's own ``params`` (a DSparseTensor's on this rank's values, and from
+    there on the entry values it was built from); a parameter every rank holds a copy of (a
     replicated scalar) gets on each rank that rank's share of the gradient: sum them with
     :func:`global_sum` for the total.
     """
@@ -293,14 +340,16 @@ def nonlinear_solve(F: Callable, u0: torch.Tensor, params: Sequence = (), *, com
                   "params": len(params), "rtol": _float_bits(rtol), "atol": _float_bits(atol),
                   "line_search": int(cfg.line_search), "max_backtracks": cfg.max_backtracks},
                  shown={"rtol": rtol, "atol": atol})
-        mine = any(isinstance(p, torch.Tensor) and p.requires_grad for p in params)
+        # DSparseTensor / SparseTensor params as their values (read here: a deferred input error is agreed)
+        slots = _Slots(params)
+        leaves = slots.leaves
+        mine = any(t.requires_grad for t in leaves)
         grad_flags(chk, mine)   # (the same all_reduce: no collective of its own)
     if settle_grad_mode(comm, chk, "distributed nonlinear_solve") and not mine:
         # the backward communicates: this rank takes part with a placeholder leaf
-        params = tuple(p.detach().requires_grad_(True) if isinstance(p, torch.Tensor) and p.is_floating_point()
-                       else p for p in params)
+        leaves = tuple(t.detach().requires_grad_(True) if _differentiable(t) else t for t in leaves)
     recs: list = []
-    u = _Implicit.apply(u0.detach(), F, cfg, comm, recs, *params)
+    u = _Implicit.apply(u0.detach(), F, cfg, comm, recs, slots, *leaves)
     rec = recs[0]
     info = DNonlinearInfo(method="newton", jacobian="assembled" if jacobian is not None else "matrix-free",
                           iterations=rec["iterations"], residual=rec["residual"],

@@ -25,15 +25,19 @@ import sparsetorch as st
 from sparsetorch.backend import first_order_in, first_order_only
 
 from .comm import Comm, dtype_code
-from .errors import MismatchError
+from .errors import DistributedError, MismatchError
 from .exchange import as_rows, from_rows
 from .tensor import next_op_epoch
 
-__all__ = ["matmul", "dot", "norm", "global_sum", "check_vector", "first_order_pair"]
+__all__ = ["matmul", "dot", "norm", "matrix_norm", "global_sum", "check_vector", "first_order_pair"]
 
 
-def check_vector(A, X: torch.Tensor, what: str, *, batch_ok: bool = True) -> None:
-    """Local shape/dtype/device checks of a vector against ``A`` (raises InputError, not agreed)."""
+def check_vector(A, X: torch.Tensor, what: str, *, batch_ok: bool = True) -> tuple[bool, bool]:
+    """Local shape/dtype/device checks of a vector against ``A`` (raises InputError, not agreed). Returns which of
+    the two readings of a 2-D ``X`` for a matrix with one batch dimension fit this rank: ``(per_member,
+    shared)`` (``(B, n_local)``, one vector per member, and ``(n_local, k)``, columns shared by the members);
+    :func:`vector_flags` and :func:`vector_reading` settle the reading over the ranks. Other shapes read one way
+    only: ``(False, False)`` for them."""
     if not isinstance(X, torch.Tensor):
         raise st.InputError(f"{what}: expected a torch.Tensor of this rank's {A.n_local} rows, got {type(X).__name__}")
     if X.dtype != A.dtype:
@@ -41,14 +45,91 @@ def check_vector(A, X: torch.Tensor, what: str, *, batch_ok: bool = True) -> Non
                             f"(cast with .to({A.dtype}))")
     if X.device != A.device:
         raise st.InputError(f"{what}: the vector is on {X.device} and the matrix on {A.device} (rank {A.comm.rank})")
-    rowdim = 0 if X.dim() <= 2 else X.dim() - 2
-    if X.dim() == 0 or X.shape[rowdim] != A.n_local:
-        raise st.InputError(f"{what}: rank {A.comm.rank} owns {A.n_local} rows, the vector has shape {tuple(X.shape)} "
-                            f"(pass this rank's rows only: (n_local,), (n_local, k) or (*batch, n_local, k))")
+    n, vb = A.n_local, tuple(A.batch_shape)
+    nb = len(vb)
+    forms = "(n_local,), (n_local, k)" + (f", {vb + ('n_local',)} or {vb + ('n_local', 'k')}" if nb else "")
+    if X.dim() == 0:
+        raise st.InputError(f"{what}: rank {A.comm.rank} owns {n} rows, the vector is a 0-d tensor (pass this rank's "
+                            f"rows only: {forms})")
+    if nb == 1 and X.dim() == 2:
+        per_member = X.shape[0] == vb[0] and X.shape[1] == n
+        shared = X.shape[0] == n
+        if not (per_member or shared):
+            raise st.InputError(f"{what}: rank {A.comm.rank} owns {n} rows, the vector has shape {tuple(X.shape)} "
+                                f"(pass this rank's rows only: {forms}; a 2-D right-hand side of a matrix with value "
+                                f"batch {vb} is one vector per member, ({vb[0]}, {n}) here, or columns shared by the "
+                                f"members, ({n}, k))")
+        return per_member, shared
     if X.dim() > 2:
-        if not A.batch_shape or tuple(X.shape[:-2]) != A.batch_shape:
-            raise st.InputError(f"{what}: a vector with batch {tuple(X.shape[:-2])} needs a matrix with that value "
-                                f"batch, the matrix has batch {A.batch_shape}")
+        rowdim = X.dim() - 1 if nb and X.dim() == nb + 1 else X.dim() - 2   # (*batch, n_local) or (*batch, n_local, k)
+        lead = tuple(X.shape[:rowdim])
+        if not nb or lead != vb:
+            raise st.InputError(f"{what}: a vector with batch {lead} needs a matrix with that value batch, the matrix "
+                                f"has batch {vb} (rank {A.comm.rank}; shapes: {forms})")
+        if X.shape[rowdim] != n:
+            raise st.InputError(f"{what}: rank {A.comm.rank} owns {n} rows, the vector has shape {tuple(X.shape)} "
+                                f"(pass this rank's rows only: {forms})")
+        return False, False
+    if X.shape[0] != n:
+        raise st.InputError(f"{what}: rank {A.comm.rank} owns {n} rows, the vector has shape {tuple(X.shape)} "
+                            f"(pass this rank's rows only: {forms})")
+    return False, False
+
+
+#: the flags :func:`vector_flags` sets in an entry point's ``comm.checked(..., flags=...)`` (the reading of a 2-D
+#: right-hand side of a matrix with one batch dimension: which ranks it does not fit either way, its column counts)
+VECTOR_FLAGS = ("rhs not per-member", "rhs not shared", "rhs columns hi", "rhs columns lo")
+
+
+def ambiguous(A, X: torch.Tensor) -> bool:
+    """Whether ``X``'s shape reads two ways for ``A`` (a 2-D ``X``, a matrix with one batch dimension): the same on
+    every rank once the agreement compared the vector's dimensions and A's batch."""
+    return len(A.batch_shape) == 1 and X.dim() == 2
+
+
+def vector_flags(chk, A, X: torch.Tensor, fits: tuple[bool, bool]) -> int:
+    """Inside an entry point's ``comm.checked``: the reading flags (:data:`VECTOR_FLAGS`) of this rank's ``X`` and the
+    ``columns`` field every rank must share (returned; 0 for an ambiguous shape, whose column count is compared
+    after the reading is settled)."""
+    if ambiguous(A, X):
+        chk.flag({"rhs not per-member": int(not fits[0]), "rhs not shared": int(not fits[1]),
+                  "rhs columns hi": X.shape[1], "rhs columns lo": -X.shape[1]})
+        return 0
+    if len(A.batch_shape) > 1 and X.dim() == len(A.batch_shape) + 1:
+        return 1    # one vector per member
+    return X.shape[-1] if X.dim() > 1 else 1
+
+
+def vector_reading(comm: Comm, chk, A, X: torch.Tensor, what: str) -> bool:
+    """After the agreement: whether ``X`` is one vector per batch member, ``(*batch, n_local)`` (the caller then
+    passes ``X.unsqueeze(-1)`` to the kernels and squeezes the result). A 2-D ``X`` of a matrix with one batch
+    dimension of ``B`` members reads ``(B, n_local)`` (one vector per member) when it has that shape on every
+    rank, which wins where ``(n_local, k)`` fits too (the core's rule: the batched reading wins), else
+    ``(n_local, k)``, columns shared by the members, when it has that shape on every rank. The reading is decided
+    from every rank's shape (flags of the agreement), so no rank's ``n_local`` alone decides it; a shape with no
+    common reading raises ``InputError``, shared columns that differ between the ranks ``MismatchError``, on
+    every rank (both from the same reduced flags)."""
+    if not ambiguous(A, X):
+        return len(A.batch_shape) >= 1 and X.dim() == len(A.batch_shape) + 1
+    m = chk.maxed
+    if not m["rhs not per-member"]:
+        return True
+    if not m["rhs not shared"]:
+        hi, lo = m["rhs columns hi"], -m["rhs columns lo"]
+        if hi != lo:
+            everyone = comm.allgather_object(tuple(X.shape))
+            raise MismatchError(f"{what}: the ranks disagree on columns (the right-hand side read as columns shared "
+                                f"by the batch members, (n_local, k): " + ", ".join(f"rank {r}={s}" for r, s in
+                                                                                   enumerate(everyone))
+                                + "); every rank must pass the same k")
+        return False
+    everyone = comm.allgather_object(tuple(X.shape))
+    B = A.batch_shape[0]
+    raise st.InputError(f"{what}: the 2-D right-hand side reads neither as one vector per batch member ({B}, n_local) "
+                        f"on every rank nor as columns shared by the members (n_local, k) on every rank (shapes: "
+                        + ", ".join(f"rank {r}={s}" for r, s in enumerate(everyone))
+                        + "); pass one form on every rank (a shared block may also be expanded over the batch: "
+                          f"X.expand({B}, n_local, k))")
 
 
 class _Matmul(torch.autograd.Function):
@@ -133,19 +214,26 @@ def first_order_pair(A, op: str, name: str, dV, dY, values, Y, *, values_in_valu
 
 
 def matmul(A, X: torch.Tensor, *, transpose: bool = False) -> torch.Tensor:
-    """``A @ X`` (``A^T @ X`` with ``transpose``) for a DSparseTensor ``A`` and local ``X``. Collective."""
+    """``A @ X`` (``A^T @ X`` with ``transpose``) for a DSparseTensor ``A`` and local ``X``: ``(n_local,)``,
+    ``(n_local, k)`` (shared by the members of a value batch), or for a value batch ``(*batch, n_local)`` (one
+    vector per member) and ``(*batch, n_local, k)``; a 2-D ``X`` of a one-dimensional batch of ``B`` reads
+    ``(B, n_local)`` where it has that shape on every rank (:func:`vector_reading`). Collective."""
     next_op_epoch()  # copies of A's values made by an earlier call are made again
     comm = A.comm
     what = "DSparseTensor matmul"
-    with comm.checked(what, same=("columns", "vector dims", "dtype", "A batch"), flags=GRAD_FLAGS) as chk:
+    with comm.checked(what, same=("columns", "vector dims", "dtype", "A batch"), flags=GRAD_FLAGS + VECTOR_FLAGS) as chk:
         A._check_writes()  # with_values' deferred input error, or a write into summed values that would be dropped
-        check_vector(A, X, "matmul")
-        chk.same({"columns": X.shape[-1] if X.dim() > 1 else 1, "vector dims": X.dim(), "dtype": dtype_code(X.dtype),
+        forms = check_vector(A, X, "matmul")
+        chk.same({"columns": vector_flags(chk, A, X, forms), "vector dims": X.dim(), "dtype": dtype_code(X.dtype),
                   "A batch": batch_code(A)}, shown={"A batch": tuple(A.batch_shape)})
         grad_flags(chk, A._meta.requires_grad or X.requires_grad)   # (the same all_reduce: no collective of its own)
     anyone = settle_grad_mode(comm, chk, what)
+    per_member_vector = vector_reading(comm, chk, A, X, what)
     values = A.values
-    return _Matmul.apply(values, leaf_if_needed(anyone, values, X), A, transpose)
+    X = leaf_if_needed(anyone, values, X)
+    if per_member_vector:   # (*batch, n_local): one column per member
+        return _Matmul.apply(values, X.unsqueeze(-1), A, transpose).squeeze(-1)
+    return _Matmul.apply(values, X, A, transpose)
 
 
 def batch_code(A) -> int:
@@ -249,9 +337,11 @@ def dot(x: torch.Tensor, y: torch.Tensor, comm: Comm) -> torch.Tensor:
 _NORM_FAST_EXP = (-450, 480)
 
 
-def norm(x: torch.Tensor, comm: Comm) -> torch.Tensor:
+def norm(x, comm: Comm | None = None) -> torch.Tensor:
     """Global 2-norm of a distributed vector; replicated; differentiable (gradient ``x / ||x||``, 0 at ``x = 0`` as
-    ``torch.linalg.vector_norm``). One all_reduce of one float64: each rank's sum of squares, taken of its part
+    ``torch.linalg.vector_norm``). For a :class:`DSparseTensor` the Frobenius norm of the matrix (per member of
+    a value batch, shape ``A.batch_shape``; see :func:`matrix_norm`); ``comm`` defaults to the matrix's (a
+    vector's: the default group). One all_reduce of one float64: each rank's sum of squares, taken of its part
     scaled by a power of two from its own largest entry and unscaled in float64 (exact: powers of two), so that no
     square under- or overflows (float32 entries of 1e20 gave inf, of 1e-25 gave 0; the gradient at 0 was NaN;
     outside sweep). Only float64 parts whose largest entry is beyond 2**480 or below 2**-450 (and NaN / Inf) do
@@ -260,6 +350,15 @@ def norm(x: torch.Tensor, comm: Comm) -> torch.Tensor:
     rank relative to the largest exponent. (A max all_reduce of the scale first made every call two; the review.)
     Integer and bool tensors give ``sqrt(sum x^2)`` in the default float dtype, as before the scaled norm (which
     raised TypeError for them for a while); half precision sums in float32. Collective."""
+    from .comm import get_comm
+    from .tensor import DSparseTensor
+
+    if isinstance(x, DSparseTensor):
+        return matrix_norm(x, "fro", comm)
+    if not isinstance(x, torch.Tensor):
+        raise st.InputError(f"norm takes a distributed vector (this rank's rows, a torch.Tensor) or a DSparseTensor "
+                            f"(its Frobenius norm), got {type(x).__name__}")
+    comm = get_comm(comm)
     if not x.is_floating_point() and not x.is_complex():
         x = x.to(torch.float64)
         out_dtype = torch.get_default_dtype()
@@ -321,3 +420,72 @@ def _norm_slots(x: torch.Tensor, acc: torch.dtype, s: torch.Tensor, e: int, comm
         return ss
     h = top // 2
     return torch.sqrt(ss) * 2.0 ** h * 2.0 ** (top - h)
+
+
+def matrix_norm(A, ord: str = "fro", comm: Comm | None = None) -> torch.Tensor:
+    """Frobenius norm of a :class:`DSparseTensor` (``ord="fro"``, the only one built): ``sqrt`` of the sum over the
+    ranks of their slot values' squares (every stored entry lives on one rank, its row's owner; repeated input
+    entries are summed into their slot first, as the matrix reads them). A value batch gives one norm per member,
+    shape ``A.batch_shape``. Replicated, differentiable in ``A.values`` (and so in the entry values it was built
+    from; gradient ``values / ||A||``, 0 at ``A = 0``). One all_reduce (sum) of ``members + 1`` float64: each
+    rank's sum of squares per member, scaled by a power of two from its own largest entry and unscaled in float64
+    (exact), and an error flag, so that a rank whose matrix cannot be read (a deferred :meth:`with_values` error, a
+    bad ``ord``) raises the same error on every rank (one agreement more, on that path only). A float64 member
+    whose largest entry on some rank is beyond ``2**480`` or below ``2**-450`` is taken again by :func:`norm`
+    (one all_reduce more each, as a vector's). Collective."""
+    from .comm import get_comm
+
+    comm = A.comm if comm is None else get_comm(comm)
+    what = "distributed norm"
+    members = math.prod(A.batch_shape) if A.batch_shape else 1
+    error: BaseException | None = None
+    t = flat = None
+    try:
+        if ord != "fro":
+            raise st.InputError(f"norm of a DSparseTensor: ord must be 'fro' (the Frobenius norm; the only one "
+                                f"built), got {ord!r} on rank {comm.rank}")
+        A._check_writes()  # with_values' deferred input error, or a write into summed values that would be dropped
+        flat = A.values.reshape(members, A.nse_local)
+        t = _member_sumsq(flat)
+    except st.SparseTorchError as exc:
+        error = exc
+    except Exception as exc:  # noqa: BLE001 - this rank's matrix: agreed below, raised on every rank
+        error = st.InputError(f"{what}: rank {comm.rank}'s input raised {type(exc).__name__}: {exc}")
+        error.__cause__ = exc
+    if t is None:
+        t = torch.zeros(members, dtype=torch.float64, device=A.device)
+    flag = t.new_full((1,), 1.0 if error is not None else 0.0).detach()
+    ss = global_sum(torch.cat([t, flag]), comm)
+    if float(ss[-1].detach()):
+        comm.agree(error, what)   # every rank sees the flag: the failing rank's error, raised on every rank
+        raise DistributedError(f"{what}: a rank flagged an error but none reported it")  # unreachable
+    ss = ss[:-1]
+    assert flat is not None
+    if not bool(torch.isfinite(ss.detach()).all()):
+        # some rank's member does not fit float64 unscaled (or holds NaN / Inf): norm's exact slots, per member
+        out = torch.stack([norm(flat[i], comm) for i in range(members)])
+    else:
+        pos = ss > 0    # a zero member: value 0, gradient 2 y = 0 (sqrt's was 0 * inf = NaN)
+        out = torch.where(pos, torch.sqrt(torch.where(pos, ss, torch.ones_like(ss))), ss).to(A.dtype)
+    return out.reshape(A.batch_shape) if A.batch_shape else out[0]
+
+
+def _member_sumsq(flat: torch.Tensor) -> torch.Tensor:
+    """Per row of ``flat`` ``(members, nse)``: this rank's sum of squares in float64, computed scaled by a power of
+    two from the row's largest entry (exact) and unscaled; NaN where that does not fit float64 (a float64 row whose
+    largest entry is beyond ``2**480`` or below ``2**-450``, as :func:`norm`'s; NaN / Inf entries too)."""
+    members = flat.shape[0]
+    if flat.shape[1] == 0:
+        return torch.zeros(members, dtype=torch.float64, device=flat.device) + 0.0 * flat.sum(-1).to(torch.float64)
+    m = flat.detach().abs().amax(-1).to(torch.float64).cpu().tolist()
+    fi = torch.finfo(flat.dtype)
+    lo, hi = math.frexp(fi.tiny)[1] + 2, math.frexp(fi.max)[1] - 2
+    exps = [min(max(math.frexp(v)[1], lo), hi) if v > 0 and math.isfinite(v) else 0 for v in m]
+    down = torch.tensor([2.0 ** -e for e in exps], dtype=torch.float64, device=flat.device)
+    y = flat.to(torch.float64) * down[:, None]      # exact (powers of two); e piecewise constant: no gradient
+    s = (y * y).sum(-1)
+    wide = flat.dtype == torch.float64
+    fast = [not wide or v == 0.0 or _NORM_FAST_EXP[0] <= e <= _NORM_FAST_EXP[1] for v, e in zip(m, exps)]
+    up = torch.tensor([4.0 ** e if ok else math.nan for e, ok in zip(exps, fast)], dtype=torch.float64,
+                      device=flat.device)
+    return s * up

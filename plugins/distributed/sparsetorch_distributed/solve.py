@@ -28,7 +28,8 @@ from .errors import DistributedError
 from .exchange import as_rows, from_rows
 from .krylov import METHODS, Reducer, _Abort
 from .krylov_block import BLOCK_METHODS, _cs, _red
-from .ops import GRAD_FLAGS, batch_code, check_vector, first_order_pair, grad_flags, leaf_if_needed, settle_grad_mode
+from .ops import (GRAD_FLAGS, VECTOR_FLAGS, ambiguous, batch_code, check_vector, first_order_pair, grad_flags,
+                  leaf_if_needed, settle_grad_mode, vector_flags, vector_reading)
 from .precond import A_SINGULAR, make_preconditioner
 from .tensor import next_op_epoch
 
@@ -234,6 +235,13 @@ def _forward_scale_maxes(A, values: torch.Tensor, B: torch.Tensor) -> torch.Tens
     per_member = B.dim() > 2
     Bf = B.detach().reshape(Bsz, n, B.shape[-1]) if per_member else B.detach()
     return torch.cat([_scale_maxes(vflat[i], as_rows(Bf[i] if per_member else Bf, n)[0]) for i in range(Bsz)])
+
+
+def _as_kernel_rhs(A, B: torch.Tensor) -> torch.Tensor:
+    """``B`` as :class:`_Solve` takes it, for a shape that reads one way only: ``(*batch, n_local)`` (one vector
+    per member of a batch of two or more dimensions) as ``(*batch, n_local, 1)``."""
+    nb = len(A.batch_shape)
+    return B.unsqueeze(-1) if nb > 1 and B.dim() == nb + 1 else B
 
 
 def _times_pow2(X: torch.Tensor, d: list[int]) -> torch.Tensor:
@@ -625,10 +633,14 @@ def solve(A, B: torch.Tensor, *, method: str | None = None, preconditioner="bloc
     """Solve ``A X = B`` for a :class:`DSparseTensor` (or a :class:`DSparseTensorList` with a list
     of right-hand sides); differentiable in ``A.values`` and ``B``. Collective.
 
-    ``B`` is this rank's rows: ``(n_local,)``, ``(n_local, k)``, or ``(*batch, n_local, k)`` for a
-    value batch. ``method``: "cg", "minres" (symmetric A), "bicgstab", "gmres" (any A); default:
-    CG then MINRES then GMRES for a symmetric A (tested with one random product each way), BiCGStab
-    then GMRES otherwise, the next one taking over when one fails. ``preconditioner``:
+    ``B`` is this rank's rows: ``(n_local,)``, ``(n_local, k)`` (shared by the members of a value
+    batch), or for a value batch ``(*batch, n_local)`` (one vector per member) and
+    ``(*batch, n_local, k)``; a 2-D ``B`` of a batch ``(B,)`` is one vector per member where it has
+    shape ``(B, n_local)`` on every rank (the batched reading wins, as in ``sparsetorch.solve``), else
+    ``(n_local, k)``: the reading is settled over the ranks, never by one rank's ``n_local``.
+    ``method``: "cg", "minres" (symmetric A), "bicgstab", "gmres" (any A); default: CG then MINRES
+    then GMRES for a symmetric A (tested with one random product each way), BiCGStab then GMRES
+    otherwise, the next one taking over when one fails. ``preconditioner``:
     "block_jacobi" (each rank's diagonal block solved through ``sparsetorch.Solver`` dispatch;
     ``local_options`` are its options), "jacobi", None, or a callable on local vectors.
     ``rtol=None`` is the core's accuracy contract (1e-10 float64, 1e-5 float32), on the true
@@ -656,13 +668,13 @@ def solve(A, B: torch.Tensor, *, method: str | None = None, preconditioner="bloc
     t0 = time.perf_counter()
     same = ("dtype", "B dims", "columns", "method", "maxiter", "block", "rtol", "atol", "restart", "preconditioner",
             "symmetric", "on_nonconvergence", "A batch")
-    with comm.checked("distributed solve", same=same, flags=GRAD_FLAGS, floats=True) as chk:
+    with comm.checked("distributed solve", same=same, flags=GRAD_FLAGS + VECTOR_FLAGS, floats=True) as chk:
         A._check_writes()  # with_values' deferred input error, or a write into summed values that would be dropped
         if on_nonconvergence not in _POLICIES:
             raise st.InputError(f"on_nonconvergence must be one of {_POLICIES}, got {on_nonconvergence!r}")
         if method is not None and method not in METHODS:
             raise st.InputError(f"unknown method {method!r}; choose one of {sorted(METHODS)} or None")
-        check_vector(A, B, "solve")
+        forms = check_vector(A, B, "solve")
         if not bool(torch.isfinite(B.detach()).all()):
             raise st.InputError(f"the right-hand side holds NaN or Inf on rank {comm.rank}")
         if not bool(torch.isfinite(A.values.detach()).all()):
@@ -675,7 +687,7 @@ def solve(A, B: torch.Tensor, *, method: str | None = None, preconditioner="bloc
             raise st.InputError(f"maxiter must be a positive int or None, got {maxiter!r}")
         if not isinstance(restart, int) or isinstance(restart, bool) or restart < 1:
             raise st.InputError(f"restart (GMRES's Krylov space per cycle) must be a positive int, got {restart!r}")
-        chk.same({"dtype": dtype_code(B.dtype), "B dims": B.dim(), "columns": B.shape[-1] if B.dim() > 1 else 1,
+        chk.same({"dtype": dtype_code(B.dtype), "B dims": B.dim(), "columns": vector_flags(chk, A, B, forms),
                   "method": sorted(METHODS).index(method) + 1 if method else 0,
                   "maxiter": maxiter if maxiter is not None else -1, "block": int(bool(block)),
                   # options that steer the iteration: ranks that disagree on one
@@ -693,13 +705,20 @@ def solve(A, B: torch.Tensor, *, method: str | None = None, preconditioner="bloc
         # more than FLOAT_SLOTS of them: one max all_reduce more). Each took an all_reduce of its own (the review)
         grad_flags(chk, A._meta.requires_grad or B.requires_grad)
         values = A.values
-        local = _forward_scale_maxes(A, values, B)
-        fits = chk.floats(local.tolist())       # False beyond FLOAT_SLOTS maxima
+        # a 2-D B of a one-dimensional batch: its reading (so the maxima's count) is settled by the agreement, and
+        # its maxima take one max all_reduce of their own below
+        local = None if ambiguous(A, B) else _forward_scale_maxes(A, values, _as_kernel_rhs(A, B))
+        fits = local is not None and chk.floats(local.tolist())       # False beyond FLOAT_SLOTS maxima
     cfg = _Config(method, preconditioner, default_rtol(A.dtype) if rtol is None else float(rtol), float(atol), maxiter,
                   int(restart), on_nonconvergence, local_options, symmetric, callback, bool(block),
                   sharpen=rtol is None and not atol)
     anyone = settle_grad_mode(comm, chk, "distributed solve")
+    per_member_vector = vector_reading(comm, chk, A, B, "distributed solve")
     B = leaf_if_needed(anyone, values, B)
+    if per_member_vector:   # (*batch, n_local): one column per member (the result squeezed back below)
+        B = B.unsqueeze(-1)
+    if local is None:
+        local = _forward_scale_maxes(A, values, B)
     if fits:
         m = chk.maxed_floats(local.numel())
     else:
@@ -710,6 +729,8 @@ def solve(A, B: torch.Tensor, *, method: str | None = None, preconditioner="bloc
     sym = symmetric if symmetric is not None else is_symmetric(A, _agreed=True, _amax=[grp[0] for grp in groups])
     infos: list = []
     X = _Solve.apply(values, B, A, cfg, sym, infos, scales)
+    if per_member_vector:
+        X = X.squeeze(-1)
     worst = max(infos, key=lambda i: (i["status"] != Status.CONVERGED, i["residual"]))
     info = DSolveInfo(method=worst["method"], preconditioner=worst.get("preconditioner"),
                       iterations=max(i["iterations"] for i in infos), residual=max(i["residual"] for i in infos),

@@ -471,8 +471,11 @@ class DSparseTensor:
 
     # public ops ----------------------------------------------------------------------------------
     def matmul(self, X: torch.Tensor) -> torch.Tensor:
-        """``A @ X`` with ``X`` local: ``(n_local,)``, ``(n_local, k)``, or ``(*batch, n_local, k)`` for
-        a value batch. Differentiable in ``X`` and ``values``. Collective."""
+        """``A @ X`` with ``X`` local: ``(n_local,)``, ``(n_local, k)``, or for a value batch
+        ``(*batch, n_local)`` (one vector per member) and ``(*batch, n_local, k)``; a 2-D ``X`` of a
+        batch ``(B,)`` is ``(B, n_local)`` where it has that shape on every rank, else ``(n_local, k)``
+        shared by the members (see :func:`sparsetorch_distributed.ops.vector_reading`). Differentiable
+        in ``X`` and ``values``. Collective."""
         from .ops import matmul
 
         return matmul(self, X)
@@ -484,6 +487,20 @@ class DSparseTensor:
         from .ops import matmul
 
         return matmul(self, X, transpose=True)
+
+    def solve(self, B: torch.Tensor, **options):
+        """``sparsetorch_distributed.solve(self, B, **options)`` (this rank's rows of ``B``). Collective."""
+        from .solve import solve
+
+        return solve(self, B, **options)
+
+    def norm(self, ord: str = "fro") -> torch.Tensor:
+        """The Frobenius norm (``ord="fro"``, the only one built), replicated, per member of a value batch;
+        differentiable in :attr:`values`. One all_reduce. Collective (see
+        :func:`sparsetorch_distributed.ops.matrix_norm`)."""
+        from .ops import matrix_norm
+
+        return matrix_norm(self, ord)
 
     def diagonal(self) -> torch.Tensor:
         """This rank's rows of the diagonal ``(*batch, n_local)`` (zeros where none is stored)."""
