@@ -108,6 +108,17 @@ def _equilibrated(A: SparseTensor, values: torch.Tensor) -> tuple[torch.Tensor, 
     real = mag.dtype
     batch = values.shape[:-1]
     dev = values.device
+    # xGEEQU, rows then columns (log2 of the scalings, rounded: exact powers of two), from the magnitudes: the
+    # common, well-scaled case (on the path of every default LU) ends here
+    def lmax(t: torch.Tensor, idx: torch.Tensor, size: int) -> torch.Tensor:
+        top = torch.zeros(*batch, size, dtype=real, device=dev).scatter_reduce(-1, idx.expand(*batch, -1), t, "amax")
+        return torch.where(top > 0, torch.log2(torch.where(top > 0, top, torch.ones_like(top))), torch.zeros_like(top))
+
+    lr1 = -torch.round(lmax(mag, rows, m))
+    half = torch.floor(lr1 / 2).index_select(-1, rows)  # two factors: 2^lr1 alone overflows for a subnormal row
+    lc1 = -torch.round(lmax(mag * torch.exp2(half) * torch.exp2(lr1.index_select(-1, rows) - half), cols, n))
+    if _spread_log(lr1) <= _WELL_SCALED and _spread_log(lc1) <= _WELL_SCALED:
+        return _apply_scaling(A, values, slot, rows, cols, lr1, lc1, real)
     nz = mag > 0
     lg = torch.where(nz, torch.log2(torch.where(nz, mag, torch.ones_like(mag))), torch.zeros_like(mag))
     w = nz.to(real)
@@ -126,11 +137,8 @@ def _equilibrated(A: SparseTensor, values: torch.Tensor) -> tuple[torch.Tensor, 
 
     zr = torch.zeros(*batch, m, dtype=real, device=dev)
     zc = torch.zeros(*batch, n, dtype=real, device=dev)
-    cands = []
-    # xGEEQU both ways (log2 of the scalings, rounded: exact powers of two)
-    lr1 = -torch.round(line_max(lg, rows, m))
-    lc1 = -torch.round(line_max(lg + lr1.index_select(-1, rows), cols, n))
-    cands.append((lr1, lc1))
+    cands = [(lr1, lc1)]
+    # xGEEQU, columns then rows
     lc2 = -torch.round(line_max(lg, cols, n))
     lr2 = -torch.round(line_max(lg + lc2.index_select(-1, cols), rows, m))
     cands.append((lr2, lc2))
@@ -188,15 +196,30 @@ def _equilibrated(A: SparseTensor, values: torch.Tensor) -> tuple[torch.Tensor, 
         best = torch.where(better, sc, best)
         best_r = torch.where(better.unsqueeze(-1), lr_, best_r)
         best_c = torch.where(better.unsqueeze(-1), lc_, best_c)
-    # exponents a normal number of the dtype can carry
+    return _apply_scaling(A, values, slot, rows, cols, best_r, best_c, real)
+
+
+def _spread_log(lr: torch.Tensor) -> float:
+    """The spread (max - min, in binades) of log2 scalings over every batch member; 0 when empty."""
+    if not lr.numel() or not lr.shape[-1]:
+        return 0.0
+    return float((lr.amax(-1) - lr.amin(-1)).max())
+
+
+def _apply_scaling(A: SparseTensor, values: torch.Tensor, slot: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor,
+                   lr: torch.Tensor, lc: torch.Tensor, real: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(r, c, scaled values)`` of log2 scalings (exponents a normal number of the dtype can carry)."""
     top_exp = float(math.floor(math.log2(torch.finfo(real).max)) - 1)
-    r = torch.exp2(torch.clamp(best_r, -top_exp, top_exp))
-    c = torch.exp2(torch.clamp(best_c, -top_exp, top_exp))
+    r = torch.exp2(torch.clamp(lr, -top_exp, top_exp))
+    c = torch.exp2(torch.clamp(lc, -top_exp, top_exp))
     ve = values.clone()
     ve[..., slot] = values.index_select(-1, slot) * (r.index_select(-1, rows) * c.index_select(-1, cols)).to(values.dtype)
     return r.to(values.dtype), c.to(values.dtype), ve
 
 
+#: binades within which xGEEQU's row and column scalings count as "well scaled" (Ruiz and Curtis-Reid not tried):
+#: 2^4, the route's _EQUILIBRATE_SPREAD
+_WELL_SCALED = 4.0
 #: passes of Ruiz's equilibration at most (each halves the imbalance in binades: 2^1000 in ~10)
 _RUIZ_PASSES = 40
 #: CG steps of Curtis and Reid's scaling at most (the scalings are rounded to whole binades: a rough minimizer will do)
