@@ -25,10 +25,20 @@ def from_file(filename: str | Path):
     if suffix == ".mtx":
         try:
             import scipy.io  # noqa: PLC0415 - optional dependency
+            import scipy.sparse  # noqa: PLC0415
         except ImportError:
             raise InputError("from_file needs SciPy for Matrix Market files (pip install scipy)") from None
-        m = scipy.io.mmread(str(path)).tocoo()
-        values = torch.as_tensor(m.data)
+        try:
+            got = scipy.io.mmread(str(path))
+        except (ValueError, OSError) as e:
+            raise InputError(f"from_file: {str(filename)!r} is not a readable Matrix Market file ({e})") from None
+        # a dense 'array' file is read as an ndarray (its zeros dropped); 'integer' values become float64 (an
+        # integer dtype is not a value type the products and solves take; session 28: SuiteSparse's arrow.mtx)
+        m = scipy.sparse.coo_array(got) if not scipy.sparse.issparse(got) else got.tocoo()
+        data = m.data
+        if data.dtype.kind in "iub":
+            data = data.astype("float64")
+        values = torch.as_tensor(data)
         rows, cols = torch.as_tensor(m.row, dtype=torch.int64), torch.as_tensor(m.col, dtype=torch.int64)
         return SparseTensor.from_coo(values, rows, cols, shape=m.shape, format=COO_ND(2))
     lines = [ln.split() for ln in path.read_text().splitlines() if ln.strip() and not ln.lstrip().startswith("#")]

@@ -294,7 +294,7 @@ def from_dense(
     threshold: float | None,
     mask: torch.Tensor | None,
     batch_dims: int | None,
-    index_dtype: torch.dtype,
+    index_dtype: torch.dtype | None,
     max_fill: float | None = None,
 ) -> SparseTensor:
     if not isinstance(dense, torch.Tensor):

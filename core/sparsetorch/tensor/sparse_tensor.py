@@ -392,10 +392,11 @@ class SparseTensor(ViewMethods, AccessMethods):
         threshold: float | None = None,
         mask: torch.Tensor | None = None,
         batch_dims: int | None = None,
-        index_dtype: torch.dtype = torch.int64,
+        index_dtype: torch.dtype | None = None,
         max_fill: float | None = None,
     ) -> "SparseTensor":
         """Keep the entries of ``dense`` that are nonzero (or ``abs > threshold``, or where ``mask``).
+        ``index_dtype`` defaults to the format's preference, else int64.
 
         ``format`` defaults to CSR for matrices (COO of the right order otherwise). With leading
         batch dims (``batch_dims``, default ``dense.dim() - format.ndim``) the pattern is the union
