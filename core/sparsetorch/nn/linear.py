@@ -17,6 +17,7 @@ float32 accumulation, the output in that dtype; float64 layers are left alone, a
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import torch
 from torch import nn
@@ -28,6 +29,7 @@ from ..errors import BackendError, InputError, SparseTorchError
 from ..format import CSR, TensorFormat
 from ..ops.matmul import matmul, matmul_request
 from ..tensor import SparseTensor
+from ..tensor._compiling import compiling
 from ..tensor.pattern import version_of
 
 #: calls a layer's product is priced over when its plan is chosen (a layer is called once per
@@ -35,6 +37,9 @@ from ..tensor.pattern import version_of
 LAYER_REPEAT = 1000
 #: planned products kept per layer (one per batch size seen, most recent first)
 LAYER_HANDLES = 8
+#: held while a layer's planned products are added or evicted (a miss only: a call that finds its plan
+#: takes no lock), so that threads sharing a layer do not evict the same plan twice
+_HANDLES_LOCK = threading.Lock()
 #: on a CUDA device, when dispatch finds more than one capable backend and none is pinned, a
 #: layer's plan for a batch size is chosen by timing each candidate's product on the GPU (once,
 #: at the first call with that batch size; see :meth:`SparseLinear.plans`); False: dispatch's
@@ -89,7 +94,7 @@ class SparseLinear(nn.Module):
             # an index buffer or the values replaced (load_state_dict(assign=True), a direct assignment): the
             # pattern object a compiled region reads is rebuilt now (it kept the old pattern: a silent wrong
             # product, session 22's sweep); during __init__ the buffers are not all there yet
-            if self.__dict__.pop("_pattern", None) is not None and not torch.compiler.is_compiling():
+            if self.__dict__.pop("_pattern", None) is not None and not compiling():
                 self.weight  # noqa: B018
 
     def _apply(self, fn, recurse: bool = True):  # type: ignore[no-untyped-def]
@@ -104,7 +109,7 @@ class SparseLinear(nn.Module):
         pattern object across calls, so what sparsetorch derives from the pattern (entry lists,
         conversion maps, plans) is computed once, until ``.to()`` moves the index buffers."""
         cached = self.__dict__.get("_pattern")
-        if cached is not None and torch.compiler.is_compiling():
+        if cached is not None and compiling():
             # under torch.compile: the pattern object built eagerly (at construction and after every .to()),
             # whose buffer identities a traced graph cannot compare (fullgraph failed on reading .weight)
             return cached[1].with_values(self.values)
@@ -137,7 +142,7 @@ class SparseLinear(nn.Module):
         if x.device != self.values.device:
             raise InputError(f"SparseLinear: the input is on {x.device} and the layer on {self.values.device}; move "
                              f"one of them (layer.to(x.device) or x.to({str(self.values.device)!r}))")
-        if torch.compiler.is_compiling():
+        if compiling():
             y = self._traced_product(x)
         else:
             y = self._planned_product(x)      # the bias included
@@ -190,9 +195,11 @@ class SparseLinear(nn.Module):
         lp = handles.get(key)
         if lp is None:
             lp = self._plan_for_batch(x2)
-            if len(handles) >= LAYER_HANDLES:
-                handles.pop(next(iter(handles)))
-            handles[key] = lp
+            with _HANDLES_LOCK:  # the oldest plan out and this one in, one thread at a time (two threads
+                # evicting the same oldest key raised KeyError out of forward; session 28's sweep)
+                if key not in handles and len(handles) >= LAYER_HANDLES:
+                    handles.pop(next(iter(handles)))
+                handles[key] = lp
         bias = params.get("bias") if "bias" in params else self.bias
         if torch.is_grad_enabled() and (values.requires_grad or x.requires_grad):
             y = matmul_function(values, x2.mT, lp.handle).mT.reshape(*x.shape[:-1], self.out_features)
@@ -266,7 +273,9 @@ class SparseLinear(nn.Module):
         backend/method that runs it and, where it was chosen by timing on a CUDA device, what
         dispatch would have picked and each candidate's measured GPU and host seconds per call."""
         out = []
-        for key, lp in self.__dict__.get("_handles", {}).items():
+        with _HANDLES_LOCK:
+            held = list(self.__dict__.get("_handles", {}).items())
+        for key, lp in held:
             out.append({"batch": key[3], "dtype": str(key[1]).replace("torch.", ""), "device": str(key[2]),
                         "plan": lp.label, "index_dtype": str(lp.weight.index_dtype).replace("torch.", ""),
                         **lp.tuning})

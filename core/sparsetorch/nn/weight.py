@@ -17,6 +17,8 @@ import torch
 from .._after_import import after_import
 from ..errors import InputError
 from ..tensor import SparseTensor
+from ..tensor._compiling import compiling
+from ..ops.matmul import matmul
 from .linear import amp_matmul, autocast_dtype, rows_times_transpose
 
 __all__ = ["SparseWeight"]
@@ -32,12 +34,16 @@ class SparseWeight(torch.Tensor):
 
     - products: ``torch.matmul``/``@`` (either side), ``mm``, ``mv``, ``nn.functional.linear``
       (as the weight), ``addmm``/``addmv`` (``beta * input + alpha * product``, the sparse
-      operand being ``mat1``/``mat2``/``mat``), ``dot`` (1-D);
+      operand being ``mat1``/``mat2``/``mat``; ``input`` of the product's dtype, as torch
+      requires), ``dot`` (1-D); under ``torch.autocast`` each in the dtype torch's autocast
+      lists give the dense op on that device (``mv``/``addmv`` stay float32 on the CPU);
     - 3-D weights (a SparseTensor with one value-batch dimension: ``B`` matrices sharing a
       pattern): ``bmm``, ``baddbmm`` and ``matmul`` against ``(B, n, k)``/``(B, k, m)`` operands;
     - views: ``.t()``/``.T``/``.mT`` (``.t()``/``.T`` of a 1-D weight is itself, as in torch;
       ``.mT``/``transpose(-2, -1)`` for 3-D);
-    - metadata: ``shape``, ``dtype``, ``device``, ``dim()``, ``size()``;
+    - metadata: ``shape``, ``dtype``, ``device``, ``dim()``, ``size()``, ``numel()``/``nelement()``
+      (of the dense shape, as torch's sparse tensors), ``element_size()``/``itemsize`` (of a
+      stored value);
     - values: ``mul_(s)`` scales the stored values in place (``s`` a number or a 0-d tensor;
       under ``torch.no_grad()`` when the values are a leaf that requires grad, as for a dense
       weight); ``zeros_like``/``ones_like`` give a SparseWeight on the same pattern whose stored
@@ -47,13 +53,14 @@ class SparseWeight(torch.Tensor):
       (shared index buffers) whose stored values are the result, differentiable in the values:
       ``W * s``/``s * W``/``torch.mul``/``W.mul`` and ``W / s``/``torch.div`` by a number or a
       0-d tensor, ``-W``/``torch.neg``, ``W.to(dtype)``/``W.to(device)``/``.double()``/
-      ``.float()``/``.half()``/``.bfloat16()``/``.cpu()``, ``W.detach()`` (values detached),
-      ``W.clone()``/``torch.clone`` (index buffers and values copied);
+      ``.float()``/``.half()``/``.bfloat16()``/``.cpu()`` (``copy=True`` copies where nothing
+      changes), ``W.detach()``/``W.data`` (values detached), ``W.clone()``/``torch.clone`` (index
+      buffers and values copied);
     - serialization: ``torch.save``/``pickle`` store the SparseTensor (``torch.load(...,
       weights_only=True)`` loads it back, validating every buffer), ``copy.deepcopy`` copies
       it, and ``W.copy_(src)`` (what ``Module.load_state_dict`` calls for a SparseWeight buffer)
       writes ``src``'s values in place: ``src`` a SparseWeight on the same pattern
-      (:meth:`SparseTensor.copy_`'s checks), or a dense tensor of W's shape that is zero off
+      (:meth:`SparseTensor.copy_`'s checks; its values cast to W's dtype), or a dense tensor of W's shape that is zero off
       W's pattern (a dense checkpoint of a pruned model; a nonzero off the pattern raises).
 
         W = st.nn.SparseWeight(A)              # A: a SparseTensor (m, n), values may require grad
@@ -135,8 +142,8 @@ class SparseWeight(torch.Tensor):
                                  f"makes it a module's parameter), not a dense copy")
             raise InputError(f"SparseWeight does not implement {name}: it runs matmul/@, mm, mv, linear, addmm, addmv, "
                              f"dot, bmm, baddbmm, t/T/mT/transpose(-2, -1), mul_, zeros_like, ones_like, mul/div by a "
-                             f"scalar, neg, to, detach, clone and copy_ through sparsetorch; call .to_dense() first "
-                             f"for other operations")
+                             f"scalar, neg, to, detach/data, clone, copy_, numel/nelement and element_size through "
+                             f"sparsetorch; call .to_dense() first for other operations")
         return handler(*args, **kwargs)
 
     @classmethod
@@ -157,13 +164,31 @@ def _dense_operand(x: object, what: str) -> torch.Tensor:
     return x
 
 
+#: the products autocast runs in its lower precision, as torch's autocast op lists have them per device
+#: type: on the CPU ``mv``/``addmv`` (and ``dot``) stay in the operands' dtype, on CUDA (and the other
+#: devices, whose lists follow CUDA's) ``mv``/``addmv`` are cast too; ``dot`` is on neither list
+_AMP_OPS_CPU = frozenset({"matmul", "mm", "addmm", "linear", "bmm", "baddbmm"})
+_AMP_OPS = _AMP_OPS_CPU | {"mv", "addmv"}
+
+
+def _amp(what: str, device_type: str) -> bool:
+    """Whether autocast (where it is on) casts the operands of torch's ``what`` on ``device_type``."""
+    return what in (_AMP_OPS_CPU if device_type == "cpu" else _AMP_OPS)
+
+
 def _left(W: SparseWeight, X: torch.Tensor, what: str) -> torch.Tensor:
     """``W @ X`` for X of shape (n,) or (n, k)."""
     X = _dense_operand(X, what)
     if X.dim() not in (1, 2) or len(W._A.format_shape) != 2 or W._A.batch_shape:
         raise InputError(f"SparseWeight.{what}: needs a 2-D sparse matrix and a 1-D or 2-D dense operand, got "
                          f"{tuple(W.shape)} and {tuple(X.shape)}")
-    return amp_matmul(W._A, X)
+    dev = X.device.type
+    if _amp(what, dev) or not torch.is_autocast_enabled(dev):
+        return amp_matmul(W._A, X)
+    # an op autocast leaves alone on this device (torch.mv under CPU autocast stays float32): the product in
+    # the operands' own dtype, with autocast off inside it so the backends' dense ops are not cast either
+    with torch.autocast(dev, enabled=False):
+        return matmul(W._A, X)
 
 
 def _right(X: torch.Tensor, W: SparseWeight, what: str) -> torch.Tensor:
@@ -172,7 +197,7 @@ def _right(X: torch.Tensor, W: SparseWeight, what: str) -> torch.Tensor:
     if len(W._A.format_shape) != 2 or W._A.batch_shape or X.shape[-1] != W.shape[0]:
         raise InputError(f"SparseWeight.{what}: shapes {tuple(X.shape)} @ {tuple(W.shape)} do not match (a 2-D "
                          f"sparse weight on the right of a (..., {W.shape[0]}) operand)")
-    if torch.compiler.is_compiling():  # the SparseTensor's own operator: no transposed view in the graph
+    if compiling():  # the SparseTensor's own operator: no transposed view in the graph
         A = W._A
         dt = autocast_dtype(X.device.type, X.dtype, A.dtype)
         if dt is None:
@@ -302,16 +327,30 @@ def _t_strict(W):
     return _transposed(W)
 
 
-def _scaled(alpha, beta, product: torch.Tensor, input: torch.Tensor | None) -> torch.Tensor:
-    """``beta * input + alpha * product``; ``beta == 0`` ignores ``input`` (NaN included), as torch."""
+def _scaled(alpha, beta, product: torch.Tensor, input: torch.Tensor | None, what: str) -> torch.Tensor:
+    """``beta * input + alpha * product``; ``beta == 0`` ignores ``input``'s values (NaN included), as
+    torch. ``input`` has the product's dtype, as torch's ``what`` requires (beta 0 or not), except that
+    under autocast, for an op on its device's list, a floating input other than float64 is cast to the
+    autocast dtype with the operands (as autocast casts it)."""
     out = product if alpha == 1 else alpha * product
-    if input is None or (not isinstance(beta, torch.Tensor) and beta == 0):
+    if input is None:
         return out
     if isinstance(input, SparseWeight):
-        raise InputError("SparseWeight: the added input of addmm/addmv/baddbmm must be dense (adding a sparse "
-                         "weight to a dense product would densify it); call .to_dense() first")
-    if input.dtype != out.dtype and autocast_dtype(input.device.type, input.dtype) is not None:
-        input = input.to(out.dtype)  # autocast casts addmm's input too
+        raise InputError(f"SparseWeight.{what}: the added input must be dense (adding a sparse weight to a dense "
+                         f"product would densify it); call .to_dense() first")
+    if not isinstance(input, torch.Tensor):
+        raise InputError(f"SparseWeight.{what}: the added input must be a tensor, got {type(input).__name__}")
+    if input.dtype != out.dtype:
+        dev = input.device.type
+        if (_amp(what, dev) and input.is_floating_point() and input.dtype != torch.float64
+                and autocast_dtype(dev, input.dtype) == out.dtype):
+            input = input.to(out.dtype)  # autocast casts addmm's input too
+        else:
+            # torch refuses the mix rather than promote (a float64 input made the product float64; session 28's sweep)
+            raise InputError(f"SparseWeight.{what}: the added input is {input.dtype} and the product {out.dtype} "
+                             f"(torch.{what} takes one dtype); cast the input")
+    if not isinstance(beta, torch.Tensor) and beta == 0:
+        return out
     return out + (input if (not isinstance(beta, torch.Tensor) and beta == 1) else beta * input)
 
 
@@ -327,7 +366,7 @@ def _addmm(input, mat1, mat2, *, beta=1, alpha=1, out=None):
     if _ndim(mat1) != 2 or _ndim(mat2) != 2:
         raise InputError(f"SparseWeight.addmm: mat1 and mat2 must be 2-D, got {tuple(mat1.shape)} and {tuple(mat2.shape)}")
     prod = _left(mat1, mat2, "addmm") if isinstance(mat1, SparseWeight) else _right(mat1, mat2, "addmm")
-    return _scaled(alpha, beta, prod, input)
+    return _scaled(alpha, beta, prod, input, "addmm")
 
 
 def _addmv(input, mat, vec, *, beta=1, alpha=1, out=None):
@@ -336,7 +375,7 @@ def _addmv(input, mat, vec, *, beta=1, alpha=1, out=None):
         raise InputError("SparseWeight.addmv: mat must be the 2-D SparseWeight and vec a dense 1-D tensor")
     if not isinstance(vec, torch.Tensor) or vec.dim() != 1:
         raise InputError(f"SparseWeight.addmv: vec must be a 1-D dense tensor, got {tuple(getattr(vec, 'shape', ()))}")
-    return _scaled(alpha, beta, _left(mat, vec, "addmv"), input)
+    return _scaled(alpha, beta, _left(mat, vec, "addmv"), input, "addmv")
 
 
 def _bmm(a, b, *, out=None):
@@ -362,7 +401,7 @@ def _bmm(a, b, *, out=None):
 
 def _baddbmm(input, batch1, batch2, *, beta=1, alpha=1, out=None):
     _no_out(out, "baddbmm")
-    return _scaled(alpha, beta, _bmm(batch1, batch2), input)
+    return _scaled(alpha, beta, _bmm(batch1, batch2), input, "baddbmm")
 
 
 def _mul_(W, other):
@@ -434,14 +473,18 @@ def _neg(W, *, out=None):
 
 def _to(W, *args, **kwargs):
     kwargs.pop("memory_format", None)
-    kwargs.pop("copy", None)
+    copy = bool(kwargs.pop("copy", False))
+    if len(args) >= 3 and isinstance(args[-1], bool) and isinstance(args[-2], bool):
+        copy = copy or args[-1]  # Tensor.to(dtype, non_blocking, copy) / to(device, dtype, non_blocking, copy)
     # nn.Module._apply calls t.to(device, None, non_blocking) for a buffer that keeps its dtype
     args = tuple(a for a in args if a is not None and not isinstance(a, bool))
     kwargs = {k: v for k, v in kwargs.items() if v is not None and k != "non_blocking"}
-    if not args and not kwargs:
-        return W
-    A = W._A.to(*args, **kwargs)
-    return W if A is W._A else SparseWeight(A)
+    A = W._A.to(*args, **kwargs) if args or kwargs else W._A
+    if A is W._A:
+        # nothing to convert: W itself, or with copy=True a new weight, as torch returns a new tensor then (W
+        # itself came back, and writing the "copy" wrote W; session 28's sweep)
+        return SparseWeight(A.clone()) if copy else W
+    return SparseWeight(A)
 
 
 def _cast(dtype: torch.dtype):
@@ -452,6 +495,13 @@ def _cast(dtype: torch.dtype):
 
 def _detach(W):
     return SparseWeight(W._A.detach())
+
+
+def _numel(W) -> int:
+    n = 1
+    for d in W._A.shape:
+        n *= int(d)
+    return n
 
 
 def _clone(W, *, memory_format=None):
@@ -466,7 +516,9 @@ def _copy_(W, src, non_blocking: bool = False):
                          "use dense.copy_(W.to_dense())")
     A = W._A
     if isinstance(src, SparseWeight):
-        A.copy_(src._A)
+        # cast as torch's copy_ does (load_state_dict of a bfloat16 checkpoint into a float32 module raised; session
+        # 28's sweep); the pattern and everything else are SparseTensor.copy_'s checks
+        A.copy_(src._A if src._A.dtype == A.dtype else src._A.to(A.dtype))
         return W
     if not isinstance(src, torch.Tensor):
         raise InputError(f"SparseWeight.copy_ takes a SparseWeight or a dense tensor, got {type(src).__name__}")
@@ -540,6 +592,13 @@ _HANDLERS: dict = {
     torch.Tensor.mul_: _mul_,
     torch.Tensor.dim: lambda W: len(W.shape),
     torch.Tensor.size: lambda W, dim=None: W.shape if dim is None else W.shape[dim],
+    # sizes as torch's sparse tensors report them: numel of the dense shape, the element size of the values' dtype
+    torch.Tensor.numel: _numel,
+    torch.Tensor.nelement: _numel,
+    torch.numel: _numel,
+    torch.Tensor.element_size: lambda W: W._A.values.element_size(),
+    # W.data: W detached, as for a dense tensor (it reached aten.detach and raised a confusing error)
+    torch.Tensor.data.__get__: _detach,
     torch.zeros_like: _like(0.0),
     torch.ones_like: _like(1.0),
     torch.mul: _mul,
@@ -574,6 +633,8 @@ _HANDLERS: dict = {
     torch.Tensor.float: _cast(torch.float32),
     torch.Tensor.half: _cast(torch.float16),
     torch.Tensor.bfloat16: _cast(torch.bfloat16),
+    **({torch.Tensor.itemsize.__get__: lambda W: W._A.values.element_size()}
+       if hasattr(torch.Tensor, "itemsize") else {}),
     torch.detach: _detach,
     torch.Tensor.detach: _detach,
     torch.clone: _clone,

@@ -22,6 +22,7 @@ from ..dispatch.records import ExplainTable
 from ..dispatch.select import backend_hint, check_backend_options, get_backends, unknown_method
 from ..errors import BackendError, IndefiniteMatrixError, InputError, NoBackendError, SingularMatrixError, SparseTorchError
 from ..tensor import SparseTensor, SparseTensorList
+from ..tensor._compiling import compiling
 from .accuracy import default_rtol
 from ..tensor.sparse_tensor import is_plain, vmapped
 from ..tensor.pattern import version_of
@@ -174,7 +175,7 @@ def solve(
       an offer may need (offers above it are declined).
     - ``cache``: keep the plan in the plan cache (False: plan for this call only).
     """
-    if torch.compiler.is_compiling():
+    if compiling():
         # under torch.compile: one opaque custom op (sparsetorch::spsolve) whose kernel runs this
         # function at run time, outside the trace (locks, checks and fallback included)
         from ..autograd.compiled import traced_solve  # noqa: PLC0415 - the compiled path only
@@ -449,7 +450,7 @@ class Solver:
         Safe to call from several threads at once: calls on one plan are serialized by its lock,
         each with its own values and options. ``update_values`` from one thread while another
         solves gives the solving thread either the old or the new values, never a mix."""
-        if torch.compiler.is_compiling():
+        if compiling():
             if return_info:
                 raise InputError("Solver.solve under torch.compile does not take return_info=True (a Python object a "
                                  "graph cannot carry); call it outside the compiled region for the info")

@@ -21,6 +21,7 @@ import torch
 
 from ..errors import FormatError
 from ..format import Dimension, FloorDiv, LevelFormat, Mod, TensorFormat
+from ._compiling import compiling
 
 Buffers = list  # list[torch.Tensor | None], one entry per level
 
@@ -309,12 +310,8 @@ _NUMPY_DTYPES = {torch.float16: np.float16, torch.float32: np.float32, torch.flo
                  torch.complex64: np.complex64, torch.complex128: np.complex128}
 
 
-_IS_COMPILING = getattr(getattr(torch, "compiler", None), "is_compiling", None)
-
-
-def _compiling() -> bool:
-    """Whether torch.compile is tracing this call (looked up once: this runs per conversion)."""
-    return bool(_IS_COMPILING()) if _IS_COMPILING is not None else False
+#: whether torch.compile is tracing this call in this thread (construct.py reads it as ``_levels._compiling``)
+_compiling = compiling
 
 
 def compose_map(

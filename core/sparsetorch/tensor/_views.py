@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..errors import ConversionError, ValidationError
+from ._compiling import compiling
 from ..format import TensorFormat
 from ._display import _known_name, _parse_to
 from .pattern import is_plain
@@ -163,7 +164,7 @@ class ViewMethods:
         if len(order) == 1 and isinstance(order[0], (tuple, list)):
             order = tuple(order[0])
         nd = self._format.ndim
-        if nd == 2 and tuple(order) == (1, 0) and torch.compiler.is_compiling():
+        if nd == 2 and tuple(order) == (1, 0) and compiling():
             return TracedTranspose(self)  # type: ignore[return-value]
         if sorted(order) != list(range(nd)):
             raise ValidationError(f"permute needs a permutation of 0..{nd - 1} (the format's dims), got {order}")
@@ -280,7 +281,7 @@ class TracedTranspose:
 def _carry_origin(src: Any, dst: Any) -> Any:
     """``dst`` with ``src``'s package origin where the origin is keyed by the values (a dense format:
     ``interop/_origin.py``); sparse formats share it through their index buffers."""
-    if dst._index or torch.compiler.is_compiling() or not is_plain(dst._values):
+    if dst._index or compiling() or not is_plain(dst._values):
         # sparse formats share it through their index buffers; a traced or torch.func-wrapped value tensor has no
         # identity to key a record by (dynamo refused id() / weakref; vmap's BatchedTensor has no data pointer)
         return dst
