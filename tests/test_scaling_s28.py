@@ -96,3 +96,19 @@ def test_slogdet_gradient_of_an_equilibrated_factorization_matches_dense():
     rows, cols = At.coordinates()[0]
     ref = D.grad[rows, cols]  # d log|det| / d a_ij = (A^-T)_ij
     torch.testing.assert_close(values.grad, ref, rtol=1e-8, atol=0)
+
+
+def test_equilibration_of_a_triangular_block_with_explicit_zeros_stays_finite():
+    """A value batch's union pattern leaves explicit zeros in a member; with a tiny entry in a block-triangular
+    corner, scalings drifted to 2^+-1023 and the zero slot became 0 * inf = NaN (slogdet -inf under gradcheck)."""
+    D = torch.zeros(4, 4, dtype=torch.float64)
+    D[0, 0], D[1, 1], D[2, 2], D[3, 3] = 3.1, 0.4, 2.0, 3.2
+    D[2, 3], D[1, 0] = -1e-6, 0.7
+    A = st.SparseTensor.from_dense(D, mask=torch.ones(4, 4, dtype=torch.bool))  # every slot stored, zeros too
+    r, c, ve = _equilibrated(A, A.values)
+    assert bool(torch.isfinite(ve).all()) and bool(torch.isfinite(r).all()) and bool(torch.isfinite(c).all())
+    S = A.with_values(ve).to_dense()
+    torch.testing.assert_close(S, r[:, None] * D * c[None, :], rtol=0, atol=0)
+    sign, logabs = st.slogdet(A)
+    ref = torch.linalg.slogdet(D)
+    assert float(sign) == float(ref.sign) and abs(float(logabs) - float(ref.logabsdet)) < 1e-12

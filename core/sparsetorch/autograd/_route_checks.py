@@ -188,10 +188,23 @@ def _equilibrated(A: SparseTensor, values: torch.Tensor) -> tuple[torch.Tensor, 
         top = torch.where(nz, scaled_logs(lr3, lc3), torch.full_like(lg, -math.inf)).amax(-1)
         top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
         cands.append((lr3 - torch.round(top).unsqueeze(-1), lc3))
-    best_r, best_c = cands[0]
-    best = score(best_r, best_c)
-    for lr_, lc_ in cands[1:]:
-        sc = score(lr_, lc_)
+    # a candidate is trusted only where its scaled entries stay within the binades the entries span already (plus
+    # a margin): a Curtis-Reid step that drifted on a disconnected pattern (explicit zeros of one batch member)
+    # gave scales of 2^1023 and NaN values (session 28)
+    lo = torch.where(nz, lg, torch.full_like(lg, math.inf)).amin(-1)
+    hi = torch.where(nz, lg, torch.full_like(lg, -math.inf)).amax(-1)
+    span = torch.where(torch.isfinite(hi - lo), hi - lo, torch.zeros_like(hi)) + 8
+
+    def trusted_score(lr_: torch.Tensor, lc_: torch.Tensor) -> torch.Tensor:
+        sl = torch.where(nz, scaled_logs(lr_, lc_), torch.zeros_like(lg))
+        ok = torch.isfinite(sl).all(-1) & (sl.abs().amax(-1) <= span) & torch.isfinite(lr_).all(-1) \
+            & torch.isfinite(lc_).all(-1) & (_amax0(lr_.abs()) <= _MAX_EXP) & (_amax0(lc_.abs()) <= _MAX_EXP)
+        return torch.where(ok, score(lr_, lc_), torch.full_like(span, math.inf))
+
+    best_r, best_c = zr, zc  # no scaling unless a candidate is trusted and better
+    best = trusted_score(zr, zc)
+    for lr_, lc_ in cands:
+        sc = trusted_score(lr_, lc_)
         better = sc < best
         best = torch.where(better, sc, best)
         best_r = torch.where(better.unsqueeze(-1), lr_, best_r)
@@ -210,11 +223,20 @@ def _apply_scaling(A: SparseTensor, values: torch.Tensor, slot: torch.Tensor, ro
                    lr: torch.Tensor, lc: torch.Tensor, real: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(r, c, scaled values)`` of log2 scalings (exponents a normal number of the dtype can carry)."""
     top_exp = float(math.floor(math.log2(torch.finfo(real).max)) - 1)
-    r = torch.exp2(torch.clamp(lr, -top_exp, top_exp))
-    c = torch.exp2(torch.clamp(lc, -top_exp, top_exp))
+    lr, lc = torch.clamp(lr, -top_exp, top_exp), torch.clamp(lc, -top_exp, top_exp)
+    r, c = torch.exp2(lr), torch.exp2(lc)
+    # each entry times 2^(lr_i + lc_j), one exact power of two (r_i c_j as a product overflowed to inf where an
+    # explicit zero sits between a huge row scale and a tiny column one: 0 * inf = NaN; session 28)
+    v = values.index_select(-1, slot)
+    e = torch.clamp(lr.index_select(-1, rows) + lc.index_select(-1, cols), -top_exp, top_exp)
     ve = values.clone()
-    ve[..., slot] = values.index_select(-1, slot) * (r.index_select(-1, rows) * c.index_select(-1, cols)).to(values.dtype)
+    ve[..., slot] = torch.where(v == 0, torch.zeros_like(v), v * torch.exp2(e).to(values.dtype))
     return r.to(values.dtype), c.to(values.dtype), ve
+
+
+def _amax0(t: torch.Tensor) -> torch.Tensor:
+    """``t.amax(-1)``, 0 for an empty last dimension."""
+    return t.amax(-1) if t.shape[-1] else t.new_zeros(t.shape[:-1])
 
 
 #: binades within which xGEEQU's row and column scalings count as "well scaled" (Ruiz and Curtis-Reid not tried):
@@ -222,6 +244,8 @@ def _apply_scaling(A: SparseTensor, values: torch.Tensor, slot: torch.Tensor, ro
 _WELL_SCALED = 4.0
 #: passes of Ruiz's equilibration at most (each halves the imbalance in binades: 2^1000 in ~10)
 _RUIZ_PASSES = 40
+#: the largest exponent a trusted scaling may hold (r b and c x must not overflow for b, x of ordinary size)
+_MAX_EXP = 900.0
 #: CG steps of Curtis and Reid's scaling at most (the scalings are rounded to whole binades: a rough minimizer will do)
 _CURTIS_REID_STEPS = 50
 

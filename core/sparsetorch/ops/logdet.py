@@ -300,6 +300,8 @@ def _equilibration(A: SparseTensor, values: torch.Tensor):
     if not values.numel() or not is_plain(values):
         return None
     r, c, ve = _equilibrated(A, values)
+    if not bool(torch.isfinite(ve).all()):
+        return None
     spread = max(float((r.real.amax(-1) / r.real.amin(-1)).max()), float((c.real.amax(-1) / c.real.amin(-1)).max()))
     return (r, c, ve) if spread > _EQUILIBRATE_FIRST else None
 
