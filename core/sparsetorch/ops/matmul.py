@@ -24,6 +24,7 @@ from ..dispatch.plans import Bindable, supports
 from ..dispatch.select import ExplainTable, get_backends
 from ..errors import BackendError, InputError, SparseTorchError, SparseTorchWarning
 from ..format import TensorFormat
+from ..tensor._compiling import compiling
 from ..tensor import SparseTensor
 from ..tensor._views import TracedTranspose
 from ..tensor.pattern import version_of, vmapped
@@ -173,7 +174,7 @@ def matmul(A: SparseTensor, X: torch.Tensor, c: torch.Tensor | None = None, *, a
 
     Under ``torch.compile`` the product is the custom op ``sparsetorch::spmm``, traced with no
     graph break (:mod:`sparsetorch.autograd.compiled`)."""
-    if torch.compiler.is_compiling():
+    if compiling():
         from ..autograd.compiled import traced_matmul  # noqa: PLC0415 - the compiled path only
 
         return traced_matmul(A, X, c, alpha, beta, backend)
@@ -363,7 +364,7 @@ def norm(A: SparseTensor, ord: str | int | float = "fro") -> torch.Tensor:
 #: whether a torch.func transform (vmap, grad, jacrev, ...) is active; such calls take the Function
 _transforms_active = getattr(torch._C, "_are_functorch_transforms_active", None) or (lambda: False)
 _grad_enabled = torch.is_grad_enabled
-_is_compiling = torch.compiler.is_compiling
+_is_compiling = compiling
 #: the output allocation of the direct paths: ``empty_like`` of a one-element template expanded
 #: to the output's shape is the cheapest torch allocation from Python (H200 host, session 9:
 #: 2.1 us against 3.5 for ``new_empty`` and 2.9-3.9 for ``torch.empty``)
@@ -889,7 +890,7 @@ def _rmatmul_operator(self: SparseTensor, other: torch.Tensor) -> torch.Tensor:
     """``X @ A`` as ``(A^T @ X^T)^T`` (A^T is a view)."""
     if not isinstance(other, torch.Tensor):
         return NotImplemented
-    if torch.compiler.is_compiling():
+    if compiling():
         from ..autograd.compiled import traced_rmatmul  # noqa: PLC0415 - the compiled path only
 
         return traced_rmatmul(self, other)
