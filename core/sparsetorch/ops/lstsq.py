@@ -221,6 +221,37 @@ def lstsq(
                 return X
             return X, dataclasses.replace(got[1], reason=f"{got[1].reason}; A's columns scaled to unit norm (their norms "
                                                          f"spread over {spread:.2g}; unscaled: {first[:200]})")
+    if atol is None and btol is None and not damp and m < n and is_plain(A.values) and not _SCALING.get(False):
+        scaled = _column_scaled(A, rows=True)
+        if scaled is not None:
+            # a wide A whose rows spread over more than COLUMN_SPREAD: LSQR answered rows 1e-5..1e5 (12 x 30, full
+            # row rank) with residual 0.39, 97 % from the minimum-norm solution (session 28's sweep; now refused).
+            # Column scaling would change the minimum-norm solution; row scaling of A and b together does not
+            # change the solutions of a consistent A x = b: A itself first, where that fails D A x = D b (D powers
+            # of two, unit rows; for a rank-deficient, inconsistent A the least-squares solution in D's weights)
+            token = _SCALING.set(True)
+            try:
+                return lstsq(A, restore_rhs(Bn, vector), backend=backend, method=method, conlim=conlim, maxiter=maxiter,
+                             max_bytes=max_bytes, backend_options=backend_options, return_info=return_info,
+                             check_finite=False, on_nonconvergence="raise", cache=cache)
+            except NotConvergedError as exc:
+                first = str(exc)
+            finally:
+                _SCALING.reset(token)
+            As, d, spread = scaled
+            token = _SCALING.set(True)
+            try:
+                Bs = Bn * (d.real if d.is_complex() else d).unsqueeze(-1).to(Bn.dtype)
+                got = lstsq(As, restore_rhs(Bs, vector), backend=backend, method=method, conlim=conlim, maxiter=maxiter,
+                            max_bytes=max_bytes, backend_options=backend_options, return_info=return_info,
+                            check_finite=False, on_nonconvergence=on_nonconvergence, cache=cache)
+            finally:
+                _SCALING.reset(token)
+            if not return_info:
+                return got
+            return got[0], dataclasses.replace(got[1], reason=f"{got[1].reason}; A's rows and b's scaled by the same "
+                                                              f"powers of two, to unit rows (their norms spread over "
+                                                              f"{spread:.2g}; unscaled: {first[:200]})")
     options = _options(A.dtype, backend=backend, method=method, damp=damp, atol=atol, btol=btol, conlim=conlim, maxiter=maxiter,
                        max_bytes=max_bytes, backend_options=backend_options)
     Ap = A
@@ -253,9 +284,11 @@ COLUMN_SPREAD = 1e6
 _SCALING: "contextvars.ContextVar[bool]" = contextvars.ContextVar("sparsetorch_lstsq_scaling", default=False)
 
 
-def _column_scaled(A: SparseTensor):
+def _column_scaled(A: SparseTensor, rows: bool = False):
     """``(A D, d, spread)`` with ``D = diag(d)`` powers of two bringing A's column 2-norms near 1 (per value
     set), when the norms of the nonzero columns spread over more than :data:`COLUMN_SPREAD`; else None.
+    ``rows``: the same for A's rows, ``(D A, d, spread)`` (a wide A's retry: ``D A x = D b`` has the solutions of
+    ``A x = b``).
 
     For A of full column rank the least-squares solution is ``D`` times that of ``A D``; for a rank-deficient
     A it is the least-squares solution of least ``||D^-1 x||`` (a basic solution, as MATLAB's backslash gives)
@@ -264,8 +297,9 @@ def _column_scaled(A: SparseTensor):
     if coords.shape[-1] == 0:
         return None
     mag = A.values.detach().index_select(-1, slot).abs()
-    n = A.format_shape[1]
-    norms = mag.new_zeros(*mag.shape[:-1], n).index_add(-1, coords[1], mag * mag).sqrt()
+    axis = 0 if rows else 1
+    n = A.format_shape[axis]
+    norms = mag.new_zeros(*mag.shape[:-1], n).index_add(-1, coords[axis], mag * mag).sqrt()
     live = norms > 0
     if not bool(live.any()):
         return None
@@ -278,7 +312,7 @@ def _column_scaled(A: SparseTensor):
     safe = torch.where(live, norms, torch.ones_like(norms))
     d = torch.exp2(-torch.round(torch.log2(safe))).to(A.dtype)  # 1 for empty columns (log2(1) = 0)
     per_slot = torch.ones(*d.shape[:-1], A.values.shape[-1], dtype=A.dtype, device=A.device)
-    per_slot = per_slot.index_copy(-1, slot, d.index_select(-1, coords[1]))
+    per_slot = per_slot.index_copy(-1, slot, d.index_select(-1, coords[axis]))
     return A.with_values(A.values * per_slot), d, spread
 
 
@@ -434,10 +468,13 @@ class Lstsq:
 def _info(A: SparseTensor, Bn: torch.Tensor, Xn: torch.Tensor, state, offer, handle: LstsqHandle) -> SolveInfo:
     from ..autograd.lstsq import apply_entries
 
-    res = handle.results[-1]
     # the answering plan's results only (a method that handed over is an attempt, not part of the answer:
     # after a failed LSQR, a QR's answer reported LSQR's iterations; session 21's docs sweep)
     mine = handle.results[getattr(handle, "answer_start", handle.start):]
+    # the answer's own result (its status as checked), not the last refinement solve's: an accepted answer whose
+    # last correction solve stopped at maxiter read converged=False, max_iterations, while returned under
+    # on_nonconvergence="raise" (session 28's sweep)
+    res = mine[0] if mine else handle.results[-1]
     iterations = sum(r.iterations for r in mine) if mine else res.iterations
     with torch.no_grad():
         r = Bn - apply_entries(A, A.values.detach(), Xn.detach())

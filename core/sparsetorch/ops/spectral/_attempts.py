@@ -56,6 +56,7 @@ class _Attempts:
         self.states: dict[int, PlanState] = {0: state}
         self.records: list[dict] = []
         self.state, self.offer, self.result = state, offer, None
+        self.answered: int | None = None  # the offer whose pairs were accepted (run)
         self.norms: dict = {}
         self.probe_budget: float | None = None
         self.probe_key = (op, A.pattern_key, A.dtype, request.option("k"), request.option("which"),
@@ -124,27 +125,52 @@ class _Attempts:
         return self.states[i]
 
     def budget(self, i: int) -> float | None:
-        """Seconds attempt ``i`` may take: the estimate of the cheapest dense offer after it
-        (None: nothing direct to hand over to, or the last candidate)."""
+        """Seconds attempt ``i`` may take (None: no limit): the smaller of the estimate of the cheapest dense
+        offer after it and its own overrun budget (:meth:`overrun_budget`)."""
         later = [o.seconds for j, o in enumerate(self.offers[i + 1:], i + 1)
                  if o.method in _DIRECT_METHODS and j != self.last_resort]
-        if not later:
+        dense = max(MIN_BUDGET, min(later)) if later else None
+        own = self.overrun_budget(i)
+        if dense is None or own is None:
+            return own if dense is None else dense
+        return min(dense, own)
+
+    def overrun_budget(self, i: int) -> float | None:
+        """An iterative attempt's bound by its own estimate, while another attempt remains: ``OVERRUN_FACTOR``
+        times its estimated seconds, at least ``OVERRUN_MIN_BUDGET`` (None for a direct method, or without an
+        estimate). Above dense_max no dense offer bounded anything, and a badly mis-estimated attempt ran to its
+        own maxiter: torch's LOBPCG, estimated at 0.7 s, took 288 s on a Laplacian of 12 paths (n = 3000, twelve
+        zero eigenvalues) before SciPy's LOBPCG and the Lanczos method were tried (session 28's sweep). An attempt
+        stopped by this bound is run again, unbounded, after every other attempt failed (:meth:`run`)."""
+        offer = self.offers[i]
+        est = getattr(offer, "seconds", None)
+        if offer.method in _DIRECT_METHODS or not isinstance(est, (int, float)) or not math.isfinite(est) or est <= 0:
             return None
-        return max(MIN_BUDGET, min(later))
+        return max(OVERRUN_MIN_BUDGET, OVERRUN_FACTOR * float(est))
 
     def run(self, values: torch.Tensor, call, verify):
         """``call(plan, budget) -> (outputs, IterationResult)``; ``verify(outputs) -> (ok, residual, why)``.
         Loads ``values`` into each plan tried; returns the outputs of the first attempt that
-        converged and passed ``verify``."""
+        converged and passed ``verify``. Attempts run in the table's order, the last one unbounded; one that
+        its own overrun budget stopped (:meth:`overrun_budget`) runs again, unbounded, after all of them failed
+        (a slow answer is still one: it gave way to the others, not up)."""
         last_exc: BaseException | None = None
-        last_out, last_res = None, None
+        last_out, last_res, last_i = None, None, 0
         self.records.clear()
-        for i, offer in enumerate(self.offers):
+        self.answered = None
+        order = [(i, False) for i in range(len(self.offers))]  # (offer, a second, unbounded run)
+        j = 0
+        while j < len(order):
+            i, again = order[j]
+            j += 1
+            offer = self.offers[i]
             label = f"{offer.backend}/{offer.method}"
-            final = i == len(self.offers) - 1
-            budget = None if final else self.budget(i)
-            if i == 0 and self.probe_budget is not None:
+            final = j == len(order)
+            budget = None if final or again else self.budget(i)
+            if i == 0 and not again and self.probe_budget is not None:
                 budget = self.probe_budget
+            # stopped by its own overrun budget (not by a dense offer's or the probe's): run again at the end
+            own = None if final or again or (i == 0 and self.probe_budget is not None) else self.overrun_budget(i)
             t0 = time.perf_counter()
             phase = "build"
             try:
@@ -167,22 +193,26 @@ class _Attempts:
                 if self.pinned or final:
                     raise _with_attempts(exc, self.records, final and not self.pinned) from exc.__cause__
                 continue
+            seconds = time.perf_counter() - t0
             ok, resid, why = (False, float("nan"), res.reason or res.status.value)
             if res.converged:
                 ok, resid, why = verify(out)
-            self.records.append(_record(offer, res, ok, "" if ok else why, time.perf_counter() - t0, budget, resid))
+            self.records.append(_record(offer, res, ok, "" if ok else why, seconds, budget, resid))
             if ok:
                 self.state, self.offer, self.result = state, offer, res
+                self.answered = i
                 return out
             if i == 0 and self.probe_budget is not None:
                 _PROBE_FAILED.put(self.probe_key, True)
-            last_out, last_res, last_exc = out, res, None
+            last_out, last_res, last_exc, last_i = out, res, None, i
             if self.pinned:
                 break
+            if own is not None and budget is not None and budget >= own and not res.converged and seconds >= budget:
+                order.append((i, True))
         if last_out is None:  # pragma: no cover - the loop raises before
             raise last_exc  # type: ignore[misc]
-        self.state, self.result = self.states[len(self.records) - 1], last_res
-        self.offer = self.offers[len(self.records) - 1]
+        self.state, self.result = self.states[last_i], last_res
+        self.offer = self.offers[last_i]
         self._fail(last_res)
         return last_out
 
@@ -284,10 +314,16 @@ class _Attempts:
                    "attempts": [dict(r) for r in self.records], "contract_rtol": self.contract,
                    **({"last_resort": f"every offer of the table failed; the dense eigh answered (n <= "
                                       f"DENSE_LAST_RESORT_MAX = {DENSE_LAST_RESORT_MAX})"}
-                      if self.last_resort is not None and len(self.records) == self.last_resort + 1
-                      and self.records[-1]["accepted"] else {})},
+                      if self.last_resort is not None and self.answered == self.last_resort
+                      else {})},
         )
 
+#: An iterative attempt with another after it may take OVERRUN_FACTOR times its estimated seconds, at least
+#: OVERRUN_MIN_BUDGET (:meth:`_Attempts.overrun_budget`): generous for estimates from the pattern (a graph's
+#: wanted end converges in far fewer products than a PDE operator's, rarely many more), a bound on a method that
+#: stalls on clusters
+OVERRUN_FACTOR = 20.0
+OVERRUN_MIN_BUDGET = 2.0
 #: Direct methods of the spectral ops: an attempt that one of these could replace is bounded by it.
 _DIRECT_METHODS = ("dense",)
 #: eigsh's last resort (:class:`_Attempts`): up to this n the dense eigh answers when every offer of the table
