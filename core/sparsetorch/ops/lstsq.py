@@ -191,62 +191,42 @@ def lstsq(
                 return X
             return X, dataclasses.replace(info, reason=f"{info.reason}; solved for A scaled by powers of two (entries "
                                                        f"outside the range of safe squared norms)")
-    if atol is None and btol is None and not damp and m >= n and is_plain(A.values) and not _SCALING.get(False):
-        scaled = _column_scaled(A)
+    def again(As: SparseTensor, Bs: torch.Tensor, on_nc: str):
+        """The call once more on (As, Bs), the scaling retries switched off inside it."""
+        token = _SCALING.set(True)
+        try:
+            return lstsq(As, restore_rhs(Bs, vector), backend=backend, method=method, conlim=conlim, maxiter=maxiter,
+                         max_bytes=max_bytes, backend_options=backend_options, return_info=return_info,
+                         check_finite=False, on_nonconvergence=on_nc, cache=cache)
+        finally:
+            _SCALING.reset(token)
+
+    if atol is None and btol is None and not damp and is_plain(A.values) and not _SCALING.get(False):
+        wide = m < n
+        scaled = _column_scaled(A, rows=True) if wide else _column_scaled(A)
         if scaled is not None:
-            # columns spread over more than COLUMN_SPREAD: LSQR on A stopped 100 % from the solution (columns
-            # 1e-6..1e6, condition 2.5 once scaled) and a QR's rank decision dropped the small columns (session
-            # 23's sweep). A itself first (a rank-deficient A's answer is then the minimum-norm one); where that
-            # fails, A D (unit columns, D powers of two) and x = D y
-            token = _SCALING.set(True)
+            # columns (rows, for a wide A) spread over more than COLUMN_SPREAD: A itself first (a rank-deficient
+            # A's answer is then the minimum-norm one); where that fails, a scaled A by powers of two.
+            # Tall: LSQR on A stopped 100 % from the solution (columns 1e-6..1e6, condition 2.5 once scaled) and a
+            # QR's rank decision dropped the small columns (session 23's sweep): A D (unit columns), x = D y.
+            # Wide: LSQR answered rows 1e-5..1e5 (12 x 30, full row rank) with residual 0.39, 97 % from the
+            # minimum-norm solution (session 28's sweep; now refused). Column scaling would change the minimum-norm
+            # solution; row scaling of A and b together does not change the solutions of a consistent A x = b:
+            # D A x = D b (unit rows; for a rank-deficient, inconsistent A the least-squares solution in D's weights)
             try:
-                return lstsq(A, restore_rhs(Bn, vector), backend=backend, method=method, conlim=conlim, maxiter=maxiter,
-                             max_bytes=max_bytes, backend_options=backend_options, return_info=return_info,
-                             check_finite=False, on_nonconvergence="raise", cache=cache)
+                return again(A, Bn, "raise")
             except NotConvergedError as exc:
                 first = str(exc)
-            finally:
-                _SCALING.reset(token)
             As, d, spread = scaled
-            token = _SCALING.set(True)
-            try:
-                got = lstsq(As, restore_rhs(Bn, vector), backend=backend, method=method, conlim=conlim, maxiter=maxiter,
-                            max_bytes=max_bytes, backend_options=backend_options, return_info=return_info,
-                            check_finite=False, on_nonconvergence=on_nonconvergence, cache=cache)
-            finally:
-                _SCALING.reset(token)
-            Y = got[0] if return_info else got
-            X = Y * (d if vector else d.unsqueeze(-1))
-            if not return_info:
-                return X
-            return X, dataclasses.replace(got[1], reason=f"{got[1].reason}; A's columns scaled to unit norm (their norms "
-                                                         f"spread over {spread:.2g}; unscaled: {first[:200]})")
-    if atol is None and btol is None and not damp and m < n and is_plain(A.values) and not _SCALING.get(False):
-        scaled = _column_scaled(A, rows=True)
-        if scaled is not None:
-            # a wide A whose rows spread over more than COLUMN_SPREAD: LSQR answered rows 1e-5..1e5 (12 x 30, full
-            # row rank) with residual 0.39, 97 % from the minimum-norm solution (session 28's sweep; now refused).
-            # Column scaling would change the minimum-norm solution; row scaling of A and b together does not
-            # change the solutions of a consistent A x = b: A itself first, where that fails D A x = D b (D powers
-            # of two, unit rows; for a rank-deficient, inconsistent A the least-squares solution in D's weights)
-            token = _SCALING.set(True)
-            try:
-                return lstsq(A, restore_rhs(Bn, vector), backend=backend, method=method, conlim=conlim, maxiter=maxiter,
-                             max_bytes=max_bytes, backend_options=backend_options, return_info=return_info,
-                             check_finite=False, on_nonconvergence="raise", cache=cache)
-            except NotConvergedError as exc:
-                first = str(exc)
-            finally:
-                _SCALING.reset(token)
-            As, d, spread = scaled
-            token = _SCALING.set(True)
-            try:
-                Bs = Bn * (d.real if d.is_complex() else d).unsqueeze(-1).to(Bn.dtype)
-                got = lstsq(As, restore_rhs(Bs, vector), backend=backend, method=method, conlim=conlim, maxiter=maxiter,
-                            max_bytes=max_bytes, backend_options=backend_options, return_info=return_info,
-                            check_finite=False, on_nonconvergence=on_nonconvergence, cache=cache)
-            finally:
-                _SCALING.reset(token)
+            if not wide:
+                got = again(As, Bn, on_nonconvergence)
+                Y = got[0] if return_info else got
+                X = Y * (d if vector else d.unsqueeze(-1))
+                if not return_info:
+                    return X
+                return X, dataclasses.replace(got[1], reason=f"{got[1].reason}; A's columns scaled to unit norm (their "
+                                                             f"norms spread over {spread:.2g}; unscaled: {first[:200]})")
+            got = again(As, Bn * (d.real if d.is_complex() else d).unsqueeze(-1).to(Bn.dtype), on_nonconvergence)
             if not return_info:
                 return got
             return got[0], dataclasses.replace(got[1], reason=f"{got[1].reason}; A's rows and b's scaled by the same "

@@ -11,22 +11,10 @@ import pytest
 import torch
 
 import sparsetorch as st
-from sparsetorch.backend import get_backends, reset_backends
-
-import sparsetorch_cudss.plugin as plugin
-
 from _cudss_helpers import gpu
+from test_cudss_gpu import registered  # noqa: F401 - the autouse fixture registering the plugin
 
 pytestmark = gpu
-
-
-@pytest.fixture(autouse=True)
-def registered():
-    backends = get_backends()
-    if "cudss" not in backends.names:
-        backends.register(plugin, "cudss")
-    yield
-    reset_backends()
 
 
 def _pattern_matrix(n: int, hermitian: bool, dtype: torch.dtype, seed: int = 3):
