@@ -16,6 +16,7 @@ A mixin of :class:`~sparsetorch.SparseTensor` (kept apart so each file reads in 
 from __future__ import annotations
 
 import contextlib
+import math
 import operator
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -92,13 +93,23 @@ class AccessMethods:
         """
         idx = _check_indices(self, indices)
         nb = len(self.batch_shape)
-        lin_sorted, slot_sorted = self._value_index()
-        key = 0
-        for i, size in zip(idx[nb:], self.format_shape):
-            key = key * size + i
-        probe = torch.tensor([key], dtype=lin_sorted.dtype, device=lin_sorted.device)
-        lo = int(torch.searchsorted(lin_sorted, probe, right=False))
-        hi = int(torch.searchsorted(lin_sorted, probe, right=True))
+        keys, slot_sorted = self._value_index()
+        if keys.dim() == 1:  # one packed key per entry (it fits in int64)
+            key = 0
+            for i, size in zip(idx[nb:], self.format_shape):
+                key = key * size + i
+            probe = torch.tensor([key], dtype=keys.dtype, device=keys.device)
+            lo = int(torch.searchsorted(keys, probe, right=False))
+            hi = int(torch.searchsorted(keys, probe, right=True))
+        else:  # too wide to pack: the entries sorted lexicographically, narrowed one dimension at a time
+            lo, hi = 0, keys.shape[1]
+            for k, i in enumerate(idx[nb:]):
+                if lo == hi:
+                    break
+                col = keys[k, lo:hi]
+                probe = torch.tensor([i], dtype=col.dtype, device=col.device)
+                lo, hi = (lo + int(torch.searchsorted(col, probe, right=False)),
+                          lo + int(torch.searchsorted(col, probe, right=True)))
         if lo == hi:
             return None
         _, _, lvals = self._linear_buffers()
@@ -107,16 +118,26 @@ class AccessMethods:
         return picked[0] if hi - lo == 1 else picked.sum()
 
     def _value_index(self: "SparseTensor") -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[misc]
-        """(linear coordinates of the stored entries, sorted; their value slots): cached per pattern."""
+        """(sorted keys of the stored entries; their value slots), cached per pattern. The keys are the
+        linear coordinates (1-D) where the shape's element count fits in int64 with room to spare, else
+        the coordinates themselves (ndim, n), sorted lexicographically (a 2**40 x 2**40 tensor's
+        ``i * n + j`` would wrap, and distinct entries collide)."""
         cache = self._cache
         got = cache.get("value_index")
         if got is None:
             coords, slots = self.entries()
-            lin = torch.zeros(coords.shape[1], dtype=torch.int64, device=coords.device)
-            for k, size in enumerate(self.format_shape):
-                lin = lin * size + coords[k].to(torch.int64)
-            lin_sorted, order = torch.sort(lin, stable=True)
-            got = (lin_sorted, slots[order])
+            coords = coords.to(torch.int64)
+            if math.prod(self.format_shape) < 2**62:
+                lin = torch.zeros(coords.shape[1], dtype=torch.int64, device=coords.device)
+                for k, size in enumerate(self.format_shape):
+                    lin = lin * size + coords[k]
+                lin_sorted, order = torch.sort(lin, stable=True)
+                got = (lin_sorted, slots[order])
+            else:
+                order = torch.arange(coords.shape[1], device=coords.device)
+                for k in reversed(range(coords.shape[0])):
+                    order = order[torch.sort(coords[k][order], stable=True).indices]
+                got = (coords[:, order].contiguous(), slots[order])
             cache["value_index"] = got
         return got
 

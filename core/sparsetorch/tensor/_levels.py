@@ -260,7 +260,19 @@ def compose_two_level(
     na, nb = int(shape[names.index(l0.expr.name)]), int(shape[names.index(l1.expr.name)])
     n = a.numel()
     order = None
-    if n > 1:
+    if n > 1 and na * nb >= 2**62:
+        # i * n + j would wrap in int64 (a 2**32 x 2**32 graph, a 4 x 2**62 shape): compare the
+        # (a, b) pairs themselves, and sort by b then stably by a (lexicographic order)
+        if not bool(_pairs_increasing(a, b).all()):
+            order = torch.sort(b, stable=True).indices
+            order = order[torch.sort(a[order], stable=True).indices]
+            sa, sb = a[order], b[order]
+            if bool(((sa[1:] == sa[:-1]) & (sb[1:] == sb[:-1])).any()):
+                return None  # duplicates: the general path sums them
+            b = sb
+            if coo_like:
+                a = sa
+    elif n > 1:
         lin = a * nb + b
         if not bool((lin[1:] > lin[:-1]).all()):
             key = lin.to(torch.int32) if na * nb < 2**31 else lin
@@ -276,6 +288,12 @@ def compose_two_level(
         return [None, pos], [None, b.to(index_dtype)], order
     pos = torch.tensor([0, n], dtype=index_dtype, device=a.device)
     return [pos, None], [a.to(index_dtype), b.to(index_dtype)], order
+
+
+def _pairs_increasing(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Whether each neighbouring pair steps up lexicographically: ``(a[k], b[k]) < (a[k + 1], b[k + 1])``
+    (no packed key, so right for coordinates of any size)."""
+    return (a[1:] > a[:-1]) | ((a[1:] == a[:-1]) & (b[1:] > b[:-1]))
 
 
 def scatter_values(values: torch.Tensor, dst: torch.Tensor | None, nslots: int) -> torch.Tensor:

@@ -891,6 +891,8 @@ def _direct(t: SparseTensor, fmt: TensorFormat, index_dtype: torch.dtype, values
     minor = crd[1]
     nnz = minor.numel()
     idt = index_dtype
+    if smaj != dmaj and _too_sparse(nmaj if skind == "coo" else 0, nmin if dkind == "coo" else 0, nnz):
+        return None  # pointers over a hypersparse dimension the target does not store: the sorting path
     src = first = None
     if skind == "csr":
         ptr = pos[1]
@@ -905,6 +907,14 @@ def _direct(t: SparseTensor, fmt: TensorFormat, index_dtype: torch.dtype, values
         return [None, _as_dtype(ptr, idt)], [None, _as_dtype(minor, idt)], src, None, nnz, first
     major = crd[0] if skind == "coo" and smaj == dmaj else _expand(ptr, nmaj, nnz)
     return [_ends(ptr, nmaj, nnz, idt), None], [_as_dtype(major, idt), _as_dtype(minor, idt)], src, None, nnz, first
+
+
+def _too_sparse(src_extent: int, dst_extent: int, nnz: int) -> bool:
+    """Whether a direct transpose would build pointer arrays over a dimension far longer than the entries
+    that neither end stores densely (a COO source's rows, a COO target's new major dimension): a 2**62 x 4
+    CSC to COO would allocate 2**62 row pointers. Ordinary shapes (below 2**31) never decline."""
+    extent = max(src_extent, dst_extent)
+    return extent > 2**31 and extent > 16 * (nnz + 1)
 
 
 #: ``[0, nnz]`` pointer buffers of COO targets on GPUs, kept per (device, dtype, nnz) and shared

@@ -429,17 +429,29 @@ def _check_segment_order(fmt: TensorFormat, k: int, crd, owner: torch.Tensor, ex
     unique = fmt.levels[run[-1]].type.unique
     if not ordered and not unique:
         return
-    lin = torch.zeros_like(owner)
     radix = 1
     for m in run:
         lo, hi = extents[m]
-        lin = lin * (hi - lo) + (crd[m].long() - lo)
         radix *= hi - lo
+    # one packed key per entry where it fits in int64 with room to spare; else (a 2**40 x 2**40 COO,
+    # whose i * n + j wraps) the coordinate tuples are compared themselves
+    packed = radix < 2**62
+    lin = torch.zeros_like(owner)
+    if packed:
+        for m in run:
+            lo, hi = extents[m]
+            lin = lin * (hi - lo) + (crd[m].long() - lo)
     names = ", ".join(f"crd[{m}]" for m in run)
     label = " + ".join(str(fmt.levels[m]) for m in run)
     if ordered:
         same = owner[1:] == owner[:-1]
-        step = lin[1:] - lin[:-1]
+        if packed:
+            step = lin[1:] - lin[:-1]
+        else:  # the sign of each lexicographic step, by comparisons (no difference can wrap)
+            step = torch.zeros(owner.numel() - 1, dtype=torch.int64, device=owner.device)
+            for m in run:
+                c = crd[m]
+                step = torch.where(step == 0, (c[1:] > c[:-1]).long() - (c[1:] < c[:-1]).long(), step)
         bad = same & ((step <= 0) if unique else (step < 0))
         if bool(bad.any()):
             at = _first(bad)
@@ -451,10 +463,18 @@ def _check_segment_order(fmt: TensorFormat, k: int, crd, owner: torch.Tensor, ex
                 f"{'' if not unique else '/nonunique'}"
             )
         return
-    if radix * (int(owner[-1]) + 1) >= 2**62:
-        return  # too wide to pack into one key; skip the duplicate scan
-    key, order = torch.sort(owner * radix + lin)
-    dup = key[1:] == key[:-1]
+    if packed and radix * (int(owner[-1]) + 1) < 2**62:
+        key, order = torch.sort(owner * radix + lin)
+        dup = key[1:] == key[:-1]
+    else:  # too wide to pack with the segment: a lexicographic sort of (owner, coordinates...)
+        keys = [owner.long(), *(crd[m].long() for m in run)]
+        order = torch.arange(owner.numel(), device=owner.device)
+        for x in reversed(keys):
+            order = order[torch.sort(x[order], stable=True).indices]
+        dup = torch.ones(owner.numel() - 1, dtype=torch.bool, device=owner.device)
+        for x in keys:
+            sx = x[order]
+            dup &= sx[1:] == sx[:-1]
     if bool(dup.any()):
         at = int(order[_first(dup)])
         got = tuple(int(crd[m][at]) for m in run)
