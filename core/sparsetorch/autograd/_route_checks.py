@@ -195,10 +195,12 @@ def _equilibrated(A: SparseTensor, values: torch.Tensor) -> tuple[torch.Tensor, 
     hi = torch.where(nz, lg, torch.full_like(lg, -math.inf)).amax(-1)
     span = torch.where(torch.isfinite(hi - lo), hi - lo, torch.zeros_like(hi)) + 8
 
+    max_exp = _MAX_EXP_SHARE * math.log2(torch.finfo(real).max)
+
     def trusted_score(lr_: torch.Tensor, lc_: torch.Tensor) -> torch.Tensor:
         sl = torch.where(nz, scaled_logs(lr_, lc_), torch.zeros_like(lg))
         ok = torch.isfinite(sl).all(-1) & (sl.abs().amax(-1) <= span) & torch.isfinite(lr_).all(-1) \
-            & torch.isfinite(lc_).all(-1) & (_amax0(lr_.abs()) <= _MAX_EXP) & (_amax0(lc_.abs()) <= _MAX_EXP)
+            & torch.isfinite(lc_).all(-1) & (_amax0(lr_.abs()) <= max_exp) & (_amax0(lc_.abs()) <= max_exp)
         return torch.where(ok, score(lr_, lc_), torch.full_like(span, math.inf))
 
     best_r, best_c = zr, zc  # no scaling unless a candidate is trusted and better
@@ -244,8 +246,9 @@ def _amax0(t: torch.Tensor) -> torch.Tensor:
 _WELL_SCALED = 4.0
 #: passes of Ruiz's equilibration at most (each halves the imbalance in binades: 2^1000 in ~10)
 _RUIZ_PASSES = 40
-#: the largest exponent a trusted scaling may hold (r b and c x must not overflow for b, x of ordinary size)
-_MAX_EXP = 900.0
+#: the largest exponent a trusted scaling may hold, as a share of the dtype's largest (r b and c x must not
+#: overflow for b, x of ordinary size): 2^870 in float64, 2^108 in float32
+_MAX_EXP_SHARE = 0.85
 #: CG steps of Curtis and Reid's scaling at most (the scalings are rounded to whole binades: a rough minimizer will do)
 _CURTIS_REID_STEPS = 50
 
