@@ -83,7 +83,7 @@ def _pow2(t: torch.Tensor) -> torch.Tensor:
 
 def _equilibrated(A: SparseTensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Row and column scalings ``r``, ``c`` (powers of two, ``(*batch, n)``) for an LU of
-    ``diag(r) A diag(c)``, and those values.
+    ``diag(r) A diag(c)``, and those values (``values`` itself where r and c are all 1; read only).
 
     Candidates, each judged by Curtis and Reid's measure ``sum over stored nonzeros of
     log2(|r_i a_ij c_j|)^2`` (how far the scaled entries lie from 1 in binades; the smallest wins,
@@ -117,7 +117,12 @@ def _equilibrated(A: SparseTensor, values: torch.Tensor) -> tuple[torch.Tensor, 
     lr1 = -torch.round(lmax(mag, rows, m))
     half = torch.floor(lr1 / 2).index_select(-1, rows)  # two factors: 2^lr1 alone overflows for a subnormal row
     lc1 = -torch.round(lmax(mag * torch.exp2(half) * torch.exp2(lr1.index_select(-1, rows) - half), cols, n))
-    if _spread_log(lr1) <= _WELL_SCALED and _spread_log(lc1) <= _WELL_SCALED:
+    sr, sc_ = _spread_log(lr1), _spread_log(lc1)
+    if sr == 0 and sc_ == 0:
+        # one scale for every row and column: nothing to equilibrate (A itself, not a copy; callers read the spread)
+        ones_r = torch.ones(*batch, m, dtype=values.dtype, device=dev)
+        return ones_r, torch.ones(*batch, n, dtype=values.dtype, device=dev), values
+    if sr <= _WELL_SCALED and sc_ <= _WELL_SCALED:
         return _apply_scaling(A, values, slot, rows, cols, lr1, lc1, real)
     nz = mag > 0
     lg = torch.where(nz, torch.log2(torch.where(nz, mag, torch.ones_like(mag))), torch.zeros_like(mag))
@@ -230,9 +235,11 @@ def _apply_scaling(A: SparseTensor, values: torch.Tensor, slot: torch.Tensor, ro
     # each entry times 2^(lr_i + lc_j), one exact power of two (r_i c_j as a product overflowed to inf where an
     # explicit zero sits between a huge row scale and a tiny column one: 0 * inf = NaN; session 28)
     v = values.index_select(-1, slot)
-    e = torch.clamp(lr.index_select(-1, rows) + lc.index_select(-1, cols), -top_exp, top_exp)
+    e = lr.index_select(-1, rows) + lc.index_select(-1, cols)  # from the clamped exponents: ve = diag(r) A diag(c)
+    h = torch.floor(e / 2)  # two exact factors: 2^e alone may leave the dtype's range where the product does not
     ve = values.clone()
-    ve[..., slot] = torch.where(v == 0, torch.zeros_like(v), v * torch.exp2(e).to(values.dtype))
+    ve[..., slot] = torch.where(v == 0, torch.zeros_like(v),
+                                v * torch.exp2(h).to(values.dtype) * torch.exp2(e - h).to(values.dtype))
     return r.to(values.dtype), c.to(values.dtype), ve
 
 

@@ -300,7 +300,13 @@ def _equilibration(A: SparseTensor, values: torch.Tensor):
     if not values.numel() or not is_plain(values):
         return None
     r, c, ve = _equilibrated(A, values)
-    if not bool(torch.isfinite(ve).all()):
+    # the determinant's correction is exact only where every scaled entry is exact: finite, and a normal number
+    # where the entry is nonzero (an underflow to a subnormal or to zero, an overflow, changes the matrix factored;
+    # float32 entries of 1e-42 next to 2^100, session 28's review)
+    vm = ve.abs()
+    nz = values.abs() > 0
+    tiny = torch.finfo(vm.dtype).tiny
+    if not bool(torch.isfinite(ve).all()) or bool((nz & (vm < tiny)).any()):
         return None
     spread = max(float((r.real.amax(-1) / r.real.amin(-1)).max()), float((c.real.amax(-1) / c.real.amin(-1)).max()))
     return (r, c, ve) if spread > _EQUILIBRATE_FIRST else None
