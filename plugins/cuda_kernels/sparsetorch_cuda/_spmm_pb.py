@@ -27,7 +27,7 @@ import torch
 from . import compile as _compile
 from . import launch as _launch
 
-__all__ = ["PbSpmm", "pb_layout", "pbr_layout", "pb_choose", "pb_smem_bytes", "kernel_names", "compile_cubin",
+__all__ = ["PbSpmm", "pb_layout", "pair_slots", "pbr_layout", "pb_choose", "pb_smem_bytes", "kernel_names", "compile_cubin",
            "prewarm", "PB_CONFIGS", "PB_DEFAULT", "PB_CLUSTERS"]
 
 #: the compiled configurations (kernels/spmm_pb.cu SPMM_PB_CFG): (MS strips of 16 rows per warp, W warps)
@@ -71,11 +71,10 @@ def pb_choose(m: int, n: int, config: tuple[int, int], sms: int, resident: int) 
     return best
 
 
-def pb_layout(rowptr: torch.Tensor, col: torch.Tensor, m: int, n: int) -> dict[str, Any] | None:
-    """The per-pattern layout of spmm_pb (torch ops on the pattern's device), or None where a (row, column)
-    repeats. Keys: ``hdr`` (int32, tiles x 8 x 2: per tile and map word g, the word's bits and the absolute
-    offset of its first pair; tiles = ceil(m / 16) x ceil(n / 32), strip-major), ``dest`` (int64, nnz: the
-    half-word slot of each CSR entry in the value words), ``npairs``, ``stats``."""
+def pair_slots(rowptr: torch.Tensor, col: torch.Tensor, m: int, n: int) -> dict[str, Any] | None:
+    """Each CSR entry's place in the pair maps of the tiles of 16 rows x 32 columns (kernels/spmm_pb.cu's k
+    permutation), shared by spmm_pb's and spmm_rs's layouts; None where a (row, column) repeats. Keys: ``rows``,
+    ``cols`` (int64, nnz), ``bit`` (0..255: map word g = row % 8, bit 8 t + slot), ``nnz``."""
     dev = col.device
     r64 = rowptr.to(torch.int64)
     nnz = int(r64[-1]) if r64.numel() else 0
@@ -83,23 +82,34 @@ def pb_layout(rowptr: torch.Tensor, col: torch.Tensor, m: int, n: int) -> dict[s
     rows = torch.repeat_interleave(torch.arange(m, device=dev, dtype=torch.int64), r64[1:] - r64[:-1])
     if nnz and torch.unique(rows * n + c).numel() != nnz:
         return None
-    nkb = -(-n // 32)
-    strips = -(-m // 16)
-    ntiles = strips * nkb
     r = rows & 15
-    p = c & 31
-    pair = p >> 1
+    pair = (c & 31) >> 1
     t = pair >> 2
     st = (pair >> 1) & 1
     sb = pair & 1
     g = r & 7
     sub = 2 * sb + (r >> 3)
-    bit = 8 * (4 * g + t) + 4 * st + sub  # 0..255: map word g, bit 8 t + slot
+    return {"rows": rows, "cols": c, "bit": 8 * (4 * g + t) + 4 * st + sub, "nnz": nnz}
+
+
+def pb_layout(rowptr: torch.Tensor, col: torch.Tensor, m: int, n: int) -> dict[str, Any] | None:
+    """The per-pattern layout of spmm_pb (torch ops on the pattern's device), or None where a (row, column)
+    repeats. Keys: ``hdr`` (int32, tiles x 8 x 2: per tile and map word g, the word's bits and the absolute
+    offset of its first pair; tiles = ceil(m / 16) x ceil(n / 32), strip-major), ``dest`` (int64, nnz: the
+    half-word slot of each CSR entry in the value words), ``npairs``, ``stats``."""
+    slots = pair_slots(rowptr, col, m, n)
+    if slots is None:
+        return None
+    rows, c, bit, nnz = slots["rows"], slots["cols"], slots["bit"], slots["nnz"]
+    dev = col.device
+    nkb = -(-n // 32)
+    strips = -(-m // 16)
+    ntiles = strips * nkb
     tile = (rows >> 4) * nkb + (c >> 5)
     key = tile * 256 + bit
     ukey, inv = torch.unique(key, return_inverse=True)  # sorted: tile-major, map-bit order
     npairs = int(ukey.numel())
-    dest = 2 * inv + (p & 1)
+    dest = 2 * inv + (c & 1)
     wordidx = ukey >> 5  # tile * 8 + g
     bits = torch.zeros(ntiles * 8, dtype=torch.int64, device=dev)
     if npairs:

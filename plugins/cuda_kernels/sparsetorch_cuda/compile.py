@@ -40,6 +40,7 @@ IDX_KINDS = {"int32": 0, "int64": 1}
 #: They share everything else with SOURCES (text, options, keys, the memory and disk caches, prewarm, loading by
 #: launch.kernel); prewarm and the host compile test cover them for their own types
 PARTIAL_SOURCES = {"spmm_wd": (("float16", "bfloat16"), ("int32",)), "spmm_pb": (("float16", "bfloat16"), ("int32",)),
+                   "spmm_rs": (("float16", "bfloat16"), ("int32",)),
                    "krylov": (("float32", "float64"), ("int32", "int64"))}
 _OPTIONS = ("-std=c++17", "-default-device", "--fmad=true")
 

@@ -156,6 +156,35 @@ __device__ __forceinline__ void tile_epilogue(const float* P, bool cluster, bool
 #endif
 }
 
+// Asynchronous copies into shared memory completing on mbarriers (spmm_sp.cu, spmm_wd.cu, spmm_rs.cu; sm_80+):
+// a 16-byte cp.async that zero-fills past `bytes` (0: all zeros, the source is not read), this thread's copies so far
+// arriving on a barrier when they complete (no pending-count increment: init the barrier with the thread count),
+// and the wait for the barrier's first phase (try_wait sleeps in hardware on sm_90, test_wait with a back-off before).
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+__device__ __forceinline__ void cpa16(unsigned dst, const void* src, unsigned bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void cpa_arrive(unsigned bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned bar) {
+  unsigned ok = 0;
+  while (!ok) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(ok) : "r"(bar) : "memory");
+#else
+    asm volatile("{ .reg .pred p; mbarrier.test_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(ok) : "r"(bar) : "memory");
+    if (!ok) __nanosleep(32);
+#endif
+  }
+}
+#endif
+
 // Tensor-core fragments of the half-precision SpMMs (mma.cu, spmm_bm.cu, spmm_cc.cu; sm_80+): four 8x8
 // b16 matrices from shared memory (ldmatrix.x4, one row address per lane) and one m16n8k16 product
 // with float32 accumulation, float16 or bfloat16 by VAL_KIND. The product carries no memory clobber,

@@ -45,31 +45,6 @@
 #define SP_BB 64         // columns of X per block
 #define SP_RES 512       // residual entries staged in shared memory per block
 
-__device__ __forceinline__ void sp_cp16(unsigned dst, const void* src, unsigned bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void sp_bar_init(unsigned bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-// this thread's cp.async copies so far arrive on the barrier when they complete
-__device__ __forceinline__ void sp_bar_arrive_cp(unsigned bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
-}
-// wait until the barrier's first phase completed: try_wait (the thread sleeps in hardware) on sm_90,
-// test_wait with a back-off before
-__device__ __forceinline__ void sp_bar_wait(unsigned bar) {
-  unsigned ok = 0;
-  while (!ok) {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
-                 : "=r"(ok) : "r"(bar) : "memory");
-#else
-    asm volatile("{ .reg .pred p; mbarrier.test_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
-                 : "=r"(ok) : "r"(bar) : "memory");
-    if (!ok) __nanosleep(32);
-#endif
-  }
-}
 __device__ __forceinline__ void sp_ldsm4(unsigned (&r)[4], unsigned addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
@@ -184,7 +159,7 @@ __device__ __forceinline__ void spmm_sp_body(i64 m_, i64 n_, i64 k_, i64 J_, i64
   const unsigned long long vp = (unsigned long long)val;
 
   if (tid == 0)
-    for (int i = 0; i <= kpw; ++i) sp_bar_init(bar0 + 8u * i, NT);
+    for (int i = 0; i <= kpw; ++i) mbar_init(bar0 + 8u * i, NT);
   __syncthreads();
   // every slot's X^T and records, slot rot first; each thread's copies of slot si arrive on bars[si]
   for (int ii = 0; ii < kpw; ++ii) {
@@ -193,17 +168,17 @@ __device__ __forceinline__ void spmm_sp_body(i64 m_, i64 n_, i64 k_, i64 J_, i64
       const int w = u >> 8, b = (u >> 2) & 63, q = u & 3;
       const int j = jlo + w * kpw + si, col = 32 * j + 8 * q;
       const bool ok = j < J && col < n && b0 + b < k;
-      sp_cp16(xs0 + (unsigned)((((si * WK + w) * 64 + b) * 4 + (q ^ ((b >> 1) & 3))) * 16),
+      cpa16(xs0 + (unsigned)((((si * WK + w) * 64 + b) * 4 + (q ^ ((b >> 1) & 3))) * 16),
               ok ? (const void*)(xt + (i64)(b0 + b) * n + col) : (const void*)xt, ok ? 16u : 0u);
     }
     for (int u = (flags & 8) ? WK * SPW * 10 : tid; u < WK * SPW * 10; u += NT) {
       const int w = u / (SPW * 10), rem = u % (SPW * 10), sl = rem / 10, q = rem % 10;
       const int j = jlo + w * kpw + si, s = strip0 + sl;
       const bool ok = j < J && s < S;
-      sp_cp16(rs0 + (unsigned)(((si * WK + w) * SPW + sl) * SP_REC + 16 * q),
+      cpa16(rs0 + (unsigned)(((si * WK + w) * SPW + sl) * SP_REC + 16 * q),
               ok ? (const void*)(recs + ((i64)s * J + j) * SP_REC + 16 * q) : (const void*)recs, ok ? 16u : 0u);
     }
-    sp_bar_arrive_cp(bar0 + 8u * si);
+    cpa_arrive(bar0 + 8u * si);
   }
   // the rows' runs of values in the block's k-chunks: [rowptr + toff(jlo), rowptr + toff(jhi)), as
   // 16-byte units from the unit holding the first; the strips' residual ranges
@@ -285,7 +260,7 @@ __device__ __forceinline__ void spmm_sp_body(i64 m_, i64 n_, i64 k_, i64 J_, i64
         else hi = mid;
       }
       const unsigned dst = vs0 + 16u * (unsigned)f;
-      sp_cp16(dst, (const void*)(vp + (unsigned long long)(long long)(int)(dst - (unsigned)row_d[lo])), 16u);
+      cpa16(dst, (const void*)(vp + (unsigned long long)(long long)(int)(dst - (unsigned)row_d[lo])), 16u);
     }
   }
   if (!(flags & 4)) {
@@ -297,7 +272,7 @@ __device__ __forceinline__ void spmm_sp_body(i64 m_, i64 n_, i64 k_, i64 J_, i64
       sp_cp4(smem_addr(rs_p + f), res_pos + e);
     }
   }
-  sp_bar_arrive_cp(vbar);
+  cpa_arrive(vbar);
 
   float acc[R][8][4];
 #pragma unroll
@@ -331,11 +306,11 @@ __device__ __forceinline__ void spmm_sp_body(i64 m_, i64 n_, i64 k_, i64 J_, i64
   auto slot = [&](int i) { return i + rotw < iters ? i + rotw : i + rotw - iters; };
   const unsigned char* rw = Rs + (size_t)(wk * SPW + wr * R) * SP_REC;  // slot 0's records of this warp
   constexpr size_t SLOT = (size_t)WK * SPW * SP_REC;
-  sp_bar_wait(vbar);
+  mbar_wait(vbar);
   unsigned v[R][4];
   if (iters > 0) {
     const int sp0 = slot(0);
-    sp_bar_wait(bar0 + 8u * sp0);
+    mbar_wait(bar0 + 8u * sp0);
     if (!(flags & 2)) sp_load_vals<R>(v, rw + SLOT * sp0, rp, dl, vsm, val, g, sh0);
   }
   for (int i = 0; i < iters; ++i) {
@@ -350,7 +325,7 @@ __device__ __forceinline__ void spmm_sp_body(i64 m_, i64 n_, i64 k_, i64 J_, i64
     }
     if (i + 1 < iters) {
       const int sn = slot(i + 1);
-      sp_bar_wait(bar0 + 8u * sn);
+      mbar_wait(bar0 + 8u * sn);
       if (!(flags & 2)) sp_load_vals<R>(v, rw + SLOT * sn, rp, dl, vsm, val, g, sh0);
     }
     if (!(flags & 1)) {
@@ -371,7 +346,7 @@ __device__ __forceinline__ void spmm_sp_body(i64 m_, i64 n_, i64 k_, i64 J_, i64
   // the residual (groups' third and fourth entries) on CUDA cores, into the accumulators of the first
   // K warp of each row range: lane (g, tig) takes its rows' entries in order (deterministic)
   if (wk == 0 && !(flags & 4)) {
-    for (int i = 0; i < kpw; ++i) sp_bar_wait(bar0 + 8u * i);
+    for (int i = 0; i < kpw; ++i) mbar_wait(bar0 + 8u * i);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const int sl = wr * R + r;
@@ -412,7 +387,7 @@ __device__ __forceinline__ void spmm_sp_body(i64 m_, i64 n_, i64 k_, i64 J_, i64
   }
   // every warp is past the X^T slots (and every copy has landed): the partial sums take their place;
   // the WK warps of each row range add theirs in order
-  for (int i = 0; i < kpw; ++i) sp_bar_wait(bar0 + 8u * i);
+  for (int i = 0; i < kpw; ++i) mbar_wait(bar0 + 8u * i);
   for (int w = 0; w < WK; ++w) {
     __syncthreads();
     if (wk == w) {

@@ -45,25 +45,6 @@ __device__ __forceinline__ void wd_sts16(unsigned addr, unsigned v) {
 __device__ __forceinline__ void wd_sts128z(unsigned addr) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(0u) : "memory");
 }
-__device__ __forceinline__ void wd_cp16(unsigned dst, const void* src, unsigned bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void wd_cp_arrive(unsigned mbar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];" ::"r"(mbar) : "memory");
-}
-__device__ __forceinline__ void wd_mbar_init(unsigned mbar, unsigned count) {
-  asm volatile("mbarrier.init.shared.b64 [%0], %1;" ::"r"(mbar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void wd_mbar_wait(unsigned mbar) {
-  unsigned ok;
-  do {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared.b64 p, [%1], 0;\n\tselp.u32 %0, 1, 0, p;\n\t}"
-        : "=r"(ok)
-        : "r"(mbar)
-        : "memory");
-  } while (!ok);
-}
 __device__ __forceinline__ float4 wd_lds4(unsigned addr) {
   float4 v;
   asm volatile("ld.shared.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
@@ -111,7 +92,7 @@ __device__ __forceinline__ void spmm_wd_body(int m, int n, int k, int KR, int nr
   // ---- the X^T slice ----
   if (tid == 0) {
 #pragma unroll
-    for (int p = 0; p < WD_NP; ++p) wd_mbar_init(mbar + 8 * p, THREADS);
+    for (int p = 0; p < WD_NP; ++p) mbar_init(mbar + 8 * p, THREADS);
   }
   __syncthreads();
   if (!(fl & 16)) {
@@ -125,9 +106,9 @@ __device__ __forceinline__ void spmm_wd_body(int m, int n, int k, int KR, int nr
           const int f = f0 + ch * 8;
           const bool ok = (b0 + row < k) && (f < n);
           const val_t* src = ok ? xt + (i64)(b0 + row) * n + f : xt;
-          wd_cp16(xs + (unsigned)(row * xrow) + (unsigned)((ch ^ (row & 7)) << 4), src, ok ? 16u : 0u);
+          cpa16(xs + (unsigned)(row * xrow) + (unsigned)((ch ^ (row & 7)) << 4), src, ok ? 16u : 0u);
         }
-        wd_cp_arrive(mbar + 8 * p);
+        cpa_arrive(mbar + 8 * p);
       }
     } else {  // ragged: element by element, then one block barrier
       const int per = ntl * 64;
@@ -144,7 +125,7 @@ __device__ __forceinline__ void spmm_wd_body(int m, int n, int k, int KR, int nr
   const bool wait_x = vec && !(fl & 16);
   if (fl & 1) {
     if (wait_x)
-      for (int p = 0; p < WD_NP; ++p) wd_mbar_wait(mbar + 8 * p);
+      for (int p = 0; p < WD_NP; ++p) mbar_wait(mbar + 8 * p);
     return;
   }
 
@@ -201,7 +182,7 @@ __device__ __forceinline__ void spmm_wd_body(int m, int n, int k, int KR, int nr
         }
       };
       auto products = [&](unsigned abuf, int i) {
-        if (wait_x && i % tpp == 0) wd_mbar_wait(mbar + 8 * (i / tpp));
+        if (wait_x && i % tpp == 0) mbar_wait(mbar + 8 * (i / tpp));
         const unsigned xb = b_lane + (unsigned)(i * 128);  // tile i: chunks 8 i .. 8 i + 7 of each row
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
@@ -325,7 +306,7 @@ __device__ __forceinline__ void spmm_wd_body(int m, int n, int k, int KR, int nr
     wd_sync<S>();  // no block writes its region again (or leaves) while another still reads it
   }
   if (wait_x)  // no copy still in flight at exit (only the _abl builds can skip every wait above)
-    for (int p = 0; p < WD_NP; ++p) wd_mbar_wait(mbar + 8 * p);
+    for (int p = 0; p < WD_NP; ++p) mbar_wait(mbar + 8 * p);
 }
 
 // spmm_wd_p<SPW>_w<W>_s<S>[_abl]: SPW strips of 16 rows per warp, W warps, clusters of S blocks (S K-splits)
