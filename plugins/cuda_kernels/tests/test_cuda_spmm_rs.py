@@ -183,6 +183,12 @@ def test_every_kernel(config, clusters, dtype):
     m, n = 515, 1000
     W = _gpu_matrix(m, n, 0.1, dtype, 3, 1, 11)
     rowptr, col, val = _csr(W, torch.int32)
+    from sparsetorch_cuda._spmm_rs import RS_SMEM_MAX, rs_layout, rs_smem_bytes
+
+    if rs_smem_bytes(rs_layout(rowptr, col, m, n, config[0] * config[1]), config, clusters) > RS_SMEM_MAX:
+        with pytest.raises(ValueError, match="shared memory"):
+            RsSpmm(rowptr, col, val, (m, n), config=config, clusters=clusters)
+        return
     op = RsSpmm(rowptr, col, val, (m, n), config=config, clusters=clusters)
     assert op.S == clusters
     for k in (5, 64, 100):
