@@ -34,7 +34,8 @@ from bench_s5 import graph_time  # noqa: E402
 from bench_wd import err, layer, sanitize, us, versions  # noqa: E402
 from sparsetorch_cuda import _spmm_pb, _spmm_rs  # noqa: E402
 
-ABLATION = {"copies_only": 1, "no_k_loop": 2, "no_mma": 4, "no_a_words": 8}
+ABLATION = {"copies_only": 1, "no_k_loop": 2, "no_mma": 4, "no_a_words": 8, "launch_epilogue": 16,
+            "launch_local_store": 48, "no_cluster_sum": 32}
 
 
 def rs_copy(op: _spmm_rs.RsSpmm) -> _spmm_rs.RsSpmm:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Session 29's device run (issue 17, batch 64): spmm_rs's GPU tests, the tests of the two kernels whose copy /
-# mbarrier helpers moved to common.cuh this session (spmm_wd, spmm_sp), then bench_rs.py.
+# Session 29's device run (issue 17, batch 64): spmm_rs's GPU tests, bench_rs.py, then the tests of the kernels whose
+# shared code changed this session (spmm_wd / spmm_sp: copy and mbarrier helpers moved to common.cuh; pb / mma / bm:
+# tile_epilogue's cluster loads issued back to back).
 #   bash benchmarks/gpu/s29/run_s29.sh   (repository root, on the lent GPU; results under $OUT)
 # Knobs: TESTS=0 skips the tests; BENCH_ARGS (default: fp16, both shapes); TEST_TIMEOUT (per file, s).
 set -o pipefail
@@ -10,7 +11,7 @@ TAG=${TAG:-s29}
 python3 -m pip install -q --no-deps --no-build-isolation -e . -e plugins/cuda_kernels 2>&1 | tail -2
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 t0=$(date +%s)
-python3 -m sparsetorch_cuda.compile --sources spmm_rs,spmm_pb,spmm_wd,spmm_sp --values float16,bfloat16 2>&1 | tail -1
+python3 -m sparsetorch_cuda.compile --sources spmm_rs,spmm_pb,spmm_wd,spmm_sp,mma,spmm_bm --values float16,bfloat16 2>&1 | tail -1
 echo "prewarm $(( $(date +%s) - t0 )) s"
 run_tests() {  # name, timeout, pytest arguments...
   local name=$1 limit=$2; shift 2
@@ -26,4 +27,7 @@ timeout "${BENCH_TIMEOUT:-300}" python3 benchmarks/gpu/s29/bench_rs.py --out "$O
 if [ "${TESTS:-1}" = 1 ]; then
   run_tests wd_sp "${TEST_TIMEOUT2:-120}" plugins/cuda_kernels/tests/test_cuda_spmm_wd.py \
     plugins/cuda_kernels/tests/test_cuda_spmm_sp.py -k "${WDSP_K:-every or matches}"
+  # tile_epilogue (common.cuh) now issues the cluster loads back to back: the kernels that use it
+  run_tests epilogue "${TEST_TIMEOUT3:-200}" plugins/cuda_kernels/tests/test_cuda_spmm_pb.py \
+    plugins/cuda_kernels/tests/test_cuda_mma.py plugins/cuda_kernels/tests/test_cuda_spmm_bm.py -k "${EPI_K:-every or matches}"
 fi

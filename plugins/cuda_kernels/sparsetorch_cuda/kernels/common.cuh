@@ -129,15 +129,17 @@ __device__ __forceinline__ void tile_epilogue(const float* P, bool cluster, bool
     const int bb = q / RQ, c4 = c0 + (q % RQ) * 4;
     float4 s = *reinterpret_cast<const float4*>(P + bb * PLD + c4);
 #if __CUDA_ARCH__ >= 900
-    if (reduce) {
+    if (reduce) {  // the S loads issued back to back, then summed in rank order
+      float4 o[S];
+#pragma unroll
+      for (int j = 0; j < S; ++j) o[j] = ld_cluster(pbase + (unsigned)((bb * PLD + c4) * 4), (unsigned)j);
       s = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
       for (int j = 0; j < S; ++j) {
-        const float4 o = ld_cluster(pbase + (unsigned)((bb * PLD + c4) * 4), (unsigned)j);
-        s.x += o.x;
-        s.y += o.y;
-        s.z += o.z;
-        s.w += o.w;
+        s.x += o[j].x;
+        s.y += o[j].y;
+        s.z += o[j].z;
+        s.w += o[j].w;
       }
     }
 #endif

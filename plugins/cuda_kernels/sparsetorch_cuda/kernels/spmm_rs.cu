@@ -29,7 +29,8 @@
 // entry or whose registers are zero (0 * Inf = NaN), as in the other tensor-core SpMMs of this plugin.
 //
 // _abl builds read `flags` (benchmarking only, wrong results): 1 return after the copies completed, 2 skip the K
-// loop (copies + epilogue), 4 no mma (loads kept), 8 no A words read (maps still decoded).
+// loop (copies + epilogue), 4 no mma (loads kept), 8 no A words read (maps still decoded), 16 no copies and no K loop
+// (launch + epilogue), 32 the epilogue without the cluster sum (each block stores its own partial sums).
 
 #if VAL_KIND <= 1 && (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900)
 
@@ -83,7 +84,7 @@ __device__ __forceinline__ void spmm_rs_body(int m, int n, int k, int nkb, int n
   }
   __syncthreads();
   const int wseg = __ldg(gbase + gb);
-  for (int p = 0; p < RS_NP; ++p) {
+  for (int p = 0; p < RS_NP && !(fl & 16); ++p) {
     const int bs = nb * p / RS_NP, be = nb * (p + 1) / RS_NP;
     const int nh = (be - bs) * NST * 4;  // 16-byte chunks of headers (64 bytes a tile)
     const char* hsrc = reinterpret_cast<const char*>(hdr + (gb + bs) * NST * 8);
@@ -104,7 +105,9 @@ __device__ __forceinline__ void spmm_rs_body(int m, int n, int k, int nkb, int n
       cpa16(ws + (unsigned)((wa - wseg) * 4 + c * 16), words + (i64)wa + 4 * c, 16u);
     cpa_arrive(mbar + 8 * p);
   }
-  if (!vec) {  // ragged X^T: element by element, zero past k and n
+  if (fl & 16)
+    for (int p = 0; p < RS_NP; ++p) cpa_arrive(mbar + 8 * p);
+  if (!vec && !(fl & 16)) {  // ragged X^T: element by element, zero past k and n
     const int per = nb * 32;
     for (int e = tid; e < 64 * per; e += THREADS) {
       const int row = e / per, fc = e - row * per;
@@ -135,7 +138,7 @@ __device__ __forceinline__ void spmm_rs_body(int m, int n, int k, int nkb, int n
   const unsigned xlane = xs + (unsigned)(g * XST + t4 * 16);
   const unsigned hlane = hs + (unsigned)((warp * MS * 8 + g) * 8);
   int waited = 0;  // pieces waited for
-  if (!(fl & 2)) {
+  if (!(fl & 18)) {
     for (int lb = 0; lb < nb; ++lb) {
       while (waited < RS_NP && nb * waited / RS_NP <= lb) {
         mbar_wait(mbar + 8 * waited);
@@ -188,7 +191,8 @@ __device__ __forceinline__ void spmm_rs_body(int m, int n, int k, int nkb, int n
     }
   const int kv = min(64, k - b0);
   const int bb0 = 64 * q / S, bb1 = min(64 * (q + 1) / S, kv);
-  tile_epilogue<S, THREADS, R, PLD>(P, S > 1, S > 1, bb0, max(bb0, bb1), 0, tid, b0, rb * R, m, k, bias, yt);
+  const bool red = S > 1 && !(fl & 32);
+  tile_epilogue<S, THREADS, R, PLD>(P, red, red, bb0, max(bb0, bb1), 0, tid, b0, rb * R, m, k, bias, yt);
 }
 
 #define SPMM_RS(MS, W, S, MINB, ABL, ASFX, ATTR)                                                                     \
