@@ -27,7 +27,7 @@ import torch
 from . import compile as _compile
 from . import launch as _launch
 
-__all__ = ["PbSpmm", "pb_layout", "pair_slots", "pbr_layout", "pb_choose", "pb_smem_bytes", "kernel_names", "compile_cubin",
+__all__ = ["PbSpmm", "pb_layout", "pair_slots", "call_operands", "pbr_layout", "pb_choose", "pb_smem_bytes", "kernel_names", "compile_cubin",
            "prewarm", "PB_CONFIGS", "PB_DEFAULT", "PB_CLUSTERS"]
 
 #: the compiled configurations (kernels/spmm_pb.cu SPMM_PB_CFG): (MS strips of 16 rows per warp, W warps)
@@ -170,6 +170,37 @@ def pack_pairs(lay: dict[str, Any], values: torch.Tensor) -> torch.Tensor:
     return buf.view(torch.int32)
 
 
+def call_operands(op: Any, Xt: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor | None
+                  ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, bool]:
+    """The operands of a standalone half-precision SpMM's call ``op(Xt, bias, out)`` (PbSpmm, RsSpmm: ``op.shape``
+    (m, n), ``op.dtype``, ``op.device``) checked and made contiguous: ``(Xt, bias, out, done)``, ``done`` where
+    ``out`` already holds the answer (no product to launch: k, m or n zero, or an ``out`` the kernel cannot write,
+    filled through a fresh call)."""
+    m, n = op.shape
+    if Xt.dim() != 2 or Xt.shape[1] != n:
+        raise ValueError(f"X^T must be (k, {n}), got {tuple(Xt.shape)}")
+    if Xt.dtype != op.dtype or Xt.device != op.device:
+        raise ValueError(f"X^T must be {op.dtype} on {op.device}")
+    if not Xt.is_contiguous():
+        Xt = Xt.contiguous()
+    k = Xt.shape[0]
+    if bias is not None:
+        if bias.numel() != m:
+            raise ValueError(f"bias must have {m} entries, got {bias.numel()}")
+        bias = bias.to(op.dtype).contiguous()
+    if out is not None and (tuple(out.shape) != (k, m) or out.dtype != op.dtype or not out.is_contiguous()):
+        out.copy_(op(Xt, bias))
+        return Xt, bias, out, True
+    if out is None:
+        out = torch.empty(k, m, dtype=op.dtype, device=op.device)
+    if k == 0 or m == 0:
+        return Xt, bias, out, True
+    if n == 0:
+        out.copy_(bias.expand(k, m) if bias is not None else torch.zeros((), dtype=op.dtype, device=op.device))
+        return Xt, bias, out, True
+    return Xt, bias, out, False
+
+
 # Compilation and loading: compile.py's (spmm_pb is one of its PARTIAL_SOURCES: half types, int32 indices) ---------
 def compile_cubin(value: str, arch: str = "sm_90") -> bytes:
     """spmm_pb.cu compiled by NVRTC (no cache). Needs NVRTC only (no driver, no GPU)."""
@@ -282,28 +313,11 @@ class PbSpmm:
 
     def __call__(self, Xt: torch.Tensor, bias: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
         """Y^T (k x m) for X^T ``Xt`` (k x n), plus ``bias`` (m) where given."""
-        m, n = self.shape
-        if Xt.dim() != 2 or Xt.shape[1] != n:
-            raise ValueError(f"X^T must be (k, {n}), got {tuple(Xt.shape)}")
-        if Xt.dtype != self.dtype or Xt.device != self.device:
-            raise ValueError(f"X^T must be {self.dtype} on {self.device}")
-        if not Xt.is_contiguous():
-            Xt = Xt.contiguous()
+        m, _n = self.shape
+        Xt, bias, out, done = call_operands(self, Xt, bias, out)
+        if done:
+            return out
         k = Xt.shape[0]
-        if bias is not None:
-            if bias.numel() != m:
-                raise ValueError(f"bias must have {m} entries, got {bias.numel()}")
-            bias = bias.to(self.dtype).contiguous()
-        if out is not None and (tuple(out.shape) != (k, m) or out.dtype != self.dtype or not out.is_contiguous()):
-            out.copy_(self(Xt, bias))
-            return out
-        if out is None:
-            out = torch.empty(k, m, dtype=self.dtype, device=self.device)
-        if k == 0 or m == 0:
-            return out
-        if n == 0:
-            out.copy_(bias.expand(k, m) if bias is not None else torch.zeros((), dtype=self.dtype, device=self.device))
-            return out
         xp = self.permute_x(Xt)
         kern, grid, threads, smem = self.launch_shape(k)
         from ._mma import _allow_smem  # noqa: PLC0415

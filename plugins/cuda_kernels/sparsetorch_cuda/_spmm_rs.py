@@ -25,7 +25,7 @@ import torch
 
 from . import compile as _compile
 from . import launch as _launch
-from ._spmm_pb import pack_pairs, pair_slots
+from ._spmm_pb import call_operands, pack_pairs, pair_slots
 
 __all__ = ["RsSpmm", "rs_layout", "rs_smem_bytes", "rs_choose", "kernel_names", "compile_cubin", "RS_CONFIGS",
            "RS_DEFAULT", "RS_CLUSTERS"]
@@ -237,27 +237,10 @@ class RsSpmm:
     def __call__(self, Xt: torch.Tensor, bias: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
         """Y^T (k x m) for X^T ``Xt`` (k x n), plus ``bias`` (m) where given."""
         m, n = self.shape
-        if Xt.dim() != 2 or Xt.shape[1] != n:
-            raise ValueError(f"X^T must be (k, {n}), got {tuple(Xt.shape)}")
-        if Xt.dtype != self.dtype or Xt.device != self.device:
-            raise ValueError(f"X^T must be {self.dtype} on {self.device}")
-        if not Xt.is_contiguous():
-            Xt = Xt.contiguous()
+        Xt, bias, out, done = call_operands(self, Xt, bias, out)
+        if done:
+            return out
         k = Xt.shape[0]
-        if bias is not None:
-            if bias.numel() != m:
-                raise ValueError(f"bias must have {m} entries, got {bias.numel()}")
-            bias = bias.to(self.dtype).contiguous()
-        if out is not None and (tuple(out.shape) != (k, m) or out.dtype != self.dtype or not out.is_contiguous()):
-            out.copy_(self(Xt, bias))
-            return out
-        if out is None:
-            out = torch.empty(k, m, dtype=self.dtype, device=self.device)
-        if k == 0 or m == 0:
-            return out
-        if n == 0:
-            out.copy_(bias.expand(k, m) if bias is not None else torch.zeros((), dtype=self.dtype, device=self.device))
-            return out
         kern, grid, threads, smem = self.launch_shape(k)
         from ._mma import _allow_smem  # noqa: PLC0415
 
