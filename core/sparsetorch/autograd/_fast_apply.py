@@ -33,6 +33,8 @@ def _hooks():
 
 
 _HOOKS = _hooks()
+#: the state of torch.jit.trace's recording (None when not tracing)
+_jit_tracing = torch._C._get_tracing_state
 
 
 class FastFunction(torch.autograd.Function):
@@ -40,6 +42,15 @@ class FastFunction(torch.autograd.Function):
 
     @classmethod
     def apply(cls, *args, **kwargs):
+        if _jit_tracing() is not None:
+            # torch.jit.trace cannot record these Functions (their plans run outside what it sees): it failed
+            # with "unordered_map::at" (session 29's sweep). matmul and SparseLinear record plain torch ops instead.
+            from ..errors import InputError  # noqa: PLC0415
+
+            raise InputError(f"torch.jit.trace cannot record sparsetorch's {cls.__name__.strip('_').lower()} (its "
+                             f"backends run outside what the tracer records, so a traced graph could not replay it); "
+                             f"use torch.compile or torch.export, which trace it as a custom op. (A @ x, "
+                             f"sparsetorch.matmul and nn.SparseLinear are traced, as plain torch ops)")
         if _HOOKS is not None and not kwargs:
             nargs = cls.__dict__.get("_nargs_cached")
             if nargs is None:

@@ -21,16 +21,22 @@ import threading
 
 import torch
 from torch import nn
+from torch.autograd import forward_ad as _forward_ad
 
 from ..autograd.matmul import MatmulHandle, matmul_function
 from ..dispatch.options import MatmulOptions
 from ..dispatch.plan import PlanState, obtain_plan, plan_for
 from ..errors import BackendError, InputError, SparseTorchError
 from ..format import CSR, TensorFormat
-from ..ops.matmul import matmul, matmul_request
+from ..ops.matmul import autocast_dtype, matmul, matmul_request
 from ..tensor import SparseTensor
 from ..tensor._compiling import compiling
-from ..tensor.pattern import version_of
+from ..tensor.pattern import is_plain, version_of, vmapped
+
+#: whether a torch.func transform (vmap, grad, jacrev, ...) is active (the layer's planned product then steps aside)
+_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", None) or (lambda: False)
+#: the state of torch.jit.trace's recording (None when not tracing)
+_jit_tracing = torch._C._get_tracing_state
 
 #: calls a layer's product is priced over when its plan is chosen (a layer is called once per
 #: step or token: one-time setups such as a conversion or a kernel's packing are spread over them)
@@ -116,6 +122,15 @@ class SparseLinear(nn.Module):
         n = len(self._format.levels)
         pos = [getattr(self, f"pos{k}") for k in range(n)]
         crd = [getattr(self, f"crd{k}") for k in range(n)]
+        if not all(b is None or is_plain(b) for b in pos + crd):
+            # index buffers inside a torch.func transform (functional_call given buffers)
+            if any(b is not None and vmapped(b) for b in pos + crd):
+                raise InputError(
+                    "SparseLinear under torch.func.vmap: its index buffers (pos*/crd*) are mapped, which would make a "
+                    "pattern per member (stack_module_state stacks buffers too); map the values (and bias) only, with "
+                    "one layer's buffers unmapped: vmap(f, in_dims=(0, None, 0))(params, dict(base.named_buffers()), x)")
+            return SparseTensor(self._format, (self.out_features, self.in_features), pos, crd, self.values,
+                                check=False)
         key = tuple(None if b is None else (b.data_ptr(), b.device, b.dtype) for b in pos + crd)
         if cached is None or cached[0] != key or cached[1].values.dtype != self.values.dtype:
             source = SparseTensor(self._format, (self.out_features, self.in_features), pos, crd,
@@ -183,6 +198,14 @@ class SparseLinear(nn.Module):
         dev = x.device
         if (x.dtype != values.dtype or x.layout != torch.strided or dev != values.device
                 or autocast_dtype(dev.type, values.dtype, x.dtype) is not None):
+            return None
+        if _transforms_active() or _forward_ad._current_level >= 0 or _jit_tracing() is not None:
+            # torch.func transforms (vmap over stacked values in model ensembling, grad, jacrev) and forward-mode AD:
+            # a plan binds the values' memory, which a batched / wrapped tensor has none of (set_values raised
+            # "Sparse CSR tensors do not have is_contiguous", or with a plan made eagerly "Cannot access data pointer
+            # of Tensor that doesn't have storage"; session 29's sweep), and the direct call records no tangent (a
+            # dual values tensor gave a product without one). The general product handles them, as A @ x does;
+            # under torch.jit.trace too, whose recording cannot follow the plan (matmul's plain torch ops instead).
             return None
         x2 = x if x.dim() == 2 else x.reshape(-1, self.in_features)
         k = x2.shape[0]
@@ -378,17 +401,6 @@ def rows_times_transpose(x: torch.Tensor, A: SparseTensor, backend: str | None =
     lead = x.shape[:-1]
     y = amp_matmul(A, x.reshape(-1, x.shape[-1]).mT, backend=backend).mT
     return y.reshape(*lead, A.shape[0])
-
-
-def autocast_dtype(device_type: str, *dtypes: torch.dtype) -> torch.dtype | None:
-    """The dtype autocast runs a product in, for operands of ``dtypes`` on ``device_type``: None
-    when autocast is off there, or when an operand is float64 or not floating (autocast leaves
-    those alone)."""
-    if not torch.is_autocast_enabled(device_type):
-        return None
-    if any(d == torch.float64 or not d.is_floating_point for d in dtypes):
-        return None
-    return torch.get_autocast_dtype(device_type)
 
 
 def amp_matmul(A: SparseTensor, X: torch.Tensor, backend: str | None = None) -> torch.Tensor:

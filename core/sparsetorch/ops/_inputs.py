@@ -16,6 +16,10 @@ __all__ = ["describe_sparse", "describe_factored", "describe_dense", "as_rhs", "
            "index_buffers_now", "index_buffers_unchanged"]
 
 
+#: whether torch.jit.trace is recording (its sizes are 0-d tensors then)
+_tracing = torch._C._get_tracing_state
+
+
 def index_buffers_now(a: SparseTensor) -> tuple | None:
     """``(a, a._pos, a._crd, ((buffer, version, address, shape), ...))``: what a plan made on ``a``'s pattern
     records to see later that the pattern is still the one it planned for (:func:`index_buffers_unchanged`),
@@ -39,6 +43,9 @@ def index_buffers_unchanged(recorded: tuple | None, a: SparseTensor) -> bool:
 
 
 def describe_sparse(A: SparseTensor) -> OperandInfo:
+    if _tracing():  # torch.jit.trace gives sizes as 0-d tensors: the cost models' sizes are ints
+        return OperandInfo("sparse", tuple(int(s) for s in A.shape), A.dtype, A.device, A.format, int(A.nse),
+                           tuple(int(s) for s in A.batch_shape), A.requires_grad)
     return OperandInfo("sparse", tuple(A.shape), A.dtype, A.device, A.format, A.nse, tuple(A.batch_shape), A.requires_grad)
 
 
@@ -55,7 +62,10 @@ def describe_factored(A: SparseTensor, properties: frozenset[str] = frozenset())
 
 
 def describe_dense(X: torch.Tensor) -> OperandInfo:
-    return OperandInfo("dense", tuple(X.shape), X.dtype, X.device, None, None, (), X.requires_grad)
+    shape = tuple(X.shape)
+    if _tracing():  # torch.jit.trace gives sizes as 0-d tensors: the cost models' sizes are ints
+        shape = tuple(int(s) for s in shape)
+    return OperandInfo("dense", shape, X.dtype, X.device, None, None, (), X.requires_grad)
 
 
 #: the dtypes the operations take (complex32 and the float8 types are storable, not computable)

@@ -147,6 +147,36 @@ def _product(A: SparseTensor, Xn: torch.Tensor, backend: str | None, cache: bool
         return y, state, request, table
 
 
+def autocast_dtype(device_type: str, *dtypes: torch.dtype) -> torch.dtype | None:
+    """The dtype autocast runs a product in, for operands of ``dtypes`` on ``device_type``: None
+    when autocast is off there, or when an operand is float64 or not floating (autocast leaves
+    those alone)."""
+    if not torch.is_autocast_enabled(device_type):
+        return None
+    if any(d == torch.float64 or not d.is_floating_point for d in dtypes):
+        return None
+    return torch.get_autocast_dtype(device_type)
+
+
+def _autocast_operands(A: Any, X: Any) -> tuple[Any, torch.Tensor, str] | None:
+    """Under ``torch.autocast``: ``(A, X)`` cast (differentiably) to the autocast dtype, as autocast casts the
+    operands of ``torch.mm`` / ``torch.matmul``, and the device type (the product then runs with autocast off, so
+    the backends see plain operands of that dtype); None where autocast leaves the product alone (off on X's
+    device, an operand float64, complex or not floating, or not a sparse matrix and a dense tensor)."""
+    if not isinstance(X, torch.Tensor) or not isinstance(A, (SparseTensor, TracedTranspose)):
+        return None
+    dev = X.device.type
+    dt = autocast_dtype(dev, A.dtype, X.dtype)
+    if dt is None:
+        return None
+    if isinstance(A, TracedTranspose):
+        base = A.base
+        A = A if base.dtype == dt else TracedTranspose(base.with_values(base.values.to(dt)))
+    elif A.dtype != dt:
+        A = A.with_values(A.values.to(dt))
+    return A, (X if X.dtype == dt else X.to(dt)), dev
+
+
 def matmul(A: SparseTensor, X: torch.Tensor, c: torch.Tensor | None = None, *, alpha: float | complex | None = None,
            beta: float | complex | None = None, backend: str | None = None, cache: bool = True) -> torch.Tensor:
     """``A @ X`` for sparse ``A`` (any format) and dense ``X``. Differentiable in A's values (on
@@ -172,13 +202,47 @@ def matmul(A: SparseTensor, X: torch.Tensor, c: torch.Tensor | None = None, *, a
     per call on the H200's host, ``benchmarks/results/host_h200_s10b_ab.json``; on the CPU a small
     CSR ``A @ x`` by the torch backend costs about its kernel, ``benchmarks/results/overhead_cpu_s17.json``).
 
+    Under ``torch.autocast`` (without ``c``) the product runs as autocast runs ``torch.matmul``: both
+    operands cast to the autocast dtype (bfloat16 on the CPU by default; differentiably, so gradients
+    reach A's values and ``X`` in their own dtypes), the result in that dtype; float64, complex and
+    integer operands are left alone, as autocast leaves them. With ``c`` (the result written into it,
+    as ``out=``, which autocast does not touch either) the operands keep their dtypes.
+
     Under ``torch.compile`` the product is the custom op ``sparsetorch::spmm``, traced with no
     graph break (:mod:`sparsetorch.autograd.compiled`)."""
+    if _any_autocast() and isinstance(X, torch.Tensor) and torch.is_autocast_enabled(X.device.type):
+        # A @ h with h a Linear's bfloat16 output raised a dtype mismatch (session 29's sweep). The product runs
+        # with autocast off, cast or not: the backends' own dense ops must not be cast behind them
+        amp = _autocast_operands(A, X) if c is None else None
+        if amp is not None:
+            A, X = amp[0], amp[1]
+        with torch.autocast(X.device.type, enabled=False):
+            return _matmul(A, X, c, alpha=alpha, beta=beta, backend=backend, cache=cache)
+    return _matmul(A, X, c, alpha=alpha, beta=beta, backend=backend, cache=cache)
+
+
+def matmul_exact(A: SparseTensor, X: torch.Tensor) -> torch.Tensor:
+    """``A @ X`` in the operands' own dtypes whatever autocast a caller runs under (autocast off inside): what
+    sparsetorch's own code calls for a product that must keep them (a solve's residual)."""
+    if _any_autocast():
+        with torch.autocast(X.device.type, enabled=False):
+            return _matmul(A, X)
+    return _matmul(A, X)
+
+
+#: whether autocast is on for any device (one C call; the device's own question only then)
+_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None) or (lambda: True)
+
+
+def _matmul(A: SparseTensor, X: torch.Tensor, c: torch.Tensor | None = None, *, alpha: float | complex | None = None,
+            beta: float | complex | None = None, backend: str | None = None, cache: bool = True) -> torch.Tensor:
+    """:func:`matmul` without its autocast rule."""
     if compiling():
         from ..autograd.compiled import traced_matmul  # noqa: PLC0415 - the compiled path only
 
         return traced_matmul(A, X, c, alpha, beta, backend)
-    if c is None and alpha is None and beta is None:
+    jit = _jit_tracing() is not None
+    if c is None and alpha is None and beta is None and not jit:
         once = _ONE_SHOT.get(id(A))
         if once is not None and once.ref() is A:  # a product repeated on this A: its remembered launch
             y = once(A, X, backend)
@@ -190,6 +254,8 @@ def matmul(A: SparseTensor, X: torch.Tensor, c: torch.Tensor | None = None, *, a
         ys = [matmul(Ab, Xb, backend=backend, cache=cache) for Ab, Xb in zip(members, rhs.parts)]
         return combine(rhs.finish(ys), c, alpha, beta)
     A = check_matrix(A, "matmul", square=False)
+    if jit:
+        return _jit_traced(A, X, c, alpha, beta)
     if vmapped(A.values):
         return _vmapped_values(A, X, c, alpha, beta, backend)
     if c is None and alpha is None and beta is None and not A.batch_shape and isinstance(X, torch.Tensor) \
@@ -205,6 +271,40 @@ def matmul(A: SparseTensor, X: torch.Tensor, c: torch.Tensor | None = None, *, a
     rhs = _rhs(A, X, "matmul")
     alpha, beta = _scalars(A, rhs.shape, c, alpha, beta, "matmul")
     return combine(rhs.finish(_product(A, rhs.Xn, backend, cache)[0]), c, alpha, beta)
+
+
+#: the state of torch.jit.trace's recording (None when not tracing)
+_jit_tracing = torch._C._get_tracing_state
+
+
+def _jit_traced(A: SparseTensor, X, c, alpha, beta) -> torch.Tensor:
+    """``matmul`` under ``torch.jit.trace``: the product in plain torch ops that the tracer records (see
+    :func:`_gather_scatter`), differentiable by autograd, so that the traced function or module computes it for
+    new inputs of the traced shapes. A backend's plan runs where the tracer cannot follow (NumPy memory, buffers
+    bound to the plan, an autograd Function it cannot record: the trace failed with "offer from 'torch' has
+    invalid seconds=tensor(...)", then "unordered_map::at"; session 29's sweep); ``backend=`` is not used."""
+    rhs = _rhs(A, X, "matmul")
+    alpha, beta = _scalars(A, rhs.shape, c, alpha, beta, "matmul")
+    return combine(rhs.finish(_gather_scatter(A, rhs.Xn)), c, alpha, beta)
+
+
+def _gather_scatter(A: SparseTensor, Xn: torch.Tensor) -> torch.Tensor:
+    """``A Xn`` for ``Xn`` of shape ``(*batch, n, k)``: each stored entry's value times its column's row of
+    ``Xn``, added into its row (duplicates summed); half precision accumulated in float32, as the backends do."""
+    state = _jit_tracing()
+    torch._C._set_tracing_state(None)  # the pattern's entries are constants of the trace (made or cached alike)
+    try:
+        coords, slot = A.entries()
+    finally:
+        torch._C._set_tracing_state(state)
+    rows, cols = coords[-2], coords[-1]
+    vals = A._linear_buffers()[2][..., slot]
+    X = Xn
+    if vals.dtype in (torch.float16, torch.bfloat16):
+        vals, X = vals.float(), X.float()
+    terms = vals.unsqueeze(-1) * X.index_select(-2, cols)
+    Y = terms.new_zeros((*terms.shape[:-2], A.format_shape[0], terms.shape[-1])).index_add(-2, rows, terms)
+    return Y.to(Xn.dtype)
 
 
 def _vmapped_values(A: SparseTensor, X, c, alpha, beta, backend) -> torch.Tensor:
@@ -890,6 +990,10 @@ def _rmatmul_operator(self: SparseTensor, other: torch.Tensor) -> torch.Tensor:
     """``X @ A`` as ``(A^T @ X^T)^T`` (A^T is a view)."""
     if not isinstance(other, torch.Tensor):
         return NotImplemented
+    if _any_autocast() and torch.is_autocast_enabled(other.device.type):
+        amp = _autocast_operands(self, other)  # as matmul under autocast: both operands in its dtype, autocast off
+        with torch.autocast(other.device.type, enabled=False):
+            return _rmatmul_operator(*(amp[:2] if amp is not None else (self, other)))
     if compiling():
         from ..autograd.compiled import traced_rmatmul  # noqa: PLC0415 - the compiled path only
 
@@ -915,6 +1019,10 @@ def _traced_transpose_rmatmul(self: TracedTranspose, other: torch.Tensor) -> tor
         return NotImplemented
     from ..autograd.compiled import traced_rmatmul  # noqa: PLC0415 - the compiled path only
 
+    if _any_autocast() and torch.is_autocast_enabled(other.device.type):
+        amp = _autocast_operands(self, other)  # as the eager X @ A.T under autocast
+        with torch.autocast(other.device.type, enabled=False):
+            return traced_rmatmul(*(amp[:2] if amp is not None else (self, other)))
     return traced_rmatmul(self, other)
 
 

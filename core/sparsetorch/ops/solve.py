@@ -297,10 +297,10 @@ def _info(A: SparseTensor, Bn: torch.Tensor, Xn: torch.Tensor, handle: SolveHand
     # that is the info's residual. Only an answer without that number is measured here.
     true_res = res.residual if isinstance(res.residual, float) and math.isfinite(res.residual) else None
     if true_res is None:
-        from .matmul import matmul
+        from .matmul import matmul_exact
 
         with torch.no_grad():
-            r = Bn - matmul(A.detach(), Xn.detach())
+            r = Bn - matmul_exact(A.detach(), Xn.detach())
             bn = torch.linalg.vector_norm(Bn, dim=-2)
             rel = torch.linalg.vector_norm(r, dim=-2) / torch.where(bn > 0, bn, torch.ones_like(bn))
             true_res = float(rel.max()) if rel.numel() else 0.0

@@ -145,7 +145,7 @@ def try_solve_list(As: SparseTensorList, Bs: list[torch.Tensor], member_requests
 def list_infos(As: SparseTensorList, Bs: list[torch.Tensor], Xs: list[torch.Tensor], table: ExplainTable,
                result: IterationResult | None, reused: bool) -> list[SolveInfo]:
     """One :class:`SolveInfo` per member (true residuals), for ``return_info=True``."""
-    from .matmul import matmul  # noqa: PLC0415
+    from .matmul import matmul_exact  # noqa: PLC0415
 
     offer = table.chosen.offer
     out = []
@@ -153,7 +153,7 @@ def list_infos(As: SparseTensorList, Bs: list[torch.Tensor], Xs: list[torch.Tens
         with torch.no_grad():
             Bn = B if B.dim() > 1 else B.unsqueeze(-1)
             Xn = X if X.dim() > 1 else X.unsqueeze(-1)
-            r = Bn - matmul(A.detach(), Xn.detach())
+            r = Bn - matmul_exact(A.detach(), Xn.detach())
             bn = torch.linalg.vector_norm(Bn, dim=-2)
             rel = torch.linalg.vector_norm(r, dim=-2) / torch.where(bn > 0, bn, torch.ones_like(bn))
         res = result or IterationResult(0, float("nan"), True, None, "")

@@ -223,7 +223,24 @@ def pattern_cache_clear() -> None:
     _PATTERNS.clear()
 
 
-def _key(rows: torch.Tensor, cols: torch.Tensor, shape, owned_key, comm: Comm) -> tuple:
+def version_of(t: torch.Tensor) -> int:
+    """``t._version``, or -1 for an inference tensor, which keeps no version counter (reading it raised "Inference
+    tensors do not track version counter" in every cache key made of one: ``solve`` under ``torch.inference_mode()``;
+    session 29's sweep). As in the core (``sparsetorch.tensor.pattern.version_of``), a key holding -1 does not see an
+    in-place write made inside inference mode (the only place such a tensor can be written): a cache keyed by it
+    must hold views of the tensor (which see the write), last one op call (:func:`~.tensor.op_epoch`), or not
+    cache an inference tensor at all."""
+    try:
+        return t._version
+    except RuntimeError:
+        return -1
+
+
+def _key(rows: torch.Tensor, cols: torch.Tensor, shape, owned_key, comm: Comm) -> tuple | None:
+    """The pattern cache's key, or None (not cached) for index tensors made in inference mode: with no version
+    counter, a write into them (inside inference mode) would leave the old pattern in use, silently."""
+    if owned_key is None or rows.is_inference() or cols.is_inference():
+        return None
     return (rows.data_ptr(), rows._version, rows.numel(), cols.data_ptr(), cols._version, cols.numel(), tuple(shape),
             owned_key, comm.rank, comm.size, id(comm.group), str(rows.device))
 
@@ -247,6 +264,8 @@ def _owned_text(rowmap: RowMap) -> str:
 def _owned_key(rowmap: RowMap):
     if rowmap.contiguous:
         return ("range", rowmap.start, rowmap.stop)
+    if rowmap.owned.is_inference():
+        return None  # no version counter: not cached (see _key)
     return ("ids", rowmap.owned.data_ptr(), rowmap.owned._version, rowmap.n_local)
 
 

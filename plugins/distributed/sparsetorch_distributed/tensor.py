@@ -29,7 +29,7 @@ from .comm import Comm, dtype_code, get_comm
 from .errors import MismatchError
 from .partition import graph_parts
 from .pattern import (_DTYPES, _PATTERNS, Pattern, _build_pattern, _check_index, _key, _migrate, _owned_key,
-                      _owned_text, _rowmap, _spmm, _to_slots, _unique_bytes, pattern_cache_clear)
+                      _owned_text, _rowmap, _spmm, _to_slots, _unique_bytes, pattern_cache_clear, version_of)
 
 __all__ = ["DSparseTensor", "DSparseTensorList", "Pattern", "pattern_cache_clear", "op_epoch", "next_op_epoch"]
 
@@ -45,6 +45,26 @@ def op_epoch() -> int:
 def next_op_epoch() -> None:
     """Start an op call: copies of values made before it are made again when next read."""
     _EPOCH[0] += 1
+
+#: the TypeError of pickling / torch.save / copy.deepcopy of a DSparseTensor (it raised "AttributeError: Can't pickle
+#: local object '_make.<locals>.fn'", from a cached preconditioner; session 29's sweep)
+_NOT_PICKLABLE = (
+    "{what} cannot be pickled, saved with torch.save or deep-copied: it is one rank's part of a matrix that lives on "
+    "a torch.distributed process group (its halo exchange plan names the other ranks), which cannot be stored. Save "
+    "each rank's part as plain tensors instead: rows, cols = A.local_coo() (global indices of its value slots), "
+    "A.values, A.owned_rows() and the shape A.pattern.shape, and rebuild on the same number of ranks with "
+    "DSparseTensor.from_local_rows(rows, cols, values, shape, owned=owned_rows). For a copy with its own values, use "
+    "A.with_values(A.values.clone())")
+
+
+def _entries_token(src: torch.Tensor) -> tuple:
+    """What identifies the entry values a kept slot sum was made of: their buffer and version; for entries made in
+    inference mode (no version counter, written in place only inside it) the op call instead, so that the sum,
+    a copy, follows a write into them from one call to the next as it follows one into other entries."""
+    if src.is_inference():
+        return (src.data_ptr(), "inference", op_epoch())
+    return (src.data_ptr(), src._version)
+
 
 class DSparseTensor:
     """A square sparse matrix partitioned by rows over the ranks of a :class:`Comm`.
@@ -97,7 +117,7 @@ class DSparseTensor:
             return self._values
         if src.requires_grad and torch.is_grad_enabled():
             return _to_slots(src, self.pattern)
-        key = (src.data_ptr(), src._version if not torch.is_inference(src) else -1)
+        key = _entries_token(src)
         if key != self._entries_key or self._values is None:
             with torch.no_grad():
                 self._values = _to_slots(src.detach(), self.pattern)
@@ -119,12 +139,13 @@ class DSparseTensor:
         kept = self._values
         if kept is None or torch.is_inference(kept) or kept._version == self._values_version:
             return src
-        key = (src.data_ptr(), src._version if not torch.is_inference(src) else -1)
+        key = _entries_token(src)
         if not grad and key == self._entries_key:
             return src  # the write is used while the entries are unchanged
         self._values = None  # the write is dropped; the next read sums the entries again
         why = ("an op recording gradients of them (requires_grad, grad mode on) sums them afresh" if grad
-               else "those entries have changed since")
+               else "those entries were made in inference mode (no version counter: they are summed again at every "
+                    "op call)" if src.is_inference() else "those entries have changed since")
         raise st.InputError(
             f"DSparseTensor.values: rank {self.comm.rank}'s values were written in place, but this matrix's values are "
             f"summed from the entry values passed to from_local_rows / with_entry_values (its entries are not in slot "
@@ -404,6 +425,16 @@ class DSparseTensor:
     def __len__(self) -> int:
         return self.batch_shape[0] if self.batch_shape else 1
 
+    def __copy__(self) -> "DSparseTensor":
+        """A shallow copy (same pattern, values and caches), as ``copy.copy`` made before :meth:`__reduce_ex__`."""
+        out = object.__new__(type(self))
+        out.__dict__.update(self.__dict__)
+        return out
+
+    def __reduce_ex__(self, protocol):
+        """Refused: pickling (``torch.save``) and ``copy.deepcopy`` raise ``TypeError`` naming what to save."""
+        raise TypeError(_NOT_PICKLABLE.format(what="a DSparseTensor"))
+
     def __repr__(self) -> str:
         b = f", batch={self.batch_shape}" if self.batch_shape else ""
         return (f"DSparseTensor(shape={self.pattern.shape}{b}, rank {self.comm.rank}/{self.comm.size}, "
@@ -412,9 +443,10 @@ class DSparseTensor:
     # local kernels (no autograd) --------------------------------------------------------------------
     def _blocks(self, values: torch.Tensor | None = None):
         """(interior, boundary or None) torch CSR tensors for one value set: views of the values
-        (cached on the tensor while its values are unchanged)."""
+        (cached on the tensor while its values are unchanged). Values made in inference mode keep no version
+        counter (-1 in the key): a write into them, which only inference mode allows, is seen through the views."""
         v = (self.values if values is None else values).detach()
-        key = (v.data_ptr(), v._version, v.shape)
+        key = (v.data_ptr(), version_of(v), v.shape)
         if values is None and self._csr_key == key:
             return self._csr
         p = self.pattern
@@ -430,7 +462,8 @@ class DSparseTensor:
         # gathered copies: kept for one op call at most (a solve's iterations), so that a write through ``.data``
         # (no version bump) is seen by the next call as the untransposed views see it (session 24's sweep:
         # A @ x doubled after A.values.data.mul_(2) while A^T @ x kept the old values)
-        key = (v.data_ptr(), v._version, v.shape, op_epoch())
+        # (values made in inference mode, with no version counter, are read again by the next call the same way)
+        key = (v.data_ptr(), version_of(v), v.shape, op_epoch())
         if values is None and self._csrt_key == key:
             return self._csrt
         itT, bdT = self.pattern.transposed
@@ -568,6 +601,9 @@ class DSparseTensorList:
 
     def __iter__(self):
         return iter(self.tensors)
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError(_NOT_PICKLABLE.format(what="a DSparseTensorList (nor its members)"))
 
     @property
     def comm(self) -> Comm:
