@@ -2,10 +2,15 @@
 
 - ``symmetric`` / ``hermitian``: A equals its (conjugate) transpose, entry by entry, each pair
   to a relative tolerance of 1e-12 of its own size (pattern-dependent work is cached per pattern).
-- ``spd``: symmetric, positive real diagonal, and weakly diagonally dominant by rows
-  (Gershgorin: every eigenvalue is then >= 0; 2-D/3-D Poisson and most FEM mass/stiffness
-  matrices pass). Matrices that are SPD without being dominant are not detected: pass
-  ``properties="spd"``.
+- ``spd``: symmetric, positive real diagonal, weakly diagonally dominant by rows (Gershgorin:
+  every eigenvalue is then >= 0), and nonsingular: in every connected component of the graph of
+  the nonzero off-diagonal entries a row is strictly dominant (Taussky), or, for real values,
+  the component's signs are not balanced (a tight component, every row's diagonal equal to the
+  sum of its off-diagonal magnitudes, is singular exactly when they are). Dirichlet Laplacians
+  (2-D/3-D Poisson), shifted graph Laplacians and the FEM matrices that are dominant (the 2-D P1
+  mass matrix included) pass; a singular one (a graph Laplacian, a pure-Neumann Laplacian: every
+  row sums to zero; positive semi-definite only) does not. Matrices that are SPD without being
+  dominant are not detected: pass ``properties="spd"``.
 - ``zero_diagonal``: a symmetric matrix with a zero (or unstored) diagonal entry: not definite, and
   factorizations without pivoting (LDL^T) meet zero pivots on it.
 - ``zero_minor``: a symmetric matrix, not detected SPD, with an exactly singular 2x2 principal
@@ -29,7 +34,7 @@ from ..tensor.construct import conversion
 from ..tensor.sparse_tensor import is_plain
 from ..tensor.pattern import version_of
 
-__all__ = ["detect", "detect_cached", "normalize_tags", "KNOWN_TAGS", "recall", "remember"]
+__all__ = ["detect", "detect_cached", "normalize_tags", "KNOWN_TAGS", "recall", "remember", "semidefinite"]
 
 KNOWN_TAGS = frozenset({"spd", "symmetric", "hermitian", "nonsymmetric", "general", "diagonally_dominant",
                         "zero_diagonal", "zero_minor"})
@@ -128,6 +133,30 @@ def detect_cached(A: SparseTensor) -> frozenset[str]:
         got = detect(A)
         remember(A, got)
     return got
+
+
+def semidefinite(A: SparseTensor) -> bool:
+    """Whether A is Hermitian positive semi-definite by Gershgorin's theorem: detected ``spd``, or
+    detected symmetric (Hermitian) with a positive real diagonal and weakly diagonally dominant
+    rows (what ``spd`` meant before its test asked for a strictly dominant row per connected
+    component): a singular graph or pure-Neumann Laplacian passes. eigsh answers
+    ``which="SM"`` of such a matrix as ``"SA"`` (no shift-invert at 0 of a singular matrix)."""
+    tags = detect_cached(A)
+    if "spd" in tags:
+        return True
+    if "symmetric" not in tags or "zero_diagonal" in tags:
+        return False
+    coords, slot = A.entries()
+    n = A.format_shape[0]
+    vals = A.values.detach()[..., slot]
+    on = coords[0] == coords[1]
+    diag = vals.new_zeros(*vals.shape[:-1], n).index_add(-1, coords[0][on], vals[..., on])
+    off = vals.abs().masked_fill_(on, 0)
+    offsum = off.new_zeros(*off.shape[:-1], n).index_add(-1, coords[0], off)
+    dre = diag.real if diag.is_complex() else diag
+    if diag.is_complex() and not bool((diag.imag.abs() <= 1e-12 * dre.abs()).all()):
+        return False
+    return bool((dre > 0).all()) and bool((dre >= offsum * (1 - 1e-12)).all())
 
 
 def detect(A: SparseTensor) -> frozenset[str]:
@@ -343,7 +372,10 @@ def _pairs_symmetric(vals: torch.Tensor, tv: torch.Tensor, found: torch.Tensor |
 
 
 def _spd_tags(A: SparseTensor, vals: torch.Tensor, rows: torch.Tensor, on: torch.Tensor, diag_rows: torch.Tensor, n: int,
-              on_idx: torch.Tensor | None = None) -> frozenset[str]:
+              on_idx: torch.Tensor | None = None, graph=None) -> frozenset[str]:
+    """Tags of a symmetric (Hermitian) A; ``vals`` in the order of ``A.entries()``. ``graph``: a
+    callable giving the ``(rows, cols, values)`` whose nonzero off-diagonal entries make the graph
+    of the SPD test, when not A's entries (duplicate coordinates: their sums, see :func:`_definite`)."""
     tags = {"symmetric", "hermitian"} if A.dtype.is_complex else {"symmetric"}
     von = vals[..., on] if on_idx is None else vals.index_select(-1, on_idx)
     diag = vals.new_zeros(*vals.shape[:-1], n).index_add(-1, diag_rows, von)
@@ -353,11 +385,204 @@ def _spd_tags(A: SparseTensor, vals: torch.Tensor, rows: torch.Tensor, on: torch
     offsum = off.new_zeros(*off.shape[:-1], n).index_add(-1, rows, off)
     dre = diag.real if diag.is_complex() else diag
     if bool((dre > 0).all()) and bool((dre >= offsum * (1 - 1e-12)).all()):
-        if not diag.is_complex() or bool((diag.imag.abs() <= 1e-12 * dre.abs()).all()):
+        if ((not diag.is_complex() or bool((diag.imag.abs() <= 1e-12 * dre.abs()).all()))
+                and _definite(A, vals, rows, on, dre, offsum, n, graph)):
             tags.add("spd")
     if "spd" not in tags and "zero_diagonal" not in tags and _zero_minor(A, vals, on, diag):
         tags.add("zero_minor")
     return frozenset(tags)
+
+
+def _definite(A: SparseTensor, vals: torch.Tensor, rows: torch.Tensor, on: torch.Tensor, dre: torch.Tensor,
+              offsum: torch.Tensor, n: int, graph) -> bool:
+    """Whether a symmetric matrix with a positive real diagonal ``dre`` that is weakly diagonally
+    dominant (``offsum``: each row's sum of off-diagonal magnitudes) is positive definite. It is
+    positive semi-definite (Gershgorin); it is singular only if, in some connected component of
+    the graph of its nonzero off-diagonal entries, no row is strictly dominant (Taussky: an
+    irreducible, weakly dominant matrix with one strict row is nonsingular). Weak dominance alone
+    allows a singular matrix: a graph or pure-Neumann Laplacian, whose rows sum to zero.
+
+    A component whose rows are all tight (``d_i = sum_j |a_ij|``) is singular exactly when a vector
+    of unit entries makes every ``x_i a_ij x_j`` equal ``-|a_ij|`` (the Gershgorin equality case): for
+    real values, when the signs are balanced (some ``x`` in ``{-1, 1}^n`` has ``sign(a_ij) = -x_i x_j``:
+    a graph Laplacian, all off-diagonal entries negative, or one with rows and columns negated). An
+    unbalanced tight component (a cycle with an odd count of positive entries: the 2-D P1 mass matrix,
+    ``[[2, 1, 1], [1, 2, 1], [1, 1, 2]]``) is definite. That test runs for real values (a complex
+    matrix whose tight components hold non-real entries, and a value batch whose members' signs
+    differ, are not called definite: a sufficient test, like dominance itself).
+
+    Strict means ``d_i - offsum_i > tol_i`` with ``tol_i = max(1e-12, k_i eps) (d_i + offsum_i)``:
+    ``k_i`` the row's stored entries, ``eps`` the dtype's machine epsilon, ``d_i + offsum_i`` the
+    row's sum of magnitudes. A row that sums to zero in exact arithmetic but was assembled in
+    floating point (a diagonal computed as the sum of its row's weights) keeps a residue up to
+    about ``k_i eps / 2`` of that sum, and our own sums add as much again: such a residue (1e-17
+    for 0) is not strict dominance. The 1e-12 floor matches the weak test's slack (a row may fail
+    weak dominance by 1e-12 relative and still count as dominant): a smaller margin proves nothing.
+    A row within the tolerance counts as tight.
+
+    For a value batch the graph is that of the entries nonzero in every member (finer than any
+    member's own: the test stays sufficient for each member)."""
+    eps = torch.finfo(dre.dtype).eps
+    if dre.dtype.itemsize < 4:  # half types: the margin and the counts in float32 (eps stays the dtype's)
+        dre, offsum = dre.float(), offsum.float()
+    counts = _row_counts(A, rows, n).to(dre.dtype)
+    tol = (dre + offsum) * (counts * eps).clamp_(min=1e-12)
+    strict = (dre - offsum) > tol
+    if bool(strict.all()):
+        return True
+    edges = _Edges(A, vals, on, n, graph)
+    if not bool(strict.any(-1).all()):  # a member without a strict row: all its components are tight
+        tight = torch.ones(n, dtype=torch.bool, device=strict.device)
+    else:
+        labels = edges.labels()
+        # strict rows per component (labels name the components), then for each row its component's count
+        per = strict.to(torch.float32).new_zeros(*strict.shape[:-1], n).index_add_(-1, labels, strict.to(torch.float32))
+        tight = (per.index_select(-1, labels) == 0).reshape(-1, n).any(0)  # rows of components without a strict row
+        if not bool(tight.any()):
+            return True
+    if not _some_positive_off(vals, on):
+        return False  # every off-diagonal entry real and negative (a Laplacian): every component balanced
+    balanced = edges.balanced()
+    return balanced is not None and not bool((balanced & tight).any())
+
+
+def _some_positive_off(vals: torch.Tensor, on: torch.Tensor) -> bool:
+    """Whether an off-diagonal entry is not real and negative (a positive or a non-real one)."""
+    if vals.is_complex():
+        return bool((((vals.real > 0) | (vals.imag != 0)) & ~on).any())
+    return bool(((vals > 0) & ~on).any())
+
+
+def _row_counts(A: SparseTensor, rows: torch.Tensor, n: int) -> torch.Tensor:
+    """Stored entries per row (pattern-only: kept in the pattern's cache)."""
+    cache = A._cache
+    key = ("properties", "row_counts")
+    got = cache.get(key)
+    if got is None or got.numel() != n:
+        got = torch.bincount(rows, minlength=n)
+        if is_plain(got):
+            cache[key] = got
+    return got  # type: ignore[no-any-return]
+
+
+class _Edges:
+    """The graph of :func:`_definite`: the off-diagonal entries nonzero in every member of ``vals``
+    (stored zeros connect nothing), found when first asked. ``graph``: a callable giving ``(rows,
+    cols, values)`` to take instead of A's entries (duplicate coordinates: their sums)."""
+
+    def __init__(self, A: SparseTensor, vals: torch.Tensor, on: torch.Tensor, n: int, graph) -> None:
+        self.A, self.n, self._graph = A, n, graph
+        self._vals, self._on = vals, on
+        self._found: tuple | None = None
+        self._full: bool | None = None
+
+    @property
+    def full(self) -> bool:
+        """No stored entry is zero: the graph (its labels, its balance for given signs) is the
+        pattern's, kept in the pattern's cache."""
+        if self._full is None:
+            self._full = self._graph is None and not bool((self._vals == 0).any())
+        return self._full
+
+    def _find(self) -> tuple:
+        if self._found is None:
+            if self._graph is not None:
+                rows, cols, vals = self._graph()
+                off = rows != cols
+            else:
+                coords, _ = self.A.entries()  # the order of ``vals``
+                rows, cols, vals, off = coords[0], coords[1], self._vals, ~self._on
+            if self.full:
+                edge = off
+            else:
+                nz = vals != 0
+                edge = (nz.reshape(-1, nz.shape[-1]).all(0) if nz.dim() > 1 else nz) & off
+            idx = edge.nonzero().squeeze(-1)
+            self._found = (rows.index_select(0, idx), cols.index_select(0, idx), vals.index_select(-1, idx))
+        return self._found
+
+    @property
+    def src(self) -> torch.Tensor:
+        return self._find()[0]  # type: ignore[no-any-return]
+
+    @property
+    def dst(self) -> torch.Tensor:
+        return self._find()[1]  # type: ignore[no-any-return]
+
+    @property
+    def values(self) -> torch.Tensor:
+        return self._find()[2]  # type: ignore[no-any-return]
+
+    def balanced(self) -> torch.Tensor | None:
+        """For each row, whether its component's signs are balanced (see :func:`_definite`): some ``x``
+        in ``{-1, 1}^n`` has ``sign(a_ij) = -x_i x_j`` on its edges. Through the signed double cover:
+        vertices ``i`` and ``n + i`` (``x_i = 1`` and ``-1``), a negative entry joining equal signs, a
+        positive one opposite ones; a component is balanced exactly when ``i`` and ``n + i`` land in
+        different components of the cover. None where it is not decided here: non-real entries, or
+        members of a value batch with other signs. Kept in the pattern's cache with the signs it was
+        found for (a mass matrix's later detections pay one comparison)."""
+        ev = self.values
+        if ev.is_complex():
+            if not bool((ev.imag == 0).all()):
+                return None  # phases: not decided here
+            ev = ev.real
+        pos = ev > 0
+        if pos.dim() > 1:
+            pos = pos.reshape(-1, pos.shape[-1])
+            if not bool((pos == pos[:1]).all()):
+                return None  # members with other signs
+            pos = pos[0]
+        key = ("properties", "balanced")
+        if self.full:
+            got = self.A._cache.get(key)
+            if got is not None and got[0].shape == pos.shape and torch.equal(got[0], pos):
+                return got[1]  # type: ignore[no-any-return]
+        n, src, dst = self.n, self.src, self.dst
+        cover = _components(2 * n, torch.cat([src, src + n]),
+                            torch.cat([torch.where(pos, dst + n, dst), torch.where(pos, dst, dst + n)]))
+        out = cover[:n] != cover[n:]
+        if self.full and is_plain(out):
+            self.A._cache[key] = (pos, out)
+        return out
+
+    def labels(self) -> torch.Tensor:
+        """Each row's connected component (labels in ``[0, n)``, one per component); of a full graph
+        kept in the pattern's cache (later detections on that pattern pay one O(nnz) comparison)."""
+        key = ("properties", "components")
+        if self.full:
+            got = self.A._cache.get(key)
+            if got is not None and got.numel() == self.n:
+                return got  # type: ignore[no-any-return]
+        labels = _components(self.n, self.src, self.dst)
+        if self.full and is_plain(labels):
+            self.A._cache[key] = labels
+        return labels
+
+
+def _components(n: int, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+    """Connected components of the graph with edges ``src[e] -- dst[e]`` (a symmetric edge set:
+    each edge listed both ways), each vertex labelled by the smallest vertex of its component.
+    Vectorized hooking and pointer jumping (Shiloach-Vishkin), on any device, without SciPy: every
+    root takes the smallest root across its edges as its parent (parents only decrease, so no
+    cycles), then pointers jump until every tree is a star; it stops when no edge joins two trees.
+    A few rounds on grids and random graphs (2 on a 1000 x 1000 grid numbered by rows, 8 numbered
+    at random), each O(nnz) gathers and one scatter, plus O(n) jumps. CPU time on one thread about
+    SciPy's ``connected_components`` (with its CSR built): 106 against 55 ms on that grid, 129
+    against 218 ms on a random graph of 5.2M entries; SciPy's import alone costs ~150 ms."""
+    parent = torch.arange(n, device=src.device)
+    if src.numel() == 0:
+        return parent
+    src, dst = src.to(torch.int64), dst.to(torch.int64)
+    while True:
+        new = parent.scatter_reduce(0, parent.index_select(0, src), parent.index_select(0, dst), reduce="amin")
+        while True:
+            nxt = new.index_select(0, new)
+            if torch.equal(nxt, new):
+                break
+            new = nxt
+        if torch.equal(new, parent):
+            return parent
+        parent = new
 
 
 def _zero_minor(A: SparseTensor, vals: torch.Tensor, on: torch.Tensor, diag: torch.Tensor) -> bool:
@@ -412,4 +637,9 @@ def _detect(A: SparseTensor) -> frozenset[str]:
     on = rows == coords[1]
     if not sym:
         return frozenset({"nonsymmetric"}) | _dominance(values[..., slot], rows, on, rows[on], n)
-    return _spd_tags(A, values[..., slot], rows, on, rows[on], n)
+    # the SPD test's components come from the summed duplicates (two stored entries of one
+    # coordinate that cancel connect nothing)
+    def graph():
+        return torch.repeat_interleave(torch.arange(n, device=csr.pos[1].device), csr.pos[1].diff()), csr.crd[1], v
+
+    return _spd_tags(A, values[..., slot], rows, on, rows[on], n, graph=graph)

@@ -18,7 +18,7 @@ from ...dispatch.options import SpectralOptions
 from ...dispatch.plan import make_request, obtain_plan
 from .._inputs import check_finite as check_finite_values, check_matrix, describe_sparse
 from ..accuracy import default_rtol
-from ..properties import detect_cached, normalize_tags
+from ..properties import detect_cached, normalize_tags, semidefinite
 from ._attempts import _Attempts
 from ._bordered import BorderedSystem
 from ._checks import _POLICIES, _WHICH_SH, _check_common, check_mass_matrix, magnitude_scale, empty_batch
@@ -108,7 +108,7 @@ def eigsh(
         # goes through shift-invert at 0, which a singular PSD matrix (a graph Laplacian) cannot factor:
         # it raised "pass sigma", and sigma=0 raised singular (session 20's sweep)
         tags = normalize_tags(properties)
-        if "spd" in (tags if tags is not None else detect_cached(A)):
+        if ("spd" in tags) if tags is not None else semidefinite(A):  # detected spd, or semi-definite by dominance
             which = "SA"
     if M is None and (sigma is None or which == "LM"):
         empty = _empty_lines(A)
