@@ -384,7 +384,10 @@ def complex_symmetric(m: int = 30, k: float = 15.0, *, damping: float = 0.05, se
 def complex_hermitian(m: int = 30, *, coupling: float = 0.5, definite: bool = False, seed: int = 0) -> Generated:
     """``L + i c S - σ I`` on an ``m x m`` grid: ``L`` the Laplacian, ``S`` real antisymmetric
     (±1 on the grid couplings, random signs from ``seed``), so the matrix is Hermitian.
-    ``definite=True``: ``σ`` = half the smallest eigenvalue (Hermitian positive definite).
+    ``definite=True``: ``σ`` below the smallest eigenvalue ``λ_1`` (``λ_1 / 2`` where ``λ_1 > 0``, else
+    ``λ_1 - max(|λ_1| / 2, ρ / 1000)``, ρ the spectral radius): Hermitian positive definite whatever the
+    coupling does to ``λ_1`` (the coupling can make ``λ_1`` negative, and ``σ = λ_1 / 2`` then left the
+    matrix indefinite).
     ``definite=False``: ``σ`` in the middle of the widest gap of the middle of the spectrum
     (Hermitian indefinite); eigenvalues from a dense ``eigvalsh`` (keep ``m`` modest)."""
     rng = _rng(seed)
@@ -397,7 +400,8 @@ def complex_hermitian(m: int = 30, *, coupling: float = 0.5, definite: bool = Fa
     H = (_laplacian(m, 2).astype(np.complex128) + 1j * coupling * S).tocsr()
     ev = np.linalg.eigvalsh(H.toarray())
     if definite:
-        sigma = 0.5 * float(ev[0])
+        lam = float(ev[0])
+        sigma = 0.5 * lam if lam > 0 else lam - max(0.5 * abs(lam), 1e-3 * float(abs(ev).max()))
     else:
         lo, hi = n // 4, 3 * n // 4
         gaps = ev[lo + 1: hi] - ev[lo: hi - 1]
