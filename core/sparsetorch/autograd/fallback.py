@@ -53,7 +53,7 @@ from ..dispatch.plan import PlanState, _token, guarded
 from ._range import RangeSearch
 from .lstsq import apply_entries
 from .matmul import MatmulHandle
-from ._route_checks import _checked, _equilibrated, _one_line, _pow2, _pow2_scale
+from ._route_checks import _checked, _equilibrated, _norm2_floor, _one_line, _pow2, _pow2_scale, _singular_growth
 from . import products
 
 __all__ = ["Route"]
@@ -107,7 +107,7 @@ class Route(RangeSearch):
         self.attempts: list[Attempt] = []
         self._lock = threading.Lock()
         self._singular_lu = 0
-        #: the last direct answer checked had ||A|| ||x|| / ||b|| >= 1 / (sqrt(n) u) (A singular to
+        #: the last direct answer checked had a condition estimate >= 1 / (8 u) (A singular to
         #: working precision, as opposed to an unstable factorization)
         self._growth_singular = False
         #: the call runs at the accuracy contract's tolerance (set per solve by _solve)
@@ -455,7 +455,8 @@ class Route(RangeSearch):
                             return X2, replace(res2, residual=rel,
                                                reason=f"{res2.reason}; rows and columns equilibrated (badly scaled)")
                         rn = torch.linalg.vector_norm(B - self._apply(values, X2, adjoint), dim=-2)
-                        eta, _, stable = self._backward_error(values, B, X2, rn, torch.linalg.vector_norm(B, dim=-2))
+                        eta, _, stable = self._backward_error(values, B, X2, rn, torch.linalg.vector_norm(B, dim=-2),
+                                                              self._scaled_inverse(state, plan, B, opts, adjoint, r, c, ve))
                         if stable:
                             # backward stable in the caller's norm too: the residual is what the
                             # conditioning allows (an unscaled LU would not do better)
@@ -507,7 +508,8 @@ class Route(RangeSearch):
                 # backward-stable one (Oettli-Prager: invariant under row and column scaling)
                 Rb = B - self._apply(values, Xb, adjoint)
                 rn = torch.linalg.vector_norm(Rb, dim=-2)
-                eta, _, stable = self._backward_error(values, B, Xb, rn, torch.linalg.vector_norm(B, dim=-2))
+                eta, _, stable = self._backward_error(values, B, Xb, rn, torch.linalg.vector_norm(B, dim=-2),
+                                                      self._scaled_inverse(state, plan, B, opts, adjoint, r, c, ve))
                 omega = math.inf if stable else self._componentwise_backward_error(values, B, Xb, Rb, adjoint)
                 if not stable and not omega <= backward_error_bound(B.dtype, self.A.format_shape[0]):
                     return X, replace(res, reason=f"{res.reason}; equilibrated: relative residual {rel:.2g}, backward "
@@ -651,18 +653,56 @@ class Route(RangeSearch):
         return float(ratio.max()) if ratio.numel() else 0.0
 
     def _backward_error(self, values: torch.Tensor, B: torch.Tensor, X: torch.Tensor, rn: torch.Tensor,
-                        bn: torch.Tensor) -> tuple[float, float, bool]:
-        """``(eta, growth, stable)``: the normwise backward error ``||r|| / (||A||_F ||x|| + ||b||)``
-        and ``||A|| ||x|| / ||b||`` (worst columns; ``rn``, ``bn``: the residual's and ``B``'s
-        column norms), and whether the answer is that of a backward-stable solve: ``eta`` within
-        the dtype's bound and the growth below ``1 / (sqrt(n) u)`` (past it A is singular to working
-        precision, and a small backward error means nothing)."""
-        etas, ax = normwise_backward_error(values, X, rn, bn)
-        n = self.A.format_shape[0]
+                        bn: torch.Tensor,
+                        solve: Callable[[torch.Tensor], torch.Tensor] | None = None) -> tuple[float, float, bool]:
+        """``(eta, kappa, stable)``: the normwise backward error ``||r|| / (||A||_F ||x|| + ||b||)``
+        (worst column; ``rn``, ``bn``: the residual's and ``B``'s column norms), a lower bound of
+        A's condition number, and whether the answer is that of a backward-stable solve: ``eta``
+        within the dtype's bound and ``kappa`` below ``1 / (8 u)`` (past it A is singular to working
+        precision, and a small backward error means nothing: :func:`_singular_growth`).
+
+        ``kappa`` is ``||A||_2 ||x|| / ||b||`` with :func:`_norm2_floor`'s lower bound of
+        ``||A||_2`` (not the Frobenius norm, which grows like sqrt(n) on a mesh matrix), and, given
+        ``solve`` (``V -> A^-1 V`` on the factors at hand) and an answer that would pass, the larger
+        ``||A||_2 ||A^-1 x|| / ||x||`` (one step of inverse iteration, one more solve on the same
+        factors): where b is mostly in the range of a singular A, ``||x|| / ||b||`` understates
+        ``||A^-1||`` by ``||b||`` over b's component outside the range, while x, dominated by the
+        near-null direction, gives ``||A^-1||`` at once (a float32 Neumann Laplacian of 40,000
+        unknowns: 2e-3 / u from x, 0.4 / u after the step)."""
+        etas, _ = normwise_backward_error(values, X, rn, bn)
         eta = float(etas.max())
-        growth = float((ax / torch.where(bn > 0, bn, torch.ones_like(bn))).max())
-        stable = eta <= backward_error_bound(B.dtype, n) and not _singular_growth(growth, n, B.dtype)
-        return eta, growth, stable
+        anorm = _norm2_floor(self.A, values)
+        while anorm.dim() < rn.dim():
+            anorm = anorm.unsqueeze(-1)
+        xn = torch.linalg.vector_norm(X, dim=-2)
+        kappa = float((anorm * xn / torch.where(bn > 0, bn, torch.ones_like(bn))).max())
+        stable = eta <= backward_error_bound(B.dtype, self.A.format_shape[0]) and not _singular_growth(kappa, B.dtype)
+        if stable and solve is not None and X.shape[-2]:
+            V = X / torch.where(xn > 0, xn, torch.ones_like(xn)).unsqueeze(-2)
+            try:
+                Y = solve(V)
+            except (SingularMatrixError, BackendError):
+                Y = None
+            if Y is None or not bool(torch.isfinite(Y).all()):
+                kappa = math.inf
+            else:
+                kappa = max(kappa, float((anorm * torch.linalg.vector_norm(Y, dim=-2)).max()))
+            stable = not _singular_growth(kappa, B.dtype)
+        return eta, kappa, stable
+
+    def _scaled_inverse(self, state: PlanState, plan: Any, B: torch.Tensor, opts: CallOptions, adjoint: bool,
+                        r: torch.Tensor, c: torch.Tensor, ve: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+        """``V -> A^-1 V`` (``A^-H V`` when ``adjoint``) through the factors of ``diag(r) A diag(c)``
+        (values ``ve``, loaded on the plan if they are not): :meth:`_backward_error`'s inverse step
+        for an equilibrated answer. Under the plan's lock (the caller holds it)."""
+        dl, dr = (c, r) if adjoint else (r, c)
+
+        def inverse(V: torch.Tensor) -> torch.Tensor:
+            state._load(ve)
+            Y, _res = _checked(state, guarded(lambda: plan.solve(V * dl.unsqueeze(-1), adjoint=adjoint, options=opts),
+                                              state.label, "solve"), B)
+            return Y * dr.unsqueeze(-1)
+        return inverse
 
     def _equilibrated_solve(self, state: PlanState, plan: Any, values: torch.Tensor, B: torch.Tensor, opts: CallOptions,
                             adjoint: bool, rtol: float, atol: float,
@@ -769,17 +809,19 @@ class Route(RangeSearch):
             X, R, rn = X2, R2, rn2
         rel = float((rn / torch.where(bn > 0, bn, torch.ones_like(bn))).max())
         if res.status is Status.DIRECT:
-            eta, growth, stable = self._backward_error(values, B, X, rn, bn)
+            eta, growth, stable = self._backward_error(values, B, X, rn, bn, lambda V: _checked(
+                state, guarded(lambda: state.plan.solve(V, adjoint=adjoint, options=opts), state.label, "solve"), B)[0])
             n = self.A.format_shape[0]
-            self._growth_singular = _singular_growth(growth, n, B.dtype)
+            self._growth_singular = _singular_growth(growth, B.dtype)
             if stable:
                 return X, replace(res, residual=rel, iterations=res.iterations + extra,
                                   reason=f"{res.reason}; ill-conditioned: backward error {eta:.2g}")
             bound = backward_error_bound(B.dtype, n)
             return X, replace(res, residual=rel, converged=False, status=Status.INACCURATE,
                               reason=f"relative residual {rel:.2g}, backward error {eta:.2g} (bound {bound:.1g}), "
-                                     f"||A|| ||x|| / ||b|| = {growth:.2g} after {extra} refinement steps (an unstable "
-                                     f"factorization or a matrix singular to working precision)")
+                                     f"condition >= {growth:.2g} (singular to working precision from "
+                                     f"{1 / (8 * unit_roundoff(B.dtype)):.2g}) after {extra} refinement steps (an "
+                                     f"unstable factorization or a matrix singular to working precision)")
         return X, replace(res, residual=rel, converged=False, status=Status.INACCURATE,
                           reason=f"{res.reason + '; ' if res.reason else ''}the true relative residual {rel:.3g} misses "
                                  f"the tolerance (rtol {rtol:.1e}) after {extra} refinement iterations")
@@ -1036,16 +1078,6 @@ def _in_units(offer: Offer, iterations: int, restart: int) -> int:
     if offer.method in _RESTARTED:
         return max(1, -(-int(iterations) // restart))
     return int(iterations)
-
-
-def _singular_growth(growth: float, n: int, dtype: torch.dtype) -> bool:
-    """Whether ``||A|| ||x|| / ||b||`` (``growth``, at most cond(A)) says A is singular to working
-    precision: ``growth * sqrt(n) * u >= 1``. growth * u >= 1 forces cond(A) * u >= 1; the sqrt(n)
-    margin covers the rounding of a numerically singular matrix, whose tiny pivot leaves growth near
-    1 / u. (Until session 19 the margin was n: a float32 system of 10^4 unknowns with cond 1e6,
-    cond * u = 0.06, whose LU answer had a backward error of 5e-10 and 5 correct digits, was called
-    singular.)"""
-    return growth * max(1.0, math.sqrt(n)) * unit_roundoff(dtype) >= 1
 
 
 def _row_weights(A: SparseTensor, values: torch.Tensor, adjoint: bool) -> torch.Tensor:
