@@ -28,13 +28,14 @@ to get those entries of the inverse (``grad_method=``):
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import torch
 
 
 from ..autograd.lstsq import apply_entries
-from ..autograd._route_checks import _equilibrated
+from ..autograd._route_checks import _equilibrated, _norm2_floor, _singular_growth
 from ..autograd._first_order import first_order_only
 from ..dispatch.accuracy import backward_error_bound, normwise_backward_error
 from ..errors import BackendError, InputError, NotSymmetricError, SingularMatrixError, SparseTorchError
@@ -119,6 +120,13 @@ class _InverseEntries(torch.autograd.Function):
             eq = _equilibration(handle["A"], values) if handle.get("equilibrate") else None
             handle["state"].load(values if eq is None else eq[2])
             try:
+                A = handle["A"]
+                # the plan's solves of a numerically singular matrix answer (huge, meaningless entries): decided
+                # as the forward's value (sign 0, -inf) was, before any entry of A^-1 is computed
+                plan = handle["state"].plan
+                if bool(_singular_members(plan, values if eq is None else eq[2], A, plan.slogdet()[0],
+                                          eq is not None).any()):
+                    raise SingularMatrixError("the matrix is singular to working precision (slogdet's sign is 0)")
                 return _inverse_transpose_entries(handle, eq)
             except (torch.linalg.LinAlgError, SingularMatrixError) as exc:
                 raise SingularMatrixError(
@@ -262,9 +270,20 @@ def _run(values: torch.Tensor, handle) -> tuple[torch.Tensor, torch.Tensor]:
                     # also when pinned or last: its (0, -inf) for a nonsingular matrix was returned as the answer
                     # (a pinned LDL^T of a 4x4 indefinite matrix of det 125; session 26's sweep)
                     why = _unstable(state.plan, values, A, sign)
-                    if why is not None and (handle["pinned"] or final):
-                        why = why.replace(": an LU decides", "") + (
-                            "; pin method='lu' (or pass no method) for a factorization with pivoting")
+                if why is None:
+                    # a numerically singular matrix's factors end with a rounding-level pivot, not an exact zero:
+                    # its log enters the sum (a finite log|det| whose sign depended on the backend; session 29's
+                    # sweep). Decided as the solve's route decides "singular to working precision"
+                    singular = _singular_members(state.plan, values if eq is None else eq[2], A, sign, eq is not None)
+                    if offer.method in _PIVOTING:
+                        sign = torch.where(singular, torch.zeros_like(sign), sign)
+                        logabs = torch.where(singular, torch.full_like(logabs, -math.inf), logabs)
+                    elif bool(singular.any()):
+                        why = ("met a pivot that is zero to working precision without pivoting (not a proof of "
+                               "singularity): an LU decides")
+                if why is not None and offer.method not in _PIVOTING and (handle["pinned"] or final):
+                    why = why.replace(": an LU decides", "") + (
+                        "; pin method='lu' (or pass no method) for a factorization with pivoting")
             if why is not None:
                 raise BackendError(f"{label} {why}", label, "result")
         except _PASS_THROUGH:
@@ -297,6 +316,17 @@ _EQUILIBRATE_FIRST = 2.0 ** 10
 def _equilibration(A: SparseTensor, values: torch.Tensor):
     """``(r, c, scaled values)`` of :func:`~sparsetorch.autograd._route_checks._equilibrated` where the scaling
     spreads over more than :data:`_EQUILIBRATE_FIRST` (a badly scaled A), else None."""
+    eq = _exact_equilibration(A, values)
+    if eq is None:
+        return None
+    r, c, _ve = eq
+    spread = max(float((r.real.amax(-1) / r.real.amin(-1)).max()), float((c.real.amax(-1) / c.real.amin(-1)).max()))
+    return eq if spread > _EQUILIBRATE_FIRST else None
+
+
+def _exact_equilibration(A: SparseTensor, values: torch.Tensor):
+    """``(r, c, scaled values)`` of :func:`~sparsetorch.autograd._route_checks._equilibrated`, or None where the
+    scaled values would not be exact."""
     if not values.numel() or not is_plain(values):
         return None
     r, c, ve = _equilibrated(A, values)
@@ -308,8 +338,7 @@ def _equilibration(A: SparseTensor, values: torch.Tensor):
     tiny = torch.finfo(vm.dtype).tiny
     if not bool(torch.isfinite(ve).all()) or bool((nz & (vm < tiny)).any()):
         return None
-    spread = max(float((r.real.amax(-1) / r.real.amin(-1)).max()), float((c.real.amax(-1) / c.real.amin(-1)).max()))
-    return (r, c, ve) if spread > _EQUILIBRATE_FIRST else None
+    return r, c, ve
 
 
 #: factorizations whose pivots are chosen for stability (partial pivoting), or that cannot meet a
@@ -346,6 +375,62 @@ def _unstable(plan, values: torch.Tensor, A: SparseTensor, sign: torch.Tensor) -
         return (f"factors without pivoting that are not backward stable (a solve with them: backward error "
                 f"{eta:.2g} > {bound:.1g}; small pivots make the determinant's factors meaningless): an LU decides")
     return None
+
+
+def _singular_members(plan, values: torch.Tensor, A: SparseTensor, sign: torch.Tensor, scaled: bool) -> torch.Tensor:
+    """Per value-batch member, whether the factored matrix (``values``: what the plan holds; ``scaled``: those
+    are already equilibrated) is singular to working precision, by the solve route's rule
+    (``autograd/_route_checks.py``'s ``_singular_growth`` on a lower bound of the condition number,
+    ``||S||_2 ||S^-1 x|| / ||x||`` with ``_norm2_floor``'s ``||S||_2``, reaching ``1 / (8 u)``), judged on the
+    equilibrated ``S = diag(r) A diag(c)`` (exact powers of two; with the plan's factors of A, ``S^-1 y =
+    diag(c)^-1 A^-1 diag(r)^-1 y``): singularity is invariant under scalings, a normwise condition is not (a
+    nonsingular ``D1 L D2`` with scales 1e-6..1e6 has condition 2e20). Two steps of inverse iteration from a
+    fixed random vector, ``x_1 = S^-1 x_0``, ``x_2 = S^-1 x_1 / ||x_1||``: each ratio is at most
+    ``||S||_2 ||S^-1||_2`` (never more, whatever the matrix: a nonsingular ill-conditioned matrix, cond 1e12 in
+    float64, stays below the bar), and the solve's route would call S singular for the right-hand side ``x_k``
+    that reaches it. A numerically singular matrix's rounding-level pivot (1e-13 relative, or less) gives
+    ratios of order 1 / u. A zero sign (an exact zero pivot) is singular; so is a member whose solve returns
+    NaN / Inf, and every member when a solve raises SingularMatrixError with no zero sign known (where one is
+    known, the batch's other members keep their factors' answer: a plan solves its whole value batch at once)."""
+    singular = sign == 0
+    n = A.format_shape[0]
+    if n == 0 or bool(singular.all()):
+        return singular
+    batch = tuple(A.batch_shape)
+    eq = None if scaled else _exact_equilibration(A, values)
+    if eq is None:
+        def solve(Y: torch.Tensor) -> torch.Tensor:
+            return plan.solve(Y)[0]
+        sv = values
+    else:
+        r, c, sv = eq
+        r, c = r.to(A.dtype).unsqueeze(-1), c.to(A.dtype).unsqueeze(-1)
+
+        def solve(Y: torch.Tensor) -> torch.Tensor:
+            return plan.solve(Y / r)[0] / c
+    g = torch.Generator(device="cpu").manual_seed(29)
+    x = torch.randn(*batch, n, 1, generator=g, dtype=torch.float64).to(dtype=A.dtype, device=A.device)
+    return singular | _singular_growths(solve, _norm2_floor(A, sv).to(torch.float64), x, A.dtype, singular)
+
+
+def _singular_growths(solve, anorm: torch.Tensor, x: torch.Tensor, dtype: torch.dtype,
+                      known: torch.Tensor) -> torch.Tensor:
+    singular = torch.zeros(anorm.shape, dtype=torch.bool, device=anorm.device)
+    for _ in range(2):
+        try:
+            y = solve(x)
+        except SingularMatrixError:
+            return known if bool(known.any()) else torch.ones_like(singular)
+        xn = torch.linalg.vector_norm(x, dim=(-2, -1)).to(torch.float64)
+        yn = torch.linalg.vector_norm(y, dim=(-2, -1)).to(torch.float64)
+        growth = anorm * yn / xn
+        singular = singular | ~torch.isfinite(growth) | torch.tensor(
+            [_singular_growth(float(gr), dtype) for gr in growth.reshape(-1).tolist()],
+            dtype=torch.bool, device=anorm.device).reshape(growth.shape)
+        if bool(singular.all()):
+            break
+        x = y / torch.where(yn > 0, yn, torch.ones_like(yn)).to(y.dtype)[..., None, None]
+    return singular
 
 
 def _bad_result(sign, logabs, batch) -> str | None:

@@ -169,12 +169,12 @@ class DirectPlan:
             code, message, where = self._factor.info(i)
             exc: Exception | None = None
             if code == lib.SINGULAR:
-                at = f" at column {where}" if where is not None and where >= 0 else ""
+                at, row = self._singular_where(data[i], where)
                 exc = SingularMatrixError(
-                    f"{self.backend}/{self.method}: Eigen's {_NAMES[self.method]} found an exactly zero pivot{at}"
-                    f"{_where(i, data.shape[0])}: the matrix is singular (a zero row or column, or dependent rows); "
+                    f"{self.backend}/{self.method}: Eigen's {_NAMES[self.method]} found an exactly zero pivot"
+                    f"{_where(i, data.shape[0])}: the matrix is singular ({at}); "
                     f"check the system (boundary conditions, a missing diagonal) or use least squares (lstsq)",
-                    row=where if where is not None and where >= 0 else None)
+                    row=row)
             elif code == lib.INDEFINITE:
                 exc = IndefiniteMatrixError(
                     f"{self.backend}/cholesky: Eigen's SimplicialLLT met a pivot <= 0{_where(i, data.shape[0])}: the matrix "
@@ -225,6 +225,40 @@ class DirectPlan:
             f"conj(A[{j}, {i}]) = {b.conjugate():.6g}{_where(member, data.shape[0])}{said}. Use method='lu' (or pass no "
             f"method){retag}")
 
+    def _zero_line(self, data: torch.Tensor) -> tuple[str, int] | None:
+        """The first column of A whose stored values are all zero (or that stores none), else the first such
+        row: ``("column" | "row", index)``, A's own 0-based index; None when every row and column has a
+        nonzero."""
+        h = self._h
+        nnz = int(data.shape[-1])
+        outer = torch.repeat_interleave(torch.arange(self.n), (h.indptr[1:] - h.indptr[:-1]).to(torch.int64))
+        inner = h.indices.to(torch.int64)
+        rows, cols = (outer, inner) if h.csr else (inner, outer)
+        mag = data.abs().to(torch.float64) if nnz else torch.zeros(0, dtype=torch.float64)
+        for kind, lines in (("column", cols), ("row", rows)):
+            sums = torch.zeros(self.n, dtype=torch.float64).index_add_(0, lines, mag)
+            zero = torch.nonzero(sums == 0)
+            if zero.numel():
+                return kind, int(zero[0, 0])
+        return None
+
+    def _singular_where(self, data: torch.Tensor, where: int | None) -> tuple[str, int | None]:
+        """What a zero pivot of SparseLU says about A, as the user indexes it, and the index for
+        :attr:`SingularMatrixError.row` (None where none is known). A zero row or column of A is named first
+        (the common cause, whatever the factored order). Else Eigen's index (1-based, in the fill-reducing
+        column order of the matrix factored, mapped back by the extension to that matrix's 0-based column):
+        A's column for CSC buffers, A's row for CSR ones (which are factored as A^T), one that is a combination
+        of the columns (rows) eliminated before it. Until session 29 Eigen's raw index was reported ("zero pivot
+        at column 1600" for n = 1600, the zero column being 7)."""
+        line = self._zero_line(data)
+        if line is not None:
+            return f"{line[0]} {line[1]} of A is zero", line[1]
+        if self.method == "lu" and where is not None and 0 <= where < self.n:
+            kind = "row" if self._h.csr else "column"
+            return (f"{kind} {where} of A is, to rounding, a combination of the {kind}s eliminated before it in "
+                    f"the fill-reducing order"), int(where)
+        return "a zero row or column, or dependent rows", None
+
     def _tiny_pivot(self, member: int, data: torch.Tensor, members: int) -> Exception | None:
         lo, hi, at = self._factor.pivot_range(member)
         if self.n == 0:
@@ -233,11 +267,17 @@ class DirectPlan:
         # exactly zero (or non-finite) pivots only: a small pivot relative to max |A| is what badly
         # scaled, nonsingular matrices give; the core's residual check judges those answers
         if lo == 0.0 or not math.isfinite(lo) or scale == 0.0:
+            # the extension maps the pivot back to the input's index (Eigen's is in the fill-reducing order):
+            # LU, the factored matrix's column (A's row for CSR buffers, factored as A^T); Cholesky / LDL^T, A's
+            # row and column
+            ok = at is not None and 0 <= int(at) < self.n
+            kind = ("row" if self._h.csr else "column") if self.method == "lu" else "row and column"
+            which = f"the pivot of A's {kind} {int(at)}" if ok else "a pivot"
             return SingularMatrixError(
                 f"{self.backend}/{self.method}: the matrix is singular to working precision{_where(member, members)}: "
-                f"pivot {at} of Eigen's {_NAMES[self.method]} is {lo:.3g} (max |A| = {scale:.3g}) "
+                f"{which} of Eigen's {_NAMES[self.method]} is {lo:.3g} (max |A| = {scale:.3g}) "
                 f"(largest pivot {hi:.3g}); check the system (a zero row, missing boundary conditions) or use lstsq",
-                row=int(at))
+                row=int(at) if ok else None)
         return None
 
     def _ready(self, member: int) -> None:

@@ -295,6 +295,12 @@ class Direct {
       if (!(a >= lo)) { lo = a; at = j; }
       hi = std::max(hi, a);
     }
+    // argmin as the input's index (0-based), not the factored order's: LU, the factored matrix's column
+    // (CSC: A's column; CSR: A's row); Cholesky / LDL^T (P A P^T), A's row and column; QR: -1 (not mapped)
+    if (kind_ == "lu") at = lu_[member]->colsPermutation().size() == d.size() ? factored_to_input(lu_[member]->colsPermutation(), at) : -1;
+    else if (kind_ == "cholesky") at = symmetric_to_input(llt_[member]->permutationPinv(), at, d.size());
+    else if (kind_ == "ldlt") at = symmetric_to_input(ldlt_[member]->permutationPinv(), at, d.size());
+    else at = -1;
     return {lo, hi, at};
   }
 
@@ -318,6 +324,22 @@ class Direct {
   ColMatrix<S> amatrix(const S* v) const {
     if (!csr_) return ColMatrix<S>(ColMap<S>(rows_, cols_, nnz_, outer_, inner_, v));
     return ColMatrix<S>(RowMap<S>(rows_, cols_, nnz_, outer_, inner_, v));
+  }
+
+  // The input column whose image under perm (column i of the input is column perm(i) of the matrix factored)
+  // is k.
+  template <class Perm>
+  static Index factored_to_input(const Perm& perm, Index k) {
+    const auto& idx = perm.indices();
+    for (Index i = 0; i < idx.size(); ++i)
+      if (Index(idx(i)) == k) return i;
+    return -1;
+  }
+  // P A P^T (Eigen's simplicial Cholesky): factor index k is the input's index Pinv(k); no permutation: k.
+  template <class Perm>
+  static Index symmetric_to_input(const Perm& pinv, Index k, Index n) {
+    if (pinv.size() == 0) return k;
+    return pinv.size() == n ? Index(pinv.indices()(k)) : -1;
   }
 
   void check_member(Index member) const {
@@ -351,9 +373,13 @@ class Direct {
         inf.code = msg.find("SINGULAR") != std::string::npos ? SINGULAR : FAILED;
         inf.message = msg;
         const auto at = msg.find_last_of(' ');
+        Index k = 0;  // Eigen's pivotL reports jcol + 1: 1-based, in the factored (column-permuted) order
         if (at != std::string::npos) {
-          try { inf.where = std::stol(msg.substr(at + 1)); } catch (...) { inf.where = -1; }
+          try { k = std::stol(msg.substr(at + 1)); } catch (...) { k = 0; }
         }
+        // back to the factored matrix's own column (CSC: A's column; CSR, F = A^T: A's row), 0-based: column
+        // i of the input is column perm_c(i) of the matrix factored
+        inf.where = (k >= 1 && k <= cols_ && s.colsPermutation().size() == cols_) ? factored_to_input(s.colsPermutation(), k - 1) : -1;
       }
     } else {
       QRState& s = *qr_[i];
