@@ -294,7 +294,13 @@ class Iterative {
     if (bnorm == 0) { x.setZero(); return o; }
     Vec<S> r(n), z(n), p(n), tmp(n);
     Index it = 0;
-    for (int refresh = 0; refresh < 5; ++refresh) {
+    // restarts from the true residual after the recursive one met the tolerance: past kRefresh, the gap
+    // between them (the rounding of the updates: CG's attainable accuracy in this precision) stopped the
+    // run, not maxiter, and the message says so (session 29: "maxiter=100000 reached" after 169 float32
+    // iterations)
+    constexpr int kRefresh = 5;
+    int met = 0;
+    for (int refresh = 0; refresh < kRefresh; ++refresh) {
       A.apply(x, tmp, adjoint);
       r = b - tmp;
       double rn = double(r.norm());
@@ -333,7 +339,7 @@ class Iterative {
           break;
         }
         report(s, o, it, std::sqrt(double(rn2)) / bnorm);
-        if (rn2 <= thr2) break;
+        if (rn2 <= thr2) { ++met; break; }
         M.apply(r, z);
         const R absOld = absNew;
         absNew = Eigen::numext::real(r.dot(z));
@@ -342,6 +348,12 @@ class Iterative {
       if (done) break;
     }
     finish(A, b, x, adjoint, bnorm, thr, it, o, maxit);
+    if (o.code == MAX_ITERATIONS && met >= kRefresh && it < maxit)
+      o.message = "stagnated, not maxiter (" + std::to_string(maxit) + ", not reached): the recursive residual met "
+                  "the tolerance " + std::to_string(met) + " times, restarted each time from the true residual, which "
+                  "stays at ||b - A x|| = " + fmt_double(o.residual * bnorm) + " > max(rtol ||b||, atol) = " +
+                  fmt_double(thr) + " (the rounding of CG's updates limits its attainable accuracy in this "
+                  "precision; a direct method or a looser rtol)";
     return o;
   }
 
