@@ -13,7 +13,22 @@ from ..dispatch.results import IterationResult
 from ..errors import BackendError
 from ..tensor import SparseTensor
 
-__all__ = ["_pow2_scale", "_equilibrated", "_checked", "_one_line", "_norm2_floor", "_singular_growth"]
+__all__ = ["_pow2_scale", "_equilibrated", "_checked", "_one_line", "_norm2_floor", "_singular_growth", "_safe_norm"]
+
+
+def _safe_norm(t: torch.Tensor, dim: int = -2) -> torch.Tensor:
+    """``torch.linalg.vector_norm(t, dim=dim)`` without overflow or underflow of the squares (torch and NumPy square
+    unscaled: a vector of 1e+160 entries, or of 1e+20 in float32, has an infinite norm), in float64: data of a
+    narrower dtype summed in float64 (every square of theirs fits), float64 data divided by its largest magnitude
+    first. For the paths where a norm overflowed, or where the entries span the exponent range (session 29)."""
+    real = t.real.dtype if t.is_complex() else t.dtype
+    if real != torch.float64:
+        return torch.linalg.vector_norm(t, dim=dim, dtype=torch.complex128 if t.is_complex() else torch.float64)
+    if not t.shape[dim]:
+        return torch.linalg.vector_norm(t, dim=dim)
+    s = t.abs().amax(dim=dim, keepdim=True)
+    s = torch.where((s > 0) & torch.isfinite(s), s, torch.ones_like(s))
+    return torch.linalg.vector_norm(t / s, dim=dim) * s.squeeze(dim)
 
 
 def _pow2_scale(amax: float, dtype: torch.dtype) -> float:
@@ -290,18 +305,32 @@ _SINGULAR_MARGIN = 8.0
 
 def _norm2_floor(A: SparseTensor, values: torch.Tensor) -> torch.Tensor:
     """A lower bound of ``||A||_2`` that does not grow with n: the largest 2-norm of a row or a column
-    of A (``||A||_2 >= ||A e_j||_2`` and ``>= ||A^H e_i||_2``), ``(*batch,)``, in A's real dtype. (The
+    of A (``||A||_2 >= ||A e_j||_2`` and ``>= ||A^H e_i||_2``), ``(*batch,)``, in float64. (The
     Frobenius norm, ~sqrt(n) times ``||A||_2`` on a mesh matrix, made ``||A||_F ||x|| / ||b||`` overstate
     the condition by that factor: session 29.)"""
     coords, slot = A.entries()
     mag = values.abs().index_select(-1, slot)
-    sq = mag * mag
     batch = values.shape[:-1]
-    top = torch.zeros(batch, dtype=mag.dtype, device=values.device)
-    for lines, n in ((coords[0], A.format_shape[0]), (coords[1], A.format_shape[1])):
-        if n and sq.shape[-1]:
-            sums = torch.zeros(*batch, n, dtype=mag.dtype, device=values.device).index_add_(-1, lines, sq)
-            top = torch.maximum(top, sums.amax(dim=-1).sqrt())
+    # in float64 (session 29: the squares of float32 entries of 1e19 overflowed to inf, and an infinite norm called
+    # a matrix with blocks of 1e-19 and 1e19 singular); float64 entries divided by their largest first
+    # (again, divided by the largest, where the float64 squares overflowed or underflowed: no extra pass otherwise)
+    mag = mag.to(torch.float64)
+
+    def floor(sq: torch.Tensor) -> torch.Tensor:
+        top = torch.zeros(batch, dtype=sq.dtype, device=values.device)
+        for lines, n in ((coords[0], A.format_shape[0]), (coords[1], A.format_shape[1])):
+            if n and sq.shape[-1]:
+                sums = torch.zeros(*batch, n, dtype=sq.dtype, device=values.device).index_add_(-1, lines, sq)
+                top = torch.maximum(top, sums.amax(dim=-1).sqrt())
+        return top
+
+    top = floor(mag * mag)
+    if values.dtype in (torch.float64, torch.complex128) and mag.shape[-1] and \
+            not bool((torch.isfinite(top) & (top >= 2.0 ** -480)).all()):
+        scale = mag.amax(dim=-1, keepdim=True)
+        scale = torch.where((scale > 0) & torch.isfinite(scale), scale, torch.ones_like(scale))
+        mag = mag / scale
+        top = floor(mag * mag) * scale.squeeze(-1)
     return top
 
 

@@ -53,7 +53,7 @@ from ..dispatch.plan import PlanState, _token, guarded
 from ._range import RangeSearch
 from .lstsq import apply_entries
 from .matmul import MatmulHandle
-from ._route_checks import _checked, _equilibrated, _norm2_floor, _one_line, _pow2, _pow2_scale, _singular_growth
+from ._route_checks import _checked, _equilibrated, _norm2_floor, _one_line, _pow2, _pow2_scale, _safe_norm, _safe_range, _singular_growth
 from . import products
 
 __all__ = ["Route"]
@@ -454,8 +454,8 @@ class Route(RangeSearch):
                         if rel <= rtol:
                             return X2, replace(res2, residual=rel,
                                                reason=f"{res2.reason}; rows and columns equilibrated (badly scaled)")
-                        rn = torch.linalg.vector_norm(B - self._apply(values, X2, adjoint), dim=-2)
-                        eta, _, stable = self._backward_error(values, B, X2, rn, torch.linalg.vector_norm(B, dim=-2),
+                        rn = _safe_norm(B - self._apply(values, X2, adjoint))
+                        eta, _, stable = self._backward_error(values, B, X2, rn, _safe_norm(B),
                                                               self._scaled_inverse(state, plan, B, opts, adjoint, r, c, ve))
                         if stable:
                             # backward stable in the caller's norm too: the residual is what the
@@ -507,8 +507,8 @@ class Route(RangeSearch):
                 # ... or, for a badly scaled A (whose normwise condition says nothing), of a componentwise
                 # backward-stable one (Oettli-Prager: invariant under row and column scaling)
                 Rb = B - self._apply(values, Xb, adjoint)
-                rn = torch.linalg.vector_norm(Rb, dim=-2)
-                eta, _, stable = self._backward_error(values, B, Xb, rn, torch.linalg.vector_norm(B, dim=-2),
+                rn = _safe_norm(Rb)
+                eta, _, stable = self._backward_error(values, B, Xb, rn, _safe_norm(B),
                                                       self._scaled_inverse(state, plan, B, opts, adjoint, r, c, ve))
                 omega = math.inf if stable else self._componentwise_backward_error(values, B, Xb, Rb, adjoint)
                 if not stable and not omega <= backward_error_bound(B.dtype, self.A.format_shape[0]):
@@ -568,8 +568,18 @@ class Route(RangeSearch):
         def eta(X: torch.Tensor, rn: torch.Tensor, R: torch.Tensor) -> float:
             if not X.shape[-2]:
                 return 0.0
-            den = sums * X.abs().amax(dim=-2, keepdim=True) + bi
-            return float((R.abs() / torch.where(den > 0, den, torch.ones_like(den))).max())
+            xi = X.abs().amax(dim=-2, keepdim=True)
+            den = sums * xi + bi
+            # den - den: NaN where sums ||x||_inf overflowed (x spanning the exponent range: blocks of 1e-160 and
+            # 1e+160; session 29), where r / inf = 0 would pass the row; then again in units of
+            # t = max(||x||_inf, ||b||_inf), as _quick_verdict judges (one subtraction on the common path)
+            e = float((R.abs() / torch.where(den > 0, den, torch.ones_like(den)) + (den - den)).max())
+            if not math.isnan(e):
+                return e
+            t = torch.maximum(xi, bi)
+            t = torch.where(t > 0, t, torch.ones_like(t))
+            den = sums * (xi / t) + bi / t
+            return float(((R.abs() / torch.where(den > 0, den, torch.ones_like(den))).amax(dim=-2) / t.squeeze(-2)).max())
 
         e = eta(X, rn, R)
         steps = 0
@@ -588,6 +598,8 @@ class Route(RangeSearch):
             if X2 is None or R2 is None:
                 break
             rn2 = torch.linalg.vector_norm(R2, dim=-2)
+            if not bool(torch.isfinite(rn2).all()):
+                rn2 = _safe_norm(R2)  # squares past the dtype's range (refinement steps only)
             e2 = eta(X2, rn2, R2)
             if not e2 < e:
                 break
@@ -665,16 +677,20 @@ class Route(RangeSearch):
         ``||A^-1||`` by ``||b||`` over b's component outside the range, while x, dominated by the
         near-null direction, gives ``||A^-1||`` at once (a float32 Neumann Laplacian of 40,000
         unknowns: 2e-3 / u from x, 0.4 / u after the step)."""
+        # norms in float64, without overflow of their squares, and products of norms as ratios (session 29:
+        # ||A|| ||x|| of a matrix with blocks of 1e-19 and 1e19 overflowed float32: backward error 0, condition inf)
+        rn, bn = rn.to(torch.float64), bn.to(torch.float64)
         etas, _ = normwise_backward_error(values, X, rn, bn)
         eta = float(etas.max())
         anorm = _norm2_floor(self.A, values)
         while anorm.dim() < rn.dim():
             anorm = anorm.unsqueeze(-1)
-        xn = torch.linalg.vector_norm(X, dim=-2)
-        kappa = float((anorm * xn / torch.where(bn > 0, bn, torch.ones_like(bn))).max())
+        xn = _safe_norm(X)
+        kappa = float((anorm * (xn / torch.where(bn > 0, bn, torch.ones_like(bn)))).max())
         stable = eta <= backward_error_bound(B.dtype, self.A.format_shape[0]) and not _singular_growth(kappa, B.dtype)
         if stable and solve is not None and X.shape[-2]:
-            V = X / torch.where(xn > 0, xn, torch.ones_like(xn)).unsqueeze(-2)
+            V = (X.to(xn.dtype if not X.is_complex() else torch.complex128)
+                 / torch.where(xn > 0, xn, torch.ones_like(xn)).unsqueeze(-2)).to(X.dtype)
             try:
                 Y = solve(V)
             except (SingularMatrixError, BackendError):
@@ -682,7 +698,7 @@ class Route(RangeSearch):
             if Y is None or not bool(torch.isfinite(Y).all()):
                 kappa = math.inf
             else:
-                kappa = max(kappa, float((anorm * torch.linalg.vector_norm(Y, dim=-2)).max()))
+                kappa = max(kappa, float((anorm * _safe_norm(Y)).max()))
             stable = not _singular_growth(kappa, B.dtype)
         return eta, kappa, stable
 
@@ -718,10 +734,11 @@ class Route(RangeSearch):
             return None
         Y, res2 = self._verify(state, ve, Be, Y, res2, opts, adjoint, rtol, atol * float(dl.abs().max()))
         X2 = Y * dr.unsqueeze(-1)
-        bn = torch.linalg.vector_norm(B, dim=-2)
+        # (badly scaled systems only: norms without overflow of the squares)
+        bn = _safe_norm(B)
         bn = torch.where(bn > 0, bn, torch.ones_like(bn))
         R = B - self._apply(values, X2, adjoint)
-        rel = float((torch.linalg.vector_norm(R, dim=-2) / bn).max())
+        rel = float((_safe_norm(R) / bn).max())
         if not res2.converged:
             return X2, res2, rel
         # refine in the caller's norm with the equilibrated factors: d = Dc E^-1 Dr r
@@ -732,7 +749,7 @@ class Route(RangeSearch):
                                             state.label, "solve"), B)
             X3 = X2 + D * dr.unsqueeze(-1)
             R3 = B - self._apply(values, X3, adjoint)
-            rel3 = float((torch.linalg.vector_norm(R3, dim=-2) / bn).max())
+            rel3 = float((_safe_norm(R3) / bn).max())
             if not rel3 < rel:
                 break
             X2, R, rel = X3, R3, rel3
@@ -747,6 +764,7 @@ class Route(RangeSearch):
             return X, replace(res, converged=False, status=Status.NOT_FINITE,
                               reason=f"{res.reason + '; ' if res.reason else ''}the answer has NaN or Inf")
         bn = torch.linalg.vector_norm(B, dim=-2)
+        safe = False
         R = B - self._apply(values, X, adjoint)
         rn = torch.linalg.vector_norm(R, dim=-2)
         if bn.numel() == 1:
@@ -754,7 +772,13 @@ class Route(RangeSearch):
             # tensor one below (a NaN norm fails it alike); each small tensor op costs microseconds
             bnf, rnf = float(bn), float(rn)
             if not (math.isfinite(bnf) and math.isfinite(rnf)):
-                return X, self._overflowed(res)
+                # squares past the dtype's range (entries beyond ~1e154, ~1e19 in float32): the norms once more,
+                # without overflow (session 29: x spanning 1e-160..1e160 was judged "overflows")
+                bn, rn = _safe_norm(B), _safe_norm(R)
+                bnf, rnf = float(bn), float(rn)
+                safe = True
+                if not (math.isfinite(bnf) and math.isfinite(rnf)):
+                    return X, self._overflowed(res)
             if rnf <= max(bnf * rtol, atol):
                 extra = 0
                 if self._default_tol:
@@ -775,7 +799,10 @@ class Route(RangeSearch):
                     return X, IterationResult(res.iterations, rel, res.converged, res.status, res.reason, res.history)
                 return X, replace(res, residual=rel)
         if not (bool(torch.isfinite(bn).all()) and bool(torch.isfinite(rn).all())):
-            return X, self._overflowed(res)
+            bn, rn = _safe_norm(B), _safe_norm(R)  # as above
+            safe = True
+            if not (bool(torch.isfinite(bn).all()) and bool(torch.isfinite(rn).all())):
+                return X, self._overflowed(res)
         tol = torch.clamp(bn * rtol, min=atol)
         extra = 0
         for step in range(_REFINE_STEPS + 1):
@@ -799,7 +826,7 @@ class Route(RangeSearch):
             extra += its
             if X2 is None or R2 is None:
                 break
-            rn2 = torch.linalg.vector_norm(R2, dim=-2)
+            rn2 = _safe_norm(R2) if safe else torch.linalg.vector_norm(R2, dim=-2)
             if not float(rn2.max()) < float(rn.max()):
                 break
             X, R, rn = X2, R2, rn2
@@ -861,9 +888,13 @@ class Route(RangeSearch):
                     sums = _serial_row_sums(serial, values)
                     if state.holds(values):
                         state.memo["row_sums_f"] = sums
-                den = sums * float(np.abs(x).max()) + float(np.abs(b).max())
+                # in units of t = max(||x||_inf, ||b||_inf): sums * ||x||_inf overflowed where x spans the
+                # exponent range (blocks of 1e-160 and 1e+160, x to 1e160; session 29), and inf passed every row
+                xm, bm = float(np.abs(x).max()), float(np.abs(b).max())
+                t = max(xm, bm)
+                den = sums * (xm / t) + bm / t
                 with np.errstate(all="ignore"):
-                    e = float(np.max(np.abs(r) / np.where(den > 0, den, 1.0)))
+                    e = float(np.max(np.abs(r) / np.where(den > 0, den, 1.0))) / t
             bound = backward_error_bound(B.dtype, 1)
             if not e <= bound:
                 return None
@@ -1011,10 +1042,17 @@ def _within_range(values: torch.Tensor, sa: float, vmax: float) -> float:
     vmin = float(mag[mag > 0].amin())
     real = mag.dtype
     fi = torch.finfo(real)
-    if sa < 1.0 and vmin * sa < fi.tiny:
-        sa = min(1.0, math.ldexp(1.0, math.ceil(math.log2(fi.tiny / vmin))))
-    elif sa > 1.0 and vmax * sa > fi.max / 4:
-        sa = max(1.0, math.ldexp(1.0, math.floor(math.log2(fi.max / 4 / vmax))))
+    low, high, _top = _safe_range(real)
+    # Entries that would leave the range of safe squares after the scale: the scale centres the entries'
+    # binades instead (the geometric mean of the smallest and largest near 1), never past 1. Scaling the
+    # largest to 1 and keeping the smallest just above the underflow threshold (until session 29) left a
+    # block-diagonal matrix with blocks of 1e-160 and 1e+160 with a block at 3e-308, whose solution
+    # overflowed (x ~ b / a) and whose LU answered NaN
+    centre = math.ldexp(1.0, -round((math.log2(vmin) + math.log2(vmax)) / 2))
+    if sa < 1.0 and vmin * sa < low:
+        sa = min(1.0, max(sa, centre, math.ldexp(1.0, math.ceil(math.log2(fi.tiny / vmin)))))
+    elif sa > 1.0 and vmax * sa > high:
+        sa = max(1.0, min(sa, centre, math.ldexp(1.0, math.floor(math.log2(fi.max / 4 / vmax)))))
     return sa
 
 

@@ -58,11 +58,19 @@ def normwise_backward_error(values: torch.Tensor, X: torch.Tensor, rn: torch.Ten
     denominator (A x = b = 0) reads as 1 (eta = ||r||). The one formula of the solve's acceptance
     test (``fallback.Route``) and of the determinant's check of unpivoted factors (``ops.logdet``)."""
     anorm = torch.linalg.vector_norm(values, dim=-1)
+    xn = torch.linalg.vector_norm(X, dim=-2)
+    if not (bool(torch.isfinite(anorm).all()) and bool(torch.isfinite(xn).all())):
+        # squares past the dtype's range (entries beyond ~1e154, ~1e19 in float32; session 29): without overflow,
+        # in float64, and eta as a ratio in units of t = max(||x||, ||b||) (||A|| ||x|| itself may overflow)
+        from ..autograd._route_checks import _safe_norm  # noqa: PLC0415 - overflow path only
+        anorm, xn = _safe_norm(values, dim=-1), _safe_norm(X)
+        rn, bn = rn.to(torch.float64), bn.to(torch.float64)
     while anorm.dim() < rn.dim():
         anorm = anorm.unsqueeze(-1)
-    ax = anorm * torch.linalg.vector_norm(X, dim=-2)
-    den = ax + bn
-    return rn / torch.where(den > 0, den, torch.ones_like(den)), ax
+    t = torch.maximum(xn, bn)
+    t = torch.where(t > 0, t, torch.ones_like(t))
+    den = anorm * (xn / t) + bn / t
+    return rn / t / torch.where(den > 0, den, torch.ones_like(den)), anorm * xn
 
 
 def resolve_rtol(rtol: float | None, dtype: torch.dtype) -> float:
