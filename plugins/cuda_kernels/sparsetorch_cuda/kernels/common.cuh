@@ -187,6 +187,23 @@ __device__ __forceinline__ void mbar_wait(unsigned bar) {
 }
 #endif
 
+// A warp's float32 sums of MS strips of 16 rows x 64 columns (8 m16n8k16 accumulators per strip: c0 / c1 row g,
+// columns 2 t4, 2 t4 + 1 of n-tile j; c2 / c3 row g + 8) into P [64 batch][PLD] at rows 16 (warp MS + s) .. (spmm_pb.cu,
+// spmm_rs.cu: what tile_epilogue then sums and stores).
+template <int MS, int PLD>
+__device__ __forceinline__ void strip_sums(float* P, const float (&acc)[MS][8][4], int warp, int g, int t4) {
+#pragma unroll
+  for (int s = 0; s < MS; ++s)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      float* p = P + (8 * j + 2 * t4) * PLD + (warp * MS + s) * 16 + g;
+      p[0] = acc[s][j][0];
+      p[PLD] = acc[s][j][1];
+      p[8] = acc[s][j][2];
+      p[PLD + 8] = acc[s][j][3];
+    }
+}
+
 // Tensor-core fragments of the half-precision SpMMs (mma.cu, spmm_bm.cu, spmm_cc.cu; sm_80+): four 8x8
 // b16 matrices from shared memory (ldmatrix.x4, one row address per lane) and one m16n8k16 product
 // with float32 accumulation, float16 or bfloat16 by VAL_KIND. The product carries no memory clobber,

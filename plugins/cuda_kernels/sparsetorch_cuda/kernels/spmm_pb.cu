@@ -234,17 +234,7 @@ __device__ __forceinline__ void spmm_pb_body(int m, int k, int nkb, const void* 
 
   // ---- epilogue: sums into shared memory [64 batch][PLD], cluster sum in rank order, bias, Y^T ----
   pb_wait();
-#pragma unroll
-  for (int s = 0; s < MS; ++s)
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int bb = 8 * j + 2 * t4, r = (warp * MS + s) * 16 + g;
-      float* p = pb_smem + bb * PLD + r;
-      p[0] = acc[s][j][0];
-      p[PLD] = acc[s][j][1];
-      p[8] = acc[s][j][2];
-      p[PLD + 8] = acc[s][j][3];
-    }
+  strip_sums<MS, PLD>(pb_smem, acc, warp, g, t4);
   const int kv = min(64, k - b0);
   const int bb0 = 64 * q / S, bb1 = min(64 * (q + 1) / S, kv);
   tile_epilogue<S, THREADS, R, PLD>(pb_smem, S > 1, S > 1, bb0, max(bb0, bb1), 0, tid, b0, rb * R, m, k, bias, yt);

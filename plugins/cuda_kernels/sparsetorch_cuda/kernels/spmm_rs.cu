@@ -178,17 +178,7 @@ __device__ __forceinline__ void spmm_rs_body(int m, int n, int k, int nkb, int n
 
   // ---- epilogue: sums into shared memory [64 batch][PLD], cluster sum in rank order, bias, Y^T ----
   float* P = reinterpret_cast<float*>(rs_smem + 128);
-#pragma unroll
-  for (int s = 0; s < MS; ++s)
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int bb = 8 * j + 2 * t4, r = (warp * MS + s) * 16 + g;
-      float* p = P + bb * PLD + r;
-      p[0] = acc[s][j][0];
-      p[PLD] = acc[s][j][1];
-      p[8] = acc[s][j][2];
-      p[PLD + 8] = acc[s][j][3];
-    }
+  strip_sums<MS, PLD>(P, acc, warp, g, t4);
   const int kv = min(64, k - b0);
   const int bb0 = 64 * q / S, bb1 = min(64 * (q + 1) / S, kv);
   const bool red = S > 1 && !(fl & 32);
