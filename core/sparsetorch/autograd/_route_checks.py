@@ -8,27 +8,13 @@ from typing import Any
 
 import torch
 
+from ..dispatch.accuracy import _safe_norm
 from ..dispatch.plan import PlanState
 from ..dispatch.results import IterationResult
 from ..errors import BackendError
 from ..tensor import SparseTensor
 
 __all__ = ["_pow2_scale", "_equilibrated", "_checked", "_one_line", "_norm2_floor", "_singular_growth", "_safe_norm"]
-
-
-def _safe_norm(t: torch.Tensor, dim: int = -2) -> torch.Tensor:
-    """``torch.linalg.vector_norm(t, dim=dim)`` without overflow or underflow of the squares (torch and NumPy square
-    unscaled: a vector of 1e+160 entries, or of 1e+20 in float32, has an infinite norm), in float64: data of a
-    narrower dtype summed in float64 (every square of theirs fits), float64 data divided by its largest magnitude
-    first. For the paths where a norm overflowed, or where the entries span the exponent range (session 29)."""
-    real = t.real.dtype if t.is_complex() else t.dtype
-    if real != torch.float64:
-        return torch.linalg.vector_norm(t, dim=dim, dtype=torch.complex128 if t.is_complex() else torch.float64)
-    if not t.shape[dim]:
-        return torch.linalg.vector_norm(t, dim=dim)
-    s = t.abs().amax(dim=dim, keepdim=True)
-    s = torch.where((s > 0) & torch.isfinite(s), s, torch.ones_like(s))
-    return torch.linalg.vector_norm(t / s, dim=dim) * s.squeeze(dim)
 
 
 def _pow2_scale(amax: float, dtype: torch.dtype) -> float:

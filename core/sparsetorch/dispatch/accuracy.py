@@ -25,6 +25,24 @@ _DOUBLE = (torch.float64, torch.complex128)
 _SINGLE = (torch.float32, torch.complex64)
 
 
+def _safe_norm(t: torch.Tensor, dim: int = -2) -> torch.Tensor:
+    """``torch.linalg.vector_norm(t, dim=dim)`` without overflow or underflow of the squares (torch and NumPy square
+    unscaled: a vector of 1e+160 entries, or of 1e+20 in float32, has an infinite norm), in float64: data of a
+    narrower dtype summed in float64 (every square of theirs fits), float64 data divided by its largest magnitude
+    first. For the paths where a norm overflowed, or where the entries span the exponent range (session 29)."""
+    real = t.real.dtype if t.is_complex() else t.dtype
+    out: torch.Tensor
+    if real != torch.float64:
+        out = torch.linalg.vector_norm(t, dim=dim, dtype=torch.complex128 if t.is_complex() else torch.float64)
+    elif not t.shape[dim]:
+        out = torch.linalg.vector_norm(t, dim=dim)
+    else:
+        s = t.abs().amax(dim=dim, keepdim=True)
+        s = torch.where((s > 0) & torch.isfinite(s), s, torch.ones_like(s))
+        out = torch.linalg.vector_norm(t / s, dim=dim) * s.squeeze(dim)
+    return out
+
+
 def default_rtol(dtype: torch.dtype) -> float:
     """The relative residual a call with no tolerance must reach in ``dtype``."""
     if dtype in _DOUBLE:
@@ -62,7 +80,6 @@ def normwise_backward_error(values: torch.Tensor, X: torch.Tensor, rn: torch.Ten
     if not (bool(torch.isfinite(anorm).all()) and bool(torch.isfinite(xn).all())):
         # squares past the dtype's range (entries beyond ~1e154, ~1e19 in float32; session 29): without overflow,
         # in float64, and eta as a ratio in units of t = max(||x||, ||b||) (||A|| ||x|| itself may overflow)
-        from ..autograd._route_checks import _safe_norm  # noqa: PLC0415 - overflow path only
         anorm, xn = _safe_norm(values, dim=-1), _safe_norm(X)
         rn, bn = rn.to(torch.float64), bn.to(torch.float64)
     while anorm.dim() < rn.dim():
