@@ -154,6 +154,31 @@ class Comm:
             raise CommTimeoutError(f"rank {self.rank}: all_gather_object failed ({_short(exc)})") from exc
         return out
 
+    def allgather_rows(self, t: torch.Tensor, counts: Sequence[int] | None = None) -> list[torch.Tensor]:
+        """Every rank's ``t`` (the same dtype and trailing shape on every rank, any number of rows, zero included),
+        in rank order, on ``t``'s device. ``counts``: every rank's row count when the caller knows them (else one
+        all_reduce finds them); the rows travel padded to the largest count in one ``all_gather``. Not
+        differentiable. Collective."""
+        if self.size == 1:
+            return [t.clone()]
+        if counts is None:
+            c = torch.zeros(self.size, dtype=torch.int64, device=self.device)
+            c[self.rank] = t.shape[0]
+            counts = self.allreduce(c, "sum").tolist()
+        counts = [int(c) for c in counts]
+        top = max(counts)
+        if top == 0:
+            return [t.new_zeros((0, *t.shape[1:])) for _ in range(self.size)]
+        buf = torch.zeros((top, *t.shape[1:]), dtype=t.dtype, device=self.device)
+        buf[:t.shape[0]] = t.to(self.device)
+        out = [torch.empty_like(buf) for _ in range(self.size)]
+        try:
+            dist.all_gather(out, buf, group=self.group)
+        except RuntimeError as exc:
+            raise CommTimeoutError(f"rank {self.rank}: all_gather failed ({_short(exc)}); a peer died or did not "
+                                   f"enter the collective within {self.timeout}") from exc
+        return [o[:c].to(t.device) for o, c in zip(out, counts)]
+
     def max_int(self, values: Sequence[int]) -> list[int]:
         t = torch.tensor(list(values), dtype=torch.int64, device=self.device)
         return [int(v) for v in self.allreduce(t, "max").tolist()]

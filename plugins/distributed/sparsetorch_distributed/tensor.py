@@ -74,6 +74,11 @@ class DSparseTensor:
     are local tensors of ``n_local`` rows in the order of :meth:`owned_rows`; ``A @ x`` is the
     distributed product (differentiable in ``x`` and in :attr:`values`). ``values`` has shape
     ``(*batch, nse_local)``: a batch is several matrices on one pattern.
+
+    The everyday methods (:mod:`sparsetorch_distributed.methods`): ``A.matvec(x)``, ``x @ A``, ``A.eigsh``,
+    ``A.nonlinear_solve``, ``A.slogdet()`` / ``logdet()`` / ``det()`` (gathered on every rank), ``A * s``,
+    ``A / s``, ``-A``, ``A + B``, ``A - B``, ``A.sum(dim)``, ``mean``, ``max``, ``min``, ``A.T``,
+    ``A.to_dense()`` / ``full_tensor()``, ``A.to_sparse()``.
     """
 
     def __init__(self, pattern: Pattern, values: torch.Tensor, *, entries: torch.Tensor | None = None) -> None:
@@ -534,6 +539,157 @@ class DSparseTensor:
         from .ops import matrix_norm
 
         return matrix_norm(self, ord)
+
+    def matvec(self, x: torch.Tensor) -> torch.Tensor:
+        """``A @ x``, :meth:`matmul`'s convention: ``x`` is this rank's rows (``(n_local,)``, ``(n_local, k)``, or per
+        member of a value batch), and so is the result. Collective."""
+        return self.matmul(x)
+
+    def __rmatmul__(self, X: torch.Tensor) -> torch.Tensor:
+        """``X @ A``: for a vector ``X`` (this rank's entries, ``(n_local,)``) ``A^T X`` (:meth:`rmatmul`); for
+        ``X`` of shape ``(..., k, n_local)`` (``k`` row vectors, the columns of the global ``(k, N)`` block split
+        by the partition) ``rmatmul(X^T)^T``, of the same shape. Differentiable. Collective."""
+        if not isinstance(X, torch.Tensor):
+            return NotImplemented
+        if X.dim() <= 1:
+            return self.rmatmul(X)
+        return self.rmatmul(X.transpose(-1, -2)).transpose(-1, -2)
+
+    def eigsh(self, k: int = 6, which: str = "LM", **options):
+        """``sparsetorch_distributed.eigsh(self, k, which=which, **options)``: ``(w, V)``, ``w`` replicated, ``V``
+        this rank's rows. Collective."""
+        from .spectral import eigsh
+
+        return eigsh(self, k, which=which, **options)
+
+    def nonlinear_solve(self, F, u0: torch.Tensor, *params, **options):
+        """``sparsetorch_distributed.nonlinear_solve`` of ``F(u, A, *params) = 0`` with this matrix passed to ``F``
+        as its first parameter (rebuilt on the same pattern, so gradients reach :attr:`values`); ``u0`` and ``u``
+        are this rank's rows; ``options`` as :func:`~sparsetorch_distributed.nonlinear_solve` (``comm`` is this
+        matrix's). Collective."""
+        from .nonlinear import nonlinear_solve
+
+        options.setdefault("comm", self.comm)
+        return nonlinear_solve(F, u0, (self, *params), **options)
+
+    # determinants: gathered (the whole matrix on every rank), as torch-sla's DSparseTensor does
+    def slogdet(self, **options):
+        """``(sign, logabsdet)`` of the global matrix: the matrix is **gathered on every rank** (``O(nnz)`` memory
+        each) and ``sparsetorch.slogdet(**options)`` runs there; replicated, differentiable in this rank's values
+        (their gradient is the single-process one of the same entries). Collective."""
+        from .methods import slogdet
+
+        return slogdet(self, **options)
+
+    def logdet(self, **options) -> torch.Tensor:
+        """``log det A``, gathered as :meth:`slogdet` (``nan`` for a negative determinant, ``-inf`` for 0)."""
+        from .methods import logdet
+
+        return logdet(self, **options)
+
+    def det(self, **options) -> torch.Tensor:
+        """``det A``, gathered as :meth:`slogdet` (prefer :meth:`slogdet` for large matrices: it overflows)."""
+        from .methods import det
+
+        return det(self, **options)
+
+    # elementwise with a scalar, sums of matrices on one pattern
+    def __mul__(self, s):
+        """``A * s`` for a real scalar ``s`` (a number or a 0-d tensor): the same pattern and partition, values
+        times ``s``. Local (no communication; every rank should pass the same ``s``: a rank's ``s`` scales its
+        rows only). Differentiable in the values and a tensor ``s`` (a replicated ``s`` gets on each rank that
+        rank's share of its gradient, as ``nonlinear_solve``'s replicated params)."""
+        from .methods import scale
+
+        return scale(self, s, "mul")
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, s):
+        """``A / s`` for a real scalar ``s`` (as :meth:`__mul__`)."""
+        from .methods import scale
+
+        return scale(self, s, "div")
+
+    def __neg__(self) -> "DSparseTensor":
+        from .methods import scale
+
+        return scale(self, None, "neg")
+
+    def __add__(self, other):
+        """``A + B`` for a DSparseTensor ``B`` on the same partition and pattern (the same rows on every rank, the
+        same stored entries): the values add (value batches broadcast). Otherwise ``MismatchError`` on every rank.
+        Collective (one all_reduce agrees on the check)."""
+        from .methods import combine
+
+        return combine(self, other, 1)
+
+    def __sub__(self, other):
+        """``A - B``, as :meth:`__add__`."""
+        from .methods import combine
+
+        return combine(self, other, -1)
+
+    # reductions
+    def sum(self, dim: int | None = None) -> torch.Tensor:
+        """``dim=None``: the sum of every entry, per member of a value batch, **the same on every rank** (one
+        all_reduce). ``dim=1``: the row sums, **this rank's rows** ``(*batch, n_local)`` (local, no
+        communication). ``dim=0``: the column sums, distributed as a vector (column ``j``'s on the owner of row
+        ``j``; ``A^T 1``, a transposed exchange). Differentiable in the values. Collective but for ``dim=1``."""
+        from .methods import reduce_sum
+
+        return reduce_sum(self, dim)
+
+    def mean(self, dim: int | None = None) -> torch.Tensor:
+        """:meth:`sum` divided by the dense count (implicit zeros count): ``N * N`` for ``dim=None``, else ``N``."""
+        from .methods import reduce_mean
+
+        return reduce_mean(self, dim)
+
+    def max(self) -> torch.Tensor:
+        """The largest entry of the dense matrix (0 where a stored maximum is negative and some entry is not
+        stored), per member of a value batch; the same on every rank (two all_reduces). Differentiable (the
+        gradient is shared by the stored entries equal to it, as torch's ``max()``). Collective."""
+        from .methods import extreme
+
+        return extreme(self, 1)
+
+    def min(self) -> torch.Tensor:
+        """The smallest entry of the dense matrix (implicit zeros count), as :meth:`max`. Collective."""
+        from .methods import extreme
+
+        return extreme(self, -1)
+
+    # transpose and gathered forms
+    @property
+    def T(self) -> "DSparseTensor":
+        """``A^T`` as a new DSparseTensor on the same row partition (see :meth:`t`). Collective."""
+        return self.t()
+
+    def t(self) -> "DSparseTensor":
+        """``A^T`` as a new DSparseTensor on the same row partition: every stored entry ``(i, j)`` is sent to the
+        owner of row ``j`` (all-to-all). Differentiable in the values (the gradient travels back by the reverse
+        move); the values are read now (a later write into A's does not reach it). For products with ``A^T``
+        :meth:`rmatmul` needs no new matrix. Collective."""
+        from .methods import transpose
+
+        return transpose(self)
+
+    def to_dense(self) -> torch.Tensor:
+        """The global dense matrix ``(*batch, N, N)`` on **every rank** (gathered: ``O(N^2)`` memory per rank);
+        differentiable in this rank's values. Collective."""
+        from .methods import to_dense
+
+        return to_dense(self)
+
+    full_tensor = to_dense
+
+    def to_sparse(self) -> st.SparseTensor:
+        """The global matrix as a :class:`sparsetorch.SparseTensor` (COO, sorted) on **every rank** (gathered);
+        differentiable in this rank's values. Collective."""
+        from .methods import to_sparse
+
+        return to_sparse(self)
 
     def diagonal(self) -> torch.Tensor:
         """This rank's rows of the diagonal ``(*batch, n_local)`` (zeros where none is stored)."""
