@@ -13,6 +13,7 @@ from ..format import TensorFormat
 from . import _levels
 from ._access import AccessMethods
 from ._display import sparse_repr
+from ._elementwise import ElementwiseMethods, torch_function_handler
 from ._views import ViewMethods
 from .pattern import PatternKey, buffer_id as _buffer_id, fingerprint, is_plain, vmapped  # noqa: F401 - vmapped re-exported
 from .validate import _check_levels, _versions, check_index_buffers, check_shape, check_values
@@ -20,7 +21,7 @@ from .validate import _check_levels, _versions, check_index_buffers, check_shape
 __all__ = ["SparseTensor", "Tensor", "PatternKey", "rebuild_sparse_tensor"]
 
 
-class SparseTensor(ViewMethods, AccessMethods):
+class SparseTensor(ViewMethods, AccessMethods, ElementwiseMethods):
     """A sparse tensor in any :class:`~sparsetorch.format.TensorFormat`.
 
     ``SparseTensor(format, shape, pos, crd, values, check=True)`` wraps existing buffers without
@@ -47,6 +48,13 @@ class SparseTensor(ViewMethods, AccessMethods):
     reads the buffers) validates them again if one was written in place since. Writes torch
     cannot see (through memory shared with NumPy/SciPy/CuPy after ``from_package``) are not
     detected: call :meth:`validate` after such writes.
+
+    The everyday tensor API (``size``, ``numel``, ``sum``, ``amax``, ``abs``, ``A * B``, ``A * t``,
+    ``A + t``, ``A[i, j]``, ``diagonal``, ``torch.sum(A)``, ``torch.equal(A, B)``, ...) means what it
+    means on ``to_dense()``; see :class:`~sparsetorch.tensor._elementwise.ElementwiseMethods` and
+    docs/tensor.md, "Everyday tensor operations". ``A == B`` is *identity* (tensors are hashed and
+    cached by identity): compare contents with ``torch.equal(A, B)`` (same shape and dense content,
+    any formats) or ``A.equal(B)`` (same format and bit-identical buffers).
     """
 
     __slots__ = ("_format", "_shape", "_pos", "_crd", "_values", "_linear", "_derived", "_index", "_checked",
@@ -469,42 +477,56 @@ class SparseTensor(ViewMethods, AccessMethods):
         return self._shape[0]
 
     # Arithmetic ------------------------------------------------------------------------------------
+    # ``A == B`` is identity (the default: tensors are hashed and cached by identity); compare contents
+    # with ``torch.equal(A, B)`` (same shape and dense content, any formats) or ``A.equal(B)``.
     # Scalars scale the values (same pattern and format, differentiable); a sum of two tensors of one
     # pattern adds the values, of two patterns concatenates their triplets (an unordered COO whose
     # repeats sum wherever it is read: docs/tensor.md, "Triplets"). torch-sla's A * s, A + B, -A.
+    # With a dense tensor: A * t and A / t stay on A's pattern, A + t and A - t are dense
+    # (docs/tensor.md, "Everyday tensor operations"; the helpers live in _elementwise.py).
     def __neg__(self) -> "SparseTensor":
         return self.with_values(-self._values)  # type: ignore[attr-defined]
 
     def __mul__(self, other: Any) -> "SparseTensor":
         s = _scalar(other)
-        if s is None:
-            if isinstance(other, torch.Tensor):
-                raise TypeError(f"A * t scales A by a number or a 0-d tensor; got a tensor of shape {tuple(other.shape)} "
-                                f"(for the product with a vector or matrix write A @ x; for an elementwise product "
-                                f"A.to_dense() * t)")
-            return NotImplemented
-        return self.with_values(self._values * s)  # type: ignore[attr-defined]
+        if s is not None:
+            return self.with_values(self._values * s)  # type: ignore[attr-defined]
+        if isinstance(other, SparseTensor):
+            return self._mul_sparse(other)
+        if isinstance(other, torch.Tensor):
+            return self._mul_dense(other)
+        return NotImplemented
 
     __rmul__ = __mul__
 
     def __truediv__(self, other: Any) -> "SparseTensor":
         s = _scalar(other)
-        if s is None:
-            if isinstance(other, torch.Tensor):
-                raise TypeError(f"A / t divides A by a number or a 0-d tensor; got a tensor of shape {tuple(other.shape)}")
-            return NotImplemented
-        return self.with_values(self._values / s)  # type: ignore[attr-defined]
+        if s is not None:
+            return self.with_values(self._values / s)  # type: ignore[attr-defined]
+        if isinstance(other, SparseTensor):
+            raise TypeError("A / B of two SparseTensors divides the implicit zeros by zero (a dense result of nan); "
+                            "write A.to_dense() / B.to_dense(), or A * B.with_values(1 / B.values) for A's entries "
+                            "over B's stored ones")
+        if isinstance(other, torch.Tensor):
+            return self._div_dense(other)
+        return NotImplemented
 
-    def __radd__(self, other: Any) -> "SparseTensor":
+    def __rtruediv__(self, other: Any) -> Any:
+        if isinstance(other, torch.Tensor) and not isinstance(other, SparseTensor):
+            return other / self.to_dense()  # dense: inf / nan at the implicit zeros, as torch
+        return NotImplemented
+
+    def __radd__(self, other: Any) -> Any:
         if isinstance(other, int) and not isinstance(other, bool) and other == 0:
             return self  # sum([A, B, ...]) starts from 0
+        if isinstance(other, torch.Tensor) and not isinstance(other, SparseTensor):
+            return self._add_dense(other, 1, True)
         return self.__add__(other)
 
-    def __add__(self, other: Any) -> "SparseTensor":
+    def __add__(self, other: Any) -> Any:
         if not isinstance(other, SparseTensor):
             if isinstance(other, torch.Tensor):
-                raise TypeError("A + t of a SparseTensor and a dense tensor is not defined here (the sum is dense): "
-                                "write A.to_dense() + t, or build t as a SparseTensor (from_dense) for a sparse sum")
+                return self._add_dense(other, 1, False)  # dense + sparse is dense
             return NotImplemented
         if tuple(self._shape) != tuple(other._shape) or self.dtype != other.dtype or self.device != other.device:
             raise ValidationError(
@@ -519,10 +541,17 @@ class SparseTensor(ViewMethods, AccessMethods):
         coords = torch.cat([ca, cb], -1)
         return from_coo(vals, [coords], shape=self.format_shape, format=None, index_dtype=None, check=False)
 
-    def __sub__(self, other: Any) -> "SparseTensor":
+    def __sub__(self, other: Any) -> Any:
         if not isinstance(other, SparseTensor):
+            if isinstance(other, torch.Tensor):
+                return self._add_dense(other, -1, False)
             return NotImplemented
         return self + (-other)
+
+    def __rsub__(self, other: Any) -> Any:
+        if isinstance(other, torch.Tensor) and not isinstance(other, SparseTensor):
+            return self._add_dense(other, -1, True)
+        return NotImplemented
 
     # ``A @ X`` and ``X @ A`` are bound by ``sparsetorch.ops.matmul`` (dispatch lives above this
     # layer): :func:`sparsetorch.matmul` with its plan cache and gradients.
@@ -532,21 +561,26 @@ class SparseTensor(ViewMethods, AccessMethods):
         """torch's matmul entry points with a SparseTensor operand, as the operators:
         ``torch.matmul(A, x)``, ``torch.matmul(x, A)``, and ``A @ x``/``x @ A`` where torch sees
         them first (under ``torch.compile`` dynamo hands ``A @ x`` to ``Tensor.__rmatmul__(x, A)``).
-        Every other torch function declines (torch raises its TypeError, as for any other object)."""
-        if kwargs or len(args) != 2:
+        Then the everyday functions of ``_elementwise.py`` (``torch.sum``, ``torch.abs``, ``torch.equal``,
+        ``torch.add`` / ``mul`` / ``sub`` / ``div``, ``D + A`` where ``Tensor.__add__`` sees it first, ...;
+        docs/tensor.md, "Everyday tensor operations"). Every other torch function declines (torch raises
+        its TypeError, as for any other object)."""
+        if not kwargs and len(args) == 2:
+            a, b = args
+            if func in (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__):
+                if isinstance(a, SparseTensor) and not isinstance(b, SparseTensor):
+                    return a.__matmul__(b)  # type: ignore[operator]
+                if isinstance(b, SparseTensor) and not isinstance(a, SparseTensor):
+                    return b.__rmatmul__(a)  # type: ignore[operator]
+                return NotImplemented
+            if func is torch.Tensor.__rmatmul__:
+                if isinstance(b, SparseTensor) and not isinstance(a, SparseTensor):
+                    return b.__matmul__(a)  # type: ignore[operator]  # Tensor.__rmatmul__(x, A) is A @ x
+                return NotImplemented
+        handler = torch_function_handler(func)
+        if handler is None:
             return NotImplemented
-        a, b = args
-        if func in (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__):
-            if isinstance(a, SparseTensor) and not isinstance(b, SparseTensor):
-                return a.__matmul__(b)  # type: ignore[operator]
-            if isinstance(b, SparseTensor) and not isinstance(a, SparseTensor):
-                return b.__rmatmul__(a)  # type: ignore[operator]
-        elif func is torch.Tensor.__rmatmul__ and isinstance(b, SparseTensor) and not isinstance(a, SparseTensor):
-            return b.__matmul__(a)  # type: ignore[operator]  # Tensor.__rmatmul__(x, A) is A @ x
-        elif func in (torch.mul, torch.Tensor.mul, torch.Tensor.__mul__, torch.Tensor.__rmul__) and \
-                isinstance(b, SparseTensor) and not isinstance(a, SparseTensor) and _scalar(a) is not None:
-            return b * a  # a 0-d tensor times A
-        return NotImplemented
+        return handler(*args, **(kwargs or {}))
 
     # Package interop ------------------------------------------------------------------------------
     def to_package(self, package: str | None = None, **options: Any) -> Any:
