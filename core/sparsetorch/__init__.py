@@ -16,7 +16,7 @@ from .errors import (
     SparseTorchError, SparseTorchWarning, ValidationError,
 )
 from .format import Dimension, LevelFormat, LevelProperty, TensorFormat
-from .ops import IterationResult, Matmul, SolveInfo, Solver, Status, matmul, norm, solve, transpose
+from .ops import IterationResult, Matmul, SolveInfo, Solver, Status, matmul, norm, solve, spgemm, transpose
 from .ops.spectral import eigs, eigsh
 from .ops.explain import explain
 from .ops.logdet import det, logdet, slogdet
@@ -35,7 +35,7 @@ __all__ = [
     "PatternKey", "SparseTensor", "SparseTensorList", "Tensor", "from_package",
     # operations
     "IterationResult", "Matmul", "SolveInfo", "Solver", "Status", "det", "eigs", "eigsh", "explain", "logdet", "Lstsq", "lstsq", "matmul",
-    "NonlinearSolveInfo", "nonlinear_solve", "norm", "slogdet", "solve", "transpose",
+    "NonlinearSolveInfo", "nonlinear_solve", "norm", "slogdet", "solve", "spgemm", "transpose",
     # nonlinear methods (option records for nonlinear_solve(method=...))
     "Newton", "Anderson", "Picard",
     # dispatch

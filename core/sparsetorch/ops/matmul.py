@@ -28,6 +28,7 @@ from ..tensor._compiling import compiling
 from ..tensor import SparseTensor
 from ..tensor._views import TracedTranspose
 from ..tensor.pattern import version_of, vmapped
+from .spgemm import spgemm
 from ._inputs import (as_rhs, check_matrix, describe_dense, describe_sparse, index_buffers_now, index_buffers_unchanged,
                       restore_rhs)
 
@@ -209,7 +210,12 @@ def matmul(A: SparseTensor, X: torch.Tensor, c: torch.Tensor | None = None, *, a
     as ``out=``, which autocast does not touch either) the operands keep their dtypes.
 
     Under ``torch.compile`` the product is the custom op ``sparsetorch::spmm``, traced with no
-    graph break (:mod:`sparsetorch.autograd.compiled`)."""
+    graph break (:mod:`sparsetorch.autograd.compiled`).
+
+    With ``X`` a SparseTensor too (sparse @ sparse) the product is a CSR SparseTensor
+    (:func:`sparsetorch.ops.spgemm.spgemm`; no ``c``, ``alpha``, ``beta`` or ``backend``)."""
+    if isinstance(X, SparseTensor):
+        return _sparse_product(A, X, c, alpha, beta, backend)
     if _any_autocast() and isinstance(X, torch.Tensor) and torch.is_autocast_enabled(X.device.type):
         # A @ h with h a Linear's bfloat16 output raised a dtype mismatch (session 29's sweep). The product runs
         # with autocast off, cast or not: the backends' own dense ops must not be cast behind them
@@ -982,8 +988,20 @@ def _shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _matmul_operator(self: SparseTensor, other: torch.Tensor) -> torch.Tensor:
-    """``A @ X`` through :func:`sparsetorch.matmul` (dispatch, plan cache, gradients)."""
+    """``A @ X`` through :func:`sparsetorch.matmul` (dispatch, plan cache, gradients); ``A @ B`` of two
+    SparseTensors is their sparse product (:func:`sparsetorch.ops.spgemm.spgemm`, a CSR SparseTensor)."""
+    if isinstance(other, SparseTensor):
+        return spgemm(self, other)
     return matmul(self, other)
+
+
+def _sparse_product(A: Any, B: SparseTensor, c: Any, alpha: Any, beta: Any, backend: Any) -> SparseTensor:
+    """``matmul(A, B)`` with a sparse ``B``: :func:`spgemm` (which names what is wrong with A or B)."""
+    given = [name for name, v in (("c", c), ("alpha", alpha), ("beta", beta), ("backend", backend)) if v is not None]
+    if given:
+        raise InputError(f"matmul: sparse @ sparse takes no {', '.join(given)} (the product is a new SparseTensor); "
+                         f"scale or add the result instead")
+    return spgemm(A, B)
 
 
 def _rmatmul_operator(self: SparseTensor, other: torch.Tensor) -> torch.Tensor:

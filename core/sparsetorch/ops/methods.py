@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from ..errors import InputError
-from ..tensor import SparseTensor
+from ..errors import InputError, SparseTorchError
+from ..tensor import SparseTensor, SparseTensorList
 from .logdet import det, logdet, slogdet
 from .lstsq import lstsq
 from .matmul import matmul, norm
@@ -73,6 +73,131 @@ def _logdet(self: SparseTensor, **options: Any) -> torch.Tensor:
 def _norm(self: SparseTensor, ord: str | int | float = "fro") -> torch.Tensor:
     """``sparsetorch.norm(A, ord)``: "fro", 1, inf or "max", from the stored entries."""
     return norm(self, ord)
+
+
+# SparseTensorList ------------------------------------------------------------------------------------
+# torch-sla's SparseTensorList methods: each maps the op over the members (sparsetorch.solve takes the
+# list whole: a backend that solves non-uniform batches at once is asked first). Results of one shape
+# per member are stacked (a leading dimension of len(L)); results whose shapes differ (eigenvectors of
+# members of different sizes, products with different row counts) come as lists. docs/lists.md.
+
+
+def _stack_or_list(ts: list) -> Any:
+    """The members' results stacked where they are tensors of one shape, else the list."""
+    if ts and all(isinstance(t, torch.Tensor) for t in ts) and len({tuple(t.shape) for t in ts}) == 1:
+        return torch.stack(ts)
+    return ts
+
+
+def _per_member(L: SparseTensorList, xs: Any, what: str) -> tuple[list, bool]:
+    """``xs`` as one operand per member and whether it came stacked (a tensor with a leading dim of len(L))."""
+    if isinstance(xs, torch.Tensor):
+        if xs.dim() == 0 or xs.shape[0] != len(L):
+            raise InputError(f"SparseTensorList.{what}: a stacked tensor needs a leading dimension of {len(L)} (one per "
+                             f"member), got shape {tuple(xs.shape)}; pass a list for members of different sizes")
+        return list(xs.unbind(0)), True
+    if isinstance(xs, SparseTensorList):
+        items = list(xs)
+    elif isinstance(xs, (list, tuple)):
+        items = list(xs)
+    else:
+        raise InputError(f"SparseTensorList.{what} takes a list of tensors (one per member) or a stacked tensor, got "
+                         f"{type(xs).__name__}")
+    if len(items) != len(L):
+        raise InputError(f"SparseTensorList.{what}: {len(L)} members need {len(L)} operands, got {len(items)}")
+    return items, False
+
+
+def _where(i: int, L: SparseTensorList, fn, *args, **kw):
+    """``fn(*args, **kw)`` for member ``i``; an error of ours says which member."""
+    try:
+        return fn(*args, **kw)
+    except SparseTorchError as exc:
+        if exc.args and isinstance(exc.args[0], str) and "SparseTensorList member" not in exc.args[0]:
+            exc.args = (f"SparseTensorList member {i} of {len(L)}: {exc.args[0]}",) + exc.args[1:]
+        raise
+
+
+def _list_solve(self: SparseTensorList, bs: Any, **options: Any) -> Any:
+    """``sparsetorch.solve(L, bs, **options)``: ``x_i`` with ``A_i x_i = b_i``. ``bs`` a list (one per member)
+    or a stacked tensor (members of one size); the answers come the same way (a stacked tensor for a stacked
+    ``bs``); with ``return_info=True`` ``(xs, [info_i])``. Differentiable in the members' values and in ``bs``."""
+    if "tol" in options:
+        raise InputError(f"solve takes rtol= (and atol=), not tol=: torch-sla's tol={options['tol']!r} is rtol here")
+    items, stacked = _per_member(self, bs, "solve")
+    got = solve(self, items, **options)
+    if options.get("return_info"):
+        xs, infos = got
+        return (torch.stack(xs) if stacked else list(xs)), infos
+    return torch.stack(got) if stacked else list(got)
+
+
+def _list_matvec(self: SparseTensorList, xs: Any, **options: Any) -> Any:
+    """``A_i @ x_i`` per member (``sparsetorch.matmul``): ``xs`` a list or a stacked tensor; the products
+    stacked for a stacked ``xs`` whose products have one shape, else a list (a SparseTensorList of
+    SparseTensors gives the sparse products as a SparseTensorList)."""
+    items, stacked = _per_member(self, xs, "matvec")
+    ys = [_where(i, self, matmul, a, x, **options) for i, (a, x) in enumerate(zip(self, items))]
+    if ys and all(isinstance(y, SparseTensor) for y in ys):
+        return SparseTensorList(ys)
+    return _stack_or_list(ys) if stacked else ys
+
+
+def _list_matmul_operator(self: SparseTensorList, other: Any) -> Any:
+    """``L @ xs``: :meth:`SparseTensorList.matvec`."""
+    if not isinstance(other, (torch.Tensor, list, tuple, SparseTensorList)):
+        return NotImplemented
+    return _list_matvec(self, other)
+
+
+def _mapped(self: SparseTensorList, fn, *args: Any, **options: Any) -> list:
+    return [_where(i, self, fn, a, *args, **options) for i, a in enumerate(self)]
+
+
+def _list_det(self: SparseTensorList, **options: Any) -> Any:
+    """``det A_i`` per member, stacked (``(len(L), *value_batch)``); options as :func:`sparsetorch.det`."""
+    return _stack_or_list(_mapped(self, det, **options))
+
+
+def _list_logdet(self: SparseTensorList, **options: Any) -> Any:
+    """``log det A_i`` per member, stacked; options as :func:`sparsetorch.logdet`."""
+    return _stack_or_list(_mapped(self, logdet, **options))
+
+
+def _list_slogdet(self: SparseTensorList, **options: Any) -> Any:
+    """``(sign, log|det A_i|)`` per member: two stacked tensors (``return_info=True``: and ``[info_i]``)."""
+    got = _mapped(self, slogdet, **options)
+    infos = [g[2] for g in got] if options.get("return_info") else None
+    signs = _stack_or_list([g[0] for g in got])
+    logs = _stack_or_list([g[1] for g in got])
+    return (signs, logs, infos) if infos is not None else (signs, logs)
+
+
+def _list_eigsh(self: SparseTensorList, k: int = 6, which: str | None = None, **options: Any) -> Any:
+    """``k`` eigenpairs of every (symmetric) member: ``(w, V)`` with ``w`` stacked ``(len(L), k)`` and ``V``
+    stacked ``(len(L), n, k)`` when the members have one size, else the list of the ``V_i``
+    (``return_info=True``: and ``[info_i]``)."""
+    if which is not None:
+        options["which"] = which
+    got = _mapped(self, eigsh, k, **options)
+    ws = _stack_or_list([g[0] for g in got])
+    vs = _stack_or_list([g[1] for g in got])
+    if options.get("return_info"):
+        return ws, vs, [g[2] for g in got]
+    return ws, vs
+
+
+def _list_norm(self: SparseTensorList, ord: str | int | float = "fro") -> Any:
+    """``norm(A_i, ord)`` per member, stacked: "fro", 1, inf or "max"."""
+    return _stack_or_list(_mapped(self, norm, ord))
+
+
+for _name, _fn in {"solve": _list_solve, "matvec": _list_matvec, "__matmul__": _list_matmul_operator,
+                   "det": _list_det, "slogdet": _list_slogdet, "logdet": _list_logdet, "eigsh": _list_eigsh,
+                   "norm": _list_norm}.items():
+    _fn.__name__ = _name
+    _fn.__qualname__ = f"SparseTensorList.{_name}"
+    setattr(SparseTensorList, _name, _fn)
 
 
 for _name, _fn in {"solve": _solve, "lstsq": _lstsq, "matvec": _matvec, "eigsh": _eigsh, "eigs": _eigs,

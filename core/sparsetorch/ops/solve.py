@@ -131,9 +131,12 @@ def solve(
     """Solve ``A X = B`` for sparse ``A``; differentiable in ``A``'s values and in ``B``.
 
     ``B`` is a vector ``(n,)``, a block of right-hand sides ``(n, k)``, or either with A's value
-    batch in front. ``A`` may also be a :class:`SparseTensorList` (``B`` then a list, one per
-    member). The backend and method are chosen by estimated cost (``sparsetorch.explain("solve",
-    A, B)`` shows the ranking); ``backend=``/``method=`` pin them. Method names: "lu",
+    batch in front; batch dimensions broadcast as in ``torch.linalg.solve`` (``B`` is a batch of
+    vectors when ``B.ndim == 1`` or ``B.shape == A.shape[:-1]``, else of ``(n, k)`` blocks): an
+    unbatched A solves a ``(*batch, n, k)`` B with one factorization (docs/lists.md). ``A`` may also
+    be a :class:`SparseTensorList` (``B`` then a list, one per member, or a stacked tensor). The
+    backend and method are chosen by estimated cost (``sparsetorch.explain("solve", A, B)`` shows
+    the ranking); ``backend=``/``method=`` pin them. Method names: "lu",
     "cholesky", "cg", "bicgstab", "gmres", "minres" (more with plugins: "ldlt", "qr", "lgmres",
     "tfqmr", "lsqr", "lsmr", "amg"). ``preconditioner``: "jacobi", "block_jacobi", "amg"
     (plugins), None, or a callable applying ``M^-1``. Iterative methods stop when
@@ -220,6 +223,17 @@ def solve(
             return [o[0] for o in outs], [o[1] for o in outs]
         return outs
     A = check_matrix(A, "solve", square=True)
+    folded = _broadcast_rhs(A, B)
+    if folded is not None:
+        # batch dimensions of A and B that broadcast (torch.linalg.solve's rules): one solve on the
+        # folded system, unfolded after (docs/solve.md, "Broadcasting")
+        A2, B2, unfold = folded
+        got = solve(A2, B2, backend=backend, method=method, preconditioner=preconditioner, rtol=rtol, atol=atol,
+                    maxiter=maxiter, return_info=return_info, properties=properties, check_finite=check_finite,
+                    on_nonconvergence=on_nonconvergence, callback=callback, progress=progress, restart=restart,
+                    block_size=block_size, dense_max=dense_max, max_bytes=max_bytes, check_every=check_every,
+                    backend_options=backend_options, cache=cache, repeat=repeat)
+        return (unfold(got[0]), got[1]) if return_info else unfold(got)
     if A.dtype in _HALF and isinstance(B, torch.Tensor) and B.dtype == A.dtype:
         return _half_solve(A, B, return_info, dict(
             backend=backend, method=method, preconditioner=preconditioner, rtol=rtol, atol=atol, maxiter=maxiter,
@@ -265,6 +279,61 @@ def solve(
         return X
     return X, _info(A, Bn, restore_rhs(X, False) if not vector else X.unsqueeze(-1), handle)
 
+
+
+def _broadcast_rhs(A: SparseTensor, B: object) -> tuple[SparseTensor, torch.Tensor, Callable] | None:
+    """torch.linalg.solve's broadcasting of ``A X = B`` where :func:`as_rhs` does not read ``B`` as it is:
+    ``(A2, B2, unfold)`` with ``solve(A2, B2)`` one system of A's own batch (or none) whose columns hold
+    every right-hand side, and ``unfold`` mapping its answer to the broadcast shape; None where ``B`` is
+    read as it is (or is no tensor of A's dtype and device: :func:`as_rhs` names what is wrong).
+
+    torch's rules: ``B`` is a batch of vectors when ``B.ndim == 1`` or ``B.shape == A.shape[:-1]``, else a
+    batch of ``(n, k)`` matrices; the batch dimensions of A and B broadcast. Both vector readings and an
+    unbatched ``B`` over a batched A are :func:`as_rhs`'s own, so what comes here is a matrix ``B``. The
+    batch dimensions where A has size 1 (or none) are folded into the columns: one factorization per
+    member of A serves them all (A's values are never expanded); those where A has its own members are
+    kept (``B`` expanded over them where its size is 1)."""
+    if not isinstance(B, torch.Tensor) or B.layout != torch.strided or B.dtype != A.dtype or B.device != A.device:
+        return None
+    vb = tuple(A.batch_shape)
+    nb, n = len(vb), A.format_shape[0]
+    shape = tuple(B.shape)
+    if B.dim() == nb + 1 and shape == vb + (n,):
+        return None  # a batch of vectors (torch's reading of B.shape == A.shape[:-1])
+    if B.dim() == nb + 2 and shape[:nb] == vb and shape[-2] == n:
+        return None  # A's batch exactly
+    if nb and B.dim() in (1, 2) and shape[0] == n:
+        return None  # an unbatched vector or block over A's batch
+    batch = vb + (n, n)
+    if B.dim() < 2 or shape[-2] != n:
+        vectors = f"{vb + (n,)}, ({n},)" if nb else f"({n},)"
+        raise InputError(
+            f"solve: the right-hand side has shape {shape}; for A of shape {batch} it must be {vectors} or "
+            f"(*batch, {n}, k) with a batch that broadcasts against A's batch {vb} (torch.linalg.solve's rules: B is "
+            f"a batch of vectors only when B.ndim == 1 or B.shape == A.shape[:-1], else its last two dims are (n, k))")
+    bb, k = shape[:-2], shape[-1]
+    try:
+        full = tuple(torch.broadcast_shapes(vb, bb))
+    except RuntimeError:
+        raise InputError(f"solve: the right-hand side has shape {shape}, whose batch {bb} does not broadcast against "
+                         f"A's batch {vb} (A of shape {batch}); torch.linalg.solve's broadcasting rules apply") from None
+    va = (1,) * (len(full) - nb) + vb
+    kept = [i for i, s in enumerate(va) if s != 1]
+    fold = [i for i, s in enumerate(va) if s == 1]
+    kept_shape = tuple(full[i] for i in kept)
+    fold_shape = tuple(full[i] for i in fold)
+    L = len(full)
+    A2 = A if tuple(vb) == kept_shape else A.with_values(A.values.reshape(kept_shape + (A.values.shape[-1],)))
+    perm = kept + [L] + fold + [L + 1]
+    B2 = B.expand(full + (n, k)).permute(perm).reshape(kept_shape + (n, math.prod(fold_shape) * k))
+    inverse = [0] * len(perm)
+    for j, p in enumerate(perm):
+        inverse[p] = j
+
+    def unfold(X: torch.Tensor) -> torch.Tensor:
+        return X.reshape(kept_shape + (n,) + fold_shape + (k,)).permute(inverse)
+
+    return A2, B2, unfold
 
 
 _HALF = (torch.float16, torch.bfloat16)
