@@ -21,6 +21,8 @@ from .ops.spectral import eigs, eigsh
 from .ops.explain import explain
 from .ops.logdet import det, logdet, slogdet
 from .ops.lstsq import Lstsq, lstsq
+from .ops.structure import is_hermitian, is_positive_definite, is_symmetric
+from .ops.svd import cond, svds
 from .ops.nonlinear import Anderson, Newton, NonlinearSolveInfo, Picard, nonlinear_solve
 from .tensor import PatternKey, SparseTensor, SparseTensorList, Tensor, from_package
 
@@ -34,8 +36,9 @@ __all__ = [
     "Dimension", "LevelFormat", "LevelProperty", "TensorFormat",
     "PatternKey", "SparseTensor", "SparseTensorList", "Tensor", "from_package",
     # operations
-    "IterationResult", "Matmul", "SolveInfo", "Solver", "Status", "det", "eigs", "eigsh", "explain", "logdet", "Lstsq", "lstsq", "matmul",
-    "NonlinearSolveInfo", "nonlinear_solve", "norm", "slogdet", "solve", "spgemm", "transpose",
+    "IterationResult", "Matmul", "SolveInfo", "Solver", "Status", "cond", "det", "eigs", "eigsh", "explain", "logdet", "Lstsq", "lstsq", "matmul",
+    "NonlinearSolveInfo", "nonlinear_solve", "norm", "slogdet", "solve", "spgemm", "svds", "transpose",
+    "is_hermitian", "is_positive_definite", "is_symmetric",
     # nonlinear methods (option records for nonlinear_solve(method=...))
     "Newton", "Anderson", "Picard",
     # dispatch

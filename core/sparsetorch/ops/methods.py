@@ -19,6 +19,8 @@ from .lstsq import lstsq
 from .matmul import matmul, norm
 from .solve import solve
 from .spectral import eigs, eigsh
+from .structure import is_hermitian, is_positive_definite, is_symmetric
+from .svd import cond, svds
 
 __all__: list[str] = []
 
@@ -200,7 +202,35 @@ for _name, _fn in {"solve": _list_solve, "matvec": _list_matvec, "__matmul__": _
     setattr(SparseTensorList, _name, _fn)
 
 
+def _svd(self: SparseTensor, k: int = 6, **options: Any) -> Any:
+    """``sparsetorch.svds(A, k, **options)``: ``(U, S, Vh)`` of the ``k`` largest singular values (torch-sla's
+    ``A.svd(k)``; ``which="SM"`` for the smallest of a square A)."""
+    return svds(self, k, **options)
+
+
+def _condition_number(self: SparseTensor, ord: Any = 2, **options: Any) -> torch.Tensor:
+    """``sparsetorch.cond(A, ord)``: the 2-norm condition number (torch-sla's ``A.condition_number()``)."""
+    return cond(self, ord, **options)
+
+
+def _is_symmetric(self: SparseTensor, atol: float = 1e-8, rtol: float = 1e-5) -> bool:
+    """``sparsetorch.is_symmetric(A, atol, rtol)``: ``A == A^T`` entrywise within ``atol + rtol |A^T|``."""
+    return is_symmetric(self, atol, rtol)
+
+
+def _is_hermitian(self: SparseTensor, atol: float = 1e-8, rtol: float = 1e-5) -> bool:
+    """``sparsetorch.is_hermitian(A, atol, rtol)``: ``A == A^H`` entrywise within ``atol + rtol |A^H|``."""
+    return is_hermitian(self, atol, rtol)
+
+
+def _is_positive_definite(self: SparseTensor, method: str = "auto", **tolerances: Any) -> bool:
+    """``sparsetorch.is_positive_definite(A, method)``: "auto", "gershgorin", "cholesky" or "eigenvalue"."""
+    return is_positive_definite(self, method, **tolerances)
+
+
 for _name, _fn in {"solve": _solve, "lstsq": _lstsq, "matvec": _matvec, "eigsh": _eigsh, "eigs": _eigs,
-                   "det": _det, "slogdet": _slogdet, "logdet": _logdet, "norm": _norm}.items():
+                   "det": _det, "slogdet": _slogdet, "logdet": _logdet, "norm": _norm, "svd": _svd,
+                   "condition_number": _condition_number, "cond": _condition_number, "is_symmetric": _is_symmetric,
+                   "is_hermitian": _is_hermitian, "is_positive_definite": _is_positive_definite}.items():
     _fn.__name__ = _fn.__qualname__ = _name
     setattr(SparseTensor, _name, _fn)

@@ -572,6 +572,8 @@ class SparseTensor(ViewMethods, AccessMethods, ElementwiseMethods):
                     return a.__matmul__(b)  # type: ignore[operator]
                 if isinstance(b, SparseTensor) and not isinstance(a, SparseTensor):
                     return b.__rmatmul__(a)  # type: ignore[operator]
+                if isinstance(a, SparseTensor) and isinstance(b, SparseTensor) and func is torch.matmul:
+                    return a.__matmul__(b)  # type: ignore[operator]  # sparse @ sparse (bound by ops.spgemm)
                 return NotImplemented
             if func is torch.Tensor.__rmatmul__:
                 if isinstance(b, SparseTensor) and not isinstance(a, SparseTensor):
