@@ -142,14 +142,50 @@ class _SpGEMM(torch.autograd.Function):
         return da, db, None, None, None, None
 
 
+_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", None) or (lambda: False)
+#: dtypes SciPy's sparse product takes (the no-gradient CPU path below)
+_SCIPY_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
+
+
+def _scipy_product(A: SparseTensor, B: SparseTensor) -> SparseTensor | None:
+    """The product by SciPy's CSR SpGEMM (Gustavson's, a dense accumulator per row: O(products), no sort of
+    them) where nothing needs a gradient: one unbatched CPU product of a dtype SciPy takes, no torch.func
+    transform or compilation active. None where it does not apply (SciPy missing included). Measured on a
+    90,000^2 5-point Laplacian squared (2.2M products, this repository's 2-core VM): ~0.02 s against ~0.9 s
+    for the pairing's symbolic phase below. Entries whose products cancel to exactly 0 are dropped here
+    (SciPy's rule) and kept by the pairing: both equal the dense product."""
+    if (A.device.type != "cpu" or A.batch_shape or B.batch_shape or A.dtype not in _SCIPY_DTYPES
+            or (torch.is_grad_enabled() and (A.values.requires_grad or B.values.requires_grad))
+            or _transforms_active() or torch.compiler.is_compiling()):
+        return None
+    try:
+        import scipy.sparse  # noqa: F401, PLC0415 - optional: the core runs without SciPy
+    except ImportError:
+        return None
+    a = A.to_package("scipy").tocsr()
+    b = B.to_package("scipy").tocsr()
+    c = (a @ b).tocsr()
+    c.sort_indices()
+    m, n = A.format_shape[0], B.format_shape[1]
+    crow = torch.from_numpy(c.indptr)  # SciPy's index dtype (int32 while it fits), no copy
+    col = torch.from_numpy(c.indices.astype(c.indptr.dtype, copy=False))
+    values = torch.from_numpy(c.data).to(A.dtype)
+    return SparseTensor(CSR, (m, n), [None, crow], [None, col], values, check=False)
+
+
 def spgemm(A: SparseTensor, B: SparseTensor) -> SparseTensor:
     """``A @ B`` for sparse ``A`` (m x k) and ``B`` (k x n) of one dtype and device: a CSR SparseTensor
     (m x n) of the product's structural nonzeros (sorted, unique; entries that cancel to 0 are kept),
-    equal to the dense product. Differentiable in both operands' values; value batches broadcast.
+    equal to the dense product. Differentiable in both operands' values; value batches broadcast. Where
+    no gradient is asked for, one CPU product goes through SciPy's SpGEMM when SciPy is installed (exact zeros
+    from cancellation are then dropped).
     ``sparsetorch.matmul(A, B)`` and ``A @ B`` call it when ``B`` is a SparseTensor."""
     _check(A, B, "matmul")
     A.ensure_valid()
     B.ensure_valid()
+    quick = _scipy_product(A, B)
+    if quick is not None:
+        return quick
     m, _ = A.format_shape
     _, n = B.format_shape
     ga, gb, slot, crow, col = _cached_pairing(A, B)
