@@ -19,6 +19,7 @@ from .lstsq import lstsq
 from .matmul import matmul, norm
 from .solve import solve
 from .spectral import eigs, eigsh
+from .properties import _components, detect_cached
 from .structure import is_hermitian, is_positive_definite, is_symmetric
 from .svd import cond, svds
 
@@ -42,19 +43,29 @@ def _matvec(self: SparseTensor, x: torch.Tensor, **options: Any) -> torch.Tensor
     return matmul(self, x, **options)
 
 
-def _eigsh(self: SparseTensor, k: int = 6, which: str | None = None, **options: Any) -> Any:
+def _values_only(got: Any, vectors: bool, info: bool) -> Any:
+    """``(w, V)`` / ``(w, V, info)`` without ``V`` where ``return_eigenvectors=False`` (SciPy's / torch-sla's keyword)."""
+    if vectors:
+        return got
+    return (got[0], got[2]) if info else got[0]
+
+
+def _eigsh(self: SparseTensor, k: int = 6, which: str | None = None, *, return_eigenvectors: bool = True,
+           **options: Any) -> Any:
     """``sparsetorch.eigsh(A, k, which=which, **options)``: ``k`` eigenpairs of a symmetric (Hermitian) A
-    (``which`` may be given second, as torch-sla's ``A.eigsh(k, which)``)."""
+    (``which`` may be given second, as torch-sla's ``A.eigsh(k, which)``; ``return_eigenvectors=False``: ``w``
+    alone, the vectors still computed)."""
     if which is not None:
         options["which"] = which
-    return eigsh(self, k, **options)
+    return _values_only(eigsh(self, k, **options), return_eigenvectors, bool(options.get("return_info")))
 
 
-def _eigs(self: SparseTensor, k: int = 6, which: str | None = None, **options: Any) -> Any:
+def _eigs(self: SparseTensor, k: int = 6, which: str | None = None, *, return_eigenvectors: bool = True,
+          **options: Any) -> Any:
     """``sparsetorch.eigs(A, k, which=which, **options)``: ``k`` eigenpairs of a general square A."""
     if which is not None:
         options["which"] = which
-    return eigs(self, k, **options)
+    return _values_only(eigs(self, k, **options), return_eigenvectors, bool(options.get("return_info")))
 
 
 def _det(self: SparseTensor, **options: Any) -> torch.Tensor:
@@ -73,8 +84,49 @@ def _logdet(self: SparseTensor, **options: Any) -> torch.Tensor:
 
 
 def _norm(self: SparseTensor, ord: str | int | float = "fro") -> torch.Tensor:
-    """``sparsetorch.norm(A, ord)``: "fro", 1, inf or "max", from the stored entries."""
+    """``sparsetorch.norm(A, ord)``: "fro", 1, inf or "max", from the stored entries; ``ord=2``: the spectral norm,
+    the largest singular value (:func:`~sparsetorch.svds`, differentiable)."""
+    if ord == 2 and not isinstance(ord, bool):
+        if len(self.format_shape) != 2 or self.batch_shape or min(self.format_shape) < 3:
+            return torch.linalg.matrix_norm(self.to_dense(), 2)
+        return svds(self, 1, return_singular_vectors=False)[0]
     return norm(self, ord)
+
+
+def _connected_components(self: SparseTensor) -> tuple[int, torch.Tensor]:
+    """``(count, labels)`` of the graph of A's stored off-diagonal entries taken both ways (SciPy's
+    ``connected_components(directed=False)``): ``labels[i]`` numbers row i's component 0 .. count - 1 in the order
+    of each component's smallest row. Square A; the pattern only (stored zeros count as edges)."""
+    shape = tuple(self.format_shape)
+    if len(shape) != 2 or shape[0] != shape[1]:
+        raise InputError(f"connected_components: A must be a square matrix, got format shape {shape}")
+    coords, _ = self.entries()
+    src, dst = coords[0].to(torch.int64), coords[1].to(torch.int64)
+    root = _components(shape[0], torch.cat([src, dst]), torch.cat([dst, src]))
+    roots, labels = torch.unique(root, sorted=True, return_inverse=True)
+    return int(roots.numel()), labels
+
+
+def _to_connected_components(self: SparseTensor) -> tuple[list[SparseTensor], list[torch.Tensor]]:
+    """A's diagonal blocks, one per connected component (:meth:`connected_components`), and each block's rows in
+    A: ``blocks[c]`` is ``A[rows[c]][:, rows[c]]`` (differentiable in A's values); solving the blocks is solving A."""
+    count, labels = _connected_components(self)
+    order = torch.argsort(labels, stable=True)
+    sizes = torch.bincount(labels, minlength=count).tolist()
+    rows = list(torch.split(order, sizes))
+    return [self[r][:, r] for r in rows], rows
+
+
+def _detect_matrix_type(self: SparseTensor) -> str:
+    """torch-sla's name for what dispatch detects: "spd", "symmetric" ("hermitian" for complex values) or
+    "general" (:mod:`~sparsetorch.ops.properties`, the tags ``st.explain`` shows; "spd" is Gershgorin's sufficient
+    test: ``A.is_positive_definite()`` decides the rest)."""
+    tags = detect_cached(self.detach())
+    if "spd" in tags:
+        return "spd"
+    if "hermitian" in tags and self.dtype.is_complex:
+        return "hermitian"
+    return "symmetric" if "symmetric" in tags else "general"
 
 
 # SparseTensorList ------------------------------------------------------------------------------------
@@ -231,6 +283,8 @@ def _is_positive_definite(self: SparseTensor, method: str = "auto", **tolerances
 for _name, _fn in {"solve": _solve, "lstsq": _lstsq, "matvec": _matvec, "eigsh": _eigsh, "eigs": _eigs,
                    "det": _det, "slogdet": _slogdet, "logdet": _logdet, "norm": _norm, "svd": _svd,
                    "condition_number": _condition_number, "cond": _condition_number, "is_symmetric": _is_symmetric,
-                   "is_hermitian": _is_hermitian, "is_positive_definite": _is_positive_definite}.items():
+                   "is_hermitian": _is_hermitian, "is_positive_definite": _is_positive_definite,
+                   "connected_components": _connected_components, "to_connected_components": _to_connected_components,
+                   "detect_matrix_type": _detect_matrix_type}.items():
     _fn.__name__ = _fn.__qualname__ = _name
     setattr(SparseTensor, _name, _fn)

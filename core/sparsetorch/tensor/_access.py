@@ -80,6 +80,13 @@ class AccessMethods:
 
         return from_file(filename)
 
+    def to_file(self: "SparseTensor", filename: str, **options: Any) -> None:  # type: ignore[misc]
+        """Write a Matrix Market (``.mtx``, a matrix; ``symmetry=``, ``precision=``) or FROSTT (``.tns``) file that
+        :meth:`from_file` reads back (torch-sla's ``save_mtx``)."""
+        from ._files import to_file  # noqa: PLC0415 - only when writing files
+
+        to_file(self, filename, **options)
+
     # get_value ----------------------------------------------------------------------------------
     def get_value(self: "SparseTensor", indices: Any) -> torch.Tensor | None:  # type: ignore[misc]
         """The value stored at the logical coordinate ``indices``, or ``None`` if none is stored.

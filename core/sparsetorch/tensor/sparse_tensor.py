@@ -416,6 +416,58 @@ class SparseTensor(ViewMethods, AccessMethods, ElementwiseMethods):
         return from_dense(dense, format, threshold=threshold, mask=mask, batch_dims=batch_dims, index_dtype=index_dtype,
                           max_fill=max_fill)
 
+    @classmethod
+    def eye(cls, n: int, m: int | None = None, *, dtype: torch.dtype | None = None, device: Any = None,
+            format: TensorFormat | str = "CSR") -> "SparseTensor":
+        """The ``n`` x ``m`` identity (``m`` defaults to ``n``), as ``torch.eye`` (dtype: torch's default)."""
+        k = min(n, n if m is None else m)
+        return cls.diag(torch.ones(k, dtype=dtype or torch.get_default_dtype(), device=device), shape=(n, n if m is None else m),
+                        format=format)
+
+    @classmethod
+    def diag(cls, values: torch.Tensor, offset: int = 0, *, shape: Sequence[int] | None = None,
+             format: TensorFormat | str = "CSR") -> "SparseTensor":
+        """A matrix with ``values`` (1-D) on diagonal ``offset`` (> 0 above, < 0 below), as ``torch.diag``:
+        square of order ``len(values) + |offset|`` unless ``shape`` is given. Every value is stored (zeros
+        included); differentiable in ``values``."""
+        if not isinstance(values, torch.Tensor) or values.dim() != 1:
+            raise InputError(f"diag: values must be a 1-D tensor, got "
+                             f"{tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__}")
+        k = values.numel()
+        idx = torch.arange(k, device=values.device)
+        rows, cols = (idx, idx + offset) if offset >= 0 else (idx - offset, idx)
+        order = k + abs(offset)
+        shape = tuple(shape) if shape is not None else (order, order)
+        if len(shape) != 2 or (k and (int(rows[-1]) >= shape[0] or int(cols[-1]) >= shape[1])):
+            raise InputError(f"diag: {k} values on diagonal {offset} do not fit shape {shape}")
+        return cls.from_coo(values, rows, cols, shape=shape, format=format)
+
+    @classmethod
+    def tridiagonal(cls, lower: Any, diagonal: Any, upper: Any, n: int | None = None, *,
+                    dtype: torch.dtype | None = None, device: Any = None,
+                    format: TensorFormat | str = "CSR") -> "SparseTensor":
+        """The ``n`` x ``n`` tridiagonal matrix with sub-diagonal ``lower`` (``n - 1`` values), ``diagonal`` (``n``)
+        and super-diagonal ``upper`` (``n - 1``); each a tensor or a number (numbers need ``n``), e.g.
+        ``tridiagonal(-1, 2, -1, n)`` the 1-D Laplacian. Differentiable in tensor arguments."""
+        given = [x for x in (lower, diagonal, upper) if isinstance(x, torch.Tensor)]
+        if n is None:
+            if not given:
+                raise InputError("tridiagonal: give n when every band is a number")
+            t = given[0]
+            n = t.numel() + (0 if t is diagonal else 1)
+        dtype = dtype or (given[0].dtype if given else torch.get_default_dtype())
+        device = device if device is not None else (given[0].device if given else None)
+        bands = []
+        for name, x, size in (("lower", lower, n - 1), ("diagonal", diagonal, n), ("upper", upper, n - 1)):
+            t = x if isinstance(x, torch.Tensor) else torch.full((max(size, 0),), float(x), dtype=dtype, device=device)
+            if t.dim() != 1 or t.numel() != max(size, 0):
+                raise InputError(f"tridiagonal: {name} must hold {max(size, 0)} values for n = {n}, got shape {tuple(t.shape)}")
+            bands.append(t.to(dtype=dtype, device=device))
+        i = torch.arange(n, device=device)
+        rows = torch.cat([i[1:], i, i[:-1]])
+        cols = torch.cat([i[:-1], i, i[1:]])
+        return cls.from_coo(torch.cat(bands), rows, cols, shape=(n, n), format=format)
+
     # Serialization --------------------------------------------------------------------------------
     def __reduce__(self):
         """Plain data for ``pickle`` and ``torch.save``: the format as its DSL string (and name),
@@ -516,6 +568,12 @@ class SparseTensor(ViewMethods, AccessMethods, ElementwiseMethods):
             return other / self.to_dense()  # dense: inf / nan at the implicit zeros, as torch
         return NotImplemented
 
+    def _number(self, other: Any) -> torch.Tensor | None:
+        """A Python number (not a bool) as a 0-d tensor of A's dtype and device, else None."""
+        if isinstance(other, (int, float, complex)) and not isinstance(other, bool):
+            return torch.tensor(other, dtype=self.dtype, device=self.device)
+        return None
+
     def __radd__(self, other: Any) -> Any:
         if isinstance(other, int) and not isinstance(other, bool) and other == 0:
             return self  # sum([A, B, ...]) starts from 0
@@ -525,6 +583,9 @@ class SparseTensor(ViewMethods, AccessMethods, ElementwiseMethods):
 
     def __add__(self, other: Any) -> Any:
         if not isinstance(other, SparseTensor):
+            number = self._number(other)
+            if number is not None:  # A + s: every entry moves, so the sum is dense (as A + a 0-d tensor)
+                return self._add_dense(number, 1, False)
             if isinstance(other, torch.Tensor):
                 return self._add_dense(other, 1, False)  # dense + sparse is dense
             return NotImplemented
@@ -543,12 +604,18 @@ class SparseTensor(ViewMethods, AccessMethods, ElementwiseMethods):
 
     def __sub__(self, other: Any) -> Any:
         if not isinstance(other, SparseTensor):
+            number = self._number(other)
+            if number is not None:
+                return self._add_dense(number, -1, False)
             if isinstance(other, torch.Tensor):
                 return self._add_dense(other, -1, False)
             return NotImplemented
         return self + (-other)
 
     def __rsub__(self, other: Any) -> Any:
+        number = self._number(other)
+        if number is not None:
+            return self._add_dense(number, -1, True)
         if isinstance(other, torch.Tensor) and not isinstance(other, SparseTensor):
             return self._add_dense(other, -1, True)
         return NotImplemented

@@ -247,7 +247,13 @@ class DSparseTensor:
         the others pass ``None``. Rows are sent to their owners by ``partition``: "contiguous",
         "rcb" (``coords`` on ``src``), "spectral", "metis" (pymetis, else spectral), "graph"
         (pymetis if importable, else RCB with coords, else spectral), or an owner tensor on
-        ``src``. Gradients of the result's values flow back to ``A.values`` on ``src``."""
+        ``src``. Gradients of the result's values flow back to ``A.values`` on ``src``.
+
+        torch-sla's ``D.scatter(global_vec)`` (a vector to this rank's rows) is :meth:`local_rows` here."""
+        if isinstance(A, torch.Tensor) and not isinstance(A, st.SparseTensor):
+            raise st.InputError(f"DSparseTensor.scatter distributes a matrix (a SparseTensor on rank src); got a dense tensor "
+                             f"of shape {tuple(A.shape)}: for a global vector's entries on this rank (torch-sla's "
+                             f"D.scatter(x)) call D.local_rows(x), i.e. x[D.owned_rows()]")
         comm = get_comm(comm)
         owners = None
         rows = cols = vals = None
@@ -539,6 +545,15 @@ class DSparseTensor:
         from .ops import matrix_norm
 
         return matrix_norm(self, ord)
+
+    def local_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """This rank's rows of a global vector or block ``x`` (``(N,)`` or ``(N, k)``, the same on every rank), in
+        :meth:`owned_rows`' order: what the products and solves take (torch-sla's ``D.scatter(x)``). Local;
+        differentiable in ``x``."""
+        if not isinstance(x, torch.Tensor) or x.dim() not in (1, 2) or x.shape[0] != self.shape[-1]:
+            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise st.InputError(f"local_rows: x must be a global vector (N,) or block (N, k) with N = {self.shape[-1]}, got {got}")
+        return x.index_select(0, self.owned_rows().to(x.device))
 
     def matvec(self, x: torch.Tensor) -> torch.Tensor:
         """``A @ x``, :meth:`matmul`'s convention: ``x`` is this rank's rows (``(n_local,)``, ``(n_local, k)``, or per

@@ -115,6 +115,14 @@ def s_api(comm, layout):
     out["y_matvec"] = A.matvec(x)
     out["x_at_A"] = x @ A
     out["X2_at_A"] = X2 @ A
+    # torch-sla's D.scatter(global_vec): local_rows; scatter itself refuses a vector with that hint
+    xg = vec(torch.arange(N))
+    out["local_rows"] = A.local_rows(xg)
+    try:
+        A.scatter(xg)
+        out["scatter_vec"] = "no error"
+    except st.InputError as e:
+        out["scatter_vec"] = str(e)
     # gathered forms
     out["dense"] = A.to_dense()
     out["full"] = A.full_tensor()
@@ -380,6 +388,9 @@ def test_products_and_gathered_forms(p, layout):
     for key in ("dense", "full", "sparse_dense"):
         assert torch.equal(_replicated(outs, key), D), key
     assert all(o["sparse_type"] == "SparseTensor" for o in outs)
+    for o in outs:
+        assert torch.equal(o["local_rows"], x[o["ids"]])
+        assert "local_rows" in o["scatter_vec"] and f"({N},)" in o["scatter_vec"]
 
 
 @P
