@@ -140,3 +140,39 @@ def test_torch_matmul_of_two_sparse_tensors():
     D = _matrix(9, 9, seed=23)
     A = st.SparseTensor.from_dense(D)
     torch.testing.assert_close(torch.matmul(A, A).to_dense(), D @ D)
+
+
+# found by the session's outside sweep: repeated or vanishing singular values
+@pytest.mark.parametrize("D", [torch.eye(6, dtype=DT), torch.diag(torch.tensor([1.0, 1, 2, 3, 3, 5], dtype=DT)),
+                               torch.linalg.qr(torch.randn(6, 6, dtype=DT, generator=torch.Generator().manual_seed(1)))[0]],
+                         ids=["identity", "repeated", "orthogonal"])
+def test_repeated_singular_values_stay_nonnegative_and_orthonormal(D):
+    A = st.SparseTensor.from_dense(D)
+    ref = torch.linalg.svdvals(D)
+    for which, want in (("LM", ref[:2]), ("SM", ref[-2:])):
+        U, S, Vh = svds(A, 2, which=which)
+        torch.testing.assert_close(S, want, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(U.mT @ U, torch.eye(2, dtype=DT), rtol=0, atol=1e-10)
+        torch.testing.assert_close(Vh @ Vh.mT, torch.eye(2, dtype=DT), rtol=0, atol=1e-10)
+        torch.testing.assert_close(D @ Vh.mT, U * S, rtol=0, atol=1e-10)
+    torch.testing.assert_close(cond(A), torch.linalg.cond(D), rtol=1e-10, atol=0)
+
+
+def test_rank_deficient_vectors_are_orthonormal():
+    g = torch.Generator().manual_seed(2)
+    D = torch.randn(6, 1, generator=g, dtype=DT) @ torch.randn(1, 4, generator=g, dtype=DT)
+    U, S, Vh = svds(st.SparseTensor.from_dense(D), 2)
+    torch.testing.assert_close(S, torch.linalg.svdvals(D)[:2], rtol=1e-10, atol=1e-12)
+    assert bool((S >= 0).all())
+    torch.testing.assert_close(U.mT @ U, torch.eye(2, dtype=DT), rtol=0, atol=1e-10)
+    torch.testing.assert_close(Vh @ Vh.mT, torch.eye(2, dtype=DT), rtol=0, atol=1e-10)
+
+
+def test_vector_gradients_raise_instead_of_vanishing():
+    A = st.SparseTensor.from_dense(_matrix(8, 8, seed=31))
+    v = A.values.detach().clone().requires_grad_()
+    U, S, Vh = svds(A.with_values(v), 2)
+    with pytest.raises(st.InputError, match="singular vectors"):
+        U.sum().backward()
+    g = torch.func.grad(lambda v: svds(A.with_values(v), 2, return_singular_vectors=False).sum())(v.detach())
+    assert g.shape == v.shape

@@ -499,3 +499,35 @@ def test_unhandled_torch_functions_still_decline():
     close(torch.matmul(A, x), A.to_dense() @ x)
     close(A @ x, A.to_dense() @ x)
     close(torch.ones(7, dtype=DT) @ A, torch.ones(7, dtype=DT) @ A.to_dense())
+
+
+# found by the session's outside sweep
+def test_prod_derivatives_nonfinite_and_empty_match_dense():
+    D = torch.tensor([[2.0, 3.0], [4.0, 5.0]], dtype=torch.float64)
+    A = st.SparseTensor.from_dense(D)
+    v = A.values.clone()
+    tangent = torch.func.jvp(lambda v: A.with_values(v).prod(1), (v,), (torch.ones_like(v),))[1]
+    torch.testing.assert_close(tangent, torch.tensor([5.0, 9.0], dtype=torch.float64))  # d(ab) = a + b
+    vc = torch.tensor([1 + 1j, 0j, 0.5j, 3], dtype=torch.complex128)
+    rows, cols = torch.tensor([0, 0, 1, 1]), torch.tensor([0, 1, 0, 1])
+    vv = vc.clone().requires_grad_()
+    st.SparseTensor.from_coo(vv, rows, cols, shape=(2, 2)).prod(1).real.sum().backward()
+    Dd = torch.zeros(2, 2, dtype=torch.complex128).index_put((rows, cols), vc).requires_grad_()
+    Dd.prod(1).real.sum().backward()
+    torch.testing.assert_close(vv.grad, Dd.grad[rows, cols])  # an exact zero entry keeps its gradient
+    N = torch.tensor([[1.0, 0, float("inf")], [0, 2, 0], [float("nan"), 0, 3]], dtype=torch.float64)
+    torch.testing.assert_close(st.SparseTensor.from_dense(N).prod(1), N.prod(1), equal_nan=True)  # 0 * inf
+    E = torch.zeros(0, 3, dtype=torch.float64)
+    torch.testing.assert_close(st.SparseTensor.from_dense(E).prod(0), E.prod(0))
+
+
+def test_two_index_lists_raise_instead_of_an_outer_block():
+    D = torch.arange(1.0, 13.0, dtype=torch.float64).view(3, 4)
+    A = st.SparseTensor.from_dense(D)
+    with pytest.raises(IndexError, match="one index list"):
+        A[[0, 2], [1, 3]]
+    torch.testing.assert_close(A[[0, 2]][:, [1, 3]].to_dense(), D[[0, 2]][:, [1, 3]])
+    np = pytest.importorskip("numpy")
+    torch.testing.assert_close(A[np.int64(2)], D[2])
+    torch.testing.assert_close(A[np.array([1, 2])].to_dense(), D[[1, 2]])
+    assert A[[]].shape == (0, 4)

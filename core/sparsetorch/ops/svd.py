@@ -6,19 +6,24 @@
 
 whose eigenvalues are ``+sigma_i``, ``-sigma_i`` (i <= min(m, n)) and ``|m - n|`` zeros, with eigenvectors
 ``[u_i; +-v_i] / sqrt(2)``. The dilation keeps the accuracy of the singular values (``A^H A`` would square the
-condition number: a singular value near ``sqrt(u) sigma_max`` is lost there and not here), runs on any device and
-dtype eigsh takes, and inherits eigsh's adjoint: ``H``'s values are ``A``'s values (concatenated with their
-conjugates), so the singular values and vectors are differentiable in ``A``'s values with no rule of their own.
+condition number: a singular value near ``sqrt(u) sigma_max`` is lost there and not here) and runs on any device
+and dtype eigsh takes.
 
-The smallest singular values (``which="SM"``) come from shift-invert at 0 on the dilation of a square ``A``: the
-``2k`` eigenvalues nearest 0 are the pairs ``+-sigma``. For a singular ``A`` the smallest singular value comes out
-at rounding level (as from a dense SVD), or the shift-invert factorization meets an exact zero pivot and raises
-:class:`~sparsetorch.SingularMatrixError` (:func:`cond` then returns ``inf``). For a non-square ``A`` the dilation's ``|m - n|`` zero
-eigenvalues are not singular values, so "SM" is refused there with what to do instead.
+The smallest singular values (``which="SM"``) come from shift-invert at 0 on the dilation of a square ``A``:
+the ``2k`` eigenvalues nearest 0 are the pairs ``+-sigma``, whose eigenvectors span ``[u; 0]`` and ``[0; v]``.
+For a singular ``A`` the smallest singular value comes out at rounding level (as from a dense SVD), or the
+shift-invert factorization meets an exact zero pivot and raises :class:`~sparsetorch.SingularMatrixError`
+(:func:`cond` then returns ``inf``). For a non-square ``A`` the dilation's ``|m - n|`` zero eigenvalues are not
+singular values, so "SM" is refused there with what to do instead.
+
+Either way the eigenvectors only give the two subspaces; a Rayleigh-Ritz step (the SVD of the small
+``Q_u^H A Q_v``) turns them into orthonormal triplets with nonnegative singular values, also where singular
+values repeat or vanish (an eigensolver may return any basis of such an eigenspace, or mix the two copies).
 """
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import torch
@@ -61,32 +66,75 @@ def _check(A: Any, k: int, which: str) -> tuple[int, int]:
     return m, n
 
 
+class _VectorsWithoutGradient(torch.autograd.Function):
+    """The singular vectors, tied to A's values so that a loss reading them raises in its backward pass instead of
+    getting a silently zero gradient."""
+
+    @staticmethod
+    def forward(t: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
+        return t.clone()
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+        pass
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> Any:
+        raise InputError("svds: gradients through the singular vectors are not computed (only through the singular "
+                         "values S); for a loss of the vectors use torch.linalg.svd of A.to_dense(), or eigsh of the "
+                         "dilation [[0, A], [A^H, 0]] (differentiable eigenvectors)")
+
+
+def _directions(X: torch.Tensor, k: int) -> torch.Tensor:
+    """``k`` orthonormal columns spanning the leading part of ``X``'s column space (X's top left singular vectors)."""
+    Q, _, _ = torch.linalg.svd(X, full_matrices=False)
+    return Q[:, :k]
+
+
 def svds(A: SparseTensor, k: int = 6, *, which: str = "LM", return_singular_vectors: bool = True,
          **options: Any) -> Any:
     """``k`` singular triplets of a sparse ``A`` (``m`` x ``n``), SciPy's ``svds`` (torch-sla's ``A.svd(k)``).
 
     ``which``: "LM" the largest singular values, "SM" the smallest (square ``A`` only: shift-invert at 0; a
-    singular ``A`` gives a value at rounding level or raises :class:`~sparsetorch.SingularMatrixError`). Returns ``(U, S, Vh)`` with ``S``
-    descending (``(k,)``), ``U`` ``(m, k)``, ``Vh`` ``(k, n)`` so that ``A ~ U diag(S) Vh`` on those triplets, or
-    ``S`` alone with ``return_singular_vectors=False``. ``options`` go to :func:`~sparsetorch.eigsh` (``tol``,
-    ``maxiter``, ``backend``, ``method``, ``degenerate``, ...). Differentiable in A's values (through eigsh's
-    adjoint on the dilation; vectors of repeated singular values follow eigsh's ``degenerate`` rule).
+    singular ``A`` gives a value at rounding level or raises :class:`~sparsetorch.SingularMatrixError`). Returns
+    ``(U, S, Vh)`` with ``S`` descending (``(k,)``, nonnegative), ``U`` ``(m, k)`` and ``Vh`` ``(k, n)`` with
+    orthonormal columns / rows so that ``A ~ U diag(S) Vh`` on those triplets, or ``S`` alone with
+    ``return_singular_vectors=False``. ``options`` go to :func:`~sparsetorch.eigsh` (``tol``, ``maxiter``,
+    ``backend``, ``method``, ...).
+
+    The eigenvectors of the dilation give the two subspaces; a Rayleigh-Ritz step (the SVD of the small
+    ``Q_u^H A Q_v``) then gives orthonormal triplets also where singular values repeat or vanish (an eigensolver
+    may return any basis of such an eigenspace, or mix the ``+sigma`` and ``-sigma`` copies). ``S`` is
+    differentiable in A's values (``dS_i = Re(u_i^H dA v_i)``: exact for a simple singular value, the sum over a
+    repeated one); the vectors carry no gradient (a loss that reads them raises in its backward pass).
     """
+    if isinstance(k, torch.Tensor) and k.dim() == 0 and not (k.is_floating_point() or k.is_complex()):
+        k = int(k)
+    elif isinstance(k, numbers.Integral) and not isinstance(k, bool):
+        k = int(k)
     m, n = _check(A, k, which)
-    H = _dilation(A)
+    plain = A.detach()
+    H = _dilation(plain)
     options.setdefault("properties", "hermitian" if A.dtype.is_complex else "symmetric")
-    if which == "LM":
-        w, V = eigsh(H, k, which="LA", **options)  # the k largest of +-sigma: the top sigmas, ascending
-        S, X = w.flip(-1), V.flip(-1)
-    else:
-        w, V = eigsh(H, 2 * k, sigma=0.0, **options)  # +-sigma nearest 0, ascending: the positive half
-        S, X = w[k:].flip(-1), V[:, k:].flip(-1)
+    with torch.no_grad():
+        if which == "LM":
+            _, X = eigsh(H, k, which="LA", **options)  # the k largest of +-sigma: the top sigmas
+        else:
+            _, X = eigsh(H, 2 * k, sigma=0.0, **options)  # +-sigma nearest 0: both copies of the k smallest
+        Qu, Qv = _directions(X[:m], k), _directions(X[m:], k)
+        P, _, Rh = torch.linalg.svd(Qu.mH @ (plain @ Qv))  # descending
+        U, V = Qu @ P, Qv @ Rh.mH
+    coords, slots = A.entries()
+    vals = A.values.index_select(-1, slots)
+    r, c = coords[0].long(), coords[1].long()
+    S = (U.index_select(0, r).conj() * vals.unsqueeze(-1) * V.index_select(0, c)).sum(0)
+    S = (S.real if S.is_complex() else S).clamp(min=0)  # a vanishing sigma's u^H A v can round below 0
     if not return_singular_vectors:
         return S
-    scale = X.new_tensor(2.0).sqrt()
-    U = X[:m] * scale
-    Vv = X[m:] * scale
-    return U, S, Vv.mH
+    if A.values.requires_grad and torch.is_grad_enabled():
+        U = _VectorsWithoutGradient.apply(U, A.values)
+        V = _VectorsWithoutGradient.apply(V, A.values)
+    return U, S, V.mH
 
 
 def cond(A: SparseTensor, p: Any = 2, **options: Any) -> torch.Tensor:

@@ -25,6 +25,7 @@ A mixin of :class:`~sparsetorch.SparseTensor` (kept apart so each file reads in 
 from __future__ import annotations
 
 import math
+import numbers
 import operator
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -512,7 +513,7 @@ class ElementwiseMethods:
         kshape = tuple(fs[k] for k in keep)
         K = math.prod(kshape)
         cell = math.prod(fs[k] for k in fred)
-        if how != "sum" and (cell == 0 or any(self._shape[d] == 0 for d in bred)):
+        if how in ("max", "min") and (cell == 0 or any(self._shape[d] == 0 for d in bred)):
             raise IndexError(f"{what}: cannot reduce over an empty dimension (shape {tuple(self.shape)}, dim={dim!r}), "
                              f"as torch refuses it")
         if how == "sum":
@@ -536,21 +537,13 @@ class ElementwiseMethods:
         else:
             if vals.is_complex() and how != "prod":
                 raise InputError(f"{what} is not defined for complex values (dtype {vals.dtype}), as in torch")
-            red = {"max": "amax", "min": "amin", "prod": "prod"}[how]
-            if vals.is_complex():  # no complex scatter product: the magnitudes multiply, the angles add
-                mag = v2.abs().new_zeros(B, K).scatter_reduce(1, lin.expand(B, n), v2.abs(), reduce="prod",
-                                                               include_self=False)
-                ang = v2.abs().new_zeros(B, K).index_add(1, lin, v2.angle())
-                out = torch.polar(mag, ang)
+            if how == "prod":
+                out = _prod_cells(v2, lin, K, cell)
             else:
-                out = v2.new_zeros(B, K).scatter_reduce(1, lin.expand(B, n), v2, reduce=red, include_self=False)
-            full = torch.bincount(lin, minlength=K) == cell  # every entry of the cell stored: no implicit zero
-            if how == "max":
-                out = torch.where(full, out, out.clamp(min=0))
-            elif how == "min":
-                out = torch.where(full, out, out.clamp(max=0))
-            else:
-                out = torch.where(full, out, torch.zeros_like(out))
+                out = v2.new_zeros(B, K).scatter_reduce(1, lin.expand(B, n), v2, reduce={"max": "amax", "min": "amin"}[how],
+                                                        include_self=False)
+                full = torch.bincount(lin, minlength=K) == cell  # every entry of the cell stored: no implicit zero
+                out = torch.where(full, out, out.clamp(min=0) if how == "max" else out.clamp(max=0))
         out = out.reshape(tuple(bs) + tuple(kshape))
         if bred:
             if how == "sum":
@@ -609,8 +602,9 @@ class ElementwiseMethods:
 
     def prod(self: "SparseTensor", dim: int | None = None, keepdim: bool = False, *,  # type: ignore[misc]
              dtype: torch.dtype | None = None) -> torch.Tensor:
-        """Product over ``dim`` (default: all): 0 unless every entry of the reduced slice is stored; as
-        ``A.to_dense().prod(dim, keepdim)`` (complex values: magnitudes multiplied, angles added)."""
+        """Product over ``dim`` (default: all), as ``A.to_dense().prod(dim, keepdim)``: 0 unless every entry of the
+        reduced slice is stored (NaN where a stored entry of such a slice is inf or NaN: 0 * inf), 1 over an empty
+        dimension."""
         return self._reduce(dim, keepdim, "prod", "prod", dtype)
 
     # Diagonal and trace ---------------------------------------------------------------------------
@@ -668,6 +662,10 @@ class ElementwiseMethods:
                              f"{len(keys)} given")
         keys = keys + [slice(None)] * (nd - len(keys))
         sel = [_selector(k, self._shape[d], d) for d, k in enumerate(keys)]
+        if sum(s[0] == "list" for s in sel) > 1:
+            raise IndexError("a SparseTensor takes one index list per indexing; torch pairs several lists up "
+                             "(D[[0, 2], [1, 3]] is the entries (0, 1) and (2, 3)): write A.to_dense()[rows, cols] for "
+                             "those entries, or A[rows][:, cols] for the block of all pairs")
         nvb = len(self.batch_shape)
         t = self
         if any(s[0] != "all" for s in sel[:nvb]):
@@ -686,6 +684,27 @@ for _n in _DENSE_MAPS:
 del _n
 
 
+def _prod_cells(v2: torch.Tensor, lin: torch.Tensor, K: int, cell: int) -> torch.Tensor:
+    """``(B, K)`` products of the cells of ``cell`` entries (coalesced ``v2`` ``(B, n)`` in cells ``lin``): a fully
+    stored cell's entries multiplied by torch.prod (its forward- and reverse-mode derivatives, complex and exact
+    zeros included: scatter_reduce's "prod" has neither), a partially stored one 0 (an implicit zero), or NaN where
+    one of its stored entries is not finite (0 * inf, as the dense product); an empty cell 1."""
+    B = v2.shape[0]
+    if cell == 0:
+        return v2.new_ones(B, K)
+    counts = torch.bincount(lin, minlength=K)
+    bad = v2.new_zeros(B, K, dtype=torch.int64).index_add(1, lin, (~torch.isfinite(v2)).to(torch.int64))
+    out = torch.where(bad > 0, torch.full((), float("nan"), dtype=v2.dtype, device=v2.device), v2.new_zeros(B, K))
+    in_full = (counts == cell).index_select(0, lin)
+    if bool(in_full.any()):
+        idx = in_full.nonzero().squeeze(1)
+        order = idx.index_select(0, torch.argsort(lin.index_select(0, idx), stable=True))
+        cells = lin.index_select(0, order).reshape(-1, cell)[:, 0]
+        prods = v2.index_select(1, order).reshape(B, -1, cell).prod(-1)
+        out = out.index_copy(1, cells, prods)
+    return out
+
+
 def _selector(k: Any, size: int, d: int) -> tuple:
     """``("int", i)``, ``("slice", slice)``, ``("list", LongTensor)`` or ``("all", slice(None))`` for index ``k``
     of dimension ``d`` (extent ``size``), bounds checked."""
@@ -702,6 +721,12 @@ def _selector(k: Any, size: int, d: int) -> tuple:
         k = int(k)
     if isinstance(k, bool):
         raise IndexError(f"boolean indices are not supported on a SparseTensor (dimension {d}, got {k})")
+    if isinstance(k, numbers.Integral) and not isinstance(k, int):  # a NumPy integer
+        k = int(k)
+    if type(k).__module__ == "numpy" and hasattr(k, "shape"):  # a NumPy array: as a list of indices
+        k = torch.as_tensor(k)
+    if isinstance(k, (list, tuple)) and len(k) == 0:
+        k = torch.zeros(0, dtype=torch.int64)
     if isinstance(k, int):
         if not -size <= k < size:
             raise IndexError(f"index {k} is out of range for dimension {d} with size {size}")
