@@ -16,7 +16,8 @@ from .errors import (
     SparseTorchError, SparseTorchWarning, ValidationError,
 )
 from .format import Dimension, LevelFormat, LevelProperty, TensorFormat
-from .ops import IterationResult, Matmul, SolveInfo, Solver, Status, matmul, norm, solve, spgemm, transpose
+from .ops import IterationResult, LinearOperator, Matmul, SolveInfo, Solver, Status, matmul, norm, solve, spgemm, transpose
+from .ops.operator import register_krylov as _register_krylov
 from .ops.spectral import eigs, eigsh
 from .ops.explain import explain
 from .ops.logdet import det, logdet, slogdet
@@ -36,7 +37,8 @@ __all__ = [
     "Dimension", "LevelFormat", "LevelProperty", "TensorFormat",
     "PatternKey", "SparseTensor", "SparseTensorList", "Tensor", "from_package",
     # operations
-    "IterationResult", "Matmul", "SolveInfo", "Solver", "Status", "cond", "det", "eigs", "eigsh", "explain", "logdet", "Lstsq", "lstsq", "matmul",
+    "IterationResult", "LinearOperator",
+    "Matmul", "SolveInfo", "Solver", "Status", "cond", "det", "eigs", "eigsh", "explain", "logdet", "Lstsq", "lstsq", "matmul",
     "NonlinearSolveInfo", "nonlinear_solve", "norm", "slogdet", "solve", "spgemm", "svds", "transpose",
     "is_hermitian", "is_positive_definite", "is_symmetric",
     # nonlinear methods (option records for nonlinear_solve(method=...))
@@ -46,3 +48,14 @@ __all__ = [
     # caches
     "cache_info", "clear_caches",
 ]
+
+
+def _torch_krylov() -> dict:
+    """The torch backend's Krylov solvers, for ``solve`` on a matrix-free A (the ops layer may not
+    import a backend: ops/operator.py); imported on first use, not with the package."""
+    from .backends.torch_native.krylov import bicgstab, cg, gmres, minres
+
+    return {"cg": cg, "minres": minres, "gmres": gmres, "bicgstab": bicgstab}
+
+
+_register_krylov(_torch_krylov)

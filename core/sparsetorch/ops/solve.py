@@ -30,6 +30,7 @@ from ..tensor.validate import check_finite_rhs
 from ._inputs import (as_rhs, check_finite as check_finite_values, check_matrix, describe_dense, describe_factored,
                       index_buffers_now, index_buffers_unchanged, restore_rhs)
 from .info import SolveInfo
+from .operator import solve_operator
 from .properties import detect, normalize_tags, recall, remember
 
 __all__ = ["solve", "Solver", "solve_request"]
@@ -127,6 +128,7 @@ def solve(
     backend_options: dict[str, Any] | None = None,
     cache: bool = True,
     repeat: int | None = None,
+    params: Sequence[torch.Tensor] | None = None,
 ):
     """Solve ``A X = B`` for sparse ``A``; differentiable in ``A``'s values and in ``B``.
 
@@ -177,7 +179,32 @@ def solve(
     - ``dense_max``: the largest n a dense factorization is offered for; ``max_bytes``: the memory
       an offer may need (offers above it are declined).
     - ``cache``: keep the plan in the plan cache (False: plan for this call only).
+
+    Matrix-free ``A``: a callable ``x -> A x`` (called on vectors ``(n,)``) or a
+    :class:`~sparsetorch.LinearOperator`, with ``B`` of shape ``(n,)`` or ``(n, k)``, is solved by the
+    torch backend's Krylov methods ("cg", "minres", "gmres" (the default), "bicgstab"; "cg" / "minres"
+    the default where ``properties`` say spd / symmetric); differentiable in ``B`` and in the tensors
+    the operator closes over (``params=`` names them, else they are found by one probe product).
+    docs/solve.md, "Matrix-free operators".
     """
+    if callable(A) and not isinstance(A, (SparseTensor, SparseTensorList, torch.Tensor)):
+        # a matrix-free operator: the torch backend's Krylov methods, no dispatch (ops/operator.py)
+        if on_nonconvergence not in _POLICIES:
+            raise InputError(f"on_nonconvergence must be one of {_POLICIES}, got {on_nonconvergence!r}")
+        cb, bar = _progress_callback(progress, callback, maxiter)
+        try:
+            return solve_operator(A, B, backend=backend, method=method, preconditioner=preconditioner, rtol=rtol,
+                                  atol=atol, maxiter=maxiter, restart=restart, return_info=return_info,
+                                  properties=properties, check_finite=check_finite,
+                                  on_nonconvergence=on_nonconvergence, callback=cb, check_every=check_every,
+                                  params=params, block_size=block_size, dense_max=dense_max, max_bytes=max_bytes,
+                                  backend_options=backend_options, repeat=repeat)
+        finally:
+            if bar is not None:
+                bar.close()
+    if params is not None:
+        raise InputError("solve: params= names the tensors a matrix-free A (a callable or LinearOperator) closes over; "
+                         f"A is a {type(A).__name__}, whose gradient goes to its values")
     if compiling():
         # under torch.compile: one opaque custom op (sparsetorch::spsolve) whose kernel runs this
         # function at run time, outside the trace (locks, checks and fallback included)
