@@ -118,18 +118,24 @@ def _gather(v: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
 
 
 class _SpGEMM(torch.autograd.Function):
-    """``C.values`` from ``A.values`` and ``B.values`` on a pairing (``ga``, ``gb``, ``slot``, ``nnz``)."""
+    """``C.values`` from ``A.values`` and ``B.values`` on a pairing (``ga``, ``gb``, ``slot``, ``nnz``). Written with
+    ``setup_context`` and out-of-place ops, so torch.func's grad / vmap / jacrev take it (vmap by the generated rule)."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx, va: torch.Tensor, vb: torch.Tensor, ga: torch.Tensor, gb: torch.Tensor, slot: torch.Tensor,
+    def forward(va: torch.Tensor, vb: torch.Tensor, ga: torch.Tensor, gb: torch.Tensor, slot: torch.Tensor,
                 nnz: int) -> torch.Tensor:
         prods = _gather(va, ga) * _gather(vb, gb)
-        out = prods.new_zeros(prods.shape[:-1] + (nnz,)).index_add_(-1, slot, prods)
-        ctx.save_for_backward(va, vb, ga, gb, slot)
-        return out
+        return prods.new_zeros(prods.shape[:-1] + (nnz,)).index_add(-1, slot, prods)
 
     @staticmethod
-    def backward(ctx, dc: torch.Tensor):
+    def setup_context(ctx, inputs, output) -> None:  # noqa: ANN001
+        va, vb, ga, gb, slot, _ = inputs
+        ctx.save_for_backward(va, vb, ga, gb, slot)
+
+    @staticmethod
+    def backward(ctx, dc: torch.Tensor):  # noqa: ANN001, ANN205
         va, vb, ga, gb, slot = ctx.saved_tensors
         da = db = None
         dp = _gather(dc, slot)  # dC at each product's entry of C
@@ -147,25 +153,49 @@ _transforms_active = getattr(torch._C, "_are_functorch_transforms_active", None)
 _SCIPY_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
 
 
+def _scipy_csr(t: SparseTensor):  # noqa: ANN202 - a SciPy matrix
+    """``t`` as a SciPy CSR matrix (zero-copy where the layouts agree; other formats through a CSR copy)."""
+    from ..errors import InteropError  # noqa: PLC0415
+
+    try:
+        return t.to_package("scipy").tocsr()
+    except InteropError:  # DIA, ELL, DELTA, BSR-like formats SciPy does not hold as they are
+        return t.convert(CSR).to_package("scipy").tocsr()
+
+
 def _scipy_product(A: SparseTensor, B: SparseTensor) -> SparseTensor | None:
     """The product by SciPy's CSR SpGEMM (Gustavson's, a dense accumulator per row: O(products), no sort of
     them) where nothing needs a gradient: one unbatched CPU product of a dtype SciPy takes, no torch.func
     transform or compilation active. None where it does not apply (SciPy missing included). Measured on a
     90,000^2 5-point Laplacian squared (2.2M products, this repository's 2-core VM): ~0.02 s against ~0.9 s
-    for the pairing's symbolic phase below. Entries whose products cancel to exactly 0 are dropped here
-    (SciPy's rule) and kept by the pairing: both equal the dense product."""
+    for the pairing's symbolic phase below. SciPy drops entries whose products cancel to exactly 0; the result
+    keeps them, as the pairing does (the same pattern with or without gradients), by a second product of the
+    patterns where the counts differ."""
     if (A.device.type != "cpu" or A.batch_shape or B.batch_shape or A.dtype not in _SCIPY_DTYPES
             or (torch.is_grad_enabled() and (A.values.requires_grad or B.values.requires_grad))
             or _transforms_active() or torch.compiler.is_compiling()):
         return None
     try:
-        import scipy.sparse  # noqa: F401, PLC0415 - optional: the core runs without SciPy
+        import numpy as np  # noqa: PLC0415 - optional: the core runs without SciPy
+        import scipy.sparse  # noqa: PLC0415
     except ImportError:
         return None
-    a = A.to_package("scipy").tocsr()
-    b = B.to_package("scipy").tocsr()
+    a, b = _scipy_csr(A), _scipy_csr(B)
+    a.sum_duplicates()
+    b.sum_duplicates()
     c = (a @ b).tocsr()
     c.sort_indices()
+    ones = scipy.sparse.csr_matrix((np.ones_like(a.data, dtype=np.float32), a.indices, a.indptr), shape=a.shape) @ \
+        scipy.sparse.csr_matrix((np.ones_like(b.data, dtype=np.float32), b.indices, b.indptr), shape=b.shape)
+    if ones.nnz != c.nnz:  # products cancelled to exactly 0 somewhere: put the values on the structural pattern
+        ones = ones.tocsr()
+        ones.sort_indices()
+        n = c.shape[1]
+        keys = np.repeat(np.arange(ones.shape[0], dtype=np.int64), np.diff(ones.indptr)) * n + ones.indices
+        ckeys = np.repeat(np.arange(c.shape[0], dtype=np.int64), np.diff(c.indptr)) * n + c.indices
+        data = np.zeros(ones.nnz, dtype=c.dtype)
+        data[np.searchsorted(keys, ckeys)] = c.data
+        c = scipy.sparse.csr_matrix((data, ones.indices, ones.indptr), shape=c.shape)
     m, n = A.format_shape[0], B.format_shape[1]
     crow = torch.from_numpy(c.indptr)  # SciPy's index dtype (int32 while it fits), no copy
     col = torch.from_numpy(c.indices.astype(c.indptr.dtype, copy=False))
@@ -177,8 +207,8 @@ def spgemm(A: SparseTensor, B: SparseTensor) -> SparseTensor:
     """``A @ B`` for sparse ``A`` (m x k) and ``B`` (k x n) of one dtype and device: a CSR SparseTensor
     (m x n) of the product's structural nonzeros (sorted, unique; entries that cancel to 0 are kept),
     equal to the dense product. Differentiable in both operands' values; value batches broadcast. Where
-    no gradient is asked for, one CPU product goes through SciPy's SpGEMM when SciPy is installed (exact zeros
-    from cancellation are then dropped).
+    no gradient is asked for, one CPU product goes through SciPy's SpGEMM when SciPy is installed (the same
+    pattern: entries that cancel are kept there too).
     ``sparsetorch.matmul(A, B)`` and ``A @ B`` call it when ``B`` is a SparseTensor."""
     _check(A, B, "matmul")
     A.ensure_valid()
