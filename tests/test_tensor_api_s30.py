@@ -531,3 +531,11 @@ def test_two_index_lists_raise_instead_of_an_outer_block():
     torch.testing.assert_close(A[np.int64(2)], D[2])
     torch.testing.assert_close(A[np.array([1, 2])].to_dense(), D[[1, 2]])
     assert A[[]].shape == (0, 4)
+
+
+def test_products_with_a_dense_tensor_compile():
+    E = st.SparseTensor.from_dense(torch.eye(3, dtype=torch.float64) * 2)
+    t = torch.arange(3.0, dtype=torch.float64)
+    for f in (lambda t: (E * t).to_dense(), lambda t: (t * E).to_dense(), lambda t: torch.mul(E, t).to_dense(),
+              lambda t: E + t, lambda t: t - E):
+        torch.testing.assert_close(torch.compile(f)(t), f(t))  # E * t recursed without end under dynamo

@@ -845,12 +845,15 @@ def _binary(op: str, reverse: bool = False) -> Callable:
             return NotImplemented
         if alpha != 1:
             y = y * alpha
+        # the operators' methods called directly: under torch.compile an operator between a SparseTensor and a tensor
+        # comes back here through __torch_function__ (Tensor.__rmul__), which recursed without end
         if _is_st(x):
-            return {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv}[op](x, y)
+            method = {"add": "__add__", "sub": "__sub__", "mul": "__mul__", "div": "__truediv__"}[op]
+            return getattr(x, method)(y)
         if not _is_st(y):
             return NotImplemented
         if op == "mul":
-            return y * x  # elementwise products commute
+            return y.__mul__(x)  # elementwise products commute
         if not isinstance(x, torch.Tensor):
             return NotImplemented
         if op == "div":
