@@ -24,6 +24,10 @@ to get those entries of the inverse (``grad_method=``):
   large otherwise. After the backward pass, the estimated standard error of each entry (in
   A's value slots' order of stored entries) is in ``info.extra["grad_stderr"]`` of
   ``slogdet(..., return_info=True)``.
+
+A *value* that is itself an estimate, for Hermitian positive definite matrices too large to factor:
+``method="slq"`` (alias ``"hutchinson"``, torch-sla's name), stochastic Lanczos quadrature with its own
+stochastic gradient (``ops/logdet_slq.py``). Only that method name selects it: the default stays exact.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from ._inputs import check_finite as check_finite_values, check_matrix, describe
 from .info import SolveInfo
 from ..dispatch.plans import InverseEntries, supports
 from .properties import detect_cached, normalize_tags
+from .logdet_slq import SLQ_METHODS, slq_logdet
 
 __all__ = ["slogdet", "logdet", "det"]
 
@@ -485,16 +490,38 @@ def slogdet(
     method: str | None = None,
     properties: str | Sequence[str] | None = None,
     grad_method: str = "exact",
-    probes: int = 64,
-    seed: int = 0,
+    probes: int | torch.Tensor | None = None,
+    seed: int | None = None,
     exact_max: int = EXACT_MAX,
     check_finite: bool = True,
     return_info: bool = False,
     cache: bool = True,
+    num_probes: int | None = None,
+    lanczos_steps: int | None = None,
+    distribution: str | None = None,
+    cg_rtol: float | None = None,
+    cg_maxiter: int | None = None,
 ):
     """``(sign, logabsdet)`` of a square sparse ``A`` (value batch in front), differentiable in
     A's values (see the module docstring for ``grad_method``). ``sign`` is ``+-1`` (``0`` for a
-    singular A, with ``logabsdet = -inf``), a unit complex number for complex A."""
+    singular A, with ``logabsdet = -inf``), a unit complex number for complex A.
+
+    ``method="slq"`` (alias ``"hutchinson"``, torch-sla's name) is never chosen by default: it is a
+    *stochastic estimate* for Hermitian positive definite A (sign 1), by stochastic Lanczos
+    quadrature (:func:`sparsetorch.ops.logdet_slq.slq_logdet`, which documents ``num_probes``,
+    ``lanczos_steps``, ``seed``, ``distribution``, ``probes`` (a tensor of probe vectors there),
+    ``cg_rtol`` and ``cg_maxiter``)."""
+    if method in SLQ_METHODS:
+        return _slq(A, backend, properties, grad_method, probes, seed, exact_max, check_finite, return_info,
+                    num_probes, lanczos_steps, distribution, cg_rtol, cg_maxiter)
+    slq_only = {k: v for k, v in (("num_probes", num_probes), ("lanczos_steps", lanczos_steps),
+                                  ("distribution", distribution), ("cg_rtol", cg_rtol), ("cg_maxiter", cg_maxiter))
+                if v is not None}
+    if slq_only or isinstance(probes, torch.Tensor):
+        raise InputError(f"slogdet: {sorted(slq_only) or ['probes (a tensor)']} apply to the stochastic estimate "
+                         f"(method='slq'), not to the exact log-determinant")
+    probes = 64 if probes is None else probes
+    seed = 0 if seed is None else seed
     A, state, offer, handle = _prepare(A, "slogdet", backend, method, properties, grad_method, probes, seed, exact_max,
                                        check_finite, cache)
     sign, logabs = _Slogdet.apply(A.values, handle)
@@ -507,6 +534,27 @@ def slogdet(
     return sign, logabs
 
 
+def _slq(A, backend, properties, grad_method, probes, seed, exact_max, check_finite, return_info, num_probes,
+         lanczos_steps, distribution, cg_rtol, cg_maxiter):
+    """slogdet's ``method="slq"``: ``(1, estimate)`` (``+ info``)."""
+    A = check_matrix(A, "slogdet", square=True)
+    if backend not in (None, "torch"):
+        raise InputError(f"slogdet: method='slq' runs in the core on torch operations (any device); backend={backend!r} "
+                         f"does not apply")
+    if grad_method != "exact" or exact_max != EXACT_MAX:
+        raise InputError("slogdet: grad_method= and exact_max= belong to the exact log-determinant; method='slq' "
+                         "always differentiates by its own probes (one CG solve per probe)")
+    if probes is not None and not isinstance(probes, torch.Tensor):
+        raise InputError(f"slogdet(method='slq'): probes= takes a tensor of probe vectors; pass the number of random "
+                         f"probes as num_probes= (got probes={probes!r})")
+    got = slq_logdet(A, num_probes=num_probes, lanczos_steps=lanczos_steps, seed=seed, distribution=distribution,
+                     probes=probes, properties=properties, cg_rtol=cg_rtol, cg_maxiter=cg_maxiter,
+                     check_finite=check_finite, return_info=return_info)
+    est = got[0] if return_info else got
+    sign = torch.ones_like(est).detach()
+    return (sign, est, got[1]) if return_info else (sign, est)
+
+
 def _direct():
     from .info import Status
 
@@ -516,9 +564,20 @@ def _direct():
 def logdet(A: SparseTensor, **options):
     """``log det A``: real for a matrix with positive determinant (SPD matrices, for example);
     ``nan`` where the determinant is negative (like ``torch.logdet``), ``-inf`` where it is 0.
-    Options as :func:`slogdet`."""
+    Options as :func:`slogdet` (``return_info=True``: ``(logdet, info)``). ``method="slq"`` (alias
+    ``"hutchinson"``): a stochastic estimate for Hermitian positive definite A, by stochastic Lanczos
+    quadrature (:func:`sparsetorch.ops.logdet_slq.slq_logdet`), never chosen by default."""
     check_matrix(A, "logdet", square=True)  # errors name the op called
+    if options.get("method") in SLQ_METHODS:
+        return slogdet(A, **options)[1:] if options.get("return_info") else slogdet(A, **options)[1]
+    if options.get("return_info"):
+        sign, logabs, info = slogdet(A, **options)
+        return _logdet_of(sign, logabs), info
     sign, logabs = slogdet(A, **options)
+    return _logdet_of(sign, logabs)
+
+
+def _logdet_of(sign: torch.Tensor, logabs: torch.Tensor) -> torch.Tensor:
     if logabs.is_complex() or sign.is_complex():
         return logabs + torch.log(sign)
     return torch.where(sign > 0, logabs, torch.where(sign == 0, torch.full_like(logabs, float("-inf")), torch.full_like(logabs, float("nan"))))

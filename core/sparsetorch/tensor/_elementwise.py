@@ -299,6 +299,9 @@ class ElementwiseMethods:
             fmt = COO if self.format.ndim == 2 else COO_ND(self.format.ndim)
             return _canonical(self).convert(fmt).to_package("torch")
         coords, vals = _coalesced(self)
+        if not self.batch_shape:  # BATCH levels (a pattern per member): their coordinates are format coordinates
+            return torch.sparse_coo_tensor(coords.long(), vals, tuple(self.shape), is_coalesced=True,
+                                           check_invariants=False)
         bs = self.batch_shape
         nb = math.prod(bs)
         n = coords.shape[1]
