@@ -188,7 +188,7 @@ def test_block_diagonal_errors():
     with pytest.raises(st.ValidationError, match=r"make a 6x6 matrix, A is 7x7"):
         st.SparseTensorList.from_block_diagonal(B, [3, 3])
     full = st.SparseTensor.from_dense(torch.ones(4, 4, dtype=DT))
-    with pytest.raises(st.ValidationError, match=r"8 entries outside the diagonal blocks \[\(2, 2\), \(2, 2\)\]"):
+    with pytest.raises(st.ValidationError, match=r"8 nonzero entries outside the diagonal blocks \[\(2, 2\), \(2, 2\)\]"):
         st.SparseTensorList.from_block_diagonal(full, [2, 2])
     with pytest.raises(st.ValidationError, match="empty"):
         st.SparseTensorList([]).to_block_diagonal()
@@ -220,3 +220,12 @@ def test_list_api_on_cuda():
         torch.testing.assert_close(x, torch.linalg.solve(d.cuda(), b), rtol=1e-9, atol=1e-11)
     torch.testing.assert_close(L.logdet().cpu(), torch.stack([torch.logdet(d) for d in ds]), rtol=1e-9, atol=1e-11)
     torch.testing.assert_close(L.to_block_diagonal().to_dense().cpu(), torch.block_diag(*ds))
+
+
+@pytest.mark.parametrize("fmt", ["DIA", "DENSE", "CSR", "ELL"])
+def test_block_diagonal_round_trip_in_formats_that_store_zeros(fmt):
+    L = st.SparseTensorList([st.SparseTensor.from_dense(torch.tensor([[1.0, 2], [0, 3]], dtype=torch.float64)),
+                             st.SparseTensor.from_dense(torch.tensor([[4.0, 0], [5, 6]], dtype=torch.float64))])
+    back = st.SparseTensorList.from_block_diagonal(L.to_block_diagonal(format=fmt), [2, 2])
+    for a, b in zip(back, L):
+        assert torch.equal(a.to_dense(), b.to_dense())

@@ -215,16 +215,19 @@ class SparseTensorList(Sequence[SparseTensor]):
         rb = torch.searchsorted(r_ends, rows, right=True)
         cb = torch.searchsorted(c_ends, cols, right=True)
         outside = rb != cb
-        if bool(outside.any()):
-            at = int(torch.nonzero(outside)[0, 0])
-            raise ValidationError(f"from_block_diagonal: A stores {int(outside.sum())} entries outside the diagonal blocks "
-                                  f"{[tuple(d) for d in dims]}, the first at ({int(rows[at])}, {int(cols[at])})")
+        # formats that store zeros (DIA's bands, DENSE) hold entries outside the blocks whose values are 0: not an error
+        nonzero = vals.detach().reshape(-1, vals.shape[-1]).ne(0).any(0) if vals.numel() else outside
+        bad = outside & nonzero
+        if bool(bad.any()):
+            at = int(torch.nonzero(bad)[0, 0])
+            raise ValidationError(f"from_block_diagonal: A stores {int(bad.sum())} nonzero entries outside the diagonal "
+                                  f"blocks {[tuple(d) for d in dims]}, the first at ({int(rows[at])}, {int(cols[at])})")
         from .construct import from_coo  # noqa: PLC0415 - construct imports sparse_tensor
 
         out = []
         r0 = c0 = 0
         for b, (mb, nb) in enumerate(dims):
-            sel = torch.nonzero(rb == b).flatten()
+            sel = torch.nonzero((rb == b) & ~outside).flatten()
             coords = torch.stack([rows.index_select(0, sel) - r0, cols.index_select(0, sel) - c0])
             out.append(from_coo(vals.index_select(-1, sel), [coords], shape=(mb, nb), format=format,
                                 index_dtype=A.index_dtype, check=False))
