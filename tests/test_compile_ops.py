@@ -383,7 +383,7 @@ def test_refusals_under_compile_name_the_problem():
 def test_sparse_tensor_torch_function_declines_other_functions():
     A = st.SparseTensor.from_dense(_dense(4, 3))
     with pytest.raises(TypeError):
-        torch.add(A, 1)
+        torch.cumsum(A, 0)  # (torch.add(A, 1) is handled since session 30: the dense sum)
     x = torch.randn(4, dtype=F64)
     torch.testing.assert_close(torch.matmul(x, A), x @ A.to_dense())  # eager, through __torch_function__
 

@@ -229,3 +229,14 @@ def test_block_diagonal_round_trip_in_formats_that_store_zeros(fmt):
     back = st.SparseTensorList.from_block_diagonal(L.to_block_diagonal(format=fmt), [2, 2])
     for a, b in zip(back, L):
         assert torch.equal(a.to_dense(), b.to_dense())
+
+
+def test_member_right_hand_side_batches_broadcast_and_empty_lists_stack():
+    L = st.SparseTensorList([st.SparseTensor.from_dense(torch.eye(3, dtype=torch.float64) * 2),
+                             st.SparseTensor.from_dense(torch.eye(2, dtype=torch.float64) * 4)])
+    bs = [torch.randn(2, 3, 1, dtype=torch.float64), torch.randn(5, 2, 2, dtype=torch.float64)]
+    xs = L.solve(bs)
+    torch.testing.assert_close(xs[0], bs[0] / 2)
+    torch.testing.assert_close(xs[1], bs[1] / 4)
+    empty = st.SparseTensorList([])
+    assert empty.det().shape == (0,) and empty.norm().shape == (0,)

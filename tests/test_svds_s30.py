@@ -176,3 +176,11 @@ def test_vector_gradients_raise_instead_of_vanishing():
         U.sum().backward()
     g = torch.func.grad(lambda v: svds(A.with_values(v), 2, return_singular_vectors=False).sum())(v.detach())
     assert g.shape == v.shape
+
+
+def test_positive_definite_refuses_two_batch_dims_whatever_the_values():
+    D = torch.eye(3, dtype=DT).expand(1, 2, 3, 3).clone()
+    A = st.SparseTensor.from_dense(D, batch_dims=2)
+    for method in ("auto", "cholesky", "eigenvalue", "gershgorin"):
+        with pytest.raises(st.InputError, match="one batch dimension"):
+            A.is_positive_definite(method)

@@ -534,8 +534,19 @@ def test_two_index_lists_raise_instead_of_an_outer_block():
 
 
 def test_products_with_a_dense_tensor_compile():
+    # after this file's earlier tests the compiled t - E returned the product E * t while the handler lookup was
+    # traced (run after test_unhandled_torch_functions_still_decline / test_value_batches, as pytest does)
     E = st.SparseTensor.from_dense(torch.eye(3, dtype=torch.float64) * 2)
     t = torch.arange(3.0, dtype=torch.float64)
-    for f in (lambda t: (E * t).to_dense(), lambda t: (t * E).to_dense(), lambda t: torch.mul(E, t).to_dense(),
-              lambda t: E + t, lambda t: t - E):
-        torch.testing.assert_close(torch.compile(f)(t), f(t))  # E * t recursed without end under dynamo
+    fs = {"E * t": lambda t: (E * t).to_dense(), "t * E": lambda t: (t * E).to_dense(),
+          "mul": lambda t: torch.mul(E, t).to_dense(), "E + t": lambda t: E + t, "t - E": lambda t: t - E}
+    for name, f in fs.items():  # E * t recursed without end under dynamo
+        got, want = torch.compile(f)(t), f(t)
+        assert type(got) is type(want) is torch.Tensor, (name, type(got), type(want))
+        torch.testing.assert_close(got, want)
+
+
+def test_mean_refuses_an_integer_dtype_as_torch():
+    A = st.SparseTensor.from_dense(torch.tensor([[1.5, 0], [0, 2.5]], dtype=torch.float64))
+    with pytest.raises(st.InputError, match="floating point"):
+        A.mean(dtype=torch.int64)

@@ -140,6 +140,8 @@ def _stack_or_list(ts: list) -> Any:
     """The members' results stacked where they are tensors of one shape, else the list."""
     if ts and all(isinstance(t, torch.Tensor) for t in ts) and len({tuple(t.shape) for t in ts}) == 1:
         return torch.stack(ts)
+    if not ts:
+        return torch.empty(0)  # an empty list: an empty stack, as the stacking rule says
     return ts
 
 
@@ -179,6 +181,13 @@ def _list_solve(self: SparseTensorList, bs: Any, **options: Any) -> Any:
     if "tol" in options:
         raise InputError(f"solve takes rtol= (and atol=), not tol=: torch-sla's tol={options['tol']!r} is rtol here")
     items, stacked = _per_member(self, bs, "solve")
+    if any(isinstance(b, torch.Tensor) and b.dim() > 2 for b in items):
+        # a batch of right-hand sides for a member: each member's solve broadcasts as sparsetorch.solve does
+        got = [_where(i, self, solve, a, b, **options) for i, (a, b) in enumerate(zip(self, items))]
+        if options.get("return_info"):
+            xs, infos = [g[0] for g in got], [g[1] for g in got]
+            return (_stack_or_list(xs) if stacked else xs), infos
+        return _stack_or_list(got) if stacked else got
     got = solve(self, items, **options)
     if options.get("return_info"):
         xs, infos = got

@@ -88,6 +88,8 @@ def is_positive_definite(A: SparseTensor, method: str = "auto", atol: float = 1e
         raise InputError(f"is_positive_definite: method must be 'auto', 'gershgorin', 'cholesky' or 'eigenvalue', "
                          f"got {method!r}")
     n = _square(A, "is_positive_definite")
+    if len(A.batch_shape) > 1:
+        raise InputError(f"is_positive_definite: one batch dimension at most, got batch shape {tuple(A.batch_shape)}")
     if n < 0 or not is_hermitian(A, atol, rtol):
         return False
     if n == 0:
@@ -97,8 +99,6 @@ def is_positive_definite(A: SparseTensor, method: str = "auto", atol: float = 1e
             return True
         if method == "gershgorin":
             return False
-    if len(A.batch_shape) > 1:
-        raise InputError(f"is_positive_definite: one batch dimension at most, got batch shape {tuple(A.batch_shape)}")
     members = [A.detach()] if not A.batch_shape else [A.detach()[i] for i in range(A.batch_shape[0])]
     for M in members:
         if method != "eigenvalue":

@@ -575,6 +575,8 @@ class ElementwiseMethods:
              dtype: torch.dtype | None = None) -> torch.Tensor:
         """Mean over ``dim`` counting the implicit zeros (the sum divided by the dense count), as
         ``A.to_dense().mean(dim, keepdim)``."""
+        if dtype is not None and not (dtype.is_floating_point or dtype.is_complex):
+            raise InputError(f"mean: dtype must be a floating point or complex dtype, got {dtype} (as torch's mean)")
         dims = _norm_dims(self, dim, "mean")
         count = math.prod(self._shape[d] for d in dims)
         s = self._reduce(dim, keepdim, "sum", "mean", dtype)
@@ -840,30 +842,70 @@ def _equal(a: Any, b: Any) -> bool:
         return bool((va == other_at(ka, kb, vb)).all()) and bool((vb == other_at(kb, ka, va)).all())
 
 
-def _binary(op: str, reverse: bool = False) -> Callable:
-    def run(a: Any, b: Any, *args: Any, **kwargs: Any) -> Any:
-        x, y = (b, a) if reverse else (a, b)
-        alpha = kwargs.pop("alpha", 1)
-        if args or kwargs:
-            return NotImplemented
-        if alpha != 1:
-            y = y * alpha
-        # the operators' methods called directly: under torch.compile an operator between a SparseTensor and a tensor
-        # comes back here through __torch_function__ (Tensor.__rmul__), which recursed without end
-        if _is_st(x):
-            method = {"add": "__add__", "sub": "__sub__", "mul": "__mul__", "div": "__truediv__"}[op]
-            return getattr(x, method)(y)
-        if not _is_st(y):
-            return NotImplemented
-        if op == "mul":
-            return y.__mul__(x)  # elementwise products commute
-        if not isinstance(x, torch.Tensor):
-            return NotImplemented
-        if op == "div":
-            return x / y.to_dense()  # a dense tensor over A: dense (inf/nan at the implicit zeros)
-        return y._add_dense(x, 1 if op == "add" else -1, True)
+def _run_binary(op: str, reverse: bool, a: Any, b: Any, args: tuple, kwargs: dict) -> Any:
+    x, y = (b, a) if reverse else (a, b)
+    alpha = kwargs.pop("alpha", 1)
+    if args or kwargs:
+        return NotImplemented
+    if alpha != 1:
+        y = y * alpha
+    # the operators' methods called directly: under torch.compile an operator between a SparseTensor and a tensor
+    # comes back here through __torch_function__ (Tensor.__rmul__), which recursed without end
+    if _is_st(x):
+        method = {"add": "__add__", "sub": "__sub__", "mul": "__mul__", "div": "__truediv__"}[op]
+        return getattr(x, method)(y)
+    if not _is_st(y):
+        return NotImplemented
+    if op == "mul":
+        return y.__mul__(x)  # elementwise products commute
+    if not isinstance(x, torch.Tensor):
+        return NotImplemented
+    if op == "div":
+        return x / y.to_dense()  # a dense tensor over A: dense (inf/nan at the implicit zeros)
+    return y._add_dense(x, 1 if op == "add" else -1, True)
 
-    return run
+
+# One function (one code object) per operator and side: torch.compile caches what it traces per code object, and
+# closures of one factory sharing a code object had the first traced operator answer for the others (t - E gave
+# the product E * t under compile).
+def _add(a: Any, b: Any, *args: Any, **kwargs: Any) -> Any:
+    return _run_binary("add", False, a, b, args, kwargs)
+
+
+def _radd(a: Any, b: Any, *args: Any, **kwargs: Any) -> Any:
+    return _run_binary("add", True, a, b, args, kwargs)
+
+
+def _sub(a: Any, b: Any, *args: Any, **kwargs: Any) -> Any:
+    return _run_binary("sub", False, a, b, args, kwargs)
+
+
+def _rsub(a: Any, b: Any, *args: Any, **kwargs: Any) -> Any:
+    return _run_binary("sub", True, a, b, args, kwargs)
+
+
+def _mul(a: Any, b: Any, *args: Any, **kwargs: Any) -> Any:
+    return _run_binary("mul", False, a, b, args, kwargs)
+
+
+def _rmul(a: Any, b: Any, *args: Any, **kwargs: Any) -> Any:
+    return _run_binary("mul", True, a, b, args, kwargs)
+
+
+def _div(a: Any, b: Any, *args: Any, **kwargs: Any) -> Any:
+    return _run_binary("div", False, a, b, args, kwargs)
+
+
+def _rdiv(a: Any, b: Any, *args: Any, **kwargs: Any) -> Any:
+    return _run_binary("div", True, a, b, args, kwargs)
+
+
+_BINARY = {("add", False): _add, ("add", True): _radd, ("sub", False): _sub, ("sub", True): _rsub,
+           ("mul", False): _mul, ("mul", True): _rmul, ("div", False): _div, ("div", True): _rdiv}
+
+
+def _binary(op: str, reverse: bool = False) -> Callable:
+    return _BINARY[(op, reverse)]
 
 
 def _method(name: str) -> Callable:
@@ -916,9 +958,25 @@ def _build_table() -> dict:
     return table
 
 
-def torch_function_handler(func: Any) -> Callable | None:
-    """What ``SparseTensor.__torch_function__`` runs for ``func`` (None: not handled here). A handler may
-    still return NotImplemented for operands it does not take."""
+def _lookup(func: Any) -> Callable | None:
     if not _TABLE:
         _TABLE.update(_build_table())
     return _TABLE.get(func)
+
+
+# Looked up outside torch.compile's tracing (a graph break there): traced, the lookup of a torch function in this
+# table answered Tensor.sub with the handler of mul once other graphs had been compiled (t - E gave E * t).
+# Made on first use under compilation (importing torch._dynamo at import time costs ~1 s: test_compile_ops).
+_EAGER: list = []
+
+
+def torch_function_handler(func: Any) -> Callable | None:
+    """What ``SparseTensor.__torch_function__`` runs for ``func`` (None: not handled here). A handler may
+    still return NotImplemented for operands it does not take."""
+    if not torch.compiler.is_compiling():
+        return _lookup(func)
+    if not _EAGER:
+        from torch import _dynamo  # noqa: PLC0415 - already loaded: we are compiling
+
+        _EAGER.append(_dynamo.disable(_lookup))
+    return _EAGER[0](func)  # type: ignore[no-any-return]
