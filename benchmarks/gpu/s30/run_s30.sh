@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 30's device run, in the second of two back-to-back calls (the first stashes cuDSS's first wheel chunk:
+# Session 30's device run, in the last of three back-to-back calls (the first two stash cuDSS's wheel chunks:
 # ../shared/DEVICE.md "Carrying cuDSS"): cuDSS 0.8 installed from the stashed chunks, then on the GPU
 #  1. this session's new test files (the everyday tensor API, lists, solve broadcasting, sparse @ sparse: their CUDA
 #     cases), and session 29's;
@@ -13,8 +13,8 @@ set -o pipefail
 export PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 W=/tmp/nvidia_cudss_cu13-0.8.0.10-py3-none-manylinux_2_17_x86_64.whl
-if ls /root/stash/* >/dev/null 2>&1 && ls .whl/parts/01/* >/dev/null 2>&1; then
-  cat /root/stash/* .whl/parts/01/* > $W && python3 -m pip install -q --no-index --no-deps --target /tmp/site $W 2>&1 | tail -2
+if ls /root/stash/* >/dev/null 2>&1 && ls .whl/parts/*/* >/dev/null 2>&1; then
+  cat /root/stash/* .whl/parts/*/* > $W && python3 -m pip install -q --no-index --no-deps --target /tmp/site $W 2>&1 | tail -2
   export PYTHONPATH=/tmp/site LD_LIBRARY_PATH=/tmp/site/nvidia/cu13/lib:${LD_LIBRARY_PATH:-}
 else
   echo "no cuDSS chunks (the machine went cold between the calls?): the cudss GPU tests will skip"
