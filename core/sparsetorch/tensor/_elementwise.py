@@ -865,47 +865,11 @@ def _run_binary(op: str, reverse: bool, a: Any, b: Any, args: tuple, kwargs: dic
     return y._add_dense(x, 1 if op == "add" else -1, True)
 
 
-# One function (one code object) per operator and side: torch.compile caches what it traces per code object, and
-# closures of one factory sharing a code object had the first traced operator answer for the others (t - E gave
-# the product E * t under compile).
-def _add(a: Any, b: Any, *args: Any, **kwargs: Any) -> Any:
-    return _run_binary("add", False, a, b, args, kwargs)
-
-
-def _radd(a: Any, b: Any, *args: Any, **kwargs: Any) -> Any:
-    return _run_binary("add", True, a, b, args, kwargs)
-
-
-def _sub(a: Any, b: Any, *args: Any, **kwargs: Any) -> Any:
-    return _run_binary("sub", False, a, b, args, kwargs)
-
-
-def _rsub(a: Any, b: Any, *args: Any, **kwargs: Any) -> Any:
-    return _run_binary("sub", True, a, b, args, kwargs)
-
-
-def _mul(a: Any, b: Any, *args: Any, **kwargs: Any) -> Any:
-    return _run_binary("mul", False, a, b, args, kwargs)
-
-
-def _rmul(a: Any, b: Any, *args: Any, **kwargs: Any) -> Any:
-    return _run_binary("mul", True, a, b, args, kwargs)
-
-
-def _div(a: Any, b: Any, *args: Any, **kwargs: Any) -> Any:
-    return _run_binary("div", False, a, b, args, kwargs)
-
-
-def _rdiv(a: Any, b: Any, *args: Any, **kwargs: Any) -> Any:
-    return _run_binary("div", True, a, b, args, kwargs)
-
-
-_BINARY = {("add", False): _add, ("add", True): _radd, ("sub", False): _sub, ("sub", True): _rsub,
-           ("mul", False): _mul, ("mul", True): _rmul, ("div", False): _div, ("div", True): _rdiv}
-
-
 def _binary(op: str, reverse: bool = False) -> Callable:
-    return _BINARY[(op, reverse)]
+    def run(a: Any, b: Any, *args: Any, **kwargs: Any) -> Any:
+        return _run_binary(op, reverse, a, b, args, kwargs)
+
+    return run
 
 
 def _method(name: str) -> Callable:
