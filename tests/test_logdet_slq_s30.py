@@ -224,6 +224,7 @@ def test_cuda():
     v = A.values.clone().requires_grad_(True)
     est = st.logdet(A.with_values(v), method="slq", num_probes=100, lanczos_steps=30, seed=0)
     assert est.device.type == "cuda" and abs(float(est.detach()) - ref) < 4 * sd1 / 10
-    assert torch.equal(est, st.logdet(A, method="slq", num_probes=100, lanczos_steps=30, seed=0))
+    again = st.logdet(A, method="slq", num_probes=100, lanczos_steps=30, seed=0)  # the same probes: the same estimate
+    torch.testing.assert_close(est.detach(), again, rtol=1e-12, atol=0)  # up to CUDA's summation order
     est.backward()
     assert v.grad.device.type == "cuda" and bool(torch.isfinite(v.grad).all())

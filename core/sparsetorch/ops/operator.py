@@ -160,13 +160,16 @@ def _vjp_adjoint(apply: Callable[[torch.Tensor], torch.Tensor], what: str) -> Ca
 def _leaves(out: torch.Tensor) -> list[torch.Tensor]:
     """The leaf tensors requiring grad that ``out``'s graph reaches (what a probe product depends on)."""
     found: dict[int, torch.Tensor] = {}
-    seen: set[int] = set()
+    # the visited nodes are kept alive: torch may hand out a new Python wrapper per access of a graph node
+    # (torch 2.11 does), so a wrapper freed after its visit let another node's wrapper reuse its id, and that node
+    # was skipped as seen (the closed-over tensors got no gradient: found on the H100's torch 2.11)
+    seen: dict[int, Any] = {}
     stack = [out.grad_fn]
     while stack:
         node = stack.pop()
         if node is None or id(node) in seen:
             continue
-        seen.add(id(node))
+        seen[id(node)] = node
         var = getattr(node, "variable", None)  # AccumulateGrad: a leaf
         if isinstance(var, torch.Tensor):
             found.setdefault(id(var), var)
