@@ -631,33 +631,11 @@ struct TcUnit {
   int b;  // UB (tc8pkb): the column before the unit's first entry, from the plan's unit bases
 };
 
-// HINT (session 31, "tc8pkbrh" / "tc8pkbfrh"): the unit's streams (values, gap word, base) read with
-// ld.global.nc.L1::no_allocate.L2::256B: nothing of the stream is read twice, so L1 keeps no line of it, and L2 fetches
-// 256-byte blocks, so the next steps' gap words and bases (128 / 64 bytes a step) arrive with this one's
-__device__ __forceinline__ unsigned tc_ldh(const unsigned* p) {
-  unsigned v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.u32 %0, [%1];" : "=r"(v) : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint4 tc_ldh(const uint4* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-__device__ __forceinline__ short tc_ldh(const short* p) {
-  unsigned short v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.u16 %0, [%1];" : "=h"(v) : "l"(p));
-  return (short)v;
-}
-
-template <int U, bool UB = false, bool HINT = false>
+template <int U, bool UB = false>
 __device__ __forceinline__ void tc_load(const unsigned* __restrict__ gw, const val_t* __restrict__ val, int u, int nnz, TcUnit<U>& r,
                                         const short* __restrict__ ubase = nullptr) {
-  if constexpr (UB) r.b = HINT ? (int)tc_ldh(ubase + (size_t)u * (U / 8)) : (int)RO(ubase + (size_t)u * (U / 8));  // units of 16: every other base
-  if constexpr (U == 8 && HINT) {
-    r.w[0] = tc_ldh(gw + u);
-  } else if constexpr (U == 8) {
+  if constexpr (UB) r.b = (int)RO(ubase + (size_t)u * (U / 8));  // units of 16: every other base
+  if constexpr (U == 8) {
     r.w[0] = RO(gw + u);
   } else {
     uint2 a = RO(reinterpret_cast<const uint2*>(gw) + u);
@@ -667,10 +645,7 @@ __device__ __forceinline__ void tc_load(const unsigned* __restrict__ gw, const v
   const int e0 = u * U;
   if (e0 + U <= nnz) {
 #pragma unroll
-    for (int i = 0; i < U / 8; ++i) {
-      const uint4* q = reinterpret_cast<const uint4*>(val) + (size_t)u * (U / 8) + i;
-      r.v.q[i] = HINT ? tc_ldh(q) : RO(q);
-    }
+    for (int i = 0; i < U / 8; ++i) r.v.q[i] = RO(reinterpret_cast<const uint4*>(val) + (size_t)u * (U / 8) + i);
   } else {  // the matrix's last, partial unit: element loads (never past nnz)
 #pragma unroll
     for (int t = 0; t < U; ++t) r.v.h[t] = e0 + t < nnz ? RO(reinterpret_cast<const unsigned short*>(val) + e0 + t) : (unsigned short)0;
@@ -770,8 +745,7 @@ __device__ __forceinline__ void dl_wait() {
 // before griddepcontrol.wait (the plan's own array), and each next row's pair comes by a shuffle instead of a load
 // issued one row ahead (rows past the warp's 32nd: loads as before). The probe (skeleton_probe_h200_s14.json) put
 // that chain at 1.3 of the 5.0 us a call costs on an 8192^2 matrix with one entry.
-template <int U, bool PDLK = false, bool L2PF = false, bool UB = false, int PFD = 0, bool PROBE = false, bool RP = false,
-          bool HINT = false>
+template <int U, bool PDLK = false, bool L2PF = false, bool UB = false, int PFD = 0, bool PROBE = false, bool RP = false>
 __device__ __forceinline__ void delta_tc_body(int m, int n, int nnz, const idx_t* __restrict__ rowptr, const unsigned* __restrict__ gw,
                                               const val_t* __restrict__ val, const val_t* __restrict__ x, val_t* __restrict__ y,
                                               const short* __restrict__ ubase = nullptr, int flags = 0) {
@@ -809,7 +783,7 @@ __device__ __forceinline__ void delta_tc_body(int m, int n, int nnz, const idx_t
   if (PDLK) dl_wait();  // the row pointers only before it
   if (PROBE && (flags & 1)) return;
   CU nx;
-  if (u0 + lane < u1) tc_load<U, UB, HINT>(gw, val, u0 + lane, nnz, nx, ubase);
+  if (u0 + lane < u1) tc_load<U, UB>(gw, val, u0 + lane, nnz, nx, ubase);
   if (!PROBE || !(flags & 2)) {  // X as 16-bit values between two pads of TC_PAD zeros
     unsigned short* sx = reinterpret_cast<unsigned short*>(smem_raw);
     unsigned short* dst = sx + TC_PAD;
@@ -848,15 +822,15 @@ __device__ __forceinline__ void delta_tc_body(int m, int n, int nnz, const idx_t
 #pragma unroll
     for (int j = 1; j < PFD; ++j)  // the next row's steps 1 .. PFD - 1 (step 0 is loaded into registers)
       if (v0 + 32 * j + lane < v1) tc_prefetch<U, UB>(gw, val, ubase, v0 + 32 * j + lane);
-    if (u0 >= u1 && v0 + lane < v1) tc_load<U, UB, HINT>(gw, val, v0 + lane, nnz, nx, ubase);  // an empty row
+    if (u0 >= u1 && v0 + lane < v1) tc_load<U, UB>(gw, val, v0 + lane, nnz, nx, ubase);  // an empty row
     for (int ub = u0; ub < u1; ub += 32) {
       const int u = ub + lane;
       CU cur = nx;
       if (ub + 32 < u1) {
-        if (u + 32 < u1 && !(PROBE && (flags & 256))) tc_load<U, UB, HINT>(gw, val, u + 32, nnz, nx, ubase);
+        if (u + 32 < u1 && !(PROBE && (flags & 256))) tc_load<U, UB>(gw, val, u + 32, nnz, nx, ubase);
         if (PFD && u + 32 * PFD < u1) tc_prefetch<U, UB>(gw, val, ubase, u + 32 * PFD);  // PFD steps ahead, into L2
       } else if (v0 + lane < v1 && !(PROBE && (flags & 256))) {
-        tc_load<U, UB, HINT>(gw, val, v0 + lane, nnz, nx, ubase);
+        tc_load<U, UB>(gw, val, v0 + lane, nnz, nx, ubase);
       }
       const bool edge = ub == u0 || ub + 32 >= u1;  // warp-uniform: a row's first or last step
       unsigned mask[U / 2];
@@ -961,17 +935,6 @@ extern "C" __global__ void __launch_bounds__(1024, 1)
     delta_tc8pkbfr_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
                       const short* ubase) {
   delta_tc_body<8, true, false, true, 2, false, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase);
-}
-// session 31 ("tc8pkbrh" / "tc8pkbfrh"): tc8pkbr / tc8pkbfr with the streams' loads hinted (HINT above)
-extern "C" __global__ void __launch_bounds__(1024, 1)
-    delta_tc8pkbrh_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
-                      const short* ubase) {
-  delta_tc_body<8, true, false, true, 0, false, true, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase);
-}
-extern "C" __global__ void __launch_bounds__(1024, 1)
-    delta_tc8pkbfrh_b4(i64 m, i64 n, i64 nnz, const idx_t* rowptr, const unsigned* gw, const val_t* val, const val_t* x, val_t* y,
-                       const short* ubase) {
-  delta_tc_body<8, true, false, true, 2, false, true, true>((int)m, (int)n, (int)nnz, rowptr, gw, val, x, y, ubase);
 }
 // session 14, benchmarking only: tc8pkb with parts switched off by flags (PROBE above; wrong results)
 extern "C" __global__ void __launch_bounds__(1024, 1)
