@@ -143,8 +143,110 @@ def _has_empty_lines(A: Any) -> bool:
 VERIFY_ALL_MAX = 20_000
 
 
+#: the inertia count is skipped, where no repeated value or empty row asks for it, when its factorization is predicted
+#: to cost more than INERTIA_MIN_SECONDS and INERTIA_RATIO times what ARPACK's answer took (:func:`_factor_seconds`);
+#: the Rayleigh-Ritz count of :func:`_complement_count` answers instead
+INERTIA_MIN_SECONDS = 0.05
+INERTIA_RATIO = 4.0
+#: seconds per flop of the envelope model (:func:`_factor_seconds`), set from factorizations on 2 cores (SuperLU,
+#: diagonal pivots), where it over-predicts: 2-D Poisson 141^2 0.04 s predicted / 0.037 s measured, 3-D Poisson 20^3
+#: 0.09 / 0.09, 27^3 0.74 / 0.55, random sparse SPD n = 1000 0.03 / 0.023, n = 2000 0.26 / 0.12, n = 5000 4.1 / 1.3
+#: (where ARPACK's own answer took 0.03 s)
+INERTIA_SECONDS_PER_FLOP = 2e-10
+
+
+def _factor_seconds(A: Any) -> float:
+    """The predicted time of the inertia count's factorization of a shift of the Hermitian ``A``: the flops of a
+    factorization without pivoting in reverse Cuthill-McKee order, sum of b_i^2 over rows with b_i the row's span
+    left of the diagonal (its envelope: the entries of such a factorization are at most twice its sum plus n), times
+    :data:`INERTIA_SECONDS_PER_FLOP`. The factorization itself orders by minimum degree, rarely worse. O(nnz)."""
+    import scipy.sparse as sp
+    from scipy.sparse.csgraph import reverse_cuthill_mckee
+
+    C = sp.csr_matrix(A)
+    n = C.shape[0]
+    p = reverse_cuthill_mckee(C, symmetric_mode=True)
+    rank = np.empty(n, dtype=np.int64)
+    rank[p] = np.arange(n)
+    rows = rank[np.repeat(np.arange(n), np.diff(C.indptr))]
+    first = np.arange(n)  # by position in the order; the diagonal bounds each row's span from the right
+    np.minimum.at(first, rows, rank[C.indices])
+    span = (np.arange(n) - first).astype(np.float64)
+    return float(np.dot(span, span)) * INERTIA_SECONDS_PER_FLOP
+
+
+#: Lanczos steps of :func:`_complement_count` (fewer where the complement is smaller)
+COMPLEMENT_STEPS = 48
+
+
+def _orthonormal(X: np.ndarray) -> np.ndarray:
+    """An orthonormal basis of X's columns (n x few): Cholesky QR twice (two small Gram matrices; numpy's
+    Householder QR took 30 ms on 5000 x 6 here), Householder where a Gram matrix is not numerically definite."""
+    Q = X
+    for _ in range(2):
+        try:
+            R = np.linalg.cholesky(Q.conj().T @ Q).conj().T
+        except np.linalg.LinAlgError:
+            return np.linalg.qr(X)[0]
+        Q = np.linalg.solve(R.T, Q.T).T  # Q R^-1
+    return Q
+
+
+def _complement_count(A: Any, V: np.ndarray, which: str, t: float, seed: int = 0) -> int:
+    """A lower bound on how many eigenvalues of the Hermitian ``A`` lie in the region of ``which`` beyond ``t`` (LA:
+    ``>= t``, SA: ``<= t``, LM: ``|w| >= t``), proven by Rayleigh-Ritz: for any orthonormal S, the eigenvalues of
+    ``S^H A S`` interlace A's (Cauchy), so as many of them as lie in the region, A has at least there. S spans the
+    returned vectors ``V`` and the extreme Ritz vectors of a Lanczos run on A restricted to V's orthogonal complement
+    (full reorthogonalization, seeded random start): a copy ARPACK missed lies in that complement, at its extreme, where
+    Lanczos finds it first. A count above the returned one proves a miss; a count equal to it proves nothing (unlike
+    the inertia count), which is why this stands in for that count only where its factorization is costly."""
+    n, k = V.shape
+    Q = _orthonormal(V)
+    m = min(COMPLEMENT_STEPS, n - k)
+    if m < 1:
+        return 0
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(n)
+    if np.iscomplexobj(A.data) or np.iscomplexobj(V):
+        x = x + 1j * rng.standard_normal(n)
+    x = x.astype(np.result_type(A.dtype, V.dtype, np.float64))
+    W = np.zeros((n, m), dtype=x.dtype)
+    alpha, beta = np.zeros(m), np.zeros(m)
+    used = 0
+    for j in range(m):
+        for _ in range(2):  # twice is enough (Kahan, Parlett)
+            x = x - Q @ (Q.conj().T @ x)
+            x = x - W[:, :j] @ (W[:, :j].conj().T @ x)
+        nx = float(np.linalg.norm(x))
+        if j > 0 and nx <= 1e-12 * max(float(np.abs(alpha[:j]).max()), float(beta[:j].max()), 1e-300):
+            break  # an invariant subspace of the complement: its Ritz values are exact
+        if nx == 0.0:
+            break
+        if j > 0:
+            beta[j - 1] = nx
+        W[:, j] = x / nx
+        y = A @ W[:, j]
+        alpha[j] = float(np.real(np.vdot(W[:, j], y)))
+        x = y - alpha[j] * W[:, j] - (beta[j - 1] * W[:, j - 1] if j > 0 else 0.0)
+        used = j + 1
+    if used == 0:
+        return 0
+    T = np.diag(alpha[:used]) + np.diag(beta[:used - 1], 1) + np.diag(beta[:used - 1], -1)
+    theta, s = np.linalg.eigh(T)
+    # the Ritz vectors that could add to the count: the extreme ones at the region's end(s), as many as V holds
+    pick = {"LA": np.argsort(-theta), "SA": np.argsort(theta), "LM": np.argsort(-np.abs(theta))}[which][:max(k, 1)]
+    S = _orthonormal(np.concatenate([Q, W[:, :used] @ s[:, pick]], axis=1))
+    H = S.conj().T @ (A @ S)
+    mu = np.linalg.eigvalsh(0.5 * (H + H.conj().T))
+    if which == "LA":
+        return int(np.count_nonzero(mu >= t))
+    if which == "SA":
+        return int(np.count_nonzero(mu <= t))
+    return int(np.count_nonzero(np.abs(mu) >= t))
+
+
 def _missed_copies(A: Any, w: np.ndarray, which: str, sigma: float | None = None, M: Any | None = None,
-                   empty: bool = False) -> str | None:
+                   empty: bool = False, V: np.ndarray | None = None, seconds: float = 0.0) -> str | None:
     """Why ARPACK's answer misses copies of a repeated eigenvalue, or None. A Krylov method finds one
     eigenvector per eigenvalue in exact arithmetic and the others only through rounding: on 8 identical graph
     blocks it returned 5 of a cluster's 8 copies and the next cluster's value in place of the rest, every pair
@@ -154,13 +256,24 @@ def _missed_copies(A: Any, w: np.ndarray, which: str, sigma: float | None = None
     count of the pencil's eigenvalues in the
     region the answer covers (inertia counts of ``A - s M``: diagonal-pivot factorizations) must equal the count
     returned there. ``which`` / ``sigma`` are what ARPACK was asked: with ``sigma``, ``LM`` the nearest to it,
-    ``LA`` / ``SA`` the nearest above / below it."""
+    ``LA`` / ``SA`` the nearest above / below it.
+
+    With the returned vectors ``V`` (regular mode: no ``sigma``, no ``M``), a Rayleigh-Ritz count over V and the extreme
+    Ritz vectors of V's complement (:func:`_complement_count`, O(48 products)) runs first: a count above the returned
+    one proves a miss without a factorization. Then the inertia count runs as above, except on an answer without a
+    repeated value, of a matrix without an empty row, whose factorization is predicted costly against ARPACK's own
+    time ``seconds`` (:data:`INERTIA_RATIO`): there the Rayleigh-Ritz count is the check (random sparse SPD, n = 5000:
+    the factorization took 1.3 s, ARPACK 0.03 s), and above :data:`VERIFY_ALL_MAX` unknowns, where nothing was
+    checked, it is now."""
     w = np.sort(np.real(w[np.isfinite(w)]))
     if w.size < 1 or which not in ("LA", "SA", "LM"):
         return None
     scale = max(float(np.abs(w).max()), abs(float(sigma)) if sigma is not None else 0.0) or 1.0
     repeated = w.size > 1 and bool(np.any(np.diff(w) <= 1e-8 * scale))
-    if not (repeated or empty or A.shape[0] <= VERIFY_ALL_MAX):
+    regular = sigma is None and M is None and V is not None and V.shape[1] == w.size and bool(np.isfinite(V).all())
+    inertia = repeated or empty or (A.shape[0] <= VERIFY_ALL_MAX and (
+        not regular or _factor_seconds(A) <= max(INERTIA_MIN_SECONDS, INERTIA_RATIO * seconds)))
+    if not (inertia or regular):
         return None
     # the region is drawn just inside the outermost value returned: eigenvalues tied with it (a cluster the k-th
     # value cuts through) may be left out by a correct answer; one strictly inside may not (an outward margin
@@ -171,6 +284,18 @@ def _missed_copies(A: Any, w: np.ndarray, which: str, sigma: float | None = None
         return _count_at_least(A, s, False, M)
 
     where: str
+    if regular:
+        t = {"LA": float(w[0]) + delta, "SA": float(w[-1]) - delta}.get(which, float(np.abs(w).min()) + delta)
+        inside = {"LA": w >= t, "SA": w <= t}.get(which, np.abs(w) >= t)
+        want, got = int(np.count_nonzero(inside)), _complement_count(A, V, which, t)
+        if got > want:
+            side = {"LA": f"at or above {t:.6g}", "SA": f"at or below {t:.6g}"}.get(which, f"beyond +-{t:.6g}")
+            return (f"ARPACK returned {want} eigenvalues {side} but A has at least {got} there (Rayleigh-Ritz over the "
+                    f"returned vectors and the extreme ones of their orthogonal complement): copies of a repeated "
+                    f"eigenvalue were missed (a Krylov method finds them only through rounding); a block method "
+                    f"(LOBPCG) or the dense method finds them")
+        if not inertia:
+            return None
     if sigma is None:
         if which == "LA":
             t = float(w[0]) + delta
@@ -468,17 +593,20 @@ class EigshPlan:
                         got = _sm_near_zero(A, M, k, kw, count, self.backend, deadline)
                         if got is not None:
                             return got[0], got[1], count[0], True, ""
+            started = time.perf_counter()
             if shift is not None:
                 w, V = eigsh(A, M=M, sigma=shift, which=arpack_which, OPinv=op, **kw)
+                took = time.perf_counter() - started
             else:
                 Minv = None
                 if M is not None:
                     Minv = _op_from_lu(Mlu, M.shape[0], M.dtype, [0], None) if Mlu is not None else \
                         _shift_invert(M, 0.0, None, [0], self.backend)
                 w, V = eigsh(_counting(A, count, deadline), M=M, Minv=Minv, which=which, **kw)
+            took = time.perf_counter() - started
             if not np.iscomplexobj(np.asarray(shift if shift is not None else 0.0)):
                 missed = _missed_copies(A, np.real(w), arpack_which if shift is not None else which,
-                                        None if shift is None else float(shift), M, _has_empty_lines(A))
+                                        None if shift is None else float(shift), M, _has_empty_lines(A), V, took)
                 if missed is not None:
                     return np.real(w), V, count[0], False, missed
             return np.real(w), V, count[0], True, ""
