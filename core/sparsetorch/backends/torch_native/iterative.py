@@ -12,11 +12,15 @@ from ...errors import InputError
 from ...dispatch.results import IterationResult
 from ...tensor import SparseTensor
 from .krylov import bicgstab, block_jacobi, cg, gmres, jacobi, minres
+from .cost import PATTERN_PRECONDITIONERS, POLY_DEGREE
+from .krylov.incomplete import IncompletePattern, ic0, ilu0, polynomial, ssor
 from .spmm import TorchSpmmPlan
 
 __all__ = ["KrylovPlan", "KRYLOV", "diagonal_of", "diagonal_blocks_of"]
 
 KRYLOV = {"cg": cg, "bicgstab": bicgstab, "gmres": gmres, "minres": minres}
+#: the Chebyshev preconditioner's interval ratio (backend_options "poly_ratio"; its degree: cost.POLY_DEGREE)
+POLY_RATIO = 30.0
 
 
 def diagonal_of(A: SparseTensor, values: torch.Tensor) -> torch.Tensor:
@@ -68,17 +72,18 @@ class KrylovPlan:
         pre = options.get("preconditioner")
         if pre is None or (isinstance(pre, str) and pre in ("none", "identity")):
             self.preconditioner = None
-        elif isinstance(pre, str) and pre in ("jacobi", "block_jacobi"):
+        elif isinstance(pre, str) and pre in ("jacobi", "block_jacobi") + PATTERN_PRECONDITIONERS:
             self.preconditioner = pre
         elif callable(pre):
             self.preconditioner = "user"
         else:
             raise InputError(
-                f"preconditioner={pre!r} is not known to the torch backend; use 'jacobi', 'block_jacobi', "
-                f"None, or a callable applying M^-1 to an (n, k) tensor"
+                f"preconditioner={pre!r} is not known to the torch backend; use 'jacobi', 'block_jacobi', 'ic0', "
+                f"'ilu0', 'ssor', 'polynomial', None, or a callable applying M^-1 to an (n, k) tensor"
             )
         self._M: Callable | None = None
         self._M_adj: Callable | None = None
+        self._pattern: IncompletePattern | None = None  # the pattern preconditioners' symbolic part, on first use
 
     def set_values(self, values: torch.Tensor) -> None:
         values = values.detach()
@@ -95,10 +100,30 @@ class KrylovPlan:
             self._M = block_jacobi(blocks, n)
             bh = blocks.transpose(-2, -1)
             self._M_adj = block_jacobi(bh.conj() if bh.is_complex() else bh, n)
+        elif self.preconditioner in PATTERN_PRECONDITIONERS:
+            self._M, self._M_adj = self._pattern_preconditioner(values)
         elif self.preconditioner == "user":
             self._M = self._M_adj = pre
         else:
             self._M = self._M_adj = None
+
+    def _pattern_preconditioner(self, values: torch.Tensor) -> tuple[Callable, Callable]:
+        """ic0 / ilu0 / ssor / polynomial (krylov/incomplete.py) from the stored entries' ``values``."""
+        coords, slot = self._A.entries()
+        if self._pattern is None:
+            self._pattern = IncompletePattern(coords[0], coords[1], self._A.format_shape[0], values.device)
+        stored = values[..., slot]
+        opts = self._options.get("backend_options") or {}
+        name = self.preconditioner
+        if name == "ic0":
+            M = ic0(self._pattern, stored)
+            return M, M
+        if name == "ilu0":
+            return ilu0(self._pattern, stored)
+        if name == "ssor":
+            return ssor(self._pattern, stored, float(opts.get("ssor_omega", 1.0)))
+        return polynomial(self._pattern, stored, lambda X: self._mm.apply(X), lambda X: self._mm.apply(X, adjoint=True),
+                          degree=opts.get("poly_degree", POLY_DEGREE), ratio=float(opts.get("poly_ratio", POLY_RATIO)))
 
     def solve(self, B: torch.Tensor, *, adjoint: bool = False, options: Mapping[str, Any] | None = None
               ) -> tuple[torch.Tensor, IterationResult]:
@@ -126,7 +151,7 @@ class KrylovPlan:
             # A^H = A; the preconditioners built from A's values are then Hermitian too (Jacobi's
             # diagonal is real, block Jacobi's blocks are Hermitian), user callables are the user's
             adjoint = False
-            if self.preconditioner in ("jacobi", "block_jacobi"):
+            if self.preconditioner in ("jacobi", "block_jacobi") + PATTERN_PRECONDITIONERS:
                 kw["M"] = self._M
         return fn(lambda X: self._mm.apply(X, adjoint=adjoint), B, **kw)
 

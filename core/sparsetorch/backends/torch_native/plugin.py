@@ -35,7 +35,7 @@ _HALF = (torch.float16, torch.bfloat16)
 
 
 #: the ``backend_options`` keys this backend reads (``cuda_graph``: False replays no CUDA graphs in CG)
-BACKEND_OPTIONS = ("cuda_graph",)
+BACKEND_OPTIONS = ("cuda_graph", "ssor_omega", "poly_degree", "poly_ratio")
 
 
 @hookimpl
@@ -115,14 +115,23 @@ def _solve_offers(request: Request, r) -> list[Offer | Decline]:
     pre_name = pre if isinstance(pre, str) or pre is None else "user"
     if pre_name is None and request.option("method") is None:
         pre_name = "jacobi"  # a cheap default that never hurts much; explain shows it
-    unknown = isinstance(pre_name, str) and pre_name not in ("jacobi", "block_jacobi", "none", "identity", "user")
+    unknown = isinstance(pre_name, str) and pre_name not in ("jacobi", "block_jacobi", "none", "identity", "user",
+                                                             *cost.PATTERN_PRECONDITIONERS)
     if unknown:
         # never offer what the plan would refuse: the iterative methods are declined, by name
         for method in _ITERATIVE:
             out.append(Decline("torch", f"preconditioner {pre_name!r} is not available here (jacobi, block_jacobi, "
-                                        f"None or a callable)", method))
+                                        f"ic0, ilu0, ssor, polynomial, None or a callable)", method))
     for method in () if unknown else _ITERATIVE:
         asked = request.option("method") == method
+        if pre_name == "ilu0" and method in ("cg", "minres"):
+            out.append(Decline("torch", f"ILU(0) is not symmetric, which {method.upper()} needs: use "
+                                        f"preconditioner='ic0' (or 'ssor', 'polynomial', 'jacobi')", method))
+            continue
+        if pre_name == "ic0" and not hermitian(request):
+            out.append(Decline("torch", "IC(0) needs a Hermitian (symmetric) matrix" + _not_hermitian_note(request)
+                               + "; use preconditioner='ilu0'", method))
+            continue
         if method == "cg" and "spd" not in props and not (asked and hermitian(request)):
             out.append(Decline("torch", "CG needs a symmetric positive definite matrix (not detected; pass properties='spd' if it is)"
                                + _not_hermitian_note(request), method))
