@@ -5,7 +5,7 @@ cuSPARSE's), in A's dtype, for a value batch member by member.
 - :func:`ilu0` -- ILU(0): ``A ~ L U`` with L unit lower and U upper triangular on A's own pattern (no fill),
   computed exactly (not by fixed-point sweeps): rows are grouped into dependency levels (row i needs the rows k of
   its strictly-lower entries), and inside a level the IKJ updates run by the rank of the lower entry, one
-  vectorized step per (level, rank) group (2-D Poisson 700^2: 2,797 groups). The symbolic part
+  vectorized step per (level, rank) group (2-D Poisson 700^2: 1,399 levels, 2,795 groups). The symbolic part
   (:class:`IncompletePattern`: levels, groups, the update triplets ``(i, k, j)``) is per pattern; the numeric part
   per value set.
 - :func:`ic0` -- IC(0) of a Hermitian A: ``A ~ C C^H``, ``C = L D^{1/2}`` from the ILU(0) above (``U = D L^H`` for
