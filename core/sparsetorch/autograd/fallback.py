@@ -508,12 +508,41 @@ class Route(RangeSearch):
                 # backward-stable one (Oettli-Prager: invariant under row and column scaling)
                 Rb = B - self._apply(values, Xb, adjoint)
                 rn = _safe_norm(Rb)
-                eta, _, stable = self._backward_error(values, B, Xb, rn, _safe_norm(B),
-                                                      self._scaled_inverse(state, plan, B, opts, adjoint, r, c, ve))
+                inverse = self._scaled_inverse(state, plan, B, opts, adjoint, r, c, ve)
+                eta, _, stable = self._backward_error(values, B, Xb, rn, _safe_norm(B), inverse)
                 omega = math.inf if stable else self._componentwise_backward_error(values, B, Xb, Rb, adjoint)
-                if not stable and not omega <= backward_error_bound(B.dtype, self.A.format_shape[0]):
-                    return X, replace(res, reason=f"{res.reason}; equilibrated: relative residual {rel:.2g}, backward "
-                                                  f"error {eta:.2g} normwise, {omega:.2g} componentwise")
+                bound = backward_error_bound(B.dtype, self.A.format_shape[0])
+                if not stable and not omega <= bound:
+                    # Skeel: refinement steps on the equilibrated factors, each kept while it lowers the
+                    # componentwise backward error (the normwise residual, dominated by the large rows' rounding,
+                    # cannot judge them: session 31's sweep, rows scaled by 1e-8..1e8, 5.5e-12 componentwise before)
+                    steps = 0
+                    for _ in range(_REFINE_STEPS):
+                        D = inverse(Rb)
+                        if not bool(torch.isfinite(D).all()):
+                            break
+                        X3 = Xb + D
+                        R3 = B - self._apply(values, X3, adjoint)
+                        omega3 = self._componentwise_backward_error(values, B, X3, R3, adjoint)
+                        if not omega3 < omega:
+                            break
+                        Xb, Rb, omega, steps = X3, R3, omega3, steps + 1
+                        if omega <= bound:
+                            break
+                    skeel = self._skeel_floor(values, Xb, adjoint, inverse) if omega <= bound else math.inf
+                    if not omega <= bound or _singular_growth(skeel, B.dtype):
+                        # (a small componentwise backward error of a matrix singular to working precision in the
+                        # componentwise sense too, Skeel's condition >= 1 / (8 u), proves nothing: a repeated row
+                        # scaled by 1e-8..1e8 reached 2.6e-16 with an answer of 1.6e13)
+                        return X, replace(res, reason=f"{res.reason}; equilibrated: relative residual {rel:.2g}, backward "
+                                                      f"error {eta:.2g} normwise, {omega:.2g} componentwise, Skeel's "
+                                                      f"condition >= {skeel:.2g}")
+                    if steps:
+                        bn = _safe_norm(B)
+                        relb = float((_safe_norm(Rb) / torch.where(bn > 0, bn, torch.ones_like(bn))).max())
+                        return Xb, replace(res2, residual=relb,
+                                           reason=f"{res2.reason}; rows and columns equilibrated (badly scaled), {steps} "
+                                                  f"refinement steps to a componentwise backward error of {omega:.2g}")
             if rel > res.residual:
                 return X, replace(res2, residual=res.residual,
                                   reason=f"badly scaled: the equilibrated system is backward stable ({res2.reason}); "
@@ -648,6 +677,23 @@ class Route(RangeSearch):
                           reason=f"{res.reason + '; ' if res.reason else ''}with each row divided by its largest entry "
                                  f"the relative residual is {rel:.3g} (needs {goal:.1e}): the rows' scales spread "
                                  f"over {spread:.3g}, and the large rows hid the others' residual")
+
+    def _skeel_floor(self, values: torch.Tensor, X: torch.Tensor, adjoint: bool,
+                     inverse: Callable[[torch.Tensor], torch.Tensor]) -> float:
+        """A lower bound of Skeel's condition number ``|| |A^-1| |A| |x| ||_inf / ||x||_inf`` (invariant under row
+        scaling, the componentwise backward error's partner): ``||A^-1 (s o |A| |x|)||_inf / ||x||_inf`` for a fixed
+        pseudo-random sign vector ``s`` (worst right-hand side), by one solve with the factors at hand."""
+        g = self._apply(values.abs().to(values.dtype), X.abs().to(X.dtype), adjoint).abs()
+        signs = torch.randint(0, 2, g.shape, generator=torch.Generator().manual_seed(31)).to(g.device, g.dtype) * 2 - 1
+        try:
+            Z = inverse((g * signs).to(X.dtype))
+        except (SingularMatrixError, BackendError):
+            return math.inf
+        if not bool(torch.isfinite(Z).all()):
+            return math.inf
+        xn = X.abs().amax(dim=-2) if X.shape[-2] else torch.zeros(X.shape[:-2] + X.shape[-1:])
+        zn = Z.abs().amax(dim=-2) if Z.shape[-2] else torch.zeros_like(xn)
+        return float((zn / torch.where(xn > 0, xn, torch.ones_like(xn))).max()) if zn.numel() else 0.0
 
     def _componentwise_backward_error(self, values: torch.Tensor, B: torch.Tensor, X: torch.Tensor, R: torch.Tensor,
                                       adjoint: bool) -> float:
