@@ -486,8 +486,29 @@ class Route(RangeSearch):
                 r, c, ve = _equilibrated(self.A, values)
                 if _spread(r) <= _EQUILIBRATE_SPREAD and _spread(c) <= _EQUILIBRATE_SPREAD:
                     # rows and columns already within a small factor of each other: the equilibrated
-                    # matrix is the same problem, and a second factorization would give the same verdict
-                    return X, res
+                    # matrix is the same problem, and a second factorization would give the same verdict.
+                    # Singular to working precision in the normwise sense only? A circuit matrix (conductances
+                    # 1e-6..1e6: cond 2.7e17 unscaled, 1.6e9 equilibrated, Skeel's 1.4e5) came back with a
+                    # relative residual of 2.2e-10 and a backward error of 1.7e-26, accurate to 1e-12, and was
+                    # called singular (session 31's sweep): judged componentwise, with Skeel's condition, it is
+                    # the answer
+                    if not self._growth_singular:
+                        return X, res
+                    got = self._componentwise_answer(values, B, X, B - self._apply(values, X, adjoint), adjoint,
+                                                     lambda V: _checked(state, guarded(lambda: plan.solve(
+                                                         V, adjoint=adjoint, options=opts), state.label, "solve"), B)[0],
+                                                     backward_error_bound(B.dtype, self.A.format_shape[0]))
+                    if got is None:
+                        return X, res
+                    X, R, omega, skeel, steps = got
+                    self._growth_singular = False
+                    bn = _safe_norm(B)
+                    rel = float((_safe_norm(R) / torch.where(bn > 0, bn, torch.ones_like(bn))).max())
+                    return X, replace(res, residual=rel, converged=True, status=Status.DIRECT,
+                                      iterations=res.iterations + steps,
+                                      reason=f"{res.reason}; ill-conditioned in the unscaled norm only: componentwise "
+                                             f"backward error {omega:.2g}, Skeel's condition >= {skeel:.2g}"
+                                             + (f" after {steps} refinement steps" if steps else ""))
                 first = self._equilibrated_solve(state, plan, values, B, opts, adjoint, rtol, atol, (r, c, ve))
                 if first is None:
                     return X, res
@@ -510,39 +531,25 @@ class Route(RangeSearch):
                 rn = _safe_norm(Rb)
                 inverse = self._scaled_inverse(state, plan, B, opts, adjoint, r, c, ve)
                 eta, _, stable = self._backward_error(values, B, Xb, rn, _safe_norm(B), inverse)
-                omega = math.inf if stable else self._componentwise_backward_error(values, B, Xb, Rb, adjoint)
                 bound = backward_error_bound(B.dtype, self.A.format_shape[0])
-                if not stable and not omega <= bound:
+                if not stable:
                     # Skeel: refinement steps on the equilibrated factors, each kept while it lowers the
                     # componentwise backward error (the normwise residual, dominated by the large rows' rounding,
-                    # cannot judge them: session 31's sweep, rows scaled by 1e-8..1e8, 5.5e-12 componentwise before)
-                    steps = 0
-                    for _ in range(_REFINE_STEPS):
-                        D = inverse(Rb)
-                        if not bool(torch.isfinite(D).all()):
-                            break
-                        X3 = Xb + D
-                        R3 = B - self._apply(values, X3, adjoint)
-                        omega3 = self._componentwise_backward_error(values, B, X3, R3, adjoint)
-                        if not omega3 < omega:
-                            break
-                        Xb, Rb, omega, steps = X3, R3, omega3, steps + 1
-                        if omega <= bound:
-                            break
-                    skeel = self._skeel_floor(values, Xb, adjoint, inverse) if omega <= bound else math.inf
-                    if not omega <= bound or _singular_growth(skeel, B.dtype):
-                        # (a small componentwise backward error of a matrix singular to working precision in the
-                        # componentwise sense too, Skeel's condition >= 1 / (8 u), proves nothing: a repeated row
-                        # scaled by 1e-8..1e8 reached 2.6e-16 with an answer of 1.6e13)
+                    # cannot judge them: session 31's sweep, rows scaled by 1e-8..1e8, 5.5e-12 componentwise
+                    # before), then Skeel's condition (a repeated row scaled alike reached 2.6e-16 with an answer of
+                    # 1.6e13: a small componentwise backward error of a singular matrix proves nothing)
+                    got = self._componentwise_answer(values, B, Xb, Rb, adjoint, inverse, bound)
+                    if got is None:
+                        omega = self._componentwise_backward_error(values, B, Xb, Rb, adjoint)
                         return X, replace(res, reason=f"{res.reason}; equilibrated: relative residual {rel:.2g}, backward "
-                                                      f"error {eta:.2g} normwise, {omega:.2g} componentwise, Skeel's "
-                                                      f"condition >= {skeel:.2g}")
-                    if steps:
-                        bn = _safe_norm(B)
-                        relb = float((_safe_norm(Rb) / torch.where(bn > 0, bn, torch.ones_like(bn))).max())
-                        return Xb, replace(res2, residual=relb,
-                                           reason=f"{res2.reason}; rows and columns equilibrated (badly scaled), {steps} "
-                                                  f"refinement steps to a componentwise backward error of {omega:.2g}")
+                                                      f"error {eta:.2g} normwise, {omega:.2g} componentwise")
+                    Xb, Rb, omega, skeel, steps = got
+                    bn = _safe_norm(B)
+                    relb = float((_safe_norm(Rb) / torch.where(bn > 0, bn, torch.ones_like(bn))).max())
+                    return Xb, replace(res2, residual=relb,
+                                       reason=f"{res2.reason}; rows and columns equilibrated (badly scaled); "
+                                              f"componentwise backward error {omega:.2g}, Skeel's condition >= "
+                                              f"{skeel:.2g}" + (f" after {steps} refinement steps" if steps else ""))
             if rel > res.residual:
                 return X, replace(res2, residual=res.residual,
                                   reason=f"badly scaled: the equilibrated system is backward stable ({res2.reason}); "
@@ -711,12 +718,15 @@ class Route(RangeSearch):
     def _skeel_floor(self, values: torch.Tensor, X: torch.Tensor, adjoint: bool,
                      inverse: Callable[[torch.Tensor], torch.Tensor]) -> float:
         """A lower bound of Skeel's condition number ``|| |A^-1| |A| |x| ||_inf / ||x||_inf`` (invariant under row
-        scaling, the componentwise backward error's partner): ``||A^-1 (s o |A| |x|)||_inf / ||x||_inf`` for a fixed
-        pseudo-random sign vector ``s`` (worst right-hand side), by one solve with the factors at hand."""
+        scaling, the componentwise backward error's partner): ``||A^-1 (s o |A| |x|)||_inf / (||s||_inf ||x||_inf)``
+        for a fixed pseudo-random Gaussian ``s`` (worst right-hand side), by one solve with the factors at hand.
+        (Random signs missed a duplicated row: where ``s_i = s_j`` the vector has no component along the left null
+        vector ``e_i - e_j``, and the floor of a singular matrix came out 9.7.)"""
         g = self._apply(values.abs().to(values.dtype), X.abs().to(X.dtype), adjoint).abs()
-        signs = torch.randint(0, 2, g.shape, generator=torch.Generator().manual_seed(31)).to(g.device, g.dtype) * 2 - 1
+        weights = torch.randn(g.shape, generator=torch.Generator().manual_seed(31), dtype=torch.float64)
+        weights = (weights / weights.abs().amax(dim=-2, keepdim=True).clamp_min(1e-300)).to(g.device, g.dtype)
         try:
-            Z = inverse((g * signs).to(X.dtype))
+            Z = inverse((g * weights).to(X.dtype))
         except (SingularMatrixError, BackendError):
             return math.inf
         if not bool(torch.isfinite(Z).all()):
@@ -908,32 +918,14 @@ class Route(RangeSearch):
             X, R, rn = X2, R2, rn2
         rel = float((rn / torch.where(bn > 0, bn, torch.ones_like(bn))).max())
         if res.status is Status.DIRECT:
-            def inverse(V: torch.Tensor) -> torch.Tensor:
-                return _checked(state, guarded(lambda: state.plan.solve(V, adjoint=adjoint, options=opts), state.label,
-                                               "solve"), B)[0]
-
-            eta, growth, stable = self._backward_error(values, B, X, rn, bn, inverse)
+            eta, growth, stable = self._backward_error(values, B, X, rn, bn, lambda V: _checked(
+                state, guarded(lambda: state.plan.solve(V, adjoint=adjoint, options=opts), state.label, "solve"), B)[0])
             n = self.A.format_shape[0]
             self._growth_singular = _singular_growth(growth, B.dtype)
             if stable:
                 return X, replace(res, residual=rel, iterations=res.iterations + extra,
                                   reason=f"{res.reason}; ill-conditioned: backward error {eta:.2g}")
             bound = backward_error_bound(B.dtype, n)
-            if self._growth_singular and eta <= bound:
-                # singular to working precision in the normwise sense only? A circuit matrix (conductances
-                # 1e-6..1e6: cond 2.7e17 unscaled, 1.6e9 equilibrated, Skeel's 1.4e5) came back with a relative
-                # residual of 2.2e-10 and a backward error of 1.7e-26, accurate to 1e-12, and was called singular
-                # (session 31's sweep): judged componentwise, with Skeel's condition, it is the answer
-                got = self._componentwise_answer(values, B, X, R, adjoint, inverse, bound)
-                if got is not None:
-                    X, R, omega, skeel, steps = got
-                    self._growth_singular = False
-                    rel = float((_safe_norm(R) / torch.where(bn > 0, bn, torch.ones_like(bn))).max())
-                    return X, replace(res, residual=rel, iterations=res.iterations + extra + steps,
-                                      reason=f"{res.reason}; ill-conditioned in the unscaled norm (condition >= "
-                                             f"{growth:.2g}), componentwise backward error {omega:.2g} and Skeel's "
-                                             f"condition >= {skeel:.2g}" + (f" after {steps} refinement steps"
-                                                                            if steps else ""))
             return X, replace(res, residual=rel, converged=False, status=Status.INACCURATE,
                               reason=f"relative residual {rel:.2g}, backward error {eta:.2g} (bound {bound:.1g}), "
                                      f"condition >= {growth:.2g} (singular to working precision from "
