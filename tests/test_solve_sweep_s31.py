@@ -3,7 +3,6 @@ SciPy's spsolve on the unscaled (well-conditioned) system, dense float64."""
 
 from __future__ import annotations
 
-import importlib.util
 
 import numpy as np
 import pytest
@@ -65,3 +64,35 @@ def test_a_circuit_matrix_is_not_called_singular():
     x, info = st.solve(st.SparseTensor.from_package(A), torch.from_numpy(b), return_info=True)
     assert np.abs(x.numpy() - truth).max() <= 1e-10 * np.abs(truth).max()
     assert "componentwise backward error" in info.reason
+
+
+def test_svds_smallest_never_pairs_zero_with_a_foreign_vector():
+    """svds(which="SM") of diag(1..5, 0 x 95), k = 5: the dilation's eigenvectors nearest 0 may all be [u; 0]; a
+    Galerkin step then paired S = 0 with v = e_1..e_5 (residuals 1..5, session 31's sweep). Now every returned
+    triplet meets an SVD's residual, or the call raises NotConvergedError naming the cause; the correct cases keep
+    their answers (reference: numpy's dense SVD)."""
+    from sparsetorch.errors import NotConvergedError
+
+    D = sp.csr_array(sp.diags(np.r_[1.0, 2, 3, 4, 5, np.zeros(95)]))
+    try:
+        U, s, Vh = st.svds(st.SparseTensor.from_package(D), 5, which="SM")
+    except NotConvergedError as exc:
+        assert "repeated more often than k" in str(exc)
+    else:
+        res = np.linalg.norm(D @ Vh.T.numpy() - U.numpy() * s.numpy(), axis=0)
+        assert np.abs(s.numpy()).max() < 1e-12 and res.max() < 1e-12
+    # two identical path Laplacians (zero twice, the next value twice): right triplets, right values
+    T = sp.diags([-np.ones(49), 2 * np.ones(50), -np.ones(49)], [-1, 0, 1]).tolil()
+    T[0, 0] = T[49, 49] = 1
+    L = sp.csr_array(sp.block_diag([T, T]))
+    U, s, Vh = st.svds(st.SparseTensor.from_package(L), 3, which="SM")
+    ref = np.sort(np.linalg.svd(L.toarray(), compute_uv=False))[:3]
+    np.testing.assert_allclose(np.sort(s.numpy()), ref, atol=1e-12)
+    assert np.linalg.norm(L @ Vh.T.numpy() - U.numpy() * s.numpy(), axis=0).max() < 1e-12
+    assert np.linalg.norm(L.T @ U.numpy() - Vh.T.numpy() * s.numpy(), axis=0).max() < 1e-12
+
+
+def test_svds_refuses_return_info_by_name():
+    A = st.SparseTensor.from_package(sp.csr_array(sp.random(30, 30, density=0.2, random_state=1) + sp.eye(30)))
+    with pytest.raises(st.InputError, match="return_info"):
+        st.svds(A, 2, return_info=True)

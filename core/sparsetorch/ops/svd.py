@@ -91,6 +91,44 @@ def _directions(X: torch.Tensor, k: int) -> torch.Tensor:
     return Q[:, :k]
 
 
+def _span(X: torch.Tensor) -> torch.Tensor:
+    """An orthonormal basis of the numerically significant part of X's column space (singular values above
+    ``sqrt(u)`` of the largest: the eigenvectors' halves are ``[u; v] / sqrt(2)``, so a half that belongs to no pair
+    has only rounding there)."""
+    Q, sv, _ = torch.linalg.svd(X, full_matrices=False)
+    tol = float(sv[0]) * torch.finfo(sv.dtype).eps ** 0.5 if sv.numel() else 0.0
+    return Q[:, : int((sv > tol).sum())]
+
+
+def _smallest(A: SparseTensor, Xu: torch.Tensor, Xv: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(U, V)`` of the ``k`` smallest singular values from the halves of the dilation's eigenvectors nearest 0.
+
+    A Galerkin step (the SVD of ``Q_u^H A Q_v``) may give spurious small values here: a ``v`` whose ``A v`` is
+    orthogonal to ``Q_u`` (diag(1..5, 0 x 95): ``S = 0`` with ``v = e_1 .. e_5``, residuals 1..5; session 31's
+    sweep). So the step runs on the whole spans of both halves and keeps only the triplets whose residuals
+    ``||A v - s u||``, ``||A^H u - s v||`` are an SVD's (``sqrt(u) ||A||``); where fewer than ``k`` remain (a
+    zero singular value of high multiplicity: eigsh may return any basis of the dilation's null space, all
+    ``[u; 0]``), :class:`~sparsetorch.NotConvergedError` says so instead of a wrong triplet."""
+    from ..errors import NotConvergedError  # noqa: PLC0415
+
+    Qu, Qv = _span(Xu), _span(Xv)
+    P, S, Rh = torch.linalg.svd(Qu.mH @ (A @ Qv), full_matrices=False)
+    U, V = Qu @ P, Qv @ Rh.mH
+    scale = float(A.values.abs().amax()) * max(A.format_shape) ** 0.5 if A.values.numel() else 1.0
+    r1 = torch.linalg.vector_norm(A @ V - U * S, dim=0)
+    r2 = torch.linalg.vector_norm(A.mH @ U - V * S, dim=0)
+    good = torch.maximum(r1, r2) <= torch.finfo(S.dtype).eps ** 0.5 * max(scale, torch.finfo(S.dtype).tiny)
+    idx = torch.nonzero(good).squeeze(-1)
+    if idx.numel() < k:
+        raise NotConvergedError(f"svds(which='SM'): of the dilation's eigenvectors nearest 0 ({Xu.shape[1]}), "
+                                f"{idx.numel()} give singular triplets (residual within sqrt(u) ||A||), fewer than k={k}: "
+                                f"a singular value repeated more often than k (e.g. a null space of dimension > k), where "
+                                f"eigsh may return any basis of the dilation's null space; take the dense "
+                                f"torch.linalg.svd(A.to_dense()), or eigsh(A^H A, k, sigma=0) and eigsh(A A^H, k, sigma=0)")
+    keep = idx[-k:]  # S descending: the k smallest valid ones
+    return U[:, keep], V[:, keep]
+
+
 def svds(A: SparseTensor, k: int = 6, *, which: str = "LM", return_singular_vectors: bool = True,
          **options: Any) -> Any:
     """``k`` singular triplets of a sparse ``A`` (``m`` x ``n``), SciPy's ``svds`` (torch-sla's ``A.svd(k)``).
@@ -112,6 +150,9 @@ def svds(A: SparseTensor, k: int = 6, *, which: str = "LM", return_singular_vect
         k = int(k)
     elif isinstance(k, numbers.Integral) and not isinstance(k, bool):
         k = int(k)
+    if "return_info" in options:
+        raise InputError("svds: return_info is not taken (svds returns (U, S, Vh) or S); for the eigensolver's report "
+                         "call eigsh on the dilation [[0, A], [A^H, 0]] with return_info=True")
     m, n = _check(A, k, which)
     plain = A.detach()
     H = _dilation(plain)
@@ -119,11 +160,12 @@ def svds(A: SparseTensor, k: int = 6, *, which: str = "LM", return_singular_vect
     with torch.no_grad():
         if which == "LM":
             _, X = eigsh(H, k, which="LA", **options)  # the k largest of +-sigma: the top sigmas
+            Qu, Qv = _directions(X[:m], k), _directions(X[m:], k)
+            P, _, Rh = torch.linalg.svd(Qu.mH @ (plain @ Qv))  # descending
+            U, V = Qu @ P, Qv @ Rh.mH
         else:
             _, X = eigsh(H, 2 * k, sigma=0.0, **options)  # +-sigma nearest 0: both copies of the k smallest
-        Qu, Qv = _directions(X[:m], k), _directions(X[m:], k)
-        P, _, Rh = torch.linalg.svd(Qu.mH @ (plain @ Qv))  # descending
-        U, V = Qu @ P, Qv @ Rh.mH
+            U, V = _smallest(plain, X[:m], X[m:], k)
     coords, slots = A.entries()
     vals = A.values.index_select(-1, slots)
     r, c = coords[0].long(), coords[1].long()
