@@ -1,5 +1,5 @@
-"""Session 31's outside sweep of the default ``st.solve``: each case failed on the tree before its fix. References:
-SciPy's spsolve on the unscaled (well-conditioned) system, dense float64."""
+"""Session 31's outside sweeps of the default calls (solve, svds, eigs, eigsh): each case failed on the tree before its
+fix. References: SciPy's spsolve on the unscaled (well-conditioned) system, numpy's dense solve / eig / svd in float64."""
 
 from __future__ import annotations
 
@@ -112,3 +112,24 @@ def test_eigs_does_not_skip_an_eigenvalue_where_magnitudes_crowd(which, seed):
     key = np.abs if which == "LM" else (lambda z: -z.real)
     kth = np.sort(key(every))[::-1][3]
     assert (key(w) >= kth - 1e-9 * np.abs(every).max()).all()
+
+
+def test_smallest_eigenvalues_of_a_semidefinite_laplacian_by_shift_invert_below_zero():
+    """A graph Laplacian of 10 components (eigenvalue 0 ten times), which="SA", ARPACK pinned: the SPD probe's
+    pivots came out positive at rounding level, shift-invert at 0 divided by them (relative residual 0.0776 on 30
+    components, then LOBPCG took 14 s; session 31's sweep). Now pivots at rounding level send it to the probe of
+    A + delta I and shift-invert at -delta. Reference: numpy's dense eigvalsh."""
+    pytest.importorskip("sparsetorch_scipy")
+    rng = np.random.default_rng(3)
+    blocks = []
+    for _ in range(10):
+        G = sp.random(60, 60, density=0.1, random_state=rng)
+        G = ((G + G.T) > 0).astype(float) + sp.diags(np.ones(59), 1) + sp.diags(np.ones(59), -1)  # connected
+        G = (G > 0).astype(float)
+        G.setdiag(0)
+        blocks.append(sp.diags(np.asarray(G.sum(1)).ravel()) - G)
+    L = sp.csr_array(sp.block_diag(blocks))
+    ref = np.linalg.eigvalsh(L.toarray())[:12]
+    w, V = st.eigsh(st.SparseTensor.from_package(L), 12, which="SA", backend="scipy", method="arpack")
+    np.testing.assert_allclose(np.sort(w.numpy()), ref, atol=1e-10)
+    assert np.abs(L @ V.numpy() - V.numpy() * w.numpy()).max() < 1e-9
