@@ -134,7 +134,9 @@ def svds(A: SparseTensor, k: int = 6, *, which: str = "LM", return_singular_vect
     """``k`` singular triplets of a sparse ``A`` (``m`` x ``n``), SciPy's ``svds`` (torch-sla's ``A.svd(k)``).
 
     ``which``: "LM" the largest singular values, "SM" the smallest (square ``A`` only: shift-invert at 0; a
-    singular ``A`` gives a value at rounding level or raises :class:`~sparsetorch.SingularMatrixError`). Returns
+    singular ``A`` gives a value at rounding level or raises :class:`~sparsetorch.SingularMatrixError`; every "SM"
+    triplet is checked to an SVD's residual, and a singular value repeated more often than ``k``, e.g. a null space
+    of dimension above ``k``, can raise :class:`~sparsetorch.NotConvergedError` saying to use the dense SVD). Returns
     ``(U, S, Vh)`` with ``S`` descending (``(k,)``, nonnegative), ``U`` ``(m, k)`` and ``Vh`` ``(k, n)`` with
     orthonormal columns / rows so that ``A ~ U diag(S) Vh`` on those triplets, or ``S`` alone with
     ``return_singular_vectors=False``. ``options`` go to :func:`~sparsetorch.eigsh` (``tol``, ``maxiter``,
