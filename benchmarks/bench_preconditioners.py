@@ -21,19 +21,17 @@ import scipy.sparse.linalg as sla
 import torch
 
 import sparsetorch as st
+from sparsetorch.testing import families
 
 from _record import header, write
 
 
 def poisson(m: int) -> sp.csr_matrix:
-    T = sp.diags([-np.ones(m - 1), 2 * np.ones(m), -np.ones(m - 1)], [-1, 0, 1])
-    return sp.csr_matrix(sp.kron(T, sp.identity(m)) + sp.kron(sp.identity(m), T))
+    return families.poisson(m).matrix
 
 
 def convection(m: int, peclet: float = 50.0) -> sp.csr_matrix:
-    h = 1.0 / (m + 1)
-    T = sp.diags([-np.ones(m - 1) * (1 + peclet * h), 2 * np.ones(m) + peclet * h, -np.ones(m - 1)], [-1, 0, 1])
-    return sp.csr_matrix(sp.kron(T, sp.identity(m)) + sp.kron(sp.identity(m), T))
+    return families.convection_diffusion(m, peclet).matrix
 
 
 def timed(fn, reps: int, sync) -> tuple[float, object]:

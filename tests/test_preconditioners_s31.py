@@ -14,6 +14,7 @@ import torch
 import sparsetorch as st
 from sparsetorch.backends.torch_native.krylov.incomplete import IncompletePattern, ic0, ilu0, polynomial, ssor
 from sparsetorch.errors import InputError, NoBackendError, SingularMatrixError
+from sparsetorch.testing import families
 
 CPU = torch.device("cpu")
 
@@ -61,15 +62,12 @@ def _rhs(n: int, complex_: bool, k: int = 3) -> torch.Tensor:
 
 
 def _poisson(m: int) -> sp.csr_matrix:
-    T = sp.diags([-np.ones(m - 1), 2 * np.ones(m), -np.ones(m - 1)], [-1, 0, 1])
-    return sp.csr_matrix(sp.kron(T, sp.identity(m)) + sp.kron(sp.identity(m), T))
+    return families.poisson(m).matrix
 
 
 def _convection(m: int, peclet: float = 20.0) -> sp.csr_matrix:
     """Upwind 2-D convection-diffusion: unsymmetric, an M-matrix."""
-    h = 1.0 / (m + 1)
-    T = sp.diags([-np.ones(m - 1) * (1 + peclet * h), 2 * np.ones(m) + peclet * h, -np.ones(m - 1)], [-1, 0, 1])
-    return sp.csr_matrix(sp.kron(T, sp.identity(m)) + sp.kron(sp.identity(m), T))
+    return families.convection_diffusion(m, peclet).matrix
 
 
 @pytest.mark.parametrize("complex_", [False, True])
