@@ -89,8 +89,9 @@ class IncompletePattern:
             level[frontier] = depth
             dep = dep_rows[_ranges(kptr[frontier], kptr[frontier + 1] - kptr[frontier])]
             if dep.size:
-                remaining -= np.bincount(dep, minlength=n)
-                frontier = np.unique(dep[remaining[dep] == 0])
+                rows_hit, hits = np.unique(dep, return_counts=True)  # O(|dep|) per level, not O(n)
+                remaining[rows_hit] -= hits
+                frontier = rows_hit[remaining[rows_hit] == 0]
             else:
                 frontier = dep
             depth += 1
