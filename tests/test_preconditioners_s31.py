@@ -251,3 +251,23 @@ def test_cuda_preconditioners(pre, method, dtype):
     gref = sla.spsolve(A.T.tocsc(), w.conj().resolve_conj().cpu().numpy())
     got = b.grad.cpu().numpy()
     assert np.abs(got - gref).max() <= tol * np.abs(gref).max()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_cg_with_the_polynomial_replays_graphs():
+    """The Chebyshev preconditioner is products and vector operations on fixed buffers: CG captures its blocks of
+    iterations with it as with Jacobi (a capture that fails warns and runs eagerly: no such warning here), and the
+    answer is SciPy's."""
+    import warnings
+
+    A = _poisson(30)
+    T = st.SparseTensor.from_package(A).to(device="cuda")
+    bn = np.random.default_rng(5).standard_normal(A.shape[0])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        x, info = st.solve(T, torch.tensor(bn, device="cuda"), backend="torch", method="cg", preconditioner="polynomial",
+                           rtol=1e-10, return_info=True)
+    assert not [w for w in caught if "eagerly" in str(w.message)], [str(w.message) for w in caught]
+    assert info.iterations > 24  # several blocks of check_every = 8: captured and replayed
+    ref = sla.spsolve(A.tocsc(), bn)
+    assert np.abs(x.cpu().numpy() - ref).max() <= 1e-8 * np.abs(ref).max()

@@ -162,11 +162,11 @@ def krylov_cost(rates: Rates, request: Request, method: str, preconditioner: str
 
 def cuda_graph(request: Request, preconditioner: str | None) -> bool:
     """Whether this backend's CG replays CUDA graphs for the request (see krylov/_graph.py):
-    a CUDA operand, no preconditioner or Jacobi, graphs not turned off (SPARSETORCH_CUDA_GRAPHS,
+    a CUDA operand, no preconditioner, Jacobi or the polynomial, graphs not turned off (SPARSETORCH_CUDA_GRAPHS,
     backend_options={"cuda_graph": False})."""
     from .krylov._graph import graphs_enabled
 
-    if request.device.type != "cuda" or preconditioner not in (None, "none", "identity", "jacobi"):
+    if request.device.type != "cuda" or preconditioner not in (None, "none", "identity", "jacobi", "polynomial"):
         return False
     return graphs_enabled() and (request.option("backend_options") or {}).get("cuda_graph", True) is not False
 

@@ -146,7 +146,8 @@ class KrylovPlan:
             # solver captures only on a GPU); backend_options
             # {"cuda_graph": False} or SPARSETORCH_CUDA_GRAPHS=0 turn it off
             graph = (o.get("backend_options") or {}).get("cuda_graph", True)
-            kw["cuda_graph"] = self.preconditioner in (None, "jacobi") and graph is not False
+            # (the polynomial preconditioner is products and vector operations on fixed buffers: capturable too)
+            kw["cuda_graph"] = self.preconditioner in (None, "jacobi", "polynomial") and graph is not False
         if adjoint and self.hermitian:
             # A^H = A; the preconditioners built from A's values are then Hermitian too (Jacobi's
             # diagonal is real, block Jacobi's blocks are Hermitian), user callables are the user's
