@@ -190,9 +190,8 @@ def _beyond(A: Any, w: np.ndarray, V: np.ndarray, which: str, x0: np.ndarray | N
     n, k = V.shape
     if n - k < 3 or not np.all(np.isfinite(w)) or not np.all(np.isfinite(V)):
         return None
-    key = {"LM": np.abs, "SM": lambda z: -np.abs(z), "LR": np.real, "SR": lambda z: -np.real(z), "LI": np.imag,
-           "SI": lambda z: -np.imag(z)}[which]
-    end = w[np.argmin(key(w))]
+    rank = _RANK[which]  # smaller: wanted sooner
+    end = w[np.argmax(rank(w))]
     Q, _ = np.linalg.qr(V)
     dtype = np.result_type(A.dtype, Q.dtype)
 
@@ -210,14 +209,18 @@ def _beyond(A: Any, w: np.ndarray, V: np.ndarray, which: str, x0: np.ndarray | N
         return None
     t = complex(theta[0])
     scale = max(abs(end), float(np.abs(w).max()), np.finfo(np.float64).tiny)
-    if key(np.array([t]))[0] > key(np.array([end]))[0] + BEYOND_MARGIN * scale:
+    if rank(np.array([t]))[0] < rank(np.array([end]))[0] - BEYOND_MARGIN * scale:
         return t
     return None
 
 
+#: each ``which``'s sort key of eigenvalues (smaller: wanted sooner), shared by :func:`_order` and :func:`_beyond`
+_RANK = {"LM": lambda z: -np.abs(z), "SM": np.abs, "LR": lambda z: -np.real(z), "SR": np.real,
+         "LI": lambda z: -np.imag(z), "SI": np.imag}
+
+
 def _order(key: np.ndarray, which: str) -> np.ndarray:
     """The torch backend's order: by ``which``'s key, stable."""
-    keys = {"LM": -np.abs(key), "SM": np.abs(key), "LR": -key.real, "SR": key.real, "LI": -key.imag, "SI": key.imag}
-    k = keys[which]
+    k = _RANK[which](key)
     k = np.where(np.isnan(k), np.inf, k)
     return np.argsort(k, kind="stable")
