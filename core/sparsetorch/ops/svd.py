@@ -9,12 +9,17 @@ whose eigenvalues are ``+sigma_i``, ``-sigma_i`` (i <= min(m, n)) and ``|m - n|`
 condition number: a singular value near ``sqrt(u) sigma_max`` is lost there and not here) and runs on any device
 and dtype eigsh takes.
 
-The smallest singular values (``which="SM"``) come from shift-invert at 0 on the dilation of a square ``A``:
-the ``2k`` eigenvalues nearest 0 are the pairs ``+-sigma``, whose eigenvectors span ``[u; 0]`` and ``[0; v]``.
-For a singular ``A`` the smallest singular value comes out at rounding level (as from a dense SVD), or the
-shift-invert factorization meets an exact zero pivot and raises :class:`~sparsetorch.SingularMatrixError`
-(:func:`cond` then returns ``inf``). For a non-square ``A`` the dilation's ``|m - n|`` zero eigenvalues are not
-singular values, so "SM" is refused there with what to do instead.
+The smallest singular values (``which="SM"``) of a square ``A`` come from shift-invert just below 0 on the
+dilation (at ``-sqrt(u) ||A||_F``, clear of a singular A's exact zeros): the ``2k`` eigenvalues nearest it are the
+pairs ``+-sigma`` (or one copy of more of them: both halves of one copy give ``u`` and ``v``), whose eigenvectors
+span ``[u; 0]`` and ``[0; v]``. Where that gives fewer than ``k`` checked triplets (a null space of dimension above
+``k``: eigsh may return any basis of the dilation's null space, e.g. all ``[u; 0]``) or fails, and for a non-square
+``A`` (whose dilation has ``|m - n|`` zero eigenvalues that are not singular values), they come from the smaller
+Gram matrix ``G = A^H A`` (or ``A A^H``, formed by :func:`~sparsetorch.spgemm`; refused where its fill would be
+large): eigsh's smallest eigenvectors of ``G`` give the right subspace, the singular values are recomputed from
+``A`` itself (the SVD of ``A V``, so not squared), and the zero ones get left vectors from the null space of
+``A^H`` (eigsh of ``A A^H``), so that every triplet meets ``A v = s u`` and ``A^H u = s v``. (SciPy's ``svds``
+takes the Gram matrix's operator throughout, and can miss a zero singular value of a tall matrix.)
 
 Either way the eigenvectors only give the two subspaces; a Rayleigh-Ritz step (the SVD of the small
 ``Q_u^H A Q_v``) turns them into orthonormal triplets with nonnegative singular values, also where singular
@@ -28,7 +33,7 @@ from typing import Any
 
 import torch
 
-from ..errors import InputError, SingularMatrixError
+from ..errors import InputError, NotConvergedError, SingularMatrixError
 from ..tensor import SparseTensor
 from .spectral import eigsh
 
@@ -59,10 +64,6 @@ def _check(A: Any, k: int, which: str) -> tuple[int, int]:
                          f"got {k!r} (for all singular values use torch.linalg.svdvals(A.to_dense()))")
     if which not in ("LM", "SM"):
         raise InputError(f"svds: which must be 'LM' (largest) or 'SM' (smallest), got {which!r}")
-    if which == "SM" and m != n:
-        raise InputError(f"svds: which='SM' needs a square A (the dilation of a ({m}, {n}) matrix has {abs(m - n)} zero "
-                         f"eigenvalues that are not singular values); for the smallest ones take eigsh(G, k, sigma=0) of the "
-                         f"smaller Gram matrix G (A^H A or A A^H; it squares the condition number)")
     return m, n
 
 
@@ -108,24 +109,92 @@ def _smallest(A: SparseTensor, Xu: torch.Tensor, Xv: torch.Tensor, k: int) -> tu
     sweep). So the step runs on the whole spans of both halves and keeps only the triplets whose residuals
     ``||A v - s u||``, ``||A^H u - s v||`` are an SVD's (``sqrt(u) ||A||``); where fewer than ``k`` remain (a
     zero singular value of high multiplicity: eigsh may return any basis of the dilation's null space, all
-    ``[u; 0]``), :class:`~sparsetorch.NotConvergedError` says so instead of a wrong triplet."""
-    from ..errors import NotConvergedError  # noqa: PLC0415
-
+    ``[u; 0]``), :class:`~sparsetorch.NotConvergedError` says so instead of a wrong triplet (and :func:`svds`
+    takes the Gram route)."""
     Qu, Qv = _span(Xu), _span(Xv)
     P, S, Rh = torch.linalg.svd(Qu.mH @ (A @ Qv), full_matrices=False)
-    U, V = Qu @ P, Qv @ Rh.mH
+    return _checked(A, Qu @ P, Qv @ Rh.mH, S, k, "the dilation's eigenvectors nearest 0")
+
+
+#: the most entries the Gram matrix of svds(which="SM") may have (its bound: the sum of the squared counts of A's
+#: rows, for A^H A); past it the Gram route is refused, saying what to do instead
+GRAM_MAX_ENTRIES = 50_000_000
+
+
+def _gram(A: SparseTensor) -> SparseTensor:
+    """``A^H A`` (``n x n``, Hermitian positive semidefinite) by :func:`~sparsetorch.spgemm`, after a bound of its
+    fill (each row of A with ``c`` entries adds at most ``c^2``)."""
+    from .spgemm import spgemm  # noqa: PLC0415
+
+    coords, _ = A.entries()
+    counts = torch.bincount(coords[0].to(torch.int64), minlength=A.format_shape[0]).to(torch.float64)
+    bound = float((counts * counts).sum())
+    if bound > GRAM_MAX_ENTRIES:
+        m, n = A.format_shape
+        raise InputError(f"svds(which='SM'): the Gram matrix A^H A of this ({m}, {n}) A may hold up to {bound:.3g} "
+                         f"entries (its rows' counts squared; the limit is GRAM_MAX_ENTRIES = {GRAM_MAX_ENTRIES:.3g}); "
+                         f"for a square A the dilation is used first, and for the smallest singular values of a "
+                         f"non-square one with dense rows take torch.linalg.svd(A.to_dense()) or eigsh on an operator")
+    return spgemm(A.mH, A)
+
+
+def _gram_smallest(A: SparseTensor, k: int, options: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(U, V)`` of ``A``'s ``k`` smallest singular values (S descending) through the smaller Gram matrix (module
+    docstring): ``V`` from eigsh of ``A^H A`` (for ``m >= n``; a wide A is handled as ``A^H``), then the SVD of
+    ``A V`` gives the values and the left vectors, and the values at rounding level get left vectors from the null
+    space of ``A^H`` (eigsh of ``A A^H``). Every triplet is checked to an SVD's residual (:func:`_checked`)."""
+    m, n = A.format_shape
+    if m < n:
+        V, U = _gram_smallest(A.mH, k, options)
+        return U, V
+    opts = {key: val for key, val in options.items() if key != "properties"}
+    kind = "hermitian" if A.dtype.is_complex else "symmetric"
+    # sqrt(u) ||A||_F^2 >= sqrt(u) ||G||: G + tau I is positive definite, well clear of rounding, and shift-invert
+    # below 0 gives G's smallest eigenvalues in order
+    tau = _shift(A) * float(torch.linalg.vector_norm(A.values))
+    _, W = eigsh(_gram(A), k, sigma=-tau, properties=kind, **opts)
+    P, S, Rh = torch.linalg.svd(A @ W, full_matrices=False)  # descending
+    U, V = P, W @ Rh.mH
+    tol = _residual_tol(A, S.dtype)
+    zero = torch.nonzero(S <= tol).squeeze(-1)
+    if zero.numel():
+        # A v = 0 there: u must solve A^H u = 0, which P's columns need not (they are only orthogonal to A V)
+        _, Z = eigsh(_gram(A.mH), int(zero.numel()), sigma=-tau, properties=kind, **opts)
+        keep = U[:, S > tol]
+        Z = Z - keep @ (keep.mH @ Z)
+        Z, _ = torch.linalg.qr(Z)
+        U = U.clone()
+        U[:, zero] = Z
+    return _checked(A, U, V, S, k, "the Gram matrix's smallest eigenvectors")
+
+
+def _shift(A: SparseTensor) -> float:
+    """``sqrt(u) ||A||_F``: a shift below 0 that makes the dilation (and, squared, the Gram matrix) nonsingular
+    for shift-invert without reordering the eigenvalues wanted (a singular A's exact zeros made the shift-invert
+    factorization at 0 fail, and eigsh fell back to a dense eigensolver of the whole dilation)."""
+    norm = float(torch.linalg.vector_norm(A.values)) if A.values.numel() else 0.0
+    return torch.finfo(A.values.real.dtype if A.dtype.is_complex else A.dtype).eps ** 0.5 * max(norm, 1e-300)
+
+
+def _residual_tol(A: SparseTensor, dtype: torch.dtype) -> float:
+    """An SVD's residual for ``A``: ``sqrt(u) ||A||`` (with ``||A||`` bounded by its largest entry times sqrt of
+    its larger side)."""
     scale = float(A.values.abs().amax()) * max(A.format_shape) ** 0.5 if A.values.numel() else 1.0
+    return torch.finfo(dtype).eps ** 0.5 * max(scale, torch.finfo(dtype).tiny)
+
+
+def _checked(A: SparseTensor, U: torch.Tensor, V: torch.Tensor, S: torch.Tensor, k: int,
+             source: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` smallest of the triplets ``(U, S, V)`` (S descending) whose residuals ``||A v - s u||`` and
+    ``||A^H u - s v||`` are an SVD's; :class:`~sparsetorch.NotConvergedError` where fewer than ``k`` are."""
     r1 = torch.linalg.vector_norm(A @ V - U * S, dim=0)
     r2 = torch.linalg.vector_norm(A.mH @ U - V * S, dim=0)
-    good = torch.maximum(r1, r2) <= torch.finfo(S.dtype).eps ** 0.5 * max(scale, torch.finfo(S.dtype).tiny)
-    idx = torch.nonzero(good).squeeze(-1)
+    idx = torch.nonzero(torch.maximum(r1, r2) <= _residual_tol(A, S.dtype)).squeeze(-1)
     if idx.numel() < k:
-        raise NotConvergedError(f"svds(which='SM'): of the dilation's eigenvectors nearest 0 ({Xu.shape[1]}), "
-                                f"{idx.numel()} give singular triplets (residual within sqrt(u) ||A||), fewer than k={k}: "
-                                f"a singular value repeated more often than k (e.g. a null space of dimension > k), where "
-                                f"eigsh may return any basis of the dilation's null space; take the dense "
-                                f"torch.linalg.svd(A.to_dense()), or eigsh(A^H A, k, sigma=0) and eigsh(A A^H, k, sigma=0)")
-    keep = idx[-k:]  # S descending: the k smallest valid ones
+        raise NotConvergedError(f"svds(which='SM'): of {U.shape[1]} candidates from {source}, {idx.numel()} give "
+                                f"singular triplets (residual within sqrt(u) ||A||), fewer than k={k}; take the dense "
+                                f"torch.linalg.svd(A.to_dense()) if A is small enough")
+    keep = idx[-k:]
     return U[:, keep], V[:, keep]
 
 
@@ -133,10 +202,10 @@ def svds(A: SparseTensor, k: int = 6, *, which: str = "LM", return_singular_vect
          **options: Any) -> Any:
     """``k`` singular triplets of a sparse ``A`` (``m`` x ``n``), SciPy's ``svds`` (torch-sla's ``A.svd(k)``).
 
-    ``which``: "LM" the largest singular values, "SM" the smallest (square ``A`` only: shift-invert at 0; a
-    singular ``A`` gives a value at rounding level or raises :class:`~sparsetorch.SingularMatrixError`; every "SM"
-    triplet is checked to an SVD's residual, and a singular value repeated more often than ``k``, e.g. a null space
-    of dimension above ``k``, can raise :class:`~sparsetorch.NotConvergedError` saying to use the dense SVD). Returns
+    ``which``: "LM" the largest singular values, "SM" the smallest (a square ``A`` by shift-invert at 0 on the
+    dilation, a non-square one, a null space above ``k`` or an exact zero pivot through the smaller Gram matrix:
+    module docstring; zero singular values come with vectors from the null spaces; every "SM" triplet is checked to
+    an SVD's residual, else :class:`~sparsetorch.NotConvergedError` says to use the dense SVD). Returns
     ``(U, S, Vh)`` with ``S`` descending (``(k,)``, nonnegative), ``U`` ``(m, k)`` and ``Vh`` ``(k, n)`` with
     orthonormal columns / rows so that ``A ~ U diag(S) Vh`` on those triplets, or ``S`` alone with
     ``return_singular_vectors=False``. ``options`` go to :func:`~sparsetorch.eigsh` (``tol``, ``maxiter``,
@@ -157,17 +226,23 @@ def svds(A: SparseTensor, k: int = 6, *, which: str = "LM", return_singular_vect
                          "call eigsh on the dilation [[0, A], [A^H, 0]] with return_info=True")
     m, n = _check(A, k, which)
     plain = A.detach()
-    H = _dilation(plain)
     options.setdefault("properties", "hermitian" if A.dtype.is_complex else "symmetric")
     with torch.no_grad():
         if which == "LM":
-            _, X = eigsh(H, k, which="LA", **options)  # the k largest of +-sigma: the top sigmas
+            _, X = eigsh(_dilation(plain), k, which="LA", **options)  # the k largest of +-sigma: the top sigmas
             Qu, Qv = _directions(X[:m], k), _directions(X[m:], k)
             P, _, Rh = torch.linalg.svd(Qu.mH @ (plain @ Qv))  # descending
             U, V = Qu @ P, Qv @ Rh.mH
+        elif m == n:
+            try:
+                # +-sigma nearest -tau: both copies of the k smallest, or one copy of each (both halves of one copy
+                # give u and v); tau keeps the factorization of a singular A's dilation away from its exact zeros
+                _, X = eigsh(_dilation(plain), 2 * k, sigma=-_shift(plain), **options)
+                U, V = _smallest(plain, X[:m], X[m:], k)
+            except (NotConvergedError, SingularMatrixError):  # a null space above k, an exact zero pivot
+                U, V = _gram_smallest(plain, k, options)
         else:
-            _, X = eigsh(H, 2 * k, sigma=0.0, **options)  # +-sigma nearest 0: both copies of the k smallest
-            U, V = _smallest(plain, X[:m], X[m:], k)
+            U, V = _gram_smallest(plain, k, options)
     coords, slots = A.entries()
     vals = A.values.index_select(-1, slots)
     r, c = coords[0].long(), coords[1].long()
