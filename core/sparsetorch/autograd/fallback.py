@@ -1106,6 +1106,11 @@ class Route(RangeSearch):
                 f"the matrix is singular to working precision: {last.backend}/{last.method} answered with {last.reason}")
             if len(self.attempts) > 1:
                 text += f" (every direct method tried agrees; tried: {tried})"
+            dtype = self.A.dtype
+            if unit_roundoff(dtype) > 1e-10 and first is None:
+                wide = torch.complex128 if dtype.is_complex else torch.float64
+                text += (f"; that is in {str(dtype).replace('torch.', '')}: a matrix this ill-conditioned may still be "
+                         f"solvable in {str(wide).replace('torch.', '')} (A.to({wide}), b.to({wide}))")
             return SingularMatrixError(text, row=row)
         if exc is None:
             return SingularMatrixError(tried)

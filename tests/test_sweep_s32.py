@@ -1,0 +1,31 @@
+"""Session 32's fixes from outside sweeps (references: dense float64 NumPy / LAPACK)."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+import sparsetorch as st
+from sparsetorch.errors import SingularMatrixError
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+def _ill_conditioned(n: int, cond: float, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    Q1, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    Q2, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    return Q1 @ np.diag(np.logspace(0, -np.log10(cond), n)) @ Q2.T
+
+
+def test_singular_to_float32_precision_says_float64_may_solve_it():
+    """Condition 1e10: singular to working precision in float32 (1 / (8 u) = 2.1e6), an ordinary system in float64.
+    The float32 error says so and names the wider dtype; the float64 call answers (checked against LAPACK)."""
+    D = _ill_conditioned(12, 1e10, 3)
+    b = np.random.default_rng(4).standard_normal(12)
+    A32 = st.SparseTensor.from_package(sp.csr_matrix(D.astype(np.float32)))
+    with pytest.raises(SingularMatrixError, match=r"float32.*solvable in float64"):
+        st.solve(A32, torch.from_numpy(b).float())
+    x = st.solve(st.SparseTensor.from_package(sp.csr_matrix(D)), torch.from_numpy(b))
+    ref = np.linalg.solve(D, b)
+    assert np.abs(D @ x.numpy() - b).max() <= 1e-12 * (np.abs(D).sum(1).max() * np.abs(ref).max() + np.abs(b).max())
