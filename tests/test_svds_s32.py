@@ -97,3 +97,37 @@ def test_a_gram_matrix_too_full_is_refused_before_it_is_formed():
     A = sp.csr_matrix((np.ones(2 * n), (rows, cols)), shape=(n + 1, n))
     with pytest.raises(st.InputError, match="GRAM_MAX_ENTRIES"):
         st.svds(st.SparseTensor.from_package(A), 2, which="SM")
+
+
+def _triplets_ok_largest(A, U, S, Vh, k):
+    D = A.toarray()
+    U, S, V = U.resolve_conj().numpy(), S.numpy(), Vh.resolve_conj().numpy().conj().T
+    ref = np.sort(np.linalg.svd(D, compute_uv=False))[-k:]
+    np.testing.assert_allclose(np.sort(S), ref, atol=1e-10 * ref.max(), rtol=0)
+    scale = np.abs(D).max()
+    assert np.linalg.norm(D @ V - U * S, axis=0).max() <= 1e-9 * scale
+    assert np.linalg.norm(D.conj().T @ U - V * S, axis=0).max() <= 1e-9 * scale
+    np.testing.assert_allclose(U.conj().T @ U, np.eye(k), atol=1e-10)
+    np.testing.assert_allclose(V.conj().T @ V, np.eye(k), atol=1e-10)
+
+
+@pytest.mark.parametrize("shape", [(2000, 150), (150, 2000)])
+def test_largest_of_a_strongly_rectangular_matrix_through_the_gram_route(shape):
+    A = sp.csr_matrix(sp.random(*shape, density=0.01, random_state=2))
+    T = st.SparseTensor.from_package(A)
+    assert svd_module._gram_first(T)
+    U, S, Vh = st.svds(T, 5)
+    _triplets_ok_largest(A, U, S, Vh, 5)
+
+
+def test_largest_past_the_rank_through_the_gram_route():
+    """Rank 3, k = 5: two zero singular values among the 'largest', their left vectors from the null space of A^H."""
+    L = sp.random(400, 3, density=0.3, random_state=8)
+    R = sp.random(3, 40, density=0.3, random_state=9)
+    A = sp.csr_matrix(L @ R)
+    assert np.linalg.matrix_rank(A.toarray()) == 3
+    T = st.SparseTensor.from_package(A)
+    assert svd_module._gram_first(T)
+    U, S, Vh = st.svds(T, 5)
+    _triplets_ok_largest(A, U, S, Vh, 5)
+    assert float(S.min()) <= 1e-10 * float(S.max())

@@ -19,7 +19,9 @@ Gram matrix ``G = A^H A`` (or ``A A^H``, formed by :func:`~sparsetorch.spgemm`; 
 large): eigsh's smallest eigenvectors of ``G`` give the right subspace, the singular values are recomputed from
 ``A`` itself (the SVD of ``A V``, so not squared), and the zero ones get left vectors from the null space of
 ``A^H`` (eigsh of ``A A^H``), so that every triplet meets ``A v = s u`` and ``A^H u = s v``. (SciPy's ``svds``
-takes the Gram matrix's operator throughout, and can miss a zero singular value of a tall matrix.)
+takes the Gram matrix's operator throughout, and can miss a zero singular value of a tall matrix.) The largest
+singular values of a strongly rectangular ``A`` (one side ``GRAM_LM_ASPECT`` times the other, the Gram matrix's fill
+small) take the Gram route too: its Lanczos vectors are ``min(m, n)`` long instead of ``m + n``.
 
 Either way the eigenvectors only give the two subspaces; a Rayleigh-Ritz step (the SVD of the small
 ``Q_u^H A Q_v``) turns them into orthonormal triplets with nonnegative singular values, also where singular
@@ -138,21 +140,24 @@ def _gram(A: SparseTensor) -> SparseTensor:
     return spgemm(A.mH, A)
 
 
-def _gram_smallest(A: SparseTensor, k: int, options: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(U, V)`` of ``A``'s ``k`` smallest singular values (S descending) through the smaller Gram matrix (module
-    docstring): ``V`` from eigsh of ``A^H A`` (for ``m >= n``; a wide A is handled as ``A^H``), then the SVD of
-    ``A V`` gives the values and the left vectors, and the values at rounding level get left vectors from the null
-    space of ``A^H`` (eigsh of ``A A^H``). Every triplet is checked to an SVD's residual (:func:`_checked`)."""
+def _gram_route(A: SparseTensor, k: int, options: dict, largest: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(U, V)`` of ``A``'s ``k`` smallest (or ``largest``) singular values (S descending) through the smaller Gram
+    matrix (module docstring): ``V`` from eigsh of ``A^H A`` (for ``m >= n``; a wide A is handled as ``A^H``), then
+    the SVD of ``A V`` gives the values and the left vectors, and the values at rounding level get left vectors from
+    the null space of ``A^H`` (eigsh of ``A A^H``). Every triplet is checked to an SVD's residual (:func:`_checked`)."""
     m, n = A.format_shape
     if m < n:
-        V, U = _gram_smallest(A.mH, k, options)
+        V, U = _gram_route(A.mH, k, options, largest)
         return U, V
     opts = {key: val for key, val in options.items() if key != "properties"}
     kind = "hermitian" if A.dtype.is_complex else "symmetric"
     # sqrt(u) ||A||_F^2 >= sqrt(u) ||G||: G + tau I is positive definite, well clear of rounding, and shift-invert
     # below 0 gives G's smallest eigenvalues in order
     tau = _shift(A) * float(torch.linalg.vector_norm(A.values))
-    _, W = eigsh(_gram(A), k, sigma=-tau, properties=kind, **opts)
+    if largest:
+        _, W = eigsh(_gram(A), k, which="LA", properties=kind, **opts)
+    else:
+        _, W = eigsh(_gram(A), k, sigma=-tau, properties=kind, **opts)
     P, S, Rh = torch.linalg.svd(A @ W, full_matrices=False)  # descending
     U, V = P, W @ Rh.mH
     tol = _residual_tol(A, S.dtype)
@@ -165,7 +170,7 @@ def _gram_smallest(A: SparseTensor, k: int, options: dict) -> tuple[torch.Tensor
         Z, _ = torch.linalg.qr(Z)
         U = U.clone()
         U[:, zero] = Z
-    return _checked(A, U, V, S, k, "the Gram matrix's smallest eigenvectors")
+    return _checked(A, U, V, S, k, "the Gram matrix's eigenvectors")
 
 
 def _shift(A: SparseTensor) -> float:
@@ -191,11 +196,39 @@ def _checked(A: SparseTensor, U: torch.Tensor, V: torch.Tensor, S: torch.Tensor,
     r2 = torch.linalg.vector_norm(A.mH @ U - V * S, dim=0)
     idx = torch.nonzero(torch.maximum(r1, r2) <= _residual_tol(A, S.dtype)).squeeze(-1)
     if idx.numel() < k:
-        raise NotConvergedError(f"svds(which='SM'): of {U.shape[1]} candidates from {source}, {idx.numel()} give "
+        raise NotConvergedError(f"svds: of {U.shape[1]} candidates from {source}, {idx.numel()} give "
                                 f"singular triplets (residual within sqrt(u) ||A||), fewer than k={k}; take the dense "
                                 f"torch.linalg.svd(A.to_dense()) if A is small enough")
     keep = idx[-k:]
     return U[:, keep], V[:, keep]
+
+
+def _largest(A: SparseTensor, k: int, options: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(U, V)`` of the ``k`` largest singular values (S descending) from the dilation's ``k`` largest eigenpairs
+    (the top ``+sigma``), by a Rayleigh-Ritz step on the halves' leading directions."""
+    m = A.format_shape[0]
+    _, X = eigsh(_dilation(A), k, which="LA", **options)
+    Qu, Qv = _directions(X[:m], k), _directions(X[m:], k)
+    P, _, Rh = torch.linalg.svd(Qu.mH @ (A @ Qv))  # descending
+    return Qu @ P, Qv @ Rh.mH
+
+
+#: svds(which="LM") of a matrix with one side at least this many times the other goes through the Gram matrix of the
+#: smaller side (where its fill is small): Lanczos vectors of min(m, n) instead of m + n, and the squared spectrum's
+#: wider gaps at the top (20000 x 3000, 0.1 %: 0.12 s against the dilation's 0.61 s; SciPy's svds 0.11 s)
+GRAM_LM_ASPECT = 4
+#: ... and the Gram matrix's fill bound (:func:`_gram`) within this many times A's entries
+GRAM_LM_FILL = 8
+
+
+def _gram_first(A: SparseTensor) -> bool:
+    m, n = A.format_shape
+    if max(m, n) < GRAM_LM_ASPECT * min(m, n):
+        return False
+    B = A if m >= n else A.mH
+    coords, _ = B.entries()
+    counts = torch.bincount(coords[0].to(torch.int64), minlength=B.format_shape[0]).to(torch.float64)
+    return float((counts * counts).sum()) <= GRAM_LM_FILL * max(int(coords[0].numel()), 1)
 
 
 def svds(A: SparseTensor, k: int = 6, *, which: str = "LM", return_singular_vectors: bool = True,
@@ -228,11 +261,13 @@ def svds(A: SparseTensor, k: int = 6, *, which: str = "LM", return_singular_vect
     plain = A.detach()
     options.setdefault("properties", "hermitian" if A.dtype.is_complex else "symmetric")
     with torch.no_grad():
-        if which == "LM":
-            _, X = eigsh(_dilation(plain), k, which="LA", **options)  # the k largest of +-sigma: the top sigmas
-            Qu, Qv = _directions(X[:m], k), _directions(X[m:], k)
-            P, _, Rh = torch.linalg.svd(Qu.mH @ (plain @ Qv))  # descending
-            U, V = Qu @ P, Qv @ Rh.mH
+        if which == "LM" and _gram_first(plain):
+            try:
+                U, V = _gram_route(plain, k, options, largest=True)
+            except NotConvergedError:
+                U, V = _largest(plain, k, options)
+        elif which == "LM":
+            U, V = _largest(plain, k, options)
         elif m == n:
             try:
                 # +-sigma nearest -tau: both copies of the k smallest, or one copy of each (both halves of one copy
@@ -240,9 +275,9 @@ def svds(A: SparseTensor, k: int = 6, *, which: str = "LM", return_singular_vect
                 _, X = eigsh(_dilation(plain), 2 * k, sigma=-_shift(plain), **options)
                 U, V = _smallest(plain, X[:m], X[m:], k)
             except (NotConvergedError, SingularMatrixError):  # a null space above k, an exact zero pivot
-                U, V = _gram_smallest(plain, k, options)
+                U, V = _gram_route(plain, k, options)
         else:
-            U, V = _gram_smallest(plain, k, options)
+            U, V = _gram_route(plain, k, options)
     coords, slots = A.entries()
     vals = A.values.index_select(-1, slots)
     r, c = coords[0].long(), coords[1].long()
