@@ -29,3 +29,19 @@ def test_singular_to_float32_precision_says_float64_may_solve_it():
     x = st.solve(st.SparseTensor.from_package(sp.csr_matrix(D)), torch.from_numpy(b))
     ref = np.linalg.solve(D, b)
     assert np.abs(D @ x.numpy() - b).max() <= 1e-12 * (np.abs(D).sum(1).max() * np.abs(ref).max() + np.abs(b).max())
+
+
+def _poisson(n: int) -> sp.csr_matrix:
+    T = sp.diags([-np.ones(n - 1), 2 * np.ones(n), -np.ones(n - 1)], [-1, 0, 1])
+    return sp.csr_matrix(sp.kron(T, sp.eye(n)) + sp.kron(sp.eye(n), T))
+
+
+@pytest.mark.parametrize("opts, match", [({"poly_degree": 10**6}, r"\[1, 1000\]"), ({"poly_degree": "x"}, "poly_degree"),
+                                         ({"poly_ratio": float("inf")}, "finite"), ({"poly_ratio": "y"}, "poly_ratio")])
+def test_polynomial_preconditioner_options_out_of_range_are_refused(opts, match):
+    """Degree 10^6 ran for minutes (no cap); ratio inf let through to a misleading 'not positive definite'; a string
+    crashed in the cost model (session 32's sweep)."""
+    A = st.SparseTensor.from_package(_poisson(10))
+    with pytest.raises(st.InputError, match=match):
+        st.solve(A, torch.ones(100, dtype=torch.float64), method="cg", preconditioner="polynomial", backend="torch",
+                 backend_options=opts)

@@ -146,7 +146,9 @@ def krylov_cost(rates: Rates, request: Request, method: str, preconditioner: str
         per += rates.seconds(bytes=3 * vec, launches=_GRAPH_PRECOND_LAUNCHES if graph else _PRECOND_DISPATCHES)
     elif preconditioner in PATTERN_PRECONDITIONERS:
         if preconditioner == "polynomial":
-            degree = float((request.option("backend_options") or {}).get("poly_degree", POLY_DEGREE))
+            degree = (request.option("backend_options") or {}).get("poly_degree", POLY_DEGREE)
+            # a degree that is not a number is refused by the preconditioner's build, with what to pass
+            degree = float(degree) if isinstance(degree, (int, float)) and not isinstance(degree, bool) else POLY_DEGREE
             extra, fewer = degree - 1, 1.1 / max(degree, 1.0)
         else:
             tri = _GPU_TRIANGULAR if request.device.type == "cuda" else _TRIANGULAR_PRODUCTS

@@ -123,7 +123,7 @@ class KrylovPlan:
         if name == "ssor":
             return ssor(self._pattern, stored, float(opts.get("ssor_omega", 1.0)))
         return polynomial(self._pattern, stored, lambda X: self._mm.apply(X), lambda X: self._mm.apply(X, adjoint=True),
-                          degree=opts.get("poly_degree", POLY_DEGREE), ratio=float(opts.get("poly_ratio", POLY_RATIO)))
+                          degree=opts.get("poly_degree", POLY_DEGREE), ratio=opts.get("poly_ratio", POLY_RATIO))
 
     def solve(self, B: torch.Tensor, *, adjoint: bool = False, options: Mapping[str, Any] | None = None
               ) -> tuple[torch.Tensor, IterationResult]:
