@@ -45,3 +45,26 @@ def test_polynomial_preconditioner_options_out_of_range_are_refused(opts, match)
     with pytest.raises(st.InputError, match=match):
         st.solve(A, torch.ones(100, dtype=torch.float64), method="cg", preconditioner="polynomial", backend="torch",
                  backend_options=opts)
+
+
+def test_a_torch_solver_moves_to_lu_when_new_values_are_not_symmetric():
+    """Solver(A SPD, backend="torch") plans Cholesky; update_values with nonsymmetric values on the same pattern raised
+    NotSymmetricError (no method or properties= was given): now the next solve moves to LU, as it does for symmetric
+    indefinite values. Pinned to Cholesky it still raises. Reference: dense float64 solve."""
+    A = st.SparseTensor.from_package(_poisson(8))
+    b = torch.ones(64, dtype=torch.float64)
+    coords, slots = A.entries()
+    r, c = coords[0], coords[1]
+    v = A.values.clone()
+    v[slots[c > r]], v[slots[c < r]], v[slots[c == r]] = -1.5, -0.5, 4.0
+    D = A.with_values(v).to_dense()
+    s = st.Solver(A, backend="torch")
+    s.solve(b)
+    s.update_values(v)
+    x = s.solve(b)
+    torch.testing.assert_close(x, torch.linalg.solve(D, b), rtol=1e-12, atol=1e-12)
+    pinned = st.Solver(A, backend="torch", method="cholesky")
+    pinned.solve(b)
+    with pytest.raises(st.NotSymmetricError):
+        pinned.update_values(v)
+        pinned.solve(b)

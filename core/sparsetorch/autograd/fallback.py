@@ -41,7 +41,7 @@ import torch
 
 from ..dispatch import experience
 from ..dispatch.records import Measured, Offer
-from ..errors import BackendError, IndefiniteMatrixError, SingularMatrixError
+from ..errors import BackendError, IndefiniteMatrixError, NotSymmetricError, SingularMatrixError
 from ..dispatch.accuracy import backward_error_bound, default_rtol, normwise_backward_error, unit_roundoff
 from ..dispatch.results import Attempt, IterationResult, Status
 from ..tensor import SparseTensor
@@ -201,7 +201,7 @@ class Route(RangeSearch):
             t0, c0 = time.perf_counter(), (time.thread_time() if offer is not None and offer.direct else None)
             try:
                 X, res = self._attempt(state, vs, Bs, opts, handle.adjoint, rtol, atol_s, offer)
-            except (SingularMatrixError, IndefiniteMatrixError, BackendError) as exc:
+            except (SingularMatrixError, IndefiniteMatrixError, NotSymmetricError, BackendError) as exc:
                 # a zero pivot of a direct method is a verdict on A; one of a preconditioner's
                 # factorization (ILU, IC) is only that preconditioner's failure
                 kind = "singular" if isinstance(exc, SingularMatrixError) and _direct(offer) else "error"

@@ -20,7 +20,8 @@ from ..dispatch import experience
 from ..dispatch.options import SolveOptions, defaults
 from ..dispatch.records import ExplainTable
 from ..dispatch.select import backend_hint, check_backend_options, get_backends, unknown_method
-from ..errors import BackendError, IndefiniteMatrixError, InputError, NoBackendError, SingularMatrixError, SparseTorchError
+from ..errors import (BackendError, IndefiniteMatrixError, InputError, NoBackendError, NotSymmetricError, SingularMatrixError,
+                      SparseTorchError)
 from ..tensor import SparseTensor, SparseTensorList
 from ..tensor._compiling import compiling
 from .accuracy import default_rtol
@@ -511,7 +512,7 @@ class Solver:
             assert state is not None
             try:
                 state.load(values)
-            except (SingularMatrixError, IndefiniteMatrixError, BackendError):
+            except (SingularMatrixError, IndefiniteMatrixError, NotSymmetricError, BackendError):
                 if self._options["method"] is not None:
                     raise
         return self
