@@ -122,7 +122,11 @@ def _count_at_least(A: Any, sigma: float, above: bool, M: Any | None = None) -> 
     pivot or failed."""
     import scipy.sparse as sp
 
-    I = sp.identity(A.shape[0], dtype=A.dtype, format="csc") if M is None else M
+    # counted in double precision whatever A's dtype: a complex64 factorization's rounding (imaginary parts of the
+    # pivots near 1e-7 of A) counted 17 eigenvalues where there are 4 (session 32's sweep)
+    wide = np.complex128 if np.issubdtype(A.dtype, np.complexfloating) else np.float64
+    A = A.astype(wide, copy=False)
+    I = sp.identity(A.shape[0], dtype=wide, format="csc") if M is None else M.astype(wide, copy=False)
     S = (sigma * I - A) if above else (A - sigma * I)
     got = diagonal_pivot_lu(sp.csc_matrix(S))
     return None if got is None else got[1]
@@ -282,7 +286,13 @@ def _missed_copies(A: Any, w: np.ndarray, which: str, sigma: float | None = None
     # the region is drawn just inside the outermost value returned: eigenvalues tied with it (a cluster the k-th
     # value cuts through) may be left out by a correct answer; one strictly inside may not (an outward margin
     # rejected correct answers: 1e6 I + L with sigma = 1e6, any k of [1, 1, 1, 3, 3, 3] about sigma = 2)
-    delta = 1e-8 * scale
+    # (relative to the larger of the values and ||A||_inf, at least 64 u of A's dtype: eigenvalues at rounding level,
+    # -7.7e-15 for a Laplacian's zero, or a float32 value tied with the boundary, were counted inside a region drawn
+    # at 1e-8 of the values alone, and rejected correct answers; session 32's sweep)
+    norm = float(abs(A).sum(axis=1).max()) if A.shape[0] and A.nnz else 0.0
+    if M is not None and M.nnz:
+        norm /= max(float(abs(M).sum(axis=1).max()), 1e-300)
+    delta = max(1e-8, 64 * float(np.finfo(A.dtype).eps)) * max(scale, norm)
 
     def below(s: float) -> int | None:
         return _count_at_least(A, s, False, M)
