@@ -120,3 +120,34 @@ def test_smallest_of_a_laplacian_with_more_zero_copies_than_k_is_found_first_tim
     assert np.abs(w.numpy()).max() <= 1e-10
     assert np.linalg.norm(L @ V.numpy() - V.numpy() * w.numpy(), axis=0).max() <= 1e-9
     assert info.extra["attempts"][0]["accepted"], info.extra["attempts"]
+
+
+def _nonsymmetric_values(A):
+    coords, slots = A.entries()
+    r, c = coords[0], coords[1]
+    v = A.values.clone()
+    v[slots[c > r]], v[slots[c < r]], v[slots[c == r]] = -1.5, -0.5, 4.0
+    return v
+
+
+def test_a_solver_planned_on_symmetric_values_replans_for_nonsymmetric_ones():
+    """Solver(method="cg") on SPD values, then nonsymmetric ones: 1,440 iterations to a NotConvergedError; now a
+    NotSymmetricError naming what to do. Solver(method="gmres") planned on the symmetric values answered adjoint
+    solves (the backward pass) with the forward operator and failed there; now it plans again and the gradient
+    matches the dense one (torch.linalg.solve in float64)."""
+    A = st.SparseTensor.from_package(_poisson(8))
+    b = torch.ones(64, dtype=torch.float64)
+    v = _nonsymmetric_values(A)
+    cg = st.Solver(A, method="cg")
+    cg.solve(b)
+    with pytest.raises(st.NotSymmetricError, match="method='cg'"):
+        cg.update_values(v)
+    s = st.Solver(A, method="gmres", backend="torch")
+    s.solve(b)
+    vv = v.clone().requires_grad_()
+    s.update_values(vv)
+    s.solve(b).sum().backward()
+    D = A.with_values(v).to_dense().requires_grad_()
+    torch.linalg.solve(D, b).sum().backward()
+    coords, slots = A.entries()
+    torch.testing.assert_close(vv.grad[slots], D.grad[coords[0], coords[1]], rtol=1e-9, atol=1e-11)

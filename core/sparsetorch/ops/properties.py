@@ -334,22 +334,35 @@ def _sampler(skeys: torch.Tensor, order: torch.Tensor, slot: torch.Tensor, rows:
     return sample
 
 
+def symmetric_values(A: SparseTensor) -> bool:
+    """Whether A's values are symmetric (Hermitian for complex values) on its pattern: :func:`detect`'s first
+    test alone (no definiteness tests), for a caller that only needs that (``Solver.update_values``)."""
+    m = _symmetry_map(A)
+    if m is None:
+        return bool({"symmetric", "hermitian"} & _detect(A))
+    values = A.values.detach()
+    return _mapped_symmetric(m, values, values if m.in_order else values.index_select(-1, m.slot))
+
+
+def _mapped_symmetric(m: "_SymmetryMap", values: torch.Tensor, vals: torch.Tensor) -> bool:
+    if vals.shape[-1] == 0:
+        return True
+    if m._pending is not None and m.counts_differ and not bool((vals == 0).any()):
+        return False  # a non-symmetric pattern with no stored zeros: no transpose search needed
+    if m._pending is not None and m.sample is not None and m.sample(values):
+        return False  # a sample of entries differs from its transposes: no sort of the transposes needed
+    m.resolve()
+    tv = values.index_select(-1, m.tslot)
+    if tv.is_complex():
+        tv = tv.conj()
+    return _pairs_symmetric(vals, tv, m.found)
+
+
 def _detect_mapped(A: SparseTensor, m: "_SymmetryMap") -> frozenset[str]:
     n = A.format_shape[0]
     values = A.values.detach()
     vals = values if m.in_order else values.index_select(-1, m.slot)
-    if vals.shape[-1] == 0:
-        sym = True
-    elif m._pending is not None and m.counts_differ and not bool((vals == 0).any()):
-        sym = False  # a non-symmetric pattern with no stored zeros: no transpose search needed
-    elif m._pending is not None and m.sample is not None and m.sample(values):
-        sym = False  # a sample of entries differs from its transposes: no sort of the transposes needed
-    else:
-        m.resolve()
-        tv = values.index_select(-1, m.tslot)
-        if tv.is_complex():
-            tv = tv.conj()
-        sym = _pairs_symmetric(vals, tv, m.found)
+    sym = _mapped_symmetric(m, values, vals)
     if not sym:
         return frozenset({"nonsymmetric"}) | _dominance(vals, m.rows, m.on, m.diag_rows, n, m.on_idx)
     return _spd_tags(A, vals, m.rows, m.on, m.diag_rows, n, m.on_idx)

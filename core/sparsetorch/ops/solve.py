@@ -411,6 +411,10 @@ def _info(A: SparseTensor, Bn: torch.Tensor, Xn: torch.Tensor, handle: SolveHand
     )
 
 
+#: methods that need A == A^H: a pinned one refuses new values that are not (Solver.update_values)
+_HERMITIAN_METHODS = frozenset({"cg", "minres", "cholesky", "ldlt", "amg", "lobpcg", "lanczos"})
+
+
 class Solver:
     """A solver bound to one matrix pattern: plan once, refactorize on new values, solve many.
 
@@ -537,9 +541,30 @@ class Solver:
             if self._check_finite and is_plain(values) and self._state is not None:
                 self._check_values(values)  # before the factorization meets them
             self._values, self._A = values, None
+            if self._state is not None and self._symmetry_lost():
+                if self._options.method in _HERMITIAN_METHODS:
+                    raise NotSymmetricError(
+                        f"Solver(method={self._options.method!r}) was planned for symmetric (Hermitian) values, and "
+                        f"the new values are not symmetric; {self._options.method} needs A == A^H. Make a Solver "
+                        f"without method= (dispatch then picks LU or a nonsymmetric Krylov method) or pass "
+                        f"method='lu' / 'gmres' / 'bicgstab'")
+                # planned again, on these values' properties, by the next solve or factorize (a plan made for a
+                # Hermitian A may also answer adjoint solves, the backward pass, with the forward operator)
+                self._state = None
             if self._state is not None:
                 self.factorize()
         return self
+
+    def _symmetry_lost(self) -> bool:
+        """Whether the plan was chosen for detected symmetric values and the new ones are not (O(nnz) on the
+        pattern's cached transpose map): a Solver of CG on an SPD matrix given nonsymmetric values ran 1,440
+        iterations to a NotConvergedError (session 32's sweep). Properties the caller gave are not re-checked."""
+        request = getattr(self, "_request", None)
+        if request is None or self._properties is not None or not {"symmetric", "hermitian", "spd"} & request.properties:
+            return False
+        from .properties import symmetric_values  # noqa: PLC0415
+
+        return not symmetric_values(self.A)
 
     def solve(self, B: torch.Tensor, *, return_info: bool = False):
         """``X`` with ``A X = B`` (checked, with fallback when dispatch chose the method).
