@@ -131,3 +131,16 @@ def test_largest_past_the_rank_through_the_gram_route():
     U, S, Vh = st.svds(T, 5)
     _triplets_ok_largest(A, U, S, Vh, 5)
     assert float(S.min()) <= 1e-10 * float(S.max())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("which, shape", [("SM", (300, 80)), ("SM", (80, 300)), ("SM", (120, 120)), ("LM", (1200, 100))])
+def test_svds_routes_on_cuda(which, shape):
+    """The Gram route (spgemm, shift-invert / Lanczos on the device) and the dilation, on CUDA values: the same
+    triplets as the dense SVD (numpy, float64)."""
+    A = sp.csr_matrix(sp.random(*shape, density=0.05, random_state=1) + sp.eye(*shape))
+    T = st.SparseTensor.from_package(A).to("cuda")
+    U, S, Vh = st.svds(T, 3, which=which)
+    assert U.device.type == "cuda" and S.device.type == "cuda"
+    check = _triplets_ok if which == "SM" else _triplets_ok_largest
+    check(A, U.cpu(), S.cpu(), Vh.cpu(), 3)

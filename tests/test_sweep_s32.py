@@ -151,3 +151,20 @@ def test_a_solver_planned_on_symmetric_values_replans_for_nonsymmetric_ones():
     torch.linalg.solve(D, b).sum().backward()
     coords, slots = A.entries()
     torch.testing.assert_close(vv.grad[slots], D.grad[coords[0], coords[1]], rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_cuda_solver_replans_for_nonsymmetric_values():
+    """The same as above on CUDA values (the torch backend's CG / GMRES on the device; reference: dense float64)."""
+    A = st.SparseTensor.from_package(_poisson(8)).to("cuda")
+    b = torch.ones(64, dtype=torch.float64, device="cuda")
+    v = _nonsymmetric_values(A)
+    cg = st.Solver(A, method="cg")
+    cg.solve(b)
+    with pytest.raises(st.NotSymmetricError):
+        cg.update_values(v)
+    s = st.Solver(A)
+    s.solve(b)
+    s.update_values(v)
+    x = s.solve(b)
+    torch.testing.assert_close(x, torch.linalg.solve(A.with_values(v).to_dense(), b), rtol=1e-10, atol=1e-10)
