@@ -710,6 +710,15 @@ class Route(RangeSearch):
             X, R, omega, steps = X2, R2, omega2, steps + 1
         if not omega <= bound:
             return None
+        # an answer that leaves a residual above sqrt(u) of b, with every row divided by its largest entry (so that
+        # rows in other units count alike, as this verdict is for them), is no solution of a nearby consistent
+        # system: its componentwise backward error is small only because x is huge (an exactly singular A with b
+        # outside its range: ||x|| 4.7e16, relative residual 2.2, and a Skeel floor of 3e12-3e14 that the random
+        # weights left below the threshold; session 32's sweep). The solvable systems judged here leave small ones.
+        w = _row_weights(self.A, values, adjoint).unsqueeze(-1)
+        bn = _safe_norm(B * w)
+        if float((_safe_norm(R * w) / torch.where(bn > 0, bn, torch.ones_like(bn))).max()) > unit_roundoff(B.dtype) ** 0.5:
+            return None
         skeel = self._skeel_floor(values, X, adjoint, inverse)
         # judged with sqrt(n) to spare: a random weight vector's component along one direction (a singular A's left
         # null vector) is ~1 / sqrt(n) of it, so the floor of a singular matrix can come out that far below 1 / u (a
