@@ -116,7 +116,11 @@ class TorchSpmmPlan:
                 probe = self._conv_t.apply(t)
                 self._crow_t, self._col_t = _narrow(probe.pos(1), probe.crd(1))
             vt = self._conv_t.apply(self._csr_t_src.with_values(self._values)).values
-            self._values_t = vt.conj() if vt.is_complex() else vt
+            # conjugated in memory, not as a lazy conj view: a kernel that reads the storage (the serial SciPy
+            # product, torch's CSR kernel) met the unconjugated numbers where the Conjugate dispatch key was not
+            # active, as when a compiled graph runs (torch.compile of A.T @ X, complex: A^H X came back; session
+            # 32's sweep)
+            self._values_t = torch.conj_physical(vt) if vt.is_complex() else vt
         return self._values_t
 
     # Products -----------------------------------------------------------------------------------

@@ -301,7 +301,7 @@ def ic0(pattern: IncompletePattern, values: Tensor) -> TriangularPreconditioner:
         C = _csr(crow, col, cv, n)
         crow, col, pos = pattern.triangle("LD", True)
         cvh = torch.where(pattern.is_lower[pos], v[pos] * root[pattern.col[pos]], root[pattern.row[pos]])
-        Ch = _csr(crow, col, cvh.conj() if cvh.is_complex() else cvh, n)
+        Ch = _csr(crow, col, torch.conj_physical(cvh) if cvh.is_complex() else cvh, n)  # in memory: a CSR kernel reads storage
         members.append([(C, False, False, None), (Ch, True, False, None)])
     return TriangularPreconditioner("ic0", members, n, shift=used)
 
