@@ -213,3 +213,29 @@ def test_compiled_transposed_products_of_complex_matrices(expr):
     ref = eval(expr, {"A": D, "X": X, "st": st}) if "st." not in expr else D.T @ X  # noqa: S307
     got = torch.compile(fn, fullgraph=True, backend="aot_eager")(A, X)
     torch.testing.assert_close(got, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_a_sparse_linear_checkpoint_of_another_format_is_refused():
+    """A CSC layer's state dict loaded into a CSR layer of a square weight: same buffer names and shapes, and the
+    layer then multiplied by W^T without a word (session 32's sweep). The format now travels in the state dict
+    (_extra_state) and a mismatch loads nothing; same-format checkpoints, torch.save / load(weights_only=True) and
+    checkpoints without the record (written before) load as before. Reference: the dense W."""
+    import io
+
+    from sparsetorch.format import CSC, CSR
+
+    W = torch.tensor([[1.0, 2.0, 0.0], [0.0, 3.0, 0.0], [4.0, 0.0, 5.0]], dtype=torch.float64)
+    src = st.nn.SparseLinear(st.SparseTensor.from_dense(W).convert(CSC))
+    dst = st.nn.SparseLinear(st.SparseTensor.from_dense(2 * W).convert(CSR))
+    with pytest.raises(RuntimeError, match="format"):
+        dst.load_state_dict(src.state_dict())
+    x = torch.tensor([[1.0, 0.0, 0.0]], dtype=torch.float64)
+    torch.testing.assert_close(dst(x), x @ (2 * W).T)  # nothing of dst was loaded
+    same = st.nn.SparseLinear(st.SparseTensor.from_dense(2 * W).convert(CSC))
+    buf = io.BytesIO()
+    torch.save(src.state_dict(), buf)
+    buf.seek(0)
+    same.load_state_dict(torch.load(buf, weights_only=True))
+    torch.testing.assert_close(same(x), x @ W.T)
+    older = {k: v for k, v in src.state_dict().items() if k != "_extra_state"}
+    assert not same.load_state_dict(older).missing_keys

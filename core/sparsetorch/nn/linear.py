@@ -103,6 +103,31 @@ class SparseLinear(nn.Module):
             if self.__dict__.pop("_pattern", None) is not None and not compiling():
                 self.weight  # noqa: B018
 
+    # The weight's format travels with the state dict ("_extra_state"): CSR and CSC layers of a square weight have
+    # index buffers of the same names and shapes that mean different things, and a CSC checkpoint loaded into a CSR
+    # layer multiplied by W^T without a word (session 32's sweep).
+    def get_extra_state(self) -> dict:
+        return {"format": str(self._format)}
+
+    def set_extra_state(self, state) -> None:  # type: ignore[no-untyped-def]
+        pass  # checked before anything is loaded (_load_from_state_dict)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,  # type: ignore[no-untyped-def]
+                              unexpected_keys, error_msgs) -> None:
+        key = prefix + "_extra_state"
+        saved = state_dict.get(key)
+        got = saved.get("format") if isinstance(saved, dict) else None
+        if got is not None and got != str(self._format):
+            error_msgs.append(f"SparseLinear ({prefix or 'the module'}): the checkpoint's weight is stored in the format "
+                              f"{got}, this layer's in {self._format}; their index buffers mean different things (a CSC "
+                              f"weight read as CSR is W^T). Nothing of this layer was loaded: build it in the "
+                              f"checkpoint's format, or load the checkpoint into such a layer and convert its weight")
+            return
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+        if key not in state_dict and key in missing_keys:
+            missing_keys.remove(key)  # a checkpoint written before the format was recorded: nothing to compare
+
     def _apply(self, fn, recurse: bool = True):  # type: ignore[no-untyped-def]
         out = super()._apply(fn, recurse)
         self.__dict__.pop("_pattern", None)  # buffers moved or cast: the pattern object is rebuilt now, eagerly
