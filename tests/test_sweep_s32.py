@@ -239,3 +239,15 @@ def test_a_sparse_linear_checkpoint_of_another_format_is_refused():
     torch.testing.assert_close(same(x), x @ W.T)
     older = {k: v for k, v in src.state_dict().items() if k != "_extra_state"}
     assert not same.load_state_dict(older).missing_keys
+
+
+def test_a_batched_right_hand_side_with_no_inner_rows():
+    """A 4 x 0 matrix against X of shape (5, 0, 2): a raw RuntimeError from reshape(0, -1); now zeros (5, 4, 2), as
+    dense torch gives; an expanded c (written in place) is refused by name instead of torch's overlap error."""
+    A = st.SparseTensor.from_dense(torch.zeros(4, 0, dtype=torch.float64))
+    X = torch.zeros(5, 0, 2, dtype=torch.float64)
+    for Y in (A @ X, st.matmul(A, X), st.SparseTensor.from_dense(torch.zeros(0, 4, dtype=torch.float64)).T @ X):
+        torch.testing.assert_close(Y, torch.zeros(4, 0, dtype=torch.float64) @ X)
+    eye = st.SparseTensor.from_dense(torch.eye(3, dtype=torch.float64))
+    with pytest.raises(st.InputError, match="sharing"):
+        st.matmul(eye, torch.ones(3, 2, dtype=torch.float64), torch.zeros(3, 1, dtype=torch.float64).expand(3, 2))

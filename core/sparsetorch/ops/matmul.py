@@ -363,7 +363,8 @@ def _rhs(A: SparseTensor, X: object, op: str) -> _Rhs:
             X = X.expand(*vb, *X.shape)  # one X for every member of the value batch
         elif not exact and not vb and X.dim() > 2 and X.shape[-2] == n:
             lead, k = tuple(X.shape[:-2]), X.shape[-1]
-            Xn, _ = as_rhs(A, X.movedim(-2, 0).reshape(n, -1), op, rows=n)
+            # (n, prod(lead) * k): the sizes given, which reshape cannot infer with n = 0 (a 0-column A: a crash)
+            Xn, _ = as_rhs(A, X.movedim(-2, 0).reshape(n, math.prod(lead) * k), op, rows=n)
             # Y (m, prod(lead) * k) -> (*lead, m, k)
             return _Rhs(Xn, lead + (m, k), lambda Y: Y.reshape(m, *lead, k).movedim(0, -2))
     Xn, vector = as_rhs(A, X, op, rows=n)
@@ -433,6 +434,9 @@ def _scalars(a: SparseTensor, shape: tuple, c: torch.Tensor | None, alpha, beta,
                              f"(the result's shape: c is written in place, so it is not broadcast)")
         if c.dtype != a.dtype or c.device != a.device:
             raise InputError(f"{what}: c must have A's dtype {a.dtype} and device {a.device}, got {c.dtype} on {c.device}")
+        if any(st == 0 and sz > 1 for st, sz in zip(c.stride(), c.shape)):
+            raise InputError(f"{what}: c (strides {tuple(c.stride())} for shape {tuple(c.shape)}) has elements sharing "
+                             f"memory (an expanded tensor), and it is written in place; pass c.clone() or a fresh tensor")
     alpha = 1.0 if alpha is None else alpha
     beta = (1.0 if c is not None else 0.0) if beta is None else beta
     return alpha, beta
