@@ -251,3 +251,22 @@ def test_a_batched_right_hand_side_with_no_inner_rows():
     eye = st.SparseTensor.from_dense(torch.eye(3, dtype=torch.float64))
     with pytest.raises(st.InputError, match="sharing"):
         st.matmul(eye, torch.ones(3, 2, dtype=torch.float64), torch.zeros(3, 1, dtype=torch.float64).expand(3, 2))
+
+
+def test_reformat_model_with_subclasses_leaves_attention_out_proj_dense():
+    """subclasses=True replaced MultiheadAttention's out_proj, whose owner reads out_proj.weight itself: the forward
+    raised torch's TypeError. Now it stays dense with a warning, the MLP is pruned, and the block's output equals the
+    masked-dense twin's (reference: the same block with the pruned weights written back dense)."""
+    import copy
+
+    torch.manual_seed(0)
+    enc = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True).double()
+    twin = copy.deepcopy(enc)
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    with pytest.warns(UserWarning, match="out_proj"):
+        st.nn.reformat_model(enc, st.nn.magnitude(0.5), subclasses=True)
+    assert isinstance(enc.linear1, st.nn.SparseLinear) and not isinstance(enc.self_attn.out_proj, st.nn.SparseLinear)
+    with torch.no_grad():
+        for name in ("linear1", "linear2"):
+            getattr(twin, name).weight.copy_(getattr(enc, name).weight.to_dense())
+    torch.testing.assert_close(enc(x), twin(x), rtol=1e-12, atol=1e-12)

@@ -87,6 +87,15 @@ def reformat_model(model: nn.Module, fn: LayerFn | None = None, *, func: Callabl
         layer, name = mods[key], names[0]
         if only is not None and not only(name, layer):
             continue
+        readers = [n for n in names if isinstance(model.get_submodule(n.rpartition(".")[0]), _WEIGHT_READERS)]
+        if readers:
+            import warnings
+
+            warnings.warn(f"reformat_model: layer {readers[0]!r} left dense: its owner "
+                          f"({type(model.get_submodule(readers[0].rpartition('.')[0])).__name__}) reads its weight "
+                          f"tensor directly (F.multi_head_attention_forward), which a SparseLinear cannot stand for; the "
+                          f"forward raised torch's TypeError (session 32's sweep)", stacklevel=2)
+            continue
         tied = [p for p in (layer.weight, layer.bias) if p is not None and owners.get(id(p), {key}) != {key}]
         if tied:
             import warnings
@@ -114,6 +123,10 @@ def reformat_model(model: nn.Module, fn: LayerFn | None = None, *, func: Callabl
         for path in names:
             _set_child(model, path, out)
     return model
+
+
+#: modules that read a child nn.Linear's weight tensor themselves instead of calling it (subclasses=True reaches them)
+_WEIGHT_READERS = (nn.MultiheadAttention,)
 
 
 def _from_weight_rule(func: Callable) -> LayerFn:
