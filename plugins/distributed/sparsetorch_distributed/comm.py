@@ -208,7 +208,11 @@ class Comm:
         maxed = dict(zip(fnames, out[1 + 2 * len(names):]))
         bad = [name for name, a, b in zip(names, hi, lo) if a != b]
         if bad:
-            shown = shown or {}
+            shown = dict(shown or {})
+            if "dtype" in bad and "dtype" not in shown:
+                # the code compared, shown as the dtype's name (a mismatch printed "rank 0=4, rank 1=3")
+                names_of = {code: str(dt).replace("torch.", "") for dt, code in _DTYPE_CODES.items()}
+                shown["dtype"] = names_of.get(int((fields or {})["dtype"]), "another dtype")
             everyone = self.allgather_object({k: shown.get(k, (fields or {})[k]) for k in bad})
             detail = "; ".join(f"{k}: " + ", ".join(f"rank {r}={e[k]}" for r, e in enumerate(everyone)) for k in bad)
             raise MismatchError(f"{what}: the ranks disagree on {', '.join(bad)} ({detail}); every rank must pass the "

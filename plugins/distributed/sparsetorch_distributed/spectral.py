@@ -508,7 +508,8 @@ def eigsh(A, k: int = 6, *, which: str = "LM", sigma: float | None = None, tol: 
                   "maxiter": -1 if maxiter is None else maxiter, "tol": _float_bits(tol),
                   "degenerate_tol": _float_bits(cfg.degenerate_tol), "degenerate": _POLICIES.index(degenerate),
                   "on_nonconvergence": _POLICIES.index(on_nonconvergence), "A batch": batch_code(A)},
-                 shown={"A batch": tuple(A.batch_shape), "tol": tol, "degenerate_tol": degenerate_tol, "degenerate": degenerate,
+                 shown={"A batch": tuple(A.batch_shape), "which": which, "tol": tol, "degenerate_tol": degenerate_tol,
+                        "degenerate": degenerate,
                         "on_nonconvergence": on_nonconvergence})
         # whether any rank records gradients, and each member's max |A| (the symmetry test's scale) and ||A||_inf
         # (the operator's), ride on the same all_reduce (more than FLOAT_SLOTS maxima: one max all_reduce more)

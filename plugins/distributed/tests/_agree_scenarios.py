@@ -90,6 +90,10 @@ def _cases(comm, A, v, b):
         "scatter_src_negative": ([0, 1, last], lambda: sd.DSparseTensor.scatter(S if bad else None, src=-1, comm=comm)),
         "scatter_src_differs": ([], lambda: sd.DSparseTensor.scatter(S if comm.rank == 0 else None,
                                                                         src=1 if bad else 0, comm=comm)),
+        # session 32's sweep: the mismatch named the dtype / which by their integer codes ("rank 0=4, rank 1=3")
+        "from_local_rows_dtype_differs": ([], lambda: sd.DSparseTensor.from_local_rows(
+            rg, cg, A.values.detach().to(torch.float32 if bad else torch.float64), A.pattern.shape, comm=comm)),
+        "eigsh_which_differs": ([], lambda: sd.eigsh(A, 2, which="SA" if bad else "LA")),
         "grad_mode_matmul": ([last], grad_mode(lambda: Ag @ b)),
         "grad_mode_solve": ([last], grad_mode(lambda: sd.solve(Ag, b))),
         "grad_mode_eigsh": ([last], grad_mode(lambda: sd.eigsh(Ag, 2))),
@@ -207,7 +211,8 @@ CASES = ["with_values_length", "with_values_two_ranks", "with_values_dtype", "wi
          "with_entry_values_length", "with_entry_values_not_a_tensor", "matmul_length", "solve_length", "list_member",
          "list_solve_rhs", "list_eigsh_v0", "dot_not_a_tensor", "from_local_rows_shape", "nonlinear_rtol",
          "eigsh_degenerate_tol", "scatter_src_out_of_range", "scatter_src_negative",
-         "scatter_src_differs", "grad_mode_matmul", "grad_mode_solve", "grad_mode_eigsh", "solve_callback",
+         "scatter_src_differs", "from_local_rows_dtype_differs", "eigsh_which_differs",
+         "grad_mode_matmul", "grad_mode_solve", "grad_mode_eigsh", "solve_callback",
          "solve_callback_block"]
 
 

@@ -52,6 +52,8 @@ EXPECTED = {
                                                 "failing ranks: [0, 1, 2]"]),
     "scatter_src_negative": ("InputError", ["src must be the rank holding A, an int in 0..2, got -1 on rank 0"]),
     "scatter_src_differs": ("MismatchError", ["the ranks disagree on src (src: rank 0=0, rank 1=0, rank 2=1)"]),
+    "from_local_rows_dtype_differs": ("MismatchError", ["dtype: rank 0=float64, rank 1=float64, rank 2=float32"]),
+    "eigsh_which_differs": ("MismatchError", ["which: rank 0=LA, rank 1=LA, rank 2=SA"]),
     # grad mode off on one rank only: its agreement on gradients was skipped (the others waited in it)
     "grad_mode_matmul": ("MismatchError", ["DSparseTensor matmul: grad mode differs between the ranks: "
                                            "torch.is_grad_enabled() is False on rank 2 while rank 0, rank 1 record"]),
