@@ -270,3 +270,15 @@ def test_reformat_model_with_subclasses_leaves_attention_out_proj_dense():
         for name in ("linear1", "linear2"):
             getattr(twin, name).weight.copy_(getattr(enc, name).weight.to_dense())
     torch.testing.assert_close(enc(x), twin(x), rtol=1e-12, atol=1e-12)
+
+
+def test_a_matrix_free_solve_of_an_affine_map_says_it_is_not_linear():
+    """An operator with a bias (v -> lin(v) + 3 v) failed with a message blaming the tolerance and the dtype (already
+    float64); the failure now notes A(0) != 0. A linear operator still solves (reference: dense float64)."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(8, 8).double()
+    with pytest.raises(st.NotConvergedError, match="not linear"):
+        st.solve(lambda v: lin(v) + 3 * v, torch.randn(8, dtype=torch.float64))
+    W = torch.randn(8, 8, dtype=torch.float64) + 8 * torch.eye(8, dtype=torch.float64)
+    x = st.solve(lambda v: W @ v, torch.ones(8, dtype=torch.float64))
+    torch.testing.assert_close(x, torch.linalg.solve(W, torch.ones(8, dtype=torch.float64)), rtol=1e-9, atol=1e-10)

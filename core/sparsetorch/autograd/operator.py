@@ -23,7 +23,7 @@ never imports the backend that owns the Krylov code.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 import torch
@@ -64,9 +64,26 @@ class OperatorHandle:
         M = self.adjoint_preconditioner if adjoint else self.preconditioner
         with torch.no_grad():
             X, res = self.solver(op, B.detach(), M=M, **self.options)
+            if not res.converged:
+                res = _not_linear(op, B, res)
         self.results.append(res)
         _check(res, self.name, self.policy, "adjoint " if adjoint else "")
         return X
+
+
+def _not_linear(op: Callable[[torch.Tensor], torch.Tensor], B: torch.Tensor, res: IterationResult) -> IterationResult:
+    """``res`` with a note where the operator is not linear (``A(0) != 0``: an affine map, a layer with a bias), which
+    a Krylov method cannot solve and whose failure read as a tolerance below the dtype's reach (session 32's sweep).
+    One application of the operator, on a failure only."""
+    try:
+        z = op(torch.zeros_like(B))
+    except Exception:  # noqa: BLE001 - the operator's own failure on zeros says nothing about linearity
+        return res
+    if not isinstance(z, torch.Tensor) or not z.numel() or not bool(z.abs().amax() > 0):
+        return res
+    return replace(res, reason=f"{res.reason}; note that the operator is not linear: A(0) has norm "
+                               f"{float(torch.linalg.vector_norm(z)):.3g}, not 0 (an affine map, e.g. a layer with a "
+                               f"bias: solve for A(x) - A(0) = b - A(0) instead)")
 
 
 class _OperatorSolve(torch.autograd.Function):
