@@ -128,9 +128,7 @@ def _gram(A: SparseTensor) -> SparseTensor:
     fill (each row of A with ``c`` entries adds at most ``c^2``)."""
     from .spgemm import spgemm  # noqa: PLC0415
 
-    coords, _ = A.entries()
-    counts = torch.bincount(coords[0].to(torch.int64), minlength=A.format_shape[0]).to(torch.float64)
-    bound = float((counts * counts).sum())
+    bound = _gram_bound(A)
     if bound > GRAM_MAX_ENTRIES:
         m, n = A.format_shape
         raise InputError(f"svds(which='SM'): the Gram matrix A^H A of this ({m}, {n}) A may hold up to {bound:.3g} "
@@ -138,6 +136,13 @@ def _gram(A: SparseTensor) -> SparseTensor:
                          f"for a square A the dilation is used first, and for the smallest singular values of a "
                          f"non-square one with dense rows take torch.linalg.svd(A.to_dense()) or eigsh on an operator")
     return spgemm(A.mH, A)
+
+
+def _gram_bound(A: SparseTensor) -> float:
+    """A bound of the entries of ``A^H A``: the sum over A's rows of their entry counts squared."""
+    coords, _ = A.entries()
+    counts = torch.bincount(coords[0].to(torch.int64), minlength=A.format_shape[0]).to(torch.float64)
+    return float((counts * counts).sum())
 
 
 def _gram_route(A: SparseTensor, k: int, options: dict, largest: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -225,10 +230,7 @@ def _gram_first(A: SparseTensor) -> bool:
     m, n = A.format_shape
     if max(m, n) < GRAM_LM_ASPECT * min(m, n):
         return False
-    B = A if m >= n else A.mH
-    coords, _ = B.entries()
-    counts = torch.bincount(coords[0].to(torch.int64), minlength=B.format_shape[0]).to(torch.float64)
-    return float((counts * counts).sum()) <= GRAM_LM_FILL * max(int(coords[0].numel()), 1)
+    return _gram_bound(A if m >= n else A.mH) <= GRAM_LM_FILL * max(int(A.entries()[1].numel()), 1)
 
 
 def svds(A: SparseTensor, k: int = 6, *, which: str = "LM", return_singular_vectors: bool = True,
