@@ -540,14 +540,15 @@ class Solver:
         with self._ready_lock:
             if self._check_finite and is_plain(values) and self._state is not None:
                 self._check_values(values)  # before the factorization meets them
+            lost = self._state is not None and self._symmetry_lost(values)
+            if lost and self._options.method in _HERMITIAN_METHODS:  # refused before the Solver holds them
+                raise NotSymmetricError(
+                    f"Solver(method={self._options.method!r}) was planned for symmetric (Hermitian) values, and the "
+                    f"new values are not symmetric; {self._options.method} needs A == A^H. Make a Solver without "
+                    f"method= (dispatch then picks LU or a nonsymmetric Krylov method) or pass method='lu' / 'gmres' / "
+                    f"'bicgstab'")
             self._values, self._A = values, None
-            if self._state is not None and self._symmetry_lost():
-                if self._options.method in _HERMITIAN_METHODS:
-                    raise NotSymmetricError(
-                        f"Solver(method={self._options.method!r}) was planned for symmetric (Hermitian) values, and "
-                        f"the new values are not symmetric; {self._options.method} needs A == A^H. Make a Solver "
-                        f"without method= (dispatch then picks LU or a nonsymmetric Krylov method) or pass "
-                        f"method='lu' / 'gmres' / 'bicgstab'")
+            if lost:
                 # planned again, on these values' properties, by the next solve or factorize (a plan made for a
                 # Hermitian A may also answer adjoint solves, the backward pass, with the forward operator)
                 self._state = None
@@ -555,7 +556,7 @@ class Solver:
                 self.factorize()
         return self
 
-    def _symmetry_lost(self) -> bool:
+    def _symmetry_lost(self, values: torch.Tensor) -> bool:
         """Whether the plan was chosen for detected symmetric values and the new ones are not (O(nnz) on the
         pattern's cached transpose map): a Solver of CG on an SPD matrix given nonsymmetric values ran 1,440
         iterations to a NotConvergedError (session 32's sweep). Properties the caller gave are not re-checked."""
@@ -564,7 +565,7 @@ class Solver:
             return False
         from .properties import symmetric_values  # noqa: PLC0415
 
-        return not symmetric_values(self.A)
+        return not symmetric_values(self._pattern.with_values(values))
 
     def solve(self, B: torch.Tensor, *, return_info: bool = False):
         """``X`` with ``A X = B`` (checked, with fallback when dispatch chose the method).
