@@ -283,3 +283,20 @@ def test_a_matrix_free_solve_of_an_affine_map_says_it_is_not_linear():
     W = torch.randn(8, 8, dtype=torch.float64) + 8 * torch.eye(8, dtype=torch.float64)
     x = st.solve(lambda v: W @ v, torch.ones(8, dtype=torch.float64))
     torch.testing.assert_close(x, torch.linalg.solve(W, torch.ones(8, dtype=torch.float64)), rtol=1e-9, atol=1e-10)
+
+
+def test_pinned_eigen_ldlt_on_an_indefinite_matrix_does_not_call_it_singular_alone():
+    """A shifted 2-D Laplacian (indefinite, condition ~1e3): Eigen's LDL^T without pivoting meets a zero pivot, and
+    the error said only "the matrix is singular ... check the system"; it now names the indefinite case and LU. LU
+    answers it (reference: spsolve)."""
+    pytest.importorskip("sparsetorch_eigen")
+    import scipy.sparse.linalg as sla
+
+    n = 40
+    M = (_poisson(n) - 2.0 * sp.identity(n * n)).tocsr()
+    A = st.SparseTensor.from_package(sp.csr_array(M))
+    b = torch.ones(n * n, dtype=torch.float64)
+    with pytest.raises(SingularMatrixError, match="indefinite"):
+        st.solve(A, b, backend="eigen", method="ldlt")
+    x = st.solve(A, b, backend="eigen", method="lu")
+    np.testing.assert_allclose(x.numpy(), sla.spsolve(M.tocsc(), b.numpy()), rtol=1e-9, atol=1e-12)

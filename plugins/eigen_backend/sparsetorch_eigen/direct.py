@@ -170,11 +170,16 @@ class DirectPlan:
             exc: Exception | None = None
             if code == lib.SINGULAR:
                 at, row = self._singular_where(data[i], where)
-                exc = SingularMatrixError(
-                    f"{self.backend}/{self.method}: Eigen's {_NAMES[self.method]} found an exactly zero pivot"
-                    f"{_where(i, data.shape[0])}: the matrix is singular ({at}); "
-                    f"check the system (boundary conditions, a missing diagonal) or use least squares (lstsq)",
-                    row=row)
+                if self.method == "ldlt" and row is None:
+                    # LDL^T without pivoting also meets a zero pivot on a nonsingular symmetric indefinite matrix (a
+                    # shifted Laplacian of condition 1e3 was called singular; session 32's sweep): say both
+                    why = (f"the matrix is singular ({at}), or symmetric indefinite in an order where LDL^T without "
+                           f"pivoting breaks down; method='lu' (partial pivoting) tells the two apart")
+                else:
+                    why = (f"the matrix is singular ({at}); check the system (boundary conditions, a missing diagonal) "
+                           f"or use least squares (lstsq)")
+                exc = SingularMatrixError(f"{self.backend}/{self.method}: Eigen's {_NAMES[self.method]} found an exactly "
+                                          f"zero pivot{_where(i, data.shape[0])}: {why}", row=row)
             elif code == lib.INDEFINITE:
                 exc = IndefiniteMatrixError(
                     f"{self.backend}/cholesky: Eigen's SimplicialLLT met a pivot <= 0{_where(i, data.shape[0])}: the matrix "
